@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from .errors import *  # noqa: F403
 from .errors import __all__ as _errors_all
+from .checkpoint import Checkpointer, CheckpointStatus, RecoveryInfo
+from .config import Config
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", *_errors_all]
+__all__ = ["__version__", "Checkpointer", "CheckpointStatus", "Config", "RecoveryInfo", *_errors_all]

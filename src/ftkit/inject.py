@@ -2,6 +2,13 @@
 
 Every function here injects a real fault: it flips a real bit in memory, sends a real SIGKILL, deletes or
 damages a real file. Tests use them to show that ftkit detects and survives the fault.
+
+Silent errors *during* a computation are described by an :class:`InjectionPlan` (a list of :class:`BitFlip`),
+passed to ``ftkit.linalg.ft_pdgemm(..., inject=plan)``: the routine calls :meth:`InjectionPlan.apply` at its
+injection points (C between two SUMMA panels, op(A)/op(B) local data right after their checksums were
+encoded) and the plan records every flip it made (:class:`InjectionRecord`) for the test to compare with
+the routine's report. Random choices (rank, step, element, bit) come from the plan's seed, so every rank
+resolves them identically and a run can be repeated exactly.
 """
 
 from __future__ import annotations
@@ -9,11 +16,27 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["flip_bit", "kill_self", "kill_pid", "corrupt_file", "truncate_file", "delete_node_dir"]
+__all__ = ["flip_bit", "kill_self", "kill_pid", "corrupt_file", "truncate_file", "delete_node_dir",
+           "BIT_CLASSES", "BitFlip", "InjectionRecord", "InjectionPlan"]
+
+#: Named bit ranges of a float64 (inclusive): where a random flip may land.
+BIT_CLASSES: dict[str, tuple[int, int]] = {
+    "exponent": (52, 62),
+    "mantissa_top20": (32, 51),
+    "high": (32, 62),          # exponent or top 20 mantissa bits: what ABFT must always catch
+    "low_mantissa": (0, 31),   # may fall below the rounding threshold
+    "sign": (63, 63),
+    "any": (0, 63),
+}
+
+#: Targets of an in-computation flip: C's local piece, or the local op(A) / op(B) data after encoding.
+TARGETS = ("C", "A", "B")
 
 
 def flip_bit(array: np.ndarray, index: int | tuple[int, ...], bit: int) -> tuple[float, float]:
@@ -76,3 +99,136 @@ def truncate_file(path: str | os.PathLike[str], size: int) -> None:
 def delete_node_dir(path: str | os.PathLike[str]) -> None:
     """Delete a node-local directory and everything in it (an emulated node's storage loss)."""
     shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class BitFlip:
+    """One planned bit flip during a distributed computation; ``None`` fields are drawn from the plan's seed.
+
+    Parameters
+    ----------
+    target
+        ``"C"`` (the local piece of C, between two SUMMA steps), ``"A"`` or ``"B"`` (the local op(A) /
+        op(B) data of one step, right after its checksums were encoded).
+    rank
+        Rank (in C's grid communicator) whose data is hit.
+    step
+        SUMMA step: for C, the flip happens after ``step`` panel updates (``0`` = before the first,
+        ``nsteps`` = after the last, before verification); for A/B, the piece sent in step ``step``.
+    index
+        Local ``(row, col)`` in the target array (C: the local piece of C's submatrix; A/B: the step's piece).
+    bit
+        Bit number (0 = least significant mantissa bit, 52..62 exponent, 63 sign).
+    bits
+        Bit class (a key of :data:`BIT_CLASSES`) or inclusive ``(lo, hi)`` range for a random bit.
+    persistent
+        A/B only: flip the operand itself (``True``: a fetch from the owner sees the wrong value too) or only
+        the copy that travels in the panel (``False``).
+    """
+
+    target: str = "C"
+    rank: int | None = None
+    step: int | None = None
+    index: tuple[int, int] | None = None
+    bit: int | None = None
+    bits: str | tuple[int, int] = "high"
+    persistent: bool = True
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise ValueError(f"target={self.target!r}: use one of {', '.join(TARGETS)}")
+        lo, hi = _bit_range(self.bits)
+        if self.bit is not None and not 0 <= self.bit <= 63:
+            raise ValueError(f"bit={self.bit} is outside 0..63")
+        if not 0 <= lo <= hi <= 63:
+            raise ValueError(f"bits={self.bits!r} is not a range inside 0..63")
+
+
+def _bit_range(bits: str | tuple[int, int]) -> tuple[int, int]:
+    if isinstance(bits, str):
+        if bits not in BIT_CLASSES:
+            raise ValueError(f"bits={bits!r}: use one of {', '.join(BIT_CLASSES)} or a (lo, hi) range")
+        return BIT_CLASSES[bits]
+    lo, hi = bits
+    return int(lo), int(hi)
+
+
+@dataclass(frozen=True)
+class InjectionRecord:
+    """A flip that was made: where (rank, step, local and global element), which bit, value before/after."""
+
+    target: str
+    rank: int
+    step: int
+    local_index: tuple[int, int]
+    global_index: tuple[int, int] | None
+    bit: int
+    before: float
+    after: float
+
+
+@dataclass
+class InjectionPlan:
+    """A reproducible set of bit flips to make during one ``ft_pdgemm``/``ft_pdsymm`` call.
+
+    Parameters
+    ----------
+    flips
+        The planned flips.
+    seed
+        Seed of every random choice (identical on all ranks, so they agree on rank and step).
+
+    Attributes
+    ----------
+    records
+        The flips this process made (filled by :meth:`apply`).
+    """
+
+    flips: Sequence[BitFlip] = ()
+    seed: int = 0
+    records: list[InjectionRecord] = field(default_factory=list)
+    _resolved: list[tuple[BitFlip, int, int]] = field(default_factory=list, repr=False)
+
+    def resolve(self, nranks: int, nsteps: int) -> None:
+        """Fix every flip's rank and step (drawn from the seed where ``None``); call once, on every rank."""
+        self._resolved = []
+        self.records = []
+        for n, f in enumerate(self.flips):
+            rng = np.random.default_rng((self.seed, n, 0))
+            rank = int(rng.integers(nranks)) if f.rank is None else int(f.rank)
+            last = nsteps if f.target == "C" else max(0, nsteps - 1)
+            step = int(rng.integers(0, last + 1)) if f.step is None else int(f.step)
+            if not 0 <= rank < nranks:
+                raise ValueError(f"flip {n}: rank {rank} is outside the {nranks} ranks of the grid")
+            self._resolved.append((f, rank, step))
+
+    def apply(self, target: str, rank: int, step: int, array: np.ndarray,
+              to_global: Callable[[int, int], tuple[int, int]] | None = None, *,
+              persistent: bool | None = None) -> list[InjectionRecord]:
+        """Make the flips planned for (``target``, ``rank``, ``step``) in ``array`` (in place); return them.
+
+        ``to_global`` maps a local ``(row, col)`` of ``array`` to global coordinates for the record;
+        ``persistent`` (if given) restricts to flips with that flag. Flips on an empty array are skipped.
+        """
+        made = []
+        for n, (f, r, s) in enumerate(self._resolved):
+            if f.target != target or r != rank or s != step or array.size == 0:
+                continue
+            if persistent is not None and f.persistent != persistent:
+                continue
+            rng = np.random.default_rng((self.seed, n, 1))
+            if f.index is None:
+                idx = (int(rng.integers(array.shape[0])), int(rng.integers(array.shape[1])))
+            else:
+                idx = (int(f.index[0]), int(f.index[1]))
+            lo, hi = _bit_range(f.bits)
+            bit = int(rng.integers(lo, hi + 1)) if f.bit is None else int(f.bit)
+            before = float(array[idx])
+            raw = np.array([before]).view(np.uint64)
+            raw ^= np.uint64(1) << np.uint64(bit)
+            array[idx] = raw.view(np.float64)[0]
+            rec = InjectionRecord(target, rank, step, idx, to_global(*idx) if to_global else None, bit, before,
+                                  float(array[idx]))
+            made.append(rec)
+        self.records.extend(made)
+        return made

@@ -20,28 +20,33 @@ rounding), so ``n = 10 000`` and ``x`` in the hundreds take milliseconds.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 from math import comb
+from numbers import Integral
 from typing import Literal, overload
 
 from ..errors import ModelError
 
 __all__ = [
     "SCHEMES",
+    "Scheme",
+    "get_scheme",
+    "threshold_scheme",
     "eq4_probability",
     "catastrophic_probability",
     "partner_probability",
-    "scheme_tolerance",
-    "scheme_probability",
     "check_layout",
 ]
 
-#: Protection schemes the models know, with the name used in tables and plots.
-SCHEMES = {"rs": "RS (FTI, t=k/2)", "xor": "XOR (SCR, t=1)", "partner": "partner copy (ring)"}
 
-
-def check_layout(n: int, k: int, x: int, t: int | None = None) -> None:
+def check_layout(n: int, k: int, x: int, t: int | None = None) -> tuple[int, int, int, int | None]:
     """Validate a layout of ``n`` nodes in groups of ``k`` with ``x`` failures and tolerance ``t``.
+
+    Returns
+    -------
+    (n, k, x, t)
+        The values as Python ints (numpy integers are accepted).
 
     Raises
     ------
@@ -50,8 +55,9 @@ def check_layout(n: int, k: int, x: int, t: int | None = None) -> None:
         or ``t`` is outside ``[0, k-1]``; the message names the value and what is allowed.
     """
     for name, value in (("n (nodes)", n), ("k (group size)", k), ("x (failed nodes)", x)):
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not isinstance(value, Integral):
             raise ModelError(f"{name} must be an integer, got {value!r}")
+    n, k, x = int(n), int(k), int(x)
     if n < 1:
         raise ModelError(f"n (nodes) must be positive, got {n}")
     if k < 2:
@@ -62,11 +68,13 @@ def check_layout(n: int, k: int, x: int, t: int | None = None) -> None:
     if not 0 <= x <= n:
         raise ModelError(f"x = {x} failed nodes is outside [0, n = {n}]")
     if t is not None:
-        if isinstance(t, bool) or not isinstance(t, int):
+        if isinstance(t, bool) or not isinstance(t, Integral):
             raise ModelError(f"t (tolerated failures per group) must be an integer, got {t!r}")
+        t = int(t)
         if not 0 <= t < k:
             raise ModelError(f"t = {t} tolerated failures per group must be in [0, k-1] = [0, {k - 1}]: "
                              f"a group of {k} cannot survive losing all its nodes")
+    return n, k, x, t
 
 
 def eq4_probability(n: int, k: int, t: int, x: int) -> float:
@@ -109,7 +117,8 @@ def eq4_probability(n: int, k: int, t: int, x: int) -> float:
     ModelError
         On an invalid layout (see :func:`check_layout`).
     """
-    check_layout(n, k, x, t)
+    n, k, x, _ = check_layout(n, k, x, t)
+    t = int(t)
     if x < t + 1:
         return 0.0
     g = n // k
@@ -142,6 +151,10 @@ def _power_coefficient(poly: list[int], power: int, degree: int) -> int:
 def _loss_fraction(n: int, k: int, x: int, survivable: list[int]) -> Fraction:
     """Return the fraction of x-subsets of n nodes that some group (ways ``survivable``) does not survive."""
     total = comb(n, x)
+    while survivable and survivable[-1] == 0:
+        survivable = survivable[:-1]
+    if x > (n // k) * (len(survivable) - 1):
+        return Fraction(1)  # more failures than all groups together can absorb
     safe = _power_coefficient(survivable, n // k, x)
     return Fraction(total - safe, total)
 
@@ -182,7 +195,8 @@ def catastrophic_probability(n: int, k: int, t: int, x: int, *, exact: bool = Fa
     ModelError
         On an invalid layout (see :func:`check_layout`).
     """
-    check_layout(n, k, x, t)
+    n, k, x, _ = check_layout(n, k, x, t)
+    t = int(t)
     result = _loss_fraction(n, k, x, [comb(k, j) for j in range(t + 1)])
     return result if exact else float(result)
 
@@ -232,55 +246,100 @@ def partner_probability(n: int, k: int, x: int, *, exact: bool = False) -> float
     ModelError
         On an invalid layout.
     """
-    check_layout(n, k, x)
+    n, k, x, _ = check_layout(n, k, x)
     result = _loss_fraction(n, k, x, [_ring_independent_sets(k, j) for j in range(k // 2 + 1)])
     return result if exact else float(result)
 
 
-def scheme_tolerance(scheme: str, k: int) -> int:
-    """Return the failures per group that ``scheme`` tolerates in the worst case (rs: k//2, xor/partner: 1).
+@dataclass(frozen=True)
+class Scheme:
+    """A protection scheme of a group of ``k`` nodes, as the reliability model sees it.
 
-    Raises
-    ------
-    ModelError
-        If ``scheme`` is not one of :data:`SCHEMES`.
-    """
-    if scheme == "rs":
-        return k // 2
-    if scheme in ("xor", "partner"):
-        return 1
-    raise ModelError(f"unknown protection scheme {scheme!r}: use one of {', '.join(SCHEMES)}")
-
-
-def scheme_probability(scheme: str, n: int, k: int, x: int, *, method: str = "exact") -> float:
-    """Return the catastrophic-failure probability of ``scheme`` for ``x`` failures among ``n`` nodes.
-
-    Parameters
+    Attributes
     ----------
-    scheme
-        ``"rs"`` (t = k//2), ``"xor"`` (t = 1) or ``"partner"`` (ring copy).
-    n, k, x
-        Nodes, group size, simultaneous failures.
-    method
-        ``"exact"`` or ``"eq4"`` (the paper's formula; for partner copy, eq. 4's counting with the k
-        neighbour pairs of the ring in place of ``C(k, t+1)``, likewise an over-count).
-
-    Raises
-    ------
-    ModelError
-        On an unknown scheme or method, or an invalid layout.
+    name
+        Short name (``rs``, ``xor``, ``partner``, or ``t=<T>`` for a fixed tolerance).
+    label
+        Name in tables and plots.
+    ring
+        Partner copy on a ring (data lost iff two ring neighbours fail) instead of a threshold code.
+    fixed_tolerance
+        Failures tolerated per group whatever ``k`` (``None``: ``k // 2``, FTI's RS layout).
     """
-    if method not in ("exact", "eq4"):
-        raise ModelError(f"unknown method {method!r}: use 'exact' or 'eq4'")
-    t = scheme_tolerance(scheme, k)
-    if scheme == "partner":
+
+    name: str
+    label: str
+    ring: bool = False
+    fixed_tolerance: int | None = None
+
+    def tolerance(self, k: int) -> int:
+        """Return the failures per group the scheme survives in the worst case for group size ``k``."""
+        if self.ring:
+            return 1
+        return k // 2 if self.fixed_tolerance is None else self.fixed_tolerance
+
+    def probability(self, n: int, k: int, x: int, *, method: str = "exact") -> float:
+        """Return ``Pr(x_Ct | x)`` for ``x`` failures among ``n`` nodes in groups of ``k``.
+
+        Parameters
+        ----------
+        n, k, x
+            Nodes, group size, simultaneous failures.
+        method
+            ``"exact"`` or ``"eq4"`` (the paper's formula; for partner copy, eq. 4's counting with the
+            ring's neighbour pairs in place of ``C(k, t+1)``, likewise an over-count).
+
+        Raises
+        ------
+        ModelError
+            On an unknown method or an invalid layout (e.g. a tolerance ``>= k``).
+        """
+        if method not in ("exact", "eq4"):
+            raise ModelError(f"unknown method {method!r}: use 'exact' or 'eq4'")
+        if not self.ring:
+            t = self.tolerance(k)
+            if method == "eq4":
+                return eq4_probability(n, k, t, x)
+            return catastrophic_probability(n, k, t, x)
         if method == "exact":
             return partner_probability(n, k, x)
-        check_layout(n, k, x)
+        n, k, x, _ = check_layout(n, k, x)
         if x < 2:
             return 0.0
         pairs = 1 if k == 2 else k
         return float(Fraction((n // k) * pairs * comb(n - 2, x - 2), comb(n, x)))
-    if method == "eq4":
-        return eq4_probability(n, k, t, x)
-    return catastrophic_probability(n, k, t, x)
+
+
+#: Protection schemes compared by default (reference 002, Figure 5(e)/(f), plus ftkit's L2 partner copy).
+SCHEMES = {
+    "rs": Scheme("rs", "RS (FTI, t=k/2)"),
+    "xor": Scheme("xor", "XOR (SCR, t=1)", fixed_tolerance=1),
+    "partner": Scheme("partner", "partner copy (ring)", ring=True),
+}
+
+
+def get_scheme(name: str) -> Scheme:
+    """Return the scheme called ``name``: ``rs``, ``xor``, ``partner``, or ``t=T`` (threshold code, fixed T).
+
+    Raises
+    ------
+    ModelError
+        If the name is unknown or ``T`` is not a non-negative integer.
+    """
+    key = name.strip().lower()
+    if key in SCHEMES:
+        return SCHEMES[key]
+    if key.startswith("t="):
+        try:
+            t = int(key[2:])
+        except ValueError:
+            t = -1
+        if t < 0:
+            raise ModelError(f"scheme {name!r}: the tolerance after 't=' must be an integer >= 0")
+        return threshold_scheme(t)
+    raise ModelError(f"unknown protection scheme {name!r}: use one of {', '.join(SCHEMES)} or t=<T>")
+
+
+def threshold_scheme(t: int) -> Scheme:
+    """Return a threshold code that tolerates ``t`` failures per group whatever the group size."""
+    return Scheme(f"t={t}", f"threshold code, t={t}", fixed_tolerance=t)

@@ -22,7 +22,8 @@ _DURATION_UNITS = {
 
 _SIZE_UNITS = {
     "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+    "t": 1000**4, "tb": 1000**4,
     "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
 }
 
@@ -92,7 +93,8 @@ def parse_size(text: str | int, *, name: str = "size") -> int:
     else:
         match = _NUMBER_UNIT.match(str(text))
         if match is None:
-            raise ModelError(f"{name} {text!r} is not a size: write a number with a unit, e.g. 64MiB, 1GB, 4096")
+            raise ModelError(f"{name} {text!r} is not a size: write a number with a unit, "
+                             f"e.g. 64MiB, 1GB, 4096")
         value, unit = float(match.group(1)), match.group(2).lower()
         if unit not in _SIZE_UNITS:
             raise ModelError(f"{name} {text!r} has unknown unit {match.group(2)!r}: "
@@ -105,6 +107,8 @@ def parse_size(text: str | int, *, name: str = "size") -> int:
 
 def format_duration(seconds: float) -> str:
     """Return ``seconds`` as a short human-readable string (``"2.31 h"``, ``"12.0 s"``)."""
+    if seconds == 0:
+        return "0 s"
     if seconds >= 86400:
         return f"{seconds / 86400:.3g} d"
     if seconds >= 3600:

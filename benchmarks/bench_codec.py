@@ -1,0 +1,156 @@
+"""Benchmark ftkit.codec against zfec, pyeclib (ISA-L backend) and a numpy copy, in one run, on one core.
+
+For each (k, m) it times, best of ``--repeat`` rounds (the implementations alternate inside each round so
+that load from other processes hits them alike):
+
+- encode: ``RSCode.encode`` (allocates the parity, like the peers) and ``encode_into`` (preallocated);
+  ``zfec.Encoder.encode`` (parity shares only); ``pyeclib`` ``ECDriver(ec_type="isa_l_rs_vand").encode``;
+- decode with 2 lost data fragments (1 when m = 1): ``RSCode.decode``, zfec, pyeclib;
+- ``XORCode(k).encode`` when m = 1, against ``numpy.copyto`` of the same bytes (memory-bandwidth reference).
+
+Throughput is GB/s (1e9 bytes) of *data* per call. All codes are single-threaded. Prints human-readable lines
+and, last, one JSON line. Missing peers are skipped with a note.
+
+Usage: ``python benchmarks/bench_codec.py [--quick] [--repeat N] [--mib M]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+
+import numpy as np
+
+from ftkit.codec import RSCode, XORCode
+
+CONFIGS = [(4, 4), (8, 8), (10, 4), (4, 1)]
+
+
+def _best_time(fn, state: dict, key: str) -> None:
+    t0 = time.perf_counter()
+    fn()
+    dt = time.perf_counter() - t0
+    state[key] = min(state.get(key, float("inf")), dt)
+
+
+def _peers() -> tuple[object | None, object | None, list[str]]:
+    notes = []
+    try:
+        import zfec
+    except ImportError as exc:
+        zfec = None
+        notes.append(f"zfec skipped: {exc} (pip install zfec)")
+    try:
+        from pyeclib.ec_iface import ECDriver
+
+        ECDriver(k=2, m=1, ec_type="isa_l_rs_vand")
+    except Exception as exc:  # noqa: BLE001 - any failure means the peer is unavailable
+        ECDriver = None
+        notes.append(f"pyeclib isa_l_rs_vand skipped: {type(exc).__name__}: {exc} (pip install pyeclib)")
+    return zfec, ECDriver, notes
+
+
+def bench_config(k: int, m: int, nbytes: int, repeat: int, zfec, ECDriver) -> dict:
+    rng = np.random.default_rng(k * 100 + m)
+    frag = nbytes // k
+    total = frag * k
+    buf = rng.integers(0, 256, total, dtype=np.uint8)
+    data = [buf[j * frag:(j + 1) * frag] for j in range(k)]
+    code = RSCode(k, m)
+    parity = code.encode(data)
+    pre = [np.empty(frag, dtype=np.uint8) for _ in range(m)]
+    code.encode_into(data, pre)
+    nlost = min(2, m)
+    survivors = {i: f for i, f in enumerate(data + parity) if i >= nlost}
+    survivors = dict(list(survivors.items())[:k])
+    decoded = code.decode(survivors)
+    assert all(np.array_equal(a, b) for a, b in zip(decoded, data, strict=True)), "ftkit decode is wrong"
+
+    tasks = {
+        "ftkit_encode": lambda: code.encode(data),
+        "ftkit_encode_into": lambda: code.encode_into(data, pre),
+        "ftkit_decode": lambda: code.decode(survivors),
+    }
+    if m == 1:
+        xcode = XORCode(k)
+        xpre = [np.empty(frag, dtype=np.uint8)]
+        assert np.array_equal(xcode.encode(data)[0], parity[0])
+        tasks["xor_encode"] = lambda: xcode.encode(data)
+        tasks["xor_encode_into"] = lambda: xcode.encode_into(data, xpre)
+    copy_dst = np.empty_like(buf)
+    np.copyto(copy_dst, buf)
+    tasks["numpy_copy"] = lambda: np.copyto(copy_dst, buf)
+    if zfec is not None:
+        enc = zfec.Encoder(k, k + m)
+        dec = zfec.Decoder(k, k + m)
+        zpar = enc.encode(data, list(range(k, k + m)))
+        zidx = sorted(survivors)
+        zblocks = [data[i] if i < k else zpar[i - k] for i in zidx]
+        assert bytes(dec.decode(zblocks, zidx)[0]) == data[0].tobytes(), "zfec round trip failed"
+        tasks["zfec_encode"] = lambda: enc.encode(data, list(range(k, k + m)))
+        tasks["zfec_decode"] = lambda: dec.decode(zblocks, zidx)
+    if ECDriver is not None:
+        drv = ECDriver(k=k, m=m, ec_type="isa_l_rs_vand")
+        raw = buf.tobytes()
+        frags = drv.encode(raw)
+        pfrags = frags[nlost:nlost + k]
+        assert drv.decode(pfrags) == raw, "pyeclib round trip failed"
+        tasks["pyeclib_encode"] = lambda: drv.encode(raw)
+        tasks["pyeclib_decode"] = lambda: drv.decode(pfrags)
+    best: dict = {}
+    for _ in range(repeat):
+        for key, fn in tasks.items():
+            _best_time(fn, best, key)
+    gbps = {key: total / t / 1e9 for key, t in best.items()}
+    ratios = {}
+    for peer in ("zfec", "pyeclib"):
+        for op in ("encode", "decode"):
+            if f"{peer}_{op}" in gbps:
+                ratios[f"{op}_vs_{peer}"] = gbps[f"ftkit_{op}"] / gbps[f"{peer}_{op}"]
+    if "xor_encode" in gbps:
+        ratios["xor_encode_vs_numpy_copy"] = gbps["xor_encode"] / gbps["numpy_copy"]
+        ratios["xor_encode_into_vs_numpy_copy"] = gbps["xor_encode_into"] / gbps["numpy_copy"]
+    return {"k": k, "m": m, "data_bytes": total, "lost_data": nlost, "gbps": gbps, "ratios": ratios}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="16 MiB per call, 2 rounds")
+    parser.add_argument("--repeat", type=int, default=None, help="rounds per measurement (best is kept)")
+    parser.add_argument("--mib", type=int, default=None, help="data per call in MiB (default 64)")
+    args = parser.parse_args(argv)
+    mib = args.mib or (16 if args.quick else 64)
+    repeat = args.repeat or (2 if args.quick else 5)
+    zfec, ECDriver, notes = _peers()
+    for note in notes:
+        print("note:", note)
+    results = []
+    for k, m in CONFIGS:
+        r = bench_config(k, m, mib << 20, repeat, zfec, ECDriver)
+        results.append(r)
+        g = r["gbps"]
+        line = "  ".join(f"{key}={val:.2f}" for key, val in g.items())
+        print(f"(k={k}, m={m}) GB/s: {line}")
+        print("    ratios: " + "  ".join(f"{key}={val:.2f}" for key, val in r["ratios"].items()))
+    targets = {}
+    r44 = results[0]
+    targets["rs44_encode_ge_2.0"] = r44["gbps"]["ftkit_encode"] >= 2.0
+    for peer in ("zfec", "pyeclib"):
+        if f"encode_vs_{peer}" in r44["ratios"]:
+            targets[f"rs44_encode_ge_5x_{peer}"] = r44["ratios"][f"encode_vs_{peer}"] >= 5.0
+    targets["decode_ge_1.5_all"] = all(r["gbps"]["ftkit_decode"] >= 1.5 for r in results)
+    r41 = results[-1]
+    targets["xor4_encode_ge_0.5x_copy"] = r41["ratios"]["xor_encode_vs_numpy_copy"] >= 0.5
+    print("targets:", "  ".join(f"{key}={'met' if ok else 'MISSED'}" for key, ok in targets.items()))
+    print(json.dumps({
+        "benchmark": "codec", "mib_per_call": mib, "repeat": repeat, "python": sys.version.split()[0],
+        "machine": platform.machine(), "notes": notes, "results": results, "targets": targets,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

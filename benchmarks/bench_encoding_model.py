@@ -1,0 +1,117 @@
+"""Encoding time model (reference 002, eq. 1/2) vs measured L3 encoding work, 3 sizes × 3 group sizes.
+
+The model is fitted on this machine first (``ftkit.models.measure.measure_model``: codec throughput at
+k = 4 and 8, file read/write, MPI ping-pong). Then, for each checkpoint size s and group size k, k member
+files of s bytes are written and encoded block by block with ``RSCode(k, k)`` into k parity files in one
+process (``encode_group_files``: what L3 does for a whole group). That is k times one member's share of
+eq. (1) without the network terms, so the prediction compared with it is ``k · T_eq1(s, k, no network)``;
+eq. (2) (``k · m·e·s``, storage neglected) is the alternative model, compared in the same run.
+
+Target: eq. (1) within 25 % of the measurement for every configuration.
+
+    python benchmarks/bench_encoding_model.py [--quick] [--dir DIR]
+
+Prints human-readable lines and one JSON line (last line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ftkit.models import EncodingModel
+from ftkit.models.measure import encode_group_files, measure_model
+from ftkit.models.units import format_size
+
+TARGET = 0.25
+
+
+def _write_member_files(directory: Path, k: int, size: int, rng: np.random.Generator) -> list[Path]:
+    paths = []
+    chunk = 4 << 20
+    for j in range(k):
+        path = directory / f"member{j}.dat"
+        with open(path, "wb") as f:
+            left = size
+            while left:
+                n = min(chunk, left)
+                f.write(rng.integers(0, 256, n, dtype=np.uint8).data)
+                left -= n
+        paths.append(path)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, one repeat (about 20 s)")
+    parser.add_argument("--dir", default=None, help="directory for the member and parity files")
+    parser.add_argument("--repeats", type=int, default=None, help="timed repeats per configuration")
+    args = parser.parse_args(argv)
+    sizes = [1 << 20, 4 << 20, 8 << 20] if args.quick else [4 << 20, 16 << 20, 32 << 20]
+    groups = [4, 8, 16]
+    repeats = args.repeats or (3 if args.quick else 5)
+    block = 1 << 20
+
+    start = time.perf_counter()
+    fitted = measure_model(block_size=block, directory=args.dir, timeout=180.0)
+    model = fitted.model
+    print(f"fitted: e={model.e:.3e} s/B  r={model.r:.3e} s/B  w={model.w:.3e} s/B  "
+          f"a={model.a:.3e} s  b={model.b:.3e} s/B  (z = {format_size(block)}, "
+          f"{time.perf_counter() - start:.1f} s)")
+
+    rng = np.random.default_rng(0)
+    timings: dict[tuple[int, int], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="ftkit-bench-enc-", dir=args.dir) as tmp:
+        root = Path(tmp)
+        for size in sizes:
+            # One set of member files per size; a group of k uses the first k. Repeats go round-robin over
+            # the group sizes so that a burst of load from other jobs hits every configuration alike.
+            data = _write_member_files(root, max(groups), size, rng)
+            parity = [root / f"parity{j}.dat" for j in range(max(groups))]
+            for k in groups:
+                encode_group_files(data[:k], parity[:k], block)  # warm-up: page cache, kernels
+            for _ in range(repeats):
+                for k in groups:
+                    timings.setdefault((size, k), []).append(encode_group_files(data[:k], parity[:k], block))
+            for path in data + parity:
+                path.unlink(missing_ok=True)
+    # Fit again after the measurements and keep the faster value of each parameter (see measure.py).
+    refit = measure_model(block_size=block, directory=args.dir, timeout=180.0).model
+    model = EncodingModel(e=min(model.e, refit.e), r=min(model.r, refit.r), w=min(model.w, refit.w),
+                          a=min(model.a, refit.a), b=min(model.b, refit.b), block_size=block)
+    print(f"refit:  e={refit.e:.3e} s/B  r={refit.r:.3e} s/B  w={refit.w:.3e} s/B; using the faster of each")
+
+    rows = []
+    print(f"{'size':>8} {'k':>3} {'measured s':>11} {'eq1 s':>9} {'meas/eq1':>9} {'eq2 s':>9} {'meas/eq2':>9}"
+          f" {'eq1+net per member s':>21}")
+    for (size, k), times in timings.items():
+        measured = min(times)
+        eq1 = k * model.predict(size, k, network=False)
+        eq2 = k * model.predict_simplified(size, k)
+        row = {"size": size, "group_size": k, "measured_s": measured, "eq1_s": eq1, "eq2_s": eq2,
+               "ratio_eq1": measured / eq1, "ratio_eq2": measured / eq2,
+               "eq1_distributed_member_s": model.predict(size, k), "all_times_s": times}
+        rows.append(row)
+        print(f"{format_size(size):>8} {k:>3} {measured:>11.4f} {eq1:>9.4f} {row['ratio_eq1']:>9.2f} "
+              f"{eq2:>9.4f} {row['ratio_eq2']:>9.2f} {row['eq1_distributed_member_s']:>21.4f}")
+    worst_eq1 = max(abs(r["ratio_eq1"] - 1) for r in rows)
+    worst_eq2 = max(abs(r["ratio_eq2"] - 1) for r in rows)
+    within = sum(abs(r["ratio_eq1"] - 1) <= TARGET for r in rows)
+    print(f"eq.(1): worst error {worst_eq1:.1%}, {within}/{len(rows)} within {TARGET:.0%}; "
+          f"eq.(2) (alternative, storage neglected): worst error {worst_eq2:.1%}")
+    print(json.dumps({"benchmark": "encoding_model", "quick": args.quick, "model": model.to_dict(),
+                      "raw": fitted.raw, "rows": rows, "worst_error_eq1": worst_eq1,
+                      "worst_error_eq2": worst_eq2,
+                      "within_target": within, "configs": len(rows), "target": TARGET,
+                      "elapsed_s": time.perf_counter() - start}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

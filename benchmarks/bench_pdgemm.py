@@ -1,0 +1,179 @@
+"""Benchmark ftkit.linalg.pdgemm (SUMMA, 4 ranks on a 2 x 2 grid) against single-process numpy ``A @ B``.
+
+usage: python benchmarks/bench_pdgemm.py [--quick] [--repeats R] [--sizes 2048 4096] [--blocks 128 256]
+                                         [--width W] [--yield-when-idle]
+
+The script relaunches itself under mpirun (4 ranks, OPENBLAS_NUM_THREADS=1 for every rank). Inside the one MPI
+job, for every repeat and every (n, nb), interleaved: rank 0 times numpy ``A @ B`` on the global matrices
+while the other ranks sleep (they poll a non-blocking barrier, so they use no CPU), then all ranks time
+``pdgemm("N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.0, C, 0, 0)``. Both see the same machine at the same
+moment, so their ratio is meaningful on a noisy shared machine. Reported per (n, nb): best and median times,
+GFLOP/s, the ratio pdgemm/numpy (per repeat pair, median), the share of pdgemm's time spent in local GEMM,
+the CPU time of all ranks over numpy's (load-independent: 1.0 = no overhead; on an idle 2-core machine the
+speed-up is about 2 / that ratio) and the max error against numpy. Prints human-readable lines and one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="n=2048 and 4096 with nb=256 only, 2 repeats")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096])
+    ap.add_argument("--blocks", type=int, nargs="+", default=[128, 256])
+    ap.add_argument("--width", type=int, default=None, help="SUMMA step width (default: pdgemm's)")
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--yield-when-idle", action="store_true", help="pass --mca mpi_yield_when_idle 1")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.quick:
+        args.blocks, args.repeats = [256], 2
+    return args
+
+
+def launch(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from ftkit.launch import build_mpirun_command
+
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    os.environ.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    worker = [sys.executable, str(Path(__file__).resolve()), "--worker", "--repeats", str(args.repeats),
+              "--sizes", *map(str, args.sizes), "--blocks", *map(str, args.blocks),
+              "--ranks", str(args.ranks)]
+    if args.width:
+        worker += ["--width", str(args.width)]
+    cmd = build_mpirun_command(args.ranks, worker, ulfm=False,
+                               env={"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+    if args.yield_when_idle:
+        cmd[1:1] = ["--mca", "mpi_yield_when_idle", "1"]
+    print("command:", " ".join(cmd), flush=True)
+    return subprocess.run(cmd, env=env, timeout=3600).returncode
+
+
+def sleep_barrier(comm) -> None:  # type: ignore[no-untyped-def]
+    from ftkit.linalg._summa import wait_requests
+
+    wait_requests([comm.Ibarrier()], max_sleep=5e-3)
+
+
+def global_random(n: int, seed: int):  # type: ignore[no-untyped-def]
+    """The matrix DistributedMatrix.random(..., seed) distributes (row i from generator (seed, i))."""
+    import numpy as np
+
+    out = np.empty((n, n))
+    for i in range(n):
+        out[i] = np.random.default_rng([seed, i]).uniform(-1.0, 1.0, n)
+    return out
+
+
+def work(args: argparse.Namespace) -> int:
+    import numpy as np
+    from mpi4py import MPI
+
+    from ftkit import linalg
+
+    comm = MPI.COMM_WORLD
+    grid = linalg.ProcessGrid.square(comm)
+    rank = comm.Get_rank()
+    results = []
+    data = {}
+    for n in args.sizes:
+        for nb in args.blocks:
+            A = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=1)
+            B = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=2)
+            C = linalg.DistributedMatrix.zeros(grid, n, n, mb=nb, nb=nb)
+            data[(n, nb)] = (A, B, C)
+    globals_ = {}
+    if rank == 0:
+        for n in args.sizes:
+            globals_[n] = (global_random(n, 1), global_random(n, 2))
+    rec: dict[tuple[int, int], dict[str, list[float]]] = {
+        key: {"numpy": [], "pdgemm": [], "gemm_share": [], "wait_share": [], "cpu_ratio": []} for key in data}
+    for rep in range(args.repeats):
+        for n in args.sizes:
+            for nb in args.blocks:
+                A, B, C = data[(n, nb)]
+                # numpy on rank 0 while the others sleep
+                t_np = 0.0
+                cpu_np = 0.0
+                if rank == 0:
+                    ga, gb = globals_[n]
+                    c0, t0 = time.process_time(), time.perf_counter()
+                    ref = ga @ gb
+                    t_np = time.perf_counter() - t0
+                    cpu_np = time.process_time() - c0
+                sleep_barrier(comm)
+                t_np, cpu_np = comm.bcast((t_np, cpu_np), root=0)
+                stats: dict[str, float] = {}
+                sleep_barrier(comm)
+                c0, t0 = time.process_time(), time.perf_counter()
+                linalg.pdgemm("N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.0, C, 0, 0, width=args.width,
+                              stats=stats)
+                local_t = time.perf_counter() - t0
+                cpu_pd = comm.allreduce(time.process_time() - c0, op=MPI.SUM)
+                t_pd = comm.allreduce(local_t, op=MPI.MAX)
+                gemm_share = comm.allreduce(stats.get("gemm_s", 0.0), op=MPI.SUM) / (t_pd * comm.size)
+                wait_share = comm.allreduce(stats.get("wait_s", 0.0), op=MPI.SUM) / (t_pd * comm.size)
+                r = rec[(n, nb)]
+                r["numpy"].append(t_np)
+                r["pdgemm"].append(t_pd)
+                r["gemm_share"].append(gemm_share)
+                r["wait_share"].append(wait_share)
+                r["cpu_ratio"].append(cpu_pd / cpu_np)
+                if rep == 0:
+                    got = C.to_global(root=0)
+                    if rank == 0:
+                        err = float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
+                        r["rel_err"] = [err]
+                        del got
+                if rank == 0:
+                    ratio = t_np / t_pd
+                    print(f"rep {rep} n={n} nb={nb}: numpy {t_np:.3f} s, pdgemm {t_pd:.3f} s, "
+                          f"ratio {ratio:.2f}x, local GEMM {100 * gemm_share:.0f}% of pdgemm, "
+                          f"waiting {100 * wait_share:.0f}%, CPU time all ranks / numpy {cpu_pd / cpu_np:.2f}", flush=True)
+                if rank == 0:
+                    del ref
+    if rank == 0:
+        for (n, nb), r in rec.items():
+            flops = 2.0 * n ** 3
+            ratios = [a / b for a, b in zip(r["numpy"], r["pdgemm"], strict=True)]
+            row = {
+                "n": n, "nb": nb, "ranks": comm.size, "grid": f"{grid.nprow}x{grid.npcol}",
+                "numpy_s_best": min(r["numpy"]), "pdgemm_s_best": min(r["pdgemm"]),
+                "numpy_gflops_best": flops / min(r["numpy"]) / 1e9,
+                "pdgemm_gflops_best": flops / min(r["pdgemm"]) / 1e9,
+                "ratio_median": statistics.median(ratios),
+                "ratio_of_bests": min(r["numpy"]) / min(r["pdgemm"]),
+                "ratios": [round(x, 3) for x in ratios],
+                "gemm_share_median": statistics.median(r["gemm_share"]),
+                "wait_share_median": statistics.median(r["wait_share"]),
+                "cpu_ratio_median": statistics.median(r["cpu_ratio"]),
+                "rel_err": r.get("rel_err", [None])[0],
+            }
+            results.append(row)
+            print(f"n={n} nb={nb}: numpy best {row['numpy_gflops_best']:.1f} GFLOP/s, pdgemm best "
+                  f"{row['pdgemm_gflops_best']:.1f} GFLOP/s, ratio median {row['ratio_median']:.2f}x "
+                  f"(of bests {row['ratio_of_bests']:.2f}x), "
+                  f"local GEMM share {100 * row['gemm_share_median']:.0f}%,"
+                  f" CPU time ratio {row['cpu_ratio_median']:.2f}, rel err {row['rel_err']:.1e}")
+        print(json.dumps({"benchmark": "pdgemm", "results": results}))
+    return 0
+
+
+def main() -> int:
+    args = parse()
+    return work(args) if args.worker else launch(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""ftkit demo: run the heat example on emulated nodes, break it, and show the result is bit-for-bit unchanged.
+
+Each scene is a function in :data:`SCENES` taking the shared :class:`Demo` state and returning True on success;
+later features add their scenes to the list (node loss, ABFT, a kill in the middle of a multiply...).
+
+Run: ``make demo`` or ``python examples/demo.py --ranks 8``. Exits 1 if any scene fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ftkit.inject import delete_node_dir
+from ftkit.launch import MPIResult, run_mpi
+
+HEAT = Path(__file__).resolve().with_name("heat.py")
+
+CONFIG = """\
+[basic]
+ckpt_dir = {d}/local
+glbl_dir = {d}/global
+meta_dir = {d}/meta
+node_size = {node_size}
+ckpt_l1 = 5
+ckpt_l4 = 20
+[ftkit]
+interval_unit = iterations
+failure_timeout = 120
+"""
+
+
+@dataclass
+class Demo:
+    """State shared by the scenes."""
+
+    workdir: Path
+    ranks: int
+    node_size: int
+    steps: int
+    size: int
+    timeout: float
+    reference: np.ndarray | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def config(self, name: str) -> Path:
+        """Write a fresh config whose run directories are under ``workdir/name``; return its path."""
+        d = self.workdir / name
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        path = d / "ftkit.ini"
+        path.write_text(CONFIG.format(d=d, node_size=self.node_size))
+        return path
+
+    def heat(self, config: Path, *extra: str, save: Path | None = None) -> MPIResult:
+        """Run the heat example on ``ranks`` ranks in emulated nodes of ``node_size`` ranks."""
+        args = [sys.executable, str(HEAT), "--steps", str(self.steps), "--size", str(self.size),
+                "--config", str(config), *extra]
+        if save is not None:
+            args += ["--save", str(save)]
+        t0 = time.perf_counter()
+        result = run_mpi(self.ranks, args, timeout=self.timeout, node_size=self.node_size, cwd=config.parent)
+        for line in result.stdout.splitlines():
+            if line.startswith("heat:"):
+                say(f"    | {line}")
+        say(f"    ({time.perf_counter() - t0:.1f} s)")
+        return result
+
+    def compare(self, field_path: Path) -> bool:
+        """Compare a saved final field with the reference; print the max abs difference."""
+        if not field_path.exists() or self.reference is None:
+            say("    no final field to compare")
+            return False
+        got = np.load(field_path, allow_pickle=False)
+        diff = float(np.max(np.abs(got - self.reference)))
+        identical = got.tobytes() == self.reference.tobytes()
+        say(f"    final field vs failure-free run: max abs difference {diff:g}, "
+            f"{'bit-for-bit identical' if identical else 'DIFFERENT'}")
+        return identical and diff == 0.0
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def scene_reference(demo: Demo) -> bool:
+    """A failure-free run: the reference field."""
+    cfg = demo.config("reference")
+    out = cfg.parent / "field.npy"
+    r = demo.heat(cfg, save=out)
+    if r.returncode != 0 or not out.exists():
+        say(f"    reference run failed (exit {r.returncode}):\n{r.stderr[-2000:]}")
+        return False
+    demo.reference = np.load(out, allow_pickle=False)
+    return True
+
+
+def _kill_step(demo: Demo) -> int:
+    return demo.steps * 2 // 3 + 1
+
+
+def scene_kill_and_recover(demo: Demo) -> bool:
+    """Kill a rank mid-run (SIGKILL), relaunch: the run recovers from its last L1 checkpoint."""
+    cfg = demo.config("kill")
+    victim = demo.ranks // 2 + 1 if demo.ranks > 2 else 0
+    say(f"    launching, rank {victim} will be SIGKILLed at step {_kill_step(demo)} ...")
+    r = demo.heat(cfg, "--kill-at", str(_kill_step(demo)), "--kill-rank", str(victim))
+    if "killing itself" not in r.stdout or "digest" in r.stdout:
+        say("    the run was not killed as planned")
+        return False
+    say("    job died; relaunching the same command ...")
+    out = cfg.parent / "field.npy"
+    r = demo.heat(cfg, save=out)
+    m = re.search(r"recovered checkpoint (\d+) from level (\d+) at step (\d+)", r.stdout)
+    if r.returncode != 0 or not m:
+        say(f"    relaunch did not recover (exit {r.returncode}):\n{r.stderr[-2000:]}")
+        return False
+    return demo.compare(out)
+
+
+def scene_lose_local_storage(demo: Demo) -> bool:
+    """Kill the job, delete every node-local directory: recovery falls back to the L4 (PFS) checkpoint."""
+    cfg = demo.config("pfs")
+    r = demo.heat(cfg, "--kill-at", str(_kill_step(demo)), "--kill-rank", "0")
+    if "killing itself" not in r.stdout:
+        return False
+    nodes = sorted((cfg.parent / "local").glob("node*"))
+    for d in nodes:
+        delete_node_dir(d)
+    say(f"    deleted {len(nodes)} node-local directories; relaunching ...")
+    out = cfg.parent / "field.npy"
+    r = demo.heat(cfg, save=out)
+    if r.returncode != 0 or "from level 4" not in r.stdout:
+        say(f"    relaunch did not recover from L4 (exit {r.returncode}):\n{r.stderr[-2000:]}")
+        return False
+    return demo.compare(out)
+
+
+#: The demo's scenes, in order: (title, function). Later features append theirs.
+SCENES: list[tuple[str, Callable[[Demo], bool]]] = [
+    ("failure-free reference run", scene_reference),
+    ("rank killed mid-run -> relaunch -> recover from L1", scene_kill_and_recover),
+    ("all node-local storage lost -> recover from L4", scene_lose_local_storage),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="ftkit demo: checkpoint/restart of a heat solver under faults")
+    p.add_argument("--ranks", type=int, default=8)
+    p.add_argument("--node-size", type=int, default=2, help="ranks per emulated node")
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--size", type=int, default=96)
+    p.add_argument("--timeout", type=float, default=180.0, help="hard limit per MPI job (s)")
+    p.add_argument("--workdir", default=None, help="where runs write (default: a temporary directory)")
+    p.add_argument("--only", default=None, help="run only scenes whose title contains this text "
+                                                 "(the reference always runs)")
+    args = p.parse_args(argv)
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ftkit-demo-"))
+    demo = Demo(workdir.resolve(), args.ranks, args.node_size, args.steps, args.size, args.timeout)
+    say(f"ftkit demo: heat equation {args.size}x{args.size}, {args.steps} steps, {args.ranks} ranks in "
+        f"{args.ranks // args.node_size} emulated nodes; runs in {demo.workdir}")
+    t0 = time.perf_counter()
+    results = []
+    for i, (title, scene) in enumerate(SCENES, 1):
+        if args.only and i > 1 and args.only not in title:
+            continue
+        say(f"[{i}/{len(SCENES)}] {title}")
+        ok = scene(demo)
+        results.append((title, ok))
+        say(f"    -> {'OK' if ok else 'FAILED'}")
+        if i == 1 and not ok:
+            break
+    failed = [t for t, ok in results if not ok]
+    say(f"ftkit demo: {len(results) - len(failed)}/{len(results)} scenes OK in {time.perf_counter() - t0:.0f} s")
+    if not args.workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

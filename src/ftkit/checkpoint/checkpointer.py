@@ -1,0 +1,441 @@
+"""The public checkpointing API: :class:`Checkpointer` (FTI_Init, Protect, Status, Recover, Snapshot, Checkpoint,
+Finalize).
+
+Every method that takes or restores a checkpoint is collective over ``ckpt.comm`` and agrees across ranks: an
+error on one rank is raised on every rank, and a dead peer raises :class:`ProcessFailure` instead of hanging.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import Config, load_config
+from ..errors import CheckpointError, ConfigError, FtkitError, ProcessFailure, RecoveryError
+from ..storage.manifest import CheckpointEntry, Manifest, ManifestStore, manifest_path
+from ..topology import Topology, detect_node_ids, plan_topology
+from . import _mpi, offload, pipeline
+from .recovery import RecoveryInfo, RecoveryStep, default_steps, recover_newest
+from .runstate import inspect_run
+from .interval import SnapshotSchedule
+
+__all__ = ["Checkpointer", "CheckpointStatus"]
+
+_NAME_MAX = 200
+
+
+@dataclass(frozen=True)
+class CheckpointStatus:
+    """What :meth:`Checkpointer.status` reports (FTI_Status, and more).
+
+    ``checkpoints`` lists ``(id, level, complete_levels)`` oldest first.
+    """
+
+    restarted: bool
+    recovered: bool
+    exec_id: str
+    checkpoints: tuple[tuple[int, int, tuple[int, ...]], ...]
+    last_checkpoint_id: int | None
+    snapshots: int
+    problem: str
+
+
+class Checkpointer:
+    """Multi-level checkpointing of protected NumPy arrays, in the manner of FTI.
+
+    Parameters
+    ----------
+    config
+        Path of an FTI-style INI file, or a :class:`ftkit.Config`.
+    comm
+        The communicator of the ranks taking part (default ``MPI.COMM_WORLD``). Collective.
+
+    Raises
+    ------
+    ConfigError
+        If the configuration is invalid for this job (on every rank).
+
+    Notes
+    -----
+    With ``head = 1`` the first rank of each node becomes its head: it never returns from the constructor
+    (it serves its node's post-processing and exits when the application finalizes), and ``ckpt.comm``
+    holds the application ranks only.
+    """
+
+    def __init__(self, config: Config | str | os.PathLike[str] = "ftkit.ini", comm: Any = None) -> None:
+        from mpi4py import MPI
+
+        self.config: Config = load_config(config)
+        world = MPI.COMM_WORLD if comm is None else comm
+        self.config.validate_for(world.Get_size())
+        self._icomm = _mpi.internal_comm(world)
+        self._finalized = False
+        try:
+            node_ids = detect_node_ids(self._icomm, self.config.node_size or None)
+            self.topology: Topology = plan_topology(
+                node_ids, self._icomm.Get_rank(), head=self.config.head, group_size=self.config.group_size,
+                ckpt_dir=self.config.ckpt_dir, need_groups=False)
+            self._links = None
+            if self.config.head:
+                # Heads serve their node's post-processing inside this call and exit (FTI's heads): only
+                # application ranks get past it, and ckpt.comm holds only them.
+                self._links = offload.enter_head_mode(world, self.topology, self.config)
+                self._icomm.Free()
+                self._icomm = _mpi.internal_comm(self._links.app)
+                self.comm = self._links.app
+            else:
+                self.comm = world.Dup()
+            self.rank: int = self.comm.Get_rank()
+            self.nranks: int = self.comm.Get_size()
+            self._prepare_dirs()
+            state = self._inspect()
+        except BaseException:
+            self._icomm.Free()
+            raise
+        self.exec_id: str = state.exec_id
+        manifest = Manifest.loads(state.manifest_text) if state.manifest_text else Manifest(
+            exec_id=state.exec_id, nranks=self.nranks, created=0.0)
+        manifest.dirs = {k: str(getattr(self.config, k)) for k in ("ckpt_dir", "glbl_dir", "meta_dir")}
+        self._store = ManifestStore(self.config.meta_dir, manifest, writer=self.rank == 0)
+        self._restarted = state.restarted
+        self._problem = state.problem
+        self._recovered = False
+        self._protected: dict[str, np.ndarray] = {}
+        self._schedule = SnapshotSchedule.from_config(self.config, self._icomm)
+        self.recovery_steps: list[RecoveryStep] = default_steps()
+        offload.install_recovery_steps(self.recovery_steps)
+        self._ctx = pipeline.PipelineContext(comm=self._icomm, config=self.config, exec_id=self.exec_id,
+                                             topology=self.topology, store=self._store, rank=self.rank,
+                                             nranks=self.nranks)
+        self._post = offload.PostManager(self._ctx, self._links)
+        if state.fresh_manifest:
+            self._store.commit()
+        _mpi.barrier(self._icomm, self.config.failure_timeout, "Checkpointer start")
+
+    # -- set-up helpers -----------------------------------------------------------------------------------
+
+    def _prepare_dirs(self) -> None:
+        error = None
+        try:
+            self.config.ensure_dirs()
+            self.topology.local_dir.mkdir(parents=True, exist_ok=True)
+        except ConfigError as exc:
+            error = str(exc)
+        except OSError as exc:
+            error = (f"{self.config.source}: ckpt_dir = {self.config.ckpt_dir}: cannot create the node-local "
+                     f"directory {self.topology.local_dir} ({exc.strerror or exc})")
+        errors = _mpi.allgather(self._icomm, error, "directory set-up")
+        bad = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
+        if bad:
+            raise ConfigError("; ".join(bad[:2]))
+
+    def _inspect(self) -> Any:
+        # Each node's local directory is visible to its own ranks only (on a real cluster), so every rank looks
+        # for leftover checkpoint files in its node's directory; rank 0 reads the manifest.
+        from .runstate import RunState, find_checkpoint_dirs
+
+        state = inspect_run(self.config, self.nranks, [self.topology.local_dir]) if self.rank == 0 else None
+        state = _mpi.bcast(self._icomm, state and (state.exec_id, state.manifest_text, state.restarted,
+                                                   state.problem, state.fresh_manifest), 0, "start-up")
+        state = RunState(*state)
+        if not state.problem and not state.restarted and state.fresh_manifest and not self.config.exec_id:
+            leftovers = find_checkpoint_dirs(self.config, None, [self.topology.local_dir])
+            mine = str(leftovers[0]) if leftovers else ""
+            found = [p for p in _mpi.allgather(self._icomm, mine, "start-up") if p]
+            if found:
+                state = RunState("unknown", "", True,
+                                 f"checkpoint files exist (e.g. {found[0]}) but the manifest "
+                                 f"{manifest_path(self.config.meta_dir)} is missing, so ftkit cannot tell which "
+                                 f"checkpoint is complete: restore the manifest, or remove {self.config.ckpt_dir} "
+                                 f"and {self.config.glbl_dir} to start fresh")
+        return state
+
+    # -- FTI_Protect / FTI_Status ------------------------------------------------------------------------
+
+    def protect(self, name: str, array: np.ndarray) -> None:
+        """Protect ``array`` under ``name``: it is saved by reference at every checkpoint and filled in place by
+        :meth:`recover`. Protecting a name again replaces the array.
+
+        Raises
+        ------
+        CheckpointError
+            If ``array`` is not a C-contiguous NumPy array of a bool, integer, float or complex dtype, or the
+            name is empty or too long.
+        """
+        if not isinstance(name, str) or not name or len(name) > _NAME_MAX or not name.isprintable():
+            raise CheckpointError(f"protect: name {name!r} must be a non-empty printable string of at most "
+                                  f"{_NAME_MAX} characters")
+        if not isinstance(array, np.ndarray):
+            raise CheckpointError(f"protect({name!r}): expected a numpy array, got {type(array).__name__}")
+        if array.dtype.kind not in "biufc" or array.dtype.hasobject:
+            raise CheckpointError(f"protect({name!r}): dtype {array.dtype} is not supported: use a bool, integer, "
+                                  "float or complex array")
+        if not array.flags.c_contiguous:
+            raise CheckpointError(f"protect({name!r}): the array is not C-contiguous: protect "
+                                  "np.ascontiguousarray(a) and compute in that array")
+        self._protected[name] = array
+
+    @property
+    def protected(self) -> dict[str, np.ndarray]:
+        """The protected arrays, by name (a copy of the mapping; the arrays themselves are not copied)."""
+        return dict(self._protected)
+
+    @property
+    def restarted(self) -> bool:
+        """True if this run restarts a previous one (from the metadata). Stays True after a failed recovery."""
+        return self._restarted
+
+    def status(self) -> CheckpointStatus:
+        """Return the restart state and the committed checkpoints (not collective)."""
+        m = self._store.manifest
+        cps = tuple((e.id, e.level, tuple(e.complete_levels)) for e in sorted(m.checkpoints, key=lambda e: e.seq))
+        newest = m.newest_first()
+        return CheckpointStatus(self._restarted, self._recovered, self.exec_id, cps,
+                                newest[0].id if newest else None, self._schedule.count, self._problem)
+
+    # -- FTI_Recover ------------------------------------------------------------------------------------
+
+    def recover(self) -> RecoveryInfo:
+        """Fill the protected arrays from the newest checkpoint that every rank can read (collective).
+
+        Returns
+        -------
+        RecoveryInfo
+            Id of the checkpoint and levels used.
+
+        Raises
+        ------
+        RecoveryError
+            On every rank if this is not a restart, the metadata is unusable, or no checkpoint is complete and
+            verified on every rank (the message names what is missing). ``restarted`` stays True.
+        ShapeMismatchError
+            If a protected array's name, shape or dtype differs from the stored one (nothing is overwritten).
+        ProcessFailure
+            If a peer failed during recovery.
+        """
+        self._check_open()
+        if not self._restarted:
+            raise RecoveryError("recover(): this run is a fresh start (no checkpoint metadata in "
+                                f"{self.config.meta_dir}): check ckpt.restarted before recovering")
+        if self._problem:
+            raise RecoveryError(f"recover(): {self._problem}")
+        if not self._protected:
+            raise RecoveryError("recover(): no array is protected: protect() the arrays first")
+        info, entry = recover_newest(self._ctx, self._protected, self.recovery_steps)
+        self._schedule.count = int(entry.extra.get("snapshots", 0))
+        self._recovered = True
+        return info
+
+    # -- FTI_Checkpoint / FTI_Snapshot --------------------------------------------------------------------
+
+    def checkpoint(self, level: int = 1, id: int | None = None) -> int:  # noqa: A002 - FTI's name
+        """Checkpoint the protected arrays at ``level`` (collective); return the checkpoint id.
+
+        Level 1 writes each rank's file to its node-local directory; level 4 to ``glbl_dir`` (straight from the
+        arrays when ``inline_l4 = 1``, else through L1 and a flush). The checkpoint exists only once the manifest
+        is committed; a crash before leaves the previous one untouched.
+
+        Parameters
+        ----------
+        level
+            1, 2, 3 or 4 (FTI's levels).
+        id
+            Checkpoint id (same on every rank, larger than every existing id); default: the next one.
+
+        Raises
+        ------
+        CheckpointError
+            On every rank: bad level or id, nothing protected, a restart not yet recovered, or a failed write.
+        ProcessFailure
+            If a peer failed during the checkpoint.
+        """
+        self._check_open()
+        if self._problem:
+            raise CheckpointError(f"checkpoint(): {self._problem}")
+        if self._restarted and not self._recovered:
+            raise CheckpointError("checkpoint(): this run is a restart: call recover() first (a checkpoint now "
+                                  "would hide the state to recover); remove meta_dir to start fresh instead")
+        if not self._protected:
+            raise CheckpointError("checkpoint(): no array is protected: call protect(name, array) first")
+        t0 = time.perf_counter()
+        ckpt_id = self._agree_id(id)
+        job = pipeline.plan_job(self._ctx, int(level), ckpt_id, self._store.manifest.next_seq)
+        job.extra["snapshots"] = self._schedule.count
+        error = None
+        try:
+            pipeline.write_primary(self._ctx, job, list(self._protected.items()))
+        except (FtkitError, OSError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        self._ctx.hook("after_write")
+        try:
+            pipeline.agree_written(self._ctx, job, error)
+            levels = {job.primary: True}
+            self._ctx.hook("before_post")
+            levels.update(self._run_post(job))
+            pruned = pipeline.commit(self._ctx, job, levels)
+        except (CheckpointError, ProcessFailure):
+            # Not committed: this rank's files of it are garbage (the previous checkpoint is untouched).
+            self._post.discard()
+            pipeline.remove_checkpoints(self._ctx, [_job_entry(job)])
+            raise
+        pipeline.remove_checkpoints(self._ctx, pruned)
+        self._post.start(job)  # background post-processing starts only once the entry is committed
+        self._schedule.checkpointed(job.level, time.perf_counter() - t0)
+        return ckpt_id
+
+    def _run_post(self, job: pipeline.CheckpointJob) -> dict[int, bool]:
+        """Run ``job``'s post-processing inline, or stage it for the background (see :mod:`.offload`)."""
+        return self._post.run_post(job)
+
+    def _agree_id(self, requested: int | None) -> int:
+        m = self._store.manifest
+        if requested is None:
+            return m.next_id
+        if isinstance(requested, bool) or not isinstance(requested, int | np.integer) or requested < 1:
+            raise CheckpointError(f"checkpoint id {requested!r} must be a positive integer")
+        lo = _mpi.allreduce_int(self._icomm, int(requested), "min", self.config.failure_timeout, "checkpoint id")
+        hi = _mpi.allreduce_int(self._icomm, int(requested), "max", self.config.failure_timeout, "checkpoint id")
+        if lo != hi:
+            raise CheckpointError(f"checkpoint ids differ across ranks ({lo}..{hi}): pass the same id on every rank")
+        if requested < m.next_id:
+            raise CheckpointError(f"checkpoint id {requested} is not larger than the newest one ({m.next_id - 1}): "
+                                  "ids must increase")
+        return int(requested)
+
+    def snapshot(self, auto: bool = False) -> int:
+        """Checkpoint at the level whose interval is due (FTI_Snapshot); return that level, 0 if none.
+
+        On a restart not yet recovered, recovers first (as FTI_Snapshot does). Collective. Intervals are FTI's
+        ``ckpt_l1..ckpt_l4`` (minutes, from the measured iteration time agreed every few iterations, see
+        :mod:`.interval`); with ``auto=True`` the interval is Daly's optimum for the measured checkpoint cost
+        and the configured ``mtbf``.
+
+        Raises
+        ------
+        CheckpointError, RecoveryError, ProcessFailure
+            As :meth:`checkpoint` and :meth:`recover`.
+        """
+        self._check_open()
+        if self._restarted and not self._recovered:
+            self.recover()
+        level = self._schedule.due(auto)
+        if level:
+            self.checkpoint(level)
+        return level
+
+    def wait(self) -> None:
+        """Block until background post-processing is done (collective); raise its failure on every rank.
+
+        Raises
+        ------
+        CheckpointError
+            If the background post-processing of the last checkpoint failed (it is then not complete at
+            that level and recovery uses the previous one).
+        TimeoutFailure
+            If it is still running after ``failure_timeout`` seconds.
+        """
+        self._check_open()
+        self._post.wait()
+
+    # -- FTI_Finalize ------------------------------------------------------------------------------------
+
+    def finalize(self) -> None:
+        """Finish (collective): with ``keep_last_ckpt = 1`` keep the newest complete checkpoint (the next run
+        restarts from it), else remove this run's checkpoints and metadata. Idempotent.
+
+        After a failed or skipped recovery nothing is removed: the checkpoints stay for the next attempt.
+        """
+        if self._finalized:
+            return
+        try:
+            self.wait()
+            if self._problem or (self._restarted and not self._recovered):
+                return
+            _mpi.barrier(self._icomm, self.config.failure_timeout, "finalize")
+            if self.config.keep_last_ckpt:
+                self._keep_last()
+            else:
+                self._remove_all()
+        finally:
+            self._close()
+
+    def _keep_last(self) -> None:
+        m = self._store.manifest
+        complete = [e for e in m.newest_first() if e.complete_levels]
+        keep = complete[0].id if complete else None
+        pruned = [e for e in m.checkpoints if e.id != keep]
+        with self._store.lock:
+            self._store.drop(e.id for e in pruned)
+            m.status = "kept"
+            error = None
+            if self.rank == 0:
+                try:
+                    self._store.commit()
+                except FtkitError as exc:
+                    error = str(exc)
+            error = _mpi.bcast(self._icomm, error, 0, "finalize")
+        if error:
+            raise CheckpointError(f"finalize(): {error}")
+        pipeline.remove_checkpoints(self._ctx, pruned)
+
+    def _remove_all(self) -> None:
+        entries = list(self._store.manifest.checkpoints)
+        # An empty manifest first: a crash from here on leaves a fresh start, never dangling references.
+        with self._store.lock:
+            self._store.drop(e.id for e in entries)
+            self._store.commit()
+        _mpi.barrier(self._icomm, self.config.failure_timeout, "finalize")
+        pipeline.remove_checkpoints(self._ctx, entries)
+        if self.topology.rank_in_node == 0:
+            shutil.rmtree(self.topology.local_dir / self.exec_id, ignore_errors=True)
+        _mpi.barrier(self._icomm, self.config.failure_timeout, "finalize")
+        if self.rank == 0:
+            shutil.rmtree(self.config.glbl_dir / self.exec_id, ignore_errors=True)
+            try:
+                manifest_path(self.config.meta_dir).unlink()
+            except FileNotFoundError:
+                pass
+
+    def _close(self) -> None:
+        self._finalized = True
+        post = getattr(self, "_post", None)
+        if post is not None:
+            post.close()
+        try:
+            self._icomm.Free()
+        except Exception:  # noqa: BLE001 - a communicator with dead peers may refuse to be freed
+            pass
+
+    def _check_open(self) -> None:
+        if self._finalized:
+            raise CheckpointError("this Checkpointer is finalized: create a new one")
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.finalize()
+        elif not self._finalized:
+            # Leave every checkpoint in place: the next run restarts from it.
+            self._close()
+
+    def __repr__(self) -> str:
+        return (f"Checkpointer(exec_id={self.exec_id!r}, rank={self.rank}/{self.nranks}, "
+                f"node={self.topology.node_id}, restarted={self._restarted})")
+
+
+def _job_entry(job: pipeline.CheckpointJob) -> CheckpointEntry:
+    """A stand-in entry to remove the files of a checkpoint that failed before commit."""
+    return CheckpointEntry(id=job.ckpt_id, seq=job.seq, level=job.level, time=0.0, levels={}, nodes=job.nodes,
+                           files=[])
+
+
+
+

@@ -1,0 +1,396 @@
+"""Differential checkpoints for L4 (FTI's ``enable_dcp``): write only the blocks that changed.
+
+A rank's L4 content (the bytes of its L1 checkpoint file) is cut into blocks of ``dcp_block_size`` bytes and
+each block is hashed with xxh3-128. A differential write appends only the blocks whose hash differs from the
+previous L4 checkpoint of that rank; unchanged blocks are referenced where they already lie.
+
+On-disk layout, per rank, in one directory (the L4 directory)::
+
+    dcp-r<rank>-g<gen>.blocks      append-only block store of generation <gen>
+    dcp-r<rank>-c<id>.map          map of checkpoint <id>: where each block lies, its hash, the file digest
+
+A map file is ``MAGIC``, a little-endian uint32 header length, a JSON header (rank, checkpoint id,
+generation, block size, total size, number of blocks, xxh3-128 of the whole content), the block offsets
+(uint64) and block hashes (2 x uint64 each), and an xxh3-64 of everything before it. Rules a reader may rely on:
+
+- A block store is only ever appended to; bytes a committed map points to are never rewritten, so a crash
+  in the middle of a differential write (data appended, map not yet renamed into place) leaves every earlier
+  map valid: the previous good state is never destroyed.
+- A map is committed last, atomically (temporary name, fsync, rename). A map exists only if all blocks it
+  names are durable.
+- Reconstruction verifies every block hash and the whole-content digest; nothing read is executed.
+
+When the block store of a generation grows past ``compact_factor`` times the content size, the next write
+starts a new generation with a full copy. Old maps and generations are removed only when no map that must be
+kept still refers to them (the base of the latest write and the ids the caller asks to keep).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from ..errors import CheckpointNotFoundError, ConfigError, CorruptionError, FormatError, StorageError
+from ..storage._stream import AtomicWriter
+
+__all__ = ["DcpStats", "DcpMap", "DcpWriter", "restore_dcp", "read_dcp_map", "dcp_map_path",
+           "list_dcp_ids", "MAGIC"]
+
+MAGIC = b"FTKDCP01"
+_VERSION = 1
+_MAP_RE = re.compile(r"^dcp-r(\d+)-c(\d+)\.map$")
+_GEN_RE = re.compile(r"^dcp-r(\d+)-g(\d+)\.blocks$")
+#: Blocks read and hashed per system call while scanning the source file.
+_CHUNK_BLOCKS = 256
+
+
+@dataclass(frozen=True)
+class DcpStats:
+    """What one differential write did: bytes appended to the block store and map, blocks changed."""
+
+    data_bytes: int
+    map_bytes: int
+    blocks_changed: int
+    blocks_total: int
+    total_size: int
+    full: bool
+
+    @property
+    def bytes_written(self) -> int:
+        """All bytes written (block data plus map), in bytes."""
+        return self.data_bytes + self.map_bytes
+
+
+@dataclass(frozen=True)
+class DcpMap:
+    """A checkpoint's block map: generation, sizes, and per-block offsets and xxh3-128 hashes."""
+
+    rank: int
+    ckpt_id: int
+    gen: int
+    block_size: int
+    total_size: int
+    digest: str
+    offsets: np.ndarray          # uint64[nblocks]: byte offset of each block in the generation's store
+    hashes: np.ndarray           # uint64[nblocks, 2]: xxh3-128 of each block (low, high)
+
+    @property
+    def nblocks(self) -> int:
+        """Number of blocks."""
+        return int(self.offsets.shape[0])
+
+
+def dcp_map_path(directory: str | os.PathLike[str], rank: int, ckpt_id: int) -> Path:
+    """Return the path of the map of checkpoint ``ckpt_id`` of ``rank`` in ``directory``."""
+    return Path(directory) / f"dcp-r{rank}-c{ckpt_id}.map"
+
+
+def _store_path(directory: Path, rank: int, gen: int) -> Path:
+    return directory / f"dcp-r{rank}-g{gen}.blocks"
+
+
+def list_dcp_ids(directory: str | os.PathLike[str], rank: int) -> list[int]:
+    """Return the checkpoint ids that have a committed map for ``rank`` in ``directory``, ascending."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    ids = []
+    for name in os.listdir(d):
+        m = _MAP_RE.match(name)
+        if m and int(m.group(1)) == rank:
+            ids.append(int(m.group(2)))
+    return sorted(ids)
+
+
+def _block_hash(view: memoryview) -> tuple[int, int]:
+    h = xxhash.xxh3_128_intdigest(view)
+    return h & 0xFFFFFFFFFFFFFFFF, h >> 64
+
+
+def _encode_map(m: DcpMap) -> bytes:
+    header = json.dumps({
+        "version": _VERSION, "rank": m.rank, "ckpt_id": m.ckpt_id, "gen": m.gen,
+        "block_size": m.block_size, "total_size": m.total_size, "nblocks": m.nblocks, "digest": m.digest,
+    }, sort_keys=True).encode()
+    body = (MAGIC + struct.pack("<I", len(header)) + header
+            + np.ascontiguousarray(m.offsets, "<u8").tobytes()
+            + np.ascontiguousarray(m.hashes, "<u8").tobytes())
+    return body + struct.pack("<Q", xxhash.xxh3_64_intdigest(body))
+
+
+def read_dcp_map(directory: str | os.PathLike[str], rank: int, ckpt_id: int) -> DcpMap:
+    """Read and verify the map of checkpoint ``ckpt_id`` of ``rank``.
+
+    Raises
+    ------
+    CheckpointNotFoundError
+        If the map does not exist.
+    FormatError
+        If the file is not a dCP map of this version, or names another rank or checkpoint.
+    CorruptionError
+        If its checksum does not match.
+    """
+    path = dcp_map_path(directory, rank, ckpt_id)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise CheckpointNotFoundError(f"no differential L4 map {path}: checkpoint {ckpt_id} of rank {rank} "
+                                      "was never flushed with enable_dcp") from exc
+    except OSError as exc:
+        raise StorageError(f"cannot read {path}: {exc}") from exc
+    if len(raw) < len(MAGIC) + 12 or raw[:len(MAGIC)] != MAGIC:
+        raise FormatError(f"{path} is not an ftkit dCP map (bad magic or truncated)")
+    body, (check,) = raw[:-8], struct.unpack("<Q", raw[-8:])
+    if xxhash.xxh3_64_intdigest(body) != check:
+        raise CorruptionError(f"{path}: checksum mismatch, the map is corrupt; recover from another level")
+    (hlen,) = struct.unpack("<I", body[len(MAGIC):len(MAGIC) + 4])
+    start = len(MAGIC) + 4
+    try:
+        hdr = json.loads(body[start:start + hlen])
+        n = int(hdr["nblocks"])
+        if hdr["version"] != _VERSION:
+            raise FormatError(f"{path}: dCP map version {hdr['version']} is not supported (expected {_VERSION})")
+        if int(hdr["rank"]) != rank or int(hdr["ckpt_id"]) != ckpt_id:
+            raise FormatError(f"{path} names rank {hdr['rank']} checkpoint {hdr['ckpt_id']}, "
+                              f"expected rank {rank} checkpoint {ckpt_id}")
+        pos = start + hlen
+        offsets = np.frombuffer(body, "<u8", n, pos).astype(np.uint64)
+        hashes = np.frombuffer(body, "<u8", 2 * n, pos + 8 * n).astype(np.uint64).reshape(n, 2)
+        if pos + 24 * n != len(body):
+            raise FormatError(f"{path}: map length does not match its {n} blocks")
+        return DcpMap(rank, ckpt_id, int(hdr["gen"]), int(hdr["block_size"]), int(hdr["total_size"]),
+                      str(hdr["digest"]), offsets, hashes)
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, FormatError):
+            raise
+        raise FormatError(f"{path}: malformed dCP map header ({exc})") from exc
+
+
+def restore_dcp(directory: str | os.PathLike[str], rank: int, ckpt_id: int,
+                dest: str | os.PathLike[str]) -> int:
+    """Reconstruct the exact content of checkpoint ``ckpt_id`` of ``rank`` into file ``dest``.
+
+    ``dest`` is written atomically. Every block and the whole content are verified against their hashes.
+
+    Returns
+    -------
+    int
+        Size of the reconstructed file (bytes).
+
+    Raises
+    ------
+    CheckpointNotFoundError
+        If the map or its block store is missing.
+    CorruptionError
+        If a block or the whole content does not match its hash.
+    """
+    d = Path(directory)
+    m = read_dcp_map(d, rank, ckpt_id)
+    store = _store_path(d, rank, m.gen)
+    try:
+        fd = os.open(store, os.O_RDONLY)
+    except FileNotFoundError as exc:
+        raise CheckpointNotFoundError(f"block store {store} of checkpoint {ckpt_id} is missing") from exc
+    whole = xxhash.xxh3_128()
+    buf = np.empty(m.block_size, np.uint8)
+    try:
+        store_len = os.fstat(fd).st_size
+        with AtomicWriter(dest) as out:
+            for i in range(m.nblocks):
+                n = min(m.block_size, m.total_size - i * m.block_size)
+                off = int(m.offsets[i])
+                if off + n > store_len:
+                    raise CorruptionError(f"{store}: block {i} lies past the end of the store (truncated)")
+                view = memoryview(buf)[:n]
+                got = os.preadv(fd, [view], off)
+                if got != n or _block_hash(view) != (int(m.hashes[i, 0]), int(m.hashes[i, 1])):
+                    raise CorruptionError(f"{store}: block {i} of checkpoint {ckpt_id} (rank {rank}) does not "
+                                          "match its hash; recover from another level")
+                whole.update(view)
+                out.pwrite(view, i * m.block_size)
+            if whole.hexdigest() != m.digest:
+                raise CorruptionError(f"checkpoint {ckpt_id} of rank {rank}: reconstructed content does not "
+                                      "match its digest")
+    finally:
+        os.close(fd)
+    return m.total_size
+
+
+class DcpWriter:
+    """Differential L4 writer of one rank's checkpoint files (keeps the previous map in memory).
+
+    Parameters
+    ----------
+    directory
+        L4 directory holding this rank's block stores and maps.
+    rank
+        Application rank whose files are written.
+    block_size
+        ``dcp_block_size`` in bytes (> 0).
+    compact_factor
+        Start a new generation (full write) when the block store would exceed this many times the content
+        size (> 1).
+
+    Raises
+    ------
+    ConfigError
+        If ``block_size`` or ``compact_factor`` is out of range.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], rank: int, block_size: int,
+                 compact_factor: float = 3.0) -> None:
+        if int(block_size) <= 0:
+            raise ConfigError(f"dcp_block_size = {block_size}: must be a positive number of bytes")
+        if not compact_factor > 1:
+            raise ConfigError(f"dCP compact_factor = {compact_factor}: must be > 1")
+        self.directory = Path(directory)
+        self.rank = int(rank)
+        self.block_size = int(block_size)
+        self.compact_factor = float(compact_factor)
+        self.base: DcpMap | None = None
+
+    def load_base(self, ckpt_id: int) -> bool:
+        """Use the committed map of ``ckpt_id`` as the base of the next write (after a restart).
+
+        Returns False (and keeps a full write for next time) when that map is missing, unreadable or has
+        another block size.
+        """
+        try:
+            m = read_dcp_map(self.directory, self.rank, ckpt_id)
+        except (StorageError, CheckpointNotFoundError):
+            self.base = None
+            return False
+        if m.block_size != self.block_size or not _store_path(self.directory, self.rank, m.gen).exists():
+            self.base = None
+            return False
+        self.base = m
+        return True
+
+    def _next_gen(self) -> int:
+        gens = [-1]
+        if self.directory.is_dir():
+            for name in os.listdir(self.directory):
+                g = _GEN_RE.match(name)
+                if g and int(g.group(1)) == self.rank:
+                    gens.append(int(g.group(2)))
+        return max(gens) + 1
+
+    def write(self, src: str | os.PathLike[str], ckpt_id: int, keep_ids: tuple[int, ...] = ()) -> DcpStats:
+        """Write file ``src`` as checkpoint ``ckpt_id``, appending only blocks changed since the base.
+
+        Parameters
+        ----------
+        src
+            The rank's checkpoint file (its L1 file); it must not change during the call.
+        ckpt_id
+            Checkpoint id; its map becomes the base of the next write.
+        keep_ids
+            Checkpoint ids whose maps (and blocks) must survive pruning, besides this one and the base.
+
+        Returns
+        -------
+        DcpStats
+            Bytes written and blocks changed.
+
+        Raises
+        ------
+        StorageError
+            If ``src`` cannot be read or the L4 directory cannot be written.
+        """
+        src = Path(src)
+        try:
+            total = os.stat(src).st_size
+        except OSError as exc:
+            raise StorageError(f"cannot read checkpoint file {src} for the differential L4 flush: {exc}") from exc
+        bs = self.block_size
+        nblocks = -(-total // bs)
+        base = self.base
+        full = base is None or base.block_size != bs
+        gen = base.gen if base is not None and not full else self._next_gen()
+        store = _store_path(self.directory, self.rank, gen)
+        if not full:
+            store_len = store.stat().st_size if store.exists() else -1
+            if store_len < 0 or store_len > self.compact_factor * max(total, bs):
+                full, gen = True, self._next_gen()
+                store = _store_path(self.directory, self.rank, gen)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            out_fd = os.open(store, os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if full else 0), 0o644)
+        except OSError as exc:
+            raise StorageError(f"cannot open the dCP block store {store}: {exc}") from exc
+        offsets = np.zeros(nblocks, np.uint64)
+        hashes = np.zeros((nblocks, 2), np.uint64)
+        whole = xxhash.xxh3_128()
+        changed = 0
+        buf = np.empty(bs * _CHUNK_BLOCKS, np.uint8)
+        try:
+            end = 0 if full else os.fstat(out_fd).st_size
+            # A previous crashed write may have left unreferenced bytes at the end: they stay there, unused,
+            # so bytes a committed map points to are never rewritten.
+            start_end = end
+            with open(src, "rb", buffering=0) as f:
+                i = 0
+                while i < nblocks:
+                    got = f.readinto(memoryview(buf))
+                    if not got:
+                        raise StorageError(f"{src} shrank while being flushed: it must not change during L4")
+                    view = memoryview(buf)[:got]
+                    whole.update(view)
+                    nb = -(-got // bs)
+                    for j in range(nb):
+                        blk = view[j * bs:min(got, (j + 1) * bs)]
+                        lo, hi = _block_hash(blk)
+                        hashes[i, 0], hashes[i, 1] = lo, hi
+                        if (not full and i < base.nblocks  # type: ignore[union-attr]
+                                and int(base.hashes[i, 0]) == lo and int(base.hashes[i, 1]) == hi  # type: ignore[union-attr]
+                                and (i < nblocks - 1 or len(blk) == min(bs, base.total_size - i * bs))):  # type: ignore[union-attr]
+                            offsets[i] = base.offsets[i]  # type: ignore[union-attr]
+                        else:
+                            done = 0
+                            while done < len(blk):
+                                done += os.pwrite(out_fd, blk[done:], end + done)
+                            offsets[i] = end
+                            end += len(blk)
+                            changed += 1
+                        i += 1
+            os.fsync(out_fd)
+        except OSError as exc:
+            raise StorageError(f"differential L4 flush of {src} to {store} failed: {exc}") from exc
+        finally:
+            os.close(out_fd)
+        m = DcpMap(self.rank, int(ckpt_id), gen, bs, total, whole.hexdigest(), offsets, hashes)
+        raw = _encode_map(m)
+        with AtomicWriter(dcp_map_path(self.directory, self.rank, ckpt_id)) as w:
+            w.pwrite(raw, 0)
+        keep = {int(ckpt_id), *map(int, keep_ids)}
+        if base is not None:
+            keep.add(base.ckpt_id)
+        self.base = m
+        self.prune(keep)
+        return DcpStats(end - start_end, len(raw), changed, nblocks, total, full)
+
+    def prune(self, keep_ids: set[int] | tuple[int, ...]) -> None:
+        """Remove this rank's maps not in ``keep_ids`` and block stores no kept map refers to."""
+        keep = set(int(k) for k in keep_ids)
+        used_gens = set()
+        for cid in list_dcp_ids(self.directory, self.rank):
+            if cid in keep:
+                try:
+                    used_gens.add(read_dcp_map(self.directory, self.rank, cid).gen)
+                except (StorageError, CheckpointNotFoundError):
+                    pass
+            else:
+                dcp_map_path(self.directory, self.rank, cid).unlink(missing_ok=True)
+        if self.base is not None:
+            used_gens.add(self.base.gen)
+        for name in os.listdir(self.directory):
+            g = _GEN_RE.match(name)
+            if g and int(g.group(1)) == self.rank and int(g.group(2)) not in used_gens:
+                (self.directory / name).unlink(missing_ok=True)

@@ -1,0 +1,93 @@
+"""Is this a fresh start or a restart? Decided from the metadata, never from the user editing the config.
+
+:func:`inspect_run` (called on rank 0) reads ``meta_dir/manifest.json``:
+
+* no manifest and no checkpoint files for the run: a fresh start (new ``exec_id`` unless the config gives one);
+* a manifest of this run (same ``exec_id`` if the config names one, same rank count) holding checkpoints: a
+  restart; ``recover()`` must then succeed or raise, it never turns into a fresh run;
+* a manifest without checkpoints (the previous run died before its first one): a fresh start of the same run;
+* anything inconsistent (damaged manifest, manifest of another run or rank count, checkpoint files but no
+  manifest, ``failure >= 1`` with no metadata): a restart with a *problem*: ``recover()`` and ``checkpoint()``
+  raise it, naming what is wrong and what to do.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import Config
+from ..errors import FtkitError
+from ..storage.manifest import Manifest, manifest_path, read_manifest
+
+__all__ = ["RunState", "inspect_run", "new_exec_id", "find_checkpoint_dirs"]
+
+
+@dataclass
+class RunState:
+    """What the metadata says about this start."""
+
+    exec_id: str
+    manifest_text: str          # the manifest to use (JSON), fresh or read
+    restarted: bool
+    problem: str = ""           # non-empty: recovery is impossible, for this reason
+    fresh_manifest: bool = False   # True if the manifest is new and must be committed
+
+
+def new_exec_id() -> str:
+    """A new run identity: UTC date and time plus 4 random hex digits."""
+    return time.strftime("%Y-%m-%d_%H-%M-%S", time.gmtime()) + "-" + secrets.token_hex(2)
+
+
+def find_checkpoint_dirs(config: Config, exec_id: str | None, local_dirs: list[Path]) -> list[Path]:
+    """Checkpoint directories (``.../l<N>/ckpt<id>``) of run ``exec_id`` (any run if None) in the given node-local
+    directories and in ``glbl_dir``."""
+    run = exec_id or "*"
+    found: list[Path] = []
+    for d in local_dirs:
+        found += sorted(d.glob(f"{run}/l[1-4]/ckpt*"))
+    found += sorted(config.glbl_dir.glob(f"{run}/l4/ckpt*"))
+    return found
+
+
+def inspect_run(config: Config, nranks: int, local_dirs: list[Path]) -> RunState:
+    """Decide fresh start or restart from ``meta_dir`` (run on one rank; ``local_dirs`` are the node-local
+    directories that rank can see)."""
+    mpath = manifest_path(config.meta_dir)
+    try:
+        manifest = read_manifest(config.meta_dir)
+    except FtkitError as exc:
+        return RunState(config.exec_id or "unknown", "", True,
+                        f"the manifest is damaged: {exc}. Restore {mpath} from a backup, or remove "
+                        f"{config.meta_dir}, {config.ckpt_dir} and {config.glbl_dir} to start fresh")
+    if manifest is None:
+        leftovers = find_checkpoint_dirs(config, config.exec_id or None, local_dirs)
+        if leftovers:
+            return RunState(config.exec_id or "unknown", "", True,
+                            f"checkpoint files exist (e.g. {leftovers[0]}) but the manifest {mpath} is missing, "
+                            "so ftkit cannot tell which checkpoint is complete: restore the manifest, or remove "
+                            f"{config.ckpt_dir} and {config.glbl_dir} to start fresh")
+        if config.failure:
+            return RunState(config.exec_id or "unknown", "", True,
+                            f"the config says failure = {config.failure} (a restart) but {config.meta_dir} holds "
+                            "no checkpoint metadata: point meta_dir at the run's metadata, or set failure = 0")
+        exec_id = config.exec_id or new_exec_id()
+        fresh = Manifest(exec_id=exec_id, nranks=nranks, created=time.time())
+        return RunState(exec_id, fresh.dumps(), False, fresh_manifest=True)
+    if config.exec_id and manifest.exec_id != config.exec_id:
+        return RunState(config.exec_id, "", True,
+                        f"{mpath} belongs to run {manifest.exec_id!r} but the config names exec_id = "
+                        f"{config.exec_id!r}: use that run's meta_dir, or fix exec_id")
+    if manifest.nranks != nranks:
+        if not manifest.checkpoints:
+            fresh = Manifest(exec_id=manifest.exec_id, nranks=nranks, created=time.time())
+            return RunState(manifest.exec_id, fresh.dumps(), False, fresh_manifest=True)
+        return RunState(manifest.exec_id, "", True,
+                        f"{mpath} was written by a run of {manifest.nranks} ranks (exec_id "
+                        f"{manifest.exec_id!r}) but this run has {nranks}: relaunch with -n {manifest.nranks}, or "
+                        f"use another meta_dir for a new run")
+    if not manifest.checkpoints:
+        return RunState(manifest.exec_id, manifest.dumps(), False)
+    return RunState(manifest.exec_id, manifest.dumps(), True)

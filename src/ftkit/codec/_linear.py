@@ -1,0 +1,122 @@
+"""A systematic linear code over GF(2^8) given by its parity matrix: the engine behind RSCode and XORCode.
+
+Encoding applies the parity matrix ``C`` (m x k); rebuilding picks ``k`` available fragments (data first),
+inverts the matching rows of the generator ``[I; C]`` and applies ``G[wanted] @ inverse``. Each matrix is
+compiled once into a block schedule (:mod:`ftkit.codec._schedule`) and cached on the code object.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..errors import CodecError
+from . import _kernels, _schedule, gf256
+from .base import ErasureCode, check_data, check_fragments, check_indices, check_outputs
+
+__all__ = ["LinearCode", "BLOCK_BYTES"]
+
+#: Bytes per fragment processed per block: small enough that the schedule's scratch stays in cache.
+BLOCK_BYTES = 2048
+
+
+def _addresses(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    return np.fromiter(map(_kernels.address_of, arrays), dtype=np.int64, count=len(arrays))
+
+
+def _apply(ops: np.ndarray, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], nbytes: int) -> None:
+    if nbytes == 0 or not outputs:
+        return
+    # ``inputs`` and ``outputs`` stay referenced by the caller for the duration of the call, so the raw
+    # addresses the kernel uses stay valid.
+    addrs = _addresses([*inputs, *outputs])
+    _kernels.run_schedule(ops, addrs, nbytes, BLOCK_BYTES)
+
+
+class LinearCode(ErasureCode):
+    """Systematic code with generator ``[I_k; parity_matrix]`` over GF(2^8).
+
+    Parameters
+    ----------
+    parity_matrix : numpy.ndarray
+        uint8 array of shape (m, k); the caller guarantees every square submatrix is invertible (MDS).
+    """
+
+    def __init__(self, parity_matrix: np.ndarray) -> None:
+        c = np.array(parity_matrix, dtype=np.uint8)
+        if c.ndim != 2 or c.shape[0] < 1 or c.shape[1] < 1:
+            raise CodecError(f"parity matrix must be 2-D and non-empty, got shape {c.shape}")
+        self.m, self.k = (int(v) for v in c.shape)
+        self._parity = c
+        self._generator = np.concatenate([np.eye(self.k, dtype=np.uint8), c], axis=0)
+        self._schedules: dict[tuple, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def parity_matrix(self) -> np.ndarray:
+        """The ``m x k`` parity matrix (a copy)."""
+        return self._parity.copy()
+
+    @property
+    def generator_matrix(self) -> np.ndarray:
+        """The ``(k + m) x k`` generator ``[I_k; C]`` (a copy)."""
+        return self._generator.copy()
+
+    def _schedule_for(self, key: tuple, build) -> np.ndarray:
+        sched = self._schedules.get(key)
+        if sched is None:
+            sched = _schedule.compile_matrix(build())
+            with self._lock:
+                self._schedules.setdefault(key, sched)
+        return sched
+
+    def encode_into(
+        self,
+        data: Sequence[np.ndarray],
+        parity_out: Sequence[np.ndarray],
+        parity_indices: Sequence[int] | None = None,
+    ) -> None:
+        """Compute parity fragments into caller-provided arrays (see :meth:`ErasureCode.encode_into`).
+
+        Raises
+        ------
+        CodecError
+            On a wrong number of fragments, bad fragment, length mismatch or bad parity index.
+        """
+        items, nbytes = check_data(data, self.k)
+        if parity_indices is None:
+            rows = list(range(self.m))
+        else:
+            rows = check_indices(list(parity_indices), self.m, "parity index")
+        outs = check_outputs(parity_out, len(rows), nbytes, "parity output")
+        key = ("enc", tuple(rows))
+        sched = self._schedule_for(key, lambda: self._parity[rows])
+        _apply(sched, items, outs, nbytes)
+
+    def reconstruct(self, fragments: Mapping[int, np.ndarray], wanted: Sequence[int]) -> list[np.ndarray]:
+        """Rebuild the fragments ``wanted`` from any ``k`` fragments (see :meth:`ErasureCode.reconstruct`).
+
+        Raises
+        ------
+        CodecError
+            If fewer than ``k`` fragments are given, or an index, fragment or length is wrong.
+        """
+        frags, nbytes = check_fragments(fragments, self.k, self.m)
+        want = check_indices(list(wanted), self.k + self.m, "wanted index")
+        missing = [w for w in want if w not in frags]
+        rebuilt: dict[int, np.ndarray] = {}
+        if missing:
+            chosen = sorted(frags)[: self.k]  # data indices sort first, so present data is used as is
+            key = ("rec", tuple(chosen), tuple(missing))
+
+            def build() -> np.ndarray:
+                inverse = gf256.mat_inv(self._generator[chosen])
+                return gf256.mat_mul(self._generator[missing], inverse)
+
+            sched = self._schedule_for(key, build)
+            outs = [np.empty(nbytes, dtype=np.uint8) for _ in missing]
+            _apply(sched, [frags[i] for i in chosen], outs, nbytes)
+            rebuilt = dict(zip(missing, outs, strict=True))
+        return [frags[w] if w in frags else rebuilt[w] for w in want]

@@ -1,0 +1,37 @@
+"""Process-failure handling: detection with deadlines, ULFM agreement and repair, the process-state table."""
+
+from __future__ import annotations
+
+from .detect import FailureDetector, Fenced, default_timeout, ft_dup, is_failure_error, measure_round_trip
+from .state import (
+    get_state_table,
+    load_state_table,
+    persist_state_table,
+    record_failures,
+    reset_state,
+    save_state_table,
+    set_state_table,
+)
+from .ulfm import agree_flag, agree_on_dead, failed_ranks, guarded, repair, revoke
+
+__all__ = [
+    "FailureDetector",
+    "Fenced",
+    "default_timeout",
+    "ft_dup",
+    "is_failure_error",
+    "measure_round_trip",
+    "get_state_table",
+    "set_state_table",
+    "reset_state",
+    "record_failures",
+    "persist_state_table",
+    "save_state_table",
+    "load_state_table",
+    "agree_on_dead",
+    "agree_flag",
+    "failed_ranks",
+    "guarded",
+    "repair",
+    "revoke",
+]

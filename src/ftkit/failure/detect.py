@@ -1,0 +1,402 @@
+"""Failure detection: ftkit's own communicator, point-to-point exchanges with a deadline, obituaries.
+
+The rule of this module: **no wait on a peer is unbounded**. Every exchange posts non-blocking operations and
+polls them against a deadline. A peer is declared dead when
+
+* MPI reports it failed (``MPI_ERR_PROC_FAILED``: ULFM's detector saw the process die), or
+* it does not complete its part of an exchange and shows no sign of life for ``timeout`` seconds (it may be
+  alive but too slow: see *Slow processes* below). A process that is itself waiting sends a tiny heartbeat to
+  its peers every ``timeout/4`` s, so a rank held up by a failed peer is never mistaken for a failed one
+  (without this, one death would cascade along the chain of ranks waiting on each other).
+
+Whoever declares a peer dead tells every other live rank with a small "obituary" message (the reference's
+"mark it 0 in the state table and broadcast"), so the others stop talking to it too, without each waiting for its
+own timeout.
+
+Timeout
+    ``timeout = max(factor * rtt, min_timeout)`` where ``rtt`` is a round trip measured on the communicator when
+    the detector is built (the reference advises 5-10 x RTT). The floor exists because on oversubscribed or
+    loaded nodes process scheduling, not the network, dominates the time a live peer takes to answer; a crashed
+    process is reported by ULFM's detector long before the floor expires, so the floor costs nothing when a
+    process really dies. Both numbers are configurable.
+
+Slow processes (the reference's warning about thresholds)
+    A live process that misses a deadline is **declared dead and fenced off**: its obituary reaches it too, and
+    from then on it takes no part in the computation (:attr:`FailureDetector.fenced` becomes true and its next
+    exchange raises :class:`Fenced`). It still joins the final agreement (so nobody waits for it forever at the
+    end: it is slow, not stuck), learns there that it is out, and gets a :class:`~ftkit.errors.ProcessFailure`
+    naming itself instead of a result. Fencing keeps one consistent view — the rest never mix its late data with
+    data they already replaced — at the price of redoing its share of the work; a longer ``timeout`` is the knob
+    for machines with long stalls.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+from mpi4py import MPI
+
+from ..errors import ProcessFailure
+
+__all__ = [
+    "DEFAULT_FACTOR",
+    "DEFAULT_MIN_TIMEOUT",
+    "NOTICE_TAG",
+    "Fenced",
+    "Exchange",
+    "FailureDetector",
+    "ft_dup",
+    "is_failure_error",
+    "measure_round_trip",
+    "default_timeout",
+]
+
+#: Timeout = DEFAULT_FACTOR x measured round trip, at least DEFAULT_MIN_TIMEOUT seconds.
+DEFAULT_FACTOR = 10.0
+DEFAULT_MIN_TIMEOUT = 10.0
+#: Tag of obituary messages on the detector's communicator (data exchanges use smaller tags).
+NOTICE_TAG = 32001
+_FAILURE_CLASSES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
+_EMPTY = np.zeros(0, dtype=np.int32)
+_MAX_SLEEP = 1e-3  # s; cap of the poll back-off, so idle ranks leave the shared cores to busy ones
+
+
+class Fenced(ProcessFailure):
+    """This process was declared dead by a peer (it missed a deadline) and must stop taking part."""
+
+
+def ft_dup(comm: MPI.Comm) -> MPI.Intracomm:
+    """Return a duplicate of ``comm`` whose errors are returned, not fatal (collective).
+
+    ftkit talks only on its own duplicate, so its traffic never matches the application's messages and its
+    error handler never changes the application's communicator.
+    """
+    dup = comm.Dup()
+    dup.Set_errhandler(MPI.ERRORS_RETURN)
+    return dup
+
+
+def is_failure_error(exc: BaseException) -> bool:
+    """Return whether ``exc`` is an MPI error that means "a process failed" (or the comm was revoked)."""
+    return isinstance(exc, MPI.Exception) and exc.Get_error_class() in _FAILURE_CLASSES
+
+
+def measure_round_trip(comm: MPI.Comm, repeats: int = 5) -> float:
+    """Measure a round trip on ``comm`` (s), the same value on every rank (collective).
+
+    Each rank ping-pongs a small message with its ring neighbours ``repeats`` times; the median over repeats
+    of the slowest rank is returned.
+    """
+    size, rank = comm.Get_size(), comm.Get_rank()
+    if size == 1:
+        return 0.0
+    right, left = (rank + 1) % size, (rank - 1) % size
+    sbuf, rbuf = np.zeros(1), np.zeros(1)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        comm.Sendrecv(sbuf, dest=right, sendtag=7, recvbuf=rbuf, source=left, recvtag=7)
+        comm.Sendrecv(sbuf, dest=left, sendtag=8, recvbuf=rbuf, source=right, recvtag=8)
+        times.append(time.perf_counter() - t0)
+    return float(comm.allreduce(float(np.median(times)), op=MPI.MAX))
+
+
+def default_timeout(rtt: float, factor: float = DEFAULT_FACTOR, min_timeout: float = DEFAULT_MIN_TIMEOUT) -> float:
+    """Return the exchange timeout (s) for a measured round trip ``rtt`` (s): ``max(factor*rtt, min_timeout)``."""
+    return max(factor * rtt, min_timeout)
+
+
+class FailureDetector:
+    """Point-to-point exchanges with deadlines on a private, error-returning duplicate of ``comm``.
+
+    Parameters
+    ----------
+    comm
+        The communicator to watch (collective: every rank of it must build the detector).
+    timeout
+        Seconds to wait for a peer before declaring it dead; default :func:`default_timeout` of a measured
+        round trip.
+    factor, min_timeout
+        Parameters of the default timeout.
+
+    Attributes
+    ----------
+    comm
+        The private communicator; ranks are those of ``comm``.
+    timeout, rtt
+        Seconds.
+    dead
+        Ranks this process believes dead (it may learn more than its peers until they agree, see
+        :func:`ftkit.failure.ulfm.agree_on_dead`).
+    fenced
+        Whether a peer declared *this* process dead.
+    """
+
+    def __init__(self, comm: MPI.Comm, *, timeout: float | None = None, factor: float = DEFAULT_FACTOR,
+                 min_timeout: float = DEFAULT_MIN_TIMEOUT) -> None:
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.comm = ft_dup(comm)
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.rtt = measure_round_trip(self.comm)
+        self.timeout = float(timeout) if timeout is not None else default_timeout(self.rtt, factor, min_timeout)
+        self.dead: set[int] = set()
+        self.reasons: dict[int, str] = {}
+        self.fenced = False
+        self._notices: list[tuple[MPI.Request, np.ndarray]] = []
+        self._orphans: list[object] = []  # buffers of sends to peers declared dead (MPI may still read them)
+        self.last_seen: dict[int, float] = {}
+        self._beats: list[MPI.Request] = []
+
+    # -- knowledge --------------------------------------------------------------------------------------------
+    def alive(self, rank: int) -> bool:
+        """Return whether this process still believes ``rank`` alive."""
+        return rank not in self.dead
+
+    def check_failures(self) -> set[int]:
+        """Acknowledge the failures MPI knows about, mark them dead, and return the newly learnt ranks."""
+        try:
+            self.comm.Ack_failed()
+            group = self.comm.Get_failed()
+        except MPI.Exception as exc:  # a revoked communicator still answers; anything else is a bug
+            if not is_failure_error(exc):
+                raise
+            return set()
+        try:
+            n = group.Get_size()
+            ranks = MPI.Group.Translate_ranks(group, list(range(n)), self.comm.Get_group()) if n else []
+        finally:
+            group.Free()
+        new = {r for r in ranks if r >= 0 and r not in self.dead}
+        if new:
+            self.declare_dead(new, "reported failed by MPI")
+        return new
+
+    def declare_dead(self, ranks: Iterable[int], reason: str) -> None:
+        """Mark ``ranks`` dead and send an obituary to every rank still believed alive (non-blocking)."""
+        new = sorted(r for r in set(ranks) if r not in self.dead and r != self.rank)
+        if not new:
+            return
+        for r in new:
+            self.dead.add(r)
+            self.reasons[r] = reason
+        payload = np.array(new, dtype=np.int32)
+        for peer in range(self.size):
+            if peer == self.rank or (peer in self.dead and peer not in new):
+                continue
+            if peer in new and not reason.startswith("timed out"):
+                continue  # only a live-but-late peer needs to hear that it is out
+            try:
+                self._notices.append((self.comm.Isend(payload, dest=peer, tag=NOTICE_TAG), payload))
+            except MPI.Exception as exc:
+                if not is_failure_error(exc):
+                    raise
+        self._notices = [(r, b) for r, b in self._notices if not _test_quietly(r)]
+
+    def poll_notices(self) -> None:
+        """Merge obituaries received from peers; set :attr:`fenced` if one names this process."""
+        status = MPI.Status()
+        while True:
+            try:
+                if not self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=NOTICE_TAG, status=status):
+                    return
+                buf = np.empty(status.Get_count(MPI.INT32_T), dtype=np.int32)
+                self.comm.Recv(buf, source=status.Get_source(), tag=NOTICE_TAG)
+            except MPI.Exception as exc:
+                if not is_failure_error(exc):
+                    raise
+                # ANY_SOURCE operations stop until failures are acknowledged: learn them, then go on.
+                if not self.check_failures():
+                    return
+                continue
+            sender = status.Get_source()
+            self.last_seen[sender] = time.monotonic()
+            if buf.size == 0:  # a heartbeat: the sender is alive (and waiting on someone)
+                continue
+            if self.rank in buf:
+                self.fenced = True
+                self.reasons[self.rank] = f"declared dead by rank {sender}"
+            others = [int(r) for r in buf if r != self.rank and r not in self.dead]
+            if others:
+                self.declare_dead(others, f"obituary from rank {sender}")
+
+    def raise_if_fenced(self) -> None:
+        """Raise :class:`Fenced` if a peer declared this process dead.
+
+        Raises
+        ------
+        Fenced
+            Naming this rank; the message says who declared it dead and what to change (the timeout).
+        """
+        if self.fenced:
+            raise Fenced(f"rank {self.rank} was {self.reasons.get(self.rank, 'declared dead')} after missing a "
+                         f"{self.timeout:g} s deadline and has been fenced off; if the process was only slow, "
+                         f"raise the timeout", [self.rank])
+
+    # -- exchanges --------------------------------------------------------------------------------------------
+    def exchange(self, sends: Mapping[int, np.ndarray], recvs: Mapping[int, np.ndarray], tag: int,
+                 timeout: float | None = None) -> set[int]:
+        """Send and receive contiguous buffers to and from peers, waiting at most ``timeout`` seconds.
+
+        Peers already believed dead are skipped. Returns the ranks in ``recvs`` whose buffer was NOT filled
+        (dead before or during the exchange); every such rank is now in :attr:`dead`.
+
+        Parameters
+        ----------
+        sends, recvs
+            ``{peer: buffer}``; buffers must be contiguous and stay alive until this returns.
+        tag
+            Message tag (``0 <= tag < NOTICE_TAG``); use a different tag per step so a late message of a
+            fenced peer can never match a later receive.
+        timeout
+            Seconds (default :attr:`timeout`).
+
+        Raises
+        ------
+        Fenced
+            If this process learns that it was declared dead.
+        """
+        return self.finish_exchange(self.start_exchange(sends, recvs, tag), timeout)
+
+    def start_exchange(self, sends: Mapping[int, np.ndarray], recvs: Mapping[int, np.ndarray],
+                       tag: int) -> Exchange:
+        """Post the sends and receives of :meth:`exchange` and return at once (finish with
+        :meth:`finish_exchange`; the deadline starts there, so computing in between never counts as a peer's
+        lateness).
+
+        Raises
+        ------
+        Fenced
+            If this process learns that it was declared dead.
+        """
+        self.poll_notices()
+        self.raise_if_fenced()
+        ex = Exchange(dict(sends), dict(recvs))
+        for peer, buf in ex.recvs.items():
+            if self.alive(peer):
+                self._post(ex.pending, "recv", peer, lambda p=peer, b=buf: self.comm.Irecv(b, source=p, tag=tag))
+        for peer, buf in ex.sends.items():
+            if self.alive(peer):
+                self._post(ex.pending, "send", peer, lambda p=peer, b=buf: self.comm.Isend(b, dest=p, tag=tag))
+        return ex
+
+    def finish_exchange(self, ex: Exchange, timeout: float | None = None) -> set[int]:
+        """Wait for an exchange from :meth:`start_exchange` at most ``timeout`` s; return the missing senders.
+
+        Raises
+        ------
+        Fenced
+            If this process learns that it was declared dead.
+        """
+        limit = self.timeout if timeout is None else timeout
+        start = last_beat = time.monotonic()
+        pending = ex.pending
+        sleep = 1e-5
+        while pending:
+            progressed = False
+            still = []
+            for req, kind, peer in pending:
+                if not self.alive(peer):
+                    self._abandon(req, kind, (ex.sends if kind == "send" else ex.recvs)[peer])
+                    continue
+                try:
+                    done = req.Test()
+                except MPI.Exception as exc:
+                    if not is_failure_error(exc):
+                        raise
+                    self.declare_dead([peer], "reported failed by MPI")
+                    done = True
+                if done:
+                    progressed = True
+                else:
+                    still.append((req, kind, peer))
+            pending[:] = still
+            self.poll_notices()
+            if self.fenced:
+                for req, kind, peer in pending:
+                    self._abandon(req, kind, (ex.sends if kind == "send" else ex.recvs)[peer])
+                pending.clear()
+                self.raise_if_fenced()
+            if not pending:
+                break
+            now = time.monotonic()
+            if now - last_beat > limit / 4:
+                self._heartbeat()
+                last_beat = now
+            late = {peer for _, _, peer in pending if now - max(start, self.last_seen.get(peer, start)) > limit}
+            if late:
+                self.check_failures()
+                self.declare_dead(late - self.dead, f"timed out after {limit:g} s")
+                continue
+            if progressed:
+                sleep = 1e-5
+            else:
+                time.sleep(sleep)
+                sleep = min(2 * sleep, _MAX_SLEEP)
+        return {peer for peer in ex.recvs if not self.alive(peer)}
+
+    def _heartbeat(self) -> None:
+        # While waiting, tell every live peer "I am alive": a peer that waits on us is then not misled into
+        # declaring us dead because we are ourselves held up by a failed process.
+        self._beats = [r for r in self._beats if not _test_quietly(r)]
+        for peer in range(self.size):
+            if peer != self.rank and self.alive(peer):
+                try:
+                    self._beats.append(self.comm.Isend(_EMPTY, dest=peer, tag=NOTICE_TAG))
+                except MPI.Exception as exc:
+                    if not is_failure_error(exc):
+                        raise
+
+    def barrier(self, timeout: float | None = None) -> None:
+        """Synchronize with the live ranks: an empty exchange with every live peer, with a deadline."""
+        token = np.zeros(1, dtype=np.int8)
+        peers = [p for p in range(self.size) if p != self.rank]
+        self.exchange({p: token for p in peers}, {p: np.zeros(1, dtype=np.int8) for p in peers},
+                      tag=NOTICE_TAG - 1, timeout=timeout)
+
+    def _post(self, pending: list, kind: str, peer: int, start) -> None:  # type: ignore[type-arg, no-untyped-def]
+        try:
+            pending.append((start(), kind, peer))
+        except MPI.Exception as exc:
+            if not is_failure_error(exc):
+                raise
+            self.declare_dead([peer], "reported failed by MPI")
+
+    def _abandon(self, req: MPI.Request, kind: str, buf: np.ndarray) -> None:
+        # A receive from a dead peer is cancelled, so a late message can never land in a reused buffer; a send
+        # cannot be cancelled safely, so its buffer is kept alive for as long as the detector lives.
+        if kind == "recv":
+            try:
+                req.Cancel()
+                req.Wait()
+            except MPI.Exception:
+                pass
+        else:
+            self._orphans.append((req, buf))
+
+    def free(self) -> None:
+        """Release the private communicator (local; pending messages to dead peers are dropped)."""
+        self._orphans.clear()
+        self._notices.clear()
+        if self.comm != MPI.COMM_NULL:
+            try:
+                self.comm.Free()
+            except MPI.Exception:
+                pass
+
+
+class Exchange:
+    """Operations of one exchange in flight (see :meth:`FailureDetector.start_exchange`)."""
+
+    def __init__(self, sends: dict[int, np.ndarray], recvs: dict[int, np.ndarray]) -> None:
+        self.sends, self.recvs = sends, recvs
+        self.pending: list[tuple[MPI.Request, str, int]] = []
+
+
+def _test_quietly(req: MPI.Request) -> bool:
+    try:
+        return bool(req.Test())
+    except MPI.Exception:
+        return True

@@ -1,0 +1,162 @@
+"""ULFM wrappers: survivors agree on who is dead and continue on a repaired communicator.
+
+The contract, for every function here: call it on **every live process** of the communicator (a process that was
+fenced off — declared dead while still running — calls it too, and learns that it is out). The functions use
+only ULFM's fault-tolerant operations (``Ack_failed``/``Get_failed``, ``Agree``, ``Shrink``), which complete
+despite failures; a failure that strikes in the middle is acknowledged and the operation retried, a bounded
+number of times (each retry needs a new failure). If a plain collective on the repaired communicator fails,
+:func:`revoke` it so no survivor stays blocked, and raise :class:`~ftkit.errors.ProcessFailure`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from mpi4py import MPI
+
+from ..errors import ProcessFailure
+from .detect import is_failure_error
+
+__all__ = ["failed_ranks", "revoke", "agree_on_dead", "agree_flag", "repair", "guarded"]
+
+_BITS = 30  # rank bits per Agree call (the agreed value is a C int)
+T = TypeVar("T")
+
+
+def failed_ranks(comm: MPI.Comm) -> set[int]:
+    """Acknowledge and return the ranks of ``comm`` that MPI reports failed (local, non-blocking)."""
+    comm.Ack_failed()
+    group = comm.Get_failed()
+    try:
+        n = group.Get_size()
+        if n == 0:
+            return set()
+        return {r for r in MPI.Group.Translate_ranks(group, list(range(n)), comm.Get_group()) if r >= 0}
+    finally:
+        group.Free()
+
+
+def revoke(comm: MPI.Comm) -> None:
+    """Revoke ``comm`` so every pending and future operation on it fails on every rank (local call)."""
+    try:
+        comm.Revoke()
+    except MPI.Exception as exc:
+        if not is_failure_error(exc):
+            raise
+
+
+def agree_on_dead(comm: MPI.Comm, suspects: Iterable[int], *, abstain: bool = False) -> frozenset[int]:
+    """Return the set of dead ranks that every live process of ``comm`` agrees on (fault-tolerant collective).
+
+    The agreed set is the union of every participant's ``suspects`` and of every failure MPI reports. A rank
+    that was fenced off passes ``abstain=True``: its own suspicions (formed while it was late) do not count.
+
+    Parameters
+    ----------
+    comm
+        An error-returning communicator (it may contain failed processes; it must not be revoked).
+    suspects
+        Ranks this process believes dead.
+    abstain
+        Contribute no suspicions (for a fenced-off process).
+
+    Raises
+    ------
+    ProcessFailure
+        If no agreement can be reached (more failures than ranks: a bug or a revoked communicator).
+    """
+    size = comm.Get_size()
+    mine = set() if abstain else {int(r) for r in suspects}
+    for _ in range(size + 1):
+        try:
+            reported = failed_ranks(comm)  # Agree fails on failures not yet acknowledged
+            if not abstain:
+                mine |= reported
+            dead: set[int] = set()
+            for lo in range(0, size, _BITS):
+                hi = min(size, lo + _BITS)
+                alive_bits = sum(1 << (r - lo) for r in range(lo, hi) if r not in mine)
+                # Agree returns the bitwise AND over live processes: a rank is alive only if nobody suspects it.
+                agreed = comm.Agree(alive_bits)
+                dead |= {r for r in range(lo, hi) if not agreed >> (r - lo) & 1}
+            return frozenset(dead)
+        except MPI.Exception as exc:
+            if not is_failure_error(exc) or exc.Get_error_class() == MPI.ERR_REVOKED:
+                raise ProcessFailure(f"agreement on failed ranks impossible: {exc}", sorted(mine)) from exc
+            comm.Ack_failed()  # a new failure struck during the agreement: acknowledge it and agree again
+    raise ProcessFailure("agreement on failed ranks did not converge", sorted(mine))
+
+
+def agree_flag(comm: MPI.Comm, flag: int) -> int:
+    """Return the bitwise AND of ``flag`` over the live processes of ``comm`` (fault-tolerant collective).
+
+    Raises
+    ------
+    ProcessFailure
+        If the communicator was revoked or failures keep striking (more retries than ranks).
+    """
+    for _ in range(comm.Get_size() + 1):
+        try:
+            failed_ranks(comm)
+            return int(comm.Agree(int(flag)))
+        except MPI.Exception as exc:
+            if not is_failure_error(exc) or exc.Get_error_class() == MPI.ERR_REVOKED:
+                raise ProcessFailure(f"agreement impossible: {exc}") from exc
+    raise ProcessFailure("agreement did not converge")
+
+
+def repair(comm: MPI.Comm, dead: Iterable[int]) -> MPI.Intracomm | None:
+    """Return a communicator of the live ranks of ``comm`` not in ``dead`` (fault-tolerant collective).
+
+    ``Shrink`` drops the processes MPI knows failed; a split then drops the fenced-off ones, which get ``None``.
+    Survivors keep their relative order (new rank = position among survivors of the old ranks). The new
+    communicator returns errors instead of aborting.
+
+    Raises
+    ------
+    ProcessFailure
+        If a further failure strikes while the communicator is being built.
+    """
+    dead = set(dead)
+    me = comm.Get_rank()
+    try:
+        shrunk = comm.Shrink()
+        try:
+            shrunk.Set_errhandler(MPI.ERRORS_RETURN)
+            new = shrunk.Split(MPI.UNDEFINED if me in dead else 0, me)
+        finally:
+            shrunk.Free()
+    except MPI.Exception as exc:
+        if not is_failure_error(exc):
+            raise
+        raise ProcessFailure(f"a further process failed while the communicator was being repaired: {exc}",
+                             sorted(dead)) from exc
+    if new == MPI.COMM_NULL:
+        return None
+    new.Set_errhandler(MPI.ERRORS_RETURN)
+    return new
+
+
+def guarded(comm: MPI.Comm, what: str, fn: Callable[[], T]) -> T:
+    """Run the collective ``fn()`` on ``comm``; on a process failure revoke ``comm`` and raise.
+
+    Revoking makes every other rank's pending or future call on ``comm`` fail too, so nobody hangs in a
+    collective that can no longer complete.
+
+    Raises
+    ------
+    ProcessFailure
+        Naming the failed ranks MPI reports, and ``what`` was being done.
+    """
+    try:
+        return fn()
+    except MPI.Exception as exc:
+        if not is_failure_error(exc):
+            raise
+        revoke(comm)
+        try:
+            ranks = failed_ranks(comm)
+        except MPI.Exception:
+            ranks = set()
+        raise ProcessFailure(f"process failure during {what}: {exc}", sorted(ranks)) from exc

@@ -1,0 +1,98 @@
+"""In-place local GEMM ``c += alpha * a @ b`` straight through OpenBLAS's ``cblas_dgemm``.
+
+numpy has no in-place ``C = alpha*A@B + beta*C``: ``c += alpha * (a @ b)`` costs a temporary and two extra
+passes over ``c`` per call, which is 5-10 % of SUMMA's time with 2048-wide local blocks. numpy's wheel ships
+OpenBLAS (ILP64, symbols prefixed ``scipy_``); we call its ``cblas_dgemm`` through ctypes, which releases the
+GIL and accepts strided column-major views (any leading dimension), so ``c`` may be a view into a local
+array. If the library or symbol cannot be found, the numpy expression is used instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+
+import numpy as np
+
+__all__ = ["gemm_update", "HAVE_CBLAS"]
+
+_COL_MAJOR, _NO_TRANS, _TRANS = 102, 111, 112
+
+
+def _load() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    libdir = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    for path in sorted(glob.glob(os.path.join(libdir, "libscipy_openblas*.so*"))):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name, int_t in (("scipy_cblas_dgemm64_", ctypes.c_int64), ("scipy_cblas_dgemm", ctypes.c_int)):
+            fn = getattr(lib, name, None)
+            if fn is None:
+                continue
+            fn.restype = None
+            i, d, p = int_t, ctypes.c_double, ctypes.c_void_p
+            fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, i, i, i, d, p, i, p, i, d, p, i]
+            return fn
+    return None
+
+
+_dgemm = None if os.environ.get("FTKIT_NO_CBLAS") else _load()
+HAVE_CBLAS = _dgemm is not None
+
+
+def _as_col_major(x: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """Return ``(array, trans flag, leading dim)`` describing ``x`` to a column-major BLAS without copying."""
+    if x.dtype != np.float64:
+        x = x.astype(np.float64)
+    s0, s1 = x.strides
+    rows, cols = x.shape
+    if s0 == 8 and s1 >= 8 * max(1, rows) and s1 % 8 == 0:
+        return x, _NO_TRANS, max(1, s1 // 8)
+    if s1 == 8 and s0 >= 8 * max(1, cols) and s0 % 8 == 0:
+        return x, _TRANS, max(1, s0 // 8)
+    x = np.asfortranarray(x)
+    return x, _NO_TRANS, max(1, rows)
+
+
+def gemm_update(alpha: float, a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: float = 1.0) -> None:
+    """Compute ``c = alpha * a @ b + beta * c`` in place.
+
+    Parameters
+    ----------
+    alpha, beta
+        Scalars; with ``beta == 0`` ``c`` is not read (NaNs are overwritten), as in BLAS.
+    a, b
+        ``(m, k)`` and ``(k, n)`` float64 arrays, any memory order (strided views allowed).
+    c
+        ``(m, n)`` float64 array updated in place; column-major views are used as they are, others go
+        through the numpy fallback.
+    """
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0:
+        return
+    if k == 0 or alpha == 0.0:
+        if beta == 0.0:
+            c[...] = 0.0
+        elif beta != 1.0:
+            c *= beta
+        return
+    c_ok = c.dtype == np.float64 and c.strides[0] == 8 and c.strides[1] % 8 == 0 and c.strides[1] >= 8 * m
+    if _dgemm is None or not c_ok:
+        prod = a @ b
+        if alpha != 1.0:
+            prod *= alpha
+        if beta == 0.0:
+            c[...] = prod
+        else:
+            if beta != 1.0:
+                c *= beta
+            c += prod
+        return
+    a2, ta, lda = _as_col_major(a)
+    b2, tb, ldb = _as_col_major(b)
+    ldc = max(1, c.strides[1] // 8) if n > 1 else max(1, m)
+    _dgemm(_COL_MAJOR, ta, tb, m, n, k, float(alpha), a2.ctypes.data, lda, b2.ctypes.data, ldb,
+           float(beta), c.ctypes.data, ldc)

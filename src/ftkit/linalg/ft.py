@@ -1,0 +1,545 @@
+"""FT_PDGEMM and FT_PDSYMM: PBLAS products protected against silent errors by block checksums (FT-PBLAS 2.2).
+
+How :func:`ft_pdgemm` works (the checksum algebra and its bounds are in :mod:`ftkit.linalg.abft`):
+
+1. **Encode, locally, inside the panels.** The SUMMA engine (:func:`~ftkit.linalg._summa.run_summa`) runs
+   with a panel exchange that wraps the normal one: before a process sends its piece of an A panel it stacks
+   the piece's checksum rows under it (plain, index-weighted and absolute column sums of every row segment of
+   C), and under its B piece the matching checksum columns. They travel in the same ``Iallgatherv`` as the
+   data; no separate message, no extra synchronisation.
+2. **Predict.** On arrival each process multiplies the checksum rows of the A panel with the checksum
+   columns of the B panel (a GEMM ``1/bs^2`` the size of the data GEMM), which accumulates for every
+   ``bs x bs`` block of its C the expected plain / weighted sums and the ``|A||B|`` magnitude that scales the
+   rounding bound.
+3. **Verify** each local block's sums against the prediction (``tol``: rigorous bound, statistical bound or a
+   relative number). The report gives the largest residual / threshold ratio of the blocks that passed.
+4. **Correct** (``mode="correct"``): a block with a single wrong element is fixed in O(1) from the weighted
+   checksums; any other flagged block is recomputed by its owner from its rows of op(A) and columns of op(B),
+   fetched from the processes of its process row and column only (nothing global), then checked again. A
+   block flagged only by the statistical threshold whose recomputation passes the rigorous bound was a
+   rounding alarm (structured data whose rounding errors do not cancel), not a fault. If a block can still
+   not be made consistent (e.g. op(A) itself was corrupted in memory after encoding, so the fetched rows
+   are wrong too) every process raises :class:`~ftkit.errors.ABFTError` carrying the report.
+
+``mode="detect"`` stops after step 3 and leaves C exactly as computed (for Krylov solvers that decide
+themselves). :class:`ABFTPolicy` runs the checked product every ``check_every`` calls and plain ``pdgemm``
+otherwise (the reference's CG recipe: checking every 10th product keeps the iteration path undisturbed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from ..errors import ABFTError, PBLASArgumentError
+from ..inject import InjectionPlan
+from . import abft
+from ._operands import aligned_operands
+from ._summa import AllgatherExchange, PanelExchange, PendingPanels, SummaStep, plan_summa, run_summa
+from .descriptor import BlockCyclic1D
+from .grid import ProcessGrid
+from .matrix import DistributedMatrix
+from .pblas import _check_dim, _check_flag, _check_matrix, _check_scalar, _is_int, _scale, _symmetric_copy, pdgemm
+
+__all__ = ["ABFTReport", "BlockEvent", "ABFTPolicy", "ft_pdgemm", "ft_pdsymm"]
+
+MODES = ("correct", "detect")
+
+
+@dataclass(frozen=True)
+class BlockEvent:
+    """One flagged C block: global block coordinates ``(I, J)``, its first row/column in C's submatrix,
+    size, the grid rank owning it, and what happened: ``"located"`` (single element fixed in O(1) at
+    ``element``, submatrix coordinates), ``"recomputed"``, ``"rounding"`` (statistical alarm cleared by the
+    rigorous bound after recomputation), ``"uncorrected"`` or ``"detected"`` (``mode="detect"``)."""
+
+    I: int
+    J: int
+    row0: int
+    col0: int
+    rows: int
+    cols: int
+    rank: int
+    action: str
+    element: tuple[int, int] | None = None
+
+
+@dataclass
+class ABFTReport:
+    """Outcome of one checked product; identical on every process of the grid.
+
+    Attributes
+    ----------
+    blocks_checked
+        Number of C blocks verified (over all processes).
+    detected
+        Blocks whose checksums disagreed (excluding rounding alarms).
+    corrected
+        Detected blocks made consistent again (located or recomputed).
+    rounding_alarms
+        Blocks flagged by the statistical threshold that the rigorous bound cleared after recomputation.
+    events
+        One :class:`BlockEvent` per flagged block, sorted by ``(I, J)``.
+    max_ratio
+        Largest ``|residual| / threshold`` over the blocks that passed (final state): how far below the
+        threshold the observed rounding residuals are (its inverse is the threshold's tightness).
+    threshold
+        ``"rigorous"``, ``"statistical"`` or ``"tol=<x>"``.
+    bs
+        Checksum block size used.
+    failed_ranks
+        Ranks lost to process failures (filled by the failure-aware path; empty here).
+    """
+
+    blocks_checked: int = 0
+    detected: int = 0
+    corrected: int = 0
+    rounding_alarms: int = 0
+    events: tuple[BlockEvent, ...] = ()
+    max_ratio: float = 0.0
+    threshold: str = "rigorous"
+    bs: int = 0
+    failed_ranks: tuple[int, ...] = field(default_factory=tuple)
+
+    @property
+    def uncorrected(self) -> int:
+        """Detected blocks left inconsistent."""
+        return sum(e.action in ("uncorrected", "detected") for e in self.events)
+
+    @property
+    def detected_blocks(self) -> list[tuple[int, int]]:
+        """Global block coordinates ``(I, J)`` of the detected blocks."""
+        return [(e.I, e.J) for e in self.events if e.action != "rounding"]
+
+
+# ---------------------------------------------------------------- checksums inside the panels
+class _ChecksumPending:
+    def __init__(self, owner: _ChecksumExchange, step: SummaStep, inner: PendingPanels,
+                 side: tuple[np.ndarray | None, np.ndarray | None]) -> None:
+        self.owner, self.step, self.inner, self.side = owner, step, inner, side
+
+    def wait(self) -> tuple[np.ndarray, np.ndarray]:
+        o = self.owner
+        a_ext, b_ext = self.inner.wait()
+        if o.plan is not None:   # C has received self.step.index panel updates so far
+            o.plan.apply("C", o.rank, self.step.index, o.c, o.c_to_global)
+        a_side, b_side = self.side
+        achk = a_ext[o.ra:] if a_side is None else a_side
+        bchk = b_ext[:, o.cb:] if b_side is None else b_side
+        if self.step.perm is not None:
+            achk = achk[:, self.step.perm]
+        o.product.add(achk, bchk)
+        return (a_ext[:o.ra] if a_side is None else a_ext), (b_ext[:, :o.cb] if b_side is None else b_ext)
+
+
+class _ChecksumExchange:
+    """Panel exchange that stacks checksums under (beside) each piece and predicts C's block sums."""
+
+    def __init__(self, inner: PanelExchange, ra: int, cb: int, rb: np.ndarray, cbnd: np.ndarray,
+                 product: abft.ChecksumProduct, c: np.ndarray, plan: InjectionPlan | None, rank: int,
+                 c_to_global: Callable[[int, int], tuple[int, int]]) -> None:
+        self.inner, self.ra, self.cb = inner, ra, cb
+        self.rb, self.cbnd = rb, cbnd
+        self.rind, self.cind = abft.indicator(rb), abft.indicator(cbnd)
+        self.nr, self.nc = len(rb) - 1, len(cbnd) - 1
+        self.product, self.c, self.plan, self.rank, self.c_to_global = product, c, plan, rank, c_to_global
+
+    def start(self, grid: ProcessGrid, step: SummaStep, a_piece: np.ndarray,
+              b_piece: np.ndarray) -> PendingPanels:
+        achk = abft.encode_rows(a_piece, self.rb, self.rind)
+        bchk = abft.encode_cols(b_piece, self.cbnd, self.cind)
+        # Alone in my process row (column) nothing is sent: the piece is the panel and the checksums stay
+        # aside; the data then reaches the GEMM in the very layout plain pdgemm uses (bit-identical C).
+        if grid.npcol == 1:
+            a_ext = self._inject(step, "A", a_piece, None)
+        else:
+            a_ext = np.empty((self.ra + abft.NCHK * self.nr, a_piece.shape[1]), order="F")
+            a_ext[self.ra:] = achk
+            self._inject(step, "A", a_piece, a_ext[:self.ra])
+        if grid.nprow == 1:
+            b_ext = self._inject(step, "B", b_piece, None)
+        else:
+            b_ext = np.empty((b_piece.shape[0], self.cb + abft.NCHK * self.nc), order="C")
+            b_ext[:, self.cb:] = bchk
+            self._inject(step, "B", b_piece, b_ext[:, :self.cb])
+        side = (achk if grid.npcol == 1 else None, bchk if grid.nprow == 1 else None)
+        return _ChecksumPending(self, step, self.inner.start(grid, step, a_ext, b_ext), side)
+
+    def _inject(self, step: SummaStep, target: str, piece: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+        """Copy ``piece`` into ``out`` (or return it when ``out`` is None), making the planned operand flips.
+
+        Persistent flips hit the operand itself (a view of the user's matrix when no redistribution was
+        needed), the others only the data that travels in this panel (a private copy if need be).
+        """
+        plan = self.plan
+        if plan is not None and piece.flags.writeable:
+            plan.apply(target, self.rank, step.index, piece, persistent=True)
+        if out is None:
+            if plan is not None and any(f.target == target and not f.persistent for f in plan.flips):
+                out = piece.copy(order="A")
+                plan.apply(target, self.rank, step.index, out, persistent=False)
+                return out
+            return piece
+        out[...] = piece
+        if plan is not None:
+            plan.apply(target, self.rank, step.index, out, persistent=False)
+        return out
+
+
+# ---------------------------------------------------------------- argument checks
+def _check_ft_args(routine: str, pos: int, bs: object, tol: object, mode: object, inject: object) -> None:
+    if bs is not None and (not _is_int(bs) or int(bs) < 1):  # type: ignore[call-overload]
+        raise PBLASArgumentError(routine, pos, f"bs={bs!r}; must be a positive integer or None (automatic)")
+    if tol is not None and tol != "statistical":
+        if isinstance(tol, str) or not isinstance(tol, (int, float)) or not (float(tol) >= 0.0
+                                                                               and np.isfinite(tol)):
+            raise PBLASArgumentError(routine, pos + 1, f"tol={tol!r}; use None (rigorous bound), "
+                                     "'statistical', or a finite relative tolerance >= 0")
+    if mode not in MODES:
+        raise PBLASArgumentError(routine, pos + 2, f"mode={mode!r}; use 'correct' or 'detect'")
+    if inject is not None and not isinstance(inject, InjectionPlan):
+        raise PBLASArgumentError(routine, pos + 3, f"inject must be an ftkit.inject.InjectionPlan, got "
+                                 f"{type(inject).__name__}")
+
+
+def _threshold_name(tol: float | str | None) -> str:
+    return "rigorous" if tol is None else ("statistical" if tol == "statistical" else f"tol={float(tol):g}")
+
+
+# ---------------------------------------------------------------- public routines
+def ft_pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int,
+              ja: int, B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int,
+              jc: int, *, bs: int | None = None, tol: float | str | None = None, mode: str = "correct",
+              width: int | None = None, exchange: PanelExchange | None = None,
+              inject: InjectionPlan | None = None) -> ABFTReport:
+    """Compute ``C(ic:, jc:) = alpha * op(A) @ op(B) + beta * C`` as :func:`~ftkit.linalg.pdgemm`, checked.
+
+    Collective on C's grid. Arguments as ``pdgemm`` plus:
+
+    Parameters
+    ----------
+    bs
+        Checksum block size (rows and columns of a checked block); ``None`` chooses it with
+        :func:`ftkit.linalg.abft.choose_bs` from the block sizes and ``k``.
+    tol
+        ``None``: rigorous a-priori bound (a correct product is never flagged); ``"statistical"``:
+        probabilistic bound, much tighter; a number ``t``: threshold ``t * (|alpha||A||B| + |beta||C|)``
+        block sums.
+    mode
+        ``"correct"`` (fix what is found) or ``"detect"`` (report only, C left as computed).
+    width, exchange
+        SUMMA step width and panel exchange, as in ``pdgemm`` (the checksums wrap ``exchange``).
+    inject
+        Fault injection plan (:class:`ftkit.inject.InjectionPlan`), for tests and demos.
+
+    Returns
+    -------
+    ABFTReport
+        The same on every process.
+
+    Raises
+    ------
+    PBLASArgumentError
+        Illegal argument (PBLAS positions as ``pdgemm``; ``bs``, ``tol``, ``mode``, ``inject`` are 20-23).
+    ABFTError
+        ``mode="correct"`` and a detected error could not be corrected; ``err.report`` holds the report.
+    """
+    r = "FT_PDGEMM"
+    ta = _check_flag(r, 1, "transa", transa, "NTC").replace("C", "T")
+    tb = _check_flag(r, 2, "transb", transb, "NTC").replace("C", "T")
+    m, n, k = _check_dim(r, 3, "m", m), _check_dim(r, 4, "n", n), _check_dim(r, 5, "k", k)
+    alpha = _check_scalar(r, 6, "alpha", alpha)
+    if not isinstance(C, DistributedMatrix):
+        raise PBLASArgumentError(r, 16, f"C must be a DistributedMatrix, got {type(C).__name__}")
+    ctx = C.desc.context
+    ar, ac = (m, k) if ta == "N" else (k, m)
+    br, bc = (k, n) if tb == "N" else (n, k)
+    ia, ja = _check_matrix(r, 7, "A", A, ia, ja, ar, ac, ctx)
+    ib, jb = _check_matrix(r, 11, "B", B, ib, jb, br, bc, ctx)
+    beta = _check_scalar(r, 15, "beta", beta)
+    ic, jc = _check_matrix(r, 16, "C", C, ic, jc, m, n, None)
+    _check_ft_args(r, 20, bs, tol, mode, inject)
+    if width is not None and (not _is_int(width) or width < 1):
+        raise PBLASArgumentError(r, 19, f"width={width!r}; must be a positive integer")
+    return _ft_gemm(ta, tb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, bs, tol, mode, width,
+                    exchange, inject)
+
+
+def ft_pdsymm(side: str, uplo: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
+              B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int, jc: int, *,
+              bs: int | None = None, tol: float | str | None = None, mode: str = "correct",
+              inject: InjectionPlan | None = None) -> ABFTReport:
+    """Compute :func:`~ftkit.linalg.pdsymm` (A symmetric, only its ``uplo`` triangle read), checked.
+
+    Arguments as ``pdsymm`` plus ``bs``, ``tol``, ``mode``, ``inject`` as in :func:`ft_pdgemm` (PBLAS
+    positions 19-22). The symmetric A is expanded from its triangle first (as ``pdsymm`` does); the checksums
+    are taken from that expansion, so they protect the multiply.
+
+    Raises
+    ------
+    PBLASArgumentError, ABFTError
+        As :func:`ft_pdgemm`.
+    """
+    r = "FT_PDSYMM"
+    side = _check_flag(r, 1, "side", side, "LR")
+    uplo = _check_flag(r, 2, "uplo", uplo, "UL")
+    m, n = _check_dim(r, 3, "m", m), _check_dim(r, 4, "n", n)
+    alpha = _check_scalar(r, 5, "alpha", alpha)
+    if not isinstance(C, DistributedMatrix):
+        raise PBLASArgumentError(r, 15, f"C must be a DistributedMatrix, got {type(C).__name__}")
+    ctx = C.desc.context
+    na = m if side == "L" else n
+    ia, ja = _check_matrix(r, 6, "A", A, ia, ja, na, na, ctx)
+    ib, jb = _check_matrix(r, 10, "B", B, ib, jb, m, n, ctx)
+    beta = _check_scalar(r, 14, "beta", beta)
+    ic, jc = _check_matrix(r, 15, "C", C, ic, jc, m, n, None)
+    _check_ft_args(r, 19, bs, tol, mode, inject)
+    if m == 0 or n == 0:
+        return ABFTReport(threshold=_threshold_name(tol))
+    W = _symmetric_copy(A, ia, ja, na, uplo) if alpha != 0.0 else A
+    if side == "L":
+        return _ft_gemm("N", "N", m, n, m, alpha, W, ia, ja, B, ib, jb, beta, C, ic, jc, bs, tol, mode, None,
+                        None, inject)
+    return _ft_gemm("N", "N", m, n, n, alpha, B, ib, jb, W, ia, ja, beta, C, ic, jc, bs, tol, mode, None, None,
+                    inject)
+
+
+# ---------------------------------------------------------------- the checked product
+def _ft_gemm(ta: str, tb: str, m: int, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
+             B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int, jc: int,
+             bs: int | None, tol: float | str | None, mode: str, width: int | None,
+             exchange: PanelExchange | None, inject: InjectionPlan | None) -> ABFTReport:
+    grid = C.grid
+    tname = _threshold_name(tol)
+    if m == 0 or n == 0:
+        return ABFTReport(threshold=tname)
+    bs = int(bs) if bs is not None else abft.choose_bs(C.desc.mb, C.desc.nb, k)
+    crows, ccols = C.row_map(ic, m), C.col_map(jc, n)
+    rows_here, cols_here = crows.indices_on(grid.myrow), ccols.indices_on(grid.mycol)
+    rb = abft.segment_bounds(rows_here, ic, C.desc.mb, bs)
+    cbnd = abft.segment_bounds(cols_here, jc, C.desc.nb, bs)
+    rind, cind = abft.indicator(rb), abft.indicator(cbnd)
+    nr, nc = len(rb) - 1, len(cbnd) - 1
+    c = C.local_view(ic, jc, m, n)
+
+    # C0's share of the expected sums (and a copy for recomputing blocks), before the beta scaling
+    c0 = None
+    if beta != 0.0:
+        s0 = abft.block_sums(c, rb, cbnd, rind, cind)
+        m0 = abft.abs_block_sums(c, rb, cbnd)
+        if mode == "correct":
+            c0 = c.copy(order="F")
+    _scale(c, beta)
+
+    def c_to_global(i: int, j: int) -> tuple[int, int]:
+        return ic + int(rows_here[i]), jc + int(cols_here[j])
+
+    product = abft.ChecksumProduct(nr, nc)
+    ops = None
+    if alpha != 0.0 and k > 0:
+        ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc)
+        steps = plan_summa(ops.ka, ops.kb, width)
+        if inject is not None:
+            inject.resolve(grid.size, len(steps))
+        chk = _ChecksumExchange(exchange or AllgatherExchange(), c.shape[0], c.shape[1], rb, cbnd, product, c,
+                                inject, grid.rank, c_to_global)
+        run_summa(grid, ops.a, ops.b, ops.c, ops.ka, ops.kb, alpha, exchange=chk, steps=steps)
+        if inject is not None:
+            inject.apply("C", grid.rank, len(steps), c, c_to_global)
+    elif inject is not None:
+        inject.resolve(grid.size, 0)
+        inject.apply("C", grid.rank, 0, c, c_to_global)
+
+    expected = [alpha * product.ee, alpha * product.we, alpha * product.ew, alpha * product.ww]
+    mabs = abs(alpha) * product.mabs
+    if beta != 0.0:
+        expected = [e + beta * s for e, s in zip(expected, s0, strict=True)]
+        mabs = mabs + abs(beta) * m0
+    rlen, clen = np.diff(rb), np.diff(cbnd)
+    thr = abft.thresholds(mabs, k, rlen, clen, tol=tol, alpha=alpha, beta=beta)
+    v = abft.verify_blocks(c, rb, cbnd, expected, thr, rind, cind)
+
+    # global block coordinates of my segments: segments depend only on global indices
+    grow = abft.segment_bounds(np.arange(m), ic, C.desc.mb, bs)
+    gcol = abft.segment_bounds(np.arange(n), jc, C.desc.nb, bs)
+    row0 = rows_here[rb[:-1]] if nr else np.zeros(0, dtype=np.int64)
+    col0 = cols_here[cbnd[:-1]] if nc else np.zeros(0, dtype=np.int64)
+
+    def event(I: int, J: int, action: str, element: tuple[int, int] | None = None) -> BlockEvent:
+        r0, c0_ = int(row0[I]), int(col0[J])
+        return BlockEvent(int(np.searchsorted(grow, r0)), int(np.searchsorted(gcol, c0_)), r0, c0_,
+                          int(rlen[I]), int(clen[J]), grid.rank, action, element)
+
+    events: list[BlockEvent] = []
+    final = v
+    if mode == "detect":
+        events = [event(int(I), int(J), "detected") for I, J in zip(*np.nonzero(v.flagged), strict=True)]
+    else:
+        fixed, rest = abft.correct_flagged(c, rb, cbnd, v, expected)
+        events = [event(I, J, "located", (int(row0[I]) + i, int(col0[J]) + j)) for I, J, i, j in fixed]
+        events += _recompute(grid, ops, rest, c, c0, rb, cbnd, alpha, beta, k, expected, thr, mabs, tol, event)
+        final = abft.verify_blocks(c, rb, cbnd, expected, thr, rind, cind) if events else v
+
+    ok = ~final.flagged & np.isfinite(final.thr) & (final.thr > 0)
+    local_ratio = float(np.max(np.abs(final.res_ee[ok]) / final.thr[ok])) if np.any(ok) else 0.0
+    all_events = [e for evs in grid.comm.allgather(events) for e in evs]
+    all_events.sort(key=lambda e: (e.I, e.J))
+    report = ABFTReport(
+        blocks_checked=grid.comm.allreduce(nr * nc, op=MPI.SUM),
+        detected=sum(e.action != "rounding" for e in all_events),
+        corrected=sum(e.action in ("located", "recomputed") for e in all_events),
+        rounding_alarms=sum(e.action == "rounding" for e in all_events),
+        events=tuple(all_events),
+        max_ratio=grid.comm.allreduce(local_ratio, op=MPI.MAX),
+        threshold=tname,
+        bs=bs,
+    )
+    if mode == "correct" and report.uncorrected:
+        bad = [(e.I, e.J) for e in all_events if e.action == "uncorrected"]
+        err = ABFTError(f"ft_pdgemm: {len(bad)} C block(s) {bad[:8]} still disagree with their checksums after "
+                        "recomputation: op(A) or op(B) itself is corrupted (recompute from clean inputs)")
+        err.report = report  # type: ignore[attr-defined]
+        raise err
+    return report
+
+
+def _gather_full(comm: MPI.Comm, piece: np.ndarray, kmap: BlockCyclic1D, axis: int) -> np.ndarray:
+    """Allgather, over ``comm``, every member's ``piece`` (its k-indices along ``axis``) into global k order."""
+    pieces = comm.allgather(np.ascontiguousarray(piece))
+    k = kmap.n
+    shape = (piece.shape[0], k) if axis == 1 else (k, piece.shape[1])
+    full = np.empty(shape)
+    for p, pc in enumerate(pieces):
+        idx = kmap.indices_on(p)
+        if axis == 1:
+            full[:, idx] = pc
+        else:
+            full[idx, :] = pc
+    return full
+
+
+def _recompute(grid: ProcessGrid, ops: Any, rest: list[tuple[int, int]], c: np.ndarray, c0: np.ndarray | None,
+               rb: np.ndarray, cbnd: np.ndarray, alpha: float, beta: float, k: int, expected: list[np.ndarray],
+               thr: np.ndarray, mabs: np.ndarray, tol: float | str | None,
+               event: Callable[..., BlockEvent]) -> list[BlockEvent]:
+    """Recompute the ``rest`` blocks from op(A) rows / op(B) columns fetched within my process row / column.
+
+    Collective over the row and column communicators (every process takes part, most with nothing to ask).
+    """
+    my_rows = sorted({I for I, _ in rest})
+    my_cols = sorted({J for _, J in rest})
+    # processes of a process row hold the same rows of C (and of op(A)): one union of requests per row
+    row_req = sorted(set().union(*grid.row_comm.allgather(my_rows)))
+    col_req = sorted(set().union(*grid.col_comm.allgather(my_cols)))
+    a_rows = b_cols = None
+    if row_req and ops is not None:
+        ridx = np.concatenate([np.arange(rb[I], rb[I + 1]) for I in row_req])
+        a_rows = _gather_full(grid.row_comm, ops.a[ridx, :], ops.ka, axis=1)
+    if col_req and ops is not None:
+        cidx = np.concatenate([np.arange(cbnd[J], cbnd[J + 1]) for J in col_req])
+        b_cols = _gather_full(grid.col_comm, ops.b[:, cidx], ops.kb, axis=0)
+    if not rest:
+        return []
+    rpos = {I: p for p, I in enumerate(row_req)}
+    cpos = {J: p for p, J in enumerate(col_req)}
+    roff = np.concatenate([[0], np.cumsum([rb[I + 1] - rb[I] for I in row_req])])
+    coff = np.concatenate([[0], np.cumsum([cbnd[J + 1] - cbnd[J] for J in col_req])])
+    thr_rig = thr if tol is None else abft.thresholds(mabs, k, np.diff(rb), np.diff(cbnd), alpha=alpha, beta=beta)
+    out = []
+    for I, J in rest:
+        blk = c[rb[I]:rb[I + 1], cbnd[J]:cbnd[J + 1]]
+        new = np.zeros(blk.shape, order="F")
+        if beta != 0.0 and c0 is not None:
+            new[...] = beta * c0[rb[I]:rb[I + 1], cbnd[J]:cbnd[J + 1]]
+        if a_rows is not None and b_cols is not None:
+            ar = a_rows[roff[rpos[I]]:roff[rpos[I] + 1]]
+            bc = b_cols[:, coff[cpos[J]]:coff[cpos[J] + 1]]
+            new += alpha * (ar @ bc)
+        sub_rb = np.array([0, blk.shape[0]])
+        sub_cb = np.array([0, blk.shape[1]])
+        exp = [np.array([[e[I, J]]]) for e in expected]
+        v = abft.verify_blocks(new, sub_rb, sub_cb, exp, np.array([[thr[I, J]]]))
+        if not v.flagged[0, 0]:
+            blk[...] = new
+            out.append(event(I, J, "recomputed"))
+            continue
+        vr = abft.verify_blocks(new, sub_rb, sub_cb, exp, np.array([[thr_rig[I, J]]]))
+        if tol == "statistical" and not vr.flagged[0, 0]:
+            blk[...] = new
+            out.append(event(I, J, "rounding"))
+        else:
+            out.append(event(I, J, "uncorrected"))
+    return out
+
+
+# ---------------------------------------------------------------- periodic checking
+class ABFTPolicy:
+    """Run the checked product every ``check_every``-th call and the plain one otherwise.
+
+    An iterative solver calls ``policy.pdgemm(...)`` (or ``policy.pdsymm``) wherever it would call
+    ``pdgemm``; calls ``check_every - 1, 2 check_every - 1, ...`` (0-based, so the 10th, 20th... with the
+    default) go through :func:`ft_pdgemm` with the policy's ``bs``, ``tol`` and ``mode``. The reference's CG
+    experience: checking every product perturbs the Krylov iteration's rounding; checking every 10th keeps
+    the unchecked path's results bit-for-bit while still catching corrupted iterates periodically.
+
+    Parameters
+    ----------
+    check_every
+        Period (>= 1; 1 checks every call).
+    bs, tol, mode
+        As :func:`ft_pdgemm`.
+
+    Attributes
+    ----------
+    calls
+        Products run so far.
+    reports
+        ``(call number, ABFTReport)`` of every checked call.
+    """
+
+    def __init__(self, check_every: int = 10, *, bs: int | None = None, tol: float | str | None = None,
+                 mode: str = "correct") -> None:
+        if not _is_int(check_every) or check_every < 1:
+            raise ValueError(f"check_every={check_every!r}; must be an integer >= 1")
+        if mode not in MODES:
+            raise ValueError(f"mode={mode!r}; use 'correct' or 'detect'")
+        self.check_every, self.bs, self.tol, self.mode = int(check_every), bs, tol, mode
+        self.calls = 0
+        self.reports: list[tuple[int, ABFTReport]] = []
+
+    def due(self) -> bool:
+        """Whether the next call will be checked."""
+        return (self.calls + 1) % self.check_every == 0
+
+    @property
+    def last_report(self) -> ABFTReport | None:
+        """Report of the most recent checked call, if any."""
+        return self.reports[-1][1] if self.reports else None
+
+    def pdgemm(self, *args: Any, inject: InjectionPlan | None = None, **kwargs: Any) -> ABFTReport | None:
+        """``pdgemm(*args)``, checked when :meth:`due`; returns the report of a checked call, else ``None``."""
+        checked = self.due()
+        self.calls += 1
+        if not checked:
+            pdgemm(*args, **kwargs)
+            return None
+        rep = ft_pdgemm(*args, bs=self.bs, tol=self.tol, mode=self.mode, inject=inject, **kwargs)
+        self.reports.append((self.calls, rep))
+        return rep
+
+    def pdsymm(self, *args: Any, inject: InjectionPlan | None = None) -> ABFTReport | None:
+        """``pdsymm(*args)``, checked when :meth:`due` (see :meth:`pdgemm`)."""
+        from .pblas import pdsymm
+
+        checked = self.due()
+        self.calls += 1
+        if not checked:
+            pdsymm(*args)
+            return None
+        rep = ft_pdsymm(*args, bs=self.bs, tol=self.tol, mode=self.mode, inject=inject)
+        self.reports.append((self.calls, rep))
+        return rep

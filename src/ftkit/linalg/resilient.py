@@ -1,0 +1,426 @@
+"""PDGEMM that survives process failures in the middle: "keep going, settle up at the end" (FT-PBLAS 2.3).
+
+:func:`resilient_pdgemm` runs SUMMA with a failure-aware panel exchange and proceeds in four phases.
+
+1. **Protect.** Every process saves its aligned local operands (its rows of op(A), its columns of op(B)) and its
+   whole local C (after the ``beta`` scaling) in an :class:`~ftkit.failure.protect.InputStore` every rank can read
+   (a directory on the shared file system: the checkpoint L4 level), then all synchronize with a deadline.
+2. **Iterate.** Panels travel point to point with a deadline (:class:`~ftkit.failure.FailureDetector`). A process
+   that dies (ULFM reports it) or misses the deadline is declared dead; everyone is told, stops talking to it,
+   and from then on cuts its share of every panel from its stored operands instead of waiting for it. The
+   survivors finish all the steps; nobody computes the dead processes' C blocks yet.
+3. **Agree and repair.** Survivors agree (ULFM ``Agree``) on the set of dead processes, record it in the state
+   table (identical everywhere) and build a repaired communicator (``Shrink`` + split) without them.
+4. **Settle up.** Every dead process's piece of C is cut into ``mb x nb`` tiles, spread round-robin over the
+   survivors (not all on one), recomputed from the stored operands, and each tile is verified with its block
+   checksum (``sum(tile) == sum(C0) + alpha * (1^T A_rows)(B_cols 1)`` within a rounding bound).
+
+Where the result lives (ownership change)
+    Without failures the result is the caller's ``C``, on the caller's grid, as with ``pdgemm``. With failures
+    the original grid contains dead processes and can no longer run collectives, so the whole matrix C (every
+    entry, also those outside the updated submatrix) is **redistributed onto a new, most-square grid of the
+    survivors** (``ProcessGrid.square`` of the repaired communicator, same block sizes and sources):
+    survivors send their own blocks; a dead process's recomputed tiles are sent by the survivors that
+    recomputed them, and its entries outside the submatrix come from its stored C. :attr:`ResilientResult.C` is
+    that matrix, :attr:`ResilientResult.grid` / ``comm`` the new grid and communicator to keep working on. The
+    caller's ``C`` object still holds the survivors' own updated blocks on the old grid.
+
+A process that was declared dead while alive (too slow: see :mod:`ftkit.failure.detect`) joins the agreement,
+gets no part of the result, and raises :class:`~ftkit.failure.Fenced`. If a dead process's inputs cannot be read
+back (it died before saving them, or more failures than the store survives) every survivor raises the same
+:class:`~ftkit.errors.ProcessFailure`; nothing hangs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from mpi4py import MPI
+
+from ..errors import ABFTError, FtkitError, ProcessFailure
+from ..failure import (
+    FailureDetector,
+    Fenced,
+    agree_on_dead,
+    get_state_table,
+    guarded,
+    record_failures,
+    repair,
+)
+from ..failure.protect import DirectoryStore, InputStore
+from ..failure.ulfm import agree_flag
+from ._operands import aligned_operands
+from ._summa import SummaStep, extract_a_piece, extract_b_piece, plan_summa, run_summa
+from .descriptor import BlockCyclic1D, indxg2l, indxg2p
+from .grid import ProcessGrid
+from .matrix import DistributedMatrix
+from .pblas import _check_dim, _check_flag, _check_matrix, _check_scalar, _is_int, _scale
+
+__all__ = ["ResilientResult", "resilient_pdgemm"]
+
+_TAG_SPAN = 15000  # data tags wrap below the detector's notice tags
+
+
+@dataclass
+class ResilientResult:
+    """What :func:`resilient_pdgemm` returns on a surviving process.
+
+    Attributes
+    ----------
+    C
+        The full result matrix: the caller's ``C`` if nobody failed, else a copy on the survivors' grid.
+    grid, comm
+        The grid ``C`` lives on and its communicator (the repaired one after failures).
+    failed_ranks
+        Ranks (of the original grid) that failed or were fenced off, agreed on by all survivors.
+    state_table
+        The process-state table after the agreement (``1`` alive, ``0`` dead), shaped like the original grid.
+    reassigned
+        ``{dead rank: {survivor rank: number of tiles it recomputed}}`` (ranks of the original grid).
+    tiles_verified
+        Recomputed tiles whose block checksum was verified on this process.
+    storage_reads
+        Stored pieces this process read instead of waiting for a dead owner, during the steps.
+    timeout
+        The exchange deadline used (s).
+    """
+
+    C: DistributedMatrix
+    grid: ProcessGrid
+    comm: MPI.Intracomm
+    failed_ranks: tuple[int, ...]
+    state_table: np.ndarray
+    reassigned: dict[int, dict[int, int]] = field(default_factory=dict)
+    tiles_verified: int = 0
+    storage_reads: int = 0
+    timeout: float = 0.0
+
+
+class _Pending:
+    def __init__(self, exchange: _FailureAwareExchange, step: SummaStep, ex_a, ex_b, a_parts, b_parts):  # type: ignore[no-untyped-def]
+        self.x, self.step, self.ex_a, self.ex_b = exchange, step, ex_a, ex_b
+        self.a_parts, self.b_parts = a_parts, b_parts
+
+    def wait(self) -> tuple[np.ndarray, np.ndarray]:
+        x, step, g = self.x, self.step, self.x.grid
+        x.det.finish_exchange(self.ex_a)
+        x.det.finish_exchange(self.ex_b)
+        for q in range(g.npcol):  # A pieces of dead owners in my process row come from the store
+            owner = g.rank_of(g.myrow, q)
+            if q != g.mycol and not x.det.alive(owner):
+                self.a_parts[q] = np.asfortranarray(extract_a_piece(x.stored("a", owner), step, q))
+                x.storage_reads += 1
+        for p in range(g.nprow):
+            owner = g.rank_of(p, g.mycol)
+            if p != g.myrow and not x.det.alive(owner):
+                self.b_parts[p] = np.ascontiguousarray(extract_b_piece(x.stored("b", owner), step, p))
+                x.storage_reads += 1
+        a_panel = np.asfortranarray(np.hstack(self.a_parts)) if len(self.a_parts) > 1 else self.a_parts[0]
+        b_panel = np.ascontiguousarray(np.vstack(self.b_parts)) if len(self.b_parts) > 1 else self.b_parts[0]
+        return a_panel, b_panel
+
+
+class _FailureAwareExchange:
+    """SUMMA panel exchange, point to point with deadlines; a dead owner's piece is read from the store."""
+
+    def __init__(self, det: FailureDetector, grid: ProcessGrid, store: InputStore, prefix: str,
+                 shapes: dict[tuple[str, int], tuple[int, int]], on_step: Callable[[int], None] | None) -> None:
+        self.det, self.grid, self.store, self.prefix = det, grid, store, prefix
+        self.shapes, self.on_step = shapes, on_step
+        self.cache: dict[tuple[str, int], np.ndarray] = {}
+        self.storage_reads = 0
+        self.unrecoverable: set[int] = set()
+
+    def stored(self, what: str, rank: int) -> np.ndarray:
+        key = (what, rank)
+        if key not in self.cache:
+            try:
+                self.cache[key] = self.store.load(f"{self.prefix}/{what}.{rank}")
+            except FtkitError:
+                # Keep going with zeros so every survivor reaches the agreement, which then fails uniformly.
+                self.unrecoverable.add(rank)
+                self.cache[key] = np.zeros(self.shapes[key], order="F")
+        return self.cache[key]
+
+    def start(self, grid: ProcessGrid, step: SummaStep, a_piece: np.ndarray, b_piece: np.ndarray) -> _Pending:
+        if self.on_step is not None:
+            self.on_step(step.index)
+        g, det = grid, self.det
+        a_piece = np.asfortranarray(a_piece)
+        b_piece = np.ascontiguousarray(b_piece)
+        a_parts: list[np.ndarray] = []
+        recv_a: dict[int, np.ndarray] = {}
+        for q in range(g.npcol):
+            if q == g.mycol:
+                a_parts.append(a_piece)
+            else:
+                buf = np.empty((a_piece.shape[0], step.a_cols[q].stop - step.a_cols[q].start), order="F")
+                a_parts.append(buf)
+                recv_a[g.rank_of(g.myrow, q)] = buf
+        b_parts: list[np.ndarray] = []
+        recv_b: dict[int, np.ndarray] = {}
+        for p in range(g.nprow):
+            if p == g.myrow:
+                b_parts.append(b_piece)
+            else:
+                buf = np.empty((step.b_rows[p].stop - step.b_rows[p].start, b_piece.shape[1]))
+                b_parts.append(buf)
+                recv_b[g.rank_of(p, g.mycol)] = buf
+        tag = 2 * (step.index % _TAG_SPAN)
+        ex_a = det.start_exchange({r: a_piece for r in recv_a}, recv_a, tag)
+        ex_b = det.start_exchange({r: b_piece for r in recv_b}, recv_b, tag + 1)
+        return _Pending(self, step, ex_a, ex_b, a_parts, b_parts)
+
+
+def _check_args(transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, width):  # type: ignore[no-untyped-def]
+    r = "PDGEMM"
+    ta = _check_flag(r, 1, "transa", transa, "NTC").replace("C", "T")
+    tb = _check_flag(r, 2, "transb", transb, "NTC").replace("C", "T")
+    m, n, k = _check_dim(r, 3, "m", m), _check_dim(r, 4, "n", n), _check_dim(r, 5, "k", k)
+    alpha = _check_scalar(r, 6, "alpha", alpha)
+    from ..errors import PBLASArgumentError
+    if not isinstance(C, DistributedMatrix):
+        raise PBLASArgumentError(r, 16, f"C must be a DistributedMatrix, got {type(C).__name__}")
+    ctx = C.desc.context
+    ar, ac = (m, k) if ta == "N" else (k, m)
+    br, bc = (k, n) if tb == "N" else (n, k)
+    ia, ja = _check_matrix(r, 7, "A", A, ia, ja, ar, ac, ctx)
+    ib, jb = _check_matrix(r, 11, "B", B, ib, jb, br, bc, ctx)
+    beta = _check_scalar(r, 15, "beta", beta)
+    ic, jc = _check_matrix(r, 16, "C", C, ic, jc, m, n, None)
+    if width is not None and (not _is_int(width) or width < 1):
+        raise PBLASArgumentError(r, 19, f"width={width!r}; must be a positive integer")
+    return ta, tb, m, n, k, alpha, ia, ja, ib, jb, beta, ic, jc
+
+
+def resilient_pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: DistributedMatrix,
+                     ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix,
+                     ic: int, jc: int, *, store: InputStore | str, timeout: float | None = None,
+                     width: int | None = None, detector: FailureDetector | None = None,
+                     on_step: Callable[[int], None] | None = None) -> ResilientResult:
+    """Compute ``C(ic:, jc:) = alpha*op(A)(ia:, ja:) @ op(B)(ib:, jb:) + beta*C(ic:, jc:)``, surviving failures.
+
+    Collective on C's grid; arguments and semantics as :func:`ftkit.linalg.pdgemm` (SUMMA). See the module
+    docstring for the phases and for where the result lives after a failure.
+
+    Parameters
+    ----------
+    store
+        Where every process's inputs are saved and a dead process's inputs are read back: an
+        :class:`~ftkit.failure.protect.InputStore` or a directory path readable by every rank (the L4 /
+        ``glbl_dir`` directory). The call's files are removed when it succeeds.
+    timeout
+        Seconds to wait for a peer before declaring it dead (default: 10 x measured round trip, at least
+        :data:`ftkit.failure.detect.DEFAULT_MIN_TIMEOUT`).
+    width
+        SUMMA step width in k (default as pdgemm).
+    detector
+        A :class:`~ftkit.failure.FailureDetector` on C's grid communicator to reuse (default: a new one).
+    on_step
+        Called with the step index before each step's exchange starts (fault-injection hook for tests).
+
+    Returns
+    -------
+    ResilientResult
+        On every surviving process.
+
+    Raises
+    ------
+    PBLASArgumentError
+        For illegal arguments (as pdgemm).
+    ProcessFailure
+        If the state table already marks a process of this grid dead, or a dead process's inputs cannot be
+        read back, or a further failure strikes while the survivors repair; the same on every survivor.
+    Fenced
+        On a process that was declared dead while alive (it missed the deadline).
+    ABFTError
+        If a recomputed tile fails its block checksum twice.
+    """
+    ta, tb, m, n, k, alpha, ia, ja, ib, jb, beta, ic, jc = _check_args(
+        transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, width)
+    grid = C.grid
+    table = get_state_table()
+    if table is not None and table.shape == grid.shape and not table.all():
+        dead = [grid.rank_of(int(p), int(q)) for p, q in zip(*np.nonzero(table == 0))]
+        raise ProcessFailure(f"the state table marks grid ranks {dead} dead: this grid can no longer compute; "
+                             f"continue on the survivors' grid (ResilientResult.grid) or reset_state() after a "
+                             f"restart", dead)
+    if isinstance(store, (str, bytes)) or hasattr(store, "__fspath__"):
+        store = DirectoryStore(store)  # type: ignore[arg-type]
+    det = detector or FailureDetector(grid.comm, timeout=timeout)
+    me = det.rank
+    call = det.comm.bcast(uuid.uuid4().hex if me == 0 else None, root=0)
+    prefix = f"pdgemm-{call}"
+
+    if m and n:
+        _scale(C.local_view(ic, jc, m, n), beta)
+    if m and n and k and alpha != 0.0:
+        ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc)
+        a, b, ka, kb, crows, ccols = ops.a, ops.b, ops.ka, ops.kb, ops.crows, ops.ccols
+    else:  # nothing to multiply: the result is C scaled by beta
+        a = b = None
+        crows, ccols = C.row_map(ic, m), C.col_map(jc, n)
+        ka = kb = None
+
+    # Phase 1: protect. Shapes of every rank's pieces are pure index arithmetic, so readers can size buffers.
+    shapes: dict[tuple[str, int], tuple[int, int]] = {}
+    d = C.desc
+    for r in range(grid.size):
+        p, q = grid.coords(r)
+        shapes[("c", r)] = d.local_shape(p, q, grid.nprow, grid.npcol)
+        if ka is not None and kb is not None:
+            shapes[("a", r)] = (crows.count(p), ka.count(q))
+            shapes[("b", r)] = (kb.count(p), ccols.count(q))
+    store.save(f"{prefix}/c.{me}", C.local)
+    if a is not None and b is not None:
+        store.save(f"{prefix}/a.{me}", np.asfortranarray(a))
+        store.save(f"{prefix}/b.{me}", np.asfortranarray(b))
+    exchange = _FailureAwareExchange(det, grid, store, prefix, shapes, on_step)
+    try:
+        det.barrier()
+        # Phase 2: iterate, reading dead owners' pieces from the store.
+        if a is not None and b is not None and ka is not None and kb is not None:
+            steps = plan_summa(ka, kb, width)
+            run_summa(grid, a, b, C.local_view(ic, jc, m, n), ka, kb, alpha, exchange=exchange, steps=steps)
+    except Fenced:
+        pass
+
+    # Phase 3: agree on the dead, record them, repair.
+    dead = agree_on_dead(det.comm, det.dead, abstain=det.fenced)
+    inputs_ok = agree_flag(det.comm, int(not (exchange.unrecoverable & set(dead))))
+    new_comm = repair(det.comm, dead)
+    if new_comm is None or det.fenced:
+        det.raise_if_fenced()
+        raise Fenced(f"rank {me} was declared dead by its peers and fenced off", [me])
+    state = record_failures(grid.shape, {grid.coords(r) for r in dead}, writer=new_comm.Get_rank() == 0)
+    if not dead:
+        guarded(new_comm, "the final synchronization", new_comm.Barrier)
+        if new_comm.Get_rank() == 0:
+            store.remove(prefix)
+        new_comm.Free()
+        if detector is None:
+            det.free()
+        return ResilientResult(C, grid, grid.comm, (), state, {}, 0, exchange.storage_reads, det.timeout)
+    if not inputs_ok:
+        raise ProcessFailure(f"ranks {sorted(dead)} failed and their inputs cannot be read back from {store!r} "
+                             f"(they died before saving them, or the store lost them): the product cannot be "
+                             f"completed; restart from a checkpoint", sorted(dead))
+
+    # Phase 4: settle up.
+    survivors = [r for r in range(grid.size) if r not in dead]
+    tiles, reassigned = _plan_tiles(grid, sorted(dead), survivors, crows, ccols, d.mb, d.nb)
+    pieces: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []  # (priority, rows, cols, data)
+    own_rows, own_cols = C.global_rows(), C.global_cols()
+    pieces.append((0, own_rows, own_cols, C.local))
+    verified = 0
+    for dead_rank, holder, rsl, csl in tiles:
+        pd, qd = grid.coords(dead_rank)
+        rows_g = _global(d.mb, pd, d.rsrc, grid.nprow, shapes[("c", dead_rank)][0])
+        cols_g = _global(d.nb, qd, d.csrc, grid.npcol, shapes[("c", dead_rank)][1])
+        if holder != me:
+            continue
+        c_dead = exchange.stored("c", dead_rank)
+        if rsl is None:  # the dead process's whole stored C (entries outside the submatrix keep these values)
+            pieces.append((1, rows_g, cols_g, c_dead))
+            continue
+        r0 = crows.local_start(pd)
+        c0 = ccols.local_start(qd)
+        lr = slice(r0 + rsl.start, r0 + rsl.stop)
+        lc = slice(c0 + csl.start, c0 + csl.stop)
+        tile = np.array(c_dead[lr, lc], order="F")
+        if a is not None and ka is not None and kb is not None:
+            a_rows = np.empty((rsl.stop - rsl.start, k), order="F")
+            for q in range(grid.npcol):
+                a_rows[:, ka.indices_on(q)] = _piece(exchange, "a", grid.rank_of(pd, q), a, me)[rsl, :]
+            b_cols = np.empty((k, csl.stop - csl.start), order="F")
+            for p in range(grid.nprow):
+                b_cols[kb.indices_on(p), :] = _piece(exchange, "b", grid.rank_of(p, qd), b, me)[:, csl]
+            tile = _recompute_verified(alpha, a_rows, b_cols, tile)
+        verified += 1
+        pieces.append((2, rows_g[lr], cols_g[lc], tile))
+
+    new_grid = ProcessGrid.square(new_comm)
+    result = _redistribute(pieces, new_grid, C)
+    guarded(new_comm, "the final synchronization", new_comm.Barrier)
+    if new_comm.Get_rank() == 0:
+        store.remove(prefix)
+    return ResilientResult(result, new_grid, new_grid.comm, tuple(sorted(dead)), state, reassigned, verified,
+                           exchange.storage_reads, det.timeout)
+
+
+def _global(nb: int, p: int, src: int, nprocs: int, count: int) -> np.ndarray:
+    from .descriptor import indxl2g
+    return indxl2g(np.arange(count, dtype=np.int64), nb, p, src, nprocs)
+
+
+def _piece(exchange: _FailureAwareExchange, what: str, rank: int, mine: np.ndarray, me: int) -> np.ndarray:
+    return mine if rank == me else exchange.stored(what, rank)
+
+
+def _plan_tiles(grid: ProcessGrid, dead: list[int], survivors: list[int], crows: BlockCyclic1D,
+                ccols: BlockCyclic1D, mb: int, nb: int) -> tuple[list, dict[int, dict[int, int]]]:  # type: ignore[type-arg]
+    """Cut each dead process's submatrix piece into mb x nb tiles and deal them round-robin to survivors.
+
+    Returns ``[(dead, holder, row slice, col slice)]`` (slices relative to the dead's submatrix piece; a
+    ``None`` slice marks the entry that carries the dead's whole stored C) and ``{dead: {holder: tiles}}``.
+    The plan is pure arithmetic on agreed data, so every survivor computes the same one.
+    """
+    tiles = []
+    reassigned: dict[int, dict[int, int]] = {}
+    turn = 0
+    for dr in dead:
+        pd, qd = grid.coords(dr)
+        tiles.append((dr, survivors[dr % len(survivors)], None, None))
+        nr, nc = crows.count(pd), ccols.count(qd)
+        for r0 in range(0, nr, mb):
+            for c0 in range(0, nc, nb):
+                holder = survivors[turn % len(survivors)]
+                turn += 1
+                tiles.append((dr, holder, slice(r0, min(nr, r0 + mb)), slice(c0, min(nc, c0 + nb))))
+                reassigned.setdefault(dr, {}).setdefault(holder, 0)
+                reassigned[dr][holder] += 1
+    return tiles, reassigned
+
+
+def _recompute_verified(alpha: float, a_rows: np.ndarray, b_cols: np.ndarray, c0: np.ndarray) -> np.ndarray:
+    """Return ``c0 + alpha * a_rows @ b_cols``, verified by its block checksum (recomputed once on mismatch)."""
+    k = a_rows.shape[1]
+    expected = c0.sum() + alpha * float(a_rows.sum(axis=0) @ b_cols.sum(axis=1))
+    bound = (abs(alpha) * float(np.abs(a_rows).sum(axis=0) @ np.abs(b_cols).sum(axis=1)) + np.abs(c0).sum())
+    tol = 4.0 * (k + c0.size + 2) * np.finfo(np.float64).eps * max(bound, np.finfo(np.float64).tiny)
+    for _ in range(2):
+        tile = c0 + alpha * (a_rows @ b_cols)
+        if abs(tile.sum() - expected) <= tol:
+            return np.asfortranarray(tile)
+    raise ABFTError(f"a recomputed tile failed its block checksum twice (|{tile.sum()} - {expected}| > {tol:.3g})")
+
+
+def _redistribute(pieces: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]], grid: ProcessGrid,
+                  C: DistributedMatrix) -> DistributedMatrix:
+    """Move pieces ``(priority, global rows, global cols, data)`` into a new matrix like C on ``grid``.
+
+    Lower priorities are written first, so a recomputed tile (2) overwrites a dead process's stored C (1).
+    """
+    d = C.desc
+    result = DistributedMatrix.zeros(grid, d.m, d.n, mb=d.mb, nb=d.nb, rsrc=d.rsrc % grid.nprow,
+                                     csrc=d.csrc % grid.npcol)
+    rd = result.desc
+    outgoing: list[list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in range(grid.size)]
+    for prio, rows, cols, data in pieces:
+        rown = indxg2p(rows, rd.mb, rd.rsrc, grid.nprow)
+        coln = indxg2p(cols, rd.nb, rd.csrc, grid.npcol)
+        for r in range(grid.size):
+            p, q = grid.coords(r)
+            ri, ci = np.flatnonzero(rown == p), np.flatnonzero(coln == q)
+            if ri.size and ci.size:
+                outgoing[r].append((prio, rows[ri], cols[ci], np.ascontiguousarray(data[np.ix_(ri, ci)])))
+    incoming = guarded(grid.comm, "the redistribution of the result", lambda: grid.comm.alltoall(outgoing))
+    received = sorted((piece for batch in incoming for piece in batch), key=lambda x: x[0])
+    for _, rows, cols, data in received:
+        lr = indxg2l(rows, rd.mb, grid.nprow)
+        lc = indxg2l(cols, rd.nb, grid.npcol)
+        result.local[np.ix_(lr, lc)] = data
+    return result

@@ -1,0 +1,13 @@
+"""ftkit's storage layer: the checkpoint file container, the manifest, and one module per level."""
+
+from __future__ import annotations
+
+from .base import StorageLevel
+from .format import FileInfo, Header, Section, read_arrays, read_header, verify_file, write_file
+from .local import LocalLevel
+from .manifest import CheckpointEntry, Manifest, RankFile, read_manifest, write_manifest
+from .pfs import PFSLevel
+
+__all__ = ["StorageLevel", "LocalLevel", "PFSLevel", "FileInfo", "Header", "Section", "read_arrays",
+           "read_header", "verify_file", "write_file", "CheckpointEntry", "Manifest", "RankFile",
+           "read_manifest", "write_manifest"]

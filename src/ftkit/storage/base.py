@@ -1,0 +1,142 @@
+"""The storage-level contract: where a rank's checkpoint file lives at one level, and how to put it there.
+
+A level (L1 node-local, L2 partner copy, L3 encoded, L4 parallel file system) stores at most one file per rank
+per checkpoint. Implementations give only :meth:`StorageLevel.path` (and their name and number); writing,
+copying in, verifying, reading, testing and removing are derived here, so every level commits the same way:
+temporary name, fsync, rename, fsync of the directory. A level holding the checkpoint file itself (L1, L2 copy,
+L4) stores it byte-identical to the one written at L1; the file's integrity is the container's (see
+:mod:`ftkit.storage.format`). Levels that store something else (L3 parity) override what differs.
+
+This module imports no implementation.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from . import format as fmt
+from ._fsutil import make_dirs, remove_empty_dirs, remove_file
+
+__all__ = ["StorageLevel", "FILE_SUFFIX", "ckpt_dir_name", "parse_ckpt_dir_name"]
+
+FILE_SUFFIX = ".ftk"
+_CKPT_RE = re.compile(r"^ckpt([0-9]+)$")
+
+
+def ckpt_dir_name(ckpt_id: int) -> str:
+    """Name of the directory holding checkpoint ``ckpt_id``'s files at a level (``ckpt<id>``)."""
+    return f"ckpt{ckpt_id}"
+
+
+def parse_ckpt_dir_name(name: str) -> int | None:
+    """Inverse of :func:`ckpt_dir_name`; None if ``name`` is not a checkpoint directory."""
+    m = _CKPT_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+class StorageLevel(ABC):
+    """One checkpoint level's storage, for one run (``exec_id``).
+
+    Parameters
+    ----------
+    root
+        The level's root directory (``ckpt_dir`` for node-local levels, ``glbl_dir`` for L4).
+    exec_id
+        The run's identity; every path is under a directory of that name.
+    nodes
+        Node id of every rank when the checkpoint was taken (node-local levels place files by node).
+    chunk_bytes
+        Size (bytes) of one I/O chunk; a level never holds more than one chunk of extra memory.
+    fsync
+        fsync files and directories on commit (durability). Only format tests turn it off.
+    """
+
+    level: ClassVar[int]
+    name: ClassVar[str]
+    #: True if checkpoints can be written straight from the protected arrays into this level.
+    supports_direct_write: ClassVar[bool] = False
+    #: True if the level's file of a rank is the checkpoint file itself (readable with read_into).
+    supports_read: ClassVar[bool] = True
+
+    def __init__(self, root: str | os.PathLike[str], exec_id: str, nodes: Sequence[int],
+                 chunk_bytes: int = fmt.DEFAULT_CHUNK, fsync: bool = True) -> None:
+        self.root = Path(root)
+        self.exec_id = exec_id
+        self.nodes = list(nodes)
+        self.chunk_bytes = chunk_bytes
+        self.fsync = fsync
+
+    # -- what an implementation provides ------------------------------------------------------------------
+
+    @abstractmethod
+    def path(self, ckpt_id: int, rank: int) -> Path:
+        """Path of ``rank``'s file of checkpoint ``ckpt_id`` at this level."""
+
+    @abstractmethod
+    def run_dirs(self) -> list[Path]:
+        """Directories holding this run's files at this level (one per node for node-local levels)."""
+
+    # -- derived operations -------------------------------------------------------------------------------
+
+    def stop_dir(self, ckpt_id: int, rank: int) -> Path:
+        """Directory at which empty-directory cleanup stops for ``rank``'s file."""
+        return self.root
+
+    def write(self, ckpt_id: int, rank: int, arrays: Sequence[tuple[str, np.ndarray]], *, level: int,
+              nranks: int, meta: Mapping[str, Any] | None = None) -> fmt.FileInfo:
+        """Write ``rank``'s checkpoint file from ``arrays`` straight into this level (atomically)."""
+        dst = self.path(ckpt_id, rank)
+        make_dirs(dst.parent)
+        return fmt.write_file(dst, arrays, rank=rank, level=level, ckpt_id=ckpt_id, exec_id=self.exec_id,
+                              nranks=nranks, meta=meta, chunk_bytes=self.chunk_bytes, fsync=self.fsync)
+
+    def put_file(self, ckpt_id: int, rank: int, src: str | os.PathLike[str]) -> int:
+        """Copy an existing file (e.g. the L1 file) in as ``rank``'s file; return bytes copied."""
+        dst = self.path(ckpt_id, rank)
+        make_dirs(dst.parent)
+        return fmt.copy_file(src, dst, chunk_bytes=self.chunk_bytes, fsync=self.fsync)
+
+    def verify(self, ckpt_id: int, rank: int, expect_digest: str | None = None) -> fmt.Header:
+        """Check ``rank``'s file completely (header, size, every section digest); return its header.
+
+        Raises
+        ------
+        CheckpointNotFoundError, FormatError, CorruptionError
+            Naming the file and what is wrong.
+        """
+        return fmt.verify_file(self.path(ckpt_id, rank), expect_digest=expect_digest,
+                               chunk_bytes=self.chunk_bytes)
+
+    def read_into(self, ckpt_id: int, rank: int, targets: Mapping[str, np.ndarray],
+                  header: fmt.Header | None = None) -> fmt.Header:
+        """Read ``rank``'s file into ``targets`` (name → array), checking digests."""
+        return fmt.read_into(self.path(ckpt_id, rank), targets, header, chunk_bytes=self.chunk_bytes)
+
+    def exists(self, ckpt_id: int, rank: int) -> bool:
+        """Whether ``rank``'s file of checkpoint ``ckpt_id`` exists at this level (not whether it is valid)."""
+        return self.path(ckpt_id, rank).is_file()
+
+    def remove(self, ckpt_id: int, rank: int) -> None:
+        """Delete ``rank``'s file of ``ckpt_id`` (and directories left empty); missing files are ignored."""
+        p = self.path(ckpt_id, rank)
+        remove_file(p)
+        remove_empty_dirs(p.parent, self.stop_dir(ckpt_id, rank))
+
+    def list_ids(self) -> list[int]:
+        """Ids of the checkpoints that have a directory at this level (complete or not)."""
+        ids: set[int] = set()
+        for d in self.run_dirs():
+            level_dir = d / f"l{self.level}"
+            if level_dir.is_dir():
+                for child in level_dir.iterdir():
+                    cid = parse_ckpt_dir_name(child.name)
+                    if cid is not None:
+                        ids.add(cid)
+        return sorted(ids)

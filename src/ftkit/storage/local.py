@@ -1,0 +1,36 @@
+"""L1: each rank's checkpoint file in its node's local directory.
+
+Layout: ``ckpt_dir/node<n>/<exec_id>/l1/ckpt<id>/rank<r>.ftk`` where ``n`` is the rank's node when the checkpoint
+was taken. Emulated nodes each have their own ``node<n>`` directory, so deleting it is a node's storage loss.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..topology import node_dir_name
+from .base import FILE_SUFFIX, StorageLevel, ckpt_dir_name
+
+__all__ = ["LocalLevel"]
+
+
+class LocalLevel(StorageLevel):
+    """Level 1: node-local checkpoint files."""
+
+    level = 1
+    name = "local"
+    supports_direct_write = True
+
+    def node_run_dir(self, node: int) -> Path:
+        """``ckpt_dir/node<n>/<exec_id>``: everything this run keeps on node ``node``."""
+        return self.root / node_dir_name(node) / self.exec_id
+
+    def path(self, ckpt_id: int, rank: int) -> Path:
+        return (self.node_run_dir(self.nodes[rank]) / f"l{self.level}" / ckpt_dir_name(ckpt_id)
+                / f"rank{rank}{FILE_SUFFIX}")
+
+    def stop_dir(self, ckpt_id: int, rank: int) -> Path:
+        return self.root / node_dir_name(self.nodes[rank])
+
+    def run_dirs(self) -> list[Path]:
+        return [self.node_run_dir(n) for n in sorted(set(self.nodes))]

@@ -1,0 +1,127 @@
+"""Faults during and between runs: a rank killed mid-checkpoint, corrupted and truncated files, missing or foreign
+manifests, wrong shapes. Every case ends in correct data or a clear error on every rank, never a hang."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from ftkit.inject import corrupt_file, truncate_file
+
+from ._util import copy_run, l1_file, rank_lines, run_app, write_config
+
+pytestmark = pytest.mark.mpi
+
+N = 4  # ranks, in 2 emulated nodes
+
+
+def _recovered(lines: dict[int, str]) -> dict[int, dict[str, str]]:
+    out = {}
+    for r, line in lines.items():
+        assert line.startswith("recovered"), f"rank {r}: {line}"
+        out[r] = dict(re.findall(r"(\w+)=(\S+)", line))
+        assert out[r]["data"] == "ok", f"rank {r} recovered wrong data: {line}"
+    return out
+
+
+@pytest.mark.parametrize("kill_rank,stage", [(1, "after_write"), (0, "before_commit")])
+def test_killed_during_checkpoint_leaves_previous_recoverable(tmp_path, kill_rank, stage):
+    d = tmp_path / "run"
+    write_config(d)
+    r = run_app(d, N, "--mode", "write", "--levels", "1,1", "--kill-rank", str(kill_rank), "--kill-stage", stage,
+                "--kill-index", "1")
+    assert f"R{kill_rank} wrote id=1" in r.stdout and "wrote id=2" not in r.stdout, r.stdout + r.stderr
+    r = run_app(d, N, "--mode", "recover").check()
+    got = _recovered(rank_lines(r.stdout, N))
+    assert all(v["id"] == "1" and v["step"] == "0" and v["level"] == "1" for v in got.values()), r.stdout
+
+
+def test_corrupted_l1_falls_back_to_l4(tmp_path):
+    d = tmp_path / "run"
+    write_config(d, inline_l4=0)          # L4 through L1 + flush: checkpoint 1 exists at L1 and L4
+    run_app(d, N, "--mode", "write", "--levels", "4,1").check()
+    corrupt_file(l1_file(d, 2, 2), offset=-100)   # newest checkpoint (L1 only): unusable on rank 2
+    corrupt_file(l1_file(d, 1, 1), offset=-8)     # older one: rank 1 must read its L4 copy
+    r = run_app(d, N, "--mode", "recover").check()
+    got = _recovered(rank_lines(r.stdout, N))
+    assert all(v["id"] == "1" and v["step"] == "0" and v["level"] == "4" for v in got.values()), r.stdout
+    assert got[1]["source"] == "4" and got[0]["source"] == "1" and got[3]["source"] == "1"
+    assert "checkpoint 2" in r.stdout and "rank 2" in r.stdout and "checksum mismatch" in r.stdout
+
+
+@pytest.fixture(scope="module")
+def l1_only_run(tmp_path_factory):
+    """A 4-rank run that took two L1 checkpoints and died (no L4 copy anywhere)."""
+    d = tmp_path_factory.mktemp("l1only") / "run"
+    write_config(d)
+    run_app(d, N, "--mode", "write", "--levels", "1,1").check()
+    return d
+
+
+def _error_lines(d, nranks, *args):
+    r = run_app(d, nranks, "--mode", "recover", *args)
+    assert not r.timed_out
+    lines = rank_lines(r.stdout, nranks)
+    for rank, line in lines.items():
+        assert line.startswith("error "), f"rank {rank}: {line}"
+        assert "restarted=True" in line and "untouched=True" in line, line
+        assert "again=" in line and "again=none" not in line, "a second recover() must raise too"
+        assert "ckpt=CheckpointError" in line, "checkpoint() on an unrecovered restart must raise"
+    return lines
+
+
+def test_corrupted_l1_without_l4_raises_everywhere(l1_only_run, tmp_path):
+    d = copy_run(l1_only_run, tmp_path / "c")
+    corrupt_file(l1_file(d, 2, 3), offset=-1)
+    lines = _error_lines(d, N)
+    assert all("RecoveryError" in v and "checksum mismatch" in v and "rank 3" in v for v in lines.values())
+
+
+def test_truncated_file_raises_everywhere(l1_only_run, tmp_path):
+    d = copy_run(l1_only_run, tmp_path / "t")
+    f = l1_file(d, 2, 0)
+    truncate_file(f, f.stat().st_size - 10)
+    lines = _error_lines(d, N)
+    assert all("RecoveryError" in v and "truncated" in v for v in lines.values())
+
+
+def test_missing_manifest_is_a_clear_error(l1_only_run, tmp_path):
+    d = copy_run(l1_only_run, tmp_path / "m")
+    (d / "run" / "meta" / "manifest.json").unlink()
+    lines = _error_lines(d, N)
+    assert all("manifest" in v and "missing" in v for v in lines.values())
+
+
+def test_manifest_from_another_run_is_a_clear_error(l1_only_run, tmp_path):
+    d = copy_run(l1_only_run, tmp_path / "ranks")
+    lines = _error_lines(d, 2)   # relaunched with another rank count
+    assert all("4 ranks" in v and "-n 4" in v for v in lines.values())
+    d2 = copy_run(l1_only_run, tmp_path / "exec")
+    cfg = d2 / "ftkit.ini"
+    cfg.write_text(cfg.read_text() + "[restart]\nexec_id = some-other-run\n")
+    lines = _error_lines(d2, N)
+    assert all("some-other-run" in v and "belongs to run" in v for v in lines.values())
+
+
+def test_wrong_shape_is_refused_before_overwriting(l1_only_run, tmp_path):
+    d = copy_run(l1_only_run, tmp_path / "s")
+    lines = _error_lines(d, N, "--n", "4000")
+    assert all("ShapeMismatchError" in v and "(5000,)" in v and "(4000,)" in v for v in lines.values())
+
+
+def test_finalize_cleans_up_or_keeps_last(tmp_path):
+    d = tmp_path / "fin"
+    write_config(d)
+    run_app(d, N, "--mode", "write", "--levels", "1,4,1", "--finalize").check()
+    assert not (d / "run" / "meta" / "manifest.json").exists()
+    assert not list((d / "run").rglob("*.ftk"))
+    k = tmp_path / "keep"
+    write_config(k, keep_last_ckpt=1)
+    run_app(k, N, "--mode", "write", "--levels", "1,4,1", "--finalize").check()
+    assert len(list((k / "run").rglob("*.ftk"))) == N, "keep_last_ckpt keeps exactly the last checkpoint"
+    r = run_app(k, N, "--mode", "recover").check()
+    got = _recovered(rank_lines(r.stdout, N))
+    assert all(v["id"] == "3" and v["step"] == "2" for v in got.values())
+    shutil.rmtree(k)

@@ -1,0 +1,65 @@
+"""The input store survivors read a dead process's operands from: round trip, atomicity, damage detection."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ftkit import inject
+from ftkit.errors import CorruptionError, FormatError, StorageError
+from ftkit.failure.protect import DirectoryStore
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", ["float64", "int32", "complex128"])
+def test_round_trip_keeps_values_shape_and_order(tmp_path, order, dtype):
+    store = DirectoryStore(tmp_path, fsync=False)
+    a = np.asarray(np.arange(24).reshape(4, 6), dtype=dtype, order=order) * 3
+    store.save("call/a.3", a)
+    b = store.load("call/a.3")
+    assert b.dtype == a.dtype and b.shape == a.shape and np.array_equal(a, b)
+    assert b.flags.f_contiguous == (order == "F") or a.ndim < 2
+    assert [p.name for p in (tmp_path / "call").iterdir()] == ["a.3"]  # no temporary left
+
+
+def test_empty_and_overwrite(tmp_path):
+    store = DirectoryStore(tmp_path)
+    store.save("k", np.zeros((0, 5)))
+    assert store.load("k").shape == (0, 5)
+    store.save("k", np.ones(3))
+    assert store.load("k").tolist() == [1.0, 1.0, 1.0]
+
+
+def test_damage_is_detected(tmp_path):
+    store = DirectoryStore(tmp_path)
+    store.save("x/b.0", np.random.default_rng(0).standard_normal((8, 8)))
+    inject.corrupt_file(tmp_path / "x" / "b.0", offset=-5)
+    with pytest.raises(CorruptionError, match="xxh3"):
+        store.load("x/b.0")
+    store.save("x/b.1", np.ones((8, 8)))
+    inject.truncate_file(tmp_path / "x" / "b.1", (tmp_path / "x" / "b.1").stat().st_size - 8)
+    with pytest.raises(FormatError, match="truncated"):
+        store.load("x/b.1")
+    (tmp_path / "x" / "b.2").write_bytes(b"\x80\x04pickle?")
+    with pytest.raises(FormatError, match="magic"):
+        store.load("x/b.2")
+    with pytest.raises(StorageError, match="nothing saved"):
+        store.load("x/b.9")
+
+
+def test_bad_keys_and_dtypes_are_rejected(tmp_path):
+    store = DirectoryStore(tmp_path)
+    for key in ("", "../escape", "a/./b"):
+        with pytest.raises(StorageError, match="invalid store key"):
+            store.save(key, np.ones(1))
+    with pytest.raises(StorageError, match="dtype"):
+        store.save("o", np.array([object()]))
+
+
+def test_remove_prefix(tmp_path):
+    store = DirectoryStore(tmp_path)
+    store.save("call/a.0", np.ones(2))
+    store.save("call/b.0", np.ones(2))
+    store.remove("call")
+    assert not (tmp_path / "call").exists()
+    store.remove("call")  # missing is fine

@@ -1,0 +1,308 @@
+"""In-process tests of the ABFT mathematics (ftkit.linalg.abft): checksums, bounds, location, correction."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ftkit.inject import BitFlip, InjectionPlan
+from ftkit.linalg import abft
+from ftkit.linalg._blas import gemm_update
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "programs"))
+from linalg_abft_cases import FAMILIES, make_case  # noqa: E402
+
+
+def panel_product(a, b, c0, alpha, beta, width, plan=None):
+    """C = alpha a b + beta c0 the way SUMMA computes it (panel by panel), with optional C flips between panels."""
+    m, n = a.shape[0], b.shape[1]
+    c = np.asfortranarray(beta * c0) if beta != 0 else np.zeros((m, n), order="F")
+    steps = list(range(0, a.shape[1], width))
+    for s, k0 in enumerate(steps):
+        if plan is not None:
+            plan.apply("C", 0, s, c)
+        gemm_update(alpha, a[:, k0:k0 + width], b[k0:k0 + width], c)
+    if plan is not None:
+        plan.apply("C", 0, len(steps), c)
+    return c, len(steps)
+
+
+def expected_sums(a, b, c0, alpha, beta, bs, tol):
+    m, k = a.shape
+    n = b.shape[1]
+    rb, cb = abft.dense_bounds(m, bs), abft.dense_bounds(n, bs)
+    prod = abft.ChecksumProduct(len(rb) - 1, len(cb) - 1)
+    prod.add(abft.encode_rows(a, rb), abft.encode_cols(b, cb))
+    exp = [alpha * prod.ee, alpha * prod.we, alpha * prod.ew, alpha * prod.ww]
+    mabs = abs(alpha) * prod.mabs
+    if beta != 0:
+        s0 = abft.block_sums(c0, rb, cb)
+        exp = [e + beta * s for e, s in zip(exp, s0, strict=True)]
+        mabs = mabs + abs(beta) * abft.abs_block_sums(c0, rb, cb)
+    thr = abft.thresholds(mabs, k, np.diff(rb), np.diff(cb), tol=tol, alpha=alpha, beta=beta)
+    return rb, cb, tuple(exp), thr
+
+
+def test_gamma():
+    assert abft.gamma(0) == 0.0
+    assert abft.gamma(10) == pytest.approx(10 * 2.0 ** -53, rel=1e-12)
+    with pytest.raises(ValueError):
+        abft.gamma(2 ** 53)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(0, 300), nb=st.integers(1, 64), bs=st.integers(1, 70), offset=st.integers(0, 200),
+       nprocs=st.integers(1, 4), p=st.integers(0, 3))
+def test_segments_cover_and_never_straddle_a_distribution_block(n, nb, bs, offset, nprocs, p):
+    p = p % nprocs
+    g = np.arange(offset, offset + n)
+    owners = (g // nb) % nprocs
+    idx = np.flatnonzero(owners == p)
+    bounds = abft.segment_bounds(idx, offset, nb, bs)
+    assert bounds[0] == 0 and bounds[-1] == idx.size
+    lens = np.diff(bounds)
+    assert np.all(lens >= 1) and np.all(lens <= bs)
+    for s in range(len(bounds) - 1):
+        seg = idx[bounds[s]:bounds[s + 1]] + offset
+        assert len(set(seg // nb)) == 1                      # one distribution block: one owner
+        assert np.all(np.diff(seg) == 1)
+
+
+def test_encoding_equals_explicit_sums():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((37, 11))
+    rb = np.array([0, 5, 16, 37])
+    chk = abft.encode_rows(a, rb)
+    for s in range(3):
+        blk = a[rb[s]:rb[s + 1]]
+        w = np.arange(1, len(blk) + 1)[:, None]
+        np.testing.assert_allclose(chk[s], blk.sum(0), rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(chk[3 + s], (w * blk).sum(0), rtol=1e-13, atol=1e-12)
+        np.testing.assert_allclose(chk[6 + s], np.abs(blk).sum(0), rtol=1e-13)
+    bchk = abft.encode_cols(a.T, rb)
+    np.testing.assert_allclose(bchk, chk.T, rtol=1e-13, atol=1e-12)
+
+
+def test_integer_products_have_exactly_zero_residual():
+    # every product and sum is exact: any algebra slip in the checksum bookkeeping would show up as != 0
+    rng = np.random.default_rng(1)
+    for bs in (1, 3, 8, 32):
+        a, b, c0 = make_case("integer_exact", 45, 38, 70, rng)
+        c0 = np.round(c0)
+        c, _ = panel_product(a, b, c0, 2.0, -3.0, 16)
+        rb, cb, exp, thr = expected_sums(a, b, c0, 2.0, -3.0, bs, None)
+        v = abft.verify_blocks(c, rb, cb, exp, thr)
+        assert not v.flagged.any()
+        assert all(np.all(r == 0) for r in (v.res_ee, v.res_we, v.res_ew, v.res_ww))
+
+
+@pytest.mark.parametrize("tol", [None, "statistical"])
+def test_no_false_positives_on_1000_adversarial_cases(tol):
+    rng = np.random.default_rng(1234 if tol is None else 4321)
+    worst = 0.0
+    blocks = 0
+    for t in range(1000):
+        fam = FAMILIES[t % len(FAMILIES)]
+        k = int(rng.integers(1, 500))
+        m, n = tuple(int(x) for x in rng.integers(1, 80, size=2))
+        bs = int(rng.choice([1, 4, 8, 16, 32, 64]))
+        alpha = float(rng.choice([1.0, -0.5, 3.0, 1e-3]))
+        beta = float(rng.choice([0.0, 1.0, -2.0]))
+        a, b, c0 = make_case(fam, m, n, k, rng)
+        c, _ = panel_product(a, b, c0, alpha, beta, int(rng.integers(1, 300)))
+        rb, cb, exp, thr = expected_sums(a, b, c0, alpha, beta, bs, tol)
+        v = abft.verify_blocks(c, rb, cb, exp, thr)
+        assert not v.flagged.any(), (t, fam, m, n, k, bs, alpha, beta)
+        worst = max(worst, v.max_ratio)
+        blocks += v.flagged.size
+    assert blocks > 10000
+    # the statistical threshold is tight (residuals reach a sizeable fraction of it), the rigorous one is not
+    if tol == "statistical":
+        assert 0.02 < worst < 0.5
+    else:
+        assert worst < 0.2
+
+
+def test_rigorous_threshold_is_larger_than_statistical():
+    mabs = np.full((2, 2), 5.0)
+    rig = abft.thresholds(mabs, 1000, np.array([32, 32]), np.array([32, 32]))
+    stat = abft.thresholds(mabs, 1000, np.array([32, 32]), np.array([32, 32]), tol="statistical")
+    assert np.all(rig > 5 * stat)
+    assert np.all(abft.thresholds(mabs, 10, np.array([4, 4]), np.array([4, 4]), tol=1e-6) == pytest.approx(5e-6))
+    for bad in ("rigorous", -1.0, float("nan")):
+        with pytest.raises(ValueError):
+            abft.thresholds(mabs, 10, np.array([4, 4]), np.array([4, 4]), tol=bad)
+
+
+def _flip_case(seed, fam="normal", bits="high", m=70, n=60, k=150, bs=16, tol=None, nflips=1, same_block=False,
+               bit=None):
+    rng = np.random.default_rng(seed)
+    a, b, c0 = make_case(fam, m, n, k, rng)
+    ref, nsteps = panel_product(a, b, c0, 1.5, 0.5, 64)
+    if same_block:
+        flips = [BitFlip("C", rank=0, index=(3, 4), bits=bits, bit=bit),
+                 BitFlip("C", rank=0, index=(5, 1), bits=bits, bit=bit)]
+    else:
+        flips = [BitFlip("C", rank=0, bits=bits) for _ in range(nflips)]
+    plan = InjectionPlan(flips, seed=seed)
+    plan.resolve(1, nsteps)
+    c, _ = panel_product(a, b, c0, 1.5, 0.5, 64, plan)
+    rb, cb, exp, thr = expected_sums(a, b, c0, 1.5, 0.5, bs, tol)
+    _, _, _, thr_rig = expected_sums(a, b, c0, 1.5, 0.5, bs, None)
+    return a, b, c0, ref, c, plan, rb, cb, exp, thr, thr_rig
+
+
+@pytest.mark.parametrize("fam", ["normal", "uniform", "huge", "mixed_scale"])
+@pytest.mark.parametrize("tol", [None, "statistical"])
+def test_every_high_bit_flip_in_C_is_detected_located_and_corrected(fam, tol):
+    fixed_o1 = 0
+    total = 0
+    for seed in range(60):
+        a, b, c0, ref, c, plan, rb, cb, exp, thr, thr_rig = _flip_case(seed, fam, tol=tol)
+        (rec,) = plan.records
+        i, j = rec.local_index
+        I, J = i // 16, j // 16
+        v = abft.verify_blocks(c, rb, cb, exp, thr)
+        # the flip changes C[i, j] by |after - before| (on top of rounding): above the threshold it must be seen
+        delta = abs(rec.after - rec.before) if np.isfinite(rec.after) else np.inf
+        if delta > 2 * thr[I, J]:
+            assert v.flagged[I, J], (seed, rec, thr[I, J])
+        if not v.flagged.any():
+            # undetected: then the result is within the bound of the failure-free one
+            assert abs(c[i, j] - ref[i, j]) <= 2 * thr_rig[I, J]
+            continue
+        assert np.flatnonzero(v.flagged).tolist() == [I * v.flagged.shape[1] + J]
+        total += 1
+        fixed, rest = abft.correct_flagged(c, rb, cb, v, exp)
+        if fixed:
+            assert fixed == [(I, J, i - rb[I], j - cb[J])]
+            fixed_o1 += 1
+        else:
+            assert rest == [(I, J)]
+            blk = (slice(rb[I], rb[I + 1]), slice(cb[J], cb[J + 1]))
+            c[blk] = 1.5 * a[blk[0]] @ b[:, blk[1]] + 0.5 * c0[blk]       # the owner's recomputation
+        assert np.all(np.abs(c - ref) <= 2 * thr_rig.repeat(np.diff(rb), 0).repeat(np.diff(cb), 1))
+        assert not abft.verify_blocks(c, rb, cb, exp, thr).flagged.any()
+    assert total >= 55
+    assert fixed_o1 >= 0.9 * total          # O(1) location handles nearly all; the rest fall back
+
+
+def test_low_bit_flips_below_threshold_leave_result_within_bound():
+    undetected = 0
+    for seed in range(40):
+        a, b, c0, ref, c, plan, rb, cb, exp, thr, thr_rig = _flip_case(seed, "uniform", bits=(0, 8))
+        v = abft.verify_blocks(c, rb, cb, exp, thr)
+        if not v.flagged.any():
+            undetected += 1
+            assert np.all(np.abs(c - ref) <= thr_rig.repeat(np.diff(rb), 0).repeat(np.diff(cb), 1))
+    assert undetected == 40                   # a flip of bit <= 8 is ~1e-13 relative: far below the bound
+
+
+def test_two_errors_in_different_blocks_are_both_corrected():
+    done = 0
+    for seed in range(30):
+        a, b, c0, ref, c, plan, rb, cb, exp, thr, thr_rig = _flip_case(seed, "normal", bits="exponent", nflips=2)
+        r1, r2 = plan.records
+        if (r1.local_index[0] // 16, r1.local_index[1] // 16) == (r2.local_index[0] // 16, r2.local_index[1] // 16):
+            continue
+        v = abft.verify_blocks(c, rb, cb, exp, thr)
+        fixed, rest = abft.correct_flagged(c, rb, cb, v, exp)
+        assert v.flagged.sum() == len(fixed) + len(rest) == 2 - sum(
+            abs(r.after - r.before) < thr.max() for r in (r1, r2))
+        for I, J in rest:
+            blk = (slice(rb[I], rb[I + 1]), slice(cb[J], cb[J + 1]))
+            c[blk] = 1.5 * a[blk[0]] @ b[:, blk[1]] + 0.5 * c0[blk]
+        assert np.all(np.abs(c - ref) <= 2 * thr_rig.repeat(np.diff(rb), 0).repeat(np.diff(cb), 1))
+        done += 1
+    assert done >= 20
+
+
+def test_two_comparable_errors_in_one_block_fall_back_to_recomputation():
+    n_fallback = 0
+    for seed in range(10):
+        a, b, c0, ref, c, plan, rb, cb, exp, thr, _ = _flip_case(seed, "uniform", same_block=True, bit=48)
+        v = abft.verify_blocks(c, rb, cb, exp, thr)
+        assert v.flagged[0, 0]
+        before = c.copy()
+        fixed, rest = abft.correct_flagged(c, rb, cb, v, exp)
+        assert fixed == [] and rest == [(0, 0)]
+        np.testing.assert_array_equal(c, before)        # a failed O(1) attempt leaves the block untouched
+        n_fallback += 1
+    assert n_fallback == 10
+
+
+def test_second_much_smaller_error_in_a_block_stays_within_the_weighted_bound():
+    # a big and a ~2**-19 times smaller error: the O(1) fix may accept the block; what it leaves is then below
+    # the weighted checksums' threshold (r x the plain one): documented limit of single-element correction
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        a, b, c0 = make_case("uniform", 32, 32, 100, rng)
+        c, _ = panel_product(a, b, c0, 1.0, 0.0, 64)
+        ref = c.copy()
+        rb, cb, exp, thr = expected_sums(a, b, c0, 1.0, 0.0, 16, None)
+        c[3, 4] *= 1.5
+        c[5, 1] *= 1 + 2.0 ** -20
+        v = abft.verify_blocks(c, rb, cb, exp, thr)
+        fixed, rest = abft.correct_flagged(c, rb, cb, v, exp)
+        if fixed:
+            assert np.max(np.abs(c - ref)) <= v.thr_r[0, 0]
+        else:
+            assert rest == [(0, 0)]
+
+
+def test_flip_to_nonfinite_is_located():
+    rng = np.random.default_rng(5)
+    a, b, c0 = make_case("uniform", 40, 40, 60, rng)
+    c, _ = panel_product(a, b, c0, 1.0, 0.0, 64)
+    ref = c.copy()
+    rb, cb, exp, thr = expected_sums(a, b, c0, 1.0, 0.0, 8, None)
+    for val in (np.inf, -np.inf, np.nan):
+        c[13, 22] = val
+        v = abft.verify_blocks(c, rb, cb, exp, thr)
+        assert v.flagged.sum() == 1 and v.flagged[1, 2]
+        fixed, rest = abft.correct_flagged(c, rb, cb, v, exp)
+        assert fixed == [(1, 2, 5, 6)] and rest == []
+        assert abs(c[13, 22] - ref[13, 22]) <= 2 * thr[1, 2]
+
+
+def test_error_in_A_after_encoding_is_detected_in_its_row():
+    rng = np.random.default_rng(8)
+    a, b, c0 = make_case("normal", 64, 48, 100, rng)
+    rb, cb, exp, thr = expected_sums(a, b, c0, 1.0, 0.0, 16, "statistical")   # checksums of the good A
+    plan = InjectionPlan([BitFlip("A", rank=0, step=0, index=(20, 7), bits="mantissa_top20")], seed=1)
+    plan.resolve(1, 1)
+    bad = a.copy()
+    plan.apply("A", 0, 0, bad)
+    c, _ = panel_product(bad, b, c0, 1.0, 0.0, 200)
+    v = abft.verify_blocks(c, rb, cb, exp, thr)
+    assert v.flagged[1].all() and v.flagged.sum() == v.flagged.shape[1]      # every block of block row 1
+    fixed, rest = abft.correct_flagged(c, rb, cb, v, exp)
+    # one wrong row element per block (row 20, all columns): not a single-element error
+    assert fixed == [] and len(rest) == v.flagged.shape[1]
+
+
+def test_choose_bs_rule():
+    assert abft.choose_bs(256, 256, 100) == 256
+    assert abft.choose_bs(256, 256, 4096) == 128
+    assert abft.choose_bs(64, 64, 4096) == 64
+    assert abft.choose_bs(48, 64, 100) == 16
+    assert abft.choose_bs(7, 7, 10) == 1
+    for k in (10, 1000, 100000):
+        bs = abft.choose_bs(256, 256, k)
+        assert 2 * bs * bs * (k + 2 * bs) * abft.U <= 2.0 ** -24
+
+
+def test_check_product_convenience():
+    rng = np.random.default_rng(3)
+    a, b, c0 = make_case("normal", 30, 20, 40, rng)
+    c = a @ b
+    assert not abft.check_product(a, b, c, bs=8).flagged.any()
+    c[3, 3] += 1e-6
+    assert abft.check_product(a, b, c, bs=8).flagged[0, 0]
+    with pytest.raises(ValueError):
+        abft.check_product(a, b, c, beta=1.0)

@@ -1,0 +1,110 @@
+"""resilient_pdgemm under real process failures (mpirun --with-ft ulfm): kills from inside and from outside at
+the first, a middle and the last SUMMA step on 2x2 and 3x3 grids, two kills, lost inputs, a slow process."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ftkit import inject
+
+from ..conftest import run_python
+
+PROGRAM = Path(__file__).parents[1] / "programs" / "linalg_failure_summa.py"
+JOB_TIMEOUT = 200  # s, hard limit per job (9 ranks on 2 shared cores are slow)
+# grid -> (ranks, program args, number of SUMMA steps); tiny matrices, one block per step
+GRIDS = {"2x2": (4, ["--grid", "2x2", "--n", "48", "--nb", "8"], 6),
+         "3x3": (9, ["--grid", "3x3", "--n", "36", "--nb", "4"], 9)}
+
+pytestmark = pytest.mark.mpi
+
+
+def _run(tmp_path: Path, grid: str, *args: str, killer: threading.Thread | None = None):
+    nprocs, gargs, _ = GRIDS[grid]
+    if killer is not None:
+        killer.start()
+    r = run_python(nprocs, PROGRAM, *gargs, "--dir", str(tmp_path), *args, timeout=JOB_TIMEOUT)
+    if killer is not None:
+        killer.join(10)
+    assert not r.timed_out, f"job hung\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def _check_survived(r, nprocs: int, dead: list[int]) -> None:
+    out = r.stdout + r.stderr
+    assert re.search(r"CHECK maxerr=\S+ ok=True survivors=%d" % (nprocs - len(dead)), r.stdout), out
+    states = dict(re.findall(r"STATE rank=(\d+) (.*)", r.stdout))
+    survivors = [q for q in range(nprocs) if q not in dead]
+    assert sorted(int(k) for k in states) == survivors, out
+    table = [0 if q in dead else 1 for q in range(nprocs)]
+    for line in states.values():  # every survivor's state table marks exactly the dead ranks
+        assert f"failed={dead} table={table}" in line, line
+    # the dead rank's blocks were recomputed by several survivors, not one
+    reassigned = re.search(r"reassigned=(\{.*\})", next(iter(states.values()))).group(1)
+    for d in dead:
+        assert re.search(r"%d: \{(\d+: \d+, )+\d+: \d+\}" % d, reassigned), reassigned
+
+
+def _killer(tmp_path: Path) -> threading.Thread:
+    def run() -> None:
+        deadline = time.monotonic() + JOB_TIMEOUT
+        while time.monotonic() < deadline and not (tmp_path / "ready").exists():
+            time.sleep(0.05)
+        if (tmp_path / "ready").exists():
+            victim = int((tmp_path / "ready").read_text())
+            inject.kill_pid(int((tmp_path / f"pid.{victim}").read_text()))
+    return threading.Thread(target=run, daemon=True)
+
+
+def _step(grid: str, when: str) -> int:
+    steps = GRIDS[grid][2]
+    return {"first": 0, "middle": steps // 2, "last": steps - 1}[when]
+
+
+@pytest.mark.parametrize("grid,victim", [("2x2", 1), ("3x3", 4)])
+@pytest.mark.parametrize("when", ["first", "middle", "last"])
+def test_kill_from_inside(tmp_path, grid, victim, when):
+    r = _run(tmp_path, grid, "--kill-rank", str(victim), "--kill-step", str(_step(grid, when)))
+    _check_survived(r, GRIDS[grid][0], [victim])
+
+
+@pytest.mark.parametrize("grid,victim", [("2x2", 2), ("3x3", 7)])
+@pytest.mark.parametrize("when", ["first", "middle", "last"])
+def test_kill_from_outside_by_pid(tmp_path, grid, victim, when):
+    r = _run(tmp_path, grid, "--wait-rank", str(victim), "--wait-step", str(_step(grid, when)),
+             killer=_killer(tmp_path))
+    _check_survived(r, GRIDS[grid][0], [victim])
+
+
+@pytest.mark.parametrize("grid,kills", [("2x2", [(0, 1), (3, 4)]), ("3x3", [(2, 2), (6, 6)])])
+def test_two_ranks_killed_in_different_steps(tmp_path, grid, kills):
+    args = [x for rank, step in kills for x in ("--kill-rank", str(rank), "--kill-step", str(step))]
+    r = _run(tmp_path, grid, *args)
+    _check_survived(r, GRIDS[grid][0], sorted(rank for rank, _ in kills))
+
+
+def test_lost_inputs_give_the_same_clear_process_failure_everywhere(tmp_path):
+    r = _run(tmp_path, "2x2", "--kill-rank", "1", "--kill-step", "0", "--kill-rank", "2", "--kill-step", "3",
+             "--lose-inputs")
+    lines = re.findall(r"PROCESSFAILURE rank=(\d+) failed_ranks=\[1, 2\] msg=(.*)", r.stdout)
+    assert sorted(int(rank) for rank, _ in lines) == [0, 3], r.stdout + r.stderr
+    assert all("cannot be read back" in msg for _, msg in lines)
+    assert "CHECK" not in r.stdout
+
+
+def test_slow_process_is_fenced_off_and_the_product_is_still_right(tmp_path):
+    r = _run(tmp_path, "2x2", "--trans", "TN", "--slow-rank", "2", "--slow-step", "3", "--sleep", "6",
+             "--timeout", "1.5")
+    assert "FENCED rank=2 failed_ranks=[2]" in r.stdout, r.stdout + r.stderr
+    _check_survived(r, 4, [2])
+
+
+def test_without_failures_the_result_is_pdgemm_bit_for_bit(tmp_path):
+    r = _run(tmp_path, "2x2", "--trans", "NT", "--compare-pdgemm")
+    assert sorted(re.findall(r"BITWISE rank=(\d+) same=True", r.stdout)) == ["0", "1", "2", "3"], r.stdout
+    _check_survived(r, 4, [])
+    assert not list((tmp_path / "store").glob("*/*")), "the call's stored inputs were not cleaned up"

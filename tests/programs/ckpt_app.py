@@ -1,0 +1,80 @@
+"""Checkpoint test program: takes a series of checkpoints of known data, or recovers and reports what it got.
+
+write mode:   --levels 4,1    checkpoint i (0-based) at level levels[i], with data value(rank, i) and step = i;
+              --kill-rank R --kill-stage STAGE --kill-index I: SIGKILL rank R at pipeline STAGE of checkpoint I.
+recover mode: prints one line per rank: "R<rank> recovered id=.. level=.. source=.. step=.. data=ok|BAD" or
+              "R<rank> error <Type>: <message> | restarted=.. untouched=.. again=<Type> ckpt=<Type>".
+"""
+import argparse
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import ftkit
+from ftkit.inject import kill_self
+
+
+def value(rank: int, i: int, n: int) -> np.ndarray:
+    return rank * 1000.0 + i * 7.0 + np.arange(n) * 0.5
+
+
+p = argparse.ArgumentParser()
+p.add_argument("--config", required=True)
+p.add_argument("--mode", choices=["write", "recover"], required=True)
+p.add_argument("--levels", default="1")
+p.add_argument("--n", type=int, default=5000)
+p.add_argument("--kill-rank", type=int, default=-1)
+p.add_argument("--kill-stage", default="")
+p.add_argument("--kill-index", type=int, default=-1)
+p.add_argument("--finalize", action="store_true")
+a = p.parse_args()
+
+ckpt = ftkit.Checkpointer(a.config, MPI.COMM_WORLD)
+rank = ckpt.comm.rank
+data = np.full(a.n, -1.0)
+step = np.full(1, -1, dtype=np.int64)
+ckpt.protect("data", data)
+ckpt.protect("step", step)
+
+if a.mode == "write":
+    for i, lv in enumerate(int(x) for x in a.levels.split(",")):
+        data[:] = value(rank, i, a.n)
+        step[0] = i
+        if i == a.kill_index and rank == a.kill_rank:
+            stage = a.kill_stage
+            ckpt._ctx.fault_hook = lambda s, stage=stage: kill_self() if s == stage else None
+        try:
+            cid = ckpt.checkpoint(lv)
+        except ftkit.FtkitError as exc:
+            print(f"R{rank} checkpoint error {type(exc).__name__}: {exc}", flush=True)
+            sys.exit(4)
+        print(f"R{rank} wrote id={cid} level={lv}", flush=True)
+    if a.finalize:
+        ckpt.finalize()
+    sys.exit(0)
+
+before = data.copy()
+try:
+    info = ckpt.recover()
+except ftkit.FtkitError as exc:
+    untouched = bool(np.all(data == before)) and step[0] == -1
+    try:
+        ckpt.recover()
+        again = "none"
+    except ftkit.FtkitError as exc2:
+        again = type(exc2).__name__
+    try:
+        ckpt.checkpoint(1)
+        ck = "none"
+    except ftkit.FtkitError as exc3:
+        ck = type(exc3).__name__
+    msg = str(exc).replace("\n", " ")
+    print(f"R{rank} error {type(exc).__name__}: {msg} | restarted={ckpt.restarted} untouched={untouched} "
+          f"again={again} ckpt={ck}", flush=True)
+    sys.exit(0)
+ok = bool(np.array_equal(data, value(rank, int(step[0]), a.n)))
+print(f"R{rank} recovered id={info.checkpoint_id} level={info.level} source={info.source_level} step={step[0]} "
+      f"data={'ok' if ok else 'BAD'} skipped={len(info.skipped)} {' | '.join(info.skipped)}", flush=True)
+if a.finalize:
+    ckpt.finalize()

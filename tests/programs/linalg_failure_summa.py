@@ -1,0 +1,95 @@
+"""resilient_pdgemm on a PxQ grid with a rank killed (inside or from outside) or stalled at chosen steps.
+
+Prints ``STEPS n`` (rank 0), per survivor ``STATE rank=.. failed=.. table=.. reads=.. verified=..`` and, on the
+survivors' rank 0, ``CHECK maxerr=.. ok=..`` comparing the gathered C with numpy's product.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+from mpi4py import MPI
+
+from ftkit import inject
+from ftkit.errors import ProcessFailure
+from ftkit.failure import Fenced
+from ftkit.linalg import DistributedMatrix, ProcessGrid, pdgemm
+from ftkit.linalg.resilient import resilient_pdgemm
+
+p = argparse.ArgumentParser()
+p.add_argument("--grid", default="2x2")
+p.add_argument("--n", type=int, default=48)
+p.add_argument("--nb", type=int, default=8)
+p.add_argument("--trans", default="NN")
+p.add_argument("--alpha", type=float, default=1.5)
+p.add_argument("--beta", type=float, default=0.5)
+p.add_argument("--timeout", type=float, default=None)
+p.add_argument("--kill-rank", type=int, action="append", default=[])
+p.add_argument("--kill-step", type=int, action="append", default=[])
+p.add_argument("--wait-rank", type=int, default=-1)
+p.add_argument("--wait-step", type=int, default=-1)
+p.add_argument("--slow-rank", type=int, default=-1)
+p.add_argument("--slow-step", type=int, default=-1)
+p.add_argument("--sleep", type=float, default=0.0)
+p.add_argument("--lose-inputs", action="store_true", help="killed ranks delete their stored inputs first")
+p.add_argument("--compare-pdgemm", action="store_true", help="also run pdgemm and compare bit for bit")
+p.add_argument("--dir", required=True)
+a = p.parse_args()
+
+world = MPI.COMM_WORLD
+rank = world.Get_rank()
+Path(a.dir, f"pid.{rank}").write_text(str(os.getpid()))
+P, Q = (int(x) for x in a.grid.split("x"))
+grid = ProcessGrid(world, P, Q)
+n, nb = a.n, a.nb
+A = DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=1)
+B = DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=2)
+C = DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=3)
+a_g, b_g, c_g = A.to_global(), B.to_global(), C.to_global()
+C_ref = C.copy()
+if rank == 0:
+    print(f"STEPS {-(-n // nb)}", flush=True)
+
+
+def on_step(step: int) -> None:
+    for r, s in zip(a.kill_rank, a.kill_step):
+        if rank == r and step == s:
+            if a.lose_inputs:
+                for f in Path(a.dir, "store").glob(f"*/*.{rank}"):
+                    f.unlink()
+            inject.kill_self()
+    if rank == a.wait_rank and step == a.wait_step:
+        Path(a.dir, "ready").write_text(str(rank))
+        time.sleep(60)  # the test driver kills this process by pid long before
+    if rank == a.slow_rank and step == a.slow_step:
+        time.sleep(a.sleep)
+
+
+try:
+    res = resilient_pdgemm(a.trans[0], a.trans[1], n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0,
+                           store=Path(a.dir, "store"), timeout=a.timeout, width=nb, on_step=on_step)
+except Fenced as exc:
+    print(f"FENCED rank={rank} failed_ranks={list(exc.failed_ranks)}", flush=True)
+    raise SystemExit(0)
+except ProcessFailure as exc:
+    print(f"PROCESSFAILURE rank={rank} failed_ranks={list(exc.failed_ranks)} msg={exc}", flush=True)
+    raise SystemExit(0)
+print(f"STATE rank={rank} failed={list(res.failed_ranks)} table={res.state_table.ravel().tolist()} "
+      f"reads={res.storage_reads} verified={res.tiles_verified} grid={res.grid.nprow}x{res.grid.npcol} "
+      f"reassigned={res.reassigned}", flush=True)
+if a.compare_pdgemm:
+    pdgemm(a.trans[0], a.trans[1], n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C_ref, 0, 0, width=nb)
+    same = bool(np.array_equal(C_ref.local, res.C.local))
+    print(f"BITWISE rank={rank} same={same}", flush=True)
+got = res.C.to_global(root=0)
+if res.comm.Get_rank() == 0:
+    opa = a_g.T if a.trans[0] != "N" else a_g
+    opb = b_g.T if a.trans[1] != "N" else b_g
+    ref = a.alpha * opa @ opb + a.beta * c_g
+    err = float(np.abs(got - ref).max())
+    tol = 1e-12 * n * max(1.0, float(np.abs(ref).max()))
+    print(f"CHECK maxerr={err:.3e} ok={err <= tol} survivors={res.comm.Get_size()}", flush=True)

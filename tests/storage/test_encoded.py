@@ -1,0 +1,60 @@
+"""L3 encoded groups (RS and XOR): streamed encode equals whole-file encode; rebuild after losses restores
+every data and parity file bit for bit; losses beyond the code raise RecoveryError on every member."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ..conftest import run_python
+
+PROGRAM = Path(__file__).parents[1] / "programs" / "levels_encoded.py"
+
+
+def _run(tmp_path: Path, nprocs: int, code: str, scenarios: list[str]) -> dict[str, list[str]]:
+    res = run_python(nprocs, PROGRAM, str(tmp_path), code, ",".join(scenarios)).check()
+    out: dict[str, list[str]] = {s: [] for s in scenarios}
+    for line in res.stdout.splitlines():
+        m = re.match(r"(OK|RECOVERYERROR) (\S+) (\d+)", line)
+        if m:
+            out[m.group(2)].append(line)
+    for s, lines in out.items():
+        assert len(lines) == nprocs, f"{s}: expected one line per rank\n{res.stdout}\n{res.stderr}"
+    return out
+
+
+def test_rs_group_of_four(tmp_path):
+    recoverable = ["none", "node1", "node2", "node12", "node03", "data2", "parity3", "allparity", "twice",
+                   "node12~off", "parity3~off", "twice~off", "alldata"]  # alldata: the 4 parity files suffice
+    out = _run(tmp_path, 4, "rs", recoverable + ["node123", "node123~off"])
+    for s in recoverable:
+        assert all(line.startswith("OK ") for line in out[s]), out[s]
+    assert "lost=[(1, 2, 5, 6)]" in out["node12"][0]
+    for s in ("node123", "node123~off"):
+        assert all(line.startswith("RECOVERYERROR ") for line in out[s]), out[s]
+        assert all("RS(4,4) needs 4 of 8 files, 2 survive" in line for line in out[s])
+    assert all("rank 3 on node 3 (data+parity)" in line for line in out["node123"])
+
+
+def test_rs_uneven_group_of_five(tmp_path):
+    out = _run(tmp_path, 5, "rs", ["node4", "node013", "node0123"])
+    assert all(line.startswith("OK ") for s in ("node4",) for line in out[s])
+    # 5 data + 5 parity: losing 3 nodes leaves 4 < 5 files.
+    assert all(line.startswith("RECOVERYERROR ") for line in out["node013"])
+    assert all(line.startswith("RECOVERYERROR ") for line in out["node0123"])
+
+
+@pytest.mark.parametrize("nprocs", [3, 4])
+def test_xor_group(tmp_path, nprocs):
+    recoverable = ["none", "node0", "node1", "node2", "data2", "parity1", "allparity", "twice"][: 8 if nprocs == 4
+                                                                                              else 7]
+    if nprocs == 4:
+        recoverable += ["node1~off", "parity3~off", "twice~off"]
+    out = _run(tmp_path, nprocs, "xor", recoverable + ["node12", "alldata", "node12~off"])
+    for s in recoverable:
+        assert all(line.startswith("OK ") for line in out[s]), out[s]
+    for s in ("node12", "alldata", "node12~off"):
+        assert all(line.startswith("RECOVERYERROR ") for line in out[s]), out[s]
+        assert all("XOR survives the loss of one member only" in line for line in out[s])

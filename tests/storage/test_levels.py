@@ -1,0 +1,85 @@
+"""Conformance kit for the storage-level contract: every level is a short subclass of LevelTests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ftkit.errors import CheckpointNotFoundError, CorruptionError
+from ftkit.inject import corrupt_file
+from ftkit.storage.levels import LEVEL_CLASSES, make_level
+from ftkit.storage.local import LocalLevel
+from ftkit.storage.pfs import PFSLevel
+
+NODES = [0, 0, 1, 1]
+
+
+class LevelTests:
+    """What every StorageLevel must do."""
+
+    level: int
+
+    def make(self, tmp_path):
+        return make_level(self.level, tmp_path / "local", tmp_path / "global", "run1", NODES, chunk_bytes=4096)
+
+    def arrays(self, rank):
+        return [("u", np.arange(3000.0) + rank), ("step", np.array([rank], dtype=np.int64))]
+
+    def test_write_verify_read_remove(self, tmp_path):
+        lv = self.make(tmp_path)
+        assert lv.level == self.level
+        for rank in range(len(NODES)):
+            info = lv.write(7, rank, self.arrays(rank), level=self.level, nranks=len(NODES))
+            assert lv.exists(7, rank)
+            h = lv.verify(7, rank, info.digest)
+            assert h.rank == rank and h.ckpt_id == 7 and h.exec_id == "run1"
+            u = np.zeros(3000)
+            step = np.zeros(1, dtype=np.int64)
+            lv.read_into(7, rank, {"u": u, "step": step})
+            assert np.array_equal(u, np.arange(3000.0) + rank) and step[0] == rank
+        assert lv.list_ids() == [7]
+        for rank in range(len(NODES)):
+            lv.remove(7, rank)
+            assert not lv.exists(7, rank)
+            lv.remove(7, rank)   # removing twice is fine
+        assert lv.list_ids() == []
+        assert not list(tmp_path.rglob("*.ftk"))
+
+    def test_put_file_copies_byte_identically(self, tmp_path):
+        lv = self.make(tmp_path)
+        other = make_level(1 if self.level != 1 else 4, tmp_path / "local", tmp_path / "global", "run1", NODES)
+        info = other.write(2, 1, self.arrays(1), level=1, nranks=4)
+        lv.put_file(2, 1, other.path(2, 1))
+        assert lv.path(2, 1).read_bytes() == other.path(2, 1).read_bytes()
+        assert lv.verify(2, 1, info.digest).digest == info.digest
+
+    def test_damage_and_absence_are_reported(self, tmp_path):
+        lv = self.make(tmp_path)
+        info = lv.write(1, 0, self.arrays(0), level=self.level, nranks=4)
+        with pytest.raises(CheckpointNotFoundError):
+            lv.verify(1, 3)
+        with pytest.raises(CorruptionError):
+            lv.verify(1, 0, expect_digest="0" * 16)
+        corrupt_file(lv.path(1, 0), -5)
+        with pytest.raises(CorruptionError):
+            lv.verify(1, 0, info.digest)
+
+
+class TestLocalLevel(LevelTests):
+    level = 1
+
+    def test_files_are_in_their_node_directory(self, tmp_path):
+        lv = self.make(tmp_path)
+        assert lv.path(3, 2) == tmp_path / "local" / "node1" / "run1" / "l1" / "ckpt3" / "rank2.ftk"
+        assert lv.run_dirs() == [tmp_path / "local" / "node0" / "run1", tmp_path / "local" / "node1" / "run1"]
+
+
+class TestPFSLevel(LevelTests):
+    level = 4
+
+    def test_files_are_in_glbl_dir(self, tmp_path):
+        assert self.make(tmp_path).path(3, 2) == tmp_path / "global" / "run1" / "l4" / "ckpt3" / "rank2.ftk"
+
+
+def test_registry_holds_l1_and_l4():
+    assert LEVEL_CLASSES[1] is LocalLevel and LEVEL_CLASSES[4] is PFSLevel

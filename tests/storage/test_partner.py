@@ -1,0 +1,27 @@
+"""L2 partner copies: streamed ring copy, rebuild after file/node loss, clear refusal when unrecoverable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ..conftest import run_python
+
+PROGRAM = Path(__file__).parents[1] / "programs" / "levels_partner.py"
+
+
+@pytest.mark.parametrize("scenario, lost", [("node1", [1]), ("corrupt2", [2]), ("node1~off", [1])])
+def test_partner_rebuild_restores_bytes(tmp_path, scenario, lost):
+    res = run_python(4, PROGRAM, str(tmp_path), scenario).check()
+    oks = [line for line in res.stdout.splitlines() if line.startswith("OK ")]
+    assert len(oks) == 4, res.stdout + res.stderr
+    assert all(f"lost={lost}" in line for line in oks)
+
+
+@pytest.mark.parametrize("scenario", ["ring12", "ring12~off"])
+def test_partner_neighbour_loss_is_refused_on_every_member(tmp_path, scenario):
+    res = run_python(4, PROGRAM, str(tmp_path), scenario).check()
+    errs = [line for line in res.stdout.splitlines() if line.startswith("RECOVERYERROR ")]
+    assert len(errs) == 4, res.stdout + res.stderr
+    assert all("rank 1 on node 1 lost its file and its partner copy on rank 2 on node 2" in e for e in errs)
