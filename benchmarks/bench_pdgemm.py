@@ -1,7 +1,7 @@
 """Benchmark ftkit.linalg.pdgemm (SUMMA, 4 ranks on a 2 x 2 grid) against single-process numpy ``A @ B``.
 
 usage: python benchmarks/bench_pdgemm.py [--quick] [--repeats R] [--sizes 2048 4096] [--blocks 128 256]
-                                         [--width W] [--yield-when-idle]
+                                         [--width W] [--algorithm summa|cannon] [--yield-when-idle]
 
 The script relaunches itself under mpirun (4 ranks, OPENBLAS_NUM_THREADS=1 for every rank). Inside the one MPI
 job, for every repeat and every (n, nb), interleaved: rank 0 times numpy ``A @ B`` on the global matrices
@@ -10,7 +10,8 @@ while the other ranks sleep (they poll a non-blocking barrier, so they use no CP
 moment, so their ratio is meaningful on a noisy shared machine. Reported per (n, nb): best and median times,
 GFLOP/s, the ratio pdgemm/numpy (per repeat pair, median), the share of pdgemm's time spent in local GEMM,
 the CPU time of all ranks over numpy's (load-independent: 1.0 = no overhead; on an idle 2-core machine the
-speed-up is about 2 / that ratio) and the max error against numpy. Prints human-readable lines and one JSON line.
+speed-up is about 2 / that ratio) and the max error against numpy. Prints human-readable lines and one JSON
+line.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--blocks", type=int, nargs="+", default=[128, 256])
     ap.add_argument("--width", type=int, default=None, help="SUMMA step width (default: pdgemm's)")
     ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--algorithm", choices=["summa", "cannon"], default="summa")
     ap.add_argument("--yield-when-idle", action="store_true", help="pass --mca mpi_yield_when_idle 1")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -52,6 +54,7 @@ def launch(args: argparse.Namespace) -> int:
               "--ranks", str(args.ranks)]
     if args.width:
         worker += ["--width", str(args.width)]
+    worker += ["--algorithm", args.algorithm]
     cmd = build_mpirun_command(args.ranks, worker, ulfm=False,
                                env={"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
     if args.yield_when_idle:
@@ -118,7 +121,7 @@ def work(args: argparse.Namespace) -> int:
                 sleep_barrier(comm)
                 c0, t0 = time.process_time(), time.perf_counter()
                 linalg.pdgemm("N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.0, C, 0, 0, width=args.width,
-                              stats=stats)
+                              algorithm=args.algorithm, stats=stats)
                 local_t = time.perf_counter() - t0
                 cpu_pd = comm.allreduce(time.process_time() - c0, op=MPI.SUM)
                 t_pd = comm.allreduce(local_t, op=MPI.MAX)
@@ -140,7 +143,9 @@ def work(args: argparse.Namespace) -> int:
                     ratio = t_np / t_pd
                     print(f"rep {rep} n={n} nb={nb}: numpy {t_np:.3f} s, pdgemm {t_pd:.3f} s, "
                           f"ratio {ratio:.2f}x, local GEMM {100 * gemm_share:.0f}% of pdgemm, "
-                          f"waiting {100 * wait_share:.0f}%, CPU time all ranks / numpy {cpu_pd / cpu_np:.2f}", flush=True)
+                          f"waiting {100 * wait_share:.0f}%, "
+                          f"CPU time all ranks / numpy {cpu_pd / cpu_np:.2f}",
+                          flush=True)
                 if rank == 0:
                     del ref
     if rank == 0:
@@ -148,7 +153,8 @@ def work(args: argparse.Namespace) -> int:
             flops = 2.0 * n ** 3
             ratios = [a / b for a, b in zip(r["numpy"], r["pdgemm"], strict=True)]
             row = {
-                "n": n, "nb": nb, "ranks": comm.size, "grid": f"{grid.nprow}x{grid.npcol}",
+                "n": n, "nb": nb, "ranks": comm.size, "algorithm": args.algorithm,
+                "grid": f"{grid.nprow}x{grid.npcol}",
                 "numpy_s_best": min(r["numpy"]), "pdgemm_s_best": min(r["pdgemm"]),
                 "numpy_gflops_best": flops / min(r["numpy"]) / 1e9,
                 "pdgemm_gflops_best": flops / min(r["pdgemm"]) / 1e9,

@@ -31,8 +31,8 @@ ckpt_dir = {d}/local
 glbl_dir = {d}/global
 meta_dir = {d}/meta
 node_size = {node_size}
-ckpt_l1 = 5
-ckpt_l4 = 20
+ckpt_l1 = 4
+ckpt_l4 = 15
 [ftkit]
 interval_unit = iterations
 failure_timeout = 120

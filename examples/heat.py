@@ -132,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         return run(args)
+    except ftkit.ProcessFailure as exc:
+        # A peer died: this run cannot go on; take the whole job down now (the relaunch recovers).
+        print(f"heat: rank {MPI.COMM_WORLD.rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        MPI.COMM_WORLD.Abort(2)
+        return 2
     except ftkit.FtkitError as exc:
         # ftkit's collective errors are raised on every rank: report and exit without aborting the others.
         print(f"heat: rank {MPI.COMM_WORLD.rank}: {type(exc).__name__}: {exc}", flush=True)

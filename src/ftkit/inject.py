@@ -202,6 +202,10 @@ class InjectionPlan:
                 raise ValueError(f"flip {n}: rank {rank} is outside the {nranks} ranks of the grid")
             self._resolved.append((f, rank, step))
 
+    def planned(self, target: str, rank: int, step: int) -> bool:
+        """Whether a flip is planned for (``target``, ``rank``, ``step``)."""
+        return any(f.target == target and r == rank and s == step for f, r, s in self._resolved)
+
     def apply(self, target: str, rank: int, step: int, array: np.ndarray,
               to_global: Callable[[int, int], tuple[int, int]] | None = None, *,
               persistent: bool | None = None) -> list[InjectionRecord]:

@@ -14,7 +14,6 @@ APP = REPO / "tests" / "programs" / "ckpt_app.py"
 TIMEOUT = 240.0
 
 sys.path.insert(0, str(REPO / "examples"))
-import heat  # noqa: E402
 
 
 def write_config(d: Path, **keys: object) -> Path:

@@ -100,6 +100,17 @@ def test_every_k_by_k_submatrix_invertible_exhaustive(k: int, m: int) -> None:
         assert ref_is_invertible([gen[r] for r in rows]), f"rows {rows} of the generator are singular"
 
 
+@pytest.mark.parametrize("k,m", [(10, 4), (12, 4), (8, 4), (6, 6), (5, 5), (8, 8)])
+def test_every_square_submatrix_of_parity_invertible_exhaustive(k: int, m: int) -> None:
+    # [I; C] is MDS iff every square submatrix of C is invertible; these sizes use searched matrices.
+    c = RSCode(k, m).parity_matrix.tolist()
+    for size in range(1, min(k, m) + 1):
+        for rows in itertools.combinations(range(m), size):
+            for cols in itertools.combinations(range(k), size):
+                sub = [[c[r][col] for col in cols] for r in rows]
+                assert ref_is_invertible(sub), f"parity rows {rows} x columns {cols} singular"
+
+
 @pytest.mark.parametrize("k,m", [(8, 8), (10, 4), (16, 16), (20, 12), (31, 1), (1, 31)])
 def test_every_k_by_k_submatrix_invertible_sampled(k: int, m: int) -> None:
     # Every square submatrix of the parity part must be invertible (equivalent to MDS for [I; C]).
@@ -200,6 +211,22 @@ def test_other_dtypes_viewed_as_bytes() -> None:
     back = code.decode({0: data[0], 3: parity[0], 4: parity[1]})
     assert np.array_equal(back[1].view(np.float64), arrays[1])
     assert np.array_equal(back[2].view(np.float64), arrays[2])
+
+
+def test_read_only_and_memory_mapped_inputs(tmp_path) -> None:
+    code = RSCode(3, 2)
+    rng = np.random.default_rng(11)
+    raw = rng.integers(0, 256, 3 * 1001, dtype=np.uint8)
+    frozen = np.frombuffer(raw.tobytes(), dtype=np.uint8)  # read-only, as read from a file
+    assert not frozen.flags.writeable
+    data = [frozen[j * 1001:(j + 1) * 1001] for j in range(3)]
+    parity = code.encode(data)
+    path = tmp_path / "frags.bin"
+    np.concatenate([raw, *parity]).tofile(path)
+    mm = np.memmap(path, dtype=np.uint8, mode="r")
+    frags = {1: mm[1001:2002], 3: mm[3003:4004], 4: mm[4004:5005]}
+    for j, frag in enumerate(code.decode(frags)):
+        assert np.array_equal(frag, data[j])
 
 
 def test_zero_length_fragments() -> None:
@@ -338,6 +365,11 @@ def test_bad_arguments_raise_codec_error_naming_the_problem() -> None:
         code.reconstruct(dict(enumerate(ok)), [7])
     with pytest.raises(CodecError, match="wanted index 1 is given twice"):
         code.reconstruct(dict(enumerate(ok)), [1, 1])
+    buf = np.zeros(40, dtype=np.uint8)
+    with pytest.raises(CodecError, match="parity output 0 overlaps data fragment 1"):
+        code.encode_into([buf[0:10], buf[10:20], buf[20:30]], [buf[15:25], np.zeros(10, dtype=np.uint8)])
+    with pytest.raises(CodecError, match="parity output 0 overlaps parity output 1"):
+        code.encode_into(ok, [buf[0:10], buf[5:15]])
     with pytest.raises(CodecError, match="must be a numpy.ndarray"):
         code.encode([b"0123456789", ok[1], ok[2]])
 

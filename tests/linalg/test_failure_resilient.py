@@ -15,7 +15,7 @@ from ftkit import inject
 from ..conftest import run_python
 
 PROGRAM = Path(__file__).parents[1] / "programs" / "linalg_failure_summa.py"
-JOB_TIMEOUT = 200  # s, hard limit per job (9 ranks on 2 shared cores are slow)
+JOB_TIMEOUT = 150  # s, hard limit per job (9 ranks on 2 shared cores are slow)
 # grid -> (ranks, program args, number of SUMMA steps); tiny matrices, one block per step
 GRIDS = {"2x2": (4, ["--grid", "2x2", "--n", "48", "--nb", "8"], 6),
          "3x3": (9, ["--grid", "3x3", "--n", "36", "--nb", "4"], 9)}

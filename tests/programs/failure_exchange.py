@@ -19,7 +19,8 @@ from mpi4py import MPI
 
 from ftkit import inject
 from ftkit.errors import ProcessFailure
-from ftkit.failure import FailureDetector, Fenced, agree_on_dead, get_state_table, record_failures, repair
+from ftkit.failure import (FailureDetector, Fenced, agree_on_dead, exit_without_finalize, get_state_table,
+                           record_failures, repair)
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=4)
@@ -71,7 +72,7 @@ elapsed = time.monotonic() - t_start
 new = repair(det.comm, dead)
 if new is None:
     print(f"OUT rank={rank} dead={sorted(dead)}", flush=True)
-    raise SystemExit(0)
+    exit_without_finalize()
 shape = tuple(int(x) for x in a.grid.split("x")) if a.grid else (1, size)
 record_failures(shape, {divmod(d, shape[1]) for d in dead}, writer=new.Get_rank() == 0)
 try:
@@ -81,3 +82,5 @@ except MPI.Exception as exc:  # pragma: no cover - shown in the output on failur
 table = get_state_table()
 print(f"RESULT rank={rank} dead={sorted(dead)} table={table.ravel().tolist()} sum={total} "
       f"newsize={new.Get_size()} elapsed={elapsed:.2f}", flush=True)
+if dead:
+    exit_without_finalize(new)  # MPI_Finalize may wait for the dead (open-mpi/ompi#11404)

@@ -16,7 +16,7 @@ from mpi4py import MPI
 
 from ftkit import inject
 from ftkit.errors import ProcessFailure
-from ftkit.failure import Fenced
+from ftkit.failure import Fenced, exit_without_finalize
 from ftkit.linalg import DistributedMatrix, ProcessGrid, pdgemm
 from ftkit.linalg.resilient import resilient_pdgemm
 
@@ -74,10 +74,10 @@ try:
                            store=Path(a.dir, "store"), timeout=a.timeout, width=nb, on_step=on_step)
 except Fenced as exc:
     print(f"FENCED rank={rank} failed_ranks={list(exc.failed_ranks)}", flush=True)
-    raise SystemExit(0)
+    exit_without_finalize()
 except ProcessFailure as exc:
     print(f"PROCESSFAILURE rank={rank} failed_ranks={list(exc.failed_ranks)} msg={exc}", flush=True)
-    raise SystemExit(0)
+    exit_without_finalize()
 print(f"STATE rank={rank} failed={list(res.failed_ranks)} table={res.state_table.ravel().tolist()} "
       f"reads={res.storage_reads} verified={res.tiles_verified} grid={res.grid.nprow}x{res.grid.npcol} "
       f"reassigned={res.reassigned}", flush=True)
@@ -93,3 +93,5 @@ if res.comm.Get_rank() == 0:
     err = float(np.abs(got - ref).max())
     tol = 1e-12 * n * max(1.0, float(np.abs(ref).max()))
     print(f"CHECK maxerr={err:.3e} ok={err <= tol} survivors={res.comm.Get_size()}", flush=True)
+if res.failed_ranks:
+    exit_without_finalize(res.comm)  # MPI_Finalize may wait for the dead (open-mpi/ompi#11404)

@@ -11,6 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ftkit import linalg
+from ftkit.errors import GridError
 from ftkit.linalg.descriptor import numroc
 
 
@@ -34,6 +35,16 @@ def main() -> int:
     sq = linalg.ProcessGrid.square(comm)
     checks["square"] = sq.nprow * sq.npcol == comm.size and sq.nprow <= sq.npcol and \
         all(comm.size % r or r <= sq.nprow or comm.size // r < r for r in range(1, comm.size + 1))
+    # A grid smaller than the communicator: the other ranks are outside and cannot hold matrices.
+    small = linalg.ProcessGrid(comm, 1, 1)
+    if comm.rank == 0:
+        checks["partial grid"] = small.in_grid and small.comm.size == 1
+    else:
+        try:
+            linalg.DistributedMatrix.zeros(small, 2, 2, mb=1, nb=1)
+            checks["partial grid"] = False
+        except GridError:
+            checks["partial grid"] = not small.in_grid and small.comm == MPI.COMM_NULL
     # Matrices with odd shapes, blocks and sources.
     rng = np.random.default_rng(5)
     g = rng.standard_normal((23, 17))

@@ -5,8 +5,16 @@ from __future__ import annotations
 import pytest
 
 from ftkit.errors import FormatError
-from ftkit.storage.manifest import (CheckpointEntry, Manifest, ManifestStore, RankFile, manifest_path,
-                                    plan_prune, read_manifest, write_manifest)
+from ftkit.storage.manifest import (
+    CheckpointEntry,
+    Manifest,
+    ManifestStore,
+    RankFile,
+    manifest_path,
+    plan_prune,
+    read_manifest,
+    write_manifest,
+)
 
 
 def _entry(cid, seq, levels, n=2):

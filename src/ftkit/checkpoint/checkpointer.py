@@ -11,7 +11,6 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,9 +20,9 @@ from ..errors import CheckpointError, ConfigError, FtkitError, ProcessFailure, R
 from ..storage.manifest import CheckpointEntry, Manifest, ManifestStore, manifest_path
 from ..topology import Topology, detect_node_ids, plan_topology
 from . import _mpi, offload, pipeline
+from .interval import SnapshotSchedule
 from .recovery import RecoveryInfo, RecoveryStep, default_steps, recover_newest
 from .runstate import inspect_run
-from .interval import SnapshotSchedule
 
 __all__ = ["Checkpointer", "CheckpointStatus"]
 

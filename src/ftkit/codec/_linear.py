@@ -18,7 +18,8 @@ from .base import ErasureCode, check_data, check_fragments, check_indices, check
 
 __all__ = ["LinearCode", "BLOCK_BYTES"]
 
-#: Bytes per fragment processed per block: small enough that the schedule's scratch stays in cache.
+#: Bytes per fragment processed per block: the blocks of all k + m fragments should stay in L1/L2 together
+#: while the schedule runs over them (measured best of 1-8 KiB on a Xeon with 48 KiB L1d).
 BLOCK_BYTES = 2048
 
 
@@ -26,12 +27,27 @@ def _addresses(arrays: Sequence[np.ndarray]) -> np.ndarray:
     return np.fromiter(map(_kernels.address_of, arrays), dtype=np.int64, count=len(arrays))
 
 
-def _apply(ops: np.ndarray, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], nbytes: int) -> None:
+def _check_no_overlap(addrs: np.ndarray, n_in: int, nbytes: int) -> None:
+    # Outputs are written block by block while inputs are still being read: an output overlapping an input
+    # or another output would silently give wrong parity.
+    outs = addrs[n_in:]
+    hit = (outs[:, None] < addrs[None, :] + nbytes) & (addrs[None, :] < outs[:, None] + nbytes)
+    hit[np.arange(outs.shape[0]), n_in + np.arange(outs.shape[0])] = False
+    if hit.any():
+        o, other = (int(v) for v in np.argwhere(hit)[0])
+        what = f"data fragment {other}" if other < n_in else f"parity output {other - n_in}"
+        raise CodecError(f"parity output {o} overlaps {what} in memory; give separate output buffers")
+
+
+def _apply(ops: np.ndarray, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], nbytes: int,
+           check_overlap: bool = False) -> None:
     if nbytes == 0 or not outputs:
         return
     # ``inputs`` and ``outputs`` stay referenced by the caller for the duration of the call, so the raw
     # addresses the kernel uses stay valid.
     addrs = _addresses([*inputs, *outputs])
+    if check_overlap:
+        _check_no_overlap(addrs, len(inputs), nbytes)
     _kernels.run_schedule(ops, addrs, nbytes, BLOCK_BYTES)
 
 
@@ -93,7 +109,7 @@ class LinearCode(ErasureCode):
         outs = check_outputs(parity_out, len(rows), nbytes, "parity output")
         key = ("enc", tuple(rows))
         sched = self._schedule_for(key, lambda: self._parity[rows])
-        _apply(sched, items, outs, nbytes)
+        _apply(sched, items, outs, nbytes, check_overlap=True)
 
     def reconstruct(self, fragments: Mapping[int, np.ndarray], wanted: Sequence[int]) -> list[np.ndarray]:
         """Rebuild the fragments ``wanted`` from any ``k`` fragments (see :meth:`ErasureCode.reconstruct`).

@@ -18,7 +18,7 @@ Rules of the contract (what storage and checkpoint code may assume):
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -50,14 +50,29 @@ def check_fragment(array: object, what: str, *, writeable: bool = False) -> np.n
     return array
 
 
-def _check_lengths(arrays: Sequence[np.ndarray], names: Sequence[str]) -> int:
+def _is_fragment(array: object, writeable: bool = False) -> bool:
+    # The fast path of check_fragment (no message formatting): codecs are called per chunk when streaming.
+    return (
+        isinstance(array, np.ndarray)
+        and array.dtype == np.uint8
+        and array.ndim == 1
+        and array.flags.c_contiguous
+        and (not writeable or array.flags.writeable)
+    )
+
+
+def _check_all(arrays: Sequence[object], name: Callable[[int], str], writeable: bool = False) -> int:
+    # Check every array is a fragment and all have one length; return it. Messages name the culprit.
+    for t, a in enumerate(arrays):
+        if not _is_fragment(a, writeable):
+            check_fragment(a, name(t), writeable=writeable)
     if not arrays:
         return 0
-    n = arrays[0].shape[0]
-    for a, name in zip(arrays, names, strict=True):
-        if a.shape[0] != n:
+    n = arrays[0].shape[0]  # type: ignore[attr-defined]
+    for t, a in enumerate(arrays):
+        if a.shape[0] != n:  # type: ignore[attr-defined]
             raise CodecError(
-                f"{name} has {a.shape[0]} bytes but {names[0]} has {n}: "
+                f"{name(t)} has {a.shape[0]} bytes but {name(0)} has {n}: "  # type: ignore[attr-defined]
                 "all fragments of a call must have the same length"
             )
     return int(n)
@@ -76,8 +91,7 @@ def check_data(data: Sequence[np.ndarray], k: int) -> tuple[list[np.ndarray], in
     items = list(data)
     if len(items) != k:
         raise CodecError(f"expected k={k} data fragments, got {len(items)}")
-    checked = [check_fragment(a, f"data fragment {j}") for j, a in enumerate(items)]
-    return checked, _check_lengths(checked, [f"data fragment {j}" for j in range(k)])
+    return items, _check_all(items, lambda j: f"data fragment {j}")
 
 
 def check_indices(indices: Sequence[int], limit: int, what: str) -> list[int]:
@@ -113,6 +127,8 @@ def check_outputs(outputs: Sequence[np.ndarray], count: int, nbytes: int, what: 
     if len(items) != count:
         raise CodecError(f"expected {count} {what} arrays, got {len(items)}")
     for i, a in enumerate(items):
+        if _is_fragment(a, True) and a.shape[0] == nbytes:
+            continue
         check_fragment(a, f"{what} {i}", writeable=True)
         if a.shape[0] != nbytes:
             raise CodecError(
@@ -133,17 +149,15 @@ def check_fragments(fragments: Mapping[int, np.ndarray], k: int, m: int) -> tupl
     if not isinstance(fragments, Mapping):
         raise CodecError(f"fragments must be a dict index -> uint8 array, got {type(fragments).__name__}")
     keys = check_indices(list(fragments.keys()), k + m, "fragment index")
-    out = {
-        i: check_fragment(fragments[key], f"fragment {i}")
-        for i, key in zip(keys, fragments.keys(), strict=True)
-    }
+    out = {i: fragments[key] for i, key in zip(keys, fragments.keys(), strict=True)}
     if len(out) < k:
         missing = sorted(set(range(k + m)) - set(out))
         raise CodecError(
             f"cannot decode: need at least k={k} of the {k + m} fragments, got {len(out)} "
             f"(have {sorted(out)}, missing {missing}); more than m={m} fragments are lost"
         )
-    nbytes = _check_lengths([out[i] for i in sorted(out)], [f"fragment {i}" for i in sorted(out)])
+    order = sorted(out)
+    nbytes = _check_all([out[i] for i in order], lambda t: f"fragment {order[t]}")
     return out, nbytes
 
 

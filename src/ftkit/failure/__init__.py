@@ -12,7 +12,7 @@ from .state import (
     save_state_table,
     set_state_table,
 )
-from .ulfm import agree_flag, agree_on_dead, failed_ranks, guarded, repair, revoke
+from .ulfm import agree_flag, agree_on_dead, exit_without_finalize, failed_ranks, guarded, repair, revoke
 
 __all__ = [
     "FailureDetector",
@@ -30,6 +30,7 @@ __all__ = [
     "load_state_table",
     "agree_on_dead",
     "agree_flag",
+    "exit_without_finalize",
     "failed_ranks",
     "guarded",
     "repair",

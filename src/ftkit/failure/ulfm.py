@@ -10,6 +10,8 @@ number of times (each retry needs a new failure). If a plain collective on the r
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
@@ -18,7 +20,7 @@ from mpi4py import MPI
 from ..errors import ProcessFailure
 from .detect import is_failure_error
 
-__all__ = ["failed_ranks", "revoke", "agree_on_dead", "agree_flag", "repair", "guarded"]
+__all__ = ["failed_ranks", "revoke", "agree_on_dead", "agree_flag", "repair", "guarded", "exit_without_finalize"]
 
 _BITS = 30  # rank bits per Agree call (the agreed value is a C int)
 T = TypeVar("T")
@@ -160,3 +162,22 @@ def guarded(comm: MPI.Comm, what: str, fn: Callable[[], T]) -> T:
         except MPI.Exception:
             ranks = set()
         raise ProcessFailure(f"process failure during {what}: {exc}", sorted(ranks)) from exc
+
+
+def exit_without_finalize(comm: MPI.Comm | None = None, code: int = 0) -> None:
+    """End a process that outlived a failure: synchronize the survivors on ``comm``, flush, exit without
+    ``MPI_Finalize``.
+
+    After a process failure, Open MPI's ``MPI_Finalize`` runs a runtime fence that can wait forever for the dead
+    process (open-mpi/ompi#11404; seen here intermittently with 9 ranks). Survivors that have their result call
+    this instead of returning normally. With ``comm`` (the repaired communicator) they first wait for each other,
+    so no survivor leaves while another still needs it. Never returns.
+    """
+    if comm is not None and comm != MPI.COMM_NULL:
+        try:
+            comm.Barrier()
+        except MPI.Exception:
+            pass  # a further failure: leaving is still the right thing to do
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -40,7 +40,7 @@ __all__ = ["SummaStep", "plan_summa", "default_width", "PanelExchange", "Pending
 TAG_A, TAG_B = 601, 602
 
 #: Smallest k width of a SUMMA step by default: local GEMMs narrower than this run well below BLAS peak.
-MIN_WIDTH = 512
+MIN_WIDTH = 1024
 
 
 @dataclass(frozen=True)
@@ -164,32 +164,42 @@ class PanelExchange(Protocol):
 
 class _Done:
     def __init__(self, a_panel: np.ndarray, b_panel: np.ndarray, requests: list[MPI.Request],
-                 keep: tuple[object, ...]) -> None:
+                 keep: tuple[object, ...], finish: list[tuple[np.ndarray, np.ndarray]]) -> None:
         self._panels = (a_panel, b_panel)
         self._requests = requests
         self._keep = keep  # send buffers must outlive the non-blocking calls
+        self._finish = finish  # (destination, received buffer) copies to do once complete
 
     def wait(self) -> tuple[np.ndarray, np.ndarray]:
         wait_requests(self._requests)
-        self._keep = ()
+        for dest, src in self._finish:
+            dest[...] = src
+        self._keep, self._finish = (), []
         return self._panels
+
+
+def _slots(widths: list[int]) -> list[slice]:
+    offsets = np.concatenate([[0], np.cumsum(widths)]).astype(int)
+    return [slice(int(offsets[q]), int(offsets[q + 1])) for q in range(len(widths))]
 
 
 class AllgatherExchange:
     """Default exchange: every process sends its pieces to the others of its process row (A) and column (B).
 
-    Point-to-point ``Isend``/``Irecv`` straight into the panel, not ``Iallgatherv``: with Open MPI's shared
-    memory transport the collective's schedule is 3-5x slower for MB-sized pieces, while a plain receive is
-    one single-copy transfer. The A panel is column-major ``(rows, width)``: each piece is a contiguous run of
-    columns, so pieces are received in place and sent without packing. The B panel is row-major
-    ``(width, cols)`` for the same reason (this process's B piece is packed once, into its panel slot). With
-    one process in a row (column) the piece itself is the panel. Tags: :data:`TAG_A` on ``grid.row_comm``,
-    :data:`TAG_B` on ``grid.col_comm``; steps are told apart by MPI's in-order matching.
+    Point-to-point ``Isend``/``Irecv``, not ``Iallgatherv``: with Open MPI's shared-memory transport the
+    collective's schedule is 3-5x slower for MB-sized pieces, while a plain receive is one single-copy
+    transfer. Both panels are column-major, like the local arrays. An A piece is a run of whole columns, so it
+    is sent from and received into its slot of the ``(rows, width)`` A panel with no packing. A B piece is a
+    band of rows, not contiguous in column-major order: it is sent from a packed copy and received into a
+    scratch buffer, then copied into its slot of the ``(width, cols)`` B panel (block copies of whole column
+    segments: an order of magnitude cheaper than transposing it into a row-major panel). With one process in a
+    row (column) the piece itself is the panel. Tags: :data:`TAG_A` on ``grid.row_comm``, :data:`TAG_B` on
+    ``grid.col_comm``; successive steps are told apart by MPI's in-order matching.
     """
 
     def __init__(self) -> None:
         # Two buffer sets used alternately: step i+1 is received while step i's panels are multiplied.
-        self._pool: list[dict[str, np.ndarray]] = [{}, {}]
+        self._pool: list[dict[object, np.ndarray]] = [{}, {}]
         self._calls = 0
 
     def start(self, grid: ProcessGrid, step: SummaStep, a_piece: np.ndarray,
@@ -197,43 +207,65 @@ class AllgatherExchange:
         """Start the exchange; the panels stay valid until the second-next ``start``."""
         requests: list[MPI.Request] = []
         keep: list[object] = []
+        finish: list[tuple[np.ndarray, np.ndarray]] = []
         pool = self._pool[self._calls % 2]
         self._calls += 1
-        a_panel = self._gather(grid.row_comm, a_piece, step.a_cols, "F", TAG_A, requests, keep, pool)
-        b_panel = self._gather(grid.col_comm, b_piece, step.b_rows, "C", TAG_B, requests, keep, pool)
-        return _Done(a_panel, b_panel, requests, tuple(keep))
+        a_panel = self._gather_columns(grid.row_comm, a_piece, step.a_cols, requests, pool)
+        b_panel = self._gather_rows(grid.col_comm, b_piece, step.b_rows, requests, keep, finish, pool)
+        return _Done(a_panel, b_panel, requests, tuple(keep), finish)
 
     @staticmethod
-    def _gather(comm: MPI.Comm, piece: np.ndarray, slices: tuple[slice, ...], order: str, tag: int,
-                requests: list[MPI.Request], keep: list[object], pool: dict[str, np.ndarray]) -> np.ndarray:
+    def _buffer(pool: dict[object, np.ndarray], key: object, shape: tuple[int, int]) -> np.ndarray:
+        """Return a column-major array of ``shape`` backed by a pooled buffer (grown when too small)."""
+        size = shape[0] * shape[1]
+        buf = pool.get(key)
+        if buf is None or buf.size < size:
+            buf = pool[key] = np.empty(max(size, 1))
+        return buf[:size].reshape(shape, order="F")
+
+    def _gather_columns(self, comm: MPI.Comm, piece: np.ndarray, slices: tuple[slice, ...],
+                        requests: list[MPI.Request], pool: dict[object, np.ndarray]) -> np.ndarray:
         size, me = comm.Get_size(), comm.Get_rank()
         if size == 1:
             return piece
         widths = [s.stop - s.start for s in slices]
-        offsets = np.concatenate([[0], np.cumsum(widths)]).astype(int)
-        width = int(offsets[-1])
-        other = piece.shape[0] if order == "F" else piece.shape[1]
-        buf = pool.get(order)
-        if order == "F":
-            if buf is None or buf.shape[0] != other or buf.shape[1] < width:
-                buf = pool[order] = np.empty((other, width), order="F")
-            panel = buf[:, :width]
-            slot = [panel[:, offsets[q]:offsets[q + 1]] for q in range(size)]
-        else:
-            if buf is None or buf.shape[1] != other or buf.shape[0] < width:
-                buf = pool[order] = np.empty((width, other), order="C")
-            panel = buf[:width, :]
-            slot = [panel[offsets[q]:offsets[q + 1], :] for q in range(size)]
+        panel = self._buffer(pool, "A", (piece.shape[0], sum(widths)))
+        slot = [panel[:, s] for s in _slots(widths)]
         for q in range(size):
-            if q != me and widths[q] and slot[q].size:
-                requests.append(comm.Irecv([slot[q], MPI.DOUBLE], source=q, tag=tag))
+            if q != me and slot[q].size:
+                requests.append(comm.Irecv([slot[q], MPI.DOUBLE], source=q, tag=TAG_A))
         mine = slot[me]
         if mine.size:
             mine[...] = piece
-        for q in range(size):
-            if q != me and mine.size:
-                requests.append(comm.Isend([mine, MPI.DOUBLE], dest=q, tag=tag))
-        keep.append(panel)
+            for q in range(size):
+                if q != me:
+                    requests.append(comm.Isend([mine, MPI.DOUBLE], dest=q, tag=TAG_A))
+        return panel
+
+    def _gather_rows(self, comm: MPI.Comm, piece: np.ndarray, slices: tuple[slice, ...],
+                     requests: list[MPI.Request], keep: list[object],
+                     finish: list[tuple[np.ndarray, np.ndarray]],
+                     pool: dict[object, np.ndarray]) -> np.ndarray:
+        size, me = comm.Get_size(), comm.Get_rank()
+        if size == 1:
+            return piece
+        widths = [s.stop - s.start for s in slices]
+        cols = piece.shape[1]
+        panel = self._buffer(pool, "B", (sum(widths), cols))
+        slots = _slots(widths)
+        for p in range(size):
+            if p != me and widths[p] * cols:
+                scratch = self._buffer(pool, ("B", p), (widths[p], cols))
+                requests.append(comm.Irecv([scratch, MPI.DOUBLE], source=p, tag=TAG_B))
+                finish.append((panel[slots[p], :], scratch))
+        if widths[me] * cols:
+            packed = self._buffer(pool, ("B", me), (widths[me], cols))
+            packed[...] = piece
+            panel[slots[me], :] = packed
+            for p in range(size):
+                if p != me:
+                    requests.append(comm.Isend([packed, MPI.DOUBLE], dest=p, tag=TAG_B))
+            keep.append(packed)
         return panel
 
 

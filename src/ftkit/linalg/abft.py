@@ -66,6 +66,7 @@ __all__ = [
     "segment_bounds",
     "dense_bounds",
     "indicator",
+    "segment_weights",
     "encode_rows",
     "encode_cols",
     "ChecksumProduct",
@@ -147,8 +148,8 @@ def dense_bounds(n: int, bs: int) -> np.ndarray:
     return np.append(np.arange(0, n, bs, dtype=np.int64), n).astype(np.int64)
 
 
-def _weights(bounds: np.ndarray) -> np.ndarray:
-    """1-based index of every position within its segment (float64)."""
+def segment_weights(bounds: np.ndarray) -> np.ndarray:
+    """Return the weight of every position: its 1-based index within its segment (float64)."""
     n = int(bounds[-1])
     pos = np.arange(n, dtype=np.int64)
     starts = np.repeat(bounds[:-1], np.diff(bounds))
@@ -176,7 +177,7 @@ def indicator(bounds: np.ndarray) -> np.ndarray:
     seg = np.repeat(np.arange(nseg), np.diff(bounds))
     out = np.zeros((2 * nseg, n))
     out[seg, np.arange(n)] = 1.0
-    out[nseg + seg, np.arange(n)] = _weights(bounds)
+    out[nseg + seg, np.arange(n)] = segment_weights(bounds)
     return out
 
 
@@ -265,9 +266,10 @@ def block_sums(c: np.ndarray, rb: np.ndarray, cb: np.ndarray, rind: np.ndarray |
         # 0 * Inf = NaN would smear one non-finite element over every block of its row and column
         rows = _seg_sum(c, cb, 1)
         cols = _seg_sum(c, rb, 0)
-        wrows = _seg_sum(c * _weights(cb)[None, :], cb, 1)
-        return (_seg_sum(rows, rb, 0), _seg_sum(rows * _weights(rb)[:, None], rb, 0),
-                _seg_sum(cols * _weights(cb)[None, :], cb, 1), _seg_sum(wrows * _weights(rb)[:, None], rb, 0))
+        wrows = _seg_sum(c * segment_weights(cb)[None, :], cb, 1)
+        wr, wc = segment_weights(rb)[:, None], segment_weights(cb)[None, :]
+        return (_seg_sum(rows, rb, 0), _seg_sum(rows * wr, rb, 0), _seg_sum(cols * wc, cb, 1),
+                _seg_sum(wrows * wr, rb, 0))
     return p[:nr, :nc].copy(), p[nr:, :nc].copy(), p[:nr, nc:].copy(), p[nr:, nc:].copy()
 
 
@@ -375,14 +377,19 @@ def locate_error(block: np.ndarray, res_ee: float, res_we: float, res_ew: float,
     """Return the ``(i, j)`` of the single wrong element the residuals point to, or ``None`` if ambiguous.
 
     O(1) from the residuals when they are finite: ``i = r_we / r_ee - 1`` (weights are 1-based), accepted only
-    when its uncertainty from the thresholds is below half an index. A non-finite element (an exponent flip
-    to Inf/NaN) is found by scanning the block for it (only then).
+    when its uncertainty from the thresholds is below half an index and the ratio is an integer within it.
+    When the residuals are not finite (an exponent flip to Inf/NaN, or to a value so large the weighted sums
+    overflow) the block is scanned for the non-finite or largest element (only then). The caller re-verifies.
     """
     r, c = block.shape
     if not (math.isfinite(res_ee) and math.isfinite(res_we) and math.isfinite(res_ew)):
+        # Inf/NaN element, or one so large that the weighted sums overflowed: it is the odd one out
         bad = np.argwhere(~np.isfinite(block))
         if len(bad) == 1:
             return int(bad[0][0]), int(bad[0][1])
+        if len(bad) == 0 and block.size:
+            i, j = np.unravel_index(int(np.argmax(np.abs(block))), block.shape)
+            return int(i), int(j)
         return None
     if res_ee == 0.0:
         return None
@@ -390,9 +397,11 @@ def locate_error(block: np.ndarray, res_ee: float, res_we: float, res_ew: float,
     if not (0.5 <= fi < r + 0.5 and 0.5 <= fj < c + 0.5):
         return None
     i, j = round(fi) - 1, round(fj) - 1
-    # uncertainty of the ratios from the thresholds; the ratio must be an integer within it
-    ui = (thr_r + abs(fi) * thr) / abs(res_ee)
-    uj = (thr_c + abs(fj) * thr) / abs(res_ee)
+    # uncertainty of the ratios: the thresholds, plus the rounding of the block's own sums, which scales
+    # with the (possibly huge, corrupted) block rather than with |A||B|; the ratio must be an integer within it
+    own = float(gamma(r + c + 4)) * float(np.abs(block).sum()) / abs(res_ee)
+    ui = (thr_r + abs(fi) * thr) / abs(res_ee) + (r + abs(fi)) * own
+    uj = (thr_c + abs(fj) * thr) / abs(res_ee) + (c + abs(fj)) * own
     if ui >= 0.5 or uj >= 0.5 or abs(fi - (i + 1)) > ui or abs(fj - (j + 1)) > uj:
         return None
     return i, j

@@ -38,6 +38,7 @@ from mpi4py import MPI
 from ..errors import ABFTError, PBLASArgumentError
 from ..inject import InjectionPlan
 from . import abft
+from ._abft_kernels import encode_cols_into, encode_rows_into
 from ._operands import aligned_operands
 from ._summa import AllgatherExchange, PanelExchange, PendingPanels, SummaStep, plan_summa, run_summa
 from .descriptor import BlockCyclic1D
@@ -133,7 +134,15 @@ class _ChecksumPending:
         if self.step.perm is not None:
             achk = achk[:, self.step.perm]
         o.product.add(achk, bchk)
-        return (a_ext[:o.ra] if a_side is None else a_ext), (b_ext[:, :o.cb] if b_side is None else b_ext)
+        a_data = a_ext[:o.ra] if a_side is None else a_ext
+        b_data = b_ext[:, :o.cb] if b_side is None else b_ext
+        # OpenBLAS turns a one-row/one-column GEMM into GEMV, whose result depends on the vector's stride:
+        # hand it the same unit-stride vector plain pdgemm does, so C stays bit-identical to pdgemm's
+        if o.ra == 1:
+            a_data = np.asfortranarray(a_data)
+        if o.cb == 1:
+            b_data = np.ascontiguousarray(b_data)
+        return a_data, b_data
 
 
 class _ChecksumExchange:
@@ -144,30 +153,39 @@ class _ChecksumExchange:
                  c_to_global: Callable[[int, int], tuple[int, int]]) -> None:
         self.inner, self.ra, self.cb = inner, ra, cb
         self.rb, self.cbnd = rb, cbnd
-        self.rind, self.cind = abft.indicator(rb), abft.indicator(cbnd)
+        self.rw, self.cw = abft.segment_weights(rb), abft.segment_weights(cbnd)
         self.nr, self.nc = len(rb) - 1, len(cbnd) - 1
         self.product, self.c, self.plan, self.rank, self.c_to_global = product, c, plan, rank, c_to_global
 
     def start(self, grid: ProcessGrid, step: SummaStep, a_piece: np.ndarray,
               b_piece: np.ndarray) -> PendingPanels:
-        achk = abft.encode_rows(a_piece, self.rb, self.rind)
-        bchk = abft.encode_cols(b_piece, self.cbnd, self.cind)
+        nr, nc, ra, cb = self.nr, self.nc, self.ra, self.cb
+        # Operand flips planned for this step happen after encoding: encode from a private copy then.
+        a_src = a_piece.copy(order="F") if self._planned("A", step) else a_piece
+        b_src = b_piece.copy(order="F") if self._planned("B", step) else b_piece
         # Alone in my process row (column) nothing is sent: the piece is the panel and the checksums stay
         # aside; the data then reaches the GEMM in the very layout plain pdgemm uses (bit-identical C).
+        achk = bchk = None
         if grid.npcol == 1:
+            achk = np.empty((abft.NCHK * nr, a_piece.shape[1]), order="F")
+            encode_rows_into(a_src, self.rb, self.rw, achk, False)
             a_ext = self._inject(step, "A", a_piece, None)
         else:
-            a_ext = np.empty((self.ra + abft.NCHK * self.nr, a_piece.shape[1]), order="F")
-            a_ext[self.ra:] = achk
-            self._inject(step, "A", a_piece, a_ext[:self.ra])
+            a_ext = np.empty((ra + abft.NCHK * nr, a_piece.shape[1]), order="F")
+            encode_rows_into(a_src, self.rb, self.rw, a_ext, True)   # copies the data too
+            self._inject(step, "A", a_piece, a_ext[:ra])
         if grid.nprow == 1:
+            bchk = np.empty((b_piece.shape[0], abft.NCHK * nc), order="C")
+            encode_cols_into(b_src, self.cbnd, self.cw, bchk, False)
             b_ext = self._inject(step, "B", b_piece, None)
         else:
-            b_ext = np.empty((b_piece.shape[0], self.cb + abft.NCHK * self.nc), order="C")
-            b_ext[:, self.cb:] = bchk
-            self._inject(step, "B", b_piece, b_ext[:, :self.cb])
-        side = (achk if grid.npcol == 1 else None, bchk if grid.nprow == 1 else None)
-        return _ChecksumPending(self, step, self.inner.start(grid, step, a_ext, b_ext), side)
+            b_ext = np.empty((b_piece.shape[0], cb + abft.NCHK * nc), order="C")
+            encode_cols_into(b_src, self.cbnd, self.cw, b_ext, True)
+            self._inject(step, "B", b_piece, b_ext[:, :cb])
+        return _ChecksumPending(self, step, self.inner.start(grid, step, a_ext, b_ext), (achk, bchk))
+
+    def _planned(self, target: str, step: SummaStep) -> bool:
+        return self.plan is not None and self.plan.planned(target, self.rank, step.index)
 
     def _inject(self, step: SummaStep, target: str, piece: np.ndarray, out: np.ndarray | None) -> np.ndarray:
         """Copy ``piece`` into ``out`` (or return it when ``out`` is None), making the planned operand flips.
@@ -176,17 +194,15 @@ class _ChecksumExchange:
         needed), the others only the data that travels in this panel (a private copy if need be).
         """
         plan = self.plan
-        if plan is not None and piece.flags.writeable:
+        if plan is None or not plan.planned(target, self.rank, step.index):
+            return piece if out is None else out        # the kernel already copied the data
+        if piece.flags.writeable:
             plan.apply(target, self.rank, step.index, piece, persistent=True)
         if out is None:
-            if plan is not None and any(f.target == target and not f.persistent for f in plan.flips):
-                out = piece.copy(order="A")
-                plan.apply(target, self.rank, step.index, out, persistent=False)
-                return out
-            return piece
-        out[...] = piece
-        if plan is not None:
-            plan.apply(target, self.rank, step.index, out, persistent=False)
+            out = piece.copy(order="A")
+        else:
+            out[...] = piece
+        plan.apply(target, self.rank, step.index, out, persistent=False)
         return out
 
 

@@ -105,7 +105,7 @@ def _gemm(transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: Dis
     ops = aligned_operands(transa, transb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc,
                            same_kmap=algorithm == "cannon")
     if algorithm == "cannon":
-        run_cannon(C.grid, ops.a, ops.b, ops.c, ops.ka, alpha)
+        run_cannon(C.grid, ops.a, ops.b, ops.c, ops.ka, alpha, stats=stats)
     else:
         run_summa(C.grid, ops.a, ops.b, ops.c, ops.ka, ops.kb, alpha, width=width, exchange=exchange,
                   stats=stats)
@@ -137,11 +137,11 @@ def pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: Di
     algorithm
         ``"summa"`` (any grid) or ``"cannon"`` (square grids only).
     width
-        SUMMA step width in k (default: several blocks per owner, at least 512).
+        SUMMA step width in k (default: several blocks per owner, at least 1024).
     exchange
         Replacement SUMMA panel exchange (see ``ftkit.linalg._summa.PanelExchange``).
     stats
-        If given, SUMMA adds its local-GEMM and wait times to it (see ``run_summa``).
+        If given, the algorithm adds its local-GEMM and wait times to it (see ``run_summa``).
 
     Raises
     ------

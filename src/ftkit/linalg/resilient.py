@@ -33,6 +33,7 @@ back (it died before saving them, or more failures than the store survives) ever
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ from ..failure import (
     record_failures,
     repair,
 )
+from ..failure.detect import Exchange
 from ..failure.protect import DirectoryStore, InputStore
 from ..failure.ulfm import agree_flag
 from ._operands import aligned_operands
@@ -99,32 +101,46 @@ class ResilientResult:
     timeout: float = 0.0
 
 
+def _slots(widths: list[int]) -> list[slice]:
+    ends = np.cumsum([0, *widths]).tolist()
+    return [slice(int(ends[i]), int(ends[i + 1])) for i in range(len(widths))]
+
+
 class _Pending:
-    def __init__(self, exchange: _FailureAwareExchange, step: SummaStep, ex_a, ex_b, a_parts, b_parts):  # type: ignore[no-untyped-def]
+    def __init__(self, exchange: _FailureAwareExchange, step: SummaStep, ex_a: Exchange, ex_b: Exchange,
+                 a_panel: np.ndarray, b_panel: np.ndarray, b_scratch: dict[int, np.ndarray]) -> None:
         self.x, self.step, self.ex_a, self.ex_b = exchange, step, ex_a, ex_b
-        self.a_parts, self.b_parts = a_parts, b_parts
+        self.a_panel, self.b_panel, self.b_scratch = a_panel, b_panel, b_scratch
 
     def wait(self) -> tuple[np.ndarray, np.ndarray]:
         x, step, g = self.x, self.step, self.x.grid
         x.det.finish_exchange(self.ex_a)
         x.det.finish_exchange(self.ex_b)
+        a_slots = _slots([s.stop - s.start for s in step.a_cols])
+        b_slots = _slots([s.stop - s.start for s in step.b_rows])
         for q in range(g.npcol):  # A pieces of dead owners in my process row come from the store
             owner = g.rank_of(g.myrow, q)
             if q != g.mycol and not x.det.alive(owner):
-                self.a_parts[q] = np.asfortranarray(extract_a_piece(x.stored("a", owner), step, q))
+                self.a_panel[:, a_slots[q]] = extract_a_piece(x.stored("a", owner), step, q)
                 x.storage_reads += 1
         for p in range(g.nprow):
             owner = g.rank_of(p, g.mycol)
-            if p != g.myrow and not x.det.alive(owner):
-                self.b_parts[p] = np.ascontiguousarray(extract_b_piece(x.stored("b", owner), step, p))
+            if p == g.myrow:
+                continue
+            if x.det.alive(owner):
+                self.b_panel[b_slots[p], :] = self.b_scratch[owner]
+            else:
+                self.b_panel[b_slots[p], :] = extract_b_piece(x.stored("b", owner), step, p)
                 x.storage_reads += 1
-        a_panel = np.asfortranarray(np.hstack(self.a_parts)) if len(self.a_parts) > 1 else self.a_parts[0]
-        b_panel = np.ascontiguousarray(np.vstack(self.b_parts)) if len(self.b_parts) > 1 else self.b_parts[0]
-        return a_panel, b_panel
+        return self.a_panel, self.b_panel
 
 
 class _FailureAwareExchange:
-    """SUMMA panel exchange, point to point with deadlines; a dead owner's piece is read from the store."""
+    """SUMMA panel exchange, point to point with deadlines; a dead owner's piece is read from the store.
+
+    A pieces are received straight into their column slots of an F-order panel; B pieces (packed in F order)
+    into scratch buffers copied into their row bands in ``wait``, as the default exchange does.
+    """
 
     def __init__(self, det: FailureDetector, grid: ProcessGrid, store: InputStore, prefix: str,
                  shapes: dict[tuple[str, int], tuple[int, int]], on_step: Callable[[int], None] | None) -> None:
@@ -149,30 +165,21 @@ class _FailureAwareExchange:
         if self.on_step is not None:
             self.on_step(step.index)
         g, det = grid, self.det
-        a_piece = np.asfortranarray(a_piece)
-        b_piece = np.ascontiguousarray(b_piece)
-        a_parts: list[np.ndarray] = []
-        recv_a: dict[int, np.ndarray] = {}
-        for q in range(g.npcol):
-            if q == g.mycol:
-                a_parts.append(a_piece)
-            else:
-                buf = np.empty((a_piece.shape[0], step.a_cols[q].stop - step.a_cols[q].start), order="F")
-                a_parts.append(buf)
-                recv_a[g.rank_of(g.myrow, q)] = buf
-        b_parts: list[np.ndarray] = []
-        recv_b: dict[int, np.ndarray] = {}
-        for p in range(g.nprow):
-            if p == g.myrow:
-                b_parts.append(b_piece)
-            else:
-                buf = np.empty((step.b_rows[p].stop - step.b_rows[p].start, b_piece.shape[1]))
-                b_parts.append(buf)
-                recv_b[g.rank_of(p, g.mycol)] = buf
+        a_slots = _slots([s.stop - s.start for s in step.a_cols])
+        b_slots = _slots([s.stop - s.start for s in step.b_rows])
+        a_panel = np.empty((a_piece.shape[0], step.width), order="F")
+        a_panel[:, a_slots[g.mycol]] = a_piece
+        mine_a = a_panel[:, a_slots[g.mycol]]
+        recv_a = {g.rank_of(g.myrow, q): a_panel[:, a_slots[q]] for q in range(g.npcol) if q != g.mycol}
+        b_panel = np.empty((step.width, b_piece.shape[1]), order="F")
+        b_panel[b_slots[g.myrow], :] = b_piece
+        mine_b = np.asfortranarray(b_piece)
+        recv_b = {g.rank_of(p, g.mycol): np.empty((b_slots[p].stop - b_slots[p].start, b_piece.shape[1]),
+                                                  order="F") for p in range(g.nprow) if p != g.myrow}
         tag = 2 * (step.index % _TAG_SPAN)
-        ex_a = det.start_exchange({r: a_piece for r in recv_a}, recv_a, tag)
-        ex_b = det.start_exchange({r: b_piece for r in recv_b}, recv_b, tag + 1)
-        return _Pending(self, step, ex_a, ex_b, a_parts, b_parts)
+        ex_a = det.start_exchange({r: mine_a for r in recv_a}, recv_a, tag)
+        ex_b = det.start_exchange({r: mine_b for r in recv_b}, recv_b, tag + 1)
+        return _Pending(self, step, ex_a, ex_b, a_panel, b_panel, recv_b)
 
 
 def _check_args(transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, width):  # type: ignore[no-untyped-def]
@@ -200,7 +207,8 @@ def resilient_pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: fl
                      ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix,
                      ic: int, jc: int, *, store: InputStore | str, timeout: float | None = None,
                      width: int | None = None, detector: FailureDetector | None = None,
-                     on_step: Callable[[int], None] | None = None) -> ResilientResult:
+                     on_step: Callable[[int], None] | None = None,
+                     stats: dict[str, float] | None = None) -> ResilientResult:
     """Compute ``C(ic:, jc:) = alpha*op(A)(ia:, ja:) @ op(B)(ib:, jb:) + beta*C(ic:, jc:)``, surviving failures.
 
     Collective on C's grid; arguments and semantics as :func:`ftkit.linalg.pdgemm` (SUMMA). See the module
@@ -221,6 +229,10 @@ def resilient_pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: fl
         A :class:`~ftkit.failure.FailureDetector` on C's grid communicator to reuse (default: a new one).
     on_step
         Called with the step index before each step's exchange starts (fault-injection hook for tests).
+    stats
+        If given, filled with this process's phase times in seconds: ``protect_s`` (saving inputs and the
+        synchronization after), ``iterate_s`` (the SUMMA steps), ``settle_s`` (agreement, repair, recompute,
+        redistribution).
 
     Returns
     -------
@@ -250,7 +262,7 @@ def resilient_pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: fl
                              f"restart", dead)
     if isinstance(store, (str, bytes)) or hasattr(store, "__fspath__"):
         store = DirectoryStore(store)  # type: ignore[arg-type]
-    det = detector or FailureDetector(grid.comm, timeout=timeout)
+    det = detector or _detector_for(grid, timeout)
     me = det.rank
     call = det.comm.bcast(uuid.uuid4().hex if me == 0 else None, root=0)
     prefix = f"pdgemm-{call}"
@@ -274,36 +286,39 @@ def resilient_pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: fl
         if ka is not None and kb is not None:
             shapes[("a", r)] = (crows.count(p), ka.count(q))
             shapes[("b", r)] = (kb.count(p), ccols.count(q))
+    t0 = time.perf_counter()
     store.save(f"{prefix}/c.{me}", C.local)
     if a is not None and b is not None:
         store.save(f"{prefix}/a.{me}", np.asfortranarray(a))
         store.save(f"{prefix}/b.{me}", np.asfortranarray(b))
     exchange = _FailureAwareExchange(det, grid, store, prefix, shapes, on_step)
+    t2 = t1 = time.perf_counter()
     try:
         det.barrier()
+        t1 = time.perf_counter()
         # Phase 2: iterate, reading dead owners' pieces from the store.
         if a is not None and b is not None and ka is not None and kb is not None:
             steps = plan_summa(ka, kb, width)
             run_summa(grid, a, b, C.local_view(ic, jc, m, n), ka, kb, alpha, exchange=exchange, steps=steps)
     except Fenced:
         pass
+    t2 = time.perf_counter()
 
     # Phase 3: agree on the dead, record them, repair.
     dead = agree_on_dead(det.comm, det.dead, abstain=det.fenced)
     inputs_ok = agree_flag(det.comm, int(not (exchange.unrecoverable & set(dead))))
+    if not dead:  # the common case: Agree was the only extra synchronization; nobody reads the store
+        state = record_failures(grid.shape, set(), writer=me == 0)
+        if me == 0:
+            store.remove(prefix)
+        _record(stats, t0, t1, t2)
+        return ResilientResult(C, grid, grid.comm, (), state, {}, 0, exchange.storage_reads, det.timeout)
+    _detectors.pop(grid.context, None)  # its communicator holds dead processes: never reuse it
     new_comm = repair(det.comm, dead)
     if new_comm is None or det.fenced:
         det.raise_if_fenced()
         raise Fenced(f"rank {me} was declared dead by its peers and fenced off", [me])
     state = record_failures(grid.shape, {grid.coords(r) for r in dead}, writer=new_comm.Get_rank() == 0)
-    if not dead:
-        guarded(new_comm, "the final synchronization", new_comm.Barrier)
-        if new_comm.Get_rank() == 0:
-            store.remove(prefix)
-        new_comm.Free()
-        if detector is None:
-            det.free()
-        return ResilientResult(C, grid, grid.comm, (), state, {}, 0, exchange.storage_reads, det.timeout)
     if not inputs_ok:
         raise ProcessFailure(f"ranks {sorted(dead)} failed and their inputs cannot be read back from {store!r} "
                              f"(they died before saving them, or the store lost them): the product cannot be "
@@ -347,8 +362,32 @@ def resilient_pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: fl
     guarded(new_comm, "the final synchronization", new_comm.Barrier)
     if new_comm.Get_rank() == 0:
         store.remove(prefix)
+    _record(stats, t0, t1, t2)
     return ResilientResult(result, new_grid, new_grid.comm, tuple(sorted(dead)), state, reassigned, verified,
                            exchange.storage_reads, det.timeout)
+
+
+_detectors: dict[int, FailureDetector] = {}
+
+
+def _detector_for(grid: ProcessGrid, timeout: float | None) -> FailureDetector:
+    """Return the detector of ``grid`` (collective when one is built), reused by later calls on the grid.
+
+    Reuse saves the communicator duplication and round-trip measurement on every call; a detector that has
+    seen a failure is dropped (its communicator contains dead processes).
+    """
+    det = _detectors.get(grid.context)
+    if det is None or det.dead or det.fenced or (timeout is not None and det.timeout != timeout):
+        det = FailureDetector(grid.comm, timeout=timeout)
+        _detectors[grid.context] = det
+    return det
+
+
+def _record(stats: dict[str, float] | None, t0: float, t1: float, t2: float) -> None:
+    if stats is not None:
+        stats["protect_s"] = t1 - t0
+        stats["iterate_s"] = t2 - t1
+        stats["settle_s"] = time.perf_counter() - t2
 
 
 def _global(nb: int, p: int, src: int, nprocs: int, count: int) -> np.ndarray:

@@ -1,0 +1,75 @@
+"""Numba kernels for the ABFT encoding: one pass over a SUMMA piece that copies it into the panel buffer and
+accumulates its plain, index-weighted and absolute segment sums (GIL released).
+
+The encoding is memory-bound: numpy needs four passes (``abs``, two GEMMs with an indicator, the copy into
+the panel), this needs one, which is what keeps ft_pdgemm's overhead at a few percent. Sums within a segment
+are sequential (at most ``len`` roundings), as :mod:`ftkit.linalg.abft`'s bounds assume.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["encode_rows_into", "encode_cols_into"]
+
+# Reassociation lets LLVM vectorize the segment sums; the bounds hold for any summation order (the tree depth
+# stays below the segment length), and NaN/Inf semantics are kept (no nnan/ninf flags).
+_FM = {"reassoc", "contract"}
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
+def encode_rows_into(a: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray,
+                     copy: bool) -> None:  # pragma: no cover - compiled
+    """Checksum rows of ``a`` (ra x kp) into ``ext[base:base+3nr]`` (``base = ra`` with ``copy``, else 0);
+    with ``copy`` also ``ext[:ra] = a``."""
+    ra, kp = a.shape
+    nr = bounds.shape[0] - 1
+    base = ra if copy else 0
+    for l in range(kp):
+        for s in range(nr):
+            e = 0.0
+            ws = 0.0
+            ab = 0.0
+            for i in range(bounds[s], bounds[s + 1]):
+                x = a[i, l]
+                if copy:
+                    ext[i, l] = x
+                e += x
+                ws += w[i] * x
+                ab += abs(x)
+            ext[base + s, l] = e
+            ext[base + nr + s, l] = ws
+            ext[base + 2 * nr + s, l] = ab
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
+def col_sums(b: np.ndarray, bounds: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
+    """Checksum columns of ``b`` (kp x cb) into the F-order ``out`` (kp x 3nc), column by column."""
+    kp, cb = b.shape
+    nc = bounds.shape[0] - 1
+    for s in range(nc):
+        for l in range(kp):
+            out[l, s] = 0.0
+            out[l, nc + s] = 0.0
+            out[l, 2 * nc + s] = 0.0
+        for j in range(bounds[s], bounds[s + 1]):
+            wj = w[j]
+            for l in range(kp):
+                x = b[l, j]
+                out[l, s] += x
+                out[l, nc + s] += wj * x
+                out[l, 2 * nc + s] += abs(x)
+
+
+def encode_cols_into(b: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray, copy: bool) -> None:
+    """Checksum columns of ``b`` (kp x cb) into ``ext[:, base:base+3nc]`` (``base = cb`` with ``copy``, else 0);
+    with ``copy`` also ``ext[:, :cb] = b``."""
+    cb = b.shape[1]
+    nc = bounds.shape[0] - 1
+    out = np.empty((b.shape[0], 3 * nc), order="F")
+    col_sums(b, bounds, w, out)
+    base = cb if copy else 0
+    if copy:
+        ext[:, :cb] = b
+    ext[:, base:base + 3 * nc] = out
