@@ -93,6 +93,7 @@ def work(args: argparse.Namespace) -> int:
         return ft_pdgemm("N", "N", n, n, n, 1.0, X, 0, 0, Y, 0, 0, 0.0, Cf, 0, 0, bs=bs, tol=tol, inject=inject)
 
     timed(plain)  # warm-up (first-touch, BLAS buffers)
+    timed(lambda: checked(None, None))  # warm-up (numba kernels load from their cache or compile)
     results = []
     for bs_arg in args.bs:
         bs = bs_arg or None
@@ -119,7 +120,7 @@ def work(args: argparse.Namespace) -> int:
         t_one, rep_one = timed(lambda: checked(bs, None, InjectionPlan([BitFlip("C", rank=1, bits="high")],
                                                                        seed=5)))
         t_two, rep_two = timed(lambda: checked(bs, None, InjectionPlan(
-            [BitFlip("C", rank=2, index=(3, 4), bit=50), BitFlip("C", rank=2, index=(7, 9), bit=50)], seed=6)))
+            [BitFlip("C", rank=2, index=(3, 4), bit=62), BitFlip("C", rank=2, index=(7, 9), bit=62)], seed=6)))
         t_ref = statistics.median(t_rig)
         # threshold tightness on positive data too (partial sums grow: the statistical model's hard case)
         Ap = linalg.DistributedMatrix(grid, A.desc, np.abs(A.local))

@@ -1,14 +1,16 @@
-"""Benchmark the failure-tolerant multiply (resilient_pdgemm) against pdgemm, without and with a process failure.
+"""Benchmark resilient_pdgemm against pdgemm, without and with a process failure (SIGKILL mid-multiply).
 
 usage: python benchmarks/bench_failure.py [--quick] [--n 2048] [--nb 128] [--width 256] [--repeats 3]
                                           [--no-3x3]
 
 Part 1 (one MPI job, 4 ranks, 2x2, OPENBLAS_NUM_THREADS=1): interleaved repeats of ``pdgemm`` and
-``resilient_pdgemm`` on the same n x n matrices and the same step width; reports the error-free overhead of the
+``resilient_pdgemm`` on the same n x n matrices and the same step width; reports the error-free overhead
+of the
 failure-tolerant path over pdgemm split into the heartbeat part (the SUMMA steps with deadline-polled
 point-to-point exchanges, plus settle) and the input protection (every rank saving its operands to the shared
 directory), which the reference's numbers do not include (its inputs already sit on the parallel file system).
-Part 2 (one MPI job per case): rank 1 is SIGKILLed at the first, the middle and the last SUMMA step; survivors'
+Part 2 (one MPI job per case): rank 1 is SIGKILLed at the first, the middle and the last SUMMA step;
+survivors'
 total time relative to the error-free resilient time of part 1 (the reference's Figure 11: earlier failures
 cost more, because the dead process's pieces are read from storage in every later step; here the end-of-run
 recomputation is spread over the survivors). Part 3 (unless --quick / --no-3x3): the same with 9 ranks (3x3),
@@ -64,8 +66,13 @@ def worker(args: argparse.Namespace) -> None:
     B = DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=2)
     store = Path(args.dir, "store")
     if args.worker == "errorfree":
-        times: dict[str, list[float]] = {"pdgemm": [], "resilient": [], "protect": [], "iterate": [],
-                                         "settle": []}
+        times: dict[str, list[float]] = {
+            "pdgemm": [],
+            "resilient": [],
+            "protect": [],
+            "iterate": [],
+            "settle": [],
+        }
         for _ in range(args.repeats):
             C = DistributedMatrix.zeros(grid, n, n, mb=nb, nb=nb)
             comm.Barrier()
@@ -77,8 +84,27 @@ def worker(args: argparse.Namespace) -> None:
             stats: dict[str, float] = {}
             comm.Barrier()
             t0 = time.perf_counter()
-            resilient_pdgemm("N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.0, C2, 0, 0, store=store,
-                             width=args.width, stats=stats)
+            resilient_pdgemm(
+                "N",
+                "N",
+                n,
+                n,
+                n,
+                1.0,
+                A,
+                0,
+                0,
+                B,
+                0,
+                0,
+                0.0,
+                C2,
+                0,
+                0,
+                store=store,
+                width=args.width,
+                stats=stats,
+            )
             comm.Barrier()
             times["resilient"].append(time.perf_counter() - t0)
             for key in ("protect", "iterate", "settle"):
@@ -97,16 +123,27 @@ def worker(args: argparse.Namespace) -> None:
 
     comm.Barrier()
     t0 = time.perf_counter()
-    res = resilient_pdgemm("N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.0, C, 0, 0, store=store,
-                           width=args.width, on_step=on_step)
+    res = resilient_pdgemm(
+        "N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.0, C, 0, 0, store=store, width=args.width, on_step=on_step
+    )
     res.comm.Barrier()
     total = time.perf_counter() - t0
     got = res.C.to_global(root=0)
     if res.comm.rank == 0:
         assert a_g is not None and b_g is not None and got is not None
         err = float(np.abs(got - a_g @ b_g).max())
-        print("FAILURE " + json.dumps({"total": total, "failed": list(res.failed_ranks), "maxerr": err,
-                                       "storage_reads_rank0": res.storage_reads}), flush=True)
+        print(
+            "FAILURE "
+            + json.dumps(
+                {
+                    "total": total,
+                    "failed": list(res.failed_ranks),
+                    "maxerr": err,
+                    "storage_reads_rank0": res.storage_reads,
+                }
+            ),
+            flush=True,
+        )
     exit_without_finalize(res.comm)
 
 
@@ -115,8 +152,21 @@ def run_job(nprocs: int, args: argparse.Namespace, extra: list[str], timeout: fl
     from ftkit.launch import run_mpi
 
     with tempfile.TemporaryDirectory(prefix="bench_failure_") as d:
-        prog = [sys.executable, str(Path(__file__).resolve()), "--n", str(args.n), "--nb", str(args.nb),
-                "--width", str(args.width), "--repeats", str(args.repeats), "--dir", d, *extra]
+        prog = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--n",
+            str(args.n),
+            "--nb",
+            str(args.nb),
+            "--width",
+            str(args.width),
+            "--repeats",
+            str(args.repeats),
+            "--dir",
+            d,
+            *extra,
+        ]
         env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
         r = run_mpi(nprocs, prog, timeout=timeout, env=env)
         if r.timed_out:
@@ -127,7 +177,7 @@ def run_job(nprocs: int, args: argparse.Namespace, extra: list[str], timeout: fl
 def grab(out: str, tag: str) -> dict:  # type: ignore[type-arg]
     for line in out.splitlines():
         if line.startswith(tag + " "):
-            return json.loads(line[len(tag) + 1:])
+            return json.loads(line[len(tag) + 1 :])
     raise SystemExit(f"no {tag} line in the job output:\n{out}")
 
 
@@ -137,36 +187,64 @@ def main() -> None:
         worker(args)
         return
     steps = -(-args.n // args.width)
-    print(f"bench_failure: n={args.n} nb={args.nb} width={args.width} ({steps} SUMMA steps) "
-          f"repeats={args.repeats}", flush=True)
+    print(
+        f"bench_failure: n={args.n} nb={args.nb} width={args.width} ({steps} SUMMA steps) "
+        f"repeats={args.repeats}",
+        flush=True,
+    )
     t = grab(run_job(4, args, ["--worker", "errorfree"], 1800), "TIMES")
     pd, rs = min(t["pdgemm"]), min(t["resilient"])
     best = min(range(len(t["resilient"])), key=lambda i: t["resilient"][i])
     heartbeat = t["iterate"][best] + t["settle"][best]
-    ratios = [r / p for r, p in zip(t["resilient"], t["pdgemm"])]
-    hb_ratios = [(i + s) / p for i, s, p in zip(t["iterate"], t["settle"], t["pdgemm"])]
-    print(f"2x2 error-free: pdgemm {pd:.3f} s, resilient {rs:.3f} s (protect {t['protect'][best]:.3f} s, "
-          f"steps+settle {heartbeat:.3f} s); bitwise equal to pdgemm: {t['bitwise_equal']}")
-    print(f"  overhead vs pdgemm: total x{statistics.median(ratios):.3f}, without input protection "
-          f"x{statistics.median(hb_ratios):.3f} (median of per-repeat ratios)")
+    ratios = [r / p for r, p in zip(t["resilient"], t["pdgemm"], strict=False)]
+    hb_ratios = [(i + s) / p for i, s, p in zip(t["iterate"], t["settle"], t["pdgemm"], strict=False)]
+    print(
+        f"2x2 error-free: pdgemm {pd:.3f} s, resilient {rs:.3f} s (protect {t['protect'][best]:.3f} s, "
+        f"steps+settle {heartbeat:.3f} s); bitwise equal to pdgemm: {t['bitwise_equal']}"
+    )
+    print(
+        f"  overhead vs pdgemm: total x{statistics.median(ratios):.3f}, without input protection "
+        f"x{statistics.median(hb_ratios):.3f} (median of per-repeat ratios)"
+    )
     cases = {"first": 0, "middle": steps // 2, "last": steps - 1}
     failures = {}
     for name, step in cases.items():
         f = grab(run_job(4, args, ["--worker", "failure", "--kill-step", str(step)], 1800), "FAILURE")
         failures[name] = {**f, "step": step, "vs_errorfree": f["total"] / rs}
-        print(f"2x2 rank 1 killed at the {name} step ({step}): {f['total']:.3f} s = x{f['total'] / rs:.2f} "
-              f"error-free resilient; failed {f['failed']}, max error {f['maxerr']:.2e}")
-    result = {"bench": "failure", "n": args.n, "nb": args.nb, "width": args.width, "steps": steps,
-              "pdgemm_s": pd, "resilient_s": rs, "protect_s": t["protect"][best],
-              "overhead_total": statistics.median(ratios), "overhead_without_protect": statistics.median(hb_ratios),
-              "bitwise_equal": t["bitwise_equal"], "failure_2x2": failures}
+        print(
+            f"2x2 rank 1 killed at the {name} step ({step}): {f['total']:.3f} s = x{f['total'] / rs:.2f} "
+            f"error-free resilient; failed {f['failed']}, max error {f['maxerr']:.2e}"
+        )
+    result = {
+        "bench": "failure",
+        "n": args.n,
+        "nb": args.nb,
+        "width": args.width,
+        "steps": steps,
+        "pdgemm_s": pd,
+        "resilient_s": rs,
+        "protect_s": t["protect"][best],
+        "overhead_total": statistics.median(ratios),
+        "overhead_without_protect": statistics.median(hb_ratios),
+        "bitwise_equal": t["bitwise_equal"],
+        "failure_2x2": failures,
+    }
     if args.three:
         a3 = argparse.Namespace(**{**vars(args), "n": args.n - args.n % (3 * args.nb) or args.n})
-        f = grab(run_job(9, a3, ["--worker", "failure", "--grid", "3x3", "--kill-step",
-                                 str(-(-a3.n // a3.width) // 2)], 2400), "FAILURE")
+        f = grab(
+            run_job(
+                9,
+                a3,
+                ["--worker", "failure", "--grid", "3x3", "--kill-step", str(-(-a3.n // a3.width) // 2)],
+                2400,
+            ),
+            "FAILURE",
+        )
         result["failure_3x3_middle"] = f
-        print(f"3x3 (n={a3.n}) rank 1 killed at the middle step: {f['total']:.3f} s, failed {f['failed']}, "
-              f"max error {f['maxerr']:.2e}")
+        print(
+            f"3x3 (n={a3.n}) rank 1 killed at the middle step: {f['total']:.3f} s, failed {f['failed']}, "
+            f"max error {f['maxerr']:.2e}"
+        )
     print(json.dumps(result), flush=True)
 
 

@@ -1,13 +1,14 @@
-"""Benchmark: ftkit L1 and L4 checkpoint write throughput vs a raw write of the same bytes, and ftkit's extra memory.
+"""Benchmark: ftkit's L1 and L4 write throughput vs a raw write of the same bytes, and ftkit's extra memory.
 
-4 ranks (2 emulated nodes) protect 1 GiB in total (256 MiB per rank; ``--quick``: 64 MiB in total). In the same
-run, alternating, each rank writes:
+4 ranks (2 emulated nodes) protect 1 GiB in total (256 MiB per rank; ``--quick``: 64 MiB in total). In the
+same run, alternating, each rank writes:
 
 * **raw**: the same bytes, straight from the same arrays, into a file in the same directory, with the same
   durability policy (temporary name, write in chunks, fsync, rename, fsync of the directory);
 * **ftkit**: ``ckpt.checkpoint(level)`` (header + streamed sections with xxh3 digests + manifest commit).
 
-Times are barrier-to-barrier (the slowest rank counts); each variant is repeated and the best and median kept.
+Times are barrier-to-barrier (the slowest rank counts); each variant is repeated, in alternating order, and
+the best and median kept (the median ratio is the headline: the disk is shared and noisy).
 Memory: peak Python allocations during a checkpoint (tracemalloc) and the growth of the process's peak RSS
 (``ru_maxrss``) across all checkpoints, per rank, beyond the protected arrays (allocated before measuring).
 
@@ -35,7 +36,7 @@ MiB = 2**20
 
 
 def _raw_write(path: Path, arrays: list[np.ndarray], chunk: int) -> None:
-    """Write the arrays' bytes like ftkit does, minus the format: tmp name, chunks, fsync, rename, fsync dir."""
+    """Write the arrays' bytes as ftkit does, minus the format: tmp name, chunks, fsync, rename, fsync dir."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -97,8 +98,9 @@ def worker(args: argparse.Namespace) -> int:
             order = ("raw", "ftkit") if rep % 2 == 0 else ("ftkit", "raw")
             for kind in order:
                 if kind == "raw":
+                    # The raw file replaces the previous one (rename over it), as ftkit's new checkpoint
+                    # replaces its previous one (pruned after the commit).
                     t = timed(lambda p=raw_path: _raw_write(p, arrays, chunk))
-                    raw_path.unlink()
                 else:
                     tracemalloc.start()
                     t = timed(lambda lv=level: ckpt.checkpoint(lv))
@@ -117,8 +119,10 @@ def worker(args: argparse.Namespace) -> int:
             "cores": os.cpu_count(),
             **{f"{k}_best_s": round(v, 4) for k, v in best.items()},
             **{f"{k}_median_s": round(v, 4) for k, v in med.items()},
-            "l1_GBps": round(total / best["ftkit_l1"] / 1e9, 3), "raw_l1_GBps": round(total / best["raw_l1"] / 1e9, 3),
-            "l4_GBps": round(total / best["ftkit_l4"] / 1e9, 3), "raw_l4_GBps": round(total / best["raw_l4"] / 1e9, 3),
+            "l1_GBps": round(total / best["ftkit_l1"] / 1e9, 3),
+            "raw_l1_GBps": round(total / best["raw_l1"] / 1e9, 3),
+            "l4_GBps": round(total / best["ftkit_l4"] / 1e9, 3),
+            "raw_l4_GBps": round(total / best["raw_l4"] / 1e9, 3),
             "ratio_l1_best": round(best["raw_l1"] / best["ftkit_l1"], 3),
             "ratio_l4_best": round(best["raw_l4"] / best["ftkit_l4"], 3),
             "ratio_l1_median": round(med["raw_l1"] / med["ftkit_l1"], 3),
@@ -126,11 +130,13 @@ def worker(args: argparse.Namespace) -> int:
             "peak_python_alloc_MiB_per_rank": round(max(m[0] for m in mem) / MiB, 2),
             "peak_rss_growth_MiB_per_rank": round(max(m[1] for m in mem) / MiB, 2),
         }
-        print(f"bench_l1: {comm.size} ranks, {total / MiB:.0f} MiB protected in total, {args.repeats} repeats, "
+        print(f"bench_l1: {comm.size} ranks, {total / MiB:.0f} MiB protected in total, "
+              f"{args.repeats} repeats, "
               f"{os.cpu_count()} cores")
         for lv in (1, 4):
-            print(f"  L{lv}: ftkit {result[f'l{lv}_GBps']:.3f} GB/s vs raw {result[f'raw_l{lv}_GBps']:.3f} GB/s "
-                  f"-> ratio {result[f'ratio_l{lv}_best']:.3f} (best), {result[f'ratio_l{lv}_median']:.3f} (median)"
+            print(f"  L{lv}: ftkit {result[f'l{lv}_GBps']:.3f} GB/s vs raw "
+                  f"{result[f'raw_l{lv}_GBps']:.3f} GB/s -> ratio {result[f'ratio_l{lv}_best']:.3f} (best), "
+                  f"{result[f'ratio_l{lv}_median']:.3f} (median)"
                   f"   target >= 0.9")
         print(f"  extra memory per rank: python peak {result['peak_python_alloc_MiB_per_rank']} MiB, "
               f"RSS growth {result['peak_rss_growth_MiB_per_rank']} MiB   target <= 64 MiB")
@@ -140,7 +146,7 @@ def worker(args: argparse.Namespace) -> int:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="64 MiB in total, 2 repeats")
+    p.add_argument("--quick", action="store_true", help="64 MiB, 2 repeats (default: 1 GiB, 5 repeats)")
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--total-mib", type=int, default=None, help="protected data in total (MiB)")
     p.add_argument("--repeats", type=int, default=None)
@@ -151,12 +157,13 @@ def main() -> int:
     if args.worker:
         return worker(args)
     total = (args.total_mib or (64 if args.quick else 1024)) * MiB
-    repeats = args.repeats or (2 if args.quick else 3)
+    repeats = args.repeats or (2 if args.quick else 5)
     from ftkit.launch import run_mpi
 
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="ftkit-bench-l1-"))
     try:
-        r = run_mpi(args.ranks, [sys.executable, __file__, "--worker", "--dir", str(work), "--total", str(total),
+        r = run_mpi(args.ranks, [sys.executable, __file__, "--worker", "--dir", str(work),
+                                 "--total", str(total),
                                  "--repeats", str(repeats)], timeout=1800, node_size=2)
     finally:
         if not args.dir:

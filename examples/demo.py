@@ -1,7 +1,7 @@
 """ftkit demo: run the heat example on emulated nodes, break it, and show the result is bit-for-bit unchanged.
 
-Each scene is a function in :data:`SCENES` taking the shared :class:`Demo` state and returning True on success;
-later features add their scenes to the list (node loss, ABFT, a kill in the middle of a multiply...).
+Each scene is a function in :data:`SCENES` taking the shared :class:`Demo` state and returning True on
+success; later features add their scenes to the list (node loss, ABFT, a kill in the middle of a multiply...).
 
 Run: ``make demo`` or ``python examples/demo.py --ranks 8``. Exits 1 if any scene fails.
 """
@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         if i == 1 and not ok:
             break
     failed = [t for t, ok in results if not ok]
-    say(f"ftkit demo: {len(results) - len(failed)}/{len(results)} scenes OK in {time.perf_counter() - t0:.0f} s")
+    elapsed = time.perf_counter() - t0
+    say(f"ftkit demo: {len(results) - len(failed)}/{len(results)} scenes OK in {elapsed:.0f} s")
     if not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)
     return 1 if failed else 0

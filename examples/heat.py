@@ -1,8 +1,8 @@
 """2-D heat diffusion (Jacobi iteration) by rows over MPI ranks, protected with ftkit: FTI's flagship example.
 
 The global ``size`` x ``size`` plate has its top edge held at 1.0 and the other edges at 0.0. Each rank owns a
-band of rows plus one halo row above and below; every step exchanges halos with the neighbours and replaces each
-interior point by the mean of its four neighbours. The local band and the step counter are protected; the
+band of rows plus one halo row above and below; every step exchanges halos with the neighbours and replaces
+each interior point by the mean of its four neighbours. The local band and the step counter are protected; the
 config's intervals (``ckpt_l1..ckpt_l4``) decide when ``snapshot()`` checkpoints.
 
 At the end rank 0 gathers the field and prints ``digest <xxh3-64 hex>`` of its bytes, so runs can be compared
@@ -15,7 +15,9 @@ Run: ``ftkit launch -n 4 --node-size 2 -- python examples/heat.py --steps 40 --s
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -85,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     if ckpt.restarted:
         info = ckpt.recover()
         if comm.rank == 0:
-            print(f"heat: recovered checkpoint {info.checkpoint_id} from level {info.level} at step {step[0]}",
+            print(f"heat: recovered checkpoint {info.checkpoint_id} from level {info.level} "
+                  f"at step {step[0]}",
                   flush=True)
     t0 = time.perf_counter()
     while step[0] < args.steps:
@@ -109,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
         assert field is not None
         if args.save:
             np.save(args.save, field)
-        print(f"heat: {comm.size} ranks, size {n}, {args.steps} steps, {len(status.checkpoints)} checkpoint(s) "
+        print(f"heat: {comm.size} ranks, size {n}, {args.steps} steps, "
+              f"{len(status.checkpoints)} checkpoint(s) "
               f"kept at the end, {elapsed:.2f} s", flush=True)
         print(f"digest {digest(field)}", flush=True)
     return 0
@@ -118,6 +122,13 @@ def run(args: argparse.Namespace) -> int:
 def _default_config() -> ftkit.Config:
     return ftkit.Config(ckpt_dir="heat-run/local", glbl_dir="heat-run/global", meta_dir="heat-run/meta",
                         ckpt_l1=10, interval_unit="iterations")
+
+
+def _abort(code: int) -> int:
+    """Abort the whole job; if MPI_Abort itself stalls (it can, with dead peers), exit this process anyway."""
+    threading.Timer(10.0, os._exit, (code,)).start()
+    MPI.COMM_WORLD.Abort(code)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,16 +146,14 @@ def main(argv: list[str] | None = None) -> int:
     except ftkit.ProcessFailure as exc:
         # A peer died: this run cannot go on; take the whole job down now (the relaunch recovers).
         print(f"heat: rank {MPI.COMM_WORLD.rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        MPI.COMM_WORLD.Abort(2)
-        return 2
+        return _abort(2)
     except ftkit.FtkitError as exc:
         # ftkit's collective errors are raised on every rank: report and exit without aborting the others.
         print(f"heat: rank {MPI.COMM_WORLD.rank}: {type(exc).__name__}: {exc}", flush=True)
         return 3
     except Exception as exc:  # noqa: BLE001 - a dead peer or a bug: take the whole job down, never hang
         print(f"heat: rank {MPI.COMM_WORLD.rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        MPI.COMM_WORLD.Abort(1)
-        return 1
+        return _abort(1)
 
 
 if __name__ == "__main__":

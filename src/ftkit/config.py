@@ -2,8 +2,8 @@
 
 A configuration is a :class:`Config` (a validated dataclass). It is read from an INI file with
 :meth:`Config.from_file` (or :meth:`Config.from_string`), or built directly with keyword arguments. Every key
-is checked: an unknown key, a value of the wrong type or an impossible value raises :class:`ConfigError` naming
-the key, the value and what is allowed.
+is checked: an unknown key, a value of the wrong type or an impossible value raises :class:`ConfigError`
+naming the key, the value and what is allowed.
 
 Sections and keys (FTI's meaning and units):
 
@@ -281,7 +281,7 @@ class Config:
         return int(getattr(self, f"ckpt_l{level}"))
 
     def inline(self, level: int) -> bool:
-        """Return whether ``level``'s post-processing runs inside the checkpoint call (level 1 always does)."""
+        """Return whether ``level``'s post-processing runs inside the checkpoint call (always for L1)."""
         return level == 1 or bool(getattr(self, f"inline_l{level}"))
 
     @property
@@ -369,7 +369,8 @@ def _check(name: str, value: Any, source: str) -> Any:
                               f"{_describe(name)}")
     if isinstance(allowed, tuple) and value not in allowed:
         hint = _UNSUPPORTED_HINT.get(name)
-        raise ConfigError(f"{where} is not allowed; allowed: {_describe(name)}" + (f" ({hint})" if hint else ""))
+        note = f" ({hint})" if hint else ""
+        raise ConfigError(f"{where} is not allowed; allowed: {_describe(name)}{note}")
     if isinstance(allowed, dict):
         low, high = allowed["low"], allowed["high"]
         too_low = value <= low if allowed.get("open_low") else value < low

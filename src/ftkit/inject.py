@@ -115,6 +115,7 @@ class BitFlip:
     step
         SUMMA step: for C, the flip happens after ``step`` panel updates (``0`` = before the first,
         ``nsteps`` = after the last, before verification); for A/B, the piece sent in step ``step``.
+        Negative values count from the end (``-1`` = the last injection point).
     index
         Local ``(row, col)`` in the target array (C: the local piece of C's submatrix; A/B: the step's piece).
     bit
@@ -198,6 +199,8 @@ class InjectionPlan:
             rank = int(rng.integers(nranks)) if f.rank is None else int(f.rank)
             last = nsteps if f.target == "C" else max(0, nsteps - 1)
             step = int(rng.integers(0, last + 1)) if f.step is None else int(f.step)
+            if step < 0:
+                step += last + 1       # -1: the last injection point (C: after the last panel update)
             if not 0 <= rank < nranks:
                 raise ValueError(f"flip {n}: rank {rank} is outside the {nranks} ranks of the grid")
             self._resolved.append((f, rank, step))

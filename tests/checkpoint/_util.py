@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
-import sys
 from pathlib import Path
 
 from ..conftest import REPO, run_python
@@ -13,7 +13,9 @@ HEAT = REPO / "examples" / "heat.py"
 APP = REPO / "tests" / "programs" / "ckpt_app.py"
 TIMEOUT = 240.0
 
-sys.path.insert(0, str(REPO / "examples"))
+_spec = importlib.util.spec_from_file_location("ftkit_example_heat", HEAT)
+heat = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(heat)
 
 
 def write_config(d: Path, **keys: object) -> Path:
@@ -37,11 +39,13 @@ def copy_run(src: Path, dst: Path) -> Path:
 
 
 def run_heat(d: Path, nranks: int, *args: str, node_size: int = 2):
-    return run_python(nranks, HEAT, "--config", "ftkit.ini", *args, node_size=node_size, cwd=d, timeout=TIMEOUT)
+    return run_python(nranks, HEAT, "--config", "ftkit.ini", *args, node_size=node_size, cwd=d,
+                      timeout=TIMEOUT)
 
 
 def run_app(d: Path, nranks: int, *args: str, node_size: int = 2):
-    return run_python(nranks, APP, "--config", "ftkit.ini", *args, node_size=node_size, cwd=d, timeout=TIMEOUT)
+    return run_python(nranks, APP, "--config", "ftkit.ini", *args, node_size=node_size, cwd=d,
+                      timeout=TIMEOUT)
 
 
 def digest_of(stdout: str) -> str | None:

@@ -1,5 +1,6 @@
-"""Faults during and between runs: a rank killed mid-checkpoint, corrupted and truncated files, missing or foreign
-manifests, wrong shapes. Every case ends in correct data or a clear error on every rank, never a hang."""
+"""Faults during and between runs: a rank killed mid-checkpoint, corrupted and truncated files, missing or
+foreign manifests, wrong shapes. Every case ends in correct data or a clear error on every rank, never a
+hang."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def _recovered(lines: dict[int, str]) -> dict[int, dict[str, str]]:
 def test_killed_during_checkpoint_leaves_previous_recoverable(tmp_path, kill_rank, stage):
     d = tmp_path / "run"
     write_config(d)
-    r = run_app(d, N, "--mode", "write", "--levels", "1,1", "--kill-rank", str(kill_rank), "--kill-stage", stage,
+    r = run_app(d, N, "--mode", "write", "--levels", "1,1", "--kill-rank", str(kill_rank),
+                "--kill-stage", stage,
                 "--kill-index", "1")
     assert f"R{kill_rank} wrote id=1" in r.stdout and "wrote id=2" not in r.stdout, r.stdout + r.stderr
     r = run_app(d, N, "--mode", "recover").check()

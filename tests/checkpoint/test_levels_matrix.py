@@ -145,7 +145,8 @@ def test_l2_node_and_its_partner_lost_is_refused(tmp_path, tmp_path_factory):
 
 @pytest.mark.parametrize("nodes, ok", [((2,), True), ((1, 2), False)], ids=["one-node", "two-nodes"])
 def test_l3_xor(tmp_path, tmp_path_factory, nodes, ok):
-    out = _scenario(tmp_path, _template(tmp_path_factory, 8, "3@6", code="xor"), 8, _nodes(*nodes), code="xor")
+    template = _template(tmp_path_factory, 8, "3@6", code="xor")
+    out = _scenario(tmp_path, template, 8, _nodes(*nodes), code="xor")
     if ok:
         assert_recovered(out, 8, 1, 3)
     else:

@@ -201,6 +201,8 @@ def test_unaligned_views_of_one_buffer() -> None:
     for i in range(3):
         assert np.array_equal(parity[i], expected[i])
     assert out_buf[:3].tolist() == [0, 0, 0] and out_buf[-2:].tolist() == [0, 0], "wrote outside the views"
+    rows = np.stack([d.copy() for d in data])  # a 2-D array with k rows is a sequence of k fragments
+    assert all(np.array_equal(a, b) for a, b in zip(code.encode(rows), expected, strict=True))
 
 
 def test_other_dtypes_viewed_as_bytes() -> None:

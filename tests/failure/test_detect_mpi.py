@@ -37,9 +37,25 @@ def _check(r, n: int, dead: list[int], grid: tuple[int, int] | None = None) -> N
 
 @pytest.mark.parametrize("step", [0, 2])
 def test_sigkill_from_inside_is_agreed_on_and_repaired(tmp_path, step):
-    r = run_python(4, PROGRAM, "--steps", "3", "--kill-rank", "2", "--kill-step", str(step), "--dir",
-                   str(tmp_path), "--grid", "2x2", timeout=TIMEOUT)
+    r = run_python(
+        4,
+        PROGRAM,
+        "--steps",
+        "3",
+        "--kill-rank",
+        "2",
+        "--kill-step",
+        str(step),
+        "--dir",
+        str(tmp_path),
+        "--grid",
+        "2x2",
+        timeout=TIMEOUT,
+    )
     _check(r, 4, [2])
+    # the default timeout is 10 x the measured round trip, at least 10 s
+    timeout, rtt = (float(x) for x in re.search(r"TIMEOUT ([\d.]+) RTT ([\d.]+)", r.stdout).groups())
+    assert timeout == pytest.approx(max(10 * rtt, 10.0), abs=1e-3)
     # ULFM's detector, not the 10 s timeout, found the death.
     assert all(float(x) < 8 for x in re.findall(r"elapsed=([\d.]+)", r.stdout)), r.stdout
 
@@ -54,23 +70,65 @@ def test_sigkill_from_outside_by_pid(tmp_path):
 
     t = threading.Thread(target=killer, daemon=True)
     t.start()
-    r = run_python(4, PROGRAM, "--steps", "3", "--wait-rank", "1", "--wait-step", "1", "--dir", str(tmp_path),
-                   timeout=TIMEOUT)
+    r = run_python(
+        4,
+        PROGRAM,
+        "--steps",
+        "3",
+        "--wait-rank",
+        "1",
+        "--wait-step",
+        "1",
+        "--dir",
+        str(tmp_path),
+        timeout=TIMEOUT,
+    )
     t.join(5)
     _check(r, 4, [1])
     assert re.search(r"PID rank=1 pid=\d+", r.stdout)
 
 
 def test_two_ranks_killed_in_different_steps(tmp_path):
-    r = run_python(4, PROGRAM, "--steps", "4", "--kill-rank", "1", "--kill-step", "0", "--kill-rank", "3",
-                   "--kill-step", "2", "--dir", str(tmp_path), timeout=TIMEOUT)
+    r = run_python(
+        4,
+        PROGRAM,
+        "--steps",
+        "4",
+        "--kill-rank",
+        "1",
+        "--kill-step",
+        "0",
+        "--kill-rank",
+        "3",
+        "--kill-step",
+        "2",
+        "--dir",
+        str(tmp_path),
+        timeout=TIMEOUT,
+    )
     _check(r, 4, [1, 3])
 
 
 def test_slow_process_is_declared_dead_and_fenced_off(tmp_path):
-    r = run_python(4, PROGRAM, "--steps", "4", "--slow-rank", "1", "--slow-step", "2", "--sleep", "6",
-                   "--timeout", "1.5", "--dir", str(tmp_path), timeout=TIMEOUT)
+    r = run_python(
+        4,
+        PROGRAM,
+        "--steps",
+        "4",
+        "--slow-rank",
+        "1",
+        "--slow-step",
+        "2",
+        "--sleep",
+        "6",
+        "--timeout",
+        "1.5",
+        "--dir",
+        str(tmp_path),
+        timeout=TIMEOUT,
+    )
     _check(r, 4, [1])
-    # The slow rank is alive: it learnt it was fenced, raised Fenced naming itself, and left the repaired comm.
+    # The slow rank is alive: it learnt it was fenced, raised Fenced naming itself, and left the repaired
+    # comm.
     assert "FENCED rank=1 failed_ranks=[1]" in r.stdout, r.stdout + r.stderr
     assert "OUT rank=1 dead=[1]" in r.stdout

@@ -63,3 +63,25 @@ def test_remove_prefix(tmp_path):
     store.remove("call")
     assert not (tmp_path / "call").exists()
     store.remove("call")  # missing is fine
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_checkpoint_file_store_round_trip_and_damage(tmp_path, order):
+    from ftkit.failure.protect import CheckpointFileStore, open_store
+    from ftkit.storage.format import read_header
+
+    store = open_store(tmp_path, rank=3, nranks=4)
+    assert isinstance(store, CheckpointFileStore)
+    a = np.asarray(np.random.default_rng(1).standard_normal((5, 7)), order=order)
+    store.save("call/a.3", a)
+    b = store.load("call/a.3")
+    assert np.array_equal(a, b) and b.flags.f_contiguous == (order == "F")
+    header = read_header(tmp_path / "call" / "a.3.ftk")  # an ordinary ftkit checkpoint file
+    assert header.rank == 3 and header.level == 4 and header.meta["key"] == "call/a.3"
+    inject.corrupt_file(tmp_path / "call" / "a.3.ftk", offset=-3)
+    with pytest.raises(CorruptionError):
+        store.load("call/a.3")
+    with pytest.raises(StorageError, match="nothing saved"):
+        store.load("call/b.0")
+    store.remove("call")
+    assert not (tmp_path / "call").exists()

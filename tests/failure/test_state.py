@@ -79,10 +79,14 @@ def test_load_rejects_foreign_and_inconsistent_files(tmp_path):
     p.write_text(json.dumps({"format": "other", "version": 1}))
     with pytest.raises(FormatError, match="not an ftkit state-table"):
         state.load_state_table(p)
-    p.write_text(json.dumps({"format": "ftkit-state-table", "version": 1, "shape": [1, 2], "alive": [[1, 7]]}))
+    p.write_text(
+        json.dumps({"format": "ftkit-state-table", "version": 1, "shape": [1, 2], "alive": [[1, 7]]})
+    )
     with pytest.raises(FormatError, match="invalid"):
         state.load_state_table(p)
-    p.write_text(json.dumps({"format": "ftkit-state-table", "version": 1, "shape": [2, 1], "alive": [[1, 1]]}))
+    p.write_text(
+        json.dumps({"format": "ftkit-state-table", "version": 1, "shape": [2, 1], "alive": [[1, 1]]})
+    )
     with pytest.raises(FormatError, match="shape"):
         state.load_state_table(p)
     with pytest.raises(StorageError):

@@ -32,20 +32,18 @@ def panel_product(a, b, c0, alpha, beta, width, plan=None):
     return c, len(steps)
 
 
-def expected_sums(a, b, c0, alpha, beta, bs, tol):
+def expected_sums(a, b, c0, alpha, beta, bs, tol, c=None):
+    """Segment bounds, expected sums and thresholds, as ft_pdgemm computes them (``c`` feeds the statistical
+    model's C term; without it the coarse statistical form is used)."""
     m, k = a.shape
     n = b.shape[1]
     rb, cb = abft.dense_bounds(m, bs), abft.dense_bounds(n, bs)
     prod = abft.ChecksumProduct(len(rb) - 1, len(cb) - 1)
     prod.add(abft.encode_rows(a, rb), abft.encode_cols(b, cb))
-    exp = [alpha * prod.ee, alpha * prod.we, alpha * prod.ew, alpha * prod.ww]
-    mabs = abs(alpha) * prod.mabs
-    if beta != 0:
-        s0 = abft.block_sums(c0, rb, cb)
-        exp = [e + beta * s for e, s in zip(exp, s0, strict=True)]
-        mabs = mabs + abs(beta) * abft.abs_block_sums(c0, rb, cb)
-    thr = abft.thresholds(mabs, k, np.diff(rb), np.diff(cb), tol=tol, alpha=alpha, beta=beta)
-    return rb, cb, tuple(exp), thr
+    pred = prod.predict(alpha, beta, abft.summarize_c0(c0, rb, cb) if beta != 0 else None)
+    csq = abft.block_sums_sq(c, rb, cb)[4] if c is not None else None
+    thr = pred.thresholds(rb, cb, tol, alpha, beta, csq=csq)
+    return rb, cb, tuple(pred.expected), thr
 
 
 def test_gamma():
@@ -115,7 +113,7 @@ def test_no_false_positives_on_1000_adversarial_cases(tol):
         beta = float(rng.choice([0.0, 1.0, -2.0]))
         a, b, c0 = make_case(fam, m, n, k, rng)
         c, _ = panel_product(a, b, c0, alpha, beta, int(rng.integers(1, 300)))
-        rb, cb, exp, thr = expected_sums(a, b, c0, alpha, beta, bs, tol)
+        rb, cb, exp, thr = expected_sums(a, b, c0, alpha, beta, bs, tol, c)
         v = abft.verify_blocks(c, rb, cb, exp, thr)
         assert not v.flagged.any(), (t, fam, m, n, k, bs, alpha, beta)
         worst = max(worst, v.max_ratio)
@@ -152,7 +150,7 @@ def _flip_case(seed, fam="normal", bits="high", m=70, n=60, k=150, bs=16, tol=No
     plan = InjectionPlan(flips, seed=seed)
     plan.resolve(1, nsteps)
     c, _ = panel_product(a, b, c0, 1.5, 0.5, 64, plan)
-    rb, cb, exp, thr = expected_sums(a, b, c0, 1.5, 0.5, bs, tol)
+    rb, cb, exp, thr = expected_sums(a, b, c0, 1.5, 0.5, bs, tol, c)
     _, _, _, thr_rig = expected_sums(a, b, c0, 1.5, 0.5, bs, None)
     return a, b, c0, ref, c, plan, rb, cb, exp, thr, thr_rig
 

@@ -49,3 +49,23 @@ def test_injected_flips_are_detected_and_corrected(grid):
     assert s["abft_errors"] == 4
     assert s["detect_mode"] >= 3
     assert s["symm"] == 4
+
+
+@pytest.mark.mpi
+def test_api_policy_detect_mode_and_rounding_alarms():
+    res = run_python(4, Path(__file__).resolve().parents[1] / "programs" / "linalg_abft_api.py", timeout=300)
+    res.check()
+    for name in ("argument errors", "policy", "detect mode", "structured data", "corner cases"):
+        assert f"OK {name}" in res.stdout, res.stdout
+
+
+@pytest.mark.mpi
+def test_cg_example_corrects_a_flip_on_a_checked_call():
+    example = Path(__file__).resolve().parents[2] / "examples" / "cg.py"
+    res = run_python(4, example, "--n", "160", "--nb", "16", "--flip-at", "20", timeout=300)
+    res.check()
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("RESULT "))
+    fields = dict(kv.split("=") for kv in line.split()[1:])
+    assert fields["detected"] == "1" and fields["corrected"] == "1"
+    assert fields["iterations"] == fields["reference"]
+    assert float(fields["residual"]) < 1e-9 and float(fields["dx"]) < 1e-8

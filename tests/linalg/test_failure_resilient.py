@@ -17,8 +17,10 @@ from ..conftest import run_python
 PROGRAM = Path(__file__).parents[1] / "programs" / "linalg_failure_summa.py"
 JOB_TIMEOUT = 150  # s, hard limit per job (9 ranks on 2 shared cores are slow)
 # grid -> (ranks, program args, number of SUMMA steps); tiny matrices, one block per step
-GRIDS = {"2x2": (4, ["--grid", "2x2", "--n", "48", "--nb", "8"], 6),
-         "3x3": (9, ["--grid", "3x3", "--n", "36", "--nb", "4"], 9)}
+GRIDS = {
+    "2x2": (4, ["--grid", "2x2", "--n", "48", "--nb", "8"], 6),
+    "3x3": (9, ["--grid", "3x3", "--n", "36", "--nb", "4"], 9),
+}
 
 pytestmark = pytest.mark.mpi
 
@@ -36,7 +38,7 @@ def _run(tmp_path: Path, grid: str, *args: str, killer: threading.Thread | None 
 
 def _check_survived(r, nprocs: int, dead: list[int]) -> None:
     out = r.stdout + r.stderr
-    assert re.search(r"CHECK maxerr=\S+ ok=True survivors=%d" % (nprocs - len(dead)), r.stdout), out
+    assert re.search(rf"CHECK maxerr=\S+ ok=True survivors={nprocs - len(dead)}", r.stdout), out
     states = dict(re.findall(r"STATE rank=(\d+) (.*)", r.stdout))
     survivors = [q for q in range(nprocs) if q not in dead]
     assert sorted(int(k) for k in states) == survivors, out
@@ -46,7 +48,7 @@ def _check_survived(r, nprocs: int, dead: list[int]) -> None:
     # the dead rank's blocks were recomputed by several survivors, not one
     reassigned = re.search(r"reassigned=(\{.*\})", next(iter(states.values()))).group(1)
     for d in dead:
-        assert re.search(r"%d: \{(\d+: \d+, )+\d+: \d+\}" % d, reassigned), reassigned
+        assert re.search(rf"{d}: \{{(\d+: \d+, )+\d+: \d+\}}", reassigned), reassigned
 
 
 def _killer(tmp_path: Path) -> threading.Thread:
@@ -57,6 +59,7 @@ def _killer(tmp_path: Path) -> threading.Thread:
         if (tmp_path / "ready").exists():
             victim = int((tmp_path / "ready").read_text())
             inject.kill_pid(int((tmp_path / f"pid.{victim}").read_text()))
+
     return threading.Thread(target=run, daemon=True)
 
 
@@ -75,8 +78,15 @@ def test_kill_from_inside(tmp_path, grid, victim, when):
 @pytest.mark.parametrize("grid,victim", [("2x2", 2), ("3x3", 7)])
 @pytest.mark.parametrize("when", ["first", "middle", "last"])
 def test_kill_from_outside_by_pid(tmp_path, grid, victim, when):
-    r = _run(tmp_path, grid, "--wait-rank", str(victim), "--wait-step", str(_step(grid, when)),
-             killer=_killer(tmp_path))
+    r = _run(
+        tmp_path,
+        grid,
+        "--wait-rank",
+        str(victim),
+        "--wait-step",
+        str(_step(grid, when)),
+        killer=_killer(tmp_path),
+    )
     _check_survived(r, GRIDS[grid][0], [victim])
 
 
@@ -88,8 +98,19 @@ def test_two_ranks_killed_in_different_steps(tmp_path, grid, kills):
 
 
 def test_lost_inputs_give_the_same_clear_process_failure_everywhere(tmp_path):
-    r = _run(tmp_path, "2x2", "--kill-rank", "1", "--kill-step", "0", "--kill-rank", "2", "--kill-step", "3",
-             "--lose-inputs")
+    r = _run(
+        tmp_path,
+        "2x2",
+        "--kill-rank",
+        "1",
+        "--kill-step",
+        "0",
+        "--kill-rank",
+        "2",
+        "--kill-step",
+        "3",
+        "--lose-inputs",
+    )
     lines = re.findall(r"PROCESSFAILURE rank=(\d+) failed_ranks=\[1, 2\] msg=(.*)", r.stdout)
     assert sorted(int(rank) for rank, _ in lines) == [0, 3], r.stdout + r.stderr
     assert all("cannot be read back" in msg for _, msg in lines)
@@ -97,8 +118,20 @@ def test_lost_inputs_give_the_same_clear_process_failure_everywhere(tmp_path):
 
 
 def test_slow_process_is_fenced_off_and_the_product_is_still_right(tmp_path):
-    r = _run(tmp_path, "2x2", "--trans", "TN", "--slow-rank", "2", "--slow-step", "3", "--sleep", "6",
-             "--timeout", "1.5")
+    r = _run(
+        tmp_path,
+        "2x2",
+        "--trans",
+        "TN",
+        "--slow-rank",
+        "2",
+        "--slow-step",
+        "3",
+        "--sleep",
+        "6",
+        "--timeout",
+        "1.5",
+    )
     assert "FENCED rank=2 failed_ranks=[2]" in r.stdout, r.stdout + r.stderr
     _check_survived(r, 4, [2])
 
@@ -108,3 +141,17 @@ def test_without_failures_the_result_is_pdgemm_bit_for_bit(tmp_path):
     assert sorted(re.findall(r"BITWISE rank=(\d+) same=True", r.stdout)) == ["0", "1", "2", "3"], r.stdout
     _check_survived(r, 4, [])
     assert not list((tmp_path / "store").glob("*/*")), "the call's stored inputs were not cleaned up"
+
+
+def test_survivors_continue_on_the_new_grid_and_the_state_table_persists(tmp_path):
+    r = _run(tmp_path, "2x2", "--kill-rank", "3", "--kill-step", "2", "--continue-after")
+    _check_survived(r, 4, [3])
+    out = r.stdout + r.stderr
+    # every survivor's persisted table (written atomically by one rank) marks exactly rank 3
+    assert sorted(re.findall(r"STATEFILE rank=(\d+) alive=\[1, 1, 1, 0\]", r.stdout)) == ["0", "1", "2"], out
+    # a call on the old grid fails at once from the state table, without waiting for any timeout
+    second = re.findall(r"SECOND rank=(\d+) ProcessFailure failed_ranks=\[3\] after=([\d.]+)s", r.stdout)
+    assert sorted(rank for rank, _ in second) == ["0", "1", "2"], out
+    assert all(float(t) < 5 for _, t in second), out
+    # the survivors' grid (1x3 on the repaired communicator) computes the next product correctly
+    assert "CONTINUE ok=True failed=[] grid=1x3" in r.stdout, out

@@ -6,7 +6,8 @@ post-processing in flight (so the checkpoints taken are complete) and SIGKILLs e
 recorded as complete (its files are written, the manifest not yet updated). ``--dcp`` replaces the heat field
 by a large array of which 1% of the blocks change between checkpoints, and prints the L4 bytes written.
 
-Output: ``R<rank> size=<ckpt.comm size> world=<world rank> ...`` per application rank, ``recovered <id> <level>``
+Output: ``R<rank> size=<ckpt.comm size> world=<world rank> ...`` per application rank,
+``recovered <id> <level>``
 after a recovery, and on rank 0 ``digest <hex>`` and ``reference <hex>`` (a serial recomputation).
 """
 
@@ -65,7 +66,8 @@ def dcp_reference(rank: int, steps: int) -> np.ndarray:
 ckpt = ftkit.Checkpointer(args.config)
 comm = ckpt.comm
 rank = comm.Get_rank()
-print(f"R{rank} size={comm.Get_size()} world={MPI.COMM_WORLD.Get_rank()} node={ckpt.topology.node_id}", flush=True)
+print(f"R{rank} size={comm.Get_size()} world={MPI.COMM_WORLD.Get_rank()} node={ckpt.topology.node_id}",
+      flush=True)
 step = np.zeros(1, np.int64)
 if args.dcp:
     big = np.random.default_rng(rank).integers(0, 2**62, args.dcp_bytes // 8, dtype=np.int64)
@@ -84,7 +86,8 @@ if ckpt.restarted:
 if args.kill_in_flight is not None:
     def hook(stage: str) -> None:
         # The background thread of that checkpoint is about to record it complete: its files are written.
-        if stage == "before_commit" and threading.current_thread().name == f"ftkit-post-{args.kill_in_flight}":
+        name = threading.current_thread().name
+        if stage == "before_commit" and name == f"ftkit-post-{args.kill_in_flight}":
             die()
     ckpt._ctx.fault_hook = hook
 
@@ -92,10 +95,10 @@ dcp_dir = ckpt.config.glbl_dir / ckpt.exec_id / "l4dcp"
 
 
 def store_bytes() -> int:
-    """Bytes of this rank's dCP files (block stores and maps)."""
+    """Bytes of this rank's dCP block stores."""
     if not dcp_dir.is_dir():
         return 0
-    return sum(f.stat().st_size for f in dcp_dir.iterdir() if f.name.startswith(f"dcp-r{rank}-"))
+    return sum(f.stat().st_size for f in dcp_dir.glob(f"dcp-r{rank}-g*.blocks"))
 
 
 while step[0] < args.steps:
@@ -115,14 +118,17 @@ while step[0] < args.steps:
         cid = ckpt.checkpoint(level)
         if args.dcp:
             ckpt.wait()
-            print(f"R{rank} dcp id={cid} written={store_bytes() - before} full={big.nbytes}", flush=True)
+            meta = (dcp_dir / f"dcp-r{rank}-c{cid}.map").stat().st_size
+            print(f"R{rank} dcp id={cid} data={store_bytes() - before} map={meta} full={big.nbytes}",
+                  flush=True)
 ckpt.wait()
 if args.dcp:
     ok = bool(np.array_equal(big, dcp_reference(rank, args.steps)))
     print(f"R{rank} final match={ok}", flush=True)
     ckpt.finalize()
     sys.exit(0)
-counts = [(heat.row_band(n, comm.size, r)[1] - heat.row_band(n, comm.size, r)[0]) * n for r in range(comm.size)]
+bands = [heat.row_band(n, comm.size, r) for r in range(comm.size)]
+counts = [(b - a) * n for a, b in bands]
 field = np.empty((n, n)) if rank == 0 else None
 comm.Gatherv(np.ascontiguousarray(u[1:-1]), [field, counts] if rank == 0 else None, root=0)
 ckpt.finalize()

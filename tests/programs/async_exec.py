@@ -17,8 +17,15 @@ from pathlib import Path
 
 from mpi4py import MPI
 
-from ftkit.checkpoint.post import (HeadClient, HeadServer, InlineExecutor, PostComms, PostJob,
-                                   make_thread_executor, setup_heads)
+from ftkit.checkpoint.post import (
+    HeadClient,
+    HeadServer,
+    InlineExecutor,
+    PostComms,
+    PostJob,
+    make_thread_executor,
+    setup_heads,
+)
 from ftkit.errors import CheckpointError
 from ftkit.topology import detect_node_ids, plan_topology
 
@@ -85,18 +92,24 @@ if head:
 else:
     comm = world.Dup()
     comms = PostComms(comm)
-    ex = make_thread_executor(comms, timeout=60) if args.mode == "thread" else InlineExecutor(comms, timeout=60)
+    if args.mode == "thread":
+        ex = make_thread_executor(comms, timeout=60)
+    else:
+        ex = InlineExecutor(comms, timeout=60)
 
 rank = comm.Get_rank()
-report = {"rank": rank, "size": comm.Get_size(), "world": world.Get_rank(), "executor": ex.name, "asynchronous": ex.asynchronous,
+report = {"rank": rank, "size": comm.Get_size(), "world": world.Get_rank(), "executor": ex.name,
+          "asynchronous": ex.asynchronous,
           "submit_s": [], "complete_after_submit": [], "errors": []}
 for cid in range(1, args.count + 1):
     src = root / f"l1-c{cid}-r{rank}"
     src.write_bytes(bytes([cid, rank]) * 1000)
-    if head:
-        run = (lambda comms, c=cid, s=str(src): client.request({"id": c, "level": 4, "rank": rank, "path": s}))
-    else:
-        run = (lambda comms, c=cid, s=str(src): flush(comms.app.Get_rank(), c, s))
+    def run(comms, c=cid, s=str(src)):
+        if head:
+            client.request({"id": c, "level": 4, "rank": rank, "path": s})
+        else:
+            flush(comms.app.Get_rank(), c, s)
+
     job = PostJob(cid, 4, run=run, commit=lambda comms, c=cid: commit(comms, c))
     t0 = time.monotonic()
     try:

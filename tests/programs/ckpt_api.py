@@ -34,8 +34,6 @@ def raises(name, exc, fn, *words):
     check(name, False, "did not raise")
 
 
-raises("head", ftkit.CheckpointError, lambda: ftkit.Checkpointer(cfg("head", head=1, node_size=2), comm),
-       "head = 1")
 raises("node_size", ftkit.ConfigError, lambda: ftkit.Checkpointer(cfg("ns", node_size=3), comm),
        "node_size = 3")
 

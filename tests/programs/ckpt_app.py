@@ -1,7 +1,7 @@
 """Checkpoint test program: takes a series of checkpoints of known data, or recovers and reports what it got.
 
-write mode:   --levels 4,1    checkpoint i (0-based) at level levels[i], with data value(rank, i) and step = i;
-              --kill-rank R --kill-stage STAGE --kill-index I: SIGKILL rank R at pipeline STAGE of checkpoint I.
+write mode:   --levels 4,1    checkpoint i (0-based) at level levels[i], with data value(rank, i), step = i;
+              --kill-rank R --kill-stage STAGE --kill-index I: SIGKILL rank R at STAGE of checkpoint I.
 recover mode: prints one line per rank: "R<rank> recovered id=.. level=.. source=.. step=.. data=ok|BAD" or
               "R<rank> error <Type>: <message> | restarted=.. untouched=.. again=<Type> ckpt=<Type>".
 """
@@ -74,7 +74,8 @@ except ftkit.FtkitError as exc:
           f"again={again} ckpt={ck}", flush=True)
     sys.exit(0)
 ok = bool(np.array_equal(data, value(rank, int(step[0]), a.n)))
-print(f"R{rank} recovered id={info.checkpoint_id} level={info.level} source={info.source_level} step={step[0]} "
+print(f"R{rank} recovered id={info.checkpoint_id} level={info.level} source={info.source_level} "
+      f"step={step[0]} "
       f"data={'ok' if ok else 'BAD'} skipped={len(info.skipped)} {' | '.join(info.skipped)}", flush=True)
 if a.finalize:
     ckpt.finalize()

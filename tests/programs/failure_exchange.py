@@ -1,9 +1,11 @@
 """Exchange rounds under the failure detector, with a kill or a stall; then agree, repair, record the table.
 
 Every step each rank exchanges a small array with every live peer and checks what it got. Options inject a
-SIGKILL from inside (``--kill-rank/--kill-step``), a wait for a kill from outside (``--wait-rank/--wait-step``:
+SIGKILL from inside (``--kill-rank/--kill-step``), a wait for a kill from outside
+(``--wait-rank/--wait-step``:
 the rank writes ``<dir>/ready`` and sleeps; the test driver kills it by the pid in ``<dir>/pid.<rank>``), or a
-stall longer than the timeout (``--slow-rank/--slow-step/--sleep``). At the end survivors agree on the dead set,
+stall longer than the timeout (``--slow-rank/--slow-step/--sleep``). At the end survivors agree on the
+dead set,
 repair the communicator, check it with an allreduce and print ``RESULT rank=.. dead=.. table=.. sum=..``.
 """
 
@@ -19,8 +21,15 @@ from mpi4py import MPI
 
 from ftkit import inject
 from ftkit.errors import ProcessFailure
-from ftkit.failure import (FailureDetector, Fenced, agree_on_dead, exit_without_finalize, get_state_table,
-                           record_failures, repair)
+from ftkit.failure import (
+    FailureDetector,
+    Fenced,
+    agree_on_dead,
+    exit_without_finalize,
+    get_state_table,
+    record_failures,
+    repair,
+)
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=4)
@@ -48,7 +57,7 @@ fenced_error = None
 t_start = time.monotonic()
 try:
     for step in range(a.steps):
-        for r, s in zip(a.kill_rank, a.kill_step):
+        for r, s in zip(a.kill_rank, a.kill_step, strict=False):
             if rank == r and step == s:
                 inject.kill_self()
         if rank == a.wait_rank and step == a.wait_step:
@@ -80,7 +89,10 @@ try:
 except MPI.Exception as exc:  # pragma: no cover - shown in the output on failure
     raise ProcessFailure(f"repaired communicator unusable: {exc}") from exc
 table = get_state_table()
-print(f"RESULT rank={rank} dead={sorted(dead)} table={table.ravel().tolist()} sum={total} "
-      f"newsize={new.Get_size()} elapsed={elapsed:.2f}", flush=True)
+print(
+    f"RESULT rank={rank} dead={sorted(dead)} table={table.ravel().tolist()} sum={total} "
+    f"newsize={new.Get_size()} elapsed={elapsed:.2f}",
+    flush=True,
+)
 if dead:
     exit_without_finalize(new)  # MPI_Finalize may wait for the dead (open-mpi/ompi#11404)

@@ -45,7 +45,8 @@ def reference_parity(m: int) -> bytes:
 
         data = [np.frombuffer(content(j).ljust(big, b"\0"), np.uint8) for j in range(n)]
         return bytes(RSCode(n, n).encode(data)[m].tobytes())
-    seg = -(-(-(-big // (n - 1))) // 8) * 8
+    per = -(-big // (n - 1))
+    seg = -(-per // 8) * 8
     acc = np.zeros(seg, np.uint8)
     for j in range(n):
         if j != m:
@@ -82,7 +83,7 @@ def recover(base: Path, data: Path, parity: Path, offline: bool) -> tuple[int, .
         if r == 0:
             from ftkit.storage.offline import assess_group_files, rebuild_group_files
 
-            ds, ps = zip(*(files(base, m) for m in range(n)))
+            ds, ps = zip(*(files(base, m) for m in range(n)), strict=True)
             plan = assess_group_files(ds, ps, code=code, tag="t1")
             try:
                 rebuild_group_files(plan, ds, ps, names=NAMES, memory=MEMORY, tag="t1")
@@ -107,7 +108,7 @@ for scen in scenarios:
     comm.Barrier()
     h = encode_group(comm, data, parity, code=code, tag="t1", memory=MEMORY)
     original = parity.read_bytes()
-    assert original[h.payload_offset:] == reference_parity(r), "streamed parity differs from whole-file parity"
+    assert original[h.payload_offset:] == reference_parity(r), "streamed parity differs from whole-file one"
     assert read_parity_header(parity).sizes == tuple(SIZES)
     comm.Barrier()
     try:

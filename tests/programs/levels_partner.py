@@ -74,7 +74,7 @@ try:
 
         err = None
         if r == 0:
-            ds, cs = zip(*(paths(m) for m in range(n)))
+            ds, cs = zip(*(paths(m) for m in range(n)), strict=True)
             oplan = assess_partner_files(ds, cs, validate)
             assert oplan == plan
             try:

@@ -72,7 +72,8 @@ config = ftkit.Config(ckpt_dir=root / "local", glbl_dir=root / "global", meta_di
                       group_size=args.group_size, l3_code=args.code, failure_timeout=120.0)
 ckpt = ftkit.Checkpointer(config, comm=world)
 # TEMPORARY until the registration lands in the core modules.
-from ftkit.checkpoint import recovery as _rec, redundancy as _red  # noqa: E402
+from ftkit.checkpoint import recovery as _rec  # noqa: E402
+from ftkit.checkpoint import redundancy as _red
 from ftkit.storage.encoded import EncodedLevel  # noqa: E402
 from ftkit.storage.levels import LEVEL_CLASSES  # noqa: E402
 from ftkit.storage.partner import PartnerLevel  # noqa: E402

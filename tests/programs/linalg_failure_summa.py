@@ -1,6 +1,7 @@
 """resilient_pdgemm on a PxQ grid with a rank killed (inside or from outside) or stalled at chosen steps.
 
-Prints ``STEPS n`` (rank 0), per survivor ``STATE rank=.. failed=.. table=.. reads=.. verified=..`` and, on the
+Prints ``STEPS n`` (rank 0), per survivor ``STATE rank=.. failed=.. table=.. reads=.. verified=..`` and,
+on the
 survivors' rank 0, ``CHECK maxerr=.. ok=..`` comparing the gathered C with numpy's product.
 """
 
@@ -16,7 +17,7 @@ from mpi4py import MPI
 
 from ftkit import inject
 from ftkit.errors import ProcessFailure
-from ftkit.failure import Fenced, exit_without_finalize
+from ftkit.failure import Fenced, exit_without_finalize, load_state_table, persist_state_table
 from ftkit.linalg import DistributedMatrix, ProcessGrid, pdgemm
 from ftkit.linalg.resilient import resilient_pdgemm
 
@@ -25,6 +26,7 @@ p.add_argument("--grid", default="2x2")
 p.add_argument("--n", type=int, default=48)
 p.add_argument("--nb", type=int, default=8)
 p.add_argument("--trans", default="NN")
+p.add_argument("--algorithm", default="summa")
 p.add_argument("--alpha", type=float, default=1.5)
 p.add_argument("--beta", type=float, default=0.5)
 p.add_argument("--timeout", type=float, default=None)
@@ -37,6 +39,9 @@ p.add_argument("--slow-step", type=int, default=-1)
 p.add_argument("--sleep", type=float, default=0.0)
 p.add_argument("--lose-inputs", action="store_true", help="killed ranks delete their stored inputs first")
 p.add_argument("--compare-pdgemm", action="store_true", help="also run pdgemm and compare bit for bit")
+p.add_argument("--continue-after", dest="cont", action="store_true",
+               help="after a failure: a call on the old grid must raise at once (state table), then a "
+               "multiply on the survivors' grid must work; the state table is persisted in <dir>/state.json")
 p.add_argument("--dir", required=True)
 a = p.parse_args()
 
@@ -52,14 +57,14 @@ C = DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=3)
 a_g, b_g, c_g = A.to_global(), B.to_global(), C.to_global()
 C_ref = C.copy()
 if rank == 0:
-    print(f"STEPS {-(-n // nb)}", flush=True)
+    print(f"STEPS {-(-n // nb) if a.algorithm == 'summa' else P}", flush=True)
 
 
 def on_step(step: int) -> None:
-    for r, s in zip(a.kill_rank, a.kill_step):
+    for r, s in zip(a.kill_rank, a.kill_step, strict=False):
         if rank == r and step == s:
             if a.lose_inputs:
-                for f in Path(a.dir, "store").glob(f"*/*.{rank}"):
+                for f in Path(a.dir, "store").glob(f"*/*.{rank}.ftk"):
                     f.unlink()
             inject.kill_self()
     if rank == a.wait_rank and step == a.wait_step:
@@ -69,18 +74,24 @@ def on_step(step: int) -> None:
         time.sleep(a.sleep)
 
 
+if a.cont:
+    persist_state_table(Path(a.dir, "state.json"))
 try:
     res = resilient_pdgemm(a.trans[0], a.trans[1], n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0,
-                           store=Path(a.dir, "store"), timeout=a.timeout, width=nb, on_step=on_step)
+                           store=Path(a.dir, "store"), timeout=a.timeout, width=nb, on_step=on_step,
+                           algorithm=a.algorithm)  # fmt: skip
 except Fenced as exc:
     print(f"FENCED rank={rank} failed_ranks={list(exc.failed_ranks)}", flush=True)
     exit_without_finalize()
 except ProcessFailure as exc:
     print(f"PROCESSFAILURE rank={rank} failed_ranks={list(exc.failed_ranks)} msg={exc}", flush=True)
     exit_without_finalize()
-print(f"STATE rank={rank} failed={list(res.failed_ranks)} table={res.state_table.ravel().tolist()} "
-      f"reads={res.storage_reads} verified={res.tiles_verified} grid={res.grid.nprow}x{res.grid.npcol} "
-      f"reassigned={res.reassigned}", flush=True)
+print(
+    f"STATE rank={rank} failed={list(res.failed_ranks)} table={res.state_table.ravel().tolist()} "
+    f"reads={res.storage_reads} verified={res.tiles_verified} grid={res.grid.nprow}x{res.grid.npcol} "
+    f"reassigned={res.reassigned}",
+    flush=True,
+)
 if a.compare_pdgemm:
     pdgemm(a.trans[0], a.trans[1], n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C_ref, 0, 0, width=nb)
     same = bool(np.array_equal(C_ref.local, res.C.local))
@@ -93,5 +104,26 @@ if res.comm.Get_rank() == 0:
     err = float(np.abs(got - ref).max())
     tol = 1e-12 * n * max(1.0, float(np.abs(ref).max()))
     print(f"CHECK maxerr={err:.3e} ok={err <= tol} survivors={res.comm.Get_size()}", flush=True)
+if a.cont and res.failed_ranks:
+    saved = load_state_table(Path(a.dir, "state.json"), install=False)
+    print(f"STATEFILE rank={rank} alive={saved.ravel().tolist()}", flush=True)
+    t0 = time.monotonic()
+    try:  # the old grid holds a dead process: the state table says so, no timeout is waited for
+        resilient_pdgemm("N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.0, C, 0, 0, store=Path(a.dir, "store"))
+        print(f"SECOND rank={rank} no error", flush=True)
+    except ProcessFailure as exc:
+        print(f"SECOND rank={rank} ProcessFailure failed_ranks={list(exc.failed_ranks)} "
+              f"after={time.monotonic() - t0:.2f}s", flush=True)
+    g2 = res.grid
+    A2 = DistributedMatrix.random(g2, n, n, mb=nb, nb=nb, seed=1)
+    B2 = DistributedMatrix.random(g2, n, n, mb=nb, nb=nb, seed=2)
+    C2 = DistributedMatrix.zeros(g2, n, n, mb=nb, nb=nb)
+    res2 = resilient_pdgemm("N", "N", n, n, n, 1.0, A2, 0, 0, B2, 0, 0, 0.0, C2, 0, 0,
+                            store=Path(a.dir, "store"), width=nb)
+    got2 = res2.C.to_global(root=0)
+    if res2.comm.Get_rank() == 0:
+        err2 = float(np.abs(got2 - a_g @ b_g).max())
+        print(f"CONTINUE ok={err2 <= 1e-12 * n} failed={list(res2.failed_ranks)} grid={g2.nprow}x{g2.npcol}",
+              flush=True)
 if res.failed_ranks:
     exit_without_finalize(res.comm)  # MPI_Finalize may wait for the dead (open-mpi/ompi#11404)

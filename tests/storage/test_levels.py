@@ -20,7 +20,8 @@ class LevelTests:
     level: int
 
     def make(self, tmp_path):
-        return make_level(self.level, tmp_path / "local", tmp_path / "global", "run1", NODES, chunk_bytes=4096)
+        return make_level(self.level, tmp_path / "local", tmp_path / "global", "run1", NODES,
+                          chunk_bytes=4096)
 
     def arrays(self, rank):
         return [("u", np.arange(3000.0) + rank), ("step", np.array([rank], dtype=np.int64))]
@@ -47,7 +48,8 @@ class LevelTests:
 
     def test_put_file_copies_byte_identically(self, tmp_path):
         lv = self.make(tmp_path)
-        other = make_level(1 if self.level != 1 else 4, tmp_path / "local", tmp_path / "global", "run1", NODES)
+        other_level = 1 if self.level != 1 else 4
+        other = make_level(other_level, tmp_path / "local", tmp_path / "global", "run1", NODES)
         info = other.write(2, 1, self.arrays(1), level=1, nranks=4)
         lv.put_file(2, 1, other.path(2, 1))
         assert lv.path(2, 1).read_bytes() == other.path(2, 1).read_bytes()

@@ -1,9 +1,9 @@
 """Small collective helpers for the checkpoint layer: never hang on a dead peer.
 
 Every helper runs on ftkit's internal communicator (a duplicate of the application's, with
-``MPI.ERRORS_RETURN``), so a failed peer turns into :class:`ProcessFailure` instead of an abort or a hang (ULFM's
-failure detector completes pending operations with an error). Integer reductions also poll with a deadline and
-raise :class:`TimeoutFailure` when a peer does not answer within ``timeout`` seconds.
+``MPI.ERRORS_RETURN``), so a failed peer turns into :class:`ProcessFailure` instead of an abort or a
+hang (ULFM's failure detector completes pending operations with an error). Integer reductions also poll
+with a deadline and raise :class:`TimeoutFailure` when a peer does not answer within ``timeout`` seconds.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The public checkpointing API: :class:`Checkpointer` (FTI_Init, Protect, Status, Recover, Snapshot, Checkpoint,
-Finalize).
+"""The public checkpointing API: :class:`Checkpointer` (FTI_Init, Protect, Status, Recover, Snapshot,
+Checkpoint, Finalize).
 
 Every method that takes or restores a checkpoint is collective over ``ckpt.comm`` and agrees across ranks: an
 error on one rank is raised on every rank, and a dead peer raises :class:`ProcessFailure` instead of hanging.
@@ -135,8 +135,8 @@ class Checkpointer:
             raise ConfigError("; ".join(bad[:2]))
 
     def _inspect(self) -> Any:
-        # Each node's local directory is visible to its own ranks only (on a real cluster), so every rank looks
-        # for leftover checkpoint files in its node's directory; rank 0 reads the manifest.
+        # Each node's local directory is visible to its own ranks only (on a real cluster), so every rank
+        # looks for leftover checkpoint files in its node's directory; rank 0 reads the manifest.
         from .runstate import RunState, find_checkpoint_dirs
 
         state = inspect_run(self.config, self.nranks, [self.topology.local_dir]) if self.rank == 0 else None
@@ -150,15 +150,15 @@ class Checkpointer:
             if found:
                 state = RunState("unknown", "", True,
                                  f"checkpoint files exist (e.g. {found[0]}) but the manifest "
-                                 f"{manifest_path(self.config.meta_dir)} is missing, so ftkit cannot tell which "
-                                 f"checkpoint is complete: restore the manifest, or remove {self.config.ckpt_dir} "
-                                 f"and {self.config.glbl_dir} to start fresh")
+                                 f"{manifest_path(self.config.meta_dir)} is missing, so ftkit cannot tell "
+                                 "which checkpoint is complete: restore the manifest, or remove "
+                                 f"{self.config.ckpt_dir} and {self.config.glbl_dir} to start fresh")
         return state
 
     # -- FTI_Protect / FTI_Status ------------------------------------------------------------------------
 
     def protect(self, name: str, array: np.ndarray) -> None:
-        """Protect ``array`` under ``name``: it is saved by reference at every checkpoint and filled in place by
+        """Protect ``array`` under ``name``: saved by reference at every checkpoint, filled in place by
         :meth:`recover`. Protecting a name again replaces the array.
 
         Raises
@@ -173,7 +173,8 @@ class Checkpointer:
         if not isinstance(array, np.ndarray):
             raise CheckpointError(f"protect({name!r}): expected a numpy array, got {type(array).__name__}")
         if array.dtype.kind not in "biufc" or array.dtype.hasobject:
-            raise CheckpointError(f"protect({name!r}): dtype {array.dtype} is not supported: use a bool, integer, "
+            raise CheckpointError(f"protect({name!r}): dtype {array.dtype} is not supported: use a bool, "
+                                  "integer, "
                                   "float or complex array")
         if not array.flags.c_contiguous:
             raise CheckpointError(f"protect({name!r}): the array is not C-contiguous: protect "
@@ -187,13 +188,14 @@ class Checkpointer:
 
     @property
     def restarted(self) -> bool:
-        """True if this run restarts a previous one (from the metadata). Stays True after a failed recovery."""
+        """True if this run restarts an earlier one (from the metadata); stays True if recovery fails."""
         return self._restarted
 
     def status(self) -> CheckpointStatus:
         """Return the restart state and the committed checkpoints (not collective)."""
         m = self._store.manifest
-        cps = tuple((e.id, e.level, tuple(e.complete_levels)) for e in sorted(m.checkpoints, key=lambda e: e.seq))
+        ordered = sorted(m.checkpoints, key=lambda e: e.seq)
+        cps = tuple((e.id, e.level, tuple(e.complete_levels)) for e in ordered)
         newest = m.newest_first()
         return CheckpointStatus(self._restarted, self._recovered, self.exec_id, cps,
                                 newest[0].id if newest else None, self._schedule.count, self._problem)
@@ -236,9 +238,9 @@ class Checkpointer:
     def checkpoint(self, level: int = 1, id: int | None = None) -> int:  # noqa: A002 - FTI's name
         """Checkpoint the protected arrays at ``level`` (collective); return the checkpoint id.
 
-        Level 1 writes each rank's file to its node-local directory; level 4 to ``glbl_dir`` (straight from the
-        arrays when ``inline_l4 = 1``, else through L1 and a flush). The checkpoint exists only once the manifest
-        is committed; a crash before leaves the previous one untouched.
+        Level 1 writes each rank's file to its node-local directory; level 4 to ``glbl_dir`` (straight from
+        the arrays when ``inline_l4 = 1``, else through L1 and a flush). The checkpoint exists only once the
+        manifest is committed; a crash before leaves the previous one untouched.
 
         Parameters
         ----------
@@ -258,8 +260,9 @@ class Checkpointer:
         if self._problem:
             raise CheckpointError(f"checkpoint(): {self._problem}")
         if self._restarted and not self._recovered:
-            raise CheckpointError("checkpoint(): this run is a restart: call recover() first (a checkpoint now "
-                                  "would hide the state to recover); remove meta_dir to start fresh instead")
+            raise CheckpointError("checkpoint(): this run is a restart: call recover() first (a checkpoint "
+                                  "now would hide the state to recover); remove meta_dir to start fresh "
+                                  "instead")
         if not self._protected:
             raise CheckpointError("checkpoint(): no array is protected: call protect(name, array) first")
         t0 = time.perf_counter()
@@ -298,13 +301,15 @@ class Checkpointer:
             return m.next_id
         if isinstance(requested, bool) or not isinstance(requested, int | np.integer) or requested < 1:
             raise CheckpointError(f"checkpoint id {requested!r} must be a positive integer")
-        lo = _mpi.allreduce_int(self._icomm, int(requested), "min", self.config.failure_timeout, "checkpoint id")
-        hi = _mpi.allreduce_int(self._icomm, int(requested), "max", self.config.failure_timeout, "checkpoint id")
+        timeout = self.config.failure_timeout
+        lo = _mpi.allreduce_int(self._icomm, int(requested), "min", timeout, "checkpoint id")
+        hi = _mpi.allreduce_int(self._icomm, int(requested), "max", timeout, "checkpoint id")
         if lo != hi:
-            raise CheckpointError(f"checkpoint ids differ across ranks ({lo}..{hi}): pass the same id on every rank")
+            raise CheckpointError(f"checkpoint ids differ across ranks ({lo}..{hi}): pass the same id on "
+                                  "every rank")
         if requested < m.next_id:
-            raise CheckpointError(f"checkpoint id {requested} is not larger than the newest one ({m.next_id - 1}): "
-                                  "ids must increase")
+            raise CheckpointError(f"checkpoint id {requested} is not larger than the newest one "
+                                  f"({m.next_id - 1}): ids must increase")
         return int(requested)
 
     def snapshot(self, auto: bool = False) -> int:

@@ -11,7 +11,8 @@ On-disk layout, per rank, in one directory (the L4 directory)::
 
 A map file is ``MAGIC``, a little-endian uint32 header length, a JSON header (rank, checkpoint id,
 generation, block size, total size, number of blocks, xxh3-128 of the whole content), the block offsets
-(uint64) and block hashes (2 x uint64 each), and an xxh3-64 of everything before it. Rules a reader may rely on:
+(uint64) and block hashes (2 x uint64 each), and an xxh3-64 of everything before it.
+Rules a reader may rely on:
 
 - A block store is only ever appended to; bytes a committed map points to are never rewritten, so a crash
   in the middle of a differential write (data appended, map not yet renamed into place) leaves every earlier
@@ -156,7 +157,8 @@ def read_dcp_map(directory: str | os.PathLike[str], rank: int, ckpt_id: int) -> 
         hdr = json.loads(body[start:start + hlen])
         n = int(hdr["nblocks"])
         if hdr["version"] != _VERSION:
-            raise FormatError(f"{path}: dCP map version {hdr['version']} is not supported (expected {_VERSION})")
+            raise FormatError(f"{path}: dCP map version {hdr['version']} is not supported "
+                              f"(expected {_VERSION})")
         if int(hdr["rank"]) != rank or int(hdr["ckpt_id"]) != ckpt_id:
             raise FormatError(f"{path} names rank {hdr['rank']} checkpoint {hdr['ckpt_id']}, "
                               f"expected rank {rank} checkpoint {ckpt_id}")
@@ -208,11 +210,11 @@ def restore_dcp(directory: str | os.PathLike[str], rank: int, ckpt_id: int,
                 off = int(m.offsets[i])
                 if off + n > store_len:
                     raise CorruptionError(f"{store}: block {i} lies past the end of the store (truncated)")
-                view = memoryview(buf)[:n]
+                view = buf.data[:n]
                 got = os.preadv(fd, [view], off)
                 if got != n or _block_hash(view) != (int(m.hashes[i, 0]), int(m.hashes[i, 1])):
-                    raise CorruptionError(f"{store}: block {i} of checkpoint {ckpt_id} (rank {rank}) does not "
-                                          "match its hash; recover from another level")
+                    raise CorruptionError(f"{store}: block {i} of checkpoint {ckpt_id} (rank {rank}) does "
+                                          "not match its hash; recover from another level")
                 whole.update(view)
                 out.pwrite(view, i * m.block_size)
             if whole.hexdigest() != m.digest:
@@ -308,7 +310,8 @@ class DcpWriter:
         try:
             total = os.stat(src).st_size
         except OSError as exc:
-            raise StorageError(f"cannot read checkpoint file {src} for the differential L4 flush: {exc}") from exc
+            raise StorageError(f"cannot read checkpoint file {src} for the differential L4 flush: "
+                               f"{exc}") from exc
         bs = self.block_size
         nblocks = -(-total // bs)
         base = self.base
@@ -338,10 +341,10 @@ class DcpWriter:
             with open(src, "rb", buffering=0) as f:
                 i = 0
                 while i < nblocks:
-                    got = f.readinto(memoryview(buf))
+                    got = f.readinto(buf.data)
                     if not got:
                         raise StorageError(f"{src} shrank while being flushed: it must not change during L4")
-                    view = memoryview(buf)[:got]
+                    view = buf.data[:got]
                     whole.update(view)
                     nb = -(-got // bs)
                     for j in range(nb):

@@ -1,12 +1,12 @@
 """When ``snapshot()`` checkpoints: FTI's time-based intervals, agreed cheaply, and Daly's automatic interval.
 
-FTI's ``ckpt_l1`` .. ``ckpt_l4`` are intervals in minutes. A checkpoint is a collective decision, so every rank
-must decide the same thing at the same ``snapshot()`` call without talking at every iteration. As FTI does,
-:class:`SnapshotSchedule` measures on every rank the compute time per iteration (time between snapshot calls,
-minus the time spent checkpointing); at *sync points* the ranks agree on the slowest mean iteration time and
-the largest checkpoint cost (one small allreduce). Between sync points every rank advances the same *job
-clock* by the agreed iteration time at each call, so all reach the same decision with no communication. Sync
-points come after 1, 2, 4, ... iterations, the gap doubling up to ``max_sync_intv`` iterations.
+FTI's ``ckpt_l1`` .. ``ckpt_l4`` are intervals in minutes. A checkpoint is a collective decision, so every
+rank must decide the same thing at the same ``snapshot()`` call without talking at every iteration. As FTI
+does, :class:`SnapshotSchedule` measures on every rank the compute time per iteration (time between snapshot
+calls, minus the time spent checkpointing); at *sync points* the ranks agree on the slowest mean iteration
+time and the largest checkpoint cost (one small allreduce). Between sync points every rank advances the same
+*job clock* by the agreed iteration time at each call, so all reach the same decision with no communication.
+Sync points come after 1, 2, 4, ... iterations, the gap doubling up to ``max_sync_intv`` iterations.
 
 Level L is due when the job clock crosses a multiple of its interval (FTI's rule: ``minutes % ckpt_lL == 0``;
 with ``interval_unit = iterations`` the clock counts calls); when several are due the highest level is taken.
@@ -42,8 +42,8 @@ Agree = Callable[[np.ndarray], np.ndarray]
 def mpi_max_agree(comm, timeout: float = 300.0) -> Agree:  # type: ignore[no-untyped-def]
     """Return an :data:`Agree`: elementwise maximum over the ranks of ``comm`` (collective, ``timeout`` s).
 
-    The returned function raises :class:`~ftkit.errors.TimeoutFailure` or :class:`~ftkit.errors.ProcessFailure`
-    when a rank does not take part in time or failed.
+    The returned function raises :class:`~ftkit.errors.TimeoutFailure` or
+    :class:`~ftkit.errors.ProcessFailure` when a rank does not take part in time or failed.
     """
     from mpi4py import MPI
 
@@ -133,7 +133,8 @@ class SnapshotSchedule:
         """
         intervals = [float(config.interval(lv)) for lv in (1, 2, 3, 4)]
         auto_level = max([lv for lv in (1, 2, 3, 4) if intervals[lv - 1] > 0], default=1)
-        agree = mpi_max_agree(comm, config.failure_timeout) if comm is not None and comm.Get_size() > 1 else None
+        multi = comm is not None and comm.Get_size() > 1
+        agree = mpi_max_agree(comm, config.failure_timeout) if multi else None
         return cls(intervals, unit=config.interval_unit, max_sync_intv=config.max_sync_intv or 512,
                    agree=agree, mtbf=config.mtbf or None, auto_level=auto_level)
 

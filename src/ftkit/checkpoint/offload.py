@@ -3,7 +3,8 @@
 The :class:`~ftkit.checkpoint.checkpointer.Checkpointer` hands every checkpoint's post-processing to one
 :class:`PostManager`:
 
-- ``inline_lN = 1`` (or no ``MPI_THREAD_MULTIPLE``): the checkpoint call runs the level's pipeline step itself.
+- ``inline_lN = 1`` (or no ``MPI_THREAD_MULTIPLE``): the checkpoint call runs the level's pipeline step
+  itself.
 - ``inline_lN = 0, head = 0``: a background thread per rank runs the same steps on duplicated communicators.
 - ``inline_lN = 0, head = 1``: the rank sends its file paths to its node's head; a background thread waits for
   the answer. The heads (:func:`serve_as_head`) do the node's partner copies and group encodings with the
@@ -11,19 +12,20 @@ The :class:`~ftkit.checkpoint.checkpointer.Checkpointer` hands every checkpoint'
 
 Ordering and completeness: a checkpoint is committed to the manifest as soon as its primary (L1) files are
 durable, with its post-processed level marked incomplete; :meth:`PostManager.start` starts the post-processing
-only after that commit, and the level is marked complete (``pipeline.commit_levels``) only when it succeeded on
-every rank. Every checkpoint call first waits for the previous post-processing (one in flight at most), so
+only after that commit, and the level is marked complete (``pipeline.commit_levels``) only when it succeeded
+on every rank. Every checkpoint call first waits for the previous post-processing (one in flight at most), so
 entries are never pruned while their files are still being read.
 
-Differential L4 (``enable_dcp = 1``): the L4 step writes only the blocks that changed since the rank's previous
-L4 checkpoint (:mod:`ftkit.checkpoint.dcp`) into ``glbl_dir/<exec_id>/l4dcp``; :class:`DcpStep` rebuilds the
-file on recovery. A new process (after a restart) starts a new block store with a full write.
+Differential L4 (``enable_dcp = 1``): the L4 step writes only the blocks that changed since the rank's
+previous L4 checkpoint (:mod:`ftkit.checkpoint.dcp`) into ``glbl_dir/<exec_id>/l4dcp``; :class:`DcpStep`
+rebuilds the file on recovery. A new process (after a restart) starts a new block store with a full write.
 """
 
 from __future__ import annotations
 
 import atexit
 import dataclasses
+import os
 import sys
 import threading
 from pathlib import Path
@@ -38,8 +40,17 @@ from ..storage.format import copy_file
 from ..topology import Topology
 from . import pipeline
 from .dcp import DcpWriter, restore_dcp
-from .post import (Executor, HeadClient, HeadLinks, HeadServer, InlineExecutor, PostComms, PostJob,
-                   make_thread_executor, setup_heads)
+from .post import (
+    Executor,
+    HeadClient,
+    HeadLinks,
+    HeadServer,
+    InlineExecutor,
+    PostComms,
+    PostJob,
+    make_thread_executor,
+    setup_heads,
+)
 from .recovery import Located, RecoveryStep
 
 __all__ = ["PostManager", "serve_as_head", "enter_head_mode", "DcpStep", "flush_l4", "dcp_dir",
@@ -185,17 +196,23 @@ def handle_node(requests: list[dict[str, Any]], links: HeadLinks) -> None:
 
 
 def serve_as_head(links: HeadLinks, topology: Topology, config: Config) -> int:
-    """Run this head's service until its node's ranks finalize; return the exit code (0, or 1 on failure)."""
+    """Run this head's service until its node's ranks finalize and return 0.
+
+    If an application rank of the node dies, the head reports it on stderr and exits the process at once
+    with status 1 (there is nobody left to serve).
+    """
     members = [topology.app_world_ranks[r] for r in topology.node_ranks(topology.node_id)]
-    code = 0
     try:
         HeadServer(links, members, handle_node, timeout=config.failure_timeout).serve()
     except ProcessFailure as exc:
         print(f"ftkit head (world rank {links.link.Get_rank()}, node {topology.node_id}): {exc}",
               file=sys.stderr, flush=True)
-        code = 1
+        # Its ranks are dead: freeing communicators or finalizing MPI with failed peers can block, and
+        # nobody is left to serve, so the head leaves at once.
+        sys.stdout.flush()
+        os._exit(1)
     links.free()
-    return code
+    return 0
 
 
 def enter_head_mode(world: Any, topology: Topology, config: Config) -> HeadLinks:

@@ -326,7 +326,7 @@ class ThreadExecutor(Executor):
 
 
 def make_thread_executor(comms: PostComms, timeout: float = DEFAULT_TIMEOUT) -> Executor:
-    """Return a :class:`ThreadExecutor`, or an :class:`InlineExecutor` (with a warning) without THREAD_MULTIPLE.
+    """Return a :class:`ThreadExecutor`, or without THREAD_MULTIPLE an :class:`InlineExecutor` (and warn).
 
     Collective over ``comms.app`` (the thread executor duplicates communicators); every rank gets the same
     kind of executor.
@@ -375,10 +375,10 @@ class HeadLinks:
         World rank of this rank's head (itself on a head).
     """
 
-    link: MPI.Intracomm
-    app: MPI.Intracomm
-    heads: MPI.Intracomm
-    head_sets: MPI.Intracomm
+    link: MPI.Comm
+    app: MPI.Comm
+    heads: MPI.Comm
+    head_sets: MPI.Comm
     is_head: bool
     my_head: int
 
@@ -449,7 +449,8 @@ class HeadClient:
             If the head died or did not answer in time.
         """
         head, link = self.links.my_head, self.links.link
-        what = f"waiting for the node's head (world rank {head}) to post-process checkpoint {request.get('id')}"
+        what = (f"waiting for the node's head (world rank {head}) to post-process checkpoint "
+                f"{request.get('id')}")
         status = MPI.Status()
         try:
             _send_json(link, request, head, _TAG_REQUEST)

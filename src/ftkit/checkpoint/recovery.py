@@ -1,11 +1,11 @@
 """Recovery: find, on every rank, a verified copy of the newest checkpoint every rank can read, then read it.
 
-For each checkpoint of the manifest, newest first, the *recovery chain* (:func:`default_steps`) is walked: each
-step is a level able to supply a rank's checkpoint file. A rank that already has a verified file passes; the
-others ask the next step. Steps are collective (every rank calls every applicable step, while any rank still
-needs one), so a step may exchange data within a group (L3 decode) or with a partner (L2). Here: L1 (the
-node-local file) then L4 (the PFS copy). The node-loss work inserts L2 and L3 steps before L4, which rebuild a
-missing or damaged L1 file from the redundancy.
+For each checkpoint of the manifest, newest first, the *recovery chain* (:func:`default_steps`) is walked:
+each step is a level able to supply a rank's checkpoint file. A rank that already has a verified file
+passes; the others ask the next step. Steps are collective (every rank calls every applicable step while any
+rank still needs one), so a step may exchange data within a group (L3 decode) or with a partner (L2). Here:
+L1 (the node-local file) then L4 (the PFS copy). The node-loss work inserts L2 and L3 steps before L4, which
+rebuild a missing or damaged L1 file from the redundancy.
 
 A checkpoint is used only when every rank has a verified file; otherwise the reasons are kept and the next
 older checkpoint is tried. Before any byte is read into a protected array, every rank checks names, shapes and
@@ -87,7 +87,7 @@ class RecoveryStep(ABC):
 
 
 class LevelFileStep(RecoveryStep):
-    """A step that reads the rank's own file at one level, verified against the manifest (no communication)."""
+    """A step reading the rank's own file at one level, verified against the manifest (no communication)."""
 
     def locate(self, ctx: PipelineContext, entry: CheckpointEntry, need: bool) -> Located:
         if not need:
@@ -132,8 +132,9 @@ def check_targets(header: Header, targets: Mapping[str, np.ndarray]) -> str | No
     for s in header.sections:
         arr = targets[s.name]
         if tuple(arr.shape) != s.shape or arr.dtype.str != s.dtype:
-            return (f"array {s.name!r}: the checkpoint holds shape {s.shape} dtype {s.dtype} but the protected "
-                    f"array is shape {tuple(arr.shape)} dtype {arr.dtype.str}: protect an array of the stored "
+            return (f"array {s.name!r}: the checkpoint holds shape {s.shape} dtype {s.dtype} but the "
+                    f"protected array is shape {tuple(arr.shape)} dtype {arr.dtype.str}: protect an array "
+                    "of the stored "
                     "shape and dtype")
         if not arr.flags.c_contiguous or not arr.flags.writeable:
             return f"array {s.name!r} is not C-contiguous and writeable"
@@ -169,7 +170,8 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
     candidates = [e for e in ctx.store.manifest.newest_first() if e.complete_levels]
     if not candidates:
         raise RecoveryError(f"{ctx.config.meta_dir}/manifest.json lists no complete checkpoint of run "
-                            f"{ctx.exec_id}: nothing to recover (remove {ctx.config.meta_dir} to start fresh)")
+                            f"{ctx.exec_id}: nothing to recover (remove {ctx.config.meta_dir} to start "
+                            "fresh)")
     skipped: list[str] = []
     for entry in candidates:
         found = Located()
@@ -194,7 +196,8 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
         if not _mpi.all_true(ctx.comm, problem is None, ctx.timeout, "recovery shape check"):
             problems = _mpi.allgather(ctx.comm, problem, "recovery shape check")
             bad = [f"rank {r}: {p}" for r, p in enumerate(problems) if p]
-            raise ShapeMismatchError(f"cannot recover checkpoint {entry.id} into the protected arrays (nothing "
+            raise ShapeMismatchError(f"cannot recover checkpoint {entry.id} into the protected arrays "
+                                     "(nothing "
                                      "was overwritten): " + "; ".join(bad[:3]))
         error = None
         try:
@@ -206,7 +209,8 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
         if not _mpi.all_true(ctx.comm, error is None, ctx.timeout, "recovery read"):
             errors = _mpi.allgather(ctx.comm, error, "recovery read")
             bad = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
-            raise RecoveryError(f"checkpoint {entry.id} verified but could not be read (was it changed during "
+            raise RecoveryError(f"checkpoint {entry.id} verified but could not be read (was it changed "
+                                "during "
                                 "recovery?): " + "; ".join(bad[:3]))
         level = _mpi.allreduce_int(ctx.comm, found.level, "max", ctx.timeout, "recovery")
         return RecoveryInfo(entry.id, level, found.level, tuple(skipped)), entry

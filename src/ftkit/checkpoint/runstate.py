@@ -2,7 +2,8 @@
 
 :func:`inspect_run` (called on rank 0) reads ``meta_dir/manifest.json``:
 
-* no manifest and no checkpoint files for the run: a fresh start (new ``exec_id`` unless the config gives one);
+* no manifest and no checkpoint files for the run: a fresh start (new ``exec_id`` unless the config
+  gives one);
 * a manifest of this run (same ``exec_id`` if the config names one, same rank count) holding checkpoints: a
   restart; ``recover()`` must then succeed or raise, it never turns into a fresh run;
 * a manifest without checkpoints (the previous run died before its first one): a fresh start of the same run;
@@ -42,8 +43,8 @@ def new_exec_id() -> str:
 
 
 def find_checkpoint_dirs(config: Config, exec_id: str | None, local_dirs: list[Path]) -> list[Path]:
-    """Checkpoint directories (``.../l<N>/ckpt<id>``) of run ``exec_id`` (any run if None) in the given node-local
-    directories and in ``glbl_dir``."""
+    """Checkpoint directories (``.../l<N>/ckpt<id>``) of run ``exec_id`` (any run if None) in the given
+    node-local directories and in ``glbl_dir``."""
     run = exec_id or "*"
     found: list[Path] = []
     for d in local_dirs:
@@ -66,13 +67,15 @@ def inspect_run(config: Config, nranks: int, local_dirs: list[Path]) -> RunState
         leftovers = find_checkpoint_dirs(config, config.exec_id or None, local_dirs)
         if leftovers:
             return RunState(config.exec_id or "unknown", "", True,
-                            f"checkpoint files exist (e.g. {leftovers[0]}) but the manifest {mpath} is missing, "
-                            "so ftkit cannot tell which checkpoint is complete: restore the manifest, or remove "
+                            f"checkpoint files exist (e.g. {leftovers[0]}) but the manifest {mpath} is "
+                            "missing, so ftkit cannot tell which checkpoint is complete: restore the "
+                            "manifest, or remove "
                             f"{config.ckpt_dir} and {config.glbl_dir} to start fresh")
         if config.failure:
             return RunState(config.exec_id or "unknown", "", True,
-                            f"the config says failure = {config.failure} (a restart) but {config.meta_dir} holds "
-                            "no checkpoint metadata: point meta_dir at the run's metadata, or set failure = 0")
+                            f"the config says failure = {config.failure} (a restart) but {config.meta_dir} "
+                            "holds no checkpoint metadata: point meta_dir at the run's metadata, or set "
+                            "failure = 0")
         exec_id = config.exec_id or new_exec_id()
         fresh = Manifest(exec_id=exec_id, nranks=nranks, created=time.time())
         return RunState(exec_id, fresh.dumps(), False, fresh_manifest=True)
@@ -86,7 +89,8 @@ def inspect_run(config: Config, nranks: int, local_dirs: list[Path]) -> RunState
             return RunState(manifest.exec_id, fresh.dumps(), False, fresh_manifest=True)
         return RunState(manifest.exec_id, "", True,
                         f"{mpath} was written by a run of {manifest.nranks} ranks (exec_id "
-                        f"{manifest.exec_id!r}) but this run has {nranks}: relaunch with -n {manifest.nranks}, or "
+                        f"{manifest.exec_id!r}) but this run has {nranks}: relaunch with "
+                        f"-n {manifest.nranks}, or "
                         f"use another meta_dir for a new run")
     if not manifest.checkpoints:
         return RunState(manifest.exec_id, manifest.dumps(), False)

@@ -7,7 +7,7 @@ the output is evaluated by Horner's rule over the bit levels, from the highest u
 
 Every step is one fused pass over a block (a doubling and up to three XORs), computed in the output block
 itself, so no scratch memory is needed and the cost of a row is about (highest bit + 1) passes. The matrix
-choice in :mod:`ftkit.codec.gf256` minimises :func:`schedule_cost`.
+choice in :mod:`ftkit.codec.gf256` minimises this cost (:func:`ftkit.codec.gf256.apply_cost`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _kernels as K
 
-__all__ = ["compile_matrix", "schedule_cost"]
+__all__ = ["compile_matrix"]
 
 _SET = (K.OP_SET1, K.OP_SET2, K.OP_SET3)
 _ACC = (K.OP_ACC1, K.OP_ACC2, K.OP_ACC3)
@@ -64,12 +64,3 @@ def compile_matrix(matrix: np.ndarray) -> np.ndarray:
     for i in range(n_out):
         ops.extend(_row_ops([int(v) for v in mat[i]], n_in + i))
     return np.array(ops, dtype=np.int64).reshape(-1, 5)
-
-
-def schedule_cost(matrix: np.ndarray) -> float:
-    """Estimated cost of applying ``matrix``: passes over a block, each weighted by its memory streams."""
-    ops = compile_matrix(matrix)
-    # A pass costs about one unit plus a quarter per extra source loaded.
-    arity = {K.OP_ZERO: 0, K.OP_SET1: 1, K.OP_SET2: 2, K.OP_SET3: 3, K.OP_ACC1: 2, K.OP_ACC2: 3,
-             K.OP_ACC3: 4, K.OP_HRN0: 1.5, K.OP_HRN1: 2.5, K.OP_HRN2: 3.5, K.OP_HRN3: 4.5}
-    return float(sum(1.0 + 0.25 * arity[int(code)] for code in ops[:, 0]))

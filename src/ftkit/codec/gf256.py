@@ -65,11 +65,9 @@ EXP, LOG = _build_tables()
 
 
 def _build_mul_table() -> np.ndarray:
-    a = np.arange(256)
     table = EXP[(LOG[:, None] + LOG[None, :])].astype(np.uint8)
     table[0, :] = 0
     table[:, 0] = 0
-    del a
     return table
 
 

@@ -10,23 +10,30 @@ polls them against a deadline. A peer is declared dead when
   (without this, one death would cascade along the chain of ranks waiting on each other).
 
 Whoever declares a peer dead tells every other live rank with a small "obituary" message (the reference's
-"mark it 0 in the state table and broadcast"), so the others stop talking to it too, without each waiting for its
+"mark it 0 in the state table and broadcast"), so the others stop talking to it too, without each waiting
+for its
 own timeout.
 
 Timeout
-    ``timeout = max(factor * rtt, min_timeout)`` where ``rtt`` is a round trip measured on the communicator when
+    ``timeout = max(factor * rtt, min_timeout)`` where ``rtt`` is a round trip measured on the
+    communicator when
     the detector is built (the reference advises 5-10 x RTT). The floor exists because on oversubscribed or
-    loaded nodes process scheduling, not the network, dominates the time a live peer takes to answer; a crashed
+    loaded nodes process scheduling, not the network, dominates the time a live peer takes to answer; a
+    crashed
     process is reported by ULFM's detector long before the floor expires, so the floor costs nothing when a
     process really dies. Both numbers are configurable.
 
 Slow processes (the reference's warning about thresholds)
-    A live process that misses a deadline is **declared dead and fenced off**: its obituary reaches it too, and
+    A live process that misses a deadline is **declared dead and fenced off**: its obituary reaches it
+    too, and
     from then on it takes no part in the computation (:attr:`FailureDetector.fenced` becomes true and its next
-    exchange raises :class:`Fenced`). It still joins the final agreement (so nobody waits for it forever at the
+    exchange raises :class:`Fenced`). It still joins the final agreement (so nobody waits for it forever
+    at the
     end: it is slow, not stuck), learns there that it is out, and gets a :class:`~ftkit.errors.ProcessFailure`
-    naming itself instead of a result. Fencing keeps one consistent view — the rest never mix its late data with
-    data they already replaced — at the price of redoing its share of the work; a longer ``timeout`` is the knob
+    naming itself instead of a result. Fencing keeps one consistent view — the rest never mix its late
+    data with
+    data they already replaced — at the price of redoing its share of the work; a longer ``timeout`` is
+    the knob
     for machines with long stalls.
 """
 
@@ -67,7 +74,7 @@ class Fenced(ProcessFailure):
     """This process was declared dead by a peer (it missed a deadline) and must stop taking part."""
 
 
-def ft_dup(comm: MPI.Comm) -> MPI.Intracomm:
+def ft_dup(comm: MPI.Intracomm) -> MPI.Intracomm:
     """Return a duplicate of ``comm`` whose errors are returned, not fatal (collective).
 
     ftkit talks only on its own duplicate, so its traffic never matches the application's messages and its
@@ -103,8 +110,10 @@ def measure_round_trip(comm: MPI.Comm, repeats: int = 5) -> float:
     return float(comm.allreduce(float(np.median(times)), op=MPI.MAX))
 
 
-def default_timeout(rtt: float, factor: float = DEFAULT_FACTOR, min_timeout: float = DEFAULT_MIN_TIMEOUT) -> float:
-    """Return the exchange timeout (s) for a measured round trip ``rtt`` (s): ``max(factor*rtt, min_timeout)``."""
+def default_timeout(
+    rtt: float, factor: float = DEFAULT_FACTOR, min_timeout: float = DEFAULT_MIN_TIMEOUT
+) -> float:
+    """Return the exchange timeout (s) for a round trip ``rtt`` (s): ``max(factor*rtt, min_timeout)``."""
     return max(factor * rtt, min_timeout)
 
 
@@ -134,14 +143,22 @@ class FailureDetector:
         Whether a peer declared *this* process dead.
     """
 
-    def __init__(self, comm: MPI.Comm, *, timeout: float | None = None, factor: float = DEFAULT_FACTOR,
-                 min_timeout: float = DEFAULT_MIN_TIMEOUT) -> None:
+    def __init__(
+        self,
+        comm: MPI.Comm,
+        *,
+        timeout: float | None = None,
+        factor: float = DEFAULT_FACTOR,
+        min_timeout: float = DEFAULT_MIN_TIMEOUT,
+    ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        self.comm = ft_dup(comm)
+        self.comm = ft_dup(comm)  # type: ignore[arg-type]
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.rtt = measure_round_trip(self.comm)
-        self.timeout = float(timeout) if timeout is not None else default_timeout(self.rtt, factor, min_timeout)
+        self.timeout = (
+            float(timeout) if timeout is not None else default_timeout(self.rtt, factor, min_timeout)
+        )
         self.dead: set[int] = set()
         self.reasons: dict[int, str] = {}
         self.fenced = False
@@ -150,7 +167,7 @@ class FailureDetector:
         self.last_seen: dict[int, float] = {}
         self._beats: list[MPI.Request] = []
 
-    # -- knowledge --------------------------------------------------------------------------------------------
+    # -- knowledge ---------------------------------------------------------------------------------------
     def alive(self, rank: int) -> bool:
         """Return whether this process still believes ``rank`` alive."""
         return rank not in self.dead
@@ -231,13 +248,21 @@ class FailureDetector:
             Naming this rank; the message says who declared it dead and what to change (the timeout).
         """
         if self.fenced:
-            raise Fenced(f"rank {self.rank} was {self.reasons.get(self.rank, 'declared dead')} after missing a "
-                         f"{self.timeout:g} s deadline and has been fenced off; if the process was only slow, "
-                         f"raise the timeout", [self.rank])
+            raise Fenced(
+                f"rank {self.rank} was {self.reasons.get(self.rank, 'declared dead')} after missing a "
+                f"{self.timeout:g} s deadline and has been fenced off; if the process was only slow, "
+                f"raise the timeout",
+                [self.rank],
+            )
 
-    # -- exchanges --------------------------------------------------------------------------------------------
-    def exchange(self, sends: Mapping[int, np.ndarray], recvs: Mapping[int, np.ndarray], tag: int,
-                 timeout: float | None = None) -> set[int]:
+    # -- exchanges ---------------------------------------------------------------------------------------
+    def exchange(
+        self,
+        sends: Mapping[int, np.ndarray],
+        recvs: Mapping[int, np.ndarray],
+        tag: int,
+        timeout: float | None = None,
+    ) -> set[int]:
         """Send and receive contiguous buffers to and from peers, waiting at most ``timeout`` seconds.
 
         Peers already believed dead are skipped. Returns the ranks in ``recvs`` whose buffer was NOT filled
@@ -260,8 +285,9 @@ class FailureDetector:
         """
         return self.finish_exchange(self.start_exchange(sends, recvs, tag), timeout)
 
-    def start_exchange(self, sends: Mapping[int, np.ndarray], recvs: Mapping[int, np.ndarray],
-                       tag: int) -> Exchange:
+    def start_exchange(
+        self, sends: Mapping[int, np.ndarray], recvs: Mapping[int, np.ndarray], tag: int
+    ) -> Exchange:
         """Post the sends and receives of :meth:`exchange` and return at once (finish with
         :meth:`finish_exchange`; the deadline starts there, so computing in between never counts as a peer's
         lateness).
@@ -276,10 +302,14 @@ class FailureDetector:
         ex = Exchange(dict(sends), dict(recvs))
         for peer, buf in ex.recvs.items():
             if self.alive(peer):
-                self._post(ex.pending, "recv", peer, lambda p=peer, b=buf: self.comm.Irecv(b, source=p, tag=tag))
+                self._post(
+                    ex.pending, "recv", peer, lambda p=peer, b=buf: self.comm.Irecv(b, source=p, tag=tag)
+                )
         for peer, buf in ex.sends.items():
             if self.alive(peer):
-                self._post(ex.pending, "send", peer, lambda p=peer, b=buf: self.comm.Isend(b, dest=p, tag=tag))
+                self._post(
+                    ex.pending, "send", peer, lambda p=peer, b=buf: self.comm.Isend(b, dest=p, tag=tag)
+                )
         return ex
 
     def finish_exchange(self, ex: Exchange, timeout: float | None = None) -> set[int]:
@@ -325,7 +355,9 @@ class FailureDetector:
             if now - last_beat > limit / 4:
                 self._heartbeat()
                 last_beat = now
-            late = {peer for _, _, peer in pending if now - max(start, self.last_seen.get(peer, start)) > limit}
+            late = {
+                peer for _, _, peer in pending if now - max(start, self.last_seen.get(peer, start)) > limit
+            }
             if late:
                 self.check_failures()
                 self.declare_dead(late - self.dead, f"timed out after {limit:g} s")
@@ -353,8 +385,12 @@ class FailureDetector:
         """Synchronize with the live ranks: an empty exchange with every live peer, with a deadline."""
         token = np.zeros(1, dtype=np.int8)
         peers = [p for p in range(self.size) if p != self.rank]
-        self.exchange({p: token for p in peers}, {p: np.zeros(1, dtype=np.int8) for p in peers},
-                      tag=NOTICE_TAG - 1, timeout=timeout)
+        self.exchange(
+            {p: token for p in peers},
+            {p: np.zeros(1, dtype=np.int8) for p in peers},
+            tag=NOTICE_TAG - 1,
+            timeout=timeout,
+        )
 
     def _post(self, pending: list, kind: str, peer: int, start) -> None:  # type: ignore[type-arg, no-untyped-def]
         try:

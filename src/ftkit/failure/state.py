@@ -1,13 +1,16 @@
 """The process-state table: FT-PBLAS's FT_GetStateTable / FT_SetStateTable / FT_ResetState.
 
-A 2-D ``int8`` array shaped like the process grid of the last failure-tolerant operation: ``1`` = alive, ``0`` =
-dead. After every agreement (:func:`ftkit.failure.ulfm.agree_on_dead`) the table is identical on all survivors.
+A 2-D ``int8`` array shaped like the process grid of the last failure-tolerant operation: ``1`` = alive,
+``0`` =
+dead. After every agreement (:func:`ftkit.failure.ulfm.agree_on_dead`) the table is identical on all
+survivors.
 A later call on the same grid starts from it: a process already marked dead is not waited for again (the
 reference's reason for exposing the table). An application may inspect it between phases and decide to go on
 with the survivors or to restart on fresh resources.
 
 Persistence: after :func:`persist_state_table` names a file (in a directory every rank can read, e.g. the
-checkpoint ``glbl_dir``), every change is written there atomically (temporary file, fsync, rename) by the lowest
+checkpoint ``glbl_dir``), every change is written there atomically (temporary file, fsync, rename) by the
+lowest
 live rank, and :func:`load_state_table` lets a later job start with what this one learnt. The file is JSON
 (``{"format": "ftkit-state-table", "version": 1, "shape": [p, q], "alive": [[...], ...]}``); a reader parses
 and validates it and never executes anything.
@@ -43,16 +46,19 @@ _persist_path: Path | None = None
 def _validate(table: object) -> np.ndarray:
     arr = np.asarray(table)
     if arr.ndim != 2 or arr.size == 0:
-        raise GridError(f"a state table is a non-empty 2-D array shaped like the process grid, got shape "
-                        f"{arr.shape}")
+        raise GridError(
+            f"a state table is a non-empty 2-D array shaped like the process grid, got shape {arr.shape}"
+        )
     if not np.isin(arr, (0, 1)).all():
-        raise GridError("a state table holds only 1 (alive) and 0 (dead); got other values "
-                        f"{sorted(set(np.unique(arr).tolist()) - {0, 1})[:5]}")
+        raise GridError(
+            "a state table holds only 1 (alive) and 0 (dead); got other values "
+            f"{sorted(set(np.unique(arr).tolist()) - {0, 1})[:5]}"
+        )
     return arr.astype(np.int8, copy=True)
 
 
 def get_state_table() -> np.ndarray | None:
-    """Return a copy of this process's state table (``1`` alive, ``0`` dead), or ``None`` if none is known yet.
+    """Return a copy of this process's state table (``1`` alive, ``0`` dead), or ``None`` if none yet.
 
     The shape is ``(nprow, npcol)`` of the grid of the last failure-tolerant operation (or of the last
     :func:`set_state_table`); entry ``[p, q]`` is process ``(p, q)``.
@@ -86,9 +92,10 @@ def reset_state(shape: tuple[int, int] | None = None) -> None:
     _save_if_persisted()
 
 
-def record_failures(shape: tuple[int, int], dead: list[tuple[int, int]] | set[tuple[int, int]],
-                    *, writer: bool = True) -> np.ndarray:
-    """Set the table for a grid of ``shape`` with the processes at ``dead`` coordinates marked 0; return a copy.
+def record_failures(
+    shape: tuple[int, int], dead: list[tuple[int, int]] | set[tuple[int, int]], *, writer: bool = True
+) -> np.ndarray:
+    """Set the table of a grid of ``shape`` with the processes at ``dead`` marked 0; return a copy.
 
     Called after an agreement, with the agreed set, so it is identical on all survivors. A table of another
     shape is replaced. ``writer`` says whether this rank writes the persisted file (one rank does).
@@ -120,7 +127,9 @@ def save_state_table(path: str | os.PathLike[str], table: np.ndarray | None = No
     """
     arr = _table if table is None else _validate(table)
     if arr is None:
-        raise StorageError("no state table to save: run a failure-tolerant operation or set_state_table first")
+        raise StorageError(
+            "no state table to save: run a failure-tolerant operation or set_state_table first"
+        )
     doc = {"format": _FORMAT, "version": _VERSION, "shape": list(arr.shape), "alive": arr.tolist()}
     target = Path(path)
     try:
@@ -140,7 +149,7 @@ def save_state_table(path: str | os.PathLike[str], table: np.ndarray | None = No
 
 
 def load_state_table(path: str | os.PathLike[str], *, install: bool = True) -> np.ndarray:
-    """Read a state table written by :func:`save_state_table`; install it as the current one unless told not to.
+    """Read a table written by :func:`save_state_table`; install it as the current one unless told not to.
 
     Raises
     ------
@@ -164,7 +173,9 @@ def load_state_table(path: str | os.PathLike[str], *, install: bool = True) -> n
     except (KeyError, GridError, ValueError) as exc:
         raise FormatError(f"{path}: invalid state table: {exc}") from exc
     if list(arr.shape) != doc.get("shape"):
-        raise FormatError(f"{path}: table shape {list(arr.shape)} differs from recorded shape {doc.get('shape')}")
+        raise FormatError(
+            f"{path}: table shape {list(arr.shape)} differs from recorded shape {doc.get('shape')}"
+        )
     if install:
         global _table
         _table = arr.copy()

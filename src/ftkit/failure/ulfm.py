@@ -1,6 +1,7 @@
 """ULFM wrappers: survivors agree on who is dead and continue on a repaired communicator.
 
-The contract, for every function here: call it on **every live process** of the communicator (a process that was
+The contract, for every function here: call it on **every live process** of the communicator (a process
+that was
 fenced off — declared dead while still running — calls it too, and learns that it is out). The functions use
 only ULFM's fault-tolerant operations (``Ack_failed``/``Get_failed``, ``Agree``, ``Shrink``), which complete
 despite failures; a failure that strikes in the middle is acknowledged and the operation retried, a bounded
@@ -20,7 +21,15 @@ from mpi4py import MPI
 from ..errors import ProcessFailure
 from .detect import is_failure_error
 
-__all__ = ["failed_ranks", "revoke", "agree_on_dead", "agree_flag", "repair", "guarded", "exit_without_finalize"]
+__all__ = [
+    "failed_ranks",
+    "revoke",
+    "agree_on_dead",
+    "agree_flag",
+    "repair",
+    "guarded",
+    "exit_without_finalize",
+]
 
 _BITS = 30  # rank bits per Agree call (the agreed value is a C int)
 T = TypeVar("T")
@@ -79,7 +88,8 @@ def agree_on_dead(comm: MPI.Comm, suspects: Iterable[int], *, abstain: bool = Fa
             for lo in range(0, size, _BITS):
                 hi = min(size, lo + _BITS)
                 alive_bits = sum(1 << (r - lo) for r in range(lo, hi) if r not in mine)
-                # Agree returns the bitwise AND over live processes: a rank is alive only if nobody suspects it.
+                # Agree returns the bitwise AND over live processes: a rank is alive only if nobody
+                # suspects it.
                 agreed = comm.Agree(alive_bits)
                 dead |= {r for r in range(lo, hi) if not agreed >> (r - lo) & 1}
             return frozenset(dead)
@@ -111,7 +121,8 @@ def agree_flag(comm: MPI.Comm, flag: int) -> int:
 def repair(comm: MPI.Comm, dead: Iterable[int]) -> MPI.Intracomm | None:
     """Return a communicator of the live ranks of ``comm`` not in ``dead`` (fault-tolerant collective).
 
-    ``Shrink`` drops the processes MPI knows failed; a split then drops the fenced-off ones, which get ``None``.
+    ``Shrink`` drops the processes MPI knows failed; a split then drops the fenced-off ones, which get
+    ``None``.
     Survivors keep their relative order (new rank = position among survivors of the old ranks). The new
     communicator returns errors instead of aborting.
 
@@ -132,12 +143,13 @@ def repair(comm: MPI.Comm, dead: Iterable[int]) -> MPI.Intracomm | None:
     except MPI.Exception as exc:
         if not is_failure_error(exc):
             raise
-        raise ProcessFailure(f"a further process failed while the communicator was being repaired: {exc}",
-                             sorted(dead)) from exc
+        raise ProcessFailure(
+            f"a further process failed while the communicator was being repaired: {exc}", sorted(dead)
+        ) from exc
     if new == MPI.COMM_NULL:
         return None
     new.Set_errhandler(MPI.ERRORS_RETURN)
-    return new
+    return new  # type: ignore[return-value]
 
 
 def guarded(comm: MPI.Comm, what: str, fn: Callable[[], T]) -> T:
@@ -168,9 +180,12 @@ def exit_without_finalize(comm: MPI.Comm | None = None, code: int = 0) -> None:
     """End a process that outlived a failure: synchronize the survivors on ``comm``, flush, exit without
     ``MPI_Finalize``.
 
-    After a process failure, Open MPI's ``MPI_Finalize`` runs a runtime fence that can wait forever for the dead
-    process (open-mpi/ompi#11404; seen here intermittently with 9 ranks). Survivors that have their result call
-    this instead of returning normally. With ``comm`` (the repaired communicator) they first wait for each other,
+    After a process failure, Open MPI's ``MPI_Finalize`` runs a runtime fence that can wait forever for
+    the dead
+    process (open-mpi/ompi#11404; seen here intermittently with 9 ranks). Survivors that have their
+    result call
+    this instead of returning normally. With ``comm`` (the repaired communicator) they first wait for
+    each other,
     so no survivor leaves while another still needs it. Never returns.
     """
     if comm is not None and comm != MPI.COMM_NULL:

@@ -1,8 +1,7 @@
 """Numba kernels for the ABFT encoding: one pass over a SUMMA piece that copies it into the panel buffer and
 accumulates its plain, index-weighted and absolute segment sums (GIL released).
 
-The encoding is memory-bound: numpy needs four passes (``abs``, two GEMMs with an indicator, the copy into
-the panel), this needs one, which is what keeps ft_pdgemm's overhead at a few percent. Sums within a segment
+The encoding is memory-bound: numpy needs several passes (``abs``, squares, sums, the copy into the panel), this needs one, which is what keeps ft_pdgemm's overhead at a few percent. Sums within a segment
 are sequential (at most ``len`` roundings), as :mod:`ftkit.linalg.abft`'s bounds assume.
 """
 
@@ -21,8 +20,8 @@ _FM = {"reassoc", "contract"}
 @njit(cache=True, nogil=True, fastmath=_FM)
 def encode_rows_into(a: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray,
                      copy: bool) -> None:  # pragma: no cover - compiled
-    """Checksum rows of ``a`` (ra x kp) into ``ext[base:base+3nr]`` (``base = ra`` with ``copy``, else 0);
-    with ``copy`` also ``ext[:ra] = a``."""
+    """Checksum rows of ``a`` (ra x kp) into ``ext[base:base+4nr]`` (``base = ra`` with ``copy``, else 0):
+    plain, weighted, absolute and squared sums of each segment; with ``copy`` also ``ext[:ra] = a``."""
     ra, kp = a.shape
     nr = bounds.shape[0] - 1
     base = ra if copy else 0
@@ -31,6 +30,7 @@ def encode_rows_into(a: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.n
             e = 0.0
             ws = 0.0
             ab = 0.0
+            sq = 0.0
             for i in range(bounds[s], bounds[s + 1]):
                 x = a[i, l]
                 if copy:
@@ -38,14 +38,16 @@ def encode_rows_into(a: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.n
                 e += x
                 ws += w[i] * x
                 ab += abs(x)
+                sq += x * x
             ext[base + s, l] = e
             ext[base + nr + s, l] = ws
             ext[base + 2 * nr + s, l] = ab
+            ext[base + 3 * nr + s, l] = sq
 
 
 @njit(cache=True, nogil=True, fastmath=_FM)
 def col_sums(b: np.ndarray, bounds: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
-    """Checksum columns of ``b`` (kp x cb) into the F-order ``out`` (kp x 3nc), column by column."""
+    """Checksum columns of ``b`` (kp x cb) into the F-order ``out`` (kp x 4nc), column by column."""
     kp, cb = b.shape
     nc = bounds.shape[0] - 1
     for s in range(nc):
@@ -53,6 +55,7 @@ def col_sums(b: np.ndarray, bounds: np.ndarray, w: np.ndarray, out: np.ndarray) 
             out[l, s] = 0.0
             out[l, nc + s] = 0.0
             out[l, 2 * nc + s] = 0.0
+            out[l, 3 * nc + s] = 0.0
         for j in range(bounds[s], bounds[s + 1]):
             wj = w[j]
             for l in range(kp):
@@ -60,16 +63,52 @@ def col_sums(b: np.ndarray, bounds: np.ndarray, w: np.ndarray, out: np.ndarray) 
                 out[l, s] += x
                 out[l, nc + s] += wj * x
                 out[l, 2 * nc + s] += abs(x)
+                out[l, 3 * nc + s] += x * x
 
 
 def encode_cols_into(b: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray, copy: bool) -> None:
-    """Checksum columns of ``b`` (kp x cb) into ``ext[:, base:base+3nc]`` (``base = cb`` with ``copy``, else 0);
+    """Checksum columns of ``b`` (kp x cb) into ``ext[:, base:base+4nc]`` (``base = cb`` with ``copy``, else 0);
     with ``copy`` also ``ext[:, :cb] = b``."""
     cb = b.shape[1]
     nc = bounds.shape[0] - 1
-    out = np.empty((b.shape[0], 3 * nc), order="F")
+    out = np.empty((b.shape[0], 4 * nc), order="F")
     col_sums(b, bounds, w, out)
     base = cb if copy else 0
     if copy:
         ext[:, :cb] = b
-    ext[:, base:base + 3 * nc] = out
+    ext[:, base:base + 4 * nc] = out
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
+def block_sums_into(c: np.ndarray, rb: np.ndarray, cb: np.ndarray, wr: np.ndarray, wc: np.ndarray,
+                    out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Plain, row-, column- and doubly-weighted sums and the sum of squares of every block of ``c`` into
+    ``out`` (5, nr, nc).
+
+    Two stages, as the bounds assume: down each row segment of a column, then across the column segment.
+    """
+    nr = rb.shape[0] - 1
+    nc = cb.shape[0] - 1
+    for J in range(nc):
+        for I in range(nr):
+            out[0, I, J] = 0.0
+            out[1, I, J] = 0.0
+            out[2, I, J] = 0.0
+            out[3, I, J] = 0.0
+            out[4, I, J] = 0.0
+        for j in range(cb[J], cb[J + 1]):
+            wj = wc[j]
+            for I in range(nr):
+                e = 0.0
+                ws = 0.0
+                sq = 0.0
+                for i in range(rb[I], rb[I + 1]):
+                    x = c[i, j]
+                    e += x
+                    ws += wr[i] * x
+                    sq += x * x
+                out[4, I, J] += sq
+                out[0, I, J] += e
+                out[1, I, J] += ws
+                out[2, I, J] += wj * e
+                out[3, I, J] += wj * ws

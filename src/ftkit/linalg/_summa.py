@@ -21,6 +21,7 @@ exchange itself is a strategy object (:class:`PanelExchange`) a failure-aware im
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -32,12 +33,15 @@ from ._blas import gemm_update
 from .descriptor import BlockCyclic1D
 from .grid import ProcessGrid
 
-__all__ = ["SummaStep", "plan_summa", "default_width", "PanelExchange", "PendingPanels",
+__all__ = ["SummaStep", "plan_summa", "default_width", "auto_lookahead", "PanelExchange", "PendingPanels",
            "AllgatherExchange", "extract_a_piece", "extract_b_piece", "local_update", "run_summa",
            "wait_requests"]
 
 #: Message tags of the default exchange (A pieces on the row communicator, B pieces on the column one).
 TAG_A, TAG_B = 601, 602
+
+#: Panel-buffer budget per process (bytes) for the default exchange's lookahead.
+LOOKAHEAD_BYTES = 256 * 2**20
 
 #: Smallest k width of a SUMMA step by default: local GEMMs narrower than this run well below BLAS peak.
 MIN_WIDTH = 1024
@@ -80,6 +84,13 @@ def default_width(ka: BlockCyclic1D, kb: BlockCyclic1D) -> int:
     """Return the default step width: whole rounds of blocks over all owners, at least :data:`MIN_WIDTH`."""
     round_ = max(ka.nb * ka.nprocs, kb.nb * kb.nprocs)
     return round_ * max(1, -(-MIN_WIDTH // round_))
+
+
+def auto_lookahead(steps: Sequence[SummaStep], rows: int, cols: int) -> int:
+    """Return how many exchanges may be in flight within :data:`LOOKAHEAD_BYTES` of panel buffers."""
+    width = max(s.width for s in steps)
+    per_step = 8 * width * (rows + 2 * cols)  # A panel, B panel, B scratch
+    return max(1, min(len(steps) - 1, LOOKAHEAD_BYTES // max(per_step, 1) - 1))
 
 
 def plan_summa(ka: BlockCyclic1D, kb: BlockCyclic1D, width: int | None = None) -> list[SummaStep]:
@@ -197,18 +208,18 @@ class AllgatherExchange:
     ``grid.col_comm``; successive steps are told apart by MPI's in-order matching.
     """
 
-    def __init__(self) -> None:
-        # Two buffer sets used alternately: step i+1 is received while step i's panels are multiplied.
-        self._pool: list[dict[object, np.ndarray]] = [{}, {}]
+    def __init__(self, buffers: int = 2) -> None:
+        # Buffer sets used round-robin: L steps in flight beside the one being multiplied need L + 1.
+        self._pool: list[dict[object, np.ndarray]] = [{} for _ in range(max(2, buffers))]
         self._calls = 0
 
     def start(self, grid: ProcessGrid, step: SummaStep, a_piece: np.ndarray,
               b_piece: np.ndarray) -> PendingPanels:
-        """Start the exchange; the panels stay valid until the second-next ``start``."""
+        """Start the exchange; the panels stay valid until ``buffers`` more calls of ``start``."""
         requests: list[MPI.Request] = []
         keep: list[object] = []
         finish: list[tuple[np.ndarray, np.ndarray]] = []
-        pool = self._pool[self._calls % 2]
+        pool = self._pool[self._calls % len(self._pool)]
         self._calls += 1
         a_panel = self._gather_columns(grid.row_comm, a_piece, step.a_cols, requests, pool)
         b_panel = self._gather_rows(grid.col_comm, b_piece, step.b_rows, requests, keep, finish, pool)
@@ -272,7 +283,7 @@ class AllgatherExchange:
 def run_summa(grid: ProcessGrid, a: np.ndarray, b: np.ndarray, c: np.ndarray, ka: BlockCyclic1D,
               kb: BlockCyclic1D, alpha: float, *, width: int | None = None,
               exchange: PanelExchange | None = None, steps: list[SummaStep] | None = None,
-              stats: dict[str, float] | None = None) -> None:
+              stats: dict[str, float] | None = None, lookahead: int | None = None) -> None:
     """Compute ``c += alpha * op(A) @ op(B)`` by SUMMA on aligned local operands (collective on the grid).
 
     Parameters
@@ -298,24 +309,40 @@ def run_summa(grid: ProcessGrid, a: np.ndarray, b: np.ndarray, c: np.ndarray, ka
     stats
         If given, ``"gemm_s"`` (local GEMM time), ``"wait_s"`` (time waiting for panels) and ``"steps"`` are
         added to it (seconds).
+    lookahead
+        Exchanges kept in flight beside the step being multiplied. Default: 1 with a custom ``exchange``;
+        with the default one, as many as fit in :data:`LOOKAHEAD_BYTES` of panel buffers (often all steps:
+        every transfer is posted at once and no rank ever waits for a partner to reach a later step, which
+        matters when ranks outnumber cores).
     """
-    exchange = exchange or AllgatherExchange()
     steps = steps if steps is not None else plan_summa(ka, kb, width)
     if not steps:
         return
+    if exchange is None:
+        depth = lookahead if lookahead is not None else auto_lookahead(steps, a.shape[0], b.shape[1])
+        exchange = AllgatherExchange(buffers=depth + 1)
+    else:
+        depth = lookahead if lookahead is not None else 1
+    depth = max(1, depth)
     me_r, me_c = grid.myrow, grid.mycol
+    in_flight: deque[PendingPanels] = deque()
+    started = 0
 
-    def start(step: SummaStep) -> PendingPanels:
-        return exchange.start(grid, step, extract_a_piece(a, step, me_c), extract_b_piece(b, step, me_r))
+    def fill() -> None:
+        nonlocal started
+        while started < len(steps) and len(in_flight) < depth:
+            step = steps[started]
+            in_flight.append(exchange.start(grid, step, extract_a_piece(a, step, me_c),
+                                            extract_b_piece(b, step, me_r)))
+            started += 1
 
     t_gemm = t_wait = 0.0
-    pending = start(steps[0])
-    for i, step in enumerate(steps):
+    fill()
+    for step in steps:
         t0 = time.perf_counter()
-        a_panel, b_panel = pending.wait()
+        a_panel, b_panel = in_flight.popleft().wait()
         t1 = time.perf_counter()
-        if i + 1 < len(steps):
-            pending = start(steps[i + 1])
+        fill()
         t2 = time.perf_counter()
         local_update(alpha, a_panel, b_panel, c, step.perm)
         t_gemm += time.perf_counter() - t2

@@ -4,12 +4,13 @@ The contract (what every function here assumes and guarantees)
 ---------------------------------------------------------------
 C's rows are cut into *row segments* and its columns into *column segments* (at most ``bs`` long, never
 straddling a distribution block, so each segment lives on one process). Row segment ``I`` and column segment
-``J`` make the C block ``C_IJ``. For each row segment of op(A) three checksum rows are kept, for each column
-segment of op(B) three checksum columns (:data:`NCHK`):
+``J`` make the C block ``C_IJ``. For each row segment of op(A) four checksum rows are kept, for each column
+segment of op(B) four checksum columns (:data:`NCHK`):
 
 - ``e^T A_I``     plain column sums          ``B_J e``     plain row sums
 - ``w^T A_I``     index-weighted sums        ``B_J w``     index-weighted sums, ``w = (1, 2, ..., len)``
 - ``e^T |A_I|``   sums of absolute values    ``|B_J| e``   sums of absolute values
+- ``e^T A_I^2``   sums of squares            ``B_J^2 e``   sums of squares (statistical threshold only)
 
 They are computed from local data only and travel with the data (stacked under / beside the SUMMA panels).
 Their products give, per block, the expected plain sum ``e^T C_IJ e``, the row-weighted sum
@@ -23,13 +24,20 @@ Thresholds (per block, on the plain sum; the weighted sums get ``len`` times mor
   + underflow term``, where ``gamma_n = n u / (1 - n u)``, ``u = 2**-53``, ``k`` the inner dimension and
   ``r, c`` the block's sides. The three terms are the error of the computed C, of summing the block, and of
   the checksum product. A correct computation is never flagged, at any scale.
-- ``statistical``: rounding errors add up like a random walk (Higham & Mary, 2019), so the error is of order
-  ``sqrt(n) u M``: ``lambda * u * sqrt(k + r + c + 4) * M`` with the safety factor :data:`STAT_LAMBDA`, set
-  from measurement (see ``tests/linalg/test_abft_math.py`` and ``benchmarks/bench_abft.py``) so that no
-  correct product among thousands of adversarial cases is flagged. It assumes independent roundings:
+- ``statistical``: rounding errors add up like a random walk (Higham & Mary, 2019). A sum computed in
+  ``n`` steps errs by about ``u sqrt(sum of squared partial sums / 3)``; its partial sums drift towards the
+  total (``k S^2 / 3``) and wander with the terms (``k / 2 * sum of squared terms``). Applied to the
+  checksum product and to the elements of C (whose errors add independently over the block), with
+  ``S`` the expected block sum, ``T2`` the sum over k of squared checksum products, ``P2 = sum_k
+  (sum_i a_il^2)(sum_j b_lj^2)`` (from a fourth checksum, sums of squares) and ``Q`` the block's sum of
+  squares of the computed C: ``V = k/3 (S^2 + Q) + (k/2 + r + c)(T2 + P2) + (r + c) Q`` and the threshold is
+  ``lambda u sqrt(V)`` with the safety factor :data:`STAT_LAMBDA` (set from measurement), never above the
+  rigorous one. A corrupted element inflates ``Q`` by its own square only, i.e. the threshold by about
+  ``lambda u sqrt(k)`` times the error: detection is unaffected. It adapts to cancellation (mixed signs
+  give small partial sums), which a bound in ``|A||B|`` cannot. It assumes independent roundings:
   strongly structured data (e.g. a constant matrix, where every dot product makes the same rounding error)
-  can exceed it by up to ``sqrt(k)``. That is why a block flagged only by the statistical threshold is
-  recomputed and then accepted if it passes the rigorous bound (reported as a rounding alarm, not an error).
+  can exceed it; a block flagged only by the statistical threshold is therefore recomputed and accepted if
+  it then passes the rigorous bound (reported as a rounding alarm, not an error).
 
 Correction of one block
 -----------------------
@@ -58,6 +66,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._abft_kernels import block_sums_into, encode_cols_into, encode_rows_into
+
 __all__ = [
     "U",
     "NCHK",
@@ -65,12 +75,14 @@ __all__ = [
     "gamma",
     "segment_bounds",
     "dense_bounds",
-    "indicator",
     "segment_weights",
     "encode_rows",
     "encode_cols",
     "ChecksumProduct",
     "block_sums",
+    "block_sums_sq",
+    "Prediction",
+    "summarize_c0",
     "abs_block_sums",
     "thresholds",
     "Verification",
@@ -86,12 +98,13 @@ __all__ = [
 U = 2.0 ** -53
 #: Smallest positive subnormal float64 (absolute error floor of a product that underflows).
 ETA = 2.0 ** -1074
-#: Checksum rows (columns) per row (column) segment: plain, index-weighted, absolute.
-NCHK = 3
-#: Safety factor of the statistical threshold ``lambda * u * sqrt(n) * M``. Measured: the largest observed
-#: ``|residual| / (u sqrt(n) M)`` over the adversarial false-positive families (1000s of blocks) is about 1
-#: (uniform positive data, whose partial sums grow linearly); 5 leaves a 5x margin.
-STAT_LAMBDA = 5.0
+#: Checksum rows (columns) per row (column) segment: plain, index-weighted, absolute, squares.
+NCHK = 4
+#: Safety factor of the statistical threshold ``lambda * u * sqrt(V)``. Measured (1500 random products of every
+#: adversarial family, bs 1..64, k up to 1500): the largest ``|residual| / (u sqrt(V))`` is 1.1-1.8 for uniform,
+#: normal, tiny, huge, cancelling and mixed-scale data, 2.3 for Hilbert-like data; 8 leaves a 3.4x margin while
+#: the threshold stays within ~5-10x of the observed residuals (the tightness bench_abft.py reports).
+STAT_LAMBDA = 8.0
 
 
 def gamma(n: int | np.ndarray) -> float | np.ndarray:
@@ -165,50 +178,26 @@ def _seg_sum(x: np.ndarray, bounds: np.ndarray, axis: int) -> np.ndarray:
     return np.add.reduceat(x, bounds[:-1], axis=axis)
 
 
-def indicator(bounds: np.ndarray) -> np.ndarray:
-    """Return the ``(2 nseg, n)`` matrix whose rows sum a segment: plain rows, then index-weighted rows.
-
-    Multiplying by it (a BLAS GEMM) sums each segment: the zeros outside the segment add exactly and the
-    weights are small integers, so each result has at most ``len`` roundings, as the bounds assume; it is
-    many times faster than ``np.add.reduceat`` on the strided panels SUMMA moves.
-    """
-    nseg = len(bounds) - 1
-    n = int(bounds[-1])
-    seg = np.repeat(np.arange(nseg), np.diff(bounds))
-    out = np.zeros((2 * nseg, n))
-    out[seg, np.arange(n)] = 1.0
-    out[nseg + seg, np.arange(n)] = segment_weights(bounds)
-    return out
-
-
 # ------------------------------------------------------------------ encoding
-def encode_rows(a: np.ndarray, bounds: np.ndarray, ind: np.ndarray | None = None) -> np.ndarray:
-    """Return the ``(3 nseg, k)`` checksum rows of ``a`` (plain, weighted, absolute sums per row segment).
+def encode_rows(a: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Return the ``(4 nseg, k)`` checksum rows of ``a`` (plain, weighted, absolute, squared sums per segment).
 
     Parameters
     ----------
     a
-        ``(rows, k)`` local piece of op(A) (any memory order).
+        ``(rows, k)`` local piece of op(A) (any memory order; F order is fastest).
     bounds
         Row segment bounds (:func:`segment_bounds`), ``bounds[-1] == rows``.
-    ind
-        ``indicator(bounds)``, to reuse it across panels.
     """
-    ind = indicator(bounds) if ind is None else ind
-    nseg = len(bounds) - 1
-    out = np.empty((3 * nseg, a.shape[1]), order="F")
-    np.matmul(ind, a, out=out[:2 * nseg])
-    np.matmul(ind[:nseg], np.abs(a), out=out[2 * nseg:])
+    out = np.empty((NCHK * (len(bounds) - 1), a.shape[1]), order="F")
+    encode_rows_into(a, np.asarray(bounds, dtype=np.int64), segment_weights(bounds), out, False)
     return out
 
 
-def encode_cols(b: np.ndarray, bounds: np.ndarray, ind: np.ndarray | None = None) -> np.ndarray:
-    """Return the ``(k, 3 nseg)`` checksum columns of ``b`` (plain, weighted, absolute sums per column segment)."""
-    ind = indicator(bounds) if ind is None else ind
-    nseg = len(bounds) - 1
-    out = np.empty((b.shape[0], 3 * nseg))
-    np.matmul(b, ind.T, out=out[:, :2 * nseg])
-    np.matmul(np.abs(b), ind[:nseg].T, out=out[:, 2 * nseg:])
+def encode_cols(b: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Return the ``(k, 4 nseg)`` checksum columns of ``b`` (plain, weighted, absolute, squared sums)."""
+    out = np.empty((b.shape[0], NCHK * (len(bounds) - 1)), order="F")
+    encode_cols_into(b, np.asarray(bounds, dtype=np.int64), segment_weights(bounds), out, False)
     return out
 
 
@@ -228,10 +217,12 @@ class ChecksumProduct:
         self.ew = np.zeros((nr, nc))
         self.ww = np.zeros((nr, nc))
         self.mabs = np.zeros((nr, nc))
+        self.t2 = np.zeros((nr, nc))    # sum over k of (plain checksum products)^2
+        self.p2 = np.zeros((nr, nc))    # sum over k of (A squares sums) (B squares sums)
         self.k = 0
 
     def add(self, achk: np.ndarray, bchk: np.ndarray) -> None:
-        """Add one panel: ``achk`` ``(3 nr, kp)`` checksum rows, ``bchk`` ``(kp, 3 nc)`` checksum columns."""
+        """Add one panel: ``achk`` ``(4 nr, kp)`` checksum rows, ``bchk`` ``(kp, 4 nc)`` checksum columns."""
         nr, nc = self.nr, self.nc
         if nr == 0 or nc == 0:
             self.k += achk.shape[1]
@@ -242,35 +233,76 @@ class ChecksumProduct:
         self.ew += p[:nr, nc:]
         self.we += p[nr:, :nc]
         self.ww += p[nr:, nc:]
-        self.mabs += achk[2 * nr:] @ bchk[:, 2 * nc:]
+        self.mabs += achk[2 * nr:3 * nr] @ bchk[:, 2 * nc:3 * nc]
+        self.t2 += np.square(achk[:nr]) @ np.square(bchk[:, :nc])
+        self.p2 += achk[3 * nr:] @ bchk[:, 3 * nc:]
         self.k += achk.shape[1]
+
+    def predict(self, alpha: float, beta: float, c0_sums: tuple[Sequence[np.ndarray], np.ndarray] | None = None
+                ) -> Prediction:
+        """Return the expected block sums and magnitudes of ``alpha * op(A) @ op(B) + beta * C0``.
+
+        ``c0_sums`` (from :func:`summarize_c0`, taken before the update) is needed when ``beta != 0``.
+        """
+        exp = [alpha * self.ee, alpha * self.we, alpha * self.ew, alpha * self.ww]
+        mabs = abs(alpha) * self.mabs
+        t2 = alpha * alpha * self.t2
+        p2 = alpha * alpha * self.p2
+        if beta != 0.0:
+            if c0_sums is None:
+                raise ValueError("beta != 0 needs the block sums of c0, the C before the update")
+            s0, a0 = c0_sums
+            exp = [e + beta * x for e, x in zip(exp, s0[:4], strict=True)]
+            mabs = mabs + abs(beta) * a0
+            p2 = p2 + beta * beta * s0[4]
+        return Prediction(exp, mabs, t2, p2, self.k)
+
+
+def summarize_c0(c0: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """Return what a prediction needs from the C before the update: its block sums (with squares) and
+    absolute block sums."""
+    return block_sums_sq(c0, rb, cb), abs_block_sums(c0, rb, cb)
+
+
+@dataclass
+class Prediction:
+    """What the checksums predict for every block: ``expected`` sums (plain, row-, column-, doubly-weighted),
+    the magnitude ``mabs`` of the rigorous bound, the second moments ``t2`` / ``p2`` of the statistical one
+    (see :func:`thresholds`), and the inner dimension ``k``."""
+
+    expected: list[np.ndarray]
+    mabs: np.ndarray
+    t2: np.ndarray
+    p2: np.ndarray
+    k: int
+
+    def thresholds(self, rb: np.ndarray, cb: np.ndarray, tol: float | str | None, alpha: float, beta: float,
+                   csq: np.ndarray | None = None) -> np.ndarray:
+        """Per-block thresholds (:func:`thresholds`); ``csq`` = block sums of squares of the computed C."""
+        return thresholds(self.mabs, self.k, np.diff(rb), np.diff(cb), tol=tol, alpha=alpha, beta=beta,
+                          s=self.expected[0], t2=self.t2, p2=self.p2, csq=csq)
 
 
 # ------------------------------------------------------------------ block sums of C
-def block_sums(c: np.ndarray, rb: np.ndarray, cb: np.ndarray, rind: np.ndarray | None = None,
-               cind: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def block_sums(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                     np.ndarray]:
     """Return the plain, row-, column- and doubly-weighted sums of every block of ``c`` (each ``(nr, nc)``).
 
-    Summed in two stages (down each row segment, then across each column segment, by GEMMs with the
-    :func:`indicator` matrices), so each sum has at most ``r + c`` roundings, which the bounds assume.
-    ``rind``/``cind`` are the indicators of ``rb``/``cb`` (computed if not given).
+    Summed in two stages (down each row segment of a column, then across the column segment) in one pass
+    over ``c``, so each sum has at most ``r + c`` roundings, which the bounds assume. Non-finite elements
+    stay in their own block.
     """
+    return block_sums_sq(c, rb, cb)[:4]
+
+
+def block_sums_sq(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Return :func:`block_sums` plus every block's sum of squares (five ``(nr, nc)`` arrays, one pass)."""
     nr, nc = len(rb) - 1, len(cb) - 1
-    rind = indicator(rb) if rind is None else rind
-    cind = indicator(cb) if cind is None else cind
-    if nr == 0 or nc == 0:
-        z = np.zeros((nr, nc))
-        return z, z.copy(), z.copy(), z.copy()
-    p = (rind @ c) @ cind.T                          # (2 nr, 2 nc): [[ee, ew], [we, ww]]
-    if not np.all(np.isfinite(p)):
-        # 0 * Inf = NaN would smear one non-finite element over every block of its row and column
-        rows = _seg_sum(c, cb, 1)
-        cols = _seg_sum(c, rb, 0)
-        wrows = _seg_sum(c * segment_weights(cb)[None, :], cb, 1)
-        wr, wc = segment_weights(rb)[:, None], segment_weights(cb)[None, :]
-        return (_seg_sum(rows, rb, 0), _seg_sum(rows * wr, rb, 0), _seg_sum(cols * wc, cb, 1),
-                _seg_sum(wrows * wr, rb, 0))
-    return p[:nr, :nc].copy(), p[nr:, :nc].copy(), p[:nr, nc:].copy(), p[nr:, nc:].copy()
+    out = np.zeros((5, nr, nc))
+    if nr and nc:
+        block_sums_into(c, np.asarray(rb, dtype=np.int64), np.asarray(cb, dtype=np.int64), segment_weights(rb),
+                        segment_weights(cb), out)
+    return out[0], out[1], out[2], out[3], out[4]
 
 
 def abs_block_sums(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> np.ndarray:
@@ -280,7 +312,8 @@ def abs_block_sums(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------ thresholds
 def thresholds(mabs: np.ndarray, k: int, rlen: np.ndarray, clen: np.ndarray, *, tol: float | str | None = None,
-               alpha: float = 1.0, beta: float = 0.0) -> np.ndarray:
+               alpha: float = 1.0, beta: float = 0.0, s: np.ndarray | None = None, t2: np.ndarray | None = None,
+               p2: np.ndarray | None = None, csq: np.ndarray | None = None) -> np.ndarray:
     """Return the per-block threshold on ``|actual plain sum - expected plain sum|``.
 
     Parameters
@@ -295,6 +328,11 @@ def thresholds(mabs: np.ndarray, k: int, rlen: np.ndarray, clen: np.ndarray, *, 
         ``None`` (rigorous bound), ``"statistical"``, or a number: a relative tolerance, ``tol * M``.
     alpha, beta
         The product's scalars (they scale the underflow term only; ``M`` already contains them).
+    s, t2, p2, csq
+        Statistical model inputs (all ``(nr, nc)``, see the module docstring): expected plain sums, sums of
+        squared checksum products, of products of squared-sum checksums (+ ``beta^2`` C0's squares), and the
+        computed C's sums of squares. Without them the statistical threshold falls back to
+        ``lambda u sqrt(k + r + c + 4) M``.
 
     Raises
     ------
@@ -315,7 +353,16 @@ def thresholds(mabs: np.ndarray, k: int, rlen: np.ndarray, clen: np.ndarray, *, 
     if isinstance(tol, str):
         if tol != "statistical":
             raise ValueError(f"tol={tol!r}: use None (rigorous), 'statistical' or a relative tolerance number")
-        return STAT_LAMBDA * U * np.sqrt(k + r + c + 4.0) * mabs + under
+        rig = thresholds(mabs, k, rlen, clen, alpha=alpha, beta=beta)
+        coarse = STAT_LAMBDA * U * np.sqrt(k + r + c + 4.0) * mabs + under
+        if s is None or t2 is None or p2 is None or csq is None:
+            return np.minimum(coarse, rig)
+        with np.errstate(over="ignore", invalid="ignore"):
+            v = (k / 3.0) * (s * s + csq) + (k / 2.0 + r + c) * (t2 + p2) + (r + c) * csq
+            fine = STAT_LAMBDA * U * np.sqrt(v) + under
+        # a corrupted C can make csq non-finite: fall back to the |A||B| form there
+        fine = np.where(np.isfinite(fine), fine, coarse)
+        return np.minimum(fine, rig)
     t = float(tol)
     if not (math.isfinite(t) and t >= 0.0):
         raise ValueError(f"tol={tol!r}: a numeric tolerance must be finite and >= 0 (relative to |A||B| sums)")
@@ -358,10 +405,13 @@ def _exceeds(res: np.ndarray, thr: np.ndarray) -> np.ndarray:
 
 
 def verify_blocks(c: np.ndarray, rb: np.ndarray, cb: np.ndarray, expected: Sequence[np.ndarray],
-                  thr: np.ndarray, rind: np.ndarray | None = None, cind: np.ndarray | None = None) -> Verification:
-    """Compare the block sums of ``c`` with ``expected = (ee, we, ew, ww)`` under plain-sum thresholds ``thr``."""
+                  thr: np.ndarray, sums: Sequence[np.ndarray] | None = None) -> Verification:
+    """Compare the block sums of ``c`` with ``expected = (ee, we, ew, ww)`` under plain-sum thresholds ``thr``.
+
+    ``sums`` are ``c``'s block sums if already computed (:func:`block_sums` / :func:`block_sums_sq`).
+    """
     with np.errstate(over="ignore", invalid="ignore"):
-        sums = block_sums(c, rb, cb, rind, cind)
+        sums = (block_sums(c, rb, cb) if sums is None else sums)[:4]
         res = [s - e for s, e in zip(sums, expected, strict=True)]
     rl = np.diff(rb).astype(np.float64)[:, None]
     cl = np.diff(cb).astype(np.float64)[None, :]
@@ -483,12 +533,9 @@ def check_product(a: np.ndarray, b: np.ndarray, c: np.ndarray, *, alpha: float =
     rb, cb = dense_bounds(m, bs), dense_bounds(c.shape[1], bs)
     prod = ChecksumProduct(len(rb) - 1, len(cb) - 1)
     prod.add(encode_rows(a, rb), encode_cols(b, cb))
-    exp = [alpha * prod.ee, alpha * prod.we, alpha * prod.ew, alpha * prod.ww]
-    mabs = abs(alpha) * prod.mabs
-    if beta != 0.0:
-        if c0 is None:
-            raise ValueError("beta != 0 needs c0, the C before the update")
-        exp = [e + beta * s for e, s in zip(exp, block_sums(c0, rb, cb), strict=True)]
-        mabs = mabs + abs(beta) * abs_block_sums(c0, rb, cb)
-    thr = thresholds(mabs, k, np.diff(rb), np.diff(cb), tol=tol, alpha=alpha, beta=beta)
-    return verify_blocks(c, rb, cb, exp, thr)
+    if beta != 0.0 and c0 is None:
+        raise ValueError("beta != 0 needs c0, the C before the update")
+    pred = prod.predict(alpha, beta, summarize_c0(c0, rb, cb) if beta != 0.0 else None)
+    sums = block_sums_sq(c, rb, cb)
+    thr = pred.thresholds(rb, cb, tol, alpha, beta, csq=sums[4])
+    return verify_blocks(c, rb, cb, pred.expected, thr, sums)

@@ -338,15 +338,14 @@ def _ft_gemm(ta: str, tb: str, m: int, n: int, k: int, alpha: float, A: Distribu
     rows_here, cols_here = crows.indices_on(grid.myrow), ccols.indices_on(grid.mycol)
     rb = abft.segment_bounds(rows_here, ic, C.desc.mb, bs)
     cbnd = abft.segment_bounds(cols_here, jc, C.desc.nb, bs)
-    rind, cind = abft.indicator(rb), abft.indicator(cbnd)
     nr, nc = len(rb) - 1, len(cbnd) - 1
     c = C.local_view(ic, jc, m, n)
 
     # C0's share of the expected sums (and a copy for recomputing blocks), before the beta scaling
     c0 = None
+    c0_sums = None
     if beta != 0.0:
-        s0 = abft.block_sums(c, rb, cbnd, rind, cind)
-        m0 = abft.abs_block_sums(c, rb, cbnd)
+        c0_sums = abft.summarize_c0(c, rb, cbnd)
         if mode == "correct":
             c0 = c.copy(order="F")
     _scale(c, beta)
@@ -370,14 +369,12 @@ def _ft_gemm(ta: str, tb: str, m: int, n: int, k: int, alpha: float, A: Distribu
         inject.resolve(grid.size, 0)
         inject.apply("C", grid.rank, 0, c, c_to_global)
 
-    expected = [alpha * product.ee, alpha * product.we, alpha * product.ew, alpha * product.ww]
-    mabs = abs(alpha) * product.mabs
-    if beta != 0.0:
-        expected = [e + beta * s for e, s in zip(expected, s0, strict=True)]
-        mabs = mabs + abs(beta) * m0
+    pred = product.predict(alpha, beta, c0_sums)
+    expected = pred.expected
+    sums = abft.block_sums_sq(c, rb, cbnd)
+    thr = pred.thresholds(rb, cbnd, tol, alpha, beta, csq=sums[4])
+    v = abft.verify_blocks(c, rb, cbnd, expected, thr, sums)
     rlen, clen = np.diff(rb), np.diff(cbnd)
-    thr = abft.thresholds(mabs, k, rlen, clen, tol=tol, alpha=alpha, beta=beta)
-    v = abft.verify_blocks(c, rb, cbnd, expected, thr, rind, cind)
 
     # global block coordinates of my segments: segments depend only on global indices
     grow = abft.segment_bounds(np.arange(m), ic, C.desc.mb, bs)
@@ -397,8 +394,8 @@ def _ft_gemm(ta: str, tb: str, m: int, n: int, k: int, alpha: float, A: Distribu
     else:
         fixed, rest = abft.correct_flagged(c, rb, cbnd, v, expected)
         events = [event(I, J, "located", (int(row0[I]) + i, int(col0[J]) + j)) for I, J, i, j in fixed]
-        events += _recompute(grid, ops, rest, c, c0, rb, cbnd, alpha, beta, k, expected, thr, mabs, tol, event)
-        final = abft.verify_blocks(c, rb, cbnd, expected, thr, rind, cind) if events else v
+        events += _recompute(grid, ops, rest, c, c0, rb, cbnd, alpha, beta, expected, thr, pred, tol, event)
+        final = abft.verify_blocks(c, rb, cbnd, expected, thr) if events else v
 
     ok = ~final.flagged & np.isfinite(final.thr) & (final.thr > 0)
     local_ratio = float(np.max(np.abs(final.res_ee[ok]) / final.thr[ok])) if np.any(ok) else 0.0
@@ -439,8 +436,8 @@ def _gather_full(comm: MPI.Comm, piece: np.ndarray, kmap: BlockCyclic1D, axis: i
 
 
 def _recompute(grid: ProcessGrid, ops: Any, rest: list[tuple[int, int]], c: np.ndarray, c0: np.ndarray | None,
-               rb: np.ndarray, cbnd: np.ndarray, alpha: float, beta: float, k: int, expected: list[np.ndarray],
-               thr: np.ndarray, mabs: np.ndarray, tol: float | str | None,
+               rb: np.ndarray, cbnd: np.ndarray, alpha: float, beta: float, expected: list[np.ndarray],
+               thr: np.ndarray, pred: abft.Prediction, tol: float | str | None,
                event: Callable[..., BlockEvent]) -> list[BlockEvent]:
     """Recompute the ``rest`` blocks from op(A) rows / op(B) columns fetched within my process row / column.
 
@@ -464,7 +461,7 @@ def _recompute(grid: ProcessGrid, ops: Any, rest: list[tuple[int, int]], c: np.n
     cpos = {J: p for p, J in enumerate(col_req)}
     roff = np.concatenate([[0], np.cumsum([rb[I + 1] - rb[I] for I in row_req])])
     coff = np.concatenate([[0], np.cumsum([cbnd[J + 1] - cbnd[J] for J in col_req])])
-    thr_rig = thr if tol is None else abft.thresholds(mabs, k, np.diff(rb), np.diff(cbnd), alpha=alpha, beta=beta)
+    thr_rig = thr if tol is None else pred.thresholds(rb, cbnd, None, alpha, beta)
     out = []
     for I, J in rest:
         blk = c[rb[I]:rb[I + 1], cbnd[J]:cbnd[J + 1]]

@@ -2,10 +2,13 @@
 
 :func:`resilient_pdgemm` runs SUMMA with a failure-aware panel exchange and proceeds in four phases.
 
-1. **Protect.** Every process saves its aligned local operands (its rows of op(A), its columns of op(B)) and its
-   whole local C (after the ``beta`` scaling) in an :class:`~ftkit.failure.protect.InputStore` every rank can read
+1. **Protect.** Every process saves its aligned local operands (its rows of op(A), its columns of op(B))
+   and its
+   whole local C (after the ``beta`` scaling) in an :class:`~ftkit.failure.protect.InputStore` every rank
+   can read
    (a directory on the shared file system: the checkpoint L4 level), then all synchronize with a deadline.
-2. **Iterate.** Panels travel point to point with a deadline (:class:`~ftkit.failure.FailureDetector`). A process
+2. **Iterate.** Panels travel point to point with a deadline (:class:`~ftkit.failure.FailureDetector`). A
+   process
    that dies (ULFM reports it) or misses the deadline is declared dead; everyone is told, stops talking to it,
    and from then on cuts its share of every panel from its stored operands instead of waiting for it. The
    survivors finish all the steps; nobody computes the dead processes' C blocks yet.
@@ -21,12 +24,14 @@ Where the result lives (ownership change)
     entry, also those outside the updated submatrix) is **redistributed onto a new, most-square grid of the
     survivors** (``ProcessGrid.square`` of the repaired communicator, same block sizes and sources):
     survivors send their own blocks; a dead process's recomputed tiles are sent by the survivors that
-    recomputed them, and its entries outside the submatrix come from its stored C. :attr:`ResilientResult.C` is
+    recomputed them, and its entries outside the submatrix come from its stored C.
+    :attr:`ResilientResult.C` is
     that matrix, :attr:`ResilientResult.grid` / ``comm`` the new grid and communicator to keep working on. The
     caller's ``C`` object still holds the survivors' own updated blocks on the old grid.
 
 A process that was declared dead while alive (too slow: see :mod:`ftkit.failure.detect`) joins the agreement,
-gets no part of the result, and raises :class:`~ftkit.failure.Fenced`. If a dead process's inputs cannot be read
+gets no part of the result, and raises :class:`~ftkit.failure.Fenced`. If a dead process's inputs cannot
+be read
 back (it died before saving them, or more failures than the store survives) every survivor raises the same
 :class:`~ftkit.errors.ProcessFailure`; nothing hangs.
 """
@@ -41,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import ABFTError, FtkitError, ProcessFailure
+from ..errors import ABFTError, FtkitError, PBLASArgumentError, ProcessFailure
 from ..failure import (
     FailureDetector,
     Fenced,
@@ -52,8 +57,9 @@ from ..failure import (
     repair,
 )
 from ..failure.detect import Exchange
-from ..failure.protect import DirectoryStore, InputStore
+from ..failure.protect import InputStore, open_store
 from ..failure.ulfm import agree_flag
+from ._blas import gemm_update
 from ._operands import aligned_operands
 from ._summa import SummaStep, extract_a_piece, extract_b_piece, plan_summa, run_summa
 from .descriptor import BlockCyclic1D, indxg2l, indxg2p
@@ -107,8 +113,16 @@ def _slots(widths: list[int]) -> list[slice]:
 
 
 class _Pending:
-    def __init__(self, exchange: _FailureAwareExchange, step: SummaStep, ex_a: Exchange, ex_b: Exchange,
-                 a_panel: np.ndarray, b_panel: np.ndarray, b_scratch: dict[int, np.ndarray]) -> None:
+    def __init__(
+        self,
+        exchange: _FailureAwareExchange,
+        step: SummaStep,
+        ex_a: Exchange,
+        ex_b: Exchange,
+        a_panel: np.ndarray,
+        b_panel: np.ndarray,
+        b_scratch: dict[int, np.ndarray],
+    ) -> None:
         self.x, self.step, self.ex_a, self.ex_b = exchange, step, ex_a, ex_b
         self.a_panel, self.b_panel, self.b_scratch = a_panel, b_panel, b_scratch
 
@@ -142,8 +156,15 @@ class _FailureAwareExchange:
     into scratch buffers copied into their row bands in ``wait``, as the default exchange does.
     """
 
-    def __init__(self, det: FailureDetector, grid: ProcessGrid, store: InputStore, prefix: str,
-                 shapes: dict[tuple[str, int], tuple[int, int]], on_step: Callable[[int], None] | None) -> None:
+    def __init__(
+        self,
+        det: FailureDetector,
+        grid: ProcessGrid,
+        store: InputStore,
+        prefix: str,
+        shapes: dict[tuple[str, int], tuple[int, int]],
+        on_step: Callable[[int], None] | None,
+    ) -> None:
         self.det, self.grid, self.store, self.prefix = det, grid, store, prefix
         self.shapes, self.on_step = shapes, on_step
         self.cache: dict[tuple[str, int], np.ndarray] = {}
@@ -174,8 +195,11 @@ class _FailureAwareExchange:
         b_panel = np.empty((step.width, b_piece.shape[1]), order="F")
         b_panel[b_slots[g.myrow], :] = b_piece
         mine_b = np.asfortranarray(b_piece)
-        recv_b = {g.rank_of(p, g.mycol): np.empty((b_slots[p].stop - b_slots[p].start, b_piece.shape[1]),
-                                                  order="F") for p in range(g.nprow) if p != g.myrow}
+        recv_b = {
+            g.rank_of(p, g.mycol): np.empty((b_slots[p].stop - b_slots[p].start, b_piece.shape[1]), order="F")
+            for p in range(g.nprow)
+            if p != g.myrow
+        }
         tag = 2 * (step.index % _TAG_SPAN)
         ex_a = det.start_exchange({r: mine_a for r in recv_a}, recv_a, tag)
         ex_b = det.start_exchange({r: mine_b for r in recv_b}, recv_b, tag + 1)
@@ -189,6 +213,7 @@ def _check_args(transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, i
     m, n, k = _check_dim(r, 3, "m", m), _check_dim(r, 4, "n", n), _check_dim(r, 5, "k", k)
     alpha = _check_scalar(r, 6, "alpha", alpha)
     from ..errors import PBLASArgumentError
+
     if not isinstance(C, DistributedMatrix):
         raise PBLASArgumentError(r, 16, f"C must be a DistributedMatrix, got {type(C).__name__}")
     ctx = C.desc.context
@@ -203,13 +228,33 @@ def _check_args(transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, i
     return ta, tb, m, n, k, alpha, ia, ja, ib, jb, beta, ic, jc
 
 
-def resilient_pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: DistributedMatrix,
-                     ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix,
-                     ic: int, jc: int, *, store: InputStore | str, timeout: float | None = None,
-                     width: int | None = None, detector: FailureDetector | None = None,
-                     on_step: Callable[[int], None] | None = None,
-                     stats: dict[str, float] | None = None) -> ResilientResult:
-    """Compute ``C(ic:, jc:) = alpha*op(A)(ia:, ja:) @ op(B)(ib:, jb:) + beta*C(ic:, jc:)``, surviving failures.
+def resilient_pdgemm(
+    transa: str,
+    transb: str,
+    m: int,
+    n: int,
+    k: int,
+    alpha: float,
+    A: DistributedMatrix,
+    ia: int,
+    ja: int,
+    B: DistributedMatrix,
+    ib: int,
+    jb: int,
+    beta: float,
+    C: DistributedMatrix,
+    ic: int,
+    jc: int,
+    *,
+    store: InputStore | str,
+    timeout: float | None = None,
+    width: int | None = None,
+    detector: FailureDetector | None = None,
+    on_step: Callable[[int], None] | None = None,
+    stats: dict[str, float] | None = None,
+    algorithm: str = "summa",
+) -> ResilientResult:
+    """Compute ``C(ic:,jc:) = alpha*op(A)(ia:,ja:) @ op(B)(ib:,jb:) + beta*C(ic:,jc:)``, surviving failures.
 
     Collective on C's grid; arguments and semantics as :func:`ftkit.linalg.pdgemm` (SUMMA). See the module
     docstring for the phases and for where the result lives after a failure.
@@ -219,7 +264,9 @@ def resilient_pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: fl
     store
         Where every process's inputs are saved and a dead process's inputs are read back: an
         :class:`~ftkit.failure.protect.InputStore` or a directory path readable by every rank (the L4 /
-        ``glbl_dir`` directory). The call's files are removed when it succeeds.
+        ``glbl_dir`` directory), where ftkit checkpoint files
+        (:class:`~ftkit.failure.protect.CheckpointFileStore`)
+        are written. The call's files are removed when it succeeds.
     timeout
         Seconds to wait for a peer before declaring it dead (default: 10 x measured round trip, at least
         :data:`ftkit.failure.detect.DEFAULT_MIN_TIMEOUT`).
@@ -229,6 +276,9 @@ def resilient_pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: fl
         A :class:`~ftkit.failure.FailureDetector` on C's grid communicator to reuse (default: a new one).
     on_step
         Called with the step index before each step's exchange starts (fault-injection hook for tests).
+    algorithm
+        ``"summa"`` (any grid) or ``"cannon"`` (square grids: each step passes A one process left and B one
+        process up; a dead neighbour's hop is replaced by reading the piece's owner's stored operand).
     stats
         If given, filled with this process's phase times in seconds: ``protect_s`` (saving inputs and the
         synchronization after), ``iterate_s`` (the SUMMA steps), ``settle_s`` (agreement, repair, recompute,
@@ -252,30 +302,41 @@ def resilient_pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: fl
         If a recomputed tile fails its block checksum twice.
     """
     ta, tb, m, n, k, alpha, ia, ja, ib, jb, beta, ic, jc = _check_args(
-        transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, width)
+        transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, width
+    )
     grid = C.grid
+    if algorithm not in ("summa", "cannon"):
+        raise PBLASArgumentError("PDGEMM", 19, f"algorithm={algorithm!r}; use 'summa' or 'cannon'")
+    if algorithm == "cannon" and grid.nprow != grid.npcol:
+        raise PBLASArgumentError(
+            "PDGEMM", 19, f"algorithm='cannon' needs a square grid, C's is {grid.nprow} x {grid.npcol}"
+        )
     table = get_state_table()
     if table is not None and table.shape == grid.shape and not table.all():
-        dead = [grid.rank_of(int(p), int(q)) for p, q in zip(*np.nonzero(table == 0))]
-        raise ProcessFailure(f"the state table marks grid ranks {dead} dead: this grid can no longer compute; "
-                             f"continue on the survivors' grid (ResilientResult.grid) or reset_state() after a "
-                             f"restart", dead)
-    if isinstance(store, (str, bytes)) or hasattr(store, "__fspath__"):
-        store = DirectoryStore(store)  # type: ignore[arg-type]
+        marked = [grid.rank_of(int(p), int(q)) for p, q in zip(*np.nonzero(table == 0), strict=False)]
+        raise ProcessFailure(
+            f"the state table marks grid ranks {marked} dead: this grid can no longer compute; "
+            f"continue on the survivors' grid (ResilientResult.grid) or reset_state() after a "
+            f"restart",
+            marked,
+        )
     det = detector or _detector_for(grid, timeout)
     me = det.rank
+    store = open_store(store, rank=me, nranks=grid.size)
     call = det.comm.bcast(uuid.uuid4().hex if me == 0 else None, root=0)
     prefix = f"pdgemm-{call}"
 
     if m and n:
         _scale(C.local_view(ic, jc, m, n), beta)
+    a: np.ndarray | None = None
+    b: np.ndarray | None = None
+    ka: BlockCyclic1D | None = None
+    kb: BlockCyclic1D | None = None
     if m and n and k and alpha != 0.0:
-        ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc)
+        ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc, same_kmap=algorithm == "cannon")
         a, b, ka, kb, crows, ccols = ops.a, ops.b, ops.ka, ops.kb, ops.crows, ops.ccols
     else:  # nothing to multiply: the result is C scaled by beta
-        a = b = None
         crows, ccols = C.row_map(ic, m), C.col_map(jc, n)
-        ka = kb = None
 
     # Phase 1: protect. Shapes of every rank's pieces are pure index arithmetic, so readers can size buffers.
     shapes: dict[tuple[str, int], tuple[int, int]] = {}
@@ -298,31 +359,37 @@ def resilient_pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: fl
         t1 = time.perf_counter()
         # Phase 2: iterate, reading dead owners' pieces from the store.
         if a is not None and b is not None and ka is not None and kb is not None:
-            steps = plan_summa(ka, kb, width)
-            run_summa(grid, a, b, C.local_view(ic, jc, m, n), ka, kb, alpha, exchange=exchange, steps=steps)
+            if algorithm == "cannon":
+                _run_cannon(exchange, a, b, C.local_view(ic, jc, m, n), ka, alpha)
+            else:
+                steps = plan_summa(ka, kb, width)
+                run_summa(grid, a, b, C.local_view(ic, jc, m, n), ka, kb, alpha, exchange=exchange, steps=steps)
     except Fenced:
         pass
     t2 = time.perf_counter()
 
     # Phase 3: agree on the dead, record them, repair.
     dead = agree_on_dead(det.comm, det.dead, abstain=det.fenced)
-    inputs_ok = agree_flag(det.comm, int(not (exchange.unrecoverable & set(dead))))
     if not dead:  # the common case: Agree was the only extra synchronization; nobody reads the store
         state = record_failures(grid.shape, set(), writer=me == 0)
         if me == 0:
             store.remove(prefix)
         _record(stats, t0, t1, t2)
-        return ResilientResult(C, grid, grid.comm, (), state, {}, 0, exchange.storage_reads, det.timeout)
+        return ResilientResult(C, grid, grid.comm, (), state, {}, 0, exchange.storage_reads, det.timeout)  # type: ignore[arg-type]
     _detectors.pop(grid.context, None)  # its communicator holds dead processes: never reuse it
+    inputs_ok = agree_flag(det.comm, int(not (exchange.unrecoverable & set(dead))))
     new_comm = repair(det.comm, dead)
     if new_comm is None or det.fenced:
         det.raise_if_fenced()
         raise Fenced(f"rank {me} was declared dead by its peers and fenced off", [me])
     state = record_failures(grid.shape, {grid.coords(r) for r in dead}, writer=new_comm.Get_rank() == 0)
     if not inputs_ok:
-        raise ProcessFailure(f"ranks {sorted(dead)} failed and their inputs cannot be read back from {store!r} "
-                             f"(they died before saving them, or the store lost them): the product cannot be "
-                             f"completed; restart from a checkpoint", sorted(dead))
+        raise ProcessFailure(
+            f"ranks {sorted(dead)} failed and their inputs cannot be read back from {store!r} "
+            f"(they died before saving them, or the store lost them): the product cannot be "
+            f"completed; restart from a checkpoint",
+            sorted(dead),
+        )
 
     # Phase 4: settle up.
     survivors = [r for r in range(grid.size) if r not in dead]
@@ -346,15 +413,15 @@ def resilient_pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: fl
         lr = slice(r0 + rsl.start, r0 + rsl.stop)
         lc = slice(c0 + csl.start, c0 + csl.stop)
         tile = np.array(c_dead[lr, lc], order="F")
-        if a is not None and ka is not None and kb is not None:
+        if a is not None and b is not None and ka is not None and kb is not None:
             a_rows = np.empty((rsl.stop - rsl.start, k), order="F")
             for q in range(grid.npcol):
                 a_rows[:, ka.indices_on(q)] = _piece(exchange, "a", grid.rank_of(pd, q), a, me)[rsl, :]
             b_cols = np.empty((k, csl.stop - csl.start), order="F")
             for p in range(grid.nprow):
                 b_cols[kb.indices_on(p), :] = _piece(exchange, "b", grid.rank_of(p, qd), b, me)[:, csl]
-            tile = _recompute_verified(alpha, a_rows, b_cols, tile)
-        verified += 1
+            tile, nblocks = _recompute_verified(alpha, a_rows, b_cols, tile, d.mb, d.nb)
+            verified += nblocks
         pieces.append((2, rows_g[lr], cols_g[lc], tile))
 
     new_grid = ProcessGrid.square(new_comm)
@@ -363,8 +430,63 @@ def resilient_pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: fl
     if new_comm.Get_rank() == 0:
         store.remove(prefix)
     _record(stats, t0, t1, t2)
-    return ResilientResult(result, new_grid, new_grid.comm, tuple(sorted(dead)), state, reassigned, verified,
-                           exchange.storage_reads, det.timeout)
+    return ResilientResult(
+        result,
+        new_grid,
+        new_grid.comm,  # type: ignore[arg-type]
+        tuple(sorted(dead)),
+        state,
+        reassigned,
+        verified,
+        exchange.storage_reads,
+        det.timeout,
+    )
+
+
+def _run_cannon(
+    x: _FailureAwareExchange, a: np.ndarray, b: np.ndarray, c: np.ndarray, kmap: BlockCyclic1D, alpha: float
+) -> None:
+    """Cannon's algorithm (see :mod:`ftkit.linalg._cannon`) with deadlines: a piece that does not arrive from
+    the neighbour (dead, or fenced) is the stored operand of its owner, read from the store instead."""
+    g, det = x.grid, x.det
+    P, i, j = g.npcol, g.myrow, g.mycol
+    rows, cols = a.shape[0], b.shape[1]
+
+    def src(step: int) -> int:  # k-owner whose pieces (i, j) multiplies at this step
+        return (i + j + step) % P
+
+    def shift(cur_a, cur_b, step: int, a_to: int, a_from: int, b_to: int, b_from: int, tag: int):  # type: ignore[no-untyped-def]
+        # A moves along my process row, B along my process column; a hop to myself is no hop.
+        q = src(step)
+        new_a = cur_a if a_from == j else np.empty((rows, kmap.count(q)), order="F")
+        new_b = cur_b if b_from == i else np.empty((kmap.count(q), cols), order="F")
+        sa = {g.rank_of(i, a_to): cur_a} if a_to != j else {}
+        sb = {g.rank_of(b_to, j): cur_b} if b_to != i else {}
+        ex_a = det.start_exchange(sa, {g.rank_of(i, a_from): new_a} if a_from != j else {}, tag)
+        ex_b = det.start_exchange(sb, {g.rank_of(b_from, j): new_b} if b_from != i else {}, tag + 1)
+        return new_a, new_b, ex_a, ex_b, q
+
+    def finish(new_a, new_b, ex_a, ex_b, q):  # type: ignore[no-untyped-def]
+        if det.finish_exchange(ex_a):  # the neighbour is dead: take the piece from its owner's stored operand
+            new_a[...] = x.stored("a", g.rank_of(i, q))
+            x.storage_reads += 1
+        if det.finish_exchange(ex_b):
+            new_b[...] = x.stored("b", g.rank_of(q, j))
+            x.storage_reads += 1
+        return new_a, new_b
+
+    cur_a, cur_b = np.asfortranarray(a), np.asfortranarray(b)
+    if P > 1:  # initial skew: my pieces go to whoever multiplies them first; mine come from owner src(0)
+        cur_a, cur_b = finish(*shift(cur_a, cur_b, 0, (j - i) % P, src(0), (i - j) % P, src(0), 2 * _TAG_SPAN))
+    for step in range(P):
+        if x.on_step is not None:
+            x.on_step(step)
+        pending = None
+        if step + 1 < P:
+            pending = shift(cur_a, cur_b, step + 1, (j - 1) % P, (j + 1) % P, (i - 1) % P, (i + 1) % P, 2 * step)
+        gemm_update(alpha, cur_a, cur_b, c)
+        if pending is not None:
+            cur_a, cur_b = finish(*pending)
 
 
 _detectors: dict[int, FailureDetector] = {}
@@ -392,6 +514,7 @@ def _record(stats: dict[str, float] | None, t0: float, t1: float, t2: float) -> 
 
 def _global(nb: int, p: int, src: int, nprocs: int, count: int) -> np.ndarray:
     from .descriptor import indxl2g
+
     return indxl2g(np.arange(count, dtype=np.int64), nb, p, src, nprocs)
 
 
@@ -399,53 +522,100 @@ def _piece(exchange: _FailureAwareExchange, what: str, rank: int, mine: np.ndarr
     return mine if rank == me else exchange.stored(what, rank)
 
 
-def _plan_tiles(grid: ProcessGrid, dead: list[int], survivors: list[int], crows: BlockCyclic1D,
-                ccols: BlockCyclic1D, mb: int, nb: int) -> tuple[list, dict[int, dict[int, int]]]:  # type: ignore[type-arg]
-    """Cut each dead process's submatrix piece into mb x nb tiles and deal them round-robin to survivors.
+def _plan_tiles(
+    grid: ProcessGrid,
+    dead: list[int],
+    survivors: list[int],
+    crows: BlockCyclic1D,
+    ccols: BlockCyclic1D,
+    mb: int,
+    nb: int,
+) -> tuple[list, dict[int, dict[int, int]]]:  # type: ignore[type-arg]
+    """Cut each dead process's submatrix piece into bands of whole mb x nb blocks, one band per survivor.
+
+    The piece is cut along its longer block dimension into ``min(#survivors, #blocks)`` bands of nearly equal
+    block counts, dealt round-robin (continuing over dead processes) so the recomputation is spread over the
+    survivors, not all on one, and each survivor does one large GEMM instead of many small ones.
 
     Returns ``[(dead, holder, row slice, col slice)]`` (slices relative to the dead's submatrix piece; a
-    ``None`` slice marks the entry that carries the dead's whole stored C) and ``{dead: {holder: tiles}}``.
+    ``None`` slice marks the entry that carries the dead's whole stored C) and ``{dead: {holder: blocks}}``.
     The plan is pure arithmetic on agreed data, so every survivor computes the same one.
     """
-    tiles = []
+    tiles: list[tuple[int, int, slice | None, slice | None]] = []
     reassigned: dict[int, dict[int, int]] = {}
     turn = 0
     for dr in dead:
         pd, qd = grid.coords(dr)
         tiles.append((dr, survivors[dr % len(survivors)], None, None))
         nr, nc = crows.count(pd), ccols.count(qd)
-        for r0 in range(0, nr, mb):
-            for c0 in range(0, nc, nb):
-                holder = survivors[turn % len(survivors)]
-                turn += 1
-                tiles.append((dr, holder, slice(r0, min(nr, r0 + mb)), slice(c0, min(nc, c0 + nb))))
-                reassigned.setdefault(dr, {}).setdefault(holder, 0)
-                reassigned[dr][holder] += 1
+        rblocks, cblocks = -(-nr // mb), -(-nc // nb)
+        if rblocks == 0 or cblocks == 0:
+            continue
+        by_cols = cblocks >= rblocks
+        nblocks, size, length = (cblocks, nb, nc) if by_cols else (rblocks, mb, nr)
+        nbands = min(len(survivors), nblocks)
+        for i in range(nbands):
+            lo = i * nblocks // nbands * size
+            hi = min(length, (i + 1) * nblocks // nbands * size)
+            band = slice(lo, hi)
+            holder = survivors[turn % len(survivors)]
+            turn += 1
+            rsl, csl = (slice(0, nr), band) if by_cols else (band, slice(0, nc))
+            tiles.append((dr, holder, rsl, csl))
+            count = -(-(rsl.stop - rsl.start) // mb) * -(-(csl.stop - csl.start) // nb)
+            reassigned.setdefault(dr, {}).setdefault(holder, 0)
+            reassigned[dr][holder] += count
     return tiles, reassigned
 
 
-def _recompute_verified(alpha: float, a_rows: np.ndarray, b_cols: np.ndarray, c0: np.ndarray) -> np.ndarray:
-    """Return ``c0 + alpha * a_rows @ b_cols``, verified by its block checksum (recomputed once on mismatch)."""
+def _block_sums(x: np.ndarray, rb: int, cb: int) -> np.ndarray:
+    """Sums of the ``rb x cb`` blocks of ``x`` (edge blocks may be smaller)."""
+    r = np.add.reduceat(x, np.arange(0, x.shape[0], rb), axis=0) if x.shape[0] else x
+    return np.add.reduceat(r, np.arange(0, x.shape[1], cb), axis=1) if x.shape[1] else r
+
+
+def _recompute_verified(
+    alpha: float, a_rows: np.ndarray, b_cols: np.ndarray, c0: np.ndarray, mb: int, nb: int
+) -> tuple[np.ndarray, int]:
+    """Return ``c0 + alpha * a_rows @ b_cols`` and its number of blocks, each ``mb x nb`` block verified.
+
+    Block checksum (FT-PBLAS 2.2): the sum of a block must equal the sum of its ``c0`` block plus
+    ``alpha * (1^T A_rows_I)(B_cols_J 1)``, within a rounding bound from the same sums of absolute values.
+    A mismatch is recomputed once; a second mismatch raises.
+
+    Raises
+    ------
+    ABFTError
+        If a block fails its checksum twice.
+    """
     k = a_rows.shape[1]
-    expected = c0.sum() + alpha * float(a_rows.sum(axis=0) @ b_cols.sum(axis=1))
-    bound = (abs(alpha) * float(np.abs(a_rows).sum(axis=0) @ np.abs(b_cols).sum(axis=1)) + np.abs(c0).sum())
-    tol = 4.0 * (k + c0.size + 2) * np.finfo(np.float64).eps * max(bound, np.finfo(np.float64).tiny)
+    ra = np.add.reduceat(a_rows, np.arange(0, a_rows.shape[0], mb), axis=0)  # (row blocks, k)
+    cb = np.add.reduceat(b_cols, np.arange(0, b_cols.shape[1], nb), axis=1)  # (k, col blocks)
+    expected = _block_sums(c0, mb, nb) + alpha * (ra @ cb)
+    abs_a = np.add.reduceat(np.abs(a_rows), np.arange(0, a_rows.shape[0], mb), axis=0)
+    abs_b = np.add.reduceat(np.abs(b_cols), np.arange(0, b_cols.shape[1], nb), axis=1)
+    bound = abs(alpha) * (abs_a @ abs_b) + _block_sums(np.abs(c0), mb, nb)
+    tol = 4.0 * (k + mb * nb + 2) * np.finfo(np.float64).eps * np.maximum(bound, np.finfo(np.float64).tiny)
     for _ in range(2):
-        tile = c0 + alpha * (a_rows @ b_cols)
-        if abs(tile.sum() - expected) <= tol:
-            return np.asfortranarray(tile)
-    raise ABFTError(f"a recomputed tile failed its block checksum twice (|{tile.sum()} - {expected}| > {tol:.3g})")
+        tile = np.asfortranarray(c0 + alpha * (a_rows @ b_cols))
+        residual = np.abs(_block_sums(tile, mb, nb) - expected)
+        if (residual <= tol).all():
+            return tile, int(expected.size)
+    worst = float((residual / tol).max())
+    raise ABFTError(f"a recomputed block failed its checksum twice (residual {worst:.3g} x the bound)")
 
 
-def _redistribute(pieces: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]], grid: ProcessGrid,
-                  C: DistributedMatrix) -> DistributedMatrix:
+def _redistribute(
+    pieces: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]], grid: ProcessGrid, C: DistributedMatrix
+) -> DistributedMatrix:
     """Move pieces ``(priority, global rows, global cols, data)`` into a new matrix like C on ``grid``.
 
     Lower priorities are written first, so a recomputed tile (2) overwrites a dead process's stored C (1).
     """
     d = C.desc
-    result = DistributedMatrix.zeros(grid, d.m, d.n, mb=d.mb, nb=d.nb, rsrc=d.rsrc % grid.nprow,
-                                     csrc=d.csrc % grid.npcol)
+    result = DistributedMatrix.zeros(
+        grid, d.m, d.n, mb=d.mb, nb=d.nb, rsrc=d.rsrc % grid.nprow, csrc=d.csrc % grid.npcol
+    )
     rd = result.desc
     outgoing: list[list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in range(grid.size)]
     for prio, rows, cols, data in pieces:

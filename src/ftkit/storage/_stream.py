@@ -16,7 +16,12 @@ import xxhash
 
 from ..errors import StorageError
 
-__all__ = ["AtomicWriter", "read_into", "file_digest", "file_size"]
+__all__ = ["AtomicWriter", "read_into", "file_digest", "file_size", "byte_view"]
+
+
+def byte_view(a: np.ndarray | bytes | memoryview) -> memoryview:
+    """Return a flat byte memoryview of a contiguous array (no copy)."""
+    return memoryview(a).cast("B")  # type: ignore[arg-type]  # numpy arrays are buffers
 
 
 def file_size(path: str | os.PathLike[str] | None) -> int:
@@ -39,7 +44,7 @@ def read_into(fd: int, offset: int, out: np.ndarray, file_len: int) -> None:
     """
     n = out.nbytes
     avail = max(0, min(n, file_len - offset))
-    view = memoryview(out).cast("B")
+    view = byte_view(out)
     got = 0
     while got < avail:
         r = os.preadv(fd, [view[got:avail]], offset + got)
@@ -63,10 +68,10 @@ def file_digest(path: str | os.PathLike[str], chunk_size: int = 4 << 20) -> str:
     buf = np.empty(chunk_size, np.uint8)
     with open(path, "rb", buffering=0) as f:
         while True:
-            n = f.readinto(memoryview(buf))
+            n = f.readinto(byte_view(buf))
             if not n:
                 break
-            h.update(memoryview(buf)[:n])
+            h.update(byte_view(buf)[:n])
     return h.hexdigest()
 
 
@@ -89,7 +94,7 @@ class AtomicWriter:
 
     def pwrite(self, data: np.ndarray | bytes | memoryview, offset: int) -> None:
         """Write ``data`` at byte ``offset`` of the file."""
-        view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
+        view = byte_view(data)
         done = 0
         while done < len(view):
             done += os.pwrite(self.fd, view[done:], offset + done)

@@ -3,8 +3,8 @@
 A level (L1 node-local, L2 partner copy, L3 encoded, L4 parallel file system) stores at most one file per rank
 per checkpoint. Implementations give only :meth:`StorageLevel.path` (and their name and number); writing,
 copying in, verifying, reading, testing and removing are derived here, so every level commits the same way:
-temporary name, fsync, rename, fsync of the directory. A level holding the checkpoint file itself (L1, L2 copy,
-L4) stores it byte-identical to the one written at L1; the file's integrity is the container's (see
+temporary name, fsync, rename, fsync of the directory. A level holding the checkpoint file itself (L1, L2
+copy, L4) stores it byte-identical to the one written at L1; the file's integrity is the container's (see
 :mod:`ftkit.storage.format`). Levels that store something else (L3 parity) override what differs.
 
 This module imports no implementation.
@@ -120,7 +120,7 @@ class StorageLevel(ABC):
         return fmt.read_into(self.path(ckpt_id, rank), targets, header, chunk_bytes=self.chunk_bytes)
 
     def exists(self, ckpt_id: int, rank: int) -> bool:
-        """Whether ``rank``'s file of checkpoint ``ckpt_id`` exists at this level (not whether it is valid)."""
+        """Whether ``rank``'s file of checkpoint ``ckpt_id`` exists at this level (valid or not)."""
         return self.path(ckpt_id, rank).is_file()
 
     def remove(self, ckpt_id: int, rank: int) -> None:

@@ -1,7 +1,8 @@
 """``ftkit ls DIR`` and ``ftkit verify DIR``: inspect and check checkpoints offline.
 
-``DIR`` is a run's ``meta_dir`` (it holds ``manifest.json``, which records where the files are), a directory one
-level above it (e.g. a run directory holding ``meta/``, ``local/``, ``global/``), or an FTI-style config file.
+``DIR`` is a run's ``meta_dir`` (it holds ``manifest.json``, which records where the files are), a directory
+one level above it (e.g. a run directory holding ``meta/``, ``local/``, ``global/``), or an FTI-style config
+file.
 Without any manifest, the ``.ftk`` files found under ``DIR`` are listed and verified on their own.
 """
 
@@ -174,8 +175,8 @@ def run_verify(args: argparse.Namespace) -> int:
 def add_parser(subparsers: Any) -> None:
     """Register the ``ls`` and ``verify`` subcommands."""
     p = subparsers.add_parser("ls", help="list checkpoints (id, level, ranks, size, complete?)",
-                              description="List the checkpoints of a run. DIR: the run's meta_dir, its parent, "
-                                          "or its config file.")
+                              description="List the checkpoints of a run. DIR: the run's meta_dir, its "
+                                          "parent, or its config file.")
     p.add_argument("dir", metavar="DIR")
     p.set_defaults(func=run_ls)
     v = subparsers.add_parser("verify", help="re-hash every checkpoint file; exit 1 if any is damaged",

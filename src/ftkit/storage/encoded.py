@@ -37,17 +37,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xxhash
-from mpi4py import MPI
 
 from ..errors import CheckpointNotFoundError, ConfigError, FtkitError, RecoveryError, StorageError
 from ..topology import node_dir_name
-from ._stream import AtomicWriter, file_digest, file_size, read_into
+from ._stream import AtomicWriter, byte_view, file_digest, file_size, read_into
 from .base import StorageLevel, ckpt_dir_name
 from .parity import ParityHeader, payload_offset_for, verify_parity, write_parity_header
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 __all__ = ["CODES", "DEFAULT_MEMORY", "GroupPlan", "encode_group", "assess_group", "rebuild_group",
            "chunk_size_for", "parity_overhead", "EncodedLevel", "PARITY_SUFFIX", "encoding_tag"]
@@ -235,6 +237,8 @@ def _encode(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, code: st
 
 def _rs_encode(comm: MPI.Comm, fd: int, sizes: tuple[int, ...], memory: int, writer: AtomicWriter | None,
                offset: int, data_hash: Any, par_hash: Any, guard: _Guard) -> int:
+    from mpi4py import MPI
+
     n, i = comm.Get_size(), comm.Get_rank()
     length = max(sizes)
     z = chunk_size_for(length, memory, n + 1)
@@ -247,12 +251,12 @@ def _rs_encode(comm: MPI.Comm, fd: int, sizes: tuple[int, ...], memory: int, wri
         with guard:
             if guard.ok:
                 read_into(fd, start, rows[i], sizes[i])
-                data_hash.update(memoryview(rows[i])[:max(0, min(lc, sizes[i] - start))])
+                data_hash.update(byte_view(rows[i])[:max(0, min(lc, sizes[i] - start))])
         comm.Allgather(MPI.IN_PLACE, gathered[:n * lc])  # each member's block is lc bytes
         if writer is None:
             continue
         code.encode_into(list(rows), [out[:lc]], parity_indices=[i])
-        par_hash.update(memoryview(out)[:lc])
+        par_hash.update(byte_view(out)[:lc])
         with guard:
             if guard.ok:
                 writer.pwrite(out[:lc], offset + start)
@@ -271,6 +275,8 @@ def _xor_cells(fd: int, rows: np.ndarray, me: int, seg: int, off: int, size: int
 
 def _xor_encode(comm: MPI.Comm, fd: int, sizes: tuple[int, ...], memory: int, writer: AtomicWriter | None,
                 offset: int, par_hash: Any, guard: _Guard) -> int:
+    from mpi4py import MPI
+
     n, i = comm.Get_size(), comm.Get_rank()
     seg = _xor_segment(max(sizes), n)
     q = chunk_size_for(seg, memory, n + 1)
@@ -285,7 +291,7 @@ def _xor_encode(comm: MPI.Comm, fd: int, sizes: tuple[int, ...], memory: int, wr
                 _xor_cells(fd, rows, i, seg, off, sizes[i])
         comm.Reduce_scatter_block(send[:n * lq].view(np.uint64), recv[:lq].view(np.uint64), op=MPI.BXOR)
         if writer is not None:
-            par_hash.update(memoryview(recv)[:lq])
+            par_hash.update(byte_view(recv)[:lq])
             with guard:
                 if guard.ok:
                     writer.pwrite(recv[:lq], offset + off)
@@ -355,7 +361,8 @@ class GroupPlan:
         if self.header is None and self.lost_data:
             need = "no parity file survives"
         elif self.code == "rs":
-            need = f"RS({k},{k}) needs {k} of {2 * k} files, {sum(self.have_data) + sum(self.have_parity)} survive"
+            alive = sum(self.have_data) + sum(self.have_parity)
+            need = f"RS({k},{k}) needs {k} of {2 * k} files, {alive} survive"
         else:
             need = "XOR survives the loss of one member only"
         return f"lost {', '.join(lost)}; {need}"
@@ -391,7 +398,7 @@ def assess_group(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, *, 
     ref: ParityHeader | None = None
     if keys:
         best = max(keys.values())
-        for h in headers:
+        for h in headers:  # type: ignore[assignment]
             if h is not None and keys[(h.code, h.sizes, h.digests, h.tag, h.payload_length)] == best:
                 ref = h
                 break
@@ -480,8 +487,9 @@ def rebuild_group(comm: MPI.Comm, plan: GroupPlan, data_path: PathLike, parity_p
                 dwriter.commit()
             if pwriter is not None and guard.ok:
                 write_parity_header(pwriter, ParityHeader(
-                    code=h.code, k=h.k, index=i, sizes=h.sizes, digests=h.digests, payload_offset=h.payload_offset,
-                    payload_length=h.payload_length, payload_digest=par_hash.hexdigest(), tag=h.tag))
+                    code=h.code, k=h.k, index=i, sizes=h.sizes, digests=h.digests,
+                    payload_offset=h.payload_offset, payload_length=h.payload_length,
+                    payload_digest=par_hash.hexdigest(), tag=h.tag))
                 pwriter.commit()
         _agree(comm, guard, f"L3 ({plan.code}) rebuild", names, RecoveryError)
     except BaseException:
@@ -498,6 +506,8 @@ def rebuild_group(comm: MPI.Comm, plan: GroupPlan, data_path: PathLike, parity_p
 def _rs_rebuild(comm: MPI.Comm, plan: GroupPlan, h: ParityHeader, fd_data: int, fd_par: int,
                 dwriter: AtomicWriter | None, pwriter: AtomicWriter | None, par_hash: Any, memory: int,
                 guard: _Guard) -> None:
+    from mpi4py import MPI
+
     n, i = comm.Get_size(), comm.Get_rank()
     ndata = sum(plan.have_data)
     chosen_par = [m for m in range(n) if plan.have_parity[m]][:n - ndata]
@@ -526,8 +536,8 @@ def _rs_rebuild(comm: MPI.Comm, plan: GroupPlan, h: ParityHeader, fd_data: int, 
         if not wanted:
             continue
         rows = gathered[:n * lc].reshape(n, lc)
-        outs = _reconstruct(code, dict(zip(frag_ids, rows)), wanted)
-        for w, out in zip(wanted, outs):
+        outs = _reconstruct(code, dict(zip(frag_ids, rows, strict=True)), wanted)
+        for w, out in zip(wanted, outs, strict=True):
             with guard:
                 if not guard.ok:
                     continue
@@ -536,7 +546,7 @@ def _rs_rebuild(comm: MPI.Comm, plan: GroupPlan, h: ParityHeader, fd_data: int, 
                     if keep:
                         dwriter.pwrite(np.ascontiguousarray(out[:keep]), start)  # type: ignore[union-attr]
                 else:
-                    par_hash.update(np.ascontiguousarray(out[:lc]))
+                    par_hash.update(byte_view(np.ascontiguousarray(out[:lc])))
                     pwriter.pwrite(np.ascontiguousarray(out[:lc]), h.payload_offset + start)  # type: ignore[union-attr]
     if dwriter is not None and size_i == 0:
         pass  # an empty data file: the writer already created it
@@ -552,6 +562,8 @@ def _reconstruct(code: Any, fragments: dict[int, np.ndarray], wanted: list[int])
 def _xor_rebuild(comm: MPI.Comm, plan: GroupPlan, h: ParityHeader, fd_data: int, fd_par: int,
                  dwriter: AtomicWriter | None, pwriter: AtomicWriter | None, par_hash: Any, memory: int,
                  guard: _Guard) -> None:
+    from mpi4py import MPI
+
     n, i = comm.Get_size(), comm.Get_rank()
     (t,) = plan.lost_data
     seg = h.payload_length
@@ -580,7 +592,7 @@ def _xor_rebuild(comm: MPI.Comm, plan: GroupPlan, h: ParityHeader, fd_data: int,
             for j in range(n):
                 if j == i:
                     if pwriter is not None:
-                        par_hash.update(memoryview(got[j]))
+                        par_hash.update(byte_view(got[j]))
                         pwriter.pwrite(got[j], h.payload_offset + off)
                     continue
                 s = j if j < i else j - 1

@@ -20,9 +20,10 @@ shape times the item size; the file is exactly ``file_size`` bytes long. Section
 after :func:`verify_file` or while :func:`read_into` checks them. Nothing read is ever executed or unpickled:
 dtypes are parsed from a short allow-listed string.
 
-Writing streams each protected buffer straight to the file in chunks (memoryviews: no copy of the data), hashing
-as it goes; the header is written first with zero digests and rewritten in place with the real ones (same
-length), so one pass over memory suffices and ftkit's extra memory stays near zero whatever the size.
+Writing streams each protected buffer straight to the file in chunks (memoryviews: no copy of the data),
+hashing as it goes; the header is written first with zero digests and rewritten in place with the real
+ones (same length), so one pass over memory suffices and ftkit's extra memory stays near zero whatever the
+size.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def _array_bytes(array: np.ndarray) -> memoryview:
     """A flat byte view of a C-contiguous array, without copying."""
     if not array.flags.c_contiguous:
         raise StorageError("ftkit writes C-contiguous arrays only")
-    return memoryview(array.reshape(-1).view(np.uint8))
+    return memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
 
 
 def encode_header(fields_: Mapping[str, Any], sections: Sequence[Section], header_len: int = 0) -> bytes:
@@ -174,7 +175,7 @@ def write_file(
     chunk_bytes: int = DEFAULT_CHUNK,
     fsync: bool = True,
 ) -> FileInfo:
-    """Write ``arrays`` to a checkpoint file at ``path`` atomically (temporary name, fsync, rename, fsync dir).
+    """Write ``arrays`` to a checkpoint file at ``path`` atomically (temp name, fsync, rename, fsync dir).
 
     Parameters
     ----------
@@ -215,7 +216,7 @@ def write_file(
     try:
         write_all(fd, _preamble(placeholder) + placeholder)
         final = []
-        for (name, arr), sec in zip(arrays, sections, strict=True):
+        for (_name, arr), sec in zip(arrays, sections, strict=True):
             h = xxhash.xxh3_64()
             view = _array_bytes(arr)
             for start in range(0, len(view), chunk_bytes):
@@ -318,12 +319,15 @@ def read_header(path: str | os.PathLike[str]) -> Header:
             pre = f.read(PREAMBLE.size)
             if len(pre) < PREAMBLE.size:
                 raise FormatError(f"{path}: truncated ({size} bytes): too short for an ftkit checkpoint file")
-            magic, version, _flags, _res, header_len, hdigest = PREAMBLE.unpack(pre)
+            magic, version, flags, reserved, header_len, hdigest = PREAMBLE.unpack(pre)
             if magic != MAGIC:
                 raise FormatError(f"{path}: not an ftkit checkpoint file (bad magic {magic!r})")
             if version != VERSION:
                 raise FormatError(f"{path}: format version {version} is not supported (this ftkit reads "
                                   f"version {VERSION}): use a matching ftkit")
+            if flags or reserved:
+                raise FormatError(f"{path}: unknown flags {flags:#x}/{reserved:#x} in the preamble: damaged, or "
+                                  "written by a newer ftkit")
             if header_len > min(_MAX_HEADER, size - PREAMBLE.size):
                 raise FormatError(f"{path}: truncated or damaged: header of {header_len} bytes does not fit "
                                   f"in {size} bytes")

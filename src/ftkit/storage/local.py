@@ -1,7 +1,8 @@
 """L1: each rank's checkpoint file in its node's local directory.
 
-Layout: ``ckpt_dir/node<n>/<exec_id>/l1/ckpt<id>/rank<r>.ftk`` where ``n`` is the rank's node when the checkpoint
-was taken. Emulated nodes each have their own ``node<n>`` directory, so deleting it is a node's storage loss.
+Layout: ``ckpt_dir/node<n>/<exec_id>/l1/ckpt<id>/rank<r>.ftk`` where ``n`` is the rank's node when the
+checkpoint was taken. Emulated nodes each have their own ``node<n>`` directory, so deleting it is a node's
+storage loss.
 """
 
 from __future__ import annotations

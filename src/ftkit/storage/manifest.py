@@ -1,8 +1,8 @@
 """The manifest: the one file that says which checkpoints exist and which of their levels are complete.
 
 ``meta_dir/manifest.json`` is written only by application rank 0, always atomically (temporary name, fsync,
-rename, fsync dir), and always *after* the files it names are durable: a checkpoint that is not in the manifest
-does not exist, whatever files lie around. Schema (version 1)::
+rename, fsync dir), and always *after* the files it names are durable: a checkpoint that is not in the
+manifest does not exist, whatever files lie around. Schema (version 1)::
 
     {"format": "ftkit-manifest", "version": 1,
      "exec_id": "2026-12-02_16-40-00-ab12", "nranks": 8, "created": 1.7e9, "updated": 1.7e9,
@@ -85,7 +85,8 @@ class CheckpointEntry:
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "seq": self.seq, "level": self.level, "time": self.time,
-                "levels": {str(k): bool(v) for k, v in sorted(self.levels.items())}, "nodes": list(self.nodes),
+                "levels": {str(k): bool(v) for k, v in sorted(self.levels.items())},
+                "nodes": list(self.nodes),
                 "files": [f.to_json() for f in self.files], "extra": self.extra}
 
 
@@ -122,7 +123,8 @@ class Manifest:
         return max((e.seq for e in self.checkpoints), default=0) + 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": "ftkit-manifest", "version": _VERSION, "exec_id": self.exec_id, "nranks": self.nranks,
+        return {"format": "ftkit-manifest", "version": _VERSION, "exec_id": self.exec_id,
+                "nranks": self.nranks,
                 "created": self.created, "updated": self.updated, "status": self.status,
                 "dirs": dict(self.dirs), "checkpoints": [e.to_json() for e in self.checkpoints]}
 
@@ -146,7 +148,8 @@ class Manifest:
         if not isinstance(doc, dict) or doc.get("format") != "ftkit-manifest":
             raise FormatError(f"{where}: not an ftkit manifest")
         if doc.get("version") != _VERSION:
-            raise FormatError(f"{where}: manifest version {doc.get('version')!r} is not supported (this ftkit "
+            raise FormatError(f"{where}: manifest version {doc.get('version')!r} is not supported "
+                              "(this ftkit "
                               f"reads version {_VERSION})")
         try:
             nranks = _nonneg(doc["nranks"], "nranks")
@@ -223,8 +226,8 @@ def write_manifest(meta_dir: str | Path, manifest: Manifest) -> None:
 def plan_prune(manifest: Manifest, *, keep_all_l4: bool = False) -> list[int]:
     """Return the ids of checkpoints no longer needed.
 
-    Kept: the newest checkpoint (whatever its state: its background work may be in flight), and for every level
-    the newest checkpoint complete at that level (so an older L4 checkpoint survives newer L1 ones); with
+    Kept: the newest checkpoint (whatever its state: its background work may be in flight), and for every
+    level the newest checkpoint complete at that level (an older L4 checkpoint survives newer L1 ones); with
     ``keep_all_l4`` every checkpoint complete at L4 (FTI's ``keep_l4_ckpt``).
     """
     newest = manifest.newest_first()

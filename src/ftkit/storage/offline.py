@@ -17,7 +17,7 @@ import numpy as np
 import xxhash
 
 from ..errors import FtkitError, RecoveryError
-from ._stream import AtomicWriter, file_digest, file_size, read_into
+from ._stream import AtomicWriter, byte_view, file_digest, file_size, read_into
 from .encoded import DEFAULT_MEMORY, GroupPlan, _check_code, _rs, _xor_segment, chunk_size_for
 from .parity import ParityHeader, payload_offset_for, verify_parity, write_parity_header
 from .partner import PartnerPlan
@@ -71,7 +71,7 @@ def _copy(src: PathLike, dst: PathLike, chunk: int = 4 << 20) -> None:
 
 def assess_group_files(data_paths: Sequence[PathLike], parity_paths: Sequence[PathLike], *, code: str = "rs",
                        tag: str | None = None) -> GroupPlan:
-    """Check every data and parity file of an encoded group (as :func:`ftkit.storage.encoded.assess_group`)."""
+    """Check every data and parity file of an encoded group (as :func:`.encoded.assess_group` does)."""
     _check_code(code)
     n = len(data_paths)
     headers: list[ParityHeader | None] = []
@@ -127,7 +127,8 @@ def rebuild_group_files(plan: GroupPlan, data_paths: Sequence[PathLike], parity_
             _xor_rebuild_data(plan, h, data_paths, parity_paths, memory)
     lost_parity = plan.lost_parity if plan.code == "xor" or not plan.lost_data else ()
     if lost_parity:
-        _encode_rows(plan.code, data_paths, parity_paths, lost_parity, h.tag if h is not None else tag, memory)
+        _encode_rows(plan.code, data_paths, parity_paths, lost_parity, h.tag if h is not None else tag,
+                     memory)
     return full
 
 
@@ -161,27 +162,29 @@ def _rs_rebuild(plan: GroupPlan, h: ParityHeader, data_paths: Sequence[PathLike]
                 if f < n:
                     read_into(fds[f], start, bufs[f][:lc], h.sizes[f])
                 else:
-                    read_into(fds[f], h.payload_offset + start, bufs[f][:lc], h.payload_offset + h.payload_length)
+                    read_into(fds[f], h.payload_offset + start, bufs[f][:lc],
+                              h.payload_offset + h.payload_length)
                 frags[f] = bufs[f][:lc]
-            for w, out in zip(wanted, code.reconstruct(frags, wanted)):
+            for w, out in zip(wanted, code.reconstruct(frags, wanted), strict=True):
                 if w < n:
                     keep = max(0, min(lc, h.sizes[w] - start))
                     if keep:
                         writers[w].pwrite(np.ascontiguousarray(out[:keep]), start)
                 else:
-                    hashes[w].update(np.ascontiguousarray(out))
+                    hashes[w].update(byte_view(np.ascontiguousarray(out)))
                     writers[w].pwrite(np.ascontiguousarray(out), h.payload_offset + start)
         for w in wanted:
             if w < n:
                 _verify_and_commit(writers[w], h.digests[w], data_paths[w])
             else:
                 write_parity_header(writers[w], ParityHeader(
-                    code="rs", k=n, index=w - n, sizes=h.sizes, digests=h.digests, payload_offset=h.payload_offset,
-                    payload_length=h.payload_length, payload_digest=hashes[w].hexdigest(), tag=h.tag))
+                    code="rs", k=n, index=w - n, sizes=h.sizes, digests=h.digests,
+                    payload_offset=h.payload_offset, payload_length=h.payload_length,
+                    payload_digest=hashes[w].hexdigest(), tag=h.tag))
                 writers[w].commit()
     finally:
-        for w in writers.values():
-            w.abort()
+        for wr in writers.values():
+            wr.abort()
         for fd in fds.values():
             os.close(fd)
 
@@ -246,7 +249,7 @@ def _encode_rows(code_name: str, data_paths: Sequence[PathLike], parity_paths: S
                     read_into(fds[m], start, data[m], sizes[m])
                 for r in rows:
                     code.encode_into(data, [out[:lc]], parity_indices=[r])
-                    hashes[r].update(out[:lc])
+                    hashes[r].update(byte_view(out[:lc]))
                     writers[r].pwrite(out[:lc], offset + start)
             plen = length
         else:
@@ -264,7 +267,7 @@ def _encode_rows(code_name: str, data_paths: Sequence[PathLike], parity_paths: S
                         s = r if r < m else r - 1
                         read_into(fds[m], s * plen + off, cell[:lq], sizes[m])
                         np.bitwise_xor(acc[:lq], cell[:lq], out=acc[:lq])
-                    hashes[r].update(acc[:lq])
+                    hashes[r].update(byte_view(acc[:lq]))
                     writers[r].pwrite(acc[:lq], offset + off)
         for r in rows:
             write_parity_header(writers[r], ParityHeader(

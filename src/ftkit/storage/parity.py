@@ -7,10 +7,10 @@ Layout (little endian)::
     header JSON (UTF-8)         see ParityHeader; zero-padded up to ``payload_offset``
     payload                     ``payload_length`` parity bytes, from ``payload_offset`` (a multiple of 4096)
 
-What a reader may assume: a parity file whose header parses, whose fields have the types below and whose
-payload hashes to ``payload_digest`` (xxh3-64) holds row ``index`` of the group's code computed from data files
-of exactly ``sizes`` bytes hashing to ``digests``; parity files of one encoding carry the same ``tag``, ``code``,
-``sizes`` and ``digests``. Only JSON is parsed; nothing read is ever executed.
+What a reader may assume: a parity file whose header parses, whose fields have the types below and
+whose payload hashes to ``payload_digest`` (xxh3-64) holds row ``index`` of the group's code computed from
+data files of exactly ``sizes`` bytes hashing to ``digests``; parity files of one encoding carry the
+same ``tag``, ``code``, ``sizes`` and ``digests``. Only JSON is parsed; nothing read is ever executed.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 import xxhash
 
 from ..errors import FormatError
-from ._stream import AtomicWriter, read_into
+from ._stream import AtomicWriter, byte_view, read_into
 
 __all__ = ["MAGIC", "ParityHeader", "payload_offset_for", "write_parity_header", "read_parity_header",
            "verify_parity"]
@@ -150,7 +150,7 @@ def verify_parity(path: str | os.PathLike[str], chunk_size: int = 4 << 20) -> Pa
         for off in range(0, h.payload_length, buf.size):
             n = min(buf.size, h.payload_length - off)
             read_into(fd, h.payload_offset + off, buf[:n], h.payload_offset + h.payload_length)
-            hasher.update(memoryview(buf)[:n])
+            hasher.update(byte_view(buf)[:n])
     finally:
         os.close(fd)
     if hasher.hexdigest() != h.payload_digest:

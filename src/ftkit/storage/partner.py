@@ -20,14 +20,17 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from mpi4py import MPI
 
 from ..errors import RecoveryError, StorageError
 from ..topology import node_dir_name
 from ._stream import AtomicWriter, file_size, read_into
 from .base import FILE_SUFFIX, StorageLevel, ckpt_dir_name
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "transfer_file", "partner_copy", "PartnerPlan", "assess_partner",
            "rebuild_partner", "PartnerLevel"]
@@ -69,6 +72,8 @@ def transfer_file(comm: MPI.Comm, send_path: PathLike | None, dest: int, recv_pa
     StorageError
         If the file to send is missing (the receiver raises too, naming the sender) or cannot be written.
     """
+    from mpi4py import MPI
+
     send_on = dest != MPI.PROC_NULL
     recv_on = source != MPI.PROC_NULL
     if send_on and send_path is None or recv_on and recv_path is None:
@@ -171,7 +176,8 @@ class PartnerPlan:
         """Say what is lost, naming members by ``names`` (default ``member i``)."""
         nm = list(names) if names is not None else [f"member {i}" for i in range(self.size)]
         n = self.size
-        parts = [f"{nm[i]} lost its file and its partner copy on {nm[(i + 1) % n]}" for i in self.unrecoverable]
+        parts = [f"{nm[i]} lost its file and its partner copy on {nm[(i + 1) % n]}"
+                 for i in self.unrecoverable]
         return "; ".join(parts) if parts else "recoverable"
 
 
@@ -212,6 +218,8 @@ def rebuild_partner(comm: MPI.Comm, plan: PartnerPlan, data_path: PathLike, copy
     RecoveryError
         On every member, when some member lost both its file and its partner copy; nothing is written then.
     """
+    from mpi4py import MPI
+
     if not plan.recoverable:
         raise RecoveryError(f"L2 partner copies cannot recover the group: {plan.describe(names)}")
     n, i = comm.Get_size(), comm.Get_rank()

@@ -21,7 +21,8 @@ class PFSLevel(StorageLevel):
     supports_direct_write = True
 
     def path(self, ckpt_id: int, rank: int) -> Path:
-        return self.root / self.exec_id / f"l{self.level}" / ckpt_dir_name(ckpt_id) / f"rank{rank}{FILE_SUFFIX}"
+        level_dir = self.root / self.exec_id / f"l{self.level}"
+        return level_dir / ckpt_dir_name(ckpt_id) / f"rank{rank}{FILE_SUFFIX}"
 
     def run_dirs(self) -> list[Path]:
         return [self.root / self.exec_id]

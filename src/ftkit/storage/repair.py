@@ -3,10 +3,11 @@ part of ``ftkit ls`` / ``ftkit verify``).
 
 ``ftkit rebuild`` works in one process that sees every node-local directory (emulated nodes, or node
 directories gathered on one machine), like SCR's ``scr_index --build``: for each checkpoint of the run's
-manifest that is complete at L2 or L3 (or the one given with ``--id``), it checks every group's files, rebuilds
-missing or damaged L1 files from the partner copies or by decoding, and re-creates lost copies and parity
-files. The group layout is the one recorded at checkpoint time (``group_size`` in the manifest entry, else
-``--group-size``). A group that lost more than its redundancy covers is reported, and the exit code is 1.
+manifest that is complete at L2 or L3 (or the one given with ``--id``), it checks every group's files,
+rebuilds missing or damaged L1 files from the partner copies or by decoding, and re-creates lost copies and
+parity files. The group layout is the one recorded at checkpoint time (``group_size`` in the manifest
+entry, else ``--group-size``). A group that lost more than its redundancy covers is reported, and the
+exit code is 1.
 """
 
 from __future__ import annotations
@@ -127,7 +128,8 @@ def repair_checkpoint(ckpt_dir: Path, glbl_dir: Path, manifest: Manifest, entry:
                     copies = [names[i] for i, c in enumerate(plan.have_copy) if not c]
                 else:
                     code = str(entry.extra.get("l3_code", "rs"))
-                    gplan = assess_group_files(data, extra, code=code, tag=encoding_tag(manifest.exec_id, entry.id))
+                    tag = encoding_tag(manifest.exec_id, entry.id)
+                    gplan = assess_group_files(data, extra, code=code, tag=tag)
                     if gplan.intact:
                         log(f"{what}: intact")
                         continue
@@ -162,7 +164,8 @@ def run_rebuild(args: argparse.Namespace) -> int:
     if args.id is not None:
         entries = [e for e in m.checkpoints if e.id == args.id]
         if not entries:
-            raise StorageError(f"checkpoint {args.id} is not in the manifest of run {m.exec_id}: see `ftkit ls`")
+            raise StorageError(f"checkpoint {args.id} is not in the manifest of run {m.exec_id}: "
+                               "see `ftkit ls`")
     if not entries:
         print(f"run {m.exec_id}: no checkpoint with L2/L3 redundancy: nothing to rebuild")
         return 0
@@ -176,10 +179,11 @@ def add_parser(subparsers: Any) -> None:
     """Register the ``rebuild`` subcommand."""
     p = subparsers.add_parser(
         "rebuild", help="repair missing or damaged checkpoint files offline from their L2/L3 redundancy",
-        description="Rebuild the missing or damaged L1 files of a run's checkpoints from their partner copies "
-                    "(L2) or by decoding their group (L3), and re-create lost copies and parity files. Needs "
-                    "every node-local directory visible from here (e.g. emulated nodes). DIR: the run's "
-                    "meta_dir, its parent, or its config file. Exit code 1 if some group cannot be repaired.")
+        description="Rebuild the missing or damaged L1 files of a run's checkpoints from their partner "
+                    "copies (L2) or by decoding their group (L3), and re-create lost copies and parity "
+                    "files. Needs every node-local directory visible from here (e.g. emulated nodes). DIR: "
+                    "the run's meta_dir, its parent, or its config file. Exit code 1 if some group cannot "
+                    "be repaired.")
     p.add_argument("dir", metavar="DIR")
     p.add_argument("--id", type=int, default=None, help="only this checkpoint (default: every L2/L3 one)")
     p.add_argument("--group-size", type=int, default=None,
