@@ -74,7 +74,7 @@ def test_agreed_slowest_rank_drives_the_decision():
     clock = FakeClock()
     slow = 2.0
     s = SnapshotSchedule([1, 0, 0, 0], max_sync_intv=8, clock=clock,
-                         agree=lambda v: np.maximum(v, np.array([slow, -1.0])))
+                         agree=lambda v: np.maximum(v, np.array([slow, -1.0, 0.0])))
     taken = run(s, clock, 1.0, 200)
     assert [i for i, _ in taken][:3] == [30, 60, 90]    # 60 s / 2 s per iteration on the slowest rank
 
@@ -108,3 +108,20 @@ def test_bad_configuration():
         SnapshotSchedule([1, 0, 0, 0], max_sync_intv=0)
     with pytest.raises(ConfigError, match="mtbf"):
         SnapshotSchedule([1, 0, 0, 0]).tick(auto=True)
+
+
+def test_probe_is_agreed_at_sync_points_only():
+    """A background failure flagged on one rank raises the alarm on every rank, at the same sync point."""
+    clock = FakeClock()
+    other = {"flag": 0.0}                                # the flag of another (simulated) rank
+    s = SnapshotSchedule([1, 0, 0, 0], max_sync_intv=4, clock=clock, probe=lambda: 0.0,
+                         agree=lambda v: np.maximum(v, np.array([0.0, -1.0, other["flag"]])))
+    alarms = []
+    for i in range(1, 20):
+        clock.t += 1.0
+        if i == 6:
+            other["flag"] = 1.0
+        s.tick()
+        alarms.append(s.alarm)
+    # Sync points at iterations 1, 3, 7, 11, 15, 19: the flag raised at 6 is seen at 7 and later syncs only.
+    assert [i + 1 for i, a in enumerate(alarms) if a] == [7, 11, 15, 19]

@@ -155,3 +155,22 @@ def test_survivors_continue_on_the_new_grid_and_the_state_table_persists(tmp_pat
     assert all(float(t) < 5 for _, t in second), out
     # the survivors' grid (1x3 on the repaired communicator) computes the next product correctly
     assert "CONTINUE ok=True failed=[] grid=1x3" in r.stdout, out
+
+
+@pytest.mark.parametrize("when", ["first", "middle", "last"])
+def test_cannon_kill_from_inside_3x3(tmp_path, when):
+    step = {"first": 0, "middle": 1, "last": 2}[when]  # Cannon on 3x3 has 3 steps
+    r = _run(tmp_path, "3x3", "--algorithm", "cannon", "--kill-rank", "5", "--kill-step", str(step))
+    _check_survived(r, 9, [5])
+
+
+def test_cannon_kill_from_outside_2x2(tmp_path):
+    r = _run(tmp_path, "2x2", "--algorithm", "cannon", "--wait-rank", "3", "--wait-step", "1",
+             killer=_killer(tmp_path))
+    _check_survived(r, 4, [3])
+
+
+def test_cannon_two_ranks_killed_in_different_steps(tmp_path):
+    r = _run(tmp_path, "3x3", "--algorithm", "cannon", "--kill-rank", "2", "--kill-step", "0", "--kill-rank",
+             "7", "--kill-step", "2")
+    _check_survived(r, 9, [2, 7])

@@ -26,8 +26,13 @@ from linalg_abft_cases import FAMILIES, make_case  # noqa: E402
 
 from ftkit.errors import ABFTError  # noqa: E402
 from ftkit.inject import BitFlip, InjectionPlan  # noqa: E402
-from ftkit.linalg import DistributedMatrix, ProcessGrid, pdgemm, pdsymm  # noqa: E402
-from ftkit.linalg import abft  # noqa: E402
+from ftkit.linalg import (  # noqa: E402
+    DistributedMatrix,
+    ProcessGrid,
+    abft,  # noqa: E402
+    pdgemm,
+    pdsymm,
+)
 from ftkit.linalg.ft import ft_pdgemm, ft_pdsymm  # noqa: E402
 
 p = argparse.ArgumentParser()

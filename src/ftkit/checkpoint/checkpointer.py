@@ -106,7 +106,8 @@ class Checkpointer:
         self._problem = state.problem
         self._recovered = False
         self._protected: dict[str, np.ndarray] = {}
-        self._schedule = SnapshotSchedule.from_config(self.config, self._icomm)
+        self._schedule = SnapshotSchedule.from_config(self.config, self._icomm,
+                                                      probe=lambda: self._post.failure_flag())
         self.recovery_steps: list[RecoveryStep] = default_steps()
         offload.install_recovery_steps(self.recovery_steps)
         self._ctx = pipeline.PipelineContext(comm=self._icomm, config=self.config, exec_id=self.exec_id,
@@ -329,6 +330,9 @@ class Checkpointer:
         if self._restarted and not self._recovered:
             self.recover()
         level = self._schedule.due(auto)
+        if self._schedule.alarm:
+            # Some rank's background post-processing failed (agreed at this sync point): every rank raises.
+            self._post.wait()
         if level:
             self.checkpoint(level)
         return level

@@ -79,6 +79,9 @@ class SnapshotSchedule:
         Level of the automatic (Daly) checkpoints.
     clock
         Time source in seconds (tests pass a fake clock).
+    probe
+        A local flag agreed (maximum) at every sync point for free, exposed as :attr:`alarm`; the
+        checkpointer uses it to raise a background failure at the same snapshot call on every rank.
 
     Raises
     ------
@@ -88,7 +91,8 @@ class SnapshotSchedule:
 
     def __init__(self, intervals: Sequence[float], *, unit: str = "minutes", max_sync_intv: int = 512,
                  agree: Agree | None = None, mtbf: float | None = None, auto_level: int = 4,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 probe: Callable[[], float] | None = None) -> None:
         if len(intervals) != 4:
             raise ConfigError(f"expected 4 intervals (ckpt_l1..ckpt_l4), got {len(intervals)}")
         for lvl, v in enumerate(intervals, 1):
@@ -107,6 +111,9 @@ class SnapshotSchedule:
         self.mtbf = mtbf
         self.auto_level = auto_level
         self.clock = clock
+        self.probe = probe
+        #: True after a sync point at which some rank's ``probe()`` was positive (reset at every tick).
+        self.alarm = False
         self.iteration = 0
         self.job_clock = 0.0                    # agreed compute seconds (iterations in iterations mode)
         self.auto_iters = 0                     # 0: unknown yet
@@ -125,7 +132,8 @@ class SnapshotSchedule:
         self.periods = [0.0, *((v if unit == "iterations" else 60.0 * v) for v in self.intervals)]
 
     @classmethod
-    def from_config(cls, config: Any, comm: Any = None) -> SnapshotSchedule:
+    def from_config(cls, config: Any, comm: Any = None,
+                    probe: Callable[[], float] | None = None) -> SnapshotSchedule:
         """Build the schedule of a :class:`ftkit.Config` (intervals, unit, ``max_sync_intv``, ``mtbf``).
 
         ``max_sync_intv = 0`` means FTI's default, 512 iterations. Automatic checkpoints use the highest level
@@ -136,7 +144,7 @@ class SnapshotSchedule:
         multi = comm is not None and comm.Get_size() > 1
         agree = mpi_max_agree(comm, config.failure_timeout) if multi else None
         return cls(intervals, unit=config.interval_unit, max_sync_intv=config.max_sync_intv or 512,
-                   agree=agree, mtbf=config.mtbf or None, auto_level=auto_level)
+                   agree=agree, mtbf=config.mtbf or None, auto_level=auto_level, probe=probe)
 
     @property
     def count(self) -> int:
@@ -175,9 +183,10 @@ class SnapshotSchedule:
     def _sync(self) -> None:
         mean = self._window_time / max(1, self._window_iters)
         cost = self._local_cost if math.isfinite(self._local_cost) else -1.0
-        vals = np.array([mean, cost])
+        vals = np.array([mean, cost, float(self.probe()) if self.probe is not None else 0.0])
         if self.agree is not None:
             vals = self.agree(vals)
+        self.alarm = bool(vals[2] > 0)
         self.iter_time = float(vals[0])
         self.ckpt_cost = float(vals[1]) if vals[1] >= 0 else math.nan
         self.syncs += 1
@@ -217,6 +226,7 @@ class SnapshotSchedule:
         self._last, self._ckpt_time = now, 0.0
         self.iteration += 1
         self._since_auto += 1
+        self.alarm = False
         if (self.unit == "minutes" or auto) and self.iteration >= self._next_sync:
             self._sync()
         before = self.job_clock

@@ -324,6 +324,10 @@ class PostManager:
         """Whether post-processing is in flight."""
         return self.background is not None and self.background.busy
 
+    def failure_flag(self) -> float:
+        """1.0 when finished background work failed on this rank, else 0.0 (for the snapshot agreement)."""
+        return 1.0 if self.background is not None and self.background.failed else 0.0
+
     def wait(self, timeout: float | None = None) -> None:
         """Block until no post-processing is in flight; raise its failure (the same on every rank)."""
         if self.background is not None:

@@ -209,6 +209,11 @@ class Executor:
         """Whether a checkpoint's post-processing is in flight."""
         return False
 
+    @property
+    def failed(self) -> bool:
+        """Whether finished background work left a failure to raise (local, non-blocking)."""
+        return self._error is not None and not self.busy
+
     def submit(self, job: PostJob) -> None:
         """Start ``job`` after the previous job finished (and raise the previous job's failure)."""
         raise NotImplementedError

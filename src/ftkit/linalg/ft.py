@@ -44,7 +44,16 @@ from ._summa import AllgatherExchange, PanelExchange, PendingPanels, SummaStep, 
 from .descriptor import BlockCyclic1D
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
-from .pblas import _check_dim, _check_flag, _check_matrix, _check_scalar, _is_int, _scale, _symmetric_copy, pdgemm
+from .pblas import (
+    _check_dim,
+    _check_flag,
+    _check_matrix,
+    _check_scalar,
+    _is_int,
+    _scale,
+    _symmetric_copy,
+    pdgemm,
+)
 
 __all__ = ["ABFTReport", "BlockEvent", "ABFTPolicy", "ft_pdgemm", "ft_pdsymm"]
 

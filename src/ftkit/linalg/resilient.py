@@ -7,11 +7,11 @@
    whole local C (after the ``beta`` scaling) in an :class:`~ftkit.failure.protect.InputStore` every rank
    can read
    (a directory on the shared file system: the checkpoint L4 level), then all synchronize with a deadline.
-2. **Iterate.** Panels travel point to point with a deadline (:class:`~ftkit.failure.FailureDetector`). A
-   process
-   that dies (ULFM reports it) or misses the deadline is declared dead; everyone is told, stops talking to it,
-   and from then on cuts its share of every panel from its stored operands instead of waiting for it. The
-   survivors finish all the steps; nobody computes the dead processes' C blocks yet.
+2. **Iterate.** SUMMA panels (or Cannon's neighbour shifts, ``algorithm="cannon"``) travel point to point
+   with a deadline (:class:`~ftkit.failure.FailureDetector`). A process that dies (ULFM reports it) or misses
+   the deadline is declared dead; everyone is told, stops talking to it, and from then on takes its share of
+   every panel (in Cannon: the piece it would have passed on) from the stored operands instead of waiting
+   for it. The survivors finish all the steps; nobody computes the dead processes' C blocks yet.
 3. **Agree and repair.** Survivors agree (ULFM ``Agree``) on the set of dead processes, record it in the state
    table (identical everywhere) and build a repaired communicator (``Shrink`` + split) without them.
 4. **Settle up.** Every dead process's piece of C is cut into ``mb x nb`` tiles, spread round-robin over the
@@ -170,6 +170,13 @@ class _FailureAwareExchange:
         self.cache: dict[tuple[str, int], np.ndarray] = {}
         self.storage_reads = 0
         self.unrecoverable: set[int] = set()
+        self._pool: dict[tuple[object, ...], np.ndarray] = {}
+
+    def _buffer(self, key: tuple[object, ...], shape: tuple[int, int]) -> np.ndarray:
+        buf = self._pool.get(key)
+        if buf is None or buf.shape != shape:
+            buf = self._pool[key] = np.empty(shape, order="F")
+        return buf
 
     def stored(self, what: str, rank: int) -> np.ndarray:
         key = (what, rank)
@@ -188,15 +195,18 @@ class _FailureAwareExchange:
         g, det = grid, self.det
         a_slots = _slots([s.stop - s.start for s in step.a_cols])
         b_slots = _slots([s.stop - s.start for s in step.b_rows])
-        a_panel = np.empty((a_piece.shape[0], step.width), order="F")
+        parity = step.index % 2  # two buffer sets: a panel stays valid until the second-next start()
+        a_panel = self._buffer(("a", parity), (a_piece.shape[0], step.width))
         a_panel[:, a_slots[g.mycol]] = a_piece
         mine_a = a_panel[:, a_slots[g.mycol]]
         recv_a = {g.rank_of(g.myrow, q): a_panel[:, a_slots[q]] for q in range(g.npcol) if q != g.mycol}
-        b_panel = np.empty((step.width, b_piece.shape[1]), order="F")
+        b_panel = self._buffer(("b", parity), (step.width, b_piece.shape[1]))
         b_panel[b_slots[g.myrow], :] = b_piece
         mine_b = np.asfortranarray(b_piece)
         recv_b = {
-            g.rank_of(p, g.mycol): np.empty((b_slots[p].stop - b_slots[p].start, b_piece.shape[1]), order="F")
+            g.rank_of(p, g.mycol): self._buffer(
+                ("bs", p, parity), (b_slots[p].stop - b_slots[p].start, b_piece.shape[1])
+            )
             for p in range(g.nprow)
             if p != g.myrow
         }
@@ -333,7 +343,9 @@ def resilient_pdgemm(
     ka: BlockCyclic1D | None = None
     kb: BlockCyclic1D | None = None
     if m and n and k and alpha != 0.0:
-        ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc, same_kmap=algorithm == "cannon")
+        ops = aligned_operands(
+            ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc, same_kmap=algorithm == "cannon"
+        )
         a, b, ka, kb, crows, ccols = ops.a, ops.b, ops.ka, ops.kb, ops.crows, ops.ccols
     else:  # nothing to multiply: the result is C scaled by beta
         crows, ccols = C.row_map(ic, m), C.col_map(jc, n)
@@ -363,7 +375,9 @@ def resilient_pdgemm(
                 _run_cannon(exchange, a, b, C.local_view(ic, jc, m, n), ka, alpha)
             else:
                 steps = plan_summa(ka, kb, width)
-                run_summa(grid, a, b, C.local_view(ic, jc, m, n), ka, kb, alpha, exchange=exchange, steps=steps)
+                run_summa(
+                    grid, a, b, C.local_view(ic, jc, m, n), ka, kb, alpha, exchange=exchange, steps=steps
+                )
     except Fenced:
         pass
     t2 = time.perf_counter()
@@ -477,13 +491,17 @@ def _run_cannon(
 
     cur_a, cur_b = np.asfortranarray(a), np.asfortranarray(b)
     if P > 1:  # initial skew: my pieces go to whoever multiplies them first; mine come from owner src(0)
-        cur_a, cur_b = finish(*shift(cur_a, cur_b, 0, (j - i) % P, src(0), (i - j) % P, src(0), 2 * _TAG_SPAN))
+        cur_a, cur_b = finish(
+            *shift(cur_a, cur_b, 0, (j - i) % P, src(0), (i - j) % P, src(0), 2 * _TAG_SPAN)
+        )
     for step in range(P):
         if x.on_step is not None:
             x.on_step(step)
         pending = None
         if step + 1 < P:
-            pending = shift(cur_a, cur_b, step + 1, (j - 1) % P, (j + 1) % P, (i - 1) % P, (i + 1) % P, 2 * step)
+            pending = shift(
+                cur_a, cur_b, step + 1, (j - 1) % P, (j + 1) % P, (i - 1) % P, (i + 1) % P, 2 * step
+            )
         gemm_update(alpha, cur_a, cur_b, c)
         if pending is not None:
             cur_a, cur_b = finish(*pending)

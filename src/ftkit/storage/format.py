@@ -326,8 +326,8 @@ def read_header(path: str | os.PathLike[str]) -> Header:
                 raise FormatError(f"{path}: format version {version} is not supported (this ftkit reads "
                                   f"version {VERSION}): use a matching ftkit")
             if flags or reserved:
-                raise FormatError(f"{path}: unknown flags {flags:#x}/{reserved:#x} in the preamble: damaged, or "
-                                  "written by a newer ftkit")
+                raise FormatError(f"{path}: unknown flags {flags:#x}/{reserved:#x} in the preamble: damaged, "
+                                  "or written by a newer ftkit")
             if header_len > min(_MAX_HEADER, size - PREAMBLE.size):
                 raise FormatError(f"{path}: truncated or damaged: header of {header_len} bytes does not fit "
                                   f"in {size} bytes")
