@@ -2,8 +2,8 @@
 
     ftkit launch -n 4 -- python examples/cg.py [--n 400] [--nb 32] [--check-every 10] [--flip-at 30]
 
-Every product ``q = A p`` goes through ``linalg.ABFTPolicy(check_every=10)``: nine plain ``pdgemm`` calls, then
-one ``ft_pdgemm`` whose block checksums verify (and if need be correct) the product. This is the FT-PBLAS
+Every product ``q = A p`` goes through ``linalg.ABFTPolicy(check_every=10)``: nine plain ``pdgemm`` calls,
+then one ``ft_pdgemm`` whose block checksums verify (and if need be correct) the product. This is the FT-PBLAS
 recipe for Krylov solvers: checking every product would change nothing here (``ft_pdgemm``'s C is
 bit-identical to ``pdgemm``'s when no error occurs) but costs its overhead on each call; every 10th call
 bounds how long a corrupted iterate can go unnoticed.
@@ -40,8 +40,17 @@ def dot(grid: ProcessGrid, x: DistributedMatrix, y: DistributedMatrix) -> float:
     return float(grid.comm.allreduce(float(np.sum(x.local * y.local)), op=MPI.SUM))
 
 
-def cg(grid: ProcessGrid, A: DistributedMatrix, b: DistributedMatrix, policy: ABFTPolicy, *, tol: float,
-       maxiter: int, flip_at: int | None, nb: int) -> tuple[DistributedMatrix, list[float]]:
+def cg(
+    grid: ProcessGrid,
+    A: DistributedMatrix,
+    b: DistributedMatrix,
+    policy: ABFTPolicy,
+    *,
+    tol: float,
+    maxiter: int,
+    flip_at: int | None,
+    nb: int,
+) -> tuple[DistributedMatrix, list[float]]:
     """Solve ``A x = b`` by CG; every product through ``policy``. Returns ``x`` and the residual norms."""
     n = A.desc.m
     x = DistributedMatrix.zeros(grid, n, 1, mb=nb, nb=nb)
@@ -97,7 +106,7 @@ def main() -> int:
     policy = ABFTPolicy(check_every=args.check_every)
     x, hist = cg(grid, A, B, policy, tol=args.tol, maxiter=args.maxiter, flip_at=args.flip_at, nb=args.nb)
     # the same solve without checks or faults, for comparison
-    ref_policy = ABFTPolicy(check_every=10 ** 9)
+    ref_policy = ABFTPolicy(check_every=10**9)
     x_ref, hist_ref = cg(grid, A, B, ref_policy, tol=args.tol, maxiter=args.maxiter, flip_at=None, nb=args.nb)
 
     xg, xr = x.to_global(), x_ref.to_global()
@@ -105,22 +114,31 @@ def main() -> int:
         assert xg is not None and xr is not None
         res = float(np.linalg.norm(a @ xg - b) / np.linalg.norm(b))
         checked = [(call, rep) for call, rep in policy.reports]
-        print(f"CG n={args.n} on a {grid.nprow}x{grid.npcol} grid: {len(hist) - 1} iterations "
-              f"(reference without checks: {len(hist_ref) - 1}), final relative residual {res:.2e}")
+        print(
+            f"CG n={args.n} on a {grid.nprow}x{grid.npcol} grid: {len(hist) - 1} iterations "
+            f"(reference without checks: {len(hist_ref) - 1}), final relative residual {res:.2e}"
+        )
         print(f"products: {policy.calls}, checked: {len(checked)} (every {args.check_every}th)")
         for call, rep in checked:
             if rep.detected or call == checked[0][0]:
-                print(f"  call {call}: blocks {rep.blocks_checked}, detected {rep.detected}, corrected "
-                      f"{rep.corrected}, events {[(e.I, e.J, e.action) for e in rep.events]}, "
-                      f"max residual/threshold {rep.max_ratio:.2e}")
+                print(
+                    f"  call {call}: blocks {rep.blocks_checked}, detected {rep.detected}, corrected "
+                    f"{rep.corrected}, events {[(e.row_block, e.col_block, e.action) for e in rep.events]}, "
+                    f"max residual/threshold {rep.max_ratio:.2e}"
+                )
         same = len(hist) == len(hist_ref) and np.array_equal(xg, xr)
         dx = float(np.max(np.abs(xg - xr)) / np.max(np.abs(xr)))
         # bit-identical without faults; after an O(1) correction the fixed element is exact only to within
         # the checksum's rounding, so the iterates then agree to rounding, not bit for bit
-        print(f"iterates identical to the unchecked, fault-free run: {same} (max relative difference {dx:.1e})")
-        print(f"RESULT iterations={len(hist) - 1} reference={len(hist_ref) - 1} identical={same} dx={dx:.3e} "
-              f"detected={sum(r.detected for _, r in checked)} corrected={sum(r.corrected for _, r in checked)} "
-              f"residual={res:.3e}")
+        print(
+            f"iterates identical to the unchecked, fault-free run: {same} (max relative difference {dx:.1e})"
+        )
+        print(
+            f"RESULT iterations={len(hist) - 1} reference={len(hist_ref) - 1} identical={same} dx={dx:.3e} "
+            f"detected={sum(r.detected for _, r in checked)} "
+            f"corrected={sum(r.corrected for _, r in checked)} "
+            f"residual={res:.3e}"
+        )
     return 0
 
 

@@ -145,11 +145,56 @@ def scene_lose_local_storage(demo: Demo) -> bool:
     return demo.compare(out)
 
 
+NODE_LOSS_CONFIG = """\
+[basic]
+ckpt_dir = {d}/local
+glbl_dir = {d}/global
+meta_dir = {d}/meta
+node_size = {node_size}
+group_size = {group_size}
+ckpt_l1 = 0
+ckpt_l3 = 5
+[ftkit]
+interval_unit = iterations
+l3_code = rs
+failure_timeout = 120
+"""
+
+
+def scene_lose_a_node(demo: Demo) -> bool:
+    """Lose a whole emulated node (its ranks killed, its local directory deleted): recover from L3."""
+    nodes = demo.ranks // demo.node_size
+    if nodes < 2:
+        say("    skipped: needs at least 2 emulated nodes")
+        return True
+    group_size = max(2, min(4, nodes))
+    cfg = demo.config("node-loss")
+    cfg.write_text(NODE_LOSS_CONFIG.format(d=cfg.parent, node_size=demo.node_size, group_size=group_size))
+    lost = 1
+    victim = lost * demo.node_size  # first rank of node 1; the job (and the node's other ranks) die with it
+    say(f"    L3 (Reed-Solomon, groups of {group_size} nodes) every 5 steps; rank {victim} of node {lost} is "
+        f"SIGKILLed at step {_kill_step(demo)} ...")
+    r = demo.heat(cfg, "--kill-at", str(_kill_step(demo)), "--kill-rank", str(victim))
+    if "killing itself" not in r.stdout or "digest" in r.stdout:
+        say("    the run was not killed as planned")
+        return False
+    delete_node_dir(cfg.parent / "local" / f"node{lost}")
+    say(f"    job died; deleted node {lost}'s local directory (its L1 and parity files); relaunching ...")
+    out = cfg.parent / "field.npy"
+    r = demo.heat(cfg, save=out)
+    if r.returncode != 0 or "from level 3" not in r.stdout:
+        say(f"    relaunch did not recover from L3 (exit {r.returncode}):\n{r.stdout[-1000:]}\n"
+            f"{r.stderr[-2000:]}")
+        return False
+    return demo.compare(out)
+
+
 #: The demo's scenes, in order: (title, function). Later features append theirs.
 SCENES: list[tuple[str, Callable[[Demo], bool]]] = [
     ("failure-free reference run", scene_reference),
     ("rank killed mid-run -> relaunch -> recover from L1", scene_kill_and_recover),
     ("all node-local storage lost -> recover from L4", scene_lose_local_storage),
+    ("a whole node lost (ranks killed, local dir deleted) -> recover from L3", scene_lose_a_node),
 ]
 
 

@@ -22,15 +22,25 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["flip_bit", "kill_self", "kill_pid", "corrupt_file", "truncate_file", "delete_node_dir",
-           "BIT_CLASSES", "BitFlip", "InjectionRecord", "InjectionPlan"]
+__all__ = [
+    "flip_bit",
+    "kill_self",
+    "kill_pid",
+    "corrupt_file",
+    "truncate_file",
+    "delete_node_dir",
+    "BIT_CLASSES",
+    "BitFlip",
+    "InjectionRecord",
+    "InjectionPlan",
+]
 
 #: Named bit ranges of a float64 (inclusive): where a random flip may land.
 BIT_CLASSES: dict[str, tuple[int, int]] = {
     "exponent": (52, 62),
     "mantissa_top20": (32, 51),
-    "high": (32, 62),          # exponent or top 20 mantissa bits: what ABFT must always catch
-    "low_mantissa": (0, 31),   # may fall below the rounding threshold
+    "high": (32, 62),  # exponent or top 20 mantissa bits: what ABFT must always catch
+    "low_mantissa": (0, 31),  # may fall below the rounding threshold
     "sign": (63, 63),
     "any": (0, 63),
 }
@@ -59,7 +69,7 @@ def flip_bit(array: np.ndarray, index: int | tuple[int, ...], bit: int) -> tuple
     if view is None:
         raise ValueError("flip_bit needs a contiguous array")
     before = float(view[flat_index])
-    raw = view[flat_index:flat_index + 1].view(np.uint8)
+    raw = view[flat_index : flat_index + 1].view(np.uint8)
     raw[bit // 8] ^= np.uint8(1 << (bit % 8))
     return before, float(view[flat_index])
 
@@ -200,7 +210,7 @@ class InjectionPlan:
             last = nsteps if f.target == "C" else max(0, nsteps - 1)
             step = int(rng.integers(0, last + 1)) if f.step is None else int(f.step)
             if step < 0:
-                step += last + 1       # -1: the last injection point (C: after the last panel update)
+                step += last + 1  # -1: the last injection point (C: after the last panel update)
             if not 0 <= rank < nranks:
                 raise ValueError(f"flip {n}: rank {rank} is outside the {nranks} ranks of the grid")
             self._resolved.append((f, rank, step))
@@ -209,9 +219,16 @@ class InjectionPlan:
         """Whether a flip is planned for (``target``, ``rank``, ``step``)."""
         return any(f.target == target and r == rank and s == step for f, r, s in self._resolved)
 
-    def apply(self, target: str, rank: int, step: int, array: np.ndarray,
-              to_global: Callable[[int, int], tuple[int, int]] | None = None, *,
-              persistent: bool | None = None) -> list[InjectionRecord]:
+    def apply(
+        self,
+        target: str,
+        rank: int,
+        step: int,
+        array: np.ndarray,
+        to_global: Callable[[int, int], tuple[int, int]] | None = None,
+        *,
+        persistent: bool | None = None,
+    ) -> list[InjectionRecord]:
         """Make the flips planned for (``target``, ``rank``, ``step``) in ``array`` (in place); return them.
 
         ``to_global`` maps a local ``(row, col)`` of ``array`` to global coordinates for the record;
@@ -234,8 +251,16 @@ class InjectionPlan:
             raw = np.array([before]).view(np.uint64)
             raw ^= np.uint64(1) << np.uint64(bit)
             array[idx] = raw.view(np.float64)[0]
-            rec = InjectionRecord(target, rank, step, idx, to_global(*idx) if to_global else None, bit, before,
-                                  float(array[idx]))
+            rec = InjectionRecord(
+                target,
+                rank,
+                step,
+                idx,
+                to_global(*idx) if to_global else None,
+                bit,
+                before,
+                float(array[idx]),
+            )
             made.append(rec)
         self.records.extend(made)
         return made

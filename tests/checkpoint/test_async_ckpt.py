@@ -66,18 +66,22 @@ def check_layout(stdout: str, executor: str) -> None:
     assert [seen[r]["node"] for r in range(4)] == [0, 0, 1, 1]
 
 
+@pytest.mark.parametrize("level", [2, 3, 4])
 @pytest.mark.parametrize("executor", ["thread", "head"])
-def test_async_l4_then_loss_of_every_node_recovers_bit_identical(tmp_path, executor):
+def test_async_checkpoints_then_node_loss_recover_bit_identical(tmp_path, executor, level):
+    """Asynchronous L2/L3/L4 checkpoints, then the job dies and node storage is lost."""
     write_config(tmp_path, executor)
-    args = ("--steps", "16", "--ckpt", "5:4", "--ckpt", "10:4")
+    args = ("--steps", "16", "--ckpt", f"5:{level}", "--ckpt", f"10:{level}")
     r = run_app(tmp_path, executor, *args, "--crash-at", "13")
     check_layout(r.stdout, executor)
     assert "digest" not in r.stdout, r.stdout
-    for d in (tmp_path / "run" / "local").glob("node*"):
-        delete_node_dir(d)
+    # L2/L3 survive the loss of one node (node 1: its ranks' files, copies and parity); L4 the loss of all.
+    lost = ["node1"] if level < 4 else ["node0", "node1"]
+    for name in lost:
+        delete_node_dir(tmp_path / "run" / "local" / name)
     r = run_app(tmp_path, executor, *args).check()
     check_layout(r.stdout, executor)
-    assert recovered(r.stdout) == (2, 4, 10)
+    assert recovered(r.stdout) == (2, level, 10)
     assert_bit_identical(r.stdout)
 
 

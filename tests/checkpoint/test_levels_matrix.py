@@ -24,6 +24,9 @@ from ..conftest import run_python
 PROGRAM = Path(__file__).parents[1] / "programs" / "levels_scenario.py"
 STEPS = 12
 TIMEOUT = 240.0
+# Nothing is killed in these tests; on a heavily oversubscribed machine a rank starved of CPU for ULFM's
+# default 10 s would be declared dead by the failure detector, so give it more slack.
+ENV = {"OMPI_MCA_mpi_ft_detector_timeout": "90", "OMPI_MCA_mpi_ft_detector_period": "5"}
 
 
 def reference_digest(nranks: int, steps: int = STEPS) -> str:
@@ -39,12 +42,14 @@ def reference_digest(nranks: int, steps: int = STEPS) -> str:
 _TEMPLATES: dict[tuple, Path] = {}
 
 
-def _template(tmp_path_factory, nranks: int, plan: str, code: str = "rs", group_size: int = 4) -> Path:
-    key = (nranks, plan, code, group_size)
+def _template(tmp_path_factory, nranks: int, plan: str, code: str = "rs", group_size: int = 4,
+              extra: tuple[str, ...] = (), node_size: int = 2) -> Path:
+    key = (nranks, plan, code, group_size, extra, node_size)
     if key not in _TEMPLATES:
         root = tmp_path_factory.mktemp("levels-template")
         res = run_python(nranks, PROGRAM, str(root), "ckpt", "--plan", plan, "--code", code,
-                         "--group-size", str(group_size), "--steps", str(STEPS), node_size=2, timeout=TIMEOUT)
+                         "--group-size", str(group_size), "--steps", str(STEPS), *extra, node_size=node_size,
+                         timeout=TIMEOUT, env=ENV)
         assert "CHECKPOINTED" in res.stdout, res.stdout + res.stderr
         _TEMPLATES[key] = root
     return _TEMPLATES[key]
@@ -57,12 +62,13 @@ def _files(root: Path, level: int, rank: int) -> Path:
     return found[-1]
 
 
-def _scenario(tmp_path, template: Path, nranks: int, damage, code: str = "rs", group_size: int = 4) -> str:
+def _scenario(tmp_path, template: Path, nranks: int, damage, code: str = "rs", group_size: int = 4,
+              extra: tuple[str, ...] = (), node_size: int = 2) -> str:
     root = tmp_path / "run"
     shutil.copytree(template, root)
     damage(root)
     res = run_python(nranks, PROGRAM, str(root), "recover", "--code", code, "--group-size", str(group_size),
-                     "--steps", str(STEPS), node_size=2, timeout=TIMEOUT)
+                     "--steps", str(STEPS), *extra, node_size=node_size, timeout=TIMEOUT, env=ENV)
     assert not res.timed_out, "recovery hung"
     return res.stdout + "\n--- stderr ---\n" + res.stderr
 
@@ -90,7 +96,8 @@ def assert_refused(out: str, nranks: int, *phrases: str) -> None:
 
 
 def test_failure_free_mpi_run_matches_reference(tmp_path):
-    res = run_python(8, PROGRAM, str(tmp_path), "ref", "--steps", str(STEPS), timeout=TIMEOUT).check()
+    res = run_python(8, PROGRAM, str(tmp_path), "ref", "--steps", str(STEPS), timeout=TIMEOUT,
+                     env=ENV).check()
     assert f"DIGEST {reference_digest(8)}" in res.stdout
 
 
@@ -165,3 +172,20 @@ def test_sixteen_ranks_eight_nodes_three_nodes_lost(tmp_path, tmp_path_factory):
     # Node sets {0..3} and {4..7}: nodes 1, 2 cost each group of the first set two members, node 6 one.
     out = _scenario(tmp_path, _template(tmp_path_factory, 16, "3@6"), 16, _nodes(1, 2, 6))
     assert_recovered(out, 16, 1, 3)
+
+
+# --- post-processing off the critical path -----------------------------------------------------------
+
+def test_l3_encoded_by_background_threads(tmp_path, tmp_path_factory):
+    extra = ("--inline", "0")
+    out = _scenario(tmp_path, _template(tmp_path_factory, 8, "3@6", extra=extra), 8, _nodes(1), extra=extra)
+    assert_recovered(out, 8, 1, 3)
+
+
+def test_l3_encoded_by_head_ranks(tmp_path, tmp_path_factory):
+    # 12 processes in 4 nodes of 3: one head + 2 application ranks per node; the heads of the 4 nodes encode
+    # both groups (head j acting as member j). Same 8 application ranks, same result.
+    extra = ("--inline", "0", "--head", "1")
+    template = _template(tmp_path_factory, 12, "3@6", extra=extra, node_size=3)
+    out = _scenario(tmp_path, template, 12, _nodes(1), extra=extra, node_size=3)
+    assert_recovered(out, 8, 1, 3)

@@ -132,3 +132,45 @@ def test_slow_process_is_declared_dead_and_fenced_off(tmp_path):
     # comm.
     assert "FENCED rank=1 failed_ranks=[1]" in r.stdout, r.stdout + r.stderr
     assert "OUT rank=1 dead=[1]" in r.stdout
+
+
+def test_strict_exchange_raises_timeout_or_process_failure_within_bounded_time(tmp_path):
+    slow = run_python(
+        4,
+        PROGRAM,
+        "--steps",
+        "3",
+        "--slow-rank",
+        "2",
+        "--slow-step",
+        "1",
+        "--sleep",
+        "5",
+        "--timeout",
+        "1",
+        "--strict",
+        "--dir",
+        str(tmp_path),
+        timeout=TIMEOUT,
+    )
+    raised = re.findall(r"RAISED rank=(\d+) (\w+) failed_ranks=\[2\] after=([\d.]+)s", slow.stdout)
+    assert sorted(int(r) for r, _, _ in raised) == [0, 1, 3], slow.stdout + slow.stderr
+    assert all(kind == "TimeoutFailure" and float(t) < 4.5 for _, kind, t in raised), raised
+    killed = run_python(
+        4,
+        PROGRAM,
+        "--steps",
+        "3",
+        "--kill-rank",
+        "3",
+        "--kill-step",
+        "1",
+        "--strict",
+        "--dir",
+        str(tmp_path),
+        timeout=TIMEOUT,
+    )
+    raised = re.findall(r"RAISED rank=(\d+) (\w+) failed_ranks=\[3\] after=([\d.]+)s", killed.stdout)
+    assert sorted(int(r) for r, _, _ in raised) == [0, 1, 2], killed.stdout + killed.stderr
+    # a crash is reported by ULFM well before the (10 s) timeout
+    assert all(kind == "ProcessFailure" and float(t) < 8 for _, kind, t in raised), raised

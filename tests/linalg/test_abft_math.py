@@ -19,14 +19,14 @@ from linalg_abft_cases import FAMILIES, make_case  # noqa: E402
 
 
 def panel_product(a, b, c0, alpha, beta, width, plan=None):
-    """C = alpha a b + beta c0 the way SUMMA computes it (panel by panel), with optional C flips between panels."""
+    """C = alpha a b + beta c0 as SUMMA computes it (panel by panel), with optional C flips between panels."""
     m, n = a.shape[0], b.shape[1]
     c = np.asfortranarray(beta * c0) if beta != 0 else np.zeros((m, n), order="F")
     steps = list(range(0, a.shape[1], width))
     for s, k0 in enumerate(steps):
         if plan is not None:
             plan.apply("C", 0, s, c)
-        gemm_update(alpha, a[:, k0:k0 + width], b[k0:k0 + width], c)
+        gemm_update(alpha, a[:, k0 : k0 + width], b[k0 : k0 + width], c)
     if plan is not None:
         plan.apply("C", 0, len(steps), c)
     return c, len(steps)
@@ -48,14 +48,20 @@ def expected_sums(a, b, c0, alpha, beta, bs, tol, c=None):
 
 def test_gamma():
     assert abft.gamma(0) == 0.0
-    assert abft.gamma(10) == pytest.approx(10 * 2.0 ** -53, rel=1e-12)
+    assert abft.gamma(10) == pytest.approx(10 * 2.0**-53, rel=1e-12)
     with pytest.raises(ValueError):
-        abft.gamma(2 ** 53)
+        abft.gamma(2**53)
 
 
 @settings(max_examples=200, deadline=None)
-@given(n=st.integers(0, 300), nb=st.integers(1, 64), bs=st.integers(1, 70), offset=st.integers(0, 200),
-       nprocs=st.integers(1, 4), p=st.integers(0, 3))
+@given(
+    n=st.integers(0, 300),
+    nb=st.integers(1, 64),
+    bs=st.integers(1, 70),
+    offset=st.integers(0, 200),
+    nprocs=st.integers(1, 4),
+    p=st.integers(0, 3),
+)
 def test_segments_cover_and_never_straddle_a_distribution_block(n, nb, bs, offset, nprocs, p):
     p = p % nprocs
     g = np.arange(offset, offset + n)
@@ -66,8 +72,8 @@ def test_segments_cover_and_never_straddle_a_distribution_block(n, nb, bs, offse
     lens = np.diff(bounds)
     assert np.all(lens >= 1) and np.all(lens <= bs)
     for s in range(len(bounds) - 1):
-        seg = idx[bounds[s]:bounds[s + 1]] + offset
-        assert len(set(seg // nb)) == 1                      # one distribution block: one owner
+        seg = idx[bounds[s] : bounds[s + 1]] + offset
+        assert len(set(seg // nb)) == 1  # one distribution block: one owner
         assert np.all(np.diff(seg) == 1)
 
 
@@ -77,7 +83,7 @@ def test_encoding_equals_explicit_sums():
     rb = np.array([0, 5, 16, 37])
     chk = abft.encode_rows(a, rb)
     for s in range(3):
-        blk = a[rb[s]:rb[s + 1]]
+        blk = a[rb[s] : rb[s + 1]]
         w = np.arange(1, len(blk) + 1)[:, None]
         np.testing.assert_allclose(chk[s], blk.sum(0), rtol=1e-13, atol=1e-13)
         np.testing.assert_allclose(chk[3 + s], (w * blk).sum(0), rtol=1e-13, atol=1e-12)
@@ -131,20 +137,25 @@ def test_rigorous_threshold_is_larger_than_statistical():
     rig = abft.thresholds(mabs, 1000, np.array([32, 32]), np.array([32, 32]))
     stat = abft.thresholds(mabs, 1000, np.array([32, 32]), np.array([32, 32]), tol="statistical")
     assert np.all(rig > 5 * stat)
-    assert np.all(abft.thresholds(mabs, 10, np.array([4, 4]), np.array([4, 4]), tol=1e-6) == pytest.approx(5e-6))
+    assert np.all(
+        abft.thresholds(mabs, 10, np.array([4, 4]), np.array([4, 4]), tol=1e-6) == pytest.approx(5e-6)
+    )
     for bad in ("rigorous", -1.0, float("nan")):
         with pytest.raises(ValueError):
             abft.thresholds(mabs, 10, np.array([4, 4]), np.array([4, 4]), tol=bad)
 
 
-def _flip_case(seed, fam="normal", bits="high", m=70, n=60, k=150, bs=16, tol=None, nflips=1, same_block=False,
-               bit=None):
+def _flip_case(
+    seed, fam="normal", bits="high", m=70, n=60, k=150, bs=16, tol=None, nflips=1, same_block=False, bit=None
+):
     rng = np.random.default_rng(seed)
     a, b, c0 = make_case(fam, m, n, k, rng)
     ref, nsteps = panel_product(a, b, c0, 1.5, 0.5, 64)
     if same_block:
-        flips = [BitFlip("C", rank=0, index=(3, 4), bits=bits, bit=bit),
-                 BitFlip("C", rank=0, index=(5, 1), bits=bits, bit=bit)]
+        flips = [
+            BitFlip("C", rank=0, index=(3, 4), bits=bits, bit=bit),
+            BitFlip("C", rank=0, index=(5, 1), bits=bits, bit=bit),
+        ]
     else:
         flips = [BitFlip("C", rank=0, bits=bits) for _ in range(nflips)]
     plan = InjectionPlan(flips, seed=seed)
@@ -164,30 +175,30 @@ def test_every_high_bit_flip_in_C_is_detected_located_and_corrected(fam, tol):
         a, b, c0, ref, c, plan, rb, cb, exp, thr, thr_rig = _flip_case(seed, fam, tol=tol)
         (rec,) = plan.records
         i, j = rec.local_index
-        I, J = i // 16, j // 16
+        bi, bj = i // 16, j // 16
         v = abft.verify_blocks(c, rb, cb, exp, thr)
-        # the flip changes C[i, j] by |after - before| (on top of rounding): above the threshold it must be seen
+        # the flip changes C[i, j] by |after - before| (on top of rounding): above the threshold, it is seen
         delta = abs(rec.after - rec.before) if np.isfinite(rec.after) else np.inf
-        if delta > 2 * thr[I, J]:
-            assert v.flagged[I, J], (seed, rec, thr[I, J])
+        if delta > 2 * thr[bi, bj]:
+            assert v.flagged[bi, bj], (seed, rec, thr[bi, bj])
         if not v.flagged.any():
             # undetected: then the result is within the bound of the failure-free one
-            assert abs(c[i, j] - ref[i, j]) <= 2 * thr_rig[I, J]
+            assert abs(c[i, j] - ref[i, j]) <= 2 * thr_rig[bi, bj]
             continue
-        assert np.flatnonzero(v.flagged).tolist() == [I * v.flagged.shape[1] + J]
+        assert np.flatnonzero(v.flagged).tolist() == [bi * v.flagged.shape[1] + bj]
         total += 1
         fixed, rest = abft.correct_flagged(c, rb, cb, v, exp)
         if fixed:
-            assert fixed == [(I, J, i - rb[I], j - cb[J])]
+            assert fixed == [(bi, bj, i - rb[bi], j - cb[bj])]
             fixed_o1 += 1
         else:
-            assert rest == [(I, J)]
-            blk = (slice(rb[I], rb[I + 1]), slice(cb[J], cb[J + 1]))
-            c[blk] = 1.5 * a[blk[0]] @ b[:, blk[1]] + 0.5 * c0[blk]       # the owner's recomputation
+            assert rest == [(bi, bj)]
+            blk = (slice(rb[bi], rb[bi + 1]), slice(cb[bj], cb[bj + 1]))
+            c[blk] = 1.5 * a[blk[0]] @ b[:, blk[1]] + 0.5 * c0[blk]  # the owner's recomputation
         assert np.all(np.abs(c - ref) <= 2 * thr_rig.repeat(np.diff(rb), 0).repeat(np.diff(cb), 1))
         assert not abft.verify_blocks(c, rb, cb, exp, thr).flagged.any()
     assert total >= 55
-    assert fixed_o1 >= 0.9 * total          # O(1) location handles nearly all; the rest fall back
+    assert fixed_o1 >= 0.9 * total  # O(1) location handles nearly all; the rest fall back
 
 
 def test_low_bit_flips_below_threshold_leave_result_within_bound():
@@ -198,22 +209,30 @@ def test_low_bit_flips_below_threshold_leave_result_within_bound():
         if not v.flagged.any():
             undetected += 1
             assert np.all(np.abs(c - ref) <= thr_rig.repeat(np.diff(rb), 0).repeat(np.diff(cb), 1))
-    assert undetected == 40                   # a flip of bit <= 8 is ~1e-13 relative: far below the bound
+    assert undetected == 40  # a flip of bit <= 8 is ~1e-13 relative: far below the bound
 
 
 def test_two_errors_in_different_blocks_are_both_corrected():
     done = 0
     for seed in range(30):
-        a, b, c0, ref, c, plan, rb, cb, exp, thr, thr_rig = _flip_case(seed, "normal", bits="exponent", nflips=2)
+        a, b, c0, ref, c, plan, rb, cb, exp, thr, thr_rig = _flip_case(
+            seed, "normal", bits="exponent", nflips=2
+        )
         r1, r2 = plan.records
-        if (r1.local_index[0] // 16, r1.local_index[1] // 16) == (r2.local_index[0] // 16, r2.local_index[1] // 16):
+        if (r1.local_index[0] // 16, r1.local_index[1] // 16) == (
+            r2.local_index[0] // 16,
+            r2.local_index[1] // 16,
+        ):
             continue
         v = abft.verify_blocks(c, rb, cb, exp, thr)
         fixed, rest = abft.correct_flagged(c, rb, cb, v, exp)
-        assert v.flagged.sum() == len(fixed) + len(rest) == 2 - sum(
-            abs(r.after - r.before) < thr.max() for r in (r1, r2))
-        for I, J in rest:
-            blk = (slice(rb[I], rb[I + 1]), slice(cb[J], cb[J + 1]))
+        assert (
+            v.flagged.sum()
+            == len(fixed) + len(rest)
+            == 2 - sum(abs(r.after - r.before) < thr.max() for r in (r1, r2))
+        )
+        for bi, bj in rest:
+            blk = (slice(rb[bi], rb[bi + 1]), slice(cb[bj], cb[bj + 1]))
             c[blk] = 1.5 * a[blk[0]] @ b[:, blk[1]] + 0.5 * c0[blk]
         assert np.all(np.abs(c - ref) <= 2 * thr_rig.repeat(np.diff(rb), 0).repeat(np.diff(cb), 1))
         done += 1
@@ -229,7 +248,7 @@ def test_two_comparable_errors_in_one_block_fall_back_to_recomputation():
         before = c.copy()
         fixed, rest = abft.correct_flagged(c, rb, cb, v, exp)
         assert fixed == [] and rest == [(0, 0)]
-        np.testing.assert_array_equal(c, before)        # a failed O(1) attempt leaves the block untouched
+        np.testing.assert_array_equal(c, before)  # a failed O(1) attempt leaves the block untouched
         n_fallback += 1
     assert n_fallback == 10
 
@@ -244,7 +263,7 @@ def test_second_much_smaller_error_in_a_block_stays_within_the_weighted_bound():
         ref = c.copy()
         rb, cb, exp, thr = expected_sums(a, b, c0, 1.0, 0.0, 16, None)
         c[3, 4] *= 1.5
-        c[5, 1] *= 1 + 2.0 ** -20
+        c[5, 1] *= 1 + 2.0**-20
         v = abft.verify_blocks(c, rb, cb, exp, thr)
         fixed, rest = abft.correct_flagged(c, rb, cb, v, exp)
         if fixed:
@@ -271,14 +290,14 @@ def test_flip_to_nonfinite_is_located():
 def test_error_in_A_after_encoding_is_detected_in_its_row():
     rng = np.random.default_rng(8)
     a, b, c0 = make_case("normal", 64, 48, 100, rng)
-    rb, cb, exp, thr = expected_sums(a, b, c0, 1.0, 0.0, 16, "statistical")   # checksums of the good A
+    rb, cb, exp, thr = expected_sums(a, b, c0, 1.0, 0.0, 16, "statistical")  # checksums of the good A
     plan = InjectionPlan([BitFlip("A", rank=0, step=0, index=(20, 7), bits="mantissa_top20")], seed=1)
     plan.resolve(1, 1)
     bad = a.copy()
     plan.apply("A", 0, 0, bad)
     c, _ = panel_product(bad, b, c0, 1.0, 0.0, 200)
     v = abft.verify_blocks(c, rb, cb, exp, thr)
-    assert v.flagged[1].all() and v.flagged.sum() == v.flagged.shape[1]      # every block of block row 1
+    assert v.flagged[1].all() and v.flagged.sum() == v.flagged.shape[1]  # every block of block row 1
     fixed, rest = abft.correct_flagged(c, rb, cb, v, exp)
     # one wrong row element per block (row 20, all columns): not a single-element error
     assert fixed == [] and len(rest) == v.flagged.shape[1]
@@ -292,7 +311,7 @@ def test_choose_bs_rule():
     assert abft.choose_bs(7, 7, 10) == 1
     for k in (10, 1000, 100000):
         bs = abft.choose_bs(256, 256, k)
-        assert 2 * bs * bs * (k + 2 * bs) * abft.U <= 2.0 ** -24
+        assert 2 * bs * bs * (k + 2 * bs) * abft.U <= 2.0**-24
 
 
 def test_check_product_convenience():

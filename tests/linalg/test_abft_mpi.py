@@ -1,4 +1,4 @@
-"""ft_pdgemm / ft_pdsymm under mpirun on 1x1, 2x2 and 2x3 grids (programs in tests/programs/linalg_abft_run.py)."""
+"""ft_pdgemm / ft_pdsymm under mpirun on 1x1, 2x2 and 2x3 grids (programs: tests/programs/linalg_abft_*)."""
 
 from __future__ import annotations
 
@@ -19,15 +19,27 @@ def _summary(res) -> dict:
     res.check()
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("SUMMARY ")]
     assert len(lines) == 1, res.stdout
-    return json.loads(lines[0][len("SUMMARY "):])
+    return json.loads(lines[0][len("SUMMARY ") :])
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("grid", GRIDS, ids=lambda g: f"{g[0]}x{g[1]}")
 def test_no_false_positives_and_bit_identical_to_pdgemm(grid):
     nprow, npcol = grid
-    s = _summary(run_python(nprow * npcol, PROG, str(nprow), str(npcol), "fp", "--cases",
-                            str(FP_CASES[grid]), "--seed", str(7 + nprow * 10 + npcol), timeout=400))
+    s = _summary(
+        run_python(
+            nprow * npcol,
+            PROG,
+            str(nprow),
+            str(npcol),
+            "fp",
+            "--cases",
+            str(FP_CASES[grid]),
+            "--seed",
+            str(7 + nprow * 10 + npcol),
+            timeout=400,
+        )
+    )
     assert s["cases"] == FP_CASES[grid]
     assert s["products"] == 2 * FP_CASES[grid]
     assert s["flagged"] == 0 and s["detected"] == 0
@@ -40,8 +52,20 @@ def test_no_false_positives_and_bit_identical_to_pdgemm(grid):
 @pytest.mark.parametrize("grid", GRIDS, ids=lambda g: f"{g[0]}x{g[1]}")
 def test_injected_flips_are_detected_and_corrected(grid):
     nprow, npcol = grid
-    s = _summary(run_python(nprow * npcol, PROG, str(nprow), str(npcol), "inject", "--cases", "24",
-                            "--seed", str(nprow + npcol), timeout=400))
+    s = _summary(
+        run_python(
+            nprow * npcol,
+            PROG,
+            str(nprow),
+            str(npcol),
+            "inject",
+            "--cases",
+            "24",
+            "--seed",
+            str(nprow + npcol),
+            timeout=400,
+        )
+    )
     assert s["cases"] == 24
     # C flips: located in O(1) or recomputed; operand flips in transit recomputed; persistent ones raise
     assert s["located"] >= 12

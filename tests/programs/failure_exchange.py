@@ -41,6 +41,7 @@ p.add_argument("--wait-step", type=int, default=-1)
 p.add_argument("--slow-rank", type=int, default=-1)
 p.add_argument("--slow-step", type=int, default=-1)
 p.add_argument("--sleep", type=float, default=0.0)
+p.add_argument("--strict", action="store_true", help="use exchange_or_raise and report what it raises")
 p.add_argument("--dir", default=".")
 p.add_argument("--grid", default=None, help="PxQ shape of the state table (default 1xN)")
 a = p.parse_args()
@@ -68,6 +69,20 @@ try:
         peers = [q for q in range(size) if q != rank]
         sends = {q: np.full(3, 100.0 * step + rank) for q in peers}
         recvs = {q: np.full(3, -1.0) for q in peers}
+        if a.strict:
+            t_wait = time.monotonic()
+            try:
+                det.exchange_or_raise(sends, recvs, tag=step)
+            except Fenced:
+                raise
+            except ProcessFailure as exc:
+                print(
+                    f"RAISED rank={rank} {type(exc).__name__} failed_ranks={list(exc.failed_ranks)} "
+                    f"after={time.monotonic() - t_wait:.2f}s",
+                    flush=True,
+                )
+                break
+            continue
         missing = det.exchange(sends, recvs, tag=step)
         for q in peers:
             if q not in missing:

@@ -32,6 +32,8 @@ ap.add_argument("--steps", type=int, default=12)
 ap.add_argument("--plan", default="3@6")
 ap.add_argument("--group-size", type=int, default=4)
 ap.add_argument("--code", default="rs")
+ap.add_argument("--inline", type=int, default=1, help="0: L2/L3 post-processing in the background")
+ap.add_argument("--head", type=int, default=0, help="1: a dedicated head rank per node does it")
 args = ap.parse_args()
 
 world = MPI.COMM_WORLD
@@ -39,6 +41,7 @@ root = Path(args.root)
 
 
 def band_length(rank: int) -> int:
+    # The band length depends on the application rank (heads excluded), so runs with and without heads match.
     return 600 + 97 * rank
 
 
@@ -69,20 +72,9 @@ if args.phase == "ref":
     sys.exit(0)
 
 config = ftkit.Config(ckpt_dir=root / "local", glbl_dir=root / "global", meta_dir=root / "meta",
-                      group_size=args.group_size, l3_code=args.code, failure_timeout=120.0)
+                      group_size=args.group_size, l3_code=args.code, failure_timeout=120.0,
+                      inline_l2=args.inline, inline_l3=args.inline, head=args.head)
 ckpt = ftkit.Checkpointer(config, comm=world)
-# TEMPORARY until the registration lands in the core modules.
-from ftkit.checkpoint import recovery as _rec  # noqa: E402
-from ftkit.checkpoint import redundancy as _red
-from ftkit.storage.encoded import EncodedLevel  # noqa: E402
-from ftkit.storage.levels import LEVEL_CLASSES  # noqa: E402
-from ftkit.storage.partner import PartnerLevel  # noqa: E402
-
-LEVEL_CLASSES.setdefault(2, PartnerLevel)
-LEVEL_CLASSES.setdefault(3, EncodedLevel)
-_red.register()
-if not any(s.level in (2, 3) for s in ckpt.recovery_steps):
-    ckpt.recovery_steps = [_rec.LocalStep(), _red.PartnerStep(), _red.EncodedStep(), _rec.PFSStep()]
 comm = ckpt.comm
 u = np.zeros(band_length(comm.rank) + 2)
 it = np.zeros(1, np.int64)

@@ -33,8 +33,13 @@ a, b, c0 = rng.standard_normal((n, n)), rng.standard_normal((n, n)), rng.standar
 A, B = d(a), d(b)
 
 # illegal arguments: every rank raises the same PBLASArgumentError with the position
-for kwargs, pos in (({"bs": 0}, 20), ({"tol": "loose"}, 21), ({"tol": -1.0}, 21), ({"mode": "fix"}, 22),
-                    ({"inject": "C"}, 23)):
+for kwargs, pos in (
+    ({"bs": 0}, 20),
+    ({"tol": "loose"}, 21),
+    ({"tol": -1.0}, 21),
+    ({"mode": "fix"}, 22),
+    ({"inject": "C"}, 23),
+):
     try:
         ft_pdgemm("N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.0, d(c0), 0, 0, **kwargs)
     except PBLASArgumentError as err:
@@ -63,8 +68,25 @@ C = d(c0)
 for _ in range(9):
     pol.pdgemm("N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.5, C, 0, 0)
 C = d(c0)
-rep = pol.pdgemm("N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.5, C, 0, 0,
-                 inject=InjectionPlan([BitFlip("C", rank=0, step=-1, bit=55)], seed=1))
+rep = pol.pdgemm(
+    "N",
+    "N",
+    n,
+    n,
+    n,
+    1.0,
+    A,
+    0,
+    0,
+    B,
+    0,
+    0,
+    0.5,
+    C,
+    0,
+    0,
+    inject=InjectionPlan([BitFlip("C", rank=0, step=-1, bit=55)], seed=1),
+)
 assert rep is not None and rep.detected == 1 and rep.corrected == 1, rep
 assert np.allclose(C.local, Cref.local, rtol=1e-12, atol=1e-12)
 ok("policy")
@@ -72,8 +94,25 @@ ok("policy")
 # detect-mode policy leaves C as computed
 pold = ABFTPolicy(check_every=1, mode="detect")
 C = d(c0)
-rep = pold.pdgemm("N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.5, C, 0, 0,
-                  inject=InjectionPlan([BitFlip("C", rank=0, step=-1, index=(1, 2), bit=60)], seed=1))
+rep = pold.pdgemm(
+    "N",
+    "N",
+    n,
+    n,
+    n,
+    1.0,
+    A,
+    0,
+    0,
+    B,
+    0,
+    0,
+    0.5,
+    C,
+    0,
+    0,
+    inject=InjectionPlan([BitFlip("C", rank=0, step=-1, index=(1, 2), bit=60)], seed=1),
+)
 assert rep is not None and rep.detected == 1 and rep.corrected == 0 and rep.events[0].action == "detected"
 diff = comm.allreduce(int(np.sum(C.local != Cref.local)), op=MPI.SUM)
 assert diff == 1

@@ -45,10 +45,23 @@ args = p.parse_args()
 
 comm = MPI.COMM_WORLD
 grid = ProcessGrid(comm, args.nprow, args.npcol)
-rng = np.random.default_rng(args.seed)    # identical on every rank: all draw the same cases
-stats = {"cases": 0, "products": 0, "blocks": 0, "flagged": 0, "max_ratio_rig": 0.0, "max_ratio_stat": 0.0,
-         "detected": 0, "located": 0, "recomputed": 0, "undetected_below_bound": 0, "abft_errors": 0,
-         "detect_mode": 0, "symm": 0, "rounding": 0}
+rng = np.random.default_rng(args.seed)  # identical on every rank: all draw the same cases
+stats = {
+    "cases": 0,
+    "products": 0,
+    "blocks": 0,
+    "flagged": 0,
+    "max_ratio_rig": 0.0,
+    "max_ratio_stat": 0.0,
+    "detected": 0,
+    "located": 0,
+    "recomputed": 0,
+    "undetected_below_bound": 0,
+    "abft_errors": 0,
+    "detect_mode": 0,
+    "symm": 0,
+    "rounding": 0,
+}
 
 
 def dist(x: np.ndarray, mb: int, nb: int) -> DistributedMatrix:
@@ -61,7 +74,9 @@ def gather(X: DistributedMatrix) -> np.ndarray:
     return out
 
 
-def rig_bound(a: np.ndarray, b: np.ndarray, c0: np.ndarray, alpha: float, beta: float, k: int, bs: int) -> float:
+def rig_bound(
+    a: np.ndarray, b: np.ndarray, c0: np.ndarray, alpha: float, beta: float, k: int, bs: int
+) -> float:
     """An upper bound of every block's rigorous threshold (bs x bs blocks of |alpha||A||B| + |beta||C0|)."""
     mel = abs(alpha) * (np.abs(a) @ np.abs(b)) + abs(beta) * np.abs(c0)
     f = float(abft.thresholds(np.ones((1, 1)), k, np.array([bs]), np.array([bs]))[0, 0])
@@ -90,7 +105,7 @@ def operands(mb, nb, m, n, k, ta, tb, ic, jc, a, b, c0):
     B = np.full((bg.shape[0] + 2, bg.shape[1] + 1), np.nan)
     B[2:, 1:] = bg
     Cg = rng.standard_normal((m + ic + 1, n + jc + 2))
-    Cg[ic:ic + m, jc:jc + n] = c0
+    Cg[ic : ic + m, jc : jc + n] = c0
     return dist(A, mb, nb), dist(B, nb, mb), Cg
 
 
@@ -107,15 +122,35 @@ def run_fp() -> None:
             rep = ft_pdgemm(ta, tb, m, n, k, alpha, A, 1, 2, B, 2, 1, beta, C, ic, jc, bs=bs, tol=tol)
             assert rep.detected == 0 and rep.rounding_alarms == 0 and not rep.events, (fam, tol, rep)
             got = gather(C)
-            assert np.array_equal(got, ref, equal_nan=True), (fam, tol, np.nanmax(np.abs(got - ref)))
+            assert np.array_equal(got, ref, equal_nan=True), (
+                fam,
+                tol,
+                np.nanmax(np.abs(got - ref)),
+                mb,
+                nb,
+                m,
+                n,
+                k,
+                ta,
+                tb,
+                ic,
+                jc,
+                alpha,
+                beta,
+                bs,
+            )
             key = "max_ratio_rig" if tol is None else "max_ratio_stat"
             stats[key] = max(stats[key], rep.max_ratio)
             stats["products"] += 1
             stats["blocks"] += rep.blocks_checked
         # numpy cross-check of the product itself (loose: it checks we multiply the right things)
         want = alpha * a @ b + beta * c0
-        assert np.allclose(ref[ic:ic + m, jc:jc + n], want, rtol=1e-9,
-                           atol=1e-9 * float(np.abs(a).max() * np.abs(b).max() * k + np.abs(c0).max()))
+        assert np.allclose(
+            ref[ic : ic + m, jc : jc + n],
+            want,
+            rtol=1e-9,
+            atol=1e-9 * float(np.abs(a).max() * np.abs(b).max() * k + np.abs(c0).max()),
+        )
         stats["cases"] += 1
     # symmetric: ft_pdsymm equals pdsymm bit for bit, nothing flagged
     for _ in range(max(2, args.cases // 5)):
@@ -133,7 +168,12 @@ def run_fp() -> None:
                 C = dist(c0, 8, 8)
                 rep = ft_pdsymm(side, uplo, m, n, 1.5, A, 0, 0, B, 0, 0, 0.5, C, 0, 0, tol=tol)
                 assert rep.detected == 0 and not rep.events, rep
-                assert np.array_equal(gather(C), gather(Cref)), (side, m, n, np.max(np.abs(gather(C) - gather(Cref))))
+                assert np.array_equal(gather(C), gather(Cref)), (
+                    side,
+                    m,
+                    n,
+                    np.max(np.abs(gather(C) - gather(Cref))),
+                )
                 stats["symm"] += 1
 
 
@@ -153,13 +193,34 @@ def run_inject() -> None:
         if kind in (0, 1, 2):
             # one or two high-bit flips in C between panels, on a chosen or random rank
             nfl = 1 if kind < 2 else 2
-            flips = [BitFlip("C", rank=(case % grid.size) if kind == 0 else None, bits="high")
-                     for _ in range(nfl)]
+            flips = [
+                BitFlip("C", rank=(case % grid.size) if kind == 0 else None, bits="high") for _ in range(nfl)
+            ]
             plan = InjectionPlan(flips, seed=1000 * args.seed + case)
             C = dist(c0, mb, nb)
             tol = None if case % 2 else "statistical"
-            rep = ft_pdgemm("N", "N", m, n, k, alpha, A, 0, 0, B, 0, 0, beta, C, 0, 0, bs=8, tol=tol, width=16,
-                            inject=plan)
+            rep = ft_pdgemm(
+                "N",
+                "N",
+                m,
+                n,
+                k,
+                alpha,
+                A,
+                0,
+                0,
+                B,
+                0,
+                0,
+                beta,
+                C,
+                0,
+                0,
+                bs=8,
+                tol=tol,
+                width=16,
+                inject=plan,
+            )
             recs = [r for rs in comm.allgather(plan.records) for r in rs]
             assert len(recs) == nfl, recs
             got = gather(C)
@@ -185,19 +246,38 @@ def run_inject() -> None:
             # owners' clean data; persistent (the operand itself) -> detected, recomputation cannot fix it
             a, b, c0 = make_case("normal", m, n, k, rng)
             Cref = dist(c0, mb, nb)
-            pdgemm("N", "N", m, n, k, alpha, dist(a, mb, nb), 0, 0, dist(b, mb, nb), 0, 0, beta, Cref, 0, 0,
-                   width=16)
+            pdgemm(
+                "N",
+                "N",
+                m,
+                n,
+                k,
+                alpha,
+                dist(a, mb, nb),
+                0,
+                0,
+                dist(b, mb, nb),
+                0,
+                0,
+                beta,
+                Cref,
+                0,
+                0,
+                width=16,
+            )
             ref = gather(Cref)
             bound = rig_bound(a, b, c0, alpha, beta, k, 8)
             target = "A" if case % 12 < 6 else "B"
             for persistent in (False, True):
                 A, B = dist(a, mb, nb), dist(b, mb, nb)
-                plan = InjectionPlan([BitFlip(target, rank=case % grid.size, bit=51, persistent=persistent,
-                                              step=0)], seed=case)
+                plan = InjectionPlan(
+                    [BitFlip(target, rank=case % grid.size, bit=51, persistent=persistent, step=0)], seed=case
+                )
                 C = dist(c0, mb, nb)
                 try:
-                    rep = ft_pdgemm("N", "N", m, n, k, alpha, A, 0, 0, B, 0, 0, beta, C, 0, 0, bs=8,
-                                    width=16, inject=plan)
+                    rep = ft_pdgemm(
+                        "N", "N", m, n, k, alpha, A, 0, 0, B, 0, 0, beta, C, 0, 0, bs=8, width=16, inject=plan
+                    )
                     recs = [r for rs in comm.allgather(plan.records) for r in rs]
                     assert len(recs) == 1 and not persistent, (rep, recs)
                     assert rep.detected >= 1 and rep.corrected == rep.detected, (rep, recs)
@@ -211,11 +291,30 @@ def run_inject() -> None:
                     assert err.report.detected >= 1 and err.report.uncorrected >= 1  # type: ignore[attr-defined]
         elif kind == 4:
             # mode="detect": report, leave C exactly as computed (the flipped value stays)
-            plan = InjectionPlan([BitFlip("C", rank=case % grid.size, bits="exponent", step=None)],
-                                 seed=case)
+            plan = InjectionPlan([BitFlip("C", rank=case % grid.size, bits="exponent", step=None)], seed=case)
             C = dist(c0, mb, nb)
-            rep = ft_pdgemm("N", "N", m, n, k, alpha, A, 0, 0, B, 0, 0, beta, C, 0, 0, bs=8, width=16,
-                            mode="detect", inject=plan)
+            rep = ft_pdgemm(
+                "N",
+                "N",
+                m,
+                n,
+                k,
+                alpha,
+                A,
+                0,
+                0,
+                B,
+                0,
+                0,
+                beta,
+                C,
+                0,
+                0,
+                bs=8,
+                width=16,
+                mode="detect",
+                inject=plan,
+            )
             recs = [r for rs in comm.allgather(plan.records) for r in rs]
             got = gather(C)
             diff = np.argwhere(~((got == ref) | (np.isnan(got) & np.isnan(ref))))

@@ -136,6 +136,28 @@ def symm_case(rng, grid):
     return check(desc, got, ref, sub, denom, na)
 
 
+def lookahead_case(rng, grid):
+    """The SUMMA engine with several exchanges in flight (buffer ring deeper than 2)."""
+    from ftkit.linalg._operands import aligned_operands
+    from ftkit.linalg._summa import run_summa
+
+    m, n, k = rand_dim(rng) + 5, rand_dim(rng) + 5, rand_dim(rng) + 20
+    lay = rand_layout(rng, grid)
+    ga, gb = rng.uniform(-1, 1, (m, k)), rng.uniform(-1, 1, (k, n))
+    A = linalg.DistributedMatrix.from_global(grid, ga, **lay)
+    B = linalg.DistributedMatrix.from_global(grid, gb, **rand_layout(rng, grid))
+    C = linalg.DistributedMatrix.zeros(grid, m, n, mb=lay["mb"], nb=int(rng.integers(1, 6)), rsrc=lay["rsrc"])
+    ops = aligned_operands("N", "N", m, n, k, A, 0, 0, B, 0, 0, C, 0, 0)
+    depth, width = int(rng.integers(2, 6)), int(rng.integers(1, 4))
+    run_summa(grid, ops.a, ops.b, ops.c, ops.ka, ops.kb, 1.0, width=width, lookahead=depth)
+    got = C.to_global(root=0)
+    if got is None:
+        return []
+    everything = (slice(None), slice(None))
+    return check(f"lookahead={depth} width={width} m={m} n={n} k={k}", got, ga @ gb, everything,
+                 np.abs(ga) @ np.abs(gb), k)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("nprow", type=int)
@@ -154,6 +176,8 @@ def main() -> int:
         failures += gemm_case(rng, grid, "cannon")
     for _ in range(args.symm):
         failures += symm_case(rng, grid)
+    for _ in range(10):
+        failures += lookahead_case(rng, grid)
     if grid.rank == 0:
         for f in failures:
             print("FAIL", f)

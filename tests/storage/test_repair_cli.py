@@ -25,7 +25,8 @@ def ftkit_cmd(*args: str) -> subprocess.CompletedProcess[str]:
 def run_dir(tmp_path_factory) -> Path:
     """A run of 8 ranks on 4 emulated nodes with an L2 checkpoint (id 1) and an L3 one (id 2)."""
     root = tmp_path_factory.mktemp("repair")
-    res = run_python(8, PROGRAM, str(root), "ckpt", "--plan", "2@3,3@6", node_size=2, timeout=240)
+    res = run_python(8, PROGRAM, str(root), "ckpt", "--plan", "2@3,3@6", node_size=2, timeout=240,
+                     env={"OMPI_MCA_mpi_ft_detector_timeout": "90", "OMPI_MCA_mpi_ft_detector_period": "5"})
     assert "CHECKPOINTED" in res.stdout, res.stdout + res.stderr
     return root
 

@@ -241,3 +241,8 @@ def remove_checkpoints(ctx: PipelineContext, entries: Sequence[CheckpointEntry])
                 ctx.level(lv, e.nodes).remove(e.id, ctx.rank)
             except OSError:
                 pass  # best effort: an unremovable old file must not fail a good checkpoint
+
+
+from . import redundancy as _redundancy  # noqa: E402  (registers the L2/L3 post steps; imports this module)
+
+_redundancy.register()

@@ -115,8 +115,10 @@ class PFSStep(LevelFileStep):
 
 
 def default_steps() -> list[RecoveryStep]:
-    """The recovery chain, cheapest level first (the node-loss work inserts L2/L3 steps before L4)."""
-    return [LocalStep(), PFSStep()]
+    """The recovery chain, cheapest level first: L1, L2 partner copy, L3 group decode, L4."""
+    from .redundancy import EncodedStep, PartnerStep
+
+    return [LocalStep(), PartnerStep(), EncodedStep(), PFSStep()]
 
 
 def check_targets(header: Header, targets: Mapping[str, np.ndarray]) -> str | None:

@@ -45,7 +45,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import ProcessFailure
+from ..errors import ProcessFailure, TimeoutFailure
 
 __all__ = [
     "DEFAULT_FACTOR",
@@ -284,6 +284,38 @@ class FailureDetector:
             If this process learns that it was declared dead.
         """
         return self.finish_exchange(self.start_exchange(sends, recvs, tag), timeout)
+
+    def exchange_or_raise(
+        self,
+        sends: Mapping[int, np.ndarray],
+        recvs: Mapping[int, np.ndarray],
+        tag: int,
+        timeout: float | None = None,
+    ) -> None:
+        """As :meth:`exchange`, for callers that cannot go on without every buffer: raise if one is missing.
+
+        Raises
+        ------
+        TimeoutFailure
+            If a peer missed the deadline (it may still be alive; it has been declared dead and fenced off).
+        ProcessFailure
+            If a peer was reported failed (by MPI or by another rank), or was already believed dead.
+        Fenced
+            If this process learns that it was declared dead.
+        """
+        missing = self.exchange(sends, recvs, tag, timeout)
+        if not missing:
+            return
+        late = sorted(r for r in missing if self.reasons.get(r, "").startswith("timed out"))
+        limit = self.timeout if timeout is None else timeout
+        if late:
+            raise TimeoutFailure(
+                f"ranks {late} did not answer within {limit:g} s and were declared dead; raise the timeout "
+                f"if they are only slow",
+                sorted(missing),
+            )
+        why = "; ".join(sorted({self.reasons.get(r, "?") for r in missing}))
+        raise ProcessFailure(f"ranks {sorted(missing)} failed ({why})", sorted(missing))
 
     def start_exchange(
         self, sends: Mapping[int, np.ndarray], recvs: Mapping[int, np.ndarray], tag: int

@@ -1,7 +1,8 @@
 """Numba kernels for the ABFT encoding: one pass over a SUMMA piece that copies it into the panel buffer and
 accumulates its plain, index-weighted and absolute segment sums (GIL released).
 
-The encoding is memory-bound: numpy needs several passes (``abs``, squares, sums, the copy into the panel), this needs one, which is what keeps ft_pdgemm's overhead at a few percent. Sums within a segment
+The encoding is memory-bound: numpy needs several passes (``abs``, squares, sums, the copy into the panel),
+this needs one, which is what keeps ft_pdgemm's overhead at a few percent. Sums within a segment
 are sequential (at most ``len`` roundings), as :mod:`ftkit.linalg.abft`'s bounds assume.
 """
 
@@ -18,31 +19,32 @@ _FM = {"reassoc", "contract"}
 
 
 @njit(cache=True, nogil=True, fastmath=_FM)
-def encode_rows_into(a: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray,
-                     copy: bool) -> None:  # pragma: no cover - compiled
+def encode_rows_into(
+    a: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray, copy: bool
+) -> None:  # pragma: no cover - compiled
     """Checksum rows of ``a`` (ra x kp) into ``ext[base:base+4nr]`` (``base = ra`` with ``copy``, else 0):
     plain, weighted, absolute and squared sums of each segment; with ``copy`` also ``ext[:ra] = a``."""
     ra, kp = a.shape
     nr = bounds.shape[0] - 1
     base = ra if copy else 0
-    for l in range(kp):
+    for kk in range(kp):
         for s in range(nr):
             e = 0.0
             ws = 0.0
             ab = 0.0
             sq = 0.0
             for i in range(bounds[s], bounds[s + 1]):
-                x = a[i, l]
+                x = a[i, kk]
                 if copy:
-                    ext[i, l] = x
+                    ext[i, kk] = x
                 e += x
                 ws += w[i] * x
                 ab += abs(x)
                 sq += x * x
-            ext[base + s, l] = e
-            ext[base + nr + s, l] = ws
-            ext[base + 2 * nr + s, l] = ab
-            ext[base + 3 * nr + s, l] = sq
+            ext[base + s, kk] = e
+            ext[base + nr + s, kk] = ws
+            ext[base + 2 * nr + s, kk] = ab
+            ext[base + 3 * nr + s, kk] = sq
 
 
 @njit(cache=True, nogil=True, fastmath=_FM)
@@ -51,23 +53,24 @@ def col_sums(b: np.ndarray, bounds: np.ndarray, w: np.ndarray, out: np.ndarray) 
     kp, cb = b.shape
     nc = bounds.shape[0] - 1
     for s in range(nc):
-        for l in range(kp):
-            out[l, s] = 0.0
-            out[l, nc + s] = 0.0
-            out[l, 2 * nc + s] = 0.0
-            out[l, 3 * nc + s] = 0.0
+        for kk in range(kp):
+            out[kk, s] = 0.0
+            out[kk, nc + s] = 0.0
+            out[kk, 2 * nc + s] = 0.0
+            out[kk, 3 * nc + s] = 0.0
         for j in range(bounds[s], bounds[s + 1]):
             wj = w[j]
-            for l in range(kp):
-                x = b[l, j]
-                out[l, s] += x
-                out[l, nc + s] += wj * x
-                out[l, 2 * nc + s] += abs(x)
-                out[l, 3 * nc + s] += x * x
+            for kk in range(kp):
+                x = b[kk, j]
+                out[kk, s] += x
+                out[kk, nc + s] += wj * x
+                out[kk, 2 * nc + s] += abs(x)
+                out[kk, 3 * nc + s] += x * x
 
 
 def encode_cols_into(b: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray, copy: bool) -> None:
-    """Checksum columns of ``b`` (kp x cb) into ``ext[:, base:base+4nc]`` (``base = cb`` with ``copy``, else 0);
+    """Checksum columns of ``b`` (kp x cb) into ``ext[:, base:base+4nc]`` (``base = cb`` with ``copy``,
+    else 0);
     with ``copy`` also ``ext[:, :cb] = b``."""
     cb = b.shape[1]
     nc = bounds.shape[0] - 1
@@ -76,12 +79,13 @@ def encode_cols_into(b: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.n
     base = cb if copy else 0
     if copy:
         ext[:, :cb] = b
-    ext[:, base:base + 4 * nc] = out
+    ext[:, base : base + 4 * nc] = out
 
 
 @njit(cache=True, nogil=True, fastmath=_FM)
-def block_sums_into(c: np.ndarray, rb: np.ndarray, cb: np.ndarray, wr: np.ndarray, wc: np.ndarray,
-                    out: np.ndarray) -> None:  # pragma: no cover - compiled
+def block_sums_into(
+    c: np.ndarray, rb: np.ndarray, cb: np.ndarray, wr: np.ndarray, wc: np.ndarray, out: np.ndarray
+) -> None:  # pragma: no cover - compiled
     """Plain, row-, column- and doubly-weighted sums and the sum of squares of every block of ``c`` into
     ``out`` (5, nr, nc).
 
@@ -89,26 +93,26 @@ def block_sums_into(c: np.ndarray, rb: np.ndarray, cb: np.ndarray, wr: np.ndarra
     """
     nr = rb.shape[0] - 1
     nc = cb.shape[0] - 1
-    for J in range(nc):
-        for I in range(nr):
-            out[0, I, J] = 0.0
-            out[1, I, J] = 0.0
-            out[2, I, J] = 0.0
-            out[3, I, J] = 0.0
-            out[4, I, J] = 0.0
-        for j in range(cb[J], cb[J + 1]):
+    for bj in range(nc):
+        for bi in range(nr):
+            out[0, bi, bj] = 0.0
+            out[1, bi, bj] = 0.0
+            out[2, bi, bj] = 0.0
+            out[3, bi, bj] = 0.0
+            out[4, bi, bj] = 0.0
+        for j in range(cb[bj], cb[bj + 1]):
             wj = wc[j]
-            for I in range(nr):
+            for bi in range(nr):
                 e = 0.0
                 ws = 0.0
                 sq = 0.0
-                for i in range(rb[I], rb[I + 1]):
+                for i in range(rb[bi], rb[bi + 1]):
                     x = c[i, j]
                     e += x
                     ws += wr[i] * x
                     sq += x * x
-                out[4, I, J] += sq
-                out[0, I, J] += e
-                out[1, I, J] += ws
-                out[2, I, J] += wj * e
-                out[3, I, J] += wj * ws
+                out[4, bi, bj] += sq
+                out[0, bi, bj] += e
+                out[1, bi, bj] += ws
+                out[2, bi, bj] += wj * e
+                out[3, bi, bj] += wj * ws

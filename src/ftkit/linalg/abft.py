@@ -3,8 +3,8 @@
 The contract (what every function here assumes and guarantees)
 ---------------------------------------------------------------
 C's rows are cut into *row segments* and its columns into *column segments* (at most ``bs`` long, never
-straddling a distribution block, so each segment lives on one process). Row segment ``I`` and column segment
-``J`` make the C block ``C_IJ``. For each row segment of op(A) four checksum rows are kept, for each column
+straddling a distribution block, so each segment lives on one process). Row segment ``bi`` and column segment
+``bj`` make the C block ``C_IJ``. For each row segment of op(A) four checksum rows are kept, for each column
 segment of op(B) four checksum columns (:data:`NCHK`):
 
 - ``e^T A_I``     plain column sums          ``B_J e``     plain row sums
@@ -20,7 +20,8 @@ Their products give, per block, the expected plain sum ``e^T C_IJ e``, the row-w
 Thresholds (per block, on the plain sum; the weighted sums get ``len`` times more)
 ---------------------------------------------------------------------------------
 - ``rigorous``: an a-priori bound that holds for *any* summation order, with or without FMA, blocked or not,
-  including underflow: ``(gamma_{k+4} + gamma_{r+c}(1+gamma_{k+4}) + gamma_{k+r+c+2}) * M / (1 - gamma_{k+r+c+2})
+  including underflow:
+  ``(gamma_{k+4} + gamma_{r+c}(1+gamma_{k+4}) + gamma_{k+r+c+2}) * M / (1 - gamma_{k+r+c+2})
   + underflow term``, where ``gamma_n = n u / (1 - n u)``, ``u = 2**-53``, ``k`` the inner dimension and
   ``r, c`` the block's sides. The three terms are the error of the computed C, of summing the block, and of
   the checksum product. A correct computation is never flagged, at any scale.
@@ -50,7 +51,7 @@ Block size rule (:func:`choose_bs`)
 -----------------------------------
 The smallest detectable error grows like ``2 bs^2 (k + 2 bs) u`` times the typical ``|A||B|`` element (the
 rigorous threshold of a block of ``bs^2`` elements), the overhead like ``3/bs`` (panel data) + ``4/bs^2``
-(checksum GEMM) of the multiply plus a fixed part (absolute values, block sums) that does not depend on ``bs``.
+(checksum GEMM) of the multiply plus a fixed part (absolute values, block sums) independent of ``bs``.
 Measured on one process (n = 1024, panels of 512; ``/tmp``-style script in ``benchmarks/bench_abft.py
 --bs-sweep``): checksum work 103 %, 74 %, 56 %, 43 %, 38 % of a (small, fast) GEMM for bs = 16 ... 256,
 while the detection limit grows 4x per doubling. ``bs`` is therefore the largest power of two <= 256 that
@@ -95,14 +96,15 @@ __all__ = [
 ]
 
 #: Unit roundoff of float64.
-U = 2.0 ** -53
+U = 2.0**-53
 #: Smallest positive subnormal float64 (absolute error floor of a product that underflows).
-ETA = 2.0 ** -1074
+ETA = 2.0**-1074
 #: Checksum rows (columns) per row (column) segment: plain, index-weighted, absolute, squares.
 NCHK = 4
-#: Safety factor of the statistical threshold ``lambda * u * sqrt(V)``. Measured (1500 random products of every
-#: adversarial family, bs 1..64, k up to 1500): the largest ``|residual| / (u sqrt(V))`` is 1.1-1.8 for uniform,
-#: normal, tiny, huge, cancelling and mixed-scale data, 2.3 for Hilbert-like data; 8 leaves a 3.4x margin while
+#: Safety factor of the statistical threshold ``lambda * u * sqrt(V)``. Measured (1500 random products of
+#: every adversarial family, bs 1..64, k up to 1500): the largest ``|residual| / (u sqrt(V))`` is 1.1-1.8 for
+#: uniform, normal, tiny, huge, cancelling and mixed-scale data, 2.3 for Hilbert-like data; 8 leaves a 3.4x
+#: margin while
 #: the threshold stays within ~5-10x of the observed residuals (the tightness bench_abft.py reports).
 STAT_LAMBDA = 8.0
 
@@ -180,7 +182,7 @@ def _seg_sum(x: np.ndarray, bounds: np.ndarray, axis: int) -> np.ndarray:
 
 # ------------------------------------------------------------------ encoding
 def encode_rows(a: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """Return the ``(4 nseg, k)`` checksum rows of ``a`` (plain, weighted, absolute, squared sums per segment).
+    """Return the ``(4 nseg, k)`` checksum rows of ``a`` (plain, weighted, absolute, squared segment sums).
 
     Parameters
     ----------
@@ -217,8 +219,8 @@ class ChecksumProduct:
         self.ew = np.zeros((nr, nc))
         self.ww = np.zeros((nr, nc))
         self.mabs = np.zeros((nr, nc))
-        self.t2 = np.zeros((nr, nc))    # sum over k of (plain checksum products)^2
-        self.p2 = np.zeros((nr, nc))    # sum over k of (A squares sums) (B squares sums)
+        self.t2 = np.zeros((nr, nc))  # sum over k of (plain checksum products)^2
+        self.p2 = np.zeros((nr, nc))  # sum over k of (A squares sums) (B squares sums)
         self.k = 0
 
     def add(self, achk: np.ndarray, bchk: np.ndarray) -> None:
@@ -228,18 +230,19 @@ class ChecksumProduct:
             self.k += achk.shape[1]
             return
         # plain and weighted A rows against plain and weighted B columns: [[ee, ew], [we, ww]]
-        p = achk[:2 * nr] @ bchk[:, :2 * nc]
+        p = achk[: 2 * nr] @ bchk[:, : 2 * nc]
         self.ee += p[:nr, :nc]
         self.ew += p[:nr, nc:]
         self.we += p[nr:, :nc]
         self.ww += p[nr:, nc:]
-        self.mabs += achk[2 * nr:3 * nr] @ bchk[:, 2 * nc:3 * nc]
+        self.mabs += achk[2 * nr : 3 * nr] @ bchk[:, 2 * nc : 3 * nc]
         self.t2 += np.square(achk[:nr]) @ np.square(bchk[:, :nc])
-        self.p2 += achk[3 * nr:] @ bchk[:, 3 * nc:]
+        self.p2 += achk[3 * nr :] @ bchk[:, 3 * nc :]
         self.k += achk.shape[1]
 
-    def predict(self, alpha: float, beta: float, c0_sums: tuple[Sequence[np.ndarray], np.ndarray] | None = None
-                ) -> Prediction:
+    def predict(
+        self, alpha: float, beta: float, c0_sums: tuple[Sequence[np.ndarray], np.ndarray] | None = None
+    ) -> Prediction:
         """Return the expected block sums and magnitudes of ``alpha * op(A) @ op(B) + beta * C0``.
 
         ``c0_sums`` (from :func:`summarize_c0`, taken before the update) is needed when ``beta != 0``.
@@ -276,23 +279,43 @@ class Prediction:
     p2: np.ndarray
     k: int
 
-    def thresholds(self, rb: np.ndarray, cb: np.ndarray, tol: float | str | None, alpha: float, beta: float,
-                   csq: np.ndarray | None = None) -> np.ndarray:
+    def thresholds(
+        self,
+        rb: np.ndarray,
+        cb: np.ndarray,
+        tol: float | str | None,
+        alpha: float,
+        beta: float,
+        csq: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Per-block thresholds (:func:`thresholds`); ``csq`` = block sums of squares of the computed C."""
-        return thresholds(self.mabs, self.k, np.diff(rb), np.diff(cb), tol=tol, alpha=alpha, beta=beta,
-                          s=self.expected[0], t2=self.t2, p2=self.p2, csq=csq)
+        return thresholds(
+            self.mabs,
+            self.k,
+            np.diff(rb),
+            np.diff(cb),
+            tol=tol,
+            alpha=alpha,
+            beta=beta,
+            s=self.expected[0],
+            t2=self.t2,
+            p2=self.p2,
+            csq=csq,
+        )
 
 
 # ------------------------------------------------------------------ block sums of C
-def block_sums(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                     np.ndarray]:
+def block_sums(
+    c: np.ndarray, rb: np.ndarray, cb: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Return the plain, row-, column- and doubly-weighted sums of every block of ``c`` (each ``(nr, nc)``).
 
     Summed in two stages (down each row segment of a column, then across the column segment) in one pass
     over ``c``, so each sum has at most ``r + c`` roundings, which the bounds assume. Non-finite elements
     stay in their own block.
     """
-    return block_sums_sq(c, rb, cb)[:4]
+    ee, we, ew, ww, _ = block_sums_sq(c, rb, cb)
+    return ee, we, ew, ww
 
 
 def block_sums_sq(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -300,8 +323,14 @@ def block_sums_sq(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> tuple[np.nda
     nr, nc = len(rb) - 1, len(cb) - 1
     out = np.zeros((5, nr, nc))
     if nr and nc:
-        block_sums_into(c, np.asarray(rb, dtype=np.int64), np.asarray(cb, dtype=np.int64), segment_weights(rb),
-                        segment_weights(cb), out)
+        block_sums_into(
+            c,
+            np.asarray(rb, dtype=np.int64),
+            np.asarray(cb, dtype=np.int64),
+            segment_weights(rb),
+            segment_weights(cb),
+            out,
+        )
     return out[0], out[1], out[2], out[3], out[4]
 
 
@@ -311,9 +340,20 @@ def abs_block_sums(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ thresholds
-def thresholds(mabs: np.ndarray, k: int, rlen: np.ndarray, clen: np.ndarray, *, tol: float | str | None = None,
-               alpha: float = 1.0, beta: float = 0.0, s: np.ndarray | None = None, t2: np.ndarray | None = None,
-               p2: np.ndarray | None = None, csq: np.ndarray | None = None) -> np.ndarray:
+def thresholds(
+    mabs: np.ndarray,
+    k: int,
+    rlen: np.ndarray,
+    clen: np.ndarray,
+    *,
+    tol: float | str | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    s: np.ndarray | None = None,
+    t2: np.ndarray | None = None,
+    p2: np.ndarray | None = None,
+    csq: np.ndarray | None = None,
+) -> np.ndarray:
     """Return the per-block threshold on ``|actual plain sum - expected plain sum|``.
 
     Parameters
@@ -352,7 +392,9 @@ def thresholds(mabs: np.ndarray, k: int, rlen: np.ndarray, clen: np.ndarray, *, 
         return factor * mabs * (1.0 + 8 * U) + under
     if isinstance(tol, str):
         if tol != "statistical":
-            raise ValueError(f"tol={tol!r}: use None (rigorous), 'statistical' or a relative tolerance number")
+            raise ValueError(
+                f"tol={tol!r}: use None (rigorous), 'statistical' or a relative tolerance number"
+            )
         rig = thresholds(mabs, k, rlen, clen, alpha=alpha, beta=beta)
         coarse = STAT_LAMBDA * U * np.sqrt(k + r + c + 4.0) * mabs + under
         if s is None or t2 is None or p2 is None or csq is None:
@@ -365,7 +407,9 @@ def thresholds(mabs: np.ndarray, k: int, rlen: np.ndarray, clen: np.ndarray, *, 
         return np.minimum(fine, rig)
     t = float(tol)
     if not (math.isfinite(t) and t >= 0.0):
-        raise ValueError(f"tol={tol!r}: a numeric tolerance must be finite and >= 0 (relative to |A||B| sums)")
+        raise ValueError(
+            f"tol={tol!r}: a numeric tolerance must be finite and >= 0 (relative to |A||B| sums)"
+        )
     return t * mabs + under
 
 
@@ -400,13 +444,20 @@ class Verification:
 
 
 def _exceeds(res: np.ndarray, thr: np.ndarray) -> np.ndarray:
-    bad = ~(np.abs(res) <= thr)          # NaN residual counts as exceeding
-    return bad & np.isfinite(thr)        # an overflowed magnitude cannot be checked
+    bad = ~(np.abs(res) <= thr)  # NaN residual counts as exceeding
+    return bad & np.isfinite(thr)  # an overflowed magnitude cannot be checked
 
 
-def verify_blocks(c: np.ndarray, rb: np.ndarray, cb: np.ndarray, expected: Sequence[np.ndarray],
-                  thr: np.ndarray, sums: Sequence[np.ndarray] | None = None) -> Verification:
-    """Compare the block sums of ``c`` with ``expected = (ee, we, ew, ww)`` under plain-sum thresholds ``thr``.
+def verify_blocks(
+    c: np.ndarray,
+    rb: np.ndarray,
+    cb: np.ndarray,
+    expected: Sequence[np.ndarray],
+    thr: np.ndarray,
+    sums: Sequence[np.ndarray] | None = None,
+) -> Verification:
+    """Compare the block sums of ``c`` with ``expected = (ee, we, ew, ww)`` under plain-sum thresholds
+    ``thr``.
 
     ``sums`` are ``c``'s block sums if already computed (:func:`block_sums` / :func:`block_sums_sq`).
     """
@@ -417,13 +468,18 @@ def verify_blocks(c: np.ndarray, rb: np.ndarray, cb: np.ndarray, expected: Seque
     cl = np.diff(cb).astype(np.float64)[None, :]
     thr_r, thr_c, thr_rc = thr * rl, thr * cl, thr * (rl * cl)
     with np.errstate(invalid="ignore"):
-        flagged = (_exceeds(res[0], thr) | _exceeds(res[1], thr_r) | _exceeds(res[2], thr_c)
-                   | _exceeds(res[3], thr_rc))
+        flagged = (
+            _exceeds(res[0], thr)
+            | _exceeds(res[1], thr_r)
+            | _exceeds(res[2], thr_c)
+            | _exceeds(res[3], thr_rc)
+        )
     return Verification(res[0], res[1], res[2], res[3], thr, thr_r, thr_c, thr_rc, flagged)
 
 
-def locate_error(block: np.ndarray, res_ee: float, res_we: float, res_ew: float, thr: float, thr_r: float,
-                 thr_c: float) -> tuple[int, int] | None:
+def locate_error(
+    block: np.ndarray, res_ee: float, res_we: float, res_ew: float, thr: float, thr_r: float, thr_c: float
+) -> tuple[int, int] | None:
     """Return the ``(i, j)`` of the single wrong element the residuals point to, or ``None`` if ambiguous.
 
     O(1) from the residuals when they are finite: ``i = r_we / r_ee - 1`` (weights are 1-based), accepted only
@@ -438,17 +494,18 @@ def locate_error(block: np.ndarray, res_ee: float, res_we: float, res_ew: float,
         if len(bad) == 1:
             return int(bad[0][0]), int(bad[0][1])
         if len(bad) == 0 and block.size:
-            i, j = np.unravel_index(int(np.argmax(np.abs(block))), block.shape)
-            return int(i), int(j)
+            flat = int(np.argmax(np.abs(block)))
+            return flat // c, flat % c
         return None
     if res_ee == 0.0:
         return None
     fi, fj = res_we / res_ee, res_ew / res_ee
     if not (0.5 <= fi < r + 0.5 and 0.5 <= fj < c + 0.5):
         return None
-    i, j = round(fi) - 1, round(fj) - 1
+    i, j = int(round(fi)) - 1, int(round(fj)) - 1
     # uncertainty of the ratios: the thresholds, plus the rounding of the block's own sums, which scales
-    # with the (possibly huge, corrupted) block rather than with |A||B|; the ratio must be an integer within it
+    # with the (possibly huge, corrupted) block rather than with |A||B|; the ratio must be an integer
+    # within it
     own = float(gamma(r + c + 4)) * float(np.abs(block).sum()) / abs(res_ee)
     ui = (thr_r + abs(fi) * thr) / abs(res_ee) + (r + abs(fi)) * own
     uj = (thr_c + abs(fj) * thr) / abs(res_ee) + (c + abs(fj)) * own
@@ -462,7 +519,8 @@ def correct_single(block: np.ndarray, expected: Sequence[float], thr: float, whe
 
     The element becomes ``expected_sum - sum(other elements)``; the block is then accepted only if all four
     sums (plain, row-, column- and doubly-weighted) agree with their checksums within the thresholds: two
-    wrong elements can mimic one in three of them by coincidence, hardly in all four. On failure the block is restored and ``False``
+    wrong elements can mimic one in three of them by coincidence, hardly in all four. On failure the block
+    is restored and ``False``
     returned (the caller recomputes it).
     """
     i, j = where
@@ -480,26 +538,33 @@ def correct_single(block: np.ndarray, expected: Sequence[float], thr: float, whe
     return True
 
 
-def correct_flagged(c: np.ndarray, rb: np.ndarray, cb: np.ndarray, v: Verification,
-                    expected: Sequence[np.ndarray]
-                    ) -> tuple[list[tuple[int, int, int, int]], list[tuple[int, int]]]:
+def correct_flagged(
+    c: np.ndarray, rb: np.ndarray, cb: np.ndarray, v: Verification, expected: Sequence[np.ndarray]
+) -> tuple[list[tuple[int, int, int, int]], list[tuple[int, int]]]:
     """Correct, in place and without recomputation, every flagged block of ``c`` that holds one wrong element.
 
-    Returns ``(fixed, rest)``: ``fixed`` lists ``(I, J, i, j)`` (block and the element within it that was
-    rewritten), ``rest`` the flagged blocks ``(I, J)`` that must be recomputed.
+    Returns ``(fixed, rest)``: ``fixed`` lists ``(bi, bj, i, j)`` (block and the element within it that was
+    rewritten), ``rest`` the flagged blocks ``(bi, bj)`` that must be recomputed.
     """
     fixed: list[tuple[int, int, int, int]] = []
     rest: list[tuple[int, int]] = []
-    for I, J in zip(*np.nonzero(v.flagged), strict=True):
-        I, J = int(I), int(J)
-        blk = c[rb[I]:rb[I + 1], cb[J]:cb[J + 1]]
-        where = locate_error(blk, float(v.res_ee[I, J]), float(v.res_we[I, J]), float(v.res_ew[I, J]),
-                             float(v.thr[I, J]), float(v.thr_r[I, J]), float(v.thr_c[I, J]))
-        exp = [float(e[I, J]) for e in expected]
-        if where is not None and correct_single(blk, exp, float(v.thr[I, J]), where):
-            fixed.append((I, J, where[0], where[1]))
+    for bi, bj in zip(*np.nonzero(v.flagged), strict=True):
+        bi, bj = int(bi), int(bj)
+        blk = c[rb[bi] : rb[bi + 1], cb[bj] : cb[bj + 1]]
+        where = locate_error(
+            blk,
+            float(v.res_ee[bi, bj]),
+            float(v.res_we[bi, bj]),
+            float(v.res_ew[bi, bj]),
+            float(v.thr[bi, bj]),
+            float(v.thr_r[bi, bj]),
+            float(v.thr_c[bi, bj]),
+        )
+        exp = [float(e[bi, bj]) for e in expected]
+        if where is not None and correct_single(blk, exp, float(v.thr[bi, bj]), where):
+            fixed.append((bi, bj, where[0], where[1]))
         else:
-            rest.append((I, J))
+            rest.append((bi, bj))
     return fixed, rest
 
 
@@ -512,14 +577,23 @@ def choose_bs(mb: int, nb: int, k: int) -> int:
     """
     g = math.gcd(int(mb), int(nb)) or 1
     bs = 256
-    while bs > 1 and (g % bs != 0 or 2 * bs * bs * (k + 2 * bs) * U > 2.0 ** -24):
+    while bs > 1 and (g % bs != 0 or 2 * bs * bs * (k + 2 * bs) * U > 2.0**-24):
         bs //= 2
     return bs
 
 
 # ------------------------------------------------------------------ single-process convenience
-def check_product(a: np.ndarray, b: np.ndarray, c: np.ndarray, *, alpha: float = 1.0, beta: float = 0.0,
-                  c0: np.ndarray | None = None, bs: int = 32, tol: float | str | None = None) -> Verification:
+def check_product(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    c0: np.ndarray | None = None,
+    bs: int = 32,
+    tol: float | str | None = None,
+) -> Verification:
     """Verify a dense ``c == alpha * a @ b + beta * c0`` block by block (one process, no communication).
 
     Raises
@@ -535,7 +609,7 @@ def check_product(a: np.ndarray, b: np.ndarray, c: np.ndarray, *, alpha: float =
     prod.add(encode_rows(a, rb), encode_cols(b, cb))
     if beta != 0.0 and c0 is None:
         raise ValueError("beta != 0 needs c0, the C before the update")
-    pred = prod.predict(alpha, beta, summarize_c0(c0, rb, cb) if beta != 0.0 else None)
+    pred = prod.predict(alpha, beta, summarize_c0(c0, rb, cb) if c0 is not None and beta != 0.0 else None)
     sums = block_sums_sq(c, rb, cb)
     thr = pred.thresholds(rb, cb, tol, alpha, beta, csq=sums[4])
     return verify_blocks(c, rb, cb, pred.expected, thr, sums)

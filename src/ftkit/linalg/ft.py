@@ -21,6 +21,12 @@ How :func:`ft_pdgemm` works (the checksum algebra and its bounds are in :mod:`ft
    not be made consistent (e.g. op(A) itself was corrupted in memory after encoding, so the fetched rows
    are wrong too) every process raises :class:`~ftkit.errors.ABFTError` carrying the report.
 
+Limits. A second wrong element in a block that also holds a large one is caught by the weighted checksums
+only if it exceeds their threshold (about ``bs`` times the plain one, since the weights reach ``bs``); below
+that the O(1) correction accepts the block and the second error stays (then within ``bs`` times the bound).
+Smaller ``bs`` tightens this. Combining these checksums with the failure-aware exchange is not supported:
+the final verification is a collective on the original grid.
+
 ``mode="detect"`` stops after step 3 and leaves C exactly as computed (for Krylov solvers that decide
 themselves). :class:`ABFTPolicy` runs the checked product every ``check_every`` calls and plain ``pdgemm``
 otherwise (the reference's CG recipe: checking every 10th product keeps the iteration path undisturbed).
@@ -28,6 +34,7 @@ otherwise (the reference's CG recipe: checking every 10th product keeps the iter
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,13 +69,14 @@ MODES = ("correct", "detect")
 
 @dataclass(frozen=True)
 class BlockEvent:
-    """One flagged C block: global block coordinates ``(I, J)``, its first row/column in C's submatrix,
+    """One flagged C block: global block coordinates ``(row_block, col_block)`` (the block's index among C's
+    row / column segments), its first row/column in C's submatrix,
     size, the grid rank owning it, and what happened: ``"located"`` (single element fixed in O(1) at
     ``element``, submatrix coordinates), ``"recomputed"``, ``"rounding"`` (statistical alarm cleared by the
     rigorous bound after recomputation), ``"uncorrected"`` or ``"detected"`` (``mode="detect"``)."""
 
-    I: int
-    J: int
+    row_block: int
+    col_block: int
     row0: int
     col0: int
     rows: int
@@ -93,16 +101,21 @@ class ABFTReport:
     rounding_alarms
         Blocks flagged by the statistical threshold that the rigorous bound cleared after recomputation.
     events
-        One :class:`BlockEvent` per flagged block, sorted by ``(I, J)``.
+        One :class:`BlockEvent` per flagged block, sorted by ``(row_block, col_block)``.
     max_ratio
         Largest ``|residual| / threshold`` over the blocks that passed (final state): how far below the
         threshold the observed rounding residuals are (its inverse is the threshold's tightness).
+    correct_seconds
+        Wall time of the correction phase (locating, recomputing, re-verifying; slowest process), seconds.
     threshold
         ``"rigorous"``, ``"statistical"`` or ``"tol=<x>"``.
     bs
         Checksum block size used.
     failed_ranks
         Ranks lost to process failures (filled by the failure-aware path; empty here).
+    result
+        The failure-tolerant path's result object, if that path ran (after failures the product lives on a
+        new grid of the survivors: ``result.C`` / ``result.grid``); ``None`` otherwise.
     """
 
     blocks_checked: int = 0
@@ -111,9 +124,11 @@ class ABFTReport:
     rounding_alarms: int = 0
     events: tuple[BlockEvent, ...] = ()
     max_ratio: float = 0.0
+    correct_seconds: float = 0.0
     threshold: str = "rigorous"
     bs: int = 0
     failed_ranks: tuple[int, ...] = field(default_factory=tuple)
+    result: Any = None
 
     @property
     def uncorrected(self) -> int:
@@ -122,52 +137,69 @@ class ABFTReport:
 
     @property
     def detected_blocks(self) -> list[tuple[int, int]]:
-        """Global block coordinates ``(I, J)`` of the detected blocks."""
-        return [(e.I, e.J) for e in self.events if e.action != "rounding"]
+        """Global block coordinates ``(row_block, col_block)`` of the detected blocks."""
+        return [(e.row_block, e.col_block) for e in self.events if e.action != "rounding"]
 
 
 # ---------------------------------------------------------------- checksums inside the panels
 class _ChecksumPending:
-    def __init__(self, owner: _ChecksumExchange, step: SummaStep, inner: PendingPanels,
-                 side: tuple[np.ndarray | None, np.ndarray | None]) -> None:
+    def __init__(
+        self,
+        owner: _ChecksumExchange,
+        step: SummaStep,
+        inner: PendingPanels,
+        side: tuple[np.ndarray | None, np.ndarray | None],
+    ) -> None:
         self.owner, self.step, self.inner, self.side = owner, step, inner, side
 
     def wait(self) -> tuple[np.ndarray, np.ndarray]:
         o = self.owner
         a_ext, b_ext = self.inner.wait()
-        if o.plan is not None:   # C has received self.step.index panel updates so far
+        if o.plan is not None:  # C has received self.step.index panel updates so far
             o.plan.apply("C", o.rank, self.step.index, o.c, o.c_to_global)
         a_side, b_side = self.side
-        achk = a_ext[o.ra:] if a_side is None else a_side
-        bchk = b_ext[:, o.cb:] if b_side is None else b_side
+        achk = a_ext[o.ra :] if a_side is None else a_side
+        bchk = b_ext[:, o.cb :] if b_side is None else b_side
         if self.step.perm is not None:
             achk = achk[:, self.step.perm]
         o.product.add(achk, bchk)
-        a_data = a_ext[:o.ra] if a_side is None else a_ext
-        b_data = b_ext[:, :o.cb] if b_side is None else b_ext
+        a_data = a_ext[: o.ra] if a_side is None else a_ext
+        b_data = b_ext[:, : o.cb] if b_side is None else b_ext
         # OpenBLAS turns a one-row/one-column GEMM into GEMV, whose result depends on the vector's stride:
         # hand it the same unit-stride vector plain pdgemm does, so C stays bit-identical to pdgemm's
-        if o.ra == 1:
+        # (pieces that did not travel are already exactly what pdgemm multiplies)
+        if o.ra == 1 and a_side is None:
             a_data = np.asfortranarray(a_data)
-        if o.cb == 1:
-            b_data = np.ascontiguousarray(b_data)
+        if o.cb == 1 and b_side is None:
+            b_data = np.asfortranarray(b_data)
         return a_data, b_data
 
 
 class _ChecksumExchange:
     """Panel exchange that stacks checksums under (beside) each piece and predicts C's block sums."""
 
-    def __init__(self, inner: PanelExchange, ra: int, cb: int, rb: np.ndarray, cbnd: np.ndarray,
-                 product: abft.ChecksumProduct, c: np.ndarray, plan: InjectionPlan | None, rank: int,
-                 c_to_global: Callable[[int, int], tuple[int, int]]) -> None:
+    def __init__(
+        self,
+        inner: PanelExchange,
+        ra: int,
+        cb: int,
+        rb: np.ndarray,
+        cbnd: np.ndarray,
+        product: abft.ChecksumProduct,
+        c: np.ndarray,
+        plan: InjectionPlan | None,
+        rank: int,
+        c_to_global: Callable[[int, int], tuple[int, int]],
+    ) -> None:
         self.inner, self.ra, self.cb = inner, ra, cb
         self.rb, self.cbnd = rb, cbnd
         self.rw, self.cw = abft.segment_weights(rb), abft.segment_weights(cbnd)
         self.nr, self.nc = len(rb) - 1, len(cbnd) - 1
         self.product, self.c, self.plan, self.rank, self.c_to_global = product, c, plan, rank, c_to_global
 
-    def start(self, grid: ProcessGrid, step: SummaStep, a_piece: np.ndarray,
-              b_piece: np.ndarray) -> PendingPanels:
+    def start(
+        self, grid: ProcessGrid, step: SummaStep, a_piece: np.ndarray, b_piece: np.ndarray
+    ) -> PendingPanels:
         nr, nc, ra, cb = self.nr, self.nc, self.ra, self.cb
         # Operand flips planned for this step happen after encoding: encode from a private copy then.
         a_src = a_piece.copy(order="F") if self._planned("A", step) else a_piece
@@ -181,14 +213,15 @@ class _ChecksumExchange:
             a_ext = self._inject(step, "A", a_piece, None)
         else:
             a_ext = np.empty((ra + abft.NCHK * nr, a_piece.shape[1]), order="F")
-            encode_rows_into(a_src, self.rb, self.rw, a_ext, True)   # copies the data too
+            encode_rows_into(a_src, self.rb, self.rw, a_ext, True)  # copies the data too
             self._inject(step, "A", a_piece, a_ext[:ra])
         if grid.nprow == 1:
             bchk = np.empty((b_piece.shape[0], abft.NCHK * nc), order="C")
             encode_cols_into(b_src, self.cbnd, self.cw, bchk, False)
             b_ext = self._inject(step, "B", b_piece, None)
         else:
-            b_ext = np.empty((b_piece.shape[0], cb + abft.NCHK * nc), order="C")
+            # column-major like the exchange's B panel: the pieces move without transposition
+            b_ext = np.empty((b_piece.shape[0], cb + abft.NCHK * nc), order="F")
             encode_cols_into(b_src, self.cbnd, self.cw, b_ext, True)
             self._inject(step, "B", b_piece, b_ext[:, :cb])
         return _ChecksumPending(self, step, self.inner.start(grid, step, a_ext, b_ext), (achk, bchk))
@@ -204,7 +237,7 @@ class _ChecksumExchange:
         """
         plan = self.plan
         if plan is None or not plan.planned(target, self.rank, step.index):
-            return piece if out is None else out        # the kernel already copied the data
+            return piece if out is None else out  # the kernel already copied the data
         if piece.flags.writeable:
             plan.apply(target, self.rank, step.index, piece, persistent=True)
         if out is None:
@@ -220,15 +253,22 @@ def _check_ft_args(routine: str, pos: int, bs: object, tol: object, mode: object
     if bs is not None and (not _is_int(bs) or int(bs) < 1):  # type: ignore[call-overload]
         raise PBLASArgumentError(routine, pos, f"bs={bs!r}; must be a positive integer or None (automatic)")
     if tol is not None and tol != "statistical":
-        if isinstance(tol, str) or not isinstance(tol, (int, float)) or not (float(tol) >= 0.0
-                                                                               and np.isfinite(tol)):
-            raise PBLASArgumentError(routine, pos + 1, f"tol={tol!r}; use None (rigorous bound), "
-                                     "'statistical', or a finite relative tolerance >= 0")
+        if (
+            isinstance(tol, str)
+            or not isinstance(tol, (int, float))
+            or not (float(tol) >= 0.0 and np.isfinite(tol))
+        ):
+            raise PBLASArgumentError(
+                routine,
+                pos + 1,
+                f"tol={tol!r}; use None (rigorous bound), 'statistical', or a finite relative tolerance >= 0",
+            )
     if mode not in MODES:
         raise PBLASArgumentError(routine, pos + 2, f"mode={mode!r}; use 'correct' or 'detect'")
     if inject is not None and not isinstance(inject, InjectionPlan):
-        raise PBLASArgumentError(routine, pos + 3, f"inject must be an ftkit.inject.InjectionPlan, got "
-                                 f"{type(inject).__name__}")
+        raise PBLASArgumentError(
+            routine, pos + 3, f"inject must be an ftkit.inject.InjectionPlan, got {type(inject).__name__}"
+        )
 
 
 def _threshold_name(tol: float | str | None) -> str:
@@ -236,11 +276,31 @@ def _threshold_name(tol: float | str | None) -> str:
 
 
 # ---------------------------------------------------------------- public routines
-def ft_pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int,
-              ja: int, B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int,
-              jc: int, *, bs: int | None = None, tol: float | str | None = None, mode: str = "correct",
-              width: int | None = None, exchange: PanelExchange | None = None,
-              inject: InjectionPlan | None = None) -> ABFTReport:
+def ft_pdgemm(
+    transa: str,
+    transb: str,
+    m: int,
+    n: int,
+    k: int,
+    alpha: float,
+    A: DistributedMatrix,
+    ia: int,
+    ja: int,
+    B: DistributedMatrix,
+    ib: int,
+    jb: int,
+    beta: float,
+    C: DistributedMatrix,
+    ic: int,
+    jc: int,
+    *,
+    bs: int | None = None,
+    tol: float | str | None = None,
+    mode: str = "correct",
+    width: int | None = None,
+    exchange: PanelExchange | None = None,
+    inject: InjectionPlan | None = None,
+) -> ABFTReport:
     """Compute ``C(ic:, jc:) = alpha * op(A) @ op(B) + beta * C`` as :func:`~ftkit.linalg.pdgemm`, checked.
 
     Collective on C's grid. Arguments as ``pdgemm`` plus:
@@ -290,14 +350,33 @@ def ft_pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: float, A:
     _check_ft_args(r, 20, bs, tol, mode, inject)
     if width is not None and (not _is_int(width) or width < 1):
         raise PBLASArgumentError(r, 19, f"width={width!r}; must be a positive integer")
-    return _ft_gemm(ta, tb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, bs, tol, mode, width,
-                    exchange, inject)
+    return _ft_gemm(
+        ta, tb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, bs, tol, mode, width, exchange, inject
+    )
 
 
-def ft_pdsymm(side: str, uplo: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
-              B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int, jc: int, *,
-              bs: int | None = None, tol: float | str | None = None, mode: str = "correct",
-              inject: InjectionPlan | None = None) -> ABFTReport:
+def ft_pdsymm(
+    side: str,
+    uplo: str,
+    m: int,
+    n: int,
+    alpha: float,
+    A: DistributedMatrix,
+    ia: int,
+    ja: int,
+    B: DistributedMatrix,
+    ib: int,
+    jb: int,
+    beta: float,
+    C: DistributedMatrix,
+    ic: int,
+    jc: int,
+    *,
+    bs: int | None = None,
+    tol: float | str | None = None,
+    mode: str = "correct",
+    inject: InjectionPlan | None = None,
+) -> ABFTReport:
     """Compute :func:`~ftkit.linalg.pdsymm` (A symmetric, only its ``uplo`` triangle read), checked.
 
     Arguments as ``pdsymm`` plus ``bs``, ``tol``, ``mode``, ``inject`` as in :func:`ft_pdgemm` (PBLAS
@@ -327,17 +406,39 @@ def ft_pdsymm(side: str, uplo: str, m: int, n: int, alpha: float, A: Distributed
         return ABFTReport(threshold=_threshold_name(tol))
     W = _symmetric_copy(A, ia, ja, na, uplo) if alpha != 0.0 else A
     if side == "L":
-        return _ft_gemm("N", "N", m, n, m, alpha, W, ia, ja, B, ib, jb, beta, C, ic, jc, bs, tol, mode, None,
-                        None, inject)
-    return _ft_gemm("N", "N", m, n, n, alpha, B, ib, jb, W, ia, ja, beta, C, ic, jc, bs, tol, mode, None, None,
-                    inject)
+        return _ft_gemm(
+            "N", "N", m, n, m, alpha, W, ia, ja, B, ib, jb, beta, C, ic, jc, bs, tol, mode, None, None, inject
+        )
+    return _ft_gemm(
+        "N", "N", m, n, n, alpha, B, ib, jb, W, ia, ja, beta, C, ic, jc, bs, tol, mode, None, None, inject
+    )
 
 
 # ---------------------------------------------------------------- the checked product
-def _ft_gemm(ta: str, tb: str, m: int, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
-             B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int, jc: int,
-             bs: int | None, tol: float | str | None, mode: str, width: int | None,
-             exchange: PanelExchange | None, inject: InjectionPlan | None) -> ABFTReport:
+def _ft_gemm(
+    ta: str,
+    tb: str,
+    m: int,
+    n: int,
+    k: int,
+    alpha: float,
+    A: DistributedMatrix,
+    ia: int,
+    ja: int,
+    B: DistributedMatrix,
+    ib: int,
+    jb: int,
+    beta: float,
+    C: DistributedMatrix,
+    ic: int,
+    jc: int,
+    bs: int | None,
+    tol: float | str | None,
+    mode: str,
+    width: int | None,
+    exchange: PanelExchange | None,
+    inject: InjectionPlan | None,
+) -> ABFTReport:
     grid = C.grid
     tname = _threshold_name(tol)
     if m == 0 or n == 0:
@@ -369,9 +470,22 @@ def _ft_gemm(ta: str, tb: str, m: int, n: int, k: int, alpha: float, A: Distribu
         steps = plan_summa(ops.ka, ops.kb, width)
         if inject is not None:
             inject.resolve(grid.size, len(steps))
-        chk = _ChecksumExchange(exchange or AllgatherExchange(), c.shape[0], c.shape[1], rb, cbnd, product, c,
-                                inject, grid.rank, c_to_global)
+        own = AllgatherExchange() if exchange is None else None
+        chk = _ChecksumExchange(
+            exchange or own,  # type: ignore[arg-type]
+            c.shape[0],
+            c.shape[1],
+            rb,
+            cbnd,
+            product,
+            c,
+            inject,
+            grid.rank,
+            c_to_global,
+        )
         run_summa(grid, ops.a, ops.b, ops.c, ops.ka, ops.kb, alpha, exchange=chk, steps=steps)
+        if own is not None:
+            own.release()  # panel buffers back to the pool, as pdgemm does
         if inject is not None:
             inject.apply("C", grid.rank, len(steps), c, c_to_global)
     elif inject is not None:
@@ -391,25 +505,36 @@ def _ft_gemm(ta: str, tb: str, m: int, n: int, k: int, alpha: float, A: Distribu
     row0 = rows_here[rb[:-1]] if nr else np.zeros(0, dtype=np.int64)
     col0 = cols_here[cbnd[:-1]] if nc else np.zeros(0, dtype=np.int64)
 
-    def event(I: int, J: int, action: str, element: tuple[int, int] | None = None) -> BlockEvent:
-        r0, c0_ = int(row0[I]), int(col0[J])
-        return BlockEvent(int(np.searchsorted(grow, r0)), int(np.searchsorted(gcol, c0_)), r0, c0_,
-                          int(rlen[I]), int(clen[J]), grid.rank, action, element)
+    def event(bi: int, bj: int, action: str, element: tuple[int, int] | None = None) -> BlockEvent:
+        r0, c0_ = int(row0[bi]), int(col0[bj])
+        return BlockEvent(
+            int(np.searchsorted(grow, r0)),
+            int(np.searchsorted(gcol, c0_)),
+            r0,
+            c0_,
+            int(rlen[bi]),
+            int(clen[bj]),
+            grid.rank,
+            action,
+            element,
+        )
 
     events: list[BlockEvent] = []
     final = v
+    t_fix = time.perf_counter()
     if mode == "detect":
-        events = [event(int(I), int(J), "detected") for I, J in zip(*np.nonzero(v.flagged), strict=True)]
+        events = [event(int(bi), int(bj), "detected") for bi, bj in zip(*np.nonzero(v.flagged), strict=True)]
     else:
         fixed, rest = abft.correct_flagged(c, rb, cbnd, v, expected)
-        events = [event(I, J, "located", (int(row0[I]) + i, int(col0[J]) + j)) for I, J, i, j in fixed]
+        events = [event(bi, bj, "located", (int(row0[bi]) + i, int(col0[bj]) + j)) for bi, bj, i, j in fixed]
         events += _recompute(grid, ops, rest, c, c0, rb, cbnd, alpha, beta, expected, thr, pred, tol, event)
         final = abft.verify_blocks(c, rb, cbnd, expected, thr) if events else v
+    t_fix = time.perf_counter() - t_fix
 
     ok = ~final.flagged & np.isfinite(final.thr) & (final.thr > 0)
     local_ratio = float(np.max(np.abs(final.res_ee[ok]) / final.thr[ok])) if np.any(ok) else 0.0
     all_events = [e for evs in grid.comm.allgather(events) for e in evs]
-    all_events.sort(key=lambda e: (e.I, e.J))
+    all_events.sort(key=lambda e: (e.row_block, e.col_block))
     report = ABFTReport(
         blocks_checked=grid.comm.allreduce(nr * nc, op=MPI.SUM),
         detected=sum(e.action != "rounding" for e in all_events),
@@ -417,20 +542,23 @@ def _ft_gemm(ta: str, tb: str, m: int, n: int, k: int, alpha: float, A: Distribu
         rounding_alarms=sum(e.action == "rounding" for e in all_events),
         events=tuple(all_events),
         max_ratio=grid.comm.allreduce(local_ratio, op=MPI.MAX),
+        correct_seconds=grid.comm.allreduce(t_fix, op=MPI.MAX),
         threshold=tname,
         bs=bs,
     )
     if mode == "correct" and report.uncorrected:
-        bad = [(e.I, e.J) for e in all_events if e.action == "uncorrected"]
-        err = ABFTError(f"ft_pdgemm: {len(bad)} C block(s) {bad[:8]} still disagree with their checksums after "
-                        "recomputation: op(A) or op(B) itself is corrupted (recompute from clean inputs)")
+        bad = [(e.row_block, e.col_block) for e in all_events if e.action == "uncorrected"]
+        err = ABFTError(
+            f"ft_pdgemm: {len(bad)} C block(s) {bad[:8]} still disagree with their checksums after "
+            "recomputation: op(A) or op(B) itself is corrupted (recompute from clean inputs)"
+        )
         err.report = report  # type: ignore[attr-defined]
         raise err
     return report
 
 
 def _gather_full(comm: MPI.Comm, piece: np.ndarray, kmap: BlockCyclic1D, axis: int) -> np.ndarray:
-    """Allgather, over ``comm``, every member's ``piece`` (its k-indices along ``axis``) into global k order."""
+    """Allgather over ``comm`` every member's ``piece`` (its k-indices along ``axis``), in global k order."""
     pieces = comm.allgather(np.ascontiguousarray(piece))
     k = kmap.n
     shape = (piece.shape[0], k) if axis == 1 else (k, piece.shape[1])
@@ -444,57 +572,69 @@ def _gather_full(comm: MPI.Comm, piece: np.ndarray, kmap: BlockCyclic1D, axis: i
     return full
 
 
-def _recompute(grid: ProcessGrid, ops: Any, rest: list[tuple[int, int]], c: np.ndarray, c0: np.ndarray | None,
-               rb: np.ndarray, cbnd: np.ndarray, alpha: float, beta: float, expected: list[np.ndarray],
-               thr: np.ndarray, pred: abft.Prediction, tol: float | str | None,
-               event: Callable[..., BlockEvent]) -> list[BlockEvent]:
+def _recompute(
+    grid: ProcessGrid,
+    ops: Any,
+    rest: list[tuple[int, int]],
+    c: np.ndarray,
+    c0: np.ndarray | None,
+    rb: np.ndarray,
+    cbnd: np.ndarray,
+    alpha: float,
+    beta: float,
+    expected: list[np.ndarray],
+    thr: np.ndarray,
+    pred: abft.Prediction,
+    tol: float | str | None,
+    event: Callable[..., BlockEvent],
+) -> list[BlockEvent]:
     """Recompute the ``rest`` blocks from op(A) rows / op(B) columns fetched within my process row / column.
 
     Collective over the row and column communicators (every process takes part, most with nothing to ask).
     """
-    my_rows = sorted({I for I, _ in rest})
-    my_cols = sorted({J for _, J in rest})
+    my_rows = sorted({bi for bi, _ in rest})
+    my_cols = sorted({bj for _, bj in rest})
     # processes of a process row hold the same rows of C (and of op(A)): one union of requests per row
     row_req = sorted(set().union(*grid.row_comm.allgather(my_rows)))
     col_req = sorted(set().union(*grid.col_comm.allgather(my_cols)))
     a_rows = b_cols = None
     if row_req and ops is not None:
-        ridx = np.concatenate([np.arange(rb[I], rb[I + 1]) for I in row_req])
+        ridx = np.concatenate([np.arange(rb[bi], rb[bi + 1]) for bi in row_req])
         a_rows = _gather_full(grid.row_comm, ops.a[ridx, :], ops.ka, axis=1)
     if col_req and ops is not None:
-        cidx = np.concatenate([np.arange(cbnd[J], cbnd[J + 1]) for J in col_req])
+        cidx = np.concatenate([np.arange(cbnd[bj], cbnd[bj + 1]) for bj in col_req])
         b_cols = _gather_full(grid.col_comm, ops.b[:, cidx], ops.kb, axis=0)
     if not rest:
         return []
-    rpos = {I: p for p, I in enumerate(row_req)}
-    cpos = {J: p for p, J in enumerate(col_req)}
-    roff = np.concatenate([[0], np.cumsum([rb[I + 1] - rb[I] for I in row_req])])
-    coff = np.concatenate([[0], np.cumsum([cbnd[J + 1] - cbnd[J] for J in col_req])])
+    rpos = {bi: p for p, bi in enumerate(row_req)}
+    cpos = {bj: p for p, bj in enumerate(col_req)}
+    roff = np.concatenate([[0], np.cumsum([rb[bi + 1] - rb[bi] for bi in row_req])])
+    coff = np.concatenate([[0], np.cumsum([cbnd[bj + 1] - cbnd[bj] for bj in col_req])])
     thr_rig = thr if tol is None else pred.thresholds(rb, cbnd, None, alpha, beta)
     out = []
-    for I, J in rest:
-        blk = c[rb[I]:rb[I + 1], cbnd[J]:cbnd[J + 1]]
+    for bi, bj in rest:
+        blk = c[rb[bi] : rb[bi + 1], cbnd[bj] : cbnd[bj + 1]]
         new = np.zeros(blk.shape, order="F")
         if beta != 0.0 and c0 is not None:
-            new[...] = beta * c0[rb[I]:rb[I + 1], cbnd[J]:cbnd[J + 1]]
+            new[...] = beta * c0[rb[bi] : rb[bi + 1], cbnd[bj] : cbnd[bj + 1]]
         if a_rows is not None and b_cols is not None:
-            ar = a_rows[roff[rpos[I]]:roff[rpos[I] + 1]]
-            bc = b_cols[:, coff[cpos[J]]:coff[cpos[J] + 1]]
+            ar = a_rows[roff[rpos[bi]] : roff[rpos[bi] + 1]]
+            bc = b_cols[:, coff[cpos[bj]] : coff[cpos[bj] + 1]]
             new += alpha * (ar @ bc)
         sub_rb = np.array([0, blk.shape[0]])
         sub_cb = np.array([0, blk.shape[1]])
-        exp = [np.array([[e[I, J]]]) for e in expected]
-        v = abft.verify_blocks(new, sub_rb, sub_cb, exp, np.array([[thr[I, J]]]))
+        exp = [np.array([[e[bi, bj]]]) for e in expected]
+        v = abft.verify_blocks(new, sub_rb, sub_cb, exp, np.array([[thr[bi, bj]]]))
         if not v.flagged[0, 0]:
             blk[...] = new
-            out.append(event(I, J, "recomputed"))
+            out.append(event(bi, bj, "recomputed"))
             continue
-        vr = abft.verify_blocks(new, sub_rb, sub_cb, exp, np.array([[thr_rig[I, J]]]))
+        vr = abft.verify_blocks(new, sub_rb, sub_cb, exp, np.array([[thr_rig[bi, bj]]]))
         if tol == "statistical" and not vr.flagged[0, 0]:
             blk[...] = new
-            out.append(event(I, J, "rounding"))
+            out.append(event(bi, bj, "rounding"))
         else:
-            out.append(event(I, J, "uncorrected"))
+            out.append(event(bi, bj, "uncorrected"))
     return out
 
 
@@ -523,8 +663,14 @@ class ABFTPolicy:
         ``(call number, ABFTReport)`` of every checked call.
     """
 
-    def __init__(self, check_every: int = 10, *, bs: int | None = None, tol: float | str | None = None,
-                 mode: str = "correct") -> None:
+    def __init__(
+        self,
+        check_every: int = 10,
+        *,
+        bs: int | None = None,
+        tol: float | str | None = None,
+        mode: str = "correct",
+    ) -> None:
         if not _is_int(check_every) or check_every < 1:
             raise ValueError(f"check_every={check_every!r}; must be an integer >= 1")
         if mode not in MODES:
@@ -543,7 +689,7 @@ class ABFTPolicy:
         return self.reports[-1][1] if self.reports else None
 
     def pdgemm(self, *args: Any, inject: InjectionPlan | None = None, **kwargs: Any) -> ABFTReport | None:
-        """``pdgemm(*args)``, checked when :meth:`due`; returns the report of a checked call, else ``None``."""
+        """``pdgemm(*args)``, checked when :meth:`due`; return the checked call's report, else ``None``."""
         checked = self.due()
         self.calls += 1
         if not checked:

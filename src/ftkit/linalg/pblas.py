@@ -99,16 +99,21 @@ def _gemm(transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: Dis
           stats: dict[str, float] | None = None) -> None:
     if m == 0 or n == 0:
         return
-    _scale(C.local_view(ic, jc, m, n), beta)
     if alpha == 0.0 or k == 0:
+        _scale(C.local_view(ic, jc, m, n), beta)
         return
     ops = aligned_operands(transa, transb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc,
                            same_kmap=algorithm == "cannon")
     if algorithm == "cannon":
+        _scale(ops.c, beta)
         run_cannon(C.grid, ops.a, ops.b, ops.c, ops.ka, alpha, stats=stats)
     else:
+        # beta == 0 is left to the first local GEMM (one pass over C fewer, same bits). Other betas scale C
+        # first: BLAS may fuse alpha*AB + beta*C into one FMA, which would round differently from ft_pdgemm.
+        if beta != 0.0:
+            _scale(ops.c, beta)
         run_summa(C.grid, ops.a, ops.b, ops.c, ops.ka, ops.kb, alpha, width=width, exchange=exchange,
-                  stats=stats)
+                  stats=stats, beta=0.0 if beta == 0.0 else 1.0)
 
 
 def pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int,

@@ -79,7 +79,10 @@ def _check_entry(meta_dir: Path, m: Manifest, entry: Any, deep: bool) -> list[st
         if lv not in LEVEL_CLASSES:
             continue
         storage = make_level(lv, ckpt, glbl, m.exec_id, entry.nodes)
-        if not storage.supports_read:
+        if not storage.supports_read:  # L2 copies / L3 parity: checked against their group's files
+            from .repair import check_redundancy
+
+            problems += check_redundancy(storage, entry, deep)
             continue
         for rank, f in enumerate(entry.files):
             path = storage.path(entry.id, rank)
@@ -185,3 +188,6 @@ def add_parser(subparsers: Any) -> None:
                                           "missing.")
     v.add_argument("dir", metavar="DIR")
     v.set_defaults(func=run_verify)
+    from .repair import add_parser as add_rebuild_parser
+
+    add_rebuild_parser(subparsers)

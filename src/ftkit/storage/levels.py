@@ -1,7 +1,8 @@
 """The registry of storage levels: level number → implementation, and a factory.
 
-Levels 1 (:class:`LocalLevel`) and 4 (:class:`PFSLevel`) are registered here; the node-loss work registers
-levels 2 and 3. Node-local levels live under ``ckpt_dir``, level 4 under ``glbl_dir``.
+Levels 1 (:class:`LocalLevel`), 2 (:class:`PartnerLevel`, partner copies), 3 (:class:`EncodedLevel`, group
+parity files) and 4 (:class:`PFSLevel`). Node-local levels live under ``ckpt_dir``, level 4 under
+``glbl_dir``.
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ from pathlib import Path
 
 from ..errors import StorageError
 from .base import StorageLevel
+from .encoded import EncodedLevel
 from .format import DEFAULT_CHUNK
 from .local import LocalLevel
+from .partner import PartnerLevel
 from .pfs import PFSLevel
 
 __all__ = ["LEVEL_CLASSES", "level_root", "make_level"]
 
 #: Storage implementation of each level.
-LEVEL_CLASSES: dict[int, type[StorageLevel]] = {1: LocalLevel, 4: PFSLevel}
+LEVEL_CLASSES: dict[int, type[StorageLevel]] = {1: LocalLevel, 2: PartnerLevel, 3: EncodedLevel, 4: PFSLevel}
 
 
 def level_root(level: int, ckpt_dir: Path, glbl_dir: Path) -> Path:
