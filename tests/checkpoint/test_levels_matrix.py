@@ -189,3 +189,11 @@ def test_l3_encoded_by_head_ranks(tmp_path, tmp_path_factory):
     template = _template(tmp_path_factory, 12, "3@6", extra=extra, node_size=3)
     out = _scenario(tmp_path, template, 12, _nodes(1), extra=extra, node_size=3)
     assert_recovered(out, 8, 1, 3)
+
+
+def test_too_few_nodes_for_group_size_is_a_config_error(tmp_path):
+    res = run_python(4, PROGRAM.with_name("levels_config.py"), str(tmp_path), node_size=2, timeout=TIMEOUT,
+                     env=ENV)
+    errs = [line for line in res.stdout.splitlines() if line.startswith("CONFIGERROR ")]
+    assert len(errs) == 4, res.stdout + res.stderr
+    assert all("group_size = 4 needs at least 4 nodes, but the job has 2 node(s)" in e for e in errs)

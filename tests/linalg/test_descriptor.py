@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ftkit.errors import DescriptorError
@@ -23,6 +23,7 @@ dims = st.tuples(st.integers(0, 60), st.integers(1, 9), st.integers(1, 5)).flatm
     lambda t: st.tuples(st.just(t[0]), st.just(t[1]), st.integers(0, t[2] - 1), st.just(t[2])))
 
 
+@settings(deadline=None)  # the shared machine is loaded: no per-example time limit
 @given(dims)
 def test_numroc_and_index_maps_match_brute_force(d):
     n, nb, src, nprocs = d
@@ -36,6 +37,7 @@ def test_numroc_and_index_maps_match_brute_force(d):
     assert sum(numroc(n, nb, p, src, nprocs) for p in range(nprocs)) == n
 
 
+@settings(deadline=None)
 @given(dims, st.integers(0, 20), st.integers(0, 30))
 def test_submatrix_map_is_contiguous_per_process(d, offset, length):
     n, nb, src, nprocs = d

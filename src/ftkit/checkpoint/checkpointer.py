@@ -79,7 +79,9 @@ class Checkpointer:
             node_ids = detect_node_ids(self._icomm, self.config.node_size or None)
             self.topology: Topology = plan_topology(
                 node_ids, self._icomm.Get_rank(), head=self.config.head, group_size=self.config.group_size,
-                ckpt_dir=self.config.ckpt_dir, need_groups=False)
+                ckpt_dir=self.config.ckpt_dir,
+                # L2/L3 intervals need groups: too few nodes for group_size is a TopologyError (ConfigError).
+                need_groups=bool(self.config.ckpt_l2 or self.config.ckpt_l3))
             self._links = None
             if self.config.head:
                 # Heads serve their node's post-processing inside this call and exit (FTI's heads): only

@@ -17,11 +17,12 @@ The contract of every executor:
 
 - At most one checkpoint's post-processing is in flight: ``submit`` first waits for the previous one, so
   memory is bounded and checkpoints complete in order.
-- A checkpoint is complete at its level only when its work succeeded on every rank: the ranks (or heads)
-  agree on the outcome, then one of them runs the job's ``commit`` (the manifest update); until then,
-  recovery uses the previous complete checkpoint.
+- A checkpoint is complete at its level only when its work succeeded on every rank: the ranks agree on the
+  outcome (in head mode the heads agree first), then all run the job's ``commit`` (the manifest update,
+  collective); until then, recovery uses the previous complete checkpoint.
 - A failure of the background work is stored and raised by the next call (``check``, ``submit``, ``wait``,
-  ``close``), never swallowed; it is raised once.
+  ``close``), never swallowed; it is raised once. Because the outcome is agreed before it is stored, every
+  rank raises the same failure at the same collective call.
 - Every wait on a peer has a deadline (``timeout`` seconds); a peer that does not answer becomes a
   :class:`~ftkit.errors.TimeoutFailure`, a dead one a :class:`~ftkit.errors.ProcessFailure`.
 """
@@ -33,7 +34,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,8 +54,6 @@ _TAG_REQUEST = 7401
 _TAG_DONE = 7402
 _TAG_FINISH = 7403
 _MAX_SLEEP = 5e-3  # s; poll back-off cap: idle waiters leave the (shared) cores to the computation
-#: Fault injection for tests: seconds to sleep after the work of checkpoint id, before the agreement.
-INJECT_DELAY: dict[int, float] = {}
 
 
 def thread_multiple_available() -> bool:
@@ -148,8 +147,6 @@ class PostJob:
     commit
         Collective over the executor's communicators, after the work succeeded on every rank: marks the
         checkpoint complete (the manifest update).
-    request
-        JSON-serializable description of the work for a head (file paths and sizes, level, id).
     on_done
         Called on every rank with the outcome once known (``None`` on success, else the error).
     """
@@ -158,7 +155,6 @@ class PostJob:
     level: int
     run: Callable[[PostComms], None] | None = None
     commit: Callable[[PostComms], None] | None = None
-    request: dict[str, Any] = field(default_factory=dict)
     on_done: Callable[[BaseException | None], None] | None = None
 
 
@@ -171,8 +167,6 @@ def _complete(job: PostJob, comms: PostComms, timeout: float) -> None:
             job.run(comms)
     except Exception as exc:  # reported to every rank below, then re-raised here
         local = exc
-    if INJECT_DELAY.get(job.ckpt_id):
-        time.sleep(INJECT_DELAY[job.ckpt_id])
     flags = agree_outcome(comms.app, local is None, timeout, what)
     if local is not None:
         raise CheckpointError(f"{what} failed on this rank: {local}") from local
@@ -529,6 +523,10 @@ class HeadServer:
 
     def serve(self) -> int:
         """Serve until every application rank of the node has finished; return the number of checkpoints.
+
+        The wait for the next request has no deadline (the application computes as long as it needs between
+        checkpoints), but the head checks every second that its node's ranks are alive; the work on a request
+        and the heads' agreement have the executor's deadline.
 
         Raises
         ------

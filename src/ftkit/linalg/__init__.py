@@ -2,16 +2,34 @@
 
 ``ProcessGrid`` (BLACS grid), ``Descriptor`` and the index helpers (ScaLAPACK's, 0-based),
 ``DistributedMatrix`` (ScaLAPACK's local storage: Fortran order), ``pdgemm`` / ``pdsymm`` (SUMMA;
-``cannon`` on square grids). The internals other ftkit modules extend (SUMMA engine, panel exchange)
-live in ``_summa``.
+``cannon`` on square grids). The fault-tolerant routines (``ft_pdgemm``, ``ft_pdsymm``,
+``resilient_pdgemm``) and the process-state table (``get_state_table``, ``set_state_table``,
+``reset_state``) are re-exported lazily, so a program that only multiplies does not pay for importing their
+kernels. The internals other ftkit modules extend (SUMMA engine, panel exchange) live in ``_summa``.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from .descriptor import BlockCyclic1D, Descriptor, indxg2l, indxg2p, indxl2g, numroc
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
 from .pblas import cannon, pdgemm, pdsymm
+
+# name -> module (relative to this package) that defines it; imported on first access
+_LAZY = {
+    "ft_pdgemm": ".ft",
+    "ft_pdsymm": ".ft",
+    "ABFTReport": ".ft",
+    "ABFTPolicy": ".ft",
+    "resilient_pdgemm": ".resilient",
+    "ResilientResult": ".resilient",
+    "get_state_table": "..failure",
+    "set_state_table": "..failure",
+    "reset_state": "..failure",
+}
 
 __all__ = [
     "ProcessGrid",
@@ -25,4 +43,13 @@ __all__ = [
     "pdgemm",
     "pdsymm",
     "cannon",
+    *_LAZY,
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

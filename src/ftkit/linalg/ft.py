@@ -66,6 +66,25 @@ __all__ = ["ABFTReport", "BlockEvent", "ABFTPolicy", "ft_pdgemm", "ft_pdsymm"]
 
 MODES = ("correct", "detect")
 
+#: Rotating buffer sets for the extended (data + checksum) pieces: SUMMA keeps one exchange in flight
+#: beside the step being multiplied, and an exchange may hold a piece until its panel is consumed.
+_SLOTS = 3
+_POOL: dict[tuple[str, int], np.ndarray] = {}
+
+
+def _buffer(role: str, step: int, shape: tuple[int, int]) -> np.ndarray:
+    """Column-major ``shape`` array from the process-wide pool (slot ``step % _SLOTS`` of ``role``).
+
+    Fresh 10-100 MB arrays per step cost page faults and zeroing comparable to the encoding itself; an
+    extended piece only has to live until its panel is multiplied (at most two steps are alive at once).
+    """
+    size = shape[0] * shape[1]
+    key = (role, step % _SLOTS)
+    buf = _POOL.get(key)
+    if buf is None or buf.size < size:
+        buf = _POOL[key] = np.empty(max(size, 1))
+    return buf[:size].reshape(shape, order="F")
+
 
 @dataclass(frozen=True)
 class BlockEvent:
@@ -212,7 +231,7 @@ class _ChecksumExchange:
             encode_rows_into(a_src, self.rb, self.rw, achk, False)
             a_ext = self._inject(step, "A", a_piece, None)
         else:
-            a_ext = np.empty((ra + abft.NCHK * nr, a_piece.shape[1]), order="F")
+            a_ext = _buffer("A", step.index, (ra + abft.NCHK * nr, a_piece.shape[1]))
             encode_rows_into(a_src, self.rb, self.rw, a_ext, True)  # copies the data too
             self._inject(step, "A", a_piece, a_ext[:ra])
         if grid.nprow == 1:
@@ -221,7 +240,7 @@ class _ChecksumExchange:
             b_ext = self._inject(step, "B", b_piece, None)
         else:
             # column-major like the exchange's B panel: the pieces move without transposition
-            b_ext = np.empty((b_piece.shape[0], cb + abft.NCHK * nc), order="F")
+            b_ext = _buffer("B", step.index, (b_piece.shape[0], cb + abft.NCHK * nc))
             encode_cols_into(b_src, self.cbnd, self.cw, b_ext, True)
             self._inject(step, "B", b_piece, b_ext[:, :cb])
         return _ChecksumPending(self, step, self.inner.start(grid, step, a_ext, b_ext), (achk, bchk))
@@ -521,15 +540,21 @@ def _ft_gemm(
 
     events: list[BlockEvent] = []
     final = v
-    t_fix = time.perf_counter()
+    t_fix = 0.0
     if mode == "detect":
         events = [event(int(bi), int(bj), "detected") for bi, bj in zip(*np.nonzero(v.flagged), strict=True)]
     else:
+        t0 = time.perf_counter()
         fixed, rest = abft.correct_flagged(c, rb, cbnd, v, expected)
         events = [event(bi, bj, "located", (int(row0[bi]) + i, int(col0[bj]) + j)) for bi, bj, i, j in fixed]
-        events += _recompute(grid, ops, rest, c, c0, rb, cbnd, alpha, beta, expected, thr, pred, tol, event)
+        t_fix = time.perf_counter() - t0
+        more, t_re = _recompute(
+            grid, ops, rest, c, c0, rb, cbnd, alpha, beta, expected, thr, pred, tol, event
+        )
+        events += more
+        t0 = time.perf_counter()
         final = abft.verify_blocks(c, rb, cbnd, expected, thr) if events else v
-    t_fix = time.perf_counter() - t_fix
+        t_fix += t_re + (time.perf_counter() - t0 if events else 0.0)
 
     ok = ~final.flagged & np.isfinite(final.thr) & (final.thr > 0)
     local_ratio = float(np.max(np.abs(final.res_ee[ok]) / final.thr[ok])) if np.any(ok) else 0.0
@@ -587,16 +612,18 @@ def _recompute(
     pred: abft.Prediction,
     tol: float | str | None,
     event: Callable[..., BlockEvent],
-) -> list[BlockEvent]:
+) -> tuple[list[BlockEvent], float]:
     """Recompute the ``rest`` blocks from op(A) rows / op(B) columns fetched within my process row / column.
 
     Collective over the row and column communicators (every process takes part, most with nothing to ask).
+    Returns the events and the seconds spent after the request exchange (fetching, recomputing, checking).
     """
     my_rows = sorted({bi for bi, _ in rest})
     my_cols = sorted({bj for _, bj in rest})
     # processes of a process row hold the same rows of C (and of op(A)): one union of requests per row
     row_req = sorted(set().union(*grid.row_comm.allgather(my_rows)))
     col_req = sorted(set().union(*grid.col_comm.allgather(my_cols)))
+    t0 = time.perf_counter()  # timed from here: the request exchange above is a synchronisation, not work
     a_rows = b_cols = None
     if row_req and ops is not None:
         ridx = np.concatenate([np.arange(rb[bi], rb[bi + 1]) for bi in row_req])
@@ -605,7 +632,7 @@ def _recompute(
         cidx = np.concatenate([np.arange(cbnd[bj], cbnd[bj + 1]) for bj in col_req])
         b_cols = _gather_full(grid.col_comm, ops.b[:, cidx], ops.kb, axis=0)
     if not rest:
-        return []
+        return [], time.perf_counter() - t0
     rpos = {bi: p for p, bi in enumerate(row_req)}
     cpos = {bj: p for p, bj in enumerate(col_req)}
     roff = np.concatenate([[0], np.cumsum([rb[bi + 1] - rb[bi] for bi in row_req])])
@@ -635,7 +662,7 @@ def _recompute(
             out.append(event(bi, bj, "rounding"))
         else:
             out.append(event(bi, bj, "uncorrected"))
-    return out
+    return out, time.perf_counter() - t0
 
 
 # ---------------------------------------------------------------- periodic checking
