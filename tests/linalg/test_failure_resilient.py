@@ -174,3 +174,11 @@ def test_cannon_two_ranks_killed_in_different_steps(tmp_path):
     r = _run(tmp_path, "3x3", "--algorithm", "cannon", "--kill-rank", "2", "--kill-step", "0", "--kill-rank",
              "7", "--kill-step", "2")
     _check_survived(r, 9, [2, 7])
+
+
+def test_ft_pdgemm_with_protect_inputs_takes_the_failure_tolerant_path(tmp_path):
+    r = _run(tmp_path, "2x2", "--via-ft", "--compare-pdgemm")
+    assert sorted(re.findall(r"FTREPORT rank=(\d+) failed=\[\] result=ResilientResult", r.stdout)) == [
+        "0", "1", "2", "3"], r.stdout + r.stderr
+    assert sorted(re.findall(r"BITWISE rank=(\d+) same=True", r.stdout)) == ["0", "1", "2", "3"], r.stdout
+    _check_survived(r, 4, [])

@@ -27,6 +27,7 @@ p.add_argument("--n", type=int, default=48)
 p.add_argument("--nb", type=int, default=8)
 p.add_argument("--trans", default="NN")
 p.add_argument("--algorithm", default="summa")
+p.add_argument("--via-ft", action="store_true", help="call ft_pdgemm(..., protect_inputs=store) instead")
 p.add_argument("--alpha", type=float, default=1.5)
 p.add_argument("--beta", type=float, default=0.5)
 p.add_argument("--timeout", type=float, default=None)
@@ -77,9 +78,18 @@ def on_step(step: int) -> None:
 if a.cont:
     persist_state_table(Path(a.dir, "state.json"))
 try:
-    res = resilient_pdgemm(a.trans[0], a.trans[1], n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0,
-                           store=Path(a.dir, "store"), timeout=a.timeout, width=nb, on_step=on_step,
-                           algorithm=a.algorithm)  # fmt: skip
+    if a.via_ft:
+        from ftkit.linalg.ft import ft_pdgemm
+
+        report = ft_pdgemm(a.trans[0], a.trans[1], n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0,
+                           width=nb, protect_inputs=Path(a.dir, "store"))  # fmt: skip
+        kind = type(report.result).__name__
+        print(f"FTREPORT rank={rank} failed={list(report.failed_ranks)} result={kind}", flush=True)
+        res = report.result
+    else:
+        res = resilient_pdgemm(a.trans[0], a.trans[1], n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0,
+                               store=Path(a.dir, "store"), timeout=a.timeout, width=nb, on_step=on_step,
+                               algorithm=a.algorithm)  # fmt: skip
 except Fenced as exc:
     print(f"FENCED rank={rank} failed_ranks={list(exc.failed_ranks)}", flush=True)
     exit_without_finalize()

@@ -59,3 +59,12 @@ def test_xor_group(tmp_path, nprocs):
     for s in ("node12", "alldata", "node12~off"):
         assert all(line.startswith("RECOVERYERROR ") for line in out[s]), out[s]
         assert all("XOR survives the loss of one member only" in line for line in out[s])
+
+
+@pytest.mark.parametrize("code", ["rs", "xor"])
+def test_encode_and_rebuild_memory_stays_bounded(tmp_path, code):
+    # 96 MiB files, default 48 MiB buffer bound: the peak RSS may grow by the buffers, not by the file size.
+    res = run_python(4, PROGRAM.with_name("levels_memory.py"), str(tmp_path), "96", code, timeout=300).check()
+    peaks = [float(x) for x in re.findall(r"PEAK \d+ ([0-9.]+)", res.stdout)]
+    assert len(peaks) == 4, res.stdout + res.stderr
+    assert max(peaks) <= 64.0, peaks

@@ -319,6 +319,7 @@ def ft_pdgemm(
     width: int | None = None,
     exchange: PanelExchange | None = None,
     inject: InjectionPlan | None = None,
+    protect_inputs: Any = None,
 ) -> ABFTReport:
     """Compute ``C(ic:, jc:) = alpha * op(A) @ op(B) + beta * C`` as :func:`~ftkit.linalg.pdgemm`, checked.
 
@@ -339,6 +340,12 @@ def ft_pdgemm(
         SUMMA step width and panel exchange, as in ``pdgemm`` (the checksums wrap ``exchange``).
     inject
         Fault injection plan (:class:`ftkit.inject.InjectionPlan`), for tests and demos.
+    protect_inputs
+        An input store (:class:`ftkit.failure.protect.InputStore`) or a directory every rank can read: run the
+        process-failure-tolerant path instead (:func:`ftkit.linalg.resilient.resilient_pdgemm`: inputs saved
+        there, a dead process's pieces read back, its C blocks recomputed by the survivors and verified by
+        block checksums). The report then has ``failed_ranks`` and ``result`` (after failures the product is
+        ``report.result.C`` on ``report.result.grid``); ``bs``, ``tol`` and ``mode`` do not apply.
 
     Returns
     -------
@@ -369,6 +376,15 @@ def ft_pdgemm(
     _check_ft_args(r, 20, bs, tol, mode, inject)
     if width is not None and (not _is_int(width) or width < 1):
         raise PBLASArgumentError(r, 19, f"width={width!r}; must be a positive integer")
+    if protect_inputs is not None:  # the process-failure path (issue 8)
+        if inject is not None or exchange is not None:
+            raise PBLASArgumentError(r, 24, "protect_inputs cannot be combined with inject= or exchange=")
+        from .resilient import resilient_pdgemm
+
+        res = resilient_pdgemm(ta, tb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc,
+                               store=protect_inputs, width=width)  # fmt: skip
+        checked = res.comm.allreduce(res.tiles_verified)
+        return ABFTReport(blocks_checked=checked, failed_ranks=res.failed_ranks, result=res)
     return _ft_gemm(
         ta, tb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, bs, tol, mode, width, exchange, inject
     )

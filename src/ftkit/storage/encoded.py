@@ -279,7 +279,8 @@ def _xor_encode(comm: MPI.Comm, fd: int, sizes: tuple[int, ...], memory: int, wr
 
     n, i = comm.Get_size(), comm.Get_rank()
     seg = _xor_segment(max(sizes), n)
-    q = chunk_size_for(seg, memory, n + 1)
+    # The reduce-scatter's own temporaries (up to two more n-block buffers on some ranks) count too.
+    q = chunk_size_for(seg, memory, 3 * n + 1)
     send = np.zeros(n * q, np.uint8)
     recv = np.empty(q, np.uint8)
     for off in range(0, seg, q):
@@ -567,7 +568,7 @@ def _xor_rebuild(comm: MPI.Comm, plan: GroupPlan, h: ParityHeader, fd_data: int,
     n, i = comm.Get_size(), comm.Get_rank()
     (t,) = plan.lost_data
     seg = h.payload_length
-    q = chunk_size_for(seg, memory, 2 * n + 1)
+    q = chunk_size_for(seg, memory, 4 * n + 1)  # send + receive blocks + the reduction's temporaries
     send = np.zeros(n * q, np.uint8)
     recv = np.zeros(n * q, np.uint8) if i == t else None
     size_i = h.sizes[i]
