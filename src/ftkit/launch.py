@@ -31,6 +31,10 @@ _FORWARDED_ENV = ("PYTHONPATH", "NUMBA_CACHE_DIR", "OPENBLAS_NUM_THREADS", "OMP_
                   "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "PYTHONUNBUFFERED", "PATH")
 
 
+# Failure-detector timings (seconds) used unless OMPI_MCA_<param> is set.
+_DETECTOR_DEFAULTS = {"mpi_ft_detector_period": "5", "mpi_ft_detector_timeout": "60"}
+
+
 def find_mpirun() -> str:
     """Return the path of the mpirun to use.
 
@@ -96,6 +100,12 @@ def build_mpirun_command(
         cmd.append("--allow-run-as-root")
     if ulfm:
         cmd += ["--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true"]
+        # The detector's default (heartbeat every 3 s, suspect after 10 s) declares busy but alive ranks dead
+        # on an oversubscribed machine. A SIGKILLed rank is reported by the runtime at once whatever these
+        # are, so longer values cost nothing there; the environment overrides them.
+        for param, value in _DETECTOR_DEFAULTS.items():
+            if f"OMPI_MCA_{param}" not in os.environ and f"OMPI_MCA_{param}" not in (env or {}):
+                cmd += ["--mca", param, value]
     exported = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
     exported["PYTHONUNBUFFERED"] = "1"
     if node_size is not None:

@@ -101,3 +101,13 @@ def test_kill_while_post_processing_in_flight_uses_previous_checkpoint(tmp_path,
     r = run_app(tmp_path, executor, *args).check()
     assert recovered(r.stdout) == (1, 4, 5)
     assert_bit_identical(r.stdout)
+
+
+def test_without_thread_multiple_falls_back_to_inline_with_a_warning(tmp_path):
+    write_config(tmp_path, "thread")
+    args = ("--steps", "8", "--ckpt", "3:4", "--ckpt", "6:4", "--thread-level", "serialized")
+    r = run_app(tmp_path, "thread", *args, "--kill-in-flight", "2")
+    # No background thread exists, so the kill hook never fires: the run finishes, warning on every rank.
+    r.check()
+    assert r.stderr.count("falls back to inline") == 4, r.stderr
+    assert_bit_identical(r.stdout)

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.mpi
 def test_dcp_writes_changed_blocks_and_recovers_exactly(tmp_path, executor):
     write_config(tmp_path, executor, enable_dcp=1, dcp_block_size=4096)
     args = ("--dcp", "--steps", "8", "--dcp-bytes", str(1 << 21), "--dcp-block", "4096",
-            *(a for s in (2, 3, 4, 5, 6) for a in ("--ckpt", f"{s}:4")))
+            *(a for s in (2, 3, 4, 5, 6, 8) for a in ("--ckpt", f"{s}:4")))
     r = run_app(tmp_path, executor, *args, "--crash-at", "7")
     stats = [tuple(map(int, m.groups())) for m in
              re.finditer(r"^R(\d+) dcp id=(\d+) data=(\d+) map=(\d+) full=(\d+)$", r.stdout, re.M)]
@@ -33,5 +33,12 @@ def test_dcp_writes_changed_blocks_and_recovers_exactly(tmp_path, executor):
         delete_node_dir(d)
     r = run_app(tmp_path, executor, *args).check()
     assert recovered(r.stdout) == (5, 4, 6)             # rebuilt from five layers of differential writes
+    after = [tuple(map(int, m.groups())) for m in
+             re.finditer(r"^R(\d+) dcp id=(\d+) data=(\d+) map=(\d+) full=(\d+)$", r.stdout, re.M)]
+    assert sorted(a[:2] for a in after) == [(k, 6) for k in range(4)], r.stdout
+    if executor == "thread":
+        # The restarted ranks continue differentially from the map they recovered from: two steps of 1%
+        # changes (steps 7 and 8) since that map, not a full write.
+        assert all(data <= 0.03 * full for _, _, data, _, full in after), after
     matches = re.findall(r"^R\d+ final match=(\w+)$", r.stdout, re.M)
     assert matches == ["True"] * 4, r.stdout

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.mpi
 
 
 def test_head_acts_for_three_groups_and_heads_exit_cleanly(tmp_path):
-    """2 nodes of 4 processes: 1 head + 3 application ranks each, so 3 L3 groups; each head encodes for all 3."""
+    """2 nodes of 4 processes (1 head + 3 application ranks): 3 L3 groups, each head encodes for all 3."""
     write_config(tmp_path, "head")
     args = ("--steps", "12", "--ckpt", "4:3", "--ckpt", "8:3")
     r = run_python(8, APP, *args, "--crash-at", "10", node_size=4, cwd=tmp_path, timeout=TIMEOUT)

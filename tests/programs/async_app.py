@@ -20,8 +20,12 @@ import sys
 import threading
 from pathlib import Path
 
+import mpi4py
 import numpy as np
-from mpi4py import MPI
+
+if "--thread-level" in sys.argv:  # must be set before MPI is initialized
+    mpi4py.rc.thread_level = sys.argv[sys.argv.index("--thread-level") + 1]
+from mpi4py import MPI  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import heat  # noqa: E402
@@ -38,6 +42,7 @@ p.add_argument("--kill-in-flight", type=int, default=None)
 p.add_argument("--dcp", action="store_true")
 p.add_argument("--dcp-bytes", type=int, default=1 << 21, help="bytes of the dCP array per rank")
 p.add_argument("--dcp-block", type=int, default=4096)
+p.add_argument("--thread-level", default="multiple", help="mpi4py.rc.thread_level")
 args = p.parse_args()
 plan = {int(s): int(lv) for s, lv in (c.split(":") for c in args.ckpt)}
 

@@ -18,7 +18,8 @@ entries are never pruned while their files are still being read.
 
 Differential L4 (``enable_dcp = 1``): the L4 step writes only the blocks that changed since the rank's
 previous L4 checkpoint (:mod:`ftkit.checkpoint.dcp`) into ``glbl_dir/<exec_id>/l4dcp``; :class:`DcpStep`
-rebuilds the file on recovery. A new process (after a restart) starts a new block store with a full write.
+rebuilds the file on recovery and makes that map the base of the rank's next differential write. A head
+(a new process after a restart) starts a new block store with a full write.
 """
 
 from __future__ import annotations
@@ -115,12 +116,15 @@ class DcpStep(RecoveryStep):
         try:
             dst = storage.path(entry.id, ctx.rank)
             make_dirs(dst.parent)
-            restore_dcp(dcp_dir(ctx.config, ctx.exec_id), ctx.rank, entry.id, dst)
+            directory = dcp_dir(ctx.config, ctx.exec_id)
+            restore_dcp(directory, ctx.rank, entry.id, dst)
             header = storage.verify(entry.id, ctx.rank, entry.files[ctx.rank].digest)
         except ProcessFailure:
             raise
         except (FtkitError, OSError) as exc:
             return Located(reason=f"differential L4: {exc}", level=4)
+        # The next differential write of this process continues from this map instead of a full write.
+        _writer(directory, ctx.rank, ctx.config.dcp_block_size).load_base(entry.id)
         return Located(storage, header, level=4)
 
 
