@@ -125,3 +125,12 @@ def test_probe_is_agreed_at_sync_points_only():
         alarms.append(s.alarm)
     # Sync points at iterations 1, 3, 7, 11, 15, 19: the flag raised at 6 is seen at 7 and later syncs only.
     assert [i + 1 for i, a in enumerate(alarms) if a] == [7, 11, 15, 19]
+
+
+def test_auto_calibrates_after_a_restart():
+    """After recovery restores the snapshot count, the automatic schedule still measures and checkpoints."""
+    clock = FakeClock()
+    s = SnapshotSchedule([0, 0, 0, 0], mtbf=3600.0, max_sync_intv=8, clock=clock)
+    s.count = 500                                         # what recover() does
+    taken = run(s, clock, 1.0, 400, auto=True, ckpt_seconds=4.0)
+    assert taken[0] == (501, 4) and len(taken) >= 3

@@ -128,6 +128,7 @@ class SnapshotSchedule:
         self._ckpt_time = 0.0                   # checkpoint seconds inside the current iteration
         self._local_cost = math.nan
         self._since_auto = 0
+        self._calibrated = False
         #: Length of each level's interval in job-clock units (0: level off).
         self.periods = [0.0, *((v if unit == "iterations" else 60.0 * v) for v in self.intervals)]
 
@@ -227,14 +228,20 @@ class SnapshotSchedule:
         self.iteration += 1
         self._since_auto += 1
         self.alarm = False
+        synced = False
         if (self.unit == "minutes" or auto) and self.iteration >= self._next_sync:
             self._sync()
+            synced = True
         before = self.job_clock
         self.job_clock += 1.0 if self.unit == "iterations" else self.iter_time
         if auto:
             if self.auto_iters == 0:
-                # No cost measured yet on every rank: calibrate once at the first sync point.
-                return self.auto_level if (self.syncs == 1 and self.iteration == 1) else 0
+                # No cost measured yet on every rank: calibrate once, at the first sync point (after a
+                # restart too). Sync points fall on the same call on every rank.
+                if synced and not self._calibrated:
+                    self._calibrated = True
+                    return self.auto_level
+                return 0
             return self.auto_level if self._since_auto >= self.auto_iters else 0
         level = 0
         for lvl in range(1, 5):
