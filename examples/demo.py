@@ -24,6 +24,7 @@ from ftkit.inject import delete_node_dir
 from ftkit.launch import MPIResult, run_mpi
 
 HEAT = Path(__file__).resolve().with_name("heat.py")
+MULTIPLY = Path(__file__).resolve().with_name("resilient_multiply.py")
 
 CONFIG = """\
 [basic]
@@ -189,12 +190,25 @@ def scene_lose_a_node(demo: Demo) -> bool:
     return demo.compare(out)
 
 
+def scene_multiply_survives_kill(demo: Demo) -> bool:
+    """A rank is SIGKILLed in the middle of a distributed multiply; the survivors still return A @ B."""
+    victim = demo.ranks // 2 + 1 if demo.ranks > 2 else 0
+    say(f"    {demo.ranks} ranks multiply 256 x 256 matrices; rank {victim} is SIGKILLed at step 3 of 8 ...")
+    r = run_mpi(demo.ranks, [sys.executable, str(MULTIPLY), "--n", "256", "--nb", "32", "--kill-rank",
+                             str(victim), "--kill-step", "3", "--store", str(demo.workdir / "multiply")],
+                timeout=demo.timeout)
+    for line in r.stdout.splitlines():
+        say(f"    {line}")
+    return "RESULT ok=True" in r.stdout
+
+
 #: The demo's scenes, in order: (title, function). Later features append theirs.
 SCENES: list[tuple[str, Callable[[Demo], bool]]] = [
     ("failure-free reference run", scene_reference),
     ("rank killed mid-run -> relaunch -> recover from L1", scene_kill_and_recover),
     ("all node-local storage lost -> recover from L4", scene_lose_local_storage),
     ("a whole node lost (ranks killed, local dir deleted) -> recover from L3", scene_lose_a_node),
+    ("rank killed mid-multiply -> survivors finish, product still right", scene_multiply_survives_kill),
 ]
 
 

@@ -11,9 +11,9 @@ from ..conftest import REPO, run_python
 pytestmark = pytest.mark.mpi
 
 CHECKS = ["node_size", "failure1_restarted", "failure1_recover", "fresh", "local_dir", "recover_fresh",
-          "nothing_protected", "noncontiguous", "object_dtype", "not_array", "bad_level", "snapshot_iterations",
-          "status", "explicit_id", "id_not_increasing", "id_differs", "after_finalize", "with_exception_keeps",
-          "with_recovered", "with_clean_exit_cleans"]
+          "nothing_protected", "noncontiguous", "object_dtype", "not_array", "bad_level",
+          "snapshot_iterations", "status", "explicit_id", "id_not_increasing", "id_differs", "after_finalize",
+          "with_exception_keeps", "with_recovered", "with_clean_exit_cleans"]
 
 
 def test_checkpointer_api(tmp_path):

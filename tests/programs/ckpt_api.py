@@ -1,4 +1,4 @@
-"""Checkpointer API checks on a live job; prints "OK <name>" per check passed, "FAIL <name>: why" otherwise."""
+"""Checkpointer API checks on a live job: prints "OK <name>" per check passed, else "FAIL <name>: why"."""
 import sys
 from pathlib import Path
 
@@ -47,7 +47,8 @@ check("fresh", not c.restarted and c.comm.size == comm.size and c.topology.node_
 check("local_dir", c.topology.local_dir.is_dir() and c.topology.local_dir.name.startswith("node"))
 raises("recover_fresh", ftkit.RecoveryError, c.recover, "fresh start")
 raises("nothing_protected", ftkit.CheckpointError, lambda: c.checkpoint(1), "protect")
-raises("noncontiguous", ftkit.CheckpointError, lambda: c.protect("x", np.zeros((4, 4))[:, ::2]), "C-contiguous")
+raises("noncontiguous", ftkit.CheckpointError, lambda: c.protect("x", np.zeros((4, 4))[:, ::2]),
+       "C-contiguous")
 raises("object_dtype", ftkit.CheckpointError, lambda: c.protect("x", np.array([None])), "dtype")
 raises("not_array", ftkit.CheckpointError, lambda: c.protect("x", [1, 2]), "numpy array")
 a = np.arange(10.0) + comm.rank

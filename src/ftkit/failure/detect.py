@@ -199,11 +199,14 @@ class FailureDetector:
         for r in new:
             self.dead.add(r)
             self.reasons[r] = reason
-        payload = np.array(new, dtype=np.int32)
+        # Obituary payload: rank + 1, negated when the rank timed out, so hearers can tell a missed
+        # deadline from a crash (and raise TimeoutFailure rather than ProcessFailure).
+        sign = -1 if reason.startswith("timed out") or "(timed out)" in reason else 1
+        payload = np.array([sign * (r + 1) for r in new], dtype=np.int32)
         for peer in range(self.size):
             if peer == self.rank or (peer in self.dead and peer not in new):
                 continue
-            if peer in new and not reason.startswith("timed out"):
+            if peer in new and sign > 0:
                 continue  # only a live-but-late peer needs to hear that it is out
             try:
                 self._notices.append((self.comm.Isend(payload, dest=peer, tag=NOTICE_TAG), payload))
@@ -232,12 +235,14 @@ class FailureDetector:
             self.last_seen[sender] = time.monotonic()
             if buf.size == 0:  # a heartbeat: the sender is alive (and waiting on someone)
                 continue
-            if self.rank in buf:
+            ranks = np.abs(buf) - 1
+            if self.rank in ranks:
                 self.fenced = True
                 self.reasons[self.rank] = f"declared dead by rank {sender}"
-            others = [int(r) for r in buf if r != self.rank and r not in self.dead]
-            if others:
-                self.declare_dead(others, f"obituary from rank {sender}")
+            for kind, sel in (("timed out", buf < 0), ("failed", buf > 0)):
+                others = [int(r) for r in ranks[sel] if r != self.rank and r not in self.dead]
+                if others:
+                    self.declare_dead(others, f"obituary from rank {sender} ({kind})")
 
     def raise_if_fenced(self) -> None:
         """Raise :class:`Fenced` if a peer declared this process dead.
@@ -306,7 +311,7 @@ class FailureDetector:
         missing = self.exchange(sends, recvs, tag, timeout)
         if not missing:
             return
-        late = sorted(r for r in missing if self.reasons.get(r, "").startswith("timed out"))
+        late = sorted(r for r in missing if "timed out" in self.reasons.get(r, ""))
         limit = self.timeout if timeout is None else timeout
         if late:
             raise TimeoutFailure(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["encode_rows_into", "encode_cols_into"]
+__all__ = ["encode_rows_into", "encode_cols_into", "copy_col_sums"]
 
 # Reassociation lets LLVM vectorize the segment sums; the bounds hold for any summation order (the tree depth
 # stays below the segment length), and NaN/Inf semantics are kept (no nnan/ninf flags).
@@ -68,12 +68,44 @@ def col_sums(b: np.ndarray, bounds: np.ndarray, w: np.ndarray, out: np.ndarray) 
                 out[kk, 3 * nc + s] += x * x
 
 
+@njit(cache=True, nogil=True, fastmath=_FM)
+def copy_col_sums(b: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray) -> None:  # pragma: no cover
+    """``ext[:, :cb] = b`` and the checksum columns of ``b`` into ``ext[:, cb:cb+4nc]``, in one pass over ``b``
+    (same summation order as :func:`col_sums`)."""
+    kp, cb = b.shape
+    nc = bounds.shape[0] - 1
+    for s in range(nc):
+        e = ext[:, cb + s]
+        ws = ext[:, cb + nc + s]
+        ab = ext[:, cb + 2 * nc + s]
+        sq = ext[:, cb + 3 * nc + s]
+        for kk in range(kp):
+            e[kk] = 0.0
+            ws[kk] = 0.0
+            ab[kk] = 0.0
+            sq[kk] = 0.0
+        for j in range(bounds[s], bounds[s + 1]):
+            wj = w[j]
+            dst = ext[:, j]
+            for kk in range(kp):
+                x = b[kk, j]
+                dst[kk] = x
+                e[kk] += x
+                ws[kk] += wj * x
+                ab[kk] += abs(x)
+                sq[kk] += x * x
+
+
 def encode_cols_into(b: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray, copy: bool) -> None:
     """Checksum columns of ``b`` (kp x cb) into ``ext[:, base:base+4nc]`` (``base = cb`` with ``copy``,
     else 0);
-    with ``copy`` also ``ext[:, :cb] = b``."""
+    with ``copy`` also ``ext[:, :cb] = b`` (fused: one pass over ``b``, when every column of ``b`` is in a
+    segment, as for SUMMA pieces)."""
     cb = b.shape[1]
     nc = bounds.shape[0] - 1
+    if copy and ext.shape[1] == cb + 4 * nc and (nc == 0 or (bounds[0] == 0 and bounds[-1] == cb)):
+        copy_col_sums(b, bounds, w, ext)
+        return
     out = np.empty((b.shape[0], 4 * nc), order="F")
     col_sums(b, bounds, w, out)
     base = cb if copy else 0

@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -239,17 +239,54 @@ class AllgatherExchange:
         self._pool: list[dict[object, np.ndarray]] = [{} for _ in range(max(2, buffers))]
         self._calls = 0
 
+    #: ``start`` takes ``extra_rows`` / ``extra_cols`` / ``fill_a`` / ``fill_b`` (callers may test for it).
+    accepts_fill = True
+
     def start(self, grid: ProcessGrid, step: SummaStep, a_piece: np.ndarray,
-              b_piece: np.ndarray) -> PendingPanels:
-        """Start the exchange; the panels stay valid until ``buffers`` more calls of ``start``."""
+              b_piece: np.ndarray, *, extra_rows: int = 0, extra_cols: int = 0,
+              fill_a: Callable[[np.ndarray], None] | None = None,
+              fill_b: Callable[[np.ndarray], None] | None = None) -> PendingPanels:
+        """Start the exchange; the panels stay valid until ``buffers`` more calls of ``start``.
+
+        Parameters
+        ----------
+        grid, step, a_piece, b_piece
+            As :meth:`PanelExchange.start`.
+        extra_rows, extra_cols
+            Rows appended under every A piece / columns beside every B piece (e.g. ABFT checksums): the
+            panels are ``(ra + extra_rows, width)`` and ``(width, cb + extra_cols)``; every process of the row
+            (column) must pass the same number.
+        fill_a, fill_b
+            If given, called with this process's slot (a writable column-major ``(ra + extra_rows, wa)`` view
+            of the A panel; the ``(wb, cb + extra_cols)`` send buffer of the B piece) and must write all of
+            it, the piece included, before it is sent: the piece is copied once, straight into the panel, and
+            the caller can compute its extra rows in the same pass. Without a fill the piece is copied and the
+            extra rows / columns are zero. With extras or a fill, the panel is never the piece itself (even
+            alone in the row / column).
+        """
         requests: list[MPI.Request] = []
         keep: list[object] = []
         finish: list[tuple[np.ndarray, np.ndarray]] = []
         pool = self._pool[self._calls % len(self._pool)]
         self._calls += 1
-        a_panel = self._gather_columns(grid.row_comm, a_piece, step.a_cols, requests, pool)
-        b_panel = self._gather_rows(grid.col_comm, b_piece, step.b_rows, requests, keep, finish, pool)
+        a_panel = self._gather_columns(grid.row_comm, a_piece, step.a_cols, requests, pool,
+                                       int(extra_rows), fill_a)
+        b_panel = self._gather_rows(grid.col_comm, b_piece, step.b_rows, requests, keep, finish, pool,
+                                    int(extra_cols), fill_b)
         return _Done(a_panel, b_panel, requests, tuple(keep), finish)
+
+    @staticmethod
+    def _fill(dest: np.ndarray, piece: np.ndarray, fill: Callable[[np.ndarray], None] | None,
+              axis: int) -> None:
+        """Write ``piece`` (and the caller's extras) into ``dest``: by ``fill``, else copy + zero extras."""
+        if fill is not None:
+            fill(dest)
+        elif axis == 0:
+            dest[: piece.shape[0]] = piece
+            dest[piece.shape[0] :] = 0.0
+        else:
+            dest[:, : piece.shape[1]] = piece
+            dest[:, piece.shape[1] :] = 0.0
 
     @staticmethod
     def _buffer(pool: dict[object, np.ndarray], key: object, shape: tuple[int, int]) -> np.ndarray:
@@ -270,19 +307,24 @@ class AllgatherExchange:
             pool.clear()
 
     def _gather_columns(self, comm: MPI.Comm, piece: np.ndarray, slices: tuple[slice, ...],
-                        requests: list[MPI.Request], pool: dict[object, np.ndarray]) -> np.ndarray:
+                        requests: list[MPI.Request], pool: dict[object, np.ndarray], extra: int = 0,
+                        fill: Callable[[np.ndarray], None] | None = None) -> np.ndarray:
         size, me = comm.Get_size(), comm.Get_rank()
-        if size == 1:
+        plain = extra == 0 and fill is None
+        if size == 1 and plain:
             return piece
         widths = [s.stop - s.start for s in slices]
-        panel = self._buffer(pool, "A", (piece.shape[0], sum(widths)))
+        panel = self._buffer(pool, "A", (piece.shape[0] + extra, sum(widths)))
         slot = [panel[:, s] for s in _slots(widths)]
         for q in range(size):
             if q != me and slot[q].size:
                 requests.append(comm.Irecv([slot[q], MPI.DOUBLE], source=q, tag=TAG_A))
         mine = slot[me]
         if mine.size:
-            mine[...] = piece
+            if plain:
+                mine[...] = piece
+            else:
+                self._fill(mine, piece, fill, 0)
             for q in range(size):
                 if q != me:
                     requests.append(comm.Isend([mine, MPI.DOUBLE], dest=q, tag=TAG_A))
@@ -291,12 +333,19 @@ class AllgatherExchange:
     def _gather_rows(self, comm: MPI.Comm, piece: np.ndarray, slices: tuple[slice, ...],
                      requests: list[MPI.Request], keep: list[object],
                      finish: list[tuple[np.ndarray, np.ndarray]],
-                     pool: dict[object, np.ndarray]) -> np.ndarray:
+                     pool: dict[object, np.ndarray], extra: int = 0,
+                     fill: Callable[[np.ndarray], None] | None = None) -> np.ndarray:
         size, me = comm.Get_size(), comm.Get_rank()
-        if size == 1:
+        plain = extra == 0 and fill is None
+        if size == 1 and plain:
             return piece
         widths = [s.stop - s.start for s in slices]
-        cols = piece.shape[1]
+        cols = piece.shape[1] + extra
+        if size == 1:  # alone in the column: the filled buffer is the panel
+            panel = self._buffer(pool, "B", (widths[0], cols))
+            if panel.size:
+                self._fill(panel, piece, fill, 1)
+            return panel
         panel = self._buffer(pool, "B", (sum(widths), cols))
         slots = _slots(widths)
         for p in range(size):
@@ -306,7 +355,10 @@ class AllgatherExchange:
                 finish.append((panel[slots[p], :], scratch))
         if widths[me] * cols:
             packed = self._buffer(pool, ("B", me), (widths[me], cols))
-            packed[...] = piece
+            if plain:
+                packed[...] = piece
+            else:
+                self._fill(packed, piece, fill, 1)
             panel[slots[me], :] = packed
             for p in range(size):
                 if p != me:

@@ -226,10 +226,22 @@ class _ChecksumExchange:
         # Alone in my process row (column) nothing is sent: the piece is the panel and the checksums stay
         # aside; the data then reaches the GEMM in the very layout plain pdgemm uses (bit-identical C).
         achk = bchk = None
+        # An exchange that accepts a fill callback gets the checksums computed straight into its panel slot
+        # (A) / send buffer (B) in the pass that copies the piece there: each piece is copied once.
+        direct = bool(getattr(self.inner, "accepts_fill", False))
+        kw: dict[str, Any] = {}
         if grid.npcol == 1:
             achk = np.empty((abft.NCHK * nr, a_piece.shape[1]), order="F")
             encode_rows_into(a_src, self.rb, self.rw, achk, False)
             a_ext = self._inject(step, "A", a_piece, None)
+        elif direct:
+            a_ext = a_piece
+
+            def fill_a(slot: np.ndarray) -> None:
+                encode_rows_into(a_src, self.rb, self.rw, slot, True)  # copies the data too
+                self._inject(step, "A", a_piece, slot[:ra])
+
+            kw.update(extra_rows=abft.NCHK * nr, fill_a=fill_a)
         else:
             a_ext = _buffer("A", step.index, (ra + abft.NCHK * nr, a_piece.shape[1]))
             encode_rows_into(a_src, self.rb, self.rw, a_ext, True)  # copies the data too
@@ -238,12 +250,21 @@ class _ChecksumExchange:
             bchk = np.empty((b_piece.shape[0], abft.NCHK * nc), order="C")
             encode_cols_into(b_src, self.cbnd, self.cw, bchk, False)
             b_ext = self._inject(step, "B", b_piece, None)
+        elif direct:
+            b_ext = b_piece
+
+            def fill_b(buf: np.ndarray) -> None:
+                encode_cols_into(b_src, self.cbnd, self.cw, buf, True)  # copies the data too
+                self._inject(step, "B", b_piece, buf[:, :cb])
+
+            kw.update(extra_cols=abft.NCHK * nc, fill_b=fill_b)
         else:
             # column-major like the exchange's B panel: the pieces move without transposition
             b_ext = _buffer("B", step.index, (b_piece.shape[0], cb + abft.NCHK * nc))
             encode_cols_into(b_src, self.cbnd, self.cw, b_ext, True)
             self._inject(step, "B", b_piece, b_ext[:, :cb])
-        return _ChecksumPending(self, step, self.inner.start(grid, step, a_ext, b_ext), (achk, bchk))
+        pending = self.inner.start(grid, step, a_ext, b_ext, **kw)
+        return _ChecksumPending(self, step, pending, (achk, bchk))
 
     def _planned(self, target: str, step: SummaStep) -> bool:
         return self.plan is not None and self.plan.planned(target, self.rank, step.index)
@@ -493,7 +514,11 @@ def _ft_gemm(
         c0_sums = abft.summarize_c0(c, rb, cbnd)
         if mode == "correct":
             c0 = c.copy(order="F")
-    _scale(c, beta)
+    # beta == 0 without injections: left to the first local GEMM, as pdgemm does (one pass over C fewer,
+    # same bits); a C flip planned before the first update must land in a C that is then read, so not then
+    fused_beta0 = beta == 0.0 and inject is None and alpha != 0.0 and k > 0
+    if not fused_beta0:
+        _scale(c, beta)
 
     def c_to_global(i: int, j: int) -> tuple[int, int]:
         return ic + int(rows_here[i]), jc + int(cols_here[j])
@@ -518,7 +543,8 @@ def _ft_gemm(
             grid.rank,
             c_to_global,
         )
-        run_summa(grid, ops.a, ops.b, ops.c, ops.ka, ops.kb, alpha, exchange=chk, steps=steps)
+        run_summa(grid, ops.a, ops.b, ops.c, ops.ka, ops.kb, alpha, exchange=chk, steps=steps,
+                  beta=0.0 if fused_beta0 else 1.0)
         if own is not None:
             own.release()  # panel buffers back to the pool, as pdgemm does
         if inject is not None:

@@ -17,7 +17,9 @@ stored) and stores one parity file (:mod:`ftkit.storage.parity`):
   any one member (data and parity), i.e. one node.
 
 Memory: files are processed in chunks sized so that every process holds at most ``memory`` bytes of
-buffers (default 48 MiB), whatever the file sizes. Chunks are exchanged with MPI collectives (allgather
+buffers (default 48 MiB), whatever the file sizes. RS encoding is pipelined on two sets of buffers: a
+worker thread encodes and writes chunk c (the codec and ``pwrite`` release the GIL) while the calling
+thread reads and exchanges chunk c+1. Chunks are exchanged with MPI collectives (allgather
 for RS encoding, reduce-scatter with bitwise XOR for XOR), so each chunk costs (k-1) chunk transfers per
 member -- the same volume as FTI's ring of m sends.
 
@@ -32,6 +34,8 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -51,7 +55,7 @@ from .parity import ParityHeader, payload_offset_for, verify_parity, write_parit
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-__all__ = ["CODES", "DEFAULT_MEMORY", "GroupPlan", "encode_group", "assess_group", "rebuild_group",
+__all__ = ["CODES", "DEFAULT_MEMORY", "MAX_CHUNK", "GroupPlan", "encode_group", "assess_group", "rebuild_group",
            "chunk_size_for", "parity_overhead", "EncodedLevel", "PARITY_SUFFIX", "encoding_tag"]
 
 #: File name suffix of parity files.
@@ -61,6 +65,8 @@ PARITY_SUFFIX = ".parity"
 CODES = ("rs", "xor")
 #: Default bound (bytes) on the buffers one process uses while encoding or rebuilding a group.
 DEFAULT_MEMORY = 48 << 20
+#: Largest RS encoding chunk (bytes per member): bigger chunks only delay the start of the pipeline.
+MAX_CHUNK = 4 << 20
 
 PathLike = str | os.PathLike[str]
 
@@ -153,7 +159,7 @@ def _close(fd: int) -> None:
 
 def encode_group(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, *, code: str = "rs",
                  tag: str = "", memory: int = DEFAULT_MEMORY,
-                 names: Sequence[str] | None = None) -> ParityHeader:
+                 names: Sequence[str] | None = None, stats: dict[str, float] | None = None) -> ParityHeader:
     """Encode the group's data files; every member stores its parity file at ``parity_path`` (collective).
 
     Parameters
@@ -172,6 +178,11 @@ def encode_group(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, *, 
         Bound on buffer memory per process, bytes.
     names
         How to name members in errors (e.g. ``"rank 5 on node 2"``).
+    stats
+        If given, filled with where this member's time went, in seconds (``read``, ``data_hash``,
+        ``exchange``: the collective, ``codec`` and ``codec_cpu``: the codec's wall and thread CPU time,
+        ``parity_hash``, ``write``, ``wait``: the caller waiting for the worker thread, ``commit``: header,
+        fsync and rename, ``total``), plus ``chunk_bytes`` and ``chunks``.
 
     Returns
     -------
@@ -188,11 +199,20 @@ def encode_group(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, *, 
     _check_code(code)
     if comm.Get_size() < 2:
         raise StorageError("an encoded group needs at least 2 members (one per node)")
-    return _encode(comm, data_path, parity_path, code, tag, memory, names, write=True)
+    return _encode(comm, data_path, parity_path, code, tag, memory, names, write=True, stats=stats)
+
+
+class _Timers(dict):  # type: ignore[type-arg]
+    """Seconds per phase of an encoding (a dict, so callers get plain numbers)."""
+
+    def add(self, key: str, seconds: float) -> None:
+        self[key] = self.get(key, 0.0) + seconds
 
 
 def _encode(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, code: str, tag: str, memory: int,
-            names: Sequence[str] | None, write: bool) -> ParityHeader:
+            names: Sequence[str] | None, write: bool, stats: dict[str, float] | None = None) -> ParityHeader:
+    t_start = time.perf_counter()
+    timers = _Timers()
     n, i = comm.Get_size(), comm.Get_rank()
     sizes = tuple(comm.allgather(file_size(data_path)))
     if min(sizes) < 0:
@@ -211,7 +231,7 @@ def _encode(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, code: st
             writer = AtomicWriter(parity_path)
     try:
         if code == "rs":
-            plen = _rs_encode(comm, fd, sizes, memory, writer, offset, data_hash, par_hash, guard)
+            plen = _rs_encode(comm, fd, sizes, memory, writer, offset, data_hash, par_hash, guard, timers)
             my_digest = data_hash.hexdigest()
         else:
             plen = _xor_encode(comm, fd, sizes, memory, writer, offset, par_hash, guard)
@@ -222,10 +242,15 @@ def _encode(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, code: st
         header = ParityHeader(code=code, k=n, index=i, sizes=sizes, digests=digests, payload_offset=offset,
                               payload_length=plen, payload_digest=par_hash.hexdigest(), tag=tag)
         if writer is not None:
+            t0 = time.perf_counter()
             with guard:
                 write_parity_header(writer, header)
                 writer.commit()
+            timers.add("commit", time.perf_counter() - t0)
         _agree(comm, guard, "L3 encoding", names)
+        if stats is not None:
+            timers["total"] = time.perf_counter() - t_start
+            stats.update(timers)
     except BaseException:
         if writer is not None:
             writer.abort()
@@ -236,31 +261,137 @@ def _encode(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, code: st
 
 
 def _rs_encode(comm: MPI.Comm, fd: int, sizes: tuple[int, ...], memory: int, writer: AtomicWriter | None,
-               offset: int, data_hash: Any, par_hash: Any, guard: _Guard) -> int:
+               offset: int, data_hash: Any, par_hash: Any, guard: _Guard, timers: _Timers) -> int:
     from mpi4py import MPI
 
     n, i = comm.Get_size(), comm.Get_rank()
     length = max(sizes)
-    z = chunk_size_for(length, memory, n + 1)
-    gathered = np.zeros(n * z, np.uint8)
-    out = np.empty(z, np.uint8)
+    # Two sets of n + 1 chunk buffers (gathered rows + parity row) so that chunk c+1 is read and exchanged
+    # while a worker thread encodes and writes chunk c.
+    z = min(chunk_size_for(length, memory, 2 * (n + 1)), max(MAX_CHUNK, 4096))
+    starts = range(0, length, z)
+    nbuf = 2 if writer is not None and len(starts) > 1 else 1
+    gathered = [np.zeros(n * z, np.uint8) for _ in range(nbuf)]
+    outs = [np.empty(z, np.uint8) for _ in range(nbuf)]
     code = _rs(n)
-    for start in range(0, length, z):
-        lc = min(z, length - start)
-        rows = gathered[:n * lc].reshape(n, lc)
-        with guard:
-            if guard.ok:
-                read_into(fd, start, rows[i], sizes[i])
-                data_hash.update(byte_view(rows[i])[:max(0, min(lc, sizes[i] - start))])
-        comm.Allgather(MPI.IN_PLACE, gathered[:n * lc])  # each member's block is lc bytes
-        if writer is None:
-            continue
-        code.encode_into(list(rows), [out[:lc]], parity_indices=[i])
-        par_hash.update(byte_view(out)[:lc])
-        with guard:
-            if guard.ok:
-                writer.pwrite(out[:lc], offset + start)
+    wguard = _Guard()  # the worker's own: the calling thread writes ``guard`` meanwhile
+    timers.update(chunk_bytes=float(z), chunks=float(len(starts)))
+
+    def work(b: int, start: int, lc: int) -> None:
+        with wguard:
+            out = outs[b][:lc]
+            c0, t0 = time.thread_time(), time.perf_counter()
+            code.encode_into(list(gathered[b][:n * lc].reshape(n, lc)), [out], parity_indices=[i])
+            t1 = time.perf_counter()
+            timers.add("codec", t1 - t0)
+            timers.add("codec_cpu", time.thread_time() - c0)
+            par_hash.update(byte_view(out))
+            t2 = time.perf_counter()
+            timers.add("parity_hash", t2 - t1)
+            if guard.ok and wguard.ok:
+                writer.pwrite(out, offset + start)  # type: ignore[union-attr]
+            timers.add("write", time.perf_counter() - t2)
+
+    pool = _Worker() if nbuf == 2 else None
+    try:
+        for c, start in enumerate(starts):
+            b = c % nbuf
+            t0 = time.perf_counter()
+            if pool is not None:
+                pool.wait(b)  # chunk c-2 is done with buffer set b
+            lc = min(z, length - start)
+            rows = gathered[b][:n * lc].reshape(n, lc)
+            t1 = time.perf_counter()
+            with guard:
+                if guard.ok:
+                    read_into(fd, start, rows[i], sizes[i])
+            t2 = time.perf_counter()
+            with guard:
+                if guard.ok:
+                    data_hash.update(byte_view(rows[i])[:max(0, min(lc, sizes[i] - start))])
+            t3 = time.perf_counter()
+            comm.Allgather(MPI.IN_PLACE, gathered[b][:n * lc])  # each member's block is lc bytes
+            t4 = time.perf_counter()
+            timers.add("wait", t1 - t0)
+            timers.add("read", t2 - t1)
+            timers.add("data_hash", t3 - t2)
+            timers.add("exchange", t4 - t3)
+            if writer is None:
+                continue
+            if pool is not None:
+                pool.submit(b, work, b, start, lc)
+            else:
+                work(b, start, lc)
+        if pool is not None:
+            t0 = time.perf_counter()
+            pool.wait_all()
+            timers.add("wait", time.perf_counter() - t0)
+    finally:
+        if pool is not None:
+            pool.close()
+    if guard.ok and not wguard.ok:
+        guard.error = wguard.error
     return length
+
+
+class _Worker:
+    """One thread running jobs in submission order; :meth:`wait` waits for the job of one buffer set.
+
+    Jobs are tried in order (the parity hash is fed chunk by chunk). An unexpected exception in a job is
+    re-raised by the next :meth:`wait` of the caller.
+    """
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._jobs: list[tuple[int, Callable[..., None], tuple[Any, ...]]] = []
+        self._busy: set[int] = set()
+        self._error: BaseException | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="ftkit-l3-encode", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._jobs and not self._closed:
+                    self._cv.wait()
+                if not self._jobs:
+                    return
+                b, fn, args = self._jobs.pop(0)
+            try:
+                if self._error is None:
+                    fn(*args)
+            except BaseException as exc:  # handed to the caller by wait()
+                self._error = exc
+            with self._cv:
+                self._busy.discard(b)
+                self._cv.notify_all()
+
+    def submit(self, b: int, fn: Callable[..., None], *args: Any) -> None:
+        with self._cv:
+            self._busy.add(b)
+            self._jobs.append((b, fn, args))
+            self._cv.notify_all()
+
+    def wait(self, b: int) -> None:
+        with self._cv:
+            while b in self._busy:
+                self._cv.wait()
+        if self._error is not None:
+            raise self._error
+
+    def wait_all(self) -> None:
+        with self._cv:
+            while self._busy:
+                self._cv.wait()
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        self._thread.join()
 
 
 def _xor_cells(fd: int, rows: np.ndarray, me: int, seg: int, off: int, size: int) -> None:
