@@ -88,7 +88,7 @@ def _worker(args: argparse.Namespace) -> None:
     timed("l4_pfs_copy", write_l4)
 
     # Encode work only: the codec computing one parity row from k chunks, as each member does.
-    from ftkit.storage.encoded import _rs, chunk_size_for
+    from ftkit.storage.encoded import _rs
 
     k = group.Get_size()
     z = int(rs_stats["chunk_bytes"])  # the chunk size encode_group used
@@ -228,13 +228,15 @@ def main() -> int:
            "ratio_xor_recover_over_encode": round(r["l3_xor_recover"] / r["l3_xor_encode"], 3),
            "ratio_l2_recover_over_copy": round(r["l2_recover"] / r["l2_partner_copy"], 3),
            "ratio_rs_over_xor_encode": round(r["l3_rs_encode"] / r["l3_xor_encode"], 3),
-           "ratio_rs_encode_over_l2_copy": round(r["l3_rs_encode"] / r["l2_partner_copy"], 3), **brk, **single}
+           "ratio_rs_encode_over_l2_copy": round(r["l3_rs_encode"] / r["l2_partner_copy"], 3),
+           **brk, **single}
     print(f"{args.ranks} ranks, {args.ranks // args.node_size} emulated nodes, {args.size_mib} MiB per rank "
           "(slowest rank, seconds):")
     for key in ("l1_write", "l2_partner_copy", "l3_rs_encode", "l3_xor_encode", "l4_pfs_copy", "l3_rs_kernel",
                 "l2_recover", "l3_rs_recover", "l3_xor_recover"):
         print(f"  {key:18s} {r[key]:8.3f} s")
-    print(f"  L3 RS encode  {out['l3_rs_encode_gbps_per_rank']:.3f} GB/s per rank end to end; codec work only "
+    print(f"  L3 RS encode  {out['l3_rs_encode_gbps_per_rank']:.3f} GB/s per rank end to end; "
+          "codec work only "
           f"(inside encode_group, chunks of {brk['rs_chunk_mib']} MiB): "
           f"{brk['rs_codec_gbps_per_rank_median']:.3f} GB/s per rank median wall, "
           f"{brk['rs_codec_gbps_per_rank_slowest']:.3f} slowest rank, "
@@ -242,11 +244,11 @@ def main() -> int:
     print("  per-rank seconds, median / slowest: " + ", ".join(
         f"{key} {brk[f'rs_{key}_s_median']:.3f}/{brk[f'rs_{key}_s_max']:.3f}"
         for key in ("codec", "codec_cpu", "exchange", "read", "write", "wait", "commit", "total")))
-    print(f"  same codec loop outside encode_group (all ranks at once, no I/O, no MPI): "
+    print("  same codec loop outside encode_group (all ranks at once, no I/O, no MPI): "
           f"{out['l3_rs_kernel_gbps_per_rank']:.3f} GB/s per rank (slowest)")
     print(f"  L3 XOR encode {out['l3_xor_encode_gbps_per_rank']:.3f} GB/s per rank")
-    print(f"  one process alone: RS(4,4) parity row {single['single_core_rs_row_gbps']:.3f} GB/s of checkpoint "
-          f"data wall, {single['single_core_rs_row_cpu_gbps']:.3f} GB/s CPU clock "
+    print(f"  one process alone: RS(4,4) parity row {single['single_core_rs_row_gbps']:.3f} GB/s of "
+          f"checkpoint data wall, {single['single_core_rs_row_cpu_gbps']:.3f} GB/s CPU clock "
           f"(numpy copy {single['single_core_numpy_copy_gbps']:.3f} GB/s)")
     print(f"  recovery / encoding: RS {out['ratio_rs_recover_over_encode']:.2f}x (target <= 3), "
           f"XOR {out['ratio_xor_recover_over_encode']:.2f}x, L2 {out['ratio_l2_recover_over_copy']:.2f}x")

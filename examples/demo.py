@@ -25,6 +25,7 @@ from ftkit.launch import MPIResult, run_mpi
 
 HEAT = Path(__file__).resolve().with_name("heat.py")
 MULTIPLY = Path(__file__).resolve().with_name("resilient_multiply.py")
+CG = Path(__file__).resolve().with_name("cg.py")
 
 CONFIG = """\
 [basic]
@@ -202,6 +203,24 @@ def scene_multiply_survives_kill(demo: Demo) -> bool:
     return "RESULT ok=True" in r.stdout
 
 
+def scene_bit_flip_corrected(demo: Demo) -> bool:
+    """A bit flip hits a matrix product inside CG; ABFT block checksums locate and correct it."""
+    ranks = 4 if demo.ranks >= 4 else 1
+    say(f"    CG on {ranks} ranks, every 10th product checked by ft_pdgemm; product 30 gets a bit flip ...")
+    r = run_mpi(ranks, [sys.executable, str(CG), "--flip-at", "30"], timeout=demo.timeout)
+    for line in r.stdout.splitlines():
+        if line.startswith(("CG ", "  call 30", "RESULT")):
+            say(f"    | {line}")
+    m = re.search(r"RESULT iterations=(\d+) reference=(\d+) .* detected=(\d+) corrected=(\d+)", r.stdout)
+    if r.returncode != 0 or not m:
+        say(f"    CG run failed (exit {r.returncode}):\n{r.stderr[-2000:]}")
+        return False
+    iterations, reference, detected, corrected = map(int, m.groups())
+    say(f"    flip detected {detected}, corrected {corrected}; CG converged in {iterations} iterations "
+        f"(failure-free: {reference})")
+    return detected == 1 and corrected == 1 and iterations == reference
+
+
 #: The demo's scenes, in order: (title, function). Later features append theirs.
 SCENES: list[tuple[str, Callable[[Demo], bool]]] = [
     ("failure-free reference run", scene_reference),
@@ -209,6 +228,7 @@ SCENES: list[tuple[str, Callable[[Demo], bool]]] = [
     ("all node-local storage lost -> recover from L4", scene_lose_local_storage),
     ("a whole node lost (ranks killed, local dir deleted) -> recover from L3", scene_lose_a_node),
     ("rank killed mid-multiply -> survivors finish, product still right", scene_multiply_survives_kill),
+    ("silent bit flip in a product inside CG -> ABFT checksums locate and correct it", scene_bit_flip_corrected),
 ]
 
 

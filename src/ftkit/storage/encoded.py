@@ -55,8 +55,9 @@ from .parity import ParityHeader, payload_offset_for, verify_parity, write_parit
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-__all__ = ["CODES", "DEFAULT_MEMORY", "MAX_CHUNK", "GroupPlan", "encode_group", "assess_group", "rebuild_group",
-           "chunk_size_for", "parity_overhead", "EncodedLevel", "PARITY_SUFFIX", "encoding_tag"]
+__all__ = ["CODES", "DEFAULT_MEMORY", "MAX_CHUNK", "GroupPlan", "encode_group", "assess_group",
+           "rebuild_group", "chunk_size_for", "parity_overhead", "EncodedLevel", "PARITY_SUFFIX",
+           "encoding_tag"]
 
 #: File name suffix of parity files.
 PARITY_SUFFIX = ".parity"
