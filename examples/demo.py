@@ -228,7 +228,8 @@ SCENES: list[tuple[str, Callable[[Demo], bool]]] = [
     ("all node-local storage lost -> recover from L4", scene_lose_local_storage),
     ("a whole node lost (ranks killed, local dir deleted) -> recover from L3", scene_lose_a_node),
     ("rank killed mid-multiply -> survivors finish, product still right", scene_multiply_survives_kill),
-    ("silent bit flip in a product inside CG -> ABFT checksums locate and correct it", scene_bit_flip_corrected),
+    ("silent bit flip in a product inside CG -> ABFT checksums locate and correct it",
+     scene_bit_flip_corrected),
 ]
 
 

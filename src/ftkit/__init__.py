@@ -6,10 +6,10 @@ FT-PBLAS (``ftkit.linalg``). This module only re-exports the public API.
 
 from __future__ import annotations
 
-from .errors import *  # noqa: F403
-from .errors import __all__ as _errors_all
 from .checkpoint import Checkpointer, CheckpointStatus, RecoveryInfo
 from .config import Config
+from .errors import *  # noqa: F403
+from .errors import __all__ as _errors_all
 
 __version__ = "0.1.0"
 

@@ -24,7 +24,8 @@ _SUBCOMMAND_MODULES = (
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the ``ftkit`` argument parser with every available subcommand registered."""
-    parser = argparse.ArgumentParser(prog="ftkit", description="ftkit: fault tolerance for MPI programs in Python")
+    parser = argparse.ArgumentParser(prog="ftkit",
+                                     description="ftkit: fault tolerance for MPI programs in Python")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _SUBCOMMAND_MODULES:
         try:

@@ -37,7 +37,10 @@ class FtkitError(Exception):
 
 
 class ConfigError(FtkitError, ValueError):
-    """A configuration key, value or combination is invalid (the message names key, value and what is allowed)."""
+    """A configuration key, value or combination is invalid.
+
+    The message names the key, the value and what is allowed.
+    """
 
 
 class TopologyError(ConfigError):

@@ -7,8 +7,8 @@ or emulated nodes of ``node_size`` consecutive ranks when every rank shares one 
 Groups follow FTI's topology-aware layout (reference 002, Figure 1): nodes are split into *node sets* of
 ``group_size`` consecutive nodes (leftover nodes join the last sets, so a set has between ``group_size`` and
 ``2*group_size - 1`` nodes); within a node set, the application ranks at the same position in their nodes form
-one group. Every member of a group therefore sits on a different node, and the loss of one node costs any group
-at most one member. The L2 partner of a rank is the member of its group on the next node of the node set
+one group. Every member of a group therefore sits on a different node, and the loss of one node costs any
+group at most one member. The L2 partner of a rank is the member of its group on the next node of the node set
 (a ring), so a partner copy never shares a node with its original.
 """
 
@@ -38,7 +38,8 @@ def plan_node_sets(node_count: int, group_size: int) -> list[list[int]]:
         If ``group_size < 2`` or there are fewer nodes than ``group_size``.
     """
     if group_size < 2:
-        raise TopologyError(f"group_size = {group_size}: a group needs at least 2 nodes (set group_size >= 2)")
+        raise TopologyError(
+            f"group_size = {group_size}: a group needs at least 2 nodes (set group_size >= 2)")
     if node_count < group_size:
         raise TopologyError(
             f"group_size = {group_size} needs at least {group_size} nodes, but the job has {node_count} "
