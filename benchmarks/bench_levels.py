@@ -17,7 +17,7 @@ copy (the cheapest node-loss protection), recovery vs encoding time per level.
 Runs without ULFM's failure detector: nothing fails here, and a rank busy in a long NumPy call on an
 oversubscribed machine would otherwise be declared dead for missing its heartbeats.
 
-Usage: python benchmarks/bench_levels.py [--quick] [--size-mib N] [--ranks 8] [--node-size 2]
+Usage: python benchmarks/bench_levels.py [--quick] [--size-mib N] [--ranks 8|4] [--node-size RANKS/4]
 """
 
 from __future__ import annotations

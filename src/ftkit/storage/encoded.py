@@ -263,8 +263,6 @@ def _encode(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, code: st
 
 def _rs_encode(comm: MPI.Comm, fd: int, sizes: tuple[int, ...], memory: int, writer: AtomicWriter | None,
                offset: int, data_hash: Any, par_hash: Any, guard: _Guard, timers: _Timers) -> int:
-    from mpi4py import MPI
-
     n, i = comm.Get_size(), comm.Get_rank()
     length = max(sizes)
     # Two sets of n + 1 chunk buffers (gathered rows + parity row) so that chunk c+1 is read and exchanged
@@ -311,7 +309,7 @@ def _rs_encode(comm: MPI.Comm, fd: int, sizes: tuple[int, ...], memory: int, wri
                 if guard.ok:
                     data_hash.update(byte_view(rows[i])[:max(0, min(lc, sizes[i] - start))])
             t3 = time.perf_counter()
-            comm.Allgather(MPI.IN_PLACE, gathered[b][:n * lc])  # each member's block is lc bytes
+            _allgather(comm, gathered[b][:n * lc])  # each member's block is lc bytes
             t4 = time.perf_counter()
             timers.add("wait", t1 - t0)
             timers.add("read", t2 - t1)
@@ -333,6 +331,25 @@ def _rs_encode(comm: MPI.Comm, fd: int, sizes: tuple[int, ...], memory: int, wri
     if guard.ok and not wguard.ok:
         guard.error = wguard.error
     return length
+
+
+#: Longest sleep (seconds) between two tests of a pending chunk exchange; 0 waits in MPI instead.
+_POLL_MAX_SLEEP = 5e-4
+
+
+def _allgather(comm: MPI.Comm, buf: np.ndarray) -> None:
+    # MPI's blocking wait spins on a core; with ranks sharing cores (and the worker thread encoding the
+    # previous chunk) the spinning steals the CPU the peers need. Test with growing sleeps instead.
+    from mpi4py import MPI
+
+    if _POLL_MAX_SLEEP <= 0:
+        comm.Allgather(MPI.IN_PLACE, buf)
+        return
+    req = comm.Iallgather(MPI.IN_PLACE, buf)
+    delay = 2e-5
+    while not req.Test():
+        time.sleep(delay)
+        delay = min(2 * delay, _POLL_MAX_SLEEP)
 
 
 class _Worker:
