@@ -69,9 +69,11 @@ def col_sums(b: np.ndarray, bounds: np.ndarray, w: np.ndarray, out: np.ndarray) 
 
 
 @njit(cache=True, nogil=True, fastmath=_FM)
-def copy_col_sums(b: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray) -> None:  # pragma: no cover
-    """``ext[:, :cb] = b`` and the checksum columns of ``b`` into ``ext[:, cb:cb+4nc]``, in one pass over ``b``
-    (same summation order as :func:`col_sums`)."""
+def copy_col_sums(
+    b: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """``ext[:, :cb] = b`` and the checksum columns of ``b`` into ``ext[:, cb:cb+4nc]``, in one pass over
+    ``b`` (same summation order as :func:`col_sums`)."""
     kp, cb = b.shape
     nc = bounds.shape[0] - 1
     for s in range(nc):

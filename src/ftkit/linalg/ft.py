@@ -3,10 +3,11 @@
 How :func:`ft_pdgemm` works (the checksum algebra and its bounds are in :mod:`ftkit.linalg.abft`):
 
 1. **Encode, locally, inside the panels.** The SUMMA engine (:func:`~ftkit.linalg._summa.run_summa`) runs
-   with a panel exchange that wraps the normal one: before a process sends its piece of an A panel it stacks
-   the piece's checksum rows under it (plain, index-weighted and absolute column sums of every row segment of
-   C), and under its B piece the matching checksum columns. They travel in the same ``Iallgatherv`` as the
-   data; no separate message, no extra synchronisation.
+   with a panel exchange that wraps the normal one (:mod:`ftkit.linalg._ft_exchange`): when a process copies
+   its piece of an A panel into its panel slot, the same pass (one numba kernel) writes the piece's checksum
+   rows under it (plain, index-weighted, absolute and squared sums of every row segment of C); likewise the
+   checksum columns beside its B piece. They travel in the same messages as the data; no separate message,
+   no extra synchronisation, no extra copy of the piece.
 2. **Predict.** On arrival each process multiplies the checksum rows of the A panel with the checksum
    columns of the B panel (a GEMM ``1/bs^2`` the size of the data GEMM), which accumulates for every
    ``bs x bs`` block of its C the expected plain / weighted sums and the ``|A||B|`` magnitude that scales the
@@ -45,9 +46,9 @@ from mpi4py import MPI
 from ..errors import ABFTError, PBLASArgumentError
 from ..inject import InjectionPlan
 from . import abft
-from ._abft_kernels import encode_cols_into, encode_rows_into
+from ._ft_exchange import _ChecksumExchange
 from ._operands import aligned_operands
-from ._summa import AllgatherExchange, PanelExchange, PendingPanels, SummaStep, plan_summa, run_summa
+from ._summa import AllgatherExchange, PanelExchange, plan_summa, run_summa
 from .descriptor import BlockCyclic1D
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
@@ -59,31 +60,11 @@ from .pblas import (
     _is_int,
     _scale,
     _symmetric_copy,
-    pdgemm,
 )
 
 __all__ = ["ABFTReport", "BlockEvent", "ABFTPolicy", "ft_pdgemm", "ft_pdsymm"]
 
 MODES = ("correct", "detect")
-
-#: Rotating buffer sets for the extended (data + checksum) pieces: SUMMA keeps one exchange in flight
-#: beside the step being multiplied, and an exchange may hold a piece until its panel is consumed.
-_SLOTS = 3
-_POOL: dict[tuple[str, int], np.ndarray] = {}
-
-
-def _buffer(role: str, step: int, shape: tuple[int, int]) -> np.ndarray:
-    """Column-major ``shape`` array from the process-wide pool (slot ``step % _SLOTS`` of ``role``).
-
-    Fresh 10-100 MB arrays per step cost page faults and zeroing comparable to the encoding itself; an
-    extended piece only has to live until its panel is multiplied (at most two steps are alive at once).
-    """
-    size = shape[0] * shape[1]
-    key = (role, step % _SLOTS)
-    buf = _POOL.get(key)
-    if buf is None or buf.size < size:
-        buf = _POOL[key] = np.empty(max(size, 1))
-    return buf[:size].reshape(shape, order="F")
 
 
 @dataclass(frozen=True)
@@ -158,134 +139,6 @@ class ABFTReport:
     def detected_blocks(self) -> list[tuple[int, int]]:
         """Global block coordinates ``(row_block, col_block)`` of the detected blocks."""
         return [(e.row_block, e.col_block) for e in self.events if e.action != "rounding"]
-
-
-# ---------------------------------------------------------------- checksums inside the panels
-class _ChecksumPending:
-    def __init__(
-        self,
-        owner: _ChecksumExchange,
-        step: SummaStep,
-        inner: PendingPanels,
-        side: tuple[np.ndarray | None, np.ndarray | None],
-    ) -> None:
-        self.owner, self.step, self.inner, self.side = owner, step, inner, side
-
-    def wait(self) -> tuple[np.ndarray, np.ndarray]:
-        o = self.owner
-        a_ext, b_ext = self.inner.wait()
-        if o.plan is not None:  # C has received self.step.index panel updates so far
-            o.plan.apply("C", o.rank, self.step.index, o.c, o.c_to_global)
-        a_side, b_side = self.side
-        achk = a_ext[o.ra :] if a_side is None else a_side
-        bchk = b_ext[:, o.cb :] if b_side is None else b_side
-        if self.step.perm is not None:
-            achk = achk[:, self.step.perm]
-        o.product.add(achk, bchk)
-        a_data = a_ext[: o.ra] if a_side is None else a_ext
-        b_data = b_ext[:, : o.cb] if b_side is None else b_ext
-        # OpenBLAS turns a one-row/one-column GEMM into GEMV, whose result depends on the vector's stride:
-        # hand it the same unit-stride vector plain pdgemm does, so C stays bit-identical to pdgemm's
-        # (pieces that did not travel are already exactly what pdgemm multiplies)
-        if o.ra == 1 and a_side is None:
-            a_data = np.asfortranarray(a_data)
-        if o.cb == 1 and b_side is None:
-            b_data = np.asfortranarray(b_data)
-        return a_data, b_data
-
-
-class _ChecksumExchange:
-    """Panel exchange that stacks checksums under (beside) each piece and predicts C's block sums."""
-
-    def __init__(
-        self,
-        inner: PanelExchange,
-        ra: int,
-        cb: int,
-        rb: np.ndarray,
-        cbnd: np.ndarray,
-        product: abft.ChecksumProduct,
-        c: np.ndarray,
-        plan: InjectionPlan | None,
-        rank: int,
-        c_to_global: Callable[[int, int], tuple[int, int]],
-    ) -> None:
-        self.inner, self.ra, self.cb = inner, ra, cb
-        self.rb, self.cbnd = rb, cbnd
-        self.rw, self.cw = abft.segment_weights(rb), abft.segment_weights(cbnd)
-        self.nr, self.nc = len(rb) - 1, len(cbnd) - 1
-        self.product, self.c, self.plan, self.rank, self.c_to_global = product, c, plan, rank, c_to_global
-
-    def start(
-        self, grid: ProcessGrid, step: SummaStep, a_piece: np.ndarray, b_piece: np.ndarray
-    ) -> PendingPanels:
-        nr, nc, ra, cb = self.nr, self.nc, self.ra, self.cb
-        # Operand flips planned for this step happen after encoding: encode from a private copy then.
-        a_src = a_piece.copy(order="F") if self._planned("A", step) else a_piece
-        b_src = b_piece.copy(order="F") if self._planned("B", step) else b_piece
-        # Alone in my process row (column) nothing is sent: the piece is the panel and the checksums stay
-        # aside; the data then reaches the GEMM in the very layout plain pdgemm uses (bit-identical C).
-        achk = bchk = None
-        # An exchange that accepts a fill callback gets the checksums computed straight into its panel slot
-        # (A) / send buffer (B) in the pass that copies the piece there: each piece is copied once.
-        direct = bool(getattr(self.inner, "accepts_fill", False))
-        kw: dict[str, Any] = {}
-        if grid.npcol == 1:
-            achk = np.empty((abft.NCHK * nr, a_piece.shape[1]), order="F")
-            encode_rows_into(a_src, self.rb, self.rw, achk, False)
-            a_ext = self._inject(step, "A", a_piece, None)
-        elif direct:
-            a_ext = a_piece
-
-            def fill_a(slot: np.ndarray) -> None:
-                encode_rows_into(a_src, self.rb, self.rw, slot, True)  # copies the data too
-                self._inject(step, "A", a_piece, slot[:ra])
-
-            kw.update(extra_rows=abft.NCHK * nr, fill_a=fill_a)
-        else:
-            a_ext = _buffer("A", step.index, (ra + abft.NCHK * nr, a_piece.shape[1]))
-            encode_rows_into(a_src, self.rb, self.rw, a_ext, True)  # copies the data too
-            self._inject(step, "A", a_piece, a_ext[:ra])
-        if grid.nprow == 1:
-            bchk = np.empty((b_piece.shape[0], abft.NCHK * nc), order="C")
-            encode_cols_into(b_src, self.cbnd, self.cw, bchk, False)
-            b_ext = self._inject(step, "B", b_piece, None)
-        elif direct:
-            b_ext = b_piece
-
-            def fill_b(buf: np.ndarray) -> None:
-                encode_cols_into(b_src, self.cbnd, self.cw, buf, True)  # copies the data too
-                self._inject(step, "B", b_piece, buf[:, :cb])
-
-            kw.update(extra_cols=abft.NCHK * nc, fill_b=fill_b)
-        else:
-            # column-major like the exchange's B panel: the pieces move without transposition
-            b_ext = _buffer("B", step.index, (b_piece.shape[0], cb + abft.NCHK * nc))
-            encode_cols_into(b_src, self.cbnd, self.cw, b_ext, True)
-            self._inject(step, "B", b_piece, b_ext[:, :cb])
-        pending = self.inner.start(grid, step, a_ext, b_ext, **kw)
-        return _ChecksumPending(self, step, pending, (achk, bchk))
-
-    def _planned(self, target: str, step: SummaStep) -> bool:
-        return self.plan is not None and self.plan.planned(target, self.rank, step.index)
-
-    def _inject(self, step: SummaStep, target: str, piece: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-        """Copy ``piece`` into ``out`` (or return it when ``out`` is None), making the planned operand flips.
-
-        Persistent flips hit the operand itself (a view of the user's matrix when no redistribution was
-        needed), the others only the data that travels in this panel (a private copy if need be).
-        """
-        plan = self.plan
-        if plan is None or not plan.planned(target, self.rank, step.index):
-            return piece if out is None else out  # the kernel already copied the data
-        if piece.flags.writeable:
-            plan.apply(target, self.rank, step.index, piece, persistent=True)
-        if out is None:
-            out = piece.copy(order="A")
-        else:
-            out[...] = piece
-        plan.apply(target, self.rank, step.index, out, persistent=False)
-        return out
 
 
 # ---------------------------------------------------------------- argument checks
@@ -543,8 +396,18 @@ def _ft_gemm(
             grid.rank,
             c_to_global,
         )
-        run_summa(grid, ops.a, ops.b, ops.c, ops.ka, ops.kb, alpha, exchange=chk, steps=steps,
-                  beta=0.0 if fused_beta0 else 1.0)
+        run_summa(
+            grid,
+            ops.a,
+            ops.b,
+            ops.c,
+            ops.ka,
+            ops.kb,
+            alpha,
+            exchange=chk,
+            steps=steps,
+            beta=0.0 if fused_beta0 else 1.0,
+        )
         if own is not None:
             own.release()  # panel buffers back to the pool, as pdgemm does
         if inject is not None:
@@ -707,76 +570,4 @@ def _recompute(
     return out, time.perf_counter() - t0
 
 
-# ---------------------------------------------------------------- periodic checking
-class ABFTPolicy:
-    """Run the checked product every ``check_every``-th call and the plain one otherwise.
-
-    An iterative solver calls ``policy.pdgemm(...)`` (or ``policy.pdsymm``) wherever it would call
-    ``pdgemm``; calls ``check_every - 1, 2 check_every - 1, ...`` (0-based, so the 10th, 20th... with the
-    default) go through :func:`ft_pdgemm` with the policy's ``bs``, ``tol`` and ``mode``. The reference's CG
-    experience: checking every product perturbs the Krylov iteration's rounding; checking every 10th keeps
-    the unchecked path's results bit-for-bit while still catching corrupted iterates periodically.
-
-    Parameters
-    ----------
-    check_every
-        Period (>= 1; 1 checks every call).
-    bs, tol, mode
-        As :func:`ft_pdgemm`.
-
-    Attributes
-    ----------
-    calls
-        Products run so far.
-    reports
-        ``(call number, ABFTReport)`` of every checked call.
-    """
-
-    def __init__(
-        self,
-        check_every: int = 10,
-        *,
-        bs: int | None = None,
-        tol: float | str | None = None,
-        mode: str = "correct",
-    ) -> None:
-        if not _is_int(check_every) or check_every < 1:
-            raise ValueError(f"check_every={check_every!r}; must be an integer >= 1")
-        if mode not in MODES:
-            raise ValueError(f"mode={mode!r}; use 'correct' or 'detect'")
-        self.check_every, self.bs, self.tol, self.mode = int(check_every), bs, tol, mode
-        self.calls = 0
-        self.reports: list[tuple[int, ABFTReport]] = []
-
-    def due(self) -> bool:
-        """Whether the next call will be checked."""
-        return (self.calls + 1) % self.check_every == 0
-
-    @property
-    def last_report(self) -> ABFTReport | None:
-        """Report of the most recent checked call, if any."""
-        return self.reports[-1][1] if self.reports else None
-
-    def pdgemm(self, *args: Any, inject: InjectionPlan | None = None, **kwargs: Any) -> ABFTReport | None:
-        """``pdgemm(*args)``, checked when :meth:`due`; return the checked call's report, else ``None``."""
-        checked = self.due()
-        self.calls += 1
-        if not checked:
-            pdgemm(*args, **kwargs)
-            return None
-        rep = ft_pdgemm(*args, bs=self.bs, tol=self.tol, mode=self.mode, inject=inject, **kwargs)
-        self.reports.append((self.calls, rep))
-        return rep
-
-    def pdsymm(self, *args: Any, inject: InjectionPlan | None = None) -> ABFTReport | None:
-        """``pdsymm(*args)``, checked when :meth:`due` (see :meth:`pdgemm`)."""
-        from .pblas import pdsymm
-
-        checked = self.due()
-        self.calls += 1
-        if not checked:
-            pdsymm(*args)
-            return None
-        rep = ft_pdsymm(*args, bs=self.bs, tol=self.tol, mode=self.mode, inject=inject)
-        self.reports.append((self.calls, rep))
-        return rep
+from .ft_policy import ABFTPolicy  # noqa: E402  (moved; importable from here as before)
