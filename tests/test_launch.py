@@ -50,7 +50,41 @@ def test_cli_forwards_exit_code():
     assert proc.returncode == 3, proc.stderr
 
 
-def test_hard_timeout_kills_everything():
-    r = run_python(2, PROGRAMS / "hang.py", timeout=10)
+def _processes_running(marker: str) -> list[str]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmdline:
+                found.append(f"{entry}: {cmdline}")
+    return found
+
+
+def test_hard_timeout_kills_everything(tmp_path):
+    # A private copy of the program, so processes of other runs cannot be mistaken for leftovers.
+    program = tmp_path / "hang_private.py"
+    program.write_text((PROGRAMS / "hang.py").read_text())
+    r = run_python(2, program, timeout=10)
     assert r.timed_out
     assert r.elapsed < 60
+    assert _processes_running(str(program)) == []  # no rank outlives the job
+
+
+def test_job_whose_rank_is_killed_ends_and_leaves_nothing(tmp_path):
+    program = tmp_path / "kill_one.py"
+    program.write_text(
+        "import os, signal, time\n"
+        "from mpi4py import MPI\n"
+        "if MPI.COMM_WORLD.rank == 1:\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "time.sleep(2)\n"
+        "print('survivor', MPI.COMM_WORLD.rank, flush=True)\n")
+    r = run_python(3, program, timeout=120)
+    assert not r.timed_out and r.elapsed < 60
+    # Under ULFM a killed rank does not fail the job: the survivors carry on and finish.
+    assert sorted(r.stdout.split("\n"))[1:] == ["survivor 0", "survivor 2"]
+    assert _processes_running(str(program)) == []

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -150,9 +151,12 @@ def run_mpi(
 ) -> MPIResult:
     """Run ``program`` under mpirun with a hard timeout and return its outcome.
 
-    On timeout the whole process group (mpirun and every rank) is killed with SIGKILL and the
-    result has ``timed_out=True``; nothing is left running. Arguments as in
-    :func:`build_mpirun_command`; ``timeout`` is in seconds.
+    mpirun runs in a session of its own; every process of that session (mpirun and every rank, even one
+    that outlived mpirun) is SIGKILLed when the job ends, so nothing is left running. On timeout the result
+    has ``timed_out=True``. When every rank has exited but mpirun does not (Open MPI's runtime sometimes
+    stays up after a rank was killed under ULFM), mpirun is killed after :data:`RUNTIME_EXIT_GRACE` seconds
+    and the exit code is taken from the ranks' own (non-zero if any rank failed or could not be seen).
+    Arguments as in :func:`build_mpirun_command`; ``timeout`` is in seconds.
     """
     cmd = build_mpirun_command(nprocs, program, node_size=node_size, ulfm=ulfm, env=env)
     start = time.monotonic()
@@ -161,26 +165,128 @@ def run_mpi(
         stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if capture else None,
         text=True,
     )
+    readers = [_PipeReader(pipe) for pipe in (proc.stdout, proc.stderr)]
     timed_out = False
+    stuck = False
+    rank_status: dict[int, int] = {}
+    all_exited_since: float | None = None
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc.pid)
-        out, err = proc.communicate()
-    except BaseException:
-        _kill_group(proc.pid)
-        proc.wait()
-        raise
+        while proc.poll() is None:
+            now = time.monotonic()
+            if now - start > timeout:
+                timed_out = True
+                break
+            live = _watch_ranks(proc.pid, rank_status)
+            if rank_status and not live:
+                all_exited_since = all_exited_since or now
+                if now - all_exited_since > RUNTIME_EXIT_GRACE:
+                    stuck = True
+                    break
+            else:
+                all_exited_since = None
+            time.sleep(0.2)
     finally:
-        # Ranks that outlive mpirun (rare, after a crash) must not linger either.
-        _kill_group(proc.pid)
-    return MPIResult(proc.returncode, out or "", err or "", time.monotonic() - start, timed_out, cmd)
+        # mpirun, the ranks, and anything they left behind: the whole session goes.
+        _kill_session(proc.pid)
+        proc.wait()
+    out, err = (r.text() for r in readers)
+    returncode = proc.returncode
+    if stuck:
+        returncode = _combined_status(rank_status, nprocs)
+        err += (f"\nftkit: every rank had exited but mpirun had not after {RUNTIME_EXIT_GRACE:.0f} s; "
+                "it was killed\n")
+    return MPIResult(returncode, out, err, time.monotonic() - start, timed_out, cmd)
 
 
-def _kill_group(pgid: int) -> None:
+#: Seconds mpirun may stay up after every rank has exited before it is killed.
+RUNTIME_EXIT_GRACE = 10.0
+
+
+class _PipeReader:
+    """Drains one pipe in a thread, so a chatty job never blocks on a full pipe."""
+
+    def __init__(self, pipe) -> None:  # type: ignore[no-untyped-def]
+        self._chunks: list[str] = []
+        self._thread = None
+        if pipe is not None:
+            self._thread = threading.Thread(target=self._drain, args=(pipe,), daemon=True)
+            self._thread.start()
+
+    def _drain(self, pipe) -> None:  # type: ignore[no-untyped-def]
+        with pipe:
+            for chunk in iter(lambda: pipe.read(65536), ""):
+                self._chunks.append(chunk)
+
+    def text(self) -> str:
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        return "".join(self._chunks)
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (index 0 = state), or None if gone."""
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[data.rindex(")") + 2:].split()
+
+
+def _session_members(sid: int) -> list[int]:
+    """Pids of every process in session ``sid`` (Linux /proc; empty elsewhere)."""
+    members = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return members
+    for entry in entries:
+        if entry.isdigit():
+            fields = _proc_stat(int(entry))
+            if fields is not None and int(fields[3]) == sid:  # field 6 of stat: session id
+                members.append(int(entry))
+    return members
+
+
+def _watch_ranks(sid: int, status: dict[int, int]) -> int:
+    """Record the exit status of ranks seen as zombies; return how many ranks are still running."""
+    live = 0
+    for pid in _session_members(sid):
+        if pid == sid:
+            continue
+        fields = _proc_stat(pid)
+        if fields is None:
+            continue
+        if fields[0] in ("Z", "X"):
+            # stat field 52 is the waitpid status of a zombie (Linux >= 3.5).
+            status[pid] = int(fields[49]) if len(fields) > 49 else -1
+        else:
+            status.setdefault(pid, -2)
+            live += 1
+    return live
+
+
+def _combined_status(status: dict[int, int], nprocs: int) -> int:
+    """Exit code of a job from its ranks' waitpid statuses: 0 only if all nprocs ranks exited 0."""
+    codes = list(status.values())
+    if len(codes) < nprocs or any(c < 0 for c in codes):
+        return -signal.SIGKILL
+    for c in codes:
+        if c & 0x7F:
+            return -(c & 0x7F)
+        if c >> 8:
+            return c >> 8
+    return 0
+
+
+def _kill_session(sid: int) -> None:
+    for pid in _session_members(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        os.killpg(sid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 
