@@ -76,6 +76,7 @@ def exchange_halos(comm: MPI.Comm, u: np.ndarray) -> None:
 def run(args: argparse.Namespace) -> int:
     ckpt = ftkit.Checkpointer(args.config or _default_config(), MPI.COMM_WORLD)
     comm = ckpt.comm
+    _REVOKE_ON_ABORT.append(comm)
     n = args.size
     if n < comm.size + 2:
         raise SystemExit(f"--size {n} is too small for {comm.size} ranks")
@@ -124,11 +125,27 @@ def _default_config() -> ftkit.Config:
                         ckpt_l1=10, interval_unit="iterations")
 
 
+#: Communicators to revoke when this rank gives up, so that peers blocked on them fail at once too.
+_REVOKE_ON_ABORT: list[MPI.Comm] = []
+
+
 def _abort(code: int) -> int:
-    """Abort the whole job; if MPI_Abort itself stalls (it can, with dead peers), exit this process anyway."""
+    """Take the whole job down after a peer died, without waiting for failure detectors.
+
+    Under ULFM, MPI_Abort does not stop the other ranks at once: a rank blocked in a halo exchange with a
+    rank that aborted only learns of it from the failure detector, a minute later. Revoking the application's
+    communicators wakes every blocked peer immediately (their call fails, they end up here too), then this
+    rank exits. Without ULFM support, MPI_Abort is the fallback.
+    """
     threading.Timer(10.0, os._exit, (code,)).start()
-    MPI.COMM_WORLD.Abort(code)
-    return code
+    try:
+        for comm in (*_REVOKE_ON_ABORT, MPI.COMM_WORLD):
+            comm.Revoke()
+    except (NotImplementedError, MPI.Exception):
+        MPI.COMM_WORLD.Abort(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:
