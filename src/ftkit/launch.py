@@ -235,7 +235,7 @@ def _proc_stat(pid: int) -> list[str] | None:
 
 def _session_members(sid: int) -> list[int]:
     """Pids of every process in session ``sid`` (Linux /proc; empty elsewhere)."""
-    members = []
+    members: list[int] = []
     try:
         entries = os.listdir("/proc")
     except OSError:
