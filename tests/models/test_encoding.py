@@ -123,3 +123,28 @@ def test_encoding_cli_measure(capsys, tmp_path):
     assert preds[(8 * MIB, 8)]["eq2_s"] == pytest.approx(2 * preds[(8 * MIB, 4)]["eq2_s"])
     assert all(p["eq1_s"] >= p["eq1_local_s"] >= p["eq2_s"] for p in preds.values())
     assert json.loads(saved.read_text())["e"] == pytest.approx(model["e"])
+
+
+def test_fixed_per_encoding_term_hand_computed():
+    # Eq. (1f), ftkit's addition: T = f + eq. (1). s = 2 MiB + 1 byte (t = 3 blocks of 1 MiB), k = 4,
+    # e = 1e-9, r = w = a = b = 0, f = 2e-3: T = 2e-3 + 4 · 1e-9 · 2 097 153 = 0.010388612 s.
+    m = EncodingModel(e=1e-9, block_size=MIB, f=2e-3)
+    assert m.predict(2 * MIB + 1, 4) == pytest.approx(0.010388612)
+    assert m.predict(2 * MIB + 1, 4, fixed=False) == pytest.approx(0.008388612)
+    assert m.predict(0, 4) == pytest.approx(2e-3)
+    assert m.predict_simplified(2 * MIB + 1, 4) == pytest.approx(0.008388612)  # eq. (2) has no f
+    # Default f = 0: eq. (1) unchanged; the field is validated like the others.
+    assert EncodingModel(e=1e-9).predict(MIB, 4) == EncodingModel(e=1e-9).predict(MIB, 4, fixed=False)
+    assert EncodingModel(e=1e-9).f == 0.0
+    with pytest.raises(ModelError):
+        EncodingModel(e=1e-9, f=-1.0)
+
+
+def test_measure_fixed(tmp_path):
+    from ftkit.models.measure import measure_fixed
+
+    f, points = measure_fixed((2, 4), block_size=64 << 10, directory=tmp_path, repeats=2)
+    assert [p[0] for p in points] == [2, 4]
+    assert f == fit_proportional([2.0, 4.0], [points[0][1], points[1][1]])
+    assert 0 <= f < 1.0
+    assert list(tmp_path.iterdir()) == []  # temporary files removed

@@ -12,6 +12,13 @@ Both are linear in the checkpoint size ``s`` and the group size ``k``. With a la
 over blocks gives ``T = s·(r + w) + m·(t·a + s·(b + e))``, which is what :meth:`EncodingModel.predict`
 evaluates. Decoding costs about twice the encoding (regenerate the lost data, then re-encode the lost
 parity), per the paper.
+
+ftkit's addition (not in the paper): an optional fixed cost ``f`` seconds per member and per encoding
+(opening its data file, creating and closing its parity file, buffers), independent of ``s`` and ``k``::
+
+    T = f + t · ( r·z + m·(a + b·z + e·z) + w·z )      (1f)
+
+With ``f = 0`` (the default) this is eq. (1) unchanged; eq. (2) never includes ``f``.
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ class EncodingModel:
         Network time per byte (s/byte) = 1 / bandwidth.
     block_size
         Block size ``z`` (bytes).
+    f
+        ftkit's addition to eq. (1): fixed seconds per member and per encoding (file open/create/close),
+        added by :meth:`predict` when ``fixed`` is true. Default 0 (eq. (1) as in the paper).
     """
 
     e: float
@@ -52,17 +62,19 @@ class EncodingModel:
     a: float = 0.0
     b: float = 0.0
     block_size: int = DEFAULT_BLOCK
+    f: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("e", "r", "w", "a", "b"):
+        for name in ("e", "r", "w", "a", "b", "f"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ModelError(f"encoding model parameter {name} = {value!r} must be a finite number >= 0")
         if self.block_size < 1:
             raise ModelError(f"block size z = {self.block_size} must be a positive number of bytes")
 
-    def predict(self, size: int, group_size: int, *, network: bool = True, storage: bool = True) -> float:
-        """Return eq. (1): seconds for one group member to encode ``size`` bytes in a group of ``group_size``.
+    def predict(self, size: int, group_size: int, *, network: bool = True, storage: bool = True,
+                fixed: bool = True) -> float:
+        """Return eq. (1) plus ``f`` (eq. (1f)): seconds for one group member to encode ``size`` bytes.
 
         Parameters
         ----------
@@ -74,6 +86,8 @@ class EncodingModel:
             Include the ``a`` and ``b`` terms (off for an in-process encoding with no messages).
         storage
             Include the ``r`` and ``w`` terms.
+        fixed
+            Include the fixed per-encoding term ``f`` (no effect when ``f = 0``, the default).
 
         Raises
         ------
@@ -88,6 +102,8 @@ class EncodingModel:
             total += m * (blocks * self.a + self.b * size)
         if storage:
             total += (self.r + self.w) * size
+        if fixed:
+            total += self.f
         return total
 
     def predict_simplified(self, size: int, group_size: int) -> float:

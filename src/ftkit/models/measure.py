@@ -41,7 +41,7 @@ _STRIPES = 4
 _PASS = 8
 
 __all__ = ["Measurement", "measure_codec", "measure_storage", "measure_network", "measure_model",
-           "encode_group_files"]
+           "measure_fixed", "encode_group_files"]
 
 
 @dataclass
@@ -204,6 +204,53 @@ def measure_model(*, block_size: int = DEFAULT_BLOCK, directory: str | os.PathLi
         a, b, net_points = measure_network(timeout=timeout)
     model = EncodingModel(e=e, r=r, w=w, a=a, b=b, block_size=block_size)
     return Measurement(model, {"codec": codec_points, "storage": {"r": r, "w": w}, "pingpong": net_points})
+
+
+def measure_fixed(group_sizes: Sequence[int] = (4, 8, 16), block_size: int = DEFAULT_BLOCK,
+                  directory: str | os.PathLike[str] | None = None, *, repeats: int = 20,
+                  clock: Clock = time.perf_counter) -> tuple[float, list[list[float]]]:
+    """Fit ``f`` (ftkit's fixed seconds per member and per encoding, eq. (1f) of :mod:`.encoding`).
+
+    :func:`encode_group_files` is timed on ``k`` empty data files (open ``k`` files, create and close ``k``
+    parity files, no block), fastest of ``repeats``, for each ``k``; ``f`` is the least-squares slope of
+    that time against ``k`` through the origin (seconds per member).
+
+    Returns
+    -------
+    (f, points)
+        The fitted ``f`` and the points ``[k, seconds per group encoding]``.
+
+    Raises
+    ------
+    ModelError
+        If the directory cannot be written or the arguments are out of range.
+    """
+    if repeats < 1 or not group_sizes or min(group_sizes) < 2:
+        raise ModelError("measure_fixed needs repeats >= 1 and group sizes >= 2")
+    try:
+        workdir = Path(tempfile.mkdtemp(prefix="ftkit-measure-", dir=directory))
+    except OSError as exc:
+        where = directory or tempfile.gettempdir()
+        raise ModelError(f"cannot create a temporary directory in {where}: {exc}") from exc
+    kmax = max(group_sizes)
+    data = [workdir / f"d{j}" for j in range(kmax)]
+    parity = [workdir / f"p{j}" for j in range(kmax)]
+    points = []
+    try:
+        for path in data:
+            path.write_bytes(b"")
+        for k in group_sizes:
+            encode_group_files(data[:k], parity[:k], block_size, clock=clock)  # warm-up
+            seconds = min(encode_group_files(data[:k], parity[:k], block_size, clock=clock)
+                          for _ in range(repeats))
+            points.append([k, seconds])
+    except OSError as exc:
+        raise ModelError(f"fixed-cost measurement failed in {workdir}: {exc}") from exc
+    finally:
+        for path in data + parity:
+            path.unlink(missing_ok=True)
+        workdir.rmdir()
+    return fit_proportional([float(p[0]) for p in points], [p[1] for p in points]), points
 
 
 def encode_group_files(data_paths: Sequence[str | os.PathLike[str]],
