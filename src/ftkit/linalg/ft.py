@@ -60,6 +60,8 @@ from .pblas import (
     _is_int,
     _scale,
     _symmetric_copy,
+    check_gemm_args,
+    check_width,
 )
 
 __all__ = ["ABFTReport", "BlockEvent", "ABFTPolicy", "ft_pdgemm", "ft_pdsymm"]
@@ -234,22 +236,10 @@ def ft_pdgemm(
         ``mode="correct"`` and a detected error could not be corrected; ``err.report`` holds the report.
     """
     r = "FT_PDGEMM"
-    ta = _check_flag(r, 1, "transa", transa, "NTC").replace("C", "T")
-    tb = _check_flag(r, 2, "transb", transb, "NTC").replace("C", "T")
-    m, n, k = _check_dim(r, 3, "m", m), _check_dim(r, 4, "n", n), _check_dim(r, 5, "k", k)
-    alpha = _check_scalar(r, 6, "alpha", alpha)
-    if not isinstance(C, DistributedMatrix):
-        raise PBLASArgumentError(r, 16, f"C must be a DistributedMatrix, got {type(C).__name__}")
-    ctx = C.desc.context
-    ar, ac = (m, k) if ta == "N" else (k, m)
-    br, bc = (k, n) if tb == "N" else (n, k)
-    ia, ja = _check_matrix(r, 7, "A", A, ia, ja, ar, ac, ctx)
-    ib, jb = _check_matrix(r, 11, "B", B, ib, jb, br, bc, ctx)
-    beta = _check_scalar(r, 15, "beta", beta)
-    ic, jc = _check_matrix(r, 16, "C", C, ic, jc, m, n, None)
+    ta, tb, m, n, k, alpha, ia, ja, ib, jb, beta, ic, jc = check_gemm_args(
+        r, transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
     _check_ft_args(r, 20, bs, tol, mode, inject)
-    if width is not None and (not _is_int(width) or width < 1):
-        raise PBLASArgumentError(r, 19, f"width={width!r}; must be a positive integer")
+    check_width(r, width)
     if protect_inputs is not None:  # the process-failure path (issue 8)
         if inject is not None or exchange is not None:
             raise PBLASArgumentError(r, 24, "protect_inputs cannot be combined with inject= or exchange=")

@@ -116,6 +116,41 @@ def _gemm(transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: Dis
                   stats=stats, beta=0.0 if beta == 0.0 else 1.0)
 
 
+def check_gemm_args(routine, transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc):  # type: ignore[no-untyped-def]
+    """Check PDGEMM's arguments 1-16 as PBLAS does; return them normalized.
+
+    Returns ``(ta, tb, m, n, k, alpha, ia, ja, ib, jb, beta, ic, jc)`` with "C" mapped to "T". Shared by
+    ``pdgemm``, ``ft_pdgemm`` and ``resilient_pdgemm``; ``routine`` names the caller in the errors.
+
+    Raises
+    ------
+    PBLASArgumentError
+        With the PBLAS argument position of the first illegal argument.
+    """
+    r = routine
+    ta = _check_flag(r, 1, "transa", transa, "NTC").replace("C", "T")
+    tb = _check_flag(r, 2, "transb", transb, "NTC").replace("C", "T")
+    m, n, k = _check_dim(r, 3, "m", m), _check_dim(r, 4, "n", n), _check_dim(r, 5, "k", k)
+    alpha = _check_scalar(r, 6, "alpha", alpha)
+    if not isinstance(C, DistributedMatrix):
+        raise PBLASArgumentError(r, 16, f"C must be a DistributedMatrix, got {type(C).__name__}")
+    ctx = C.desc.context
+    ar, ac = (m, k) if ta == "N" else (k, m)
+    br, bc = (k, n) if tb == "N" else (n, k)
+    ia, ja = _check_matrix(r, 7, "A", A, ia, ja, ar, ac, ctx)
+    ib, jb = _check_matrix(r, 11, "B", B, ib, jb, br, bc, ctx)
+    beta = _check_scalar(r, 15, "beta", beta)
+    ic, jc = _check_matrix(r, 16, "C", C, ic, jc, m, n, None)
+    return ta, tb, m, n, k, alpha, ia, ja, ib, jb, beta, ic, jc
+
+
+def check_width(routine: str, width: int | None) -> None:
+    """Raise ``PBLASArgumentError`` (position 19) unless SUMMA step ``width`` is None or a positive int."""
+    r = routine
+    if width is not None and (not _is_int(width) or width < 1):
+        raise PBLASArgumentError(r, 19, f"width={width!r}; must be a positive integer")
+
+
 def pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int,
            ja: int, B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int,
            jc: int,
@@ -156,26 +191,14 @@ def pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: Di
         DESCC).
     """
     r = "PDGEMM"
-    ta = _check_flag(r, 1, "transa", transa, "NTC").replace("C", "T")
-    tb = _check_flag(r, 2, "transb", transb, "NTC").replace("C", "T")
-    m, n, k = _check_dim(r, 3, "m", m), _check_dim(r, 4, "n", n), _check_dim(r, 5, "k", k)
-    alpha = _check_scalar(r, 6, "alpha", alpha)
-    if not isinstance(C, DistributedMatrix):
-        raise PBLASArgumentError(r, 16, f"C must be a DistributedMatrix, got {type(C).__name__}")
-    ctx = C.desc.context
-    ar, ac = (m, k) if ta == "N" else (k, m)
-    br, bc = (k, n) if tb == "N" else (n, k)
-    ia, ja = _check_matrix(r, 7, "A", A, ia, ja, ar, ac, ctx)
-    ib, jb = _check_matrix(r, 11, "B", B, ib, jb, br, bc, ctx)
-    beta = _check_scalar(r, 15, "beta", beta)
-    ic, jc = _check_matrix(r, 16, "C", C, ic, jc, m, n, None)
+    ta, tb, m, n, k, alpha, ia, ja, ib, jb, beta, ic, jc = check_gemm_args(
+        r, transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
     if algorithm not in ("summa", "cannon"):
         raise PBLASArgumentError(r, 19, f"algorithm={algorithm!r}; use 'summa' or 'cannon'")
     if algorithm == "cannon" and C.grid.nprow != C.grid.npcol:
         raise PBLASArgumentError(r, 19, f"algorithm='cannon' needs a square grid, C's is "
                                  f"{C.grid.nprow} x {C.grid.npcol}; use algorithm='summa'")
-    if width is not None and (not _is_int(width) or width < 1):
-        raise PBLASArgumentError(r, 19, f"width={width!r}; must be a positive integer")
+    check_width(r, width)
     _gemm(ta, tb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, algorithm, width, exchange, stats)
 
 

@@ -65,7 +65,7 @@ from ._summa import SummaStep, extract_a_piece, extract_b_piece, plan_summa, run
 from .descriptor import BlockCyclic1D, indxg2l, indxg2p
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
-from .pblas import _check_dim, _check_flag, _check_matrix, _check_scalar, _is_int, _scale
+from .pblas import _scale, check_gemm_args, check_width
 
 __all__ = ["ResilientResult", "resilient_pdgemm"]
 
@@ -216,28 +216,6 @@ class _FailureAwareExchange:
         return _Pending(self, step, ex_a, ex_b, a_panel, b_panel, recv_b)
 
 
-def _check_args(transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, width):  # type: ignore[no-untyped-def]
-    r = "PDGEMM"
-    ta = _check_flag(r, 1, "transa", transa, "NTC").replace("C", "T")
-    tb = _check_flag(r, 2, "transb", transb, "NTC").replace("C", "T")
-    m, n, k = _check_dim(r, 3, "m", m), _check_dim(r, 4, "n", n), _check_dim(r, 5, "k", k)
-    alpha = _check_scalar(r, 6, "alpha", alpha)
-    from ..errors import PBLASArgumentError
-
-    if not isinstance(C, DistributedMatrix):
-        raise PBLASArgumentError(r, 16, f"C must be a DistributedMatrix, got {type(C).__name__}")
-    ctx = C.desc.context
-    ar, ac = (m, k) if ta == "N" else (k, m)
-    br, bc = (k, n) if tb == "N" else (n, k)
-    ia, ja = _check_matrix(r, 7, "A", A, ia, ja, ar, ac, ctx)
-    ib, jb = _check_matrix(r, 11, "B", B, ib, jb, br, bc, ctx)
-    beta = _check_scalar(r, 15, "beta", beta)
-    ic, jc = _check_matrix(r, 16, "C", C, ic, jc, m, n, None)
-    if width is not None and (not _is_int(width) or width < 1):
-        raise PBLASArgumentError(r, 19, f"width={width!r}; must be a positive integer")
-    return ta, tb, m, n, k, alpha, ia, ja, ib, jb, beta, ic, jc
-
-
 def resilient_pdgemm(
     transa: str,
     transb: str,
@@ -311,9 +289,9 @@ def resilient_pdgemm(
     ABFTError
         If a recomputed tile fails its block checksum twice.
     """
-    ta, tb, m, n, k, alpha, ia, ja, ib, jb, beta, ic, jc = _check_args(
-        transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, width
-    )
+    ta, tb, m, n, k, alpha, ia, ja, ib, jb, beta, ic, jc = check_gemm_args(
+        "PDGEMM", transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
+    check_width("PDGEMM", width)
     grid = C.grid
     if algorithm not in ("summa", "cannon"):
         raise PBLASArgumentError("PDGEMM", 19, f"algorithm={algorithm!r}; use 'summa' or 'cannon'")
