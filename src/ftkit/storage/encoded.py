@@ -47,9 +47,8 @@ import numpy as np
 import xxhash
 
 from ..errors import CheckpointNotFoundError, ConfigError, FtkitError, RecoveryError, StorageError
-from ..topology import node_dir_name
 from ._stream import AtomicWriter, byte_view, file_digest, file_size, read_into
-from .base import StorageLevel, ckpt_dir_name
+from .local import LocalLevel
 from .parity import ParityHeader, payload_offset_for, verify_parity, write_parity_header
 
 if TYPE_CHECKING:
@@ -752,7 +751,7 @@ def _xor_rebuild(comm: MPI.Comm, plan: GroupPlan, h: ParityHeader, fd_data: int,
                     dwriter.pwrite(got[j][:keep], lo)  # type: ignore[union-attr]
 
 
-class EncodedLevel(StorageLevel):
+class EncodedLevel(LocalLevel):
     """Level 3 storage: each rank's parity file, on its own node.
 
     Layout: ``ckpt_dir/node<n>/<exec_id>/l3/ckpt<id>/rank<r>.parity`` (see :mod:`ftkit.storage.parity`). The
@@ -763,20 +762,9 @@ class EncodedLevel(StorageLevel):
     level = 3
     name = "encoded"
     supports_read = False
+    supports_direct_write = False  # written by post-processing, not from the arrays
+    file_suffix = PARITY_SUFFIX
 
-    def node_run_dir(self, node: int) -> Path:
-        """``ckpt_dir/node<n>/<exec_id>``."""
-        return self.root / node_dir_name(node) / self.exec_id
-
-    def path(self, ckpt_id: int, rank: int) -> Path:
-        return (self.node_run_dir(self.nodes[rank]) / f"l{self.level}" / ckpt_dir_name(ckpt_id)
-                / f"rank{rank}{PARITY_SUFFIX}")
-
-    def stop_dir(self, ckpt_id: int, rank: int) -> Path:
-        return self.root / node_dir_name(self.nodes[rank])
-
-    def run_dirs(self) -> list[Path]:
-        return [self.node_run_dir(n) for n in sorted(set(self.nodes))]
 
     def verify(self, ckpt_id: int, rank: int, expect_digest: str | None = None) -> Any:
         """Check ``rank``'s parity file (header and payload checksum); return its :class:`ParityHeader`.

@@ -21,6 +21,8 @@ class LocalLevel(StorageLevel):
     level = 1
     name = "local"
     supports_direct_write = True
+    #: Ending of this level's per-rank files (levels laid out like L1 but holding other files override it).
+    file_suffix = FILE_SUFFIX
 
     def node_run_dir(self, node: int) -> Path:
         """``ckpt_dir/node<n>/<exec_id>``: everything this run keeps on node ``node``."""
@@ -28,7 +30,7 @@ class LocalLevel(StorageLevel):
 
     def path(self, ckpt_id: int, rank: int) -> Path:
         return (self.node_run_dir(self.nodes[rank]) / f"l{self.level}" / ckpt_dir_name(ckpt_id)
-                / f"rank{rank}{FILE_SUFFIX}")
+                / f"rank{rank}{self.file_suffix}")
 
     def stop_dir(self, ckpt_id: int, rank: int) -> Path:
         return self.root / node_dir_name(self.nodes[rank])

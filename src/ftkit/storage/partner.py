@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import RecoveryError, StorageError
-from ..topology import node_dir_name
 from ._stream import AtomicWriter, file_size, read_into
-from .base import FILE_SUFFIX, StorageLevel, ckpt_dir_name
+from .local import LocalLevel
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -237,7 +236,7 @@ def rebuild_partner(comm: MPI.Comm, plan: PartnerPlan, data_path: PathLike, copy
     return PartnerPlan((True,) * n, (True,) * n)
 
 
-class PartnerLevel(StorageLevel):
+class PartnerLevel(LocalLevel):
     """Level 2 storage: the partner copy each rank *holds* on its own node.
 
     Layout: ``ckpt_dir/node<n>/<exec_id>/l2/ckpt<id>/rank<r>.ftk`` on rank ``r``'s node ``n``, holding the
@@ -250,17 +249,5 @@ class PartnerLevel(StorageLevel):
     level = 2
     name = "partner"
     supports_read = False
+    supports_direct_write = False  # written by post-processing, not from the arrays
 
-    def node_run_dir(self, node: int) -> Path:
-        """``ckpt_dir/node<n>/<exec_id>``."""
-        return self.root / node_dir_name(node) / self.exec_id
-
-    def path(self, ckpt_id: int, rank: int) -> Path:
-        return (self.node_run_dir(self.nodes[rank]) / f"l{self.level}" / ckpt_dir_name(ckpt_id)
-                / f"rank{rank}{FILE_SUFFIX}")
-
-    def stop_dir(self, ckpt_id: int, rank: int) -> Path:
-        return self.root / node_dir_name(self.nodes[rank])
-
-    def run_dirs(self) -> list[Path]:
-        return [self.node_run_dir(n) for n in sorted(set(self.nodes))]
