@@ -182,3 +182,24 @@ def test_ft_pdgemm_with_protect_inputs_takes_the_failure_tolerant_path(tmp_path)
         "0", "1", "2", "3"], r.stdout + r.stderr
     assert sorted(re.findall(r"BITWISE rank=(\d+) same=True", r.stdout)) == ["0", "1", "2", "3"], r.stdout
     _check_survived(r, 4, [])
+
+
+def test_protected_operands_reused_without_failures_match_pdgemm_bit_for_bit(tmp_path):
+    r = _run(tmp_path, "2x2", "--protect-first", "--calls", "2", "--compare-pdgemm")
+    assert sorted(re.findall(r"BITWISE rank=(\d+) same=True", r.stdout)) == ["0", "1", "2", "3"], r.stdout
+    _check_survived(r, 4, [])
+    # before the second call the store holds just the protected operands: the first call's C copy is gone
+    protected = sorted(f"'{w}.{q}.ftk'" for w in "ab" for q in range(4))
+    files = re.findall(r"STOREFILES rank=\d+ before_last_call=\[(.*)\]", r.stdout)
+    assert files and all(sorted(f.split(", ")) == protected for f in files), r.stdout
+    assert not list((tmp_path / "store").glob("*/*")), "the protected operands were not released"
+
+
+@pytest.mark.parametrize("grid,victim,beta", [("2x2", 1, "0"), ("3x3", 4, "0.5")])
+def test_protected_operands_kill_mid_multiply(tmp_path, grid, victim, beta):
+    r = _run(tmp_path, grid, "--protect-first", "--beta", beta, "--kill-rank", str(victim), "--kill-step",
+             str(_step(grid, "middle")))
+    _check_survived(r, GRIDS[grid][0], [victim])
+    names = sorted(p.name.split(".")[0] for p in (tmp_path / "store").rglob("*.ftk"))
+    if beta == "0":  # C was not needed: the multiply itself wrote nothing
+        assert set(names) == {"a", "b"}, names

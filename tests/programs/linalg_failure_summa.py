@@ -28,6 +28,9 @@ p.add_argument("--nb", type=int, default=8)
 p.add_argument("--trans", default="NN")
 p.add_argument("--algorithm", default="summa")
 p.add_argument("--via-ft", action="store_true", help="call ft_pdgemm(..., protect_inputs=store) instead")
+p.add_argument("--protect-first", action="store_true",
+               help="protect_operands() once, then multiply --calls times with the handle as store=")
+p.add_argument("--calls", type=int, default=1, help="with --protect-first: multiplies with the same handle")
 p.add_argument("--alpha", type=float, default=1.5)
 p.add_argument("--beta", type=float, default=0.5)
 p.add_argument("--timeout", type=float, default=None)
@@ -86,6 +89,23 @@ try:
         kind = type(report.result).__name__
         print(f"FTREPORT rank={rank} failed={list(report.failed_ranks)} result={kind}", flush=True)
         res = report.result
+    elif a.protect_first:
+        from ftkit.linalg.protected import protect_operands
+
+        ops = protect_operands(a.trans[0], a.trans[1], n, n, n, A, 0, 0, B, 0, 0, C, 0, 0,
+                               store=Path(a.dir, "store"), algorithm=a.algorithm, timeout=a.timeout)  # fmt: skip
+        for call in range(a.calls):  # the same C each time: every call must give the same product
+            C.local[...] = C_ref.local
+            if call == a.calls - 1 and a.calls > 1:  # (no failure in this mode: plain barriers are safe)
+                world.Barrier()
+                print(f"STOREFILES rank={rank} before_last_call="
+                      f"{sorted(f.name for f in Path(a.dir, 'store').rglob('*.ftk'))}", flush=True)
+                world.Barrier()
+            res = resilient_pdgemm(a.trans[0], a.trans[1], n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0,
+                                   0, store=ops, timeout=a.timeout, width=nb, on_step=on_step,
+                                   algorithm=a.algorithm)  # fmt: skip
+        if not res.failed_ranks:
+            ops.release()
     else:
         res = resilient_pdgemm(a.trans[0], a.trans[1], n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0,
                                store=Path(a.dir, "store"), timeout=a.timeout, width=nb, on_step=on_step,

@@ -40,6 +40,7 @@ Slow processes (the reference's warning about thresholds)
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -68,6 +69,10 @@ NOTICE_TAG = 32001
 _FAILURE_CLASSES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
 _EMPTY = np.zeros(0, dtype=np.int32)
 _MAX_SLEEP = 1e-3  # s; cap of the poll back-off, so idle ranks leave the shared cores to busy ones
+# s between two looks for obituaries while an exchange is healthy. An ANY_SOURCE probe costs ~0.5 ms of
+# progress-engine work here; peers' deaths reach a waiting rank through its own requests at once (ULFM
+# completes them in error), so obituaries (timeouts, fencing) can wait this long.
+_NOTICE_PERIOD = 0.02
 
 
 class Fenced(ProcessFailure):
@@ -166,6 +171,19 @@ class FailureDetector:
         self._orphans: list[object] = []  # buffers of sends to peers declared dead (MPI may still read them)
         self.last_seen: dict[int, float] = {}
         self._beats: list[MPI.Request] = []
+        # Names for the collective calls made with this detector, the same on every rank without a message
+        # per call: a token agreed once here, then a counter every rank advances in the same order.
+        self._token = self.comm.bcast(uuid.uuid4().hex[:16] if self.rank == 0 else None, root=0)
+        self._calls = 0
+        self._last_notice_poll = 0.0
+
+    def call_id(self) -> str:
+        """Return a new name for a collective call made with this detector (the same on every rank, local).
+
+        Every rank must call it the same number of times, in the same order (once per collective call).
+        """
+        self._calls += 1
+        return f"{self._token}-{self._calls}"
 
     # -- knowledge ---------------------------------------------------------------------------------------
     def alive(self, rank: int) -> bool:
@@ -323,26 +341,40 @@ class FailureDetector:
         raise ProcessFailure(f"ranks {sorted(missing)} failed ({why})", sorted(missing))
 
     def start_exchange(
-        self, sends: Mapping[int, np.ndarray], recvs: Mapping[int, np.ndarray], tag: int
+        self,
+        sends: Mapping[int, np.ndarray],
+        recvs: Mapping[int, np.ndarray],
+        tag: int,
+        into: Exchange | None = None,
     ) -> Exchange:
         """Post the sends and receives of :meth:`exchange` and return at once (finish with
         :meth:`finish_exchange`; the deadline starts there, so computing in between never counts as a peer's
         lateness).
+
+        With ``into``, the operations join that exchange (one wait for both) and it is returned; its peers
+        must differ from these (a peer's buffer is looked up by rank).
 
         Raises
         ------
         Fenced
             If this process learns that it was declared dead.
         """
-        self.poll_notices()
+        now = time.monotonic()
+        if self.dead or now - self._last_notice_poll > _NOTICE_PERIOD:
+            self.poll_notices()
+            self._last_notice_poll = now
         self.raise_if_fenced()
-        ex = Exchange(dict(sends), dict(recvs))
-        for peer, buf in ex.recvs.items():
+        ex = into if into is not None else Exchange({}, {})
+        if (set(sends) | set(recvs)) & (set(ex.sends) | set(ex.recvs)):
+            raise ValueError("an exchange joined with into= must have other peers")
+        ex.sends.update(sends)
+        ex.recvs.update(recvs)
+        for peer, buf in recvs.items():
             if self.alive(peer):
                 self._post(
                     ex.pending, "recv", peer, lambda p=peer, b=buf: self.comm.Irecv(b, source=p, tag=tag)
                 )
-        for peer, buf in ex.sends.items():
+        for peer, buf in sends.items():
             if self.alive(peer):
                 self._post(
                     ex.pending, "send", peer, lambda p=peer, b=buf: self.comm.Isend(b, dest=p, tag=tag)
@@ -358,29 +390,33 @@ class FailureDetector:
             If this process learns that it was declared dead.
         """
         limit = self.timeout if timeout is None else timeout
-        start = last_beat = time.monotonic()
+        start = last_beat = last_notice = time.monotonic()
         pending = ex.pending
-        sleep = 1e-5
+        sleep = 2e-5
         while pending:
-            progressed = False
-            still = []
-            for req, kind, peer in pending:
-                if not self.alive(peer):
-                    self._abandon(req, kind, (ex.sends if kind == "send" else ex.recvs)[peer])
-                    continue
+            # Fast path: one Testall while every peer is healthy; a failure shows as an exception, and the
+            # careful per-request path below then finds who failed.
+            if not self.dead and not self.fenced:
                 try:
-                    done = req.Test()
+                    if MPI.Request.Testall([req for req, _, _ in pending]):
+                        pending.clear()
+                        break
+                    healthy = True
                 except MPI.Exception as exc:
-                    if not is_failure_error(exc):
+                    if not is_failure_error(exc) and exc.Get_error_class() != MPI.ERR_IN_STATUS:
                         raise
-                    self.declare_dead([peer], "reported failed by MPI")
-                    done = True
-                if done:
-                    progressed = True
-                else:
-                    still.append((req, kind, peer))
-            pending[:] = still
-            self.poll_notices()
+                    healthy = False
+            else:
+                healthy = False
+            now = time.monotonic()
+            if not healthy:
+                # Testall may already have freed a request that completed in error: learn every failure MPI
+                # knows first, so that request's peer is abandoned, never taken for a completed transfer.
+                self.check_failures()
+                self._test_each(ex)
+            if not healthy or now - max(last_notice, self._last_notice_poll) > _NOTICE_PERIOD:
+                self.poll_notices()
+                last_notice = self._last_notice_poll = now
             if self.fenced:
                 for req, kind, peer in pending:
                     self._abandon(req, kind, (ex.sends if kind == "send" else ex.recvs)[peer])
@@ -388,7 +424,6 @@ class FailureDetector:
                 self.raise_if_fenced()
             if not pending:
                 break
-            now = time.monotonic()
             if now - last_beat > limit / 4:
                 self._heartbeat()
                 last_beat = now
@@ -399,12 +434,27 @@ class FailureDetector:
                 self.check_failures()
                 self.declare_dead(late - self.dead, f"timed out after {limit:g} s")
                 continue
-            if progressed:
-                sleep = 1e-5
-            else:
-                time.sleep(sleep)
-                sleep = min(2 * sleep, _MAX_SLEEP)
+            time.sleep(sleep)
+            sleep = min(1.5 * sleep, _MAX_SLEEP)
         return {peer for peer in ex.recvs if not self.alive(peer)}
+
+    def _test_each(self, ex: Exchange) -> None:
+        """Test an exchange's requests one at a time: drop completed ones, abandon dead peers' ones."""
+        still = []
+        for req, kind, peer in ex.pending:
+            if not self.alive(peer):
+                self._abandon(req, kind, (ex.sends if kind == "send" else ex.recvs)[peer])
+                continue
+            try:
+                done = req.Test()
+            except MPI.Exception as exc:
+                if not is_failure_error(exc):
+                    raise
+                self.declare_dead([peer], "reported failed by MPI")
+                done = True
+            if not done:
+                still.append((req, kind, peer))
+        ex.pending[:] = still
 
     def _heartbeat(self) -> None:
         # While waiting, tell every live peer "I am alive": a peer that waits on us is then not misled into

@@ -3,9 +3,10 @@
 ``ProcessGrid`` (BLACS grid), ``Descriptor`` and the index helpers (ScaLAPACK's, 0-based),
 ``DistributedMatrix`` (ScaLAPACK's local storage: Fortran order), ``pdgemm`` / ``pdsymm`` (SUMMA;
 ``cannon`` on square grids). The fault-tolerant routines (``ft_pdgemm``, ``ft_pdsymm``,
-``resilient_pdgemm``) and the process-state table (``get_state_table``, ``set_state_table``,
-``reset_state``) are re-exported lazily, so a program that only multiplies does not pay for importing their
-kernels. The internals other ftkit modules extend (SUMMA engine, panel exchange) live in ``_summa``.
+``resilient_pdgemm``, ``protect_operands``) and the process-state table (``get_state_table``,
+``set_state_table``, ``reset_state``) are re-exported lazily, so a program that only multiplies does not
+pay for importing their kernels. The internals other ftkit modules extend (SUMMA engine, panel exchange) live
+in ``_summa``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ _LAZY = {
     "ABFTPolicy": ".ft",
     "resilient_pdgemm": ".resilient",
     "ResilientResult": ".resilient",
+    "protect_operands": ".protected",
+    "ProtectedOperands": ".protected",
     "get_state_table": "..failure",
     "set_state_table": "..failure",
     "reset_state": "..failure",

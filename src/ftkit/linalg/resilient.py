@@ -39,7 +39,6 @@ back (it died before saving them, or more failures than the store survives) ever
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -61,11 +60,20 @@ from ..failure.protect import InputStore, open_store
 from ..failure.ulfm import agree_flag
 from ._blas import gemm_update
 from ._operands import aligned_operands
-from ._summa import SummaStep, extract_a_piece, extract_b_piece, plan_summa, run_summa
+from ._summa import (
+    AllgatherExchange,
+    SummaStep,
+    _buffers,
+    extract_a_piece,
+    extract_b_piece,
+    plan_summa,
+    run_summa,
+)
 from .descriptor import BlockCyclic1D, indxg2l, indxg2p
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
 from .pblas import _scale, check_gemm_args, check_width
+from .protected import ProtectedOperands, detector_for, forget_detector, operands_key
 
 __all__ = ["ResilientResult", "resilient_pdgemm"]
 
@@ -117,19 +125,17 @@ class _Pending:
         self,
         exchange: _FailureAwareExchange,
         step: SummaStep,
-        ex_a: Exchange,
-        ex_b: Exchange,
+        ex: Exchange,
         a_panel: np.ndarray,
         b_panel: np.ndarray,
         b_scratch: dict[int, np.ndarray],
     ) -> None:
-        self.x, self.step, self.ex_a, self.ex_b = exchange, step, ex_a, ex_b
+        self.x, self.step, self.ex = exchange, step, ex
         self.a_panel, self.b_panel, self.b_scratch = a_panel, b_panel, b_scratch
 
     def wait(self) -> tuple[np.ndarray, np.ndarray]:
         x, step, g = self.x, self.step, self.x.grid
-        x.det.finish_exchange(self.ex_a)
-        x.det.finish_exchange(self.ex_b)
+        x.det.finish_exchange(self.ex)
         a_slots = _slots([s.stop - s.start for s in step.a_cols])
         b_slots = _slots([s.stop - s.start for s in step.b_rows])
         for q in range(g.npcol):  # A pieces of dead owners in my process row come from the store
@@ -161,28 +167,33 @@ class _FailureAwareExchange:
         det: FailureDetector,
         grid: ProcessGrid,
         store: InputStore,
-        prefix: str,
+        prefixes: dict[str, str],
         shapes: dict[tuple[str, int], tuple[int, int]],
         on_step: Callable[[int], None] | None,
     ) -> None:
-        self.det, self.grid, self.store, self.prefix = det, grid, store, prefix
+        self.det, self.grid, self.store, self.prefixes = det, grid, store, prefixes
         self.shapes, self.on_step = shapes, on_step
         self.cache: dict[tuple[str, int], np.ndarray] = {}
         self.storage_reads = 0
         self.unrecoverable: set[int] = set()
-        self._pool: dict[tuple[object, ...], np.ndarray] = {}
+        self._pool: dict[object, np.ndarray] = {}
 
     def _buffer(self, key: tuple[object, ...], shape: tuple[int, int]) -> np.ndarray:
-        buf = self._pool.get(key)
-        if buf is None or buf.shape != shape:
-            buf = self._pool[key] = np.empty(shape, order="F")
-        return buf
+        # Panels come from the buffers pdgemm keeps between multiplies: fresh memory costs a page fault and a
+        # zeroing per page, a few ms per call at n = 2048, which was most of this path's error-free overhead.
+        return AllgatherExchange._buffer(self._pool, key, shape)
+
+    def release(self) -> None:
+        """Hand the panel buffers back for later multiplies (only once no transfer can touch them)."""
+        for buf in self._pool.values():
+            _buffers.give(buf)
+        self._pool.clear()
 
     def stored(self, what: str, rank: int) -> np.ndarray:
         key = (what, rank)
         if key not in self.cache:
             try:
-                self.cache[key] = self.store.load(f"{self.prefix}/{what}.{rank}")
+                self.cache[key] = self.store.load(f"{self.prefixes[what]}/{what}.{rank}")
             except FtkitError:
                 # Keep going with zeros so every survivor reaches the agreement, which then fails uniformly.
                 self.unrecoverable.add(rank)
@@ -211,9 +222,11 @@ class _FailureAwareExchange:
             if p != g.myrow
         }
         tag = 2 * (step.index % _TAG_SPAN)
-        ex_a = det.start_exchange({r: mine_a for r in recv_a}, recv_a, tag)
-        ex_b = det.start_exchange({r: mine_b for r in recv_b}, recv_b, tag + 1)
-        return _Pending(self, step, ex_a, ex_b, a_panel, b_panel, recv_b)
+        # One exchange for both panels (row peers for A, column peers for B: never the same process), so one
+        # wait polls all of a step's transfers, as pdgemm's does.
+        ex = det.start_exchange({r: mine_a for r in recv_a}, recv_a, tag)
+        det.start_exchange({r: mine_b for r in recv_b}, recv_b, tag + 1, into=ex)
+        return _Pending(self, step, ex, a_panel, b_panel, recv_b)
 
 
 def resilient_pdgemm(
@@ -234,7 +247,7 @@ def resilient_pdgemm(
     ic: int,
     jc: int,
     *,
-    store: InputStore | str,
+    store: InputStore | str | ProtectedOperands,
     timeout: float | None = None,
     width: int | None = None,
     detector: FailureDetector | None = None,
@@ -254,7 +267,11 @@ def resilient_pdgemm(
         :class:`~ftkit.failure.protect.InputStore` or a directory path readable by every rank (the L4 /
         ``glbl_dir`` directory), where ftkit checkpoint files
         (:class:`~ftkit.failure.protect.CheckpointFileStore`)
-        are written. The call's files are removed when it succeeds.
+        are written. The call's files are removed when it succeeds. Or the
+        :class:`~ftkit.linalg.protected.ProtectedOperands` of :func:`~ftkit.linalg.protected.protect_operands`
+        for this A, B and these arguments: A and B were saved once beforehand and this call writes at most C
+        (only if ``beta != 0`` or it updates part of C), which makes its error-free cost the failure-aware
+        SUMMA alone.
     timeout
         Seconds to wait for a peer before declaring it dead (default: 10 x measured round trip, at least
         :data:`ftkit.failure.detect.DEFAULT_MIN_TIMEOUT`).
@@ -280,7 +297,7 @@ def resilient_pdgemm(
     Raises
     ------
     PBLASArgumentError
-        For illegal arguments (as pdgemm).
+        For illegal arguments (as pdgemm), or protected operands that do not belong to this call.
     ProcessFailure
         If the state table already marks a process of this grid dead, or a dead process's inputs cannot be
         read back, or a further failure strikes while the survivors repair; the same on every survivor.
@@ -308,19 +325,28 @@ def resilient_pdgemm(
             f"restart",
             marked,
         )
-    det = detector or _detector_for(grid, timeout)
+    protected = store if isinstance(store, ProtectedOperands) else None
+    if protected is not None:
+        protected.check(A, B, operands_key(ta, tb, m, n, k, ia, ja, ib, jb, C, ic, jc, algorithm))
+    det = detector or detector_for(grid, timeout)
     me = det.rank
-    store = open_store(store, rank=me, nranks=grid.size)
-    call = det.comm.bcast(uuid.uuid4().hex if me == 0 else None, root=0)
-    prefix = f"pdgemm-{call}"
+    where = protected.store if protected is not None else open_store(store, rank=me, nranks=grid.size)  # type: ignore[arg-type]
+    prefix = f"pdgemm-{det.call_id()}"
+    ops_prefix = protected.prefix if protected is not None else prefix
+    prefixes = {"a": ops_prefix, "b": ops_prefix, "c": prefix}
+    multiply = bool(m and n and k and alpha != 0.0)
+    # C is saved as it was on entry (before beta), where it is needed to rebuild a dead process's piece: it
+    # contributes (beta != 0) or has entries outside the updated submatrix (kept as they are).
+    d = C.desc
+    save_c = not multiply or beta != 0.0 or (ic, jc, m, n) != (0, 0, d.m, d.n)
+    save_ops = multiply and protected is None
+    saved = save_c or save_ops
 
-    if m and n:
-        _scale(C.local_view(ic, jc, m, n), beta)
     a: np.ndarray | None = None
     b: np.ndarray | None = None
     ka: BlockCyclic1D | None = None
     kb: BlockCyclic1D | None = None
-    if m and n and k and alpha != 0.0:
+    if multiply:
         ops = aligned_operands(
             ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc, same_kmap=algorithm == "cannon"
         )
@@ -330,7 +356,6 @@ def resilient_pdgemm(
 
     # Phase 1: protect. Shapes of every rank's pieces are pure index arithmetic, so readers can size buffers.
     shapes: dict[tuple[str, int], tuple[int, int]] = {}
-    d = C.desc
     for r in range(grid.size):
         p, q = grid.coords(r)
         shapes[("c", r)] = d.local_shape(p, q, grid.nprow, grid.npcol)
@@ -338,37 +363,48 @@ def resilient_pdgemm(
             shapes[("a", r)] = (crows.count(p), ka.count(q))
             shapes[("b", r)] = (kb.count(p), ccols.count(q))
     t0 = time.perf_counter()
-    store.save(f"{prefix}/c.{me}", C.local)
-    if a is not None and b is not None:
-        store.save(f"{prefix}/a.{me}", np.asfortranarray(a))
-        store.save(f"{prefix}/b.{me}", np.asfortranarray(b))
-    exchange = _FailureAwareExchange(det, grid, store, prefix, shapes, on_step)
+    if save_c:
+        where.save(f"{prefix}/c.{me}", C.local)
+    if save_ops and a is not None and b is not None:
+        where.save(f"{prefix}/a.{me}", np.asfortranarray(a))
+        where.save(f"{prefix}/b.{me}", np.asfortranarray(b))
+    exchange = _FailureAwareExchange(det, grid, where, prefixes, shapes, on_step)
     t2 = t1 = time.perf_counter()
     try:
-        det.barrier()
+        if saved:  # everyone's pieces are readable before anyone can need them
+            det.barrier()
         t1 = time.perf_counter()
         # Phase 2: iterate, reading dead owners' pieces from the store.
-        if a is not None and b is not None and ka is not None and kb is not None:
-            if algorithm == "cannon":
-                _run_cannon(exchange, a, b, C.local_view(ic, jc, m, n), ka, alpha)
-            else:
-                steps = plan_summa(ka, kb, width)
-                run_summa(
-                    grid, a, b, C.local_view(ic, jc, m, n), ka, kb, alpha, exchange=exchange, steps=steps
-                )
+        if not multiply:
+            if m and n:
+                _scale(C.local_view(ic, jc, m, n), beta)
+        elif algorithm == "cannon":
+            _scale(C.local_view(ic, jc, m, n), beta)
+            _run_cannon(exchange, a, b, C.local_view(ic, jc, m, n), ka, alpha)  # type: ignore[arg-type]
+        else:  # beta is applied by the first local GEMM, as pdgemm does (no separate pass over C)
+            steps = plan_summa(ka, kb, width)  # type: ignore[arg-type]
+            run_summa(grid, a, b, C.local_view(ic, jc, m, n), ka, kb, alpha,  # type: ignore[arg-type]
+                      exchange=exchange, steps=steps, beta=beta)  # fmt: skip
     except Fenced:
         pass
     t2 = time.perf_counter()
 
-    # Phase 3: agree on the dead, record them, repair.
+    # Phase 3: agree on the dead, record them, repair. ULFM's agreement busy-polls: ranks that finish early
+    # would spin in it, taking the shared cores from the ranks still computing; wait for them asleep first.
+    if not det.fenced:
+        try:
+            det.barrier()
+        except Fenced:
+            pass
     dead = agree_on_dead(det.comm, det.dead, abstain=det.fenced)
-    if not dead:  # the common case: Agree was the only extra synchronization; nobody reads the store
+    if not dead:  # the common case: one quick barrier and Agree are all the extra; nobody reads the store
+        exchange.release()  # every transfer completed (with a failure, sends to the dead may be pending)
         state = record_failures(grid.shape, set(), writer=me == 0)
-        if me == 0:
-            store.remove(prefix)
+        if me == 0 and saved:
+            where.remove(prefix)
         _record(stats, t0, t1, t2)
         return ResilientResult(C, grid, grid.comm, (), state, {}, 0, exchange.storage_reads, det.timeout)  # type: ignore[arg-type]
-    _detectors.pop(grid.context, None)  # its communicator holds dead processes: never reuse it
+    forget_detector(grid)
     inputs_ok = agree_flag(det.comm, int(not (exchange.unrecoverable & set(dead))))
     new_comm = repair(det.comm, dead)
     if new_comm is None or det.fenced:
@@ -377,7 +413,7 @@ def resilient_pdgemm(
     state = record_failures(grid.shape, {grid.coords(r) for r in dead}, writer=new_comm.Get_rank() == 0)
     if not inputs_ok:
         raise ProcessFailure(
-            f"ranks {sorted(dead)} failed and their inputs cannot be read back from {store!r} "
+            f"ranks {sorted(dead)} failed and their inputs cannot be read back from {where!r} "
             f"(they died before saving them, or the store lost them): the product cannot be "
             f"completed; restart from a checkpoint",
             sorted(dead),
@@ -396,15 +432,19 @@ def resilient_pdgemm(
         cols_g = _global(d.nb, qd, d.csrc, grid.npcol, shapes[("c", dead_rank)][1])
         if holder != me:
             continue
-        c_dead = exchange.stored("c", dead_rank)
         if rsl is None:  # the dead process's whole stored C (entries outside the submatrix keep these values)
-            pieces.append((1, rows_g, cols_g, c_dead))
+            if save_c:
+                pieces.append((1, rows_g, cols_g, exchange.stored("c", dead_rank)))
             continue
         r0 = crows.local_start(pd)
         c0 = ccols.local_start(qd)
         lr = slice(r0 + rsl.start, r0 + rsl.stop)
         lc = slice(c0 + csl.start, c0 + csl.stop)
-        tile = np.array(c_dead[lr, lc], order="F")
+        if save_c:  # stored as it was on entry: apply beta here
+            tile = np.array(exchange.stored("c", dead_rank)[lr, lc], order="F")
+            _scale(tile, beta)
+        else:  # beta == 0 over all of C: nothing of the old C survives
+            tile = np.zeros((lr.stop - lr.start, lc.stop - lc.start), order="F")
         if a is not None and b is not None and ka is not None and kb is not None:
             a_rows = np.empty((rsl.stop - rsl.start, k), order="F")
             for q in range(grid.npcol):
@@ -419,8 +459,8 @@ def resilient_pdgemm(
     new_grid = ProcessGrid.square(new_comm)
     result = _redistribute(pieces, new_grid, C)
     guarded(new_comm, "the final synchronization", new_comm.Barrier)
-    if new_comm.Get_rank() == 0:
-        store.remove(prefix)
+    if new_comm.Get_rank() == 0 and saved:
+        where.remove(prefix)
     _record(stats, t0, t1, t2)
     return ResilientResult(
         result,
@@ -483,22 +523,6 @@ def _run_cannon(
         gemm_update(alpha, cur_a, cur_b, c)
         if pending is not None:
             cur_a, cur_b = finish(*pending)
-
-
-_detectors: dict[int, FailureDetector] = {}
-
-
-def _detector_for(grid: ProcessGrid, timeout: float | None) -> FailureDetector:
-    """Return the detector of ``grid`` (collective when one is built), reused by later calls on the grid.
-
-    Reuse saves the communicator duplication and round-trip measurement on every call; a detector that has
-    seen a failure is dropped (its communicator contains dead processes).
-    """
-    det = _detectors.get(grid.context)
-    if det is None or det.dead or det.fenced or (timeout is not None and det.timeout != timeout):
-        det = FailureDetector(grid.comm, timeout=timeout)
-        _detectors[grid.context] = det
-    return det
 
 
 def _record(stats: dict[str, float] | None, t0: float, t1: float, t2: float) -> None:

@@ -1,0 +1,186 @@
+"""Operands saved ahead of a failure-tolerant multiply, so the multiply itself writes nothing.
+
+:func:`~ftkit.linalg.resilient.resilient_pdgemm` needs every process's aligned pieces of op(A) and op(B)
+somewhere the survivors can read them if that process dies. Given a store, it saves them on every call (and
+synchronizes), which costs a write of A and B per multiply. :func:`protect_operands` does that once and
+returns a :class:`ProtectedOperands` handle; passed as ``store=`` to any number of later multiplies with the
+same operands (an iterative method multiplying by the same matrix, or the reference's setting where the inputs
+already sit on the parallel file system), their error-free cost is the failure-aware SUMMA alone.
+
+Contract: while a handle is in use, the local data of A and B must not change (the saved copy is what the
+survivors read back; a changed operand would make a recovered product silently wrong). Change them and
+protect again. C is saved by the multiply itself when it is needed (``beta != 0``, or the multiply updates
+only part of C): it changes with every call.
+
+This module also keeps the failure detectors that resilient calls on a grid share.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import PBLASArgumentError, ProcessFailure
+from ..failure import FailureDetector
+from ..failure.protect import InputStore, open_store
+from ._operands import aligned_operands
+from .grid import ProcessGrid
+from .matrix import DistributedMatrix
+from .pblas import check_gemm_args
+
+__all__ = ["ProtectedOperands", "protect_operands", "detector_for"]
+
+_detectors: dict[int, FailureDetector] = {}
+
+
+def detector_for(grid: ProcessGrid, timeout: float | None) -> FailureDetector:
+    """Return the detector of ``grid`` (collective when one is built), reused by later calls on the grid.
+
+    Reuse saves the communicator duplication and round-trip measurement on every call; a detector that has
+    seen a failure is dropped (its communicator contains dead processes).
+    """
+    det = _detectors.get(grid.context)
+    if det is None or det.dead or det.fenced or (timeout is not None and det.timeout != timeout):
+        det = FailureDetector(grid.comm, timeout=timeout)
+        _detectors[grid.context] = det
+    return det
+
+
+def forget_detector(grid: ProcessGrid) -> None:
+    """Drop ``grid``'s detector (after a failure its communicator holds dead processes: never reuse it)."""
+    _detectors.pop(grid.context, None)
+
+
+def operands_key(
+    ta: str, tb: str, m: int, n: int, k: int, ia: int, ja: int, ib: int, jb: int,
+    C: DistributedMatrix, ic: int, jc: int, algorithm: str,
+) -> tuple[object, ...]:
+    """What determines the aligned operand pieces of a multiply besides A and B themselves (local)."""
+    d = C.desc
+    return (ta, tb, m, n, k, ia, ja, ib, jb, ic, jc, algorithm, d.m, d.n, d.mb, d.nb, d.rsrc, d.csrc,
+            C.grid.context)  # fmt: skip
+
+
+@dataclass
+class ProtectedOperands:
+    """A and B of one multiply, saved in ``store`` by :func:`protect_operands`; pass it as ``store=``.
+
+    Attributes
+    ----------
+    store
+        Where the pieces are (every rank can read every rank's pieces).
+    prefix
+        The keys' common prefix: ``<prefix>/a.<rank>``, ``<prefix>/b.<rank>``.
+    A, B
+        The protected matrices (the multiply must be given these very objects).
+    key
+        The multiply's other arguments the saved pieces depend on (see :func:`operands_key`).
+    rank
+        This process's rank in the grid.
+    """
+
+    store: InputStore
+    prefix: str
+    A: DistributedMatrix
+    B: DistributedMatrix
+    key: tuple[object, ...]
+    rank: int
+    released: bool = False
+
+    def check(self, A: DistributedMatrix, B: DistributedMatrix, key: tuple[object, ...]) -> None:
+        """Check that a multiply of ``A`` and ``B`` with arguments ``key`` may use these saved pieces.
+
+        Raises
+        ------
+        PBLASArgumentError
+            If the handle was released, or belongs to other matrices or other arguments.
+        """
+        if self.released:
+            raise PBLASArgumentError("PDGEMM", 17, "the protected operands were released: protect them again")
+        if A is not self.A or B is not self.B:
+            raise PBLASArgumentError(
+                "PDGEMM", 17, "store= holds operands protected for other matrices A, B: pass the same "
+                "DistributedMatrix objects, or protect_operands() for these")  # fmt: skip
+        if key != self.key:
+            raise PBLASArgumentError(
+                "PDGEMM", 17, "store= holds operands protected for other arguments (transpositions, sizes, "
+                "offsets, C's layout or grid, or algorithm): call protect_operands() with this call's "
+                "arguments")  # fmt: skip
+
+    def release(self) -> None:
+        """Delete this process's saved pieces (local: call it on every rank that protected them)."""
+        for what in ("a", "b"):
+            self.store.remove(f"{self.prefix}/{what}.{self.rank}")
+        self.released = True
+
+    def __enter__(self) -> ProtectedOperands:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def protect_operands(
+    transa: str,
+    transb: str,
+    m: int,
+    n: int,
+    k: int,
+    A: DistributedMatrix,
+    ia: int,
+    ja: int,
+    B: DistributedMatrix,
+    ib: int,
+    jb: int,
+    C: DistributedMatrix,
+    ic: int,
+    jc: int,
+    *,
+    store: InputStore | str | os.PathLike[str],
+    algorithm: str = "summa",
+    timeout: float | None = None,
+) -> ProtectedOperands:
+    """Save every process's aligned pieces of op(A) and op(B) once, for later failure-tolerant multiplies.
+
+    Collective on C's grid. Arguments as :func:`~ftkit.linalg.resilient.resilient_pdgemm` (without alpha and
+    beta, which do not change what is saved). Every process writes its two pieces (ftkit checkpoint files
+    for a directory ``store``), then all synchronize with a deadline, so once this returns every piece is
+    readable by every process. Pass the result as ``store=`` to ``resilient_pdgemm`` (or as
+    ``protect_inputs=`` to ``ft_pdgemm``) with the same A, B and arguments; call
+    :meth:`ProtectedOperands.release` (or use it as a context manager) when done.
+
+    Raises
+    ------
+    PBLASArgumentError
+        For illegal arguments (as pdgemm).
+    StorageError
+        If a piece cannot be written.
+    ProcessFailure
+        If a process fails or misses the deadline while the pieces are saved.
+    """
+    ta, tb, m, n, k, _, ia, ja, ib, jb, _, ic, jc = check_gemm_args(
+        "PDGEMM", transa, transb, m, n, k, 1.0, A, ia, ja, B, ib, jb, 0.0, C, ic, jc)  # fmt: skip
+    if algorithm not in ("summa", "cannon"):
+        raise PBLASArgumentError("PDGEMM", 15, f"algorithm={algorithm!r}; use 'summa' or 'cannon'")
+    grid = C.grid
+    det = detector_for(grid, timeout)
+    me = det.rank
+    where = open_store(store, rank=me, nranks=grid.size)
+    prefix = f"operands-{det.call_id()}"
+    if m and n and k:
+        ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc,
+                               same_kmap=algorithm == "cannon")  # fmt: skip
+        where.save(f"{prefix}/a.{me}", np.asfortranarray(ops.a))
+        where.save(f"{prefix}/b.{me}", np.asfortranarray(ops.b))
+    det.barrier()
+    det.raise_if_fenced()
+    if det.dead:
+        raise ProcessFailure(
+            f"ranks {sorted(det.dead)} failed while the operands were being protected: nothing usable was "
+            f"protected; continue on the survivors (ftkit.failure.repair) and protect again",
+            sorted(det.dead),
+        )
+    key = operands_key(ta, tb, m, n, k, ia, ja, ib, jb, C, ic, jc, algorithm)
+    return ProtectedOperands(where, prefix, A, B, key, me)

@@ -1,0 +1,70 @@
+"""protect_operands on a 1 x 1 grid, in process: the handle's contract (reuse, misuse errors, what is written)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from ftkit.errors import PBLASArgumentError
+from ftkit.linalg import DistributedMatrix, ProcessGrid, pdgemm
+from ftkit.linalg.protected import protect_operands
+from ftkit.linalg.resilient import resilient_pdgemm
+
+
+@pytest.fixture
+def mats():
+    grid = ProcessGrid(MPI.COMM_WORLD, 1, 1)
+    A = DistributedMatrix.random(grid, 24, 16, mb=4, nb=4, seed=1)
+    B = DistributedMatrix.random(grid, 16, 20, mb=4, nb=4, seed=2)
+    C = DistributedMatrix.random(grid, 24, 20, mb=4, nb=4, seed=3)
+    return grid, A, B, C
+
+
+def _files(root):
+    return sorted(str(p.relative_to(root)).split("-", 1)[0] + "/" + p.name for p in root.rglob("*.ftk"))
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_reused_handle_gives_pdgemm_bit_for_bit_and_writes_only_what_it_must(tmp_path, mats, beta):
+    _, A, B, C = mats
+    ref = C.copy()
+    pdgemm("N", "N", 24, 20, 16, 1.5, A, 0, 0, B, 0, 0, beta, ref, 0, 0)
+    with protect_operands("N", "N", 24, 20, 16, A, 0, 0, B, 0, 0, C, 0, 0, store=tmp_path) as ops:
+        assert _files(tmp_path) == ["operands/a.0.ftk", "operands/b.0.ftk"]
+        for _ in range(3):
+            C2 = C.copy()
+            res = resilient_pdgemm("N", "N", 24, 20, 16, 1.5, A, 0, 0, B, 0, 0, beta, C2, 0, 0, store=ops)
+            assert res.failed_ranks == ()
+            assert np.array_equal(res.C.local, ref.local)
+            # the per-call C copy (only written when beta != 0) is removed after a successful call
+            assert _files(tmp_path) == ["operands/a.0.ftk", "operands/b.0.ftk"]
+    assert _files(tmp_path) == []  # released on leaving the with block
+
+
+def test_submatrix_update_with_handle(tmp_path, mats):
+    _, A, B, C = mats
+    ref = C.copy()
+    pdgemm("T", "N", 10, 12, 8, -1.0, A, 2, 3, B, 4, 5, 0.0, ref, 6, 7)
+    ops = protect_operands("T", "N", 10, 12, 8, A, 2, 3, B, 4, 5, C, 6, 7, store=tmp_path)
+    res = resilient_pdgemm("T", "N", 10, 12, 8, -1.0, A, 2, 3, B, 4, 5, 0.0, C, 6, 7, store=ops)
+    assert np.array_equal(res.C.local, ref.local)
+    ops.release()
+
+
+def test_misused_handles_are_refused_with_the_fix(tmp_path, mats):
+    grid, A, B, C = mats
+    ops = protect_operands("N", "N", 24, 20, 16, A, 0, 0, B, 0, 0, C, 0, 0, store=tmp_path)
+    other = A.copy()
+    with pytest.raises(PBLASArgumentError, match="same DistributedMatrix objects"):
+        resilient_pdgemm("N", "N", 24, 20, 16, 1.0, other, 0, 0, B, 0, 0, 0.0, C, 0, 0, store=ops)
+    with pytest.raises(PBLASArgumentError, match="other arguments"):
+        resilient_pdgemm("N", "N", 20, 20, 16, 1.0, A, 0, 0, B, 0, 0, 0.0, C, 0, 0, store=ops)
+    with pytest.raises(PBLASArgumentError, match="other arguments"):
+        resilient_pdgemm("N", "N", 24, 20, 16, 1.0, A, 0, 0, B, 0, 0, 0.0, C, 0, 0, store=ops,
+                         algorithm="cannon")
+    ops.release()
+    with pytest.raises(PBLASArgumentError, match="released"):
+        resilient_pdgemm("N", "N", 24, 20, 16, 1.0, A, 0, 0, B, 0, 0, 0.0, C, 0, 0, store=ops)
+    with pytest.raises(PBLASArgumentError, match="algorithm"):
+        protect_operands("N", "N", 24, 20, 16, A, 0, 0, B, 0, 0, C, 0, 0, store=tmp_path, algorithm="x")
