@@ -287,7 +287,8 @@ def resilient_pdgemm(
     stats
         If given, filled with this process's phase times in seconds: ``protect_s`` (saving inputs and the
         synchronization after), ``iterate_s`` (the SUMMA steps), ``settle_s`` (agreement, repair, recompute,
-        redistribution).
+        redistribution); after a failure also the parts of ``settle_s`` after the first agreement:
+        ``agree_s``, ``repair_s``, ``recompute_s`` and ``redistribute_s``.
 
     Returns
     -------
@@ -405,8 +406,11 @@ def resilient_pdgemm(
         _record(stats, t0, t1, t2)
         return ResilientResult(C, grid, grid.comm, (), state, {}, 0, exchange.storage_reads, det.timeout)  # type: ignore[arg-type]
     forget_detector(grid)
+    tick = _Ticker(stats)
     inputs_ok = agree_flag(det.comm, int(not (exchange.unrecoverable & set(dead))))
+    tick("agree_s")
     new_comm = repair(det.comm, dead)
+    tick("repair_s")
     if new_comm is None or det.fenced:
         det.raise_if_fenced()
         raise Fenced(f"rank {me} was declared dead by its peers and fenced off", [me])
@@ -456,9 +460,11 @@ def resilient_pdgemm(
             verified += nblocks
         pieces.append((2, rows_g[lr], cols_g[lc], tile))
 
+    tick("recompute_s")
     new_grid = ProcessGrid.square(new_comm)
     result = _redistribute(pieces, new_grid, C)
     guarded(new_comm, "the final synchronization", new_comm.Barrier)
+    tick("redistribute_s")
     if new_comm.Get_rank() == 0 and saved:
         where.remove(prefix)
     _record(stats, t0, t1, t2)
@@ -523,6 +529,19 @@ def _run_cannon(
         gemm_update(alpha, cur_a, cur_b, c)
         if pending is not None:
             cur_a, cur_b = finish(*pending)
+
+
+class _Ticker:
+    """Adds the seconds since the previous tick to ``stats[key]`` (a no-op without ``stats``)."""
+
+    def __init__(self, stats: dict[str, float] | None) -> None:
+        self.stats, self.last = stats, time.perf_counter()
+
+    def __call__(self, key: str) -> None:
+        now = time.perf_counter()
+        if self.stats is not None:
+            self.stats[key] = self.stats.get(key, 0.0) + now - self.last
+        self.last = now
 
 
 def _record(stats: dict[str, float] | None, t0: float, t1: float, t2: float) -> None:
