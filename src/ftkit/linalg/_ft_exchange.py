@@ -1,9 +1,10 @@
 """The panel exchange behind :func:`ftkit.linalg.ft_pdgemm`: checksums travel inside the SUMMA panels.
 
 :class:`_ChecksumExchange` wraps a :class:`~ftkit.linalg._summa.PanelExchange`: each process's A piece gets
-its checksum rows (plain, index-weighted, absolute and squared sums of every row segment of C) stacked under
-it and each B piece its checksum columns beside it; on arrival the checksum part of the panels is multiplied
-into an :class:`~ftkit.linalg.abft.ChecksumProduct` that predicts every C block's sums. With an exchange that
+its checksum rows (plain, index-weighted, absolute and, for the statistical threshold only, squared sums of
+every row segment of C: ``product.kinds`` of them) stacked under it and each B piece its checksum columns
+beside it; on arrival the checksum part of the panels is multiplied into an
+:class:`~ftkit.linalg.abft.ChecksumProduct` that predicts every C block's sums. With an exchange that
 accepts a fill callback (``AllgatherExchange.accepts_fill``) the piece is copied once, straight into its
 panel slot, with its checksums computed in the same pass; other exchanges get an extended copy of the piece.
 """
@@ -95,12 +96,13 @@ class _ChecksumExchange:
         self.rb, self.cbnd = rb, cbnd
         self.rw, self.cw = abft.segment_weights(rb), abft.segment_weights(cbnd)
         self.nr, self.nc = len(rb) - 1, len(cbnd) - 1
+        self.kinds = product.kinds  # checksum rows per row segment / columns per column segment
         self.product, self.c, self.plan, self.rank, self.c_to_global = product, c, plan, rank, c_to_global
 
     def start(
         self, grid: ProcessGrid, step: SummaStep, a_piece: np.ndarray, b_piece: np.ndarray
     ) -> PendingPanels:
-        nr, nc, ra, cb = self.nr, self.nc, self.ra, self.cb
+        nr, nc, ra, cb, kinds = self.nr, self.nc, self.ra, self.cb, self.kinds
         # Operand flips planned for this step happen after encoding: encode from a private copy then.
         a_src = a_piece.copy(order="F") if self._planned("A", step) else a_piece
         b_src = b_piece.copy(order="F") if self._planned("B", step) else b_piece
@@ -112,37 +114,37 @@ class _ChecksumExchange:
         direct = bool(getattr(self.inner, "accepts_fill", False))
         kw: dict[str, Any] = {}
         if grid.npcol == 1:
-            achk = np.empty((abft.NCHK * nr, a_piece.shape[1]), order="F")
-            encode_rows_into(a_src, self.rb, self.rw, achk, False)
+            achk = np.empty((kinds * nr, a_piece.shape[1]), order="F")
+            encode_rows_into(a_src, self.rb, self.rw, achk, False, kinds)
             a_ext = self._inject(step, "A", a_piece, None)
         elif direct:
             a_ext = a_piece
 
             def fill_a(slot: np.ndarray) -> None:
-                encode_rows_into(a_src, self.rb, self.rw, slot, True)  # copies the data too
+                encode_rows_into(a_src, self.rb, self.rw, slot, True, kinds)  # copies the data too
                 self._inject(step, "A", a_piece, slot[:ra])
 
-            kw.update(extra_rows=abft.NCHK * nr, fill_a=fill_a)
+            kw.update(extra_rows=kinds * nr, fill_a=fill_a)
         else:
-            a_ext = _buffer("A", step.index, (ra + abft.NCHK * nr, a_piece.shape[1]))
-            encode_rows_into(a_src, self.rb, self.rw, a_ext, True)  # copies the data too
+            a_ext = _buffer("A", step.index, (ra + kinds * nr, a_piece.shape[1]))
+            encode_rows_into(a_src, self.rb, self.rw, a_ext, True, kinds)  # copies the data too
             self._inject(step, "A", a_piece, a_ext[:ra])
         if grid.nprow == 1:
-            bchk = np.empty((b_piece.shape[0], abft.NCHK * nc), order="C")
-            encode_cols_into(b_src, self.cbnd, self.cw, bchk, False)
+            bchk = np.empty((b_piece.shape[0], kinds * nc), order="F")
+            encode_cols_into(b_src, self.cbnd, self.cw, bchk, False, kinds)
             b_ext = self._inject(step, "B", b_piece, None)
         elif direct:
             b_ext = b_piece
 
             def fill_b(buf: np.ndarray) -> None:
-                encode_cols_into(b_src, self.cbnd, self.cw, buf, True)  # copies the data too
+                encode_cols_into(b_src, self.cbnd, self.cw, buf, True, kinds)  # copies the data too
                 self._inject(step, "B", b_piece, buf[:, :cb])
 
-            kw.update(extra_cols=abft.NCHK * nc, fill_b=fill_b)
+            kw.update(extra_cols=kinds * nc, fill_b=fill_b)
         else:
             # column-major like the exchange's B panel: the pieces move without transposition
-            b_ext = _buffer("B", step.index, (b_piece.shape[0], cb + abft.NCHK * nc))
-            encode_cols_into(b_src, self.cbnd, self.cw, b_ext, True)
+            b_ext = _buffer("B", step.index, (b_piece.shape[0], cb + kinds * nc))
+            encode_cols_into(b_src, self.cbnd, self.cw, b_ext, True, kinds)
             self._inject(step, "B", b_piece, b_ext[:, :cb])
         pending = self.inner.start(grid, step, a_ext, b_ext, **kw)
         return _ChecksumPending(self, step, pending, (achk, bchk))

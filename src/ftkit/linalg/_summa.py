@@ -193,7 +193,9 @@ class _BufferCache:
 
     Fresh panel memory costs a page fault and a kernel zeroing per 4 KiB page: ~100 MB of panels per call at
     n = 4096 on 2 x 2 took measurably more CPU than reusing buffers. A buffer is owned by one exchange from
-    ``take`` until ``give``, so concurrent exchanges never share one.
+    ``take`` until ``give``, so concurrent exchanges never share one. Fresh buffers get 1/16 headroom: the
+    panels of ft_pdgemm (ABFT checksum rows / columns appended, 3/bs more) then fit in pdgemm's buffers and
+    vice versa; exact sizes made alternating calls (e.g. ``ABFTPolicy``) drop and re-fault ~50 MB per call.
     """
 
     def __init__(self) -> None:
@@ -207,7 +209,7 @@ class _BufferCache:
                 best = min(fits, key=lambda b: b.size)
                 self._free = [b for b in self._free if b is not best]
                 return best
-        return np.empty(size)
+        return np.empty(size + size // 16)
 
     def give(self, buf: np.ndarray) -> None:
         with self._lock:

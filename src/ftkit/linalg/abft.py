@@ -4,8 +4,9 @@ The contract (what every function here assumes and guarantees)
 ---------------------------------------------------------------
 C's rows are cut into *row segments* and its columns into *column segments* (at most ``bs`` long, never
 straddling a distribution block, so each segment lives on one process). Row segment ``bi`` and column segment
-``bj`` make the C block ``C_IJ``. For each row segment of op(A) four checksum rows are kept, for each column
-segment of op(B) four checksum columns (:data:`NCHK`):
+``bj`` make the C block ``C_IJ``. For each row segment of op(A) up to four checksum rows are kept, for each
+column segment of op(B) up to four checksum columns (:data:`NCHK`; :func:`checksum_kinds` says how many a
+threshold needs: the squares only serve the statistical one):
 
 - ``e^T A_I``     plain column sums          ``B_J e``     plain row sums
 - ``w^T A_I``     index-weighted sums        ``B_J w``     index-weighted sums, ``w = (1, 2, ..., len)``
@@ -50,15 +51,15 @@ close to the threshold) or re-verification fails (several wrong elements), the c
 Block size rule (:func:`choose_bs`)
 -----------------------------------
 The smallest detectable error grows like ``2 bs^2 (k + 2 bs) u`` times the typical ``|A||B|`` element (the
-rigorous threshold of a block of ``bs^2`` elements), the cost like ``4/bs`` (extra panel rows/columns) +
-``5/bs^2`` (checksum GEMMs) of the multiply, plus memory passes that do not depend on ``bs`` (encoding the
-pieces, verifying C), which dominate on a single node. Measured (``benchmarks/bench_abft.py --quick
---bs 32 64 128 256``, 2 x 2, n = 2048, shared machine): the CPU-time overhead does not improve measurably
-beyond bs = 64 (noise +-10 %), the statistical threshold's tightness stays 12-16x whatever bs, while the
-rigorous detection limit grows 4x per doubling. ``bs`` is therefore the largest power of two <= 256 that
-divides both distribution block sizes and keeps ``2 bs^2 (k + 2 bs) u <= 2**-24``: a flip of the 20th
-mantissa bit (``>= 2**-21`` relative) then exceeds the rigorous threshold 8x for data without cancellation
-(bs = 128 for k = 4096).
+rigorous threshold of a block of ``bs^2`` elements), the cost like ``3/bs`` (``4/bs`` statistical: extra
+panel rows/columns) + ``5/bs^2`` (checksum GEMMs) of the multiply, plus memory passes that do not depend on
+``bs`` (encoding the pieces, verifying C), which dominate on a single node. Measured
+(``benchmarks/bench_abft.py --quick --bs 32 64 128 256``, 2 x 2, n = 2048, shared machine): the CPU-time
+overhead does not improve measurably beyond bs = 64 (noise +-10 %), the statistical threshold's tightness
+stays 12-16x whatever bs, while the rigorous detection limit grows 4x per doubling. ``bs`` is therefore the
+largest power of two <= 256 that divides both distribution block sizes and keeps ``2 bs^2 (k + 2 bs) u <=
+2**-24``: a flip of the 20th mantissa bit (``>= 2**-21`` relative) then exceeds the rigorous threshold 8x for
+data without cancellation (bs = 128 for k = 4096).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ from ._abft_kernels import block_sums_into, encode_cols_into, encode_rows_into
 __all__ = [
     "U",
     "NCHK",
+    "checksum_kinds",
     "STAT_LAMBDA",
     "gamma",
     "segment_bounds",
@@ -101,7 +103,8 @@ __all__ = [
 U = 2.0**-53
 #: Smallest positive subnormal float64 (absolute error floor of a product that underflows).
 ETA = 2.0**-1074
-#: Checksum rows (columns) per row (column) segment: plain, index-weighted, absolute, squares.
+#: Most checksum rows (columns) per row (column) segment: plain, index-weighted, absolute, squares (the
+#: squares only for the statistical threshold, :func:`checksum_kinds`).
 NCHK = 4
 #: Safety factor of the statistical threshold ``lambda * u * sqrt(V)``. Measured (1500 random products of
 #: every adversarial family, bs 1..64, k up to 1500): the largest ``|residual| / (u sqrt(V))`` is 1.1-1.8 for
@@ -124,6 +127,15 @@ def gamma(n: int | np.ndarray) -> float | np.ndarray:
         raise ValueError(f"gamma_n undefined for n = {n}: n * u must be < 1")
     out = nu / (1.0 - nu)
     return float(out) if np.ndim(out) == 0 else out
+
+
+def checksum_kinds(tol: float | str | None) -> int:
+    """Return how many checksum kinds (rows per row segment, columns per column segment) ``tol`` needs.
+
+    4 (plain, weighted, absolute, squared) for ``"statistical"``, 3 otherwise: the rigorous and the numeric
+    thresholds only need the magnitudes ``|A||B|``, so the squared sums are neither computed nor sent.
+    """
+    return NCHK if tol == "statistical" else NCHK - 1
 
 
 # ------------------------------------------------------------------ segmentation
@@ -165,12 +177,26 @@ def dense_bounds(n: int, bs: int) -> np.ndarray:
     return np.append(np.arange(0, n, bs, dtype=np.int64), n).astype(np.int64)
 
 
+#: Weights of recently seen segmentations (read-only arrays): a checked product needs its row and column
+#: weights four times (encoding, verification) and calls repeat with the same layout.
+_WEIGHTS: dict[bytes, np.ndarray] = {}
+
+
 def segment_weights(bounds: np.ndarray) -> np.ndarray:
-    """Return the weight of every position: its 1-based index within its segment (float64)."""
-    n = int(bounds[-1])
-    pos = np.arange(n, dtype=np.int64)
-    starts = np.repeat(bounds[:-1], np.diff(bounds))
-    return (pos - starts + 1).astype(np.float64)
+    """Return the weight of every position: its 1-based index within its segment (float64, read-only)."""
+    b = np.asarray(bounds, dtype=np.int64)
+    key = b.tobytes()
+    w = _WEIGHTS.get(key)
+    if w is None:
+        n = int(b[-1])
+        pos = np.arange(n, dtype=np.int64)
+        starts = np.repeat(b[:-1], np.diff(b))
+        w = (pos - starts + 1).astype(np.float64)
+        w.flags.writeable = False
+        if len(_WEIGHTS) >= 64:
+            _WEIGHTS.clear()
+        _WEIGHTS[key] = w
+    return w
 
 
 def _seg_sum(x: np.ndarray, bounds: np.ndarray, axis: int) -> np.ndarray:
@@ -183,8 +209,9 @@ def _seg_sum(x: np.ndarray, bounds: np.ndarray, axis: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ encoding
-def encode_rows(a: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """Return the ``(4 nseg, k)`` checksum rows of ``a`` (plain, weighted, absolute, squared segment sums).
+def encode_rows(a: np.ndarray, bounds: np.ndarray, kinds: int = NCHK) -> np.ndarray:
+    """Return the ``(kinds nseg, k)`` checksum rows of ``a`` (plain, weighted, absolute, squared segment sums;
+    the squared ones only with ``kinds == 4``).
 
     Parameters
     ----------
@@ -192,17 +219,25 @@ def encode_rows(a: np.ndarray, bounds: np.ndarray) -> np.ndarray:
         ``(rows, k)`` local piece of op(A) (any memory order; F order is fastest).
     bounds
         Row segment bounds (:func:`segment_bounds`), ``bounds[-1] == rows``.
+    kinds
+        3 or 4 (:func:`checksum_kinds`).
     """
-    out = np.empty((NCHK * (len(bounds) - 1), a.shape[1]), order="F")
-    encode_rows_into(a, np.asarray(bounds, dtype=np.int64), segment_weights(bounds), out, False)
+    out = np.empty((_kinds(kinds) * (len(bounds) - 1), a.shape[1]), order="F")
+    encode_rows_into(a, np.asarray(bounds, dtype=np.int64), segment_weights(bounds), out, False, kinds)
     return out
 
 
-def encode_cols(b: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """Return the ``(k, 4 nseg)`` checksum columns of ``b`` (plain, weighted, absolute, squared sums)."""
-    out = np.empty((b.shape[0], NCHK * (len(bounds) - 1)), order="F")
-    encode_cols_into(b, np.asarray(bounds, dtype=np.int64), segment_weights(bounds), out, False)
+def encode_cols(b: np.ndarray, bounds: np.ndarray, kinds: int = NCHK) -> np.ndarray:
+    """Return the ``(k, kinds nseg)`` checksum columns of ``b`` (plain, weighted, absolute, squared sums)."""
+    out = np.empty((b.shape[0], _kinds(kinds) * (len(bounds) - 1)), order="F")
+    encode_cols_into(b, np.asarray(bounds, dtype=np.int64), segment_weights(bounds), out, False, kinds)
     return out
+
+
+def _kinds(kinds: int) -> int:
+    if kinds not in (NCHK - 1, NCHK):
+        raise ValueError(f"kinds={kinds!r}: 3 (plain, weighted, absolute) or 4 (and squared)")
+    return int(kinds)
 
 
 class ChecksumProduct:
@@ -212,10 +247,14 @@ class ChecksumProduct:
     ----------
     nr, nc
         Number of row and column segments of this process's C.
+    kinds
+        Checksum kinds per segment (:func:`checksum_kinds`): 4 feeds the statistical threshold's second
+        moment ``p2``; with 3 the prediction has no ``p2`` (the statistical threshold then takes its coarse
+        form).
     """
 
-    def __init__(self, nr: int, nc: int) -> None:
-        self.nr, self.nc = nr, nc
+    def __init__(self, nr: int, nc: int, kinds: int = NCHK) -> None:
+        self.nr, self.nc, self.kinds = nr, nc, _kinds(kinds)
         self.ee = np.zeros((nr, nc))
         self.we = np.zeros((nr, nc))
         self.ew = np.zeros((nr, nc))
@@ -226,7 +265,7 @@ class ChecksumProduct:
         self.k = 0
 
     def add(self, achk: np.ndarray, bchk: np.ndarray) -> None:
-        """Add one panel: ``achk`` ``(4 nr, kp)`` checksum rows, ``bchk`` ``(kp, 4 nc)`` checksum columns."""
+        """Add one panel: ``achk`` ``(kinds nr, kp)`` checksum rows, ``bchk`` ``(kp, kinds nc)`` columns."""
         nr, nc = self.nr, self.nc
         if nr == 0 or nc == 0:
             self.k += achk.shape[1]
@@ -239,7 +278,8 @@ class ChecksumProduct:
         self.ww += p[nr:, nc:]
         self.mabs += achk[2 * nr : 3 * nr] @ bchk[:, 2 * nc : 3 * nc]
         self.t2 += np.square(achk[:nr]) @ np.square(bchk[:, :nc])
-        self.p2 += achk[3 * nr :] @ bchk[:, 3 * nc :]
+        if self.kinds == NCHK:
+            self.p2 += achk[3 * nr : 4 * nr] @ bchk[:, 3 * nc : 4 * nc]
         self.k += achk.shape[1]
 
     def predict(
@@ -252,14 +292,14 @@ class ChecksumProduct:
         exp = [alpha * self.ee, alpha * self.we, alpha * self.ew, alpha * self.ww]
         mabs = abs(alpha) * self.mabs
         t2 = alpha * alpha * self.t2
-        p2 = alpha * alpha * self.p2
+        p2 = alpha * alpha * self.p2 if self.kinds == NCHK else None
         if beta != 0.0:
             if c0_sums is None:
                 raise ValueError("beta != 0 needs the block sums of c0, the C before the update")
             s0, a0 = c0_sums
             exp = [e + beta * x for e, x in zip(exp, s0[:4], strict=True)]
             mabs = mabs + abs(beta) * a0
-            p2 = p2 + beta * beta * s0[4]
+            p2 = p2 + beta * beta * s0[4] if p2 is not None else None
         return Prediction(exp, mabs, t2, p2, self.k)
 
 
@@ -273,12 +313,13 @@ def summarize_c0(c0: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> tuple[tuple[
 class Prediction:
     """What the checksums predict for every block: ``expected`` sums (plain, row-, column-, doubly-weighted),
     the magnitude ``mabs`` of the rigorous bound, the second moments ``t2`` / ``p2`` of the statistical one
-    (see :func:`thresholds`), and the inner dimension ``k``."""
+    (see :func:`thresholds`; ``p2`` is ``None`` without the squared checksums, and the statistical threshold
+    then takes its coarse form), and the inner dimension ``k``."""
 
     expected: list[np.ndarray]
     mabs: np.ndarray
     t2: np.ndarray
-    p2: np.ndarray
+    p2: np.ndarray | None
     k: int
 
     def thresholds(
@@ -607,8 +648,9 @@ def check_product(
     if b.shape[0] != k or c.shape != (m, b.shape[1]):
         raise ValueError(f"shapes do not match: a {a.shape}, b {b.shape}, c {c.shape}")
     rb, cb = dense_bounds(m, bs), dense_bounds(c.shape[1], bs)
-    prod = ChecksumProduct(len(rb) - 1, len(cb) - 1)
-    prod.add(encode_rows(a, rb), encode_cols(b, cb))
+    kinds = checksum_kinds(tol)
+    prod = ChecksumProduct(len(rb) - 1, len(cb) - 1, kinds)
+    prod.add(encode_rows(a, rb, kinds), encode_cols(b, cb, kinds))
     if beta != 0.0 and c0 is None:
         raise ValueError("beta != 0 needs c0, the C before the update")
     pred = prod.predict(alpha, beta, summarize_c0(c0, rb, cb) if c0 is not None and beta != 0.0 else None)

@@ -5,15 +5,20 @@ How :func:`ft_pdgemm` works (the checksum algebra and its bounds are in :mod:`ft
 1. **Encode, locally, inside the panels.** The SUMMA engine (:func:`~ftkit.linalg._summa.run_summa`) runs
    with a panel exchange that wraps the normal one (:mod:`ftkit.linalg._ft_exchange`): when a process copies
    its piece of an A panel into its panel slot, the same pass (one numba kernel) writes the piece's checksum
-   rows under it (plain, index-weighted, absolute and squared sums of every row segment of C); likewise the
-   checksum columns beside its B piece. They travel in the same messages as the data; no separate message,
-   no extra synchronisation, no extra copy of the piece.
+   rows under it (plain, index-weighted and absolute sums of every row segment of C, plus squared sums for
+   ``tol="statistical"``, the only threshold that needs them); likewise the checksum columns beside its B
+   piece. They travel in the same messages as the data; no separate message, no extra synchronisation, no
+   extra copy of the piece.
 2. **Predict.** On arrival each process multiplies the checksum rows of the A panel with the checksum
    columns of the B panel (a GEMM ``1/bs^2`` the size of the data GEMM), which accumulates for every
    ``bs x bs`` block of its C the expected plain / weighted sums and the ``|A||B|`` magnitude that scales the
    rounding bound.
 3. **Verify** each local block's sums against the prediction (``tol``: rigorous bound, statistical bound or a
    relative number). The report gives the largest residual / threshold ratio of the blocks that passed.
+   Without errors the only synchronisation after the multiply is one non-blocking reduction of the report's
+   totals, waited by sleeping (a blocking collective busy-polls on the ranks that finish first: with more
+   ranks than cores that CPU is taken from the slowest one); events are exchanged, and the collective
+   recomputation below runs, only when some process has flagged a block.
 4. **Correct** (``mode="correct"``): a block with a single wrong element is fixed in O(1) from the weighted
    checksums; any other flagged block is recomputed by its owner from its rows of op(A) and columns of op(B),
    fetched from the processes of its process row and column only (nothing global), then checked again. A
@@ -48,7 +53,7 @@ from ..inject import InjectionPlan
 from . import abft
 from ._ft_exchange import _ChecksumExchange
 from ._operands import aligned_operands
-from ._summa import AllgatherExchange, PanelExchange, plan_summa, run_summa
+from ._summa import AllgatherExchange, PanelExchange, plan_summa, run_summa, wait_requests
 from .descriptor import BlockCyclic1D
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
@@ -367,7 +372,7 @@ def _ft_gemm(
     def c_to_global(i: int, j: int) -> tuple[int, int]:
         return ic + int(rows_here[i]), jc + int(cols_here[j])
 
-    product = abft.ChecksumProduct(nr, nc)
+    product = abft.ChecksumProduct(nr, nc, abft.checksum_kinds(tol))  # squared sums: statistical only
     ops = None
     if alpha != 0.0 and k > 0:
         ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc)
@@ -414,17 +419,18 @@ def _ft_gemm(
     v = abft.verify_blocks(c, rb, cbnd, expected, thr, sums)
     rlen, clen = np.diff(rb), np.diff(cbnd)
 
-    # global block coordinates of my segments: segments depend only on global indices
-    grow = abft.segment_bounds(np.arange(m), ic, C.desc.mb, bs)
-    gcol = abft.segment_bounds(np.arange(n), jc, C.desc.nb, bs)
     row0 = rows_here[rb[:-1]] if nr else np.zeros(0, dtype=np.int64)
     col0 = cols_here[cbnd[:-1]] if nc else np.zeros(0, dtype=np.int64)
+    gseg: list[np.ndarray] = []
 
     def event(bi: int, bj: int, action: str, element: tuple[int, int] | None = None) -> BlockEvent:
+        if not gseg:  # global block coordinates of my segments: segments depend only on global indices
+            gseg.append(abft.segment_bounds(np.arange(m), ic, C.desc.mb, bs))
+            gseg.append(abft.segment_bounds(np.arange(n), jc, C.desc.nb, bs))
         r0, c0_ = int(row0[bi]), int(col0[bj])
         return BlockEvent(
-            int(np.searchsorted(grow, r0)),
-            int(np.searchsorted(gcol, c0_)),
+            int(np.searchsorted(gseg[0], r0)),
+            int(np.searchsorted(gseg[1], c0_)),
             r0,
             c0_,
             int(rlen[bi]),
@@ -434,36 +440,47 @@ def _ft_gemm(
             element,
         )
 
+    def ratio(final: abft.Verification) -> float:
+        ok = ~final.flagged & np.isfinite(final.thr) & (final.thr > 0)
+        return float(np.max(np.abs(final.res_ee[ok]) / final.thr[ok])) if np.any(ok) else 0.0
+
     events: list[BlockEvent] = []
+    rest: list[tuple[int, int]] = []
     final = v
     t_fix = 0.0
     if mode == "detect":
         events = [event(int(bi), int(bj), "detected") for bi, bj in zip(*np.nonzero(v.flagged), strict=True)]
-    else:
+    elif v.flagged.any():
         t0 = time.perf_counter()
         fixed, rest = abft.correct_flagged(c, rb, cbnd, v, expected)
         events = [event(bi, bj, "located", (int(row0[bi]) + i, int(col0[bj]) + j)) for bi, bj, i, j in fixed]
+        final = abft.verify_blocks(c, rb, cbnd, expected, thr) if events else v
         t_fix = time.perf_counter() - t0
+    # One non-blocking reduction (waited without spinning: ranks that finish first sleep instead of polling
+    # for the slowest) tells every process the report's totals and whether any block must be recomputed;
+    # the collective recomputation and the exchange of events only run when there is something to share.
+    (n_rest, n_events, checked), (max_ratio, t_max) = _reduce(
+        grid.comm, [len(rest), len(events), nr * nc], [ratio(final), t_fix]
+    )
+    if n_rest:
         more, t_re = _recompute(
             grid, ops, rest, c, c0, rb, cbnd, alpha, beta, expected, thr, pred, tol, event
         )
         events += more
         t0 = time.perf_counter()
         final = abft.verify_blocks(c, rb, cbnd, expected, thr) if events else v
-        t_fix += t_re + (time.perf_counter() - t0 if events else 0.0)
-
-    ok = ~final.flagged & np.isfinite(final.thr) & (final.thr > 0)
-    local_ratio = float(np.max(np.abs(final.res_ee[ok]) / final.thr[ok])) if np.any(ok) else 0.0
-    all_events = [e for evs in grid.comm.allgather(events) for e in evs]
+        t_fix += t_re + time.perf_counter() - t0
+        (n_events,), (max_ratio, t_max) = _reduce(grid.comm, [len(events)], [ratio(final), t_fix])
+    all_events = [e for evs in grid.comm.allgather(events) for e in evs] if n_events else []
     all_events.sort(key=lambda e: (e.row_block, e.col_block))
     report = ABFTReport(
-        blocks_checked=grid.comm.allreduce(nr * nc, op=MPI.SUM),
+        blocks_checked=int(checked),
         detected=sum(e.action != "rounding" for e in all_events),
         corrected=sum(e.action in ("located", "recomputed") for e in all_events),
         rounding_alarms=sum(e.action == "rounding" for e in all_events),
         events=tuple(all_events),
-        max_ratio=grid.comm.allreduce(local_ratio, op=MPI.MAX),
-        correct_seconds=grid.comm.allreduce(t_fix, op=MPI.MAX),
+        max_ratio=float(max_ratio),
+        correct_seconds=float(t_max),
         threshold=tname,
         bs=bs,
     )
@@ -476,6 +493,14 @@ def _ft_gemm(
         err.report = report  # type: ignore[attr-defined]
         raise err
     return report
+
+
+def _reduce(comm: MPI.Comm, sums: list[float], maxes: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Return the sums and maxima of the processes' values (collective, non-blocking, waited by sleeping)."""
+    s, mx = np.asarray(sums, dtype=np.float64), np.asarray(maxes, dtype=np.float64)
+    s_out, mx_out = np.empty_like(s), np.empty_like(mx)
+    wait_requests([comm.Iallreduce(s, s_out, op=MPI.SUM), comm.Iallreduce(mx, mx_out, op=MPI.MAX)])
+    return s_out, mx_out
 
 
 def _gather_full(comm: MPI.Comm, piece: np.ndarray, kmap: BlockCyclic1D, axis: int) -> np.ndarray:
