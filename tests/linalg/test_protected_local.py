@@ -1,4 +1,4 @@
-"""protect_operands on a 1 x 1 grid, in process: the handle's contract (reuse, misuse errors, what is written)."""
+"""protect_operands on a 1 x 1 grid, in process: the handle's contract (reuse, misuse, what is written)."""
 
 from __future__ import annotations
 

@@ -93,7 +93,8 @@ try:
         from ftkit.linalg.protected import protect_operands
 
         ops = protect_operands(a.trans[0], a.trans[1], n, n, n, A, 0, 0, B, 0, 0, C, 0, 0,
-                               store=Path(a.dir, "store"), algorithm=a.algorithm, timeout=a.timeout)  # fmt: skip
+                               store=Path(a.dir, "store"), algorithm=a.algorithm,
+                               timeout=a.timeout)  # fmt: skip
         for call in range(a.calls):  # the same C each time: every call must give the same product
             C.local[...] = C_ref.local
             if call == a.calls - 1 and a.calls > 1:  # (no failure in this mode: plain barriers are safe)
