@@ -96,6 +96,10 @@ def build_mpirun_command(
     if node_size is not None:
         if node_size < 1 or nprocs % node_size != 0:
             raise LaunchError(f"--node-size {node_size} must be a positive divisor of -n {nprocs}")
+    # Waiting ranks: Open MPI busy-polls, but with more ranks than cores it turns ``mpi_yield_when_idle``
+    # on by itself (checked with Open MPI 5.0 and strace: a rank waiting in a barrier calls sched_yield
+    # ~40000 times a second with the default, with ``mpi_yield_when_idle=0`` and with ``=1`` alike), so a
+    # waiting rank yields its core to a computing rank or a background encoder; nothing to set here.
     cmd = [mpirun or find_mpirun(), "-n", str(nprocs), "--oversubscribe", "--bind-to", "none"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-run-as-root")

@@ -16,6 +16,12 @@ only after that commit, and the level is marked complete (``pipeline.commit_leve
 on every rank. Every checkpoint call first waits for the previous post-processing (one in flight at most), so
 entries are never pruned while their files are still being read.
 
+Warm-up: the Reed-Solomon codec's kernels are compiled numba code, loaded at their first use (about 0.4 s
+of CPU per process, far more than encoding a few MiB). When a job will take L3 checkpoints (``ckpt_l3``
+set, or ``inline_l3 = 0``) with ``l3_code = rs``, the process that encodes -- the application rank, or the
+head -- loads them when it starts (:func:`warm_up_codec`), so the first L3 checkpoint does not pay it (nor,
+with one post-processing in flight at most, the checkpoint after it).
+
 Differential L4 (``enable_dcp = 1``): the L4 step writes only the blocks that changed since the rank's
 previous L4 checkpoint (:mod:`ftkit.checkpoint.dcp`) into ``glbl_dir/<exec_id>/l4dcp``; :class:`DcpStep`
 rebuilds the file on recovery and makes that map the base of the rank's next differential write. A head
@@ -29,9 +35,11 @@ import dataclasses
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from mpi4py import MPI
 
 from ..config import Config
@@ -55,7 +63,7 @@ from .post import (
 from .recovery import Located, RecoveryStep
 
 __all__ = ["PostManager", "serve_as_head", "enter_head_mode", "DcpStep", "flush_l4", "dcp_dir",
-           "install_recovery_steps"]
+           "install_recovery_steps", "warm_up_codec", "will_encode"]
 
 DCP_DIR = "l4dcp"
 _WRITERS: dict[tuple[str, int], DcpWriter] = {}
@@ -136,6 +144,32 @@ def install_recovery_steps(steps: list[RecoveryStep]) -> None:
     steps.insert(at, DcpStep())
 
 
+# --------------------------------------------------------------------------------------------- warm-up
+
+def will_encode(config: Config, topology: Topology) -> bool:
+    """Whether this job is set up to take Reed-Solomon L3 checkpoints (so its encoders should warm up).
+
+    True when the job has L3 groups, ``l3_code = rs``, and L3 is scheduled (``ckpt_l3``) or asynchronous
+    (``inline_l3 = 0``): a job that only ever calls ``checkpoint(3)`` inline loads the codec at that call.
+    """
+    return (bool(topology.groups) and config.l3_code == "rs"
+            and (bool(config.ckpt_l3) or not config.inline(3)))
+
+
+def warm_up_codec(group_size: int) -> float:
+    """Load the Reed-Solomon kernels and prepare the code of ``group_size`` members; return the seconds.
+
+    Encodes one tiny block, so the first real encoding runs at full speed. Local (not collective).
+    """
+    from ..codec import RSCode
+
+    t0 = time.perf_counter()
+    k = max(2, int(group_size))
+    data = [np.zeros(64, np.uint8) for _ in range(k)]
+    RSCode(k, k).encode_into(data, [np.empty(64, np.uint8)], parity_indices=[0])
+    return time.perf_counter() - t0
+
+
 # ----------------------------------------------------------------------------------------------- heads
 
 def _head_request(ctx: pipeline.PipelineContext, job: pipeline.CheckpointJob) -> dict[str, Any]:
@@ -207,7 +241,10 @@ def serve_as_head(links: HeadLinks, topology: Topology, config: Config) -> int:
     """
     members = [topology.app_world_ranks[r] for r in topology.node_ranks(topology.node_id)]
     try:
-        HeadServer(links, members, handle_node, timeout=config.failure_timeout).serve()
+        server = HeadServer(links, members, handle_node, timeout=config.failure_timeout)
+        if will_encode(config, topology) and links.head_sets != MPI.COMM_NULL:
+            warm_up_codec(topology.group_size)
+        server.serve()
     except ProcessFailure as exc:
         print(f"ftkit head (world rank {links.link.Get_rank()}, node {topology.node_id}): {exc}",
               file=sys.stderr, flush=True)
@@ -254,8 +291,14 @@ class PostManager:
         self.background: Executor | None = None
         if any(not cfg.inline(lv) for lv in (2, 3, 4)):
             self.background = make_thread_executor(PostComms(ctx.comm), timeout)
+        if links is None and will_encode(cfg, ctx.topology):
+            warm_up_codec(ctx.topology.group_size)  # heads warm up themselves (serve_as_head)
         self.inline = InlineExecutor(PostComms(ctx.comm), timeout)
         self._staged: pipeline.CheckpointJob | None = None
+        #: Seconds checkpoint calls spent waiting for the previous post-processing, and how many waited
+        #: (instrumentation: a queue that never drains means the interval is shorter than the work).
+        self.queue_wait_s = 0.0
+        self.queue_waits = 0
         if self.client is not None:
             atexit.register(self.client.finish)  # heads must learn that this rank is gone, whatever happens
 
@@ -270,6 +313,13 @@ class PostManager:
         Always waits for the previous checkpoint's post-processing first (and raises its failure).
         Returns the levels completed now.
         """
+        if self.busy:
+            t0 = time.perf_counter()
+            try:
+                self.wait()
+            finally:
+                self.queue_wait_s += time.perf_counter() - t0
+                self.queue_waits += 1
         self.wait()
         cfg = self.ctx.config
         if 4 in job.post_levels and cfg.enable_dcp:

@@ -25,11 +25,19 @@ The contract of every executor:
   rank raises the same failure at the same collective call.
 - Every wait on a peer has a deadline (``timeout`` seconds); a peer that does not answer becomes a
   :class:`~ftkit.errors.TimeoutFailure`, a dead one a :class:`~ftkit.errors.ProcessFailure`.
+
+Priority: background post-processing should use the cores the application leaves idle (ranks waiting for
+their neighbours), not delay the application's critical path. The background thread and the heads therefore
+lower their own scheduling priority (:func:`lower_priority`: Linux per-thread nice, ``FTKIT_POST_NICE``,
+default :data:`DEFAULT_POST_NICE`; ``0`` keeps the normal priority). Threads they start (the encoder's
+worker) inherit it. The inline executor never changes the priority.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 import threading
 import time
 import warnings
@@ -40,13 +48,14 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import CheckpointError, ProcessFailure, TimeoutFailure
+from ..errors import CheckpointError, ConfigError, ProcessFailure, TimeoutFailure
 from ..failure.detect import ft_dup, is_failure_error
 from ..topology import plan_node_sets
 
 __all__ = ["PostComms", "PostJob", "Executor", "InlineExecutor", "ThreadExecutor", "HeadClient",
            "HeadServer", "HeadLinks", "setup_heads", "thread_multiple_available", "make_thread_executor",
-           "wait_request", "agree_outcome", "DEFAULT_TIMEOUT"]
+           "wait_request", "agree_outcome", "lower_priority", "post_nice", "DEFAULT_TIMEOUT",
+           "DEFAULT_POST_NICE", "POST_NICE_ENV"]
 
 #: Default deadline (s) for waits on a peer during post-processing.
 DEFAULT_TIMEOUT = 600.0
@@ -54,6 +63,54 @@ _TAG_REQUEST = 7401
 _TAG_DONE = 7402
 _TAG_FINISH = 7403
 _MAX_SLEEP = 5e-3  # s; poll back-off cap: idle waiters leave the (shared) cores to the computation
+
+
+#: Environment variable: nice increment of background post-processing (0 to 19; 0 = normal priority).
+POST_NICE_ENV = "FTKIT_POST_NICE"
+#: Default nice increment of the background thread and the heads.
+DEFAULT_POST_NICE = 10
+
+
+def post_nice() -> int:
+    """Return the nice increment for background post-processing: ``FTKIT_POST_NICE`` or the default.
+
+    Raises
+    ------
+    ConfigError
+        If ``FTKIT_POST_NICE`` is not an integer from 0 to 19.
+    """
+    raw = os.environ.get(POST_NICE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_POST_NICE
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 19:
+        raise ConfigError(f"{POST_NICE_ENV}={raw!r}: expected an integer from 0 (normal priority) to 19 "
+                          "(lowest)")
+    return value
+
+
+def lower_priority(increment: int | None = None) -> int:
+    """Lower the calling thread's scheduling priority by ``increment`` (default :func:`post_nice`).
+
+    On Linux the nice value belongs to the thread (``setpriority`` on its thread id), so the application's
+    threads keep theirs; threads started afterwards by this one inherit it. Lowering is always allowed.
+    Elsewhere the nice value belongs to the whole process, so nothing is changed (nor where the call is
+    refused, e.g. in a sandbox). Returns the calling thread's nice value now in effect (0 if unknown).
+    """
+    inc = post_nice() if increment is None else int(increment)
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        tid = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        if inc > 0:
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, current + inc))
+        return os.getpriority(os.PRIO_PROCESS, tid)
+    except (AttributeError, OSError):
+        return 0
 
 
 def thread_multiple_available() -> bool:
@@ -266,6 +323,7 @@ class ThreadExecutor(Executor):
 
     def __init__(self, comms: PostComms, timeout: float = DEFAULT_TIMEOUT) -> None:
         super().__init__(timeout)
+        self.nice = post_nice()  # read here so a bad FTKIT_POST_NICE is reported by the constructor
         self.comms = comms.dup()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -278,6 +336,7 @@ class ThreadExecutor(Executor):
     def _body(self, job: PostJob) -> None:
         err: BaseException | None = None
         try:
+            lower_priority(self.nice)
             _complete(job, self.comms, self.timeout)
         except BaseException as exc:  # stored for the application thread, which raises it
             err = exc
@@ -493,17 +552,20 @@ class HeadServer:
         Does the node's post-processing for one checkpoint (collective over the heads that take part).
     timeout
         Deadline (s) for the heads' agreement on each checkpoint.
+    nice
+        Nice increment :meth:`serve` applies to the head (default :func:`post_nice`; 0 keeps its priority).
 
     The heads agree on the outcome (so a failure on one node is reported on every node) and answer their
     ranks; the application ranks then agree among themselves and commit the manifest, which only they write.
     """
 
     def __init__(self, links: HeadLinks, node_world_ranks: list[int], handler: HeadHandler,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, nice: int | None = None) -> None:
         self.links = links
         self.members = list(node_world_ranks)
         self.handler = handler
         self.timeout = float(timeout)
+        self.nice = post_nice() if nice is None else int(nice)
         self.served = 0
 
     def _node_failed(self) -> list[int]:
@@ -533,6 +595,7 @@ class HeadServer:
         ProcessFailure
             If an application rank of the node dies (the head then has nobody left to serve).
         """
+        lower_priority(self.nice)  # the head's work uses the slack of its node, after the application
         link = self.links.link
         pending: dict[int, dict[int, dict[str, Any]]] = {}
         finished: set[int] = set()
