@@ -36,7 +36,7 @@ from .grid import ProcessGrid
 
 __all__ = ["SummaStep", "plan_summa", "default_width", "PanelExchange", "PendingPanels",
            "AllgatherExchange", "extract_a_piece", "extract_b_piece", "local_update", "run_summa",
-           "wait_requests"]
+           "wait_requests", "pooled_buffer", "release_pool"]
 
 #: Message tags of the default exchange (A pieces on the row communicator, B pieces on the column one).
 TAG_A, TAG_B = 601, 602
@@ -222,6 +222,26 @@ class _BufferCache:
 _buffers = _BufferCache()
 
 
+def pooled_buffer(pool: dict[object, np.ndarray], key: object, shape: tuple[int, int]) -> np.ndarray:
+    """Return a column-major array of ``shape`` backed by ``pool[key]``, a buffer taken from the process-wide
+    cache of panel buffers (kept between multiplies; grown when too small). Give it back with
+    :func:`release_pool` once no transfer can touch it."""
+    size = shape[0] * shape[1]
+    buf = pool.get(key)
+    if buf is None or buf.size < size:
+        if buf is not None:
+            _buffers.give(buf)
+        buf = pool[key] = _buffers.take(max(size, 1))
+    return buf[:size].reshape(shape, order="F")
+
+
+def release_pool(pool: dict[object, np.ndarray]) -> None:
+    """Hand every buffer of ``pool`` back to the process-wide cache for later multiplies, and empty it."""
+    for buf in pool.values():
+        _buffers.give(buf)
+    pool.clear()
+
+
 class AllgatherExchange:
     """Default exchange: every process sends its pieces to the others of its process row (A) and column (B).
 
@@ -290,23 +310,10 @@ class AllgatherExchange:
             dest[:, : piece.shape[1]] = piece
             dest[:, piece.shape[1] :] = 0.0
 
-    @staticmethod
-    def _buffer(pool: dict[object, np.ndarray], key: object, shape: tuple[int, int]) -> np.ndarray:
-        """Return a column-major array of ``shape`` backed by a pooled buffer (grown when too small)."""
-        size = shape[0] * shape[1]
-        buf = pool.get(key)
-        if buf is None or buf.size < size:
-            if buf is not None:
-                _buffers.give(buf)
-            buf = pool[key] = _buffers.take(max(size, 1))
-        return buf[:size].reshape(shape, order="F")
-
     def release(self) -> None:
         """Hand the panel buffers back for reuse by later multiplies; the exchange must be idle."""
         for pool in self._pool:
-            for buf in pool.values():
-                _buffers.give(buf)
-            pool.clear()
+            release_pool(pool)
 
     def _gather_columns(self, comm: MPI.Comm, piece: np.ndarray, slices: tuple[slice, ...],
                         requests: list[MPI.Request], pool: dict[object, np.ndarray], extra: int = 0,
@@ -316,7 +323,7 @@ class AllgatherExchange:
         if size == 1 and plain:
             return piece
         widths = [s.stop - s.start for s in slices]
-        panel = self._buffer(pool, "A", (piece.shape[0] + extra, sum(widths)))
+        panel = pooled_buffer(pool, "A", (piece.shape[0] + extra, sum(widths)))
         slot = [panel[:, s] for s in _slots(widths)]
         for q in range(size):
             if q != me and slot[q].size:
@@ -344,19 +351,19 @@ class AllgatherExchange:
         widths = [s.stop - s.start for s in slices]
         cols = piece.shape[1] + extra
         if size == 1:  # alone in the column: the filled buffer is the panel
-            panel = self._buffer(pool, "B", (widths[0], cols))
+            panel = pooled_buffer(pool, "B", (widths[0], cols))
             if panel.size:
                 self._fill(panel, piece, fill, 1)
             return panel
-        panel = self._buffer(pool, "B", (sum(widths), cols))
+        panel = pooled_buffer(pool, "B", (sum(widths), cols))
         slots = _slots(widths)
         for p in range(size):
             if p != me and widths[p] * cols:
-                scratch = self._buffer(pool, ("B", p), (widths[p], cols))
+                scratch = pooled_buffer(pool, ("B", p), (widths[p], cols))
                 requests.append(comm.Irecv([scratch, MPI.DOUBLE], source=p, tag=TAG_B))
                 finish.append((panel[slots[p], :], scratch))
         if widths[me] * cols:
-            packed = self._buffer(pool, ("B", me), (widths[me], cols))
+            packed = pooled_buffer(pool, ("B", me), (widths[me], cols))
             if plain:
                 packed[...] = piece
             else:

@@ -30,7 +30,7 @@ from .grid import ProcessGrid
 from .matrix import DistributedMatrix
 from .pblas import check_gemm_args
 
-__all__ = ["ProtectedOperands", "protect_operands", "detector_for"]
+__all__ = ["ProtectedOperands", "protect_operands", "detector_for", "check_algorithm"]
 
 _detectors: dict[int, FailureDetector] = {}
 
@@ -51,6 +51,22 @@ def detector_for(grid: ProcessGrid, timeout: float | None) -> FailureDetector:
 def forget_detector(grid: ProcessGrid) -> None:
     """Drop ``grid``'s detector (after a failure its communicator holds dead processes: never reuse it)."""
     _detectors.pop(grid.context, None)
+
+
+def check_algorithm(grid: ProcessGrid, algorithm: str, position: int) -> None:
+    """Check a failure-tolerant multiply's ``algorithm`` argument (PBLAS argument number ``position``).
+
+    Raises
+    ------
+    PBLASArgumentError
+        Unless it is ``"summa"``, or ``"cannon"`` on a square grid.
+    """
+    if algorithm not in ("summa", "cannon"):
+        raise PBLASArgumentError("PDGEMM", position, f"algorithm={algorithm!r}; use 'summa' or 'cannon'")
+    if algorithm == "cannon" and grid.nprow != grid.npcol:
+        raise PBLASArgumentError(
+            "PDGEMM", position, f"algorithm='cannon' needs a square grid, C's is {grid.nprow} x {grid.npcol}"
+        )
 
 
 def operands_key(
@@ -162,9 +178,8 @@ def protect_operands(
     """
     ta, tb, m, n, k, _, ia, ja, ib, jb, _, ic, jc = check_gemm_args(
         "PDGEMM", transa, transb, m, n, k, 1.0, A, ia, ja, B, ib, jb, 0.0, C, ic, jc)  # fmt: skip
-    if algorithm not in ("summa", "cannon"):
-        raise PBLASArgumentError("PDGEMM", 15, f"algorithm={algorithm!r}; use 'summa' or 'cannon'")
     grid = C.grid
+    check_algorithm(grid, algorithm, 15)
     det = detector_for(grid, timeout)
     me = det.rank
     where = open_store(store, rank=me, nranks=grid.size)

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import ABFTError, FtkitError, PBLASArgumentError, ProcessFailure
+from ..errors import ABFTError, FtkitError, ProcessFailure
 from ..failure import (
     FailureDetector,
     Fenced,
@@ -61,19 +61,19 @@ from ..failure.ulfm import agree_flag
 from ._blas import gemm_update
 from ._operands import aligned_operands
 from ._summa import (
-    AllgatherExchange,
     SummaStep,
-    _buffers,
     extract_a_piece,
     extract_b_piece,
     plan_summa,
+    pooled_buffer,
+    release_pool,
     run_summa,
 )
 from .descriptor import BlockCyclic1D, indxg2l, indxg2p
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
 from .pblas import _scale, check_gemm_args, check_width
-from .protected import ProtectedOperands, detector_for, forget_detector, operands_key
+from .protected import ProtectedOperands, check_algorithm, detector_for, forget_detector, operands_key
 
 __all__ = ["ResilientResult", "resilient_pdgemm"]
 
@@ -181,13 +181,11 @@ class _FailureAwareExchange:
     def _buffer(self, key: tuple[object, ...], shape: tuple[int, int]) -> np.ndarray:
         # Panels come from the buffers pdgemm keeps between multiplies: fresh memory costs a page fault and a
         # zeroing per page, a few ms per call at n = 2048, which was most of this path's error-free overhead.
-        return AllgatherExchange._buffer(self._pool, key, shape)
+        return pooled_buffer(self._pool, key, shape)
 
     def release(self) -> None:
         """Hand the panel buffers back for later multiplies (only once no transfer can touch them)."""
-        for buf in self._pool.values():
-            _buffers.give(buf)
-        self._pool.clear()
+        release_pool(self._pool)
 
     def stored(self, what: str, rank: int) -> np.ndarray:
         key = (what, rank)
@@ -311,12 +309,7 @@ def resilient_pdgemm(
         "PDGEMM", transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
     check_width("PDGEMM", width)
     grid = C.grid
-    if algorithm not in ("summa", "cannon"):
-        raise PBLASArgumentError("PDGEMM", 19, f"algorithm={algorithm!r}; use 'summa' or 'cannon'")
-    if algorithm == "cannon" and grid.nprow != grid.npcol:
-        raise PBLASArgumentError(
-            "PDGEMM", 19, f"algorithm='cannon' needs a square grid, C's is {grid.nprow} x {grid.npcol}"
-        )
+    check_algorithm(grid, algorithm, 19)
     table = get_state_table()
     if table is not None and table.shape == grid.shape and not table.all():
         marked = [grid.rank_of(int(p), int(q)) for p, q in zip(*np.nonzero(table == 0), strict=False)]
