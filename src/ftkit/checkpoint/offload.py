@@ -313,14 +313,13 @@ class PostManager:
         Always waits for the previous checkpoint's post-processing first (and raises its failure).
         Returns the levels completed now.
         """
-        if self.busy:
-            t0 = time.perf_counter()
-            try:
-                self.wait()
-            finally:
+        busy, t0 = self.busy, time.perf_counter()
+        try:
+            self.wait()
+        finally:
+            if busy:
                 self.queue_wait_s += time.perf_counter() - t0
                 self.queue_waits += 1
-        self.wait()
         cfg = self.ctx.config
         if 4 in job.post_levels and cfg.enable_dcp:
             job.extra["dcp"] = True

@@ -262,6 +262,14 @@ class FailureDetector:
                 if others:
                     self.declare_dead(others, f"obituary from rank {sender} ({kind})")
 
+    def _poll_notices_if_due(self, force: bool, since: float = 0.0) -> None:
+        """:meth:`poll_notices` if ``force``, or if both the last look and ``since`` (a monotonic time, e.g.
+        when a wait began) are :data:`_NOTICE_PERIOD` old."""
+        now = time.monotonic()
+        if force or now - max(since, self._last_notice_poll) > _NOTICE_PERIOD:
+            self.poll_notices()
+            self._last_notice_poll = now
+
     def raise_if_fenced(self) -> None:
         """Raise :class:`Fenced` if a peer declared this process dead.
 
@@ -359,10 +367,7 @@ class FailureDetector:
         Fenced
             If this process learns that it was declared dead.
         """
-        now = time.monotonic()
-        if self.dead or now - self._last_notice_poll > _NOTICE_PERIOD:
-            self.poll_notices()
-            self._last_notice_poll = now
+        self._poll_notices_if_due(force=bool(self.dead))
         self.raise_if_fenced()
         ex = into if into is not None else Exchange({}, {})
         if (set(sends) | set(recvs)) & (set(ex.sends) | set(ex.recvs)):
@@ -390,33 +395,29 @@ class FailureDetector:
             If this process learns that it was declared dead.
         """
         limit = self.timeout if timeout is None else timeout
-        start = last_beat = last_notice = time.monotonic()
+        start = last_beat = time.monotonic()
         pending = ex.pending
         sleep = 2e-5
         while pending:
             # Fast path: one Testall while every peer is healthy; a failure shows as an exception, and the
             # careful per-request path below then finds who failed.
-            if not self.dead and not self.fenced:
+            healthy = not self.dead and not self.fenced
+            if healthy:
                 try:
                     if MPI.Request.Testall([req for req, _, _ in pending]):
                         pending.clear()
                         break
-                    healthy = True
                 except MPI.Exception as exc:
                     if not is_failure_error(exc) and exc.Get_error_class() != MPI.ERR_IN_STATUS:
                         raise
                     healthy = False
-            else:
-                healthy = False
             now = time.monotonic()
             if not healthy:
                 # Testall may already have freed a request that completed in error: learn every failure MPI
                 # knows first, so that request's peer is abandoned, never taken for a completed transfer.
                 self.check_failures()
                 self._test_each(ex)
-            if not healthy or now - max(last_notice, self._last_notice_poll) > _NOTICE_PERIOD:
-                self.poll_notices()
-                last_notice = self._last_notice_poll = now
+            self._poll_notices_if_due(force=not healthy, since=start)
             if self.fenced:
                 for req, kind, peer in pending:
                     self._abandon(req, kind, (ex.sends if kind == "send" else ex.recvs)[peer])
