@@ -23,6 +23,11 @@ __all__ = [
     "ShapeMismatchError",
     "ProcessFailure",
     "TimeoutFailure",
+    "Fenced",
+    "ULFMUnavailable",
+    "LaunchMismatchError",
+    "RunLockedError",
+    "UnsafePathError",
     "LinalgError",
     "GridError",
     "DescriptorError",
@@ -93,6 +98,29 @@ class ProcessFailure(FtkitError, RuntimeError):
 
 class TimeoutFailure(ProcessFailure, TimeoutError):
     """A peer did not answer within the configured timeout."""
+
+
+class Fenced(ProcessFailure):
+    """This process was declared dead by a peer (it missed a deadline) and must stop taking part."""
+
+
+class ULFMUnavailable(FtkitError, RuntimeError):
+    """A feature needs ULFM (revoke, agree, shrink) and this MPI or this launch does not provide it.
+
+    The message says what was found missing and how to enable it (which MPI, which launcher flags).
+    """
+
+
+class LaunchMismatchError(LaunchError):
+    """The launcher's environment says N ranks but ``MPI.COMM_WORLD`` has another size (mis-launched job)."""
+
+
+class RunLockedError(CheckpointError):
+    """Another live job owns this run's metadata directory; the message names it and what to do."""
+
+
+class UnsafePathError(ConfigError):
+    """A path from the configuration or from a manifest would leave its root directory (or is a link)."""
 
 
 class LinalgError(FtkitError, ValueError):

@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import ProcessFailure, TimeoutFailure
+from ..errors import Fenced, ProcessFailure, TimeoutFailure
 
 __all__ = [
     "DEFAULT_FACTOR",
@@ -73,10 +73,6 @@ _MAX_SLEEP = 1e-3  # s; cap of the poll back-off, so idle ranks leave the shared
 # progress-engine work here; peers' deaths reach a waiting rank through its own requests at once (ULFM
 # completes them in error), so obituaries (timeouts, fencing) can wait this long.
 _NOTICE_PERIOD = 0.02
-
-
-class Fenced(ProcessFailure):
-    """This process was declared dead by a peer (it missed a deadline) and must stop taking part."""
 
 
 def ft_dup(comm: MPI.Intracomm) -> MPI.Intracomm:
