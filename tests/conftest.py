@@ -28,3 +28,29 @@ def run_python(nprocs: int, script: str | os.PathLike[str], *args: str, timeout:
 def mpi_python():
     """The :func:`run_python` helper, as a fixture."""
     return run_python
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """Return a function ``make(size_bytes) -> Path`` mounting a real tmpfs of that size (a disk that fills).
+
+    Writes past the size fail with a real ``ENOSPC``. Needs root (CI and the developers' machines run as
+    root); every mount is unmounted at teardown.
+    """
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("a size-limited tmpfs needs root to mount")
+    mounts: list[Path] = []
+
+    def make(size_bytes: int, name: str = "disk") -> Path:
+        point = tmp_path / f"{name}{len(mounts)}"
+        point.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size_bytes)}", "tmpfs", str(point)],
+                       check=True, timeout=30)
+        mounts.append(point)
+        return point
+
+    yield make
+    for point in reversed(mounts):
+        subprocess.run(["umount", "-l", str(point)], check=False, timeout=30)
