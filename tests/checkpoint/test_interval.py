@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ftkit.checkpoint.interval import SnapshotSchedule
+from ftkit.checkpoint.schedule import SnapshotSchedule
 from ftkit.errors import ConfigError
 from ftkit.models import daly_interval
 

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from ftkit.checkpoint.offload import warm_up_codec, will_encode
+from ftkit.checkpoint.warmup import warm_up_codec, will_encode
 from ftkit.checkpoint.post import DEFAULT_POST_NICE, POST_NICE_ENV, lower_priority, post_nice
 from ftkit.config import Config
 from ftkit.errors import ConfigError
@@ -82,8 +82,8 @@ PROG = textwrap.dedent('''
     """Report the nice value of the application thread, the background job and the head's handler."""
     import json, os, sys, threading
     from mpi4py import MPI
-    from ftkit.checkpoint.post import (HeadClient, HeadServer, PostComms, PostJob, make_thread_executor,
-                                       setup_heads)
+    from ftkit.checkpoint.head import HeadClient, HeadServer, setup_heads
+    from ftkit.checkpoint.post import PostComms, PostJob, make_thread_executor
     from ftkit.topology import detect_node_ids, plan_topology
 
     def nice():

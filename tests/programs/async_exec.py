@@ -17,15 +17,8 @@ from pathlib import Path
 
 from mpi4py import MPI
 
-from ftkit.checkpoint.post import (
-    HeadClient,
-    HeadServer,
-    InlineExecutor,
-    PostComms,
-    PostJob,
-    make_thread_executor,
-    setup_heads,
-)
+from ftkit.checkpoint.head import HeadClient, HeadServer, setup_heads
+from ftkit.checkpoint.post import InlineExecutor, PostComms, PostJob, make_thread_executor
 from ftkit.errors import CheckpointError
 from ftkit.topology import detect_node_ids, plan_topology
 

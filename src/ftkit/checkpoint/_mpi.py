@@ -1,22 +1,31 @@
-"""Small collective helpers for the checkpoint layer: never hang on a dead peer.
+"""Small collective helpers for the checkpoint layer: never hang on a dead or silent peer.
 
 Every helper runs on ftkit's internal communicator (a duplicate of the application's, with
-``MPI.ERRORS_RETURN``), so a failed peer turns into :class:`ProcessFailure` instead of an abort or a
-hang (ULFM's failure detector completes pending operations with an error). Integer reductions also poll
-with a deadline and raise :class:`TimeoutFailure` when a peer does not answer within ``timeout`` seconds.
+``MPI.ERRORS_RETURN``), so a failed peer turns into :class:`ProcessFailure` instead of an abort or a hang
+(ULFM's failure detector completes pending operations with an error), and every one has a deadline: a peer
+that does not answer within ``timeout`` seconds is a :class:`TimeoutFailure`. The waits are
+:func:`ftkit._wait.wait_requests` (sleeping polls).
+
+Values exchanged by :func:`allgather` and :func:`bcast` travel as JSON text (strings, numbers, booleans,
+None, lists; tuples arrive as lists): nothing received is unpickled.
 """
 
 from __future__ import annotations
 
-import time
+import json
 from typing import Any
 
 import numpy as np
 
-from ..errors import ProcessFailure, TimeoutFailure
+from .._wait import deadline_after, wait_requests
+from ..errors import ProcessFailure
 
 __all__ = ["internal_comm", "allreduce_int", "all_true", "any_true", "allgather", "bcast", "barrier",
-           "as_failure"]
+           "as_failure", "DEFAULT_TIMEOUT"]
+
+#: Deadline (s) of the exchanges whose caller gives none.
+DEFAULT_TIMEOUT = 600.0
+_MAX_SLEEP = 0.005  # s; poll back-off cap, as before the shared wait helper
 
 
 def internal_comm(comm: Any) -> Any:
@@ -41,6 +50,25 @@ def as_failure(exc: Exception, comm: Any, what: str) -> ProcessFailure:
     return ProcessFailure(f"{what}: a peer process failed{names}: {exc}", failed)
 
 
+def _run(comm: Any, start: Any, timeout: float | None, what: str) -> None:
+    """Start nonblocking operations (``start()`` returns their requests) and wait for them with a deadline.
+
+    Raises
+    ------
+    ProcessFailure
+        If MPI reports an error (a failed peer, a revoked communicator).
+    TimeoutFailure
+        If the operations do not complete within ``timeout`` seconds.
+    """
+    from mpi4py import MPI
+
+    try:
+        wait_requests(start(), deadline_after(DEFAULT_TIMEOUT if timeout is None else timeout), what,
+                      max_sleep=_MAX_SLEEP)
+    except MPI.Exception as exc:
+        raise as_failure(exc, comm, what) from exc
+
+
 def allreduce_int(comm: Any, value: int, op: str, timeout: float, what: str = "agreement") -> int:
     """Reduce one integer over ``comm`` with ``op`` ('min', 'max', 'sum') within ``timeout`` seconds.
 
@@ -56,24 +84,7 @@ def allreduce_int(comm: Any, value: int, op: str, timeout: float, what: str = "a
     mpi_op = {"min": MPI.MIN, "max": MPI.MAX, "sum": MPI.SUM}[op]
     send = np.array([value], dtype=np.int64)
     recv = np.empty(1, dtype=np.int64)
-    try:
-        req = comm.Iallreduce(send, recv, op=mpi_op)
-        deadline = time.monotonic() + timeout
-        delay = 1e-5
-        while not req.Test():
-            if time.monotonic() > deadline:
-                raise TimeoutFailure(f"{what}: no answer from every rank within {timeout:g} s "
-                                     "(raise failure_timeout if ranks are just slow)")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.005)
-    except Exception as exc:
-        if isinstance(exc, ProcessFailure):
-            raise
-        from mpi4py import MPI as _MPI
-
-        if isinstance(exc, _MPI.Exception):
-            raise as_failure(exc, comm, what) from exc
-        raise
+    _run(comm, lambda: [comm.Iallreduce(send, recv, op=mpi_op)], timeout, what)
     return int(recv[0])
 
 
@@ -87,24 +98,47 @@ def any_true(comm: Any, flag: bool, timeout: float, what: str = "agreement") -> 
     return allreduce_int(comm, int(bool(flag)), "max", timeout, what) == 1
 
 
-def allgather(comm: Any, obj: Any, what: str = "exchange") -> list[Any]:
-    """Gather a small Python value (str, int, tuple...) from every rank; ProcessFailure if a peer failed."""
+def allgather(comm: Any, obj: Any, what: str = "exchange", timeout: float | None = None) -> list[Any]:
+    """Gather a small JSON-able value from every rank, within ``timeout`` seconds (default 600).
+
+    Raises
+    ------
+    ProcessFailure, TimeoutFailure
+        If a peer failed or did not take part in time.
+    """
     from mpi4py import MPI
 
-    try:
-        return list(comm.allgather(obj))
-    except MPI.Exception as exc:
-        raise as_failure(exc, comm, what) from exc
+    data = np.frombuffer(json.dumps(obj).encode(), np.uint8)
+    n = comm.Get_size()
+    sizes = np.zeros(n, np.int64)
+    mine = np.array([data.size], np.int64)
+    _run(comm, lambda: [comm.Iallgather(mine, sizes)], timeout, what)
+    counts = [int(s) for s in sizes]
+    displs = [sum(counts[:i]) for i in range(n)]
+    out = np.empty(sum(counts), np.uint8)
+    _run(comm, lambda: [comm.Iallgatherv([data, MPI.BYTE], [out, (counts, displs), MPI.BYTE])], timeout,
+         what)
+    raw = out.tobytes()
+    return [json.loads(raw[d:d + c]) for d, c in zip(displs, counts, strict=True)]
 
 
-def bcast(comm: Any, obj: Any, root: int = 0, what: str = "broadcast") -> Any:
-    """Broadcast a small Python value from ``root``; ProcessFailure if a peer failed."""
+def bcast(comm: Any, obj: Any, root: int = 0, what: str = "broadcast", timeout: float | None = None) -> Any:
+    """Broadcast a small JSON-able value from ``root`` within ``timeout`` seconds (default 600).
+
+    Raises
+    ------
+    ProcessFailure, TimeoutFailure
+        If a peer failed or did not take part in time.
+    """
     from mpi4py import MPI
 
-    try:
-        return comm.bcast(obj, root=root)
-    except MPI.Exception as exc:
-        raise as_failure(exc, comm, what) from exc
+    is_root = comm.Get_rank() == root
+    data = np.frombuffer(json.dumps(obj).encode(), np.uint8) if is_root else None
+    size = np.array([data.size if data is not None else 0], np.int64)
+    _run(comm, lambda: [comm.Ibcast(size, root=root)], timeout, what)
+    buf = np.array(data) if data is not None else np.empty(int(size[0]), np.uint8)
+    _run(comm, lambda: [comm.Ibcast([buf, MPI.BYTE], root=root)], timeout, what)
+    return obj if is_root else json.loads(buf.tobytes())
 
 
 def barrier(comm: Any, timeout: float, what: str = "barrier") -> None:

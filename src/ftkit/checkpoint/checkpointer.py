@@ -7,26 +7,33 @@ error on one rank is raised on every rank, and a dead peer raises :class:`Proces
 
 from __future__ import annotations
 
+import copy
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from mpi4py import MPI
 
 from ..config import Config, load_config
-from ..errors import CheckpointError, ConfigError, FtkitError, ProcessFailure, RecoveryError
+from ..errors import CheckpointError, FtkitError, RecoveryError
 from ..storage.manifest import CheckpointEntry, Manifest, ManifestStore, manifest_path
 from ..topology import Topology, detect_node_ids, plan_topology
-from . import _mpi, offload, pipeline
-from .interval import SnapshotSchedule
-from .recovery import RecoveryInfo, RecoveryStep, default_steps, recover_newest
-from .runstate import inspect_run
+from . import _mpi, pipeline
+from .contract import CheckpointJob, PipelineContext, RecoveryStep
+from .head import enter_head_mode
+from .levels import recovery_chain
+from .offload import PostManager
+from .recovery import RecoveryInfo, recover_newest
+from .schedule import SnapshotSchedule
+from .runlock import RunLock
+from .startup import agree_run_state, prepare_dirs, take_run_lock
 
 __all__ = ["Checkpointer", "CheckpointStatus"]
 
 _NAME_MAX = 200
+_ID_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,8 @@ class Checkpointer:
     ------
     ConfigError
         If the configuration is invalid for this job (on every rank).
+    RunLockedError
+        If another live job uses the same ``meta_dir`` (on every rank; see :mod:`.runlock`).
 
     Notes
     -----
@@ -68,13 +77,12 @@ class Checkpointer:
     """
 
     def __init__(self, config: Config | str | os.PathLike[str] = "ftkit.ini", comm: Any = None) -> None:
-        from mpi4py import MPI
-
         self.config: Config = load_config(config)
         world = MPI.COMM_WORLD if comm is None else comm
         self.config.validate_for(world.Get_size())
         self._icomm = _mpi.internal_comm(world)
         self._finalized = False
+        self._lock: RunLock | None = None
         try:
             node_ids = detect_node_ids(self._icomm, self.config.node_size or None)
             self.topology: Topology = plan_topology(
@@ -86,7 +94,7 @@ class Checkpointer:
             if self.config.head:
                 # Heads serve their node's post-processing inside this call and exit (FTI's heads): only
                 # application ranks get past it, and ckpt.comm holds only them.
-                self._links = offload.enter_head_mode(world, self.topology, self.config)
+                self._links = enter_head_mode(world, self.topology, self.config)
                 self._icomm.Free()
                 self._icomm = _mpi.internal_comm(self._links.app)
                 self.comm = self._links.app
@@ -94,9 +102,12 @@ class Checkpointer:
                 self.comm = world.Dup()
             self.rank: int = self.comm.Get_rank()
             self.nranks: int = self.comm.Get_size()
-            self._prepare_dirs()
-            state = self._inspect()
+            prepare_dirs(self.config, self.topology, self._icomm)
+            self._lock = take_run_lock(self.config, self._icomm)
+            state = agree_run_state(self.config, self.topology, self._icomm, self.nranks)
         except BaseException:
+            if getattr(self, "_lock", None) is not None:
+                self._lock.release()
             self._icomm.Free()
             raise
         self.exec_id: str = state.exec_id
@@ -110,53 +121,18 @@ class Checkpointer:
         self._protected: dict[str, np.ndarray] = {}
         self._schedule = SnapshotSchedule.from_config(self.config, self._icomm,
                                                       probe=lambda: self._post.failure_flag())
-        self.recovery_steps: list[RecoveryStep] = default_steps()
-        offload.install_recovery_steps(self.recovery_steps)
-        self._ctx = pipeline.PipelineContext(comm=self._icomm, config=self.config, exec_id=self.exec_id,
+        self.recovery_steps: list[RecoveryStep] = recovery_chain()
+        self._ctx = PipelineContext(comm=self._icomm, config=self.config, exec_id=self.exec_id,
                                              topology=self.topology, store=self._store, rank=self.rank,
                                              nranks=self.nranks)
-        self._post = offload.PostManager(self._ctx, self._links)
-        if state.fresh_manifest:
-            self._store.commit()
-        _mpi.barrier(self._icomm, self.config.failure_timeout, "Checkpointer start")
-
-    # -- set-up helpers -----------------------------------------------------------------------------------
-
-    def _prepare_dirs(self) -> None:
-        error = None
         try:
-            self.config.ensure_dirs()
-            self.topology.local_dir.mkdir(parents=True, exist_ok=True)
-        except ConfigError as exc:
-            error = str(exc)
-        except OSError as exc:
-            error = (f"{self.config.source}: ckpt_dir = {self.config.ckpt_dir}: cannot create the node-local "
-                     f"directory {self.topology.local_dir} ({exc.strerror or exc})")
-        errors = _mpi.allgather(self._icomm, error, "directory set-up")
-        bad = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
-        if bad:
-            raise ConfigError("; ".join(bad[:2]))
-
-    def _inspect(self) -> Any:
-        # Each node's local directory is visible to its own ranks only (on a real cluster), so every rank
-        # looks for leftover checkpoint files in its node's directory; rank 0 reads the manifest.
-        from .runstate import RunState, find_checkpoint_dirs
-
-        state = inspect_run(self.config, self.nranks, [self.topology.local_dir]) if self.rank == 0 else None
-        state = _mpi.bcast(self._icomm, state and (state.exec_id, state.manifest_text, state.restarted,
-                                                   state.problem, state.fresh_manifest), 0, "start-up")
-        state = RunState(*state)
-        if not state.problem and not state.restarted and state.fresh_manifest and not self.config.exec_id:
-            leftovers = find_checkpoint_dirs(self.config, None, [self.topology.local_dir])
-            mine = str(leftovers[0]) if leftovers else ""
-            found = [p for p in _mpi.allgather(self._icomm, mine, "start-up") if p]
-            if found:
-                state = RunState("unknown", "", True,
-                                 f"checkpoint files exist (e.g. {found[0]}) but the manifest "
-                                 f"{manifest_path(self.config.meta_dir)} is missing, so ftkit cannot tell "
-                                 "which checkpoint is complete: restore the manifest, or remove "
-                                 f"{self.config.ckpt_dir} and {self.config.glbl_dir} to start fresh")
-        return state
+            self._post = PostManager(self._ctx, self._links)
+            if state.fresh_manifest:
+                pipeline.commit_manifest(self._ctx, "start-up: manifest commit")
+            _mpi.barrier(self._icomm, self.config.failure_timeout, "Checkpointer start")
+        except BaseException:
+            self._close()
+            raise
 
     # -- FTI_Protect / FTI_Status ------------------------------------------------------------------------
 
@@ -269,8 +245,9 @@ class Checkpointer:
         if not self._protected:
             raise CheckpointError("checkpoint(): no array is protected: call protect(name, array) first")
         t0 = time.perf_counter()
-        ckpt_id = self._agree_id(id)
-        job = pipeline.plan_job(self._ctx, int(level), ckpt_id, self._store.manifest.next_seq)
+        job = pipeline.plan_job(self._ctx, level, 0, self._store.manifest.next_seq)  # checks the level first
+        job.ckpt_id = self._agree_id(id)
+        ckpt_id = job.ckpt_id
         job.extra["snapshots"] = self._schedule.count
         error = None
         try:
@@ -284,17 +261,19 @@ class Checkpointer:
             self._ctx.hook("before_post")
             levels.update(self._run_post(job))
             pruned = pipeline.commit(self._ctx, job, levels)
-        except (CheckpointError, ProcessFailure):
+        except BaseException as exc:
             # Not committed: this rank's files of it are garbage (the previous checkpoint is untouched).
             self._post.discard()
             pipeline.remove_checkpoints(self._ctx, [_job_entry(job)])
+            if isinstance(exc, MPI.Exception):  # never a raw MPI.Exception to the application
+                raise _mpi.as_failure(exc, self._icomm, f"checkpoint {ckpt_id}") from exc
             raise
         pipeline.remove_checkpoints(self._ctx, pruned)
         self._post.start(job)  # background post-processing starts only once the entry is committed
         self._schedule.checkpointed(job.level, time.perf_counter() - t0)
         return ckpt_id
 
-    def _run_post(self, job: pipeline.CheckpointJob) -> dict[int, bool]:
+    def _run_post(self, job: CheckpointJob) -> dict[int, bool]:
         """Run ``job``'s post-processing inline, or stage it for the background (see :mod:`.offload`)."""
         return self._post.run_post(job)
 
@@ -302,8 +281,10 @@ class Checkpointer:
         m = self._store.manifest
         if requested is None:
             return m.next_id
-        if isinstance(requested, bool) or not isinstance(requested, int | np.integer) or requested < 1:
-            raise CheckpointError(f"checkpoint id {requested!r} must be a positive integer")
+        if (isinstance(requested, bool) or not isinstance(requested, int | np.integer)
+                or not 1 <= requested <= _ID_MAX):
+            raise CheckpointError(f"checkpoint id {requested!r} must be an integer from 1 to {_ID_MAX} "
+                                  "(ids are stored as signed 64-bit integers)")
         timeout = self.config.failure_timeout
         lo = _mpi.allreduce_int(self._icomm, int(requested), "min", timeout, "checkpoint id")
         hi = _mpi.allreduce_int(self._icomm, int(requested), "max", timeout, "checkpoint id")
@@ -320,7 +301,7 @@ class Checkpointer:
 
         On a restart not yet recovered, recovers first (as FTI_Snapshot does). Collective. Intervals are FTI's
         ``ckpt_l1..ckpt_l4`` (minutes, from the measured iteration time agreed every few iterations, see
-        :mod:`.interval`); with ``auto=True`` the interval is Daly's optimum for the measured checkpoint cost
+        :mod:`.schedule`); with ``auto=True`` the interval is Daly's optimum for the measured checkpoint cost
         and the configured ``mtbf``.
 
         Raises
@@ -381,32 +362,33 @@ class Checkpointer:
         keep = complete[0].id if complete else None
         pruned = [e for e in m.checkpoints if e.id != keep]
         with self._store.lock:
+            saved = copy.deepcopy(m)
             self._store.drop(e.id for e in pruned)
-            m.status = "kept"
-            error = None
-            if self.rank == 0:
-                try:
-                    self._store.commit()
-                except FtkitError as exc:
-                    error = str(exc)
-            error = _mpi.bcast(self._icomm, error, 0, "finalize")
-        if error:
-            raise CheckpointError(f"finalize(): {error}")
+            self._store.manifest.status = "kept"
+            try:
+                pipeline.commit_manifest(self._ctx, "finalize(): manifest commit")
+            except BaseException:
+                self._store.manifest = saved
+                raise
         pipeline.remove_checkpoints(self._ctx, pruned)
 
     def _remove_all(self) -> None:
         entries = list(self._store.manifest.checkpoints)
         # An empty manifest first: a crash from here on leaves a fresh start, never dangling references.
         with self._store.lock:
+            saved = copy.deepcopy(self._store.manifest)
             self._store.drop(e.id for e in entries)
-            self._store.commit()
-        _mpi.barrier(self._icomm, self.config.failure_timeout, "finalize")
+            try:
+                pipeline.commit_manifest(self._ctx, "finalize(): manifest commit")
+            except BaseException:
+                self._store.manifest = saved
+                raise
         pipeline.remove_checkpoints(self._ctx, entries)
         if self.topology.rank_in_node == 0:
-            shutil.rmtree(self.topology.local_dir / self.exec_id, ignore_errors=True)
+            pipeline.remove_run_dir(self.topology.local_dir, self.exec_id, "the run's node-local directory")
         _mpi.barrier(self._icomm, self.config.failure_timeout, "finalize")
         if self.rank == 0:
-            shutil.rmtree(self.config.glbl_dir / self.exec_id, ignore_errors=True)
+            pipeline.remove_run_dir(self.config.glbl_dir, self.exec_id, "the run's directory in glbl_dir")
             try:
                 manifest_path(self.config.meta_dir).unlink()
             except FileNotFoundError:
@@ -417,6 +399,8 @@ class Checkpointer:
         post = getattr(self, "_post", None)
         if post is not None:
             post.close()
+        if self._lock is not None:
+            self._lock.release()
         try:
             self._icomm.Free()
         except Exception:  # noqa: BLE001 - a communicator with dead peers may refuse to be freed
@@ -441,11 +425,7 @@ class Checkpointer:
                 f"node={self.topology.node_id}, restarted={self._restarted})")
 
 
-def _job_entry(job: pipeline.CheckpointJob) -> CheckpointEntry:
+def _job_entry(job: CheckpointJob) -> CheckpointEntry:
     """A stand-in entry to remove the files of a checkpoint that failed before commit."""
     return CheckpointEntry(id=job.ckpt_id, seq=job.seq, level=job.level, time=0.0, levels={}, nodes=job.nodes,
                            files=[])
-
-
-
-

@@ -8,10 +8,9 @@ with a dedicated thread or a dedicated process per node. Three executors share o
 * :class:`ThreadExecutor` runs it in one background thread per rank, on its own duplicated communicators
   (MPI must provide ``MPI_THREAD_MULTIPLE``; :func:`make_thread_executor` falls back to inline with a
   warning otherwise). Codec kernels and file I/O release the GIL, so the work overlaps the computation.
-* Head mode: the job's work is a :class:`HeadClient` request -- the checkpoint's file paths go by message to
-  the node's head rank, and a thread executor waits for the answer while the application computes;
-  :class:`HeadServer` (the head's loop) does the node's copies, encodes with the heads of the other nodes
-  (head ``j`` acting as group member ``j``), flushes, and answers. Only application ranks write the manifest.
+* Head mode (:mod:`.head`): the job's work is a :class:`~ftkit.checkpoint.head.HeadClient` request -- the
+  checkpoint's file paths go by message to the node's head rank, and a thread executor waits for the answer
+  while the application computes. Only application ranks write the manifest.
 
 The contract of every executor:
 
@@ -24,7 +23,8 @@ The contract of every executor:
   ``close``), never swallowed; it is raised once. Because the outcome is agreed before it is stored, every
   rank raises the same failure at the same collective call.
 - Every wait on a peer has a deadline (``timeout`` seconds); a peer that does not answer becomes a
-  :class:`~ftkit.errors.TimeoutFailure`, a dead one a :class:`~ftkit.errors.ProcessFailure`.
+  :class:`~ftkit.errors.TimeoutFailure`, a dead one a :class:`~ftkit.errors.ProcessFailure` (raised as such,
+  never wrapped in a CheckpointError, and never as a raw ``MPI.Exception``).
 
 Priority: background post-processing should use the cores the application leaves idle (ranks waiting for
 their neighbours), not delay the application's critical path. The background thread and the heads therefore
@@ -35,7 +35,6 @@ worker) inherit it. The inline executor never changes the priority.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -43,25 +42,21 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
+from .._wait import deadline_after, wait_requests
 from ..errors import CheckpointError, ConfigError, ProcessFailure, TimeoutFailure
 from ..failure.detect import ft_dup, is_failure_error
-from ..topology import plan_node_sets
 
-__all__ = ["PostComms", "PostJob", "Executor", "InlineExecutor", "ThreadExecutor", "HeadClient",
-           "HeadServer", "HeadLinks", "setup_heads", "thread_multiple_available", "make_thread_executor",
-           "wait_request", "agree_outcome", "lower_priority", "post_nice", "DEFAULT_TIMEOUT",
-           "DEFAULT_POST_NICE", "POST_NICE_ENV"]
+__all__ = ["PostComms", "PostJob", "Executor", "InlineExecutor", "ThreadExecutor",
+           "thread_multiple_available", "make_thread_executor", "wait_request", "agree_outcome",
+           "lower_priority", "post_nice",
+           "DEFAULT_TIMEOUT", "DEFAULT_POST_NICE", "POST_NICE_ENV"]
 
 #: Default deadline (s) for waits on a peer during post-processing.
 DEFAULT_TIMEOUT = 600.0
-_TAG_REQUEST = 7401
-_TAG_DONE = 7402
-_TAG_FINISH = 7403
 _MAX_SLEEP = 5e-3  # s; poll back-off cap: idle waiters leave the (shared) cores to the computation
 
 
@@ -118,17 +113,6 @@ def thread_multiple_available() -> bool:
     return MPI.Is_initialized() and MPI.Query_thread() >= MPI.THREAD_MULTIPLE
 
 
-def _poll(test: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    pause = 5e-5
-    while not test():
-        if time.monotonic() > deadline:
-            raise TimeoutFailure(f"{what}: no answer within {timeout:.0f} s (raise the timeout if the "
-                                 "machine is just slow)")
-        time.sleep(pause)
-        pause = min(2 * pause, _MAX_SLEEP)
-
-
 def wait_request(req: MPI.Request, timeout: float, what: str) -> None:
     """Wait for ``req`` at most ``timeout`` seconds, sleeping between tests (the GIL is free meanwhile).
 
@@ -140,7 +124,7 @@ def wait_request(req: MPI.Request, timeout: float, what: str) -> None:
         If MPI reports a failed process.
     """
     try:
-        _poll(req.Test, timeout, what)
+        wait_requests([req], deadline_after(timeout), what, max_sleep=_MAX_SLEEP)
     except MPI.Exception as exc:
         if is_failure_error(exc):
             raise ProcessFailure(f"{what}: a process failed ({exc})") from exc
@@ -225,6 +209,10 @@ def _complete(job: PostJob, comms: PostComms, timeout: float) -> None:
     except Exception as exc:  # reported to every rank below, then re-raised here
         local = exc
     flags = agree_outcome(comms.app, local is None, timeout, what)
+    if isinstance(local, MPI.Exception) and is_failure_error(local):
+        local = ProcessFailure(f"{what}: a process failed ({local})")
+    if isinstance(local, ProcessFailure):
+        raise local
     if local is not None:
         raise CheckpointError(f"{what} failed on this rank: {local}") from local
     if not all(flags):
@@ -396,259 +384,3 @@ def make_thread_executor(comms: PostComms, timeout: float = DEFAULT_TIMEOUT) -> 
     warnings.warn("MPI was not initialized with MPI_THREAD_MULTIPLE (mpi4py.rc.thread_level): "
                   "asynchronous post-processing falls back to inline", RuntimeWarning, stacklevel=2)
     return InlineExecutor(comms, timeout)
-
-
-# ------------------------------------------------------------------------------------------------ heads
-
-def _send_json(comm: MPI.Comm, obj: dict[str, Any], dest: int, tag: int) -> None:
-    # JSON, not pickle: a head only ever parses plain data from its peers.
-    comm.Send([np.frombuffer(json.dumps(obj).encode(), np.uint8), MPI.BYTE], dest=dest, tag=tag)
-
-
-def _recv_json(comm: MPI.Comm, status: MPI.Status) -> dict[str, Any]:
-    buf = np.empty(status.Get_count(MPI.BYTE), np.uint8)
-    comm.Recv([buf, MPI.BYTE], source=status.Get_source(), tag=status.Get_tag())
-    return json.loads(buf.tobytes().decode()) if buf.size else {}
-
-
-@dataclass
-class HeadLinks:
-    """Communicators of a job with heads (built collectively by every world rank with :func:`setup_heads`).
-
-    Attributes
-    ----------
-    link
-        Duplicate of the world communicator: application ranks and heads exchange requests on it.
-    app
-        The application ranks (``Checkpointer.comm``); ``COMM_NULL`` on heads.
-    heads
-        All heads, in node order; ``COMM_NULL`` on application ranks.
-    head_sets
-        On heads: for each node set (L2/L3 groups span one node set), the heads of its nodes in node order,
-        so head ``j`` acts as member ``j`` of every group of the set; ``COMM_NULL`` on application ranks or
-        when the job has no groups.
-    is_head
-        Whether this process is a head.
-    my_head
-        World rank of this rank's head (itself on a head).
-    """
-
-    link: MPI.Comm
-    app: MPI.Comm
-    heads: MPI.Comm
-    head_sets: MPI.Comm
-    is_head: bool
-    my_head: int
-
-    def free(self) -> None:
-        """Free every communicator this object holds (local)."""
-        for c in (self.head_sets, self.heads, self.app, self.link):
-            if c is not None and c != MPI.COMM_NULL:
-                try:
-                    c.Free()
-                except MPI.Exception:
-                    pass
-
-
-def setup_heads(world: MPI.Intracomm, topology: Any) -> HeadLinks:
-    """Build the communicators of head mode (collective over ``world``, heads included).
-
-    ``topology`` is the :class:`ftkit.topology.Topology` of this rank (``head_world_ranks`` not empty).
-    Application ranks keep their relative order in ``app``; heads are ordered by node.
-    """
-    w = world.Get_rank()
-    heads = list(topology.head_world_ranks)
-    is_head = w in heads
-    node = topology.node_id
-    link = ft_dup(world)
-    app = world.Split(MPI.UNDEFINED if is_head else 0, w)
-    head_comm = world.Split(0 if is_head else MPI.UNDEFINED, node)
-    # Node sets: every L2/L3 group lies within one node set (see ftkit.topology), one member per node.
-    set_of_node: dict[int, int] = {}
-    if topology.node_count >= max(2, topology.group_size):
-        for si, nodes in enumerate(plan_node_sets(topology.node_count, topology.group_size)):
-            for n in nodes:
-                set_of_node[n] = si
-    color = set_of_node.get(node, MPI.UNDEFINED) if is_head else MPI.UNDEFINED
-    head_sets = world.Split(color, node)
-    for c in (head_comm, head_sets):  # ``app`` keeps the application's error handler
-        if c != MPI.COMM_NULL:
-            c.Set_errhandler(MPI.ERRORS_RETURN)
-    return HeadLinks(link, app, head_comm, head_sets, is_head, heads[node] if heads else w)
-
-
-class HeadClient:
-    """Application side of head mode: hand a checkpoint's request to the node's head and wait for its answer.
-
-    Used as the work of a job (``PostJob.run``) run by a :class:`ThreadExecutor` (asynchronous: the thread
-    waits for the head while the application computes) or an :class:`InlineExecutor`.
-
-    Parameters
-    ----------
-    links
-        From :func:`setup_heads` (on an application rank).
-    timeout
-        Deadline (s) for the head's answer.
-    """
-
-    def __init__(self, links: HeadLinks, timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.links = links
-        self.timeout = float(timeout)
-        self.finished = False
-
-    def request(self, request: dict[str, Any]) -> None:
-        """Send ``request`` (JSON-serializable, with ``id`` and ``level``) to the head; wait for the answer.
-
-        Raises
-        ------
-        CheckpointError
-            If the heads report a failure.
-        ProcessFailure, TimeoutFailure
-            If the head died or did not answer in time.
-        """
-        head, link = self.links.my_head, self.links.link
-        what = (f"waiting for the node's head (world rank {head}) to post-process checkpoint "
-                f"{request.get('id')}")
-        status = MPI.Status()
-        try:
-            _send_json(link, request, head, _TAG_REQUEST)
-            _poll(lambda: bool(link.Iprobe(source=head, tag=_TAG_DONE, status=status)), self.timeout, what)
-            answer = _recv_json(link, status)
-        except MPI.Exception as exc:
-            if is_failure_error(exc):
-                raise ProcessFailure(f"{what}: the head failed ({exc})", [head]) from exc
-            raise
-        if answer.get("id") != request.get("id"):
-            raise CheckpointError(f"head answered for checkpoint {answer.get('id')}, expected "
-                                  f"{request.get('id')}: protocol error")
-        if not answer.get("ok"):
-            raise CheckpointError(f"the heads failed: {answer.get('error', 'unknown error')}")
-
-    def finish(self) -> None:
-        """Tell the head this rank is done (idempotent; the head exits when all its ranks are)."""
-        if self.finished:
-            return
-        self.finished = True
-        try:
-            _send_json(self.links.link, {"rank": self.links.app.Get_rank()}, self.links.my_head, _TAG_FINISH)
-        except MPI.Exception:
-            pass
-
-
-#: A head's work for one checkpoint: the requests of its node's ranks (in rank order) and the links.
-HeadHandler = Callable[[list[dict[str, Any]], HeadLinks], None]
-
-
-class HeadServer:
-    """A head's service loop: gather its node's requests, do the work with the other heads, answer.
-
-    Parameters
-    ----------
-    links
-        From :func:`setup_heads` (on a head).
-    node_world_ranks
-        World ranks of the application ranks of this head's node.
-    handler
-        Does the node's post-processing for one checkpoint (collective over the heads that take part).
-    timeout
-        Deadline (s) for the heads' agreement on each checkpoint.
-    nice
-        Nice increment :meth:`serve` applies to the head (default :func:`post_nice`; 0 keeps its priority).
-
-    The heads agree on the outcome (so a failure on one node is reported on every node) and answer their
-    ranks; the application ranks then agree among themselves and commit the manifest, which only they write.
-    """
-
-    def __init__(self, links: HeadLinks, node_world_ranks: list[int], handler: HeadHandler,
-                 timeout: float = DEFAULT_TIMEOUT, nice: int | None = None) -> None:
-        self.links = links
-        self.members = list(node_world_ranks)
-        self.handler = handler
-        self.timeout = float(timeout)
-        self.nice = post_nice() if nice is None else int(nice)
-        self.served = 0
-
-    def _node_failed(self) -> list[int]:
-        try:
-            self.links.link.Ack_failed()
-            group = self.links.link.Get_failed()
-        except MPI.Exception:
-            return []
-        try:
-            n = group.Get_size()
-            if not n:
-                return []
-            world_failed = MPI.Group.Translate_ranks(group, list(range(n)), self.links.link.Get_group())
-        finally:
-            group.Free()
-        return [r for r in world_failed if r in self.members]
-
-    def serve(self) -> int:
-        """Serve until every application rank of the node has finished; return the number of checkpoints.
-
-        The wait for the next request has no deadline (the application computes as long as it needs between
-        checkpoints), but the head checks every second that its node's ranks are alive; the work on a request
-        and the heads' agreement have the executor's deadline.
-
-        Raises
-        ------
-        ProcessFailure
-            If an application rank of the node dies (the head then has nobody left to serve).
-        """
-        lower_priority(self.nice)  # the head's work uses the slack of its node, after the application
-        link = self.links.link
-        pending: dict[int, dict[int, dict[str, Any]]] = {}
-        finished: set[int] = set()
-        status = MPI.Status()
-        pause, last_check = 5e-5, time.monotonic()
-        while len(finished) < len(self.members):
-            got = False
-            try:
-                got = link.Iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status)
-            except MPI.Exception as exc:
-                if not is_failure_error(exc):
-                    raise
-            if not got:
-                if time.monotonic() - last_check > 1.0:
-                    last_check = time.monotonic()
-                    dead = self._node_failed()
-                    if dead:
-                        raise ProcessFailure(f"application rank(s) at world rank {dead} of this head's node "
-                                             "failed; the head stops", dead)
-                time.sleep(pause)
-                pause = min(2 * pause, _MAX_SLEEP)
-                continue
-            pause = 5e-5
-            src, tag = status.Get_source(), status.Get_tag()
-            msg = _recv_json(link, status)
-            if tag == _TAG_FINISH:
-                finished.add(src)
-            elif tag == _TAG_REQUEST:
-                batch = pending.setdefault(int(msg["id"]), {})
-                batch[src] = msg
-                if len(batch) == len(self.members):
-                    self._process([batch[w] for w in self.members])
-                    del pending[int(msg["id"])]
-        return self.served
-
-    def _process(self, requests: list[dict[str, Any]]) -> None:
-        ckpt_id, level = int(requests[0]["id"]), int(requests[0]["level"])
-        what = f"head post-processing of checkpoint {ckpt_id} (level {level})"
-        error = ""
-        try:
-            self.handler(requests, self.links)
-        except Exception as exc:  # reported to the node's ranks and the other heads
-            error = f"{type(exc).__name__}: {exc}"
-        try:
-            flags = agree_outcome(self.links.heads, not error, self.timeout, what)
-            if not error and not all(flags):
-                error = f"failed on the head(s) of node(s) {[n for n, f in enumerate(flags) if not f]}"
-        except ProcessFailure as exc:
-            error = error or str(exc)
-        self.served += 1
-        answer = {"id": ckpt_id, "level": level, "ok": not error, "error": error}
-        for w in self.members:
-            try:
-                _send_json(self.links.link, answer, w, _TAG_DONE)
-            except MPI.Exception:
-                pass

@@ -1,11 +1,16 @@
 """Recovery: find, on every rank, a verified copy of the newest checkpoint every rank can read, then read it.
 
-For each checkpoint of the manifest, newest first, the *recovery chain* (:func:`default_steps`) is walked:
+For each checkpoint of the manifest, newest first, the *recovery chain*
+(:func:`ftkit.checkpoint.levels.recovery_chain`: the level table's recovery steps, cheapest first) is walked:
 each step is a level able to supply a rank's checkpoint file. A rank that already has a verified file
 passes; the others ask the next step. Steps are collective (every rank calls every applicable step while any
-rank still needs one), so a step may exchange data within a group (L3 decode) or with a partner (L2). Here:
-L1 (the node-local file) then L4 (the PFS copy). The node-loss work inserts L2 and L3 steps before L4, which
-rebuild a missing or damaged L1 file from the redundancy.
+rank still needs one), so a step may exchange data within a group (L3 decode) or with a partner (L2): L1
+(the node-local file), L2 and L3 (rebuild a missing or damaged L1 file from the redundancy), then L4 (the
+PFS copy, rebuilt first from its block store when it was written differentially).
+
+Any error a reader raises for bad data (see :data:`ftkit.checkpoint.contract.DAMAGED`) means "this copy is
+damaged": the next copy, level or older checkpoint is tried. Every exchange has the ``failure_timeout``
+deadline.
 
 A checkpoint is used only when every rank has a verified file; otherwise the reasons are kept and the next
 older checkpoint is tried. Before any byte is read into a protected array, every rank checks names, shapes and
@@ -14,22 +19,19 @@ dtypes; a mismatch anywhere raises :class:`ShapeMismatchError` on every rank wit
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
-from ..errors import FtkitError, ProcessFailure, RecoveryError, ShapeMismatchError
-from ..storage.base import StorageLevel
+from ..errors import ProcessFailure, RecoveryError, ShapeMismatchError
 from ..storage.format import Header
 from ..storage.manifest import CheckpointEntry
 from . import _mpi
-from .pipeline import PipelineContext
+from .contract import DAMAGED, Located, PipelineContext, RecoveryStep
+from .levels import recovery_chain
 
-__all__ = ["RecoveryInfo", "Located", "RecoveryStep", "LevelFileStep", "LocalStep", "PFSStep",
-           "default_steps", "recover_newest", "check_targets"]
+__all__ = ["RecoveryInfo", "recover_newest", "check_targets"]
 
 
 @dataclass(frozen=True)
@@ -52,73 +54,6 @@ class RecoveryInfo:
     level: int
     source_level: int
     skipped: tuple[str, ...] = ()
-
-
-@dataclass
-class Located:
-    """A step's answer for one rank: where to read its verified file, or why it could not supply one."""
-
-    storage: StorageLevel | None = None
-    header: Header | None = None
-    reason: str = ""
-    level: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.storage is not None and self.header is not None
-
-
-class RecoveryStep(ABC):
-    """One link of the recovery chain: a level that can supply (or rebuild) a rank's checkpoint file."""
-
-    level: ClassVar[int]
-
-    def applies(self, entry: CheckpointEntry) -> bool:
-        """Whether this step can help for ``entry`` (default: the entry is complete at this level)."""
-        return entry.complete(self.level)
-
-    @abstractmethod
-    def locate(self, ctx: PipelineContext, entry: CheckpointEntry, need: bool) -> Located:
-        """Supply this rank's verified file of ``entry`` if ``need``; collective over ``ctx.comm``.
-
-        Called on every rank while any rank needs a file; a rank with ``need = False`` only takes part in the
-        step's communication. Must not raise for a missing or damaged file: return ``Located(reason=...)``.
-        """
-
-
-class LevelFileStep(RecoveryStep):
-    """A step reading the rank's own file at one level, verified against the manifest (no communication)."""
-
-    def locate(self, ctx: PipelineContext, entry: CheckpointEntry, need: bool) -> Located:
-        if not need:
-            return Located()
-        storage = ctx.level(self.level, entry.nodes)
-        try:
-            header = storage.verify(entry.id, ctx.rank, entry.files[ctx.rank].digest)
-        except ProcessFailure:
-            raise
-        except (FtkitError, OSError) as exc:
-            return Located(reason=str(exc), level=self.level)
-        return Located(storage, header, level=self.level)
-
-
-class LocalStep(LevelFileStep):
-    """L1: the rank's node-local file."""
-
-    level = 1
-
-
-class PFSStep(LevelFileStep):
-    """L4: the rank's file on the parallel file system."""
-
-    level = 4
-
-
-def default_steps() -> list[RecoveryStep]:
-    """The recovery chain, cheapest level first: L1, L2 partner copy, L3 group decode, L4."""
-    from .redundancy import EncodedStep, PartnerStep
-
-    return [LocalStep(), PartnerStep(), EncodedStep(), PFSStep()]
 
 
 def check_targets(header: Header, targets: Mapping[str, np.ndarray]) -> str | None:
@@ -146,7 +81,7 @@ def check_targets(header: Header, targets: Mapping[str, np.ndarray]) -> str | No
 def _summarise(ctx: PipelineContext, entry: CheckpointEntry, reasons: list[str] | None) -> str:
     """Collective: one line naming the ranks that had no usable file of ``entry`` and why."""
     gathered = _mpi.allgather(ctx.comm, "; ".join(reasons) if reasons is not None else None,
-                              "recovery diagnosis")
+                              "recovery diagnosis", ctx.timeout)
     bad = [(r, why) for r, why in enumerate(gathered) if why is not None]
     levels = "/".join(f"L{lv}" for lv in entry.complete_levels) or "none"
     parts = [f"rank {r} (node {entry.nodes[r]}): {why or 'no level holds its file'}" for r, why in bad[:3]]
@@ -168,7 +103,7 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
     ProcessFailure
         If a peer failed during recovery.
     """
-    steps = default_steps() if steps is None else steps
+    steps = recovery_chain() if steps is None else steps
     candidates = [e for e in ctx.store.manifest.newest_first() if e.complete_levels]
     if not candidates:
         raise RecoveryError(f"{ctx.config.meta_dir}/manifest.json lists no complete checkpoint of run "
@@ -194,9 +129,12 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
             skipped.append(_summarise(ctx, entry, None if found.ok else reasons))
             continue
         assert found.header is not None and found.storage is not None
-        problem = check_targets(found.header, targets)
+        try:
+            problem = check_targets(found.header, targets)
+        except DAMAGED as exc:
+            problem = f"the stored header is damaged: {exc}"
         if not _mpi.all_true(ctx.comm, problem is None, ctx.timeout, "recovery shape check"):
-            problems = _mpi.allgather(ctx.comm, problem, "recovery shape check")
+            problems = _mpi.allgather(ctx.comm, problem, "recovery shape check", ctx.timeout)
             bad = [f"rank {r}: {p}" for r, p in enumerate(problems) if p]
             raise ShapeMismatchError(f"cannot recover checkpoint {entry.id} into the protected arrays "
                                      "(nothing "
@@ -206,10 +144,10 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
             found.storage.read_into(entry.id, ctx.rank, targets, found.header)
         except ProcessFailure:
             raise
-        except (FtkitError, OSError) as exc:
+        except DAMAGED as exc:
             error = str(exc)
         if not _mpi.all_true(ctx.comm, error is None, ctx.timeout, "recovery read"):
-            errors = _mpi.allgather(ctx.comm, error, "recovery read")
+            errors = _mpi.allgather(ctx.comm, error, "recovery read", ctx.timeout)
             bad = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
             raise RecoveryError(f"checkpoint {entry.id} verified but could not be read (was it changed "
                                 "during "

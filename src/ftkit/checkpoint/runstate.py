@@ -7,9 +7,13 @@
 * a manifest of this run (same ``exec_id`` if the config names one, same rank count) holding checkpoints: a
   restart; ``recover()`` must then succeed or raise, it never turns into a fresh run;
 * a manifest without checkpoints (the previous run died before its first one): a fresh start of the same run;
-* anything inconsistent (damaged manifest, manifest of another run or rank count, checkpoint files but no
-  manifest, ``failure >= 1`` with no metadata): a restart with a *problem*: ``recover()`` and ``checkpoint()``
-  raise it, naming what is wrong and what to do.
+* anything inconsistent (damaged manifest -- any parse failure, or an ``exec_id`` that is not a plain name --,
+  manifest of another run or rank count, checkpoint files but no manifest, ``failure >= 1`` with no
+  metadata): a restart with a *problem*: ``recover()`` and ``checkpoint()`` raise it, naming what is wrong
+  and what to do; nothing is created or removed for such a run.
+
+Messages name only this run's own directories: another job may share ``ckpt_dir``/``glbl_dir`` (with its own
+``meta_dir``), so ftkit never advises removing those roots wholesale.
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._paths import check_plain_name
 from ..config import Config
-from ..errors import FtkitError
 from ..storage.manifest import Manifest, manifest_path, read_manifest
+from .contract import DAMAGED
 
-__all__ = ["RunState", "inspect_run", "new_exec_id", "find_checkpoint_dirs"]
+__all__ = ["RunState", "inspect_run", "new_exec_id", "find_checkpoint_dirs", "leftover_problem"]
 
 
 @dataclass
@@ -53,24 +58,40 @@ def find_checkpoint_dirs(config: Config, exec_id: str | None, local_dirs: list[P
     return found
 
 
+def run_dirs(config: Config, exec_id: str) -> str:
+    """This run's own directories, for messages: ``glbl_dir/<exec_id>`` and ``ckpt_dir/*/<exec_id>``."""
+    return f"{config.glbl_dir / exec_id} and {config.ckpt_dir}/*/{exec_id}"
+
+
+def leftover_problem(config: Config, found: Path) -> str:
+    """Why a start that finds checkpoint files ``found`` (``.../<exec_id>/l<N>/ckpt<id>``) but no manifest
+    stops (naming only that run's own directories)."""
+    run = found.parent.parent.name
+    mpath = manifest_path(config.meta_dir)
+    return (f"checkpoint files of run {run!r} exist (e.g. {found}) but the manifest {mpath} is missing, so "
+            f"ftkit cannot tell which checkpoint is complete. If run {run!r} is another job's (with its own "
+            "meta_dir), give this job its own ckpt_dir and glbl_dir, or set exec_id; if it is this run's, "
+            f"restore its manifest, or remove only that run's directories ({run_dirs(config, run)}) to "
+            "start fresh")
+
+
 def inspect_run(config: Config, nranks: int, local_dirs: list[Path]) -> RunState:
     """Decide fresh start or restart from ``meta_dir`` (run on one rank; ``local_dirs`` are the node-local
     directories that rank can see)."""
     mpath = manifest_path(config.meta_dir)
     try:
         manifest = read_manifest(config.meta_dir)
-    except FtkitError as exc:
+        if manifest is not None:
+            check_plain_name(manifest.exec_id, f"exec_id in manifest {mpath}")
+    except DAMAGED as exc:
+        own = f" and this run's directories ({run_dirs(config, config.exec_id)})" if config.exec_id else ""
         return RunState(config.exec_id or "unknown", "", True,
                         f"the manifest is damaged: {exc}. Restore {mpath} from a backup, or remove "
-                        f"{config.meta_dir}, {config.ckpt_dir} and {config.glbl_dir} to start fresh")
+                        f"{mpath}{own} to start fresh")
     if manifest is None:
         leftovers = find_checkpoint_dirs(config, config.exec_id or None, local_dirs)
         if leftovers:
-            return RunState(config.exec_id or "unknown", "", True,
-                            f"checkpoint files exist (e.g. {leftovers[0]}) but the manifest {mpath} is "
-                            "missing, so ftkit cannot tell which checkpoint is complete: restore the "
-                            "manifest, or remove "
-                            f"{config.ckpt_dir} and {config.glbl_dir} to start fresh")
+            return RunState(config.exec_id or "unknown", "", True, leftover_problem(config, leftovers[0]))
         if config.failure:
             return RunState(config.exec_id or "unknown", "", True,
                             f"the config says failure = {config.failure} (a restart) but {config.meta_dir} "

@@ -1,0 +1,145 @@
+"""L4, the parallel file system: each rank's file under ``glbl_dir``, written whole or differentially (dCP).
+
+Post-processing (:func:`flush_l4`, local work): copy this rank's L1 file to ``glbl_dir``, or with
+``enable_dcp = 1`` write only the blocks that changed since the rank's previous L4 checkpoint
+(:mod:`ftkit.checkpoint.dcp`) into ``glbl_dir/<exec_id>/l4dcp``. An inline L4 checkpoint (``inline_l4 = 1``
+without dCP) is written straight to L4 as the primary level and needs no post-processing.
+
+Recovery: :class:`DcpStep` (entries written with dCP) rebuilds the rank's file from its block store into
+the L4 directory and makes that map the base of the rank's next differential write; :class:`PFSStep` reads
+and verifies the rank's L4 file. A head (a new process after a restart) starts a new block store with a
+full write.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..._paths import inside
+from ...config import Config
+from ...errors import ProcessFailure
+from ...storage._fsutil import make_dirs
+from ...storage.format import copy_file
+from ...storage.manifest import CheckpointEntry
+from ..contract import DAMAGED, CheckpointJob, Level, LevelFileStep, Located, PipelineContext, RecoveryStep
+from ..dcp import DcpWriter, restore_dcp
+
+__all__ = ["LEVEL", "DCP_DIR", "dcp_dir", "flush_to_pfs", "flush_dcp", "flush_l4", "PFSStep", "DcpStep",
+           "pfs_request", "pfs_work"]
+
+DCP_DIR = "l4dcp"
+_WRITERS: dict[tuple[str, int], DcpWriter] = {}
+_WRITERS_LOCK = threading.Lock()
+
+
+def dcp_dir(config: Config, exec_id: str) -> Path:
+    """Directory of the differential L4 block stores and maps of run ``exec_id`` (inside ``glbl_dir``).
+
+    Raises
+    ------
+    UnsafePathError
+        If ``exec_id`` would lead outside ``glbl_dir``.
+    """
+    return inside(config.glbl_dir, exec_id, DCP_DIR, what="differential L4 directory")
+
+
+def _writer(directory: Path, rank: int, block_size: int) -> DcpWriter:
+    with _WRITERS_LOCK:
+        key = (str(directory), rank)
+        w = _WRITERS.get(key)
+        if w is None or w.block_size != block_size:
+            w = _WRITERS[key] = DcpWriter(directory, rank, block_size)
+        return w
+
+
+def _l4_keep_ids(ctx: PipelineContext) -> tuple[int, ...]:
+    with ctx.store.lock:
+        return tuple(e.id for e in ctx.store.manifest.checkpoints if e.complete(4))
+
+
+def flush_to_pfs(ctx: PipelineContext, job: CheckpointJob) -> None:
+    """L4 post-processing: copy this rank's L1 file to ``glbl_dir`` (local work; collective-safe)."""
+    src = ctx.level(job.primary, job.nodes).path(job.ckpt_id, ctx.rank)
+    ctx.level(4, job.nodes).put_file(job.ckpt_id, ctx.rank, src)
+
+
+def flush_dcp(ctx: PipelineContext, job: CheckpointJob) -> None:
+    """L4 post-processing with ``enable_dcp``: write the blocks of this rank's file changed since last L4."""
+    src = ctx.level(job.primary, job.nodes).path(job.ckpt_id, ctx.rank)
+    w = _writer(dcp_dir(ctx.config, ctx.exec_id), ctx.rank, ctx.config.dcp_block_size)
+    w.write(src, job.ckpt_id, keep_ids=_l4_keep_ids(ctx))
+
+
+def flush_l4(ctx: PipelineContext, job: CheckpointJob) -> None:
+    """L4 post-processing: a differential write with ``enable_dcp = 1``, else a full copy of the L1 file."""
+    if ctx.config.enable_dcp:
+        flush_dcp(ctx, job)
+    else:
+        flush_to_pfs(ctx, job)
+
+
+def prepare_l4(ctx: PipelineContext, job: CheckpointJob) -> None:
+    """Record that the entry's L4 copy is differential (recovery must rebuild it from the block store)."""
+    if ctx.config.enable_dcp:
+        job.extra["dcp"] = True
+
+
+class PFSStep(LevelFileStep):
+    """L4: the rank's file on the parallel file system."""
+
+    level = 4
+
+
+class DcpStep(RecoveryStep):
+    """L4 with dCP: rebuild the rank's file from its block store into the L4 directory, then verify it."""
+
+    level = 4
+
+    def applies(self, entry: CheckpointEntry) -> bool:
+        return entry.complete(4) and bool(entry.extra.get("dcp"))
+
+    def locate(self, ctx: PipelineContext, entry: CheckpointEntry, need: bool) -> Located:
+        if not need:
+            return Located()
+        storage = ctx.level(4, entry.nodes)
+        try:
+            dst = storage.path(entry.id, ctx.rank)
+            make_dirs(dst.parent)
+            directory = dcp_dir(ctx.config, ctx.exec_id)
+            restore_dcp(directory, ctx.rank, entry.id, dst)
+            header = storage.verify(entry.id, ctx.rank, entry.files[ctx.rank].digest)
+        except ProcessFailure:
+            raise
+        except DAMAGED as exc:
+            return Located(reason=f"differential L4: {exc}", level=4)
+        # The next differential write of this process continues from this map instead of a full write.
+        _writer(directory, ctx.rank, ctx.config.dcp_block_size).load_base(entry.id)
+        return Located(storage, header, level=4)
+
+
+def pfs_request(ctx: PipelineContext, job: CheckpointJob) -> dict[str, Any]:
+    """Head mode: where the head writes this rank's L4 copy (and the dCP settings)."""
+    req: dict[str, Any] = {"dst": str(ctx.level(4, job.nodes).path(job.ckpt_id, ctx.rank))}
+    if ctx.config.enable_dcp:
+        req["dcp_dir"] = str(dcp_dir(ctx.config, ctx.exec_id))
+        req["dcp_block"] = ctx.config.dcp_block_size
+        req["keep"] = list(_l4_keep_ids(ctx))
+    return req
+
+
+def pfs_work(req: dict[str, Any], head_set: Any) -> None:
+    """Head mode: flush one rank's file to L4 (local work; ``head_set`` is not used)."""
+    if "dcp_dir" in req:
+        w = _writer(Path(req["dcp_dir"]), int(req["rank"]), int(req["dcp_block"]))
+        w.write(req["src"], int(req["id"]), keep_ids=tuple(int(k) for k in req.get("keep", ())))
+    else:
+        dst = Path(req["dst"])
+        make_dirs(dst.parent)
+        copy_file(req["src"], dst, chunk_bytes=int(req["chunk"]))
+
+
+#: Level 4 in the level table (dCP's recovery step first: it applies only to differential entries).
+LEVEL = Level(4, "pfs", post=flush_l4, recovery=(DcpStep, PFSStep), prepare=prepare_l4,
+              head_request=pfs_request, head_work=pfs_work)

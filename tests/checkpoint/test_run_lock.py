@@ -1,0 +1,173 @@
+"""One owner per run (issue 13, defect 4): the ``meta_dir`` lock, with real jobs, real kills, real files."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import re
+import socket
+import threading
+import time
+
+import pytest
+
+from ftkit.checkpoint import runlock
+from ftkit.checkpoint.runlock import LOCK_NAME, STALE_AFTER_S, acquire_run_lock
+from ftkit.errors import RunLockedError
+
+from ..conftest import REPO, run_python
+from ._util import TIMEOUT, l1_file, run_app, write_config
+
+CASES = REPO / "tests" / "programs" / "ckpt_cases.py"
+
+
+def _plant(meta, host, pid, age_s, token="t0"):
+    """A lock file as another job would have left it, its heartbeat ``age_s`` seconds old."""
+    p = meta / LOCK_NAME
+    p.write_text(json.dumps({"host": host, "pid": pid, "started": time.time() - 3600, "token": token}))
+    t = time.time() - age_s
+    os.utime(p, (t, t))
+    return p
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    proc = mp.get_context("fork").Process(target=lambda: None)
+    proc.start()
+    proc.join(30)
+    return proc.pid
+
+
+def test_live_owner_on_another_host_is_named(tmp_path):
+    _plant(tmp_path, "node-17.example", 4242, age_s=5)
+    with pytest.raises(RunLockedError) as err:
+        acquire_run_lock(tmp_path, time.time())
+    msg = str(err.value)
+    assert "node-17.example" in msg and "pid 4242" in msg and "started at" in msg and "meta_dir" in msg
+    assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == 4242, "a live owner's lock was touched"
+
+
+def test_silent_owner_on_another_host_is_taken_over(tmp_path):
+    _plant(tmp_path, "node-17.example", 4242, age_s=STALE_AFTER_S + 60)
+    lock = acquire_run_lock(tmp_path, time.time())
+    d = json.loads((tmp_path / LOCK_NAME).read_text())
+    assert d["host"] == socket.gethostname() and d["pid"] == os.getpid() and d["token"] == lock.token
+    assert (tmp_path / LOCK_NAME).stat().st_mode & 0o777 == 0o600
+    lock.release()
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
+def test_dead_owner_on_this_host_is_taken_over(tmp_path):
+    _plant(tmp_path, socket.gethostname(), _dead_pid(), age_s=1)
+    lock = acquire_run_lock(tmp_path, time.time())
+    assert json.loads((tmp_path / LOCK_NAME).read_text())["token"] == lock.token
+    lock.release()
+
+
+def test_live_owner_on_this_host_blocks(tmp_path):
+    _plant(tmp_path, socket.gethostname(), os.getppid(), age_s=1)
+    with pytest.raises(RunLockedError, match=f"pid {os.getppid()}"):
+        acquire_run_lock(tmp_path, time.time())
+
+
+def test_unreadable_lock_is_held_until_stale(tmp_path):
+    p = tmp_path / LOCK_NAME
+    p.write_bytes(b'{"host": "x", "pid"')          # an owner that died while writing it, or still writing
+    with pytest.raises(RunLockedError, match="still writing"):
+        acquire_run_lock(tmp_path, time.time())
+    t = time.time() - STALE_AFTER_S - 60
+    os.utime(p, (t, t))
+    acquire_run_lock(tmp_path, time.time()).release()
+
+
+def test_heartbeat_refreshes_the_lock(tmp_path, monkeypatch):
+    monkeypatch.setattr(runlock, "HEARTBEAT_S", 0.05)
+    lock = acquire_run_lock(tmp_path, time.time())
+    t = time.time() - 1000
+    os.utime(tmp_path / LOCK_NAME, (t, t))
+    deadline = time.monotonic() + 30
+    while (tmp_path / LOCK_NAME).stat().st_mtime < t + 500 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert (tmp_path / LOCK_NAME).stat().st_mtime > t + 500, "the heartbeat did not refresh the lock"
+    lock.release()
+
+
+def _contender(meta: str, barrier, results) -> None:
+    try:
+        acquire_run_lock(meta, time.time())
+        results.put("won")
+    except RunLockedError:
+        results.put("locked")
+    barrier.wait(60)  # hold the lock until every contender has tried
+
+
+def test_concurrent_takeover_has_one_winner(tmp_path):
+    """Eight processes race to take over the same stale lock: exactly one owns the run."""
+    for _ in range(3):
+        _plant(tmp_path, socket.gethostname(), _dead_pid(), age_s=1)
+        ctx = mp.get_context("fork")
+        barrier, results = ctx.Barrier(8), ctx.Queue()
+        procs = [ctx.Process(target=_contender, args=(str(tmp_path), barrier, results)) for _ in range(8)]
+        for p in procs:
+            p.start()
+        got = sorted(results.get(timeout=60) for _ in procs)
+        for p in procs:
+            p.join(60)
+        assert got.count("won") == 1, got
+        (tmp_path / LOCK_NAME).unlink(missing_ok=True)
+
+
+@pytest.mark.mpi
+def test_second_job_on_one_meta_dir_is_refused_and_first_is_intact(tmp_path):
+    d = tmp_path / "run1"
+    write_config(d)
+    release = d / "release"
+    holder: dict[str, object] = {}
+
+    def first() -> None:
+        holder["r"] = run_python(2, CASES, "hold", "--release", str(release), node_size=1, cwd=d,
+                                 timeout=TIMEOUT)
+
+    t = threading.Thread(target=first)
+    t.start()
+    try:
+        marker = d / "release.holding"
+        deadline = time.monotonic() + TIMEOUT
+        while not marker.exists() and t.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "the first job never took its checkpoint"
+        pid = marker.read_text()
+        r2 = run_python(2, CASES, "args", node_size=1, cwd=d, timeout=TIMEOUT)
+    finally:
+        release.write_text("go")
+        t.join(TIMEOUT + 30)
+    assert not r2.timed_out
+    starts = {int(m.group(1)): m.group(2) for m in re.finditer(r"^R(\d+) start (.*)$", r2.stdout, re.M)}
+    assert sorted(starts) == [0, 1], r2.stdout + r2.stderr
+    for line in starts.values():
+        assert line.startswith("RunLockedError") and f"pid {pid}" in line, line
+        assert socket.gethostname() in line, line
+        assert "own meta_dir" in line
+    r1 = holder["r"]
+    assert "R0 RELEASED" in r1.stdout and "R1 RELEASED" in r1.stdout, r1.stdout + r1.stderr
+    # The first job's checkpoint survived the second job's attempt, bit for bit.
+    r3 = run_python(2, CASES, "recover", node_size=1, cwd=d, timeout=TIMEOUT).check()
+    assert r3.stdout.count("recovered id=1 data=ok") == 2, r3.stdout + r3.stderr
+    assert not (d / "run" / "meta" / LOCK_NAME).exists(), "finalize() did not release the lock"
+
+
+@pytest.mark.mpi
+def test_lock_of_a_killed_job_is_taken_over(tmp_path):
+    d = tmp_path / "run"
+    write_config(d)
+    r = run_app(d, 4, "--mode", "write", "--levels", "1,1", "--kill-rank", "0",
+                "--kill-stage", "after_commit", "--kill-index", "1")
+    assert "R0 wrote id=1" in r.stdout and "R0 wrote id=2" not in r.stdout, r.stdout + r.stderr
+    assert l1_file(d, 2, 0).exists()
+    lock = json.loads((d / "run" / "meta" / LOCK_NAME).read_text())
+    assert lock["host"] == socket.gethostname()
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(lock["pid"]), 0)
+    r = run_app(d, 4, "--mode", "recover").check()
+    assert r.stdout.count("recovered id=2") == 4 and "data=ok" in r.stdout, r.stdout + r.stderr
