@@ -135,9 +135,12 @@ _POST_WALL = [0, 0.0, 0.0]
 
 def _instrument_post(level: int) -> None:
     """Time this rank's background post-processing step of ``level`` (thread mode; skips the warm-up)."""
-    from ftkit.checkpoint import pipeline
+    import dataclasses
 
-    step = pipeline.POST_STEPS[level]
+    from ftkit.checkpoint import offload
+    from ftkit.checkpoint.levels import LEVELS
+
+    step = LEVELS[level].post
     calls = [0]
 
     def timed(ctx, job):  # type: ignore[no-untyped-def]
@@ -153,20 +156,21 @@ def _instrument_post(level: int) -> None:
                 _POST_WALL[1] += time.perf_counter() - t
                 _POST_WALL[2] += time.thread_time() - c
 
-    pipeline.POST_STEPS[level] = timed
+    # The background executor reads the table through offload's name for it: a timed copy there only.
+    offload.LEVELS = {**LEVELS, level: dataclasses.replace(LEVELS[level], post=timed)}
 
 
 def _instrument_head() -> None:
     """On a head: print its CPU seconds and post-processing wall time after the warm-up checkpoint, at exit.
 
     The head never returns from ``Checkpointer()``; its node's work for one checkpoint is one call of
-    ``offload.handle_node``, wrapped here (the first call is the warm-up checkpoint).
+    ``head.handle_node``, wrapped here (the first call is the warm-up checkpoint).
     """
     import atexit
 
-    from ftkit.checkpoint import offload
+    from ftkit.checkpoint import head
 
-    handle = offload.handle_node
+    handle = head.handle_node
     state = {"calls": 0, "cpu0": None, "post": 0.0, "post_cpu": 0.0, "ranks": 1}
 
     def timed(requests, links):  # type: ignore[no-untyped-def]
@@ -189,7 +193,7 @@ def _instrument_head() -> None:
                                         "post_s": state["post"] / n,
                                         "post_cpu_s": state["post_cpu"] / n / state["ranks"]}), flush=True)
 
-    offload.handle_node = timed
+    head.handle_node = timed
     atexit.register(report)
 
 

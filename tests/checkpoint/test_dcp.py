@@ -169,3 +169,52 @@ def test_any_sequence_reconstructs(tmp_path_factory, contents, bs):
         w.write(d / "c", cid)
         restore_dcp(d / "l4", 0, cid, d / "o")
         assert (d / "o").read_bytes() == c
+
+
+def _resign_map(path, edit) -> None:
+    """Rewrite a map's JSON header with ``edit(dict)`` and recompute its checksum (a forged, valid map)."""
+    import json
+    import struct
+
+    import xxhash
+
+    from ftkit.checkpoint.dcp import MAGIC
+
+    raw = path.read_bytes()
+    body = raw[:-8]
+    (hlen,) = struct.unpack("<I", body[len(MAGIC):len(MAGIC) + 4])
+    start = len(MAGIC) + 4
+    hdr = json.loads(body[start:start + hlen])
+    new = edit(hdr)
+    text = new if isinstance(new, bytes) else json.dumps(hdr).encode()
+    body = MAGIC + struct.pack("<I", len(text)) + text + body[start + hlen:]
+    path.write_bytes(body + struct.pack("<Q", xxhash.xxh3_64_intdigest(body)))
+
+
+@pytest.mark.parametrize("edit", [
+    lambda h: h.update(block_size=10**15),          # would allocate a petabyte
+    lambda h: h.update(nblocks=-1),                 # numpy would read "everything"
+    lambda h: h.update(total_size=-5),
+    lambda h: h.update(gen="../../x"),
+    lambda h: h.update(block_size=None),
+    lambda h: h.update(nblocks=10**400),
+    lambda h: b"[" * 100000 + b"]" * 100000,        # nested past the recursion limit
+    lambda h: b'"just a string"',
+    lambda h: b"\xff\xfe not utf-8",
+])
+def test_forged_map_headers_are_format_errors(tmp_path, edit):
+    """Any parse failure of a map (checksum re-signed, so only the parser can catch it) is a FormatError."""
+    from ftkit.errors import FormatError
+
+    data = np.arange(10 * BS, dtype=np.uint8)
+    src, l4 = tmp_path / "c", tmp_path / "l4"
+    _write(src, data)
+    DcpWriter(l4, 0, BS).write(src, 1)
+    from ftkit.checkpoint.dcp import dcp_map_path
+
+    _resign_map(dcp_map_path(l4, 0, 1), edit)
+    with pytest.raises(FormatError):
+        read_dcp_map(l4, 0, 1)
+    with pytest.raises(FormatError):
+        restore_dcp(l4, 0, 1, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -50,6 +50,7 @@ _MAP_RE = re.compile(r"^dcp-r(\d+)-c(\d+)\.map$")
 _GEN_RE = re.compile(r"^dcp-r(\d+)-g(\d+)\.blocks$")
 #: Blocks read and hashed per system call while scanning the source file.
 _CHUNK_BLOCKS = 256
+_MAX_BLOCK = 1 << 30  # bytes: a larger block size in a map is a damaged (or forged) header
 
 
 @dataclass(frozen=True)
@@ -162,17 +163,20 @@ def read_dcp_map(directory: str | os.PathLike[str], rank: int, ckpt_id: int) -> 
         if int(hdr["rank"]) != rank or int(hdr["ckpt_id"]) != ckpt_id:
             raise FormatError(f"{path} names rank {hdr['rank']} checkpoint {hdr['ckpt_id']}, "
                               f"expected rank {rank} checkpoint {ckpt_id}")
+        gen, bs, total = int(hdr["gen"]), int(hdr["block_size"]), int(hdr["total_size"])
+        if not (gen >= 0 and 0 < bs <= _MAX_BLOCK and total >= 0 and n == -(-total // bs)):
+            raise FormatError(f"{path}: inconsistent dCP map header (generation {gen}, block size {bs}, "
+                              f"total size {total}, {n} blocks)")
         pos = start + hlen
-        offsets = np.frombuffer(body, "<u8", n, pos).astype(np.uint64)
-        hashes = np.frombuffer(body, "<u8", 2 * n, pos + 8 * n).astype(np.uint64).reshape(n, 2)
         if pos + 24 * n != len(body):
             raise FormatError(f"{path}: map length does not match its {n} blocks")
-        return DcpMap(rank, ckpt_id, int(hdr["gen"]), int(hdr["block_size"]), int(hdr["total_size"]),
-                      str(hdr["digest"]), offsets, hashes)
-    except (KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, FormatError):
-            raise
-        raise FormatError(f"{path}: malformed dCP map header ({exc})") from exc
+        offsets = np.frombuffer(body, "<u8", n, pos).astype(np.uint64)
+        hashes = np.frombuffer(body, "<u8", 2 * n, pos + 8 * n).astype(np.uint64).reshape(n, 2)
+        return DcpMap(rank, ckpt_id, gen, bs, total, str(hdr["digest"]), offsets, hashes)
+    except FormatError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any parse failure of a damaged map is a FormatError
+        raise FormatError(f"{path}: malformed dCP map header ({type(exc).__name__}: {exc})") from exc
 
 
 def restore_dcp(directory: str | os.PathLike[str], rank: int, ckpt_id: int,
