@@ -122,13 +122,14 @@ elif a.mode == "txn":
     data[:] = value(rank, 0, a.n)
     out(f"ckpt1 {ckpt.checkpoint(4)}")
     if rank == 0:
-        with open(meta / "filler", "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 4096)
-                    f.flush()
-            except OSError:
+        fd = os.open(meta / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while os.write(fd, b"\0" * 4096):
                 pass
+        except OSError:
+            pass  # ENOSPC: the disk is full
+        finally:
+            os.close(fd)
     data[:] = value(rank, 1, a.n)
     out(f"ckpt2 {attempt('ckpt2', lambda: ckpt.checkpoint(4))}")
     if rank == 0:

@@ -7,6 +7,7 @@ error on one rank is raised on every rank, and a dead peer raises :class:`Proces
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import time
@@ -265,6 +266,11 @@ class Checkpointer:
             # Not committed: this rank's files of it are garbage (the previous checkpoint is untouched).
             self._post.discard()
             pipeline.remove_checkpoints(self._ctx, [_job_entry(job)])
+            if isinstance(exc, CheckpointError):
+                # Raised on every rank at the same agreement: wait until every rank has removed its files,
+                # so the next checkpoint (which may reuse this id) never races with that removal.
+                with contextlib.suppress(FtkitError):
+                    _mpi.barrier(self._icomm, self.config.failure_timeout, "checkpoint clean-up")
             if isinstance(exc, MPI.Exception):  # never a raw MPI.Exception to the application
                 raise _mpi.as_failure(exc, self._icomm, f"checkpoint {ckpt_id}") from exc
             raise
