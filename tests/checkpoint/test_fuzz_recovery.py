@@ -64,7 +64,7 @@ def _forge(path: Path, edit) -> None:
     magic, version, flags, res, hlen, _ = PREAMBLE.unpack_from(raw)
     header = json.loads(bytes(raw[32:32 + hlen]))
     edit(header, raw)
-    text = json.dumps(header).encode()
+    text = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
     assert len(text) <= hlen, "forged header must fit"
     text = text.ljust(hlen, b" ")
     raw[32:32 + hlen] = text

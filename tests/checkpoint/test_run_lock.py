@@ -171,3 +171,21 @@ def test_lock_of_a_killed_job_is_taken_over(tmp_path):
         os.kill(int(lock["pid"]), 0)
     r = run_app(d, 4, "--mode", "recover").check()
     assert r.stdout.count("recovered id=2") == 4 and "data=ok" in r.stdout, r.stdout + r.stderr
+
+
+def test_leftovers_of_another_job_are_named_never_the_shared_roots(tmp_path, monkeypatch):
+    """Separate meta_dirs, shared ckpt_dir/glbl_dir: the advice names only the other run's own directories."""
+    from ftkit.checkpoint.runstate import inspect_run
+    from ftkit.config import load_config
+
+    monkeypatch.chdir(tmp_path)             # the config's directories are relative to the job's directory
+    cfg_path = write_config(tmp_path)
+    for p in (tmp_path / "run" / "local" / "node0" / "other-run" / "l1" / "ckpt3",
+              tmp_path / "run" / "global" / "other-run" / "l4" / "ckpt3", tmp_path / "run" / "meta"):
+        p.mkdir(parents=True)
+    cfg = load_config(cfg_path)
+    state = inspect_run(cfg, 2, [cfg.ckpt_dir / "node0"])
+    assert state.restarted and "'other-run'" in state.problem and "missing" in state.problem
+    assert f"{cfg.glbl_dir / 'other-run'}" in state.problem and "another job" in state.problem
+    assert not re.search(rf"remove {re.escape(str(cfg.ckpt_dir))}( |$|,)", state.problem), state.problem
+    assert f"and {cfg.glbl_dir} to start fresh" not in state.problem, state.problem

@@ -85,6 +85,8 @@ class Checkpointer:
         self._finalized = False
         self._lock: RunLock | None = None
         try:
+            # Every later start-up collective follows one with a deadline: a missing rank is reported.
+            _mpi.barrier(self._icomm, self.config.failure_timeout, "Checkpointer start-up")
             node_ids = detect_node_ids(self._icomm, self.config.node_size or None)
             self.topology: Topology = plan_topology(
                 node_ids, self._icomm.Get_rank(), head=self.config.head, group_size=self.config.group_size,
@@ -106,10 +108,13 @@ class Checkpointer:
             prepare_dirs(self.config, self.topology, self._icomm)
             self._lock = take_run_lock(self.config, self._icomm)
             state = agree_run_state(self.config, self.topology, self._icomm, self.nranks)
-        except BaseException:
-            if getattr(self, "_lock", None) is not None:
+        except BaseException as exc:
+            if self._lock is not None:
                 self._lock.release()
-            self._icomm.Free()
+            with contextlib.suppress(MPI.Exception):
+                self._icomm.Free()
+            if isinstance(exc, MPI.Exception):
+                raise _mpi.as_failure(exc, world, "Checkpointer start-up") from exc
             raise
         self.exec_id: str = state.exec_id
         manifest = Manifest.loads(state.manifest_text) if state.manifest_text else Manifest(
@@ -208,7 +213,10 @@ class Checkpointer:
             raise RecoveryError(f"recover(): {self._problem}")
         if not self._protected:
             raise RecoveryError("recover(): no array is protected: protect() the arrays first")
-        info, entry = recover_newest(self._ctx, self._protected, self.recovery_steps)
+        try:
+            info, entry = recover_newest(self._ctx, self._protected, self.recovery_steps)
+        except MPI.Exception as exc:  # never a raw MPI.Exception to the application
+            raise _mpi.as_failure(exc, self._icomm, "recover()") from exc
         self._schedule.count = int(entry.extra.get("snapshots", 0))
         self._recovered = True
         return info

@@ -47,6 +47,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .._wait import deadline_after, wait_requests
+from . import _mpi
 from ..errors import CheckpointError, ConfigError, ProcessFailure, TimeoutFailure
 from ..failure.detect import ft_dup, is_failure_error
 
@@ -379,7 +380,7 @@ def make_thread_executor(comms: PostComms, timeout: float = DEFAULT_TIMEOUT) -> 
     """
     ok = thread_multiple_available()
     # Every rank must take the same branch: the thread executor's Dup is collective.
-    if comms.app.allreduce(1 if ok else 0, op=MPI.MIN) == 1:
+    if _mpi.all_true(comms.app, ok, timeout, "post-processing set-up"):
         return ThreadExecutor(comms, timeout)
     warnings.warn("MPI was not initialized with MPI_THREAD_MULTIPLE (mpi4py.rc.thread_level): "
                   "asynchronous post-processing falls back to inline", RuntimeWarning, stacklevel=2)

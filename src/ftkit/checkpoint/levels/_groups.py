@@ -78,6 +78,8 @@ class GroupStep(RecoveryStep):
             # The same on every rank (it depends on the entry only): nobody enters a collective below.
             return Located(reason=f"L{self.level}: {exc}", level=self.level)
         try:
+            # Split has no deadline: first make sure, within one, that every rank is here to split.
+            _mpi.barrier(ctx.comm, ctx.timeout, f"L{self.level} recovery")
             comm = ctx.comm.Split(gi, topo.group_of().index(ctx.rank))
         except MPI.Exception as exc:
             raise _mpi.as_failure(exc, ctx.comm, f"L{self.level} recovery") from exc
