@@ -65,6 +65,9 @@ def take_run_lock(config: Config, comm: Any) -> RunLock | None:
         except OSError as exc:
             error = ["error", f"cannot create the run lock in meta_dir {config.meta_dir}: "
                               f"{exc.strerror or exc}"]
+        except Exception as exc:  # noqa: BLE001 - reported on every rank instead of hanging the others
+            error = ["error", f"taking the run lock in meta_dir {config.meta_dir} failed on rank 0: "
+                              f"{type(exc).__name__}: {exc}"]
     error = _mpi.bcast(comm, error, 0, "start-up: run lock", config.failure_timeout)
     if error:
         if lock is not None:
