@@ -129,8 +129,8 @@ class Checkpointer:
                                                       probe=lambda: self._post.failure_flag())
         self.recovery_steps: list[RecoveryStep] = recovery_chain()
         self._ctx = PipelineContext(comm=self._icomm, config=self.config, exec_id=self.exec_id,
-                                             topology=self.topology, store=self._store, rank=self.rank,
-                                             nranks=self.nranks)
+                                    topology=self.topology, store=self._store, rank=self.rank,
+                                    nranks=self.nranks)
         try:
             self._post = PostManager(self._ctx, self._links)
             if state.fresh_manifest:
