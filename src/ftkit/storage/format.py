@@ -109,7 +109,7 @@ def write_file(
     Parameters
     ----------
     path
-        Final name of the file; its directory must exist.
+        Final name of the file (missing directories are created).
     arrays
         ``(name, array)`` pairs, C-contiguous arrays of plain number dtypes, written in this order.
     rank, level, ckpt_id, exec_id, nranks

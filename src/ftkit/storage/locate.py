@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..config import Config
 from .manifest import MANIFEST_NAME, Manifest, read_manifest
 
 __all__ = ["find_manifest", "run_roots"]
@@ -25,8 +26,6 @@ def find_manifest(target: str | Path) -> tuple[Path, Manifest] | None:
     """
     p = Path(target)
     if p.is_file():
-        from ..config import Config
-
         meta = Config.from_file(p).meta_dir
         m = read_manifest(meta)
         return (meta, m) if m else None
