@@ -1,6 +1,6 @@
 """A partner copy onto a full disk: member 1's copy directory is a small tmpfs that fills up mid-transfer.
 
-Usage: partner_enospc.py ROOT SMALL_DISK SIZE
+Usage: partner_enospc.py ROOT SMALL_DISK SIZE [missing]   ("missing": member 2 has no data file at all)
 Prints ``OK <rank>`` or ``STORAGEERROR <rank> <message>`` per rank, ``DONE <rank>`` at the end.
 """
 
@@ -22,6 +22,8 @@ data = root / f"node{r}" / "data.bin"
 data.parent.mkdir(parents=True, exist_ok=True)
 data.write_bytes(np.random.default_rng(r).integers(0, 256, size, dtype=np.uint8).tobytes())
 copy = small / "copy1.bin" if r == 1 else root / f"node{r}" / "copy.bin"
+if sys.argv[4:] == ["missing"] and r == 2:
+    data.unlink()
 comm.Barrier()
 try:
     partner_copy(comm, data, copy, chunk_size=64 << 10, timeout=60,

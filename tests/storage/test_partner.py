@@ -53,3 +53,13 @@ def test_full_disk_during_partner_copy_fails_on_every_member_with_the_cause(tmp_
         src = (r - 1) % 4
         assert (tmp_path / "run" / f"node{r}" / "copy.bin").read_bytes() == \
             (tmp_path / "run" / f"node{src}" / "data.bin").read_bytes()
+
+
+def test_missing_data_file_fails_the_ring_on_every_member_without_waiting(tmp_path):
+    # Member 2 has no file: before, it raised at once while member 1 kept streaming to it (a hang until
+    # the launcher's timeout for files larger than MPI's eager limit).
+    res = run_python(4, PROGRAM.with_name("partner_enospc.py"), str(tmp_path / "run"), str(tmp_path / "disk"),
+                     str(1 << 20), "missing", timeout=120).check()
+    errs = [line for line in res.stdout.splitlines() if line.startswith("STORAGEERROR ")]
+    assert len(errs) == 4, res.stdout + res.stderr
+    assert all("data.bin: file is missing" in e and "rank 2 on node 2" in e for e in errs), errs

@@ -124,15 +124,15 @@ class _Transfer:
         self._wait([self.comm.Isend(send_len, self.dest, _TAG_SIZE),
                     self.comm.Irecv(recv_len, self.source, _TAG_SIZE)], "partner copy: exchanging sizes")
         self.send_len, self.recv_len = int(send_len[0]), int(recv_len[0])
+        # A missing file is not raised here: the peer would be left streaming to (or waiting for) a process
+        # that left. Both sides skip that direction (they see the same -1) and the outcome says why.
         if self.send_path is not None and self.send_len < 0:
-            raise StorageError(f"cannot send {self.send_path}: file is missing")
-        if self.recv_path is not None and self.recv_len < 0:
-            raise StorageError(f"rank {self.source} of the group has no file to send for {self.recv_path}")
+            self.send_guard.error = StorageError(f"cannot send {self.send_path}: file is missing")
         with self.send_guard:
             if self.send_path is not None and self.send_len > 0:
                 self.fd = os.open(self.send_path, os.O_RDONLY)
         with self.recv_guard:
-            if self.recv_path is not None:
+            if self.recv_path is not None and self.recv_len >= 0:
                 self.writer = AtomicWriter(self.recv_path)
 
     def stream(self) -> None:
@@ -140,8 +140,8 @@ class _Transfer:
         from mpi4py import MPI
 
         z = self.chunk
-        n_send = -(-self.send_len // z) if self.send_path is not None else 0
-        n_recv = -(-self.recv_len // z) if self.recv_path is not None else 0
+        n_send = -(-self.send_len // z) if self.send_path is not None and self.send_len > 0 else 0
+        n_recv = -(-self.recv_len // z) if self.recv_path is not None and self.recv_len > 0 else 0
         sbuf = np.zeros(min(z, max(self.send_len, 1)), np.uint8) if n_send else None
         rbuf = np.empty(min(z, max(self.recv_len, 1)), np.uint8) if n_recv else None
         for c in range(max(n_send, n_recv)):
