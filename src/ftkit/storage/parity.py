@@ -159,7 +159,8 @@ def _parse(blob: bytes, p: Path) -> ParityHeader:
         raise FormatError(f"{p}: inconsistent parity header (index {index} of a {k}-member group)")
     return ParityHeader(code=code, k=k, index=index, sizes=tuple(sizes), digests=tuple(digests),
                         payload_offset=_int(raw, "payload_offset", p),
-                        payload_length=_int(raw, "payload_length", p), payload_digest=payload_digest, tag=tag)
+                        payload_length=_int(raw, "payload_length", p), payload_digest=str(payload_digest),
+                        tag=tag)
 
 
 def _is_digest(v: Any) -> bool:
