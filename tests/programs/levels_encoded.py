@@ -14,6 +14,7 @@ files in one process with :mod:`ftkit.storage.offline` instead of the collective
 
 from __future__ import annotations
 
+import struct
 import sys
 from pathlib import Path
 
@@ -69,6 +70,12 @@ def damage(base: Path, what: str) -> None:
         corrupt_file(files(base, int(what[4:]))[0], offset=SIZES[int(what[4:])] // 2)
     elif what.startswith("parity"):
         corrupt_file(files(base, int(what[6:]))[1], offset=-3)
+    elif what.startswith("forged"):  # a header that is valid JSON of the wrong type, same file length
+        p = files(base, int(what[6:]))[1]
+        blob = bytearray(p.read_bytes())
+        (hlen,) = struct.unpack("<I", blob[8:12])
+        blob[12:12 + hlen] = b"[]".ljust(hlen)
+        p.write_bytes(bytes(blob))
     elif what == "alldata":
         for m in range(n):
             files(base, m)[0].unlink()

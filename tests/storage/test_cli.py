@@ -64,3 +64,48 @@ def test_moved_run_and_no_manifest(tmp_path, capsys):
     assert "no manifest" in out and "run9" in out
     corrupt_file(next(moved.glob("local/node0/run9/l1/ckpt2/rank0.ftk")), -1)
     assert main(["verify", str(moved)]) == 1
+
+
+def _forge_dtype(path, dtype):
+    """Rewrite the first section's dtype in the header and re-sign it (the checksum still matches)."""
+    import json
+
+    import xxhash
+
+    from ftkit.storage import format as fmt
+
+    blob = path.read_bytes()
+    hlen = fmt.PREAMBLE.unpack(blob[:fmt.PREAMBLE.size])[4]
+    doc = json.loads(blob[fmt.PREAMBLE.size:fmt.PREAMBLE.size + hlen])
+    doc["sections"][0]["dtype"] = dtype
+    raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode().ljust(hlen)
+    pre = fmt.PREAMBLE.pack(fmt.MAGIC, fmt.VERSION, 0, 0, hlen, xxhash.xxh3_64_intdigest(raw))
+    path.write_bytes(pre + raw + blob[fmt.PREAMBLE.size + hlen:])
+
+
+def test_forged_header_is_one_damaged_line_never_a_traceback(tmp_path, capsys):
+    # A re-signed header with dtype "<f3" (well-formed, no such type) made numpy raise TypeError before.
+    root = _make_run(tmp_path)
+    bad = make_level(1, root / "local", root / "global", "run9", NODES).path(2, 1)
+    _forge_dtype(bad, "<f3")
+    assert main(["verify", str(root)]) == 1
+    out = capsys.readouterr().out
+    damaged = [line for line in out.splitlines() if line.startswith("DAMAGED")]
+    assert len(damaged) == 1 and "rank1.ftk" in damaged[0] and "unsupported dtype '<f3'" in damaged[0], out
+    (root / "meta" / "manifest.json").unlink()  # without a manifest: the files are checked on their own
+    assert main(["verify", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith("DAMAGED")] == \
+        [line for line in out.splitlines() if "unsupported dtype" in line]
+    assert main(["ls", str(root)]) == 0
+    assert "1 file(s) have unreadable headers" in capsys.readouterr().out
+
+
+def test_damaged_manifest_is_one_error_line_for_every_command(tmp_path, capsys):
+    root = _make_run(tmp_path)
+    nested = '{"format": "ftkit-manifest", "version": 1, "nranks": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    (root / "meta" / "manifest.json").write_text(nested)
+    for cmd in ("ls", "verify", "rebuild"):
+        assert main([cmd, str(root / "meta")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "manifest" in err[0] and "damaged" in err[0], err

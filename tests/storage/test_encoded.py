@@ -68,3 +68,12 @@ def test_encode_and_rebuild_memory_stays_bounded(tmp_path, code):
     peaks = [float(x) for x in re.findall(r"PEAK \d+ ([0-9.]+)", res.stdout)]
     assert len(peaks) == 4, res.stdout + res.stderr
     assert max(peaks) <= 64.0, peaks
+
+
+@pytest.mark.parametrize("code, nprocs", [("rs", 4), ("xor", 3)])
+def test_forged_parity_header_is_a_lost_parity_file_on_every_member(tmp_path, code, nprocs):
+    # A parity header that is valid JSON of the wrong type ([] instead of an object): before the fix one
+    # member raised AttributeError in assess_group and the others hung in its allgather.
+    out = _run(tmp_path, nprocs, code, ["forged1", "forged1~off"])
+    for s in ("forged1", "forged1~off"):
+        assert all(line.startswith("OK ") and f"lost=[({nprocs + 1},)]" in line for line in out[s]), out[s]

@@ -204,3 +204,20 @@ def test_copy_file_is_identical(tmp_path):
     assert n == src.stat().st_size and (tmp_path / "b.ftk").read_bytes() == src.read_bytes()
     assert not [p for p in tmp_path.iterdir() if ".tmp." in p.name]
     assert os.path.getsize(tmp_path / "b.ftk") == n
+
+
+def test_copy_onto_a_full_disk_is_atomic(tmp_path, small_disk):
+    # The L4 flush copies with copy_file: a full disk must leave the previous file and no temporary.
+    from ftkit.errors import StorageError
+
+    disk = small_disk(128 << 10)
+    src = tmp_path / "src.ftk"
+    _write(src, [("u", np.arange(64 << 10, dtype=np.float64))])  # 512 KiB
+    dst = disk / "l4" / "rank0.ftk"
+    _write(tmp_path / "small.ftk", [("u", np.ones(8))])
+    fmt.copy_file(tmp_path / "small.ftk", dst)
+    before = dst.read_bytes()
+    with pytest.raises(StorageError, match="No space left on device"):
+        fmt.copy_file(src, dst)
+    assert dst.read_bytes() == before
+    assert [p.name for p in dst.parent.iterdir()] == ["rank0.ftk"]

@@ -7,8 +7,10 @@ import pytest
 
 from ftkit.errors import CheckpointNotFoundError, CorruptionError
 from ftkit.inject import corrupt_file
+from ftkit.storage.encoded import EncodedLevel
 from ftkit.storage.levels import LEVEL_CLASSES, make_level
 from ftkit.storage.local import LocalLevel
+from ftkit.storage.partner import PartnerLevel
 from ftkit.storage.pfs import PFSLevel
 
 NODES = [0, 0, 1, 1]
@@ -83,5 +85,17 @@ class TestPFSLevel(LevelTests):
         assert self.make(tmp_path).path(3, 2) == tmp_path / "global" / "run1" / "l4" / "ckpt3" / "rank2.ftk"
 
 
-def test_registry_holds_l1_and_l4():
-    assert LEVEL_CLASSES[1] is LocalLevel and LEVEL_CLASSES[4] is PFSLevel
+class TestPartnerLevel(LevelTests):
+    """L2 storage passes the kit too (a partner copy is a checkpoint file, held on the holder's node)."""
+
+    level = 2
+
+    def test_copies_are_held_on_the_holders_node(self, tmp_path):
+        lv = self.make(tmp_path)
+        assert lv.path(3, 2) == tmp_path / "local" / "node1" / "run1" / "l2" / "ckpt3" / "rank2.ftk"
+        assert not lv.supports_read
+
+
+def test_registry_holds_every_level():
+    assert LEVEL_CLASSES[1] is LocalLevel and LEVEL_CLASSES[2] is PartnerLevel
+    assert LEVEL_CLASSES[3] is EncodedLevel and LEVEL_CLASSES[4] is PFSLevel

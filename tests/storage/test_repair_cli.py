@@ -79,3 +79,61 @@ def test_rebuild_reports_an_unrepairable_group(run_dir, tmp_path):
     res = ftkit_cmd("rebuild", str(root / "meta"), "--ckpt-dir", str(root / "local"), "--id", "2")
     assert res.returncode == 1, res.stdout + res.stderr
     assert "CANNOT REPAIR" in res.stdout and "RS(4,4) needs 4 of 8 files, 2 survive" in res.stdout
+
+
+def _offline_l3_run(root: Path, mib: int) -> tuple[Path, list[str]]:
+    """A run of 4 ranks on 4 nodes with one checkpoint complete at L1 and L3 (RS), built without MPI."""
+    import numpy as np
+
+    from ftkit.storage.group_plan import encoding_tag
+    from ftkit.storage.levels import make_level
+    from ftkit.storage.manifest import CheckpointEntry, Manifest, RankFile, write_manifest
+    from ftkit.storage.offline import assess_group_files, rebuild_group_files
+
+    nodes = [0, 1, 2, 3]
+    local, glbl, meta = root / "local", root / "global", root / "meta"
+    l1, l3 = (make_level(lv, local, glbl, "runk", nodes) for lv in (1, 3))
+    files = []
+    for r in range(4):
+        u = np.random.default_rng(r).standard_normal(mib * 2**17)
+        info = l1.write(1, r, [("u", u)], level=1, nranks=4)
+        files.append(RankFile(info.size, info.digest))
+    data, parity = [l1.path(1, r) for r in range(4)], [l3.path(1, r) for r in range(4)]
+    tag = encoding_tag("runk", 1)
+    rebuild_group_files(assess_group_files(data, parity, tag=tag), data, parity, tag=tag)
+    m = Manifest(exec_id="runk", nranks=4, created=1.0,
+                 dirs={"ckpt_dir": str(local), "glbl_dir": str(glbl), "meta_dir": str(meta)})
+    m.checkpoints.append(CheckpointEntry(id=1, seq=1, level=1, time=1.0, levels={1: True, 3: True},
+                                         nodes=nodes, files=files, extra={"group_size": 4, "l3_code": "rs"}))
+    write_manifest(meta, m)
+    return data[1], [f.digest for f in files]
+
+
+def test_kill_during_rebuild_leaves_no_temporary_after_the_next_run(tmp_path):
+    import os
+    import signal
+
+    from ftkit._wait import deadline_after, poll_until
+    from ftkit.storage._fsutil import is_temp_name
+    from ftkit.storage.format import verify_file
+
+    lost, digests = _offline_l3_run(tmp_path, 24)
+    lost.unlink()
+
+    def temps() -> list[Path]:
+        return [p for p in (tmp_path / "local").rglob("*") if is_temp_name(p.name)]
+
+    proc = subprocess.Popen([sys.executable, "-m", "ftkit", "rebuild", str(tmp_path / "meta")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        poll_until(lambda: bool(temps()) or proc.poll() is not None, deadline_after(120), "rebuild started")
+        os.kill(proc.pid, signal.SIGKILL)  # from outside, in the middle of writing the rebuilt files
+    finally:
+        proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the rebuild ended before it could be killed"
+    assert temps() and not lost.exists()  # the kill left a temporary behind, never a half file
+    again = ftkit_cmd("rebuild", str(tmp_path / "meta"))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert temps() == []  # the next run removed the stale temporaries of the files it wrote
+    assert verify_file(lost, expect_digest=digests[1]).rank == 1
+    assert ftkit_cmd("verify", str(tmp_path / "meta")).returncode == 0

@@ -1,17 +1,15 @@
 """The process-state table: FT-PBLAS's FT_GetStateTable / FT_SetStateTable / FT_ResetState.
 
 A 2-D ``int8`` array shaped like the process grid of the last failure-tolerant operation: ``1`` = alive,
-``0`` =
-dead. After every agreement (:func:`ftkit.failure.ulfm.agree_on_dead`) the table is identical on all
-survivors.
-A later call on the same grid starts from it: a process already marked dead is not waited for again (the
-reference's reason for exposing the table). An application may inspect it between phases and decide to go on
-with the survivors or to restart on fresh resources.
+``0`` = dead. After every agreement (:func:`ftkit.failure.ulfm.agree_on_dead`) the table is identical on all
+survivors. A later call on the same grid starts from it: a process already marked dead is not waited for
+again (the reference's reason for exposing the table). An application may inspect it between phases and
+decide to go on with the survivors or to restart on fresh resources.
 
 Persistence: after :func:`persist_state_table` names a file (in a directory every rank can read, e.g. the
-checkpoint ``glbl_dir``), every change is written there atomically (temporary file, fsync, rename) by the
-lowest
-live rank, and :func:`load_state_table` lets a later job start with what this one learnt. The file is JSON
+checkpoint ``glbl_dir``), every change is written there atomically (the storage layer's atomic writer:
+random temporary name, fsync, rename; file mode 0600) by the lowest live rank, and :func:`load_state_table`
+lets a later job start with what this one learnt. The file is JSON
 (``{"format": "ftkit-state-table", "version": 1, "shape": [p, q], "alive": [[...], ...]}``); a reader parses
 and validates it and never executes anything.
 """
@@ -20,12 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import FormatError, GridError, StorageError
+from ..storage import atomic_write_bytes
 
 __all__ = [
     "get_state_table",
@@ -39,6 +37,8 @@ __all__ = [
 
 _FORMAT = "ftkit-state-table"
 _VERSION = 1
+#: Largest state-table file read (bytes): a 4096 x 4096 grid fits.
+_MAX_BYTES = 64 << 20
 _table: np.ndarray | None = None
 _persist_path: Path | None = None
 
@@ -118,7 +118,7 @@ def persist_state_table(path: str | os.PathLike[str] | None) -> None:
 
 
 def save_state_table(path: str | os.PathLike[str], table: np.ndarray | None = None) -> None:
-    """Write ``table`` (default: the current one) to ``path`` atomically.
+    """Write ``table`` (default: the current one) to ``path`` atomically (the storage layer's atomic writer).
 
     Raises
     ------
@@ -131,21 +131,10 @@ def save_state_table(path: str | os.PathLike[str], table: np.ndarray | None = No
             "no state table to save: run a failure-tolerant operation or set_state_table first"
         )
     doc = {"format": _FORMAT, "version": _VERSION, "shape": list(arr.shape), "alive": arr.tolist()}
-    target = Path(path)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(doc, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as exc:
-        raise StorageError(f"cannot write the state table to {target}: {exc}") from exc
+        atomic_write_bytes(path, json.dumps(doc).encode())
+    except StorageError as exc:
+        raise StorageError(f"cannot write the state table to {path}: {exc}") from exc
 
 
 def load_state_table(path: str | os.PathLike[str], *, install: bool = True) -> np.ndarray:
@@ -156,30 +145,46 @@ def load_state_table(path: str | os.PathLike[str], *, install: bool = True) -> n
     StorageError
         If the file cannot be read.
     FormatError
-        If it is not an ftkit state-table file or its contents are inconsistent.
+        If it is not an ftkit state-table file or its contents are inconsistent (any parse failure).
     """
     try:
-        text = Path(path).read_text()
+        with open(path, "rb") as f:
+            raw = f.read(_MAX_BYTES + 1)
     except OSError as exc:
-        raise StorageError(f"cannot read the state table {path}: {exc}") from exc
+        raise StorageError(f"cannot read the state table {path}: {exc.strerror or exc}") from exc
     try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise FormatError(f"{path} is not a state-table file (bad JSON: {exc})") from exc
-    if not isinstance(doc, dict) or doc.get("format") != _FORMAT or doc.get("version") != _VERSION:
-        raise FormatError(f"{path} is not an ftkit state-table file of version {_VERSION}")
-    try:
-        arr = _validate(doc["alive"])
-    except (KeyError, GridError, ValueError) as exc:
-        raise FormatError(f"{path}: invalid state table: {exc}") from exc
-    if list(arr.shape) != doc.get("shape"):
-        raise FormatError(
-            f"{path}: table shape {list(arr.shape)} differs from recorded shape {doc.get('shape')}"
-        )
+        arr = _parse(raw, str(path))
+    except FormatError:
+        raise
+    except Exception as exc:  # any parser failure (RecursionError, MemoryError...) is a damaged file
+        raise FormatError(f"{path}: damaged state table ({type(exc).__name__}: {exc})") from exc
     if install:
         global _table
         _table = arr.copy()
     return arr
+
+
+def _parse(raw: bytes, where: str) -> np.ndarray:
+    if len(raw) > _MAX_BYTES:
+        raise FormatError(f"{where}: {len(raw)}+ bytes is too large for a state table")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:
+        raise FormatError(f"{where} is not a state-table file (bad JSON: {exc})") from exc
+    if not isinstance(doc, dict) or doc.get("format") != _FORMAT or type(doc.get("version")) is not int \
+            or doc.get("version") != _VERSION:
+        raise FormatError(f"{where} is not an ftkit state-table file of version {_VERSION}")
+    alive, shape = doc.get("alive"), doc.get("shape")
+    if not isinstance(alive, list) or not alive or not all(
+            isinstance(row, list) and len(row) == len(alive[0]) and all(type(v) is int and v in (0, 1)
+                                                                        for v in row)
+            for row in alive):
+        raise FormatError(f"{where}: invalid state table: 'alive' is not a rectangular table of 0 (dead) and "
+                          "1 (alive)")
+    if shape != [len(alive), len(alive[0])]:
+        raise FormatError(f"{where}: table shape {[len(alive), len(alive[0])]} differs from recorded shape "
+                          f"{shape!r}")
+    return _validate(alive)
 
 
 def _save_if_persisted() -> None:

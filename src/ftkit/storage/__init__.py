@@ -1,7 +1,8 @@
-"""ftkit's storage layer: the checkpoint file container, the manifest, and one module per level."""
+"""ftkit's storage layer: the checkpoint container, the manifest, the input store, one module per level."""
 
 from __future__ import annotations
 
+from ._fsutil import AtomicWriter, atomic_write_bytes, set_group_access
 from .base import StorageLevel
 from .format import FileInfo, Header, Section, read_arrays, read_header, verify_file, write_file
 from .local import LocalLevel
@@ -10,4 +11,4 @@ from .pfs import PFSLevel
 
 __all__ = ["StorageLevel", "LocalLevel", "PFSLevel", "FileInfo", "Header", "Section", "read_arrays",
            "read_header", "verify_file", "write_file", "CheckpointEntry", "Manifest", "RankFile",
-           "read_manifest", "write_manifest"]
+           "read_manifest", "write_manifest", "AtomicWriter", "atomic_write_bytes", "set_group_access"]

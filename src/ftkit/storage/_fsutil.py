@@ -1,17 +1,97 @@
-"""Small filesystem helpers for atomic, durable commits (temporary name → fsync → rename → fsync dir)."""
+"""The one atomic writer of ftkit, and the small file-system helpers around it.
+
+Every file ftkit writes (checkpoint files, partner copies, parity files, the manifest, the state table, input
+store files) goes through :class:`AtomicWriter`: the bytes are written under a temporary name, fsynced, and
+renamed to the final name, then the directory is fsynced; a crash never leaves a half-written file under a
+name a reader trusts.
+
+Rules a caller may rely on:
+
+* Temporary names are ``.<final name>.<16 random hex digits>.tmp`` (:func:`secrets.token_hex`), created with
+  ``O_CREAT | O_EXCL | O_NOFOLLOW``: a file or symbolic link planted at a guessed name is never followed
+  nor overwritten (:func:`open_temp` is the only place that opens one).
+* Files are created with mode 0600 and directories with 0700 (before the umask), so other local users
+  cannot read checkpoints; :func:`set_group_access` switches the whole storage layer to 0640/0750 for
+  setups where a group shares the checkpoints.
+* A temporary file left by a killed writer is never read (readers open final names only); it is removed
+  by the next writer of the same final name and by :func:`remove_file` of that name.
+"""
 
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
+from types import TracebackType
 
-__all__ = ["fsync_dir", "tmp_path_for", "atomic_write_bytes", "write_all", "make_dirs", "remove_file",
-           "remove_empty_dirs"]
+import numpy as np
+
+from ..errors import StorageError
+
+__all__ = ["AtomicWriter", "atomic_write_bytes", "open_temp", "set_group_access", "file_mode", "dir_mode",
+           "fsync_dir", "write_all", "make_dirs", "remove_file", "remove_empty_dirs", "stale_temps",
+           "is_temp_name"]
+
+_modes = {"file": 0o600, "dir": 0o700}
+_TEMP_TRIES = 8
 
 
-def tmp_path_for(path: Path) -> Path:
-    """Return the temporary name a file is written under before it is renamed to ``path``."""
-    return path.with_name(f".{path.name}.tmp.{os.getpid()}")
+def set_group_access(enabled: bool) -> None:
+    """Create files 0640 and directories 0750 (``enabled``), or 0600/0700 (the default), from now on.
+
+    The one storage-level switch behind the configuration key ``[ftkit] group_access``; it applies to every
+    file and directory the storage layer creates in this process afterwards.
+    """
+    _modes["file"], _modes["dir"] = (0o640, 0o750) if enabled else (0o600, 0o700)
+
+
+def file_mode() -> int:
+    """Mode (before the umask) of files the storage layer creates."""
+    return _modes["file"]
+
+
+def dir_mode() -> int:
+    """Mode (before the umask) of directories the storage layer creates."""
+    return _modes["dir"]
+
+
+def is_temp_name(name: str, final: str | None = None) -> bool:
+    """True when ``name`` is a temporary name of :class:`AtomicWriter` (of final name ``final`` if given)."""
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return False
+    stem, _, token = name[1:-4].rpartition(".")
+    if len(token) != 16 or any(c not in "0123456789abcdef" for c in token):
+        return False
+    return final is None or stem == final
+
+
+def stale_temps(path: Path) -> list[Path]:
+    """Temporary files of earlier, interrupted writes of ``path`` (same directory, same final name)."""
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return []
+    return [path.parent / n for n in names if is_temp_name(n, path.name)]
+
+
+def open_temp(path: Path) -> tuple[int, Path]:
+    """Create a new temporary file for final name ``path``; return its descriptor and name.
+
+    Opened ``O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW`` under a random name with :func:`file_mode`.
+
+    Raises
+    ------
+    OSError
+        If the file cannot be created (also when random names keep colliding: someone plants them).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(_TEMP_TRIES):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+        try:
+            return os.open(tmp, flags, file_mode()), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path.parent}: {_TEMP_TRIES} random temporary names already taken")
 
 
 def fsync_dir(path: Path) -> None:
@@ -24,9 +104,9 @@ def fsync_dir(path: Path) -> None:
 
 
 def make_dirs(path: Path) -> None:
-    """Create ``path`` and missing parents, fsyncing each parent of a created directory."""
+    """Create ``path`` and missing parents (mode :func:`dir_mode`), fsyncing the parent of each created."""
     missing = []
-    p = path
+    p = Path(path)
     while not p.exists():
         missing.append(p)
         if p.parent == p:
@@ -34,7 +114,7 @@ def make_dirs(path: Path) -> None:
         p = p.parent
     for d in reversed(missing):
         try:
-            d.mkdir()
+            d.mkdir(mode=dir_mode())
         except FileExistsError:
             continue
         fsync_dir(d.parent)
@@ -42,7 +122,7 @@ def make_dirs(path: Path) -> None:
 
 def write_all(fd: int, data: memoryview | bytes, offset: int | None = None) -> None:
     """Write every byte of ``data`` to ``fd`` (at ``offset`` with pwrite, else at the current position)."""
-    view = memoryview(data)
+    view = memoryview(data).cast("B")
     done = 0
     while done < len(view):
         if offset is None:
@@ -54,28 +134,119 @@ def write_all(fd: int, data: memoryview | bytes, offset: int | None = None) -> N
         done += n
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically and durably (temporary name, fsync, rename, fsync dir)."""
-    tmp = tmp_path_for(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+class AtomicWriter:
+    """Write a file under a random temporary name; :meth:`commit` fsyncs and renames it to ``path``.
+
+    Used as a context manager, it commits on normal exit and removes the temporary file on an exception.
+    Missing parent directories are created (a replacement node starts with an empty local directory).
+
+    Parameters
+    ----------
+    path
+        Final name of the file.
+    fsync
+        Make the file and the rename durable on commit (only format tests turn it off).
+
+    Raises
+    ------
+    StorageError
+        If the temporary file cannot be created (naming the cause, e.g. a full disk).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        self.path = Path(path)
+        self.fsync = fsync
+        self._done = False
+        try:
+            make_dirs(self.path.parent)
+            for old in stale_temps(self.path):
+                old.unlink(missing_ok=True)
+            self.fd, self.tmp = open_temp(self.path)
+        except OSError as exc:
+            raise StorageError(f"cannot create {self.path}: {exc.strerror or exc}") from exc
+
+    def pwrite(self, data: np.ndarray | bytes | memoryview, offset: int) -> None:
+        """Write ``data`` at byte ``offset`` of the file.
+
+        Raises
+        ------
+        OSError
+            As raised by the system (e.g. ``ENOSPC``).
+        """
+        write_all(self.fd, memoryview(data).cast("B"), offset)  # type: ignore[arg-type]
+
+    def commit(self) -> None:
+        """Make the file durable and visible under its final name.
+
+        Raises
+        ------
+        StorageError
+            If fsync or rename fails (the temporary file is removed).
+        """
+        if self._done:
+            return
+        try:
+            if self.fsync:
+                os.fsync(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+            os.replace(self.tmp, self.path)
+            self._done = True
+            if self.fsync:
+                fsync_dir(self.path.parent)
+        except OSError as exc:
+            self.abort()
+            raise StorageError(f"cannot commit {self.path}: {exc.strerror or exc}") from exc
+
+    def abort(self) -> None:
+        """Drop the temporary file (the final name is left untouched)."""
+        if self._done:
+            return
+        self._done = True
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = -1
+        try:
+            self.tmp.unlink()
+        except OSError:
+            pass
+
+    def __enter__(self) -> AtomicWriter:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if et is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, fsync: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically and durably through :class:`AtomicWriter`.
+
+    Raises
+    ------
+    StorageError
+        If the file cannot be written (the temporary file is removed; ``path`` is unchanged).
+    """
+    with AtomicWriter(path, fsync=fsync) as w:
+        try:
+            w.pwrite(data, 0)
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def remove_file(path: Path) -> None:
-    """Delete ``path`` if it exists."""
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
+    """Delete ``path`` if it exists, with the temporary files of interrupted writes of that name."""
+    for p in [Path(path), *stale_temps(Path(path))]:
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
 
 
 def remove_empty_dirs(path: Path, stop: Path) -> None:

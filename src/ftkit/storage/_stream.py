@@ -1,20 +1,18 @@
-"""Streaming file helpers shared by the redundancy levels: chunked reads with zero padding, atomic writes.
+"""Streaming file helpers shared by the redundancy levels: chunked reads with zero padding, digests, sizes.
 
-A file written through :class:`AtomicWriter` appears under its final name only after its bytes are fsynced
-(temporary name, fsync, rename, fsync of the directory), so a crash never leaves a half-written file under
-a name a reader would trust.
+Files are written through the one atomic writer, :class:`ftkit.storage._fsutil.AtomicWriter` (re-exported
+here for the modules that stream into it).
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from types import TracebackType
 
 import numpy as np
 import xxhash
 
 from ..errors import StorageError
+from ._fsutil import AtomicWriter
 
 __all__ = ["AtomicWriter", "read_into", "file_digest", "file_size", "byte_view"]
 
@@ -73,69 +71,3 @@ def file_digest(path: str | os.PathLike[str], chunk_size: int = 4 << 20) -> str:
                 break
             h.update(byte_view(buf)[:n])
     return h.hexdigest()
-
-
-class AtomicWriter:
-    """Write a file under a temporary name; :meth:`commit` fsyncs and renames it to ``path``.
-
-    Used as a context manager, it commits on normal exit and removes the temporary file on an exception.
-    The parent directory is created if missing (a replacement node starts with an empty local directory).
-    """
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.tmp = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
-            self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        except OSError as exc:
-            raise StorageError(f"cannot create {self.path}: {exc}") from exc
-        self._done = False
-
-    def pwrite(self, data: np.ndarray | bytes | memoryview, offset: int) -> None:
-        """Write ``data`` at byte ``offset`` of the file."""
-        view = byte_view(data)
-        done = 0
-        while done < len(view):
-            done += os.pwrite(self.fd, view[done:], offset + done)
-
-    def commit(self) -> None:
-        """Make the file durable and visible under its final name."""
-        if self._done:
-            return
-        try:
-            os.fsync(self.fd)
-            os.close(self.fd)
-            os.replace(self.tmp, self.path)
-            dfd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError as exc:
-            raise StorageError(f"cannot commit {self.path}: {exc}") from exc
-        self._done = True
-
-    def abort(self) -> None:
-        """Drop the temporary file (the final name is left untouched)."""
-        if self._done:
-            return
-        self._done = True
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
-        try:
-            os.unlink(self.tmp)
-        except OSError:
-            pass
-
-    def __enter__(self) -> AtomicWriter:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if et is None:
-            self.commit()
-        else:
-            self.abort()

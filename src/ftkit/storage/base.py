@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .._paths import check_inside, check_plain_name, check_removable
 from . import format as fmt
 from ._fsutil import make_dirs, remove_empty_dirs, remove_file
 
@@ -49,7 +50,8 @@ class StorageLevel(ABC):
     root
         The level's root directory (``ckpt_dir`` for node-local levels, ``glbl_dir`` for L4).
     exec_id
-        The run's identity; every path is under a directory of that name.
+        The run's identity; every path is under a directory of that name (a plain name: see
+        :func:`ftkit._paths.check_plain_name`, else :class:`~ftkit.errors.UnsafePathError`).
     nodes
         Node id of every rank when the checkpoint was taken (node-local levels place files by node).
     chunk_bytes
@@ -68,7 +70,7 @@ class StorageLevel(ABC):
     def __init__(self, root: str | os.PathLike[str], exec_id: str, nodes: Sequence[int],
                  chunk_bytes: int = fmt.DEFAULT_CHUNK, fsync: bool = True) -> None:
         self.root = Path(root)
-        self.exec_id = exec_id
+        self.exec_id = check_plain_name(exec_id, "exec_id")
         self.nodes = list(nodes)
         self.chunk_bytes = chunk_bytes
         self.fsync = fsync
@@ -92,15 +94,13 @@ class StorageLevel(ABC):
     def write(self, ckpt_id: int, rank: int, arrays: Sequence[tuple[str, np.ndarray]], *, level: int,
               nranks: int, meta: Mapping[str, Any] | None = None) -> fmt.FileInfo:
         """Write ``rank``'s checkpoint file from ``arrays`` straight into this level (atomically)."""
-        dst = self.path(ckpt_id, rank)
-        make_dirs(dst.parent)
+        dst = self._writable(ckpt_id, rank)
         return fmt.write_file(dst, arrays, rank=rank, level=level, ckpt_id=ckpt_id, exec_id=self.exec_id,
                               nranks=nranks, meta=meta, chunk_bytes=self.chunk_bytes, fsync=self.fsync)
 
     def put_file(self, ckpt_id: int, rank: int, src: str | os.PathLike[str]) -> int:
         """Copy an existing file (e.g. the L1 file) in as ``rank``'s file; return bytes copied."""
-        dst = self.path(ckpt_id, rank)
-        make_dirs(dst.parent)
+        dst = self._writable(ckpt_id, rank)
         return fmt.copy_file(src, dst, chunk_bytes=self.chunk_bytes, fsync=self.fsync)
 
     def verify(self, ckpt_id: int, rank: int, expect_digest: str | None = None) -> fmt.Header:
@@ -126,8 +126,18 @@ class StorageLevel(ABC):
     def remove(self, ckpt_id: int, rank: int) -> None:
         """Delete ``rank``'s file of ``ckpt_id`` (and directories left empty); missing files are ignored."""
         p = self.path(ckpt_id, rank)
+        check_removable(p, self.root, f"L{self.level} file of rank {rank}")
         remove_file(p)
         remove_empty_dirs(p.parent, self.stop_dir(ckpt_id, rank))
+
+    def _writable(self, ckpt_id: int, rank: int) -> Path:
+        """``rank``'s path, its directory created and checked to lie inside the level's root."""
+        dst = self.path(ckpt_id, rank)
+        what = f"L{self.level} file of rank {rank}"
+        check_inside(dst, self.root, what)  # before creating anything: a link may lead out
+        make_dirs(dst.parent)
+        check_inside(dst, self.root, what)
+        return dst
 
     def list_ids(self) -> list[int]:
         """Ids of the checkpoints that have a directory at this level (complete or not)."""

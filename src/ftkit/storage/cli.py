@@ -17,49 +17,12 @@ from ..errors import FtkitError
 from .base import FILE_SUFFIX
 from .format import read_header, verify_file
 from .levels import LEVEL_CLASSES, make_level
-from .manifest import MANIFEST_NAME, Manifest, read_manifest
+from .locate import find_manifest, run_roots
+from .manifest import MANIFEST_NAME, Manifest
+from .repair import add_parser as add_rebuild_parser
+from .repair import check_redundancy
 
-__all__ = ["add_parser", "run_ls", "run_verify", "find_manifest"]
-
-
-def find_manifest(target: str | Path) -> tuple[Path, Manifest] | None:
-    """Locate the manifest for ``target`` (meta_dir, its parent, or a config file); None if there is none.
-
-    Raises
-    ------
-    FormatError
-        If a manifest is found but damaged.
-    """
-    p = Path(target)
-    if p.is_file():
-        from ..config import Config
-
-        meta = Config.from_file(p).meta_dir
-        m = read_manifest(meta)
-        return (meta, m) if m else None
-    candidates = [p] + sorted(c.parent for c in p.glob(f"*/{MANIFEST_NAME}"))
-    for d in candidates:
-        m = read_manifest(d)
-        if m is not None:
-            return d, m
-    return None
-
-
-def _dirs(meta_dir: Path, m: Manifest) -> tuple[Path, Path]:
-    """ckpt_dir and glbl_dir of the run; if the run's directories were moved together with meta_dir, their
-    recorded places are translated to the new location."""
-    recorded_meta = Path(m.dirs.get("meta_dir", meta_dir)).absolute()
-    here = meta_dir.absolute()
-    out = []
-    for key, default in (("ckpt_dir", "local"), ("glbl_dir", "global")):
-        p = Path(m.dirs.get(key, meta_dir.parent / default))
-        if recorded_meta != here and not p.exists():
-            try:
-                p = here.parent / p.relative_to(recorded_meta.parent)
-            except ValueError:
-                pass
-        out.append(p)
-    return out[0], out[1]
+__all__ = ["add_parser", "run_ls", "run_verify"]
 
 
 def _human(n: int) -> str:
@@ -73,15 +36,13 @@ def _human(n: int) -> str:
 
 def _check_entry(meta_dir: Path, m: Manifest, entry: Any, deep: bool) -> list[str]:
     """Problems of ``entry``'s files at its complete levels (existence and size; digests too if ``deep``)."""
-    ckpt, glbl = _dirs(meta_dir, m)
+    ckpt, glbl = run_roots(meta_dir, m)
     problems = []
     for lv in entry.complete_levels:
         if lv not in LEVEL_CLASSES:
             continue
         storage = make_level(lv, ckpt, glbl, m.exec_id, entry.nodes)
         if not storage.supports_read:  # L2 copies / L3 parity: checked against their group's files
-            from .repair import check_redundancy
-
             problems += check_redundancy(storage, entry, deep)
             continue
         for rank, f in enumerate(entry.files):
@@ -188,6 +149,4 @@ def add_parser(subparsers: Any) -> None:
                                           "missing.")
     v.add_argument("dir", metavar="DIR")
     v.set_defaults(func=run_verify)
-    from .repair import add_parser as add_rebuild_parser
-
     add_rebuild_parser(subparsers)

@@ -20,6 +20,8 @@ shape times the item size; the file is exactly ``file_size`` bytes long. Section
 after :func:`verify_file` or while :func:`read_into` checks them. Nothing read is ever executed or unpickled:
 dtypes are parsed from a short allow-listed string.
 
+The header's fields and its strict parser live in :mod:`ftkit.storage.header` (re-exported here).
+
 Writing streams each protected buffer straight to the file in chunks (memoryviews: no copy of the data),
 hashing as it goes; the header is written first with zero digests and rewritten in place with the real
 ones (same length), so one pass over memory suffices and ftkit's extra memory stays near zero whatever the
@@ -28,13 +30,8 @@ size.
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import re
-import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,85 +39,27 @@ import numpy as np
 import xxhash
 
 from ..errors import CheckpointNotFoundError, CorruptionError, FormatError, StorageError
-from ._fsutil import fsync_dir, tmp_path_for, write_all
+from ._fsutil import AtomicWriter
+from .header import (
+    MAGIC,
+    PREAMBLE,
+    VERSION,
+    FileInfo,
+    Header,
+    Section,
+    decode_header,
+    digest_hex,
+    encode_header,
+    parse_dtype,
+    section_of,
+)
 
 __all__ = ["MAGIC", "VERSION", "PREAMBLE", "Section", "Header", "FileInfo", "DEFAULT_CHUNK",
            "encode_header", "decode_header", "write_file", "read_header", "verify_file", "read_into",
            "read_arrays", "copy_file", "parse_dtype", "section_of", "digest_hex"]
 
-MAGIC = b"FTKITCKP"
-VERSION = 1
-PREAMBLE = struct.Struct("<8sHHIQQ")
 DEFAULT_CHUNK = 16 * 2**20
-_ZERO_DIGEST = "0" * 16
-_DTYPE_RE = re.compile(r"^[<>|][biufc][0-9]{1,2}$")
 _MAX_HEADER = 64 * 2**20
-
-
-def digest_hex(h: Any) -> str:
-    """Return the 16-hex-digit form of an xxh3-64 hasher's digest."""
-    return f"{h.intdigest():016x}"
-
-
-def parse_dtype(text: Any, where: str = "") -> np.dtype:
-    """Return the dtype named by ``text`` if it is a plain number type string, else raise FormatError."""
-    if not isinstance(text, str) or not _DTYPE_RE.match(text):
-        raise FormatError(f"{where}unsupported dtype {text!r}: ftkit stores only bool, integer, float and "
-                          "complex arrays")
-    return np.dtype(text)
-
-
-@dataclass(frozen=True)
-class Section:
-    """One stored array: name, dtype string, shape, byte offset and length in the file, xxh3 digest (hex)."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    offset: int
-    nbytes: int
-    xxh3: str = _ZERO_DIGEST
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "offset": self.offset,
-                "nbytes": self.nbytes, "xxh3": self.xxh3}
-
-
-@dataclass(frozen=True)
-class Header:
-    """The parsed header of a checkpoint file."""
-
-    rank: int
-    level: int
-    ckpt_id: int
-    exec_id: str
-    nranks: int
-    sections: tuple[Section, ...]
-    data_offset: int
-    file_size: int
-    digest: str                      # xxh3-64 (hex) of the header bytes: the file's fingerprint
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def section(self, name: str) -> Section:
-        """Return the section called ``name``; raise FormatError if there is none."""
-        return section_of(self.sections, name)
-
-
-@dataclass(frozen=True)
-class FileInfo:
-    """What a writer learned about the file it wrote: its size (bytes) and header digest (its fingerprint)."""
-
-    size: int
-    digest: str
-    header: Header | None = None
-
-
-def section_of(sections: Sequence[Section], name: str) -> Section:
-    """Return the section called ``name`` from ``sections``; raise FormatError if there is none."""
-    for s in sections:
-        if s.name == name:
-            return s
-    raise FormatError(f"no section named {name!r} (the file holds {[s.name for s in sections]})")
 
 
 def _array_bytes(array: np.ndarray) -> memoryview:
@@ -128,16 +67,6 @@ def _array_bytes(array: np.ndarray) -> memoryview:
     if not array.flags.c_contiguous:
         raise StorageError("ftkit writes C-contiguous arrays only")
     return memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
-
-
-def encode_header(fields_: Mapping[str, Any], sections: Sequence[Section], header_len: int = 0) -> bytes:
-    """Encode a header JSON (padded with spaces to at least ``header_len`` bytes)."""
-    doc = dict(fields_)
-    doc["sections"] = [s.to_json() for s in sections]
-    raw = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
-    if len(raw) < header_len:
-        raw += b" " * (header_len - len(raw))
-    return raw
 
 
 def _layout(fields_: dict[str, Any], arrays: Sequence[tuple[str, np.ndarray]]) -> tuple[bytes, list[Section]]:
@@ -180,7 +109,7 @@ def write_file(
     Parameters
     ----------
     path
-        Final name of the file; its directory must exist.
+        Final name of the file (missing directories are created).
     arrays
         ``(name, array)`` pairs, C-contiguous arrays of plain number dtypes, written in this order.
     rank, level, ckpt_id, exec_id, nranks
@@ -208,13 +137,9 @@ def write_file(
     fields_ = {"format": "ftkit-checkpoint", "rank": int(rank), "level": int(level), "ckpt_id": int(ckpt_id),
                "exec_id": str(exec_id), "nranks": int(nranks), "meta": dict(meta or {})}
     placeholder, sections = _layout(fields_, arrays)
-    tmp = tmp_path_for(path)
+    writer = AtomicWriter(path, fsync=fsync)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError as exc:
-        raise StorageError(f"cannot create checkpoint file {tmp}: {exc.strerror or exc}") from exc
-    try:
-        write_all(fd, _preamble(placeholder) + placeholder)
+        writer.pwrite(_preamble(placeholder) + placeholder, 0)
         final = []
         for (_name, arr), sec in zip(arrays, sections, strict=True):
             h = xxhash.xxh3_64()
@@ -222,84 +147,23 @@ def write_file(
             for start in range(0, len(view), chunk_bytes):
                 piece = view[start:start + chunk_bytes]
                 h.update(piece)
-                write_all(fd, piece)
+                writer.pwrite(piece, sec.offset + start)
             final.append(Section(sec.name, sec.dtype, sec.shape, sec.offset, sec.nbytes, digest_hex(h)))
         header = encode_header(fields_, final, len(placeholder))
         if len(header) != len(placeholder):  # pragma: no cover - digests are fixed width
             raise StorageError("internal error: header length changed")
-        write_all(fd, _preamble(header) + header, offset=0)
-        if fsync:
-            os.fsync(fd)
+        writer.pwrite(_preamble(header) + header, 0)
+        writer.commit()
     except OSError as exc:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
+        writer.abort()
+        if isinstance(exc, StorageError):
+            raise
         raise StorageError(f"cannot write checkpoint file {path}: {exc.strerror or exc}") from exc
     except BaseException:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
+        writer.abort()
         raise
-    os.close(fd)
-    os.replace(tmp, path)
-    if fsync:
-        fsync_dir(path.parent)
     hdr = decode_header(header, xxhash.xxh3_64_intdigest(header), str(path))
     return FileInfo(hdr.file_size, hdr.digest, hdr)
-
-
-def decode_header(raw: bytes, digest: int, where: str = "") -> Header:
-    """Parse and check header bytes (whose xxh3-64 is ``digest``); raise FormatError on any inconsistency."""
-    pre = f"{where}: " if where else ""
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"{pre}header is not valid JSON ({exc})") from exc
-    if not isinstance(doc, dict) or doc.get("format") != "ftkit-checkpoint":
-        raise FormatError(f"{pre}header is not an ftkit checkpoint header")
-
-    def _int(key: str, d: Mapping[str, Any] = doc) -> int:
-        v = d.get(key)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise FormatError(f"{pre}header field {key!r} = {v!r} is not a non-negative integer")
-        return v
-
-    data_offset, file_size = _int("data_offset"), _int("file_size")
-    raw_sections = doc.get("sections")
-    if not isinstance(raw_sections, list):
-        raise FormatError(f"{pre}header field 'sections' is not a list")
-    sections, expect, names = [], data_offset, set()
-    for s in raw_sections:
-        if not isinstance(s, dict) or not isinstance(s.get("name"), str):
-            raise FormatError(f"{pre}malformed section entry {s!r}")
-        name = s["name"]
-        if name in names:
-            raise FormatError(f"{pre}section {name!r} appears twice")
-        names.add(name)
-        dt = parse_dtype(s.get("dtype"), f"{pre}section {name!r}: ")
-        shape = s.get("shape")
-        if not isinstance(shape, list) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0
-                                              for d in shape):
-            raise FormatError(f"{pre}section {name!r}: bad shape {shape!r}")
-        offset, nbytes = _int("offset", s), _int("nbytes", s)
-        if nbytes != math.prod(shape) * dt.itemsize:
-            raise FormatError(f"{pre}section {name!r}: {nbytes} bytes do not match shape {shape} of {dt}")
-        if offset != expect:
-            raise FormatError(f"{pre}section {name!r}: offset {offset} should be {expect}")
-        digest_s = s.get("xxh3")
-        if not isinstance(digest_s, str) or not re.fullmatch(r"[0-9a-f]{16}", digest_s):
-            raise FormatError(f"{pre}section {name!r}: bad digest {digest_s!r}")
-        sections.append(Section(name, dt.str, tuple(shape), offset, nbytes, digest_s))
-        expect += nbytes
-    if expect != file_size:
-        raise FormatError(f"{pre}sections end at {expect} but file_size is {file_size}")
-    meta = doc.get("meta", {})
-    if not isinstance(meta, dict):
-        raise FormatError(f"{pre}header field 'meta' is not an object")
-    exec_id = doc.get("exec_id")
-    if not isinstance(exec_id, str):
-        raise FormatError(f"{pre}header field 'exec_id' is not a string")
-    return Header(rank=_int("rank"), level=_int("level"), ckpt_id=_int("ckpt_id"), exec_id=exec_id,
-                  nranks=_int("nranks"), sections=tuple(sections), data_offset=data_offset,
-                  file_size=file_size, digest=f"{digest:016x}", meta=meta)
 
 
 def read_header(path: str | os.PathLike[str]) -> Header:
@@ -454,7 +318,10 @@ def _read_direct(fd: int, s: Section, view: memoryview, path: Path, chunk_bytes:
 def read_arrays(path: str | os.PathLike[str], *, chunk_bytes: int = DEFAULT_CHUNK) -> dict[str, np.ndarray]:
     """Read every section of ``path`` into new arrays (checking digests); return name → array."""
     header = read_header(path)
-    out = {s.name: np.empty(s.shape, dtype=np.dtype(s.dtype)) for s in header.sections}
+    try:
+        out = {s.name: np.empty(s.shape, dtype=np.dtype(s.dtype)) for s in header.sections}
+    except (ValueError, MemoryError) as exc:  # dimensions too large for this machine
+        raise FormatError(f"{path}: cannot hold the stored arrays ({exc})") from exc
     read_into(path, out, header, chunk_bytes=chunk_bytes)
     return out
 
@@ -463,7 +330,8 @@ def copy_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, chunk
               fsync: bool = True) -> int:
     """Copy ``src`` to ``dst`` atomically (temporary name, fsync, rename, fsync dir) with one chunk buffer.
 
-    Returns the number of bytes copied. The destination's directory must exist.
+    Returns the number of bytes copied. Missing directories of ``dst`` are created; on any error the
+    temporary file is removed and ``dst`` is left as it was.
 
     Raises
     ------
@@ -473,35 +341,23 @@ def copy_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, chunk
         If the copy fails (the temporary file is removed).
     """
     src, dst = Path(src), Path(dst)
-    tmp = tmp_path_for(dst)
     try:
         sfd = os.open(src, os.O_RDONLY)
     except FileNotFoundError as exc:
         raise CheckpointNotFoundError(f"{src}: file to copy is missing") from exc
+    except OSError as exc:
+        raise StorageError(f"cannot open {src} to copy it: {exc.strerror or exc}") from exc
     try:
-        dfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            buf = bytearray(chunk_bytes)
-            view = memoryview(buf)
+        with AtomicWriter(dst, fsync=fsync) as writer:
+            view = memoryview(bytearray(chunk_bytes))
             total = 0
-            while True:
-                n = os.readv(sfd, [view])
-                if n == 0:
-                    break
-                write_all(dfd, view[:n])
+            while n := os.readv(sfd, [view]):
+                writer.pwrite(view[:n], total)
                 total += n
-            if fsync:
-                os.fsync(dfd)
-        except BaseException:
-            os.close(dfd)
-            tmp.unlink(missing_ok=True)
-            raise
-        os.close(dfd)
+    except StorageError:
+        raise
     except OSError as exc:
         raise StorageError(f"cannot copy {src} to {dst}: {exc.strerror or exc}") from exc
     finally:
         os.close(sfd)
-    os.replace(tmp, dst)
-    if fsync:
-        fsync_dir(dst.parent)
     return total

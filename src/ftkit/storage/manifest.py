@@ -23,6 +23,8 @@ byte-identical to the one described by ``files[r]`` (same size, same header dige
 from __future__ import annotations
 
 import json
+import math
+import os
 import threading
 import time
 from collections.abc import Iterable
@@ -30,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import FormatError, StorageError
+from .._paths import check_plain_name
+from ..errors import FormatError, StorageError, UnsafePathError
 from ._fsutil import atomic_write_bytes
 
 __all__ = ["MANIFEST_NAME", "RankFile", "CheckpointEntry", "Manifest", "read_manifest", "write_manifest",
@@ -139,60 +142,114 @@ class Manifest:
         Raises
         ------
         FormatError
-            Naming the field that is missing or malformed.
+            Naming the field that is missing or malformed; any parse failure of the text (deep nesting,
+            huge numbers...) is reported as this error too.
         """
         try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise FormatError(f"{where}: not valid JSON ({exc}): the manifest is damaged") from exc
-        if not isinstance(doc, dict) or doc.get("format") != "ftkit-manifest":
-            raise FormatError(f"{where}: not an ftkit manifest")
-        if doc.get("version") != _VERSION:
-            raise FormatError(f"{where}: manifest version {doc.get('version')!r} is not supported "
-                              "(this ftkit "
-                              f"reads version {_VERSION})")
-        try:
-            nranks = _nonneg(doc["nranks"], "nranks")
-            entries = []
-            for e in doc["checkpoints"]:
-                files = [RankFile(_nonneg(f["size"], "size"), _digest(f["digest"])) for f in e["files"]]
-                nodes = [_nonneg(n, "nodes") for n in e["nodes"]]
-                if len(files) != nranks or len(nodes) != nranks:
-                    raise FormatError(f"{where}: checkpoint {e.get('id')} lists {len(files)} files and "
-                                      f"{len(nodes)} nodes for {nranks} ranks")
-                levels = {int(k): bool(v) for k, v in dict(e["levels"]).items()}
-                extra = e.get("extra", {})
-                if not isinstance(extra, dict):
-                    raise FormatError(f"{where}: checkpoint {e.get('id')}: 'extra' is not an object")
-                entries.append(CheckpointEntry(id=_nonneg(e["id"], "id"), seq=_nonneg(e["seq"], "seq"),
-                                               level=_nonneg(e["level"], "level"), time=float(e["time"]),
-                                               levels=levels, nodes=nodes, files=files, extra=extra))
-            exec_id = doc["exec_id"]
-            if not isinstance(exec_id, str):
-                raise FormatError(f"{where}: 'exec_id' is not a string")
-            status = doc.get("status", "running")
-            if status not in ("running", "kept"):
-                raise FormatError(f"{where}: unknown status {status!r}")
-            dirs = doc.get("dirs", {})
-            if not isinstance(dirs, dict) or not all(isinstance(v, str) for v in dirs.values()):
-                raise FormatError(f"{where}: 'dirs' is not an object of paths")
-            return cls(exec_id=exec_id, nranks=nranks, created=float(doc["created"]),
-                       updated=float(doc.get("updated", 0.0)), status=status, checkpoints=entries, dirs=dirs)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            if isinstance(exc, FormatError):
-                raise
-            raise FormatError(f"{where}: malformed manifest ({type(exc).__name__}: {exc})") from exc
+            return _parse(text, where)
+        except FormatError:
+            raise
+        except Exception as exc:  # RecursionError, MemoryError, ValueError, KeyError, TypeError...
+            raise FormatError(f"{where}: malformed manifest ({type(exc).__name__}: {_short(exc)}): the "
+                              "manifest is damaged") from exc
+
+
+_MAX_INT = 2**63 - 1
+#: Keys ``dirs`` may hold.
+DIR_KEYS = ("ckpt_dir", "glbl_dir", "meta_dir")
+
+
+def _short(v: Any, limit: int = 80) -> str:
+    r = str(v)
+    return r if len(r) <= limit else r[:limit] + "..."
+
+
+def _parse(text: str, where: str) -> Manifest:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FormatError(f"{where}: not valid JSON ({exc}): the manifest is damaged") from exc
+    if not isinstance(doc, dict) or doc.get("format") != "ftkit-manifest":
+        raise FormatError(f"{where}: not an ftkit manifest")
+    if type(doc.get("version")) is not int or doc.get("version") != _VERSION:
+        raise FormatError(f"{where}: manifest version {_short(repr(doc.get('version')))} is not supported "
+                          f"(this ftkit reads version {_VERSION})")
+    nranks = _nonneg(doc["nranks"], "nranks")
+    if nranks == 0:
+        raise FormatError(f"{where}: 'nranks' is 0: a run has at least one rank")
+    entries = [_parse_entry(e, nranks, where) for e in _list(doc["checkpoints"], "checkpoints")]
+    ids = [e.id for e in entries]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise FormatError(f"{where}: checkpoint id(s) {dup} listed more than once: the manifest is damaged")
+    try:
+        exec_id = check_plain_name(doc["exec_id"], "exec_id")
+    except UnsafePathError as exc:
+        raise FormatError(f"{where}: {exc}") from exc
+    status = doc.get("status", "running")
+    if status not in ("running", "kept"):
+        raise FormatError(f"{where}: unknown status {_short(repr(status))}")
+    return Manifest(exec_id=exec_id, nranks=nranks, created=_time(doc["created"], "created"),
+                    updated=_time(doc.get("updated", 0.0), "updated"), status=status, checkpoints=entries,
+                    dirs=_dirs(doc.get("dirs", {}), where))
+
+
+def _parse_entry(e: Any, nranks: int, where: str) -> CheckpointEntry:
+    if not isinstance(e, dict):
+        raise FormatError(f"{where}: a checkpoint entry is not an object")
+    files = [RankFile(_nonneg(f["size"], "size"), _digest(f["digest"])) for f in _list(e["files"], "files")]
+    nodes = [_nonneg(n, "nodes") for n in _list(e["nodes"], "nodes")]
+    if len(files) != nranks or len(nodes) != nranks:
+        raise FormatError(f"{where}: checkpoint {_short(e.get('id'))} lists {len(files)} files and "
+                          f"{len(nodes)} nodes for {nranks} ranks")
+    raw_levels = e["levels"]
+    if not isinstance(raw_levels, dict) or not all(
+            isinstance(k, str) and k.isdigit() and len(k) <= 2 and isinstance(v, bool)
+            for k, v in raw_levels.items()):
+        raise FormatError(f"{where}: checkpoint {_short(e.get('id'))}: 'levels' is not an object of "
+                          "level number -> true/false")
+    extra = e.get("extra", {})
+    if not isinstance(extra, dict):
+        raise FormatError(f"{where}: checkpoint {_short(e.get('id'))}: 'extra' is not an object")
+    return CheckpointEntry(id=_nonneg(e["id"], "id"), seq=_nonneg(e["seq"], "seq"),
+                           level=_nonneg(e["level"], "level"), time=_time(e["time"], "time"),
+                           levels={int(k): v for k, v in raw_levels.items()}, nodes=nodes, files=files,
+                           extra=extra)
+
+
+def _dirs(dirs: Any, where: str) -> dict[str, str]:
+    if not isinstance(dirs, dict):
+        raise FormatError(f"{where}: 'dirs' is not an object of paths")
+    for key, v in dirs.items():
+        if key not in DIR_KEYS:
+            raise FormatError(f"{where}: 'dirs' holds unknown key {_short(repr(key))} (allowed: "
+                              f"{', '.join(DIR_KEYS)})")
+        if not isinstance(v, str) or not os.path.isabs(v) or "\0" in v:
+            raise FormatError(f"{where}: dirs.{key} = {_short(repr(v))} is not an absolute path")
+    return dict(dirs)
+
+
+def _list(v: Any, name: str) -> list[Any]:
+    if not isinstance(v, list):
+        raise FormatError(f"manifest field {name!r} is not a list")
+    return v
+
+
+def _time(v: Any, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise FormatError(f"manifest field {name!r} = {_short(repr(v))} is not a finite number of seconds")
+    return float(v)
 
 
 def _nonneg(v: Any, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise FormatError(f"manifest field {name!r} = {v!r} is not a non-negative integer")
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _MAX_INT:
+        raise FormatError(f"manifest field {name!r} = {_short(repr(v))} is not a non-negative 64-bit integer")
     return v
 
 
 def _digest(v: Any) -> str:
     if not isinstance(v, str) or len(v) != 16 or any(c not in "0123456789abcdef" for c in v):
-        raise FormatError(f"manifest digest {v!r} is not 16 hex digits")
+        raise FormatError(f"manifest digest {_short(repr(v))} is not 16 hex digits")
     return v
 
 

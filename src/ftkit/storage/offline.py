@@ -9,17 +9,26 @@ after a job. Memory stays bounded by chunking, as online.
 from __future__ import annotations
 
 import os
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import xxhash
 
-from ..errors import FtkitError, RecoveryError
+from ..errors import RecoveryError
 from ._stream import AtomicWriter, byte_view, file_digest, file_size, read_into
-from .encoded import DEFAULT_MEMORY, GroupPlan, _check_code, _rs, _xor_segment, chunk_size_for
-from .parity import ParityHeader, payload_offset_for, verify_parity, write_parity_header
+from .group_plan import (
+    DEFAULT_MEMORY,
+    GroupPlan,
+    check_code,
+    chunk_size_for,
+    data_matches,
+    majority_header,
+    member_parity,
+    rs_code,
+    xor_segment,
+)
+from .parity import ParityHeader, payload_offset_for, write_parity_header
 from .partner import PartnerPlan
 
 __all__ = ["assess_partner_files", "rebuild_partner_files", "assess_group_files", "rebuild_group_files"]
@@ -72,34 +81,12 @@ def _copy(src: PathLike, dst: PathLike, chunk: int = 4 << 20) -> None:
 def assess_group_files(data_paths: Sequence[PathLike], parity_paths: Sequence[PathLike], *, code: str = "rs",
                        tag: str | None = None) -> GroupPlan:
     """Check every data and parity file of an encoded group (as :func:`.encoded.assess_group` does)."""
-    _check_code(code)
+    check_code(code)
     n = len(data_paths)
-    headers: list[ParityHeader | None] = []
-    for i, p in enumerate(parity_paths):
-        try:
-            h = verify_parity(p)
-            headers.append(h if h.k == n and h.index == i and (tag is None or h.tag == tag) else None)
-        except (OSError, FtkitError):
-            headers.append(None)
-    keys = Counter((h.code, h.sizes, h.digests, h.tag, h.payload_length) for h in headers if h is not None)
-    ref = None
-    if keys:
-        best = max(keys.values())
-        ref = next(h for h in headers
-                   if h is not None and keys[(h.code, h.sizes, h.digests, h.tag, h.payload_length)] == best)
-    have_parity = tuple(h is not None and ref is not None and h.same_encoding(ref) for h in headers)
-    have_data = []
-    for i, p in enumerate(data_paths):
-        if ref is None:
-            have_data.append(file_size(p) >= 0)
-            continue
-        ok = file_size(p) == ref.sizes[i]
-        try:
-            ok = ok and file_digest(p) == ref.digests[i]
-        except OSError:
-            ok = False
-        have_data.append(ok)
-    return GroupPlan(ref.code if ref is not None else code, tuple(have_data), have_parity, ref)
+    headers = [member_parity(p, n, i, tag) for i, p in enumerate(parity_paths)]
+    ref = majority_header(headers)
+    have_data = [data_matches(p, ref, i) for i, p in enumerate(data_paths)]
+    return GroupPlan.from_headers(code, headers, have_data)
 
 
 def rebuild_group_files(plan: GroupPlan, data_paths: Sequence[PathLike], parity_paths: Sequence[PathLike], *,
@@ -112,8 +99,7 @@ def rebuild_group_files(plan: GroupPlan, data_paths: Sequence[PathLike], parity_
     RecoveryError
         When the group lost more than its code repairs, or a rebuilt file does not match its digest.
     """
-    n = plan.size
-    full = GroupPlan(plan.code, (True,) * n, (True,) * n, plan.header)
+    full = plan.repaired()
     if plan.intact:
         return full
     if not plan.recoverable:
@@ -153,7 +139,7 @@ def _rs_rebuild(plan: GroupPlan, h: ParityHeader, data_paths: Sequence[PathLike]
     fds = {f: os.open(data_paths[f] if f < n else parity_paths[f - n], os.O_RDONLY) for f in chosen}
     writers = {w: AtomicWriter(data_paths[w] if w < n else parity_paths[w - n]) for w in wanted}
     hashes = {w: xxhash.xxh3_64() for w in wanted if w >= n}
-    code = _rs(n)
+    code = rs_code(n)
     try:
         for start in range(0, length, z):
             lc = min(z, length - start)
@@ -241,7 +227,7 @@ def _encode_rows(code_name: str, data_paths: Sequence[PathLike], parity_paths: S
             z = chunk_size_for(length, memory, n + 1)
             bufs = np.empty((n, z), np.uint8)
             out = np.empty(z, np.uint8)
-            code = _rs(n)
+            code = rs_code(n)
             for start in range(0, length, z):
                 lc = min(z, length - start)
                 data = [np.ascontiguousarray(bufs[m, :lc]) for m in range(n)]
@@ -253,7 +239,7 @@ def _encode_rows(code_name: str, data_paths: Sequence[PathLike], parity_paths: S
                     writers[r].pwrite(out[:lc], offset + start)
             plen = length
         else:
-            plen = _xor_segment(max(sizes), n)
+            plen = xor_segment(max(sizes), n)
             q = chunk_size_for(plen, memory, 2)
             acc = np.empty(q, np.uint8)
             cell = np.empty(q, np.uint8)

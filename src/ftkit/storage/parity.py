@@ -20,6 +20,7 @@ import os
 import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xxhash
@@ -32,6 +33,8 @@ __all__ = ["MAGIC", "ParityHeader", "payload_offset_for", "write_parity_header",
 
 MAGIC = b"FTKPRTY1"
 _FORMAT = 1
+_MAX_INT = 2**63 - 1
+_MAX_PAD = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,8 @@ def read_parity_header(path: str | os.PathLike[str]) -> ParityHeader:
     Raises
     ------
     FormatError
-        If the file is not an ftkit parity file, is truncated, or its header is malformed.
+        If the file is missing, unreadable, not an ftkit parity file, truncated, or its header is malformed
+        in any way (no other exception escapes).
     """
     p = Path(path)
     try:
@@ -105,29 +109,62 @@ def read_parity_header(path: str | os.PathLike[str]) -> ParityHeader:
             (n,) = struct.unpack("<I", start[8:])
             if n > 1 << 20:
                 raise FormatError(f"{p}: header length {n} is implausible")
-            raw = json.loads(f.read(n).decode())
+            blob = f.read(n)
             size = os.fstat(f.fileno()).st_size
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        if isinstance(exc, FormatError):
-            raise
-        raise FormatError(f"{p}: unreadable parity header ({exc})") from exc
+            padding = f.read(_MAX_PAD)
+    except OSError as exc:
+        raise FormatError(f"{p}: unreadable parity file ({exc.strerror or exc})") from exc
     try:
-        if raw.pop("format") != _FORMAT:
-            raise FormatError(f"{p}: unsupported parity format version")
-        h = ParityHeader(code=str(raw["code"]), k=int(raw["k"]), index=int(raw["index"]),
-                         sizes=tuple(int(s) for s in raw["sizes"]),
-                         digests=tuple(str(d) for d in raw["digests"]),
-                         payload_offset=int(raw["payload_offset"]), payload_length=int(raw["payload_length"]),
-                         payload_digest=str(raw["payload_digest"]), tag=str(raw["tag"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, FormatError):
-            raise
-        raise FormatError(f"{p}: malformed parity header ({exc!r})") from exc
-    if h.code not in ("rs", "xor") or not 0 <= h.index < h.k or len(h.sizes) != h.k or len(h.digests) != h.k:
-        raise FormatError(f"{p}: inconsistent parity header")
+        h = _parse(blob, p)
+    except FormatError:
+        raise
+    except Exception as exc:  # RecursionError, ValueError from huge numbers, ...
+        raise FormatError(f"{p}: malformed parity header ({type(exc).__name__})") from exc
     if size != h.payload_offset + h.payload_length:
         raise FormatError(f"{p}: {size} bytes, expected {h.payload_offset + h.payload_length} (truncated?)")
+    pad = h.payload_offset - 12 - n
+    if not 0 <= pad <= _MAX_PAD or padding[:pad].count(0) != pad:
+        raise FormatError(f"{p}: the header's zero padding up to byte {h.payload_offset} is damaged")
     return h
+
+
+def _int(raw: dict[str, Any], key: str, p: Path, lo: int = 0) -> int:
+    v = raw.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= _MAX_INT:
+        raise FormatError(f"{p}: parity header field {key!r} is not an integer >= {lo}")
+    return v
+
+
+def _parse(blob: bytes, p: Path) -> ParityHeader:
+    try:
+        raw = json.loads(blob.decode())
+    except ValueError as exc:
+        raise FormatError(f"{p}: unreadable parity header ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise FormatError(f"{p}: parity header is not a JSON object")
+    if type(raw.get("format")) is not int or raw.get("format") != _FORMAT:
+        raise FormatError(f"{p}: unsupported parity format version")
+    k = _int(raw, "k", p, lo=1)
+    sizes, digests = raw.get("sizes"), raw.get("digests")
+    if not isinstance(sizes, list) or len(sizes) != k or any(
+            isinstance(x, bool) or not isinstance(x, int) or not 0 <= x <= _MAX_INT for x in sizes):
+        raise FormatError(f"{p}: parity header field 'sizes' is not {k} byte counts")
+    if not isinstance(digests, list) or len(digests) != k or not all(_is_digest(d) for d in digests):
+        raise FormatError(f"{p}: parity header field 'digests' is not {k} xxh3 digests")
+    code, tag, payload_digest = raw.get("code"), raw.get("tag"), raw.get("payload_digest")
+    if code not in ("rs", "xor") or not isinstance(tag, str) or not _is_digest(payload_digest):
+        raise FormatError(f"{p}: parity header fields 'code', 'tag' or 'payload_digest' are malformed")
+    index = _int(raw, "index", p)
+    if index >= k:
+        raise FormatError(f"{p}: inconsistent parity header (index {index} of a {k}-member group)")
+    return ParityHeader(code=code, k=k, index=index, sizes=tuple(sizes), digests=tuple(digests),
+                        payload_offset=_int(raw, "payload_offset", p),
+                        payload_length=_int(raw, "payload_length", p), payload_digest=str(payload_digest),
+                        tag=tag)
+
+
+def _is_digest(v: Any) -> bool:
+    return isinstance(v, str) and len(v) == 16 and all(c in "0123456789abcdef" for c in v)
 
 
 def verify_parity(path: str | os.PathLike[str], chunk_size: int = 4 << 20) -> ParityHeader:
@@ -145,14 +182,19 @@ def verify_parity(path: str | os.PathLike[str], chunk_size: int = 4 << 20) -> Pa
     h = read_parity_header(path)
     hasher = xxhash.xxh3_64()
     buf = np.empty(min(chunk_size, max(h.payload_length, 1)), np.uint8)
-    fd = os.open(path, os.O_RDONLY)
     try:
-        for off in range(0, h.payload_length, buf.size):
-            n = min(buf.size, h.payload_length - off)
-            read_into(fd, h.payload_offset + off, buf[:n], h.payload_offset + h.payload_length)
-            hasher.update(byte_view(buf)[:n])
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for off in range(0, h.payload_length, buf.size):
+                n = min(buf.size, h.payload_length - off)
+                read_into(fd, h.payload_offset + off, buf[:n], h.payload_offset + h.payload_length)
+                hasher.update(byte_view(buf)[:n])
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        if isinstance(exc, FormatError):
+            raise
+        raise FormatError(f"{path}: unreadable parity payload ({exc.strerror or exc})") from exc
     if hasher.hexdigest() != h.payload_digest:
         raise CorruptionError(f"{path}: parity payload does not match its checksum (damaged file)")
     return h

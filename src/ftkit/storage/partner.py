@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import RecoveryError, StorageError
+from .._wait import deadline_after, wait_requests
+from ..errors import FtkitError, RecoveryError, StorageError
+from ._collective import MESSAGE_BYTES, ErrorGuard, agree_errors, close_fd, decode_message, encode_message
 from ._stream import AtomicWriter, file_size, read_into
 from .local import LocalLevel
 
@@ -39,16 +41,25 @@ DEFAULT_CHUNK_SIZE = 4 << 20
 
 _TAG_SIZE = 7301
 _TAG_DATA = 7302
+_TAG_SENDER_OK = 7303
+_TAG_RECEIVER_OK = 7304
+
+#: Default seconds to wait for a partner at each step of a transfer.
+DEFAULT_TIMEOUT = 600.0
 
 PathLike = str | os.PathLike[str]
 
 
 def transfer_file(comm: MPI.Comm, send_path: PathLike | None, dest: int, recv_path: PathLike | None,
-                  source: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE) -> int:
+                  source: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                  timeout: float | None = DEFAULT_TIMEOUT) -> int:
     """Send ``send_path`` to rank ``dest`` while receiving rank ``source``'s file into ``recv_path``.
 
     Either direction may be switched off with ``MPI.PROC_NULL`` (and a None path). The received file is
-    written atomically (temporary name, fsync, rename). Point-to-point; both sides must call it.
+    written atomically (temporary name, fsync, rename). Point-to-point; both sides must call it. A side that
+    fails (a full disk, a read error) keeps taking part until the end of the transfer, then both sides
+    learn each other's outcome: the file is committed only when both sides succeeded, and a failure is
+    raised on both sides with its original cause.
 
     Parameters
     ----------
@@ -60,6 +71,8 @@ def transfer_file(comm: MPI.Comm, send_path: PathLike | None, dest: int, recv_pa
         Peer ranks, or ``MPI.PROC_NULL``.
     chunk_size
         Bytes per message (must be the same on both sides).
+    timeout
+        Seconds to wait for the peer at each step (None: no deadline).
 
     Returns
     -------
@@ -69,57 +82,137 @@ def transfer_file(comm: MPI.Comm, send_path: PathLike | None, dest: int, recv_pa
     Raises
     ------
     StorageError
-        If the file to send is missing (the receiver raises too, naming the sender) or cannot be written.
+        On both sides, if the file to send is missing or unreadable or the copy cannot be written (e.g.
+        ``[Errno 28] No space left on device``); the temporary file is removed.
+    TimeoutFailure
+        If the peer does not answer before a deadline.
     """
     from mpi4py import MPI
 
-    send_on = dest != MPI.PROC_NULL
-    recv_on = source != MPI.PROC_NULL
-    if send_on and send_path is None or recv_on and recv_path is None:
+    if dest != MPI.PROC_NULL and send_path is None or source != MPI.PROC_NULL and recv_path is None:
         raise StorageError("transfer_file: a path is needed for each direction that is not MPI.PROC_NULL")
-    send_len = np.array([file_size(send_path) if send_on else -1], np.int64)
-    recv_len = np.array([-1], np.int64)
-    MPI.Request.Waitall([comm.Isend(send_len, dest, _TAG_SIZE), comm.Irecv(recv_len, source, _TAG_SIZE)])
-    if send_on and send_len[0] < 0:
-        raise StorageError(f"cannot send {send_path}: file is missing")
-    if recv_on and recv_len[0] < 0:
-        raise StorageError(f"rank {source} of the group has no file to send for {recv_path}")
-    n_send = -(-int(send_len[0]) // chunk_size) if send_on else 0
-    n_recv = -(-int(recv_len[0]) // chunk_size) if recv_on else 0
-    sbuf = np.empty(min(chunk_size, max(int(send_len[0]), 1)), np.uint8) if n_send else None
-    rbuf = np.empty(min(chunk_size, max(int(recv_len[0]), 1)), np.uint8) if n_recv else None
-    writer = AtomicWriter(recv_path) if recv_on else None  # type: ignore[arg-type]
-    fd = os.open(send_path, os.O_RDONLY) if n_send else -1  # type: ignore[arg-type]
+    t = _Transfer(comm, send_path if dest != MPI.PROC_NULL else None, dest,
+                  recv_path if source != MPI.PROC_NULL else None, source, chunk_size, timeout)
     try:
+        t.exchange_sizes()
+        t.stream()
+        t.finish()
+    finally:
+        t.close()
+    return max(t.recv_len, 0)
+
+
+class _Transfer:
+    """The state of one :func:`transfer_file` call (a send and a receive, each possibly switched off)."""
+
+    def __init__(self, comm: MPI.Comm, send_path: PathLike | None, dest: int, recv_path: PathLike | None,
+                 source: int, chunk_size: int, timeout: float | None) -> None:
+        self.comm, self.dest, self.source, self.chunk, self.timeout = comm, dest, source, chunk_size, timeout
+        self.send_path, self.recv_path = send_path, recv_path
+        self.send_len = self.recv_len = -1
+        self.send_guard, self.recv_guard = ErrorGuard(), ErrorGuard()
+        self.writer: AtomicWriter | None = None
+        self.fd = -1
+
+    def _wait(self, reqs: list[MPI.Request], what: str) -> None:
+        wait_requests(reqs, deadline_after(self.timeout), what)
+
+    def exchange_sizes(self) -> None:
+        """Tell the receiver the size of the file (-1: missing); fail on both sides if it is missing."""
+        send_len = np.array([file_size(self.send_path)], np.int64)
+        recv_len = np.array([-1], np.int64)
+        self._wait([self.comm.Isend(send_len, self.dest, _TAG_SIZE),
+                    self.comm.Irecv(recv_len, self.source, _TAG_SIZE)], "partner copy: exchanging sizes")
+        self.send_len, self.recv_len = int(send_len[0]), int(recv_len[0])
+        # A missing file is not raised here: the peer would be left streaming to (or waiting for) a process
+        # that left. Both sides skip that direction (they see the same -1) and the outcome says why.
+        if self.send_path is not None and self.send_len < 0:
+            self.send_guard.error = StorageError(f"cannot send {self.send_path}: file is missing")
+        with self.send_guard:
+            if self.send_path is not None and self.send_len > 0:
+                self.fd = os.open(self.send_path, os.O_RDONLY)
+        with self.recv_guard:
+            if self.recv_path is not None and self.recv_len >= 0:
+                self.writer = AtomicWriter(self.recv_path)
+
+    def stream(self) -> None:
+        """Move the bytes chunk by chunk; a failing side records its error and keeps going."""
+        from mpi4py import MPI
+
+        z = self.chunk
+        n_send = -(-self.send_len // z) if self.send_path is not None and self.send_len > 0 else 0
+        n_recv = -(-self.recv_len // z) if self.recv_path is not None and self.recv_len > 0 else 0
+        sbuf = np.zeros(min(z, max(self.send_len, 1)), np.uint8) if n_send else None
+        rbuf = np.empty(min(z, max(self.recv_len, 1)), np.uint8) if n_recv else None
         for c in range(max(n_send, n_recv)):
             reqs = []
             if c < n_recv:
-                rlen = min(chunk_size, int(recv_len[0]) - c * chunk_size)
-                reqs.append(comm.Irecv([rbuf, rlen, MPI.BYTE], source, _TAG_DATA))  # type: ignore[list-item]
+                rlen = min(z, self.recv_len - c * z)
+                reqs.append(self.comm.Irecv([rbuf, rlen, MPI.BYTE], self.source, _TAG_DATA))
             if c < n_send:
-                slen = min(chunk_size, int(send_len[0]) - c * chunk_size)
-                read_into(fd, c * chunk_size, sbuf[:slen], int(send_len[0]))  # type: ignore[index]
-                reqs.append(comm.Isend([sbuf, slen, MPI.BYTE], dest, _TAG_DATA))
-            MPI.Request.Waitall(reqs)
+                slen = min(z, self.send_len - c * z)
+                with self.send_guard:
+                    if self.send_guard.ok:
+                        read_into(self.fd, c * z, sbuf[:slen], self.send_len)  # type: ignore[index]
+                reqs.append(self.comm.Isend([sbuf, slen, MPI.BYTE], self.dest, _TAG_DATA))
+            self._wait(reqs, f"partner copy: chunk {c}")
             if c < n_recv:
-                writer.pwrite(rbuf[:rlen], c * chunk_size)  # type: ignore[union-attr,index]
-        if writer is not None:
-            writer.commit()
-    except BaseException:
-        if writer is not None:
-            writer.abort()
-        raise
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    return int(recv_len[0]) if recv_on else 0
+                with self.recv_guard:
+                    if self.recv_guard.ok:
+                        self.writer.pwrite(rbuf[:rlen], c * z)  # type: ignore[union-attr,index]
+
+    def _swap(self, mine: str | None, to: int, frm: int, tag: int, what: str) -> str | None:
+        out, got = encode_message(mine), np.zeros(MESSAGE_BYTES, np.uint8)
+        self._wait([self.comm.Isend(out, to, tag), self.comm.Irecv(got, frm, tag)], what)
+        return decode_message(got)
+
+    def finish(self) -> None:
+        """Agree with both peers on the outcome; commit the received file only if both sides succeeded."""
+        send_err = None if self.send_guard.ok else _why(self.send_guard.error)
+        sender_err = self._swap(send_err, self.dest, self.source, _TAG_SENDER_OK, "partner copy: outcome")
+        if self.writer is not None:
+            with self.recv_guard:
+                if self.recv_guard.ok and sender_err is None:
+                    self.writer.commit()
+            self.writer.abort()
+        recv_err = None if self.recv_guard.ok else _why(self.recv_guard.error)
+        receiver_err = self._swap(recv_err, self.source, self.dest, _TAG_RECEIVER_OK, "partner copy: outcome")
+        problems = []
+        if send_err or receiver_err:
+            why = [e for e in (send_err, receiver_err and f"rank {self.dest}: {receiver_err}") if e]
+            problems.append(f"sending {self.send_path} to rank {self.dest}: " + "; ".join(why))
+        if recv_err or sender_err:
+            why = [e for e in (recv_err, sender_err and f"rank {self.source}: {sender_err}") if e]
+            problems.append(f"receiving {self.recv_path} from rank {self.source}: " + "; ".join(why))
+        if problems:
+            raise StorageError("partner copy failed: " + " | ".join(problems))
+
+    def close(self) -> None:
+        """Release the file descriptor and any uncommitted temporary file."""
+        close_fd(self.fd)
+        self.fd = -1
+        if self.writer is not None:
+            self.writer.abort()
+
+
+def _why(exc: BaseException | None) -> str:
+    return str(exc) if isinstance(exc, (FtkitError, OSError)) else f"{type(exc).__name__}: {exc}"
 
 
 def partner_copy(comm: MPI.Comm, data_path: PathLike, copy_path: PathLike, *,
-                 chunk_size: int = DEFAULT_CHUNK_SIZE) -> int:
+                 chunk_size: int = DEFAULT_CHUNK_SIZE, timeout: float | None = DEFAULT_TIMEOUT,
+                 names: Sequence[str] | None = None) -> int:
     """Copy each member's ``data_path`` to the next member's ``copy_path`` (a ring over ``comm``).
 
-    Collective over ``comm`` (one process per group member, member order, at least 2 members).
+    Collective over ``comm`` (one process per group member, member order, at least 2 members). A failure
+    anywhere in the ring is raised on every member, with its original cause.
+
+    Parameters
+    ----------
+    timeout
+        Seconds to wait for a partner at each step (None: no deadline).
+    names
+        How to name members in errors (e.g. ``"rank 5 on node 2"``).
 
     Returns
     -------
@@ -129,12 +222,18 @@ def partner_copy(comm: MPI.Comm, data_path: PathLike, copy_path: PathLike, *,
     Raises
     ------
     StorageError
-        If a data file is missing or a copy cannot be written.
+        On every member, if a data file is missing or unreadable or a copy cannot be written.
     """
     n, i = comm.Get_size(), comm.Get_rank()
     if n < 2:
         raise StorageError("partner_copy needs a group of at least 2 members (one per node)")
-    return transfer_file(comm, data_path, (i + 1) % n, copy_path, (i - 1) % n, chunk_size=chunk_size)
+    guard = ErrorGuard()
+    got = 0
+    with guard:
+        got = transfer_file(comm, data_path, (i + 1) % n, copy_path, (i - 1) % n, chunk_size=chunk_size,
+                            timeout=timeout)
+    agree_errors(comm, guard, "L2 partner copy", names, timeout=timeout)
+    return got
 
 
 @dataclass(frozen=True)
@@ -197,7 +296,8 @@ def assess_partner(comm: MPI.Comm, data_path: PathLike, copy_path: PathLike,
 
 
 def rebuild_partner(comm: MPI.Comm, plan: PartnerPlan, data_path: PathLike, copy_path: PathLike, *,
-                    names: Sequence[str] | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE) -> PartnerPlan:
+                    names: Sequence[str] | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                    timeout: float | None = DEFAULT_TIMEOUT) -> PartnerPlan:
     """Restore lost data files from partner copies, then re-create lost copies (collective over the group).
 
     Parameters
@@ -206,6 +306,8 @@ def rebuild_partner(comm: MPI.Comm, plan: PartnerPlan, data_path: PathLike, copy
         The result of :func:`assess_partner` (the same on every member).
     names
         How to name members in errors (e.g. ``"rank 5 on node 2"``).
+    timeout
+        Seconds to wait for a partner at each step (None: no deadline).
 
     Returns
     -------
@@ -216,6 +318,8 @@ def rebuild_partner(comm: MPI.Comm, plan: PartnerPlan, data_path: PathLike, copy
     ------
     RecoveryError
         On every member, when some member lost both its file and its partner copy; nothing is written then.
+    StorageError
+        On every member, when a transfer fails (with its cause, e.g. a full disk).
     """
     from mpi4py import MPI
 
@@ -226,13 +330,19 @@ def rebuild_partner(comm: MPI.Comm, plan: PartnerPlan, data_path: PathLike, copy
     # Step 1: the partner of each lost member sends its copy back.
     dest = prv if not plan.have_data[prv] else MPI.PROC_NULL
     source = nxt if not plan.have_data[i] else MPI.PROC_NULL
-    transfer_file(comm, copy_path if dest != MPI.PROC_NULL else None, dest,
-                  data_path if source != MPI.PROC_NULL else None, source, chunk_size=chunk_size)
+    guard = ErrorGuard()  # a failed step is reported by every member at the end, not left waiting
+    with guard:
+        transfer_file(comm, copy_path if dest != MPI.PROC_NULL else None, dest,
+                      data_path if source != MPI.PROC_NULL else None, source, chunk_size=chunk_size,
+                      timeout=timeout)
     # Step 2: every lost copy is sent again from the (now restored) original.
     dest = nxt if not plan.have_copy[nxt] else MPI.PROC_NULL
     source = prv if not plan.have_copy[i] else MPI.PROC_NULL
-    transfer_file(comm, data_path if dest != MPI.PROC_NULL else None, dest,
-                  copy_path if source != MPI.PROC_NULL else None, source, chunk_size=chunk_size)
+    with guard:
+        transfer_file(comm, data_path if dest != MPI.PROC_NULL else None, dest,
+                      copy_path if source != MPI.PROC_NULL else None, source, chunk_size=chunk_size,
+                      timeout=timeout)
+    agree_errors(comm, guard, "L2 rebuild", names, timeout=timeout)
     return PartnerPlan((True,) * n, (True,) * n)
 
 

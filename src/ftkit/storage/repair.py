@@ -17,12 +17,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import FtkitError, RecoveryError, StorageError
+from .._paths import check_inside
+from ..errors import FtkitError, StorageError
 from ..topology import plan_topology
 from .base import StorageLevel
-from .encoded import encoding_tag
 from .format import read_header, verify_file
+from .group_plan import encoding_tag
 from .levels import make_level
+from .locate import find_manifest, run_roots
 from .manifest import CheckpointEntry, Manifest
 from .offline import assess_group_files, assess_partner_files, rebuild_group_files, rebuild_partner_files
 from .parity import read_parity_header, verify_parity
@@ -89,6 +91,10 @@ def repair_checkpoint(ckpt_dir: Path, glbl_dir: Path, manifest: Manifest, entry:
                       group_size: int | None = None, log: Any = print) -> bool:
     """Check and repair ``entry``'s L1 files and L2/L3 redundancy, group by group; True if all is whole.
 
+    Every file touched is first checked to lie inside ``ckpt_dir`` (no symbolic link leading out). A group
+    that cannot be repaired -- too much lost, a damaged or unreadable file, an unsafe path -- is reported
+    in one line and the other groups are still repaired.
+
     Raises
     ------
     TopologyError
@@ -104,60 +110,62 @@ def repair_checkpoint(ckpt_dir: Path, glbl_dir: Path, manifest: Manifest, entry:
         for gi, g in enumerate(groups):
             what = (f"checkpoint {entry.id} L{lv} group {gi} (ranks {list(g)} on nodes "
                     f"{[entry.nodes[r] for r in g]})")
-            names = [f"rank {r} (node {entry.nodes[r]})" for r in g]
             data = [l1.path(entry.id, r) for r in g]
             extra = [red.path(entry.id, r) for r in g]
             try:
-                if lv == 2:
-                    want = {data[i]: entry.files[r].digest for i, r in enumerate(g)}
-                    want.update({extra[i]: entry.files[g[i - 1]].digest for i in range(len(g))})
-
-                    def valid(p: Path, want: dict[Path, str] = want) -> bool:
-                        try:
-                            verify_file(p, expect_digest=want[p])
-                            return True
-                        except (FtkitError, OSError):
-                            return False
-
-                    plan = assess_partner_files(data, extra, valid)
-                    if plan.intact:
-                        log(f"{what}: intact")
-                        continue
-                    rebuild_partner_files(plan, data, extra, names)
-                    lost = [names[i] for i in plan.lost_members]
-                    copies = [names[i] for i, c in enumerate(plan.have_copy) if not c]
-                else:
-                    code = str(entry.extra.get("l3_code", "rs"))
-                    tag = encoding_tag(manifest.exec_id, entry.id)
-                    gplan = assess_group_files(data, extra, code=code, tag=tag)
-                    if gplan.intact:
-                        log(f"{what}: intact")
-                        continue
-                    rebuild_group_files(gplan, data, extra, tag=encoding_tag(manifest.exec_id, entry.id),
-                                        names=names)
-                    lost = [names[i] for i in gplan.lost_data]
-                    copies = [names[i] for i in gplan.lost_parity]
-                for i, r in enumerate(g):
-                    verify_file(data[i], expect_digest=entry.files[r].digest)
-                kind = "partner copies" if lv == 2 else "parity files"
-                log(f"{what}: rebuilt L1 files of {lost or 'none'}; re-created {kind} of {copies or 'none'}")
-            except RecoveryError as exc:
+                for p in data + extra:
+                    check_inside(p, ckpt_dir, f"{what}")
+                log(f"{what}: " + _repair_group(lv, manifest, entry, g, data, extra))
+            except (FtkitError, OSError) as exc:
                 ok = False
                 log(f"{what}: CANNOT REPAIR: {exc}")
     return ok
 
 
+def _repair_group(lv: int, manifest: Manifest, entry: CheckpointEntry, g: Sequence[int], data: list[Path],
+                  extra: list[Path]) -> str:
+    """Repair one group's L1 files and its L2 copies / L3 parity files; say what was done."""
+    names = [f"rank {r} (node {entry.nodes[r]})" for r in g]
+    if lv == 2:
+        want = {data[i]: entry.files[r].digest for i, r in enumerate(g)}
+        want.update({extra[i]: entry.files[g[i - 1]].digest for i in range(len(g))})
+
+        def valid(p: Path) -> bool:
+            try:
+                verify_file(p, expect_digest=want[p])
+                return True
+            except (FtkitError, OSError):
+                return False
+
+        plan = assess_partner_files(data, extra, valid)
+        if plan.intact:
+            return "intact"
+        rebuild_partner_files(plan, data, extra, names)
+        lost = [names[i] for i in plan.lost_members]
+        copies = [names[i] for i, c in enumerate(plan.have_copy) if not c]
+    else:
+        code = str(entry.extra.get("l3_code", "rs"))
+        tag = encoding_tag(manifest.exec_id, entry.id)
+        gplan = assess_group_files(data, extra, code=code, tag=tag)
+        if gplan.intact:
+            return "intact"
+        rebuild_group_files(gplan, data, extra, tag=tag, names=names)
+        lost = [names[i] for i in gplan.lost_data]
+        copies = [names[i] for i in gplan.lost_parity]
+    for i, r in enumerate(g):
+        verify_file(data[i], expect_digest=entry.files[r].digest)
+    kind = "partner copies" if lv == 2 else "parity files"
+    return f"rebuilt L1 files of {lost or 'none'}; re-created {kind} of {copies or 'none'}"
+
+
 def run_rebuild(args: argparse.Namespace) -> int:
     """Carry out ``ftkit rebuild``; return 0 if every checkpoint considered is whole afterwards, else 1."""
-    from .cli import find_manifest
-
     found = find_manifest(args.dir)
     if found is None:
         raise StorageError(f"no ftkit manifest under {args.dir}: give the run's meta_dir, its parent, or its "
                            "config file")
     meta_dir, m = found
-    ckpt_dir = Path(m.dirs.get("ckpt_dir", meta_dir.parent / "local"))
-    glbl_dir = Path(m.dirs.get("glbl_dir", meta_dir.parent / "global"))
+    ckpt_dir, glbl_dir = run_roots(meta_dir, m)
     if args.ckpt_dir:
         ckpt_dir = Path(args.ckpt_dir)
     entries = [e for e in m.newest_first() if e.complete(2) or e.complete(3)]

@@ -1,12 +1,25 @@
-"""Regenerate golden_v1.ftk (only when the format version changes: the committed file is a promise to users).
+"""Regenerate the golden files (only when a format version changes: the committed files are a promise).
+
+* ``golden_v1.ftk`` -- a checkpoint file (container format 1);
+* ``parity_<code>/`` -- an encoded (L3) group of three data files and their parity files (parity format 1),
+  for ``rs`` and ``xor``;
+* ``golden_manifest_v1.json`` -- a manifest (version 1);
+* ``golden_state_v1.json`` -- a process-state table (version 1).
 
 Run: python tests/storage/golden/make_golden.py
 """
+from __future__ import annotations
+
 from pathlib import Path
 
 import numpy as np
 
 from ftkit.storage.format import write_file
+from ftkit.storage.manifest import CheckpointEntry, Manifest, RankFile
+from ftkit.storage.offline import assess_group_files, rebuild_group_files
+
+HERE = Path(__file__).parent
+GROUP_TAG = "golden/ckpt5"
 
 
 def golden_arrays() -> list[tuple[str, np.ndarray]]:
@@ -21,8 +34,53 @@ def golden_arrays() -> list[tuple[str, np.ndarray]]:
     ]
 
 
+def group_data() -> list[bytes]:
+    """The three data files of the golden group (uneven sizes, one empty)."""
+    rng = np.random.default_rng(20261203)
+    return [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in (301, 177, 0)]
+
+
+def group_paths(root: Path) -> tuple[list[Path], list[Path]]:
+    """Data and parity file paths of the golden group under ``root``."""
+    return ([root / f"data{m}.bin" for m in range(3)], [root / f"rank{m}.parity" for m in range(3)])
+
+
+def write_group(root: Path, code: str) -> None:
+    """Write the golden group's data files under ``root`` and encode them with ``code``."""
+    root.mkdir(parents=True, exist_ok=True)
+    data, parity = group_paths(root)
+    for p, blob in zip(data, group_data(), strict=True):
+        p.write_bytes(blob)
+    plan = assess_group_files(data, parity, code=code, tag=GROUP_TAG)
+    rebuild_group_files(plan, data, parity, tag=GROUP_TAG)
+
+
+def golden_manifest() -> Manifest:
+    entries = [
+        CheckpointEntry(id=1, seq=1, level=4, time=1764770000.25, levels={1: True, 4: True}, nodes=[0, 0, 1],
+                        files=[RankFile(1024, "0123456789abcdef"), RankFile(2048, "fedcba9876543210"),
+                               RankFile(4096, "00000000000000ff")], extra={"group_size": 3}),
+        CheckpointEntry(id=2, seq=2, level=3, time=1764770060.5, levels={1: True, 3: False}, nodes=[0, 0, 1],
+                        files=[RankFile(1024, "1111111111111111"), RankFile(2048, "2222222222222222"),
+                               RankFile(4096, "3333333333333333")], extra={"l3_code": "rs"}),
+    ]
+    return Manifest(exec_id="golden-run", nranks=3, created=1764769990.0, updated=1764770061.0,
+                    status="running", checkpoints=entries,
+                    dirs={"ckpt_dir": "/ckpt/local", "glbl_dir": "/ckpt/global", "meta_dir": "/ckpt/meta"})
+
+
+def golden_state_table() -> np.ndarray:
+    return np.array([[1, 1, 0], [1, 0, 1]], dtype=np.int8)
+
+
 if __name__ == "__main__":
-    out = Path(__file__).with_name("golden_v1.ftk")
+    from ftkit.failure.state import save_state_table
+
+    out = HERE / "golden_v1.ftk"
     info = write_file(out, golden_arrays(), rank=3, level=4, ckpt_id=17, exec_id="golden", nranks=8,
                       meta={"note": "ftkit format v1 golden file"}, fsync=False)
     print(out, info.size, info.digest)
+    for code in ("rs", "xor"):
+        write_group(HERE / f"parity_{code}", code)
+    (HERE / "golden_manifest_v1.json").write_text(golden_manifest().dumps())
+    save_state_table(HERE / "golden_state_v1.json", golden_state_table())
