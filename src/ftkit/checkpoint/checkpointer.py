@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import mpienv
 from ..config import Config, load_config
 from ..errors import CheckpointError, ConfigError, FtkitError, ProcessFailure, RecoveryError
 from ..storage.manifest import CheckpointEntry, Manifest, ManifestStore, manifest_path
@@ -72,6 +73,7 @@ class Checkpointer:
 
         self.config: Config = load_config(config)
         world = MPI.COMM_WORLD if comm is None else comm
+        mpienv.check_start(world, self.config)  # a mis-launched job fails here, before any directory
         self.config.validate_for(world.Get_size())
         self._icomm = _mpi.internal_comm(world)
         self._finalized = False
