@@ -20,6 +20,7 @@ import re
 import shutil
 import socket
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,18 +86,18 @@ class LaunchInfo:
         return ", ".join(names) if names else "none"
 
 
-def _int_env(env: dict[str, str] | os._Environ[str], name: str) -> int | None:
+def _int_env(env: Mapping[str, str], name: str) -> int | None:
     try:
         return int(env[name])
     except (KeyError, ValueError):
         return None
 
 
-def launch_environment(env: dict[str, str] | None = None) -> LaunchInfo:
+def launch_environment(env: Mapping[str, str] | None = None) -> LaunchInfo:
     """Return the launcher variables set in ``env`` (default: this process's environment)."""
-    env = os.environ if env is None else env
-    sizes = tuple((k, v, w) for k, w in _SIZE_VARS if (v := _int_env(env, k)) is not None)
-    ranks = tuple((k, v, w) for k, w in _RANK_VARS if (v := _int_env(env, k)) is not None)
+    where: Mapping[str, str] = os.environ if env is None else env
+    sizes = tuple((k, v, w) for k, w in _SIZE_VARS if (v := _int_env(where, k)) is not None)
+    ranks = tuple((k, v, w) for k, w in _RANK_VARS if (v := _int_env(where, k)) is not None)
     return LaunchInfo(sizes, ranks)
 
 
@@ -107,7 +108,7 @@ def mpi_library() -> str:
     return MPI.Get_library_version().splitlines()[0].strip()
 
 
-def launch_mismatch(world_size: int, env: dict[str, str] | None = None) -> str | None:
+def launch_mismatch(world_size: int, env: Mapping[str, str] | None = None) -> str | None:
     """Return why the launch looks wrong (several ranks launched, ``COMM_WORLD`` of 1), or None if fine."""
     if world_size != 1:
         return None
