@@ -49,6 +49,23 @@ def _libmpi_files() -> list[str]:
         return []
 
 
+def _mpi4py_build() -> str:
+    """How mpi4py was installed: a binary wheel from an index, or built here against a local MPI."""
+    from importlib import metadata
+
+    try:
+        tags = [line.split(":", 1)[1].strip() for line in
+                (metadata.distribution("mpi4py").read_text("WHEEL") or "").splitlines()
+                if line.startswith("Tag:")]
+    except metadata.PackageNotFoundError:
+        return "not installed as a package"
+    if any("manylinux" in t or "musllinux" in t or "macosx" in t or "win" in t for t in tags):
+        return f"a binary wheel ({tags[0]}) that loads the libmpi found at run time"
+    if tags:
+        return f"built from source on this system ({tags[0]})"
+    return "build unknown"
+
+
 def collect(config_path: str | None = None) -> tuple[list[str], list[str]]:
     """Gather the report (collective over ``MPI.COMM_WORLD``); return ``(lines, problems)`` (on rank 0).
 
@@ -71,9 +88,9 @@ def collect(config_path: str | None = None) -> tuple[list[str], list[str]]:
 
     say(f"python       {sys.executable} ({platform.python_version()})")
     say(f"ftkit        {ftkit_version} ({Path(__file__).parent})")
-    build = mpi4py.get_config()
-    say(f"mpi4py       {mpi4py.__version__} ({Path(mpi4py.__file__).parent}); built with "
-        f"{build.get('mpicc', 'no mpicc (a wheel that loads the MPI found at run time)')}")
+    vendor, version = MPI.get_vendor()
+    say(f"mpi4py       {mpi4py.__version__} ({Path(mpi4py.__file__).parent}), {_mpi4py_build()}; "
+        f"MPI vendor {vendor} {'.'.join(map(str, version))}")
     say(f"MPI library  {mpi_library()}")
     say(f"  loaded     {', '.join(_libmpi_files()) or 'unknown'}")
     launch = launch_environment()

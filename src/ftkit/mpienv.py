@@ -43,17 +43,18 @@ __all__ = [
     "SHARED_FS_TYPES",
 ]
 
+_PMI = "a PMI launcher (MPICH's mpiexec, srun --mpi=pmi2)"
 # (variable, who sets it). Sizes: a value > 1 means the launcher started several ranks.
 _SIZE_VARS = (
     ("OMPI_COMM_WORLD_SIZE", "Open MPI's mpirun"),
-    ("PMI_SIZE", "a PMI launcher (MPICH's mpiexec, srun --mpi=pmi2)"),
+    ("PMI_SIZE", _PMI),
     ("SLURM_STEP_NUM_TASKS", "srun"),
     ("MPI_LOCALNRANKS", "MPICH's mpiexec (ranks on this node)"),
 )
 # Ranks: a value > 0 means this process is not the first of several.
 _RANK_VARS = (
     ("OMPI_COMM_WORLD_RANK", "Open MPI's mpirun"),
-    ("PMI_RANK", "a PMI launcher"),
+    ("PMI_RANK", _PMI),
     ("PMIX_RANK", "a PMIx launcher (Open MPI 5's mpirun, srun --mpi=pmix)"),
     ("SLURM_PROCID", "srun"),
 )

