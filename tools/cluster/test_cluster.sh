@@ -28,7 +28,7 @@ check() {  # $1 = name, $2 = rc (0 = pass)
 }
 
 # 1. system packages
-PKGS="mpich libmpich-dev slurmctld slurmd slurm-client munge libpmix2"
+PKGS="mpich libmpich-dev slurmctld slurmd slurm-client munge libpmix-dev"
 if ! dpkg -s $PKGS >/dev/null 2>&1; then
     log "installing $PKGS"
     timeout 900 apt-get update -q || exit 1
