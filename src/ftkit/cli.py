@@ -17,6 +17,7 @@ __all__ = ["main"]
 
 _SUBCOMMAND_MODULES = (
     "ftkit.launch",             # launch
+    "ftkit.doctor",             # doctor
     "ftkit.storage.cli",        # ls, verify, rebuild
     "ftkit.models.cli",         # model reliability|encoding|interval
 )

