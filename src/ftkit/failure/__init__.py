@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .detect import FailureDetector, Fenced, default_timeout, ft_dup, is_failure_error, measure_round_trip
+from .detect import DeathWatch, Fenced, default_timeout, ft_dup, is_failure_error, measure_round_trip
+from .exchange import Exchange, FailureDetector
 from .state import (
     get_state_table,
     load_state_table,
@@ -15,6 +16,8 @@ from .state import (
 from .ulfm import agree_flag, agree_on_dead, exit_without_finalize, failed_ranks, guarded, repair, revoke
 
 __all__ = [
+    "DeathWatch",
+    "Exchange",
     "FailureDetector",
     "Fenced",
     "default_timeout",

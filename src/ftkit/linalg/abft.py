@@ -70,6 +70,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import ABFTArgumentError
 from ._abft_kernels import block_sums_into, encode_cols_into, encode_rows_into
 
 __all__ = [
@@ -119,12 +120,12 @@ def gamma(n: int | np.ndarray) -> float | np.ndarray:
 
     Raises
     ------
-    ValueError
+    ABFTArgumentError
         If ``n u >= 1`` (no bound exists: the dimension is absurdly large).
     """
     nu = np.asarray(n, dtype=np.float64) * U
     if np.any(nu >= 1.0):
-        raise ValueError(f"gamma_n undefined for n = {n}: n * u must be < 1")
+        raise ABFTArgumentError(f"gamma_n undefined for n = {n}: n * u must be < 1")
     out = nu / (1.0 - nu)
     return float(out) if np.ndim(out) == 0 else out
 
@@ -159,7 +160,7 @@ def segment_bounds(indices: np.ndarray, offset: int, nb: int, bs: int) -> np.nda
         ``bounds`` (int64, length ``nseg + 1``): segment ``s`` is local positions ``bounds[s]:bounds[s+1]``.
     """
     if bs < 1:
-        raise ValueError(f"bs must be >= 1, got {bs}")
+        raise ABFTArgumentError(f"bs must be >= 1, got {bs}")
     idx = np.asarray(indices, dtype=np.int64)
     if idx.size == 0:
         return np.zeros(1, dtype=np.int64)
@@ -236,7 +237,7 @@ def encode_cols(b: np.ndarray, bounds: np.ndarray, kinds: int = NCHK) -> np.ndar
 
 def _kinds(kinds: int) -> int:
     if kinds not in (NCHK - 1, NCHK):
-        raise ValueError(f"kinds={kinds!r}: 3 (plain, weighted, absolute) or 4 (and squared)")
+        raise ABFTArgumentError(f"kinds={kinds!r}: 3 (plain, weighted, absolute) or 4 (and squared)")
     return int(kinds)
 
 
@@ -277,9 +278,10 @@ class ChecksumProduct:
         self.we += p[nr:, :nc]
         self.ww += p[nr:, nc:]
         self.mabs += achk[2 * nr : 3 * nr] @ bchk[:, 2 * nc : 3 * nc]
-        self.t2 += np.square(achk[:nr]) @ np.square(bchk[:, :nc])
-        if self.kinds == NCHK:
-            self.p2 += achk[3 * nr : 4 * nr] @ bchk[:, 3 * nc : 4 * nc]
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow marks the block unchecked
+            self.t2 += np.square(achk[:nr]) @ np.square(bchk[:, :nc])
+            if self.kinds == NCHK:
+                self.p2 += achk[3 * nr : 4 * nr] @ bchk[:, 3 * nc : 4 * nc]
         self.k += achk.shape[1]
 
     def predict(
@@ -295,7 +297,7 @@ class ChecksumProduct:
         p2 = alpha * alpha * self.p2 if self.kinds == NCHK else None
         if beta != 0.0:
             if c0_sums is None:
-                raise ValueError("beta != 0 needs the block sums of c0, the C before the update")
+                raise ABFTArgumentError("beta != 0 needs the block sums of c0, the C before the update")
             s0, a0 = c0_sums
             exp = [e + beta * x for e, x in zip(exp, s0[:4], strict=True)]
             mabs = mabs + abs(beta) * a0
@@ -331,8 +333,14 @@ class Prediction:
         beta: float,
         csq: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Per-block thresholds (:func:`thresholds`); ``csq`` = block sums of squares of the computed C."""
-        return thresholds(
+        """Per-block thresholds (:func:`thresholds`); ``csq`` = block sums of squares of the computed C.
+
+        A block whose checksum product overflowed (its second moments ``t2``/``p2`` are not finite: values
+        beyond about ``1e154``, or ``Inf``/``NaN``, in its rows of op(A) or columns of op(B)) gets an infinite
+        threshold: its checksums cannot be trusted, so it is unchecked (:class:`Verification`), not checked
+        against a bound that no longer means anything.
+        """
+        thr = thresholds(
             self.mabs,
             self.k,
             np.diff(rb),
@@ -345,6 +353,10 @@ class Prediction:
             p2=self.p2,
             csq=csq,
         )
+        overflowed = ~np.isfinite(self.t2)
+        if self.p2 is not None:
+            overflowed |= ~np.isfinite(self.p2)
+        return np.where(overflowed, np.inf, thr) if overflowed.any() else thr
 
 
 # ------------------------------------------------------------------ block sums of C
@@ -419,7 +431,7 @@ def thresholds(
 
     Raises
     ------
-    ValueError
+    ABFTArgumentError
         If ``tol`` is neither ``None``, ``"statistical"`` nor a non-negative finite number.
     """
     r = np.asarray(rlen, dtype=np.float64)[:, None]
@@ -435,7 +447,7 @@ def thresholds(
         return factor * mabs * (1.0 + 8 * U) + under
     if isinstance(tol, str):
         if tol != "statistical":
-            raise ValueError(
+            raise ABFTArgumentError(
                 f"tol={tol!r}: use None (rigorous), 'statistical' or a relative tolerance number"
             )
         rig = thresholds(mabs, k, rlen, clen, alpha=alpha, beta=beta)
@@ -450,7 +462,7 @@ def thresholds(
         return np.minimum(fine, rig)
     t = float(tol)
     if not (math.isfinite(t) and t >= 0.0):
-        raise ValueError(
+        raise ABFTArgumentError(
             f"tol={tol!r}: a numeric tolerance must be finite and >= 0 (relative to |A||B| sums)"
         )
     return t * mabs + under
@@ -464,7 +476,10 @@ class Verification:
     ``res_*`` are actual minus expected sums, ``thr`` the plain-sum threshold, ``thr_r``/``thr_c``/``thr_rc``
     the thresholds of the row-, column- and doubly-weighted sums (the largest weight times ``thr``),
     ``flagged`` the blocks whose plain or weighted residual exceeds its threshold (or is not a number while
-    the threshold is finite).
+    the threshold is finite), ``unchecked`` the blocks that could not be checked at all: their expected sums
+    or their threshold are not finite (an ``Inf``/``NaN`` in op(A) or op(B), or an overflow of the
+    checksums), so no residual means anything. An unchecked block is never flagged and never counted as
+    checked.
     """
 
     res_ee: np.ndarray
@@ -476,6 +491,7 @@ class Verification:
     thr_c: np.ndarray
     thr_rc: np.ndarray
     flagged: np.ndarray
+    unchecked: np.ndarray
 
     @property
     def max_ratio(self) -> float:
@@ -510,14 +526,17 @@ def verify_blocks(
     rl = np.diff(rb).astype(np.float64)[:, None]
     cl = np.diff(cb).astype(np.float64)[None, :]
     thr_r, thr_c, thr_rc = thr * rl, thr * cl, thr * (rl * cl)
+    unchecked = ~np.isfinite(thr)
+    for e in expected:
+        unchecked |= ~np.isfinite(e)
     with np.errstate(invalid="ignore"):
         flagged = (
             _exceeds(res[0], thr)
             | _exceeds(res[1], thr_r)
             | _exceeds(res[2], thr_c)
             | _exceeds(res[3], thr_rc)
-        )
-    return Verification(res[0], res[1], res[2], res[3], thr, thr_r, thr_c, thr_rc, flagged)
+        ) & ~unchecked
+    return Verification(res[0], res[1], res[2], res[3], thr, thr_r, thr_c, thr_rc, flagged, unchecked)
 
 
 def locate_error(
@@ -634,25 +653,28 @@ def check_product(
     alpha: float = 1.0,
     beta: float = 0.0,
     c0: np.ndarray | None = None,
-    bs: int = 32,
+    bs: int | tuple[int, int] = 32,
     tol: float | str | None = None,
 ) -> Verification:
     """Verify a dense ``c == alpha * a @ b + beta * c0`` block by block (one process, no communication).
 
+    Blocks are ``bs x bs`` (``bs = (rows, cols)`` for rectangular ones); edge blocks may be smaller.
+
     Raises
     ------
-    ValueError
+    ABFTArgumentError
         On inconsistent shapes, a bad ``tol``, or ``beta != 0`` without ``c0``.
     """
     m, k = a.shape
     if b.shape[0] != k or c.shape != (m, b.shape[1]):
-        raise ValueError(f"shapes do not match: a {a.shape}, b {b.shape}, c {c.shape}")
-    rb, cb = dense_bounds(m, bs), dense_bounds(c.shape[1], bs)
+        raise ABFTArgumentError(f"shapes do not match: a {a.shape}, b {b.shape}, c {c.shape}")
+    rbs, cbs = (bs, bs) if isinstance(bs, int) else bs
+    rb, cb = dense_bounds(m, rbs), dense_bounds(c.shape[1], cbs)
     kinds = checksum_kinds(tol)
     prod = ChecksumProduct(len(rb) - 1, len(cb) - 1, kinds)
     prod.add(encode_rows(a, rb, kinds), encode_cols(b, cb, kinds))
     if beta != 0.0 and c0 is None:
-        raise ValueError("beta != 0 needs c0, the C before the update")
+        raise ABFTArgumentError("beta != 0 needs c0, the C before the update")
     pred = prod.predict(alpha, beta, summarize_c0(c0, rb, cb) if c0 is not None and beta != 0.0 else None)
     sums = block_sums_sq(c, rb, cb)
     thr = pred.thresholds(rb, cb, tol, alpha, beta, csq=sums[4])

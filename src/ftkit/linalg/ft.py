@@ -53,7 +53,8 @@ from ..inject import InjectionPlan
 from . import abft
 from ._ft_exchange import _ChecksumExchange
 from ._operands import aligned_operands
-from ._summa import AllgatherExchange, PanelExchange, plan_summa, run_summa, wait_requests
+from .._wait import wait_requests
+from ._summa import AllgatherExchange, PanelExchange, plan_summa, run_summa
 from .descriptor import BlockCyclic1D
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
@@ -80,7 +81,8 @@ class BlockEvent:
     row / column segments), its first row/column in C's submatrix,
     size, the grid rank owning it, and what happened: ``"located"`` (single element fixed in O(1) at
     ``element``, submatrix coordinates), ``"recomputed"``, ``"rounding"`` (statistical alarm cleared by the
-    rigorous bound after recomputation), ``"uncorrected"`` or ``"detected"`` (``mode="detect"``)."""
+    rigorous bound after recomputation), ``"uncorrected"``, ``"detected"`` (``mode="detect"``) or
+    ``"unchecked"`` (its checksums or bound are not finite, so it could not be checked at all)."""
 
     row_block: int
     col_block: int
@@ -100,7 +102,12 @@ class ABFTReport:
     Attributes
     ----------
     blocks_checked
-        Number of C blocks verified (over all processes).
+        Number of C blocks verified (over all processes); never includes an unchecked block.
+    unchecked
+        Number of C blocks that could not be checked: their expected sums or threshold are not finite (an
+        ``Inf``, ``NaN`` or overflowing value such as ``1e300`` in op(A) or op(B) poisons the checksums of its
+        whole block row or column). Each has an event with action ``"unchecked"``; with
+        ``unchecked_is_error=True`` they raise :class:`~ftkit.errors.ABFTError`.
     detected
         Blocks whose checksums disagreed (excluding rounding alarms).
     corrected
@@ -136,6 +143,7 @@ class ABFTReport:
     bs: int = 0
     failed_ranks: tuple[int, ...] = field(default_factory=tuple)
     result: Any = None
+    unchecked: int = 0
 
     @property
     def uncorrected(self) -> int:
@@ -145,7 +153,12 @@ class ABFTReport:
     @property
     def detected_blocks(self) -> list[tuple[int, int]]:
         """Global block coordinates ``(row_block, col_block)`` of the detected blocks."""
-        return [(e.row_block, e.col_block) for e in self.events if e.action != "rounding"]
+        return [(e.row_block, e.col_block) for e in self.events if e.action not in ("rounding", "unchecked")]
+
+    @property
+    def unchecked_blocks(self) -> list[tuple[int, int]]:
+        """Global block coordinates ``(row_block, col_block)`` of the blocks that could not be checked."""
+        return [(e.row_block, e.col_block) for e in self.events if e.action == "unchecked"]
 
 
 # ---------------------------------------------------------------- argument checks
@@ -201,6 +214,7 @@ def ft_pdgemm(
     exchange: PanelExchange | None = None,
     inject: InjectionPlan | None = None,
     protect_inputs: Any = None,
+    unchecked_is_error: bool = False,
 ) -> ABFTReport:
     """Compute ``C(ic:, jc:) = alpha * op(A) @ op(B) + beta * C`` as :func:`~ftkit.linalg.pdgemm`, checked.
 
@@ -228,6 +242,9 @@ def ft_pdgemm(
         there, a dead process's pieces read back, its C blocks recomputed by the survivors and verified by
         block checksums). The report then has ``failed_ranks`` and ``result`` (after failures the product is
         ``report.result.C`` on ``report.result.grid``); ``bs``, ``tol`` and ``mode`` do not apply.
+    unchecked_is_error
+        Treat blocks that could not be checked (non-finite checksums or bound, see
+        :attr:`ABFTReport.unchecked`) as errors: raise :class:`~ftkit.errors.ABFTError` (in both modes).
 
     Returns
     -------
@@ -239,7 +256,8 @@ def ft_pdgemm(
     PBLASArgumentError
         Illegal argument (PBLAS positions as ``pdgemm``; ``bs``, ``tol``, ``mode``, ``inject`` are 20-23).
     ABFTError
-        ``mode="correct"`` and a detected error could not be corrected; ``err.report`` holds the report.
+        ``mode="correct"`` and a detected error could not be corrected, or ``unchecked_is_error`` and some
+        block could not be checked; ``err.report`` holds the report.
     """
     r = "FT_PDGEMM"
     ta, tb, m, n, k, alpha, ia, ja, ib, jb, beta, ic, jc = check_gemm_args(
@@ -253,10 +271,16 @@ def ft_pdgemm(
 
         res = resilient_pdgemm(ta, tb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc,
                                store=protect_inputs, width=width)  # fmt: skip
-        checked = res.comm.allreduce(res.tiles_verified)
-        return ABFTReport(blocks_checked=checked, failed_ranks=res.failed_ranks, result=res)
+        checked, unchecked = res.comm.allreduce(np.array([res.tiles_verified, res.tiles_unchecked]))
+        report = ABFTReport(blocks_checked=int(checked), failed_ranks=res.failed_ranks, result=res,
+                            unchecked=int(unchecked))  # fmt: skip
+        if unchecked_is_error and report.unchecked:
+            raise ABFTError(f"ft_pdgemm: {report.unchecked} recomputed block(s) could not be checked "
+                            "(non-finite data)", report=report)  # fmt: skip
+        return report
     return _ft_gemm(
-        ta, tb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, bs, tol, mode, width, exchange, inject
+        ta, tb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, bs, tol, mode, width, exchange, inject,
+        unchecked_is_error,
     )
 
 
@@ -281,11 +305,12 @@ def ft_pdsymm(
     tol: float | str | None = None,
     mode: str = "correct",
     inject: InjectionPlan | None = None,
+    unchecked_is_error: bool = False,
 ) -> ABFTReport:
     """Compute :func:`~ftkit.linalg.pdsymm` (A symmetric, only its ``uplo`` triangle read), checked.
 
-    Arguments as ``pdsymm`` plus ``bs``, ``tol``, ``mode``, ``inject`` as in :func:`ft_pdgemm` (PBLAS
-    positions 19-22). The symmetric A is expanded from its triangle first (as ``pdsymm`` does); the checksums
+    Arguments as ``pdsymm`` plus ``bs``, ``tol``, ``mode``, ``inject``, ``unchecked_is_error`` as in
+    :func:`ft_pdgemm` (PBLAS positions 19-22). The symmetric A is expanded from its triangle first (as ``pdsymm`` does); the checksums
     are taken from that expansion, so they protect the multiply.
 
     Raises
@@ -311,12 +336,10 @@ def ft_pdsymm(
         return ABFTReport(threshold=_threshold_name(tol))
     W = _symmetric_copy(A, ia, ja, na, uplo) if alpha != 0.0 else A
     if side == "L":
-        return _ft_gemm(
-            "N", "N", m, n, m, alpha, W, ia, ja, B, ib, jb, beta, C, ic, jc, bs, tol, mode, None, None, inject
-        )
-    return _ft_gemm(
-        "N", "N", m, n, n, alpha, B, ib, jb, W, ia, ja, beta, C, ic, jc, bs, tol, mode, None, None, inject
-    )
+        return _ft_gemm("N", "N", m, n, m, alpha, W, ia, ja, B, ib, jb, beta, C, ic, jc, bs, tol, mode, None,
+                        None, inject, unchecked_is_error)  # fmt: skip
+    return _ft_gemm("N", "N", m, n, n, alpha, B, ib, jb, W, ia, ja, beta, C, ic, jc, bs, tol, mode, None, None,
+                    inject, unchecked_is_error)  # fmt: skip
 
 
 # ---------------------------------------------------------------- the checked product
@@ -343,6 +366,7 @@ def _ft_gemm(
     width: int | None,
     exchange: PanelExchange | None,
     inject: InjectionPlan | None,
+    unchecked_is_error: bool = False,
 ) -> ABFTReport:
     grid = C.grid
     tname = _threshold_name(tol)
@@ -404,8 +428,9 @@ def _ft_gemm(
             steps=steps,
             beta=0.0 if fused_beta0 else 1.0,
         )
+        chk.release()  # extended-piece and panel buffers back to the pool, as pdgemm does
         if own is not None:
-            own.release()  # panel buffers back to the pool, as pdgemm does
+            own.release()
         if inject is not None:
             inject.apply("C", grid.rank, len(steps), c, c_to_global)
     elif inject is not None:
@@ -444,23 +469,26 @@ def _ft_gemm(
         ok = ~final.flagged & np.isfinite(final.thr) & (final.thr > 0)
         return float(np.max(np.abs(final.res_ee[ok]) / final.thr[ok])) if np.any(ok) else 0.0
 
-    events: list[BlockEvent] = []
+    events: list[BlockEvent] = [
+        event(int(bi), int(bj), "unchecked") for bi, bj in zip(*np.nonzero(v.unchecked), strict=True)
+    ]
     rest: list[tuple[int, int]] = []
     final = v
     t_fix = 0.0
     if mode == "detect":
-        events = [event(int(bi), int(bj), "detected") for bi, bj in zip(*np.nonzero(v.flagged), strict=True)]
+        events += [event(int(bi), int(bj), "detected") for bi, bj in zip(*np.nonzero(v.flagged), strict=True)]
     elif v.flagged.any():
         t0 = time.perf_counter()
         fixed, rest = abft.correct_flagged(c, rb, cbnd, v, expected)
-        events = [event(bi, bj, "located", (int(row0[bi]) + i, int(col0[bj]) + j)) for bi, bj, i, j in fixed]
-        final = abft.verify_blocks(c, rb, cbnd, expected, thr) if events else v
+        events += [event(bi, bj, "located", (int(row0[bi]) + i, int(col0[bj]) + j)) for bi, bj, i, j in fixed]
+        final = abft.verify_blocks(c, rb, cbnd, expected, thr) if fixed else v
         t_fix = time.perf_counter() - t0
     # One non-blocking reduction (waited without spinning: ranks that finish first sleep instead of polling
     # for the slowest) tells every process the report's totals and whether any block must be recomputed;
     # the collective recomputation and the exchange of events only run when there is something to share.
-    (n_rest, n_events, checked), (max_ratio, t_max) = _reduce(
-        grid.comm, [len(rest), len(events), nr * nc], [ratio(final), t_fix]
+    n_unchecked = int(v.unchecked.sum())
+    (n_rest, n_events, checked, unchecked), (max_ratio, t_max) = _reduce(
+        grid.comm, [len(rest), len(events), nr * nc - n_unchecked, n_unchecked], [ratio(final), t_fix]
     )
     if n_rest:
         more, t_re = _recompute(
@@ -475,7 +503,7 @@ def _ft_gemm(
     all_events.sort(key=lambda e: (e.row_block, e.col_block))
     report = ABFTReport(
         blocks_checked=int(checked),
-        detected=sum(e.action != "rounding" for e in all_events),
+        detected=sum(e.action not in ("rounding", "unchecked") for e in all_events),
         corrected=sum(e.action in ("located", "recomputed") for e in all_events),
         rounding_alarms=sum(e.action == "rounding" for e in all_events),
         events=tuple(all_events),
@@ -483,15 +511,21 @@ def _ft_gemm(
         correct_seconds=float(t_max),
         threshold=tname,
         bs=bs,
+        unchecked=int(unchecked),
     )
     if mode == "correct" and report.uncorrected:
         bad = [(e.row_block, e.col_block) for e in all_events if e.action == "uncorrected"]
-        err = ABFTError(
+        raise ABFTError(
             f"ft_pdgemm: {len(bad)} C block(s) {bad[:8]} still disagree with their checksums after "
-            "recomputation: op(A) or op(B) itself is corrupted (recompute from clean inputs)"
+            "recomputation: op(A) or op(B) itself is corrupted (recompute from clean inputs)",
+            report=report,
         )
-        err.report = report  # type: ignore[attr-defined]
-        raise err
+    if unchecked_is_error and report.unchecked:
+        raise ABFTError(
+            f"ft_pdgemm: {report.unchecked} C block(s) {report.unchecked_blocks[:8]} could not be checked: "
+            "their checksums or bounds are not finite (Inf, NaN or overflowing values in op(A) or op(B))",
+            report=report,
+        )
     return report
 
 
