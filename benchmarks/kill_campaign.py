@@ -61,6 +61,7 @@ class Trial:
     nb: int = 8
     step_pause: float = 0.02
     start_at_step: bool = False
+    hold: bool = False  # the victim stops just before the multiply and waits there to be killed
 
     @property
     def nprocs(self) -> int:
@@ -154,7 +155,8 @@ def run_trial(trial: Trial, workdir: Path, timeout: float) -> tuple[str, str, fl
     killer.start()
     args = ["--grid", trial.grid, "--n", str(trial.n), "--nb", str(trial.nb), "--trans", trial.trans,
             "--beta", str(trial.beta), "--mode", trial.mode, "--step-pause", str(trial.step_pause),
-            "--dir", str(workdir)] + (["--start-at-step"] if trial.start_at_step else [])  # fmt: skip
+            "--dir", str(workdir)] + (["--start-at-step"] if trial.start_at_step else []) \
+        + (["--hold-rank", str(trial.victim)] if trial.hold else [])  # fmt: skip
     try:
         r = run_mpi(trial.nprocs, [sys.executable, str(PROGRAM), *args], timeout=timeout)
     finally:

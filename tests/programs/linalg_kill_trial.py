@@ -37,6 +37,8 @@ p.add_argument("--mode", choices=["store", "protect"], default="protect")
 p.add_argument("--step-pause", type=float, default=0.0)
 p.add_argument("--start-at-step", action="store_true",
                help="write <dir>/started when the multiply's first step begins (not before protecting)")
+p.add_argument("--hold-rank", type=int, default=-1,
+               help="this rank writes <dir>/started just before the multiply and sleeps until it is killed")
 p.add_argument("--timeout", type=float, default=None)
 p.add_argument("--dir", required=True)
 a = p.parse_args()
@@ -56,7 +58,7 @@ store = Path(a.dir, "store")
 if rank == 0:
     np.savez(Path(a.dir, "inputs.npz"), a=a_g, b=b_g, c=c_g)
 world.Barrier()
-if rank == 0 and not a.start_at_step:
+if rank == 0 and not a.start_at_step and a.hold_rank < 0:
     Path(a.dir, "started").write_text(str(time.time()))
 
 
@@ -72,6 +74,9 @@ try:
     if a.mode == "protect":
         where = protect_operands(ta, tb, n, n, n, A, 0, 0, B, 0, 0, C, 0, 0, store=store,  # type: ignore[assignment]
                                  timeout=a.timeout)  # fmt: skip
+    if rank == a.hold_rank:  # the others enter the multiply while this one is killed from outside
+        Path(a.dir, "started").write_text(str(time.time()))
+        time.sleep(60)
     res = resilient_pdgemm(ta, tb, n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0, store=where,
                            timeout=a.timeout, width=nb, on_step=on_step)  # fmt: skip
 except Fenced:

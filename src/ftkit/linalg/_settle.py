@@ -1,4 +1,4 @@
-"""The arithmetic of :func:`~ftkit.linalg.resilient.resilient_pdgemm`'s *settle up* phase.
+"""The *settle up* phase of :func:`~ftkit.linalg.resilient.resilient_pdgemm` (:func:`settle_up`).
 
 A dead process's piece of C is cut into bands of whole ``mb x nb`` blocks dealt over the survivors
 (:func:`plan_tiles`), each band is recomputed from stored operands and every block of it verified with the
@@ -13,14 +13,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mpi4py import MPI
+
 from ..errors import ABFTError
 from ..failure import guarded
 from . import abft
+from ._resilient_call import PhaseTimer, ResilientCall, ResilientResult
+from ._resilient_exchange import FailureAwareExchange
 from .descriptor import BlockCyclic1D, indxg2l, indxg2p, indxl2g
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
+from .pblas import _scale
 
-__all__ = ["Tile", "plan_tiles", "global_indices", "recompute_verified", "redistribute_result"]
+__all__ = ["Tile", "plan_tiles", "prefetch", "settle_up", "global_indices", "recompute_verified",
+           "redistribute_result"]
 
 
 @dataclass(frozen=True)
@@ -146,3 +152,119 @@ def redistribute_result(
         lc = indxg2l(cols, rd.nb, grid.npcol)
         result.local[np.ix_(lr, lc)] = data
     return result
+
+
+def prefetch(call: ResilientCall, exchange: FailureAwareExchange, tiles: list[Tile]) -> None:
+    """Read every stored piece this process needs for its tiles (any failure lands in ``unrecoverable``)."""
+    grid, me = call.grid, call.det.rank
+    for t in tiles:
+        if t.holder != me:
+            continue
+        if call.save_c:
+            exchange.stored("c", t.dead)
+        if t.rows is None or call.ops is None:
+            continue
+        pd, qd = grid.coords(t.dead)
+        for q in range(grid.npcol):
+            if grid.rank_of(pd, q) != me:
+                exchange.stored("a", grid.rank_of(pd, q))
+        for p in range(grid.nprow):
+            if grid.rank_of(p, qd) != me:
+                exchange.stored("b", grid.rank_of(p, qd))
+
+
+def settle_up(
+    call: ResilientCall,
+    exchange: FailureAwareExchange,
+    dead: frozenset[int],
+    new_comm: MPI.Intracomm,
+    state: np.ndarray,
+    tiles: list[Tile],
+    reassigned: dict[int, dict[int, int]],
+    tick: PhaseTimer,
+) -> ResilientResult:
+    """Phase 4: recompute and verify this process's tiles of the dead processes' C, check with all
+    survivors that every dead block was verified, and move the whole C onto the survivors' grid.
+
+    Raises
+    ------
+    ABFTError
+        On every survivor alike, if some block failed its checksum twice or was not recomputed.
+    ProcessFailure
+        If a further failure strikes (the survivors' communicator is revoked, nobody hangs).
+    """
+    C, grid, me = call.C, call.grid, call.det.rank
+    pieces: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = [
+        (0, C.global_rows(), C.global_cols(), C.local)
+    ]
+    verified = unchecked = due = 0
+    failure = ""
+    try:
+        for t in tiles:
+            if t.holder != me:
+                continue
+            piece = _recompute_tile(call, exchange, t)
+            if piece is not None:
+                pieces.append(piece[0])
+                verified, unchecked = verified + piece[1], unchecked + piece[2]
+            if t.rows is not None and t.cols is not None and call.ops is not None:
+                due += tile_blocks(t.rows, t.cols, C.desc.mb, C.desc.nb)
+    except ABFTError as exc:
+        failure = str(exc)
+    if not failure and verified + unchecked != due:
+        failure = f"rank {me} verified {verified + unchecked} of its {due} recomputed blocks"
+    # The result check every survivor takes part in: no result unless every dead block was verified.
+    bad = guarded(new_comm, "the check of the recomputed blocks",
+                  lambda: new_comm.allreduce(int(bool(failure)), op=MPI.SUM))  # fmt: skip
+    if bad:
+        raise ABFTError(
+            f"resilient_pdgemm: the recomputed blocks of dead ranks {sorted(dead)} failed verification on "
+            f"{bad} survivor(s){': ' + failure if failure else ''}; the product was not returned"
+        )
+    tick("recompute_s")
+    new_grid = ProcessGrid.square(new_comm)
+    result = redistribute_result(pieces, new_grid, C)
+    guarded(new_comm, "the final synchronization", new_comm.Barrier)
+    tick("redistribute_s")
+    if new_comm.Get_rank() == 0 and call.saved:
+        call.where.remove(call.prefix)
+    return ResilientResult(result, new_grid, new_grid.comm, tuple(sorted(dead)), state, reassigned,  # type: ignore[arg-type]
+                           verified, exchange.storage_reads, call.det.timeout, unchecked)  # fmt: skip
+
+
+def _recompute_tile(
+    call: ResilientCall, exchange: FailureAwareExchange, t: Tile
+) -> tuple[tuple[int, np.ndarray, np.ndarray, np.ndarray], int, int] | None:
+    """Return ``(piece, verified, unchecked)`` for tile ``t`` (``None`` if it carries nothing).
+
+    A tile without slices carries the dead process's whole stored C (priority 1); a tile with slices is
+    recomputed from the stored operands and verified (priority 2, it overwrites the stored C).
+    """
+    C, grid, me = call.C, call.grid, call.det.rank
+    d = C.desc
+    pd, qd = grid.coords(t.dead)
+    rows_g = global_indices(d.mb, pd, d.rsrc, grid.nprow, call.shapes[("c", t.dead)][0])
+    cols_g = global_indices(d.nb, qd, d.csrc, grid.npcol, call.shapes[("c", t.dead)][1])
+    if t.rows is None or t.cols is None:
+        return ((1, rows_g, cols_g, exchange.stored("c", t.dead)), 0, 0) if call.save_c else None
+    r0, c0 = call.crows.local_start(pd), call.ccols.local_start(qd)
+    lr = slice(r0 + t.rows.start, r0 + t.rows.stop)
+    lc = slice(c0 + t.cols.start, c0 + t.cols.stop)
+    if call.save_c:  # stored as it was on entry: apply beta here
+        tile = np.array(exchange.stored("c", t.dead)[lr, lc], order="F")
+        _scale(tile, call.beta)
+    else:  # beta == 0 over all of C: nothing of the old C survives
+        tile = np.zeros((lr.stop - lr.start, lc.stop - lc.start), order="F")
+    verified = unchecked = 0
+    ops = call.ops
+    if ops is not None:
+        a_rows = np.empty((t.rows.stop - t.rows.start, call.k), order="F")
+        for q in range(grid.npcol):
+            owner = grid.rank_of(pd, q)
+            a_rows[:, ops.ka.indices_on(q)] = (ops.a if owner == me else exchange.stored("a", owner))[t.rows, :]
+        b_cols = np.empty((call.k, t.cols.stop - t.cols.start), order="F")
+        for p in range(grid.nprow):
+            owner = grid.rank_of(p, qd)
+            b_cols[ops.kb.indices_on(p), :] = (ops.b if owner == me else exchange.stored("b", owner))[:, t.cols]
+        tile, verified, unchecked = recompute_verified(call.alpha, a_rows, b_cols, tile, d.mb, d.nb)
+    return (2, rows_g[lr], cols_g[lc], tile), verified, unchecked

@@ -57,124 +57,32 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import ABFTError, ProcessFailure
+from ..errors import ProcessFailure
 from ..failure import (
     FailureDetector,
     Fenced,
     agree_on_dead,
     get_state_table,
-    guarded,
     record_failures,
     repair,
 )
 from ..failure.protect import InputStore, open_store
 from ..failure.ulfm import agree_flag
-from ._operands import AlignedOperands, aligned_operands
+from ._operands import aligned_operands
+from ._resilient_call import PhaseTimer, ResilientCall, ResilientResult, record_phases
 from ._resilient_exchange import FailureAwareExchange, run_cannon
-from ._settle import Tile, global_indices, plan_tiles, recompute_verified, redistribute_result, tile_blocks
+from ._settle import Tile, plan_tiles, prefetch, settle_up
 from ._summa import plan_summa, run_summa
-from .descriptor import BlockCyclic1D
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
 from .pblas import _scale, check_gemm_args, check_width
 from .protected import ProtectedOperands, check_algorithm, detector_for, forget_detector, operands_key
 
 __all__ = ["ResilientResult", "resilient_pdgemm"]
-
-
-@dataclass
-class ResilientResult:
-    """What :func:`resilient_pdgemm` returns on a surviving process.
-
-    Attributes
-    ----------
-    C
-        The full result matrix: the caller's ``C`` if nobody failed, else a copy on the survivors' grid.
-    grid, comm
-        The grid ``C`` lives on and its communicator (the repaired one after failures).
-    failed_ranks
-        Ranks (of the original grid) that failed or were fenced off, agreed on by all survivors.
-    state_table
-        The process-state table after the agreement (``1`` alive, ``0`` dead), shaped like the original grid.
-    reassigned
-        ``{dead rank: {survivor rank: number of tiles it recomputed}}`` (ranks of the original grid).
-    tiles_verified
-        Recomputed tiles whose block checksum was verified on this process.
-    storage_reads
-        Stored pieces this process read instead of waiting for a dead owner, during the steps.
-    timeout
-        The exchange deadline used (s).
-    tiles_unchecked
-        Recomputed blocks on this process that could not be verified (their checksums or bound are not
-        finite: ``Inf``/``NaN`` in the operands); never counted in ``tiles_verified``.
-    """
-
-    C: DistributedMatrix
-    grid: ProcessGrid
-    comm: MPI.Intracomm
-    failed_ranks: tuple[int, ...]
-    state_table: np.ndarray
-    reassigned: dict[int, dict[int, int]] = field(default_factory=dict)
-    tiles_verified: int = 0
-    storage_reads: int = 0
-    timeout: float = 0.0
-    tiles_unchecked: int = 0
-
-
-@dataclass
-class _Call:
-    """What the phases of one call share on this process (arguments, detector, store, operands)."""
-
-    ta: str
-    tb: str
-    m: int
-    n: int
-    k: int
-    alpha: float
-    beta: float
-    C: DistributedMatrix
-    ic: int
-    jc: int
-    det: FailureDetector
-    where: InputStore
-    prefix: str  # this call's keys (C, and A and B unless protected beforehand)
-    prefixes: dict[str, str]  # key prefix of each stored piece: "a", "b", "c"
-    algorithm: str
-    width: int | None
-    on_step: Callable[[int], None] | None
-    crows: BlockCyclic1D
-    ccols: BlockCyclic1D
-    ops: AlignedOperands | None = None  # None: nothing to multiply, or this process lost its operands
-    lost: bool = False  # a failure interrupted the redistribution of this process's operands
-    shapes: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
-
-    @property
-    def grid(self) -> ProcessGrid:
-        return self.C.grid
-
-    @property
-    def multiply(self) -> bool:
-        return bool(self.m and self.n and self.k and self.alpha != 0.0)
-
-    @property
-    def save_c(self) -> bool:
-        # C is saved as it was on entry (before beta), where it is needed to rebuild a dead process's piece:
-        # it contributes (beta != 0) or has entries outside the updated submatrix (kept as they are).
-        d = self.C.desc
-        return not self.multiply or self.beta != 0.0 or (self.ic, self.jc, self.m, self.n) != (0, 0, d.m, d.n)
-
-    @property
-    def save_ops(self) -> bool:
-        return self.multiply and self.prefixes["a"] == self.prefix
-
-    @property
-    def saved(self) -> bool:
-        return self.save_c or self.save_ops
 
 
 def resilient_pdgemm(
@@ -268,7 +176,7 @@ def resilient_pdgemm(
     where = protected.store if protected is not None else open_store(store, rank=det.rank, nranks=grid.size)  # type: ignore[arg-type]
     prefix = f"pdgemm-{det.call_id()}"
     ops_prefix = protected.prefix if protected is not None else prefix
-    call = _Call(ta, tb, m, n, k, alpha, beta, C, ic, jc, det, where, prefix,
+    call = ResilientCall(ta, tb, m, n, k, alpha, beta, C, ic, jc, det, where, prefix,
                  {"a": ops_prefix, "b": ops_prefix, "c": prefix}, algorithm, width, on_step,
                  C.row_map(ic, m), C.col_map(jc, n))  # fmt: skip
     if call.multiply:
@@ -286,12 +194,12 @@ def resilient_pdgemm(
         state = record_failures(grid.shape, set(), writer=det.rank == 0)
         if det.rank == 0 and call.saved:
             where.remove(prefix)
-        _record(stats, t0, t1, t2)
+        record_phases(stats, t0, t1, t2)
         return ResilientResult(C, grid, grid.comm, (), state, {}, 0, exchange.storage_reads, det.timeout)  # type: ignore[arg-type]
-    tick = _Ticker(stats)
+    tick = PhaseTimer(stats)
     new_comm, state, tiles, reassigned = _agree_and_repair(call, exchange, dead, lost_any, tick)
-    result = _settle_up(call, exchange, dead, new_comm, state, tiles, reassigned, tick)
-    _record(stats, t0, t1, t2)
+    result = settle_up(call, exchange, dead, new_comm, state, tiles, reassigned, tick)
+    record_phases(stats, t0, t1, t2)
     return result
 
 
@@ -308,7 +216,7 @@ def _check_state_table(grid: ProcessGrid) -> None:
         )
 
 
-def _take_operands(call: _Call, protected: ProtectedOperands | None, A: DistributedMatrix, ia: int, ja: int,
+def _take_operands(call: ResilientCall, protected: ProtectedOperands | None, A: DistributedMatrix, ia: int, ja: int,
                    B: DistributedMatrix, ib: int, jb: int) -> None:
     """Set ``call.ops``: the protected operands themselves, or A and B aligned now (collective).
 
@@ -333,7 +241,7 @@ def _take_operands(call: _Call, protected: ProtectedOperands | None, A: Distribu
         call.shapes[("b", r)] = (ops.kb.count(p), ops.ccols.count(q))
 
 
-def _protect(call: _Call) -> tuple[FailureAwareExchange, bool]:
+def _protect(call: ResilientCall) -> tuple[FailureAwareExchange, bool]:
     """Phase 1: save this process's inputs, then synchronize with a deadline.
 
     Returns the failure-aware exchange for the next phases and whether some process has no operands
@@ -360,7 +268,7 @@ def _protect(call: _Call) -> tuple[FailureAwareExchange, bool]:
     return exchange, lost_any
 
 
-def _iterate(call: _Call, exchange: FailureAwareExchange) -> None:
+def _iterate(call: ResilientCall, exchange: FailureAwareExchange) -> None:
     """Phase 2: the multiply's steps, reading dead owners' pieces from the store (nobody computes the dead's
     C blocks yet). A process that learns it was fenced off stops here."""
     c = call.C.local_view(call.ic, call.jc, call.m, call.n)
@@ -381,7 +289,7 @@ def _iterate(call: _Call, exchange: FailureAwareExchange) -> None:
         pass
 
 
-def _agree(call: _Call) -> frozenset[int]:
+def _agree(call: ResilientCall) -> frozenset[int]:
     """Agree with the live processes on the dead ones (fault-tolerant collective).
 
     ULFM's agreement busy-polls: ranks that finish early would spin in it, taking the shared cores from the
@@ -397,7 +305,7 @@ def _agree(call: _Call) -> frozenset[int]:
 
 
 def _agree_and_repair(
-    call: _Call, exchange: FailureAwareExchange, dead: frozenset[int], lost_any: bool, tick: _Ticker
+    call: ResilientCall, exchange: FailureAwareExchange, dead: frozenset[int], lost_any: bool, tick: PhaseTimer
 ) -> tuple[MPI.Intracomm, np.ndarray, list[Tile], dict[int, dict[int, int]]]:
     """Phase 3: read every stored piece the settle phase needs, agree that all could be read, record the
     dead in the state table and build the survivors' communicator.
@@ -419,7 +327,7 @@ def _agree_and_repair(
     if survivors and not det.fenced and not lost_any:
         d = call.C.desc
         tiles, reassigned = plan_tiles(grid, sorted(dead), survivors, call.crows, call.ccols, d.mb, d.nb)
-        _prefetch(call, exchange, tiles)
+        prefetch(call, exchange, tiles)
     inputs_ok = agree_flag(det.comm, int(not lost_any and not exchange.unrecoverable))
     tick("agree_s")
     new_comm = repair(det.comm, dead)
@@ -445,137 +353,3 @@ def _agree_and_repair(
     return new_comm, state, tiles, reassigned
 
 
-def _prefetch(call: _Call, exchange: FailureAwareExchange, tiles: list[Tile]) -> None:
-    """Read every stored piece this process needs for its tiles (any failure lands in ``unrecoverable``)."""
-    grid, me = call.grid, call.det.rank
-    for t in tiles:
-        if t.holder != me:
-            continue
-        if call.save_c:
-            exchange.stored("c", t.dead)
-        if t.rows is None or call.ops is None:
-            continue
-        pd, qd = grid.coords(t.dead)
-        for q in range(grid.npcol):
-            if grid.rank_of(pd, q) != me:
-                exchange.stored("a", grid.rank_of(pd, q))
-        for p in range(grid.nprow):
-            if grid.rank_of(p, qd) != me:
-                exchange.stored("b", grid.rank_of(p, qd))
-
-
-def _settle_up(
-    call: _Call,
-    exchange: FailureAwareExchange,
-    dead: frozenset[int],
-    new_comm: MPI.Intracomm,
-    state: np.ndarray,
-    tiles: list[Tile],
-    reassigned: dict[int, dict[int, int]],
-    tick: _Ticker,
-) -> ResilientResult:
-    """Phase 4: recompute and verify this process's tiles of the dead processes' C, check with all
-    survivors that every dead block was verified, and move the whole C onto the survivors' grid.
-
-    Raises
-    ------
-    ABFTError
-        On every survivor alike, if some block failed its checksum twice or was not recomputed.
-    ProcessFailure
-        If a further failure strikes (the survivors' communicator is revoked, nobody hangs).
-    """
-    C, grid, me = call.C, call.grid, call.det.rank
-    pieces: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = [
-        (0, C.global_rows(), C.global_cols(), C.local)
-    ]
-    verified = unchecked = due = 0
-    failure = ""
-    try:
-        for t in tiles:
-            if t.holder != me:
-                continue
-            piece = _recompute_tile(call, exchange, t)
-            if piece is not None:
-                pieces.append(piece[0])
-                verified, unchecked = verified + piece[1], unchecked + piece[2]
-            if t.rows is not None and t.cols is not None and call.ops is not None:
-                due += tile_blocks(t.rows, t.cols, C.desc.mb, C.desc.nb)
-    except ABFTError as exc:
-        failure = str(exc)
-    if not failure and verified + unchecked != due:
-        failure = f"rank {me} verified {verified + unchecked} of its {due} recomputed blocks"
-    # The result check every survivor takes part in: no result unless every dead block was verified.
-    bad = guarded(new_comm, "the check of the recomputed blocks",
-                  lambda: new_comm.allreduce(int(bool(failure)), op=MPI.SUM))  # fmt: skip
-    if bad:
-        raise ABFTError(
-            f"resilient_pdgemm: the recomputed blocks of dead ranks {sorted(dead)} failed verification on "
-            f"{bad} survivor(s){': ' + failure if failure else ''}; the product was not returned"
-        )
-    tick("recompute_s")
-    new_grid = ProcessGrid.square(new_comm)
-    result = redistribute_result(pieces, new_grid, C)
-    guarded(new_comm, "the final synchronization", new_comm.Barrier)
-    tick("redistribute_s")
-    if new_comm.Get_rank() == 0 and call.saved:
-        call.where.remove(call.prefix)
-    return ResilientResult(result, new_grid, new_grid.comm, tuple(sorted(dead)), state, reassigned,  # type: ignore[arg-type]
-                           verified, exchange.storage_reads, call.det.timeout, unchecked)  # fmt: skip
-
-
-def _recompute_tile(
-    call: _Call, exchange: FailureAwareExchange, t: Tile
-) -> tuple[tuple[int, np.ndarray, np.ndarray, np.ndarray], int, int] | None:
-    """Return ``(piece, verified, unchecked)`` for tile ``t`` (``None`` if it carries nothing).
-
-    A tile without slices carries the dead process's whole stored C (priority 1); a tile with slices is
-    recomputed from the stored operands and verified (priority 2, it overwrites the stored C).
-    """
-    C, grid, me = call.C, call.grid, call.det.rank
-    d = C.desc
-    pd, qd = grid.coords(t.dead)
-    rows_g = global_indices(d.mb, pd, d.rsrc, grid.nprow, call.shapes[("c", t.dead)][0])
-    cols_g = global_indices(d.nb, qd, d.csrc, grid.npcol, call.shapes[("c", t.dead)][1])
-    if t.rows is None or t.cols is None:
-        return ((1, rows_g, cols_g, exchange.stored("c", t.dead)), 0, 0) if call.save_c else None
-    r0, c0 = call.crows.local_start(pd), call.ccols.local_start(qd)
-    lr = slice(r0 + t.rows.start, r0 + t.rows.stop)
-    lc = slice(c0 + t.cols.start, c0 + t.cols.stop)
-    if call.save_c:  # stored as it was on entry: apply beta here
-        tile = np.array(exchange.stored("c", t.dead)[lr, lc], order="F")
-        _scale(tile, call.beta)
-    else:  # beta == 0 over all of C: nothing of the old C survives
-        tile = np.zeros((lr.stop - lr.start, lc.stop - lc.start), order="F")
-    verified = unchecked = 0
-    ops = call.ops
-    if ops is not None:
-        a_rows = np.empty((t.rows.stop - t.rows.start, call.k), order="F")
-        for q in range(grid.npcol):
-            owner = grid.rank_of(pd, q)
-            a_rows[:, ops.ka.indices_on(q)] = (ops.a if owner == me else exchange.stored("a", owner))[t.rows, :]
-        b_cols = np.empty((call.k, t.cols.stop - t.cols.start), order="F")
-        for p in range(grid.nprow):
-            owner = grid.rank_of(p, qd)
-            b_cols[ops.kb.indices_on(p), :] = (ops.b if owner == me else exchange.stored("b", owner))[:, t.cols]
-        tile, verified, unchecked = recompute_verified(call.alpha, a_rows, b_cols, tile, d.mb, d.nb)
-    return (2, rows_g[lr], cols_g[lc], tile), verified, unchecked
-
-
-class _Ticker:
-    """Adds the seconds since the previous tick to ``stats[key]`` (a no-op without ``stats``)."""
-
-    def __init__(self, stats: dict[str, float] | None) -> None:
-        self.stats, self.last = stats, time.perf_counter()
-
-    def __call__(self, key: str) -> None:
-        now = time.perf_counter()
-        if self.stats is not None:
-            self.stats[key] = self.stats.get(key, 0.0) + now - self.last
-        self.last = now
-
-
-def _record(stats: dict[str, float] | None, t0: float, t1: float, t2: float) -> None:
-    if stats is not None:
-        stats["protect_s"] = t1 - t0
-        stats["iterate_s"] = t2 - t1
-        stats["settle_s"] = time.perf_counter() - t2
