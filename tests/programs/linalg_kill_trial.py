@@ -1,12 +1,13 @@
 """One trial of the random kill campaign: resilient_pdgemm while the driver SIGKILLs a rank from outside.
 
 Every rank writes ``<dir>/pid.<rank>``; rank 0 writes ``<dir>/started`` just before the protected phase
-begins (``protect_operands`` or the multiply; with ``--start-at-step`` when the first SUMMA step begins), so the driver can time its kill from there. Each step sleeps
-``--step-pause`` seconds (on every rank) to spread the multiply over a window a kill can land in.
+begins (``protect_operands`` or the multiply; with ``--start-at-step`` when the first SUMMA step begins),
+so the driver can time its kill from there. Each step sleeps ``--step-pause`` seconds (on every rank) to
+spread the multiply over a window a kill can land in.
 
-Prints, per surviving rank, one of
-``DONE rank=.. failed=[..]`` (a result was returned, and ``<dir>/out.<rank>.npz`` holds this rank's piece of it: global rows,
-global columns, values, failed ranks), ``PROCESSFAILURE rank=.. failed_ranks=[..]`` or ``FENCED rank=..``.
+Prints, per surviving rank, one of ``DONE rank=.. failed=[..]`` (a result was returned, and
+``<dir>/out.<rank>.npz`` holds this rank's piece of it: global rows, global columns, values, failed ranks),
+``PROCESSFAILURE rank=.. failed_ranks=[..]`` or ``FENCED rank=..``.
 The driver (``benchmarks/kill_campaign.py``) assembles the pieces and compares them with numpy.
 """
 
@@ -87,8 +88,8 @@ except ProcessFailure as exc:
     exit_without_finalize()
 # No MPI after the call: a kill that lands after it returned must not make the check itself hang. Each rank
 # writes its piece of the result (global rows, columns, values); the driver assembles and checks them.
-np.savez(Path(a.dir, f"out.{rank}.tmp.npz"), rows=res.C.global_rows(), cols=res.C.global_cols(), c=res.C.local,
-         failed=np.array(res.failed_ranks, dtype=np.int64))  # fmt: skip
+np.savez(Path(a.dir, f"out.{rank}.tmp.npz"), rows=res.C.global_rows(), cols=res.C.global_cols(),
+         c=res.C.local, failed=np.array(res.failed_ranks, dtype=np.int64))  # fmt: skip
 os.replace(Path(a.dir, f"out.{rank}.tmp.npz"), Path(a.dir, f"out.{rank}.npz"))
 print(f"DONE rank={rank} failed={list(res.failed_ranks)}", flush=True)
 exit_without_finalize()  # MPI_Finalize may wait for the dead (open-mpi/ompi#11404)

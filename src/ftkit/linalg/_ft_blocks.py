@@ -1,5 +1,6 @@
-"""The two things :func:`~ftkit.linalg.ft.ft_pdgemm` decides once per call and uses everywhere after: how its
-C is cut into checked blocks (:class:`BlockSegmentation`) and which threshold checks them (:class:`Threshold`).
+"""The two things :func:`~ftkit.linalg.ft.ft_pdgemm` decides once per call and uses everywhere after: how
+its C is cut into checked blocks (:class:`BlockSegmentation`) and which threshold checks them
+(:class:`Threshold`).
 """
 
 from __future__ import annotations
@@ -89,8 +90,8 @@ class BlockSegmentation:
         rows = C.row_map(ic, m).indices_on(g.myrow)
         cols = C.col_map(jc, n).indices_on(g.mycol)
         d = C.desc
-        return cls(rows, cols, abft.segment_bounds(rows, ic, d.mb, bs), abft.segment_bounds(cols, jc, d.nb, bs),
-                   ic, jc, m, n, d.mb, d.nb, bs)  # fmt: skip
+        rb, cb = abft.segment_bounds(rows, ic, d.mb, bs), abft.segment_bounds(cols, jc, d.nb, bs)
+        return cls(rows, cols, rb, cb, ic, jc, m, n, d.mb, d.nb, bs)
 
     @property
     def nr(self) -> int:
@@ -117,6 +118,6 @@ class BlockSegmentation:
             self._global.append(abft.segment_bounds(np.arange(self.m), self.ic, self.mb, self.bs))
             self._global.append(abft.segment_bounds(np.arange(self.n), self.jc, self.nb, self.bs))
         r0, c0 = int(self.rows_here[self.rb[bi]]), int(self.cols_here[self.cb[bj]])
-        return BlockEvent(int(np.searchsorted(self._global[0], r0)), int(np.searchsorted(self._global[1], c0)),
-                          r0, c0, int(self.rb[bi + 1] - self.rb[bi]), int(self.cb[bj + 1] - self.cb[bj]),
-                          rank, action, element)  # fmt: skip
+        gbi, gbj = int(np.searchsorted(self._global[0], r0)), int(np.searchsorted(self._global[1], c0))
+        rows, cols = int(self.rb[bi + 1] - self.rb[bi]), int(self.cb[bj + 1] - self.cb[bj])
+        return BlockEvent(gbi, gbj, r0, c0, rows, cols, rank, action, element)

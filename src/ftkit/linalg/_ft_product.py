@@ -155,7 +155,8 @@ def ft_pdsymm(
     """Compute :func:`~ftkit.linalg.pdsymm` (A symmetric, only its ``uplo`` triangle read), checked.
 
     Arguments as ``pdsymm`` plus ``bs``, ``tol``, ``mode``, ``inject``, ``unchecked_is_error`` as in
-    :func:`ft_pdgemm` (PBLAS positions 19-22). The symmetric A is expanded from its triangle first (as ``pdsymm`` does); the checksums
+    :func:`ft_pdgemm` (PBLAS positions 19-22). The symmetric A is expanded from its triangle first (as
+    ``pdsymm`` does); the checksums
     are taken from that expansion, so they protect the multiply.
 
     Raises
@@ -183,8 +184,8 @@ def ft_pdsymm(
     if side == "L":
         return _ft_gemm("N", "N", m, n, m, alpha, W, ia, ja, B, ib, jb, beta, C, ic, jc, bs, tol, mode, None,
                         None, inject, unchecked_is_error)  # fmt: skip
-    return _ft_gemm("N", "N", m, n, n, alpha, B, ib, jb, W, ia, ja, beta, C, ic, jc, bs, tol, mode, None, None,
-                    inject, unchecked_is_error)  # fmt: skip
+    return _ft_gemm("N", "N", m, n, n, alpha, B, ib, jb, W, ia, ja, beta, C, ic, jc, bs, tol, mode, None,
+                    None, inject, unchecked_is_error)  # fmt: skip
 
 
 # ---------------------------------------------------------------- the checked product
@@ -237,7 +238,8 @@ def _ft_gemm(
     # the collective recomputation and the exchange of events only run when there is something to share.
     n_unchecked = int(v.unchecked.sum())
     (n_rest, n_events, checked, unchecked), (max_ratio, t_max) = _reduce(
-        grid.comm, [len(rest), len(events), seg.nr * seg.nc - n_unchecked, n_unchecked], [_ratio(final), t_fix]
+        grid.comm, [len(rest), len(events), seg.nr * seg.nc - n_unchecked, n_unchecked],
+        [_ratio(final), t_fix],
     )
     if n_rest:
         more, t_re = recompute_blocks(
@@ -292,8 +294,9 @@ def _multiply_encoded(
     if inject is not None:
         inject.resolve(grid.size, len(steps))
     own = AllgatherExchange() if exchange is None else None
-    chk = _ChecksumExchange(exchange or own, c.shape[0], c.shape[1], seg.rb, seg.cb, product, c, inject,  # type: ignore[arg-type]
-                            grid.rank, seg.to_global)  # fmt: skip
+    inner: PanelExchange = exchange if exchange is not None else own  # type: ignore[assignment]
+    chk = _ChecksumExchange(inner, c.shape[0], c.shape[1], seg.rb, seg.cb, product, c, inject, grid.rank,
+                            seg.to_global)  # fmt: skip
     run_summa(grid, ops.a, ops.b, ops.c, ops.ka, ops.kb, alpha, exchange=chk, steps=steps,
               beta=0.0 if fused_beta0 else 1.0)  # fmt: skip
     chk.release()  # extended-piece and panel buffers back to the pool, as pdgemm does

@@ -1,4 +1,4 @@
-"""The failure-aware panel exchanges of :func:`~ftkit.linalg.resilient.resilient_pdgemm` (its *iterate* phase).
+"""The failure-aware panel exchanges of :func:`~ftkit.linalg.resilient.resilient_pdgemm` (*iterate* phase).
 
 SUMMA panels (:class:`FailureAwareExchange`, a :class:`~ftkit.linalg._summa.PanelExchange`) and Cannon's
 neighbour shifts (:func:`run_cannon`) travel point to point through a

@@ -228,8 +228,9 @@ def settle_up(
     tick("redistribute_s")
     if new_comm.Get_rank() == 0 and call.saved:
         call.where.remove(call.prefix)
-    return ResilientResult(result, new_grid, new_grid.comm, tuple(sorted(dead)), state, reassigned,  # type: ignore[arg-type]
-                           verified, exchange.storage_reads, call.det.timeout, unchecked)  # fmt: skip
+    comm: MPI.Intracomm = new_grid.comm  # type: ignore[assignment]
+    return ResilientResult(result, new_grid, comm, tuple(sorted(dead)), state, reassigned, verified,
+                           exchange.storage_reads, call.det.timeout, unchecked)  # fmt: skip
 
 
 def _recompute_tile(
@@ -261,10 +262,12 @@ def _recompute_tile(
         a_rows = np.empty((t.rows.stop - t.rows.start, call.k), order="F")
         for q in range(grid.npcol):
             owner = grid.rank_of(pd, q)
-            a_rows[:, ops.ka.indices_on(q)] = (ops.a if owner == me else exchange.stored("a", owner))[t.rows, :]
+            a_piece = ops.a if owner == me else exchange.stored("a", owner)
+            a_rows[:, ops.ka.indices_on(q)] = a_piece[t.rows, :]
         b_cols = np.empty((call.k, t.cols.stop - t.cols.start), order="F")
         for p in range(grid.nprow):
             owner = grid.rank_of(p, qd)
-            b_cols[ops.kb.indices_on(p), :] = (ops.b if owner == me else exchange.stored("b", owner))[:, t.cols]
+            b_piece = ops.b if owner == me else exchange.stored("b", owner)
+            b_cols[ops.kb.indices_on(p), :] = b_piece[:, t.cols]
         tile, verified, unchecked = recompute_verified(call.alpha, a_rows, b_cols, tile, d.mb, d.nb)
     return (2, rows_g[lr], cols_g[lc], tile), verified, unchecked

@@ -168,6 +168,7 @@ class ProtectedOperands:
         for what in ("a", "b"):
             self.store.remove(f"{self.prefix}/{what}.{self.rank}")
         self.released = True
+        self.operands = None
 
     def __enter__(self) -> ProtectedOperands:
         return self

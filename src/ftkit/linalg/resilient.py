@@ -173,7 +173,8 @@ def resilient_pdgemm(
     if protected is not None:
         protected.check(A, B, operands_key(ta, tb, m, n, k, ia, ja, ib, jb, C, ic, jc, algorithm))
     det = detector or detector_for(grid, timeout)
-    where = protected.store if protected is not None else open_store(store, rank=det.rank, nranks=grid.size)  # type: ignore[arg-type]
+    where = (protected.store if protected is not None
+             else open_store(store, rank=det.rank, nranks=grid.size))  # type: ignore[arg-type]  # fmt: skip
     prefix = f"pdgemm-{det.call_id()}"
     ops_prefix = protected.prefix if protected is not None else prefix
     call = ResilientCall(ta, tb, m, n, k, alpha, beta, C, ic, jc, det, where, prefix,
@@ -216,8 +217,8 @@ def _check_state_table(grid: ProcessGrid) -> None:
         )
 
 
-def _take_operands(call: ResilientCall, protected: ProtectedOperands | None, A: DistributedMatrix, ia: int, ja: int,
-                   B: DistributedMatrix, ib: int, jb: int) -> None:
+def _take_operands(call: ResilientCall, protected: ProtectedOperands | None, A: DistributedMatrix, ia: int,
+                   ja: int, B: DistributedMatrix, ib: int, jb: int) -> None:
     """Set ``call.ops``: the protected operands themselves, or A and B aligned now (collective).
 
     The redistribution is a plain collective on the grid: a process that dies in it can leave it completed
@@ -228,8 +229,9 @@ def _take_operands(call: ResilientCall, protected: ProtectedOperands | None, A: 
         call.ops = protected.operands
     else:
         try:
-            call.ops = aligned_operands(call.ta, call.tb, call.m, call.n, call.k, A, ia, ja, B, ib, jb, call.C,
-                                        call.ic, call.jc, same_kmap=call.algorithm == "cannon")  # fmt: skip
+            call.ops = aligned_operands(call.ta, call.tb, call.m, call.n, call.k, A, ia, ja, B, ib, jb,
+                                        call.C, call.ic, call.jc,
+                                        same_kmap=call.algorithm == "cannon")  # fmt: skip
         except MPI.Exception:  # ULFM reports a peer's death here as MPI_ERR_PROC_FAILED or MPI_ERR_OTHER
             call.det.check_failures()
             call.lost = True
@@ -305,7 +307,11 @@ def _agree(call: ResilientCall) -> frozenset[int]:
 
 
 def _agree_and_repair(
-    call: ResilientCall, exchange: FailureAwareExchange, dead: frozenset[int], lost_any: bool, tick: PhaseTimer
+    call: ResilientCall,
+    exchange: FailureAwareExchange,
+    dead: frozenset[int],
+    lost_any: bool,
+    tick: PhaseTimer,
 ) -> tuple[MPI.Intracomm, np.ndarray, list[Tile], dict[int, dict[int, int]]]:
     """Phase 3: read every stored piece the settle phase needs, agree that all could be read, record the
     dead in the state table and build the survivors' communicator.
