@@ -88,14 +88,17 @@ class ResilientCall:
 
     @property
     def grid(self) -> ProcessGrid:
+        """C's grid (the original one)."""
         return self.C.grid
 
     @property
     def multiply(self) -> bool:
+        """Whether there is a product to compute (else C is only scaled by beta)."""
         return bool(self.m and self.n and self.k and self.alpha != 0.0)
 
     @property
     def save_c(self) -> bool:
+        """Whether this call saves C."""
         # C is saved as it was on entry (before beta), where it is needed to rebuild a dead process's piece:
         # it contributes (beta != 0) or has entries outside the updated submatrix (kept as they are).
         d = self.C.desc
@@ -103,10 +106,12 @@ class ResilientCall:
 
     @property
     def save_ops(self) -> bool:
+        """Whether this call saves A and B itself (not protected beforehand)."""
         return self.multiply and self.prefixes["a"] == self.prefix
 
     @property
     def saved(self) -> bool:
+        """Whether this call writes anything to the store (then it synchronizes before iterating)."""
         return self.save_c or self.save_ops
 
 
@@ -124,6 +129,7 @@ class PhaseTimer:
 
 
 def record_phases(stats: dict[str, float] | None, t0: float, t1: float, t2: float) -> None:
+    """Fill ``stats`` (if given) with the protect, iterate and settle times from the phase boundaries (s)."""
     if stats is not None:
         stats["protect_s"] = t1 - t0
         stats["iterate_s"] = t2 - t1

@@ -172,6 +172,8 @@ def resilient_pdgemm(
     protected = store if isinstance(store, ProtectedOperands) else None
     if protected is not None:
         protected.check(A, B, operands_key(ta, tb, m, n, k, ia, ja, ib, jb, C, ic, jc, algorithm))
+    # Phase 1 (protect) starts here: capability checks (ULFM support) come first, before the detector (whose
+    # set-up already uses ULFM's agreement) and before anything is saved.
     det = detector or detector_for(grid, timeout)
     where = (protected.store if protected is not None
              else open_store(store, rank=det.rank, nranks=grid.size))  # type: ignore[arg-type]  # fmt: skip
@@ -249,7 +251,6 @@ def _protect(call: ResilientCall) -> tuple[FailureAwareExchange, bool]:
     Returns the failure-aware exchange for the next phases and whether some process has no operands
     (``lost``: the same answer on every live process, which then all skip the iterate phase).
     """
-    # Capability checks that must run before anything is saved (ULFM support) belong here, first.
     grid, det, where = call.grid, call.det, call.where
     d = call.C.desc
     for r in range(grid.size):
