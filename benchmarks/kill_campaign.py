@@ -110,10 +110,14 @@ def classify(trial: Trial, workdir: Path, stdout: str, timed_out: bool) -> tuple
     failures = {int(r): f for r, f in re.findall(r"PROCESSFAILURE rank=(\d+) failed_ranks=(\[.*?\])", stdout)}
     fenced = {int(r) for r in re.findall(r"FENCED rank=(\d+)", stdout)}
     if failures and not done:
-        if len(set(failures.values())) == 1 and set(failures) | fenced | {trial.victim} >= set(
-            range(trial.nprocs)
-        ):
-            return "failure", f"ProcessFailure {next(iter(failures.values()))} on {sorted(failures)}"
+        verdicts = set(failures.values())
+        silent = set(range(trial.nprocs)) - set(failures) - fenced
+        # every rank that reported nothing must be one the survivors agreed is dead (it died: the victim, or
+        # a rank the MPI library itself brought down after the kill, which the detail then names)
+        if len(verdicts) == 1 and silent <= set(json.loads(next(iter(verdicts)))):
+            extra = sorted(silent - {trial.victim})
+            also = f"; ranks {extra} died too (not killed by the driver)" if extra else ""
+            return "failure", f"ProcessFailure {next(iter(verdicts))} on {sorted(failures)}{also}"
         return "wrong", f"survivors disagree or are missing: failures={failures} fenced={sorted(fenced)}"
     if failures and done:
         return "wrong", f"some survivors returned ({sorted(done)}), some raised ({sorted(failures)})"
