@@ -33,6 +33,7 @@ __all__ = [
     "DescriptorError",
     "PBLASArgumentError",
     "ABFTError",
+    "ABFTArgumentError",
     "ModelError",
 ]
 
@@ -145,8 +146,19 @@ class PBLASArgumentError(LinalgError):
 
 
 class ABFTError(LinalgError):
-    """The checksum protection detected an error it could not correct."""
+    """The checksum protection detected an error it could not correct (or a block it could not check).
+
+    ``report`` is the :class:`~ftkit.linalg.ft.ABFTReport` of the call, when there is one.
+    """
+
+    def __init__(self, message: str, *, report: object = None) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 class ModelError(FtkitError, ValueError):
     """Invalid parameters for a reliability or cost model."""
+
+
+class ABFTArgumentError(LinalgError):
+    """An ABFT routine (checksums, thresholds, policies) got an illegal argument; the message names it."""

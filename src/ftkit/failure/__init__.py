@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .detect import FailureDetector, Fenced, default_timeout, ft_dup, is_failure_error, measure_round_trip
+from .detect import DeathWatch, Fenced, default_timeout, ft_dup, is_failure_error, measure_round_trip
+from .exchange import Exchange, FailureDetector
 from .state import (
     get_state_table,
     load_state_table,
@@ -24,6 +25,8 @@ from .ulfm import (
 )
 
 __all__ = [
+    "DeathWatch",
+    "Exchange",
     "FailureDetector",
     "Fenced",
     "default_timeout",

@@ -1,4 +1,7 @@
-"""Failure detection: ftkit's own communicator, point-to-point exchanges with a deadline, obituaries.
+"""Failure detection, "who is dead": ftkit's own communicator, obituaries, fencing, the timeout.
+
+The exchanges with a deadline built on this knowledge are in :mod:`ftkit.failure.exchange`
+(:class:`~ftkit.failure.exchange.FailureDetector`).
 
 The rule of this module: **no wait on a peer is unbounded**. Every exchange posts non-blocking operations and
 polls them against a deadline. A peer is declared dead when
@@ -26,7 +29,7 @@ Timeout
 Slow processes (the reference's warning about thresholds)
     A live process that misses a deadline is **declared dead and fenced off**: its obituary reaches it
     too, and
-    from then on it takes no part in the computation (:attr:`FailureDetector.fenced` becomes true and its next
+    from then on it takes no part in the computation (:attr:`DeathWatch.fenced` becomes true and its next
     exchange raises :class:`Fenced`). It still joins the final agreement (so nobody waits for it forever
     at the
     end: it is slow, not stuck), learns there that it is out, and gets a :class:`~ftkit.errors.ProcessFailure`
@@ -41,20 +44,19 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import Fenced, ProcessFailure, TimeoutFailure
+from ..errors import Fenced
 
 __all__ = [
     "DEFAULT_FACTOR",
     "DEFAULT_MIN_TIMEOUT",
     "NOTICE_TAG",
     "Fenced",
-    "Exchange",
-    "FailureDetector",
+    "DeathWatch",
     "ft_dup",
     "is_failure_error",
     "measure_round_trip",
@@ -68,7 +70,6 @@ DEFAULT_MIN_TIMEOUT = 10.0
 NOTICE_TAG = 32001
 _FAILURE_CLASSES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
 _EMPTY = np.zeros(0, dtype=np.int32)
-_MAX_SLEEP = 1e-3  # s; cap of the poll back-off, so idle ranks leave the shared cores to busy ones
 # s between two looks for obituaries while an exchange is healthy. An ANY_SOURCE probe costs ~0.5 ms of
 # progress-engine work here; peers' deaths reach a waiting rank through its own requests at once (ULFM
 # completes them in error), so obituaries (timeouts, fencing) can wait this long.
@@ -118,8 +119,11 @@ def default_timeout(
     return max(factor * rtt, min_timeout)
 
 
-class FailureDetector:
-    """Point-to-point exchanges with deadlines on a private, error-returning duplicate of ``comm``.
+class DeathWatch:
+    """What this process knows about its peers' deaths, on a private, error-returning duplicate of ``comm``.
+
+    It learns deaths from MPI (ULFM) and from obituaries, spreads the ones it declares, and knows when it was
+    itself declared dead (fenced). :class:`~ftkit.failure.exchange.FailureDetector` adds the exchanges.
 
     Parameters
     ----------
@@ -282,177 +286,6 @@ class FailureDetector:
                 [self.rank],
             )
 
-    # -- exchanges ---------------------------------------------------------------------------------------
-    def exchange(
-        self,
-        sends: Mapping[int, np.ndarray],
-        recvs: Mapping[int, np.ndarray],
-        tag: int,
-        timeout: float | None = None,
-    ) -> set[int]:
-        """Send and receive contiguous buffers to and from peers, waiting at most ``timeout`` seconds.
-
-        Peers already believed dead are skipped. Returns the ranks in ``recvs`` whose buffer was NOT filled
-        (dead before or during the exchange); every such rank is now in :attr:`dead`.
-
-        Parameters
-        ----------
-        sends, recvs
-            ``{peer: buffer}``; buffers must be contiguous and stay alive until this returns.
-        tag
-            Message tag (``0 <= tag < NOTICE_TAG``); use a different tag per step so a late message of a
-            fenced peer can never match a later receive.
-        timeout
-            Seconds (default :attr:`timeout`).
-
-        Raises
-        ------
-        Fenced
-            If this process learns that it was declared dead.
-        """
-        return self.finish_exchange(self.start_exchange(sends, recvs, tag), timeout)
-
-    def exchange_or_raise(
-        self,
-        sends: Mapping[int, np.ndarray],
-        recvs: Mapping[int, np.ndarray],
-        tag: int,
-        timeout: float | None = None,
-    ) -> None:
-        """As :meth:`exchange`, for callers that cannot go on without every buffer: raise if one is missing.
-
-        Raises
-        ------
-        TimeoutFailure
-            If a peer missed the deadline (it may still be alive; it has been declared dead and fenced off).
-        ProcessFailure
-            If a peer was reported failed (by MPI or by another rank), or was already believed dead.
-        Fenced
-            If this process learns that it was declared dead.
-        """
-        missing = self.exchange(sends, recvs, tag, timeout)
-        if not missing:
-            return
-        late = sorted(r for r in missing if "timed out" in self.reasons.get(r, ""))
-        limit = self.timeout if timeout is None else timeout
-        if late:
-            raise TimeoutFailure(
-                f"ranks {late} did not answer within {limit:g} s and were declared dead; raise the timeout "
-                f"if they are only slow",
-                sorted(missing),
-            )
-        why = "; ".join(sorted({self.reasons.get(r, "?") for r in missing}))
-        raise ProcessFailure(f"ranks {sorted(missing)} failed ({why})", sorted(missing))
-
-    def start_exchange(
-        self,
-        sends: Mapping[int, np.ndarray],
-        recvs: Mapping[int, np.ndarray],
-        tag: int,
-        into: Exchange | None = None,
-    ) -> Exchange:
-        """Post the sends and receives of :meth:`exchange` and return at once (finish with
-        :meth:`finish_exchange`; the deadline starts there, so computing in between never counts as a peer's
-        lateness).
-
-        With ``into``, the operations join that exchange (one wait for both) and it is returned; its peers
-        must differ from these (a peer's buffer is looked up by rank).
-
-        Raises
-        ------
-        Fenced
-            If this process learns that it was declared dead.
-        """
-        self._poll_notices_if_due(force=bool(self.dead))
-        self.raise_if_fenced()
-        ex = into if into is not None else Exchange({}, {})
-        if (set(sends) | set(recvs)) & (set(ex.sends) | set(ex.recvs)):
-            raise ValueError("an exchange joined with into= must have other peers")
-        ex.sends.update(sends)
-        ex.recvs.update(recvs)
-        for peer, buf in recvs.items():
-            if self.alive(peer):
-                self._post(
-                    ex.pending, "recv", peer, lambda p=peer, b=buf: self.comm.Irecv(b, source=p, tag=tag)
-                )
-        for peer, buf in sends.items():
-            if self.alive(peer):
-                self._post(
-                    ex.pending, "send", peer, lambda p=peer, b=buf: self.comm.Isend(b, dest=p, tag=tag)
-                )
-        return ex
-
-    def finish_exchange(self, ex: Exchange, timeout: float | None = None) -> set[int]:
-        """Wait for an exchange from :meth:`start_exchange` at most ``timeout`` s; return the missing senders.
-
-        Raises
-        ------
-        Fenced
-            If this process learns that it was declared dead.
-        """
-        limit = self.timeout if timeout is None else timeout
-        start = last_beat = time.monotonic()
-        pending = ex.pending
-        sleep = 2e-5
-        while pending:
-            # Fast path: one Testall while every peer is healthy; a failure shows as an exception, and the
-            # careful per-request path below then finds who failed.
-            healthy = not self.dead and not self.fenced
-            if healthy:
-                try:
-                    if MPI.Request.Testall([req for req, _, _ in pending]):
-                        pending.clear()
-                        break
-                except MPI.Exception as exc:
-                    if not is_failure_error(exc) and exc.Get_error_class() != MPI.ERR_IN_STATUS:
-                        raise
-                    healthy = False
-            now = time.monotonic()
-            if not healthy:
-                # Testall may already have freed a request that completed in error: learn every failure MPI
-                # knows first, so that request's peer is abandoned, never taken for a completed transfer.
-                self.check_failures()
-                self._test_each(ex)
-            self._poll_notices_if_due(force=not healthy, since=start)
-            if self.fenced:
-                for req, kind, peer in pending:
-                    self._abandon(req, kind, (ex.sends if kind == "send" else ex.recvs)[peer])
-                pending.clear()
-                self.raise_if_fenced()
-            if not pending:
-                break
-            if now - last_beat > limit / 4:
-                self._heartbeat()
-                last_beat = now
-            late = {
-                peer for _, _, peer in pending if now - max(start, self.last_seen.get(peer, start)) > limit
-            }
-            if late:
-                self.check_failures()
-                self.declare_dead(late - self.dead, f"timed out after {limit:g} s")
-                continue
-            time.sleep(sleep)
-            sleep = min(1.5 * sleep, _MAX_SLEEP)
-        return {peer for peer in ex.recvs if not self.alive(peer)}
-
-    def _test_each(self, ex: Exchange) -> None:
-        """Test an exchange's requests one at a time: drop completed ones, abandon dead peers' ones."""
-        still = []
-        for req, kind, peer in ex.pending:
-            if not self.alive(peer):
-                self._abandon(req, kind, (ex.sends if kind == "send" else ex.recvs)[peer])
-                continue
-            try:
-                done = req.Test()
-            except MPI.Exception as exc:
-                if not is_failure_error(exc):
-                    raise
-                self.declare_dead([peer], "reported failed by MPI")
-                done = True
-            if not done:
-                still.append((req, kind, peer))
-        ex.pending[:] = still
-
     def _heartbeat(self) -> None:
         # While waiting, tell every live peer "I am alive": a peer that waits on us is then not misled into
         # declaring us dead because we are ourselves held up by a failed process.
@@ -465,37 +298,6 @@ class FailureDetector:
                     if not is_failure_error(exc):
                         raise
 
-    def barrier(self, timeout: float | None = None) -> None:
-        """Synchronize with the live ranks: an empty exchange with every live peer, with a deadline."""
-        token = np.zeros(1, dtype=np.int8)
-        peers = [p for p in range(self.size) if p != self.rank]
-        self.exchange(
-            {p: token for p in peers},
-            {p: np.zeros(1, dtype=np.int8) for p in peers},
-            tag=NOTICE_TAG - 1,
-            timeout=timeout,
-        )
-
-    def _post(self, pending: list, kind: str, peer: int, start) -> None:  # type: ignore[type-arg, no-untyped-def]
-        try:
-            pending.append((start(), kind, peer))
-        except MPI.Exception as exc:
-            if not is_failure_error(exc):
-                raise
-            self.declare_dead([peer], "reported failed by MPI")
-
-    def _abandon(self, req: MPI.Request, kind: str, buf: np.ndarray) -> None:
-        # A receive from a dead peer is cancelled, so a late message can never land in a reused buffer; a send
-        # cannot be cancelled safely, so its buffer is kept alive for as long as the detector lives.
-        if kind == "recv":
-            try:
-                req.Cancel()
-                req.Wait()
-            except MPI.Exception:
-                pass
-        else:
-            self._orphans.append((req, buf))
-
     def free(self) -> None:
         """Release the private communicator (local; pending messages to dead peers are dropped)."""
         self._orphans.clear()
@@ -505,14 +307,6 @@ class FailureDetector:
                 self.comm.Free()
             except MPI.Exception:
                 pass
-
-
-class Exchange:
-    """Operations of one exchange in flight (see :meth:`FailureDetector.start_exchange`)."""
-
-    def __init__(self, sends: dict[int, np.ndarray], recvs: dict[int, np.ndarray]) -> None:
-        self.sends, self.recvs = sends, recvs
-        self.pending: list[tuple[MPI.Request, str, int]] = []
 
 
 def _test_quietly(req: MPI.Request) -> bool:

@@ -15,8 +15,8 @@ from typing import Literal
 import numpy as np
 from mpi4py import MPI
 
+from .._wait import wait_requests
 from ._blas import gemm_update
-from ._summa import wait_requests
 from .descriptor import BlockCyclic1D
 from .grid import ProcessGrid
 

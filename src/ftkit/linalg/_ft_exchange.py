@@ -19,27 +19,12 @@ import numpy as np
 from ..inject import InjectionPlan
 from . import abft
 from ._abft_kernels import encode_cols_into, encode_rows_into
-from ._summa import PanelExchange, PendingPanels, SummaStep
+from ._summa import PanelExchange, PendingPanels, SummaStep, pooled_buffer, release_pool
 from .grid import ProcessGrid
 
 #: Rotating buffer sets for the extended (data + checksum) pieces: SUMMA keeps one exchange in flight
 #: beside the step being multiplied, and an exchange may hold a piece until its panel is consumed.
 _SLOTS = 3
-_POOL: dict[tuple[str, int], np.ndarray] = {}
-
-
-def _buffer(role: str, step: int, shape: tuple[int, int]) -> np.ndarray:
-    """Column-major ``shape`` array from the process-wide pool (slot ``step % _SLOTS`` of ``role``).
-
-    Fresh 10-100 MB arrays per step cost page faults and zeroing comparable to the encoding itself; an
-    extended piece only has to live until its panel is multiplied (at most two steps are alive at once).
-    """
-    size = shape[0] * shape[1]
-    key = (role, step % _SLOTS)
-    buf = _POOL.get(key)
-    if buf is None or buf.size < size:
-        buf = _POOL[key] = np.empty(max(size, 1))
-    return buf[:size].reshape(shape, order="F")
 
 
 # ---------------------------------------------------------------- checksums inside the panels
@@ -98,6 +83,7 @@ class _ChecksumExchange:
         self.nr, self.nc = len(rb) - 1, len(cbnd) - 1
         self.kinds = product.kinds  # checksum rows per row segment / columns per column segment
         self.product, self.c, self.plan, self.rank, self.c_to_global = product, c, plan, rank, c_to_global
+        self._pool: dict[object, np.ndarray] = {}
 
     def start(
         self, grid: ProcessGrid, step: SummaStep, a_piece: np.ndarray, b_piece: np.ndarray
@@ -126,7 +112,7 @@ class _ChecksumExchange:
 
             kw.update(extra_rows=kinds * nr, fill_a=fill_a)
         else:
-            a_ext = _buffer("A", step.index, (ra + kinds * nr, a_piece.shape[1]))
+            a_ext = self._buffer("A", step, (ra + kinds * nr, a_piece.shape[1]))
             encode_rows_into(a_src, self.rb, self.rw, a_ext, True, kinds)  # copies the data too
             self._inject(step, "A", a_piece, a_ext[:ra])
         if grid.nprow == 1:
@@ -143,11 +129,21 @@ class _ChecksumExchange:
             kw.update(extra_cols=kinds * nc, fill_b=fill_b)
         else:
             # column-major like the exchange's B panel: the pieces move without transposition
-            b_ext = _buffer("B", step.index, (b_piece.shape[0], cb + kinds * nc))
+            b_ext = self._buffer("B", step, (b_piece.shape[0], cb + kinds * nc))
             encode_cols_into(b_src, self.cbnd, self.cw, b_ext, True, kinds)
             self._inject(step, "B", b_piece, b_ext[:, :cb])
         pending = self.inner.start(grid, step, a_ext, b_ext, **kw)
         return _ChecksumPending(self, step, pending, (achk, bchk))
+
+    def _buffer(self, role: str, step: SummaStep, shape: tuple[int, int]) -> np.ndarray:
+        """Column-major ``shape`` array for an extended piece (slot ``step % _SLOTS`` of ``role``), from the
+        panel buffers pdgemm keeps between multiplies: fresh 10-100 MB arrays per step cost page faults and
+        zeroing comparable to the encoding itself. Handed back by :meth:`release`."""
+        return pooled_buffer(self._pool, (role, step.index % _SLOTS), shape)
+
+    def release(self) -> None:
+        """Hand the extended-piece buffers back for later multiplies (once no transfer can touch them)."""
+        release_pool(self._pool)
 
     def _planned(self, target: str, step: SummaStep) -> bool:
         return self.plan is not None and self.plan.planned(target, self.rank, step.index)

@@ -23,20 +23,21 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 from mpi4py import MPI
 
+from .._wait import wait_requests
 from ._blas import gemm_update
 from .descriptor import BlockCyclic1D
 from .grid import ProcessGrid
 
 __all__ = ["SummaStep", "plan_summa", "default_width", "PanelExchange", "PendingPanels",
            "AllgatherExchange", "extract_a_piece", "extract_b_piece", "local_update", "run_summa",
-           "wait_requests", "pooled_buffer", "release_pool"]
+           "pooled_buffer", "release_pool"]
 
 #: Message tags of the default exchange (A pieces on the row communicator, B pieces on the column one).
 TAG_A, TAG_B = 601, 602
@@ -133,21 +134,6 @@ def local_update(alpha: float, a_panel: np.ndarray, b_panel: np.ndarray, c: np.n
     if perm is not None:
         a_panel = a_panel[:, perm]
     gemm_update(alpha, a_panel, b_panel, c, beta)
-
-
-def wait_requests(requests: Sequence[MPI.Request], *, max_sleep: float = 1e-3) -> None:
-    """Wait for ``requests`` without spinning: poll ``Testall`` with short, growing sleeps.
-
-    With more ranks than cores a blocking MPI wait busy-polls and steals the core from the rank doing the
-    GEMM everyone is waiting for; sleeping hands it over. Each poll also progresses the transfers.
-    """
-    requests = list(requests)
-    if not requests:
-        return
-    delay = 2e-5
-    while not MPI.Request.Testall(requests):
-        time.sleep(delay)
-        delay = min(max_sleep, delay * 1.5)
 
 
 class PendingPanels(Protocol):

@@ -70,7 +70,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._abft_kernels import block_sums_into, encode_cols_into, encode_rows_into
+from ..errors import ABFTArgumentError
+from ._abft_sums import (
+    ETA,
+    NCHK,
+    U,
+    abs_block_sums,
+    block_sums,
+    block_sums_sq,
+    check_kinds,
+    checksum_kinds,
+    dense_bounds,
+    encode_cols,
+    encode_rows,
+    gamma,
+    segment_bounds,
+    segment_weights,
+)
+from ._abft_verify import Verification, correct_flagged, correct_single, locate_error, verify_blocks
 
 __all__ = [
     "U",
@@ -99,146 +116,12 @@ __all__ = [
     "check_product",
 ]
 
-#: Unit roundoff of float64.
-U = 2.0**-53
-#: Smallest positive subnormal float64 (absolute error floor of a product that underflows).
-ETA = 2.0**-1074
-#: Most checksum rows (columns) per row (column) segment: plain, index-weighted, absolute, squares (the
-#: squares only for the statistical threshold, :func:`checksum_kinds`).
-NCHK = 4
 #: Safety factor of the statistical threshold ``lambda * u * sqrt(V)``. Measured (1500 random products of
 #: every adversarial family, bs 1..64, k up to 1500): the largest ``|residual| / (u sqrt(V))`` is 1.1-1.8 for
 #: uniform, normal, tiny, huge, cancelling and mixed-scale data, 2.3 for Hilbert-like data; 8 leaves a 3.4x
 #: margin while
 #: the threshold stays within ~5-10x of the observed residuals (the tightness bench_abft.py reports).
 STAT_LAMBDA = 8.0
-
-
-def gamma(n: int | np.ndarray) -> float | np.ndarray:
-    """Return Higham's ``gamma_n = n u / (1 - n u)``, the relative error bound of ``n`` roundings.
-
-    Raises
-    ------
-    ValueError
-        If ``n u >= 1`` (no bound exists: the dimension is absurdly large).
-    """
-    nu = np.asarray(n, dtype=np.float64) * U
-    if np.any(nu >= 1.0):
-        raise ValueError(f"gamma_n undefined for n = {n}: n * u must be < 1")
-    out = nu / (1.0 - nu)
-    return float(out) if np.ndim(out) == 0 else out
-
-
-def checksum_kinds(tol: float | str | None) -> int:
-    """Return how many checksum kinds (rows per row segment, columns per column segment) ``tol`` needs.
-
-    4 (plain, weighted, absolute, squared) for ``"statistical"``, 3 otherwise: the rigorous and the numeric
-    thresholds only need the magnitudes ``|A||B|``, so the squared sums are neither computed nor sent.
-    """
-    return NCHK if tol == "statistical" else NCHK - 1
-
-
-# ------------------------------------------------------------------ segmentation
-def segment_bounds(indices: np.ndarray, offset: int, nb: int, bs: int) -> np.ndarray:
-    """Cut this process's local indices of a distributed dimension into checksum segments.
-
-    Parameters
-    ----------
-    indices
-        Increasing submatrix indices this process owns (``BlockCyclic1D.indices_on(p)``).
-    offset
-        Global index of submatrix index 0 (``ia`` / ``ic``).
-    nb
-        Distribution block size of the dimension.
-    bs
-        Checksum block size (>= 1); segments are at most ``bs`` long and never straddle a distribution block.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``bounds`` (int64, length ``nseg + 1``): segment ``s`` is local positions ``bounds[s]:bounds[s+1]``.
-    """
-    if bs < 1:
-        raise ValueError(f"bs must be >= 1, got {bs}")
-    idx = np.asarray(indices, dtype=np.int64)
-    if idx.size == 0:
-        return np.zeros(1, dtype=np.int64)
-    g = idx + int(offset)
-    key = (g // nb) * (nb // bs + 2) + (g % nb) // bs
-    # A new segment starts where the key changes or the indices jump (a gap means another owner in between).
-    new = np.empty(idx.size, dtype=bool)
-    new[0] = True
-    new[1:] = (key[1:] != key[:-1]) | (np.diff(idx) != 1)
-    return np.append(np.flatnonzero(new), idx.size).astype(np.int64)
-
-
-def dense_bounds(n: int, bs: int) -> np.ndarray:
-    """Return the segment bounds of an undistributed dimension of length ``n``: ``0, bs, 2 bs, ..., n``."""
-    return np.append(np.arange(0, n, bs, dtype=np.int64), n).astype(np.int64)
-
-
-#: Weights of recently seen segmentations (read-only arrays): a checked product needs its row and column
-#: weights four times (encoding, verification) and calls repeat with the same layout.
-_WEIGHTS: dict[bytes, np.ndarray] = {}
-
-
-def segment_weights(bounds: np.ndarray) -> np.ndarray:
-    """Return the weight of every position: its 1-based index within its segment (float64, read-only)."""
-    b = np.asarray(bounds, dtype=np.int64)
-    key = b.tobytes()
-    w = _WEIGHTS.get(key)
-    if w is None:
-        n = int(b[-1])
-        pos = np.arange(n, dtype=np.int64)
-        starts = np.repeat(b[:-1], np.diff(b))
-        w = (pos - starts + 1).astype(np.float64)
-        w.flags.writeable = False
-        if len(_WEIGHTS) >= 64:
-            _WEIGHTS.clear()
-        _WEIGHTS[key] = w
-    return w
-
-
-def _seg_sum(x: np.ndarray, bounds: np.ndarray, axis: int) -> np.ndarray:
-    """Sum ``x`` over each segment along ``axis`` (sequential within a segment: ``len - 1`` roundings)."""
-    if bounds.size <= 1:
-        shape = list(x.shape)
-        shape[axis] = 0
-        return np.zeros(shape)
-    return np.add.reduceat(x, bounds[:-1], axis=axis)
-
-
-# ------------------------------------------------------------------ encoding
-def encode_rows(a: np.ndarray, bounds: np.ndarray, kinds: int = NCHK) -> np.ndarray:
-    """Return the ``(kinds nseg, k)`` checksum rows of ``a`` (plain, weighted, absolute, squared segment sums;
-    the squared ones only with ``kinds == 4``).
-
-    Parameters
-    ----------
-    a
-        ``(rows, k)`` local piece of op(A) (any memory order; F order is fastest).
-    bounds
-        Row segment bounds (:func:`segment_bounds`), ``bounds[-1] == rows``.
-    kinds
-        3 or 4 (:func:`checksum_kinds`).
-    """
-    out = np.empty((_kinds(kinds) * (len(bounds) - 1), a.shape[1]), order="F")
-    encode_rows_into(a, np.asarray(bounds, dtype=np.int64), segment_weights(bounds), out, False, kinds)
-    return out
-
-
-def encode_cols(b: np.ndarray, bounds: np.ndarray, kinds: int = NCHK) -> np.ndarray:
-    """Return the ``(k, kinds nseg)`` checksum columns of ``b`` (plain, weighted, absolute, squared sums)."""
-    out = np.empty((b.shape[0], _kinds(kinds) * (len(bounds) - 1)), order="F")
-    encode_cols_into(b, np.asarray(bounds, dtype=np.int64), segment_weights(bounds), out, False, kinds)
-    return out
-
-
-def _kinds(kinds: int) -> int:
-    if kinds not in (NCHK - 1, NCHK):
-        raise ValueError(f"kinds={kinds!r}: 3 (plain, weighted, absolute) or 4 (and squared)")
-    return int(kinds)
-
 
 class ChecksumProduct:
     """Accumulate, panel by panel, the checksum products that predict every C block's sums.
@@ -254,7 +137,7 @@ class ChecksumProduct:
     """
 
     def __init__(self, nr: int, nc: int, kinds: int = NCHK) -> None:
-        self.nr, self.nc, self.kinds = nr, nc, _kinds(kinds)
+        self.nr, self.nc, self.kinds = nr, nc, check_kinds(kinds)
         self.ee = np.zeros((nr, nc))
         self.we = np.zeros((nr, nc))
         self.ew = np.zeros((nr, nc))
@@ -277,9 +160,10 @@ class ChecksumProduct:
         self.we += p[nr:, :nc]
         self.ww += p[nr:, nc:]
         self.mabs += achk[2 * nr : 3 * nr] @ bchk[:, 2 * nc : 3 * nc]
-        self.t2 += np.square(achk[:nr]) @ np.square(bchk[:, :nc])
-        if self.kinds == NCHK:
-            self.p2 += achk[3 * nr : 4 * nr] @ bchk[:, 3 * nc : 4 * nc]
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow marks the block unchecked
+            self.t2 += np.square(achk[:nr]) @ np.square(bchk[:, :nc])
+            if self.kinds == NCHK:
+                self.p2 += achk[3 * nr : 4 * nr] @ bchk[:, 3 * nc : 4 * nc]
         self.k += achk.shape[1]
 
     def predict(
@@ -295,7 +179,7 @@ class ChecksumProduct:
         p2 = alpha * alpha * self.p2 if self.kinds == NCHK else None
         if beta != 0.0:
             if c0_sums is None:
-                raise ValueError("beta != 0 needs the block sums of c0, the C before the update")
+                raise ABFTArgumentError("beta != 0 needs the block sums of c0, the C before the update")
             s0, a0 = c0_sums
             exp = [e + beta * x for e, x in zip(exp, s0[:4], strict=True)]
             mabs = mabs + abs(beta) * a0
@@ -331,8 +215,14 @@ class Prediction:
         beta: float,
         csq: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Per-block thresholds (:func:`thresholds`); ``csq`` = block sums of squares of the computed C."""
-        return thresholds(
+        """Per-block thresholds (:func:`thresholds`); ``csq`` = block sums of squares of the computed C.
+
+        A block whose checksum product overflowed (its second moments ``t2``/``p2`` are not finite: values
+        beyond about ``1e154``, or ``Inf``/``NaN``, in its rows of op(A) or columns of op(B)) gets an infinite
+        threshold: its checksums cannot be trusted, so it is unchecked (:class:`Verification`), not checked
+        against a bound that no longer means anything.
+        """
+        thr = thresholds(
             self.mabs,
             self.k,
             np.diff(rb),
@@ -345,41 +235,10 @@ class Prediction:
             p2=self.p2,
             csq=csq,
         )
-
-
-# ------------------------------------------------------------------ block sums of C
-def block_sums(
-    c: np.ndarray, rb: np.ndarray, cb: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Return the plain, row-, column- and doubly-weighted sums of every block of ``c`` (each ``(nr, nc)``).
-
-    Summed in two stages (down each row segment of a column, then across the column segment) in one pass
-    over ``c``, so each sum has at most ``r + c`` roundings, which the bounds assume. Non-finite elements
-    stay in their own block.
-    """
-    ee, we, ew, ww, _ = block_sums_sq(c, rb, cb)
-    return ee, we, ew, ww
-
-
-def block_sums_sq(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Return :func:`block_sums` plus every block's sum of squares (five ``(nr, nc)`` arrays, one pass)."""
-    nr, nc = len(rb) - 1, len(cb) - 1
-    out = np.zeros((5, nr, nc))
-    if nr and nc:
-        block_sums_into(
-            c,
-            np.asarray(rb, dtype=np.int64),
-            np.asarray(cb, dtype=np.int64),
-            segment_weights(rb),
-            segment_weights(cb),
-            out,
-        )
-    return out[0], out[1], out[2], out[3], out[4]
-
-
-def abs_block_sums(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> np.ndarray:
-    """Return the sum of ``|c|`` over every block (``(nr, nc)``)."""
-    return _seg_sum(_seg_sum(np.abs(c), cb, 1), rb, 0)
+        overflowed = ~np.isfinite(self.t2)
+        if self.p2 is not None:
+            overflowed |= ~np.isfinite(self.p2)
+        return np.where(overflowed, np.inf, thr) if overflowed.any() else thr
 
 
 # ------------------------------------------------------------------ thresholds
@@ -419,7 +278,7 @@ def thresholds(
 
     Raises
     ------
-    ValueError
+    ABFTArgumentError
         If ``tol`` is neither ``None``, ``"statistical"`` nor a non-negative finite number.
     """
     r = np.asarray(rlen, dtype=np.float64)[:, None]
@@ -435,7 +294,7 @@ def thresholds(
         return factor * mabs * (1.0 + 8 * U) + under
     if isinstance(tol, str):
         if tol != "statistical":
-            raise ValueError(
+            raise ABFTArgumentError(
                 f"tol={tol!r}: use None (rigorous), 'statistical' or a relative tolerance number"
             )
         rig = thresholds(mabs, k, rlen, clen, alpha=alpha, beta=beta)
@@ -450,165 +309,10 @@ def thresholds(
         return np.minimum(fine, rig)
     t = float(tol)
     if not (math.isfinite(t) and t >= 0.0):
-        raise ValueError(
+        raise ABFTArgumentError(
             f"tol={tol!r}: a numeric tolerance must be finite and >= 0 (relative to |A||B| sums)"
         )
     return t * mabs + under
-
-
-# ------------------------------------------------------------------ verification
-@dataclass
-class Verification:
-    """Residuals of every block against its checksums.
-
-    ``res_*`` are actual minus expected sums, ``thr`` the plain-sum threshold, ``thr_r``/``thr_c``/``thr_rc``
-    the thresholds of the row-, column- and doubly-weighted sums (the largest weight times ``thr``),
-    ``flagged`` the blocks whose plain or weighted residual exceeds its threshold (or is not a number while
-    the threshold is finite).
-    """
-
-    res_ee: np.ndarray
-    res_we: np.ndarray
-    res_ew: np.ndarray
-    res_ww: np.ndarray
-    thr: np.ndarray
-    thr_r: np.ndarray
-    thr_c: np.ndarray
-    thr_rc: np.ndarray
-    flagged: np.ndarray
-
-    @property
-    def max_ratio(self) -> float:
-        """Largest ``|plain residual| / threshold`` over the blocks that are not flagged (0 if none)."""
-        ok = ~self.flagged & (self.thr > 0) & np.isfinite(self.thr)
-        if not np.any(ok):
-            return 0.0
-        return float(np.max(np.abs(self.res_ee[ok]) / self.thr[ok]))
-
-
-def _exceeds(res: np.ndarray, thr: np.ndarray) -> np.ndarray:
-    bad = ~(np.abs(res) <= thr)  # NaN residual counts as exceeding
-    return bad & np.isfinite(thr)  # an overflowed magnitude cannot be checked
-
-
-def verify_blocks(
-    c: np.ndarray,
-    rb: np.ndarray,
-    cb: np.ndarray,
-    expected: Sequence[np.ndarray],
-    thr: np.ndarray,
-    sums: Sequence[np.ndarray] | None = None,
-) -> Verification:
-    """Compare the block sums of ``c`` with ``expected = (ee, we, ew, ww)`` under plain-sum thresholds
-    ``thr``.
-
-    ``sums`` are ``c``'s block sums if already computed (:func:`block_sums` / :func:`block_sums_sq`).
-    """
-    with np.errstate(over="ignore", invalid="ignore"):
-        sums = (block_sums(c, rb, cb) if sums is None else sums)[:4]
-        res = [s - e for s, e in zip(sums, expected, strict=True)]
-    rl = np.diff(rb).astype(np.float64)[:, None]
-    cl = np.diff(cb).astype(np.float64)[None, :]
-    thr_r, thr_c, thr_rc = thr * rl, thr * cl, thr * (rl * cl)
-    with np.errstate(invalid="ignore"):
-        flagged = (
-            _exceeds(res[0], thr)
-            | _exceeds(res[1], thr_r)
-            | _exceeds(res[2], thr_c)
-            | _exceeds(res[3], thr_rc)
-        )
-    return Verification(res[0], res[1], res[2], res[3], thr, thr_r, thr_c, thr_rc, flagged)
-
-
-def locate_error(
-    block: np.ndarray, res_ee: float, res_we: float, res_ew: float, thr: float, thr_r: float, thr_c: float
-) -> tuple[int, int] | None:
-    """Return the ``(i, j)`` of the single wrong element the residuals point to, or ``None`` if ambiguous.
-
-    O(1) from the residuals when they are finite: ``i = r_we / r_ee - 1`` (weights are 1-based), accepted only
-    when its uncertainty from the thresholds is below half an index and the ratio is an integer within it.
-    When the residuals are not finite (an exponent flip to Inf/NaN, or to a value so large the weighted sums
-    overflow) the block is scanned for the non-finite or largest element (only then). The caller re-verifies.
-    """
-    r, c = block.shape
-    if not (math.isfinite(res_ee) and math.isfinite(res_we) and math.isfinite(res_ew)):
-        # Inf/NaN element, or one so large that the weighted sums overflowed: it is the odd one out
-        bad = np.argwhere(~np.isfinite(block))
-        if len(bad) == 1:
-            return int(bad[0][0]), int(bad[0][1])
-        if len(bad) == 0 and block.size:
-            flat = int(np.argmax(np.abs(block)))
-            return flat // c, flat % c
-        return None
-    if res_ee == 0.0:
-        return None
-    fi, fj = res_we / res_ee, res_ew / res_ee
-    if not (0.5 <= fi < r + 0.5 and 0.5 <= fj < c + 0.5):
-        return None
-    i, j = int(round(fi)) - 1, int(round(fj)) - 1
-    # uncertainty of the ratios: the thresholds, plus the rounding of the block's own sums, which scales
-    # with the (possibly huge, corrupted) block rather than with |A||B|; the ratio must be an integer
-    # within it
-    own = float(gamma(r + c + 4)) * float(np.abs(block).sum()) / abs(res_ee)
-    ui = (thr_r + abs(fi) * thr) / abs(res_ee) + (r + abs(fi)) * own
-    uj = (thr_c + abs(fj) * thr) / abs(res_ee) + (c + abs(fj)) * own
-    if ui >= 0.5 or uj >= 0.5 or abs(fi - (i + 1)) > ui or abs(fj - (j + 1)) > uj:
-        return None
-    return i, j
-
-
-def correct_single(block: np.ndarray, expected: Sequence[float], thr: float, where: tuple[int, int]) -> bool:
-    """Set element ``where`` of ``block`` (a view, changed in place) from the plain checksum and re-verify.
-
-    The element becomes ``expected_sum - sum(other elements)``; the block is then accepted only if all four
-    sums (plain, row-, column- and doubly-weighted) agree with their checksums within the thresholds: two
-    wrong elements can mimic one in three of them by coincidence, hardly in all four. On failure the block
-    is restored and ``False``
-    returned (the caller recomputes it).
-    """
-    i, j = where
-    old = block[i, j]
-    block[i, j] = 0.0
-    rb = np.array([0, block.shape[0]], dtype=np.int64)
-    cb = np.array([0, block.shape[1]], dtype=np.int64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        rest = block_sums(block, rb, cb)[0][0, 0]
-        block[i, j] = expected[0] - rest
-    v = verify_blocks(block, rb, cb, [np.array([[e]]) for e in expected], np.array([[thr]]))
-    if v.flagged[0, 0] or not math.isfinite(block[i, j]):
-        block[i, j] = old
-        return False
-    return True
-
-
-def correct_flagged(
-    c: np.ndarray, rb: np.ndarray, cb: np.ndarray, v: Verification, expected: Sequence[np.ndarray]
-) -> tuple[list[tuple[int, int, int, int]], list[tuple[int, int]]]:
-    """Correct, in place and without recomputation, every flagged block of ``c`` that holds one wrong element.
-
-    Returns ``(fixed, rest)``: ``fixed`` lists ``(bi, bj, i, j)`` (block and the element within it that was
-    rewritten), ``rest`` the flagged blocks ``(bi, bj)`` that must be recomputed.
-    """
-    fixed: list[tuple[int, int, int, int]] = []
-    rest: list[tuple[int, int]] = []
-    for bi, bj in zip(*np.nonzero(v.flagged), strict=True):
-        bi, bj = int(bi), int(bj)
-        blk = c[rb[bi] : rb[bi + 1], cb[bj] : cb[bj + 1]]
-        where = locate_error(
-            blk,
-            float(v.res_ee[bi, bj]),
-            float(v.res_we[bi, bj]),
-            float(v.res_ew[bi, bj]),
-            float(v.thr[bi, bj]),
-            float(v.thr_r[bi, bj]),
-            float(v.thr_c[bi, bj]),
-        )
-        exp = [float(e[bi, bj]) for e in expected]
-        if where is not None and correct_single(blk, exp, float(v.thr[bi, bj]), where):
-            fixed.append((bi, bj, where[0], where[1]))
-        else:
-            rest.append((bi, bj))
-    return fixed, rest
 
 
 # ------------------------------------------------------------------ block size rule
@@ -634,25 +338,28 @@ def check_product(
     alpha: float = 1.0,
     beta: float = 0.0,
     c0: np.ndarray | None = None,
-    bs: int = 32,
+    bs: int | tuple[int, int] = 32,
     tol: float | str | None = None,
 ) -> Verification:
     """Verify a dense ``c == alpha * a @ b + beta * c0`` block by block (one process, no communication).
 
+    Blocks are ``bs x bs`` (``bs = (rows, cols)`` for rectangular ones); edge blocks may be smaller.
+
     Raises
     ------
-    ValueError
+    ABFTArgumentError
         On inconsistent shapes, a bad ``tol``, or ``beta != 0`` without ``c0``.
     """
     m, k = a.shape
     if b.shape[0] != k or c.shape != (m, b.shape[1]):
-        raise ValueError(f"shapes do not match: a {a.shape}, b {b.shape}, c {c.shape}")
-    rb, cb = dense_bounds(m, bs), dense_bounds(c.shape[1], bs)
+        raise ABFTArgumentError(f"shapes do not match: a {a.shape}, b {b.shape}, c {c.shape}")
+    rbs, cbs = (bs, bs) if isinstance(bs, int) else bs
+    rb, cb = dense_bounds(m, rbs), dense_bounds(c.shape[1], cbs)
     kinds = checksum_kinds(tol)
     prod = ChecksumProduct(len(rb) - 1, len(cb) - 1, kinds)
     prod.add(encode_rows(a, rb, kinds), encode_cols(b, cb, kinds))
     if beta != 0.0 and c0 is None:
-        raise ValueError("beta != 0 needs c0, the C before the update")
+        raise ABFTArgumentError("beta != 0 needs c0, the C before the update")
     pred = prod.predict(alpha, beta, summarize_c0(c0, rb, cb) if c0 is not None and beta != 0.0 else None)
     sums = block_sums_sq(c, rb, cb)
     thr = pred.thresholds(rb, cb, tol, alpha, beta, csq=sums[4])

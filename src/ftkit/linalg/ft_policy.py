@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..errors import ABFTArgumentError
 from ..inject import InjectionPlan
-from .pblas import _is_int, pdgemm
-
-if TYPE_CHECKING:
-    from .ft import ABFTReport
+from ._ft_product import ft_pdgemm, ft_pdsymm
+from ._ft_report import MODES, ABFTReport
+from .pblas import _is_int, pdgemm, pdsymm
 
 __all__ = ["ABFTPolicy"]
 
@@ -27,8 +27,14 @@ class ABFTPolicy:
     ----------
     check_every
         Period (>= 1; 1 checks every call).
-    bs, tol, mode
-        As :func:`ft_pdgemm`.
+    bs, tol, mode, unchecked_is_error
+        As :func:`ft_pdgemm` (``unchecked_is_error=True``: a checked call with blocks that could not be
+        checked raises :class:`~ftkit.errors.ABFTError`).
+
+    Raises
+    ------
+    ABFTArgumentError
+        For a bad ``check_every`` or ``mode``.
 
     Attributes
     ----------
@@ -45,14 +51,14 @@ class ABFTPolicy:
         bs: int | None = None,
         tol: float | str | None = None,
         mode: str = "correct",
+        unchecked_is_error: bool = False,
     ) -> None:
         if not _is_int(check_every) or check_every < 1:
-            raise ValueError(f"check_every={check_every!r}; must be an integer >= 1")
-        from .ft import MODES  # ft re-exports this class: import it lazily
-
+            raise ABFTArgumentError(f"check_every={check_every!r}; must be an integer >= 1")
         if mode not in MODES:
-            raise ValueError(f"mode={mode!r}; use 'correct' or 'detect'")
+            raise ABFTArgumentError(f"mode={mode!r}; use 'correct' or 'detect'")
         self.check_every, self.bs, self.tol, self.mode = int(check_every), bs, tol, mode
+        self.unchecked_is_error = bool(unchecked_is_error)
         self.calls = 0
         self.reports: list[tuple[int, ABFTReport]] = []
 
@@ -67,27 +73,24 @@ class ABFTPolicy:
 
     def pdgemm(self, *args: Any, inject: InjectionPlan | None = None, **kwargs: Any) -> ABFTReport | None:
         """``pdgemm(*args)``, checked when :meth:`due`; return the checked call's report, else ``None``."""
-        from .ft import ft_pdgemm
-
         checked = self.due()
         self.calls += 1
         if not checked:
             pdgemm(*args, **kwargs)
             return None
-        rep = ft_pdgemm(*args, bs=self.bs, tol=self.tol, mode=self.mode, inject=inject, **kwargs)
+        rep = ft_pdgemm(*args, bs=self.bs, tol=self.tol, mode=self.mode, inject=inject,
+                        unchecked_is_error=self.unchecked_is_error, **kwargs)  # fmt: skip
         self.reports.append((self.calls, rep))
         return rep
 
     def pdsymm(self, *args: Any, inject: InjectionPlan | None = None) -> ABFTReport | None:
         """``pdsymm(*args)``, checked when :meth:`due` (see :meth:`pdgemm`)."""
-        from .ft import ft_pdsymm
-        from .pblas import pdsymm
-
         checked = self.due()
         self.calls += 1
         if not checked:
             pdsymm(*args)
             return None
-        rep = ft_pdsymm(*args, bs=self.bs, tol=self.tol, mode=self.mode, inject=inject)
+        rep = ft_pdsymm(*args, bs=self.bs, tol=self.tol, mode=self.mode, inject=inject,
+                        unchecked_is_error=self.unchecked_is_error)  # fmt: skip
         self.reports.append((self.calls, rep))
         return rep

@@ -22,10 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mpi4py import MPI
+
 from ..errors import PBLASArgumentError, ProcessFailure
-from ..failure import FailureDetector
+from ..failure import FailureDetector, Fenced
 from ..failure.protect import InputStore, open_store
-from ._operands import aligned_operands
+from ..failure.ulfm import agree_flag, agree_on_dead
+from ._operands import AlignedOperands, aligned_operands
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
 from .pblas import check_gemm_args
@@ -43,9 +46,39 @@ def detector_for(grid: ProcessGrid, timeout: float | None) -> FailureDetector:
     """
     det = _detectors.get(grid.context)
     if det is None or det.dead or det.fenced or (timeout is not None and det.timeout != timeout):
-        det = FailureDetector(grid.comm, timeout=timeout)
+        _detectors.pop(grid.context, None)
+        det = _build_detector(grid, timeout)
         _detectors[grid.context] = det
     return det
+
+
+def _build_detector(grid: ProcessGrid, timeout: float | None) -> FailureDetector:
+    """Build a detector on ``grid`` (collective), or raise the same ProcessFailure on every live process.
+
+    Building one runs plain collectives (duplication, round-trip measurement): a process dying in them can
+    leave them completed on some ranks and failed on others. One agreement (ULFM, fault tolerant) per
+    detector built, i.e. once per grid, makes the outcome the same everywhere.
+
+    Raises
+    ------
+    ProcessFailure
+        Naming the failed ranks every live process agrees on.
+    """
+    det: FailureDetector | None = None
+    try:
+        det = FailureDetector(grid.comm, timeout=timeout)
+    except MPI.Exception:  # a peer died in a collective (ULFM: PROC_FAILED, or ERR_OTHER from a schedule)
+        pass
+    if agree_flag(grid.comm, int(det is not None)):
+        return det  # type: ignore[return-value]
+    dead = sorted(agree_on_dead(grid.comm, ()))
+    if det is not None:
+        det.free()
+    raise ProcessFailure(
+        f"ranks {dead} failed while ftkit's failure detector was being set up on the grid: nothing was "
+        f"computed; continue on the survivors (ftkit.failure.repair)",
+        dead,
+    )
 
 
 def forget_detector(grid: ProcessGrid) -> None:
@@ -95,6 +128,10 @@ class ProtectedOperands:
         The multiply's other arguments the saved pieces depend on (see :func:`operands_key`).
     rank
         This process's rank in the grid.
+    operands
+        This process's aligned pieces, as saved: the multiply computes with exactly these (it never
+        redistributes A or B again; that would be a collective a failure could interrupt on some ranks and
+        not on others). They are views of A and B where no redistribution was needed, else copies.
     """
 
     store: InputStore
@@ -104,6 +141,7 @@ class ProtectedOperands:
     key: tuple[object, ...]
     rank: int
     released: bool = False
+    operands: AlignedOperands | None = None
 
     def check(self, A: DistributedMatrix, B: DistributedMatrix, key: tuple[object, ...]) -> None:
         """Check that a multiply of ``A`` and ``B`` with arguments ``key`` may use these saved pieces.
@@ -130,6 +168,7 @@ class ProtectedOperands:
         for what in ("a", "b"):
             self.store.remove(f"{self.prefix}/{what}.{self.rank}")
         self.released = True
+        self.operands = None
 
     def __enter__(self) -> ProtectedOperands:
         return self
@@ -174,7 +213,8 @@ def protect_operands(
     StorageError
         If a piece cannot be written.
     ProcessFailure
-        If a process fails or misses the deadline while the pieces are saved.
+        If a process fails or misses the deadline while the pieces are redistributed or saved: the same on
+        every live process (they agree on it).
     """
     ta, tb, m, n, k, _, ia, ja, ib, jb, _, ic, jc = check_gemm_args(
         "PDGEMM", transa, transb, m, n, k, 1.0, A, ia, ja, B, ib, jb, 0.0, C, ic, jc)  # fmt: skip
@@ -184,18 +224,31 @@ def protect_operands(
     me = det.rank
     where = open_store(store, rank=me, nranks=grid.size)
     prefix = f"operands-{det.call_id()}"
+    ops = None
+    ok = True
     if m and n and k:
-        ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc,
-                               same_kmap=algorithm == "cannon")  # fmt: skip
-        where.save(f"{prefix}/a.{me}", np.asfortranarray(ops.a))
-        where.save(f"{prefix}/b.{me}", np.asfortranarray(ops.b))
-    det.barrier()
-    det.raise_if_fenced()
-    if det.dead:
+        try:
+            ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc,
+                                   same_kmap=algorithm == "cannon")  # fmt: skip
+        except MPI.Exception:  # a peer died in the redistribution (ULFM: PROC_FAILED or ERR_OTHER)
+            det.check_failures()
+            ok = False
+        if ops is not None:
+            where.save(f"{prefix}/a.{me}", np.asfortranarray(ops.a))
+            where.save(f"{prefix}/b.{me}", np.asfortranarray(ops.b))
+    try:
+        ok = not det.barrier(ok=ok) and ok
+    except Fenced:
+        ok = False
+    # A death during the barrier can be seen by some ranks and not others: agree, so all fail or none.
+    if not agree_flag(det.comm, int(ok and not det.dead and not det.fenced)):
+        dead = sorted(agree_on_dead(det.comm, det.dead, abstain=det.fenced))
+        forget_detector(grid)
+        det.raise_if_fenced()
         raise ProcessFailure(
-            f"ranks {sorted(det.dead)} failed while the operands were being protected: nothing usable was "
-            f"protected; continue on the survivors (ftkit.failure.repair) and protect again",
-            sorted(det.dead),
+            f"ranks {dead} failed while the operands were being protected: nothing usable was protected; "
+            f"continue on the survivors (ftkit.failure.repair) and protect again",
+            dead,
         )
     key = operands_key(ta, tb, m, n, k, ia, ja, ib, jb, C, ic, jc, algorithm)
-    return ProtectedOperands(where, prefix, A, B, key, me)
+    return ProtectedOperands(where, prefix, A, B, key, me, operands=ops)

@@ -1,0 +1,208 @@
+"""Random kill campaign for resilient_pdgemm: a random rank SIGKILLed from outside at a random moment.
+
+usage: python benchmarks/kill_campaign.py [--trials 200] [--seed 1] [--out results.jsonl] [--timeout 120]
+
+Each trial is one MPI job (``tests/programs/linalg_kill_trial.py``) with a random grid (1x3, 3x1, 2x2, 2x3,
+3x2, 3x3), transpositions, ``beta`` (zero or not) and store (a directory, or operands saved beforehand with
+``protect_operands``). The driver waits until the job is about to protect its inputs, sleeps a random delay
+and SIGKILLs a random rank by PID. Outcomes:
+
+``exact``
+    every survivor returned, and the result pieces they wrote, assembled, equal numpy's product (within
+    1e-12 n max|C|) and cover every entry once the failed ranks are accounted for;
+``failure``
+    every survivor raised :class:`~ftkit.errors.ProcessFailure` naming the same ranks;
+``late``
+    the kill landed after the victim had finished the call (nothing to survive; counted apart);
+``wrong``
+    a result that differs from the product, or survivors that disagree (some returned, some raised);
+``hang``
+    the job did not end within the hard timeout.
+
+``wrong`` and ``hang`` are failures of ftkit. Prints one line per trial, a table per grid and one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ftkit import inject
+from ftkit.launch import run_mpi
+
+PROGRAM = Path(__file__).resolve().parents[1] / "tests" / "programs" / "linalg_kill_trial.py"
+GRIDS = ("1x3", "3x1", "2x2", "2x3", "3x2", "3x3")
+TRANS = ("NN", "NT", "TN", "TT")
+OUTCOMES = ("exact", "failure", "late", "wrong", "hang")
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial's parameters (the delay is in seconds after the job signals its start)."""
+
+    grid: str
+    trans: str
+    beta: float
+    mode: str
+    victim: int
+    delay: float
+    n: int = 96
+    nb: int = 8
+    step_pause: float = 0.02
+    start_at_step: bool = False
+    hold: bool = False  # the victim stops just before the multiply and waits there to be killed
+
+    @property
+    def nprocs(self) -> int:
+        p, q = (int(x) for x in self.grid.split("x"))
+        return p * q
+
+
+def draw_trial(rng: random.Random, grid: str | None = None, max_delay: float = 1.5) -> Trial:
+    """Return a random trial (on ``grid`` if given)."""
+    grid = grid or rng.choice(GRIDS)
+    p, q = (int(x) for x in grid.split("x"))
+    return Trial(grid, rng.choice(TRANS), rng.choice((0.0, 0.5)), rng.choice(("store", "protect")),
+                 rng.randrange(p * q), round(rng.uniform(0.0, max_delay), 3))  # fmt: skip
+
+
+def _killer(workdir: Path, victim: int, delay: float, job_over: threading.Event) -> threading.Thread:
+    def run() -> None:
+        started = workdir / "started"
+        while not job_over.is_set() and not started.exists():
+            job_over.wait(0.01)
+        if job_over.wait(delay):
+            return  # the job ended first: its pid may belong to another process by now
+        pid_file = workdir / f"pid.{victim}"
+        if pid_file.exists():
+            inject.kill_pid(int(pid_file.read_text()))
+
+    return threading.Thread(target=run, daemon=True)
+
+
+def _assemble(workdir: Path, ranks: list[int], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The result pieces of ``ranks`` put together: (matrix, how many pieces wrote each entry)."""
+    got, count = np.zeros((n, n)), np.zeros((n, n), dtype=np.int64)
+    for r in ranks:
+        with np.load(workdir / f"out.{r}.npz", allow_pickle=False) as f:
+            ix = np.ix_(f["rows"], f["cols"])
+            got[ix] = f["c"]
+            count[ix] += 1
+    return got, count
+
+
+def classify(trial: Trial, workdir: Path, stdout: str, timed_out: bool) -> tuple[str, str]:
+    """Return ``(outcome, detail)`` of a finished trial (see the module docstring)."""
+    if timed_out:
+        return "hang", "hard timeout"
+    done = {int(r): f for r, f in re.findall(r"DONE rank=(\d+) failed=(\[.*?\])", stdout)}
+    failures = {int(r): f for r, f in re.findall(r"PROCESSFAILURE rank=(\d+) failed_ranks=(\[.*?\])", stdout)}
+    fenced = {int(r) for r in re.findall(r"FENCED rank=(\d+)", stdout)}
+    if failures and not done:
+        verdicts = set(failures.values())
+        silent = set(range(trial.nprocs)) - set(failures) - fenced
+        # every rank that reported nothing must be one the survivors agreed is dead (it died: the victim, or
+        # a rank the MPI library itself brought down after the kill, which the detail then names)
+        if len(verdicts) == 1 and silent <= set(json.loads(next(iter(verdicts)))):
+            extra = sorted(silent - {trial.victim})
+            also = f"; ranks {extra} died too (not killed by the driver)" if extra else ""
+            return "failure", f"ProcessFailure {next(iter(verdicts))} on {sorted(failures)}{also}"
+        return "wrong", f"survivors disagree or are missing: failures={failures} fenced={sorted(fenced)}"
+    if failures and done:
+        return "wrong", f"some survivors returned ({sorted(done)}), some raised ({sorted(failures)})"
+    if not done:
+        return "wrong", "no survivor reported anything"
+    verdicts = set(done.values())
+    if len(verdicts) != 1:
+        return "wrong", f"survivors disagree on the failed ranks: {done}"
+    failed = json.loads(verdicts.pop())
+    with np.load(workdir / "inputs.npz", allow_pickle=False) as f:
+        a_g, b_g, c_g = f["a"], f["b"], f["c"]
+    opa = a_g.T if trial.trans[0] != "N" else a_g
+    opb = b_g.T if trial.trans[1] != "N" else b_g
+    ref = 1.5 * opa @ opb + trial.beta * c_g
+    if not failed:  # nobody failed during the call: every rank wrote its piece on the original grid
+        if trial.victim not in done:
+            return "late", "the victim was killed after the call returned everywhere else"
+        ranks = sorted(done)
+    else:
+        ranks = sorted(done)
+        if sorted(set(range(trial.nprocs)) - set(failed)) != ranks:
+            return "wrong", f"returned on {ranks} but failed={failed}"
+    got, count = _assemble(workdir, ranks, trial.n)
+    if not (count == 1).all():
+        return "wrong", f"result pieces cover {int((count == 0).sum())} entries 0 times, " \
+                        f"{int((count > 1).sum())} more than once"  # fmt: skip
+    err = np.abs(got - ref)
+    tol = 1e-12 * trial.n * max(1.0, float(np.abs(ref).max()))
+    if err.max() > tol:
+        bad = sorted({(int(i) // trial.nb, int(j) // trial.nb) for i, j in zip(*np.nonzero(err > tol))})
+        return "wrong", f"max error {err.max():.3e} failed={failed} in blocks {bad[:8]}"
+    return "exact", f"failed={failed} maxerr={err.max():.1e}"
+
+
+def run_trial(trial: Trial, workdir: Path, timeout: float) -> tuple[str, str, float]:
+    """Run one trial in ``workdir`` (an empty directory); return ``(outcome, detail, seconds)``."""
+    job_over = threading.Event()
+    killer = _killer(workdir, trial.victim, trial.delay, job_over)
+    killer.start()
+    args = ["--grid", trial.grid, "--n", str(trial.n), "--nb", str(trial.nb), "--trans", trial.trans,
+            "--beta", str(trial.beta), "--mode", trial.mode, "--step-pause", str(trial.step_pause),
+            "--dir", str(workdir)] + (["--start-at-step"] if trial.start_at_step else []) \
+        + (["--hold-rank", str(trial.victim)] if trial.hold else [])  # fmt: skip
+    try:
+        r = run_mpi(trial.nprocs, [sys.executable, str(PROGRAM), *args], timeout=timeout)
+    finally:
+        job_over.set()
+        killer.join()
+    outcome, detail = classify(trial, workdir, r.stdout, r.timed_out)
+    if outcome in ("wrong", "hang"):
+        detail += f"\n--- stdout ---\n{r.stdout[-3000:]}\n--- stderr ---\n{r.stderr[-3000:]}"
+    return outcome, detail, r.elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=120.0, help="hard limit per trial (s)")
+    ap.add_argument("--max-delay", type=float, default=1.5, help="kill delays are uniform in [0, this] s")
+    ap.add_argument("--out", type=Path, default=None, help="append one JSON line per trial here")
+    args = ap.parse_args(argv)
+    rng = random.Random(args.seed)
+    counts: dict[str, Counter[str]] = {g: Counter() for g in GRIDS}
+    t_start = time.monotonic()
+    for i in range(args.trials):
+        trial = draw_trial(rng, GRIDS[i % len(GRIDS)], args.max_delay)
+        with tempfile.TemporaryDirectory(prefix="ftkit-kill-") as tmp:
+            outcome, detail, elapsed = run_trial(trial, Path(tmp), args.timeout)
+        counts[trial.grid][outcome] += 1
+        print(f"trial {i} {trial.grid} {trial.trans} beta={trial.beta} {trial.mode} victim={trial.victim} "
+              f"delay={trial.delay:.3f}s -> {outcome} ({elapsed:.1f}s): {detail}", flush=True)  # fmt: skip
+        if args.out is not None:
+            with args.out.open("a") as f:
+                f.write(json.dumps({**asdict(trial), "outcome": outcome, "detail": detail[:2000],
+                                    "elapsed": elapsed}) + "\n")  # fmt: skip
+    print(f"\n{'grid':6} " + " ".join(f"{o:>8}" for o in OUTCOMES))
+    for g in GRIDS:
+        print(f"{g:6} " + " ".join(f"{counts[g][o]:8d}" for o in OUTCOMES))
+    total = sum(counts.values(), Counter())
+    print(f"{'all':6} " + " ".join(f"{total[o]:8d}" for o in OUTCOMES))
+    print(json.dumps({"trials": args.trials, "seed": args.seed, "seconds": round(time.monotonic() - t_start),
+                      "per_grid": {g: dict(counts[g]) for g in GRIDS}, "total": dict(total)}))  # fmt: skip
+    return 1 if total["wrong"] or total["hang"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""One trial of the random kill campaign: resilient_pdgemm while the driver SIGKILLs a rank from outside.
+
+Every rank writes ``<dir>/pid.<rank>``; rank 0 writes ``<dir>/started`` just before the protected phase
+begins (``protect_operands`` or the multiply; with ``--start-at-step`` when the first SUMMA step begins),
+so the driver can time its kill from there. Each step sleeps ``--step-pause`` seconds (on every rank) to
+spread the multiply over a window a kill can land in.
+
+Prints, per surviving rank, one of ``DONE rank=.. failed=[..]`` (a result was returned, and
+``<dir>/out.<rank>.npz`` holds this rank's piece of it: global rows, global columns, values, failed ranks),
+``PROCESSFAILURE rank=.. failed_ranks=[..]`` or ``FENCED rank=..``.
+The driver (``benchmarks/kill_campaign.py``) assembles the pieces and compares them with numpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+from mpi4py import MPI
+
+from ftkit.errors import ProcessFailure
+from ftkit.failure import Fenced, exit_without_finalize
+from ftkit.linalg import DistributedMatrix, ProcessGrid
+from ftkit.linalg.protected import protect_operands
+from ftkit.linalg.resilient import resilient_pdgemm
+
+p = argparse.ArgumentParser()
+p.add_argument("--grid", default="2x3")
+p.add_argument("--n", type=int, default=96)
+p.add_argument("--nb", type=int, default=8)
+p.add_argument("--trans", default="TN")
+p.add_argument("--alpha", type=float, default=1.5)
+p.add_argument("--beta", type=float, default=0.0)
+p.add_argument("--mode", choices=["store", "protect"], default="protect")
+p.add_argument("--step-pause", type=float, default=0.0)
+p.add_argument("--start-at-step", action="store_true",
+               help="write <dir>/started when the multiply's first step begins (not before protecting)")
+p.add_argument("--hold-rank", type=int, default=-1,
+               help="this rank writes <dir>/started just before the multiply and sleeps until it is killed")
+p.add_argument("--timeout", type=float, default=None)
+p.add_argument("--dir", required=True)
+a = p.parse_args()
+
+world = MPI.COMM_WORLD
+rank = world.Get_rank()
+Path(a.dir, f"pid.{rank}").write_text(str(os.getpid()))
+P, Q = (int(x) for x in a.grid.split("x"))
+grid = ProcessGrid(world, P, Q)
+n, nb = a.n, a.nb
+A = DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=1)
+B = DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=2)
+C = DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=3)
+a_g, b_g, c_g = A.to_global(), B.to_global(), C.to_global()
+ta, tb = a.trans[0], a.trans[1]
+store = Path(a.dir, "store")
+if rank == 0:
+    np.savez(Path(a.dir, "inputs.npz"), a=a_g, b=b_g, c=c_g)
+world.Barrier()
+if rank == 0 and not a.start_at_step and a.hold_rank < 0:
+    Path(a.dir, "started").write_text(str(time.time()))
+
+
+def on_step(step: int) -> None:
+    if rank == 0 and step == 0 and a.start_at_step:
+        Path(a.dir, "started").write_text(str(time.time()))
+    if a.step_pause:
+        time.sleep(a.step_pause)
+
+
+try:
+    where = store
+    if a.mode == "protect":
+        where = protect_operands(ta, tb, n, n, n, A, 0, 0, B, 0, 0, C, 0, 0, store=store,  # type: ignore[assignment]
+                                 timeout=a.timeout)  # fmt: skip
+    if rank == a.hold_rank:  # the others enter the multiply while this one is killed from outside
+        Path(a.dir, "started").write_text(str(time.time()))
+        time.sleep(60)
+    res = resilient_pdgemm(ta, tb, n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0, store=where,
+                           timeout=a.timeout, width=nb, on_step=on_step)  # fmt: skip
+except Fenced:
+    print(f"FENCED rank={rank}", flush=True)
+    exit_without_finalize()
+except ProcessFailure as exc:
+    print(f"PROCESSFAILURE rank={rank} failed_ranks={sorted(exc.failed_ranks)}", flush=True)
+    exit_without_finalize()
+# No MPI after the call: a kill that lands after it returned must not make the check itself hang. Each rank
+# writes its piece of the result (global rows, columns, values); the driver assembles and checks them.
+np.savez(Path(a.dir, f"out.{rank}.tmp.npz"), rows=res.C.global_rows(), cols=res.C.global_cols(),
+         c=res.C.local, failed=np.array(res.failed_ranks, dtype=np.int64))  # fmt: skip
+os.replace(Path(a.dir, f"out.{rank}.tmp.npz"), Path(a.dir, f"out.{rank}.npz"))
+print(f"DONE rank={rank} failed={list(res.failed_ranks)}", flush=True)
+exit_without_finalize()  # MPI_Finalize may wait for the dead (open-mpi/ompi#11404)
