@@ -83,7 +83,7 @@ def ft_pdgemm(
     inject
         Fault injection plan (:class:`ftkit.inject.InjectionPlan`), for tests and demos.
     protect_inputs
-        An input store (:class:`ftkit.failure.protect.InputStore`), a directory every rank can read, or the
+        An input store (:class:`ftkit.storage.inputs.InputStore`), a directory every rank can read, or the
         :class:`~ftkit.linalg.protected.ProtectedOperands` of an earlier ``protect_operands``: run the
         process-failure-tolerant path instead (:func:`ftkit.linalg.resilient.resilient_pdgemm`: inputs saved
         there, a dead process's pieces read back, its C blocks recomputed by the survivors and verified by

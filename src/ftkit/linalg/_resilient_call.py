@@ -11,7 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..failure import FailureDetector
-from ..failure.protect import InputStore
+from ..storage.inputs import InputStore
 from ._operands import AlignedOperands
 from .descriptor import BlockCyclic1D
 from .grid import ProcessGrid

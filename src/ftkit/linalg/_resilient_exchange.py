@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import FtkitError
 from ..failure import FailureDetector
 from ..failure.exchange import Exchange
-from ..failure.protect import InputStore
+from ..storage.inputs import InputStore
 from ._blas import gemm_update
 from ._summa import SummaStep, extract_a_piece, extract_b_piece, pooled_buffer, release_pool
 from .descriptor import BlockCyclic1D

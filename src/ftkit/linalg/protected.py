@@ -26,7 +26,7 @@ from mpi4py import MPI
 
 from ..errors import PBLASArgumentError, ProcessFailure
 from ..failure import FailureDetector, Fenced
-from ..failure.protect import InputStore, open_store
+from ..storage.inputs import InputStore, open_store
 from ..failure.ulfm import agree_flag, agree_on_dead
 from ._operands import AlignedOperands, aligned_operands
 from .grid import ProcessGrid

@@ -4,7 +4,7 @@
 
 1. **Protect.** Every process saves its aligned local operands (its rows of op(A), its columns of op(B))
    and its
-   whole local C (after the ``beta`` scaling) in an :class:`~ftkit.failure.protect.InputStore` every rank
+   whole local C (after the ``beta`` scaling) in an :class:`~ftkit.storage.inputs.InputStore` every rank
    can read
    (a directory on the shared file system: the checkpoint L4 level), then all synchronize with a deadline.
 2. **Iterate.** SUMMA panels (or Cannon's neighbour shifts, ``algorithm="cannon"``) travel point to point
@@ -70,7 +70,7 @@ from ..failure import (
     record_failures,
     repair,
 )
-from ..failure.protect import InputStore, open_store
+from ..storage.inputs import InputStore, open_store
 from ..failure.ulfm import agree_flag
 from ._operands import aligned_operands
 from ._resilient_call import PhaseTimer, ResilientCall, ResilientResult, record_phases
@@ -120,9 +120,9 @@ def resilient_pdgemm(
     ----------
     store
         Where every process's inputs are saved and a dead process's inputs are read back: an
-        :class:`~ftkit.failure.protect.InputStore` or a directory path readable by every rank (the L4 /
+        :class:`~ftkit.storage.inputs.InputStore` or a directory path readable by every rank (the L4 /
         ``glbl_dir`` directory), where ftkit checkpoint files
-        (:class:`~ftkit.failure.protect.CheckpointFileStore`)
+        (:class:`~ftkit.storage.inputs.CheckpointFileStore`)
         are written. The call's files are removed when it succeeds. Or the
         :class:`~ftkit.linalg.protected.ProtectedOperands` of :func:`~ftkit.linalg.protected.protect_operands`
         for this A, B and these arguments: A and B were saved once beforehand and this call writes at most C
