@@ -34,6 +34,7 @@ __all__ = [
     "PBLASArgumentError",
     "ABFTError",
     "ModelError",
+    "ConfigWarning",
 ]
 
 
@@ -150,3 +151,10 @@ class ABFTError(LinalgError):
 
 class ModelError(FtkitError, ValueError):
     """Invalid parameters for a reliability or cost model."""
+
+
+class ConfigWarning(UserWarning):
+    """A configuration loads, but ftkit ignores or reinterprets part of it (the message says what and why).
+
+    Issued once per loaded configuration (Python's :mod:`warnings`); not an :class:`FtkitError`.
+    """

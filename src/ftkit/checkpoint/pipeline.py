@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..config import Config
-from ..errors import CheckpointError, FtkitError, ProcessFailure, StorageError
+from ..errors import CheckpointError, ConfigError, FtkitError, ProcessFailure, StorageError
 from ..storage.base import StorageLevel
 from ..storage.format import FileInfo
 from ..storage.levels import LEVEL_CLASSES
@@ -127,6 +127,10 @@ def plan_job(ctx: PipelineContext, level: int, ckpt_id: int, seq: int) -> Checkp
         raise CheckpointError(f"checkpoint level {level!r} is invalid: use 1 (local), 2 (partner), "
                               "3 (Reed-Solomon/XOR group), or 4 (parallel file system)")
     cfg = ctx.config
+    try:
+        cfg.check_level(level)  # e.g. group_size = 1 (loaded with L2/L3 off): L2/L3 refused here
+    except ConfigError as exc:
+        raise CheckpointError(str(exc)) from exc
     primary = 4 if (level == 4 and cfg.inline_l4 and not cfg.enable_dcp) else 1
     post = () if level == primary else (level,)
     for lv in post:
