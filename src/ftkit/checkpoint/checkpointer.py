@@ -19,7 +19,7 @@ from ..config import Config, load_config
 from ..errors import CheckpointError, ConfigError, FtkitError, ProcessFailure, RecoveryError
 from ..storage.manifest import CheckpointEntry, Manifest, ManifestStore, manifest_path
 from ..topology import Topology, detect_node_ids, plan_topology
-from . import _mpi, offload, pipeline
+from . import _mpi, keep_last, offload, pipeline
 from .interval import SnapshotSchedule
 from .recovery import RecoveryInfo, RecoveryStep, default_steps, recover_newest
 from .runstate import inspect_run
@@ -356,8 +356,9 @@ class Checkpointer:
     # -- FTI_Finalize ------------------------------------------------------------------------------------
 
     def finalize(self) -> None:
-        """Finish (collective): with ``keep_last_ckpt = 1`` keep the newest complete checkpoint (the next run
-        restarts from it), else remove this run's checkpoints and metadata. Idempotent.
+        """Finish (collective): with ``keep_last_ckpt = 1`` keep the newest complete checkpoint at L4 (flushed
+        if needed) and remove node-local storage, as FTI does (the next run restarts from it, see
+        :mod:`.keep_last`), else remove this run's checkpoints and metadata. Idempotent.
 
         After a failed or skipped recovery nothing is removed: the checkpoints stay for the next attempt.
         """
@@ -376,23 +377,7 @@ class Checkpointer:
             self._close()
 
     def _keep_last(self) -> None:
-        m = self._store.manifest
-        complete = [e for e in m.newest_first() if e.complete_levels]
-        keep = complete[0].id if complete else None
-        pruned = [e for e in m.checkpoints if e.id != keep]
-        with self._store.lock:
-            self._store.drop(e.id for e in pruned)
-            m.status = "kept"
-            error = None
-            if self.rank == 0:
-                try:
-                    self._store.commit()
-                except FtkitError as exc:
-                    error = str(exc)
-            error = _mpi.bcast(self._icomm, error, 0, "finalize")
-        if error:
-            raise CheckpointError(f"finalize(): {error}")
-        pipeline.remove_checkpoints(self._ctx, pruned)
+        keep_last.keep_last_at_l4(self._ctx, self.topology)  # FTI's meaning: kept at L4, local storage removed
 
     def _remove_all(self) -> None:
         entries = list(self._store.manifest.checkpoints)
