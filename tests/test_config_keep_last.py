@@ -1,6 +1,6 @@
-"""``keep_last_ckpt = 1`` means what it means in FTI: at finalize() the last checkpoint is made complete at L4
-(flushed if it is not there yet) before node-local storage is removed, so a relaunch recovers, bit-identically,
-after every node-local directory is wiped (as batch systems do between jobs)."""
+"""``keep_last_ckpt = 1`` means what it means in FTI: at finalize() the last checkpoint is made complete at
+L4 (flushed if it is not there yet) before node-local storage is removed, so a relaunch recovers,
+bit-identically, after every node-local directory is wiped (as batch systems do between jobs)."""
 
 from __future__ import annotations
 

@@ -162,7 +162,8 @@ class Config:
         notes = list(self.parse_notes)
         if self.dcp_block_size == _DCP_BLOCK_UNSET:
             object.__setattr__(self, "dcp_block_size", _DCP_BLOCK_DEFAULT)
-            notes.append(f"[basic] dcp_block_size = -1 (FTI's 'unset'): ftkit uses {_DCP_BLOCK_DEFAULT} bytes")
+            notes.append(f"[basic] dcp_block_size = -1 (FTI's 'unset'): ftkit uses {_DCP_BLOCK_DEFAULT} "
+                         "bytes")
         for name in _SPEC:
             object.__setattr__(self, name, check_value(name, getattr(self, name), self.source))
         if self.group_size < 2:
@@ -240,7 +241,7 @@ class Config:
                               "node: use node_size >= 2 or head = 0")
 
     def check_level(self, level: int) -> None:
-        """Check that a checkpoint at ``level`` can be taken with this configuration (called when one is asked).
+        """Check that a checkpoint at ``level`` can be taken with this configuration (when one is asked for).
 
         Raises
         ------

@@ -83,7 +83,7 @@ KEYS: tuple[KeySpec, ...] = (
     _k("ckpt_l3", "basic", "int", _NONNEG, "L3 (erasure code) interval for snapshot(); 0 = off"),
     _k("ckpt_l4", "basic", "int", _NONNEG, "L4 (global file system) interval for snapshot(); 0 = off"),
     _k("dcp_l4", "basic", "int", _NONNEG, "interval of differential L4 checkpoints for snapshot() "
-       "(needs enable_dcp = 1); 0 = off"),
+       "(needs enable_dcp = 1; L4 is due at the multiples of ckpt_l4 and of dcp_l4); 0 = off"),
     _k("inline_l2", "basic", "flag", _BOOL, "1: the checkpoint call does the L2 work; 0: in the background"),
     _k("inline_l3", "basic", "flag", _BOOL, "1: the checkpoint call does the L3 work; 0: in the background"),
     _k("inline_l4", "basic", "flag", _BOOL, "1: the checkpoint call does the L4 work; 0: in the background"),
@@ -94,7 +94,7 @@ KEYS: tuple[KeySpec, ...] = (
     _k("keep_heads_alive", "basic", "bool", _BOOL, "keep FTI's heads alive after finalize",
        ignored_unless=(0,), instead="ftkit's heads return from Checkpointer at finalize()"),
     _k("enable_dcp", "basic", "bool", _BOOL, "1: differential L4 checkpoints (ftkit's dCP, xxh3-128 "
-       "block hashes)"),
+       "block hashes; every L4 write is differential, a new full generation when the block store grows)"),
     _k("dcp_mode", "basic", "int", {"low": 0, "high": 31}, "dCP hash function", needs="enable_dcp",
        ignored_unless=(), instead="ftkit's dCP always hashes blocks with xxh3-128"),
     _k("dcp_block_size", "basic", "int", {"low": 512, "high": 64 * 2**20},

@@ -377,7 +377,7 @@ class Checkpointer:
             self._close()
 
     def _keep_last(self) -> None:
-        keep_last.keep_last_at_l4(self._ctx, self.topology)  # FTI's meaning: kept at L4, local storage removed
+        keep_last.keep_last_at_l4(self._ctx, self.topology)  # FTI's meaning: kept at L4, local data removed
 
     def _remove_all(self) -> None:
         entries = list(self._store.manifest.checkpoints)

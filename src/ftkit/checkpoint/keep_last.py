@@ -62,8 +62,8 @@ def keep_last_at_l4(ctx: pipeline.PipelineContext, topology: Topology) -> None:
                 error = f"{type(exc).__name__}: {exc}"
         error = _mpi.bcast(ctx.comm, error, 0, "finalize")
     if error:
-        raise CheckpointError(f"finalize(): keep_last_ckpt = 1: the manifest commit failed on rank 0: {error}; "
-                              "nothing was removed")
+        raise CheckpointError(f"finalize(): keep_last_ckpt = 1: the manifest commit failed on rank 0: "
+                              f"{error}; nothing was removed")
     pipeline.remove_checkpoints(ctx, pruned + others)
     if keep is not None:
         for lv in sorted(set(LEVEL_CLASSES) - {4}):
