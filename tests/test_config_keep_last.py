@@ -61,3 +61,18 @@ def test_keep_last_is_kept_at_l4_and_survives_wiping_node_local_storage(tmp_path
     for rank, v in got.items():
         assert v["data"] == "ok", (rank, v)       # bit-identical: array_equal with the values written
         assert (v["id"], v["step"], v["source"]) == (last_id, last_step, "4"), (rank, v)
+
+
+def test_keep_last_removes_nothing_when_the_l4_flush_fails(tmp_path, small_disk):
+    """glbl_dir on a full disk: finalize() fails on every rank with the cause, and the node-local copies stay,
+    so the relaunch recovers from L1."""
+    d = tmp_path / "run"
+    full = small_disk(16 * 1024)                 # a real tmpfs: 4 files of ~40 KB cannot fit
+    _config(d, glbl_dir=full / "global")
+    r = _run(d, "--mode", "write", "--levels", "1,1", "--finalize")
+    assert r.returncode != 0 and "CheckpointError" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "L4 post-processing" in r.stdout + r.stderr and "No space left" in r.stdout + r.stderr
+    assert len(list((d / "run" / "local").rglob("*.ftk"))) == N, "the node-local copies must stay"
+    got = _recovered(_run(d, "--mode", "recover").check().stdout)
+    for rank, v in got.items():
+        assert v["data"] == "ok" and (v["id"], v["step"], v["source"]) == ("2", "1", "1"), (rank, v)
