@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ftkit import Config, ConfigError
+from ftkit import Config, ConfigError, ConfigWarning, UnsafePathError
 from ftkit.config import load_config
 
 FTI_SAMPLE = """
@@ -63,7 +63,8 @@ lustre_striping_offset         = -1
 def test_reads_fti_config_as_is(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "config.fti").write_text(FTI_SAMPLE)
-    c = Config.from_file("config.fti")
+    with pytest.warns(ConfigWarning, match=r"ignored keys .*general_tag = 2612"):
+        c = Config.from_file("config.fti")
     assert (c.node_size, c.group_size, c.ckpt_l1, c.ckpt_l2, c.ckpt_l3, c.ckpt_l4) == (2, 4, 3, 5, 7, 11)
     assert c.ckpt_dir == tmp_path / "local" and c.meta_dir == tmp_path / ".fti"
     assert c.exec_id == "2018-09-13_12-42-17" and c.dcp_block_size == 16384 and c.transfer_size == 16
@@ -77,34 +78,50 @@ def test_ftkit_keys_in_their_section_or_basic():
     assert (c.interval_unit, c.l3_code, c.mtbf, c.failure_timeout) == ("iterations", "xor", 3600.0, 12.5)
     assert Config.from_string("[basic]\ninterval_unit = iterations\n").interval_unit == "iterations"
     assert Config.from_string("[basic]\nckpt_l1 = 2 ; a comment\n").ckpt_l1 == 2
+    assert Config.from_string("[ftkit]\ngroup_access = 1\n").group_access == 1
+    assert Config().group_access == 0
 
 
 @pytest.mark.parametrize("text,words", [
-    ("[basic]\nckpt_lvl = 3\n", ["ckpt_lvl", "allowed keys", "ckpt_l1"]),
-    ("[basics]\nhead = 0\n", ["basics", "allowed sections"]),
-    ("[basic]\ngroup_size = 1\n", ["group_size", "1", ">= 2"]),
+    ("[basic]\ngroup_size = 0\n", ["group_size", "0", ">= 1"]),
+    ("[basic]\ngroup_size = 1\nckpt_l2 = 5\n", ["group_size = 1", "ckpt_l2 = 5", "group_size >= 2"]),
     ("[basic]\ngroup_size = four\n", ["group_size", "'four'", "not an integer"]),
     ("[basic]\nhead = 2\n", ["head", "2", "0 or 1"]),
     ("[basic]\nckpt_l1 = -5\n", ["ckpt_l1", "-5", ">= 0"]),
-    ("[basic]\nckpt_io = 2\n", ["ckpt_io", "POSIX"]),
-    ("[basic]\nenable_icp = 1\n", ["enable_icp", "not implemented"]),
+    ("[basic]\nckpt_l1 = 3 minutes\n", ["ckpt_l1", "'3 minutes'", "not an integer"]),
+    ("[basic]\ndcp_l4 = often\n", ["dcp_l4", "'often'", "not an integer"]),
+    ("[basic]\nckpt_io = 7\n", ["ckpt_io", "7", "1 or 2 or 3 or 4 or 5 or 6"]),
+    ("[basic]\nenable_dcp = maybe\n", ["enable_dcp", "'maybe'", "not a boolean"]),
     ("[basic]\nverbosity = 0\n", ["verbosity", "1 or 2 or 3"]),
-    ("[basic]\ndcp_block_size = 100\n", ["dcp_block_size", ">= 512"]),
+    ("[basic]\ndcp_block_size = 100\n", ["dcp_block_size", ">= 512", "-1"]),
     ("[advanced]\ntransfer_size = 100\n", ["transfer_size", "<= 64", "memory"]),
+    ("[advanced]\nfast_forward = 11\n", ["fast_forward", "<= 10"]),
+    ("[advanced]\nfast_forward = 0\n", ["fast_forward", ">= 1"]),
     ("[restart]\nfailure = 7\n", ["failure", "7"]),
-    ("[restart]\nexec_id = ../../etc\n", ["exec_id", "directory"]),
+    ("[restart]\nexec_id = ../../etc\n", ["exec_id", "plain name"]),
+    ("[restart]\nexec_id = ..\n", ["exec_id", "'..'", "plain name"]),
+    ("[restart]\nexec_id = .\n", ["exec_id", "'.'", "plain name"]),
+    ("[restart]\nexec_id = /abs/run\n", ["exec_id", "plain name"]),
     ("[ftkit]\ninterval_unit = hours\n", ["interval_unit", "minutes or iterations"]),
     ("[ftkit]\nl3_code = lrc\n", ["l3_code", "rs or xor"]),
     ("[ftkit]\nfailure_timeout = 0\n", ["failure_timeout", "> 0"]),
     ("[ftkit]\nmtbf = nan\n", ["mtbf", "finite"]),
-    ("[injection]\nnumber = 3\n", ["number", "ftkit.inject"]),
-    ("no section = 1\n", ["not a valid INI"]),
+    ("[ftkit]\ngroup_access = 2\n", ["group_access", "0 or 1"]),
+    ("[basic]\nthis line has no equals sign\n", ["line 2", "neither a [section]"]),
 ])
 def test_bad_values_name_key_value_and_allowed(text, words):
     with pytest.raises(ConfigError) as err:
         Config.from_string(text)
     for w in words:
         assert w in str(err.value), (w, str(err.value))
+
+
+def test_exec_id_dot_is_an_unsafe_path_error():
+    # issue 13 defect 2: '..' as exec_id put files outside glbl_dir and finalize() removed its parent.
+    for bad in ("..", ".", "a/b"):
+        with pytest.raises(UnsafePathError):
+            Config(exec_id=bad)
+    assert Config(exec_id="").exec_id == "" and Config(exec_id="run-1.a_b").exec_id == "run-1.a_b"
 
 
 def test_keyword_construction_is_validated():

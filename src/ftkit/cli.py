@@ -20,6 +20,7 @@ _SUBCOMMAND_MODULES = (
     "ftkit.doctor",             # doctor
     "ftkit.storage.cli",        # ls, verify, rebuild
     "ftkit.models.cli",         # model reliability|encoding|interval
+    "ftkit.config_cli",         # config check
 )
 
 

@@ -1,122 +1,84 @@
 """ftkit's configuration: FTI's INI file, with its keys as they are, plus a few keys of ftkit's own.
 
 A configuration is a :class:`Config` (a validated dataclass). It is read from an INI file with
-:meth:`Config.from_file` (or :meth:`Config.from_string`), or built directly with keyword arguments. Every key
-is checked: an unknown key, a value of the wrong type or an impossible value raises :class:`ConfigError`
-naming the key, the value and what is allowed.
+:meth:`Config.from_file` (or :meth:`Config.from_string`), or built directly with keyword arguments.
+``ftkit config check FILE`` prints how a file is read, key by key.
 
-Sections and keys (FTI's meaning and units):
+Every key FTI 1.6 reads is accepted (the table, with what ftkit does with each key, is
+:data:`ftkit.config_fti.KEYS`), with FTI's parser rules (:mod:`ftkit.config_fti`): names are
+case-insensitive, unknown keys and sections are ignored, a repeated key keeps its last value and an empty
+value means the default. Where ftkit does not implement what a key asks for (``ckpt_io = 2..6``, FTI's MPI
+tags, Lustre striping, the HDF5 single-file keys...) the key is accepted and ignored. Everything ignored or
+reinterpreted is said in the :attr:`Config.notes`, issued once per configuration as one
+:class:`~ftkit.errors.ConfigWarning`. A value that cannot mean anything (an interval that is not a number, an
+``exec_id`` that is not a plain name, ``fast_forward = 20``) raises :class:`ConfigError` naming the key, the
+value and what is allowed.
+
+Sections and keys (FTI's meaning and units; ftkit's own keys in ``[ftkit]``, also accepted in ``[basic]``):
 
 ``[basic]``
-    ``head`` (0|1), ``node_size`` (ranks per node; 0 = detect), ``group_size`` (nodes per L3 group, >= 2),
-    ``ckpt_dir`` (node-local root), ``glbl_dir`` (parallel file system), ``meta_dir`` (metadata),
-    ``ckpt_l1``..``ckpt_l4`` (checkpoint interval per level, in minutes, or in ``snapshot()`` calls with
-    ``interval_unit = iterations``; 0 = off), ``inline_l2``..``inline_l4`` (1 = the checkpoint call does that
-    level's work, 0 = it runs in the background), ``keep_last_ckpt`` (0|1), ``keep_l4_ckpt`` (0|1),
-    ``verbosity`` (1 debug, 2 info, 3 warnings only), ``ckpt_io`` (1 = POSIX; the only one ftkit implements),
-    ``enable_dcp`` (0|1, differential L4), ``dcp_block_size`` (bytes), ``dcp_mode``, ``dcp_stack_size``,
-    ``max_sync_intv`` (snapshot calls between clock agreements; 0 = automatic), ``enable_staging``,
-    ``enable_icp`` (accepted only as 0: not implemented).
+    ``head``, ``node_size``, ``group_size`` (nodes per L2/L3 group; 1 loads with L2/L3 off, and an L2/L3
+    checkpoint is then refused: :meth:`Config.check_level`), ``ckpt_dir``, ``glbl_dir``, ``meta_dir``,
+    ``ckpt_l1``..``ckpt_l4`` and ``dcp_l4`` (intervals in minutes, or in ``snapshot()`` calls with
+    ``interval_unit = iterations``; 0 = off), ``inline_l2``..``inline_l4``, ``keep_last_ckpt``,
+    ``keep_l4_ckpt``, ``enable_dcp``, ``dcp_block_size``, ``max_sync_intv``; accepted and ignored:
+    ``verbosity``, ``ckpt_io`` other than 1, ``enable_staging``, ``enable_icp``, ``keep_heads_alive``,
+    ``max_var_id``, ``cacheddcp``, ``dcp_mode``, ``dcp_stack_size``, ``h5_single_file_*``.
 ``[restart]``
-    ``failure`` (0 = let ftkit detect a restart from ``meta_dir``; 1, 2 or 3 = a restart is expected),
-    ``exec_id`` (identity of the run; empty = new id on a fresh start, taken from the metadata on restart).
+    ``failure`` (0 = ftkit detects a restart from ``meta_dir``), ``exec_id`` (a plain name: letters, digits,
+    ``.``, ``_``, ``-``, not ``.`` or ``..``; empty = a new id on a fresh start).
 ``[injection]``
-    ``rank``, ``number``, ``position``, ``frequency``: accepted for FTI compatibility; only ``number = 0``
-    (use :mod:`ftkit.inject` to inject faults).
+    ``rank``, ``index``, ``number``, ``position``, ``frequency``: accepted and ignored (use
+    :mod:`ftkit.inject`).
 ``[advanced]``
-    ``block_size`` (KiB per message in L2/L3 transfers), ``transfer_size`` (MiB per I/O chunk, <= 64, which
-    bounds ftkit's extra memory), ``local_test`` (0|1), ``general_tag``, ``ckpt_tag``, ``stage_tag``,
-    ``final_tag``, ``mpi_tag``, ``lustre_striping_unit``, ``lustre_striping_factor``,
-    ``lustre_striping_offset`` (accepted, unused).
-``[ftkit]`` (also accepted in ``[basic]``)
-    ``interval_unit`` (``minutes`` | ``iterations``), ``l3_code`` (``rs`` | ``xor``), ``mtbf`` (seconds, for
-    the automatic interval; 0 = unknown), ``failure_timeout`` (seconds any wait on a peer may take, > 0).
+    ``fast_forward`` (1-10: snapshot intervals are divided by it), ``transfer_size`` (MiB per I/O chunk);
+    accepted and ignored: ``block_size``, the MPI tags, ``local_test = 0``, ``gpu_host_bufsize``,
+    ``lustre_striping_*`` (also as FTI's code spells them, ``lustre_stiping_*``).
+``[ftkit]``
+    ``interval_unit`` (``minutes`` | ``iterations``), ``l3_code`` (``rs`` | ``xor``), ``mtbf`` (seconds),
+    ``failure_timeout`` (seconds any wait on a peer may take, > 0), ``group_access`` (0|1: 1 lets the
+    user's group read checkpoint files, 0640/0750, for shared-group setups; default 0: 0600/0700).
 
-Relative directories are resolved against the current working directory when the configuration is built.
+Directories: ``$VAR`` and ``${VAR}`` are expanded from the environment (an unset variable is a
+:class:`ConfigError` naming it), then ``~``; relative paths are resolved against the working directory when
+the configuration is built. The default ``ckpt_dir`` is node-local: ``$SLURM_TMPDIR/ftkit-local``, else
+``$TMPDIR/ftkit-local``, else ``ftkit-local`` in the working directory; ``glbl_dir`` and ``meta_dir`` default
+to ``ftkit-global`` and ``ftkit-meta`` in the working directory.
 """
 
 from __future__ import annotations
 
-import configparser
 import math
 import os
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from ._paths import check_plain_name
+from .config_fti import KEYS, describe, key_status, parse_entries
+from .errors import ConfigError, ConfigWarning, UnsafePathError
 
-__all__ = ["Config", "load_config", "KEY_SECTIONS"]
+__all__ = ["Config", "load_config", "KEY_SECTIONS", "node_local_default", "expand_path", "check_value"]
 
-_BOOL = (0, 1)
-_EXEC_ID_RE = re.compile(r"^[A-Za-z0-9._-]{0,128}$")
-
-# key -> (section, kind, constraint). kind: int | float | str | path. The constraint is a tuple of allowed
-# values, or a (low, high) range given as a dict (high None = unbounded).
-_SPEC: dict[str, tuple[str, str, Any]] = {
-    "head": ("basic", "int", _BOOL),
-    "node_size": ("basic", "int", {"low": 0, "high": None}),
-    "group_size": ("basic", "int", {"low": 2, "high": 64}),
-    "ckpt_dir": ("basic", "path", None),
-    "glbl_dir": ("basic", "path", None),
-    "meta_dir": ("basic", "path", None),
-    "ckpt_l1": ("basic", "int", {"low": 0, "high": None}),
-    "ckpt_l2": ("basic", "int", {"low": 0, "high": None}),
-    "ckpt_l3": ("basic", "int", {"low": 0, "high": None}),
-    "ckpt_l4": ("basic", "int", {"low": 0, "high": None}),
-    "inline_l2": ("basic", "int", _BOOL),
-    "inline_l3": ("basic", "int", _BOOL),
-    "inline_l4": ("basic", "int", _BOOL),
-    "keep_last_ckpt": ("basic", "int", _BOOL),
-    "keep_l4_ckpt": ("basic", "int", _BOOL),
-    "verbosity": ("basic", "int", (1, 2, 3)),
-    "ckpt_io": ("basic", "int", (1,)),
-    "enable_dcp": ("basic", "int", _BOOL),
-    "dcp_mode": ("basic", "int", {"low": 0, "high": 31}),
-    "dcp_block_size": ("basic", "int", {"low": 512, "high": 64 * 2**20}),
-    "dcp_stack_size": ("basic", "int", {"low": 1, "high": None}),
-    "max_sync_intv": ("basic", "int", {"low": 0, "high": None}),
-    "enable_staging": ("basic", "int", (0,)),
-    "enable_icp": ("basic", "int", (0,)),
-    "failure": ("restart", "int", (0, 1, 2, 3)),
-    "exec_id": ("restart", "str", None),
-    "inj_rank": ("injection", "int", {"low": 0, "high": None}),
-    "inj_number": ("injection", "int", (0,)),
-    "inj_position": ("injection", "int", {"low": 0, "high": None}),
-    "inj_frequency": ("injection", "int", {"low": 0, "high": None}),
-    "block_size": ("advanced", "int", {"low": 1, "high": 2**20}),
-    "transfer_size": ("advanced", "int", {"low": 1, "high": 64}),
-    "local_test": ("advanced", "int", _BOOL),
-    "general_tag": ("advanced", "int", {"low": 0, "high": 2**31 - 1}),
-    "ckpt_tag": ("advanced", "int", {"low": 0, "high": 2**31 - 1}),
-    "stage_tag": ("advanced", "int", {"low": 0, "high": 2**31 - 1}),
-    "final_tag": ("advanced", "int", {"low": 0, "high": 2**31 - 1}),
-    "mpi_tag": ("advanced", "int", {"low": 0, "high": 2**31 - 1}),
-    "lustre_striping_unit": ("advanced", "int", {"low": 0, "high": None}),
-    "lustre_striping_factor": ("advanced", "int", {"low": -1, "high": None}),
-    "lustre_striping_offset": ("advanced", "int", {"low": -1, "high": None}),
-    "interval_unit": ("ftkit", "str", ("minutes", "iterations")),
-    "l3_code": ("ftkit", "str", ("rs", "xor")),
-    "mtbf": ("ftkit", "float", {"low": 0.0, "high": None}),
-    "failure_timeout": ("ftkit", "float", {"low": 0.0, "high": None, "open_low": True}),
-}
-
+_SPEC = {k.name: k for k in KEYS}
 #: Section of every key ftkit reads (FTI's sections; ftkit's own keys live in ``[ftkit]``).
-KEY_SECTIONS: dict[str, str] = {k: v[0] for k, v in _SPEC.items()}
+KEY_SECTIONS: dict[str, str] = {k.name: k.section for k in KEYS}
+_VAR_RE = re.compile(r"\$(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+#: FTI's "unset" dCP block size (its test template) and the size ftkit uses then.
+_DCP_BLOCK_UNSET, _DCP_BLOCK_DEFAULT = -1, 16384
 
-# [injection] keys are spelled without the prefix in the file.
-_INI_NAME = {"inj_rank": "rank", "inj_number": "number", "inj_position": "position",
-             "inj_frequency": "frequency"}
-_FROM_INI = {(s, _INI_NAME.get(k, k)): k for k, (s, _, _) in _SPEC.items()}
-_UNSUPPORTED_HINT = {
-    "ckpt_io": "ftkit writes POSIX files only (1); 2 = MPI-IO, 3 = FTI-FF, 4 = SIONlib, 5 = HDF5 are not "
-               "implemented",
-    "enable_staging": "staging is not implemented by ftkit",
-    "enable_icp": "incremental checkpointing is not implemented by ftkit; use enable_dcp",
-    "inj_number": "FTI's built-in injection is not implemented; use ftkit.inject",
-}
+
+def node_local_default() -> Path:
+    """Return the default ``ckpt_dir``: ``$SLURM_TMPDIR/ftkit-local``, else ``$TMPDIR/ftkit-local``, else
+    ``ftkit-local`` (relative to the working directory)."""
+    for var in ("SLURM_TMPDIR", "TMPDIR"):
+        root = os.environ.get(var, "").strip()
+        if root:
+            return Path(root) / "ftkit-local"
+    return Path("ftkit-local")
 
 
 @dataclass(frozen=True)
@@ -126,47 +88,60 @@ class Config:
     Raises
     ------
     ConfigError
-        On construction, if any value is of the wrong type or outside what is allowed.
+        On construction, if any value is of the wrong type or outside what is allowed, or if L2/L3
+        intervals are set with ``group_size < 2``.
     """
 
     head: int = 0
     node_size: int = 0
     group_size: int = 4
-    ckpt_dir: Path = field(default=Path("ftkit-local"))
+    ckpt_dir: Path = field(default_factory=node_local_default)
     glbl_dir: Path = field(default=Path("ftkit-global"))
     meta_dir: Path = field(default=Path("ftkit-meta"))
     ckpt_l1: int = 0
     ckpt_l2: int = 0
     ckpt_l3: int = 0
     ckpt_l4: int = 0
+    dcp_l4: int = 0
     inline_l2: int = 1
     inline_l3: int = 1
     inline_l4: int = 1
-    keep_last_ckpt: int = 0
-    keep_l4_ckpt: int = 0
-    verbosity: int = 2
-    ckpt_io: int = 1
+    h5_single_file_inline: int = 1
+    enable_staging: int = 0
+    keep_heads_alive: int = 0
     enable_dcp: int = 0
     dcp_mode: int = 0
-    dcp_block_size: int = 16384
+    dcp_block_size: int = _DCP_BLOCK_DEFAULT
     dcp_stack_size: int = 5
+    max_var_id: int = 100 * 1024
+    cacheddcp: int = 0
+    verbosity: int = 2
+    keep_last_ckpt: int = 0
+    keep_l4_ckpt: int = 0
+    ckpt_io: int = 1
     max_sync_intv: int = 0
-    enable_staging: int = 0
+    h5_single_file_dir: str = ""
+    h5_single_file_prefix: str = "VPR-h5"
+    h5_single_file_keep: int = 0
+    h5_single_file_enable: int = 0
     enable_icp: int = 0
     failure: int = 0
     exec_id: str = ""
     inj_rank: int = 0
-    inj_number: int = 0
+    inj_index: int = 0
     inj_position: int = 0
+    inj_number: int = 0
     inj_frequency: int = 0
+    fast_forward: int = 1
     block_size: int = 1024
     transfer_size: int = 16
-    local_test: int = 1
     general_tag: int = 2612
     ckpt_tag: int = 711
     stage_tag: int = 406
     final_tag: int = 3107
     mpi_tag: int = 2612
+    local_test: int = 1
+    gpu_host_bufsize: int = 32 * 2**20
     lustre_striping_unit: int = 4194304
     lustre_striping_factor: int = -1
     lustre_striping_offset: int = -1
@@ -174,14 +149,38 @@ class Config:
     l3_code: str = "rs"
     mtbf: float = 0.0
     failure_timeout: float = 300.0
+    group_access: int = 0
     source: str = field(default="<defaults>", compare=False)
+    #: Notes of the INI reader (unknown, repeated and empty keys); set by :meth:`from_string`.
+    parse_notes: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    #: Keys the file set (an ignored key is reported when present, or when it differs from the default).
+    present: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    #: Everything ignored or reinterpreted in this configuration (issued once as a ConfigWarning).
+    notes: tuple[str, ...] = field(init=False, compare=False, repr=False, default=())
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            if f.name == "source":
-                continue
-            value = _check(f.name, getattr(self, f.name), self.source)
-            object.__setattr__(self, f.name, value)
+        notes = list(self.parse_notes)
+        if self.dcp_block_size == _DCP_BLOCK_UNSET:
+            object.__setattr__(self, "dcp_block_size", _DCP_BLOCK_DEFAULT)
+            notes.append(f"[basic] dcp_block_size = -1 (FTI's 'unset'): ftkit uses {_DCP_BLOCK_DEFAULT} "
+                         "bytes")
+        for name in _SPEC:
+            object.__setattr__(self, name, check_value(name, getattr(self, name), self.source))
+        if self.group_size < 2:
+            using = [f"ckpt_l{lv} = {self.interval(lv)}" for lv in (2, 3) if self.interval(lv)]
+            if using:
+                raise ConfigError(f"{self.source}: [basic] group_size = {self.group_size} with "
+                                  f"{' and '.join(using)}: L2 and L3 need groups of at least 2 nodes; set "
+                                  "group_size >= 2 or turn L2/L3 off (0)")
+            notes.append(f"[basic] group_size = {self.group_size}: no L2/L3 groups; an L2 or L3 checkpoint "
+                         "will be refused (L1 and L4 work)")
+        ignored = _ignored_note(self)
+        if ignored:
+            notes.append(ignored)
+        object.__setattr__(self, "notes", tuple(notes))
+        if notes:
+            warnings.warn(ConfigWarning(f"{self.source}: " + "\n  ".join(["configuration notes:", *notes])),
+                          stacklevel=3)
 
     # -- construction -------------------------------------------------------------------------------------
 
@@ -192,48 +191,32 @@ class Config:
         Raises
         ------
         ConfigError
-            If the file is missing or unreadable, or any key or value is invalid.
+            If the file is missing or unreadable, or any value is invalid.
         """
         p = Path(path)
         try:
             text = p.read_text()
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {p}: {exc.strerror or exc}: give the path of an "
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise ConfigError(f"cannot read config file {p}: {reason}: give the path of an "
                               "FTI-style INI file") from exc
         return cls.from_string(text, source=str(p), **overrides)
 
     @classmethod
     def from_string(cls, text: str, *, source: str = "<string>", **overrides: Any) -> Config:
-        """Parse INI ``text`` (FTI's sections and keys); ``overrides`` replace keys after parsing.
+        """Parse INI ``text`` with FTI's rules; ``overrides`` replace keys after parsing.
+
+        Unknown keys and sections, repeated keys and empty values are notes (see :attr:`notes`), not errors.
 
         Raises
         ------
         ConfigError
-            On INI syntax errors, unknown sections or keys, and invalid values.
+            On an INI syntax error (a line that is not a section, key or comment) and on invalid values.
         """
-        parser = configparser.ConfigParser(inline_comment_prefixes=(";", "#"), interpolation=None,
-                                           strict=True)
-        try:
-            parser.read_string(text, source=source)
-        except configparser.Error as exc:
-            raise ConfigError(f"{source}: not a valid INI file: {exc}") from exc
-        values: dict[str, Any] = {}
-        for section in parser.sections():
-            sec = section.strip().lower()
-            for key, raw in parser.items(section):
-                key = key.strip().lower()
-                name = _FROM_INI.get((sec, key))
-                if name is None and sec == "basic" and KEY_SECTIONS.get(key) == "ftkit":
-                    name = key
-                if name is None:
-                    known = sorted(k for (s, k) in _FROM_INI if s == sec)
-                    where = (f"allowed keys in [{sec}]: {', '.join(known)}" if known else
-                             "allowed sections: [basic], [restart], [injection], [advanced], [ftkit]")
-                    raise ConfigError(f"{source}: unknown key '{key}' in section [{section}] "
-                                      f"(value {raw!r}); {where}")
-                values[name] = _parse(name, raw.strip(), source)
+        values, lines, notes = parse_entries(text, source, _default_text)
         values.update(overrides)
-        return cls(source=source, **values)
+        return cls(source=source, parse_notes=tuple(notes), present=frozenset(lines) | frozenset(overrides),
+                   **values)
 
     def replace(self, **changes: Any) -> Config:
         """Return a copy with ``changes`` applied (validated)."""
@@ -257,6 +240,19 @@ class Config:
             raise ConfigError(f"{self.source}: head = 1 with node_size = 1 leaves no application rank on a "
                               "node: use node_size >= 2 or head = 0")
 
+    def check_level(self, level: int) -> None:
+        """Check that a checkpoint at ``level`` can be taken with this configuration (when one is asked for).
+
+        Raises
+        ------
+        ConfigError
+            For L2 or L3 with ``group_size < 2`` (a configuration that loaded with a warning because L2/L3
+            were off).
+        """
+        if level in (2, 3) and self.group_size < 2:
+            raise ConfigError(f"{self.source}: an L{level} checkpoint needs groups of at least 2 nodes, but "
+                              f"group_size = {self.group_size}: set group_size >= 2, or use level 1 or 4")
+
     def ensure_dirs(self) -> None:
         """Create ``ckpt_dir``, ``glbl_dir`` and ``meta_dir`` if missing.
 
@@ -277,7 +273,7 @@ class Config:
                                   "write") from exc
 
     def interval(self, level: int) -> int:
-        """Return the checkpoint interval of ``level`` (``ckpt_l<level>``; 0 = off)."""
+        """Return the checkpoint interval of ``level`` (``ckpt_l<level>``, as configured; 0 = off)."""
         return int(getattr(self, f"ckpt_l{level}"))
 
     def inline(self, level: int) -> bool:
@@ -288,6 +284,33 @@ class Config:
     def io_chunk_bytes(self) -> int:
         """Size (bytes) of one I/O chunk: ``transfer_size`` MiB."""
         return self.transfer_size * 2**20
+
+
+def _default(name: str) -> Any:
+    f = next(f for f in fields(Config) if f.name == name)
+    return f.default_factory() if callable(f.default_factory) else f.default
+
+
+def _default_text(name: str) -> Any:
+    if name == "ckpt_dir":
+        return f"{node_local_default()} (node-local: $SLURM_TMPDIR, else $TMPDIR, else the working directory)"
+    return _default(name)
+
+
+def _ignored_note(cfg: Config) -> str:
+    """One note naming every key set in ``cfg`` that ftkit ignores, grouped by what ftkit does instead."""
+    by_reason: dict[str, list[str]] = {}
+    for spec in KEYS:
+        value = getattr(cfg, spec.name)
+        if spec.name not in cfg.present and value == _default(spec.name):
+            continue
+        status, instead = key_status(cfg, spec)
+        if status == "ignored":
+            by_reason.setdefault(instead, []).append(f"[{spec.section}] {spec.ini} = {value}")
+    if not by_reason:
+        return ""
+    parts = [f"{', '.join(keys)} ({why})" for why, keys in by_reason.items()]
+    return "ignored keys (accepted for FTI compatibility): " + "; ".join(parts)
 
 
 def load_config(config: Config | str | os.PathLike[str] | Mapping[str, Any]) -> Config:
@@ -309,76 +332,70 @@ def load_config(config: Config | str | os.PathLike[str] | Mapping[str, Any]) -> 
     return Config.from_file(config)
 
 
-def _parse(name: str, raw: str, source: str) -> Any:
-    """Convert the INI text of key ``name`` to the key's type."""
-    section, kind, _ = _SPEC[name]
-    key = _INI_NAME.get(name, name)
-    if kind == "int":
-        try:
-            return int(raw, 10)
-        except ValueError:
-            raise ConfigError(f"{source}: [{section}] {key} = {raw!r} is not an integer; "
-                              f"allowed: {_describe(name)}") from None
-    if kind == "float":
-        try:
-            value = float(raw)
-        except ValueError:
-            raise ConfigError(f"{source}: [{section}] {key} = {raw!r} is not a number; "
-                              f"allowed: {_describe(name)}") from None
-        return value
-    if kind == "path":
-        return raw
-    return raw.strip().lower() if name in ("interval_unit", "l3_code") else raw
+def expand_path(value: str, where: str) -> Path:
+    """Expand ``$VAR``/``${VAR}`` from the environment, then ``~``; return the absolute path.
+
+    Raises
+    ------
+    ConfigError
+        Naming the variable, if one is unset or not a valid variable name.
+    """
+    def sub(m: re.Match[str]) -> str:
+        var = m.group(1) if m.group(1) is not None else m.group(2)
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
+            raise ConfigError(f"{where}: '${{{var}}}' is not an environment variable name (only $NAME and "
+                              "${NAME} are expanded)")
+        if var not in os.environ:
+            raise ConfigError(f"{where}: environment variable ${var} is not set: set it, or write the "
+                              "directory out in full")
+        return os.environ[var]
+
+    return Path(os.path.expanduser(_VAR_RE.sub(sub, value))).absolute()
 
 
-def _describe(name: str) -> str:
-    _, kind, allowed = _SPEC[name]
-    if isinstance(allowed, tuple):
-        return " or ".join(str(a) for a in allowed)
-    if isinstance(allowed, dict):
-        low, high = allowed["low"], allowed["high"]
-        op = ">" if allowed.get("open_low") else ">="
-        return f"{'an integer' if kind == 'int' else 'a number'} {op} {low}" + (
-            f" and <= {high}" if high is not None else "")
-    if kind == "path":
-        return "a directory path"
-    return "letters, digits, '.', '_' and '-' (at most 128)"
+def check_value(name: str, value: Any, source: str) -> Any:
+    """Validate and normalise one key's value (a path is expanded and made absolute); return it.
 
-
-def _check(name: str, value: Any, source: str) -> Any:
-    """Validate (and normalise) one key's value; raise ConfigError naming key, value and what is allowed."""
-    section, kind, allowed = _SPEC[name]
-    key = _INI_NAME.get(name, name)
-    where = f"{source}: [{section}] {key} = {value!r}"
-    if kind == "int":
+    Raises
+    ------
+    ConfigError
+        Naming the key, the value and what is allowed.
+    """
+    spec = _SPEC[name]
+    allowed, kind = spec.allowed, spec.kind
+    where = f"{source}: [{spec.section}] {spec.ini} = {value!r}"
+    if kind in ("int", "flag", "bool"):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where} is not an integer; allowed: {_describe(name)}")
+            raise ConfigError(f"{where} is not an integer; allowed: {describe(_SPEC[name])}")
     elif kind == "float":
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise ConfigError(f"{where} is not a finite number; allowed: {_describe(name)}")
+            raise ConfigError(f"{where} is not a finite number; allowed: {describe(_SPEC[name])}")
         value = float(value)
     elif kind == "path":
         if not isinstance(value, str | os.PathLike) or not str(value).strip():
-            raise ConfigError(f"{where} is not a directory path; allowed: {_describe(name)}")
-        return Path(os.path.expanduser(str(value).strip())).absolute()
+            raise ConfigError(f"{where} is not a directory path; allowed: {describe(_SPEC[name])}")
+        return expand_path(str(value).strip(), f"{source}: [{spec.section}] {spec.ini} = {str(value)!r}")
     else:
         if not isinstance(value, str):
-            raise ConfigError(f"{where} is not a string; allowed: {_describe(name)}")
-        if name == "exec_id" and not _EXEC_ID_RE.match(value):
-            raise ConfigError(f"{where} has characters that cannot name a directory; allowed: "
-                              f"{_describe(name)}")
+            raise ConfigError(f"{where} is not a string; allowed: {describe(_SPEC[name])}")
+        if name == "exec_id" and value:
+            try:
+                check_plain_name(value, f"{source}: [restart] exec_id")
+            except UnsafePathError as exc:
+                raise UnsafePathError(f"{exc}; it names the run's directories under glbl_dir, ckpt_dir and "
+                                      "meta_dir") from None
     if isinstance(allowed, tuple) and value not in allowed:
-        hint = _UNSUPPORTED_HINT.get(name)
-        note = f" ({hint})" if hint else ""
-        raise ConfigError(f"{where} is not allowed; allowed: {_describe(name)}{note}")
+        raise ConfigError(f"{where} is not allowed; allowed: {describe(_SPEC[name])}")
     if isinstance(allowed, dict):
         low, high = allowed["low"], allowed["high"]
         too_low = value <= low if allowed.get("open_low") else value < low
         if too_low or (high is not None and value > high):
             extra = ""
             if name == "group_size":
-                extra = " (a group needs at least 2 nodes; Reed-Solomon over GF(2^8) bounds it above)"
+                extra = " (Reed-Solomon over GF(2^8) bounds it above; L2/L3 need >= 2)"
             if name == "transfer_size":
                 extra = " (MiB per I/O chunk; it bounds ftkit's extra memory per rank)"
-            raise ConfigError(f"{where} is out of range; allowed: {_describe(name)}{extra}")
+            if name == "dcp_block_size":
+                extra = " (or -1, FTI's 'unset': 16384)"
+            raise ConfigError(f"{where} is out of range; allowed: {describe(_SPEC[name])}{extra}")
     return value

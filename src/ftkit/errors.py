@@ -35,6 +35,7 @@ __all__ = [
     "ABFTError",
     "ABFTArgumentError",
     "ModelError",
+    "ConfigWarning",
 ]
 
 
@@ -162,3 +163,10 @@ class ModelError(FtkitError, ValueError):
 
 class ABFTArgumentError(LinalgError):
     """An ABFT routine (checksums, thresholds, policies) got an illegal argument; the message names it."""
+
+
+class ConfigWarning(UserWarning):
+    """A configuration loads, but ftkit ignores or reinterprets part of it (the message says what and why).
+
+    Issued once per loaded configuration (Python's :mod:`warnings`); not an :class:`FtkitError`.
+    """

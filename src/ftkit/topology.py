@@ -192,7 +192,7 @@ def plan_topology(
     node_of = tuple(ids[w] for w in app_world)
     rank = app_world.index(world_rank) if world_rank in app_world else -1
     groups: list[tuple[int, ...]] = []
-    if need_groups or len(nodes) >= group_size:
+    if need_groups or 2 <= group_size <= len(nodes):
         per_node = counts[0] - head
         node_ranks = [[r for r, n in enumerate(node_of) if n == node] for node in nodes]
         for node_set in plan_node_sets(len(nodes), group_size):

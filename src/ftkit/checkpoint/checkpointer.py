@@ -20,9 +20,10 @@ from mpi4py import MPI
 from .. import mpienv
 from ..config import Config, load_config
 from ..errors import CheckpointError, FtkitError, RecoveryError
+from ..storage import set_group_access
 from ..storage.manifest import CheckpointEntry, Manifest, ManifestStore, manifest_path
 from ..topology import Topology, detect_node_ids, plan_topology
-from . import _mpi, pipeline
+from . import _mpi, keep_last, pipeline
 from .contract import CheckpointJob, PipelineContext, RecoveryStep
 from .head import enter_head_mode
 from .levels import recovery_chain
@@ -82,6 +83,7 @@ class Checkpointer:
         self.config: Config = load_config(config)
         world = MPI.COMM_WORLD if comm is None else comm
         mpienv.check_start(world, self.config)  # a mis-launched job fails here, before any directory
+        set_group_access(self.config.group_access)  # 0600/0700 unless the group may read (group_access = 1)
         self.config.validate_for(world.Get_size())
         self._icomm = _mpi.internal_comm(world)
         self._finalized = False
@@ -353,8 +355,9 @@ class Checkpointer:
     # -- FTI_Finalize ------------------------------------------------------------------------------------
 
     def finalize(self) -> None:
-        """Finish (collective): with ``keep_last_ckpt = 1`` keep the newest complete checkpoint (the next run
-        restarts from it), else remove this run's checkpoints and metadata. Idempotent.
+        """Finish (collective): with ``keep_last_ckpt = 1`` keep the newest complete checkpoint at L4 (flushed
+        if needed) and remove node-local storage, as FTI does (the next run restarts from it, see
+        :mod:`.keep_last`), else remove this run's checkpoints and metadata. Idempotent.
 
         After a failed or skipped recovery nothing is removed: the checkpoints stay for the next attempt.
         """
@@ -373,20 +376,7 @@ class Checkpointer:
             self._close()
 
     def _keep_last(self) -> None:
-        m = self._store.manifest
-        complete = [e for e in m.newest_first() if e.complete_levels]
-        keep = complete[0].id if complete else None
-        pruned = [e for e in m.checkpoints if e.id != keep]
-        with self._store.lock:
-            saved = copy.deepcopy(m)
-            self._store.drop(e.id for e in pruned)
-            self._store.manifest.status = "kept"
-            try:
-                pipeline.commit_manifest(self._ctx, "finalize(): manifest commit")
-            except BaseException:
-                self._store.manifest = saved
-                raise
-        pipeline.remove_checkpoints(self._ctx, pruned)
+        keep_last.keep_last_at_l4(self._ctx, self.topology)  # FTI's meaning: kept at L4, local data removed
 
     def _remove_all(self) -> None:
         entries = list(self._store.manifest.checkpoints)

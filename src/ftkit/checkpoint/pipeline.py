@@ -31,7 +31,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .._paths import check_plain_name, check_removable, inside
-from ..errors import CheckpointError, FtkitError, ProcessFailure
+from ..errors import CheckpointError, ConfigError, FtkitError, ProcessFailure
 from ..storage.format import FileInfo
 from ..storage.levels import LEVEL_CLASSES
 from ..storage.manifest import CheckpointEntry, RankFile, plan_prune
@@ -57,6 +57,10 @@ def plan_job(ctx: PipelineContext, requested: int, ckpt_id: int, seq: int) -> Ch
                               "file system)")
     spec = level(int(requested))
     cfg = ctx.config
+    try:
+        cfg.check_level(spec.number)  # e.g. group_size = 1 (loaded with L2/L3 off): L2/L3 refused here
+    except ConfigError as exc:
+        raise CheckpointError(str(exc)) from exc
     primary = 4 if (spec.number == 4 and cfg.inline_l4 and not cfg.enable_dcp) else 1
     post = () if spec.number == primary else (spec.number,)
     return CheckpointJob(ckpt_id=ckpt_id, level=spec.number, seq=seq, primary=primary, post_levels=post,

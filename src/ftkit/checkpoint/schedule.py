@@ -82,6 +82,10 @@ class SnapshotSchedule:
     probe
         A local flag agreed (maximum) at every sync point for free, exposed as :attr:`alarm`; the
         checkpointer uses it to raise a background failure at the same snapshot call on every rank.
+    dcp_l4
+        FTI's ``dcp_l4``: interval of differential L4 checkpoints, in the unit of ``intervals`` (0 = off). L4
+        is due at the multiples of ``ckpt_l4`` and of ``dcp_l4``; with ``enable_dcp`` every L4 checkpoint
+        is differential.
 
     Raises
     ------
@@ -92,12 +96,14 @@ class SnapshotSchedule:
     def __init__(self, intervals: Sequence[float], *, unit: str = "minutes", max_sync_intv: int = 512,
                  agree: Agree | None = None, mtbf: float | None = None, auto_level: int = 4,
                  clock: Callable[[], float] = time.monotonic,
-                 probe: Callable[[], float] | None = None) -> None:
+                 probe: Callable[[], float] | None = None, dcp_l4: float = 0.0) -> None:
         if len(intervals) != 4:
             raise ConfigError(f"expected 4 intervals (ckpt_l1..ckpt_l4), got {len(intervals)}")
         for lvl, v in enumerate(intervals, 1):
             if not (math.isfinite(float(v)) and float(v) >= 0):
                 raise ConfigError(f"ckpt_l{lvl} = {v}: an interval must be >= 0 (0 disables the level)")
+        if not (math.isfinite(float(dcp_l4)) and float(dcp_l4) >= 0):
+            raise ConfigError(f"dcp_l4 = {dcp_l4}: an interval must be >= 0 (0 disables it)")
         if unit not in ("minutes", "iterations"):
             raise ConfigError(f"interval_unit = {unit!r}: allowed values are 'minutes' and 'iterations'")
         if int(max_sync_intv) < 1:
@@ -131,6 +137,8 @@ class SnapshotSchedule:
         self._calibrated = False
         #: Length of each level's interval in job-clock units (0: level off).
         self.periods = [0.0, *((v if unit == "iterations" else 60.0 * v) for v in self.intervals)]
+        #: Length of the differential L4 interval in job-clock units (0: off).
+        self.dcp_period = float(dcp_l4) if unit == "iterations" else 60.0 * float(dcp_l4)
 
     @classmethod
     def from_config(cls, config: Any, comm: Any = None,
@@ -138,14 +146,17 @@ class SnapshotSchedule:
         """Build the schedule of a :class:`ftkit.Config` (intervals, unit, ``max_sync_intv``, ``mtbf``).
 
         ``max_sync_intv = 0`` means FTI's default, 512 iterations. Automatic checkpoints use the highest level
-        with an interval configured (level 1 if none is).
+        with an interval configured (level 1 if none is). As in FTI, every interval is divided by
+        ``fast_forward``, and ``dcp_l4`` counts only with ``enable_dcp = 1``.
         """
-        intervals = [float(config.interval(lv)) for lv in (1, 2, 3, 4)]
+        ff = config.fast_forward
+        intervals = [config.interval(lv) / ff for lv in (1, 2, 3, 4)]
+        dcp_l4 = config.dcp_l4 / ff if config.enable_dcp else 0.0
         auto_level = max([lv for lv in (1, 2, 3, 4) if intervals[lv - 1] > 0], default=1)
         multi = comm is not None and comm.Get_size() > 1
         agree = mpi_max_agree(comm, config.failure_timeout) if multi else None
         return cls(intervals, unit=config.interval_unit, max_sync_intv=config.max_sync_intv or 512,
-                   agree=agree, mtbf=config.mtbf or None, auto_level=auto_level, probe=probe)
+                   agree=agree, mtbf=config.mtbf or None, auto_level=auto_level, probe=probe, dcp_l4=dcp_l4)
 
     @property
     def count(self) -> int:
@@ -249,4 +260,7 @@ class SnapshotSchedule:
             # Crossing a multiple of the period, by exact arithmetic on the same numbers on every rank.
             if period > 0 and math.floor(self.job_clock / period + 1e-9) > math.floor(before / period + 1e-9):
                 level = lvl
+        dcp = self.dcp_period
+        if dcp > 0 and math.floor(self.job_clock / dcp + 1e-9) > math.floor(before / dcp + 1e-9):
+            level = 4
         return level
