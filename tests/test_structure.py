@@ -1,0 +1,202 @@
+"""The package's shape stays as ARCHITECTURE.md describes it: layers import downwards only, no import circle,
+small modules and functions.
+
+Imports are read with :mod:`ast` (nothing is imported), including imports inside functions (a late import
+hides a circle, it does not remove it); only ``if TYPE_CHECKING:`` blocks are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "ftkit"
+
+#: Layer of each top-level module or package of ``ftkit``: a module may import only from a lower layer or
+#: from its own package, or from another module of its own layer, except the pairs in ``APART``.
+LAYERS: dict[str, int] = {
+    "errors": 0, "_wait": 0, "_paths": 0,
+    "codec": 1, "config": 1, "config_fti": 1, "topology": 1, "launch": 1, "inject": 1, "mpienv": 1,
+    "storage": 2, "models": 2,
+    "failure": 3,
+    "checkpoint": 4, "linalg": 4,
+    "cli": 5, "config_cli": 5, "doctor": 5, "__main__": 5, "__init__": 5,
+}
+
+#: Packages of one layer that must not import each other.
+APART = {("checkpoint", "linalg"), ("linalg", "checkpoint")}
+
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_CODE_LINES = 80
+#: A function may be longer when its docstring says why, in a paragraph starting with this word.
+LONG_FUNCTION_MARK = "Length:"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _import_nodes(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for other in child.orelse:
+                    visit(other)
+                continue
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                found.append(child)
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Return, for each ftkit module, the ftkit modules it imports (run-time imports only)."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        targets: set[str] = set()
+        for node in _import_nodes(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names if a.name in mods)
+                continue
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                candidate = f"{module}.{alias.name}"
+                if candidate in mods:
+                    targets.add(candidate)
+                elif module in mods:
+                    targets.add(module)
+        graph[name] = {t for t in targets if t != name}
+    return graph
+
+
+def _top(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def strongconnect(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            strongconnect(v)
+    return found
+
+
+def test_no_import_circle():
+    graph = import_graph()
+    # A package's __init__ re-exports its submodules; a submodule importing its own package's __init__ is
+    # what makes such a circle, and is reported like any other.
+    circles = _cycles(graph)
+    assert circles == [], f"import circles (a late import does not break one): {circles}"
+
+
+def test_every_top_level_module_has_a_layer():
+    unknown = sorted({_top(m) for m in _modules()} - set(LAYERS))
+    assert unknown == [], f"add these top-level modules to LAYERS in {Path(__file__).name}: {unknown}"
+
+
+def test_imports_point_down_the_layers():
+    upward = []
+    for module, targets in import_graph().items():
+        src = _top(module)
+        for target in targets:
+            dst = _top(target)
+            if src == dst or src not in LAYERS or dst not in LAYERS:
+                continue
+            if LAYERS[dst] > LAYERS[src] or (src, dst) in APART:
+                upward.append(f"{module} -> {target}")
+    assert sorted(upward) == [], f"imports that point up (or between checkpoint and linalg): {sorted(upward)}"
+
+
+def test_modules_are_small():
+    big = {name: n for name, path in _modules().items()
+           if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert big == {}, f"modules over {MAX_MODULE_LINES} lines, split them along their seams: {big}"
+
+
+def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> int:
+    body = node.body
+    skip: set[int] = set()
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        skip.update(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
+    count = 0
+    for lineno in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+        text = lines[lineno - 1].strip()
+        if lineno in skip or not text or text.startswith("#"):
+            continue
+        count += 1
+    return count
+
+
+def test_functions_are_short_or_say_why():
+    long = []
+    for name, path in _modules().items():
+        text = path.read_text()
+        lines = text.splitlines()
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            n = _code_lines(node, lines)
+            if n > MAX_FUNCTION_CODE_LINES and LONG_FUNCTION_MARK not in (ast.get_docstring(node) or ""):
+                long.append(f"{name}.{node.name}: {n} lines")
+    assert long == [], (f"functions over {MAX_FUNCTION_CODE_LINES} lines of code: cut them into phases, or "
+                        f"say why in a docstring paragraph starting with {LONG_FUNCTION_MARK!r}: {long}")
+
+
+def test_the_analysis_sees_a_circle():
+    # The checker itself must work: a two-module circle is found, a chain is not.
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
