@@ -8,7 +8,7 @@ import re
 import pytest
 
 from ftkit import Config, ConfigWarning
-from ftkit.checkpoint.interval import SnapshotSchedule
+from ftkit.checkpoint.schedule import SnapshotSchedule
 
 from .conftest import REPO, run_python
 
