@@ -6,7 +6,8 @@ tests its condition, sleeps a short and growing pause (the GIL is released meanw
 until the condition holds or the deadline passes. Each test also progresses MPI's transfers.
 
 Deadlines are absolute values of :func:`time.monotonic` (seconds); :func:`deadline_after` makes one.
-This module imports only :mod:`ftkit.errors`, so every layer (storage, checkpoint, failure, linalg) may use it.
+This module imports only :mod:`ftkit.errors`, so every layer (storage, checkpoint, failure, linalg) may
+use it.
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import Fenced
+from ..mpienv import failure_error_classes
 
 __all__ = [
     "DEFAULT_FACTOR",
@@ -68,7 +69,9 @@ DEFAULT_FACTOR = 10.0
 DEFAULT_MIN_TIMEOUT = 10.0
 #: Tag of obituary messages on the detector's communicator (data exchanges use smaller tags).
 NOTICE_TAG = 32001
-_FAILURE_CLASSES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
+#: Error classes that mean a process failed or a communicator was revoked; never ERR_UNKNOWN/ERR_OTHER (an MPI
+#: without ULFM's classes maps them there, and an error that cannot be classified is not a process failure).
+_FAILURE_CLASSES = failure_error_classes()
 _EMPTY = np.zeros(0, dtype=np.int32)
 # s between two looks for obituaries while an exchange is healthy. An ANY_SOURCE probe costs ~0.5 ms of
 # progress-engine work here; peers' deaths reach a waiting rank through its own requests at once (ULFM

@@ -35,6 +35,9 @@ __all__ = [
 
 _BITS = 30  # rank bits per Agree call (the agreed value is a C int)
 T = TypeVar("T")
+#: Handles of the communicators whose ranks all agreed that ULFM works (the capability is a property of the
+#: job, so a handle reused by a later communicator of the same job keeps the answer).
+_ULFM_AGREED: set[int] = set()
 
 
 def require_ulfm(comm: MPI.Comm, feature: str) -> None:
@@ -57,10 +60,13 @@ def require_ulfm(comm: MPI.Comm, feature: str) -> None:
         Saying what is missing (library, launch flags, a call that fails) and how to enable it.
     """
     support = probe_ulfm()
+    if support.available and comm.py2f() in _ULFM_AGREED:
+        return  # agreed on this communicator already: repeated calls (a solver's multiplies) cost nothing
     everywhere = support.available
     if comm.Get_size() > 1:
         everywhere = bool(comm.allreduce(int(support.available), op=MPI.MIN))
     if everywhere:
+        _ULFM_AGREED.add(comm.py2f())
         return
     reason = support.reason if not support.available else "ULFM is unavailable on another rank of the job"
     raise ULFMUnavailable(f"{feature} needs ULFM to survive process failures, but {reason}. To enable it: "

@@ -27,7 +27,7 @@ from mpi4py import MPI
 from ..errors import PBLASArgumentError, ProcessFailure
 from ..failure import FailureDetector, Fenced
 from ..storage.inputs import InputStore, open_store
-from ..failure.ulfm import agree_flag, agree_on_dead
+from ..failure.ulfm import agree_flag, agree_on_dead, require_ulfm
 from ._operands import AlignedOperands, aligned_operands
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
@@ -64,6 +64,7 @@ def _build_detector(grid: ProcessGrid, timeout: float | None) -> FailureDetector
     ProcessFailure
         Naming the failed ranks every live process agrees on.
     """
+    require_ulfm(grid.comm, "ftkit's failure-aware multiply (resilient_pdgemm, protect_operands)")
     det: FailureDetector | None = None
     try:
         det = FailureDetector(grid.comm, timeout=timeout)

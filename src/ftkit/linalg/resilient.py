@@ -71,7 +71,7 @@ from ..failure import (
     repair,
 )
 from ..storage.inputs import InputStore, open_store
-from ..failure.ulfm import agree_flag
+from ..failure.ulfm import agree_flag, require_ulfm
 from ._operands import aligned_operands
 from ._resilient_call import PhaseTimer, ResilientCall, ResilientResult, record_phases
 from ._resilient_exchange import FailureAwareExchange, run_cannon
@@ -174,6 +174,7 @@ def resilient_pdgemm(
         protected.check(A, B, operands_key(ta, tb, m, n, k, ia, ja, ib, jb, C, ic, jc, algorithm))
     # Phase 1 (protect) starts here: capability checks (ULFM support) come first, before the detector (whose
     # set-up already uses ULFM's agreement) and before anything is saved.
+    require_ulfm(grid.comm, "resilient_pdgemm")
     det = detector or detector_for(grid, timeout)
     where = (protected.store if protected is not None
              else open_store(store, rank=det.rank, nranks=grid.size))  # type: ignore[arg-type]  # fmt: skip
