@@ -43,7 +43,7 @@ def test_bad_levels_and_ids_are_refused_naming_what_is_allowed(tmp_path):
     r = run_cases(tmp_path, 2, "args").check()
     got = lines_of(r.stdout)
     assert sorted(got) == [0, 1], r.stdout + r.stderr
-    for rank, lines in got.items():
+    for lines in got.values():
         text = "\n".join(lines)
         for bad in ("1.9", "'2'", "True", "0", "5", "None"):
             assert f"level {bad} -> CheckpointError" in text, text
@@ -62,7 +62,7 @@ def test_failed_manifest_commit_leaves_the_manifest_as_it_was(tmp_path, small_di
     r = run_cases(tmp_path, 4, "txn")
     got = lines_of(r.stdout)
     assert sorted(got) == [0, 1, 2, 3], r.stdout + r.stderr
-    for rank, lines in got.items():
+    for lines in got.values():
         text = "\n".join(lines)
         assert "ckpt1 1" in text, text
         assert re.search(r"ckpt2 CheckpointError: .*manifest commit failed on rank 0", text), text
@@ -71,7 +71,8 @@ def test_failed_manifest_commit_leaves_the_manifest_as_it_was(tmp_path, small_di
     m = json.loads((meta / "manifest.json").read_text())
     levels = {int(e["id"]): sorted(int(k) for k, v in e["levels"].items() if v) for e in m["checkpoints"]}
     assert levels == {1: [4], 2: [1]}, levels
-    assert not list((tmp_path / "run" / "global").glob("*/l4/ckpt2")), "the failed checkpoint's files are left"
+    assert not list((tmp_path / "run" / "global").glob("*/l4/ckpt2")), \
+        "the failed checkpoint's files are left"
     # Node-local loss: only the L4 copy of checkpoint 1 is left, and it is recovered bit for bit.
     for node in (tmp_path / "run" / "local").glob("node*"):
         shutil.rmtree(node)
@@ -120,7 +121,7 @@ def test_failed_background_flush_leaves_no_partial_files(tmp_path, small_disk):
     r = run_cases(tmp_path, 2, "l4-fail")
     got = lines_of(r.stdout)
     assert sorted(got) == [0, 1], r.stdout + r.stderr
-    for rank, lines in got.items():
+    for lines in got.values():
         text = "\n".join(lines)
         assert "outcome CheckpointError" in text and "levels [[1]]" in text, text
     assert re.search(r"No space left|ENOSPC|Errno 28", r.stdout), r.stdout

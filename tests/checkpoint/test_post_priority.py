@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from ftkit.checkpoint.warmup import warm_up_codec, will_encode
 from ftkit.checkpoint.post import DEFAULT_POST_NICE, POST_NICE_ENV, lower_priority, post_nice
+from ftkit.checkpoint.warmup import warm_up_codec, will_encode
 from ftkit.config import Config
 from ftkit.errors import ConfigError
 from ftkit.topology import plan_topology

@@ -29,8 +29,8 @@ from .head import enter_head_mode
 from .levels import recovery_chain
 from .offload import PostManager
 from .recovery import RecoveryInfo, recover_newest
-from .schedule import SnapshotSchedule
 from .runlock import RunLock
+from .schedule import SnapshotSchedule
 from .startup import agree_run_state, prepare_dirs, take_run_lock
 
 __all__ = ["Checkpointer", "CheckpointStatus"]

@@ -47,9 +47,9 @@ import numpy as np
 from mpi4py import MPI
 
 from .._wait import deadline_after, wait_requests
-from . import _mpi
 from ..errors import CheckpointError, ConfigError, ProcessFailure, TimeoutFailure
 from ..failure.detect import ft_dup, is_failure_error
+from . import _mpi
 
 __all__ = ["PostComms", "PostJob", "Executor", "InlineExecutor", "ThreadExecutor",
            "thread_multiple_available", "make_thread_executor", "wait_request", "agree_outcome",

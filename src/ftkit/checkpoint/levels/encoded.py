@@ -16,8 +16,15 @@ from ...storage.encoded import encoding_tag as l3_tag
 from ...storage.manifest import CheckpointEntry
 from ...topology import Topology
 from ..contract import CheckpointJob, Level, PipelineContext
-from ._groups import GroupStep, describe_group, group_comm, group_names, level_paths, record_group_size
-from ._groups import require_groups
+from ._groups import (
+    GroupStep,
+    describe_group,
+    group_comm,
+    group_names,
+    level_paths,
+    record_group_size,
+    require_groups,
+)
 
 __all__ = ["LEVEL", "post_encode", "EncodedStep", "l3_tag", "encoded_request", "encoded_work"]
 

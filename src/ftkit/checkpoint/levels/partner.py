@@ -17,8 +17,15 @@ from ...storage.manifest import CheckpointEntry
 from ...storage.partner import assess_partner, partner_copy, rebuild_partner
 from ...topology import Topology
 from ..contract import DAMAGED, CheckpointJob, Level, PipelineContext
-from ._groups import GroupStep, describe_group, group_comm, group_names, level_paths, record_group_size
-from ._groups import require_groups
+from ._groups import (
+    GroupStep,
+    describe_group,
+    group_comm,
+    group_names,
+    level_paths,
+    record_group_size,
+    require_groups,
+)
 
 __all__ = ["LEVEL", "post_partner", "PartnerStep", "partner_request", "partner_work"]
 

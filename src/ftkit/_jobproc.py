@@ -1,0 +1,144 @@
+"""Supervision of a launched job's processes (Linux ``/proc``): drain its pipes, watch its ranks, end it all.
+
+:func:`ftkit.launch.run_mpi` starts the launcher in a session of its own; this module finds every process of
+that session, records the exit status of ranks that have ended, and kills the whole session at the end,
+returning only once nothing of it runs any more (bounded).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+
+from ._wait import deadline_after, poll_until
+from .errors import TimeoutFailure
+
+__all__ = ["RUNTIME_EXIT_GRACE", "KILL_WAIT", "SRUN_TERM_GRACE", "PipeReader", "watch_ranks",
+           "combined_status", "kill_session", "end_srun"]
+
+#: Seconds mpirun may stay up after every rank has exited before it is killed.
+RUNTIME_EXIT_GRACE = 10.0
+#: Seconds to wait for the processes of a job to be gone after SIGKILL (they die when next scheduled).
+KILL_WAIT = 60.0
+#: Seconds srun gets after SIGTERM to end its job step before it is killed.
+SRUN_TERM_GRACE = 20.0
+
+
+class PipeReader:
+    """Drains one pipe in a thread, so a chatty job never blocks on a full pipe."""
+
+    def __init__(self, pipe) -> None:  # type: ignore[no-untyped-def]
+        self._chunks: list[str] = []
+        self._thread = None
+        if pipe is not None:
+            self._thread = threading.Thread(target=self._drain, args=(pipe,), daemon=True)
+            self._thread.start()
+
+    def _drain(self, pipe) -> None:  # type: ignore[no-untyped-def]
+        with pipe:
+            for chunk in iter(lambda: pipe.read(65536), ""):
+                self._chunks.append(chunk)
+
+    def text(self) -> str:
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        return "".join(self._chunks)
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (index 0 = state), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[data.rindex(")") + 2:].split()
+
+
+def _session_members(sid: int) -> list[int]:
+    """Pids of every process in session ``sid`` (Linux /proc; empty elsewhere)."""
+    members: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return members
+    for entry in entries:
+        if entry.isdigit():
+            fields = _proc_stat(int(entry))
+            if fields is not None and int(fields[3]) == sid:  # field 6 of stat: session id
+                members.append(int(entry))
+    return members
+
+
+def watch_ranks(sid: int, status: dict[int, int]) -> int:
+    """Record the exit status of ranks seen as zombies; return how many ranks are still running."""
+    live = 0
+    for pid in _session_members(sid):
+        if pid == sid:
+            continue
+        fields = _proc_stat(pid)
+        if fields is None:
+            continue
+        if fields[0] in ("Z", "X"):
+            # stat field 52 is the waitpid status of a zombie (Linux >= 3.5).
+            status[pid] = int(fields[49]) if len(fields) > 49 else -1
+        else:
+            status.setdefault(pid, -2)
+            live += 1
+    return live
+
+
+def combined_status(status: dict[int, int], nprocs: int) -> int:
+    """Exit code of a job from its ranks' waitpid statuses: 0 only if all nprocs ranks exited 0."""
+    codes = list(status.values())
+    if len(codes) < nprocs or any(c < 0 for c in codes):
+        return -signal.SIGKILL
+    for c in codes:
+        if c & 0x7F:
+            return -(c & 0x7F)
+        if c >> 8:
+            return c >> 8
+    return 0
+
+
+def _running(pid: int) -> bool:
+    fields = _proc_stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def kill_session(sid: int) -> list[int]:
+    """SIGKILL every process of session ``sid`` and wait until none runs; return those still running.
+
+    A SIGKILLed process dies only when it is next scheduled, which on a busy machine can take a while, and
+    a process forked meanwhile escapes the first pass: so members are killed again until none is left
+    running (zombies count as gone: they run nothing), for at most :data:`KILL_WAIT` seconds.
+    """
+    def none_running() -> bool:
+        alive = [pid for pid in _session_members(sid) if _running(pid)]
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return not alive
+
+    try:
+        os.killpg(sid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        poll_until(none_running, deadline_after(KILL_WAIT), "end of the job's processes", max_sleep=0.05)
+    except TimeoutFailure:
+        return [pid for pid in _session_members(sid) if _running(pid)]
+    return []
+
+
+def end_srun(proc: subprocess.Popen[str]) -> None:
+    """Ask srun to end its job step on every node (SIGTERM), and wait a bounded time for it."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=SRUN_TERM_GRACE)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
