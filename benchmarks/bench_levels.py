@@ -64,10 +64,10 @@ def _worker(args: argparse.Namespace) -> None:
 
     payload = np.random.default_rng(rank).integers(0, 256, size, dtype=np.uint8)
     # Warm up: load the codec's compiled kernels (numba cache) before anything is timed.
-    from ftkit.storage.encoded import _rs
+    from ftkit.storage.group_plan import rs_code
 
     warm = [np.zeros(4096, np.uint8) for _ in range(group.Get_size())]
-    _rs(group.Get_size()).encode_into(warm, [np.empty(4096, np.uint8)], parity_indices=[0])
+    rs_code(group.Get_size()).encode_into(warm, [np.empty(4096, np.uint8)], parity_indices=[0])
 
     def write_l1() -> None:
         with AtomicWriter(data) as w:
@@ -88,13 +88,13 @@ def _worker(args: argparse.Namespace) -> None:
     timed("l4_pfs_copy", write_l4)
 
     # Encode work only: the codec computing one parity row from k chunks, as each member does.
-    from ftkit.storage.encoded import _rs
+    from ftkit.storage.group_plan import rs_code
 
     k = group.Get_size()
     z = int(rs_stats["chunk_bytes"])  # the chunk size encode_group used
     chunks = [payload[:z].copy() for _ in range(k)]
     out = np.empty(z, np.uint8)
-    code = _rs(k)
+    code = rs_code(k)
 
     def kernel() -> None:
         for _ in range(0, size, z):
@@ -146,13 +146,13 @@ def _single_core_kernel(size_mib: int, k: int = 4) -> dict[str, float]:
     same run: the memory-bandwidth reference)."""
     import numpy as np
 
-    from ftkit.storage.encoded import DEFAULT_MEMORY, MAX_CHUNK, _rs, chunk_size_for
+    from ftkit.storage.group_plan import DEFAULT_MEMORY, MAX_CHUNK, chunk_size_for, rs_code
 
     size = min(size_mib, 64) << 20
     z = min(chunk_size_for(size, DEFAULT_MEMORY, 2 * (k + 1)), MAX_CHUNK)  # as encode_group
     chunks = [np.random.default_rng(j).integers(0, 256, z, dtype=np.uint8) for j in range(k)]
     out = np.empty(z, np.uint8)
-    code = _rs(k)
+    code = rs_code(k)
     code.encode_into(chunks, [out], parity_indices=[0])
     best_rs = best_copy = best_cpu = float("inf")
     for _ in range(3):

@@ -76,9 +76,6 @@ __all__ = ["CODES", "DEFAULT_MEMORY", "MAX_CHUNK", "GroupPlan", "encode_group", 
 #: File name suffix of parity files.
 PARITY_SUFFIX = ".parity"
 
-#: The group's codec (kept under its old private name for ``benchmarks/bench_levels.py``).
-_rs = rs_code
-
 PathLike = str | os.PathLike[str]
 
 
