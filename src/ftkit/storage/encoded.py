@@ -61,7 +61,6 @@ from .group_plan import (
     majority_header,
     member_parity,
     parity_overhead,
-    rs_code,
 )
 from .local import LocalLevel
 from .parity import ParityHeader, payload_offset_for, verify_parity, write_parity_header
