@@ -64,7 +64,8 @@ def _build_detector(grid: ProcessGrid, timeout: float | None) -> FailureDetector
     ProcessFailure
         Naming the failed ranks every live process agrees on.
     """
-    require_ulfm(grid.comm, "ftkit's failure-aware multiply (resilient_pdgemm, protect_operands)")
+    if grid.size > 1:  # a single process has no peer whose failure it would have to survive
+        require_ulfm(grid.comm, "ftkit's failure-aware multiply (resilient_pdgemm, protect_operands)")
     det: FailureDetector | None = None
     try:
         det = FailureDetector(grid.comm, timeout=timeout)

@@ -174,7 +174,8 @@ def resilient_pdgemm(
         protected.check(A, B, operands_key(ta, tb, m, n, k, ia, ja, ib, jb, C, ic, jc, algorithm))
     # Phase 1 (protect) starts here: capability checks (ULFM support) come first, before the detector (whose
     # set-up already uses ULFM's agreement) and before anything is saved.
-    require_ulfm(grid.comm, "resilient_pdgemm")
+    if grid.size > 1:  # a single process has no peer whose failure it would have to survive
+        require_ulfm(grid.comm, "resilient_pdgemm")
     det = detector or detector_for(grid, timeout)
     where = (protected.store if protected is not None
              else open_store(store, rank=det.rank, nranks=grid.size))  # type: ignore[arg-type]  # fmt: skip
