@@ -147,7 +147,8 @@ def classify(trial: Trial, workdir: Path, stdout: str, timed_out: bool) -> tuple
     err = np.abs(got - ref)
     tol = 1e-12 * trial.n * max(1.0, float(np.abs(ref).max()))
     if err.max() > tol:
-        bad = sorted({(int(i) // trial.nb, int(j) // trial.nb) for i, j in zip(*np.nonzero(err > tol))})
+        rows, cols = np.nonzero(err > tol)
+        bad = sorted({(int(i) // trial.nb, int(j) // trial.nb) for i, j in zip(rows, cols, strict=True)})
         return "wrong", f"max error {err.max():.3e} failed={failed} in blocks {bad[:8]}"
     return "exact", f"failed={failed} maxerr={err.max():.1e}"
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
 from mpi4py import MPI
 
 from ftkit.errors import ABFTError

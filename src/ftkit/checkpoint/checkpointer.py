@@ -83,7 +83,7 @@ class Checkpointer:
         self.config: Config = load_config(config)
         world = MPI.COMM_WORLD if comm is None else comm
         mpienv.check_start(world, self.config)  # a mis-launched job fails here, before any directory
-        set_group_access(self.config.group_access)  # 0600/0700 unless the group may read (group_access = 1)
+        set_group_access(bool(self.config.group_access))  # 0600/0700, or 0640/0750 with group_access = 1
         self.config.validate_for(world.Get_size())
         self._icomm = _mpi.internal_comm(world)
         self._finalized = False

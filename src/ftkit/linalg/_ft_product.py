@@ -13,9 +13,9 @@ from .._wait import wait_requests
 from ..errors import ABFTError, PBLASArgumentError
 from ..inject import InjectionPlan
 from . import abft
+from ._ft_blocks import BlockSegmentation, Threshold
 from ._ft_exchange import _ChecksumExchange
 from ._ft_recompute import recompute_blocks
-from ._ft_blocks import BlockSegmentation, Threshold
 from ._ft_report import ABFTReport, BlockEvent, check_ft_args, threshold_name
 from ._operands import aligned_operands
 from ._summa import AllgatherExchange, PanelExchange, plan_summa, run_summa

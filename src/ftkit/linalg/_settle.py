@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
 from mpi4py import MPI
 
 from ..errors import ABFTError
@@ -193,7 +192,7 @@ def settle_up(
     ProcessFailure
         If a further failure strikes (the survivors' communicator is revoked, nobody hangs).
     """
-    C, grid, me = call.C, call.grid, call.det.rank
+    C, me = call.C, call.det.rank
     pieces: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = [
         (0, C.global_rows(), C.global_cols(), C.local)
     ]

@@ -21,13 +21,12 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-
 from mpi4py import MPI
 
 from ..errors import PBLASArgumentError, ProcessFailure
 from ..failure import FailureDetector, Fenced
-from ..storage.inputs import InputStore, open_store
 from ..failure.ulfm import agree_flag, agree_on_dead, require_ulfm
+from ..storage.inputs import InputStore, open_store
 from ._operands import AlignedOperands, aligned_operands
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix

@@ -70,8 +70,8 @@ from ..failure import (
     record_failures,
     repair,
 )
-from ..storage.inputs import InputStore, open_store
 from ..failure.ulfm import agree_flag, require_ulfm
+from ..storage.inputs import InputStore, open_store
 from ._operands import aligned_operands
 from ._resilient_call import PhaseTimer, ResilientCall, ResilientResult, record_phases
 from ._resilient_exchange import FailureAwareExchange, run_cannon
