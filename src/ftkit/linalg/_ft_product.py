@@ -21,13 +21,10 @@ from ._operands import aligned_operands
 from ._summa import AllgatherExchange, PanelExchange, plan_summa, run_summa
 from .matrix import DistributedMatrix
 from .pblas import (
-    _check_dim,
-    _check_flag,
-    _check_matrix,
-    _check_scalar,
     _scale,
     _symmetric_copy,
     check_gemm_args,
+    check_symm_args,
     check_width,
 )
 from .resilient import resilient_pdgemm
@@ -165,18 +162,8 @@ def ft_pdsymm(
         As :func:`ft_pdgemm`.
     """
     r = "FT_PDSYMM"
-    side = _check_flag(r, 1, "side", side, "LR")
-    uplo = _check_flag(r, 2, "uplo", uplo, "UL")
-    m, n = _check_dim(r, 3, "m", m), _check_dim(r, 4, "n", n)
-    alpha = _check_scalar(r, 5, "alpha", alpha)
-    if not isinstance(C, DistributedMatrix):
-        raise PBLASArgumentError(r, 15, f"C must be a DistributedMatrix, got {type(C).__name__}")
-    ctx = C.desc.context
-    na = m if side == "L" else n
-    ia, ja = _check_matrix(r, 6, "A", A, ia, ja, na, na, ctx)
-    ib, jb = _check_matrix(r, 10, "B", B, ib, jb, m, n, ctx)
-    beta = _check_scalar(r, 14, "beta", beta)
-    ic, jc = _check_matrix(r, 15, "C", C, ic, jc, m, n, None)
+    side, uplo, m, n, alpha, ia, ja, ib, jb, beta, ic, jc, na = check_symm_args(
+        r, side, uplo, m, n, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
     check_ft_args(r, 19, bs, tol, mode, inject)
     if m == 0 or n == 0:
         return ABFTReport(threshold=threshold_name(tol))

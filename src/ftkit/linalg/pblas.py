@@ -116,6 +116,33 @@ def _gemm(transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: Dis
                   stats=stats, beta=0.0 if beta == 0.0 else 1.0)
 
 
+def check_symm_args(routine, side, uplo, m, n, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc):  # type: ignore[no-untyped-def]
+    """Check PDSYMM's arguments 1-15 as PBLAS does; return them normalized, with A's order ``na``.
+
+    Returns ``(side, uplo, m, n, alpha, ia, ja, ib, jb, beta, ic, jc, na)``. Shared by ``pdsymm`` and
+    ``ft_pdsymm``; ``routine`` names the caller in the errors.
+
+    Raises
+    ------
+    PBLASArgumentError
+        With the PBLAS argument position of the first illegal argument.
+    """
+    r = routine
+    side = _check_flag(r, 1, "side", side, "LR")
+    uplo = _check_flag(r, 2, "uplo", uplo, "UL")
+    m, n = _check_dim(r, 3, "m", m), _check_dim(r, 4, "n", n)
+    alpha = _check_scalar(r, 5, "alpha", alpha)
+    if not isinstance(C, DistributedMatrix):
+        raise PBLASArgumentError(r, 15, f"C must be a DistributedMatrix, got {type(C).__name__}")
+    ctx = C.desc.context
+    na = m if side == "L" else n
+    ia, ja = _check_matrix(r, 6, "A", A, ia, ja, na, na, ctx)
+    ib, jb = _check_matrix(r, 10, "B", B, ib, jb, m, n, ctx)
+    beta = _check_scalar(r, 14, "beta", beta)
+    ic, jc = _check_matrix(r, 15, "C", C, ic, jc, m, n, None)
+    return side, uplo, m, n, alpha, ia, ja, ib, jb, beta, ic, jc, na
+
+
 def check_gemm_args(routine, transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc):  # type: ignore[no-untyped-def]
     """Check PDGEMM's arguments 1-16 as PBLAS does; return them normalized.
 
@@ -251,19 +278,8 @@ def pdsymm(side: str, uplo: str, m: int, n: int, alpha: float, A: DistributedMat
     PBLASArgumentError
         With the PBLAS argument position (see the module docstring).
     """
-    r = "PDSYMM"
-    side = _check_flag(r, 1, "side", side, "LR")
-    uplo = _check_flag(r, 2, "uplo", uplo, "UL")
-    m, n = _check_dim(r, 3, "m", m), _check_dim(r, 4, "n", n)
-    alpha = _check_scalar(r, 5, "alpha", alpha)
-    if not isinstance(C, DistributedMatrix):
-        raise PBLASArgumentError(r, 15, f"C must be a DistributedMatrix, got {type(C).__name__}")
-    ctx = C.desc.context
-    na = m if side == "L" else n
-    ia, ja = _check_matrix(r, 6, "A", A, ia, ja, na, na, ctx)
-    ib, jb = _check_matrix(r, 10, "B", B, ib, jb, m, n, ctx)
-    beta = _check_scalar(r, 14, "beta", beta)
-    ic, jc = _check_matrix(r, 15, "C", C, ic, jc, m, n, None)
+    side, uplo, m, n, alpha, ia, ja, ib, jb, beta, ic, jc, na = check_symm_args(
+        "PDSYMM", side, uplo, m, n, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
     if m == 0 or n == 0:
         return
     if alpha == 0.0:
