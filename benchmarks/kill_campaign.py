@@ -1,11 +1,15 @@
 """Random kill campaign for resilient_pdgemm: a random rank SIGKILLed from outside at a random moment.
 
 usage: python benchmarks/kill_campaign.py [--trials 200] [--seed 1] [--out results.jsonl] [--timeout 120]
+       [--grids 3x2,2x3] [--max-delay S]
 
 Each trial is one MPI job (``tests/programs/linalg_kill_trial.py``) with a random grid (1x3, 3x1, 2x2, 2x3,
-3x2, 3x3), transpositions, ``beta`` (zero or not) and store (a directory, or operands saved beforehand with
-``protect_operands``). The driver waits until the job is about to protect its inputs, sleeps a random delay
-and SIGKILLs a random rank by PID. Outcomes:
+3x2, 3x3, in turn), transpositions, ``beta`` (zero or not) and store (a directory, or operands saved
+beforehand with ``protect_operands``). The driver waits until the job is about to set up its failure
+detector, sleeps a random delay and SIGKILLs a random rank by PID. The delay is uniform in [0, d], where d
+is how long the whole call (set-up, protect, multiply, settle-up) took on that grid in a failure-free warm-up
+trial, so that most kills land inside the call (``--max-delay`` instead fixes d and skips the warm-up).
+Outcomes:
 
 ``exact``
     every survivor returned, and the result pieces they wrote, assembled, equal numpy's product (within
@@ -19,7 +23,11 @@ and SIGKILLs a random rank by PID. Outcomes:
 ``hang``
     the job did not end within the hard timeout.
 
-``wrong`` and ``hang`` are failures of ftkit. Prints one line per trial, a table per grid and one JSON line.
+``wrong`` and ``hang`` are failures of ftkit. Each trial also records the phase the kill landed in, as rank
+0 saw it (:data:`PHASES`): ``setup`` (the failure detector's), ``protect`` (saving the operands),
+``multiply`` (the steps), ``settle`` (agreement, repair, recomputation), ``after`` (the call had returned
+on rank 0), ``none`` (the job ended before the kill). Prints one line per trial, tables per grid and per
+phase, and one JSON line.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ PROGRAM = Path(__file__).resolve().parents[1] / "tests" / "programs" / "linalg_k
 GRIDS = ("1x3", "3x1", "2x2", "2x3", "3x2", "3x3")
 TRANS = ("NN", "NT", "TN", "TT")
 OUTCOMES = ("exact", "failure", "late", "wrong", "hang")
+PHASES = ("setup", "protect", "multiply", "settle", "after", "none")
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,7 @@ class Trial:
     nb: int = 8
     step_pause: float = 0.02
     start_at_step: bool = False
-    hold: bool = False  # the victim stops just before the multiply and waits there to be killed
+    hold: str | None = None  # "setup"/"multiply": the victim stops just before it and waits to be killed
 
     @property
     def nprocs(self) -> int:
@@ -69,15 +78,26 @@ class Trial:
         return p * q
 
 
+@dataclass(frozen=True)
+class TrialResult:
+    """How a trial ended (see the module docstring), in which phase the kill landed, and its wall time (s)."""
+
+    outcome: str
+    detail: str
+    seconds: float
+    phase: str
+
+
 def draw_trial(rng: random.Random, grid: str | None = None, max_delay: float = 1.5) -> Trial:
-    """Return a random trial (on ``grid`` if given)."""
+    """Return a random trial (on ``grid`` if given) with a kill delay uniform in [0, ``max_delay``] s."""
     grid = grid or rng.choice(GRIDS)
     p, q = (int(x) for x in grid.split("x"))
     return Trial(grid, rng.choice(TRANS), rng.choice((0.0, 0.5)), rng.choice(("store", "protect")),
                  rng.randrange(p * q), round(rng.uniform(0.0, max_delay), 3))  # fmt: skip
 
 
-def _killer(workdir: Path, victim: int, delay: float, job_over: threading.Event) -> threading.Thread:
+def _killer(workdir: Path, victim: int, delay: float, job_over: threading.Event,
+            killed_at: list[float]) -> threading.Thread:
     def run() -> None:
         started = workdir / "started"
         while not job_over.is_set() and not started.exists():
@@ -86,9 +106,44 @@ def _killer(workdir: Path, victim: int, delay: float, job_over: threading.Event)
             return  # the job ended first: its pid may belong to another process by now
         pid_file = workdir / f"pid.{victim}"
         if pid_file.exists():
+            killed_at.append(time.time())
             inject.kill_pid(int(pid_file.read_text()))
 
     return threading.Thread(target=run, daemon=True)
+
+
+def read_marks(workdir: Path) -> list[tuple[str, float]]:
+    """Rank 0's ``(phase, time.time())`` marks of a finished trial (empty if it wrote none)."""
+    path = workdir / "marks"
+    if not path.exists():
+        return []
+    marks = []
+    for line in path.read_text().splitlines():
+        name, _, when = line.partition(" ")
+        marks.append((name, float(when)))
+    return marks
+
+
+def kill_phase(marks: list[tuple[str, float]], killed_at: float | None) -> str:
+    """The phase (:data:`PHASES`) rank 0 was in when the kill was sent (``none``: no kill was sent).
+
+    The multiply ends one median step time after the last step began (no mark says when the last step's
+    local work is done); the settle-up runs from there until rank 0 returned.
+    """
+    if killed_at is None:
+        return "none"
+    phase_of = {"setup": "setup", "protect": "protect", "returned": "after"}
+    starts = [(phase_of[name], when) for name, when in marks if name in phase_of]
+    steps = [when for name, when in marks if name == "step"]
+    if steps:
+        starts.append(("multiply", steps[0]))
+        gap = float(np.median(np.diff(steps))) if len(steps) > 1 else 0.0
+        starts.append(("settle", steps[-1] + gap))
+    phase = "setup"
+    for name, when in sorted(starts, key=lambda s: s[1]):
+        if when <= killed_at:
+            phase = name
+    return phase
 
 
 def _assemble(workdir: Path, ranks: list[int], n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -153,24 +208,54 @@ def classify(trial: Trial, workdir: Path, stdout: str, timed_out: bool) -> tuple
     return "exact", f"failed={failed} maxerr={err.max():.1e}"
 
 
-def run_trial(trial: Trial, workdir: Path, timeout: float) -> tuple[str, str, float]:
-    """Run one trial in ``workdir`` (an empty directory); return ``(outcome, detail, seconds)``."""
+def run_trial(trial: Trial, workdir: Path, timeout: float, *, kill: bool = True) -> TrialResult:
+    """Run one trial in ``workdir`` (an empty directory); ``kill=False`` runs it failure-free."""
     job_over = threading.Event()
-    killer = _killer(workdir, trial.victim, trial.delay, job_over)
-    killer.start()
+    killed_at: list[float] = []
+    killer = _killer(workdir, trial.victim, trial.delay, job_over, killed_at)
+    if kill:
+        killer.start()
     args = ["--grid", trial.grid, "--n", str(trial.n), "--nb", str(trial.nb), "--trans", trial.trans,
             "--beta", str(trial.beta), "--mode", trial.mode, "--step-pause", str(trial.step_pause),
             "--dir", str(workdir)] + (["--start-at-step"] if trial.start_at_step else []) \
-        + (["--hold-rank", str(trial.victim)] if trial.hold else [])  # fmt: skip
+        + (["--hold-rank", str(trial.victim), "--hold-at", trial.hold] if trial.hold else [])  # fmt: skip
     try:
         r = run_mpi(trial.nprocs, [sys.executable, str(PROGRAM), *args], timeout=timeout)
     finally:
         job_over.set()
-        killer.join()
+        if kill:
+            killer.join()
     outcome, detail = classify(trial, workdir, r.stdout, r.timed_out)
     if outcome in ("wrong", "hang"):
         detail += f"\n--- stdout ---\n{r.stdout[-3000:]}\n--- stderr ---\n{r.stderr[-3000:]}"
-    return outcome, detail, r.elapsed
+    phase = kill_phase(read_marks(workdir), killed_at[0] if killed_at else None)
+    return TrialResult(outcome, detail, r.elapsed, phase)
+
+
+def call_duration(grid: str, timeout: float) -> float:
+    """Seconds from ``started`` to rank 0's return in a failure-free trial on ``grid`` (a warm-up).
+
+    Raises
+    ------
+    RuntimeError
+        If the failure-free trial does not give the exact product.
+    """
+    trial = Trial(grid, "TN", 0.5, "protect", 0, 0.0)
+    with tempfile.TemporaryDirectory(prefix="ftkit-warmup-") as tmp:
+        res = run_trial(trial, Path(tmp), timeout, kill=False)
+        if res.outcome != "exact":
+            raise RuntimeError(f"failure-free warm-up on {grid}: {res.outcome}: {res.detail}")
+        started = float((Path(tmp) / "started").read_text())
+        returned = [when for name, when in read_marks(Path(tmp)) if name == "returned"]
+    return returned[0] - started
+
+
+def _table(title: str, rows: list[str], counts: dict[str, Counter[str]], columns: tuple[str, ...]) -> None:
+    print(f"\n{title:8} " + " ".join(f"{o:>8}" for o in columns))
+    for g in rows:
+        print(f"{g:8} " + " ".join(f"{counts[g][o]:8d}" for o in columns))
+    total = sum(counts.values(), Counter())
+    print(f"{'all':8} " + " ".join(f"{total[o]:8d}" for o in columns))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,30 +263,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=120.0, help="hard limit per trial (s)")
-    ap.add_argument("--max-delay", type=float, default=1.5, help="kill delays are uniform in [0, this] s")
+    ap.add_argument("--grids", default=",".join(GRIDS), help="comma-separated grids, taken in turn")
+    ap.add_argument("--max-delay", type=float, default=None,
+                    help="kill delays uniform in [0, this] s (default: each grid's measured call duration)")
     ap.add_argument("--out", type=Path, default=None, help="append one JSON line per trial here")
     args = ap.parse_args(argv)
+    grids = args.grids.split(",")
     rng = random.Random(args.seed)
-    counts: dict[str, Counter[str]] = {g: Counter() for g in GRIDS}
     t_start = time.monotonic()
+    if args.max_delay is None:
+        durations = {g: round(call_duration(g, args.timeout), 3) for g in grids}
+    else:
+        durations = dict.fromkeys(grids, args.max_delay)
+    print(f"kill delays uniform in [0, d] s, d per grid: {durations}", flush=True)
+    counts: dict[str, Counter[str]] = {g: Counter() for g in grids}
+    by_phase: dict[str, Counter[str]] = {p: Counter() for p in PHASES}
     for i in range(args.trials):
-        trial = draw_trial(rng, GRIDS[i % len(GRIDS)], args.max_delay)
+        grid = grids[i % len(grids)]
+        trial = draw_trial(rng, grid, durations[grid])
         with tempfile.TemporaryDirectory(prefix="ftkit-kill-") as tmp:
-            outcome, detail, elapsed = run_trial(trial, Path(tmp), args.timeout)
-        counts[trial.grid][outcome] += 1
+            res = run_trial(trial, Path(tmp), args.timeout)
+        counts[grid][res.outcome] += 1
+        by_phase[res.phase][res.outcome] += 1
         print(f"trial {i} {trial.grid} {trial.trans} beta={trial.beta} {trial.mode} victim={trial.victim} "
-              f"delay={trial.delay:.3f}s -> {outcome} ({elapsed:.1f}s): {detail}", flush=True)  # fmt: skip
+              f"delay={trial.delay:.3f}s phase={res.phase} -> {res.outcome} ({res.seconds:.1f}s): "
+              f"{res.detail}", flush=True)  # fmt: skip
         if args.out is not None:
             with args.out.open("a") as f:
-                f.write(json.dumps({**asdict(trial), "outcome": outcome, "detail": detail[:2000],
-                                    "elapsed": elapsed}) + "\n")  # fmt: skip
-    print(f"\n{'grid':6} " + " ".join(f"{o:>8}" for o in OUTCOMES))
-    for g in GRIDS:
-        print(f"{g:6} " + " ".join(f"{counts[g][o]:8d}" for o in OUTCOMES))
+                f.write(json.dumps({**asdict(trial), "outcome": res.outcome, "phase": res.phase,
+                                    "detail": res.detail[:2000], "elapsed": res.seconds}) + "\n")  # fmt: skip
+    _table("grid", grids, counts, OUTCOMES)
+    _table("phase", list(PHASES), by_phase, OUTCOMES)
     total = sum(counts.values(), Counter())
-    print(f"{'all':6} " + " ".join(f"{total[o]:8d}" for o in OUTCOMES))
     print(json.dumps({"trials": args.trials, "seed": args.seed, "seconds": round(time.monotonic() - t_start),
-                      "per_grid": {g: dict(counts[g]) for g in GRIDS}, "total": dict(total)}))  # fmt: skip
+                      "durations": durations, "per_grid": {g: dict(counts[g]) for g in grids},
+                      "per_phase": {p: dict(by_phase[p]) for p in PHASES},
+                      "total": dict(total)}))  # fmt: skip
     return 1 if total["wrong"] or total["hang"] else 0
 
 

@@ -23,13 +23,29 @@ sys.modules.setdefault("kill_campaign", campaign)
 _spec.loader.exec_module(campaign)  # type: ignore[union-attr]
 
 TRIAL_TIMEOUT = 90  # s: a trial still running then is a hang
+#: Kill delays (s after the job is about to set up its failure detector): on the grids where a kill during
+#: the set-up hung or crashed (3x2, 2x3), within its first 50 ms; elsewhere anywhere in the call.
+SETUP_WINDOW, CALL_WINDOW = 0.05, 0.8
 
 
 @pytest.mark.parametrize("grid", campaign.GRIDS)
 def test_random_kill_on_every_grid_ends_exact_or_in_one_process_failure(tmp_path, grid):
-    trial = campaign.draw_trial(random.Random(f"ftkit-{grid}"), grid, max_delay=0.8)
-    outcome, detail, _ = campaign.run_trial(trial, tmp_path, TRIAL_TIMEOUT)
-    assert outcome in ("exact", "failure", "late"), f"{trial}: {outcome}: {detail}"
+    window = SETUP_WINDOW if grid in ("3x2", "2x3") else CALL_WINDOW
+    trial = campaign.draw_trial(random.Random(f"ftkit-{grid}"), grid, max_delay=window)
+    res = campaign.run_trial(trial, tmp_path, TRIAL_TIMEOUT)
+    assert res.outcome in ("exact", "failure", "late"), f"{trial}: {res.outcome}: {res.detail}"
+
+
+def test_kill_while_the_others_set_up_the_failure_detector_gives_one_process_failure(tmp_path):
+    # 3x2: rank 4 stops just before the failure detector's set-up and is SIGKILLed from outside while the
+    # others are in it (they need its messages, so none can have finished). The set-up once used plain
+    # collectives: a raw MPI error on some ranks and a hang on others (or Open MPI crashing in Comm_dup).
+    # Now every survivor raises the same ProcessFailure naming rank 4.
+    trial = campaign.Trial("3x2", "NN", 0.0, "protect", 4, 0.0, hold="setup")
+    res = campaign.run_trial(trial, tmp_path, TRIAL_TIMEOUT)
+    assert res.outcome == "failure", f"{trial}: {res.outcome}: {res.detail}"
+    assert res.detail.startswith("ProcessFailure [4] on [0, 1, 2, 3, 5]"), res.detail
+    assert res.phase == "setup"
 
 
 @pytest.mark.parametrize("beta,expected", [(0.0, "exact"), (0.5, "failure")])
@@ -39,10 +55,10 @@ def test_defect1_nonsquare_grid_kill_as_the_multiply_starts(tmp_path, beta, expe
     # A again (a plain collective): the survivors crashed in its Alltoallv or hung there. Now: beta = 0, the
     # exact product; beta != 0, the multiply must save C first and rank 4 died before it did, so every
     # survivor raises the same ProcessFailure naming it.
-    trial = campaign.Trial("2x3", "TN", beta, "protect", 4, 0.0, n=96, nb=8, step_pause=0.0, hold=True)
-    outcome, detail, _ = campaign.run_trial(trial, tmp_path, TRIAL_TIMEOUT)
-    assert outcome == expected, f"{trial}: {outcome}: {detail}"
-    assert "[4]" in detail, detail
+    trial = campaign.Trial("2x3", "TN", beta, "protect", 4, 0.0, n=96, nb=8, step_pause=0.0, hold="multiply")
+    res = campaign.run_trial(trial, tmp_path, TRIAL_TIMEOUT)
+    assert res.outcome == expected, f"{trial}: {res.outcome}: {res.detail}"
+    assert "[4]" in res.detail, res.detail
 
 
 @pytest.mark.parametrize("repeat", range(3))
@@ -51,6 +67,17 @@ def test_defect1_nonsquare_grid_kill_in_the_first_steps_gives_the_exact_product(
     delay = random.Random(repeat).uniform(0.0, 0.06)
     trial = campaign.Trial("2x3", "TN", 0.0, "protect", 4, delay, n=96, nb=8, step_pause=0.02,
                            start_at_step=True)  # fmt: skip
-    outcome, detail, _ = campaign.run_trial(trial, tmp_path, TRIAL_TIMEOUT)
-    assert outcome == "exact", f"{trial}: {outcome}: {detail}"
-    assert "failed=[4]" in detail, detail
+    res = campaign.run_trial(trial, tmp_path, TRIAL_TIMEOUT)
+    assert res.outcome == "exact", f"{trial}: {res.outcome}: {res.detail}"
+    assert "failed=[4]" in res.detail, res.detail
+
+
+def test_kill_phase_is_read_from_rank_0s_marks():
+    # the phase table of the campaign report: marks as the trial program writes them (no MPI)
+    marks = [("setup", 10.0), ("protect", 10.2), ("step", 10.5), ("step", 10.6), ("step", 10.7),
+             ("returned", 11.0)]  # fmt: skip
+    phase = campaign.kill_phase
+    assert phase(marks, None) == "none"
+    assert [phase(marks, t) for t in (9.9, 10.1, 10.3, 10.55, 10.75, 10.9, 11.5)] == \
+        ["setup", "setup", "protect", "multiply", "multiply", "settle", "after"]  # fmt: skip
+    assert phase(marks[:4], 10.58) == "multiply"  # rank 0 itself was killed in its second step

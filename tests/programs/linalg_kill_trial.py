@@ -1,9 +1,13 @@
 """One trial of the random kill campaign: resilient_pdgemm while the driver SIGKILLs a rank from outside.
 
-Every rank writes ``<dir>/pid.<rank>``; rank 0 writes ``<dir>/started`` just before the protected phase
-begins (``protect_operands`` or the multiply; with ``--start-at-step`` when the first SUMMA step begins),
-so the driver can time its kill from there. Each step sleeps ``--step-pause`` seconds (on every rank) to
-spread the multiply over a window a kill can land in.
+Every rank writes ``<dir>/pid.<rank>``; rank 0 writes ``<dir>/started`` just before the failure detector's
+set-up begins (with ``--start-at-step`` when the first SUMMA step begins), so the driver can time its kill
+from there. Each step sleeps ``--step-pause`` seconds (on every rank) to spread the multiply over a window a
+kill can land in. The detector is set up first (``detector_for``, what the calls would do themselves), then
+the operands are protected (``--mode protect``) and multiplied. Rank 0 appends ``<phase> <time.time()>``
+lines to ``<dir>/marks`` as it goes (``setup``, ``protect``, ``step`` per step, ``returned``), so the
+driver can tell in which phase a kill landed (as rank 0 saw it). ``--hold-rank`` with ``--hold-at``: that
+rank writes ``started`` and sleeps until it is killed, just before the set-up or just before the multiply.
 
 Prints, per surviving rank, one of ``DONE rank=.. failed=[..]`` (a result was returned, and
 ``<dir>/out.<rank>.npz`` holds this rank's piece of it: global rows, global columns, values, failed ranks),
@@ -24,7 +28,7 @@ from mpi4py import MPI
 from ftkit.errors import ProcessFailure
 from ftkit.failure import Fenced, exit_without_finalize
 from ftkit.linalg import DistributedMatrix, ProcessGrid
-from ftkit.linalg.protected import protect_operands
+from ftkit.linalg.protected import detector_for, protect_operands
 from ftkit.linalg.resilient import resilient_pdgemm
 
 p = argparse.ArgumentParser()
@@ -39,7 +43,8 @@ p.add_argument("--step-pause", type=float, default=0.0)
 p.add_argument("--start-at-step", action="store_true",
                help="write <dir>/started when the multiply's first step begins (not before protecting)")
 p.add_argument("--hold-rank", type=int, default=-1,
-               help="this rank writes <dir>/started just before the multiply and sleeps until it is killed")
+               help="this rank writes <dir>/started at --hold-at and sleeps until it is killed")
+p.add_argument("--hold-at", choices=["setup", "multiply"], default="multiply")
 p.add_argument("--timeout", type=float, default=None)
 p.add_argument("--dir", required=True)
 a = p.parse_args()
@@ -63,23 +68,39 @@ if rank == 0 and not a.start_at_step and a.hold_rank < 0:
     Path(a.dir, "started").write_text(str(time.time()))
 
 
+def mark(phase: str) -> None:
+    if rank == 0:
+        with open(Path(a.dir, "marks"), "a") as f:
+            f.write(f"{phase} {time.time()!r}\n")
+
+
+def hold(where: str) -> None:
+    if rank == a.hold_rank and a.hold_at == where:  # the others go on while this one is killed from outside
+        Path(a.dir, "started").write_text(str(time.time()))
+        time.sleep(60)
+
+
 def on_step(step: int) -> None:
     if rank == 0 and step == 0 and a.start_at_step:
         Path(a.dir, "started").write_text(str(time.time()))
+    mark("step")
     if a.step_pause:
         time.sleep(a.step_pause)
 
 
 try:
+    mark("setup")
+    hold("setup")
+    detector_for(grid, a.timeout)
+    mark("protect")
     where = store
     if a.mode == "protect":
         where = protect_operands(ta, tb, n, n, n, A, 0, 0, B, 0, 0, C, 0, 0, store=store,  # type: ignore[assignment]
                                  timeout=a.timeout)  # fmt: skip
-    if rank == a.hold_rank:  # the others enter the multiply while this one is killed from outside
-        Path(a.dir, "started").write_text(str(time.time()))
-        time.sleep(60)
+    hold("multiply")
     res = resilient_pdgemm(ta, tb, n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0, store=where,
                            timeout=a.timeout, width=nb, on_step=on_step)  # fmt: skip
+    mark("returned")
 except Fenced:
     print(f"FENCED rank={rank}", flush=True)
     exit_without_finalize()

@@ -43,14 +43,15 @@ Slow processes (the reference's warning about thresholds)
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterable
 
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import Fenced
-from ..mpienv import failure_error_classes
+from .._wait import deadline_after
+from ..errors import Fenced, ProcessFailure
+from ._p2p import DEFAULT_FACTOR, DEFAULT_MIN_TIMEOUT, SETUP_TAGS, is_failure_error, ring_round_trip, spread
+from .setup import set_up_link
 
 __all__ = [
     "DEFAULT_FACTOR",
@@ -64,14 +65,8 @@ __all__ = [
     "default_timeout",
 ]
 
-#: Timeout = DEFAULT_FACTOR x measured round trip, at least DEFAULT_MIN_TIMEOUT seconds.
-DEFAULT_FACTOR = 10.0
-DEFAULT_MIN_TIMEOUT = 10.0
 #: Tag of obituary messages on the detector's communicator (data exchanges use smaller tags).
 NOTICE_TAG = 32001
-#: Error classes that mean a process failed or a communicator was revoked; never ERR_UNKNOWN/ERR_OTHER (an MPI
-#: without ULFM's classes maps them there, and an error that cannot be classified is not a process failure).
-_FAILURE_CLASSES = failure_error_classes()
 _EMPTY = np.zeros(0, dtype=np.int32)
 # s between two looks for obituaries while an exchange is healthy. An ANY_SOURCE probe costs ~0.5 ms of
 # progress-engine work here; peers' deaths reach a waiting rank through its own requests at once (ULFM
@@ -90,29 +85,26 @@ def ft_dup(comm: MPI.Intracomm) -> MPI.Intracomm:
     return dup
 
 
-def is_failure_error(exc: BaseException) -> bool:
-    """Return whether ``exc`` is an MPI error that means "a process failed" (or the comm was revoked)."""
-    return isinstance(exc, MPI.Exception) and exc.Get_error_class() in _FAILURE_CLASSES
+def measure_round_trip(comm: MPI.Comm, repeats: int = 5, timeout: float = DEFAULT_MIN_TIMEOUT) -> float:
+    """Measure a round trip on ``comm`` (s): the slowest rank's median ping-pong with its ring neighbours.
 
+    Every rank of ``comm`` calls it (point to point only, each wait at most ``timeout`` seconds); all get
+    the same value unless a process fails meanwhile.
 
-def measure_round_trip(comm: MPI.Comm, repeats: int = 5) -> float:
-    """Measure a round trip on ``comm`` (s), the same value on every rank (collective).
-
-    Each rank ping-pongs a small message with its ring neighbours ``repeats`` times; the median over repeats
-    of the slowest rank is returned.
+    Raises
+    ------
+    ProcessFailure
+        If a peer failed or did not answer within ``timeout`` (on the ranks that noticed it; the failure
+        detector's set-up, :func:`ftkit.failure.setup.set_up_link`, agrees on such failures).
     """
-    size, rank = comm.Get_size(), comm.Get_rank()
-    if size == 1:
-        return 0.0
-    right, left = (rank + 1) % size, (rank - 1) % size
-    sbuf, rbuf = np.zeros(1), np.zeros(1)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        comm.Sendrecv(sbuf, dest=right, sendtag=7, recvbuf=rbuf, source=left, recvtag=7)
-        comm.Sendrecv(sbuf, dest=left, sendtag=8, recvbuf=rbuf, source=right, recvtag=8)
-        times.append(time.perf_counter() - t0)
-    return float(comm.allreduce(float(np.median(times)), op=MPI.MAX))
+    deadline = deadline_after(timeout)
+    rtt, missing = ring_round_trip(comm, deadline, repeats)
+    heard = spread(comm, np.array([rtt]), SETUP_TAGS[3], deadline, "spreading the round trip")
+    missing |= set(range(comm.Get_size())) - set(heard) - {comm.Get_rank()}
+    if missing:
+        raise ProcessFailure(f"ranks {sorted(missing)} failed or did not answer within {timeout:g} s while "
+                             f"the round trip was measured", sorted(missing))
+    return max([rtt] + [float(v[0]) for v in heard.values()])
 
 
 def default_timeout(
@@ -149,6 +141,16 @@ class DeathWatch:
         :func:`ftkit.failure.ulfm.agree_on_dead`).
     fenced
         Whether a peer declared *this* process dead.
+
+    Raises
+    ------
+    ProcessFailure
+        On every surviving process alike, if a process fails (or misses the set-up's deadline: ``timeout``,
+        default ``min_timeout``) while the detector is being built; the set-up
+        (:func:`ftkit.failure.setup.set_up_link`) uses fault-tolerant operations only, so a kill at any
+        moment of it ends here, never in a crash or a hang.
+    Fenced
+        On a process the others declared dead because it missed the set-up's deadline.
     """
 
     def __init__(
@@ -161,9 +163,10 @@ class DeathWatch:
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        self.comm = ft_dup(comm)  # type: ignore[arg-type]
+        link = set_up_link(comm, timeout if timeout is not None else min_timeout)
+        self.comm = link.comm
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
-        self.rtt = measure_round_trip(self.comm)
+        self.rtt = link.rtt
         self.timeout = (
             float(timeout) if timeout is not None else default_timeout(self.rtt, factor, min_timeout)
         )
@@ -175,8 +178,8 @@ class DeathWatch:
         self.last_seen: dict[int, float] = {}
         self._beats: list[MPI.Request] = []
         # Names for the collective calls made with this detector, the same on every rank without a message
-        # per call: a token agreed once here, then a counter every rank advances in the same order.
-        self._token = self.comm.bcast(uuid.uuid4().hex[:16] if self.rank == 0 else None, root=0)
+        # per call: a token agreed once in the set-up, then a counter every rank advances in the same order.
+        self._token = link.token
         self._calls = 0
         self._last_notice_poll = 0.0
 

@@ -17,7 +17,8 @@ from mpi4py import MPI
 
 from .._wait import poll_until
 from ..errors import ProcessFailure, TimeoutFailure
-from .detect import NOTICE_TAG, DeathWatch, is_failure_error
+from ._p2p import is_failure_error
+from .detect import NOTICE_TAG, DeathWatch
 
 __all__ = ["Exchange", "FailureDetector"]
 

@@ -16,11 +16,13 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
+import numpy as np
 from mpi4py import MPI
 
+from .._wait import deadline_after
 from ..errors import ProcessFailure, ULFMUnavailable
 from ..mpienv import is_revoked_error, probe_ulfm
-from .detect import is_failure_error
+from ._p2p import DEFAULT_MIN_TIMEOUT, SETUP_TAGS, is_failure_error, spread
 
 __all__ = [
     "require_ulfm",
@@ -40,12 +42,14 @@ T = TypeVar("T")
 _ULFM_AGREED: set[int] = set()
 
 
-def require_ulfm(comm: MPI.Comm, feature: str) -> None:
-    """Raise unless ULFM works for this job, on every rank of ``comm`` alike (collective, failure-free).
+def require_ulfm(comm: MPI.Comm, feature: str, *, timeout: float | None = None) -> None:
+    """Raise unless ULFM works for this job, on every rank of ``comm`` alike (collective).
 
     Call it at the start of every feature that needs ULFM (revoke, agree, shrink): without it, survivors of
     a killed rank would wait forever instead of being told. The capability is probed once per process
-    (:func:`ftkit.mpienv.probe_ulfm`: local calls only); the ranks then agree on it, so none goes on alone.
+    (:func:`ftkit.mpienv.probe_ulfm`: local calls only); the ranks then tell each other their answer point to
+    point, so none goes on alone. A process that dies meanwhile (or does not answer within ``timeout``) is
+    left out: the feature's own set-up finds it dead.
 
     Parameters
     ----------
@@ -53,6 +57,9 @@ def require_ulfm(comm: MPI.Comm, feature: str) -> None:
         The communicator the feature will run on.
     feature
         What needs ULFM, for the message (e.g. ``"resilient_pdgemm"``).
+    timeout
+        Seconds to wait for the other ranks' answers (default
+        :data:`~ftkit.failure.detect.DEFAULT_MIN_TIMEOUT`).
 
     Raises
     ------
@@ -64,7 +71,10 @@ def require_ulfm(comm: MPI.Comm, feature: str) -> None:
         return  # agreed on this communicator already: repeated calls (a solver's multiplies) cost nothing
     everywhere = support.available
     if comm.Get_size() > 1:
-        everywhere = bool(comm.allreduce(int(support.available), op=MPI.MIN))
+        wait = DEFAULT_MIN_TIMEOUT if timeout is None else timeout
+        heard = spread(comm, np.array([int(support.available)], np.int8), SETUP_TAGS[0],
+                       deadline_after(wait), "checking that ULFM works on every rank")  # fmt: skip
+        everywhere = support.available and all(bool(v[0]) for v in heard.values())
     if everywhere:
         _ULFM_AGREED.add(comm.py2f())
         return

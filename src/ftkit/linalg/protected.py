@@ -54,32 +54,23 @@ def detector_for(grid: ProcessGrid, timeout: float | None) -> FailureDetector:
 def _build_detector(grid: ProcessGrid, timeout: float | None) -> FailureDetector:
     """Build a detector on ``grid`` (collective), or raise the same ProcessFailure on every live process.
 
-    Building one runs plain collectives (duplication, round-trip measurement): a process dying in them can
-    leave them completed on some ranks and failed on others. One agreement (ULFM, fault tolerant) per
-    detector built, i.e. once per grid, makes the outcome the same everywhere.
+    The ULFM check and the detector's set-up use point-to-point messages with a deadline and ULFM's
+    fault-tolerant operations only (:mod:`ftkit.failure.setup`): a process killed at any moment of them
+    makes every survivor raise the same error.
 
     Raises
     ------
+    ULFMUnavailable
+        On a grid of more than one process, if ULFM does not work for this job.
     ProcessFailure
         Naming the failed ranks every live process agrees on.
+    Fenced
+        On a process the others declared dead because it missed the set-up's deadline.
     """
+    feature = "ftkit's failure-aware multiply (resilient_pdgemm, protect_operands)"
     if grid.size > 1:  # a single process has no peer whose failure it would have to survive
-        require_ulfm(grid.comm, "ftkit's failure-aware multiply (resilient_pdgemm, protect_operands)")
-    det: FailureDetector | None = None
-    try:
-        det = FailureDetector(grid.comm, timeout=timeout)
-    except MPI.Exception:  # a peer died in a collective (ULFM: PROC_FAILED, or ERR_OTHER from a schedule)
-        pass
-    if agree_flag(grid.comm, int(det is not None)):
-        return det  # type: ignore[return-value]
-    dead = sorted(agree_on_dead(grid.comm, ()))
-    if det is not None:
-        det.free()
-    raise ProcessFailure(
-        f"ranks {dead} failed while ftkit's failure detector was being set up on the grid: nothing was "
-        f"computed; continue on the survivors (ftkit.failure.repair)",
-        dead,
-    )
+        require_ulfm(grid.comm, feature, timeout=timeout)
+    return FailureDetector(grid.comm, timeout=timeout)
 
 
 def forget_detector(grid: ProcessGrid) -> None:
