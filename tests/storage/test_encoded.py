@@ -77,3 +77,27 @@ def test_forged_parity_header_is_a_lost_parity_file_on_every_member(tmp_path, co
     out = _run(tmp_path, nprocs, code, ["forged1", "forged1~off"])
     for s in ("forged1", "forged1~off"):
         assert all(line.startswith("OK ") and f"lost=[({nprocs + 1},)]" in line for line in out[s]), out[s]
+
+
+STUCK_CASES = ["rs-encode", "xor-encode", "assess", "rs-rebuild", "xor-rebuild"]
+
+
+def test_a_stuck_member_makes_every_member_time_out_in_encode_assess_and_rebuild(tmp_path):
+    # Member 2 is alive but stuck (a real SIGSTOP: inside the encoding, or just before an assessment or a
+    # rebuild). Before the L3 collectives had deadlines the three others waited forever. Now each of them
+    # raises TimeoutFailure after the 0.5 s deadline, and member 2, once resumed, too; nothing is committed.
+    res = run_python(4, PROGRAM.with_name("levels_encoded_stuck.py"), str(tmp_path), "0.5", "2",
+                     ",".join(STUCK_CASES), timeout=300).check()  # fmt: skip
+    for case in STUCK_CASES:
+        lines = re.findall(rf"^(\w+) {case} (\d) (.*)$", res.stdout, re.M)
+        assert sorted(int(r) for _, r, _ in lines) == [0, 1, 2, 3], f"{case}:\n{res.stdout}\n{res.stderr}"
+        assert all(kind == "TIMEOUT" and "L3" in rest for kind, _, rest in lines), f"{case}: {lines}"
+    files = dict(re.findall(r"^FILES (\S+) ?(.*)$", res.stdout, re.M))
+    datas = [f"node{m}/data" for m in range(4)]
+    parities = [f"node{m}/parity" for m in range(4)]
+    for case in ("rs-encode", "xor-encode"):  # no parity file, not even a temporary one
+        assert sorted(files[case].split()) == datas, files[case]
+    assert sorted(files["assess"].split()) == sorted(datas + parities), files["assess"]
+    for case in ("rs-rebuild", "xor-rebuild"):  # member 1's data file was not (half) rebuilt
+        assert sorted(files[case].split()) == sorted(d for d in datas + parities if d != "node1/data"), files
+    assert sorted(re.findall(r"^SANE (\d) True$", res.stdout, re.M)) == ["0", "1", "2", "3"], res.stdout

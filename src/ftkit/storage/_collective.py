@@ -6,10 +6,18 @@ exception) does not leave the collective loop -- that would leave the other memb
 collective forever. It records the error in an :class:`ErrorGuard`, keeps taking part with stale buffers,
 and at the end :func:`agree_errors` shares every member's error so that all members raise the same ftkit
 error, naming each member and its cause.
+
+Deadlines: every collective is non-blocking and waited for at most ``timeout`` seconds
+(:func:`wait_collective`; ``timeout`` is the caller's, e.g. the configuration's ``failure_timeout``). A
+member that is alive but stuck (a hung file system, a stopped process) makes every other member raise
+:class:`~ftkit.errors.TimeoutFailure` (as L2 does), and itself too once it goes on: the collective after the
+one the others abandoned finds nobody. An abandoned collective stays posted, so the communicator's
+collectives are out of step after a TimeoutFailure: it must not be used for group operations again.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -19,18 +27,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._wait import deadline_after, wait_requests
-from ..errors import FtkitError, StorageError
+from ..errors import FtkitError, StorageError, TimeoutFailure
 
 if TYPE_CHECKING:
     from mpi4py import MPI
 
 __all__ = ["ErrorGuard", "agree_errors", "encode_message", "decode_message", "MESSAGE_BYTES", "member_names",
-           "open_or_none", "close_fd", "Worker", "allgather_in_place", "POLL_MAX_SLEEP"]
+           "open_or_none", "close_fd", "Worker", "allgather_in_place", "allgather_json", "wait_collective",
+           "POLL_MAX_SLEEP"]
 
 PathLike = str | os.PathLike[str]
 
-#: Longest sleep (seconds) between two tests of a pending chunk exchange; 0 waits in MPI instead.
+#: Longest sleep (seconds) between two tests of a pending chunk exchange (0: test without sleeping).
 POLL_MAX_SLEEP = 5e-4
+#: Collectives abandoned at their deadline, with their buffers: MPI completes them if the late member comes
+#: back, and writes into the buffers then, so they must outlive the call.
+_ABANDONED: list[tuple[Any, tuple[Any, ...]]] = []
 #: Bytes of an error message exchanged between members (longer messages are cut).
 MESSAGE_BYTES = 1024
 _MSG = MESSAGE_BYTES
@@ -92,7 +104,7 @@ def agree_errors(comm: MPI.Comm, guard: ErrorGuard, what: str, names: Sequence[s
     n = comm.Get_size()
     mine = encode_message(None if guard.ok else _describe(guard.error))  # type: ignore[arg-type]
     every = np.empty(n * _MSG, np.uint8)
-    wait_requests([comm.Iallgather(mine, every)], deadline_after(timeout), f"{what}: agreeing on errors")
+    wait_collective(comm.Iallgather(mine, every), (mine, every), timeout, f"{what}: agreeing on errors")
     bad = [(m, decode_message(every[m * _MSG:(m + 1) * _MSG])) for m in range(n) if every[(m + 1) * _MSG - 1]]
     if bad:
         nm = member_names(names, n)
@@ -127,18 +139,73 @@ def close_fd(fd: int) -> None:
         os.close(fd)
 
 
-def allgather_in_place(comm: MPI.Comm, buf: np.ndarray) -> None:
-    """``Allgather(IN_PLACE, buf)`` that sleeps while it waits instead of spinning on a core.
+def wait_collective(req: Any, keep: tuple[Any, ...], timeout: float | None, what: str) -> None:
+    """Wait for a non-blocking collective at most ``timeout`` seconds, sleeping between tests.
+
+    Parameters
+    ----------
+    req
+        The collective's request.
+    keep
+        Its buffers: kept alive for good if the collective is abandoned at the deadline.
+    timeout
+        Seconds (None: no deadline, for groups whose failures another mechanism reports).
+    what
+        What is waited for, for the error message.
+
+    Raises
+    ------
+    TimeoutFailure
+        If some member does not take part before the deadline (the collective is abandoned).
+    mpi4py.MPI.Exception
+        If MPI completes it in error (a failed member, with ULFM).
+    """
+    try:
+        wait_requests([req], deadline_after(timeout), what, max_sleep=POLL_MAX_SLEEP)
+    except TimeoutFailure:
+        _ABANDONED.append((req, keep))
+        raise
+
+
+def allgather_in_place(comm: MPI.Comm, buf: np.ndarray, timeout: float | None, what: str) -> None:
+    """``Allgather(IN_PLACE, buf)`` with a deadline, sleeping while it waits instead of spinning on a core.
 
     With ranks sharing cores (and the worker thread encoding the previous chunk) MPI's spinning wait
     steals the CPU the peers need. A failed peer surfaces as an MPI error of the request.
+
+    Raises
+    ------
+    TimeoutFailure
+        If some member does not take part within ``timeout`` seconds.
     """
     from mpi4py import MPI
 
-    if POLL_MAX_SLEEP <= 0:
-        comm.Allgather(MPI.IN_PLACE, buf)
-        return
-    wait_requests([comm.Iallgather(MPI.IN_PLACE, buf)], None, "L3 chunk exchange", max_sleep=POLL_MAX_SLEEP)
+    wait_collective(comm.Iallgather(MPI.IN_PLACE, buf), (buf,), timeout, what)
+
+
+def allgather_json(comm: MPI.Comm, value: Any, timeout: float | None, what: str) -> list[Any]:
+    """Every member's ``value`` (JSON: numbers, strings, lists, dicts, None), in member order (collective).
+
+    Two non-blocking collectives (the lengths, then the text), each waited for at most ``timeout``
+    seconds; what peers send is only ever parsed as JSON.
+
+    Raises
+    ------
+    TimeoutFailure
+        If some member does not take part in time.
+    """
+    from mpi4py import MPI
+
+    n = comm.Get_size()
+    blob = np.frombuffer(json.dumps(value, separators=(",", ":")).encode(), np.uint8).copy()
+    mine, lengths = np.array([blob.size], np.int64), np.zeros(n, np.int64)
+    wait_collective(comm.Iallgather(mine, lengths), (mine, lengths), timeout, what)
+    counts = [int(x) for x in lengths]
+    displs = [sum(counts[:m]) for m in range(n)]
+    every = np.empty(max(1, sum(counts)), np.uint8)
+    req = comm.Iallgatherv(blob, [every, (counts, displs), MPI.BYTE])
+    wait_collective(req, (blob, every), timeout, what)
+    return [json.loads(bytes(every[d:d + c]).decode()) for d, c in zip(displs, counts, strict=True)]
 
 
 class Worker:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._collective import ErrorGuard, Worker, allgather_in_place
+from ._collective import ErrorGuard, Worker, allgather_in_place, wait_collective
 from ._stream import AtomicWriter, byte_view, read_into
 from .group_plan import MAX_CHUNK, GroupPlan, chunk_size_for, rs_code
 from .parity import ParityHeader
@@ -34,7 +34,8 @@ class Timers(dict):  # type: ignore[type-arg]
 
 
 def rs_encode(comm: MPI.Comm, fd: int, sizes: tuple[int, ...], memory: int, writer: AtomicWriter | None,
-               offset: int, data_hash: Any, par_hash: Any, guard: ErrorGuard, timers: Timers) -> int:
+               offset: int, data_hash: Any, par_hash: Any, guard: ErrorGuard, timers: Timers,
+               timeout: float | None) -> int:
     n, i = comm.Get_size(), comm.Get_rank()
     length = max(sizes)
     # Two sets of n + 1 chunk buffers (gathered rows + parity row) so that chunk c+1 is read and exchanged
@@ -81,7 +82,7 @@ def rs_encode(comm: MPI.Comm, fd: int, sizes: tuple[int, ...], memory: int, writ
                 if guard.ok:
                     data_hash.update(byte_view(rows[i])[:max(0, min(lc, sizes[i] - start))])
             t3 = time.perf_counter()
-            allgather_in_place(comm, gathered[b][:n * lc])  # each member's block is lc bytes
+            allgather_in_place(comm, gathered[b][:n * lc], timeout, "L3 encoding: exchanging a chunk")
             t4 = time.perf_counter()
             timers.add("wait", t1 - t0)
             timers.add("read", t2 - t1)
@@ -105,13 +106,9 @@ def rs_encode(comm: MPI.Comm, fd: int, sizes: tuple[int, ...], memory: int, writ
     return length
 
 
-#: Longest sleep (seconds) between two tests of a pending chunk exchange; 0 waits in MPI instead.
-_POLL_MAX_SLEEP = 5e-4
-
-
 def rs_rebuild(comm: MPI.Comm, plan: GroupPlan, h: ParityHeader, fd_data: int, fd_par: int,
                 dwriter: AtomicWriter | None, pwriter: AtomicWriter | None, par_hash: Any, memory: int,
-                guard: ErrorGuard) -> None:
+                guard: ErrorGuard, timeout: float | None) -> None:
     from mpi4py import MPI
 
     n, i = comm.Get_size(), comm.Get_rank()
@@ -138,7 +135,8 @@ def rs_rebuild(comm: MPI.Comm, plan: GroupPlan, h: ParityHeader, fd_data: int, f
                                   h.payload_offset + h.payload_length)
         counts = [len(c) * lc for c in contrib]
         displs = [sum(counts[:m]) for m in range(n)]
-        comm.Allgatherv([mine, counts[i], MPI.BYTE], [gathered, (counts, displs), MPI.BYTE])
+        req = comm.Iallgatherv([mine, counts[i], MPI.BYTE], [gathered, (counts, displs), MPI.BYTE])
+        wait_collective(req, (mine, gathered), timeout, "L3 rebuild: exchanging a chunk")
         if not wanted:
             continue
         rows = gathered[:n * lc].reshape(n, lc)

@@ -3,7 +3,8 @@
 Each data file is cut into k-1 segments laid out in a k x k grid whose diagonal is parity: column j's
 parity (stored by member j) is the XOR of the one segment of every other member in column j. Chunks are
 exchanged with a reduce-scatter (encoding) or a reduce to the lost member (rebuild), bitwise XOR on
-64-bit words. Every step a member may fail runs inside an :class:`ErrorGuard`.
+64-bit words, each waited for at most ``timeout`` seconds. Every step a member may fail runs inside an
+:class:`ErrorGuard`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._collective import ErrorGuard
+from ._collective import ErrorGuard, wait_collective
 from ._stream import AtomicWriter, byte_view, read_into
 from .group_plan import GroupPlan, chunk_size_for, xor_segment
 from .parity import ParityHeader
@@ -34,7 +35,7 @@ def xor_cells(fd: int, rows: np.ndarray, me: int, seg: int, off: int, size: int)
 
 
 def xor_encode(comm: MPI.Comm, fd: int, sizes: tuple[int, ...], memory: int, writer: AtomicWriter | None,
-                offset: int, par_hash: Any, guard: ErrorGuard) -> int:
+                offset: int, par_hash: Any, guard: ErrorGuard, timeout: float | None) -> int:
     from mpi4py import MPI
 
     n, i = comm.Get_size(), comm.Get_rank()
@@ -50,7 +51,9 @@ def xor_encode(comm: MPI.Comm, fd: int, sizes: tuple[int, ...], memory: int, wri
         with guard:
             if guard.ok:
                 xor_cells(fd, rows, i, seg, off, sizes[i])
-        comm.Reduce_scatter_block(send[:n * lq].view(np.uint64), recv[:lq].view(np.uint64), op=MPI.BXOR)
+        words = send[:n * lq].view(np.uint64)
+        req = comm.Ireduce_scatter_block(words, recv[:lq].view(np.uint64), op=MPI.BXOR)
+        wait_collective(req, (send, recv), timeout, "L3 encoding: reducing a chunk")
         if writer is not None:
             par_hash.update(byte_view(recv)[:lq])
             with guard:
@@ -61,7 +64,7 @@ def xor_encode(comm: MPI.Comm, fd: int, sizes: tuple[int, ...], memory: int, wri
 
 def xor_rebuild(comm: MPI.Comm, plan: GroupPlan, h: ParityHeader, fd_data: int, fd_par: int,
                  dwriter: AtomicWriter | None, pwriter: AtomicWriter | None, par_hash: Any, memory: int,
-                 guard: ErrorGuard) -> None:
+                 guard: ErrorGuard, timeout: float | None) -> None:
     from mpi4py import MPI
 
     n, i = comm.Get_size(), comm.Get_rank()
@@ -82,7 +85,8 @@ def xor_rebuild(comm: MPI.Comm, plan: GroupPlan, h: ParityHeader, fd_data: int, 
                 if fd_par >= 0:
                     read_into(fd_par, h.payload_offset + off, rows[i], h.payload_offset + h.payload_length)
         rbuf = recv[:n * lq].view(np.uint64) if recv is not None else None
-        comm.Reduce(send[:n * lq].view(np.uint64), rbuf, op=MPI.BXOR, root=t)
+        req = comm.Ireduce(send[:n * lq].view(np.uint64), rbuf, op=MPI.BXOR, root=t)
+        wait_collective(req, (send, recv), timeout, "L3 rebuild: reducing a chunk")
         if i != t:
             continue
         got = recv[:n * lq].reshape(n, lq)  # type: ignore[index]

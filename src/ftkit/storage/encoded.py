@@ -39,13 +39,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import xxhash
 
 from ..errors import CheckpointNotFoundError, RecoveryError, StorageError
-from ._collective import ErrorGuard, agree_errors, close_fd, member_names, open_or_none
+from ._collective import ErrorGuard, agree_errors, allgather_json, close_fd, member_names, open_or_none
 from ._rs_group import Timers, rs_encode, rs_rebuild
 from ._stream import AtomicWriter, file_digest, file_size
 from ._xor_group import xor_encode, xor_rebuild
@@ -64,6 +65,7 @@ from .group_plan import (
 )
 from .local import LocalLevel
 from .parity import ParityHeader, payload_offset_for, verify_parity, write_parity_header
+from .partner import DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -79,8 +81,9 @@ PathLike = str | os.PathLike[str]
 
 
 def encode_group(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, *, code: str = "rs",
-                 tag: str = "", memory: int = DEFAULT_MEMORY,
-                 names: Sequence[str] | None = None, stats: dict[str, float] | None = None) -> ParityHeader:
+                 tag: str = "", memory: int = DEFAULT_MEMORY, names: Sequence[str] | None = None,
+                 stats: dict[str, float] | None = None,
+                 timeout: float | None = DEFAULT_TIMEOUT) -> ParityHeader:
     """Encode the group's data files; every member stores its parity file at ``parity_path`` (collective).
 
     Parameters
@@ -104,6 +107,9 @@ def encode_group(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, *, 
         ``exchange``: the collective, ``codec`` and ``codec_cpu``: the codec's wall and thread CPU time,
         ``parity_hash``, ``write``, ``wait``: the caller waiting for the worker thread, ``commit``: header,
         fsync and rename, ``total``), plus ``chunk_bytes`` and ``chunks``.
+    timeout
+        Seconds to wait for the other members at each collective step (None: no deadline; default as L2,
+        :data:`ftkit.storage.partner.DEFAULT_TIMEOUT`).
 
     Returns
     -------
@@ -116,20 +122,26 @@ def encode_group(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, *, 
         Unknown ``code``.
     StorageError
         On every member, if some member's data file is missing or a parity file cannot be written.
+    TimeoutFailure
+        If a member does not take part in a step within ``timeout`` (it is alive but stuck): on every
+        member that goes on (see :mod:`ftkit.storage._collective`); no parity file is committed.
     """
     check_code(code)
     if comm.Get_size() < 2:
         raise StorageError("an encoded group needs at least 2 members (one per node)")
-    return _encode(comm, data_path, parity_path, code, tag, memory, names, write=True, stats=stats)
+    return _encode(comm, data_path, parity_path, code, tag, memory, names, write=True, stats=stats,
+                   timeout=timeout)
 
 
 
 def _encode(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, code: str, tag: str, memory: int,
-            names: Sequence[str] | None, write: bool, stats: dict[str, float] | None = None) -> ParityHeader:
+            names: Sequence[str] | None, write: bool, stats: dict[str, float] | None = None, *,
+            timeout: float | None) -> ParityHeader:
     t_start = time.perf_counter()
     timers = Timers()
     n, i = comm.Get_size(), comm.Get_rank()
-    sizes = tuple(comm.allgather(file_size(data_path)))
+    sizes = tuple(int(x) for x in allgather_json(comm, file_size(data_path), timeout,
+                                                  "L3 encoding: sharing the data file sizes"))
     if min(sizes) < 0:
         nm = member_names(names, n)
         raise StorageError("cannot encode the group: data file missing on "
@@ -146,14 +158,16 @@ def _encode(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, code: st
             writer = AtomicWriter(parity_path)
     try:
         if code == "rs":
-            plen = rs_encode(comm, fd, sizes, memory, writer, offset, data_hash, par_hash, guard, timers)
+            plen = rs_encode(comm, fd, sizes, memory, writer, offset, data_hash, par_hash, guard, timers,
+                             timeout)
             my_digest = data_hash.hexdigest()
         else:
-            plen = xor_encode(comm, fd, sizes, memory, writer, offset, par_hash, guard)
+            plen = xor_encode(comm, fd, sizes, memory, writer, offset, par_hash, guard, timeout)
             my_digest = ""
             with guard:
                 my_digest = file_digest(data_path)
-        digests = tuple(comm.allgather(my_digest))
+        digests = tuple(str(d) for d in allgather_json(comm, my_digest, timeout,
+                                                       "L3 encoding: sharing the data digests"))
         header = ParityHeader(code=code, k=n, index=i, sizes=sizes, digests=digests, payload_offset=offset,
                               payload_length=plen, payload_digest=par_hash.hexdigest(), tag=tag)
         if writer is not None:
@@ -162,7 +176,7 @@ def _encode(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, code: st
                 write_parity_header(writer, header)
                 writer.commit()
             timers.add("commit", time.perf_counter() - t0)
-        agree_errors(comm, guard, "L3 encoding", names)
+        agree_errors(comm, guard, "L3 encoding", names, timeout=timeout)
         if stats is not None:
             timers["total"] = time.perf_counter() - t_start
             stats.update(timers)
@@ -177,7 +191,8 @@ def _encode(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, code: st
 
 
 def assess_group(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, *, code: str = "rs",
-                 tag: str | None = None, validate_data: Callable[[Path], bool] | None = None) -> GroupPlan:
+                 tag: str | None = None, validate_data: Callable[[Path], bool] | None = None,
+                 timeout: float | None = DEFAULT_TIMEOUT) -> GroupPlan:
     """Check this member's data and parity files and share the result within the group (collective).
 
     A parity file counts when its header and payload checksum are intact, it is this member's row of a
@@ -191,18 +206,34 @@ def assess_group(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, *, 
         The code to assume when no parity file survives.
     tag
         The expected encoding identity (None: accept any).
+    timeout
+        Seconds to wait for the other members at each collective step (None: no deadline).
+
+    Raises
+    ------
+    TimeoutFailure
+        If a member does not take part in a step within ``timeout``.
     """
     check_code(code)
     n, i = comm.Get_size(), comm.Get_rank()
-    headers: list[ParityHeader | None] = comm.allgather(member_parity(parity_path, n, i, tag))
+    mine = member_parity(parity_path, n, i, tag)
+    shared = allgather_json(comm, asdict(mine) if mine is not None else None, timeout,
+                            "L3 assessment: sharing the parity headers")
+    headers = [_header(h) if h is not None else None for h in shared]
     ok = data_matches(data_path, majority_header(headers), i, validate_data)
-    return GroupPlan.from_headers(code, headers, comm.allgather(ok))
+    return GroupPlan.from_headers(code, headers, [bool(x) for x in allgather_json(
+        comm, bool(ok), timeout, "L3 assessment: sharing which data files are intact")])
+
+
+def _header(fields: dict[str, Any]) -> ParityHeader:
+    """A peer's parity header from :func:`dataclasses.asdict` sent as JSON (lists back to tuples)."""
+    return ParityHeader(**{**fields, "sizes": tuple(fields["sizes"]), "digests": tuple(fields["digests"])})
 
 
 
 def rebuild_group(comm: MPI.Comm, plan: GroupPlan, data_path: PathLike, parity_path: PathLike, *,
-                  tag: str = "", memory: int = DEFAULT_MEMORY,
-                  names: Sequence[str] | None = None) -> GroupPlan:
+                  tag: str = "", memory: int = DEFAULT_MEMORY, names: Sequence[str] | None = None,
+                  timeout: float | None = DEFAULT_TIMEOUT) -> GroupPlan:
     """Rebuild lost data files and re-create lost parity files of the group (collective).
 
     Parameters
@@ -215,6 +246,8 @@ def rebuild_group(comm: MPI.Comm, plan: GroupPlan, data_path: PathLike, parity_p
         Bound on buffer memory per process, bytes.
     names
         How to name members in errors.
+    timeout
+        Seconds to wait for the other members at each collective step (None: no deadline).
 
     Returns
     -------
@@ -228,6 +261,8 @@ def rebuild_group(comm: MPI.Comm, plan: GroupPlan, data_path: PathLike, parity_p
         rebuilt file does not match its recorded digest.
     StorageError
         On every member, when a file cannot be read or written.
+    TimeoutFailure
+        If a member does not take part in a step within ``timeout``; nothing is committed.
     """
     full = plan.repaired()
     if plan.intact:
@@ -239,7 +274,7 @@ def rebuild_group(comm: MPI.Comm, plan: GroupPlan, data_path: PathLike, parity_p
     if h is None or not plan.lost_data:
         # Every data file is there: re-encode, writing only the parity files that were lost.
         new = _encode(comm, data_path, parity_path, plan.code, h.tag if h is not None else tag, memory, names,
-                      write=not plan.have_parity[i])
+                      write=not plan.have_parity[i], timeout=timeout)
         return plan.repaired(new)
     guard = ErrorGuard()
     want_data = not plan.have_data[i]
@@ -258,9 +293,9 @@ def rebuild_group(comm: MPI.Comm, plan: GroupPlan, data_path: PathLike, parity_p
             pwriter = AtomicWriter(parity_path)
     try:
         if plan.code == "rs":
-            rs_rebuild(comm, plan, h, fd_data, fd_par, dwriter, pwriter, par_hash, memory, guard)
+            rs_rebuild(comm, plan, h, fd_data, fd_par, dwriter, pwriter, par_hash, memory, guard, timeout)
         else:
-            xor_rebuild(comm, plan, h, fd_data, fd_par, dwriter, pwriter, par_hash, memory, guard)
+            xor_rebuild(comm, plan, h, fd_data, fd_par, dwriter, pwriter, par_hash, memory, guard, timeout)
         with guard:
             if dwriter is not None and guard.ok:
                 got = file_digest(dwriter.tmp)
@@ -273,7 +308,7 @@ def rebuild_group(comm: MPI.Comm, plan: GroupPlan, data_path: PathLike, parity_p
                     payload_offset=h.payload_offset, payload_length=h.payload_length,
                     payload_digest=par_hash.hexdigest(), tag=h.tag))
                 pwriter.commit()
-        agree_errors(comm, guard, f"L3 ({plan.code}) rebuild", names, RecoveryError)
+        agree_errors(comm, guard, f"L3 ({plan.code}) rebuild", names, RecoveryError, timeout=timeout)
     except BaseException:
         for w in (dwriter, pwriter):
             if w is not None:

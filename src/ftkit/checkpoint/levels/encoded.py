@@ -43,6 +43,8 @@ def post_encode(ctx: PipelineContext, job: CheckpointJob, group: Any = None) -> 
         If the job has fewer nodes than ``group_size``.
     StorageError
         On every member of a group where a file is missing or cannot be written.
+    TimeoutFailure
+        If a member of the group does not take part in a step within ``failure_timeout`` seconds.
     """
     require_groups(ctx.topology)
     job.extra["group_size"] = ctx.topology.group_size
@@ -50,7 +52,7 @@ def post_encode(ctx: PipelineContext, job: CheckpointJob, group: Any = None) -> 
     data, parity = level_paths(ctx, job.nodes, job.ckpt_id, 3)
     encode_group(group if group is not None else group_comm(ctx.comm, ctx.topology), data, parity,
                  code=ctx.config.l3_code, tag=l3_tag(ctx.exec_id, job.ckpt_id),
-                 names=group_names(ctx.topology, ctx.topology.group_of()))
+                 names=group_names(ctx.topology, ctx.topology.group_of()), timeout=ctx.timeout)
 
 
 def prepare_encode(ctx: PipelineContext, job: CheckpointJob) -> None:
@@ -69,24 +71,24 @@ class EncodedStep(GroupStep):
         data, parity = level_paths(ctx, entry.nodes, entry.id, 3)
         tag = l3_tag(ctx.exec_id, entry.id)
         code = str(entry.extra.get("l3_code", ctx.config.l3_code))
-        plan = assess_group(comm, data, parity, code=code, tag=tag)
+        plan = assess_group(comm, data, parity, code=code, tag=tag, timeout=ctx.timeout)
         if not plan.recoverable:
             return f"L3 {describe_group(topo, gi)}: {plan.describe(group_names(topo, group))}"
-        rebuild_group(comm, plan, data, parity, tag=tag, names=group_names(topo, group))
+        rebuild_group(comm, plan, data, parity, tag=tag, names=group_names(topo, group), timeout=ctx.timeout)
         return ""
 
 
 def encoded_request(ctx: PipelineContext, job: CheckpointJob) -> dict[str, Any]:
     """Head mode: where the head writes this rank's parity file, and the code to use."""
     return {"dst": str(ctx.level(3, job.nodes).path(job.ckpt_id, ctx.rank)), "code": ctx.config.l3_code,
-            "tag": l3_tag(ctx.exec_id, job.ckpt_id),
+            "tag": l3_tag(ctx.exec_id, job.ckpt_id), "timeout": ctx.timeout,
             "names": group_names(ctx.topology, ctx.topology.group_of()) if ctx.topology.groups else []}
 
 
 def encoded_work(req: dict[str, Any], head_set: Any) -> None:
     """Head mode: the head's share of one group encoding (collective over the node set's heads)."""
     encode_group(head_set, req["src"], req["dst"], code=req["code"], tag=req["tag"],
-                 names=req.get("names") or None)
+                 names=req.get("names") or None, timeout=req["timeout"])
 
 
 #: Level 3 in the level table.
