@@ -323,3 +323,36 @@ def test_check_product_convenience():
     assert abft.check_product(a, b, c, bs=8).flagged[0, 0]
     with pytest.raises(ValueError):
         abft.check_product(a, b, c, beta=1.0)
+
+
+def test_check_product_starts_no_compiled_kernel(monkeypatch):
+    # resilient_pdgemm's settle phase verifies its recomputed tiles with check_product, often as a process's
+    # first ABFT work: a kernel there puts numba's start-up (0.35-0.6 s) into the first failure's recovery
+    from ftkit.linalg import _abft_sums
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("check_product called a compiled kernel")
+
+    for name in ("encode_rows_into", "encode_cols_into", "block_sums_into"):
+        monkeypatch.setattr(_abft_sums, name, refuse)
+    rng = np.random.default_rng(8)
+    a, b, c0 = make_case("normal", 48, 40, 56, rng)  # a 48 x 56, b 56 x 40: 3 x 5 blocks of 16 x 8
+    for tol in (None, "statistical"):
+        c = 0.5 * (a @ b) + 2.0 * c0
+        v = abft.check_product(a, b, c, alpha=0.5, beta=2.0, c0=c0, bs=(16, 8), tol=tol)
+        assert v.flagged.shape == (3, 5) and not v.flagged.any() and not v.unchecked.any()
+        c[20, 30] += 1e-6 * np.abs(c).max()
+        v = abft.check_product(a, b, c, alpha=0.5, beta=2.0, c0=c0, bs=(16, 8), tol=tol)
+        assert np.argwhere(v.flagged).tolist() == [[1, 3]]
+
+
+def test_check_product_reports_a_poisoned_block_row_unchecked():
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((32, 24)), rng.standard_normal((24, 40))
+    a[5, 7] = np.inf  # row block 0 of the product cannot be checked; the others still are
+    c = a @ b
+    c[20, 33] += 1.0
+    with np.errstate(invalid="ignore"):
+        v = abft.check_product(a, b, c, bs=8)
+    assert v.unchecked[0].all() and not v.unchecked[1:].any()
+    assert np.argwhere(v.flagged).tolist() == [[2, 4]]

@@ -1,7 +1,7 @@
 """In-process checks of the panel exchange's fill hook (checksums written straight into the panel slot) and of
-the fused copy + checksum kernels against explicit sums (no mpirun: 1 x 1 grid). The multi-process path is
-exercised by every ft_pdgemm test on 2 x 2 / 2 x 3 grids (tests/linalg/test_abft_mpi.py), which route through
-the hook."""
+the fused copy + checksum kernels (and check_product's numpy sums) against explicit sums (no mpirun: 1 x 1
+grid). The multi-process path is exercised by every ft_pdgemm test on 2 x 2 / 2 x 3 grids
+(tests/linalg/test_abft_mpi.py), which route through the hook."""
 
 from __future__ import annotations
 
@@ -117,6 +117,11 @@ def test_encoding_kernels_match_explicit_sums(kinds, bounds):
         if copy:
             assert np.array_equal(ext[:11], a)
         np.testing.assert_allclose(ext[base:], ref, rtol=1e-13, atol=1e-13)
+    # check_product's numpy sums (no kernel) agree with the same explicit sums, on the same strided pieces
+    np.testing.assert_allclose(abft.dense_encode(b, bounds, kinds, axis=1), _explicit_sums(
+        b[:, :covered], bounds, kinds, axis=1), rtol=1e-13, atol=1e-13)  # fmt: skip
+    np.testing.assert_allclose(abft.dense_encode(a, bounds, kinds, axis=0), _explicit_sums(
+        a[:covered], bounds, kinds, axis=0), rtol=1e-13, atol=1e-13)  # fmt: skip
     # the public wrappers: the first three kinds do not depend on whether squares are asked for
     np.testing.assert_array_equal(
         abft.encode_rows(a[:covered], bounds, 3), abft.encode_rows(a[:covered], bounds, 4)[: 3 * nseg]
@@ -135,6 +140,7 @@ def test_block_sums_match_explicit_sums():
     cb = np.array([0, 1, 9, 33], dtype=np.int64)
     with_sq = abft.block_sums_sq(c, rb, cb)
     without = abft.block_sums(c, rb, cb)  # the same pass, squares dropped
+    dense = abft.dense_block_sums_sq(c, rb, cb)  # check_product's numpy sums (no kernel)
     for bi in range(3):
         for bj in range(3):
             blk = c[rb[bi] : rb[bi + 1], cb[bj] : cb[bj + 1]]
@@ -143,6 +149,7 @@ def test_block_sums_match_explicit_sums():
             exp = [blk.sum(), (wr * blk).sum(), (blk * wc).sum(), (wr * blk * wc).sum(), (blk * blk).sum()]
             for q in range(5):
                 np.testing.assert_allclose(with_sq[q][bi, bj], exp[q], rtol=1e-12, atol=1e-12)
+                np.testing.assert_allclose(dense[q][bi, bj], exp[q], rtol=1e-12, atol=1e-12)
             for q in range(4):
                 np.testing.assert_allclose(without[q][bi, bj], exp[q], rtol=1e-12, atol=1e-12)
 

@@ -9,7 +9,8 @@ from ..errors import ABFTArgumentError
 from ._abft_kernels import block_sums_into, encode_cols_into, encode_rows_into
 
 __all__ = ["U", "ETA", "NCHK", "gamma", "checksum_kinds", "segment_bounds", "dense_bounds", "segment_weights",
-           "encode_rows", "encode_cols", "check_kinds", "block_sums", "block_sums_sq", "abs_block_sums"]
+           "encode_rows", "encode_cols", "check_kinds", "block_sums", "block_sums_sq", "abs_block_sums",
+           "dense_encode", "dense_block_sums_sq"]
 
 #: Unit roundoff of float64.
 U = 2.0**-53
@@ -178,3 +179,50 @@ def block_sums_sq(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> tuple[np.nda
 def abs_block_sums(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> np.ndarray:
     """Return the sum of ``|c|`` over every block (``(nr, nc)``)."""
     return _seg_sum(_seg_sum(np.abs(c), cb, 1), rb, 0)
+
+
+# ------------------------------------------------------------------ the same sums, in numpy
+# For check_product (one process, no fused copy to save): the settle phase of resilient_pdgemm verifies its
+# recomputed tiles with it, often as a process's first ABFT work. A kernel's first call in a process sets up
+# numba (0.35-0.6 s of CPU on 2 cores, whatever the data size), which then lands in the first failure's
+# recovery; these cost a few memory passes over the operands instead, a few percent of the tile's GEMM.
+def dense_encode(x: np.ndarray, bounds: np.ndarray, kinds: int, axis: int) -> np.ndarray:
+    """Return :func:`encode_rows` (``axis=0``) or :func:`encode_cols` (``axis=1``) of ``x``, taken with numpy.
+
+    The same sums (plain, weighted, absolute and with ``kinds == 4`` squared sums of each segment, stacked
+    along ``axis``), added in another order: equal up to rounding, within the same bounds. One segment at a
+    time, so the temporaries stay small.
+    """
+    b = np.asarray(bounds, dtype=np.int64)
+    nseg, kinds = len(b) - 1, check_kinds(kinds)
+    xs = x if axis == 0 else x.T  # segments along the first axis
+    w = segment_weights(b)
+    out = np.empty((kinds * nseg, xs.shape[1]))
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow leaves the block unchecked, as before
+        for s in range(nseg):
+            lo, hi = int(b[s]), int(b[s + 1])
+            seg = xs[lo:hi]
+            out[s] = seg.sum(axis=0)
+            out[nseg + s] = (w[lo:hi, None] * seg).sum(axis=0)
+            out[2 * nseg + s] = np.abs(seg).sum(axis=0)
+            if kinds == NCHK:
+                out[3 * nseg + s] = np.square(seg).sum(axis=0)
+    return out if axis == 0 else out.T
+
+
+def dense_block_sums_sq(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Return :func:`block_sums_sq` of ``c``, taken with numpy.
+
+    In the same two stages (down each row segment, then across the column segment): at most ``r + c``
+    roundings per sum, non-finite elements stay in their own block.
+    """
+    rb, cb = np.asarray(rb, dtype=np.int64), np.asarray(cb, dtype=np.int64)
+    if len(rb) <= 1 or len(cb) <= 1:
+        return tuple(np.zeros((len(rb) - 1, len(cb) - 1)) for _ in range(5))
+    c = c[: int(rb[-1]), : int(cb[-1])]
+    wr, wc = segment_weights(rb)[:, None], segment_weights(cb)[None, :]
+    with np.errstate(over="ignore", invalid="ignore"):
+        down, down_w = _seg_sum(c, rb, 0), _seg_sum(wr * c, rb, 0)
+        squares = _seg_sum(_seg_sum(np.square(c), rb, 0), cb, 1)
+        return (_seg_sum(down, cb, 1), _seg_sum(down_w, cb, 1), _seg_sum(down * wc, cb, 1),
+                _seg_sum(down_w * wc, cb, 1), squares)

@@ -80,7 +80,9 @@ from ._abft_sums import (
     block_sums_sq,
     check_kinds,
     checksum_kinds,
+    dense_block_sums_sq,
     dense_bounds,
+    dense_encode,
     encode_cols,
     encode_rows,
     gamma,
@@ -103,6 +105,8 @@ __all__ = [
     "ChecksumProduct",
     "block_sums",
     "block_sums_sq",
+    "dense_encode",
+    "dense_block_sums_sq",
     "Prediction",
     "summarize_c0",
     "abs_block_sums",
@@ -343,7 +347,10 @@ def check_product(
 ) -> Verification:
     """Verify a dense ``c == alpha * a @ b + beta * c0`` block by block (one process, no communication).
 
-    Blocks are ``bs x bs`` (``bs = (rows, cols)`` for rectangular ones); edge blocks may be smaller.
+    Blocks are ``bs x bs`` (``bs = (rows, cols)`` for rectangular ones); edge blocks may be smaller. The
+    checksums and block sums are those of the distributed multiply, taken with numpy
+    (:func:`dense_encode`, :func:`dense_block_sums_sq`), not with its compiled kernels: a first call in a
+    process starts no compiler (the settle phase of a failure-tolerant multiply relies on that).
 
     Raises
     ------
@@ -357,10 +364,13 @@ def check_product(
     rb, cb = dense_bounds(m, rbs), dense_bounds(c.shape[1], cbs)
     kinds = checksum_kinds(tol)
     prod = ChecksumProduct(len(rb) - 1, len(cb) - 1, kinds)
-    prod.add(encode_rows(a, rb, kinds), encode_cols(b, cb, kinds))
+    prod.add(dense_encode(a, rb, kinds, axis=0), dense_encode(b, cb, kinds, axis=1))
     if beta != 0.0 and c0 is None:
         raise ABFTArgumentError("beta != 0 needs c0, the C before the update")
-    pred = prod.predict(alpha, beta, summarize_c0(c0, rb, cb) if c0 is not None and beta != 0.0 else None)
-    sums = block_sums_sq(c, rb, cb)
+    c0_sums = None
+    if c0 is not None and beta != 0.0:
+        c0_sums = (dense_block_sums_sq(c0, rb, cb), abs_block_sums(c0, rb, cb))
+    pred = prod.predict(alpha, beta, c0_sums)
+    sums = dense_block_sums_sq(c, rb, cb)
     thr = pred.thresholds(rb, cb, tol, alpha, beta, csq=sums[4])
     return verify_blocks(c, rb, cb, pred.expected, thr, sums)

@@ -315,9 +315,13 @@ def _read_direct(fd: int, s: Section, view: memoryview, path: Path, chunk_bytes:
     return digest_hex(h)
 
 
-def read_arrays(path: str | os.PathLike[str], *, chunk_bytes: int = DEFAULT_CHUNK) -> dict[str, np.ndarray]:
-    """Read every section of ``path`` into new arrays (checking digests); return name → array."""
-    header = read_header(path)
+def read_arrays(path: str | os.PathLike[str], *, chunk_bytes: int = DEFAULT_CHUNK,
+                header: Header | None = None) -> dict[str, np.ndarray]:
+    """Read every section of ``path`` into new arrays (checking digests); return name → array.
+
+    ``header`` is the file's :func:`read_header`, if the caller already read it (then it is not read again).
+    """
+    header = header or read_header(path)
     try:
         out = {s.name: np.empty(s.shape, dtype=np.dtype(s.dtype)) for s in header.sections}
     except (ValueError, MemoryError) as exc:  # dimensions too large for this machine

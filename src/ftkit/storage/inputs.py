@@ -132,7 +132,7 @@ class CheckpointFileStore:
             raise FormatError(f"{path}: an input-store file holds exactly one section 'data'")
         if order == "F" and len(header.sections[0].shape) < 2:
             raise FormatError(f"{path}: order 'F' recorded for a {len(header.sections[0].shape)}-D array")
-        data = read_arrays(path)["data"]
+        data = read_arrays(path, header=header)["data"]
         return data.T if order == "F" else data
 
     def remove(self, prefix: str) -> None:
