@@ -9,6 +9,9 @@ At the end rank 0 gathers the field and prints ``digest <xxh3-64 hex>`` of its b
 bit for bit (``--save`` also writes it as ``.npy``). ``--kill-at STEP --kill-rank R`` SIGKILLs rank R when the
 run reaches STEP (fresh runs only), to test recovery.
 
+With ``spare_ranks`` in the config (or ``ftkit launch --spares S``), a killed rank is replaced online by a
+spare and the run goes on without a relaunch; the final digest is the same.
+
 Run: ``ftkit launch -n 4 --node-size 2 -- python examples/heat.py --steps 40 --size 64 --config ftkit.ini``
 """
 
@@ -92,18 +95,25 @@ def run(args: argparse.Namespace) -> int:
                   f"at step {step[0]}",
                   flush=True)
     t0 = time.perf_counter()
-    while step[0] < args.steps:
-        if args.kill_at is not None and step[0] == args.kill_at and not ckpt.restarted \
-                and comm.rank == args.kill_rank:
-            print(f"heat: rank {comm.rank} killing itself at step {step[0]}", flush=True)
+    for s in ckpt.steps(args.steps):  # after an online recovery (spare_ranks), resumes at the restored step
+        comm = ckpt.comm  # the repaired communicator after an online recovery
+        if args.kill_at is not None and s == args.kill_at and not ckpt.restarted and not ckpt.recoveries \
+                and comm.rank in args.kill_rank:
+            print(f"heat: rank {comm.rank} killing itself at step {s}", flush=True)
             kill_self()
         exchange_halos(comm, u)
         jacobi_rows(u, start, n)
-        step[0] += 1
+        step[0] = s + 1
         level = ckpt.snapshot()
         if level and comm.rank == 0 and args.verbose:
             print(f"heat: step {step[0]}: checkpoint at level {level}", flush=True)
     elapsed = time.perf_counter() - t0
+    comm = ckpt.comm
+    for report in ckpt.recoveries:
+        if comm.rank == 0:
+            print(f"heat: online recovery: ranks {list(report.dead)} replaced, checkpoint "
+                  f"{report.checkpoint_id} restored from level {report.level}, "
+                  + ", ".join(f"{k} {v:.3f} s" for k, v in report.phases().items()), flush=True)
     counts = [(row_band(n, comm.size, r)[1] - row_band(n, comm.size, r)[0]) * n for r in range(comm.size)]
     field = np.empty((n, n)) if comm.rank == 0 else None
     comm.Gatherv(np.ascontiguousarray(u[1:-1]), [field, counts] if comm.rank == 0 else None, root=0)
@@ -154,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=128, help="global grid is SIZE x SIZE")
     p.add_argument("--config", default=None, help="FTI-style INI file (default: L1 every 10 iterations)")
     p.add_argument("--kill-at", type=int, default=None, help="SIGKILL --kill-rank when reaching this step")
-    p.add_argument("--kill-rank", type=int, default=0)
+    p.add_argument("--kill-rank", type=int, nargs="+", default=[0], help="rank(s) to kill (a node: all of its)")
     p.add_argument("--save", default=None, help="rank 0 saves the final field to this .npy file")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
