@@ -1,0 +1,96 @@
+"""Issue 17: online recovery with spare ranks. Ranks are SIGKILLed from outside by PID while the heat solver
+runs in ``for step in ckpt.steps(n)``; the job must finish without a relaunch with the field of the
+failure-free run bit for bit, or every survivor must raise the same OnlineRecoveryError and a relaunch must
+recover from the checkpoint left on disk.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ftkit.inject import kill_pid
+from ftkit.launch import MPIResult, run_mpi
+
+from ..conftest import REPO
+from ._util import write_config
+
+pytestmark = pytest.mark.mpi
+
+PROGRAM = REPO / "tests" / "programs" / "online_heat.py"
+JOB_TIMEOUT = 120.0   # s: a job still running then is a hang
+WAIT = 60.0           # s: bound of every wait for a condition of the running job
+
+
+def _wait_for(test, what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not test():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def _progress(d: Path) -> int:
+    try:
+        return int((d / "progress").read_text())
+    except (FileNotFoundError, ValueError):
+        return -1
+
+
+class Job:
+    """The program under ``run_mpi`` in a thread, so the test can kill ranks while it runs."""
+
+    def __init__(self, d: Path, napp: int, spares: int, *args: str, node_size: int = 2) -> None:
+        self.d = d
+        self.result: MPIResult | None = None
+        cmd = [sys.executable, str(PROGRAM), "--config", str(d / "ftkit.ini"), "--dir", str(d), *args]
+        self.thread = threading.Thread(target=self._run, args=(napp, spares, cmd, node_size), daemon=True)
+        self.thread.start()
+
+    def _run(self, napp: int, spares: int, cmd: list[str], node_size: int) -> None:
+        self.result = run_mpi(napp, cmd, timeout=JOB_TIMEOUT, node_size=node_size, cwd=self.d, spares=spares)
+
+    def pid(self, rank: int) -> int:
+        return int((self.d / f"pid.{rank}").read_text())
+
+    def kill_at(self, step: int, ranks: list[int], node_dir: int | None = None) -> None:
+        """SIGKILL ``ranks`` once rank 0 has done ``step``; optionally delete that node's directory too."""
+        _wait_for(lambda: all((self.d / f"pid.{r}").exists() for r in ranks), "the ranks' pid files")
+        pids = [self.pid(r) for r in ranks]
+        _wait_for(lambda: _progress(self.d) >= step or not self.thread.is_alive(), f"step {step}")
+        for pid in pids:
+            kill_pid(pid)
+        if node_dir is not None:
+            shutil.rmtree(self.d / "run" / "local" / f"node{node_dir}", ignore_errors=True)
+
+    def done(self) -> MPIResult:
+        self.thread.join(JOB_TIMEOUT + 60)
+        assert self.result is not None, "the job did not end"
+        assert not self.result.timed_out, "the job hung:\n" + self.result.stdout + self.result.stderr
+        return self.result
+
+
+def _digests(out: str) -> tuple[str, str]:
+    got = re.search(r"^digest (\w+)$", out, re.M)
+    ref = re.search(r"^reference (\w+)$", out, re.M)
+    assert got and ref, out
+    return got.group(1), ref.group(1)
+
+
+def test_rank_killed_during_compute_is_replaced_from_its_partner_copy(tmp_path):
+    # 4 ranks on 2 emulated nodes + 1 spare, L2 every 5 steps; rank 1 is SIGKILLed at step 12.
+    write_config(tmp_path, group_size=2, ckpt_l2=5)
+    job = Job(tmp_path, 4, 1, "--steps", "40", "--pause", "0.02")
+    job.kill_at(12, [1])
+    r = job.done()
+    assert r.returncode == 0, r.stdout + r.stderr
+    got, ref = _digests(r.stdout)
+    assert got == ref, r.stdout
+    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
+    assert rec == [(rec[0][0], rec[0][1], "2")] and rec[0][0] == "1", r.stdout  # the spare read L2
