@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=128, help="global grid is SIZE x SIZE")
     p.add_argument("--config", default=None, help="FTI-style INI file (default: L1 every 10 iterations)")
     p.add_argument("--kill-at", type=int, default=None, help="SIGKILL --kill-rank when reaching this step")
-    p.add_argument("--kill-rank", type=int, nargs="+", default=[0], help="rank(s) to kill (a node: all of its)")
+    p.add_argument("--kill-rank", type=int, nargs="+", default=[0], help="rank(s) to kill (a node: all)")
     p.add_argument("--save", default=None, help="rank 0 saves the final field to this .npy file")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)

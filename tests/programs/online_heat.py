@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import heat  # noqa: E402

@@ -11,7 +11,6 @@ import contextlib
 import copy
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,12 +19,11 @@ from mpi4py import MPI
 
 from .. import mpienv
 from ..config import Config, load_config
-from ..launch import SPARES_ENV
-from ..errors import CheckpointError, FtkitError, ProcessFailure, RecoveryError
+from ..errors import CheckpointError, FtkitError, RecoveryError
 from ..storage import set_group_access
 from ..storage.manifest import CheckpointEntry, Manifest, ManifestStore, manifest_path
 from ..topology import Topology, detect_node_ids, plan_topology
-from . import _mpi, keep_last, online, pipeline, spares
+from . import _mpi, keep_last, online, online_loop, pipeline, spares
 from .contract import CheckpointJob, PipelineContext, RecoveryStep
 from .head import enter_head_mode
 from .levels import recovery_chain
@@ -57,7 +55,7 @@ class CheckpointStatus:
     problem: str
 
 
-class Checkpointer:
+class Checkpointer(online_loop.ResilientLoop):
     """Multi-level checkpointing of protected NumPy arrays, in the manner of FTI.
 
     Parameters
@@ -67,11 +65,8 @@ class Checkpointer:
     comm
         The communicator of the ranks taking part (default ``MPI.COMM_WORLD``). Collective.
     spare_ranks
-        Spare processes for online recovery (default: ``$FTKIT_SPARE_RANKS``, set by ``ftkit launch
-        --spares``, else the configuration's ``spare_ranks``): the last
-        ``spare_ranks`` processes of ``comm`` wait inside this constructor and replace dead ranks while the
-        job runs (see :meth:`steps` and :mod:`ftkit.checkpoint.online`). A spare that is never needed ends
-        its process inside the constructor with exit code 0 when the job finalizes.
+        Spares for online recovery (default: ``ftkit launch --spares``, else the config's; see :meth:`steps`
+        and :mod:`.spares`: a spare never needed ends its process in here, exit code 0, at the job's end).
 
     Raises
     ------
@@ -79,8 +74,6 @@ class Checkpointer:
         If the configuration is invalid for this job (on every rank).
     RunLockedError
         If another live job uses the same ``meta_dir`` (on every rank; see :mod:`.runlock`).
-    ULFMUnavailable
-        If ``spare_ranks > 0`` and this MPI or launch has no ULFM (online recovery needs it).
 
     Notes
     -----
@@ -92,20 +85,11 @@ class Checkpointer:
     def __init__(self, config: Config | str | os.PathLike[str] = "ftkit.ini", comm: Any = None, *,
                  spare_ranks: int | None = None) -> None:
         self.config: Config = load_config(config)
-        if spare_ranks is None and os.environ.get(SPARES_ENV):
-            spare_ranks = int(os.environ[SPARES_ENV])  # ftkit launch --spares S
-        if spare_ranks is not None:
-            self.config = self.config.replace(spare_ranks=spare_ranks)
         world = MPI.COMM_WORLD if comm is None else comm
         mpienv.check_start(world, self.config)  # a mis-launched job fails here, before any directory
         set_group_access(bool(self.config.group_access))  # 0600/0700, or 0640/0750 with group_access = 1
-        self._online: online.OnlineState | None = None
-        self._loop_step: int | None = None
-        self._resume_step = 0
-        if self.config.spare_ranks:
-            world = spares.split_spares(self, world)  # a spare waits in there, leaves or returns promoted
-            if world is None:
-                return  # a promoted spare: set up as the dead rank it replaces
+        if (world := spares.split_spares(self, world, spare_ranks)) is None:
+            return  # a promoted spare (see .spares): set up as the dead rank it replaces
         self.config.validate_for(world.Get_size())
         self._icomm = _mpi.internal_comm(world)
         self._finalized = False
@@ -114,7 +98,6 @@ class Checkpointer:
             # Every later start-up collective follows one with a deadline: a missing rank is reported.
             _mpi.barrier(self._icomm, self.config.failure_timeout, "Checkpointer start-up")
             node_ids = detect_node_ids(self._icomm, self.config.node_size or None)
-            self._node_ids = node_ids
             self.topology: Topology = plan_topology(
                 node_ids, self._icomm.Get_rank(), head=self.config.head, group_size=self.config.group_size,
                 ckpt_dir=self.config.ckpt_dir,
@@ -166,9 +149,7 @@ class Checkpointer:
         except BaseException:
             self._close()
             raise
-        if self._online is not None:
-            self.comm = online.AppComm.wrap(self.comm, self)
-            self._online.adopted = None
+        self.comm = online.AppComm.wrap(self.comm, self) if self._online is not None else self.comm
 
     # -- FTI_Protect / FTI_Status ------------------------------------------------------------------------
 
@@ -200,11 +181,6 @@ class Checkpointer:
     def protected(self) -> dict[str, np.ndarray]:
         """The protected arrays, by name (a copy of the mapping; the arrays themselves are not copied)."""
         return dict(self._protected)
-
-    @property
-    def recoveries(self) -> list[online.RepairReport]:
-        """The online recoveries this process took part in, oldest first (empty without spares)."""
-        return list(self._online.history) if self._online is not None else []
 
     @property
     def restarted(self) -> bool:
@@ -257,71 +233,6 @@ class Checkpointer:
         self._recovered = True
         return info
 
-    # -- the resilient loop -------------------------------------------------------------------------------
-
-    def steps(self, nsteps: int) -> Iterator[int]:
-        """Yield the steps ``0..nsteps-1`` to run, resuming after a recovery: the application's main loop.
-
-        Write the loop as ``for step in ckpt.steps(n):`` with the step's communication on ``ckpt.comm``
-        (re-read it every step) and ``ckpt.snapshot()`` at the end of the body. A checkpoint taken in the
-        body of step ``i`` resumes at step ``i + 1``. On a restart not yet recovered, recovers first and
-        starts at the recovered checkpoint's step.
-
-        With ``spare_ranks > 0``, a process failure inside the loop does not reach the application: a spare
-        replaces each dead rank, the rest of the iteration is fenced (communication on ``ckpt.comm`` and
-        ``snapshot()`` return at once, results are garbage), and the next iteration restores every protected
-        array from the newest checkpoint usable by the new set of ranks and yields its step (see
-        :mod:`ftkit.checkpoint.online`). A promoted spare's loop starts with that restore.
-
-        Raises
-        ------
-        CheckpointError
-            If ``nsteps`` is not a non-negative integer.
-        OnlineRecoveryError
-            On every survivor, when the job cannot recover online (the checkpoints stay for a relaunch).
-        RecoveryError, ProcessFailure
-            As :meth:`recover` (and, without spares, as :meth:`snapshot`).
-        """
-        self._check_open()
-        if isinstance(nsteps, bool) or not isinstance(nsteps, int | np.integer) or nsteps < 0:
-            raise CheckpointError(f"steps({nsteps!r}): the number of steps must be an integer >= 0")
-        if self._restarted and not self._recovered and not (self._online is not None and self._online.fresh):
-            self.recover()
-        return self._steps(int(nsteps))
-
-    def _steps(self, nsteps: int) -> Iterator[int]:
-        state = self._online
-        step = self._resume_step
-        if state is not None:
-            state.in_loop = True
-        try:
-            while True:
-                if state is not None and (state.fenced or state.fresh):
-                    step = online.restore(self)
-                if step >= nsteps:
-                    if state is None or online.finished(self):
-                        return
-                    continue
-                self._loop_step = step
-                yield step
-                step += 1
-        finally:
-            self._loop_step = None
-            if state is not None:
-                state.in_loop = False
-
-    def _on_failure(self, exc: BaseException, what: str) -> None:
-        """A process failure seen in ``what``: repair online inside :meth:`steps`, else raise it."""
-        state = self._online
-        if state is None or not state.in_loop:
-            for comm in online._comms_of(self):
-                with contextlib.suppress(Exception):
-                    comm.Revoke()  # nobody stays blocked on this rank
-            if isinstance(exc, ProcessFailure):
-                raise exc
-            raise _mpi.as_failure(exc, self._icomm, what) from exc
-        online.repair(self, exc)
-
     # -- FTI_Checkpoint / FTI_Snapshot --------------------------------------------------------------------
 
     def checkpoint(self, level: int = 1, id: int | None = None) -> int:  # noqa: A002 - FTI's name
@@ -359,8 +270,7 @@ class Checkpointer:
         job.ckpt_id = self._agree_id(id)
         ckpt_id = job.ckpt_id
         job.extra["snapshots"] = self._schedule.count
-        if self._loop_step is not None:
-            job.extra["next_step"] = self._loop_step + 1
+        job.extra.update(online_loop.step_extra(self))
         error = None
         try:
             pipeline.write_primary(self._ctx, job, list(self._protected.items()))
@@ -428,18 +338,7 @@ class Checkpointer:
         """
         self._check_open()
         if self._online is not None and self._online.in_loop:
-            if self._online.fenced:
-                return 0  # a repair happened in this iteration: the data is restored next
-            try:
-                return self._snapshot(auto)
-            except (ProcessFailure, MPI.Exception) as exc:
-                if not online.is_process_failure(exc):
-                    raise
-                self._on_failure(exc, "snapshot()")
-                return 0
-        return self._snapshot(auto)
-
-    def _snapshot(self, auto: bool) -> int:
+            return online_loop.snapshot_in_loop(self, auto)  # a process failure is repaired, not raised
         if self._restarted and not self._recovered:
             self.recover()
         level = self._schedule.due(auto)

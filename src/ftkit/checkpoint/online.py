@@ -43,7 +43,7 @@ from mpi4py import MPI
 
 from ..errors import FtkitError, OnlineRecoveryError, ProcessFailure, RecoveryError
 from ..failure.detect import is_failure_error
-from ..failure.replace import SPARE, Rebuilt, rebuild
+from ..failure.replace import Rebuilt, rebuild
 from ..failure.ulfm import revoke
 from ..storage.manifest import Manifest, ManifestStore
 from ..topology import plan_topology
@@ -58,13 +58,15 @@ from .startup import prepare_dirs
 if TYPE_CHECKING:
     from .checkpointer import Checkpointer
 
-__all__ = ["AppComm", "OnlineState", "RepairReport", "adopt", "cannot_go_on", "finished", "forget_unreachable",
-           "is_process_failure", "repair", "restore"]
+__all__ = ["AppComm", "OnlineState", "RepairReport", "adopt", "cannot_go_on", "forget_unreachable",
+           "is_process_failure", "repair", "restore", "comms_of"]
 
 
 def is_process_failure(exc: BaseException) -> bool:
     """Whether ``exc`` means a peer process failed (ULFM error classes, or ftkit's ProcessFailure)."""
-    return is_failure_error(exc) or (isinstance(exc, ProcessFailure) and not isinstance(exc, OnlineRecoveryError))
+    if isinstance(exc, OnlineRecoveryError):
+        return False
+    return is_failure_error(exc) or isinstance(exc, ProcessFailure)
 
 
 @dataclass
@@ -133,7 +135,7 @@ def repair(ckpt: Checkpointer, cause: BaseException) -> None:
     state = ckpt._online
     assert state is not None
     report = RepairReport(failures=state.report.failures + 1, detected=time.perf_counter())
-    for comm in _comms_of(ckpt):
+    for comm in comms_of(ckpt):
         with contextlib.suppress(Exception):
             revoke(comm)
     rebuilt = rebuild(state.world, ckpt.rank, state.napp, ckpt.config.failure_timeout)
@@ -142,12 +144,12 @@ def repair(ckpt: Checkpointer, cause: BaseException) -> None:
     state.report = report
     state.world, state.spares, state.rebuilt = rebuilt.world, rebuilt.spares, rebuilt
     if rebuilt.missing:
-        cannot_go_on(rebuilt, f"{len(rebuilt.missing)} dead rank(s) {list(rebuilt.missing)} and no spare left "
-                              "for them")
+        cannot_go_on(rebuilt, f"{len(rebuilt.missing)} dead rank(s) {list(rebuilt.missing)} and no spare "
+                              "left for them")
     state.fenced = True
 
 
-def _comms_of(ckpt: Checkpointer) -> Iterable[Any]:
+def comms_of(ckpt: Checkpointer) -> Iterable[Any]:
     """Every communicator ``ckpt`` may be blocked on (revoked at a repair)."""
     comms = [getattr(ckpt, "comm", None), getattr(ckpt, "_icomm", None)]
     post = getattr(ckpt, "_post", None)
@@ -189,15 +191,15 @@ def adopt(ckpt: Checkpointer, app: Any) -> None:
         cannot_go_on(state.rebuilt, "every rank that knew the run's state is dead")
     mine = None
     if rank == root:
-        mine = {"exec_id": ckpt.exec_id, "nodes": list(ckpt._node_ids), "manifest": ckpt._store.manifest.dumps(),
-                "restarted": ckpt._restarted, "problem": ckpt._problem}
+        mine = {"exec_id": ckpt.exec_id, "nodes": list(ckpt.topology.node_of), "restarted": ckpt._restarted,
+                "manifest": ckpt._store.manifest.dumps(), "problem": ckpt._problem}
     run = _mpi.bcast(icomm, mine, root, "online recovery: run state", timeout)
     config = ckpt.config
     ckpt.comm = AppComm.wrap(app, ckpt)
     ckpt.rank, ckpt.nranks = rank, size
-    ckpt._node_ids = list(run["nodes"])
-    ckpt.topology = plan_topology(ckpt._node_ids, rank, head=0, group_size=config.group_size,
-                                  ckpt_dir=config.ckpt_dir, need_groups=bool(config.ckpt_l2 or config.ckpt_l3))
+    ckpt.topology = plan_topology(list(run["nodes"]), rank, head=0, group_size=config.group_size,
+                                  ckpt_dir=config.ckpt_dir,
+                                  need_groups=bool(config.ckpt_l2 or config.ckpt_l3))
     ckpt.exec_id = str(run["exec_id"])
     manifest = Manifest.loads(run["manifest"])
     ckpt._store = ManifestStore(config.meta_dir, manifest, writer=rank == 0)
@@ -344,18 +346,3 @@ def restore(ckpt: Checkpointer) -> int:
         state.fenced = state.fresh = False
         return int(entry.extra.get("next_step", 0))
 
-
-def finished(ckpt: Checkpointer) -> bool:
-    """At the end of the loop: whether every rank got there without a failure (collective).
-
-    A failure seen here repairs (False: the loop restores and goes on), so no survivor leaves the loop
-    while another still needs it.
-    """
-    try:
-        _mpi.barrier(ckpt._icomm, ckpt.config.failure_timeout, "end of the steps() loop")
-        return True
-    except ProcessFailure as exc:
-        if isinstance(exc, OnlineRecoveryError):
-            raise
-        repair(ckpt, exc)
-        return False

@@ -26,18 +26,20 @@ import numpy as np
 from mpi4py import MPI
 
 from .._wait import deadline_after, poll_until, wait_requests
+from ..config import Config
 from ..errors import ConfigError
 from ..failure.detect import is_failure_error
 from ..failure.replace import SPARE, Rebuilt, rebuild
 from ..failure.ulfm import exit_without_finalize, require_ulfm
+from ..launch import SPARES_ENV
 from . import _mpi
-from .online import OnlineState, adopt, cannot_go_on, is_process_failure, repair
 from .levels import recovery_chain
+from .online import OnlineState, adopt, cannot_go_on, is_process_failure, repair
 
 if TYPE_CHECKING:
     from .checkpointer import Checkpointer
 
-__all__ = ["split_spares", "release_spares", "RELEASE_TAG", "IDLE_SLEEP"]
+__all__ = ["with_spares", "split_spares", "release_spares", "RELEASE_TAG", "IDLE_SLEEP"]
 
 #: Tag of the message that releases idle spares at the end of the job (on the world communicator).
 RELEASE_TAG = 32011
@@ -45,8 +47,29 @@ RELEASE_TAG = 32011
 IDLE_SLEEP = 0.05
 
 
-def split_spares(ckpt: Checkpointer, world: Any) -> Any:
+def with_spares(config: Config, spare_ranks: int | None) -> Config:
+    """``config`` with ``spare_ranks`` from the argument, else ``$FTKIT_SPARE_RANKS`` (``ftkit launch
+    --spares``), else as configured.
+
+    Raises
+    ------
+    ConfigError
+        If the value is not an integer >= 0.
+    """
+    if spare_ranks is None and os.environ.get(SPARES_ENV):
+        try:
+            spare_ranks = int(os.environ[SPARES_ENV])
+        except ValueError:
+            raise ConfigError(f"${SPARES_ENV} = {os.environ[SPARES_ENV]!r} must be an integer >= 0 "
+                              "(set by ftkit launch --spares)") from None
+    return config if spare_ranks is None else config.replace(spare_ranks=spare_ranks)
+
+
+def split_spares(ckpt: Checkpointer, world: Any, spare_ranks: int | None = None) -> Any:
     """Divide ``world`` into application ranks and spares (collective); set ``ckpt._online``.
+
+    ``spare_ranks`` as in :func:`with_spares` (``ckpt.config`` is updated); without spares, ``world`` is
+    returned as it is.
 
     Returns
     -------
@@ -62,12 +85,14 @@ def split_spares(ckpt: Checkpointer, world: Any) -> Any:
     OnlineRecoveryError
         On a spare, if the job could not be recovered online.
     """
-    config = ckpt.config
+    config = ckpt.config = with_spares(ckpt.config, spare_ranks)
     spares = int(config.spare_ranks)
+    if not spares:
+        return world
     size = world.Get_size()
     if config.head:
-        raise ConfigError(f"{config.source}: spare_ranks = {spares} with head = 1: spares and dedicated heads "
-                          "cannot be combined; set one of them to 0")
+        raise ConfigError(f"{config.source}: spare_ranks = {spares} with head = 1: spares and dedicated "
+                          "heads cannot be combined; set one of them to 0")
     if spares >= size:
         raise ConfigError(f"{config.source}: spare_ranks = {spares} leaves no application rank in a job of "
                           f"{size} processes: launch more processes or use fewer spares")
