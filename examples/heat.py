@@ -28,6 +28,7 @@ import xxhash
 from mpi4py import MPI
 
 import ftkit
+from ftkit.failure import exit_without_finalize
 from ftkit.inject import kill_self
 
 
@@ -127,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
               f"{len(status.checkpoints)} checkpoint(s) "
               f"kept at the end, {elapsed:.2f} s", flush=True)
         print(f"digest {digest(field)}", flush=True)
+    if ckpt.recoveries:
+        exit_without_finalize(comm, 0)  # after a failure, MPI_Finalize may wait for the dead (ompi#11404)
     return 0
 
 

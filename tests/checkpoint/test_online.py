@@ -94,3 +94,54 @@ def test_rank_killed_during_compute_is_replaced_from_its_partner_copy(tmp_path):
     assert got == ref, r.stdout
     rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
     assert rec == [(rec[0][0], rec[0][1], "2")] and rec[0][0] == "1", r.stdout  # the spare read L2
+
+
+def test_node_lost_with_rank_0_is_replaced_by_l3_decoding(tmp_path):
+    # 4 ranks on 2 emulated nodes + 2 spares, RS-coded L3 every 5 steps; node 0 (ranks 0 and 1, rank 0
+    # included) is SIGKILLed and its node-local directory deleted: both replacements decode in their groups.
+    write_config(tmp_path, group_size=2, ckpt_l3=5)
+    job = Job(tmp_path, 4, 2, "--steps", "40", "--pause", "0.02")
+    job.kill_at(13, [0, 1], node_dir=0)
+    r = job.done()
+    assert r.returncode == 0, r.stdout + r.stderr
+    got, ref = _digests(r.stdout)
+    assert got == ref, r.stdout
+    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
+    assert [(d, lv) for d, _, lv in rec] == [("0, 1", "3")], r.stdout
+
+
+def test_spares_exhausted_every_survivor_raises_the_same_error_and_a_relaunch_recovers(tmp_path):
+    # 1 spare for a node of 2 ranks: nobody can go on online; the L2 checkpoint on disk serves the relaunch.
+    write_config(tmp_path, group_size=2, ckpt_l2=5)
+    job = Job(tmp_path, 4, 1, "--steps", "30", "--pause", "0.02")
+    job.kill_at(12, [2, 3], node_dir=1)
+    r = job.done()
+    errors = {p.name.split(".")[1].rstrip("0123456789"): p.read_text()
+              for p in tmp_path.glob("online-error.*")}
+    names = sorted(p.name.split(".")[1] for p in tmp_path.glob("online-error.*"))
+    assert names[:2] == ["rank0", "rank1"] and len(names) == 3 and names[2].startswith("spare"), names
+    assert len(set(errors.values())) == 1, errors  # the same message everywhere
+    msg = next(iter(errors.values()))
+    assert "no spare left" in msg and "[2, 3]" in msg and "relaunch" in msg, msg
+    assert "digest" not in r.stdout
+    again = Job(tmp_path, 4, 0, "--steps", "30").done()
+    assert again.returncode == 0, again.stdout + again.stderr
+    got, ref = _digests(again.stdout)
+    assert got == ref, again.stdout
+
+
+def test_rank_killed_inside_an_inline_l2_checkpoint(tmp_path):
+    # rank 2 stops inside the pipeline of the first L2 checkpoint after step 10 (its L1 file written, the
+    # partner copies not yet made) and is SIGKILLed there: the checkpoint in flight is never committed, the
+    # job goes back to the previous one.
+    write_config(tmp_path, group_size=2, ckpt_l2=5)
+    job = Job(tmp_path, 4, 1, "--steps", "30", "--hold-stage", "before_post", "--hold-rank", "2",
+              "--hold-after", "10")
+    _wait_for(lambda: (tmp_path / "held").exists() or not job.thread.is_alive(), "the held rank")
+    kill_pid(int((tmp_path / "held").read_text()))
+    r = job.done()
+    assert r.returncode == 0, r.stdout + r.stderr
+    got, ref = _digests(r.stdout)
+    assert got == ref, r.stdout
+    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
+    assert [(d, c, lv) for d, c, lv in rec] == [("2", "2", "2")], r.stdout  # checkpoint 3 was in flight

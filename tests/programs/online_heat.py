@@ -8,8 +8,9 @@ per step (on every rank) to give the driver a window. ``--hold-stage STAGE --hol
 taken after step ``--hold-after`` (a kill *during* a checkpoint, from outside).
 
 Output on rank 0: ``recovery dead=[..] ckpt=<id> level=<L>`` per online recovery, then ``digest <hex>`` of
-the final field and ``reference <hex>`` (a serial recomputation). An OnlineRecoveryError is printed as
-``ONLINE-ERROR rank=<r> <message>`` by every rank that raises it (exit code 3).
+the final field and ``reference <hex>`` (a serial recomputation). Every process that raises an
+OnlineRecoveryError writes its message to ``<dir>/online-error.rank<r>`` (a spare: ``.spare<pid>``) and
+exits with code 3 (a file, not stdout: the launcher may end the others as soon as one exits).
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ p.add_argument("--hold-after", type=int, default=0)
 a = p.parse_args()
 out = Path(a.dir)
 
-ckpt = ftkit.Checkpointer(a.config)
+try:
+    ckpt = ftkit.Checkpointer(a.config)
+except ftkit.OnlineRecoveryError as exc:  # a spare, when the job could not be recovered online
+    (out / f"online-error.spare{os.getpid()}").write_text(str(exc))
+    exit_without_finalize(None, 3)
 comm = ckpt.comm
 (out / f"pid.{comm.rank}").write_text(str(os.getpid()))
 n = a.size
@@ -78,10 +83,12 @@ try:
     reports = ckpt.recoveries
     ckpt.finalize()
 except ftkit.OnlineRecoveryError as exc:
-    print(f"ONLINE-ERROR rank={ckpt.rank} {exc}", flush=True)
+    (out / f"online-error.rank{ckpt.rank}").write_text(str(exc))
     exit_without_finalize(None, 3)
 if comm.rank == 0:
     for r in reports:
         print(f"recovery dead={list(r.dead)} ckpt={r.checkpoint_id} level={r.level}", flush=True)
     print(f"digest {heat.digest(field)}", flush=True)
     print(f"reference {heat.digest(heat.reference(n, a.steps))}", flush=True)
+if reports:
+    exit_without_finalize(comm, 0)  # after a failure, MPI_Finalize may wait for the dead (ompi#11404)

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from .checkpointer import Checkpointer
 
 __all__ = ["AppComm", "OnlineState", "RepairReport", "adopt", "cannot_go_on", "forget_unreachable",
-           "is_process_failure", "repair", "restore", "comms_of"]
+           "is_process_failure", "repair", "restore", "comms_of", "check_replaced"]
 
 
 def is_process_failure(exc: BaseException) -> bool:
@@ -119,9 +119,16 @@ def cannot_go_on(rebuilt: Rebuilt, why: str) -> NoReturn:
     """
     raise OnlineRecoveryError(
         f"online recovery impossible: {why} (dead application ranks {list(rebuilt.dead)}, "
-        f"{len(rebuilt.spares) + len(rebuilt.replaced)} spare(s) were left). The newest complete checkpoint "
+        f"{len(rebuilt.spares)} idle spare(s)). The newest complete checkpoint "
         "is on disk: relaunch the job (with more spare_ranks to survive this online) and it recovers from it",
         list(rebuilt.dead))
+
+
+def check_replaced(rebuilt: Rebuilt) -> None:
+    """Raise :class:`OnlineRecoveryError` (via :func:`cannot_go_on`) if some dead rank got no spare."""
+    if rebuilt.missing:
+        cannot_go_on(rebuilt, f"{len(rebuilt.dead)} rank(s) died and {len(rebuilt.spares)} spare(s) were "
+                              "left: no spare left for some of them")
 
 
 def repair(ckpt: Checkpointer, cause: BaseException) -> None:
@@ -143,9 +150,7 @@ def repair(ckpt: Checkpointer, cause: BaseException) -> None:
     report.dead = rebuilt.dead
     state.report = report
     state.world, state.spares, state.rebuilt = rebuilt.world, rebuilt.spares, rebuilt
-    if rebuilt.missing:
-        cannot_go_on(rebuilt, f"{len(rebuilt.missing)} dead rank(s) {list(rebuilt.missing)} and no spare "
-                              "left for them")
+    check_replaced(rebuilt)
     state.fenced = True
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,7 +35,7 @@ from ..failure.ulfm import exit_without_finalize, require_ulfm
 from ..launch import SPARES_ENV
 from . import _mpi
 from .levels import recovery_chain
-from .online import OnlineState, adopt, cannot_go_on, is_process_failure, repair
+from .online import OnlineState, RepairReport, adopt, check_replaced, is_process_failure, repair
 
 if TYPE_CHECKING:
     from .checkpointer import Checkpointer
@@ -133,11 +134,12 @@ def _wait_as_spare(ckpt: Checkpointer) -> None:
         except MPI.Exception as exc:
             if not is_failure_error(exc):
                 raise
+        woke = time.perf_counter()
         rebuilt = rebuild(state.world, SPARE, state.napp, timeout)
         state.world, state.spares, state.rebuilt = rebuilt.world, rebuilt.spares, rebuilt
-        if rebuilt.missing:
-            cannot_go_on(rebuilt, f"{len(rebuilt.missing)} dead rank(s) {list(rebuilt.missing)} and no spare "
-                                  "left for them")
+        state.report = RepairReport(failures=state.report.failures + 1, dead=rebuilt.dead, detected=woke,
+                                    rebuilt=time.perf_counter())
+        check_replaced(rebuilt)
         if rebuilt.app is not None:
             _become(ckpt, rebuilt)
             return

@@ -162,7 +162,8 @@ def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
         survivors = tuple(sorted(r for r in roster if r != SPARE))
         me = shrunk.Get_rank()
         if missing:
-            return Rebuilt(shrunk, None, -1 if role == SPARE else role, {}, dead, missing, survivors, idle,
+            spares = tuple(pos for pos, r in enumerate(roster) if r == SPARE)  # all stay idle
+            return Rebuilt(shrunk, None, -1 if role == SPARE else role, {}, dead, missing, survivors, spares,
                            tuple(roster))
         new_rank = role if role != SPARE else next((r for r, pos in replaced.items() if pos == me), -1)
         app = None
