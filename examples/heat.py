@@ -7,7 +7,7 @@ config's intervals (``ckpt_l1..ckpt_l4``) decide when ``snapshot()`` checkpoints
 
 At the end rank 0 gathers the field and prints ``digest <xxh3-64 hex>`` of its bytes, so runs can be compared
 bit for bit (``--save`` also writes it as ``.npy``). ``--kill-at STEP --kill-rank R`` SIGKILLs rank R when the
-run reaches STEP (fresh runs only), to test recovery.
+run reaches STEP (fresh runs only), to test recovery; ``--kill STEP:R,R`` (repeatable) plans several kills.
 
 With ``spare_ranks`` in the config (or ``ftkit launch --spares S``), a killed rank is replaced online by a
 spare and the run goes on without a relaunch; the final digest is the same.
@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 import ftkit
 from ftkit.failure import exit_without_finalize
-from ftkit.inject import kill_self
+from ftkit.inject import delete_node_dir, kill_self
 
 
 def row_band(n: int, nranks: int, rank: int) -> tuple[int, int]:
@@ -98,10 +98,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     for s in ckpt.steps(args.steps):  # after an online recovery (spare_ranks), resumes at the restored step
         comm = ckpt.comm  # the repaired communicator after an online recovery
-        if args.kill_at is not None and s == args.kill_at and not ckpt.restarted and not ckpt.recoveries \
-                and comm.rank in args.kill_rank:
-            print(f"heat: rank {comm.rank} killing itself at step {s}", flush=True)
-            kill_self()
+        _maybe_kill(ckpt, s, args)
         exchange_halos(comm, u)
         jacobi_rows(u, start, n)
         step[0] = s + 1
@@ -131,6 +128,20 @@ def run(args: argparse.Namespace) -> int:
     if ckpt.recoveries:
         exit_without_finalize(comm, 0)  # after a failure, MPI_Finalize may wait for the dead (ompi#11404)
     return 0
+
+
+def _maybe_kill(ckpt: ftkit.Checkpointer, s: int, args: argparse.Namespace) -> None:
+    """SIGKILL this rank if a planned kill says so (fresh runs only; the i-th after i online recoveries)."""
+    plan = [(args.kill_at, [args.kill_rank])] if args.kill_at is not None else []
+    plan += [(int(at), [int(r) for r in ranks.split(",")]) for at, ranks in (k.split(":") for k in args.kill)]
+    done = ckpt.recoveries[-1].number if ckpt.recoveries else 0  # the job's, also on a replacement
+    if ckpt.restarted or done >= len(plan) or plan[done][0] != s or ckpt.comm.rank not in plan[done][1]:
+        return
+    topo = ckpt.topology
+    if set(topo.ranks_on_node) <= set(plan[done][1]) and topo.rank_in_node == 0:
+        delete_node_dir(topo.local_dir)  # the whole node dies: its local storage goes with it
+    print(f"heat: rank {ckpt.comm.rank} killing itself at step {s}", flush=True)
+    kill_self()
 
 
 def _default_config() -> ftkit.Config:
@@ -167,7 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=128, help="global grid is SIZE x SIZE")
     p.add_argument("--config", default=None, help="FTI-style INI file (default: L1 every 10 iterations)")
     p.add_argument("--kill-at", type=int, default=None, help="SIGKILL --kill-rank when reaching this step")
-    p.add_argument("--kill-rank", type=int, nargs="+", default=[0], help="rank(s) to kill (a node: all)")
+    p.add_argument("--kill-rank", type=int, default=0)
+    p.add_argument("--kill", action="append", default=[], metavar="STEP:R[,R...]",
+                   help="SIGKILL these ranks at STEP (repeatable: the i-th after i online recoveries); ranks "
+                        "that make up a whole node delete its node-local directory first")
     p.add_argument("--save", default=None, help="rank 0 saves the final field to this .npy file")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)

@@ -71,9 +71,13 @@ def is_process_failure(exc: BaseException) -> bool:
 
 @dataclass
 class RepairReport:
-    """Timings of the last online recovery (seconds, ``time.perf_counter``) and what happened."""
+    """One online recovery: which ranks died, what was restored, and when each phase ended (seconds,
+    ``time.perf_counter``; ``detected`` is when this process saw the failure).
 
-    failures: int = 0
+    ``number`` counts the job's online recoveries (1 for the first), the same on every rank.
+    """
+
+    number: int = 0
     dead: tuple[int, ...] = ()
     detected: float = 0.0
     rebuilt: float = 0.0
@@ -104,6 +108,7 @@ class OnlineState:
     fresh: bool = False               # a replacement not yet restored (the dead rank's files are not its own)
     report: RepairReport = field(default_factory=RepairReport)
     history: list[RepairReport] = field(default_factory=list)
+    recoveries: int = 0               # online recoveries of the job so far (agreed at each adoption)
 
 
 def cannot_go_on(rebuilt: Rebuilt, why: str) -> NoReturn:
@@ -141,14 +146,16 @@ def repair(ckpt: Checkpointer, cause: BaseException) -> None:
     """
     state = ckpt._online
     assert state is not None
-    report = RepairReport(failures=state.report.failures + 1, detected=time.perf_counter())
+    seen = time.perf_counter()
     for comm in comms_of(ckpt):
         with contextlib.suppress(Exception):
             revoke(comm)
     rebuilt = rebuild(state.world, ckpt.rank, state.napp, ckpt.config.failure_timeout)
-    report.rebuilt = time.perf_counter()
-    report.dead = rebuilt.dead
-    state.report = report
+    if state.fenced or state.fresh:  # a further failure before the data was restored: the same recovery
+        state.report.dead = tuple(sorted({*state.report.dead, *rebuilt.dead}))
+    else:
+        state.report = RepairReport(dead=rebuilt.dead, detected=seen)
+    state.report.rebuilt = time.perf_counter()
     state.world, state.spares, state.rebuilt = rebuilt.world, rebuilt.spares, rebuilt
     check_replaced(rebuilt)
     state.fenced = True
@@ -197,7 +204,8 @@ def adopt(ckpt: Checkpointer, app: Any) -> None:
     mine = None
     if rank == root:
         mine = {"exec_id": ckpt.exec_id, "nodes": list(ckpt.topology.node_of), "restarted": ckpt._restarted,
-                "manifest": ckpt._store.manifest.dumps(), "problem": ckpt._problem}
+                "manifest": ckpt._store.manifest.dumps(), "problem": ckpt._problem,
+                "recoveries": state.recoveries}
     run = _mpi.bcast(icomm, mine, root, "online recovery: run state", timeout)
     config = ckpt.config
     ckpt.comm = AppComm.wrap(app, ckpt)
@@ -209,6 +217,7 @@ def adopt(ckpt: Checkpointer, app: Any) -> None:
     manifest = Manifest.loads(run["manifest"])
     ckpt._store = ManifestStore(config.meta_dir, manifest, writer=rank == 0)
     ckpt._restarted, ckpt._problem = bool(run["restarted"]), str(run["problem"])
+    state.recoveries = int(run["recoveries"])
     prepare_dirs(config, ckpt.topology, icomm)  # a replacement's node directory may be gone with its node
     if rank == 0 and ckpt._lock is None:
         ckpt._lock = _take_over_lock(config.meta_dir)
@@ -347,6 +356,8 @@ def restore(ckpt: Checkpointer) -> int:
         report = state.report
         report.protected_again = time.perf_counter()
         report.checkpoint_id, report.level = info.checkpoint_id, info.level
+        state.recoveries += 1
+        report.number = state.recoveries
         state.history.append(report)
         state.fenced = state.fresh = False
         return int(entry.extra.get("next_step", 0))

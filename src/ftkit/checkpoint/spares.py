@@ -137,8 +137,7 @@ def _wait_as_spare(ckpt: Checkpointer) -> None:
         woke = time.perf_counter()
         rebuilt = rebuild(state.world, SPARE, state.napp, timeout)
         state.world, state.spares, state.rebuilt = rebuilt.world, rebuilt.spares, rebuilt
-        state.report = RepairReport(failures=state.report.failures + 1, dead=rebuilt.dead, detected=woke,
-                                    rebuilt=time.perf_counter())
+        state.report = RepairReport(dead=rebuilt.dead, detected=woke, rebuilt=time.perf_counter())
         check_replaced(rebuilt)
         if rebuilt.app is not None:
             _become(ckpt, rebuilt)
