@@ -145,3 +145,54 @@ def test_rank_killed_inside_an_inline_l2_checkpoint(tmp_path):
     assert got == ref, r.stdout
     rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
     assert [(d, c, lv) for d, c, lv in rec] == [("2", "2", "2")], r.stdout  # checkpoint 3 was in flight
+
+
+def _held_job(d: Path, spares: int, stage: str, rank: int, *args: str) -> Job:
+    job = Job(d, 4, spares, "--hold-stage", stage, "--hold-rank", str(rank), *args)
+    _wait_for(lambda: (d / "held").exists() or not job.thread.is_alive(), f"rank {rank} held at {stage}")
+    assert (d / "held").exists(), job.done().stdout
+    return job
+
+
+def test_rank_killed_during_background_post_processing(tmp_path):
+    # inline_l2 = 0: rank 1 is killed while its background thread makes the partner copy of the first L2
+    # checkpoint after step 10. That checkpoint is complete at L1 only, which the replacement cannot use:
+    # the job goes back to the previous L2 checkpoint.
+    write_config(tmp_path, group_size=2, ckpt_l2=5, inline_l2=0)
+    job = _held_job(tmp_path, 1, "post", 1, "--steps", "30", "--hold-after", "10")
+    kill_pid(int((tmp_path / "held").read_text()))
+    r = job.done()
+    assert r.returncode == 0, r.stdout + r.stderr
+    got, ref = _digests(r.stdout)
+    assert got == ref, r.stdout
+    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
+    assert len(rec) == 1 and rec[0][0] == "1" and rec[0][2] == "2", r.stdout
+
+
+def test_partner_killed_during_the_recovery_falls_back_to_l4(tmp_path):
+    # L2 every 5 steps, L4 every 10. Rank 1 is killed at step 17; its partner rank 3 (the holder of its copy)
+    # stops as the restore begins and is killed there. The restore starts over with a second spare: group
+    # (1, 3) has lost both members' files, so the L2 checkpoint of step 15 is unusable and the job goes back
+    # to the L4 checkpoint of step 10, still bit for bit.
+    write_config(tmp_path, group_size=2, ckpt_l2=5, ckpt_l4=10)
+    job = Job(tmp_path, 4, 2, "--steps", "30", "--pause", "0.02", "--hold-stage", "restore", "--hold-rank",
+              "3")
+    job.kill_at(17, [1])
+    _wait_for(lambda: (tmp_path / "held").exists() or not job.thread.is_alive(), "rank 3 held in the restore")
+    kill_pid(int((tmp_path / "held").read_text()))
+    r = job.done()
+    assert r.returncode == 0, r.stdout + r.stderr
+    got, ref = _digests(r.stdout)
+    assert got == ref, r.stdout
+    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
+    assert [(d, lv) for d, _, lv in rec] == [("1, 3", "4")], r.stdout  # one recovery, two ranks, from L4
+
+
+def test_failure_free_run_releases_the_idle_spares(tmp_path):
+    # nobody dies: the spares never reach the application and leave with exit code 0 at finalize
+    write_config(tmp_path, group_size=2, ckpt_l2=5)
+    r = Job(tmp_path, 4, 2, "--steps", "12").done()
+    assert r.returncode == 0, r.stdout + r.stderr
+    got, ref = _digests(r.stdout)
+    assert got == ref and "recovery" not in r.stdout, r.stdout
+    assert sorted(p.name for p in tmp_path.glob("pid.*")) == ["pid.0", "pid.1", "pid.2", "pid.3"]

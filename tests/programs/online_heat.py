@@ -3,9 +3,11 @@ recovery tests: the driver SIGKILLs ranks from outside while it runs.
 
 Every application rank writes ``<dir>/pid.<rank>`` (its PID) at start, and again after it was promoted from
 spare; rank 0 writes ``<dir>/progress`` (the last step done) after each step. ``--pause S`` sleeps S seconds
-per step (on every rank) to give the driver a window. ``--hold-stage STAGE --hold-rank R``: rank R writes
-``<dir>/held`` and sleeps (until killed) when the checkpoint pipeline reaches STAGE of the first checkpoint
-taken after step ``--hold-after`` (a kill *during* a checkpoint, from outside).
+per step (on every rank) to give the driver a window. ``--hold-stage STAGE --hold-rank R``: rank R (an
+original process, not a promoted spare) writes ``<dir>/held`` and sleeps until it is killed from outside
+when, after step ``--hold-after`` and before any online recovery, it reaches STAGE: a stage of the
+checkpoint pipeline (``after_write``, ``before_post``...), ``post`` (its L2 partner copy, in the background
+thread with ``inline_l2 = 0``) or ``restore`` (the start of the first online restore).
 
 Output on rank 0: ``recovery dead=[..] ckpt=<id> level=<L>`` per online recovery, then ``digest <hex>`` of
 the final field and ``reference <hex>`` (a serial recomputation). Every process that raises an
@@ -27,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import heat  # noqa: E402
 
 import ftkit  # noqa: E402
+from ftkit.checkpoint import online  # noqa: E402
+from ftkit.checkpoint.levels import partner  # noqa: E402
 from ftkit.failure import exit_without_finalize  # noqa: E402
 
 p = argparse.ArgumentParser()
@@ -52,21 +56,32 @@ n = a.size
 start, stop = heat.row_band(n, comm.size, comm.rank)
 u = heat.initial_band(n, start, stop)
 ckpt.protect("u", u)
-holding = {"armed": False}
+holding = {"armed": False, "original": ckpt._online is None or not ckpt._online.fresh}
 
 
 def hold(stage: str) -> None:
-    if holding["armed"] and stage == a.hold_stage and ckpt.rank == a.hold_rank:
+    if holding["armed"] and holding["original"] and stage == a.hold_stage and ckpt.rank == a.hold_rank:
         (out / "held").write_text(str(os.getpid()))
         time.sleep(600)
 
 
-if a.hold_stage:
+def held(stage: str, fn):  # type: ignore[no-untyped-def]
+    def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+        hold(stage)
+        return fn(*args, **kwargs)
+    return call
+
+
+if a.hold_stage == "post":
+    partner.partner_copy = held("post", partner.partner_copy)
+elif a.hold_stage == "restore":
+    online.recover_newest = held("restore", online.recover_newest)
+elif a.hold_stage:
     ckpt._ctx.fault_hook = hold  # the test's window: this rank stops inside the pipeline
 
 try:
     for step in ckpt.steps(a.steps):
-        holding["armed"] = step >= a.hold_after and not ckpt.recoveries
+        holding["armed"] = step >= a.hold_after and not ckpt.recoveries or a.hold_stage == "restore"
         comm = ckpt.comm
         heat.exchange_halos(comm, u)
         heat.jacobi_rows(u, start, n)
