@@ -63,14 +63,15 @@ class Demo:
         path.write_text(CONFIG.format(d=d, node_size=self.node_size))
         return path
 
-    def heat(self, config: Path, *extra: str, save: Path | None = None) -> MPIResult:
-        """Run the heat example on ``ranks`` ranks in emulated nodes of ``node_size`` ranks."""
+    def heat(self, config: Path, *extra: str, save: Path | None = None, spares: int = 0) -> MPIResult:
+        """Run the heat example on ``ranks`` ranks in emulated nodes of ``node_size`` ranks (+ spares)."""
         args = [sys.executable, str(HEAT), "--steps", str(self.steps), "--size", str(self.size),
                 "--config", str(config), *extra]
         if save is not None:
             args += ["--save", str(save)]
         t0 = time.perf_counter()
-        result = run_mpi(self.ranks, args, timeout=self.timeout, node_size=self.node_size, cwd=config.parent)
+        result = run_mpi(self.ranks, args, timeout=self.timeout, node_size=self.node_size, cwd=config.parent,
+                         spares=spares)
         for line in result.stdout.splitlines():
             if line.startswith("heat:"):
                 say(f"    | {line}")
@@ -191,6 +192,33 @@ def scene_lose_a_node(demo: Demo) -> bool:
     return demo.compare(out)
 
 
+def scene_online_spares(demo: Demo) -> bool:
+    """With spare ranks, a rank and then a whole node die and the job finishes without a relaunch."""
+    nodes = demo.ranks // demo.node_size
+    if nodes < 2:
+        say("    skipped: needs at least 2 emulated nodes")
+        return True
+    spares = 1 + demo.node_size  # one for the rank, one per rank of the node
+    group_size = max(2, min(4, nodes))
+    cfg = demo.config("online")
+    cfg.write_text(NODE_LOSS_CONFIG.format(d=cfg.parent, node_size=demo.node_size, group_size=group_size))
+    first, second = demo.steps // 3, 2 * demo.steps // 3
+    victim, node = demo.ranks // 2 + 1, nodes - 1
+    ranks = ",".join(str(node * demo.node_size + i) for i in range(demo.node_size))
+    say(f"    {demo.ranks} ranks + {spares} spares (ftkit launch --spares {spares}), L3 every 5 steps; rank "
+        f"{victim} is SIGKILLed at step {first}, then node {node} (ranks {ranks}, local directory deleted) "
+        f"at step {second} ...")
+    out = cfg.parent / "field.npy"
+    r = demo.heat(cfg, "--kill", f"{first}:{victim}", "--kill", f"{second}:{ranks}", save=out, spares=spares)
+    recoveries = re.findall(r"online recovery: ranks \[([\d, ]+)\] replaced", r.stdout)
+    if r.returncode != 0 or len(recoveries) != 2:
+        say(f"    the job did not finish with two online recoveries (exit {r.returncode}):\n"
+            f"{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
+        return False
+    say("    the job finished without a relaunch")
+    return demo.compare(out)
+
+
 def scene_multiply_survives_kill(demo: Demo) -> bool:
     """A rank is SIGKILLed in the middle of a distributed multiply; the survivors still return A @ B."""
     victim = demo.ranks // 2 + 1 if demo.ranks > 2 else 0
@@ -227,6 +255,8 @@ SCENES: list[tuple[str, Callable[[Demo], bool]]] = [
     ("rank killed mid-run -> relaunch -> recover from L1", scene_kill_and_recover),
     ("all node-local storage lost -> recover from L4", scene_lose_local_storage),
     ("a whole node lost (ranks killed, local dir deleted) -> recover from L3", scene_lose_a_node),
+    ("spare ranks: a rank, then a whole node die -> the job goes on online, no relaunch",
+     scene_online_spares),
     ("rank killed mid-multiply -> survivors finish, product still right", scene_multiply_survives_kill),
     ("silent bit flip in a product inside CG -> ABFT checksums locate and correct it",
      scene_bit_flip_corrected),

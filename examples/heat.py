@@ -7,7 +7,10 @@ config's intervals (``ckpt_l1..ckpt_l4``) decide when ``snapshot()`` checkpoints
 
 At the end rank 0 gathers the field and prints ``digest <xxh3-64 hex>`` of its bytes, so runs can be compared
 bit for bit (``--save`` also writes it as ``.npy``). ``--kill-at STEP --kill-rank R`` SIGKILLs rank R when the
-run reaches STEP (fresh runs only), to test recovery.
+run reaches STEP (fresh runs only), to test recovery; ``--kill STEP:R,R`` (repeatable) plans several kills.
+
+With ``spare_ranks`` in the config (or ``ftkit launch --spares S``), a killed rank is replaced online by a
+spare and the run goes on without a relaunch; the final digest is the same.
 
 Run: ``ftkit launch -n 4 --node-size 2 -- python examples/heat.py --steps 40 --size 64 --config ftkit.ini``
 """
@@ -25,7 +28,8 @@ import xxhash
 from mpi4py import MPI
 
 import ftkit
-from ftkit.inject import kill_self
+from ftkit.failure import exit_without_finalize
+from ftkit.inject import delete_node_dir, kill_self
 
 
 def row_band(n: int, nranks: int, rank: int) -> tuple[int, int]:
@@ -92,18 +96,22 @@ def run(args: argparse.Namespace) -> int:
                   f"at step {step[0]}",
                   flush=True)
     t0 = time.perf_counter()
-    while step[0] < args.steps:
-        if args.kill_at is not None and step[0] == args.kill_at and not ckpt.restarted \
-                and comm.rank == args.kill_rank:
-            print(f"heat: rank {comm.rank} killing itself at step {step[0]}", flush=True)
-            kill_self()
+    for s in ckpt.steps(args.steps):  # after an online recovery (spare_ranks), resumes at the restored step
+        comm = ckpt.comm  # the repaired communicator after an online recovery
+        _maybe_kill(ckpt, s, args)
         exchange_halos(comm, u)
         jacobi_rows(u, start, n)
-        step[0] += 1
+        step[0] = s + 1
         level = ckpt.snapshot()
         if level and comm.rank == 0 and args.verbose:
             print(f"heat: step {step[0]}: checkpoint at level {level}", flush=True)
     elapsed = time.perf_counter() - t0
+    comm = ckpt.comm
+    for report in ckpt.recoveries:
+        if comm.rank == 0:
+            print(f"heat: online recovery: ranks {list(report.dead)} replaced, checkpoint "
+                  f"{report.checkpoint_id} restored from level {report.level}, "
+                  + ", ".join(f"{k} {v:.3f} s" for k, v in report.phases().items()), flush=True)
     counts = [(row_band(n, comm.size, r)[1] - row_band(n, comm.size, r)[0]) * n for r in range(comm.size)]
     field = np.empty((n, n)) if comm.rank == 0 else None
     comm.Gatherv(np.ascontiguousarray(u[1:-1]), [field, counts] if comm.rank == 0 else None, root=0)
@@ -117,7 +125,23 @@ def run(args: argparse.Namespace) -> int:
               f"{len(status.checkpoints)} checkpoint(s) "
               f"kept at the end, {elapsed:.2f} s", flush=True)
         print(f"digest {digest(field)}", flush=True)
+    if ckpt.recoveries:
+        exit_without_finalize(comm, 0)  # after a failure, MPI_Finalize may wait for the dead (ompi#11404)
     return 0
+
+
+def _maybe_kill(ckpt: ftkit.Checkpointer, s: int, args: argparse.Namespace) -> None:
+    """SIGKILL this rank if a planned kill says so (fresh runs only; the i-th after i online recoveries)."""
+    plan = [(args.kill_at, [args.kill_rank])] if args.kill_at is not None else []
+    plan += [(int(at), [int(r) for r in ranks.split(",")]) for at, ranks in (k.split(":") for k in args.kill)]
+    done = ckpt.recoveries[-1].number if ckpt.recoveries else 0  # the job's, also on a replacement
+    if ckpt.restarted or done >= len(plan) or plan[done][0] != s or ckpt.comm.rank not in plan[done][1]:
+        return
+    topo = ckpt.topology
+    if set(topo.ranks_on_node) <= set(plan[done][1]) and topo.rank_in_node == 0:
+        delete_node_dir(topo.local_dir)  # the whole node dies: its local storage goes with it
+    print(f"heat: rank {ckpt.comm.rank} killing itself at step {s}", flush=True)
+    kill_self()
 
 
 def _default_config() -> ftkit.Config:
@@ -155,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", default=None, help="FTI-style INI file (default: L1 every 10 iterations)")
     p.add_argument("--kill-at", type=int, default=None, help="SIGKILL --kill-rank when reaching this step")
     p.add_argument("--kill-rank", type=int, default=0)
+    p.add_argument("--kill", action="append", default=[], metavar="STEP:R[,R...]",
+                   help="SIGKILL these ranks at STEP (repeatable: the i-th after i online recoveries); ranks "
+                        "that make up a whole node delete its node-local directory first")
     p.add_argument("--save", default=None, help="rank 0 saves the final field to this .npy file")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)

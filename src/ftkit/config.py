@@ -37,7 +37,9 @@ Sections and keys (FTI's meaning and units; ftkit's own keys in ``[ftkit]``, als
 ``[ftkit]``
     ``interval_unit`` (``minutes`` | ``iterations``), ``l3_code`` (``rs`` | ``xor``), ``mtbf`` (seconds),
     ``failure_timeout`` (seconds any wait on a peer may take, > 0), ``group_access`` (0|1: 1 lets the
-    user's group read checkpoint files, 0640/0750, for shared-group setups; default 0: 0600/0700).
+    user's group read checkpoint files, 0640/0750, for shared-group setups; default 0: 0600/0700),
+    ``spare_ranks`` (the last N processes of the job are spares for online recovery, issue 17; needs ULFM;
+    default 0).
 
 Directories: ``$VAR`` and ``${VAR}`` are expanded from the environment (an unset variable is a
 :class:`ConfigError` naming it), then ``~``; relative paths are resolved against the working directory when
@@ -150,6 +152,7 @@ class Config:
     mtbf: float = 0.0
     failure_timeout: float = 300.0
     group_access: int = 0
+    spare_ranks: int = 0
     source: str = field(default="<defaults>", compare=False)
     #: Notes of the INI reader (unknown, repeated and empty keys); set by :meth:`from_string`.
     parse_notes: tuple[str, ...] = field(default=(), compare=False, repr=False)

@@ -177,6 +177,7 @@ KEYS: tuple[KeySpec, ...] = (
        "seconds any wait on a peer may take"),
     _k("group_access", "ftkit", "flag", _BOOL, "1: the group may read checkpoint files (0640/0750) for "
        "shared-group setups; 0: private to the user (0600/0700)"),
+    _k("spare_ranks", "ftkit", "int", _NONNEG, "spare processes held for online recovery (the job's last N)"),
 )
 
 #: (section, spelling in the file) -> Config attribute. FTI's code spells the Lustre keys "stiping".

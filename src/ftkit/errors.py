@@ -36,6 +36,7 @@ __all__ = [
     "ABFTArgumentError",
     "ModelError",
     "ConfigWarning",
+    "OnlineRecoveryError",
 ]
 
 
@@ -170,3 +171,9 @@ class ConfigWarning(UserWarning):
 
     Issued once per loaded configuration (Python's :mod:`warnings`); not an :class:`FtkitError`.
     """
+
+
+class OnlineRecoveryError(ProcessFailure):
+    """The job cannot recover online (spares exhausted, no rank left that knew the run's state, no checkpoint
+    covers the new set of ranks): raised on every survivor; the newest complete checkpoint stays on disk and a
+    relaunch recovers from it."""

@@ -38,6 +38,8 @@ __all__ = ["MPIResult", "build_mpirun_command", "build_launch_command", "find_mp
 #: Environment variable through which the launcher tells ranks how many consecutive ranks form one
 #: emulated node (read by :mod:`ftkit.topology`).
 NODE_SIZE_ENV = "FTKIT_NODE_SIZE"
+#: Environment variable carrying ``--spares`` to the ranks (read by ``Checkpointer()``).
+SPARES_ENV = "FTKIT_SPARE_RANKS"
 
 #: The launchers ``ftkit launch --launcher`` knows.
 LAUNCHERS = ("auto", "openmpi", "mpich", "srun")
@@ -236,6 +238,7 @@ def build_launch_command(
     node_size: int | None = None,
     ulfm: bool | None = None,
     env: Mapping[str, str] | None = None,
+    spares: int = 0,
 ) -> tuple[str, list[str]]:
     """Return ``(launcher, command)``: the command line that runs ``program`` on ``nprocs`` ranks.
 
@@ -243,7 +246,9 @@ def build_launch_command(
     ``srun``: ``srun -n N --mpi=PLUGIN -K -O --export=ALL,K=V...`` (``-K`` kills the step when a rank dies,
     ``-O`` lets more ranks than CPUs run; the plugin is ``pmix`` for Open MPI, ``pmi2`` for MPICH, or
     ``$FTKIT_SRUN_MPI``). Other parameters as in :func:`build_mpirun_command`; ``ulfm=None`` means on
-    where the launcher supports it (:func:`resolve_launcher`).
+    where the launcher supports it (:func:`resolve_launcher`). ``spares`` more processes are started
+    after the ``nprocs`` application ranks, as spare ranks for online recovery (exported as
+    ``FTKIT_SPARE_RANKS``; ``node_size`` divides ``nprocs``).
 
     Raises
     ------
@@ -254,6 +259,13 @@ def build_launch_command(
         If ULFM is asked for with a launcher that cannot provide it.
     """
     name, ulfm_on = resolve_launcher(launcher, ulfm=ulfm)
+    if spares:
+        if spares < 0:
+            raise LaunchError(f"--spares must be >= 0, got {spares}")
+        _check_launch_args(nprocs, program, node_size)
+        env = {**(env or {}), SPARES_ENV: str(spares),
+               **({NODE_SIZE_ENV: str(node_size)} if node_size is not None else {})}
+        nprocs, node_size = nprocs + spares, None
     if name == "openmpi":
         return name, build_mpirun_command(nprocs, program, node_size=node_size, ulfm=ulfm_on, env=env)
     _check_launch_args(nprocs, program, node_size)
@@ -316,6 +328,7 @@ def run_mpi(
     cwd: str | os.PathLike[str] | None = None,
     capture: bool = True,
     launcher: str = "auto",
+    spares: int = 0,
 ) -> MPIResult:
     """Run ``program`` under the launcher with a hard timeout and return its outcome.
 
@@ -327,10 +340,10 @@ def run_mpi(
     under ULFM), mpirun is killed after :data:`RUNTIME_EXIT_GRACE` seconds and the exit code is taken from
     the ranks' own (non-zero if any rank failed or could not be seen). Arguments as in
     :func:`build_launch_command` (``launcher="auto"`` with ULFM on is the Open MPI wheel's mpirun);
-    ``timeout`` is in seconds.
+    ``timeout`` is in seconds; ``spares`` as in :func:`build_launch_command`.
     """
     name, cmd = build_launch_command(nprocs, program, launcher=launcher, node_size=node_size, ulfm=ulfm,
-                                     env=env)
+                                     env=env, spares=spares)
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd, cwd=cwd, start_new_session=True, stdin=subprocess.DEVNULL,
@@ -390,6 +403,9 @@ def add_parser(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--launcher", choices=LAUNCHERS, default="auto",
                    help=f"which launcher to use (default: auto, or ${LAUNCHER_ENV})")
     p.add_argument("--node-size", type=int, default=None, help="ranks per emulated node")
+    p.add_argument("--spares", type=int, default=0,
+                   help="start this many spare ranks after the N ranks, for online recovery (needs ULFM; "
+                        "exported as FTKIT_SPARE_RANKS, read by Checkpointer)")
     ulfm = p.add_mutually_exclusive_group()
     ulfm.add_argument("--ulfm", dest="ulfm", action="store_const", const=True, default=None,
                       help="require ULFM (Open MPI >= 5 only; inside SLURM this picks mpirun over srun)")
@@ -419,11 +435,11 @@ def run_launch(args) -> int:  # type: ignore[no-untyped-def]
     program = _with_this_python(program)
     if args.dry_run:
         _, cmd = build_launch_command(args.nprocs, program, launcher=args.launcher, node_size=args.node_size,
-                                      ulfm=args.ulfm)
+                                      ulfm=args.ulfm, spares=args.spares)
         print(" ".join(cmd))
         return 0
     result = run_mpi(args.nprocs, program, timeout=args.timeout or 10**9, node_size=args.node_size,
-                     ulfm=args.ulfm, capture=False, launcher=args.launcher)
+                     ulfm=args.ulfm, capture=False, launcher=args.launcher, spares=args.spares)
     if result.timed_out:
         print(f"ftkit launch: job killed after {args.timeout} s timeout", file=sys.stderr)
         return 124

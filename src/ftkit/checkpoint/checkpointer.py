@@ -23,7 +23,7 @@ from ..errors import CheckpointError, FtkitError, RecoveryError
 from ..storage import set_group_access
 from ..storage.manifest import CheckpointEntry, Manifest, ManifestStore, manifest_path
 from ..topology import Topology, detect_node_ids, plan_topology
-from . import _mpi, keep_last, pipeline
+from . import _mpi, keep_last, online, online_loop, pipeline, spares
 from .contract import CheckpointJob, PipelineContext, RecoveryStep
 from .head import enter_head_mode
 from .levels import recovery_chain
@@ -55,7 +55,7 @@ class CheckpointStatus:
     problem: str
 
 
-class Checkpointer:
+class Checkpointer(online_loop.ResilientLoop):
     """Multi-level checkpointing of protected NumPy arrays, in the manner of FTI.
 
     Parameters
@@ -64,6 +64,9 @@ class Checkpointer:
         Path of an FTI-style INI file, or a :class:`ftkit.Config`.
     comm
         The communicator of the ranks taking part (default ``MPI.COMM_WORLD``). Collective.
+    spare_ranks
+        Spares for online recovery (default: ``ftkit launch --spares``, else the config's; see :meth:`steps`
+        and :mod:`.spares`: a spare never needed ends its process in here, exit code 0, at the job's end).
 
     Raises
     ------
@@ -79,11 +82,14 @@ class Checkpointer:
     holds the application ranks only.
     """
 
-    def __init__(self, config: Config | str | os.PathLike[str] = "ftkit.ini", comm: Any = None) -> None:
+    def __init__(self, config: Config | str | os.PathLike[str] = "ftkit.ini", comm: Any = None, *,
+                 spare_ranks: int | None = None) -> None:
         self.config: Config = load_config(config)
         world = MPI.COMM_WORLD if comm is None else comm
         mpienv.check_start(world, self.config)  # a mis-launched job fails here, before any directory
         set_group_access(bool(self.config.group_access))  # 0600/0700, or 0640/0750 with group_access = 1
+        if (world := spares.split_spares(self, world, spare_ranks)) is None:
+            return  # a promoted spare (see .spares): set up as the dead rank it replaces
         self.config.validate_for(world.Get_size())
         self._icomm = _mpi.internal_comm(world)
         self._finalized = False
@@ -143,6 +149,7 @@ class Checkpointer:
         except BaseException:
             self._close()
             raise
+        self.comm = online.AppComm.wrap(self.comm, self) if self._online is not None else self.comm
 
     # -- FTI_Protect / FTI_Status ------------------------------------------------------------------------
 
@@ -222,6 +229,7 @@ class Checkpointer:
         except MPI.Exception as exc:  # never a raw MPI.Exception to the application
             raise _mpi.as_failure(exc, self._icomm, "recover()") from exc
         self._schedule.count = int(entry.extra.get("snapshots", 0))
+        self._resume_step = int(entry.extra.get("next_step", 0))
         self._recovered = True
         return info
 
@@ -262,6 +270,7 @@ class Checkpointer:
         job.ckpt_id = self._agree_id(id)
         ckpt_id = job.ckpt_id
         job.extra["snapshots"] = self._schedule.count
+        job.extra.update(online_loop.step_extra(self))
         error = None
         try:
             pipeline.write_primary(self._ctx, job, list(self._protected.items()))
@@ -328,6 +337,8 @@ class Checkpointer:
             As :meth:`checkpoint` and :meth:`recover`.
         """
         self._check_open()
+        if self._online is not None and self._online.in_loop:
+            return online_loop.snapshot_in_loop(self, auto)  # a process failure is repaired, not raised
         if self._restarted and not self._recovered:
             self.recover()
         level = self._schedule.due(auto)
@@ -402,6 +413,8 @@ class Checkpointer:
 
     def _close(self) -> None:
         self._finalized = True
+        if self._online is not None:
+            spares.release_spares(self._online, self.rank, self.config.failure_timeout)
         post = getattr(self, "_post", None)
         if post is not None:
             post.close()

@@ -1,0 +1,192 @@
+"""Spare ranks: the last ``spare_ranks`` processes of the job wait inside ``Checkpointer()`` until needed.
+
+:func:`split_spares` (collective over the world, at the start of ``Checkpointer()``) divides the job into
+application ranks, which go on with the application communicator, and spares. A spare sleeps in a receive
+from application rank 0 on the world communicator, polled with growing pauses (no CPU while idle). That
+receive completes
+
+- with a message when the job ends (:func:`release_spares`, called by ``finalize()``): the spare leaves
+  the job and its process ends with exit code 0 (``Checkpointer()`` never returns in it: as a head does);
+- in error when application rank 0 dies or a survivor revokes the world at a repair: the spare joins
+  :func:`ftkit.failure.replace.rebuild`. Promoted, it returns from ``Checkpointer()`` as the dead rank (see
+  :mod:`.online`); not needed this time, it sleeps again.
+
+Placement: the spares are the *last* processes, so with the launcher's usual by-slot mapping they fill
+nodes of their own when ``spare_ranks`` is a multiple of the ranks per node (a replacement on the failed
+node would be lost with it). The topology of the application ranks never includes them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from mpi4py import MPI
+
+from .._wait import deadline_after, poll_until, wait_requests
+from ..config import Config
+from ..errors import ConfigError
+from ..failure.detect import is_failure_error
+from ..failure.replace import SPARE, Rebuilt, rebuild
+from ..failure.ulfm import exit_without_finalize, require_ulfm
+from ..launch import SPARES_ENV
+from . import _mpi
+from .levels import recovery_chain
+from .online import OnlineState, RepairReport, adopt, check_replaced, is_process_failure, repair
+
+if TYPE_CHECKING:
+    from .checkpointer import Checkpointer
+
+__all__ = ["with_spares", "split_spares", "release_spares", "RELEASE_TAG", "IDLE_SLEEP"]
+
+#: Tag of the message that releases idle spares at the end of the job (on the world communicator).
+RELEASE_TAG = 32011
+#: Longest pause (s) between two looks of an idle spare at its receive.
+IDLE_SLEEP = 0.05
+
+
+def with_spares(config: Config, spare_ranks: int | None) -> Config:
+    """``config`` with ``spare_ranks`` from the argument, else ``$FTKIT_SPARE_RANKS`` (``ftkit launch
+    --spares``), else as configured.
+
+    Raises
+    ------
+    ConfigError
+        If the value is not an integer >= 0.
+    """
+    if spare_ranks is None and os.environ.get(SPARES_ENV):
+        try:
+            spare_ranks = int(os.environ[SPARES_ENV])
+        except ValueError:
+            raise ConfigError(f"${SPARES_ENV} = {os.environ[SPARES_ENV]!r} must be an integer >= 0 "
+                              "(set by ftkit launch --spares)") from None
+    return config if spare_ranks is None else config.replace(spare_ranks=spare_ranks)
+
+
+def split_spares(ckpt: Checkpointer, world: Any, spare_ranks: int | None = None) -> Any:
+    """Divide ``world`` into application ranks and spares (collective); set ``ckpt._online``.
+
+    ``spare_ranks`` as in :func:`with_spares` (``ckpt.config`` is updated); without spares, ``world`` is
+    returned as it is.
+
+    Returns
+    -------
+    The application communicator on an application rank; None on a spare promoted to replace a dead rank
+    (``ckpt`` is then set up as that rank). A spare that is never needed does not return (exit code 0).
+
+    Raises
+    ------
+    ULFMUnavailable
+        If this MPI or launch has no ULFM (spares need revoke, agree and shrink).
+    ConfigError
+        If ``spare_ranks`` leaves no application rank, or is combined with ``head = 1``.
+    OnlineRecoveryError
+        On a spare, if the job could not be recovered online.
+    """
+    config = ckpt.config = with_spares(ckpt.config, spare_ranks)
+    spares = int(config.spare_ranks)
+    if not spares:
+        return world
+    size = world.Get_size()
+    if config.head:
+        raise ConfigError(f"{config.source}: spare_ranks = {spares} with head = 1: spares and dedicated "
+                          "heads cannot be combined; set one of them to 0")
+    if spares >= size:
+        raise ConfigError(f"{config.source}: spare_ranks = {spares} leaves no application rank in a job of "
+                          f"{size} processes: launch more processes or use fewer spares")
+    require_ulfm(world, f"spare_ranks = {spares} (online recovery)")
+    wcomm = _mpi.internal_comm(world)
+    napp = size - spares
+    me = wcomm.Get_rank()
+    try:
+        app = wcomm.Split(0 if me < napp else MPI.UNDEFINED, me)
+    except MPI.Exception as exc:
+        raise _mpi.as_failure(exc, wcomm, "Checkpointer start-up: spares") from exc
+    ckpt._online = OnlineState(world=wcomm, napp=napp, spares=tuple(range(napp, size)))
+    if me < napp:
+        app.Set_errhandler(MPI.ERRORS_RETURN)
+        return app
+    _wait_as_spare(ckpt)
+    return None
+
+
+def _leader(rebuilt: Rebuilt | None) -> int:
+    """World position of application rank 0 (the spares' watch)."""
+    if rebuilt is None:
+        return 0
+    return rebuilt.replaced.get(0, rebuilt.roster.index(0) if 0 in rebuilt.roster else 0)
+
+
+def _wait_as_spare(ckpt: Checkpointer) -> None:
+    """Sleep until released (the process ends) or promoted (``ckpt`` becomes the dead rank's)."""
+    state = ckpt._online
+    assert state is not None
+    timeout = ckpt.config.failure_timeout
+    while True:
+        buf = np.zeros(1, np.int64)
+        req = state.world.Irecv(buf, source=_leader(state.rebuilt), tag=RELEASE_TAG)
+        try:
+            poll_until(req.Test, None, "idle spare", max_sleep=IDLE_SLEEP)
+            _leave(state)
+        except MPI.Exception as exc:
+            if not is_failure_error(exc):
+                raise
+        woke = time.perf_counter()
+        rebuilt = rebuild(state.world, SPARE, state.napp, timeout)
+        state.world, state.spares, state.rebuilt = rebuilt.world, rebuilt.spares, rebuilt
+        state.report = RepairReport(dead=rebuilt.dead, detected=woke, rebuilt=time.perf_counter())
+        check_replaced(rebuilt)
+        if rebuilt.app is not None:
+            _become(ckpt, rebuilt)
+            return
+
+
+def _become(ckpt: Checkpointer, rebuilt: Rebuilt) -> None:
+    """Set a promoted spare up as application rank ``rebuilt.app_rank`` (collective with the survivors)."""
+    state = ckpt._online
+    assert state is not None
+    state.informed = False
+    state.fresh = True
+    ckpt.rank = rebuilt.app_rank
+    ckpt.nranks = state.napp
+    ckpt._icomm = None
+    ckpt._lock = None
+    ckpt._links = None
+    ckpt._finalized = False
+    ckpt._recovered = False
+    ckpt._protected = {}
+    ckpt.recovery_steps = recovery_chain()
+    while True:
+        try:
+            adopt(ckpt, state.rebuilt.app if state.rebuilt is not None else None)
+            state.adopted = state.rebuilt
+            return
+        except BaseException as exc:
+            if not is_process_failure(exc):
+                raise
+            repair(ckpt, exc)
+
+
+def release_spares(state: OnlineState, rank: int, timeout: float) -> None:
+    """On application rank 0 at the end of the job: tell every idle spare to leave (best effort)."""
+    if rank != 0 or not state.spares:
+        return
+    one = np.ones(1, np.int64)
+    try:
+        reqs = [state.world.Isend(one, dest=pos, tag=RELEASE_TAG) for pos in state.spares]
+        wait_requests(reqs, deadline_after(timeout), "releasing the spares")
+    except (MPI.Exception, Exception):  # noqa: BLE001 - a dead spare needs no release
+        pass
+
+
+def _leave(state: OnlineState) -> None:
+    """End an idle spare's process: exit code 0 (after MPI_Finalize when no failure happened)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if state.rebuilt is None:
+        MPI.Finalize()
+        os._exit(0)
+    exit_without_finalize(None, 0)  # after a failure, MPI_Finalize may wait for the dead (see ulfm.py)

@@ -1,0 +1,189 @@
+"""Replacing failed ranks with spare processes: the ULFM repair behind online recovery.
+
+The job's processes are the *world* (application ranks and idle spares, on one error-returning
+communicator). When an application rank dies, every live process calls :func:`rebuild` on the world:
+
+1. the world is revoked (an idle spare's pending receive completes in error, so it joins);
+2. ``Shrink`` leaves the live processes; they exchange their roles (application rank or spare) and agree,
+   with ULFM's fault-tolerant ``Agree``, that every one of them got the same roster. A failure that
+   strikes here starts the round again on the shrunk communicator (bounded: each round needs a new death);
+3. each dead application rank gets a spare (the lowest world position first), and a ``Split`` keyed by
+   application rank makes the new application communicator: same size, same rank order, the spare holding
+   the dead rank's number.
+
+Everything here is a fault-tolerant collective over the live processes of the world, and every plain
+collective is followed by an agreement on its outcome, so no process goes on alone with a half-built
+communicator. This module knows processes and communicators only, not checkpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from .._wait import deadline_after, wait_requests
+from ..errors import ProcessFailure
+from .detect import is_failure_error
+from .ulfm import agree_flag, revoke
+
+__all__ = ["SPARE", "Rebuilt", "plan_roles", "rebuild"]
+
+#: Role of an idle spare in the roster (application ranks are 0..napp-1).
+SPARE = -1
+
+
+@dataclass(frozen=True)
+class Rebuilt:
+    """The outcome of one :func:`rebuild`, the same on every live process (but ``app``/``app_rank``).
+
+    Attributes
+    ----------
+    world
+        The live processes (application ranks and spares), error-returning: the world of the next repair.
+    app
+        The new application communicator (``napp`` ranks, same rank order), or None on a spare still idle
+        and when no replacement was possible.
+    app_rank
+        This process's application rank in ``app`` (-1 on an idle spare).
+    replaced
+        Dead application rank -> world position (in ``world``) of the spare that took its place.
+    dead
+        Application ranks that died (sorted).
+    missing
+        Dead application ranks no spare was left for (sorted; empty when every one was replaced).
+    survivors
+        Application ranks that were alive before the failure and still are (sorted).
+    spares
+        World positions (in ``world``) of the spares still idle.
+    roster
+        Role of each process of ``world`` before the promotion (application rank or :data:`SPARE`).
+    """
+
+    world: MPI.Intracomm
+    app: MPI.Intracomm | None
+    app_rank: int
+    replaced: dict[int, int]
+    dead: tuple[int, ...]
+    missing: tuple[int, ...]
+    survivors: tuple[int, ...]
+    spares: tuple[int, ...]
+    roster: tuple[int, ...] = ()
+
+
+def plan_roles(roster: Sequence[int], napp: int) -> tuple[dict[int, int], tuple[int, ...], tuple[int, ...]]:
+    """Assign spares to dead application ranks.
+
+    Parameters
+    ----------
+    roster
+        Role of each live process, by world position: its application rank, or :data:`SPARE`.
+    napp
+        Number of application ranks the job started with.
+
+    Returns
+    -------
+    replaced, missing, idle
+        Dead rank -> world position of its spare; dead ranks left without a spare; idle spares' positions.
+    """
+    alive = {r for r in roster if r != SPARE}
+    dead = sorted(set(range(napp)) - alive)
+    spares = [pos for pos, r in enumerate(roster) if r == SPARE]
+    replaced = dict(zip(dead, spares, strict=False))
+    return replaced, tuple(dead[len(spares):]), tuple(spares[len(replaced):])
+
+
+def _roster(comm: MPI.Intracomm, role: int, timeout: float) -> list[int]:
+    """Every live process's role (collective over ``comm``, with a deadline)."""
+    mine = np.array([role], np.int64)
+    out = np.empty(comm.Get_size(), np.int64)
+    wait_requests([comm.Iallgather(mine, out)], deadline_after(timeout), "spare promotion: roster")
+    return [int(x) for x in out]
+
+
+def _shrink(comm: MPI.Intracomm) -> MPI.Intracomm:
+    shrunk = comm.Shrink()
+    shrunk.Set_errhandler(MPI.ERRORS_RETURN)
+    return shrunk
+
+
+def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
+            *, max_rounds: int | None = None) -> Rebuilt:
+    """Replace the dead application ranks of ``world`` with spares (fault-tolerant collective).
+
+    Call it on every live process of ``world``: application ranks with ``role`` = their application rank,
+    idle spares with :data:`SPARE`. ``world`` is revoked first.
+
+    Parameters
+    ----------
+    world
+        Error-returning communicator of every process of the job (it may be revoked already).
+    role
+        This process's application rank, or :data:`SPARE`.
+    napp
+        Number of application ranks.
+    timeout
+        Seconds a plain collective of the repair may take (the roster exchange).
+    max_rounds
+        Rounds (one per further failure during the repair) before giving up; default: the world's size.
+
+    Returns
+    -------
+    Rebuilt
+        With ``app`` None everywhere when dead ranks are left without a spare (``missing`` non-empty):
+        the caller decides (raise, or go on with fewer ranks).
+
+    Raises
+    ------
+    ProcessFailure
+        If failures keep striking during the repair (more rounds than processes).
+    """
+    revoke(world)
+    comm = world
+    rounds = comm.Get_size() + 1 if max_rounds is None else max_rounds
+    for _ in range(rounds):
+        shrunk = _shrink(comm)
+        roster: list[int] = []
+        try:
+            roster = _roster(shrunk, role, timeout)
+            ok = 1
+        except MPI.Exception as exc:
+            if not is_failure_error(exc):
+                raise
+            ok = 0
+        if not agree_flag(shrunk, ok):
+            revoke(shrunk)
+            comm = shrunk
+            continue
+        replaced, missing, idle = plan_roles(roster, napp)
+        dead = tuple(sorted(replaced) + list(missing))
+        survivors = tuple(sorted(r for r in roster if r != SPARE))
+        me = shrunk.Get_rank()
+        if missing:
+            spares = tuple(pos for pos, r in enumerate(roster) if r == SPARE)  # all stay idle
+            return Rebuilt(shrunk, None, -1 if role == SPARE else role, {}, dead, missing, survivors, spares,
+                           tuple(roster))
+        new_rank = role if role != SPARE else next((r for r, pos in replaced.items() if pos == me), -1)
+        app = None
+        try:
+            app = shrunk.Split(0 if new_rank >= 0 else MPI.UNDEFINED, new_rank)
+            ok = 1
+        except MPI.Exception as exc:
+            if not is_failure_error(exc):
+                raise
+            ok = 0
+        if not agree_flag(shrunk, ok):
+            if app is not None and app != MPI.COMM_NULL:
+                app.Free()
+            revoke(shrunk)
+            comm = shrunk
+            continue
+        if app == MPI.COMM_NULL:
+            app = None
+        else:
+            app.Set_errhandler(MPI.ERRORS_RETURN)
+        return Rebuilt(shrunk, app, new_rank, replaced, dead, (), survivors, idle, tuple(roster))
+    raise ProcessFailure("spare promotion: failures kept striking while the job was being repaired "
+                         f"({rounds} rounds)")

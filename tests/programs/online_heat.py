@@ -1,0 +1,109 @@
+"""Heat diffusion (examples/heat.py) in the resilient loop ``for step in ckpt.steps(n)``, for the online
+recovery tests: the driver SIGKILLs ranks from outside while it runs.
+
+Every application rank writes ``<dir>/pid.<rank>`` (its PID) at start, and again after it was promoted from
+spare; rank 0 writes ``<dir>/progress`` (the last step done) after each step. ``--pause S`` sleeps S seconds
+per step (on every rank) to give the driver a window. ``--hold-stage STAGE --hold-rank R``: rank R (an
+original process, not a promoted spare) writes ``<dir>/held`` and sleeps until it is killed from outside
+when, after step ``--hold-after`` and before any online recovery, it reaches STAGE: a stage of the
+checkpoint pipeline (``after_write``, ``before_post``...), ``post`` (its L2 partner copy, in the background
+thread with ``inline_l2 = 0``) or ``restore`` (the start of the first online restore).
+
+Output on rank 0: ``recovery dead=[..] ckpt=<id> level=<L>`` per online recovery, then ``digest <hex>`` of
+the final field and ``reference <hex>`` (a serial recomputation). Every process that raises an
+OnlineRecoveryError writes its message to ``<dir>/online-error.rank<r>`` (a spare: ``.spare<pid>``) and
+exits with code 3 (a file, not stdout: the launcher may end the others as soon as one exits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+import heat  # noqa: E402
+
+import ftkit  # noqa: E402
+from ftkit.checkpoint import online  # noqa: E402
+from ftkit.checkpoint.levels import partner  # noqa: E402
+from ftkit.failure import exit_without_finalize  # noqa: E402
+
+p = argparse.ArgumentParser()
+p.add_argument("--config", default="ftkit.ini")
+p.add_argument("--steps", type=int, default=40)
+p.add_argument("--size", type=int, default=32)
+p.add_argument("--pause", type=float, default=0.0)
+p.add_argument("--dir", required=True)
+p.add_argument("--hold-stage", default=None)
+p.add_argument("--hold-rank", type=int, default=-1)
+p.add_argument("--hold-after", type=int, default=0)
+a = p.parse_args()
+out = Path(a.dir)
+
+try:
+    ckpt = ftkit.Checkpointer(a.config)
+except ftkit.OnlineRecoveryError as exc:  # a spare, when the job could not be recovered online
+    (out / f"online-error.spare{os.getpid()}").write_text(str(exc))
+    exit_without_finalize(None, 3)
+comm = ckpt.comm
+(out / f"pid.{comm.rank}").write_text(str(os.getpid()))
+n = a.size
+start, stop = heat.row_band(n, comm.size, comm.rank)
+u = heat.initial_band(n, start, stop)
+ckpt.protect("u", u)
+holding = {"armed": False, "original": ckpt._online is None or not ckpt._online.fresh}
+
+
+def hold(stage: str) -> None:
+    if holding["armed"] and holding["original"] and stage == a.hold_stage and ckpt.rank == a.hold_rank:
+        (out / "held").write_text(str(os.getpid()))
+        time.sleep(600)
+
+
+def held(stage: str, fn):  # type: ignore[no-untyped-def]
+    def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+        hold(stage)
+        return fn(*args, **kwargs)
+    return call
+
+
+if a.hold_stage == "post":
+    partner.partner_copy = held("post", partner.partner_copy)
+elif a.hold_stage == "restore":
+    online.recover_newest = held("restore", online.recover_newest)
+elif a.hold_stage:
+    ckpt._ctx.fault_hook = hold  # the test's window: this rank stops inside the pipeline
+
+try:
+    for step in ckpt.steps(a.steps):
+        holding["armed"] = step >= a.hold_after and not ckpt.recoveries or a.hold_stage == "restore"
+        comm = ckpt.comm
+        heat.exchange_halos(comm, u)
+        heat.jacobi_rows(u, start, n)
+        if a.pause:
+            time.sleep(a.pause)
+        ckpt.snapshot()
+        if comm.rank == 0:
+            (out / "progress").write_text(str(step))
+    comm = ckpt.comm
+    counts = [(heat.row_band(n, comm.size, r)[1] - heat.row_band(n, comm.size, r)[0]) * n
+              for r in range(comm.size)]
+    field = np.empty((n, n)) if comm.rank == 0 else None
+    comm.Gatherv(np.ascontiguousarray(u[1:-1]), [field, counts] if comm.rank == 0 else None, root=0)
+    reports = ckpt.recoveries
+    ckpt.finalize()
+except ftkit.OnlineRecoveryError as exc:
+    (out / f"online-error.rank{ckpt.rank}").write_text(str(exc))
+    exit_without_finalize(None, 3)
+if comm.rank == 0:
+    for r in reports:
+        print(f"recovery dead={list(r.dead)} ckpt={r.checkpoint_id} level={r.level}", flush=True)
+    print(f"digest {heat.digest(field)}", flush=True)
+    print(f"reference {heat.digest(heat.reference(n, a.steps))}", flush=True)
+if reports:
+    exit_without_finalize(comm, 0)  # after a failure, MPI_Finalize may wait for the dead (ompi#11404)
