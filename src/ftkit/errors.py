@@ -36,6 +36,7 @@ __all__ = [
     "ABFTArgumentError",
     "ModelError",
     "ConfigWarning",
+    "MissingCopyError",
 ]
 
 
@@ -170,3 +171,7 @@ class ConfigWarning(UserWarning):
 
     Issued once per loaded configuration (Python's :mod:`warnings`); not an :class:`FtkitError`.
     """
+
+
+class MissingCopyError(RecoveryError):
+    """No verified copy of some rank's checkpoint file is reachable (an older checkpoint may still be)."""
