@@ -69,7 +69,8 @@ def plan_job(ctx: PipelineContext, requested: int, ckpt_id: int, seq: int) -> Ch
 
 
 def write_primary(ctx: PipelineContext, job: CheckpointJob, arrays: Sequence[tuple[str, np.ndarray]],
-                  meta: dict[str, Any] | None = None, layouts: Mapping[str, Layout] | None = None) -> FileInfo:
+                  meta: dict[str, Any] | None = None,
+                  layouts: Mapping[str, Layout] | None = None) -> FileInfo:
     """Write this rank's file of ``job`` into its primary level, straight from ``arrays`` (not collective)."""
     info = ctx.level(job.primary, job.nodes).write(job.ckpt_id, ctx.rank, arrays, level=job.level,
                                                    nranks=ctx.nranks, meta=meta, layouts=layouts)

@@ -104,7 +104,8 @@ def _parse_old(entry: CheckpointEntry, old: int, text: str) -> Header:
 
 
 def _gather(comm: Any, timeout: float, config: Config, exec_id: str, entry: CheckpointEntry,
-            targets: Mapping[str, np.ndarray], layouts: Mapping[str, Layout]) -> tuple[list[_Old], list[dict]]:
+            targets: Mapping[str, np.ndarray],
+            layouts: Mapping[str, Layout]) -> tuple[list[_Old], list[dict[str, Any]]]:
     """Collective: every old rank's verified header, and every new rank's layouts and dtypes."""
     rank, size, nold = comm.Get_rank(), comm.Get_size(), len(entry.files)
     found = []
@@ -127,12 +128,14 @@ def _gather(comm: Any, timeout: float, config: Config, exec_id: str, entry: Chec
     return [o for o in olds if o is not None], [g["new"] for g in gathered]
 
 
-def _check(entry: CheckpointEntry, olds: list[_Old], news: list[dict], partial: bool) -> dict[str, list[Layout]]:
+def _check(entry: CheckpointEntry, olds: list[_Old], news: list[dict[str, Any]],
+           partial: bool) -> dict[str, list[Layout]]:
     """The new layouts of every new rank, by name, after checking old and new describe the same arrays."""
     names = sorted(news[0])
     if any(sorted(n) != names for n in news):
         raise RecoveryError(f"checkpoint {entry.id}: the ranks protect different names: "
-                            f"{sorted({tuple(sorted(n)) for n in news})}: protect the same names on every rank")
+                            f"{sorted({tuple(sorted(n)) for n in news})}: protect the same names on every "
+                            "rank")
     stored = sorted(s.name for s in olds[0].header.sections)
     if (not set(names) <= set(stored)) if partial else stored != names:
         raise ShapeMismatchError(f"checkpoint {entry.id} holds arrays {stored} but {names} are protected: "
@@ -153,8 +156,9 @@ def _check(entry: CheckpointEntry, olds: list[_Old], news: list[dict], partial: 
         old_layouts = [s.layout for s in secs if s.layout is not None]
         old_shape, new_shape = old_layouts[0].global_shape, new_layouts[0].global_shape
         if old_shape != new_shape:
-            raise ShapeMismatchError(f"array {name!r}: the checkpoint holds global shape {list(old_shape)} but "
-                                     f"the new layout says {list(new_shape)}: the global shape cannot change")
+            raise ShapeMismatchError(f"array {name!r}: the checkpoint holds global shape {list(old_shape)} "
+                                     f"but the new layout says {list(new_shape)}: the global shape cannot "
+                                     "change")
         for what, lays in (("stored", old_layouts), ("new", new_layouts)):
             problem = coverage_problem(name, lays)
             if problem:
@@ -163,8 +167,9 @@ def _check(entry: CheckpointEntry, olds: list[_Old], news: list[dict], partial: 
     return out
 
 
-def restore(comm: Any, config: Config, exec_id: str, entry: CheckpointEntry, targets: Mapping[str, np.ndarray],
-            layouts: Mapping[str, Layout], *, partial: bool = False) -> ReshardStats:
+def restore(comm: Any, config: Config, exec_id: str, entry: CheckpointEntry,
+            targets: Mapping[str, np.ndarray], layouts: Mapping[str, Layout], *,
+            partial: bool = False) -> ReshardStats:
     """Fill ``targets`` (name → this rank's buffer) at ``layouts`` from checkpoint ``entry`` (collective).
 
     Works on any communicator and any number of ranks, whatever the rank count and layouts that wrote the

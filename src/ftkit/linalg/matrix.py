@@ -225,7 +225,7 @@ class DistributedMatrix:
 
 
 def _runs(nloc: int, nb: int, iproc: int, isrc: int, nprocs: int) -> list[tuple[int, int, int]]:
-    """``(local start, global start, length)`` of the maximal local ranges that are also contiguous globally."""
+    """``(local start, global start, length)`` of the longest local ranges also contiguous globally."""
     out: list[tuple[int, int, int]] = []
     for ls in range(0, nloc, nb):
         gs, n = int(indxl2g(ls, nb, iproc, isrc, nprocs)), min(nb, nloc - ls)

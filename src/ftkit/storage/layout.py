@@ -115,8 +115,8 @@ def parse_layout(doc: Any, local_shape: Sequence[int], where: str = "") -> Layou
     ndim = len(local_shape)
     gshape = _ints(doc["global_shape"], f"{where}layout global_shape")
     if len(gshape) != ndim:
-        raise FormatError(f"{where}layout global_shape {list(gshape)} has {len(gshape)} dimensions, the array "
-                          f"has {ndim}")
+        raise FormatError(f"{where}layout global_shape {list(gshape)} has {len(gshape)} dimensions, the "
+                          f"array has {ndim}")
     raw = doc["boxes"]
     if not isinstance(raw, list) or len(raw) > MAX_BOXES:
         raise FormatError(f"{where}layout boxes is not a list of at most {MAX_BOXES} boxes")
@@ -131,7 +131,8 @@ def parse_layout(doc: Any, local_shape: Sequence[int], where: str = "") -> Layou
             raise FormatError(f"{where}layout box {_short(item)} lies outside the local buffer of shape "
                               f"{list(local_shape)}")
         if any(g + s > d for g, s, d in zip(start, shape, gshape, strict=True)):
-            raise FormatError(f"{where}layout box {_short(item)} lies outside the global shape {list(gshape)}")
+            raise FormatError(f"{where}layout box {_short(item)} lies outside the global shape "
+                              f"{list(gshape)}")
         if math.prod(shape):
             boxes.append(Box(local, start, shape))
     return Layout(gshape, tuple(boxes), order)
@@ -158,8 +159,8 @@ def coverage_problem(name: str, layouts: Sequence[Layout]) -> str | None:
     overlap = _first_overlap(held)
     if overlap is not None:
         (ra, a), (rb, b) = overlap
-        return (f"array {name!r}: the boxes overlap: rank {ra} holds {a} and rank {rb} holds {b} (each global "
-                "element must be held by exactly one rank, or the whole array by every rank)")
+        return (f"array {name!r}: the boxes overlap: rank {ra} holds {a} and rank {rb} holds {b} (each "
+                "global element must be held by exactly one rank, or the whole array by every rank)")
     covered = sum(b.size for _, b in held)
     if covered != total:
         return (f"array {name!r}: the boxes leave holes: they hold {covered} of the {total} elements of the "
