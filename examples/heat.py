@@ -3,7 +3,9 @@
 The global ``size`` x ``size`` plate has its top edge held at 1.0 and the other edges at 0.0. Each rank owns a
 band of rows plus one halo row above and below; every step exchanges halos with the neighbours and replaces
 each interior point by the mean of its four neighbours. The local band and the step counter are protected; the
-config's intervals (``ckpt_l1..ckpt_l4``) decide when ``snapshot()`` checkpoints.
+config's intervals (``ckpt_l1..ckpt_l4``) decide when ``snapshot()`` checkpoints. The band is protected
+with its place in the global plate, so a restart may use any number of ranks (``-n`` differs from the run
+that checkpointed): the continued run ends bit-identical.
 
 At the end rank 0 gathers the field and prints ``digest <xxh3-64 hex>`` of its bytes, so runs can be compared
 bit for bit (``--save`` also writes it as ``.npy``). ``--kill-at STEP --kill-rank R`` SIGKILLs rank R when the
@@ -87,8 +89,10 @@ def run(args: argparse.Namespace) -> int:
     start, stop = row_band(n, comm.size, comm.rank)
     u = initial_band(n, start, stop)
     step = np.zeros(1, dtype=np.int64)
-    ckpt.protect("u", u)
-    ckpt.protect("step", step)
+    # The band's rows (not its halos) as a box of the global plate, the step counter replicated: a restart
+    # may use another number of ranks (the bands are recomputed for it and refilled from the checkpoint).
+    ckpt.protect("u", u[1:-1], global_shape=(n, n), offset=(start, 0))
+    ckpt.protect("step", step, global_shape=(1,), offset=(0,))
     if ckpt.restarted:
         info = ckpt.recover()
         if comm.rank == 0:

@@ -19,6 +19,7 @@ _SUBCOMMAND_MODULES = (
     "ftkit.launch",             # launch
     "ftkit.doctor",             # doctor
     "ftkit.storage.cli",        # ls, verify, rebuild
+    "ftkit.storage.export",     # export
     "ftkit.models.cli",         # model reliability|encoding|interval
     "ftkit.config_cli",         # config check
 )

@@ -37,6 +37,7 @@ __all__ = [
     "ModelError",
     "ConfigWarning",
     "OnlineRecoveryError",
+    "MissingCopyError",
 ]
 
 
@@ -177,3 +178,7 @@ class OnlineRecoveryError(ProcessFailure):
     """The job cannot recover online (spares exhausted, no rank left that knew the run's state, no checkpoint
     covers the new set of ranks): raised on every survivor; the newest complete checkpoint stays on disk and a
     relaunch recovers from it."""
+
+
+class MissingCopyError(RecoveryError):
+    """No verified copy of some rank's checkpoint file is reachable (an older checkpoint may still be)."""

@@ -21,11 +21,13 @@ from .. import mpienv
 from ..config import Config, load_config
 from ..errors import CheckpointError, FtkitError, RecoveryError
 from ..storage import set_group_access
+from ..storage.layout import Layout
 from ..storage.manifest import CheckpointEntry, Manifest, ManifestStore, manifest_path
 from ..topology import Topology, detect_node_ids, plan_topology
 from . import _mpi, keep_last, online, online_loop, pipeline, spares
 from .contract import CheckpointJob, PipelineContext, RecoveryStep
 from .head import enter_head_mode
+from .layout import box_layout, check_protect, matrix_layout
 from .levels import recovery_chain
 from .offload import PostManager
 from .recovery import RecoveryInfo, recover_newest
@@ -35,7 +37,6 @@ from .startup import agree_run_state, prepare_dirs, take_run_lock
 
 __all__ = ["Checkpointer", "CheckpointStatus"]
 
-_NAME_MAX = 200
 _ID_MAX = 2**63 - 1
 
 
@@ -135,6 +136,7 @@ class Checkpointer(online_loop.ResilientLoop):
         self._problem = state.problem
         self._recovered = False
         self._protected: dict[str, np.ndarray] = {}
+        self._layouts: dict[str, Layout] = {}   # global layouts of the arrays protected with one
         self._schedule = SnapshotSchedule.from_config(self.config, self._icomm,
                                                       probe=lambda: self._post.failure_flag())
         self.recovery_steps: list[RecoveryStep] = recovery_chain()
@@ -153,29 +155,40 @@ class Checkpointer(online_loop.ResilientLoop):
 
     # -- FTI_Protect / FTI_Status ------------------------------------------------------------------------
 
-    def protect(self, name: str, array: np.ndarray) -> None:
+    def protect(self, name: str, array: np.ndarray, *, global_shape: Any = None, offset: Any = None) -> None:
         """Protect ``array`` under ``name``: saved by reference at every checkpoint, filled in place by
         :meth:`recover`. Protecting a name again replaces the array.
+
+        With ``global_shape`` and ``offset`` (one integer per axis), ``array`` is the box ``offset ..
+        offset + array.shape`` of a global array: the checkpoint can then be recovered by any number of ranks
+        with any other decomposition (see :mod:`.reshard`). Every rank protecting the whole array (offset
+        zero) marks it replicated (one copy is read back).
 
         Raises
         ------
         CheckpointError
-            If ``array`` is not a C-contiguous NumPy array of a bool, integer, float or complex dtype, or the
-            name is empty or too long.
+            If ``array`` is not a C-contiguous NumPy array of a bool, integer, float or complex dtype, the
+            name is empty or too long, or the box does not fit in ``global_shape``.
         """
-        if not isinstance(name, str) or not name or len(name) > _NAME_MAX or not name.isprintable():
-            raise CheckpointError(f"protect: name {name!r} must be a non-empty printable string of at most "
-                                  f"{_NAME_MAX} characters")
-        if not isinstance(array, np.ndarray):
-            raise CheckpointError(f"protect({name!r}): expected a numpy array, got {type(array).__name__}")
-        if array.dtype.kind not in "biufc" or array.dtype.hasobject:
-            raise CheckpointError(f"protect({name!r}): dtype {array.dtype} is not supported: use a bool, "
-                                  "integer, "
-                                  "float or complex array")
-        if not array.flags.c_contiguous:
-            raise CheckpointError(f"protect({name!r}): the array is not C-contiguous: protect "
-                                  "np.ascontiguousarray(a) and compute in that array")
+        check_protect(name, array)
+        layout = box_layout(name, array, global_shape, offset)
         self._protected[name] = array
+        self._layouts.pop(name, None)
+        if layout is not None:
+            self._layouts[name] = layout
+
+    def protect_matrix(self, name: str, matrix: Any) -> None:
+        """Protect a :class:`ftkit.linalg.DistributedMatrix` with its block-cyclic layout: recoverable onto
+        any other process grid, block size or rank count (its local array is filled in place).
+
+        Raises
+        ------
+        CheckpointError
+            If ``matrix`` is not a distributed matrix.
+        """
+        buffer, layout = matrix_layout(name, matrix)
+        self.protect(name, buffer)
+        self._layouts[name] = layout
 
     @property
     def protected(self) -> dict[str, np.ndarray]:
@@ -225,7 +238,7 @@ class Checkpointer(online_loop.ResilientLoop):
         if not self._protected:
             raise RecoveryError("recover(): no array is protected: protect() the arrays first")
         try:
-            info, entry = recover_newest(self._ctx, self._protected, self.recovery_steps)
+            info, entry = recover_newest(self._ctx, self._protected, self.recovery_steps, self._layouts)
         except MPI.Exception as exc:  # never a raw MPI.Exception to the application
             raise _mpi.as_failure(exc, self._icomm, "recover()") from exc
         self._schedule.count = int(entry.extra.get("snapshots", 0))
@@ -273,7 +286,7 @@ class Checkpointer(online_loop.ResilientLoop):
         job.extra.update(online_loop.step_extra(self))
         error = None
         try:
-            pipeline.write_primary(self._ctx, job, list(self._protected.items()))
+            pipeline.write_primary(self._ctx, job, list(self._protected.items()), layouts=self._layouts)
         except (FtkitError, OSError) as exc:
             error = f"{type(exc).__name__}: {exc}"
         self._ctx.hook("after_write")

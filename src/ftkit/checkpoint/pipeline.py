@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from mpi4py import MPI
 from .._paths import check_plain_name, check_removable, inside
 from ..errors import CheckpointError, ConfigError, FtkitError, ProcessFailure
 from ..storage.format import FileInfo
+from ..storage.layout import Layout
 from ..storage.levels import LEVEL_CLASSES
 from ..storage.manifest import CheckpointEntry, RankFile, plan_prune
 from . import _mpi
@@ -68,10 +69,11 @@ def plan_job(ctx: PipelineContext, requested: int, ckpt_id: int, seq: int) -> Ch
 
 
 def write_primary(ctx: PipelineContext, job: CheckpointJob, arrays: Sequence[tuple[str, np.ndarray]],
-                  meta: dict[str, Any] | None = None) -> FileInfo:
+                  meta: dict[str, Any] | None = None,
+                  layouts: Mapping[str, Layout] | None = None) -> FileInfo:
     """Write this rank's file of ``job`` into its primary level, straight from ``arrays`` (not collective)."""
     info = ctx.level(job.primary, job.nodes).write(job.ckpt_id, ctx.rank, arrays, level=job.level,
-                                                   nranks=ctx.nranks, meta=meta)
+                                                   nranks=ctx.nranks, meta=meta, layouts=layouts)
     job.file = info
     return info
 
@@ -205,13 +207,17 @@ def _prune_and_write(ctx: PipelineContext, what: str) -> list[CheckpointEntry]:
 
 
 def remove_checkpoints(ctx: PipelineContext, entries: Sequence[CheckpointEntry]) -> None:
-    """Delete this rank's files of ``entries`` at every level (not collective; missing files are fine)."""
+    """Delete this rank's files of ``entries`` at every level (not collective; missing files are fine).
+
+    A checkpoint written by another rank count (before an elastic restart) has its old ranks' files removed
+    by ranks ``r, r + nranks, ...``."""
     for e in entries:
         for lv in sorted(LEVEL_CLASSES):
-            try:
-                ctx.level(lv, e.nodes).remove(e.id, ctx.rank)
-            except (FtkitError, OSError):
-                pass  # best effort: an unremovable old file must not fail a good checkpoint
+            for old in range(ctx.rank, max(len(e.nodes), ctx.rank + 1), ctx.nranks):
+                try:
+                    ctx.level(lv, e.nodes).remove(e.id, old)
+                except (FtkitError, OSError, IndexError):
+                    pass  # best effort: an unremovable old file must not fail a good checkpoint
 
 
 def remove_run_dir(root: Path, exec_id: str, what: str) -> None:

@@ -15,19 +15,26 @@ deadline.
 A checkpoint is used only when every rank has a verified file; otherwise the reasons are kept and the next
 older checkpoint is tried. Before any byte is read into a protected array, every rank checks names, shapes and
 dtypes; a mismatch anywhere raises :class:`ShapeMismatchError` on every rank with the arrays untouched.
+
+*Elastic recovery*: when every rank protects every array with a global layout and the checkpoint was
+written by another rank count, or the stored layouts differ from the new ones, :func:`.reshard.restore`
+fills the new boxes from the old files instead (no chain: the old ranks' files are read where they are).
+Without layouts a rank-count change is a :class:`RecoveryError` saying how to add them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..errors import ProcessFailure, RecoveryError, ShapeMismatchError
 from ..storage.format import Header
+from ..storage.layout import Layout
 from ..storage.manifest import CheckpointEntry
-from . import _mpi
+from . import _mpi, reshard
 from .contract import DAMAGED, Located, PipelineContext, RecoveryStep
 from .levels import recovery_chain
 
@@ -48,12 +55,16 @@ class RecoveryInfo:
         Level this rank read its data from (or rebuilt its file from).
     skipped
         For each newer checkpoint that could not be used, why.
+    reshard
+        For an elastic recovery (other rank count or decomposition): bytes read and needed on this rank and
+        the level each old rank's file was read from; None otherwise.
     """
 
     checkpoint_id: int
     level: int
     source_level: int
     skipped: tuple[str, ...] = ()
+    reshard: reshard.ReshardStats | None = None
 
 
 def check_targets(header: Header, targets: Mapping[str, np.ndarray]) -> str | None:
@@ -91,8 +102,10 @@ def _summarise(ctx: PipelineContext, entry: CheckpointEntry, reasons: list[str] 
 
 
 def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
-                   steps: list[RecoveryStep] | None = None) -> tuple[RecoveryInfo, CheckpointEntry]:
-    """Recover the newest checkpoint every rank can read into ``targets`` (collective).
+                   steps: list[RecoveryStep] | None = None,
+                   layouts: Mapping[str, Layout] | None = None) -> tuple[RecoveryInfo, CheckpointEntry]:
+    """Recover the newest checkpoint every rank can read into ``targets`` (collective); ``layouts`` are the
+    global layouts of the arrays protected with one (see :mod:`.reshard`).
 
     Raises
     ------
@@ -110,7 +123,16 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
                             f"{ctx.exec_id}: nothing to recover (remove {ctx.config.meta_dir} to start "
                             "fresh)")
     skipped: list[str] = []
+    elastic = _mpi.all_true(ctx.comm, set(targets) <= set(layouts or {}), ctx.timeout, "recovery layouts")
     for entry in candidates:
+        if len(entry.files) != ctx.nranks:
+            if not elastic:
+                _refuse_other_count(ctx, entry, targets, layouts or {})
+            try:
+                return _restore(ctx, entry, targets, layouts or {}, skipped)
+            except reshard.MissingCopyError as exc:
+                skipped.append(str(exc))
+                continue
         found = Located()
         reasons: list[str] = []
         for step in steps:
@@ -129,6 +151,13 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
             skipped.append(_summarise(ctx, entry, None if found.ok else reasons))
             continue
         assert found.header is not None and found.storage is not None
+        if elastic and _mpi.any_true(ctx.comm, _moved(found.header, targets, layouts or {}), ctx.timeout,
+                                     "recovery layouts"):
+            try:
+                return _restore(ctx, entry, targets, layouts or {}, skipped)
+            except reshard.MissingCopyError as exc:
+                skipped.append(str(exc))
+                continue
         try:
             problem = check_targets(found.header, targets)
         except DAMAGED as exc:
@@ -155,3 +184,31 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
         level = _mpi.allreduce_int(ctx.comm, found.level, "max", ctx.timeout, "recovery")
         return RecoveryInfo(entry.id, level, found.level, tuple(skipped)), entry
     raise RecoveryError(f"no checkpoint of run {ctx.exec_id} can be recovered: " + " | ".join(skipped))
+
+
+def _moved(header: Header, targets: Mapping[str, np.ndarray], layouts: Mapping[str, Layout]) -> bool:
+    """Whether this rank's stored boxes differ from its new ones (a re-decomposition on as many ranks)."""
+    for s in header.sections:
+        if s.name in targets and s.layout is not None and (
+                s.layout != layouts.get(s.name) or s.shape != tuple(targets[s.name].shape)):
+            return True
+    return False
+
+
+def _restore(ctx: PipelineContext, entry: CheckpointEntry, targets: Mapping[str, np.ndarray],
+             layouts: Mapping[str, Layout], skipped: list[str]) -> tuple[RecoveryInfo, CheckpointEntry]:
+    """Elastic recovery of ``entry``; later checkpoints are written by this run's rank count."""
+    stats = reshard.restore(ctx.comm, ctx.config, ctx.exec_id, entry, targets, layouts)
+    ctx.store.manifest.nranks = ctx.nranks
+    level = max(stats.source_levels)
+    return RecoveryInfo(entry.id, level, level, tuple(skipped), stats), entry
+
+
+def _refuse_other_count(ctx: PipelineContext, entry: CheckpointEntry, targets: Mapping[str, Any],
+                        layouts: Mapping[str, Layout]) -> None:
+    """Raise on every rank: the arrays without a layout cannot be recovered by another rank count."""
+    bare = sorted({n for names in _mpi.allgather(ctx.comm, sorted(set(targets) - set(layouts)),
+                                                 "recovery layouts", ctx.timeout) for n in names})
+    raise RecoveryError(f"checkpoint {entry.id} was written by {len(entry.files)} ranks, this run has "
+                        f"{ctx.nranks}: " + reshard.layout_hint(bare) + f" (or relaunch with -n "
+                        f"{len(entry.files)})")

@@ -4,11 +4,11 @@
 
 * no manifest and no checkpoint files for the run: a fresh start (new ``exec_id`` unless the config
   gives one);
-* a manifest of this run (same ``exec_id`` if the config names one, same rank count) holding checkpoints: a
-  restart; ``recover()`` must then succeed or raise, it never turns into a fresh run;
+* a manifest of this run (same ``exec_id`` if the config names one) holding checkpoints: a restart, on any
+  rank count; ``recover()`` must then succeed or raise, it never turns into a fresh run;
 * a manifest without checkpoints (the previous run died before its first one): a fresh start of the same run;
 * anything inconsistent (damaged manifest -- any parse failure, or an ``exec_id`` that is not a plain name --,
-  manifest of another run or rank count, checkpoint files but no manifest, ``failure >= 1`` with no
+  manifest of another run, checkpoint files but no manifest, ``failure >= 1`` with no
   metadata): a restart with a *problem*: ``recover()`` and ``checkpoint()`` raise it, naming what is wrong
   and what to do; nothing is created or removed for such a run.
 
@@ -104,15 +104,11 @@ def inspect_run(config: Config, nranks: int, local_dirs: list[Path]) -> RunState
         return RunState(config.exec_id, "", True,
                         f"{mpath} belongs to run {manifest.exec_id!r} but the config names exec_id = "
                         f"{config.exec_id!r}: use that run's meta_dir, or fix exec_id")
-    if manifest.nranks != nranks:
-        if not manifest.checkpoints:
-            fresh = Manifest(exec_id=manifest.exec_id, nranks=nranks, created=time.time())
-            return RunState(manifest.exec_id, fresh.dumps(), False, fresh_manifest=True)
-        return RunState(manifest.exec_id, "", True,
-                        f"{mpath} was written by a run of {manifest.nranks} ranks (exec_id "
-                        f"{manifest.exec_id!r}) but this run has {nranks}: relaunch with "
-                        f"-n {manifest.nranks}, or "
-                        f"use another meta_dir for a new run")
+    if manifest.nranks != nranks and not manifest.checkpoints:
+        fresh = Manifest(exec_id=manifest.exec_id, nranks=nranks, created=time.time())
+        return RunState(manifest.exec_id, fresh.dumps(), False, fresh_manifest=True)
+    # Another rank count with checkpoints: a restart; recover() reshards arrays protected with a global
+    # layout and says how to add one for the others (see ftkit.checkpoint.reshard).
     if not manifest.checkpoints:
         return RunState(manifest.exec_id, manifest.dumps(), False)
     return RunState(manifest.exec_id, manifest.dumps(), True)

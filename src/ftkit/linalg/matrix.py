@@ -130,6 +130,18 @@ class DistributedMatrix:
         c = self.col_map(j0, n).local_range(self.grid.mycol)
         return self.local[r, c]
 
+    def global_boxes(self) -> list[tuple[tuple[int, int], tuple[int, int], tuple[int, int]]]:
+        """Return this process's blocks as boxes ``(local offset, global offset, shape)`` of ``local``.
+
+        Blocks adjacent both locally and globally are merged (a 1 x P grid holds whole columns of rows), so
+        the boxes tile ``local`` and, over all grid processes, the global matrix exactly once. Used to
+        checkpoint the matrix with its layout (``Checkpointer.protect_matrix``).
+        """
+        g, d = self.grid, self.desc
+        rows = _runs(self.local.shape[0], d.mb, g.myrow, d.rsrc, g.nprow)
+        cols = _runs(self.local.shape[1], d.nb, g.mycol, d.csrc, g.npcol)
+        return [((lr, lc), (gr, gc), (nr, nc)) for lr, gr, nr in rows for lc, gc, nc in cols]
+
     @property
     def shape(self) -> tuple[int, int]:
         """Global shape ``(M, N)``."""
@@ -210,3 +222,15 @@ class DistributedMatrix:
             return None
         return float(self.local[self._local_index(i, j)])
 
+
+
+def _runs(nloc: int, nb: int, iproc: int, isrc: int, nprocs: int) -> list[tuple[int, int, int]]:
+    """``(local start, global start, length)`` of the longest local ranges also contiguous globally."""
+    out: list[tuple[int, int, int]] = []
+    for ls in range(0, nloc, nb):
+        gs, n = int(indxl2g(ls, nb, iproc, isrc, nprocs)), min(nb, nloc - ls)
+        if out and out[-1][0] + out[-1][2] == ls and out[-1][1] + out[-1][2] == gs:
+            out[-1] = (out[-1][0], out[-1][1], out[-1][2] + n)
+        else:
+            out.append((ls, gs, n))
+    return out

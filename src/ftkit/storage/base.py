@@ -24,6 +24,7 @@ import numpy as np
 from .._paths import check_inside, check_plain_name, check_removable
 from . import format as fmt
 from ._fsutil import make_dirs, remove_empty_dirs, remove_file
+from .layout import Layout
 
 __all__ = ["StorageLevel", "FILE_SUFFIX", "ckpt_dir_name", "parse_ckpt_dir_name"]
 
@@ -92,11 +93,14 @@ class StorageLevel(ABC):
         return self.root
 
     def write(self, ckpt_id: int, rank: int, arrays: Sequence[tuple[str, np.ndarray]], *, level: int,
-              nranks: int, meta: Mapping[str, Any] | None = None) -> fmt.FileInfo:
-        """Write ``rank``'s checkpoint file from ``arrays`` straight into this level (atomically)."""
+              nranks: int, meta: Mapping[str, Any] | None = None,
+              layouts: Mapping[str, Layout] | None = None) -> fmt.FileInfo:
+        """Write ``rank``'s checkpoint file from ``arrays`` (global ``layouts`` of some) straight into this
+        level (atomically)."""
         dst = self._writable(ckpt_id, rank)
         return fmt.write_file(dst, arrays, rank=rank, level=level, ckpt_id=ckpt_id, exec_id=self.exec_id,
-                              nranks=nranks, meta=meta, chunk_bytes=self.chunk_bytes, fsync=self.fsync)
+                              nranks=nranks, meta=meta, chunk_bytes=self.chunk_bytes, fsync=self.fsync,
+                              layouts=layouts)
 
     def put_file(self, ckpt_id: int, rank: int, src: str | os.PathLike[str]) -> int:
         """Copy an existing file (e.g. the L1 file) in as ``rank``'s file; return bytes copied."""

@@ -12,7 +12,11 @@ copy of the file at another level is byte-identical), ``ckpt_id``, ``exec_id``, 
 ``file_size``, ``meta`` (a JSON object free for extensions) and ``sections``: a list of
 ``{"name", "dtype", "shape", "offset", "nbytes", "xxh3"}`` where ``dtype`` is a NumPy type string of a plain
 number type (``<f8``, ``|b1``, ``>i4``...), ``offset``/``nbytes`` locate the raw C-order bytes and ``xxh3`` is
-the 16-hex-digit xxh3-64 digest of those bytes.
+the 16-hex-digit xxh3-64 digest of those bytes. A section protected with a global layout also has ``layout``
+(``{"global_shape", "boxes": [[local, start, shape], ...]}``, see :mod:`ftkit.storage.layout`), ``chunk``
+(bytes per digest chunk) and ``chunk_xxh3`` (the xxh3-64 of every chunk, 16 hex digits each, concatenated):
+a reader of a few boxes verifies every byte it reads by reading whole chunks only. Sections without a layout
+carry none of the three keys (files written before layouts existed are read unchanged).
 
 What a reader may assume once :func:`read_header` returned: the magic, version and header digest matched; the
 sections are laid out back to back from ``data_offset`` without overlap; ``nbytes`` equals the product of the
@@ -47,19 +51,34 @@ from .header import (
     FileInfo,
     Header,
     Section,
+    chunk_count,
     decode_header,
     digest_hex,
     encode_header,
     parse_dtype,
     section_of,
 )
+from .layout import Layout
 
 __all__ = ["MAGIC", "VERSION", "PREAMBLE", "Section", "Header", "FileInfo", "DEFAULT_CHUNK",
-           "encode_header", "decode_header", "write_file", "read_header", "verify_file", "read_into",
-           "read_arrays", "copy_file", "parse_dtype", "section_of", "digest_hex"]
+           "encode_header", "decode_header", "write_file", "read_header", "read_header_bytes", "verify_file",
+           "read_into", "read_arrays", "copy_file", "parse_dtype", "section_of", "digest_hex",
+           "digest_chunk_size"]
 
 DEFAULT_CHUNK = 16 * 2**20
 _MAX_HEADER = 64 * 2**20
+#: Digest chunks of a section with a layout: at least this many bytes, and at most _MAX_DIGEST_CHUNKS chunks.
+_MIN_DIGEST_CHUNK = 64 * 2**10
+_MAX_DIGEST_CHUNKS = 4096
+
+
+def digest_chunk_size(nbytes: int) -> int:
+    """Bytes per digest chunk of a section of ``nbytes`` bytes: a power of two, 64 KiB or more, chosen so
+    that the section has at most 4096 chunks (a partial reader reads at most two chunks more per run)."""
+    chunk = _MIN_DIGEST_CHUNK
+    while nbytes > chunk * _MAX_DIGEST_CHUNKS:
+        chunk *= 2
+    return chunk
 
 
 def _array_bytes(array: np.ndarray) -> memoryview:
@@ -69,16 +88,21 @@ def _array_bytes(array: np.ndarray) -> memoryview:
     return memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
 
 
-def _layout(fields_: dict[str, Any], arrays: Sequence[tuple[str, np.ndarray]]) -> tuple[bytes, list[Section]]:
+def _layout(fields_: dict[str, Any], arrays: Sequence[tuple[str, np.ndarray]],
+            layouts: Mapping[str, Layout]) -> tuple[bytes, list[Section]]:
     """Fix the header length and section offsets (the header's length depends on the offsets' digits)."""
     header_len = 0
     while True:
         offset = PREAMBLE.size + header_len
         sections = []
         for name, arr in arrays:
-            sections.append(Section(name, arr.dtype.str, tuple(int(d) for d in arr.shape), offset,
-                                    int(arr.nbytes)))
-            offset += int(arr.nbytes)
+            nbytes = int(arr.nbytes)
+            layout = layouts.get(name)
+            chunk = digest_chunk_size(nbytes) if layout is not None else 0
+            zeros = "0" * 16 * chunk_count(nbytes, chunk) if chunk else ""
+            sections.append(Section(name, arr.dtype.str, tuple(int(d) for d in arr.shape), offset, nbytes,
+                                    layout=layout, chunk=chunk, chunk_xxh3=zeros))
+            offset += nbytes
         fields_["data_offset"] = PREAMBLE.size + header_len
         fields_["file_size"] = offset
         raw = encode_header(fields_, sections, header_len)
@@ -103,6 +127,7 @@ def write_file(
     meta: Mapping[str, Any] | None = None,
     chunk_bytes: int = DEFAULT_CHUNK,
     fsync: bool = True,
+    layouts: Mapping[str, Layout] | None = None,
 ) -> FileInfo:
     """Write ``arrays`` to a checkpoint file at ``path`` atomically (temp name, fsync, rename, fsync dir).
 
@@ -120,6 +145,8 @@ def write_file(
         Bytes per write call (no buffer is allocated: writes come straight from the arrays).
     fsync
         fsync the file and its directory (durability); tests of the format may turn it off.
+    layouts
+        Global layout of some arrays, by name (stored with per-chunk digests; see the module docstring).
 
     Returns
     -------
@@ -136,7 +163,7 @@ def write_file(
         parse_dtype(arr.dtype.str, f"array {name!r}: ")
     fields_ = {"format": "ftkit-checkpoint", "rank": int(rank), "level": int(level), "ckpt_id": int(ckpt_id),
                "exec_id": str(exec_id), "nranks": int(nranks), "meta": dict(meta or {})}
-    placeholder, sections = _layout(fields_, arrays)
+    placeholder, sections = _layout(fields_, arrays, layouts or {})
     writer = AtomicWriter(path, fsync=fsync)
     try:
         writer.pwrite(_preamble(placeholder) + placeholder, 0)
@@ -148,7 +175,10 @@ def write_file(
                 piece = view[start:start + chunk_bytes]
                 h.update(piece)
                 writer.pwrite(piece, sec.offset + start)
-            final.append(Section(sec.name, sec.dtype, sec.shape, sec.offset, sec.nbytes, digest_hex(h)))
+            chunks = "".join(xxhash.xxh3_64_hexdigest(view[i:i + sec.chunk])
+                             for i in range(0, len(view), sec.chunk)) if sec.chunk else ""
+            final.append(Section(sec.name, sec.dtype, sec.shape, sec.offset, sec.nbytes, digest_hex(h),
+                                 sec.layout, sec.chunk, chunks))
         header = encode_header(fields_, final, len(placeholder))
         if len(header) != len(placeholder):  # pragma: no cover - digests are fixed width
             raise StorageError("internal error: header length changed")
@@ -176,6 +206,12 @@ def read_header(path: str | os.PathLike[str]) -> Header:
     FormatError
         If it is not an ftkit file, has an unsupported version, a damaged header, or is truncated.
     """
+    return read_header_bytes(path)[0]
+
+
+def read_header_bytes(path: str | os.PathLike[str]) -> tuple[Header, bytes]:
+    """:func:`read_header`, also returning the header's bytes (to send to a peer, which parses them with
+    :func:`decode_header` and checks their digest itself)."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -210,7 +246,7 @@ def read_header(path: str | os.PathLike[str]) -> Header:
     if size != header.file_size:
         what = "truncated" if size < header.file_size else "has trailing bytes"
         raise FormatError(f"{path}: {what}: {size} bytes on disk, header says {header.file_size}")
-    return header
+    return header, raw
 
 
 def _hash_range(fd: int, offset: int, nbytes: int, buf: bytearray, path: Path) -> str:

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import FormatError
+from .layout import Layout, parse_layout
 
 __all__ = ["MAGIC", "VERSION", "PREAMBLE", "Section", "Header", "FileInfo", "encode_header", "decode_header",
-           "parse_dtype", "section_of", "digest_hex"]
+           "parse_dtype", "section_of", "digest_hex", "chunk_count"]
 
 MAGIC = b"FTKITCKP"
 VERSION = 1
@@ -61,10 +62,23 @@ class Section:
     offset: int
     nbytes: int
     xxh3: str = _ZERO_DIGEST
+    #: Where the array sits in a global array (None: a per-rank array, the format of version 1 files).
+    layout: Layout | None = None
+    #: With a layout: bytes per digest chunk and the chunks' xxh3 digests (16 hex digits each, concatenated),
+    #: so that a reader of a few boxes verifies what it reads without reading the whole section.
+    chunk: int = 0
+    chunk_xxh3: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "offset": self.offset,
-                "nbytes": self.nbytes, "xxh3": self.xxh3}
+        doc = {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "offset": self.offset,
+               "nbytes": self.nbytes, "xxh3": self.xxh3}
+        if self.layout is not None:
+            doc.update(layout=self.layout.to_json(), chunk=self.chunk, chunk_xxh3=self.chunk_xxh3)
+        return doc
+
+    def chunk_digest(self, i: int) -> str:
+        """The digest of digest chunk ``i`` (bytes ``i * chunk`` onward of the section)."""
+        return self.chunk_xxh3[16 * i:16 * i + 16]
 
 
 @dataclass(frozen=True)
@@ -171,7 +185,8 @@ def _decode(raw: bytes, digest: int, pre: str) -> Header:
         digest_s = s.get("xxh3")
         if not isinstance(digest_s, str) or not re.fullmatch(r"[0-9a-f]{16}", digest_s):
             raise FormatError(f"{pre}section {name!r}: bad digest {_short(digest_s)}")
-        sections.append(Section(name, dt.str, tuple(shape), offset, nbytes, digest_s))
+        sections.append(Section(name, dt.str, tuple(shape), offset, nbytes, digest_s,
+                                *_layout_fields(s, tuple(shape), nbytes, f"{pre}section {name!r}: ")))
         expect += nbytes
     if expect != file_size:
         raise FormatError(f"{pre}sections end at {expect} but file_size is {file_size}")
@@ -185,6 +200,25 @@ def _decode(raw: bytes, digest: int, pre: str) -> Header:
                   nranks=_int("nranks"), sections=tuple(sections), data_offset=data_offset,
                   file_size=file_size, digest=f"{digest:016x}", meta=meta)
 
+
+def chunk_count(nbytes: int, chunk: int) -> int:
+    """Number of digest chunks of ``chunk`` bytes in a section of ``nbytes`` bytes."""
+    return -(-nbytes // chunk)
+
+
+def _layout_fields(s: Mapping[str, Any], shape: tuple[int, ...], nbytes: int,
+                   pre: str) -> tuple[Layout | None, int, str]:
+    """The optional layout of a section and its chunk digests (all three present, or none)."""
+    if "layout" not in s:
+        return None, 0, ""
+    layout = parse_layout(s["layout"], shape, pre)
+    chunk, digests = s.get("chunk"), s.get("chunk_xxh3")
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or not 0 < chunk <= _MAX_INT:
+        raise FormatError(f"{pre}bad digest chunk size {_short(chunk)}")
+    want = 16 * chunk_count(nbytes, chunk)
+    if not isinstance(digests, str) or len(digests) != want or not re.fullmatch(r"[0-9a-f]*", digests):
+        raise FormatError(f"{pre}chunk digests are not {want} hex digits")
+    return layout, chunk, digests
 
 
 def _short(v: Any, limit: int = 60) -> str:

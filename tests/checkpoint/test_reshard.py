@@ -1,0 +1,99 @@
+"""Elastic restart: recover a checkpoint on another rank count or decomposition (issue 18).
+
+Real MPI jobs, real files. One chain of launches covers: 8 -> 6 from L1 (with the hostile layouts: overlap,
+hole, dtype, global shape, each refused on every rank with the arrays untouched), 6 -> 6 re-decomposed with a
+block-cyclic matrix checkpointed on a 2x3 grid restored onto 2x3 (other decomposition of the other arrays),
+2x2 and 1x5 grids (sub-communicators: the same restore path the online shrink uses), 8 -> 4 from L4 after
+every node-local directory is lost, 4 -> 8. Every element is compared with its expected value. The heat
+example crashes on 6 ranks and continues on 4: its final field is bit-identical to the failure-free run.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ftkit.inject import delete_node_dir
+
+from ..conftest import REPO, run_python
+from ._util import TIMEOUT, copy_run, digest_of, heat, node_dirs, run_heat, write_config
+
+pytestmark = pytest.mark.mpi
+
+PROG = REPO / "tests" / "programs" / "reshard_cases.py"
+
+
+def _run(d, nranks, *args):
+    r = run_python(nranks, PROG, "--config", "ftkit.ini", *args, node_size=2, cwd=d, timeout=TIMEOUT)
+    assert not r.timed_out, r.stdout + r.stderr
+    return r
+
+
+def _lines(stdout: str, nranks: int, kind: str = "") -> dict[int, str]:
+    out = {}
+    for line in stdout.splitlines():
+        m = re.match(rf"^R(\d+) {kind}(.*)$", line)
+        if m and (kind or not m.group(2).startswith(("case ", "subgrid ", "checkpointed", "wrote"))):
+            out.setdefault(int(m.group(1)), []).append(m.group(2))
+    assert sorted(out) == list(range(nranks)), stdout
+    return out
+
+
+def _recovered(r, nranks: int, sources: str) -> None:
+    lines = _lines(r.stdout, nranks)
+    for rank, (line,) in lines.items():
+        assert line.startswith("ok "), f"rank {rank}: {line}\n{r.stderr}"
+        assert f"sources={sources}" in line, line
+        read, need = (int(x) for x in re.search(r"read=(\d+) need=(\d+)", line).groups())
+        assert 0 < need <= read, line
+
+
+def test_elastic_restart_chain(tmp_path):
+    a = tmp_path / "a"
+    write_config(a, inline_l4=0)
+    r = _run(a, 8, "--mode", "write", "--grid", "2x4", "--level", "4")   # complete at L1 and L4
+    assert r.returncode == 0 and r.stdout.count("wrote") == 8, r.stdout + r.stderr
+    b = copy_run(a, tmp_path / "b")
+
+    # 8 -> 6 from L1, after the hostile layouts; then checkpoint (with a 2x3 block-cyclic matrix) on 6.
+    r = _run(a, 6, "--mode", "recover", "--grid", "3x2", "--split", "uneven", "--hostile", "--matrix", "2x3",
+             "--add-matrix", "--then-level", "1")
+    _recovered(r, 6, "1" * 8)
+    cases = _lines(r.stdout, 6, "case ")
+    expect = {"overlap": ("RecoveryError", "overlap", "[0:"), "hole": ("RecoveryError", "holes", "999 of"),
+              "dtype": ("ShapeMismatchError", "dtype", "<f4"),
+              "global_shape": ("ShapeMismatchError", "global shape", "[1005]")}
+    for rank, got in cases.items():
+        assert len(got) == len(expect), got
+        for line, (name, words) in zip(got, expect.items(), strict=True):
+            assert line.startswith(name + " ") and line.endswith("untouched=True"), f"rank {rank}: {line}"
+            assert all(w in line for w in words), f"rank {rank}: {line}"
+    assert r.stdout.count("checkpointed") == 6
+
+    # 6 -> 6 re-decomposed; the 2x3 matrix onto its grid, then onto 2x2 and 1x5 sub-communicators.
+    r = _run(a, 6, "--mode", "recover", "--grid", "2x3", "--matrix", "2x3", "--subgrids", "2x2,1x5")
+    _recovered(r, 6, "1" * 6)
+    sub = re.findall(r"^R(\d+) subgrid (\S+) (\S+)$", r.stdout, re.M)
+    assert sorted(sub) == sorted([(str(i), "2x2", "ok") for i in range(4)]
+                                 + [(str(i), "1x5", "ok") for i in range(5)]), r.stdout + r.stderr
+
+    # 8 -> 4 from L4 (every node-local directory lost), then checkpoint on 4; 4 -> 8.
+    for d in node_dirs(b):
+        delete_node_dir(d)
+    r = _run(b, 4, "--mode", "recover", "--grid", "2x2", "--then-level", "4")
+    _recovered(r, 4, "4" * 8)
+    r = _run(b, 8, "--mode", "recover", "--grid", "4x2", "--split", "uneven")
+    _recovered(r, 8, "1" * 4)
+
+
+def test_heat_continues_on_fewer_ranks_bit_identical(tmp_path):
+    steps, size = 30, 40
+    reference = heat.digest(heat.reference(size, steps))
+    args = ("--steps", str(steps), "--size", str(size))
+    write_config(tmp_path, ckpt_l1=3, ckpt_l4=10)
+    r = run_heat(tmp_path, 6, *args, "--kill-at", "23", "--kill-rank", "5")
+    assert "killing itself at step 23" in r.stdout and digest_of(r.stdout) is None, r.stdout + r.stderr
+    r = run_heat(tmp_path, 4, *args).check()
+    assert "from level 1 at step 21" in r.stdout, r.stdout
+    assert digest_of(r.stdout) == reference

@@ -1,0 +1,135 @@
+"""`ftkit export`: a checkpoint's arrays to HDF5 / .npy, assembled from the ranks' boxes (issue 18).
+
+The run is built without MPI through the storage API (real files, real manifest), as a 4-rank run would
+write it: a 2-D array in 2 x 2 boxes, a 1-D array in uneven bands, a block-cyclic matrix (column-major local
+arrays stored as their transposes, layout order "F"), a replicated step counter, and per-rank arrays without
+a layout (one dataset per rank). The exported contents must equal the global arrays element for element.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ftkit.cli import main
+from ftkit.errors import CheckpointNotFoundError, CorruptionError, StorageError
+from ftkit.inject import corrupt_file
+from ftkit.storage.export import export_checkpoint
+from ftkit.storage.layout import Box, Layout
+from ftkit.storage.levels import make_level
+from ftkit.storage.manifest import CheckpointEntry, Manifest, RankFile, write_manifest
+
+h5py = pytest.importorskip("h5py")  # in the 'test' extra; skipped only in a venv without it
+
+NODES = [0, 0, 1, 1]
+U = np.arange(30 * 22, dtype=np.float64).reshape(30, 22) * 0.5 - 7
+V = np.arange(101, dtype=np.int32) * 3 - 50
+A = np.arange(13 * 10, dtype=np.float64).reshape(13, 10) / 7     # the matrix, M x N
+BANDS = [(0, 10), (10, 40), (40, 41), (41, 101)]
+MB, NB = 3, 4                                                        # matrix blocks on a 2 x 2 grid
+
+
+def _matrix_piece(pr: int, pc: int) -> tuple[np.ndarray, Layout]:
+    """Rank (pr, pc)'s F-order local array of A and its layout, as protect_matrix stores it."""
+    rows = [i for i in range(A.shape[0]) if (i // MB) % 2 == pr]
+    cols = [j for j in range(A.shape[1]) if (j // NB) % 2 == pc]
+    local = np.asfortranarray(A[np.ix_(rows, cols)])
+    boxes = []
+    for li in range(0, len(rows), MB):
+        for lj in range(0, len(cols), NB):
+            nr, nc = min(MB, len(rows) - li), min(NB, len(cols) - lj)
+            boxes.append(Box((lj, li), (cols[lj], rows[li]), (nc, nr)))
+    return local.T, Layout(A.shape[::-1], tuple(boxes), "F")
+
+
+def _arrays(rank: int, cid: int) -> tuple[list, dict]:
+    r0, c0 = (rank // 2) * 15, (rank % 2) * 11
+    u = np.ascontiguousarray(U[r0:r0 + 15, c0:c0 + 11]) + cid
+    b0, b1 = BANDS[rank]
+    mat, mlay = _matrix_piece(rank // 2, rank % 2)
+    arrays = [("u", u), ("v", V[b0:b1].copy()), ("A", mat), ("step", np.array([cid * 10], np.int64)),
+              ("own", np.full((2, 3), rank + 0.5j)), ("scalar", np.array(rank * 2.0))]
+    layouts = {"u": Layout((30, 22), (Box((0, 0), (r0, c0), (15, 11)),)),
+               "v": Layout((101,), (Box((0,), (b0,), (b1 - b0,)),)), "A": mlay,
+               "step": Layout((1,), (Box((0,), (0,), (1,)),))}
+    return arrays, layouts
+
+
+def _make_run(root):
+    local, glbl, meta = root / "local", root / "global", root / "meta"
+    meta.mkdir(parents=True)
+    m = Manifest(exec_id="run7", nranks=4, created=1.0,
+                 dirs={"ckpt_dir": str(local), "glbl_dir": str(glbl), "meta_dir": str(meta)})
+    for cid in (1, 2):
+        files = []
+        for r in range(4):
+            arrays, layouts = _arrays(r, cid)
+            info = None
+            for level in (1, 4):
+                info = make_level(level, local, glbl, "run7", NODES).write(cid, r, arrays, level=4, nranks=4,
+                                                                           layouts=layouts)
+            files.append(RankFile(info.size, info.digest))
+        m.checkpoints.append(CheckpointEntry(id=cid, seq=cid, level=4, time=1.0, levels={1: True, 4: True},
+                                             nodes=NODES, files=files))
+    write_manifest(meta, m)
+    return root
+
+
+def _check(get, cid: int) -> None:
+    assert np.array_equal(get("u"), U + cid)
+    assert np.array_equal(get("v"), V) and get("v").dtype == np.int32
+    assert np.array_equal(get("A"), A)
+    assert np.array_equal(get("step"), [cid * 10])
+    for r in range(4):
+        assert np.array_equal(get(f"own/rank{r}"), np.full((2, 3), r + 0.5j))
+        assert get(f"scalar/rank{r}") == r * 2.0
+
+
+def test_hdf5_and_npy_round_trip(tmp_path, capsys):
+    root = _make_run(tmp_path / "r")
+    out = tmp_path / "out.h5"
+    assert main(["export", str(root), "--to", "hdf5", str(out)]) == 0
+    assert "exported checkpoint 2" in capsys.readouterr().out
+    with h5py.File(out) as f:
+        _check(lambda k: f[k][()], 2)
+        assert (f.attrs["checkpoint_id"], f.attrs["level"], f.attrs["run_id"]) == (2, 4, "run7")
+        assert list(f.attrs["step"]) == [20]
+    npy = tmp_path / "npy"
+    assert main(["export", str(root / "meta"), "--to", "npy", str(npy), "--id", "1"]) == 0
+    _check(lambda k: np.load(npy / (k.replace("/", ".") + ".npy")), 1)
+    attrs = json.loads((npy / "attributes.json").read_text())
+    assert attrs["checkpoint_id"] == 1 and attrs["run_id"] == "run7" and attrs["step"] == [10]
+
+
+def test_small_slabs_and_l4_fallback(tmp_path):
+    """Piece by piece (slabs of 64 bytes, smaller than one row): the same contents; lost L1 files -> L4."""
+    root = _make_run(tmp_path / "r")
+    for f in root.glob("local/node1/run7/l1/ckpt2/*.ftk"):
+        f.unlink()
+    out = tmp_path / "o.h5"
+    export_checkpoint(root, "hdf5", out, chunk_bytes=64)
+    with h5py.File(out) as f:
+        _check(lambda k: f[k][()], 2)
+
+
+def test_damaged_file_leaves_nothing(tmp_path):
+    root = _make_run(tmp_path / "r")
+    corrupt_file(next(root.glob("local/node0/run7/l1/ckpt2/rank1.ftk")), -30)   # in a section's bytes
+    for fmt, name in (("hdf5", "d.h5"), ("npy", "d")):
+        with pytest.raises(CorruptionError, match="checksum mismatch"):
+            export_checkpoint(root, fmt, tmp_path / name)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["r"], "a failed export must leave nothing"
+
+
+def test_refusals(tmp_path):
+    root = _make_run(tmp_path / "r")
+    (tmp_path / "x.h5").write_text("mine")
+    with pytest.raises(StorageError, match="exists"):
+        export_checkpoint(root, "hdf5", tmp_path / "x.h5")
+    assert (tmp_path / "x.h5").read_text() == "mine"
+    with pytest.raises(CheckpointNotFoundError, match="id 5"):
+        export_checkpoint(root, "npy", tmp_path / "n", ckpt_id=5)
+    with pytest.raises(CheckpointNotFoundError, match="manifest"):
+        export_checkpoint(tmp_path / "nothing", "npy", tmp_path / "n")
