@@ -37,7 +37,10 @@ Sections and keys (FTI's meaning and units; ftkit's own keys in ``[ftkit]``, als
 ``[ftkit]``
     ``interval_unit`` (``minutes`` | ``iterations``), ``l3_code`` (``rs`` | ``xor``), ``mtbf`` (seconds),
     ``failure_timeout`` (seconds any wait on a peer may take, > 0), ``group_access`` (0|1: 1 lets the
-    user's group read checkpoint files, 0640/0750, for shared-group setups; default 0: 0600/0700).
+    user's group read checkpoint files, 0640/0750, for shared-group setups; default 0: 0600/0700),
+    ``reserve_core`` (0|1: 1 keeps the last core of each process's CPU set for the checkpoint work -- the
+    background thread or the head ranks -- and pins the application's threads to the others; see
+    :mod:`ftkit.checkpoint.affinity`; ``ftkit launch --reserve-core`` does the same for one job).
 
 Directories: ``$VAR`` and ``${VAR}`` are expanded from the environment (an unset variable is a
 :class:`ConfigError` naming it), then ``~``; relative paths are resolved against the working directory when
@@ -150,6 +153,7 @@ class Config:
     mtbf: float = 0.0
     failure_timeout: float = 300.0
     group_access: int = 0
+    reserve_core: int = 0
     source: str = field(default="<defaults>", compare=False)
     #: Notes of the INI reader (unknown, repeated and empty keys); set by :meth:`from_string`.
     parse_notes: tuple[str, ...] = field(default=(), compare=False, repr=False)
