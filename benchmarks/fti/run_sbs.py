@@ -17,6 +17,10 @@ Every mpirun is also timed from outside (launch to exit: the whole-job wall time
 runs, outside the timings. Before each case the driver waits for the 1-minute load average to drop under
 ``--load-limit`` (default 2.5), at most ``--max-wait`` seconds, and records the load it got.
 
+``--baseline-src DIR`` adds a fourth system, ``base``: the same ftkit program with ``PYTHONPATH=DIR`` (a
+``src`` directory of an earlier ftkit, e.g. ``git archive COMMIT src | tar -x -C /tmp/base``), so a change
+is measured before and after in the same interleaved run.
+
 Without FTI's source tarball (``build_fti.sh`` exits 3) only ftkit and the floors run. Rows go to a JSONL
 file; the table (medians; ratio = median of the per-repeat ratios) is printed at the end, and
 ``--summarize FILE...`` prints it again from saved rows.
@@ -94,16 +98,19 @@ def command(system: str, args: argparse.Namespace, cfg: Path, mode: str, mib: in
     nprocs, node = (2 * args.ranks, 2) if head else (args.ranks, 1)
     if system == "fti":
         return [*args.fti_mpirun, "-n", str(nprocs), str(args.fti_bin), str(cfg), mode, str(mib), str(level)]
-    program = HERE / ("ckpt_ftkit.py" if system == "ftkit" else "floors.py")
-    extra = [str(cfg), mode, str(mib), str(level)] if system == "ftkit" else [
+    program = HERE / ("floors.py" if system == "floor" else "ckpt_ftkit.py")
+    extra = [str(cfg), mode, str(mib), str(level)] if system != "floor" else [
         str(cfg.parent), str(mib), str(level), str(args.group)]
     return [args.python, "-m", "ftkit", "launch", "-n", str(nprocs), "--node-size", str(node),
             "--timeout", "900", "--", args.python, str(program), *extra]
 
 
-def run_one(cmd: list[str], log: Path) -> dict:
+def run_one(cmd: list[str], log: Path, pythonpath: str | None = None) -> dict:
     env = dict(os.environ, PATH=SYSTEM_PATH)
     env.pop("VIRTUAL_ENV", None)
+    env.pop("PYTHONPATH", None)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath   # ftkit launch forwards it to the ranks
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                          start_new_session=True, stdin=subprocess.DEVNULL)
@@ -133,7 +140,8 @@ def run_case(args: argparse.Namespace, mib: int, level: int, head: int, systems:
             for mode in modes:
                 subprocess.run(["sync"], check=False)
                 before = load1()
-                row = run_one(command(system, args, cfg, mode, mib, level, head), Path(args.out + ".log"))
+                row = run_one(command(system, args, cfg, mode, mib, level, head), Path(args.out + ".log"),
+                              args.baseline_src if system == "base" else None)
                 row.update(system=system, mode=mode, mib=mib, level=level, head=head, rep=rep,
                            load_before=before, case_load=load, waited_s=waited, time=time.time())
                 with open(args.out, "a") as f:
@@ -161,7 +169,7 @@ def summarize(rows: list[dict]) -> str:
     cases = sorted({k[:3] for k in by})
     lines = ["| head | MiB | level | FTI ckpt s | ftkit ckpt s | ftkit ÷ FTI (target) | floor s | "
              "ftkit ÷ floor (≤ 1.15) | FTI restart s | ftkit restart s | restart ÷ | FTI job wall s | "
-             "ftkit job wall s | wall ÷ (≤ 1.5) |", "|" + "---|" * 14]
+             "ftkit job wall s | wall ÷ (≤ 1.5) | before: ckpt s / restart s / wall s |", "|" + "---|" * 15]
     for case in cases:
         head, mib, level = case
         reps = [runs for k, runs in by.items() if k[:3] == case]
@@ -181,7 +189,9 @@ def summarize(rows: list[dict]) -> str:
                  f"**{ftk / floor:.2f}**" if not head else "-",
                  f"{col('fti', 'recover', 'restart_s'):.3f}", f"{col('ftkit', 'recover', 'restart_s'):.3f}",
                  f"{paired('recover', 'restart_s'):.2f}", f"{col('fti', 'ckpt', 'wall_s'):.2f}",
-                 f"{col('ftkit', 'ckpt', 'wall_s'):.2f}", f"{paired('ckpt', 'wall_s'):.2f}"]
+                 f"{col('ftkit', 'ckpt', 'wall_s'):.2f}", f"{paired('ckpt', 'wall_s'):.2f}",
+                 f"{col('base', 'ckpt', 'ckpt_s'):.3f} / {col('base', 'recover', 'restart_s'):.3f} / "
+                 f"{col('base', 'ckpt', 'wall_s'):.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     loads = [float(r["load_before"]) for r in rows]
     if loads:
@@ -204,6 +214,7 @@ def main() -> int:
     ap.add_argument("--warmup", action="store_true", help="one untimed repeat (rep -1) per case first")
     ap.add_argument("--no-fti", action="store_true", help="ftkit and the floors only")
     ap.add_argument("--python", default=str(REPO / ".venv" / "bin" / "python"), help="ftkit's python")
+    ap.add_argument("--baseline-src", default=None, help="src directory of an earlier ftkit: system 'base'")
     ap.add_argument("--summarize", nargs="+", metavar="JSONL", help="print the table of saved rows and exit")
     args = ap.parse_args()
     if args.summarize:
@@ -212,7 +223,7 @@ def main() -> int:
     ROOT.mkdir(parents=True, exist_ok=True)
     args.fti_bin = None if args.no_fti else build_fti()
     args.fti_mpirun = fti_launcher() if args.fti_bin else []
-    systems = (["fti"] if args.fti_bin else []) + ["ftkit", "floor"]
+    systems = [*(["fti"] if args.fti_bin else []), "ftkit", *(["base"] if args.baseline_src else []), "floor"]
     print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}", flush=True)
     for head in map(int, args.heads.split(",")):
         for mib in map(int, args.sizes.split(",")):
