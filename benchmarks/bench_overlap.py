@@ -27,7 +27,12 @@ previous checkpoint's post-processing (at most one is in flight: when the interv
 post-processing, the blocking time measures this queue, not the call); ``post_s``, the wall time of one
 checkpoint's background post-processing (head mode: on the heads).
 
+Reserved core (``--reserve-core``, issue 16): every mode runs with ``FTKIT_RESERVE_CORE=1`` (what ``ftkit
+launch --reserve-core`` exports): the application ranks are pinned to all cores but the last (``none``
+too, so the baseline computes on the same cores), the background threads and the heads to the last one.
+
 Usage: python benchmarks/bench_overlap.py [--quick] [--size N] [--steps N] [--every N] [--level 3]
+       [--reserve-core]
 """
 
 from __future__ import annotations
@@ -59,6 +64,10 @@ def _worker(args: argparse.Namespace) -> None:
     root = Path(args.dir)
     ckpt = None
     comm = MPI.COMM_WORLD
+    if mode == "none" and args.reserve_core:
+        from ftkit.checkpoint.affinity import pin_application
+
+        pin_application(ftkit.Config(reserve_core=1))  # the baseline computes on the same cores
     if mode == "head":
         _instrument_head()
     elif mode in ("inline", "thread"):
@@ -207,8 +216,13 @@ def _run(mode: str, args: argparse.Namespace, workdir: Path) -> dict:
     nprocs, node_size = (12, 3) if mode == "head" else (8, 2)
     cmd = [sys.executable, __file__, "--worker", mode, "--dir", str(d), "--size", str(args.size),
            "--steps", str(args.steps), "--every", str(args.every), "--level", str(args.level)]
-    res = run_mpi(nprocs, cmd, timeout=args.timeout, node_size=node_size,
-                  env={"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}).check()
+    env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    if args.reserve_core:
+        from ftkit.launch import RESERVE_CORE_ENV
+
+        env[RESERVE_CORE_ENV] = "1"
+        cmd.append("--reserve-core")
+    res = run_mpi(nprocs, cmd, timeout=args.timeout, node_size=node_size, env=env).check()
     line = next(x for x in res.stdout.splitlines() if x.startswith("RESULT "))
     out = json.loads(line[len("RESULT "):])
     heads = [json.loads(x[len("HEAD "):]) for x in res.stdout.splitlines() if x.startswith("HEAD ")]
@@ -230,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=None, help="runs per mode, round robin (best kept; 3, "
                    "--quick: 2)")
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--reserve-core", action="store_true",
+                   help="applications on all cores but the last, FT threads and heads on the last")
     p.add_argument("--worker", choices=MODES, default=None, help=argparse.SUPPRESS)
     p.add_argument("--dir", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -276,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu_over = {m: results[m]["cpu_s"] - results["none"]["cpu_s"] for m in MODES if m != "none"}
     summary = {
         "benchmark": "overlap", "cores": os.cpu_count(), "app_ranks": 8, "nodes": 4,
+        "reserve_core": bool(args.reserve_core),
         "loadavg_before_after": [load_before, os.getloadavg()[0]],
         "cpu_overhead_s": cpu_over,
         "size": args.size, "steps": args.steps, "every": args.every, "level": args.level,

@@ -40,6 +40,9 @@ Sections and keys (FTI's meaning and units; ftkit's own keys in ``[ftkit]``, als
     user's group read checkpoint files, 0640/0750, for shared-group setups; default 0: 0600/0700),
     ``spare_ranks`` (the last N processes of the job are spares for online recovery, issue 17; needs ULFM;
     default 0).
+    ``reserve_core`` (0|1: 1 keeps the last core of each process's CPU set for the checkpoint work -- the
+    background thread or the head ranks -- and pins the application's threads to the others; see
+    :mod:`ftkit.checkpoint.affinity`; ``ftkit launch --reserve-core`` does the same for one job).
 
 Directories: ``$VAR`` and ``${VAR}`` are expanded from the environment (an unset variable is a
 :class:`ConfigError` naming it), then ``~``; relative paths are resolved against the working directory when
@@ -153,6 +156,7 @@ class Config:
     failure_timeout: float = 300.0
     group_access: int = 0
     spare_ranks: int = 0
+    reserve_core: int = 0
     source: str = field(default="<defaults>", compare=False)
     #: Notes of the INI reader (unknown, repeated and empty keys); set by :meth:`from_string`.
     parse_notes: tuple[str, ...] = field(default=(), compare=False, repr=False)

@@ -178,6 +178,8 @@ KEYS: tuple[KeySpec, ...] = (
     _k("group_access", "ftkit", "flag", _BOOL, "1: the group may read checkpoint files (0640/0750) for "
        "shared-group setups; 0: private to the user (0600/0700)"),
     _k("spare_ranks", "ftkit", "int", _NONNEG, "spare processes held for online recovery (the job's last N)"),
+    _k("reserve_core", "ftkit", "flag", _BOOL, "1: the last core of each process's CPU set runs the "
+       "checkpoint work (background thread, heads); the application's threads are pinned to the others"),
 )
 
 #: (section, spelling in the file) -> Config attribute. FTI's code spells the Lustre keys "stiping".

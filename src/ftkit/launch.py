@@ -40,6 +40,8 @@ __all__ = ["MPIResult", "build_mpirun_command", "build_launch_command", "find_mp
 NODE_SIZE_ENV = "FTKIT_NODE_SIZE"
 #: Environment variable carrying ``--spares`` to the ranks (read by ``Checkpointer()``).
 SPARES_ENV = "FTKIT_SPARE_RANKS"
+#: Environment variable ``--reserve-core`` exports to the ranks (see :mod:`ftkit.checkpoint.affinity`).
+RESERVE_CORE_ENV = "FTKIT_RESERVE_CORE"
 
 #: The launchers ``ftkit launch --launcher`` knows.
 LAUNCHERS = ("auto", "openmpi", "mpich", "srun")
@@ -412,6 +414,10 @@ def add_parser(subparsers) -> None:  # type: ignore[no-untyped-def]
     ulfm.add_argument("--no-ulfm", dest="ulfm", action="store_const", const=False,
                       help="launch without ULFM (default: ULFM on with Open MPI >= 5, off elsewhere)")
     p.add_argument("--timeout", type=float, default=None, help="kill the job after this many seconds")
+    p.add_argument("--reserve-core", action="store_true",
+                   help="keep the last core of each rank's CPU set for the checkpoint work (background "
+                        "thread or head ranks) and pin the application's threads to the others (exports "
+                        f"{RESERVE_CORE_ENV}=1, the same as [ftkit] reserve_core = 1)")
     p.add_argument("--dry-run", action="store_true", help="print the launch command and exit")
     p.add_argument("program", nargs="+", help="program and arguments (put them after --)")
     p.set_defaults(func=run_launch)
@@ -433,13 +439,14 @@ def run_launch(args) -> int:  # type: ignore[no-untyped-def]
     if program and program[0] == "--":
         program = program[1:]
     program = _with_this_python(program)
+    env = {RESERVE_CORE_ENV: "1"} if args.reserve_core else None
     if args.dry_run:
         _, cmd = build_launch_command(args.nprocs, program, launcher=args.launcher, node_size=args.node_size,
-                                      ulfm=args.ulfm, spares=args.spares)
+                                      ulfm=args.ulfm, spares=args.spares, env=env)
         print(" ".join(cmd))
         return 0
     result = run_mpi(args.nprocs, program, timeout=args.timeout or 10**9, node_size=args.node_size,
-                     ulfm=args.ulfm, capture=False, launcher=args.launcher, spares=args.spares)
+                     ulfm=args.ulfm, capture=False, launcher=args.launcher, spares=args.spares, env=env)
     if result.timed_out:
         print(f"ftkit launch: job killed after {args.timeout} s timeout", file=sys.stderr)
         return 124

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ftkit.codec import ErasureCode, RSCode, XORCode, xor_into
+from ftkit.codec._isal import ISAL_ENV, library
 from ftkit.errors import CodecError
 
 # ---------------------------------------------------------------------------------------------------------
@@ -379,11 +380,14 @@ def test_bad_arguments_raise_codec_error_naming_the_problem() -> None:
 # ---------------------------------------------------------------------------------------------------------
 # Golden file: the code is part of the on-disk format.
 # ---------------------------------------------------------------------------------------------------------
-def test_golden_matrices_and_parity_never_change() -> None:
+@pytest.mark.parametrize("backend", ["default", "numba"])
+def test_golden_matrices_and_parity_never_change(backend, monkeypatch) -> None:
     import hashlib
     import json
     from pathlib import Path
 
+    if backend == "numba":
+        monkeypatch.setenv(ISAL_ENV, "0")
     golden = json.loads((Path(__file__).parent / "golden" / "rs_codes.json").read_text())
     t = np.arange(1000)
     for entry in golden["codes"]:
@@ -405,3 +409,34 @@ def test_kernels_release_the_gil_and_cache_to_disk() -> None:
     for kernel in (_kernels.run_schedule, _kernels.xor_into_kernel):
         assert kernel.targetoptions.get("nogil") is True, f"{kernel} holds the GIL"
         assert kernel._cache.__class__.__name__ != "NullCache", f"{kernel} is not cached on disk"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Backends: ISA-L (where a libisal is found) and ftkit's numba kernels give the same bytes.
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.skipif(library() is None, reason="no libisal on this machine (pip install pyeclib)")
+@pytest.mark.parametrize(("k", "m"), [(4, 4), (8, 8), (16, 16), (10, 4), (4, 1), (3, 2)])
+def test_isal_and_numba_backends_agree(k, m, monkeypatch) -> None:
+    rng = np.random.default_rng(k * 31 + m)
+    buf = rng.integers(0, 256, k * 4099 + 3, dtype=np.uint8)
+    data = [buf[1 + j * 4099:1 + (j + 1) * 4099] for j in range(k)]   # odd lengths, unaligned views
+    lost = list(range(min(m, k)))
+    by_backend = {}
+    for backend in ("", "0"):
+        monkeypatch.setenv(ISAL_ENV, backend)
+        code = RSCode(k, m)
+        parity = code.encode(data)
+        frags = {i: f for i, f in enumerate(data + parity) if i not in lost}
+        by_backend[backend] = (parity, code.reconstruct(frags, lost))
+    (p1, r1), (p2, r2) = by_backend[""], by_backend["0"]
+    assert all(np.array_equal(a, b) for a, b in zip(p1, p2, strict=True))
+    assert all(np.array_equal(a, data[i]) for a, i in zip(r1, lost, strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(r1, r2, strict=True))
+
+
+def test_isal_variable_names_a_bad_library(monkeypatch, tmp_path) -> None:
+    bogus = tmp_path / "libnot.so"
+    bogus.write_bytes(b"not a library")
+    monkeypatch.setenv(ISAL_ENV, str(bogus))
+    with pytest.raises(CodecError, match=ISAL_ENV):
+        RSCode(4, 4).encode([np.zeros(8, np.uint8)] * 4)

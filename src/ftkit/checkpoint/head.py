@@ -30,6 +30,7 @@ from ..config import Config
 from ..errors import CheckpointError, ProcessFailure
 from ..failure.detect import ft_dup, is_failure_error
 from ..topology import Topology, plan_node_sets
+from .affinity import pin_head
 from .contract import CheckpointJob, PipelineContext
 from .levels import LEVELS
 from .post import DEFAULT_TIMEOUT, agree_outcome, lower_priority, post_nice
@@ -353,6 +354,7 @@ def serve_as_head(links: HeadLinks, topology: Topology, config: Config) -> int:
     try:
         server = HeadServer(links, members, lambda reqs, lk: handle_node(reqs, lk),
                             timeout=config.failure_timeout)
+        pin_head(config)  # [ftkit] reserve_core: the heads run on the reserved core
         if will_encode(config, topology) and links.head_sets != MPI.COMM_NULL:
             warm_up_codec(topology.group_size)
         server.serve()

@@ -25,6 +25,7 @@ import time
 
 from ..errors import FtkitError
 from . import pipeline
+from .affinity import pin_application
 from .contract import CheckpointJob, PipelineContext
 from .head import HeadClient, HeadLinks, head_request
 from .levels import LEVELS
@@ -51,6 +52,7 @@ class PostManager:
         self.ctx = ctx
         cfg = ctx.config
         timeout = cfg.failure_timeout
+        pin_application(cfg)  # [ftkit] reserve_core: off the core kept for the FT thread or the heads
         self.client = HeadClient(links, timeout) if links is not None else None
         self.background: Executor | None = None
         if any(not cfg.inline(lv) for lv in (2, 3, 4)):

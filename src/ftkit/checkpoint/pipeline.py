@@ -82,25 +82,35 @@ def agree(ctx: PipelineContext, error: str | None, what: str) -> None:
     """Raise CheckpointError on every rank if ``error`` is set on any (messages name the ranks)."""
     if _mpi.all_true(ctx.comm, error is None, ctx.timeout, what):
         return
-    errors = _mpi.allgather(ctx.comm, error, what, ctx.timeout)
+    _raise_errors(_mpi.allgather(ctx.comm, error, what, ctx.timeout), what)
+
+
+def _raise_errors(errors: Sequence[str | None], what: str) -> None:
     bad = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
-    raise CheckpointError(f"{what} failed on {len(bad)} rank(s): " + "; ".join(bad[:4])
-                          + (" ..." if len(bad) > 4 else ""))
+    if bad:
+        raise CheckpointError(f"{what} failed on {len(bad)} rank(s): " + "; ".join(bad[:4])
+                              + (" ..." if len(bad) > 4 else ""))
 
 
 def agree_written(ctx: PipelineContext, job: CheckpointJob, error: str | None) -> list[RankFile]:
     """Collectively check that every rank wrote its file; fill and return ``job.files``.
+
+    One collective round: every rank's outcome, size and digest travel together.
 
     Raises
     ------
     CheckpointError
         On every rank, naming the ranks whose write failed.
     """
-    agree(ctx, error, f"checkpoint {job.ckpt_id}: writing the L{job.primary} files")
-    assert job.file is not None
-    pairs = _mpi.allgather(ctx.comm, (job.file.size, job.file.digest), "checkpoint file exchange",
-                           ctx.timeout)
-    job.files = [RankFile(int(s), str(d)) for s, d in pairs]
+    what = f"checkpoint {job.ckpt_id}: writing the L{job.primary} files"
+    mine: tuple[str | None, int, str]
+    if error is not None or job.file is None:
+        mine = (error or "no file was written", -1, "")
+    else:
+        mine = (None, job.file.size, job.file.digest)
+    rows = _mpi.allgather(ctx.comm, mine, what, ctx.timeout)
+    _raise_errors([e for e, _, _ in rows], what)
+    job.files = [RankFile(int(s), str(d)) for _, s, d in rows]
     return job.files
 
 

@@ -50,6 +50,7 @@ from .._wait import deadline_after, wait_requests
 from ..errors import CheckpointError, ConfigError, ProcessFailure, TimeoutFailure
 from ..failure.detect import ft_dup, is_failure_error
 from . import _mpi
+from .affinity import pin_ft_thread
 
 __all__ = ["PostComms", "PostJob", "Executor", "InlineExecutor", "ThreadExecutor",
            "thread_multiple_available", "make_thread_executor", "wait_request", "agree_outcome",
@@ -326,6 +327,7 @@ class ThreadExecutor(Executor):
         err: BaseException | None = None
         try:
             lower_priority(self.nice)
+            pin_ft_thread()  # onto the reserved core, when the application was pinned off it
             _complete(job, self.comms, self.timeout)
         except BaseException as exc:  # stored for the application thread, which raises it
             err = exc

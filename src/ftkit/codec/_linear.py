@@ -2,18 +2,21 @@
 
 Encoding applies the parity matrix ``C`` (m x k); rebuilding picks ``k`` available fragments (data first),
 inverts the matching rows of the generator ``[I; C]`` and applies ``G[wanted] @ inverse``. Each matrix is
-compiled once into a block schedule (:mod:`ftkit.codec._schedule`) and cached on the code object.
+prepared once and cached on the code object: as ISA-L's tables where a libisal is found
+(:mod:`ftkit.codec._isal`), else as a block schedule for ftkit's numba kernels (:mod:`ftkit.codec._schedule`,
+imported only then). Both give the same bytes.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from ..errors import CodecError
-from . import _kernels, _schedule, gf256
+from . import _isal, gf256
 from .base import ErasureCode, check_data, check_fragments, check_indices, check_outputs
 
 __all__ = ["LinearCode", "BLOCK_BYTES"]
@@ -24,7 +27,7 @@ BLOCK_BYTES = 2048
 
 
 def _addresses(arrays: Sequence[np.ndarray]) -> np.ndarray:
-    return np.fromiter(map(_kernels.address_of, arrays), dtype=np.int64, count=len(arrays))
+    return np.fromiter((a.__array_interface__["data"][0] for a in arrays), dtype=np.int64, count=len(arrays))
 
 
 def _check_no_overlap(addrs: np.ndarray, n_in: int, nbytes: int) -> None:
@@ -39,8 +42,18 @@ def _check_no_overlap(addrs: np.ndarray, n_in: int, nbytes: int) -> None:
         raise CodecError(f"parity output {o} overlaps {what} in memory; give separate output buffers")
 
 
-def _apply(ops: np.ndarray, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], nbytes: int,
-           check_overlap: bool = False) -> None:
+def _compile(matrix: np.ndarray) -> tuple[object, np.ndarray]:
+    """Prepare ``matrix`` for :func:`_apply`: (libisal, its tables), or (None, a numba block schedule)."""
+    lib = _isal.library()
+    if lib is not None:
+        return lib, _isal.tables(lib, matrix)
+    from . import _schedule
+
+    return None, _schedule.compile_matrix(matrix)
+
+
+def _apply(compiled: tuple[object, np.ndarray], inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
+           nbytes: int, check_overlap: bool = False) -> None:
     if nbytes == 0 or not outputs:
         return
     # ``inputs`` and ``outputs`` stay referenced by the caller for the duration of the call, so the raw
@@ -48,7 +61,13 @@ def _apply(ops: np.ndarray, inputs: Sequence[np.ndarray], outputs: Sequence[np.n
     addrs = _addresses([*inputs, *outputs])
     if check_overlap:
         _check_no_overlap(addrs, len(inputs), nbytes)
-    _kernels.run_schedule(ops, addrs, nbytes, BLOCK_BYTES)
+    lib, prepared = compiled
+    if lib is not None:
+        _isal.apply(lib, prepared, addrs, len(inputs), nbytes)  # type: ignore[arg-type]
+        return
+    from . import _kernels
+
+    _kernels.run_schedule(prepared, addrs, nbytes, BLOCK_BYTES)
 
 
 class LinearCode(ErasureCode):
@@ -67,7 +86,7 @@ class LinearCode(ErasureCode):
         self.m, self.k = (int(v) for v in c.shape)
         self._parity = c
         self._generator = np.concatenate([np.eye(self.k, dtype=np.uint8), c], axis=0)
-        self._schedules: dict[tuple, np.ndarray] = {}
+        self._schedules: dict[tuple, tuple[object, np.ndarray]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -80,10 +99,11 @@ class LinearCode(ErasureCode):
         """The ``(k + m) x k`` generator ``[I_k; C]`` (a copy)."""
         return self._generator.copy()
 
-    def _schedule_for(self, key: tuple, build) -> np.ndarray:
+    def _schedule_for(self, key: tuple, build) -> tuple[object, np.ndarray]:
+        key = (os.environ.get(_isal.ISAL_ENV, ""), *key)   # the backend is part of what was prepared
         sched = self._schedules.get(key)
         if sched is None:
-            sched = _schedule.compile_matrix(build())
+            sched = _compile(build())
             with self._lock:
                 self._schedules.setdefault(key, sched)
         return sched

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CodecError
-from . import _kernels
 from .base import check_fragment
 
 __all__ = ["xor_into"]
@@ -31,6 +30,8 @@ def xor_into(dst: np.ndarray, src: np.ndarray) -> np.ndarray:
     if dst.shape[0] != src.shape[0]:
         raise CodecError(f"xor_into: dst has {dst.shape[0]} bytes but src has {src.shape[0]}")
     if dst.shape[0]:
+        from . import _kernels  # numba: imported at the first use, not with the package
+
         _kernels.xor_into_kernel(
             np.int64(dst.__array_interface__["data"][0]), np.int64(src.__array_interface__["data"][0]),
             np.int64(dst.shape[0]),

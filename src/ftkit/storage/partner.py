@@ -6,8 +6,8 @@ itself (a node's head rank acting for one of its application ranks): it only nee
 files, whose paths it passes in. Member ``i``'s data file is copied to member ``(i + 1) % n`` (its partner,
 see :meth:`ftkit.topology.Topology.partner`), which stores it under its own ``copy_path``; so member ``i``'s
 ``copy_path`` holds member ``(i - 1) % n``'s data file, byte for byte. Files are never held in memory whole:
-at most two chunks (one sent, one received) of ``chunk_size`` bytes are in flight per process, and a
-received file appears under its final name only once complete and fsynced.
+at most three chunks of ``chunk_size`` bytes per process (one sent; one received while the previous one is
+written), and a received file appears under its final name only once complete and fsynced.
 
 Recovery (:func:`assess_partner` then :func:`rebuild_partner`) brings back lost data files from the
 partner copies and re-creates lost copies, so the group is protected again afterwards. A member's data is
@@ -26,7 +26,15 @@ import numpy as np
 
 from .._wait import deadline_after, wait_requests
 from ..errors import FtkitError, RecoveryError, StorageError
-from ._collective import MESSAGE_BYTES, ErrorGuard, agree_errors, close_fd, decode_message, encode_message
+from ._collective import (
+    MESSAGE_BYTES,
+    ErrorGuard,
+    Worker,
+    agree_errors,
+    close_fd,
+    decode_message,
+    encode_message,
+)
 from ._stream import AtomicWriter, file_size, read_into
 from .local import LocalLevel
 
@@ -36,7 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_CHUNK_SIZE", "transfer_file", "partner_copy", "PartnerPlan", "assess_partner",
            "rebuild_partner", "PartnerLevel"]
 
-#: Bytes per message when streaming a file (memory per process: two such buffers).
+#: Bytes per message when streaming a file (memory per process: at most three such buffers).
 DEFAULT_CHUNK_SIZE = 4 << 20
 
 _TAG_SIZE = 7301
@@ -136,30 +144,52 @@ class _Transfer:
                 self.writer = AtomicWriter(self.recv_path)
 
     def stream(self) -> None:
-        """Move the bytes chunk by chunk; a failing side records its error and keeps going."""
+        """Move the bytes chunk by chunk; a failing side records its error and keeps going.
+
+        With more than one chunk to receive, a worker thread writes chunk c (``pwrite`` releases the GIL)
+        while this thread transfers chunk c+1 into a second receive buffer: the disk and the transfer overlap.
+        """
         from mpi4py import MPI
 
         z = self.chunk
         n_send = -(-self.send_len // z) if self.send_path is not None and self.send_len > 0 else 0
         n_recv = -(-self.recv_len // z) if self.recv_path is not None and self.recv_len > 0 else 0
         sbuf = np.zeros(min(z, max(self.send_len, 1)), np.uint8) if n_send else None
-        rbuf = np.empty(min(z, max(self.recv_len, 1)), np.uint8) if n_recv else None
-        for c in range(max(n_send, n_recv)):
-            reqs = []
-            if c < n_recv:
-                rlen = min(z, self.recv_len - c * z)
-                reqs.append(self.comm.Irecv([rbuf, rlen, MPI.BYTE], self.source, _TAG_DATA))
-            if c < n_send:
-                slen = min(z, self.send_len - c * z)
-                with self.send_guard:
-                    if self.send_guard.ok:
-                        read_into(self.fd, c * z, sbuf[:slen], self.send_len)  # type: ignore[index]
-                reqs.append(self.comm.Isend([sbuf, slen, MPI.BYTE], self.dest, _TAG_DATA))
-            self._wait(reqs, f"partner copy: chunk {c}")
-            if c < n_recv:
+        nbuf = 2 if n_recv > 1 else 1
+        rbufs = [np.empty(min(z, max(self.recv_len, 1)), np.uint8) for _ in range(nbuf if n_recv else 0)]
+        worker = Worker("ftkit-l2-write") if nbuf == 2 else None
+        try:
+            for c in range(max(n_send, n_recv)):
+                b = c % nbuf
+                reqs = []
+                if c < n_recv:
+                    if worker is not None:
+                        with self.recv_guard:
+                            worker.wait(b)  # the write of chunk c-2 is done: its buffer is free
+                    rlen = min(z, self.recv_len - c * z)
+                    reqs.append(self.comm.Irecv([rbufs[b], rlen, MPI.BYTE], self.source, _TAG_DATA))
+                if c < n_send:
+                    slen = min(z, self.send_len - c * z)
+                    with self.send_guard:
+                        if self.send_guard.ok:
+                            read_into(self.fd, c * z, sbuf[:slen], self.send_len)  # type: ignore[index]
+                    reqs.append(self.comm.Isend([sbuf, slen, MPI.BYTE], self.dest, _TAG_DATA))
+                self._wait(reqs, f"partner copy: chunk {c}")
+                if c < n_recv:
+                    if worker is not None:
+                        worker.submit(b, self._write, rbufs[b][:rlen], c * z)
+                    else:
+                        with self.recv_guard:
+                            self._write(rbufs[b][:rlen], c * z)
+        finally:
+            if worker is not None:
                 with self.recv_guard:
-                    if self.recv_guard.ok:
-                        self.writer.pwrite(rbuf[:rlen], c * z)  # type: ignore[union-attr,index]
+                    worker.wait_all()
+                worker.close()
+
+    def _write(self, data: np.ndarray, offset: int) -> None:
+        if self.recv_guard.ok:
+            self.writer.pwrite(data, offset)  # type: ignore[union-attr]
 
     def _swap(self, mine: str | None, to: int, frm: int, tag: int, what: str) -> str | None:
         out, got = encode_message(mine), np.zeros(MESSAGE_BYTES, np.uint8)

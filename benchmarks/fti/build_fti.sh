@@ -1,0 +1,48 @@
+#!/bin/bash
+# Build FTI 1.6 and the C side of the side-by-side benchmark (ckpt_bench.c) under $FTI_ROOT (/tmp/ftkit-fti).
+#
+#   bash benchmarks/fti/build_fti.sh        # idempotent; prints the binary's path on the last line
+#
+# Source: fti-v1.6.tar.gz (git archive of tag v1.6 of github.com/leobago/fti, commit 38cf05cf) in
+# ../shared/anchors/fti/ relative to the repository, or $FTI_TARBALL. Toolchain: Debian's Open MPI 4.1
+# (mpicc), cmake and OpenSSL's headers (FTI's MD5), installed with apt-get when missing.
+# Exit status 3 (and a message) when the tarball is absent: the driver then compares with the floors only.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+ROOT=${FTI_ROOT:-/tmp/ftkit-fti}
+# ../shared relative to the repository; from a git worktree, relative to the main checkout
+MAIN=$(cd "$(git -C "$REPO" rev-parse --git-common-dir 2>/dev/null || echo "$REPO/.git")/.." 2>/dev/null && pwd || echo "$REPO")
+TARBALL=${FTI_TARBALL:-}
+for t in "$REPO/../shared/anchors/fti/fti-v1.6.tar.gz" "$MAIN/../shared/anchors/fti/fti-v1.6.tar.gz"; do
+  if [ -z "$TARBALL" ] && [ -f "$t" ]; then TARBALL=$t; fi
+done
+TARBALL=${TARBALL:-$REPO/../shared/anchors/fti/fti-v1.6.tar.gz}
+export PATH=/usr/bin:/bin:/usr/sbin:/sbin:$PATH   # Debian's mpicc, not a venv's
+
+if [ ! -f "$TARBALL" ]; then
+  echo "FTI source tarball not found: $TARBALL (set FTI_TARBALL); comparing with the floors only" >&2
+  exit 3
+fi
+if ! command -v mpicc >/dev/null || ! command -v cmake >/dev/null || [ ! -e /usr/include/openssl/md5.h ]; then
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q libopenmpi-dev openmpi-bin cmake libssl-dev zlib1g-dev
+fi
+mkdir -p "$ROOT"
+if [ ! -f "$ROOT/src/CMakeLists.txt" ]; then
+  mkdir -p "$ROOT/src"
+  tar -xf "$TARBALL" -C "$ROOT/src"       # a git archive: no top directory
+fi
+if [ ! -f "$ROOT/install/lib/libfti.so" ] && [ ! -f "$ROOT/install/lib64/libfti.so" ]; then
+  cmake -S "$ROOT/src" -B "$ROOT/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$ROOT/install" \
+        -DENABLE_EXAMPLES=OFF -DENABLE_FORTRAN=OFF -DENABLE_HDF5=OFF -DENABLE_TESTS=OFF \
+        -DCMAKE_C_COMPILER=mpicc -DCMAKE_CXX_COMPILER=mpicxx >"$ROOT/cmake.log" 2>&1
+  cmake --build "$ROOT/build" -j2 >"$ROOT/make.log" 2>&1
+  cmake --install "$ROOT/build" >>"$ROOT/make.log" 2>&1
+fi
+LIBDIR=$ROOT/install/lib; [ -f "$LIBDIR/libfti.so" ] || LIBDIR=$ROOT/install/lib64
+if [ ! -x "$ROOT/ckpt_fti" ] || [ "$HERE/ckpt_fti.c" -nt "$ROOT/ckpt_fti" ]; then
+  mpicc -O2 -std=gnu99 -o "$ROOT/ckpt_fti" "$HERE/ckpt_fti.c" -I"$ROOT/install/include" \
+        -L"$LIBDIR" -Wl,-rpath,"$LIBDIR" -lfti -lm
+fi
+echo "$ROOT/ckpt_fti"

@@ -1,0 +1,71 @@
+"""ftkit side of benchmarks/fti (twin of ckpt_fti.c): one protected array per application rank.
+
+    ftkit launch -n P --node-size S -- python ckpt_ftkit.py CONFIG ckpt    MIB LEVEL
+    ftkit launch -n P --node-size S -- python ckpt_ftkit.py CONFIG recover MIB 0
+
+Array: MIB MiB of uint64, element i of rank r = i * 0x9E3779B97F4A7C15 + r, every page touched before any
+timing. Times (MPI.Wtime, slowest application rank), the same keys as the C program:
+
+* ``ckpt_s``: ``checkpoint(level=LEVEL)`` from a barrier (head = 1 or inline = 0: the blocking time);
+* ``final_s``: ``finalize()``; ``init_s``: ``Checkpointer(...)`` alone;
+* ``restart_s``: ``Checkpointer(...)`` + ``protect`` + ``recover()`` from a barrier; the array is compared
+  with the expected values afterwards.
+
+``phases``: the per-phase seconds of the checkpoint call on rank 0 (``Checkpointer.last_timings`` when the
+installed ftkit has it). Prints one line ``BENCHRESULT key=value ...``; exit status 1 on a wrong restart.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import ftkit
+
+
+def main() -> int:
+    config, mode, mib, level = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    n = (mib << 20) // 8
+    buf = np.zeros(n, np.uint64)
+    buf.fill(0)
+    world = MPI.COMM_WORLD
+    world.Barrier()
+    t0 = MPI.Wtime()
+    ck = ftkit.Checkpointer(config, world)     # head ranks serve inside and never return
+    init_s = MPI.Wtime() - t0
+    app = ck.comm.Dup()                         # still valid after finalize()
+    rank = app.Get_rank()
+    ck.protect("buf", buf)
+    restarted = bool(ck.restarted)
+    expected = np.arange(n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(rank)
+    ok, ckpt_s, restart_s = True, 0.0, 0.0
+    if mode == "ckpt":
+        buf[:] = expected
+        app.Barrier()
+        t1 = MPI.Wtime()
+        ck.checkpoint(level=level)
+        ckpt_s = MPI.Wtime() - t1
+    else:
+        ck.recover()
+        restart_s = MPI.Wtime() - t0
+        ok = restarted and bool(np.array_equal(buf, expected))
+    phases = dict(getattr(ck, "last_timings", None) or {})
+    app.Barrier()
+    t2 = MPI.Wtime()
+    ck.finalize()
+    final_s = MPI.Wtime() - t2
+    slowest = [app.allreduce(x, op=MPI.MAX) for x in (init_s, ckpt_s, restart_s, final_s)]
+    ok = app.allreduce(ok, op=MPI.LAND)
+    if rank == 0:
+        phase_text = ",".join(f"{k}:{v:.4f}" for k, v in phases.items()) or "-"
+        print(f"BENCHRESULT mode={mode} ranks={app.Get_size()} mib={mib} level={level} ok={int(ok)} "
+              f"init_s={slowest[0]:.4f} ckpt_s={slowest[1]:.4f} restart_s={slowest[2]:.4f} "
+              f"final_s={slowest[3]:.4f} phases={phase_text}", flush=True)
+    app.Free()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

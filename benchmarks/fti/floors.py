@@ -1,0 +1,102 @@
+"""The floor of each checkpoint level: the least work that level's guarantee needs, on the same bytes.
+
+    ftkit launch -n P --node-size 1 -- python floors.py DIR MIB LEVEL GROUP_SIZE
+
+Per application rank, MIB MiB from memory (the same array as the benchmark programs), slowest rank, from a
+barrier (MPI.Wtime), with the MPI of ftkit's launch:
+
+* L1: write + fsync of the bytes to a file in ``DIR/local``;
+* L2: L1 + one MPI transfer of the bytes to the partner (next member of the group) + its write + fsync;
+* L3: L1 + the group exchange (k - 1 sends and receives of 1/k of the bytes: member i gathers slice i of
+  every member's bytes) + encoding RS(k, k) at the codec's measured speed (the slice of every parity row,
+  timed here with ``ftkit.codec``) + write + fsync of the rank's parity bytes (as many as its data);
+* L4: write + fsync of the bytes to a file in ``DIR/global``.
+
+Prints ``FLOORRESULT level=L mib=M floor_s=... parts=name:s,...``. Files are removed afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+from mpi4py import MPI
+
+from ftkit.codec import RSCode
+
+
+def write_fsync(path: Path, data: np.ndarray) -> None:
+    """Write ``data`` to a new file and fsync it (no rename: a floor)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view, done = memoryview(data).cast("B"), 0
+        while done < len(view):
+            done += os.write(fd, view[done:])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def main() -> int:
+    work, mib, level, k = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    n = (mib << 20) // 8
+    data = np.arange(n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(rank)
+    raw = data.view(np.uint8)
+    group = comm.Split(rank // k, rank)
+    me = group.Get_rank()
+    parts: dict[str, float] = {}
+    code = RSCode(k, k) if level == 3 else None
+    if code is not None:  # load the codec's kernels outside the timing (ftkit warms up at start-up too)
+        code.encode_into([np.zeros(4096, np.uint8)] * k, [np.empty(4096, np.uint8) for _ in range(k)])
+    comm.Barrier()
+    t0 = MPI.Wtime()
+
+    def lap(name: str, since: float) -> float:
+        now = MPI.Wtime()
+        parts[name] = now - since
+        return now
+
+    t = t0
+    if level == 4:
+        write_fsync(work / "global" / f"r{rank}.bin", raw)
+        t = lap("write_fsync", t)
+    else:
+        write_fsync(work / "local" / f"r{rank}.bin", raw)
+        t = lap("write_fsync", t)
+    if level == 2:
+        got = np.empty_like(raw)
+        group.Sendrecv(raw, (me + 1) % k, 11, got, (me - 1) % k, 11)
+        t = lap("transfer", t)
+        write_fsync(work / "local" / f"r{rank}.partner", got)
+        t = lap("partner_write_fsync", t)
+    elif level == 3:
+        s = -(-raw.nbytes // k)
+        padded = np.zeros(s * k, np.uint8)
+        padded[:raw.nbytes] = raw
+        gathered = np.empty(s * k, np.uint8)
+        group.Alltoall(padded, gathered)          # member i receives slice i of every member's bytes
+        t = lap("exchange", t)
+        parity = np.empty(s * k, np.uint8)
+        code.encode_into(list(gathered.reshape(k, s)), list(parity.reshape(k, s)))
+        t = lap("encode", t)
+        write_fsync(work / "local" / f"r{rank}.parity", parity)
+        t = lap("parity_write_fsync", t)
+    floor = comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+    parts = {name: comm.allreduce(v, op=MPI.MAX) for name, v in parts.items()}
+    for f in list((work / "local").glob(f"r{rank}.*")) + list((work / "global").glob(f"r{rank}.*")):
+        f.unlink()
+    if rank == 0:
+        text = ",".join(f"{name}:{v:.4f}" for name, v in parts.items())
+        print(f"FLOORRESULT level={level} mib={mib} ranks={comm.Get_size()} floor_s={floor:.4f} parts={text}",
+              flush=True)
+    group.Free()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

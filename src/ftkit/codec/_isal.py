@@ -1,0 +1,114 @@
+"""Intel ISA-L's erasure-code kernels through ctypes: the codec's fast backend where a ``libisal`` is found.
+
+ISA-L applies any GF(2^8) matrix (polynomial ``0x11d``, the field of :mod:`ftkit.codec.gf256`) with
+``ec_init_tables`` + ``ec_encode_data``, using the best kernels of the CPU (AVX2, AVX-512, GFNI). Given
+ftkit's own matrices it produces ftkit's parity byte for byte, so the backend changes speed, never bytes
+(the golden file holds for both). Loading it costs a ``dlopen``, where the numba kernels cost an import of
+numba and a kernel load at the first use (0.5-1 s of CPU per process). ``ctypes`` releases the GIL during
+the call, as the numba kernels do.
+
+Where the library comes from, first found wins:
+
+1. ``FTKIT_ISAL``: a path to a ``libisal`` shared library, or ``0`` to use ftkit's numba kernels;
+2. the system's ``libisal`` (``ctypes.util.find_library("isal")``, e.g. Debian's ``libisal2``);
+3. the copy bundled in the ``pyeclib`` wheel (``pyeclib.libs/libisal*.so*``; ``pip install pyeclib``).
+
+Without any, :func:`library` returns None and the numba kernels are used.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import importlib.util
+import os
+import threading
+
+import numpy as np
+
+from ..errors import CodecError
+
+__all__ = ["ISAL_ENV", "library", "tables", "apply"]
+
+#: Environment variable: path of a libisal to use, or 0 for ftkit's own (numba) kernels.
+ISAL_ENV = "FTKIT_ISAL"
+#: ec_encode_data takes an int length: longer fragments are applied in pieces of this many bytes.
+_MAX_CALL = 1 << 30
+
+_loaded: dict[str, ctypes.CDLL | None] = {}
+_lock = threading.Lock()
+
+
+def _candidates() -> list[str]:
+    found = ctypes.util.find_library("isal")
+    paths = [found] if found else []
+    try:
+        spec = importlib.util.find_spec("pyeclib")   # locates the package without importing it
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin:
+        site = os.path.dirname(os.path.dirname(spec.origin))
+        paths += sorted(glob.glob(os.path.join(site, "pyeclib.libs", "libisal*.so*")))
+    return paths
+
+
+def _open(path: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(path)
+    lib.ec_init_tables.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    lib.ec_init_tables.restype = None
+    lib.ec_encode_data.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                   ctypes.c_void_p]
+    lib.ec_encode_data.restype = None
+    return lib
+
+
+def library() -> ctypes.CDLL | None:
+    """Return the loaded libisal, or None when ftkit's numba kernels are to be used (see the module doc).
+
+    Raises
+    ------
+    CodecError
+        If ``FTKIT_ISAL`` names a file that cannot be loaded as libisal.
+    """
+    choice = os.environ.get(ISAL_ENV, "").strip()
+    with _lock:
+        if choice in _loaded:
+            return _loaded[choice]
+        lib = None
+        if choice == "0":
+            pass
+        elif choice:
+            try:
+                lib = _open(choice)
+            except (OSError, AttributeError) as exc:
+                raise CodecError(f"{ISAL_ENV}={choice!r}: cannot load it as libisal ({exc}); give the path "
+                                 "of libisal.so, unset it to search the system and pyeclib, or 0 for "
+                                 "ftkit's own kernels") from exc
+        else:
+            for path in _candidates():
+                try:
+                    lib = _open(path)
+                    break
+                except (OSError, AttributeError):
+                    continue
+        _loaded[choice] = lib
+        return lib
+
+
+def tables(lib: ctypes.CDLL, matrix: np.ndarray) -> np.ndarray:
+    """ISA-L's expanded multiplication tables (32 bytes per entry) of the ``rows x k`` uint8 ``matrix``."""
+    rows = np.ascontiguousarray(matrix, dtype=np.uint8)
+    r, k = rows.shape
+    out = np.zeros(32 * r * k, np.uint8)
+    lib.ec_init_tables(k, r, rows.ctypes.data, out.ctypes.data)
+    return out
+
+
+def apply(lib: ctypes.CDLL, gf_tables: np.ndarray, addrs: np.ndarray, n_in: int, nbytes: int) -> None:
+    """``out_i = sum_j M[i, j] * in_j`` over the fragments at ``addrs`` (inputs then outputs, ``nbytes``)."""
+    n_out = len(addrs) - n_in
+    for start in range(0, nbytes, _MAX_CALL):
+        src = (ctypes.c_void_p * n_in)(*[int(a) + start for a in addrs[:n_in]])
+        dst = (ctypes.c_void_p * n_out)(*[int(a) + start for a in addrs[n_in:]])
+        lib.ec_encode_data(min(_MAX_CALL, nbytes - start), n_in, n_out, gf_tables.ctypes.data, src, dst)
