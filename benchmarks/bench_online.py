@@ -69,8 +69,8 @@ def worker(a: argparse.Namespace) -> None:
             ckpt.snapshot()
             if comm.rank == 0:
                 (out / "progress").write_text(str(step))
-    except ftkit.ProcessFailure:  # the relaunch case: this job is over (no MPI_Finalize: ompi#11404)
-        exit_without_finalize(None, 2)
+    except Exception:  # noqa: BLE001 - the relaunch case (a raw MPI error on ckpt.comm without spares)
+        exit_without_finalize(None, 2)  # this job is over; no MPI_Finalize (ompi#11404)
     loop = time.monotonic() - t0
     reports = ckpt.recoveries
     ckpt.finalize()
