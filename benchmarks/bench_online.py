@@ -56,18 +56,21 @@ def worker(a: argparse.Namespace) -> None:
     first_after: float | None = None
     t0 = time.monotonic()
     resumed = ckpt.restarted
-    for step in ckpt.steps(a.steps):
-        comm = ckpt.comm
-        heat.exchange_halos(comm, u)
-        heat.jacobi_rows(u, start, n)
-        payload[step % payload.size] += 1.0
-        if a.pause:
-            time.sleep(a.pause)
-        if first_after is None and (resumed or ckpt.recoveries):
-            first_after = time.monotonic()
-        ckpt.snapshot()
-        if comm.rank == 0:
-            (out / "progress").write_text(str(step))
+    try:
+        for step in ckpt.steps(a.steps):
+            comm = ckpt.comm
+            heat.exchange_halos(comm, u)
+            heat.jacobi_rows(u, start, n)
+            payload[step % payload.size] += 1.0
+            if a.pause:
+                time.sleep(a.pause)
+            if first_after is None and (resumed or ckpt.recoveries):
+                first_after = time.monotonic()
+            ckpt.snapshot()
+            if comm.rank == 0:
+                (out / "progress").write_text(str(step))
+    except Exception:  # noqa: BLE001 - the relaunch case (a raw MPI error on ckpt.comm without spares)
+        exit_without_finalize(None, 2)  # this job is over; no MPI_Finalize (ompi#11404)
     loop = time.monotonic() - t0
     reports = ckpt.recoveries
     ckpt.finalize()

@@ -196,3 +196,18 @@ def test_failure_free_run_releases_the_idle_spares(tmp_path):
     got, ref = _digests(r.stdout)
     assert got == ref and "recovery" not in r.stdout, r.stdout
     assert sorted(p.name for p in tmp_path.glob("pid.*")) == ["pid.0", "pid.1", "pid.2", "pid.3"]
+
+
+def test_two_nodes_of_different_groups_lost_at_once(tmp_path):
+    # 4 single-rank nodes in 2 groups of 2 nodes, L2; nodes 0 and 2 (one per group) die together, their
+    # directories deleted: 2 spares take over, each rebuilt from the partner copy in its own group.
+    write_config(tmp_path, group_size=2, ckpt_l2=5)
+    job = Job(tmp_path, 4, 2, "--steps", "30", "--pause", "0.02", node_size=1)
+    job.kill_at(12, [0, 2], node_dir=0)
+    shutil.rmtree(tmp_path / "run" / "local" / "node2", ignore_errors=True)
+    r = job.done()
+    assert r.returncode == 0, r.stdout + r.stderr
+    got, ref = _digests(r.stdout)
+    assert got == ref, r.stdout
+    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
+    assert [(d, lv) for d, _, lv in rec] == [("0, 2", "2")], r.stdout

@@ -16,8 +16,8 @@ application:
    communicator (:func:`adopt`: the run's state from a rank that has it, internal communicators,
    post-processing), restores every protected array from the newest checkpoint complete for the new set of
    ranks (survivors read their L1 files; a replacement's file comes from its partner copy, an L3 decode by
-   its group, else L4), writes a fresh checkpoint at that checkpoint's level so redundancy covers the new
-   layout, and yields the restored step.
+   its group, else L4; those recovery steps also rebuild the lost copies and parity, so the redundancy of
+   the restored checkpoint covers the new layout again), and yields the restored step.
 
 A failure during the restore starts it again with the spares left. When it cannot recover online (spares
 exhausted, all ranks that knew the run's state lost), every survivor raises the same
@@ -74,7 +74,10 @@ class RepairReport:
     """One online recovery: which ranks died, what was restored, and when each phase ended (seconds,
     ``time.perf_counter``; ``detected`` is when this process saw the failure).
 
-    ``number`` counts the job's online recoveries (1 for the first), the same on every rank.
+    ``number`` counts the job's online recoveries (1 for the first), the same on every rank. The job is
+    exposed (a further failure in the same group is not survivable) from the failure until ``restored``:
+    the restore rebuilds the lost node's files, partner copies and parity of the restored checkpoint on the
+    new layout (recovery's L2/L3 steps); after a restore from L4, until the next L2/L3 checkpoint.
     """
 
     number: int = 0
@@ -83,14 +86,14 @@ class RepairReport:
     rebuilt: float = 0.0
     adopted: float = 0.0
     restored: float = 0.0
-    protected_again: float = 0.0
     checkpoint_id: int = 0
     level: int = 0
 
     def phases(self) -> dict[str, float]:
-        """Seconds per phase: repair (agreement, shrink, spare promotion), adopt, restore, redundancy."""
+        """Seconds per phase: repair (agreement, shrink, spare promotion), adopt (the new communicator set
+        up), restore (the arrays read back and the lost files, copies and parity rebuilt)."""
         return {"repair": self.rebuilt - self.detected, "adopt": self.adopted - self.rebuilt,
-                "restore": self.restored - self.adopted, "redundancy": self.protected_again - self.restored}
+                "restore": self.restored - self.adopted}
 
 
 @dataclass
@@ -344,17 +347,16 @@ def restore(ckpt: Checkpointer) -> int:
             except RecoveryError as exc:
                 assert state.rebuilt is not None
                 cannot_go_on(state.rebuilt, f"no checkpoint can be recovered by the new set of ranks ({exc})")
-            state.report.restored = time.perf_counter()
             ckpt._schedule.count = int(entry.extra.get("snapshots", 0))
             ckpt._recovered = True
             _mpi.barrier(ckpt._icomm, ckpt.config.failure_timeout, "online recovery: restored")
+            state.report.restored = time.perf_counter()
         except BaseException as exc:
             if not is_process_failure(exc):
                 raise
             repair(ckpt, exc)
             continue
         report = state.report
-        report.protected_again = time.perf_counter()
         report.checkpoint_id, report.level = info.checkpoint_id, info.level
         state.recoveries += 1
         report.number = state.recoveries

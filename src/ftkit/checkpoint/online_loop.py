@@ -123,7 +123,7 @@ def on_failure(ckpt: Checkpointer, exc: BaseException, what: str) -> None:
         for comm in comms_of(ckpt):
             with contextlib.suppress(Exception):
                 revoke(comm)
-        if isinstance(exc, ProcessFailure):
+        if isinstance(exc, ProcessFailure) or not isinstance(exc, Exception):
             raise exc
         raise _mpi.as_failure(exc, ckpt._icomm, what) from exc
     repair(ckpt, exc)

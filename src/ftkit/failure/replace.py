@@ -104,7 +104,7 @@ def _roster(comm: MPI.Intracomm, role: int, timeout: float) -> list[int]:
 
 
 def _shrink(comm: MPI.Intracomm) -> MPI.Intracomm:
-    shrunk = comm.Shrink()
+    shrunk = MPI.Intracomm(comm.Shrink())
     shrunk.Set_errhandler(MPI.ERRORS_RETURN)
     return shrunk
 
@@ -166,9 +166,9 @@ def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
             return Rebuilt(shrunk, None, -1 if role == SPARE else role, {}, dead, missing, survivors, spares,
                            tuple(roster))
         new_rank = role if role != SPARE else next((r for r, pos in replaced.items() if pos == me), -1)
-        app = None
+        app: MPI.Intracomm | None = None
         try:
-            app = shrunk.Split(0 if new_rank >= 0 else MPI.UNDEFINED, new_rank)
+            app = MPI.Intracomm(shrunk.Split(0 if new_rank >= 0 else MPI.UNDEFINED, new_rank))
             ok = 1
         except MPI.Exception as exc:
             if not is_failure_error(exc):
@@ -180,7 +180,7 @@ def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
             revoke(shrunk)
             comm = shrunk
             continue
-        if app == MPI.COMM_NULL:
+        if app is None or app == MPI.COMM_NULL:
             app = None
         else:
             app.Set_errhandler(MPI.ERRORS_RETURN)
