@@ -198,7 +198,7 @@ def dense_encode(x: np.ndarray, bounds: np.ndarray, kinds: int, axis: int) -> np
     xs = x if axis == 0 else x.T  # segments along the first axis
     w = segment_weights(b)
     out = np.empty((kinds * nseg, xs.shape[1]))
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflow leaves the block unchecked, as before
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow: the block is unchecked, as in the kernels
         for s in range(nseg):
             lo, hi = int(b[s]), int(b[s + 1])
             seg = xs[lo:hi]
