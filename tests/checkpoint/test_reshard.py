@@ -38,7 +38,8 @@ def _lines(stdout: str, nranks: int, kind: str = "") -> dict[int, str]:
     out = {}
     for line in stdout.splitlines():
         m = re.match(rf"^R(\d+) {kind}(.*)$", line)
-        if m and (kind or not m.group(2).startswith(("case ", "subgrid ", "checkpointed", "wrote"))):
+        other = ("case ", "subgrid ", "shrink ", "checkpointed", "wrote")
+        if m and (kind or not m.group(2).startswith(other)):
             out.setdefault(int(m.group(1)), []).append(m.group(2))
     assert sorted(out) == list(range(nranks)), stdout
     return out

@@ -213,6 +213,7 @@ if a.add_matrix:
 if a.then_level:
     ckpt.checkpoint(a.then_level)
     ckpt.wait()
+    print(f"R{rank} checkpointed", flush=True)
 if a.shrink_kill >= 0:
     from ftkit.failure import ulfm
     from ftkit.inject import kill_self
@@ -241,4 +242,3 @@ if a.shrink_kill >= 0:
     A = None
     print(f"R{me} shrink {n} {'BAD ' + ','.join(problems()) if problems() else 'ok'}", flush=True)
     ulfm.exit_without_finalize(new)
-    print(f"R{rank} checkpointed", flush=True)
