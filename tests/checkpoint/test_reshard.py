@@ -1,11 +1,15 @@
 """Elastic restart: recover a checkpoint on another rank count or decomposition (issue 18).
 
-Real MPI jobs, real files. One chain of launches covers: 8 -> 6 from L1 (with the hostile layouts: overlap,
-hole, dtype, global shape, each refused on every rank with the arrays untouched), 6 -> 6 re-decomposed with a
-block-cyclic matrix checkpointed on a 2x3 grid restored onto 2x3 (other decomposition of the other arrays),
-2x2 and 1x5 grids (sub-communicators: the same restore path the online shrink uses), 8 -> 4 from L4 after
-every node-local directory is lost, 4 -> 8. Every element is compared with its expected value. The heat
-example crashes on 6 ranks and continues on 4: its final field is bit-identical to the failure-free run.
+Real MPI jobs, real files, real node loss (a node's directory deleted). One chain of launches covers:
+8 -> 6 from L1 + decoded L3 groups (with the hostile layouts: overlap, hole, dtype, global shape, each
+refused on every rank with the arrays untouched), 6 -> 6 re-decomposed after a node loss with a
+block-cyclic matrix checkpointed on a 2x3 grid restored onto 2x3, 2x2 and 1x5 grids (sub-communicators: the
+same restore path the online shrink uses), 8 -> 4 from L4 after every node-local directory is lost (the
+newer L3 checkpoint skipped), 4 -> 8 from L1 + L2 partner copies after a node loss, with the matrix from
+2x2 onto 4x2 and 1x5, then a rank killed and the survivors' shrunk communicator refilled from the
+checkpoint (online "continue with fewer ranks"). Every element is compared
+with its expected value. The heat example crashes on 6 ranks and continues on 4: its final field is
+bit-identical to the failure-free run.
 """
 
 from __future__ import annotations
@@ -34,32 +38,41 @@ def _lines(stdout: str, nranks: int, kind: str = "") -> dict[int, str]:
     out = {}
     for line in stdout.splitlines():
         m = re.match(rf"^R(\d+) {kind}(.*)$", line)
-        if m and (kind or not m.group(2).startswith(("case ", "subgrid ", "checkpointed", "wrote"))):
+        other = ("case ", "subgrid ", "shrink ", "checkpointed", "wrote")
+        if m and (kind or not m.group(2).startswith(other)):
             out.setdefault(int(m.group(1)), []).append(m.group(2))
     assert sorted(out) == list(range(nranks)), stdout
     return out
 
 
-def _recovered(r, nranks: int, sources: str) -> None:
+def _recovered(r, nranks: int, sources: str, ckpt_id: int, skipped: int = 0) -> None:
     lines = _lines(r.stdout, nranks)
     for rank, (line,) in lines.items():
         assert line.startswith("ok "), f"rank {rank}: {line}\n{r.stderr}"
-        assert f"sources={sources}" in line, line
+        assert f"sources={sources} id={ckpt_id} skipped={skipped}" in line, line
         read, need = (int(x) for x in re.search(r"read=(\d+) need=(\d+)", line).groups())
         assert 0 < need <= read, line
 
 
+def _lose_node(d, node: int) -> None:
+    (lost,) = [p for p in node_dirs(d) if p.name == f"node{node}"]
+    delete_node_dir(lost)
+
+
 def test_elastic_restart_chain(tmp_path):
     a = tmp_path / "a"
-    write_config(a, inline_l4=0)
-    r = _run(a, 8, "--mode", "write", "--grid", "2x4", "--level", "4")   # complete at L1 and L4
+    write_config(a, inline_l4=0, group_size=2)
+    # checkpoint 1 at L4 (L1 + flush), checkpoint 2 at L3 (L1 + Reed-Solomon parity, groups of 2 nodes)
+    r = _run(a, 8, "--mode", "write", "--grid", "2x4", "--levels", "4,3")
     assert r.returncode == 0 and r.stdout.count("wrote") == 8, r.stdout + r.stderr
     b = copy_run(a, tmp_path / "b")
 
-    # 8 -> 6 from L1, after the hostile layouts; then checkpoint (with a 2x3 block-cyclic matrix) on 6.
+    # Node 1 (old ranks 2, 3) lost: its L3 groups are decoded, then 8 -> 6; the hostile layouts first; then
+    # checkpoint at L2 (with a 2x3 block-cyclic matrix) on 6.
+    _lose_node(a, 1)
     r = _run(a, 6, "--mode", "recover", "--grid", "3x2", "--split", "uneven", "--hostile", "--matrix", "2x3",
-             "--add-matrix", "--then-level", "1")
-    _recovered(r, 6, "1" * 8)
+             "--add-matrix", "--then-level", "2")
+    _recovered(r, 6, "11331111", 2)
     cases = _lines(r.stdout, 6, "case ")
     expect = {"overlap": ("RecoveryError", "overlap", "[0:"), "hole": ("RecoveryError", "holes", "999 of"),
               "dtype": ("ShapeMismatchError", "dtype", "<f4"),
@@ -71,20 +84,33 @@ def test_elastic_restart_chain(tmp_path):
             assert all(w in line for w in words), f"rank {rank}: {line}"
     assert r.stdout.count("checkpointed") == 6
 
-    # 6 -> 6 re-decomposed; the 2x3 matrix onto its grid, then onto 2x2 and 1x5 sub-communicators.
+    # Node 1 lost again: 6 -> 6 re-decomposed (on as many ranks the recovery chain's L2 step rebuilds node
+    # 1's files from the partner copies first); the 2x3 matrix onto its grid, then onto 2x2 and 1x5
+    # sub-communicators.
+    _lose_node(a, 1)
     r = _run(a, 6, "--mode", "recover", "--grid", "2x3", "--matrix", "2x3", "--subgrids", "2x2,1x5")
-    _recovered(r, 6, "1" * 6)
+    _recovered(r, 6, "111111", 3)
     sub = re.findall(r"^R(\d+) subgrid (\S+) (\S+)$", r.stdout, re.M)
     assert sorted(sub) == sorted([(str(i), "2x2", "ok") for i in range(4)]
                                  + [(str(i), "1x5", "ok") for i in range(5)]), r.stdout + r.stderr
 
-    # 8 -> 4 from L4 (every node-local directory lost), then checkpoint on 4; 4 -> 8.
+    # Every node-local directory lost: checkpoint 2 (L3) is skipped, 8 -> 4 from checkpoint 1 at L4, then
+    # checkpoint at L2 on 4 (with a 2x2 matrix); node 1 (old ranks 2, 3) lost: 4 -> 8 from L1 and the
+    # partner copies, the matrix onto a 4x2 grid and a 1x5 sub-communicator.
     for d in node_dirs(b):
         delete_node_dir(d)
-    r = _run(b, 4, "--mode", "recover", "--grid", "2x2", "--then-level", "4")
-    _recovered(r, 4, "4" * 8)
-    r = _run(b, 8, "--mode", "recover", "--grid", "4x2", "--split", "uneven")
-    _recovered(r, 8, "1" * 4)
+    r = _run(b, 4, "--mode", "recover", "--grid", "2x2", "--matrix", "2x2", "--add-matrix",
+             "--then-level", "2")
+    _recovered(r, 4, "4" * 8, 1, skipped=1)
+    _lose_node(b, 1)
+    # Then rank 5 dies: the 7 survivors shrink and refill a 7-rank decomposition from the checkpoint.
+    r = _run(b, 8, "--mode", "recover", "--grid", "4x2", "--split", "uneven", "--matrix", "4x2",
+             "--subgrids", "1x5", "--shrink-kill", "5")
+    _recovered(r, 8, "1122", 3)
+    sub = re.findall(r"^R(\d+) subgrid (\S+) (\S+)$", r.stdout, re.M)
+    assert sorted(sub) == sorted((str(i), "1x5", "ok") for i in range(5)), r.stdout + r.stderr
+    shrunk = re.findall(r"^R(\d+) shrink (\d+) (.*)$", r.stdout, re.M)
+    assert sorted(shrunk) == sorted((str(i), "7", "ok") for i in range(7)), r.stdout + r.stderr
 
 
 def test_heat_continues_on_fewer_ranks_bit_identical(tmp_path):

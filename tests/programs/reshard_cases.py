@@ -7,15 +7,21 @@ Arrays (values are functions of the global index, so any rank can check any box)
   ``A``    with ``--matrix PRxPC``: a 30 x 26 block-cyclic DistributedMatrix on that grid (blocks 4 x 3);
            ``--add-matrix`` protects it only after recover() (the checkpoint read does not hold it yet).
 
-write mode:   protect, fill, ``checkpoint(--level)``; exit without finalize (the checkpoint stays).
+write mode:   protect, fill, one ``checkpoint(level)`` per level of ``--levels 4,3``; exit without finalize
+              (the checkpoints stay).
 recover mode: protect zeroed arrays under the new decomposition, ``recover()``, check every element; print
               ``R<rank> ok level=.. read=.. need=.. sources=..`` or ``R<rank> BAD ...``; with ``--then-level``
               checkpoint again under the new decomposition (the next launch recovers from it).
-              With ``--hostile`` first run the hostile cases through :func:`ftkit.checkpoint.reshard.restore`
-              (overlap, hole, dtype, global shape) and print ``R<rank> case <name> <Type>: ... untouched=..``.
+              With ``--hostile`` then run the hostile cases through :func:`ftkit.checkpoint.reshard.restore`
+              on scratch arrays (overlap, hole, dtype, global shape) and print
+              ``R<rank> case <name> <Type>: ... untouched=..``.
               With ``--subgrids 2x2,1x5`` afterwards restore ``A`` through the same function on
               sub-communicators of 4 and 5 ranks holding those grids (the survivors after a shrink) and
               print ``R<rank> subgrid <grid> ok|BAD``.
+              With ``--shrink-kill R`` last: rank R SIGKILLs itself, the survivors agree on it and shrink
+              (ULFM), and refill their arrays for a decomposition over the survivors from the newest
+              checkpoint through the same function ("continue with fewer ranks" when no spare is left);
+              print ``R<rank> shrink <n> ok|BAD`` (rank in the shrunk communicator).
 """
 import argparse
 import sys
@@ -66,11 +72,12 @@ p.add_argument("--mode", choices=["write", "recover"], required=True)
 p.add_argument("--split", choices=["even", "uneven"], default="even")
 p.add_argument("--grid", required=True)
 p.add_argument("--matrix", default="")
-p.add_argument("--level", type=int, default=1)
+p.add_argument("--levels", default="1")
 p.add_argument("--then-level", type=int, default=0)
 p.add_argument("--hostile", action="store_true")
 p.add_argument("--add-matrix", action="store_true")
 p.add_argument("--subgrids", default="")
+p.add_argument("--shrink-kill", type=int, default=-1)
 a = p.parse_args()
 
 ckpt = ftkit.Checkpointer(a.config, MPI.COMM_WORLD)
@@ -136,7 +143,7 @@ def hostile() -> None:
     """Each case must raise on every rank before anything is written into the targets."""
     entry = ckpt._store.manifest.newest_first()[0]
     layouts = dict(ckpt._layouts)
-    targets = dict(ckpt.protected)
+    targets = {n: np.empty_like(arr) for n, arr in ckpt.protected.items()}
     lo, hi = v0, min(NV, v1 + 1)   # every band one element longer: overlaps its neighbour
     cases = {
         "overlap": ({"v": np.zeros(hi - lo)}, {"v": Layout.of_box((NV,), (lo,), (hi - lo,))}),
@@ -163,13 +170,12 @@ def hostile() -> None:
 
 if a.mode == "write":
     fill()
-    ckpt.checkpoint(a.level)
-    ckpt.wait()  # background post-processing (the L4 flush) done before this job ends
+    for level in (int(x) for x in a.levels.split(",")):
+        ckpt.checkpoint(level)
+        ckpt.wait()  # background post-processing (the L4 flush) done before this job ends
     print(f"R{rank} wrote", flush=True)
     sys.exit(0)
 
-if a.hostile:
-    hostile()
 for arr in (v, u, z, step):
     arr.fill(-1)
 try:
@@ -183,7 +189,10 @@ if stats is None:
     print(f"R{rank} {'BAD ' + ','.join(bad) if bad else 'ok'} level={info.level} same-count", flush=True)
 else:
     print(f"R{rank} {'BAD ' + ','.join(bad) if bad else 'ok'} level={info.level} read={stats.bytes_read} "
-          f"need={stats.bytes_needed} sources={''.join(map(str, stats.source_levels))}", flush=True)
+          f"need={stats.bytes_needed} sources={''.join(map(str, stats.source_levels))} "
+          f"id={info.checkpoint_id} skipped={len(info.skipped)}", flush=True)
+if a.hostile:
+    hostile()
 for text in filter(None, a.subgrids.split(",")):
     n = grid_of(text)[0] * grid_of(text)[1]
     sub = comm.Split(0 if rank < n else MPI.UNDEFINED, rank)
@@ -205,3 +214,31 @@ if a.then_level:
     ckpt.checkpoint(a.then_level)
     ckpt.wait()
     print(f"R{rank} checkpointed", flush=True)
+if a.shrink_kill >= 0:
+    from ftkit.failure import ulfm
+    from ftkit.inject import kill_self
+
+    work = comm.Dup()
+    work.Set_errhandler(MPI.ERRORS_RETURN)
+    work.Barrier()
+    if rank == a.shrink_kill:
+        kill_self()
+    try:
+        work.Barrier()  # fails once the runtime reports the death
+    except MPI.Exception:
+        pass
+    new = ulfm.repair(work, ulfm.agree_on_dead(work, ulfm.failed_ranks(work)))
+    assert new is not None
+    n, me = new.Get_size(), new.Get_rank()
+    v0, v1 = band(NV, n, me, True)
+    r, c = band(SHAPE[0], n, me, False), (0, SHAPE[1])
+    v, step = np.zeros(v1 - v0), np.zeros(1, np.int64)
+    u, z = np.zeros((r[1] - r[0], SHAPE[1])), np.zeros((r[1] - r[0], SHAPE[1]), complex)
+    lay = {"v": Layout.of_box((NV,), (v0,), v.shape), "u": Layout.of_box(SHAPE, (r[0], 0), u.shape),
+           "z": Layout.of_box(SHAPE, (r[0], 0), z.shape), "step": Layout.of_box((1,), (0,), (1,))}
+    entry = ckpt._store.manifest.newest_first()[0]
+    reshard.restore(new, ckpt.config, ckpt.exec_id, entry, {"v": v, "u": u, "z": z, "step": step}, lay,
+                    partial=True)
+    A = None
+    print(f"R{me} shrink {n} {'BAD ' + ','.join(problems()) if problems() else 'ok'}", flush=True)
+    ulfm.exit_without_finalize(new)

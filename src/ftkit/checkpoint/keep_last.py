@@ -79,6 +79,10 @@ def _flush_to_l4(ctx: PipelineContext, entry: CheckpointEntry) -> list[Checkpoin
         raise CheckpointError(f"finalize(): keep_last_ckpt = 1: checkpoint {entry.id} is complete at "
                               f"L{entry.complete_levels} but not at L1, so it cannot be flushed to L4; its "
                               "copies are left where they are")
+    if len(entry.files) != ctx.nranks:  # recovered elastically and not checkpointed since
+        raise CheckpointError(f"finalize(): keep_last_ckpt = 1: checkpoint {entry.id} was written by "
+                              f"{len(entry.files)} ranks, this run has {ctx.nranks}: checkpoint once before "
+                              "finalize() to keep it at L4; its copies are left where they are")
     job = CheckpointJob(ckpt_id=entry.id, level=entry.level, seq=entry.seq, primary=1,
                         post_levels=(4,), nodes=list(entry.nodes), files=list(entry.files))
     pipeline.post_process(ctx, job)   # the pipeline's L4 step: a full copy, or dCP with enable_dcp = 1

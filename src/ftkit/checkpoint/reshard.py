@@ -7,8 +7,10 @@ the checkpointer's; the online-recovery loop may pass the survivors' communicato
 
 1. *Sources.* Rank ``r`` of ``M`` finds a copy of the files of the old ranks ``r, r + M, ...``: the first of
    the L1 file (node-local; on a cluster only where that node's directory is reachable), the L2 partner copy,
-   the L4 file, whose header digest is the manifest's. The headers (with the old layouts and per-chunk
-   digests) are sent to every rank: each file's header is read once.
+   the L4 file, whose header digest is the manifest's. If some file has none and the checkpoint is complete
+   at L3, the L3 groups that lost a file are decoded first (one group per rank, with the offline decoder of
+   ``ftkit rebuild``) and the lost L1 files looked for again. The headers (with the old layouts and
+   per-chunk digests) are sent to every rank: each file's header is read once.
 2. *Checks,* the same on every rank: every old file holds the protected names with a layout; dtype and global
    shape unchanged; the old boxes and the new boxes each tile the global array (or replicate it). Any
    problem is a :class:`~ftkit.errors.RecoveryError` (:class:`~ftkit.errors.ShapeMismatchError` for dtype or
@@ -26,24 +28,30 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xxhash
 
+from .._paths import check_inside
 from ..config import Config
 from ..errors import MissingCopyError, ProcessFailure, RecoveryError, ShapeMismatchError
 from ..storage.boxread import read_runs
 from ..storage.format import Header, decode_header, read_header_bytes
+from ..storage.group_plan import encoding_tag
 from ..storage.layout import Layout, box_runs, coverage_problem, parse_layout
 from ..storage.manifest import CheckpointEntry
+from ..storage.offline import assess_group_files, rebuild_group_files
+from ..storage.repair import entry_groups
 from . import _mpi
 from .contract import DAMAGED, make_level
 
 __all__ = ["ReshardStats", "restore", "SOURCE_LEVELS", "layout_hint", "MissingCopyError"]
 
-#: Levels holding a rank's checkpoint file itself, cheapest first.
-SOURCE_LEVELS = (1, 4)
+#: Levels holding a rank's checkpoint file itself, cheapest first (L3 holds parity: its groups are decoded
+#: into L1 files first).
+SOURCE_LEVELS = (1, 2, 4)
 
 
 @dataclass(frozen=True)
@@ -71,8 +79,14 @@ class _Old:
     header: Header
 
 
-def _candidates(config: Config, exec_id: str, entry: CheckpointEntry) -> list[tuple[int, Any]]:
-    return [(lv, make_level(lv, config, exec_id, entry.nodes)) for lv in SOURCE_LEVELS if entry.complete(lv)]
+def _copy_path(config: Config, exec_id: str, entry: CheckpointEntry, level: int, old: int) -> Path:
+    """Where old rank ``old``'s file is kept at ``level`` (L2: on the next member of its group, which holds
+    its partner copy)."""
+    holder = old
+    if level == 2:
+        group = next(list(g) for g in entry_groups(entry) if old in g)
+        holder = group[(group.index(old) + 1) % len(group)]
+    return make_level(level, config, exec_id, entry.nodes).path(entry.id, holder)
 
 
 def _find_copy(config: Config, exec_id: str, entry: CheckpointEntry, old: int,
@@ -80,16 +94,17 @@ def _find_copy(config: Config, exec_id: str, entry: CheckpointEntry, old: int,
     """The first level after ``after`` holding old rank ``old``'s file as committed: ``(level, header
     text, "")`` or ``(0, None, why not)``."""
     why = []
-    for lv, storage in _candidates(config, exec_id, entry):
-        if lv <= after:
+    for lv in SOURCE_LEVELS:
+        if lv <= after or not entry.complete(lv):
             continue
         try:
-            header, raw = read_header_bytes(storage.path(entry.id, old))
+            path = _copy_path(config, exec_id, entry, lv, old)
+            header, raw = read_header_bytes(path)
         except DAMAGED as exc:
             why.append(f"L{lv}: {exc}")
             continue
         if header.digest != entry.files[old].digest or header.rank != old or header.ckpt_id != entry.id:
-            why.append(f"L{lv}: {storage.path(entry.id, old)} is not the committed file")
+            why.append(f"L{lv}: {path} is not the committed file")
             continue
         return lv, raw.decode("ascii"), ""
     return 0, None, "; ".join(why) or "no level holds it"
@@ -103,29 +118,64 @@ def _parse_old(entry: CheckpointEntry, old: int, text: str) -> Header:
     return header
 
 
+def _rebuild_l3(comm: Any, timeout: float, config: Config, exec_id: str, entry: CheckpointEntry,
+                lost: list[int]) -> list[str]:
+    """Collective: decode the L3 groups holding a lost old file, one group per rank (the offline decoder of
+    ``ftkit rebuild``: every node-local directory is visible here); return what failed."""
+    groups = [list(g) for g in entry_groups(entry) if any(r in g for r in lost)]
+    l1, l3 = (make_level(lv, config, exec_id, entry.nodes) for lv in (1, 3))
+    errors = []
+    for gi in range(comm.Get_rank(), len(groups), comm.Get_size()):
+        g = groups[gi]
+        try:
+            data, parity = [l1.path(entry.id, r) for r in g], [l3.path(entry.id, r) for r in g]
+            for p in data + parity:
+                check_inside(p, config.ckpt_dir, f"L3 group of old ranks {g}")
+            tag = encoding_tag(exec_id, entry.id)
+            plan = assess_group_files(data, parity, code=str(entry.extra.get("l3_code", "rs")), tag=tag)
+            rebuild_group_files(plan, data, parity, tag=tag, names=[f"old rank {r}" for r in g])
+        except DAMAGED as exc:
+            errors.append(f"L3 group of old ranks {g}: {exc}")
+    gathered = _mpi.allgather(comm, errors, "elastic recovery: L3 rebuild", timeout)
+    return [e for errs in gathered for e in errs]
+
+
+def _find_assigned(comm: Any, timeout: float, config: Config, exec_id: str, entry: CheckpointEntry,
+                   olds: list[int], extra: Any = None) -> list[list[Any]]:
+    """Collective: rank ``r`` looks for the old files ``olds[r::size]``; every rank gets every answer."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    mine = [[old, *_find_copy(config, exec_id, entry, old)] for old in olds[rank::size]]
+    gathered = _mpi.allgather(comm, [mine, extra], "elastic recovery: sources", timeout)
+    return [[f for g in gathered for f in g[0]], [g[1] for g in gathered]]
+
+
 def _gather(comm: Any, timeout: float, config: Config, exec_id: str, entry: CheckpointEntry,
             targets: Mapping[str, np.ndarray],
             layouts: Mapping[str, Layout]) -> tuple[list[_Old], list[dict[str, Any]]]:
-    """Collective: every old rank's verified header, and every new rank's layouts and dtypes."""
-    rank, size, nold = comm.Get_rank(), comm.Get_size(), len(entry.files)
-    found = []
-    for old in range(rank, nold, size):
-        found.append([old, *_find_copy(config, exec_id, entry, old)])
-    mine = {"found": found, "new": {n: [targets[n].dtype.str, layouts[n].to_json(), list(targets[n].shape)]
-                                   for n in targets}}
-    gathered = _mpi.allgather(comm, mine, "elastic recovery: sources and layouts", timeout)
-    olds: list[_Old | None] = [None] * nold
+    """Collective: every old rank's verified header (L3 groups decoded first where a file is lost), and
+    every new rank's layouts and dtypes."""
+    new = {n: [targets[n].dtype.str, layouts[n].to_json(), list(targets[n].shape)] for n in targets}
+    found, news = _find_assigned(comm, timeout, config, exec_id, entry, list(range(len(entry.files))), new)
+    lost = sorted(f[0] for f in found if f[2] is None)
+    rebuilt: set[int] = set()
+    if lost and entry.complete(3):
+        problems = _rebuild_l3(comm, timeout, config, exec_id, entry, lost)
+        again = _find_assigned(comm, timeout, config, exec_id, entry, lost)[0]
+        found = [f for f in found if f[2] is not None] + [
+            f if f[2] is not None else [*f[:3], f"{f[3]}; {'; '.join(problems) or 'L3: not rebuilt'}"]
+            for f in again]
+        rebuilt = {f[0] for f in again if f[2] is not None}
+    olds: list[_Old | None] = [None] * len(entry.files)
     missing = []
-    for g in gathered:
-        for old, lv, text, why in g["found"]:
-            if text is None:
-                missing.append(f"old rank {old} (node {entry.nodes[old]}): {why}")
-            else:
-                olds[old] = _Old(lv, _parse_old(entry, old, text))
+    for old, lv, text, why in sorted(found, key=lambda f: f[0]):
+        if text is None:
+            missing.append(f"old rank {old} (node {entry.nodes[old]}): {why}")
+        else:
+            olds[old] = _Old(3 if old in rebuilt else lv, _parse_old(entry, old, text))
     if missing:
         raise MissingCopyError(f"checkpoint {entry.id}: no verified copy of the files of {len(missing)} old "
-                            "rank(s): " + "; ".join(missing[:3]) + (" ..." if len(missing) > 3 else ""))
-    return [o for o in olds if o is not None], [g["new"] for g in gathered]
+                               "rank(s): " + "; ".join(missing[:3]) + (" ..." if len(missing) > 3 else ""))
+    return [o for o in olds if o is not None], news
 
 
 def _check(entry: CheckpointEntry, olds: list[_Old], news: list[dict[str, Any]],
@@ -247,7 +297,7 @@ def _read_old(config: Config, exec_id: str, entry: CheckpointEntry, old: int, sr
     """Read ``runs`` of old rank ``old``'s section; a damaged copy is retried at the next level holding it."""
     level = src.level
     while True:
-        path = make_level(level, config, exec_id, entry.nodes).path(entry.id, old)
+        path = _copy_path(config, exec_id, entry, 1 if level == 3 else level, old)
         try:
             return read_runs(path, sec, runs, dest, piece_bytes=config.io_chunk_bytes)
         except ProcessFailure:

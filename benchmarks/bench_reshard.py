@@ -1,0 +1,172 @@
+"""Benchmark elastic recovery: a checkpoint of 8 ranks x 64 MiB at L4 recovered on 6 and 4 ranks vs on 8.
+
+usage: python benchmarks/bench_reshard.py [--quick] [--mib 64] [--ranks 8] [--to 6 4] [--cols 4096]
+       [--grid2d] [--dir DIR]
+
+1. 8 ranks (``--ranks``) protect a band of rows of a global float64 array (``--mib`` MiB each,
+   ``--cols`` columns) with ``global_shape``/``offset`` plus a replicated step counter, and checkpoint at L4
+   (written straight to ``glbl_dir``).
+2. The same checkpoint is recovered by 8 ranks (same bands: the same-count path, every rank reads and
+   verifies its own file) and by 6 and 4 ranks (new bands: elastic path), each in its own job. Reported per
+   job: ``recover()`` time (slowest rank), bytes read / bytes the new ranks need (summed over the ranks).
+   Targets: elastic <= 1.5x the same-count time, bytes read <= 1.05x bytes needed. With ``--grid2d`` the new
+   ranks hold 2 x (n/2) column blocks instead of row bands (runs shorter than a digest chunk: reads more).
+3. Export of the same checkpoint to HDF5 (``ftkit export``, one process) against writing the same global
+   array with h5py directly from memory (same file system). Target: >= 0.7x the direct speed.
+
+The files stay in the page cache (the machine is shared: no cache drop), so times are memory-speed reads;
+``--quick`` uses 8 MiB per rank. Prints human-readable lines and one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="8 MiB per rank")
+    ap.add_argument("--mib", type=int, default=64, help="MiB per rank in the checkpoint")
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--to", type=int, nargs="+", default=[6, 4], help="rank counts to recover on")
+    ap.add_argument("--cols", type=int, default=4096)
+    ap.add_argument("--grid2d", action="store_true", help="new ranks hold column blocks (2 x n/2 grid)")
+    ap.add_argument("--dir", default=None, help="work directory (default: a temporary one)")
+    ap.add_argument("--worker", choices=["write", "recover"], default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.quick:
+        args.mib = 8
+    return args
+
+
+def _rows(args: argparse.Namespace) -> int:
+    return args.mib * 2**20 // (8 * args.cols) * args.ranks
+
+
+def _box(n: int, parts: int, i: int) -> tuple[int, int]:
+    base, extra = divmod(n, parts)
+    start = i * base + min(i, extra)
+    return start, start + base + (1 if i < extra else 0)
+
+
+def worker(args: argparse.Namespace) -> int:
+    from mpi4py import MPI
+
+    import ftkit
+
+    ckpt = ftkit.Checkpointer(str(Path(args.dir) / "ftkit.ini"), MPI.COMM_WORLD)
+    comm = ckpt.comm
+    rows, cols = _rows(args), args.cols
+    grid2d = args.worker == "recover" and args.grid2d and comm.size % 2 == 0
+    if grid2d:  # 2 x (n/2) grid of column blocks
+        half = comm.size // 2
+        r, c = _box(rows, 2, comm.rank // half), _box(cols, half, comm.rank % half)
+    else:
+        r, c = _box(rows, comm.size, comm.rank), (0, cols)
+    u = np.empty((r[1] - r[0], c[1] - c[0]))
+    step = np.zeros(1, np.int64)
+    ckpt.protect("u", u, global_shape=(rows, cols), offset=(r[0], c[0]))
+    ckpt.protect("step", step, global_shape=(1,), offset=(0,))
+    if args.worker == "write":
+        u[:] = np.arange(r[0], r[1])[:, None] * 1e-3 + np.arange(cols)[None, :]
+        step[0] = 5
+        ckpt.checkpoint(4)
+        ckpt.wait()
+        return 0
+    comm.Barrier()
+    t0 = time.perf_counter()
+    info = ckpt.recover()
+    dt = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+    want = np.arange(r[0], r[1])[:, None] * 1e-3 + np.arange(c[0], c[1])[None, :]
+    ok = comm.allreduce(bool(np.array_equal(u, want) and step[0] == 5), op=MPI.LAND)
+    stats = info.reshard
+    # same count: the recovery chain verifies the whole file, then reads it again into the arrays
+    read = comm.allreduce(stats.bytes_read if stats else 2 * (u.nbytes + step.nbytes))
+    need = comm.allreduce(stats.bytes_needed if stats else u.nbytes + step.nbytes)
+    if comm.rank == 0:
+        print(json.dumps({"ranks": comm.size, "seconds": dt, "read": read, "need": need, "ok": ok,
+                          "elastic": stats is not None}), flush=True)
+    return 0
+
+
+def _config(d: Path) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "ftkit.ini").write_text(f"[basic]\nckpt_dir = {d}/local\nglbl_dir = {d}/global\n"
+                                 f"meta_dir = {d}/meta\ninline_l4 = 1\n[ftkit]\nfailure_timeout = 600\n")
+
+
+def _job(args: argparse.Namespace, n: int, mode: str, d: Path) -> dict | None:
+    from ftkit.launch import run_mpi
+
+    cmd = [sys.executable, __file__, "--worker", mode, "--dir", str(d), "--mib", str(args.mib), "--ranks",
+           str(args.ranks), "--cols", str(args.cols)] + (["--grid2d"] if args.grid2d else [])
+    r = run_mpi(n, cmd, timeout=1800, node_size=2, env={"OPENBLAS_NUM_THREADS": "1"})
+    if r.returncode != 0:
+        sys.exit(f"{mode} on {n} ranks failed:\n{r.stdout}\n{r.stderr}")
+    lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    return lines[0] if lines else None
+
+
+def _export(d: Path, args: argparse.Namespace) -> dict:
+    import h5py
+
+    from ftkit.storage.export import export_checkpoint
+
+    out = d / "export.h5"
+    t0 = time.perf_counter()
+    export_checkpoint(d / "meta", "hdf5", out)
+    t_export = time.perf_counter() - t0
+    rows = _rows(args)
+    with h5py.File(out) as f:
+        ok = bool(f["u"][rows // 2, 7] == (rows // 2) * 1e-3 + 7)
+    out.unlink()
+    full = np.arange(rows)[:, None] * 1e-3 + np.arange(args.cols)[None, :]
+    direct = d / "direct.h5"
+    t0 = time.perf_counter()
+    with h5py.File(direct, "w") as f:
+        f.create_dataset("u", data=full)
+    t_direct = time.perf_counter() - t0
+    direct.unlink()
+    return {"export_s": t_export, "direct_s": t_direct, "bytes": int(full.nbytes), "ok": ok}
+
+
+def main() -> int:
+    args = parse()
+    if args.worker:
+        return worker(args)
+    d = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench_reshard_"))
+    _config(d)
+    try:
+        _job(args, args.ranks, "write", d)
+        results = [_job(args, n, "recover", d) for n in [args.ranks, *args.to]]
+        base = results[0]
+        assert base is not None
+        print(f"checkpoint: {args.ranks} ranks x {args.mib} MiB at L4 ({_rows(args)} x {args.cols} float64)")
+        for res in results:
+            assert res is not None
+            print(f"recover on {res['ranks']:>2} ranks ({'elastic' if res['elastic'] else 'same count'}): "
+                  f"{res['seconds']:.3f} s = {res['seconds'] / base['seconds']:.2f}x same-count; bytes "
+                  f"read / needed = {res['read'] / res['need']:.4f}; data ok: {res['ok']}")
+        exp = _export(d, args)
+        mib = exp["bytes"] / 2**20
+        print(f"export to HDF5: {exp['export_s']:.3f} s ({mib / exp['export_s']:.0f} MiB/s) vs h5py direct "
+              f"{exp['direct_s']:.3f} s ({mib / exp['direct_s']:.0f} MiB/s): "
+              f"{exp['direct_s'] / exp['export_s']:.2f}x the direct speed; data ok: {exp['ok']}")
+        print(json.dumps({"recover": results, "export": exp, "mib": args.mib, "ranks": args.ranks,
+                          "grid2d": args.grid2d}))
+    finally:
+        if not args.dir:
+            shutil.rmtree(d, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
