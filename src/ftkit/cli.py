@@ -16,7 +16,7 @@ from .errors import FtkitError
 __all__ = ["main"]
 
 _SUBCOMMAND_MODULES = (
-    "ftkit.launch",             # launch
+    "ftkit.launch_cli",         # launch
     "ftkit.doctor",             # doctor
     "ftkit.storage.cli",        # ls, verify, rebuild
     "ftkit.storage.export",     # export

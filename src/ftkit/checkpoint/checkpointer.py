@@ -8,7 +8,6 @@ error on one rank is raised on every rank, and a dead peer raises :class:`Proces
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import time
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from ..config import Config, load_config
 from ..errors import CheckpointError, FtkitError, RecoveryError
 from ..storage import set_group_access
 from ..storage.layout import Layout
-from ..storage.manifest import CheckpointEntry, Manifest, ManifestStore, manifest_path
+from ..storage.manifest import CheckpointEntry, Manifest, ManifestStore
 from ..topology import Topology, detect_node_ids, plan_topology
 from . import _mpi, keep_last, online, online_loop, pipeline, spares
 from .contract import CheckpointJob, PipelineContext, RecoveryStep
@@ -393,36 +392,11 @@ class Checkpointer(online_loop.ResilientLoop):
                 return
             _mpi.barrier(self._icomm, self.config.failure_timeout, "finalize")
             if self.config.keep_last_ckpt:
-                self._keep_last()
+                keep_last.keep_last_at_l4(self._ctx, self.topology)  # FTI: kept at L4, local removed
             else:
-                self._remove_all()
+                keep_last.remove_run(self._ctx)
         finally:
             self._close()
-
-    def _keep_last(self) -> None:
-        keep_last.keep_last_at_l4(self._ctx, self.topology)  # FTI's meaning: kept at L4, local data removed
-
-    def _remove_all(self) -> None:
-        entries = list(self._store.manifest.checkpoints)
-        # An empty manifest first: a crash from here on leaves a fresh start, never dangling references.
-        with self._store.lock:
-            saved = copy.deepcopy(self._store.manifest)
-            self._store.drop(e.id for e in entries)
-            try:
-                pipeline.commit_manifest(self._ctx, "finalize(): manifest commit")
-            except BaseException:
-                self._store.manifest = saved
-                raise
-        pipeline.remove_checkpoints(self._ctx, entries)
-        if self.topology.rank_in_node == 0:
-            pipeline.remove_run_dir(self.topology.local_dir, self.exec_id, "the run's node-local directory")
-        _mpi.barrier(self._icomm, self.config.failure_timeout, "finalize")
-        if self.rank == 0:
-            pipeline.remove_run_dir(self.config.glbl_dir, self.exec_id, "the run's directory in glbl_dir")
-            try:
-                manifest_path(self.config.meta_dir).unlink()
-            except FileNotFoundError:
-                pass
 
     def _close(self) -> None:
         self._finalized = True

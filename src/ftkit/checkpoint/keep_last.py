@@ -1,5 +1,6 @@
-"""FTI's ``keep_last_ckpt = 1`` at ``finalize()``: the last checkpoint made complete at L4, node-local storage
-removed, the run left restartable.
+"""What ``finalize()`` does with the run's checkpoints: FTI's ``keep_last_ckpt = 1`` (the last checkpoint made
+complete at L4, node-local storage removed, the run left restartable) or, with ``keep_last_ckpt = 0``, every
+checkpoint and the run's directories removed (:func:`remove_run`).
 
 FTI's ``FTI_Finalize`` with ``keep_last_ckpt = 1`` flushes the last checkpoint to the global directory (L4),
 removes node-local storage and marks the run as restartable, so a relaunch on other nodes, or after the batch
@@ -21,12 +22,12 @@ import copy
 
 from ..errors import CheckpointError
 from ..storage.levels import LEVEL_CLASSES
-from ..storage.manifest import CheckpointEntry
+from ..storage.manifest import CheckpointEntry, manifest_path
 from ..topology import Topology
 from . import _mpi, pipeline
 from .contract import CheckpointJob, PipelineContext
 
-__all__ = ["keep_last_at_l4"]
+__all__ = ["keep_last_at_l4", "remove_run"]
 
 
 def keep_last_at_l4(ctx: PipelineContext, topology: Topology) -> None:
@@ -96,3 +97,38 @@ def _remove_local_run_dir(ctx: PipelineContext, topology: Topology) -> None:
     """Remove this node's directory of the run (``ckpt_dir/node<i>/<exec_id>``), checked to lie inside the
     node's directory first (:class:`~ftkit.errors.UnsafePathError` otherwise)."""
     pipeline.remove_run_dir(topology.local_dir, ctx.exec_id, "node-local run directory")
+
+
+def remove_run(ctx: PipelineContext) -> None:
+    """Remove every checkpoint of the run, its directories and its manifest (collective, keep_last_ckpt = 0).
+
+    The manifest is committed empty first, so a crash part-way leaves a fresh start, never a manifest that
+    lists removed files.
+
+    Raises
+    ------
+    CheckpointError
+        If the empty manifest cannot be committed (the in-memory manifest is restored; nothing is removed).
+    ProcessFailure
+        If a peer dies during the final barrier.
+    """
+    store = ctx.store
+    entries = list(store.manifest.checkpoints)
+    with store.lock:
+        saved = copy.deepcopy(store.manifest)
+        store.drop(e.id for e in entries)
+        try:
+            pipeline.commit_manifest(ctx, "finalize(): manifest commit")
+        except BaseException:
+            store.manifest = saved
+            raise
+    pipeline.remove_checkpoints(ctx, entries)
+    if ctx.topology.rank_in_node == 0:
+        pipeline.remove_run_dir(ctx.topology.local_dir, ctx.exec_id, "the run's node-local directory")
+    _mpi.barrier(ctx.comm, ctx.config.failure_timeout, "finalize")
+    if ctx.rank == 0:
+        pipeline.remove_run_dir(ctx.config.glbl_dir, ctx.exec_id, "the run's directory in glbl_dir")
+        try:
+            manifest_path(ctx.config.meta_dir).unlink()
+        except FileNotFoundError:
+            pass
