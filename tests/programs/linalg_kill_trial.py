@@ -105,7 +105,8 @@ except Fenced:
     print(f"FENCED rank={rank}", flush=True)
     exit_without_finalize()
 except ProcessFailure as exc:
-    print(f"PROCESSFAILURE rank={rank} failed_ranks={sorted(exc.failed_ranks)}", flush=True)
+    why = str(exc).replace("\n", " ")  # for diagnosis; the driver parses failed_ranks only
+    print(f"PROCESSFAILURE rank={rank} failed_ranks={sorted(exc.failed_ranks)} why={why}", flush=True)
     exit_without_finalize()
 # No MPI after the call: a kill that lands after it returned must not make the check itself hang. Each rank
 # writes its piece of the result (global rows, columns, values); the driver assembles and checks them.
