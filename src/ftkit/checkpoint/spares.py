@@ -158,6 +158,7 @@ def _become(ckpt: Checkpointer, rebuilt: Rebuilt) -> None:
     ckpt._finalized = False
     ckpt._recovered = False
     ckpt._protected = {}
+    ckpt._layouts = {}
     ckpt.recovery_steps = recovery_chain()
     while True:
         try:
