@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 # Two test processes (pytest-xdist): most MPI tests wait on start-up and failure detection more than they
-# compute, so running two at a time shortens the suite on a 2-core machine.
+# compute: two at a time, the suite takes ~10 min on 2 cores (19-20 min one at a time).
 test: $(STAMP)
 	$(VPY) -m pytest -q -n 2 tests
 
