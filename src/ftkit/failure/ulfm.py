@@ -240,7 +240,7 @@ def exit_without_finalize(comm: MPI.Comm | None = None, code: int = 0) -> None:
     if comm is not None and comm != MPI.COMM_NULL:
         try:
             comm.Barrier()
-        except MPI.Exception:
+        except (MPI.Exception, ProcessFailure):  # ckpt.comm (an AppComm) reports failures as ProcessFailure
             pass  # a further failure: leaving is still the right thing to do
     sys.stdout.flush()
     sys.stderr.flush()
