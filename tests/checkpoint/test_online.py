@@ -83,16 +83,22 @@ def _digests(out: str) -> tuple[str, str]:
     return got.group(1), ref.group(1)
 
 
+def _bit_identical_recoveries(r: MPIResult) -> list[tuple[str, str, str]]:
+    """Assert the job ended with exit 0 and the failure-free digest; return its ``(dead, ckpt, level)``
+    recovery lines."""
+    assert r.returncode == 0, r.stdout + r.stderr
+    got, ref = _digests(r.stdout)
+    assert got == ref, r.stdout
+    return re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
+
+
 def test_rank_killed_during_compute_is_replaced_from_its_partner_copy(tmp_path):
     # 4 ranks on 2 emulated nodes + 1 spare, L2 every 5 steps; rank 1 is SIGKILLed at step 12.
     write_config(tmp_path, group_size=2, ckpt_l2=5)
     job = Job(tmp_path, 4, 1, "--steps", "40", "--pause", "0.02")
     job.kill_at(12, [1])
     r = job.done()
-    assert r.returncode == 0, r.stdout + r.stderr
-    got, ref = _digests(r.stdout)
-    assert got == ref, r.stdout
-    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
+    rec = _bit_identical_recoveries(r)
     assert rec == [(rec[0][0], rec[0][1], "2")] and rec[0][0] == "1", r.stdout  # the spare read L2
 
 
@@ -103,10 +109,7 @@ def test_node_lost_with_rank_0_is_replaced_by_l3_decoding(tmp_path):
     job = Job(tmp_path, 4, 2, "--steps", "40", "--pause", "0.02")
     job.kill_at(13, [0, 1], node_dir=0)
     r = job.done()
-    assert r.returncode == 0, r.stdout + r.stderr
-    got, ref = _digests(r.stdout)
-    assert got == ref, r.stdout
-    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
+    rec = _bit_identical_recoveries(r)
     assert [(d, lv) for d, _, lv in rec] == [("0, 1", "3")], r.stdout
 
 
@@ -130,28 +133,23 @@ def test_spares_exhausted_every_survivor_raises_the_same_error_and_a_relaunch_re
     assert got == ref, again.stdout
 
 
-def test_rank_killed_inside_an_inline_l2_checkpoint(tmp_path):
-    # rank 2 stops inside the pipeline of the first L2 checkpoint after step 10 (its L1 file written, the
-    # partner copies not yet made) and is SIGKILLed there: the checkpoint in flight is never committed, the
-    # job goes back to the previous one.
-    write_config(tmp_path, group_size=2, ckpt_l2=5)
-    job = Job(tmp_path, 4, 1, "--steps", "30", "--hold-stage", "before_post", "--hold-rank", "2",
-              "--hold-after", "10")
-    _wait_for(lambda: (tmp_path / "held").exists() or not job.thread.is_alive(), "the held rank")
-    kill_pid(int((tmp_path / "held").read_text()))
-    r = job.done()
-    assert r.returncode == 0, r.stdout + r.stderr
-    got, ref = _digests(r.stdout)
-    assert got == ref, r.stdout
-    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
-    assert [(d, c, lv) for d, c, lv in rec] == [("2", "2", "2")], r.stdout  # checkpoint 3 was in flight
-
-
 def _held_job(d: Path, spares: int, stage: str, rank: int, *args: str) -> Job:
     job = Job(d, 4, spares, "--hold-stage", stage, "--hold-rank", str(rank), *args)
     _wait_for(lambda: (d / "held").exists() or not job.thread.is_alive(), f"rank {rank} held at {stage}")
     assert (d / "held").exists(), job.done().stdout
     return job
+
+
+def test_rank_killed_inside_an_inline_l2_checkpoint(tmp_path):
+    # rank 2 stops inside the pipeline of the first L2 checkpoint after step 10 (its L1 file written, the
+    # partner copies not yet made) and is SIGKILLed there: the checkpoint in flight is never committed, the
+    # job goes back to the previous one.
+    write_config(tmp_path, group_size=2, ckpt_l2=5)
+    job = _held_job(tmp_path, 1, "before_post", 2, "--steps", "30", "--hold-after", "10")
+    kill_pid(int((tmp_path / "held").read_text()))
+    r = job.done()
+    rec = _bit_identical_recoveries(r)
+    assert [(d, c, lv) for d, c, lv in rec] == [("2", "2", "2")], r.stdout  # checkpoint 3 was in flight
 
 
 def test_rank_killed_during_background_post_processing(tmp_path):
@@ -162,10 +160,7 @@ def test_rank_killed_during_background_post_processing(tmp_path):
     job = _held_job(tmp_path, 1, "post", 1, "--steps", "30", "--hold-after", "10")
     kill_pid(int((tmp_path / "held").read_text()))
     r = job.done()
-    assert r.returncode == 0, r.stdout + r.stderr
-    got, ref = _digests(r.stdout)
-    assert got == ref, r.stdout
-    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
+    rec = _bit_identical_recoveries(r)
     assert len(rec) == 1 and rec[0][0] == "1" and rec[0][2] == "2", r.stdout
 
 
@@ -181,10 +176,7 @@ def test_partner_killed_during_the_recovery_falls_back_to_l4(tmp_path):
     _wait_for(lambda: (tmp_path / "held").exists() or not job.thread.is_alive(), "rank 3 held in the restore")
     kill_pid(int((tmp_path / "held").read_text()))
     r = job.done()
-    assert r.returncode == 0, r.stdout + r.stderr
-    got, ref = _digests(r.stdout)
-    assert got == ref, r.stdout
-    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
+    rec = _bit_identical_recoveries(r)
     assert [(d, lv) for d, _, lv in rec] == [("1, 3", "4")], r.stdout  # one recovery, two ranks, from L4
 
 
@@ -206,8 +198,5 @@ def test_two_nodes_of_different_groups_lost_at_once(tmp_path):
     job.kill_at(12, [0, 2], node_dir=0)
     shutil.rmtree(tmp_path / "run" / "local" / "node2", ignore_errors=True)
     r = job.done()
-    assert r.returncode == 0, r.stdout + r.stderr
-    got, ref = _digests(r.stdout)
-    assert got == ref, r.stdout
-    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
+    rec = _bit_identical_recoveries(r)
     assert [(d, lv) for d, _, lv in rec] == [("0, 2", "2")], r.stdout

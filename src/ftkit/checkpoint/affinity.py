@@ -82,15 +82,7 @@ def pin_application(config: Config) -> frozenset[int] | None:
     ConfigError
         If ``FTKIT_RESERVE_CORE`` has a value other than 0 or 1.
     """
-    if not reserve_core_requested(config):
-        return None
-    split = _split[0] if _split else reserved_split()
-    if split is None:
-        return None
-    if not _split:
-        _split.append(split)
-    pinned["application"] = _pin_process(split[0])
-    return pinned["application"]
+    return _pin_rank(config, "application", 0)
 
 
 def pin_ft_thread() -> frozenset[int] | None:
@@ -111,10 +103,19 @@ def pin_head(config: Config) -> frozenset[int] | None:
     ConfigError
         If ``FTKIT_RESERVE_CORE`` has a value other than 0 or 1.
     """
+    return _pin_rank(config, "head", 1)
+
+
+def _pin_rank(config: Config, role: str, side: int) -> frozenset[int] | None:
+    """Pin every thread of this process to side ``side`` of the reserved split (0: the application's
+    cores, 1: the reserved core) if the job reserves one; the application's split is kept for
+    :func:`pin_ft_thread`."""
     if not reserve_core_requested(config):
         return None
-    split = reserved_split()
+    split = _split[0] if _split and role == "application" else reserved_split()
     if split is None:
         return None
-    pinned["head"] = _pin_process(split[1])
-    return pinned["head"]
+    if role == "application" and not _split:
+        _split.append(split)
+    pinned[role] = _pin_process(split[side])
+    return pinned[role]

@@ -18,8 +18,9 @@ communicator. This module knows processes and communicators only, not checkpoint
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 from mpi4py import MPI
@@ -28,6 +29,8 @@ from .._wait import deadline_after, wait_requests
 from ..errors import ProcessFailure
 from .detect import is_failure_error
 from .ulfm import agree_flag, revoke
+
+T = TypeVar("T")
 
 __all__ = ["SPARE", "Rebuilt", "plan_roles", "rebuild"]
 
@@ -145,14 +148,8 @@ def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
     rounds = comm.Get_size() + 1 if max_rounds is None else max_rounds
     for _ in range(rounds):
         shrunk = _shrink(comm)
-        roster: list[int] = []
-        try:
-            roster = _roster(shrunk, role, timeout)
-            ok = 1
-        except MPI.Exception as exc:
-            if not is_failure_error(exc):
-                raise
-            ok = 0
+        got, ok = _attempt(_roster, shrunk, role, timeout)
+        roster: list[int] = got or []
         if not agree_flag(shrunk, ok):
             revoke(shrunk)
             comm = shrunk
@@ -166,14 +163,7 @@ def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
             return Rebuilt(shrunk, None, -1 if role == SPARE else role, {}, dead, missing, survivors, spares,
                            tuple(roster))
         new_rank = role if role != SPARE else next((r for r, pos in replaced.items() if pos == me), -1)
-        app: MPI.Intracomm | None = None
-        try:
-            app = MPI.Intracomm(shrunk.Split(0 if new_rank >= 0 else MPI.UNDEFINED, new_rank))
-            ok = 1
-        except MPI.Exception as exc:
-            if not is_failure_error(exc):
-                raise
-            ok = 0
+        app, ok = _attempt(_app_comm, shrunk, new_rank)
         if not agree_flag(shrunk, ok):
             if app is not None and app != MPI.COMM_NULL:
                 app.Free()
@@ -187,3 +177,19 @@ def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
         return Rebuilt(shrunk, app, new_rank, replaced, dead, (), survivors, idle, tuple(roster))
     raise ProcessFailure("spare promotion: failures kept striking while the job was being repaired "
                          f"({rounds} rounds)")
+
+
+def _app_comm(shrunk: MPI.Intracomm, new_rank: int) -> MPI.Intracomm:
+    """The application communicator (``COMM_NULL`` on idle spares): rank ``new_rank`` in the new order."""
+    return MPI.Intracomm(shrunk.Split(0 if new_rank >= 0 else MPI.UNDEFINED, new_rank))
+
+
+def _attempt(step: Callable[..., T], *args: Any) -> tuple[T | None, int]:
+    """Run one MPI step of the repair: ``(its result, 1)``, or ``(None, 0)`` if a process failure stopped it
+    (the survivors then agree on that flag). Other MPI errors propagate."""
+    try:
+        return step(*args), 1
+    except MPI.Exception as exc:
+        if not is_failure_error(exc):
+            raise
+        return None, 0
