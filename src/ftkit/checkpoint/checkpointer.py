@@ -134,8 +134,7 @@ class Checkpointer(online_loop.ResilientLoop):
         self._restarted = state.restarted
         self._problem = state.problem
         self._recovered = False
-        self._protected: dict[str, np.ndarray] = {}
-        self._layouts: dict[str, Layout] = {}   # global layouts of the arrays protected with one
+        self._forget_protected()
         self._schedule = SnapshotSchedule.from_config(self.config, self._icomm,
                                                       probe=lambda: self._post.failure_flag())
         self.recovery_steps: list[RecoveryStep] = recovery_chain()
@@ -153,6 +152,11 @@ class Checkpointer(online_loop.ResilientLoop):
         self.comm = online.AppComm.wrap(self.comm, self) if self._online is not None else self.comm
 
     # -- FTI_Protect / FTI_Status ------------------------------------------------------------------------
+
+    def _forget_protected(self) -> None:
+        """Start with no protected array (at start-up, and in a spare promoted to a dead rank's place)."""
+        self._protected: dict[str, np.ndarray] = {}
+        self._layouts: dict[str, Layout] = {}   # global layouts of the arrays protected with one
 
     def protect(self, name: str, array: np.ndarray, *, global_shape: Any = None, offset: Any = None) -> None:
         """Protect ``array`` under ``name``: saved by reference at every checkpoint, filled in place by

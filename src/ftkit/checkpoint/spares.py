@@ -157,8 +157,7 @@ def _become(ckpt: Checkpointer, rebuilt: Rebuilt) -> None:
     ckpt._links = None
     ckpt._finalized = False
     ckpt._recovered = False
-    ckpt._protected = {}
-    ckpt._layouts = {}
+    ckpt._forget_protected()
     ckpt.recovery_steps = recovery_chain()
     while True:
         try:
