@@ -48,12 +48,14 @@ def post_partner(ctx: PipelineContext, job: CheckpointJob, group: Any = None) ->
         If the job has fewer nodes than ``group_size`` (no partner on another node).
     StorageError
         If a file is missing or a copy cannot be written (on the ranks concerned).
+    TimeoutFailure
+        If the partner does not take part within ``failure_timeout`` seconds.
     """
     require_groups(ctx.topology)
     job.extra["group_size"] = ctx.topology.group_size
     data, copy = level_paths(ctx, job.nodes, job.ckpt_id, 2)
     partner_copy(group if group is not None else group_comm(ctx.comm, ctx.topology), data, copy,
-                 chunk_size=_chunk(ctx))
+                 chunk_size=_chunk(ctx), timeout=ctx.timeout)
 
 
 class PartnerStep(GroupStep):
@@ -76,21 +78,23 @@ class PartnerStep(GroupStep):
             except DAMAGED:
                 return False
 
-        plan = assess_partner(comm, data, copy, validate)
+        plan = assess_partner(comm, data, copy, validate, timeout=ctx.timeout)
         if not plan.recoverable:
             return f"L2 {describe_group(topo, gi)}: {plan.describe(group_names(topo, group))}"
-        rebuild_partner(comm, plan, data, copy, names=group_names(topo, group), chunk_size=chunk)
+        rebuild_partner(comm, plan, data, copy, names=group_names(topo, group), chunk_size=chunk,
+                        timeout=ctx.timeout)
         return ""
 
 
 def partner_request(ctx: PipelineContext, job: CheckpointJob) -> dict[str, Any]:
     """Head mode: where the head writes this rank's partner copy."""
-    return {"dst": str(ctx.level(2, job.nodes).path(job.ckpt_id, ctx.rank))}
+    return {"dst": str(ctx.level(2, job.nodes).path(job.ckpt_id, ctx.rank)), "timeout": ctx.timeout}
 
 
 def partner_work(req: dict[str, Any], head_set: Any) -> None:
     """Head mode: the head's share of one rank's partner copy (collective over the node set's heads)."""
-    partner_copy(head_set, req["src"], req["dst"], chunk_size=int(req["chunk"]))
+    partner_copy(head_set, req["src"], req["dst"], chunk_size=int(req["chunk"]),
+                 timeout=float(req["timeout"]))
 
 
 #: Level 2 in the level table.

@@ -1,0 +1,62 @@
+"""An L2 checkpoint whose partner is alive but stuck: every other rank must end in a ftkit error within the
+configured ``failure_timeout``, not the storage layer's 600 s default.
+
+Usage: l2_stuck_partner.py --config CFG --stuck R   (run under ``ftkit launch`` with emulated nodes)
+
+Rank ``R`` stops itself (a real ``SIGSTOP``) at the ``before_post`` stage of an L2 checkpoint; the others go
+on into the partner copy. Each rank prints ``R<rank> error <Type> <seconds> <message>`` or ``R<rank> wrote``.
+Rank 0, once every other rank reported, resumes the stuck one (``SIGCONT``). Every rank then leaves without
+``MPI_Finalize`` (the job's collectives are out of step on purpose).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+from mpi4py import MPI
+
+import ftkit
+
+p = argparse.ArgumentParser()
+p.add_argument("--config", required=True)
+p.add_argument("--stuck", type=int, required=True)
+a = p.parse_args()
+
+ckpt = ftkit.Checkpointer(a.config, MPI.COMM_WORLD)
+rank, n = ckpt.comm.rank, ckpt.comm.size
+root = Path(a.config).resolve().parent
+Path(root, f"pid.{rank}").write_text(str(os.getpid()))
+data = np.arange(200_000, dtype=np.float64) + rank
+ckpt.protect("data", data)
+ckpt.checkpoint(2)  # a good checkpoint first, with every rank taking part (the group is set up)
+
+if rank == a.stuck:
+    ckpt._ctx.fault_hook = lambda s: os.kill(os.getpid(), signal.SIGSTOP) if s == "before_post" else None
+t0 = time.monotonic()
+try:
+    ckpt.checkpoint(2)
+    line = f"R{rank} wrote"
+except ftkit.FtkitError as exc:
+    line = f"R{rank} error {type(exc).__name__} {time.monotonic() - t0:.1f} {exc}"
+print(line, flush=True)
+Path(root, f"outcome.{rank}").write_text(line)
+
+if rank == 0:  # resume the stuck rank once every other rank reported (bounded)
+    deadline = time.monotonic() + 150
+    while not all(Path(root, f"outcome.{r}").exists() for r in range(n) if r != a.stuck):
+        if time.monotonic() > deadline:
+            raise SystemExit("the other ranks did not report within 150 s")
+        time.sleep(0.05)
+    pid = int(Path(root, f"pid.{a.stuck}").read_text())
+    while not Path(root, f"outcome.{a.stuck}").exists() and time.monotonic() < deadline:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:  # the runtime ended it meanwhile
+            break
+        time.sleep(0.05)
+os._exit(0)
