@@ -159,15 +159,17 @@ def test_manifest_exec_id_outside_glbl_dir_is_refused(tmp_path, exec_id):
     assert set(after) <= set(before), sorted(set(after) - set(before))
 
 
-def test_l2_copy_with_a_stuck_partner_ends_within_failure_timeout(tmp_path):
-    # Rank 1 is alive but stopped (SIGSTOP) when the L2 partner copy starts. The L2 level did not pass
-    # failure_timeout to the storage layer, so the others waited for the storage default (600 s) or the
-    # failure detector's ~60 s, which then reported a ProcessFailure of a live rank). Now every other rank
-    # raises a ftkit TimeoutFailure within a few failure_timeouts.
+@pytest.mark.parametrize("first", [2, 1])
+def test_l2_copy_with_a_stuck_partner_ends_within_failure_timeout(tmp_path, first):
+    # Rank 1 is alive but stopped (SIGSTOP) when the L2 post-processing starts. first=2: the L2 level did
+    # not pass failure_timeout to the partner copy, so the others waited for the storage default (600 s) or
+    # the failure detector (~2 min, then a ProcessFailure naming a live rank). first=1: the job's first L2
+    # checkpoint splits the group communicator, a collective without deadline (the same detector wait).
+    # Now every other rank raises a ftkit TimeoutFailure within a few failure_timeouts.
     write_config(tmp_path, group_size=2, failure_timeout=3)
     program = REPO / "tests" / "programs" / "l2_stuck_partner.py"
-    res = run_python(4, program, "--config", "ftkit.ini", "--stuck", "1", node_size=1, cwd=tmp_path,
-                     timeout=150)
+    res = run_python(4, program, "--config", "ftkit.ini", "--stuck", "1", "--first", str(first), node_size=1,
+                     cwd=tmp_path, timeout=150)
     assert not res.timed_out, res.stdout + res.stderr
     lines = dict(re.findall(r"^R(\d) (.*)$", res.stdout, re.M))
     for r in "023":

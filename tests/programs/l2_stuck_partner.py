@@ -1,10 +1,12 @@
 """An L2 checkpoint whose partner is alive but stuck: every other rank must end in a ftkit error within the
 configured ``failure_timeout``, not the storage layer's 600 s default.
 
-Usage: l2_stuck_partner.py --config CFG --stuck R   (run under ``ftkit launch`` with emulated nodes)
+Usage: l2_stuck_partner.py --config CFG --stuck R --first LEVEL   (under ``ftkit launch``, emulated nodes)
 
-Rank ``R`` stops itself (a real ``SIGSTOP``) at the ``before_post`` stage of an L2 checkpoint; the others go
-on into the partner copy. Each rank prints ``R<rank> error <Type> <seconds> <message>`` or ``R<rank> wrote``.
+A first checkpoint at ``LEVEL`` with every rank (2: the L2 group communicator exists then; 1: the L2
+checkpoint below sets it up, a collective on the whole job). Then rank ``R`` stops itself (a real
+``SIGSTOP``) at the ``before_post`` stage of an L2 checkpoint; the others go on into the partner copy.
+Each rank prints ``R<rank> error <Type> <seconds> <message>`` or ``R<rank> wrote``.
 Rank 0, once every other rank reported, resumes the stuck one (``SIGCONT``). Every rank then leaves without
 ``MPI_Finalize`` (the job's collectives are out of step on purpose).
 """
@@ -25,6 +27,7 @@ import ftkit
 p = argparse.ArgumentParser()
 p.add_argument("--config", required=True)
 p.add_argument("--stuck", type=int, required=True)
+p.add_argument("--first", type=int, required=True)
 a = p.parse_args()
 
 ckpt = ftkit.Checkpointer(a.config, MPI.COMM_WORLD)
@@ -33,7 +36,7 @@ root = Path(a.config).resolve().parent
 Path(root, f"pid.{rank}").write_text(str(os.getpid()))
 data = np.arange(200_000, dtype=np.float64) + rank
 ckpt.protect("data", data)
-ckpt.checkpoint(2)  # a good checkpoint first, with every rank taking part (the group is set up)
+ckpt.checkpoint(a.first)  # a good checkpoint first, with every rank taking part
 
 if rank == a.stuck:
     ckpt._ctx.fault_hook = lambda s: os.kill(os.getpid(), signal.SIGSTOP) if s == "before_post" else None

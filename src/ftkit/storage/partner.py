@@ -31,6 +31,7 @@ from ._collective import (
     ErrorGuard,
     Worker,
     agree_errors,
+    allgather_in_place,
     close_fd,
     decode_message,
     encode_message,
@@ -310,7 +311,8 @@ class PartnerPlan:
 
 
 def assess_partner(comm: MPI.Comm, data_path: PathLike, copy_path: PathLike,
-                   validate: Callable[[Path], bool] | None = None) -> PartnerPlan:
+                   validate: Callable[[Path], bool] | None = None, *,
+                   timeout: float | None = DEFAULT_TIMEOUT) -> PartnerPlan:
     """Check this member's data file and stored copy, and share the result within the group (collective).
 
     Parameters
@@ -318,11 +320,19 @@ def assess_partner(comm: MPI.Comm, data_path: PathLike, copy_path: PathLike,
     validate
         Returns True when a checkpoint file (data or copy: the same format) is intact, e.g. by checking its
         checksums; default: the file exists and is not empty.
+    timeout
+        Seconds to wait for the other members (None: no deadline).
+
+    Raises
+    ------
+    TimeoutFailure
+        If a member does not take part within ``timeout`` seconds.
     """
     check = validate or (lambda p: file_size(p) > 0)
-    mine = (bool(check(Path(data_path))), bool(check(Path(copy_path))))
-    allv = comm.allgather(mine)
-    return PartnerPlan(tuple(a for a, _ in allv), tuple(b for _, b in allv))
+    flags = np.zeros((comm.Get_size(), 2), dtype=np.uint8)
+    flags[comm.Get_rank()] = (check(Path(data_path)), check(Path(copy_path)))
+    allgather_in_place(comm, flags, timeout, "L2 assessment")
+    return PartnerPlan(tuple(bool(a) for a in flags[:, 0]), tuple(bool(b) for b in flags[:, 1]))
 
 
 def rebuild_partner(comm: MPI.Comm, plan: PartnerPlan, data_path: PathLike, copy_path: PathLike, *,

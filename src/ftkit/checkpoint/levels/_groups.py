@@ -41,17 +41,29 @@ def require_groups(topology: Topology) -> None:
         plan_node_sets(topology.node_count, topology.group_size)
 
 
-def group_comm(comm: Any, topology: Topology) -> Any:
+def group_comm(comm: Any, topology: Topology, timeout: float) -> Any:
     """Return the communicator of this rank's group (members in group order), split once per ``comm``.
 
     Collective over ``comm`` the first time it is called for ``comm``.
+
+    Raises
+    ------
+    TimeoutFailure
+        If a rank of ``comm`` does not arrive within ``timeout`` seconds (a stuck rank).
+    ProcessFailure
+        If a rank of ``comm`` failed.
     """
     key = id(comm)
     cached = _GROUP_COMMS.get(key)
     if cached is not None and cached[0] is comm and cached[1] == topology.groups:
         return cached[2]
     gi = topology.group_index()
-    sub = comm.Split(gi, topology.group_of().index(topology.rank))
+    try:
+        # Split has no deadline: first make sure, within one, that every rank is here to split.
+        _mpi.barrier(comm, timeout, "L2/L3 group set-up")
+        sub = comm.Split(gi, topology.group_of().index(topology.rank))
+    except MPI.Exception as exc:
+        raise _mpi.as_failure(exc, comm, "L2/L3 group set-up") from exc
     _GROUP_COMMS[key] = (comm, topology.groups, sub)
     return sub
 

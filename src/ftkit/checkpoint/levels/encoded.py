@@ -50,8 +50,9 @@ def post_encode(ctx: PipelineContext, job: CheckpointJob, group: Any = None) -> 
     job.extra["group_size"] = ctx.topology.group_size
     job.extra["l3_code"] = ctx.config.l3_code
     data, parity = level_paths(ctx, job.nodes, job.ckpt_id, 3)
-    encode_group(group if group is not None else group_comm(ctx.comm, ctx.topology), data, parity,
-                 code=ctx.config.l3_code, tag=l3_tag(ctx.exec_id, job.ckpt_id),
+    if group is None:
+        group = group_comm(ctx.comm, ctx.topology, ctx.timeout)
+    encode_group(group, data, parity, code=ctx.config.l3_code, tag=l3_tag(ctx.exec_id, job.ckpt_id),
                  names=group_names(ctx.topology, ctx.topology.group_of()), timeout=ctx.timeout)
 
 

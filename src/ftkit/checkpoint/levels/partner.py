@@ -54,8 +54,9 @@ def post_partner(ctx: PipelineContext, job: CheckpointJob, group: Any = None) ->
     require_groups(ctx.topology)
     job.extra["group_size"] = ctx.topology.group_size
     data, copy = level_paths(ctx, job.nodes, job.ckpt_id, 2)
-    partner_copy(group if group is not None else group_comm(ctx.comm, ctx.topology), data, copy,
-                 chunk_size=_chunk(ctx), timeout=ctx.timeout)
+    if group is None:
+        group = group_comm(ctx.comm, ctx.topology, ctx.timeout)
+    partner_copy(group, data, copy, chunk_size=_chunk(ctx), timeout=ctx.timeout)
 
 
 class PartnerStep(GroupStep):
