@@ -61,7 +61,7 @@ from collections.abc import Callable
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import ProcessFailure
+from ..errors import ProcessFailure, StorageError
 from ..failure import (
     FailureDetector,
     Fenced,
@@ -73,14 +73,21 @@ from ..failure import (
 from ..failure.ulfm import agree_flag, require_ulfm
 from ..storage.inputs import InputStore, open_store
 from ._operands import aligned_operands
-from ._resilient_call import PhaseTimer, ResilientCall, ResilientResult, record_phases
+from ._resilient_call import PhaseTimer, ResilientCall, ResilientResult, at_stage, record_phases
 from ._resilient_exchange import FailureAwareExchange, run_cannon
 from ._settle import Tile, plan_tiles, prefetch, settle_up
 from ._summa import plan_summa, run_summa
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
 from .pblas import _scale, check_gemm_args, check_width
-from .protected import ProtectedOperands, check_algorithm, detector_for, forget_detector, operands_key
+from .protected import (
+    ProtectedOperands,
+    check_algorithm,
+    detector_for,
+    forget_detector,
+    operands_key,
+    save_failed,
+)
 
 __all__ = ["ResilientResult", "resilient_pdgemm"]
 
@@ -190,8 +197,7 @@ def resilient_pdgemm(
     t0 = time.perf_counter()
     exchange, lost_any = _protect(call)
     t1 = time.perf_counter()
-    if not lost_any and not det.fenced:
-        _iterate(call, exchange)
+    own = _iterate(call, exchange) if not lost_any and not det.fenced else None
     t2 = time.perf_counter()
     dead = _agree(call)
     if not dead and not lost_any:  # the common case: one quick barrier and Agree are all the extra
@@ -202,7 +208,12 @@ def resilient_pdgemm(
         record_phases(stats, t0, t1, t2)
         return ResilientResult(C, grid, grid.comm, (), state, {}, 0, exchange.storage_reads, det.timeout)  # type: ignore[arg-type]
     tick = PhaseTimer(stats)
-    new_comm, state, tiles, reassigned = _agree_and_repair(call, exchange, dead, lost_any, tick)
+    try:
+        new_comm, state, tiles, reassigned = _agree_and_repair(call, exchange, dead, lost_any, tick)
+    except Fenced:
+        if own is not None:  # this process withdrew after its own error: that error is what the caller sees
+            raise own from None
+        raise
     result = settle_up(call, exchange, dead, new_comm, state, tiles, reassigned, tick)
     record_phases(stats, t0, t1, t2)
     return result
@@ -258,30 +269,39 @@ def _protect(call: ResilientCall) -> tuple[FailureAwareExchange, bool]:
     for r in range(grid.size):
         call.shapes[("c", r)] = d.local_shape(*grid.coords(r), grid.nprow, grid.npcol)
     me = det.rank
-    if call.save_c:
-        where.save(f"{call.prefix}/c.{me}", call.C.local)
-    if call.save_ops and call.ops is not None:
-        where.save(f"{call.prefix}/a.{me}", np.asfortranarray(call.ops.a))
-        where.save(f"{call.prefix}/b.{me}", np.asfortranarray(call.ops.b))
+    try:
+        if call.save_c:
+            where.save(f"{call.prefix}/c.{me}", call.C.local)
+        if call.save_ops and call.ops is not None:
+            where.save(f"{call.prefix}/a.{me}", np.asfortranarray(call.ops.a))
+            where.save(f"{call.prefix}/b.{me}", np.asfortranarray(call.ops.b))
+    except StorageError as exc:  # e.g. a full disk: said at the barrier, raised alike everywhere later
+        call.store_errno = exc.errno or getattr(exc.__cause__, "errno", None) or 0
     exchange = FailureAwareExchange(det, grid, where, call.prefixes, call.shapes, call.on_step)
-    lost_any = call.lost
-    if call.saved or call.lost:  # everyone's pieces are readable before anyone can need them
+    bad = call.lost or call.store_errno is not None
+    lost_any = bad
+    if call.saved or bad:  # everyone's pieces are readable before anyone can need them
         try:
-            lost_any |= bool(det.barrier(ok=not call.lost))
+            lost_any |= bool(det.barrier(ok=not bad))
         except Fenced:
             pass
     return exchange, lost_any
 
 
-def _iterate(call: ResilientCall, exchange: FailureAwareExchange) -> None:
+def _iterate(call: ResilientCall, exchange: FailureAwareExchange) -> Exception | None:
     """Phase 2: the multiply's steps, reading dead owners' pieces from the store (nobody computes the dead's
-    C blocks yet). A process that learns it was fenced off stops here."""
+    C blocks yet). A process that learns it was fenced off stops here.
+
+    An error of this process's own (not a peer's failure: e.g. ``MemoryError``, or an exception from
+    ``on_step``) must leave nobody waiting: the process withdraws (its peers treat it as dead at once), takes
+    part in the agreements that follow and then raises that error. Returns it (``None`` if there was none).
+    """
     c = call.C.local_view(call.ic, call.jc, call.m, call.n)
     try:
         if not call.multiply:
             if call.m and call.n:
                 _scale(c, call.beta)
-            return
+            return None
         ops = call.ops
         assert ops is not None
         if call.algorithm == "cannon":
@@ -292,6 +312,10 @@ def _iterate(call: ResilientCall, exchange: FailureAwareExchange) -> None:
                       steps=plan_summa(ops.ka, ops.kb, call.width), beta=call.beta)  # fmt: skip
     except Fenced:
         pass
+    except Exception as exc:  # noqa: BLE001 - any error of our own: withdraw, re-raised after the agreements
+        call.det.withdraw(f"{type(exc).__name__}: {exc}")
+        return exc
+    return None
 
 
 def _agree(call: ResilientCall) -> frozenset[int]:
@@ -309,6 +333,13 @@ def _agree(call: ResilientCall) -> frozenset[int]:
     return agree_on_dead(det.comm, det.dead, abstain=det.fenced)
 
 
+# Bits of the agreement that ends phase 3 (a failure during it makes it 0 everywhere: "not whole" first).
+_WHOLE = 1  # the repaired communicator holds exactly the agreed survivors (nobody else died meanwhile)
+_INPUTS = 2  # every stored piece the settle phase needs was read, and nobody lost its operands
+_STORED = 4  # every process saved its inputs
+_ERRNO_SHIFT = 8  # bits 8-15: the complement of a failed save's errno (the AND keeps the OR of errnos)
+
+
 def _agree_and_repair(
     call: ResilientCall,
     exchange: FailureAwareExchange,
@@ -316,17 +347,25 @@ def _agree_and_repair(
     lost_any: bool,
     tick: PhaseTimer,
 ) -> tuple[MPI.Intracomm, np.ndarray, list[Tile], dict[int, dict[int, int]]]:
-    """Phase 3: read every stored piece the settle phase needs, agree that all could be read, record the
-    dead in the state table and build the survivors' communicator.
+    """Phase 3: read every stored piece the settle phase needs, build the survivors' communicator, agree
+    (one ULFM ``Agree``) that all could be read and that the communicator holds exactly the survivors, and
+    record the dead in the state table.
+
+    The check of the repaired communicator is part of the agreement: a process that dies after the
+    agreement on the dead and before ``Shrink`` leaves a communicator one rank short, whose tiles nobody
+    planned; every survivor then raises the same :class:`ProcessFailure`.
 
     Returns the communicator, the state table, the tiles of the dead processes' C and the reassignment.
 
     Raises
     ------
     Fenced
-        On a process that was declared dead while alive.
+        On a process that was declared dead while alive (or withdrew after its own error).
     ProcessFailure
-        On every survivor alike, if some input cannot be read back or some process lost its operands.
+        On every survivor alike, if some input cannot be read back, some process lost its operands, or a
+        further process failed while the communicator was being repaired.
+    StorageError
+        On every survivor alike, if some process could not save its inputs (e.g. a full disk).
     """
     grid, det = call.grid, call.det
     forget_detector(grid)
@@ -337,15 +376,35 @@ def _agree_and_repair(
         d = call.C.desc
         tiles, reassigned = plan_tiles(grid, sorted(dead), survivors, call.crows, call.ccols, d.mb, d.nb)
         prefetch(call, exchange, tiles)
-    inputs_ok = agree_flag(det.comm, int(not lost_any and not exchange.unrecoverable))
-    tick("agree_s")
-    new_comm = repair(det.comm, dead)
+    at_stage("repair")
+    try:
+        new_comm = repair(det.comm, dead)
+        whole = det.fenced or (new_comm is not None and new_comm.Get_size() == len(survivors))
+    except ProcessFailure:
+        new_comm, whole = None, False
     tick("repair_s")
+    errno = call.store_errno or 0
+    flag = (_WHOLE * whole | _INPUTS * (not lost_any and not exchange.unrecoverable)
+            | _STORED * (call.store_errno is None) | (~errno & 0xFF) << _ERRNO_SHIFT)  # fmt: skip
+    decided = agree_flag(det.comm, flag, clear_on_failure=True)
+    tick("agree_s")
+    if not decided & _WHOLE:
+        # Name the same ranks everywhere: agree on them (the fenced take part, then leave as fenced).
+        gone = sorted(agree_on_dead(det.comm, det.dead | dead, abstain=det.fenced))
+        det.raise_if_fenced()
+        raise ProcessFailure(
+            f"ranks {gone} failed, the last of them while the survivors were repairing the communicator "
+            f"(after agreeing on ranks {sorted(dead)}): the product cannot be completed; continue on the "
+            f"survivors (ftkit.failure.repair) and multiply again, or restart from a checkpoint",
+            gone,
+        )
     if new_comm is None or det.fenced:
         det.raise_if_fenced()
         raise Fenced(f"rank {det.rank} was declared dead by its peers and fenced off", [det.rank])
     state = record_failures(grid.shape, {grid.coords(r) for r in dead}, writer=new_comm.Get_rank() == 0)
-    if not inputs_ok:
+    if not decided & _STORED:
+        raise save_failed(call.where, ~(decided >> _ERRNO_SHIFT) & 0xFF)
+    if not decided & _INPUTS:
         if lost_any:
             raise ProcessFailure(
                 f"ranks {sorted(dead)} failed while the operands were being redistributed, before they "
@@ -360,5 +419,3 @@ def _agree_and_repair(
             sorted(dead),
         )
     return new_comm, state, tiles, reassigned
-
-
