@@ -229,3 +229,17 @@ def test_an_error_of_a_rank_s_own_mid_multiply_leaves_nobody_waiting(tmp_path, g
     _check_survived(r, GRIDS[grid][0], [rank])
     own = re.findall(rf"OWNERROR rank={rank} RuntimeError: (.*); survivors_done_meanwhile=(\w+)", r.stdout)
     assert own == [(f"an error of rank {rank}'s own at step {step}", "True")], r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("mode", [[], ["--protect-first"]])
+def test_a_full_store_gives_the_same_storage_error_everywhere(tmp_path, small_disk, mode):
+    # A real tmpfs that holds a piece or two: some ranks save, the others get ENOSPC. Every rank must raise
+    # the same StorageError naming the cause (none may wait for the ranks that failed, none may go on).
+    store = small_disk(16 * 1024)
+    r = _run(tmp_path, "2x2", "--store", str(store), *mode)
+    out = r.stdout + r.stderr
+    lines = re.findall(r"STORAGEERROR rank=(\d+) errno=\S+ msg=(.*)", r.stdout)
+    assert sorted(int(rank) for rank, _ in lines) == [0, 1, 2, 3], out
+    assert len({msg for _, msg in lines}) == 1, out
+    assert all("[Errno 28] No space left on device" in msg for _, msg in lines), out
+    assert "STATE" not in r.stdout, out

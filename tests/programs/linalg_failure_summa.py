@@ -16,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ftkit import inject
-from ftkit.errors import ProcessFailure
+from ftkit.errors import ProcessFailure, StorageError
 from ftkit.failure import Fenced, exit_without_finalize, load_state_table, persist_state_table
 from ftkit.linalg import DistributedMatrix, ProcessGrid, _resilient_call, pdgemm
 from ftkit.linalg.resilient import resilient_pdgemm
@@ -52,8 +52,10 @@ p.add_argument("--hook-stage", default="", help="a stage name of ftkit.linalg._r
 p.add_argument("--error-rank", type=int, default=-1, help="this rank raises its own error at --error-step, "
                "then stays alive until the survivors are done (at most 60 s)")
 p.add_argument("--error-step", type=int, default=-1)
+p.add_argument("--store", default=None, help="the store directory (default <dir>/store)")
 p.add_argument("--dir", required=True)
 a = p.parse_args()
+STORE = Path(a.store) if a.store else Path(a.dir, "store")
 
 world = MPI.COMM_WORLD
 rank = world.Get_rank()
@@ -110,7 +112,7 @@ try:
         from ftkit.linalg.protected import protect_operands
 
         ops = protect_operands(a.trans[0], a.trans[1], n, n, n, A, 0, 0, B, 0, 0, C, 0, 0,
-                               store=Path(a.dir, "store"), algorithm=a.algorithm,
+                               store=STORE, algorithm=a.algorithm,
                                timeout=a.timeout)  # fmt: skip
         for call in range(a.calls):  # the same C each time: every call must give the same product
             C.local[...] = C_ref.local
@@ -126,13 +128,16 @@ try:
             ops.release()
     else:
         res = resilient_pdgemm(a.trans[0], a.trans[1], n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0,
-                               store=Path(a.dir, "store"), timeout=a.timeout, width=nb, on_step=on_step,
+                               store=STORE, timeout=a.timeout, width=nb, on_step=on_step,
                                algorithm=a.algorithm)  # fmt: skip
 except Fenced as exc:
     print(f"FENCED rank={rank} failed_ranks={list(exc.failed_ranks)}", flush=True)
     exit_without_finalize()
 except ProcessFailure as exc:
     print(f"PROCESSFAILURE rank={rank} failed_ranks={list(exc.failed_ranks)} msg={exc}", flush=True)
+    exit_without_finalize()
+except StorageError as exc:
+    print(f"STORAGEERROR rank={rank} errno={exc.errno} msg={exc}", flush=True)
     exit_without_finalize()
 except RuntimeError as exc:  # --error-rank: an application that handles its error and keeps running
     others = [r for r in range(world.Get_size()) if r != rank]
