@@ -12,11 +12,14 @@
    the deadline is declared dead; everyone is told, stops talking to it, and from then on takes its share of
    every panel (in Cannon: the piece it would have passed on) from the stored operands instead of waiting
    for it. The survivors finish all the steps; nobody computes the dead processes' C blocks yet.
-3. **Agree and repair.** Survivors agree (ULFM ``Agree``) on the set of dead processes, record it in the state
-   table (identical everywhere) and build a repaired communicator (``Shrink`` + split) without them.
+3. **Agree and repair.** Survivors agree (ULFM ``Agree``) on the set of dead processes, build a repaired
+   communicator (``Shrink`` + split) without them, agree (one more ``Agree``) that it holds exactly them and
+   that every input could be read, and record the dead in the state table (identical everywhere).
 4. **Settle up.** Every dead process's piece of C is cut into ``mb x nb`` tiles, spread round-robin over the
    survivors (not all on one), recomputed from the stored operands, and every block of every tile is verified
    with the block checksums and rigorous bound of :mod:`ftkit.linalg.abft` (:mod:`ftkit.linalg._settle`).
+   The call ends with one ``Agree`` (never a plain collective), so every survivor leaves with the same
+   decision: a survivor that returns and exits cannot look like a failure to one still inside.
 
 Each phase is one function below (:func:`_protect`, :func:`_iterate`, :func:`_agree_and_repair`,
 :func:`_settle_up`); the panel exchanges of the iterate phase are in :mod:`ftkit.linalg._resilient_exchange`.
@@ -30,10 +33,11 @@ What the result check guards, and why it cannot be skipped
     :func:`~ftkit.linalg.protected.protect_operands` the multiply uses the very operands that were saved
     (no second redistribution, which a failure could interrupt on some ranks and not on others); a failure
     while the operands are being redistributed (``store=`` a directory) fails the call uniformly. Then the
-    survivors agree, in one reduction every one of them takes part in, that every block of every dead
+    survivors agree, in one ULFM agreement every one of them takes part in, that every block of every dead
     process was verified (or could not be checked: non-finite data, counted in
-    :attr:`ResilientResult.tiles_unchecked`); otherwise every survivor raises the same
-    :class:`~ftkit.errors.ABFTError`. No path returns a result without that reduction.
+    :attr:`ResilientResult.tiles_unchecked`) and that the whole result reached the survivors' grid;
+    otherwise every survivor raises the same :class:`~ftkit.errors.ABFTError` (or
+    :class:`~ftkit.errors.ProcessFailure`). No path returns a result without that agreement.
 
 Where the result lives (ownership change)
     Without failures the result is the caller's ``C``, on the caller's grid, as with ``pdgemm``. With failures
@@ -50,7 +54,10 @@ A process that was declared dead while alive (too slow: see :mod:`ftkit.failure.
 gets no part of the result, and raises :class:`~ftkit.failure.Fenced`. If a dead process's inputs cannot
 be read back (it died before saving them, or more failures than the store survives), or a process failed
 while the operands were being redistributed, every survivor raises the same
-:class:`~ftkit.errors.ProcessFailure`; nothing hangs.
+:class:`~ftkit.errors.ProcessFailure`; nothing hangs. A process that cannot save its inputs (a full disk)
+makes every process raise the same :class:`~ftkit.errors.StorageError`. A process whose own code raises
+during the multiply (not a failure) withdraws: the others treat it as dead at once and finish without it,
+and it raises its error after the agreements, so nobody waits for it.
 """
 
 from __future__ import annotations
@@ -169,6 +176,9 @@ def resilient_pdgemm(
         On a process that was declared dead while alive (it missed the deadline).
     ABFTError
         If a recomputed tile fails its block checksum twice.
+    StorageError
+        If some process could not save its inputs (e.g. a full disk); the same on every process, naming
+        the cause (errno).
     """
     ta, tb, m, n, k, alpha, ia, ja, ib, jb, beta, ic, jc = check_gemm_args(
         "PDGEMM", transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
