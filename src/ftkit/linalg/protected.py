@@ -24,7 +24,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import PBLASArgumentError, ProcessFailure, StorageError
-from ..failure import FailureDetector, Fenced
+from ..failure import FailureDetector, Fenced, revoke
 from ..failure.ulfm import agree_flag, agree_on_dead, require_ulfm
 from ..storage.inputs import InputStore, open_store
 from ._operands import AlignedOperands, aligned_operands
@@ -234,6 +234,7 @@ def protect_operands(
             ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc,
                                    same_kmap=algorithm == "cannon")  # fmt: skip
         except MPI.Exception:  # a peer died in the redistribution (ULFM: PROC_FAILED or ERR_OTHER)
+            revoke(grid.comm)  # a live peer still inside the redistribution must not wait for this one
             det.check_failures()
             ok = False
         try:

@@ -76,6 +76,7 @@ from ..failure import (
     get_state_table,
     record_failures,
     repair,
+    revoke,
 )
 from ..failure.ulfm import agree_flag, require_ulfm
 from ..storage.inputs import InputStore, open_store
@@ -247,8 +248,9 @@ def _take_operands(call: ResilientCall, protected: ProtectedOperands | None, A: 
     """Set ``call.ops``: the protected operands themselves, or A and B aligned now (collective).
 
     The redistribution is a plain collective on the grid: a process that dies in it can leave it completed
-    on some ranks and failed on others. A rank where it failed marks itself ``lost`` (no operands) instead
-    of raising, and says so at the protect phase's barrier, so that every survivor fails the call alike.
+    on some ranks and failed on others. A rank where it failed revokes the grid's communicator (so no live
+    peer waits in it for this rank), marks itself ``lost`` (no operands) instead of raising, and says so at
+    the protect phase's barrier, so that every survivor fails the call alike.
     """
     if protected is not None and protected.operands is not None:
         call.ops = protected.operands
@@ -258,6 +260,7 @@ def _take_operands(call: ResilientCall, protected: ProtectedOperands | None, A: 
                                         call.C, call.ic, call.jc,
                                         same_kmap=call.algorithm == "cannon")  # fmt: skip
         except MPI.Exception:  # ULFM reports a peer's death here as MPI_ERR_PROC_FAILED or MPI_ERR_OTHER
+            revoke(call.grid.comm)  # a live peer still inside the redistribution must not wait for this one
             call.det.check_failures()
             call.lost = True
             return
