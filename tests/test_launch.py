@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,20 @@ def _processes_running(marker: str) -> list[str]:
     return found
 
 
+def _still_running_after(marker: str, limit: float = 60.0) -> list[str]:
+    """The processes whose command line holds ``marker``, once none is left or after ``limit`` seconds.
+
+    A SIGKILLed process leaves the process table only once the kernel has scheduled it, which on a busy
+    machine can take a moment after the job ended: wait for it (bounded) instead of looking once.
+    """
+    deadline = time.monotonic() + limit
+    left = _processes_running(marker)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = _processes_running(marker)
+    return left
+
+
 def test_hard_timeout_kills_everything(tmp_path):
     # A private copy of the program, so processes of other runs cannot be mistaken for leftovers.
     program = tmp_path / "hang_private.py"
@@ -148,7 +163,7 @@ def test_hard_timeout_kills_everything(tmp_path):
     r = run_python(2, program, timeout=10)
     assert r.timed_out
     assert r.elapsed < 60
-    assert _processes_running(str(program)) == []  # no rank outlives the job
+    assert _still_running_after(str(program)) == []  # no rank outlives the job
 
 
 def test_job_whose_rank_is_killed_ends_and_leaves_nothing(tmp_path):
@@ -164,4 +179,35 @@ def test_job_whose_rank_is_killed_ends_and_leaves_nothing(tmp_path):
     assert not r.timed_out and r.elapsed < 60
     # Under ULFM a killed rank does not fail the job: the survivors carry on and finish.
     assert sorted(r.stdout.split("\n"))[1:] == ["survivor 0", "survivor 2"]
-    assert _processes_running(str(program)) == []
+    assert _still_running_after(str(program)) == []
+
+
+def test_session_dir_option():
+    cmd = build_mpirun_command(2, ["python", "app.py"], mpirun="mpirun", session_base="/x/y")
+    i = cmd.index("--prtemca")
+    assert cmd[i:i + 3] == ["--prtemca", "prte_tmpdir_base", "/x/y"]
+    assert "--prtemca" not in build_mpirun_command(2, ["python", "app.py"], mpirun="mpirun")
+
+
+def test_each_job_has_a_private_session_dir_removed_afterwards(tmp_path):
+    # A killed mpirun leaves its session directory behind; in the shared /tmp such leftovers made a later
+    # launch fail ("The PMIx server's listener thread failed to start", exit 213). Each job gets its own,
+    # removed when it ends, also when it was killed at its timeout; back-to-back launches all work.
+    program = tmp_path / "session.py"
+    program.write_text(
+        "import os, time\n"
+        "from mpi4py import MPI\n"
+        "if MPI.COMM_WORLD.rank == 0:\n"
+        "    print('SESSION', os.environ['PMIX_SERVER_TMPDIR'], flush=True)\n"
+        "    if os.environ.get('HANG'):\n"
+        "        time.sleep(600)\n"
+        "MPI.COMM_WORLD.Barrier()\n")
+    sessions = []
+    for hang in ["", "", "1", "", ""]:
+        r = run_python(2, program, timeout=15 if hang else 120, env={"HANG": hang} if hang else None)
+        assert r.timed_out == bool(hang) and (hang or r.returncode == 0), r.stdout + r.stderr
+        session = Path(r.stdout.split("SESSION ", 1)[1].split()[0])
+        assert session.parent.name.startswith("ftkit-mpi-"), session
+        assert not session.parent.exists(), f"{session.parent} was left behind"
+        sessions.append(session.parent)
+    assert len(set(sessions)) == len(sessions)

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -178,6 +179,7 @@ def build_mpirun_command(
     ulfm: bool = True,
     env: Mapping[str, str] | None = None,
     mpirun: str | None = None,
+    session_base: str | os.PathLike[str] | None = None,
 ) -> list[str]:
     """Build the mpirun command line that runs ``program`` on ``nprocs`` ranks.
 
@@ -195,6 +197,11 @@ def build_mpirun_command(
         Extra environment variables to export to every rank.
     mpirun
         Path of mpirun (default: :func:`find_mpirun`).
+    session_base
+        A directory for the job's runtime session files (``--prtemca prte_tmpdir_base``; default: the
+        runtime's own, ``/tmp``). A private one per job keeps the stale session directory of a killed
+        mpirun (``/tmp/ompi.<host>.<pid>``) from breaking the next launch ("The PMIx server's listener
+        thread failed to start", exit 213); :func:`run_mpi` gives each job one and removes it afterwards.
 
     Raises
     ------
@@ -209,6 +216,8 @@ def build_mpirun_command(
     cmd = [mpirun or find_mpirun(), "-n", str(nprocs), "--oversubscribe", "--bind-to", "none"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
+    if session_base is not None:
+        cmd += ["--prtemca", "prte_tmpdir_base", os.fspath(session_base)]
     if ulfm:
         cmd += ["--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true"]
         # The detector's default (heartbeat every 3 s, suspect after 10 s) declares busy but alive ranks dead
@@ -241,6 +250,7 @@ def build_launch_command(
     ulfm: bool | None = None,
     env: Mapping[str, str] | None = None,
     spares: int = 0,
+    session_base: str | os.PathLike[str] | None = None,
 ) -> tuple[str, list[str]]:
     """Return ``(launcher, command)``: the command line that runs ``program`` on ``nprocs`` ranks.
 
@@ -250,7 +260,8 @@ def build_launch_command(
     ``$FTKIT_SRUN_MPI``). Other parameters as in :func:`build_mpirun_command`; ``ulfm=None`` means on
     where the launcher supports it (:func:`resolve_launcher`). ``spares`` more processes are started
     after the ``nprocs`` application ranks, as spare ranks for online recovery (exported as
-    ``FTKIT_SPARE_RANKS``; ``node_size`` divides ``nprocs``).
+    ``FTKIT_SPARE_RANKS``; ``node_size`` divides ``nprocs``). ``session_base`` applies to Open MPI only
+    (:func:`build_mpirun_command`).
 
     Raises
     ------
@@ -269,7 +280,8 @@ def build_launch_command(
                **({NODE_SIZE_ENV: str(node_size)} if node_size is not None else {})}
         nprocs, node_size = nprocs + spares, None
     if name == "openmpi":
-        return name, build_mpirun_command(nprocs, program, node_size=node_size, ulfm=ulfm_on, env=env)
+        return name, build_mpirun_command(nprocs, program, node_size=node_size, ulfm=ulfm_on, env=env,
+                                          session_base=session_base)
     _check_launch_args(nprocs, program, node_size)
     if name == "mpich":
         cmd = [_find_mpiexec_hydra(), "-n", str(nprocs)]
@@ -342,10 +354,21 @@ def run_mpi(
     under ULFM), mpirun is killed after :data:`RUNTIME_EXIT_GRACE` seconds and the exit code is taken from
     the ranks' own (non-zero if any rank failed or could not be seen). Arguments as in
     :func:`build_launch_command` (``launcher="auto"`` with ULFM on is the Open MPI wheel's mpirun);
-    ``timeout`` is in seconds; ``spares`` as in :func:`build_launch_command`.
+    ``timeout`` is in seconds; ``spares`` as in :func:`build_launch_command`. Each Open MPI job gets a
+    private runtime session directory (``session_base``), removed when the job has ended.
     """
-    name, cmd = build_launch_command(nprocs, program, launcher=launcher, node_size=node_size, ulfm=ulfm,
-                                     env=env, spares=spares)
+    session = tempfile.mkdtemp(prefix="ftkit-mpi-")
+    try:
+        name, cmd = build_launch_command(nprocs, program, launcher=launcher, node_size=node_size, ulfm=ulfm,
+                                         env=env, spares=spares, session_base=session)
+        return _run_job(name, cmd, nprocs, timeout, cwd, capture)
+    finally:
+        shutil.rmtree(session, ignore_errors=True)
+
+
+def _run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | os.PathLike[str] | None,
+             capture: bool) -> MPIResult:
+    """The body of :func:`run_mpi`: run ``cmd`` (launcher ``name``) to its end; see there."""
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd, cwd=cwd, start_new_session=True, stdin=subprocess.DEVNULL,

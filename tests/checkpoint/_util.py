@@ -43,9 +43,9 @@ def run_heat(d: Path, nranks: int, *args: str, node_size: int = 2):
                       timeout=TIMEOUT)
 
 
-def run_app(d: Path, nranks: int, *args: str, node_size: int = 2):
+def run_app(d: Path, nranks: int, *args: str, node_size: int = 2, timeout: float = TIMEOUT):
     return run_python(nranks, APP, "--config", "ftkit.ini", *args, node_size=node_size, cwd=d,
-                      timeout=TIMEOUT)
+                      timeout=timeout)
 
 
 def digest_of(stdout: str) -> str | None:

@@ -203,3 +203,43 @@ def test_protected_operands_kill_mid_multiply(tmp_path, grid, victim, beta):
     names = sorted(p.name.split(".")[0] for p in (tmp_path / "store").rglob("*.ftk"))
     if beta == "0":  # C was not needed: the multiply itself wrote nothing
         assert set(names) == {"a", "b"}, names
+
+
+@pytest.mark.parametrize("stage", ["repair", "redistribute", "settle_agree"])
+def test_a_kill_in_the_end_game_gives_the_same_process_failure_everywhere(tmp_path, stage):
+    # Rank 1 dies in the first step; rank 2 is then killed from outside at a named stage of the end game:
+    # between the agreement on the dead and Shrink (the repaired communicator was one rank short and the
+    # product came back without rank 2's blocks), before the result moves, before the final agreement.
+    r = _run(tmp_path, "2x2", "--kill-rank", "1", "--kill-step", "0", "--hook-rank", "2", "--hook-stage",
+             stage, killer=_killer(tmp_path))
+    out = r.stdout + r.stderr
+    lines = re.findall(r"PROCESSFAILURE rank=(\d+) failed_ranks=(\[.*?\])", r.stdout)
+    assert sorted(int(rank) for rank, _ in lines) == [0, 3], out
+    assert {names for _, names in lines} == {"[1, 2]"}, out
+    assert "STATE" not in r.stdout and "CHECK" not in r.stdout, out
+
+
+@pytest.mark.parametrize("grid,rank", [("2x2", 2), ("3x3", 4)])
+def test_an_error_of_a_rank_s_own_mid_multiply_leaves_nobody_waiting(tmp_path, grid, rank):
+    # The rank raises (not a failure) and its application keeps running: the others must not wait for it
+    # (in an agreement it never joins). They finish with the exact product while it is still alive, and it
+    # gets its own error back.
+    step = _step(grid, "middle")
+    r = _run(tmp_path, grid, "--error-rank", str(rank), "--error-step", str(step))
+    _check_survived(r, GRIDS[grid][0], [rank])
+    own = re.findall(rf"OWNERROR rank={rank} RuntimeError: (.*); survivors_done_meanwhile=(\w+)", r.stdout)
+    assert own == [(f"an error of rank {rank}'s own at step {step}", "True")], r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("mode", [[], ["--protect-first"]])
+def test_a_full_store_gives_the_same_storage_error_everywhere(tmp_path, small_disk, mode):
+    # A real tmpfs that holds a piece or two: some ranks save, the others get ENOSPC. Every rank must raise
+    # the same StorageError naming the cause (none may wait for the ranks that failed, none may go on).
+    store = small_disk(16 * 1024)
+    r = _run(tmp_path, "2x2", "--store", str(store), *mode)
+    out = r.stdout + r.stderr
+    lines = re.findall(r"STORAGEERROR rank=(\d+) errno=\S+ msg=(.*)", r.stdout)
+    assert sorted(int(rank) for rank, _ in lines) == [0, 1, 2, 3], out
+    assert len({msg for _, msg in lines}) == 1, out
+    assert all("[Errno 28] No space left on device" in msg for _, msg in lines), out
+    assert "STATE" not in r.stdout, out

@@ -16,9 +16,9 @@ import numpy as np
 from mpi4py import MPI
 
 from ftkit import inject
-from ftkit.errors import ProcessFailure
+from ftkit.errors import ProcessFailure, StorageError
 from ftkit.failure import Fenced, exit_without_finalize, load_state_table, persist_state_table
-from ftkit.linalg import DistributedMatrix, ProcessGrid, pdgemm
+from ftkit.linalg import DistributedMatrix, ProcessGrid, _resilient_call, pdgemm
 from ftkit.linalg.resilient import resilient_pdgemm
 
 p = argparse.ArgumentParser()
@@ -46,8 +46,16 @@ p.add_argument("--compare-pdgemm", action="store_true", help="also run pdgemm an
 p.add_argument("--continue-after", dest="cont", action="store_true",
                help="after a failure: a call on the old grid must raise at once (state table), then a "
                "multiply on the survivors' grid must work; the state table is persisted in <dir>/state.json")
+p.add_argument("--hook-rank", type=int, default=-1,
+               help="this rank writes <dir>/ready and waits to be killed when it reaches --hook-stage")
+p.add_argument("--hook-stage", default="", help="a stage name of ftkit.linalg._resilient_call.fault_hook")
+p.add_argument("--error-rank", type=int, default=-1, help="this rank raises its own error at --error-step, "
+               "then stays alive until the survivors are done (at most 60 s)")
+p.add_argument("--error-step", type=int, default=-1)
+p.add_argument("--store", default=None, help="the store directory (default <dir>/store)")
 p.add_argument("--dir", required=True)
 a = p.parse_args()
+STORE = Path(a.store) if a.store else Path(a.dir, "store")
 
 world = MPI.COMM_WORLD
 rank = world.Get_rank()
@@ -76,6 +84,17 @@ def on_step(step: int) -> None:
         time.sleep(60)  # the test driver kills this process by pid long before
     if rank == a.slow_rank and step == a.slow_step:
         time.sleep(a.sleep)
+    if rank == a.error_rank and step == a.error_step:
+        raise RuntimeError(f"an error of rank {rank}'s own at step {step}")
+
+
+def at_stage(stage: str) -> None:
+    if rank == a.hook_rank and stage == a.hook_stage:
+        Path(a.dir, "ready").write_text(str(rank))
+        time.sleep(60)  # the test driver kills this process by pid long before
+
+
+_resilient_call.fault_hook = at_stage
 
 
 if a.cont:
@@ -93,7 +112,7 @@ try:
         from ftkit.linalg.protected import protect_operands
 
         ops = protect_operands(a.trans[0], a.trans[1], n, n, n, A, 0, 0, B, 0, 0, C, 0, 0,
-                               store=Path(a.dir, "store"), algorithm=a.algorithm,
+                               store=STORE, algorithm=a.algorithm,
                                timeout=a.timeout)  # fmt: skip
         for call in range(a.calls):  # the same C each time: every call must give the same product
             C.local[...] = C_ref.local
@@ -109,7 +128,7 @@ try:
             ops.release()
     else:
         res = resilient_pdgemm(a.trans[0], a.trans[1], n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0,
-                               store=Path(a.dir, "store"), timeout=a.timeout, width=nb, on_step=on_step,
+                               store=STORE, timeout=a.timeout, width=nb, on_step=on_step,
                                algorithm=a.algorithm)  # fmt: skip
 except Fenced as exc:
     print(f"FENCED rank={rank} failed_ranks={list(exc.failed_ranks)}", flush=True)
@@ -117,12 +136,28 @@ except Fenced as exc:
 except ProcessFailure as exc:
     print(f"PROCESSFAILURE rank={rank} failed_ranks={list(exc.failed_ranks)} msg={exc}", flush=True)
     exit_without_finalize()
+except StorageError as exc:
+    print(f"STORAGEERROR rank={rank} errno={exc.errno} msg={exc}", flush=True)
+    exit_without_finalize()
+except RuntimeError as exc:  # --error-rank: an application that handles its error and keeps running
+    others = [r for r in range(world.Get_size()) if r != rank]
+    limit = time.monotonic() + 60
+    while time.monotonic() < limit and not all(Path(a.dir, f"done.{r}").exists() for r in others):
+        try:  # still making MPI progress (as an application doing other MPI work would): never suspected
+            world.Iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG)
+        except MPI.Exception:
+            pass
+        time.sleep(0.05)
+    done = all(Path(a.dir, f"done.{r}").exists() for r in others)
+    print(f"OWNERROR rank={rank} {type(exc).__name__}: {exc}; survivors_done_meanwhile={done}", flush=True)
+    exit_without_finalize()
 print(
     f"STATE rank={rank} failed={list(res.failed_ranks)} table={res.state_table.ravel().tolist()} "
     f"reads={res.storage_reads} verified={res.tiles_verified} grid={res.grid.nprow}x{res.grid.npcol} "
     f"reassigned={res.reassigned}",
     flush=True,
 )
+Path(a.dir, f"done.{rank}").write_text("")
 if a.compare_pdgemm:
     pdgemm(a.trans[0], a.trans[1], n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C_ref, 0, 0, width=nb)
     same = bool(np.array_equal(C_ref.local, res.C.local))

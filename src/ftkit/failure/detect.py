@@ -276,6 +276,26 @@ class DeathWatch:
             self.poll_notices()
             self._last_notice_poll = now
 
+    def withdraw(self, why: str) -> None:
+        """Leave the collective work after an error of this process's own: tell every live peer this
+        process is out, as if it had failed (non-blocking), and mark it fenced off.
+
+        The peers stop waiting for it at once (they take its share from the stored operands, as for a dead
+        process) instead of waiting out the deadline; this process still takes part in the fault-tolerant
+        agreements that follow (as a fenced-off process does), so nobody waits for it there either.
+        """
+        payload = np.array([self.rank + 1], dtype=np.int32)
+        for peer in range(self.size):
+            if peer == self.rank or not self.alive(peer):
+                continue
+            try:
+                self._notices.append((self.comm.Isend(payload, dest=peer, tag=NOTICE_TAG), payload))
+            except MPI.Exception as exc:
+                if not is_failure_error(exc):
+                    raise
+        self.fenced = True
+        self.reasons[self.rank] = f"withdrew after its own error ({why})"
+
     def raise_if_fenced(self) -> None:
         """Raise :class:`Fenced` if a peer declared this process dead.
 

@@ -119,7 +119,8 @@ def agree_on_dead(comm: MPI.Comm, suspects: Iterable[int], *, abstain: bool = Fa
     suspects
         Ranks this process believes dead.
     abstain
-        Contribute no suspicions (for a fenced-off process).
+        Contribute no suspicions but this process itself (for a fenced-off process, or one that withdrew
+        after an error of its own): it is then in the agreed set.
 
     Raises
     ------
@@ -127,7 +128,9 @@ def agree_on_dead(comm: MPI.Comm, suspects: Iterable[int], *, abstain: bool = Fa
         If no agreement can be reached (more failures than ranks: a bug or a revoked communicator).
     """
     size = comm.Get_size()
-    mine = set() if abstain else {int(r) for r in suspects}
+    # A fenced-off process counts itself dead: the rank that fenced it may itself have died before telling
+    # anyone else, and then nobody else would name it.
+    mine = {comm.Get_rank()} if abstain else {int(r) for r in suspects}
     for _ in range(size + 1):
         try:
             reported = failed_ranks(comm)  # Agree fails on failures not yet acknowledged
@@ -149,8 +152,14 @@ def agree_on_dead(comm: MPI.Comm, suspects: Iterable[int], *, abstain: bool = Fa
     raise ProcessFailure("agreement on failed ranks did not converge", sorted(mine))
 
 
-def agree_flag(comm: MPI.Comm, flag: int) -> int:
+def agree_flag(comm: MPI.Comm, flag: int, *, clear_on_failure: bool = False) -> int:
     """Return the bitwise AND of ``flag`` over the live processes of ``comm`` (fault-tolerant collective).
+
+    Works on a revoked communicator too. A process that fails during the agreement makes ``Agree`` raise
+    ``MPI_ERR_PROC_FAILED`` on every live process alike; the agreement is then repeated. With
+    ``clear_on_failure`` every process repeats it with ``0``, so the answer is ``0`` everywhere: use it
+    when a failure during the agreement must itself count as "no" (e.g. the failed process held part of
+    a result the others were about to return).
 
     Raises
     ------
@@ -164,6 +173,8 @@ def agree_flag(comm: MPI.Comm, flag: int) -> int:
         except MPI.Exception as exc:
             if not is_failure_error(exc) or is_revoked_error(exc):
                 raise ProcessFailure(f"agreement impossible: {exc}") from exc
+            if clear_on_failure:
+                flag = 0
     raise ProcessFailure("agreement did not converge")
 
 

@@ -17,7 +17,19 @@ from .descriptor import BlockCyclic1D
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
 
-__all__ = ["ResilientResult", "ResilientCall", "PhaseTimer", "record_phases"]
+__all__ = ["ResilientResult", "ResilientCall", "PhaseTimer", "record_phases", "at_stage"]
+
+#: Private test seam: if set, called with the name of each stage of the end game as this process reaches
+#: it (``"repair"``: after the agreement on the dead, before ``Shrink``; ``"redistribute"``: before the
+#: result moves to the survivors' grid; ``"settle_agree"``: before the final agreement), so that a test can
+#: kill a process at a named stage deterministically. Never set outside tests.
+fault_hook: Callable[[str], None] | None = None
+
+
+def at_stage(stage: str) -> None:
+    """Call :data:`fault_hook` (if set) with ``stage``."""
+    if fault_hook is not None:
+        fault_hook(stage)
 
 
 @dataclass
@@ -84,6 +96,7 @@ class ResilientCall:
     ccols: BlockCyclic1D
     ops: AlignedOperands | None = None  # None: nothing to multiply, or this process lost its operands
     lost: bool = False  # a failure interrupted the redistribution of this process's operands
+    store_errno: int | None = None  # saving this process's inputs failed (0: no errno)
     shapes: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
 
     @property

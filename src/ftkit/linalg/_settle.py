@@ -14,10 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import ABFTError
-from ..failure import guarded
+from ..errors import ABFTError, ProcessFailure
+from ..failure import agree_on_dead, failed_ranks, guarded, revoke
+from ..failure.ulfm import agree_flag
 from . import abft
-from ._resilient_call import PhaseTimer, ResilientCall, ResilientResult
+from ._resilient_call import PhaseTimer, ResilientCall, ResilientResult, at_stage
 from ._resilient_exchange import FailureAwareExchange
 from .descriptor import BlockCyclic1D, indxg2l, indxg2p, indxl2g
 from .grid import ProcessGrid
@@ -26,6 +27,17 @@ from .pblas import _scale
 
 __all__ = ["Tile", "plan_tiles", "prefetch", "settle_up", "global_indices", "recompute_verified",
            "redistribute_result"]
+
+
+_MOVED, _VERIFIED = 1, 2  # bits of the final agreement (0 after a failure during it: "not moved")
+
+
+def failed_ranks_quietly(comm: MPI.Comm) -> set[int]:
+    """The failed ranks of ``comm`` MPI reports (acknowledged), or none if it cannot say (local)."""
+    try:
+        return failed_ranks(comm)
+    except MPI.Exception:
+        return set()
 
 
 @dataclass(frozen=True)
@@ -190,7 +202,8 @@ def settle_up(
     ABFTError
         On every survivor alike, if some block failed its checksum twice or was not recomputed.
     ProcessFailure
-        If a further failure strikes (the survivors' communicator is revoked, nobody hangs).
+        On every survivor alike, naming the same ranks, if a further failure (or a survivor's own error)
+        strikes while the result moves (the survivors' communicator is revoked, nobody hangs).
     """
     C, me = call.C, call.det.rank
     pieces: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = [
@@ -212,19 +225,41 @@ def settle_up(
         failure = str(exc)
     if not failure and verified + unchecked != due:
         failure = f"rank {me} verified {verified + unchecked} of its {due} recomputed blocks"
-    # The result check every survivor takes part in: no result unless every dead block was verified.
-    bad = guarded(new_comm, "the check of the recomputed blocks",
-                  lambda: new_comm.allreduce(int(bool(failure)), op=MPI.SUM))  # fmt: skip
-    if bad:
+    tick("recompute_s")
+    at_stage("redistribute")
+    moved: tuple[ProcessGrid, DistributedMatrix] | None = None
+    why = ""
+    try:
+        new_grid = ProcessGrid.square(new_comm)
+        moved = new_grid, redistribute_result(pieces, new_grid, C)
+    except Exception as exc:  # noqa: BLE001 - a failure, or an error of our own: revoke, then agree below
+        revoke(new_comm)  # a survivor still inside the redistribution must not wait for this one
+        why = f" ({type(exc).__name__}: {exc})"
+    at_stage("settle_agree")
+    # The result check every survivor takes part in, and the last operation of the call: one ULFM Agree, so
+    # every survivor leaves with the same decision (a survivor that returns and exits can never look like a
+    # failure to one still inside, as a closing barrier could). No result unless every dead block was
+    # verified and the whole result reached the survivors' grid; a failure during it counts as "no".
+    decided = agree_flag(new_comm, _MOVED * (moved is not None) | _VERIFIED * (not failure),
+                         clear_on_failure=True)  # fmt: skip
+    tick("redistribute_s")
+    if not decided & _MOVED:
+        survivors = [r for r in range(call.grid.size) if r not in dead]
+        lost = agree_on_dead(new_comm, failed_ranks_quietly(new_comm))
+        gone = sorted(set(dead) | {survivors[r] for r in lost})
+        raise ProcessFailure(
+            f"resilient_pdgemm: ranks {gone} failed (or a survivor hit an error) while the result was moved "
+            f"onto the survivors' grid{why}; the product was not returned: continue on the survivors and "
+            f"multiply again, or restart from a checkpoint",
+            gone,
+        )
+    if not decided & _VERIFIED:
         raise ABFTError(
             f"resilient_pdgemm: the recomputed blocks of dead ranks {sorted(dead)} failed verification on "
-            f"{bad} survivor(s){': ' + failure if failure else ''}; the product was not returned"
+            f"a survivor{': ' + failure if failure else ''}; the product was not returned"
         )
-    tick("recompute_s")
-    new_grid = ProcessGrid.square(new_comm)
-    result = redistribute_result(pieces, new_grid, C)
-    guarded(new_comm, "the final synchronization", new_comm.Barrier)
-    tick("redistribute_s")
+    assert moved is not None
+    new_grid, result = moved
     if new_comm.Get_rank() == 0 and call.saved:
         call.where.remove(call.prefix)
     comm: MPI.Intracomm = new_grid.comm  # type: ignore[assignment]

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import PBLASArgumentError, ProcessFailure
-from ..failure import FailureDetector, Fenced
+from ..errors import PBLASArgumentError, ProcessFailure, StorageError
+from ..failure import FailureDetector, Fenced, revoke
 from ..failure.ulfm import agree_flag, agree_on_dead, require_ulfm
 from ..storage.inputs import InputStore, open_store
 from ._operands import AlignedOperands, aligned_operands
@@ -169,6 +169,16 @@ class ProtectedOperands:
         self.release()
 
 
+def save_failed(where: InputStore, errno: int) -> StorageError:
+    """The error every rank raises when some rank could not save its inputs in ``where`` (``errno`` 0: none
+    known)."""
+    cause = f"[Errno {errno}] {os.strerror(errno)}" if errno else "an error without errno"
+    return StorageError(
+        f"a process could not save its inputs in {where!r} ({cause}); nothing was computed: free space in "
+        f"the store or pass another store=, then call again"
+    )
+
+
 def protect_operands(
     transa: str,
     transb: str,
@@ -218,25 +228,38 @@ def protect_operands(
     prefix = f"operands-{det.call_id()}"
     ops = None
     ok = True
+    errno: int | None = None
     if m and n and k:
         try:
             ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc,
                                    same_kmap=algorithm == "cannon")  # fmt: skip
         except MPI.Exception:  # a peer died in the redistribution (ULFM: PROC_FAILED or ERR_OTHER)
+            revoke(grid.comm)  # a live peer still inside the redistribution must not wait for this one
             det.check_failures()
             ok = False
-        if ops is not None:
-            where.save(f"{prefix}/a.{me}", np.asfortranarray(ops.a))
-            where.save(f"{prefix}/b.{me}", np.asfortranarray(ops.b))
+        try:
+            if ops is not None:
+                where.save(f"{prefix}/a.{me}", np.asfortranarray(ops.a))
+                where.save(f"{prefix}/b.{me}", np.asfortranarray(ops.b))
+        except StorageError as exc:  # e.g. a full disk: every rank raises it, after the agreement below
+            errno = exc.errno or getattr(exc.__cause__, "errno", None) or 0
+            ok = False
     try:
         ok = not det.barrier(ok=ok) and ok
     except Fenced:
         ok = False
-    # A death during the barrier can be seen by some ranks and not others: agree, so all fail or none.
-    if not agree_flag(det.comm, int(ok and not det.dead and not det.fenced)):
+    # A death during the barrier can be seen by some ranks and not others: agree, so all fail or none. Bit 0:
+    # all went well; bit 1: every rank saved its pieces; bit 2: set by all (0 after a failure during the
+    # agreement, which clears every bit); bits 8-15: the complement of a failed save's errno.
+    flag = (int(ok and not det.dead and not det.fenced) | 2 * (errno is None) | 4
+            | (~(errno or 0) & 0xFF) << 8)  # fmt: skip
+    decided = agree_flag(det.comm, flag, clear_on_failure=True)
+    if not decided & 1:
         dead = sorted(agree_on_dead(det.comm, det.dead, abstain=det.fenced))
         forget_detector(grid)
         det.raise_if_fenced()
+        if decided & 4 and not decided & 2:
+            raise save_failed(where, ~(decided >> 8) & 0xFF)
         raise ProcessFailure(
             f"ranks {dead} failed while the operands were being protected: nothing usable was protected; "
             f"continue on the survivors (ftkit.failure.repair) and protect again",

@@ -12,11 +12,14 @@
    the deadline is declared dead; everyone is told, stops talking to it, and from then on takes its share of
    every panel (in Cannon: the piece it would have passed on) from the stored operands instead of waiting
    for it. The survivors finish all the steps; nobody computes the dead processes' C blocks yet.
-3. **Agree and repair.** Survivors agree (ULFM ``Agree``) on the set of dead processes, record it in the state
-   table (identical everywhere) and build a repaired communicator (``Shrink`` + split) without them.
+3. **Agree and repair.** Survivors agree (ULFM ``Agree``) on the set of dead processes, build a repaired
+   communicator (``Shrink`` + split) without them, agree (one more ``Agree``) that it holds exactly them and
+   that every input could be read, and record the dead in the state table (identical everywhere).
 4. **Settle up.** Every dead process's piece of C is cut into ``mb x nb`` tiles, spread round-robin over the
    survivors (not all on one), recomputed from the stored operands, and every block of every tile is verified
    with the block checksums and rigorous bound of :mod:`ftkit.linalg.abft` (:mod:`ftkit.linalg._settle`).
+   The call ends with one ``Agree`` (never a plain collective), so every survivor leaves with the same
+   decision: a survivor that returns and exits cannot look like a failure to one still inside.
 
 Each phase is one function below (:func:`_protect`, :func:`_iterate`, :func:`_agree_and_repair`,
 :func:`_settle_up`); the panel exchanges of the iterate phase are in :mod:`ftkit.linalg._resilient_exchange`.
@@ -30,10 +33,11 @@ What the result check guards, and why it cannot be skipped
     :func:`~ftkit.linalg.protected.protect_operands` the multiply uses the very operands that were saved
     (no second redistribution, which a failure could interrupt on some ranks and not on others); a failure
     while the operands are being redistributed (``store=`` a directory) fails the call uniformly. Then the
-    survivors agree, in one reduction every one of them takes part in, that every block of every dead
+    survivors agree, in one ULFM agreement every one of them takes part in, that every block of every dead
     process was verified (or could not be checked: non-finite data, counted in
-    :attr:`ResilientResult.tiles_unchecked`); otherwise every survivor raises the same
-    :class:`~ftkit.errors.ABFTError`. No path returns a result without that reduction.
+    :attr:`ResilientResult.tiles_unchecked`) and that the whole result reached the survivors' grid;
+    otherwise every survivor raises the same :class:`~ftkit.errors.ABFTError` (or
+    :class:`~ftkit.errors.ProcessFailure`). No path returns a result without that agreement.
 
 Where the result lives (ownership change)
     Without failures the result is the caller's ``C``, on the caller's grid, as with ``pdgemm``. With failures
@@ -50,7 +54,10 @@ A process that was declared dead while alive (too slow: see :mod:`ftkit.failure.
 gets no part of the result, and raises :class:`~ftkit.failure.Fenced`. If a dead process's inputs cannot
 be read back (it died before saving them, or more failures than the store survives), or a process failed
 while the operands were being redistributed, every survivor raises the same
-:class:`~ftkit.errors.ProcessFailure`; nothing hangs.
+:class:`~ftkit.errors.ProcessFailure`; nothing hangs. A process that cannot save its inputs (a full disk)
+makes every process raise the same :class:`~ftkit.errors.StorageError`. A process whose own code raises
+during the multiply (not a failure) withdraws: the others treat it as dead at once and finish without it,
+and it raises its error after the agreements, so nobody waits for it.
 """
 
 from __future__ import annotations
@@ -61,7 +68,7 @@ from collections.abc import Callable
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import ProcessFailure
+from ..errors import ProcessFailure, StorageError
 from ..failure import (
     FailureDetector,
     Fenced,
@@ -69,18 +76,26 @@ from ..failure import (
     get_state_table,
     record_failures,
     repair,
+    revoke,
 )
 from ..failure.ulfm import agree_flag, require_ulfm
 from ..storage.inputs import InputStore, open_store
 from ._operands import aligned_operands
-from ._resilient_call import PhaseTimer, ResilientCall, ResilientResult, record_phases
+from ._resilient_call import PhaseTimer, ResilientCall, ResilientResult, at_stage, record_phases
 from ._resilient_exchange import FailureAwareExchange, run_cannon
 from ._settle import Tile, plan_tiles, prefetch, settle_up
 from ._summa import plan_summa, run_summa
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
 from .pblas import _scale, check_gemm_args, check_width
-from .protected import ProtectedOperands, check_algorithm, detector_for, forget_detector, operands_key
+from .protected import (
+    ProtectedOperands,
+    check_algorithm,
+    detector_for,
+    forget_detector,
+    operands_key,
+    save_failed,
+)
 
 __all__ = ["ResilientResult", "resilient_pdgemm"]
 
@@ -162,6 +177,9 @@ def resilient_pdgemm(
         On a process that was declared dead while alive (it missed the deadline).
     ABFTError
         If a recomputed tile fails its block checksum twice.
+    StorageError
+        If some process could not save its inputs (e.g. a full disk); the same on every process, naming
+        the cause (errno).
     """
     ta, tb, m, n, k, alpha, ia, ja, ib, jb, beta, ic, jc = check_gemm_args(
         "PDGEMM", transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
@@ -190,8 +208,7 @@ def resilient_pdgemm(
     t0 = time.perf_counter()
     exchange, lost_any = _protect(call)
     t1 = time.perf_counter()
-    if not lost_any and not det.fenced:
-        _iterate(call, exchange)
+    own = _iterate(call, exchange) if not lost_any and not det.fenced else None
     t2 = time.perf_counter()
     dead = _agree(call)
     if not dead and not lost_any:  # the common case: one quick barrier and Agree are all the extra
@@ -202,7 +219,12 @@ def resilient_pdgemm(
         record_phases(stats, t0, t1, t2)
         return ResilientResult(C, grid, grid.comm, (), state, {}, 0, exchange.storage_reads, det.timeout)  # type: ignore[arg-type]
     tick = PhaseTimer(stats)
-    new_comm, state, tiles, reassigned = _agree_and_repair(call, exchange, dead, lost_any, tick)
+    try:
+        new_comm, state, tiles, reassigned = _agree_and_repair(call, exchange, dead, lost_any, tick)
+    except Fenced:
+        if own is not None:  # this process withdrew after its own error: that error is what the caller sees
+            raise own from None
+        raise
     result = settle_up(call, exchange, dead, new_comm, state, tiles, reassigned, tick)
     record_phases(stats, t0, t1, t2)
     return result
@@ -226,8 +248,9 @@ def _take_operands(call: ResilientCall, protected: ProtectedOperands | None, A: 
     """Set ``call.ops``: the protected operands themselves, or A and B aligned now (collective).
 
     The redistribution is a plain collective on the grid: a process that dies in it can leave it completed
-    on some ranks and failed on others. A rank where it failed marks itself ``lost`` (no operands) instead
-    of raising, and says so at the protect phase's barrier, so that every survivor fails the call alike.
+    on some ranks and failed on others. A rank where it failed revokes the grid's communicator (so no live
+    peer waits in it for this rank), marks itself ``lost`` (no operands) instead of raising, and says so at
+    the protect phase's barrier, so that every survivor fails the call alike.
     """
     if protected is not None and protected.operands is not None:
         call.ops = protected.operands
@@ -237,6 +260,7 @@ def _take_operands(call: ResilientCall, protected: ProtectedOperands | None, A: 
                                         call.C, call.ic, call.jc,
                                         same_kmap=call.algorithm == "cannon")  # fmt: skip
         except MPI.Exception:  # ULFM reports a peer's death here as MPI_ERR_PROC_FAILED or MPI_ERR_OTHER
+            revoke(call.grid.comm)  # a live peer still inside the redistribution must not wait for this one
             call.det.check_failures()
             call.lost = True
             return
@@ -258,30 +282,39 @@ def _protect(call: ResilientCall) -> tuple[FailureAwareExchange, bool]:
     for r in range(grid.size):
         call.shapes[("c", r)] = d.local_shape(*grid.coords(r), grid.nprow, grid.npcol)
     me = det.rank
-    if call.save_c:
-        where.save(f"{call.prefix}/c.{me}", call.C.local)
-    if call.save_ops and call.ops is not None:
-        where.save(f"{call.prefix}/a.{me}", np.asfortranarray(call.ops.a))
-        where.save(f"{call.prefix}/b.{me}", np.asfortranarray(call.ops.b))
+    try:
+        if call.save_c:
+            where.save(f"{call.prefix}/c.{me}", call.C.local)
+        if call.save_ops and call.ops is not None:
+            where.save(f"{call.prefix}/a.{me}", np.asfortranarray(call.ops.a))
+            where.save(f"{call.prefix}/b.{me}", np.asfortranarray(call.ops.b))
+    except StorageError as exc:  # e.g. a full disk: said at the barrier, raised alike everywhere later
+        call.store_errno = exc.errno or getattr(exc.__cause__, "errno", None) or 0
     exchange = FailureAwareExchange(det, grid, where, call.prefixes, call.shapes, call.on_step)
-    lost_any = call.lost
-    if call.saved or call.lost:  # everyone's pieces are readable before anyone can need them
+    bad = call.lost or call.store_errno is not None
+    lost_any = bad
+    if call.saved or bad:  # everyone's pieces are readable before anyone can need them
         try:
-            lost_any |= bool(det.barrier(ok=not call.lost))
+            lost_any |= bool(det.barrier(ok=not bad))
         except Fenced:
             pass
     return exchange, lost_any
 
 
-def _iterate(call: ResilientCall, exchange: FailureAwareExchange) -> None:
+def _iterate(call: ResilientCall, exchange: FailureAwareExchange) -> Exception | None:
     """Phase 2: the multiply's steps, reading dead owners' pieces from the store (nobody computes the dead's
-    C blocks yet). A process that learns it was fenced off stops here."""
+    C blocks yet). A process that learns it was fenced off stops here.
+
+    An error of this process's own (not a peer's failure: e.g. ``MemoryError``, or an exception from
+    ``on_step``) must leave nobody waiting: the process withdraws (its peers treat it as dead at once), takes
+    part in the agreements that follow and then raises that error. Returns it (``None`` if there was none).
+    """
     c = call.C.local_view(call.ic, call.jc, call.m, call.n)
     try:
         if not call.multiply:
             if call.m and call.n:
                 _scale(c, call.beta)
-            return
+            return None
         ops = call.ops
         assert ops is not None
         if call.algorithm == "cannon":
@@ -292,6 +325,10 @@ def _iterate(call: ResilientCall, exchange: FailureAwareExchange) -> None:
                       steps=plan_summa(ops.ka, ops.kb, call.width), beta=call.beta)  # fmt: skip
     except Fenced:
         pass
+    except Exception as exc:  # noqa: BLE001 - any error of our own: withdraw, re-raised after the agreements
+        call.det.withdraw(f"{type(exc).__name__}: {exc}")
+        return exc
+    return None
 
 
 def _agree(call: ResilientCall) -> frozenset[int]:
@@ -309,6 +346,13 @@ def _agree(call: ResilientCall) -> frozenset[int]:
     return agree_on_dead(det.comm, det.dead, abstain=det.fenced)
 
 
+# Bits of the agreement that ends phase 3 (a failure during it makes it 0 everywhere: "not whole" first).
+_WHOLE = 1  # the repaired communicator holds exactly the agreed survivors (nobody else died meanwhile)
+_INPUTS = 2  # every stored piece the settle phase needs was read, and nobody lost its operands
+_STORED = 4  # every process saved its inputs
+_ERRNO_SHIFT = 8  # bits 8-15: the complement of a failed save's errno (the AND keeps the OR of errnos)
+
+
 def _agree_and_repair(
     call: ResilientCall,
     exchange: FailureAwareExchange,
@@ -316,17 +360,25 @@ def _agree_and_repair(
     lost_any: bool,
     tick: PhaseTimer,
 ) -> tuple[MPI.Intracomm, np.ndarray, list[Tile], dict[int, dict[int, int]]]:
-    """Phase 3: read every stored piece the settle phase needs, agree that all could be read, record the
-    dead in the state table and build the survivors' communicator.
+    """Phase 3: read every stored piece the settle phase needs, build the survivors' communicator, agree
+    (one ULFM ``Agree``) that all could be read and that the communicator holds exactly the survivors, and
+    record the dead in the state table.
+
+    The check of the repaired communicator is part of the agreement: a process that dies after the
+    agreement on the dead and before ``Shrink`` leaves a communicator one rank short, whose tiles nobody
+    planned; every survivor then raises the same :class:`ProcessFailure`.
 
     Returns the communicator, the state table, the tiles of the dead processes' C and the reassignment.
 
     Raises
     ------
     Fenced
-        On a process that was declared dead while alive.
+        On a process that was declared dead while alive (or withdrew after its own error).
     ProcessFailure
-        On every survivor alike, if some input cannot be read back or some process lost its operands.
+        On every survivor alike, if some input cannot be read back, some process lost its operands, or a
+        further process failed while the communicator was being repaired.
+    StorageError
+        On every survivor alike, if some process could not save its inputs (e.g. a full disk).
     """
     grid, det = call.grid, call.det
     forget_detector(grid)
@@ -337,15 +389,35 @@ def _agree_and_repair(
         d = call.C.desc
         tiles, reassigned = plan_tiles(grid, sorted(dead), survivors, call.crows, call.ccols, d.mb, d.nb)
         prefetch(call, exchange, tiles)
-    inputs_ok = agree_flag(det.comm, int(not lost_any and not exchange.unrecoverable))
-    tick("agree_s")
-    new_comm = repair(det.comm, dead)
+    at_stage("repair")
+    try:
+        new_comm = repair(det.comm, dead)
+        whole = det.fenced or (new_comm is not None and new_comm.Get_size() == len(survivors))
+    except ProcessFailure:
+        new_comm, whole = None, False
     tick("repair_s")
+    errno = call.store_errno or 0
+    flag = (_WHOLE * whole | _INPUTS * (not lost_any and not exchange.unrecoverable)
+            | _STORED * (call.store_errno is None) | (~errno & 0xFF) << _ERRNO_SHIFT)  # fmt: skip
+    decided = agree_flag(det.comm, flag, clear_on_failure=True)
+    tick("agree_s")
+    if not decided & _WHOLE:
+        # Name the same ranks everywhere: agree on them (the fenced take part, then leave as fenced).
+        gone = sorted(agree_on_dead(det.comm, det.dead | dead, abstain=det.fenced))
+        det.raise_if_fenced()
+        raise ProcessFailure(
+            f"ranks {gone} failed, the last of them while the survivors were repairing the communicator "
+            f"(after agreeing on ranks {sorted(dead)}): the product cannot be completed; continue on the "
+            f"survivors (ftkit.failure.repair) and multiply again, or restart from a checkpoint",
+            gone,
+        )
     if new_comm is None or det.fenced:
         det.raise_if_fenced()
         raise Fenced(f"rank {det.rank} was declared dead by its peers and fenced off", [det.rank])
     state = record_failures(grid.shape, {grid.coords(r) for r in dead}, writer=new_comm.Get_rank() == 0)
-    if not inputs_ok:
+    if not decided & _STORED:
+        raise save_failed(call.where, ~(decided >> _ERRNO_SHIFT) & 0xFF)
+    if not decided & _INPUTS:
         if lost_any:
             raise ProcessFailure(
                 f"ranks {sorted(dead)} failed while the operands were being redistributed, before they "
@@ -360,5 +432,3 @@ def _agree_and_repair(
             sorted(dead),
         )
     return new_comm, state, tiles, reassigned
-
-
