@@ -23,8 +23,8 @@ PROGRAM = REPO / "tests" / "programs" / "closing_rounds.py"
 
 
 def test_survivors_agree_to_leave_round_after_round(tmp_path):
-    # 10 processes, one SIGKILLed at start; then 4 rounds in which two ranks leave right after the closing
-    # agreement while the others, slow, are still inside it: (9 + 7 + 5 + 3 + 1 outcomes), every rank's every round ok
+    # 10 processes, one SIGKILLed at start; then rounds in which two ranks leave right after the closing
+    # agreement while the others, slow, are still inside it: every rank's every round (9 + 7 + 5 + 3 + 1) ok
     r = run_mpi(10, [sys.executable, str(PROGRAM), "--dir", str(tmp_path), "--closing", "agree"], timeout=180)
     assert not r.timed_out, r.stdout + r.stderr
     outcomes = {p.name: p.read_text() for p in tmp_path.glob("round*")}

@@ -1,14 +1,15 @@
 """Survivors leaving together, round after round: the reproducer of the "ERR_PROC_FAILED at the end of a
 recovered job" (issue 17).
 
-Each round, the two highest ranks of the current communicator leave (their process exits without
-``MPI_Finalize``, as :func:`ftkit.failure.exit_without_finalize` does) right after the closing
-synchronization; the others (slow: ``--lag``) go on to the next round on a communicator without them (split before the
-synchronization, so no call involves a leaver afterwards). The last round's ranks all leave. Every rank
-writes ``<dir>/round<k>.<world rank>``: ``ok`` if its closing synchronization completed without reporting a
-failure, else what it reported. A leaver that exits while another rank is still inside the synchronization
-is a process failure to that rank: a barrier then fails on a communicator whose members all finished;
-``--closing agree`` (:func:`ftkit.failure.ulfm.agree_to_leave`) must not.
+One process is SIGKILLed at start; the others shrink. Each round, the two highest ranks of the current
+communicator leave (their process exits without ``MPI_Finalize``, as
+:func:`ftkit.failure.exit_without_finalize` does) right after the closing synchronization; the others (slow
+inside it: ``--lag``) go on to the next round on a communicator without them, split beforehand. The last
+round's ranks all leave. Every rank writes ``<dir>/round<k>.<world rank>``: ``ok`` if its closing
+synchronization completed without reporting a failure, else what it reported. A leaver that exits while
+another rank is still inside the synchronization is a process failure to that rank: a barrier then fails on
+a communicator whose members all finished; ``--closing agree`` (:func:`ftkit.failure.ulfm.agree_to_leave`)
+must not.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ p.add_argument("--closing", choices=("agree", "barrier"), default="agree")
 p.add_argument("--lag", type=float, default=0.3,
                help="seconds a staying rank spends inside the synchronization before it waits for it (a rank "
                     "descheduled on a loaded machine)")
-p.add_argument("--rounds-from", type=int, default=0, help="number the rounds from this (several launches)")
 a = p.parse_args()
 out = Path(a.dir)
 me = MPI.COMM_WORLD.Get_rank()
@@ -66,7 +66,7 @@ def close(c: MPI.Intracomm, lag: bool) -> str:
         return f"barrier: {exc.Get_error_string()}"
 
 
-k = a.rounds_from
+k = 0
 while True:
     size, rank = comm.Get_size(), comm.Get_rank()
     leaving = size <= 2 or rank >= size - 2
