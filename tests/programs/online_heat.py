@@ -7,7 +7,9 @@ per step (on every rank) to give the driver a window. ``--hold-stage STAGE --hol
 original process, not a promoted spare) writes ``<dir>/held`` and sleeps until it is killed from outside
 when, after step ``--hold-after`` and before any online recovery, it reaches STAGE: a stage of the
 checkpoint pipeline (``after_write``, ``before_post``...), ``post`` (its L2 partner copy, in the background
-thread with ``inline_l2 = 0``) or ``restore`` (the start of the first online restore).
+thread with ``inline_l2 = 0``) or ``restore`` (the start of the first online restore). ``--raise-at S
+--raise-rank R``: rank R raises a RuntimeError (uncaught) in step S, only the original process, or every
+process that holds rank R with ``--raise-always`` (a deterministic bug).
 
 Output on rank 0: ``recovery dead=[..] ckpt=<id> level=<L>`` per online recovery, then ``digest <hex>`` of
 the final field and ``reference <hex>`` (a serial recomputation). Every process that raises an
@@ -42,6 +44,9 @@ p.add_argument("--dir", required=True)
 p.add_argument("--hold-stage", default=None)
 p.add_argument("--hold-rank", type=int, default=-1)
 p.add_argument("--hold-after", type=int, default=0)
+p.add_argument("--raise-at", type=int, default=-1)
+p.add_argument("--raise-rank", type=int, default=-1)
+p.add_argument("--raise-always", action="store_true")
 a = p.parse_args()
 out = Path(a.dir)
 
@@ -87,6 +92,8 @@ try:
         heat.jacobi_rows(u, start, n)
         if a.pause:
             time.sleep(a.pause)
+        if step == a.raise_at and ckpt.rank == a.raise_rank and (a.raise_always or holding["original"]):
+            raise RuntimeError(f"application bug on rank {ckpt.rank} at step {step}")
         ckpt.snapshot()
         if comm.rank == 0:
             (out / "progress").write_text(str(step))

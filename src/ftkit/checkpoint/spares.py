@@ -33,7 +33,7 @@ from ..failure.detect import is_failure_error
 from ..failure.replace import SPARE, Rebuilt, rebuild
 from ..failure.ulfm import exit_without_finalize, require_ulfm
 from ..launch import SPARES_ENV
-from . import _mpi
+from . import _mpi, online_exit
 from .levels import recovery_chain
 from .online import OnlineState, RepairReport, adopt, check_replaced, is_process_failure, repair
 
@@ -106,6 +106,7 @@ def split_spares(ckpt: Checkpointer, world: Any, spare_ranks: int | None = None)
     except MPI.Exception as exc:
         raise _mpi.as_failure(exc, wcomm, "Checkpointer start-up: spares") from exc
     ckpt._online = OnlineState(world=wcomm, napp=napp, spares=tuple(range(napp, size)))
+    online_exit.install(ckpt)  # an uncaught exception ends the process as a failure, never a hang
     if me < napp:
         app.Set_errhandler(MPI.ERRORS_RETURN)
         return app
