@@ -8,6 +8,7 @@ OnlineRecoveryError and a relaunch recovers. Never a hang until the launcher's t
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,45 @@ def test_a_bug_that_repeats_uses_up_the_spares_then_every_survivor_raises_the_sa
     assert again.returncode == 0, again.stdout + again.stderr
     got, ref = _digests(again.stdout)
     assert got == ref, again.stdout
+
+
+def test_without_spares_every_survivor_raises_the_same_error_and_a_relaunch_recovers(tmp_path):
+    # spare_ranks = 0: rank 2 is SIGKILLed in step 12; its neighbours see it in their halo exchange, the
+    # others in their next checkpoint: all of them raise the same OnlineRecoveryError (not each the error of
+    # its own call), at once. Its L2 partner (rank 0) is alive: the message promises the relaunch, which
+    # then recovers bit for bit.
+    write_config(tmp_path, group_size=2, ckpt_l2=5)
+    job = Job(tmp_path, 4, 0, "--steps", "30", "--pause", "0.02")
+    job.kill_at(12, [2])
+    r = job.done()
+    errors = _errors(tmp_path)
+    assert sorted(errors) == ["rank0", "rank1", "rank3"], (errors, r.stdout, r.stderr)
+    assert len(set(errors.values())) == 1, errors
+    msg = next(iter(errors.values()))
+    assert "the job has no spare ranks" in msg and "[2]" in msg, msg
+    assert "at level 2" in msg and "relaunch the job" in msg and "recovers from it" in msg, msg
+    again = Job(tmp_path, 4, 0, "--steps", "30").done()
+    assert again.returncode == 0, again.stdout + again.stderr
+    got, ref = _digests(again.stdout)
+    assert got == ref, again.stdout
+
+
+def test_rank_0_and_its_partner_lost_before_any_l4_the_message_promises_no_relaunch(tmp_path):
+    # 4 single-rank nodes in groups (0, 1) and (2, 3), L2 only; nodes 0 and 1 (rank 0 and its partner) are
+    # lost with their directories: 2 spares replace them, but no copy of their L2 checkpoint survives. Every
+    # survivor says so instead of promising that a relaunch recovers.
+    write_config(tmp_path, group_size=2, ckpt_l2=5)
+    job = Job(tmp_path, 4, 2, "--steps", "30", "--pause", "0.02", node_size=1)
+    job.kill_at(12, [0, 1], node_dir=0)
+    shutil.rmtree(tmp_path / "run" / "local" / "node1", ignore_errors=True)
+    r = job.done()
+    errors = _errors(tmp_path)
+    assert sorted(errors) == ["rank0", "rank1", "rank2", "rank3"], (errors, r.stdout, r.stderr)
+    assert len(set(errors.values())) == 1, errors
+    msg = next(iter(errors.values()))
+    assert "No checkpoint survives the loss of the dead ranks' node-local files" in msg, msg
+    assert "relaunch the job" not in msg, msg
+    again = Job(tmp_path, 4, 0, "--steps", "30", node_size=1).done()  # and indeed a relaunch cannot
+    relaunch_errors = {p.read_text() for p in tmp_path.glob("error.rank*")}
+    assert again.returncode != 0 and relaunch_errors, again.stdout + again.stderr
+    assert all(e.startswith("RecoveryError: no checkpoint of run") for e in relaunch_errors), relaunch_errors

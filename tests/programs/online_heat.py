@@ -14,7 +14,8 @@ process that holds rank R with ``--raise-always`` (a deterministic bug).
 Output on rank 0: ``recovery dead=[..] ckpt=<id> level=<L>`` per online recovery, then ``digest <hex>`` of
 the final field and ``reference <hex>`` (a serial recomputation). Every process that raises an
 OnlineRecoveryError writes its message to ``<dir>/online-error.rank<r>`` (a spare: ``.spare<pid>``) and
-exits with code 3 (a file, not stdout: the launcher may end the others as soon as one exits).
+exits with code 3 (a file, not stdout: the launcher may end the others as soon as one exits); another ftkit
+error is written to ``<dir>/error.rank<r>`` (``Type: message``), exit code 4.
 """
 
 from __future__ import annotations
@@ -107,6 +108,9 @@ try:
 except ftkit.OnlineRecoveryError as exc:
     (out / f"online-error.rank{ckpt.rank}").write_text(str(exc))
     exit_without_finalize(None, 3)
+except ftkit.FtkitError as exc:  # e.g. a full disk: the same error on every rank
+    (out / f"error.rank{ckpt.rank}").write_text(f"{type(exc).__name__}: {exc}")
+    exit_without_finalize(None, 4)
 if comm.rank == 0:
     for r in reports:
         print(f"recovery dead={list(r.dead)} ckpt={r.checkpoint_id} level={r.level}", flush=True)
