@@ -9,7 +9,8 @@ when, after step ``--hold-after`` and before any online recovery, it reaches STA
 checkpoint pipeline (``after_write``, ``before_post``...), ``post`` (its L2 partner copy, in the background
 thread with ``inline_l2 = 0``) or ``restore`` (the start of the first online restore). ``--raise-at S
 --raise-rank R``: rank R raises a RuntimeError (uncaught) in step S, only the original process, or every
-process that holds rank R with ``--raise-always`` (a deterministic bug).
+process that holds rank R with ``--raise-always`` (a deterministic bug). ``--wait-at S --wait-for FILE``:
+every rank waits in step S until FILE exists (at most 120 s).
 
 Output on rank 0: ``recovery dead=[..] ckpt=<id> level=<L>`` per online recovery, then ``digest <hex>`` of
 the final field and ``reference <hex>`` (a serial recomputation). Every process that raises an
@@ -48,6 +49,8 @@ p.add_argument("--hold-after", type=int, default=0)
 p.add_argument("--raise-at", type=int, default=-1)
 p.add_argument("--raise-rank", type=int, default=-1)
 p.add_argument("--raise-always", action="store_true")
+p.add_argument("--wait-at", type=int, default=-1)
+p.add_argument("--wait-for", default=None)
 a = p.parse_args()
 out = Path(a.dir)
 
@@ -93,6 +96,10 @@ try:
         heat.jacobi_rows(u, start, n)
         if a.pause:
             time.sleep(a.pause)
+        if step == a.wait_at:  # every rank waits (bounded) until the driver creates the file
+            deadline = time.monotonic() + 120
+            while not Path(a.wait_for).exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
         if step == a.raise_at and ckpt.rank == a.raise_rank and (a.raise_always or holding["original"]):
             raise RuntimeError(f"application bug on rank {ckpt.rank} at step {step}")
         ckpt.snapshot()
