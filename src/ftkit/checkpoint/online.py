@@ -211,7 +211,7 @@ def adopt(ckpt: Checkpointer, app: Any) -> None:
     if rank == root:
         mine = {"exec_id": ckpt.exec_id, "nodes": list(ckpt.topology.node_of), "restarted": ckpt._restarted,
                 "manifest": ckpt._store.manifest.dumps(), "problem": ckpt._problem,
-                "recoveries": state.recoveries}
+                "recoveries": state.recoveries, "dead": list(state.report.dead)}
     run = _mpi.bcast(icomm, mine, root, "online recovery: run state", timeout)
     config = ckpt.config
     ckpt.comm = AppComm.wrap(app, ckpt)
@@ -224,6 +224,7 @@ def adopt(ckpt: Checkpointer, app: Any) -> None:
     ckpt._store = ManifestStore(config.meta_dir, manifest, writer=rank == 0)
     ckpt._restarted, ckpt._problem = bool(run["restarted"]), str(run["problem"])
     state.recoveries = int(run["recoveries"])
+    state.report.dead = tuple(sorted({*state.report.dead, *run["dead"]}))  # a replacement learns them all
     prepare_dirs(config, ckpt.topology, icomm)  # a replacement's node directory may be gone with its node
     if rank == 0 and ckpt._lock is None:
         ckpt._lock = _take_over_lock(config.meta_dir)
