@@ -24,6 +24,22 @@ def _errors(d: Path) -> dict[str, str]:
     return {p.name.split(".", 1)[1]: p.read_text() for p in d.glob("online-error.*")}
 
 
+def _same_error(d: Path, processes: list[str]) -> str:
+    """Assert that exactly ``processes`` raised an OnlineRecoveryError, all the same one; return it."""
+    errors = _errors(d)
+    assert sorted(errors) == processes, errors
+    assert len(set(errors.values())) == 1, errors
+    return next(iter(errors.values()))
+
+
+def _relaunch_is_exact(d: Path) -> None:
+    """Relaunch the job without spares: it recovers and ends with the failure-free field."""
+    again = Job(d, 4, 0, "--steps", "30").done()
+    assert again.returncode == 0, again.stdout + again.stderr
+    got, ref = _digests(again.stdout)
+    assert got == ref, again.stdout
+
+
 def test_rank_raising_an_exception_is_replaced_by_a_spare(tmp_path):
     # rank 1's application raises a RuntimeError in step 12 (once: a transient fault): the process ends as
     # a failed one, the spare takes its place from the L2 partner copy, the job finishes bit for bit.
@@ -41,16 +57,10 @@ def test_a_bug_that_repeats_uses_up_the_spares_then_every_survivor_raises_the_sa
     write_config(tmp_path, group_size=2, ckpt_l2=5)
     r = Job(tmp_path, 4, 1, "--steps", "30", "--raise-at", "12", "--raise-rank", "1", "--raise-always").done()
     assert r.stderr.count("RuntimeError: application bug on rank 1 at step 12") == 2, r.stderr
-    errors = _errors(tmp_path)
-    assert sorted(errors) == ["rank0", "rank2", "rank3"], (errors, r.stdout, r.stderr)
-    assert len(set(errors.values())) == 1, errors
-    msg = next(iter(errors.values()))
+    msg = _same_error(tmp_path, ["rank0", "rank2", "rank3"])
     assert "no spare left" in msg and "[1]" in msg and "relaunch" in msg, msg
     assert "digest" not in r.stdout
-    again = Job(tmp_path, 4, 0, "--steps", "30").done()
-    assert again.returncode == 0, again.stdout + again.stderr
-    got, ref = _digests(again.stdout)
-    assert got == ref, again.stdout
+    _relaunch_is_exact(tmp_path)
 
 
 def test_without_spares_every_survivor_raises_the_same_error_and_a_relaunch_recovers(tmp_path):
@@ -61,17 +71,11 @@ def test_without_spares_every_survivor_raises_the_same_error_and_a_relaunch_reco
     write_config(tmp_path, group_size=2, ckpt_l2=5)
     job = Job(tmp_path, 4, 0, "--steps", "30", "--pause", "0.02")
     job.kill_at(12, [2])
-    r = job.done()
-    errors = _errors(tmp_path)
-    assert sorted(errors) == ["rank0", "rank1", "rank3"], (errors, r.stdout, r.stderr)
-    assert len(set(errors.values())) == 1, errors
-    msg = next(iter(errors.values()))
+    assert "digest" not in job.done().stdout
+    msg = _same_error(tmp_path, ["rank0", "rank1", "rank3"])
     assert "the job has no spare ranks" in msg and "[2]" in msg, msg
     assert "at level 2" in msg and "relaunch the job" in msg and "recovers from it" in msg, msg
-    again = Job(tmp_path, 4, 0, "--steps", "30").done()
-    assert again.returncode == 0, again.stdout + again.stderr
-    got, ref = _digests(again.stdout)
-    assert got == ref, again.stdout
+    _relaunch_is_exact(tmp_path)
 
 
 def test_rank_0_and_its_partner_lost_before_any_l4_the_message_promises_no_relaunch(tmp_path):
@@ -82,11 +86,8 @@ def test_rank_0_and_its_partner_lost_before_any_l4_the_message_promises_no_relau
     job = Job(tmp_path, 4, 2, "--steps", "30", "--pause", "0.02", node_size=1)
     job.kill_at(12, [0, 1], node_dir=0)
     shutil.rmtree(tmp_path / "run" / "local" / "node1", ignore_errors=True)
-    r = job.done()
-    errors = _errors(tmp_path)
-    assert sorted(errors) == ["rank0", "rank1", "rank2", "rank3"], (errors, r.stdout, r.stderr)
-    assert len(set(errors.values())) == 1, errors
-    msg = next(iter(errors.values()))
+    assert "digest" not in job.done().stdout
+    msg = _same_error(tmp_path, ["rank0", "rank1", "rank2", "rank3"])
     assert "No checkpoint survives the loss of the dead ranks' node-local files" in msg, msg
     assert "relaunch the job" not in msg, msg
     again = Job(tmp_path, 4, 0, "--steps", "30", node_size=1).done()  # and indeed a relaunch cannot
