@@ -59,9 +59,16 @@ class Job:
     def pid(self, rank: int) -> int:
         return int((self.d / f"pid.{rank}").read_text())
 
+    def has_pid(self, rank: int) -> bool:
+        """Whether ``rank``'s pid file is written completely (it may exist empty for a moment)."""
+        try:
+            return self.pid(rank) > 0
+        except (FileNotFoundError, ValueError):
+            return False
+
     def kill_at(self, step: int, ranks: list[int], node_dir: int | None = None) -> None:
         """SIGKILL ``ranks`` once rank 0 has done ``step``; optionally delete that node's directory too."""
-        _wait_for(lambda: all((self.d / f"pid.{r}").exists() for r in ranks), "the ranks' pid files")
+        _wait_for(lambda: all(self.has_pid(r) for r in ranks), "the ranks' pid files")
         pids = [self.pid(r) for r in ranks]
         _wait_for(lambda: _progress(self.d) >= step or not self.thread.is_alive(), f"step {step}")
         for pid in pids:

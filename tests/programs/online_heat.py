@@ -7,12 +7,16 @@ per step (on every rank) to give the driver a window. ``--hold-stage STAGE --hol
 original process, not a promoted spare) writes ``<dir>/held`` and sleeps until it is killed from outside
 when, after step ``--hold-after`` and before any online recovery, it reaches STAGE: a stage of the
 checkpoint pipeline (``after_write``, ``before_post``...), ``post`` (its L2 partner copy, in the background
-thread with ``inline_l2 = 0``) or ``restore`` (the start of the first online restore).
+thread with ``inline_l2 = 0``) or ``restore`` (the start of the first online restore). ``--raise-at S
+--raise-rank R``: rank R raises a RuntimeError (uncaught) in step S, only the original process, or every
+process that holds rank R with ``--raise-always`` (a deterministic bug). ``--wait-at S --wait-for FILE``:
+every rank waits in step S until FILE exists (at most 120 s).
 
 Output on rank 0: ``recovery dead=[..] ckpt=<id> level=<L>`` per online recovery, then ``digest <hex>`` of
 the final field and ``reference <hex>`` (a serial recomputation). Every process that raises an
 OnlineRecoveryError writes its message to ``<dir>/online-error.rank<r>`` (a spare: ``.spare<pid>``) and
-exits with code 3 (a file, not stdout: the launcher may end the others as soon as one exits).
+exits with code 3 (a file, not stdout: the launcher may end the others as soon as one exits); another ftkit
+error is written to ``<dir>/error.rank<r>`` (``Type: message``), exit code 4.
 """
 
 from __future__ import annotations
@@ -42,6 +46,11 @@ p.add_argument("--dir", required=True)
 p.add_argument("--hold-stage", default=None)
 p.add_argument("--hold-rank", type=int, default=-1)
 p.add_argument("--hold-after", type=int, default=0)
+p.add_argument("--raise-at", type=int, default=-1)
+p.add_argument("--raise-rank", type=int, default=-1)
+p.add_argument("--raise-always", action="store_true")
+p.add_argument("--wait-at", type=int, default=-1)
+p.add_argument("--wait-for", default=None)
 a = p.parse_args()
 out = Path(a.dir)
 
@@ -87,6 +96,12 @@ try:
         heat.jacobi_rows(u, start, n)
         if a.pause:
             time.sleep(a.pause)
+        if step == a.wait_at:  # every rank waits (bounded) until the driver creates the file
+            deadline = time.monotonic() + 120
+            while not Path(a.wait_for).exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        if step == a.raise_at and ckpt.rank == a.raise_rank and (a.raise_always or holding["original"]):
+            raise RuntimeError(f"application bug on rank {ckpt.rank} at step {step}")
         ckpt.snapshot()
         if comm.rank == 0:
             (out / "progress").write_text(str(step))
@@ -100,6 +115,9 @@ try:
 except ftkit.OnlineRecoveryError as exc:
     (out / f"online-error.rank{ckpt.rank}").write_text(str(exc))
     exit_without_finalize(None, 3)
+except ftkit.FtkitError as exc:  # e.g. a full disk: the same error on every rank
+    (out / f"error.rank{ckpt.rank}").write_text(f"{type(exc).__name__}: {exc}")
+    exit_without_finalize(None, 4)
 if comm.rank == 0:
     for r in reports:
         print(f"recovery dead={list(r.dead)} ckpt={r.checkpoint_id} level={r.level}", flush=True)

@@ -47,7 +47,7 @@ from ..failure.replace import Rebuilt, rebuild
 from ..failure.ulfm import revoke
 from ..storage.manifest import Manifest, ManifestStore
 from ..topology import plan_topology
-from . import _mpi
+from . import _mpi, online_verdict
 from .contract import PipelineContext
 from .offload import PostManager
 from .recovery import recover_newest
@@ -114,11 +114,12 @@ class OnlineState:
     recoveries: int = 0               # online recoveries of the job so far (agreed at each adoption)
 
 
-def cannot_go_on(rebuilt: Rebuilt, why: str) -> NoReturn:
+def cannot_go_on(rebuilt: Rebuilt, why: str, relaunch: str = online_verdict.UNKNOWN) -> NoReturn:
     """Raise the one error every process raises when the job cannot recover online.
 
     This is the seam where "continue with fewer ranks" (elastic restart) plugs in: it gets the agreed
-    outcome of the repair (``rebuilt.survivors``, ``rebuilt.missing``) on every live process.
+    outcome of the repair (``rebuilt.survivors``, ``rebuilt.missing``) on every live process. ``relaunch``
+    says what a relaunch recovers (:mod:`.online_verdict`; the same text on every process).
 
     Raises
     ------
@@ -127,16 +128,18 @@ def cannot_go_on(rebuilt: Rebuilt, why: str) -> NoReturn:
     """
     raise OnlineRecoveryError(
         f"online recovery impossible: {why} (dead application ranks {list(rebuilt.dead)}, "
-        f"{len(rebuilt.spares)} idle spare(s)). The newest complete checkpoint "
-        "is on disk: relaunch the job (with more spare_ranks to survive this online) and it recovers from it",
-        list(rebuilt.dead))
+        f"{len(rebuilt.spares)} idle spare(s)). {relaunch}", list(rebuilt.dead))
 
 
-def check_replaced(rebuilt: Rebuilt) -> None:
-    """Raise :class:`OnlineRecoveryError` (via :func:`cannot_go_on`) if some dead rank got no spare."""
+def check_replaced(rebuilt: Rebuilt, ckpt: Any) -> None:
+    """Raise :class:`OnlineRecoveryError` (via :func:`cannot_go_on`) if some dead rank got no spare
+    (collective over ``rebuilt.world``: the application ranks tell the spares what a relaunch recovers)."""
     if rebuilt.missing:
-        cannot_go_on(rebuilt, f"{len(rebuilt.dead)} rank(s) died and {len(rebuilt.spares)} spare(s) were "
-                              "left: no spare left for some of them")
+        relaunch = online_verdict.shared_verdict(ckpt, rebuilt, ckpt.config.failure_timeout)
+        died = f"{len(rebuilt.dead)} rank(s) died and"
+        left = (f"{died} the job has no spare ranks" if not ckpt.config.spare_ranks else
+                f"{died} {len(rebuilt.spares)} spare(s) were left: no spare left for some of them")
+        cannot_go_on(rebuilt, left, relaunch)
 
 
 def repair(ckpt: Checkpointer, cause: BaseException) -> None:
@@ -160,7 +163,7 @@ def repair(ckpt: Checkpointer, cause: BaseException) -> None:
         state.report = RepairReport(dead=rebuilt.dead, detected=seen)
     state.report.rebuilt = time.perf_counter()
     state.world, state.spares, state.rebuilt = rebuilt.world, rebuilt.spares, rebuilt
-    check_replaced(rebuilt)
+    check_replaced(rebuilt, ckpt)
     state.fenced = True
 
 
@@ -208,7 +211,7 @@ def adopt(ckpt: Checkpointer, app: Any) -> None:
     if rank == root:
         mine = {"exec_id": ckpt.exec_id, "nodes": list(ckpt.topology.node_of), "restarted": ckpt._restarted,
                 "manifest": ckpt._store.manifest.dumps(), "problem": ckpt._problem,
-                "recoveries": state.recoveries}
+                "recoveries": state.recoveries, "dead": list(state.report.dead)}
     run = _mpi.bcast(icomm, mine, root, "online recovery: run state", timeout)
     config = ckpt.config
     ckpt.comm = AppComm.wrap(app, ckpt)
@@ -221,6 +224,7 @@ def adopt(ckpt: Checkpointer, app: Any) -> None:
     ckpt._store = ManifestStore(config.meta_dir, manifest, writer=rank == 0)
     ckpt._restarted, ckpt._problem = bool(run["restarted"]), str(run["problem"])
     state.recoveries = int(run["recoveries"])
+    state.report.dead = tuple(sorted({*state.report.dead, *run["dead"]}))  # a replacement learns them all
     prepare_dirs(config, ckpt.topology, icomm)  # a replacement's node directory may be gone with its node
     if rank == 0 and ckpt._lock is None:
         ckpt._lock = _take_over_lock(config.meta_dir)
@@ -346,7 +350,8 @@ def restore(ckpt: Checkpointer) -> int:
                 info, entry = recover_newest(ckpt._ctx, ckpt._protected, ckpt.recovery_steps)
             except RecoveryError as exc:
                 assert state.rebuilt is not None
-                cannot_go_on(state.rebuilt, f"no checkpoint can be recovered by the new set of ranks ({exc})")
+                cannot_go_on(state.rebuilt, f"no checkpoint can be recovered by the new set of ranks ({exc})",
+                             online_verdict.relaunch_verdict(ckpt, state.report.dead))
             ckpt._schedule.count = int(entry.extra.get("snapshots", 0))
             ckpt._recovered = True
             _mpi.barrier(ckpt._icomm, ckpt.config.failure_timeout, "online recovery: restored")

@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 from ..errors import CheckpointError, OnlineRecoveryError, ProcessFailure
 from ..failure.ulfm import revoke
-from . import _mpi
+from . import _mpi, spares
 from .online import OnlineState, RepairReport, comms_of, is_process_failure, repair, restore
 
 if TYPE_CHECKING:
@@ -41,7 +41,9 @@ class ResilientLoop:
         first. With ``spare_ranks > 0`` a process failure inside the loop never reaches the application: a
         spare replaces each dead rank, the rest of the iteration is fenced (``ckpt.comm`` calls and
         ``snapshot()`` return at once, results are garbage), and the loop goes on at the step of the newest
-        checkpoint usable by the new set of ranks, every protected array restored (:mod:`.online`).
+        checkpoint usable by the new set of ranks, every protected array restored (:mod:`.online`). Without
+        spares (where ULFM works) a process failure inside the loop makes every survivor raise the same
+        ``OnlineRecoveryError`` (:func:`.spares.without_spares`).
 
         Raises
         ------
@@ -50,7 +52,7 @@ class ResilientLoop:
         OnlineRecoveryError
             On every survivor, when the job cannot recover online (the checkpoints stay for a relaunch).
         RecoveryError, ProcessFailure
-            As :meth:`recover` (and, without spares, as :meth:`snapshot`).
+            As :meth:`recover` (and, where ULFM is missing, as :meth:`snapshot`).
         """
         ckpt: Any = self
         ckpt._check_open()
@@ -58,6 +60,7 @@ class ResilientLoop:
             raise CheckpointError(f"steps({nsteps!r}): the number of steps must be an integer >= 0")
         if ckpt._restarted and not ckpt._recovered and not (self._online is not None and self._online.fresh):
             ckpt.recover()
+        spares.without_spares(ckpt)  # spare_ranks = 0: a failure still ends the loop alike on every survivor
         return loop(ckpt, int(nsteps))
 
     @property

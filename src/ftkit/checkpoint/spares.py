@@ -28,19 +28,19 @@ from mpi4py import MPI
 
 from .._wait import deadline_after, poll_until, wait_requests
 from ..config import Config
-from ..errors import ConfigError
+from ..errors import ConfigError, ULFMUnavailable
 from ..failure.detect import is_failure_error
 from ..failure.replace import SPARE, Rebuilt, rebuild
 from ..failure.ulfm import exit_without_finalize, require_ulfm
 from ..launch import SPARES_ENV
-from . import _mpi
+from . import _mpi, online_exit
 from .levels import recovery_chain
-from .online import OnlineState, RepairReport, adopt, check_replaced, is_process_failure, repair
+from .online import AppComm, OnlineState, RepairReport, adopt, check_replaced, is_process_failure, repair
 
 if TYPE_CHECKING:
     from .checkpointer import Checkpointer
 
-__all__ = ["with_spares", "split_spares", "release_spares", "RELEASE_TAG", "IDLE_SLEEP"]
+__all__ = ["with_spares", "split_spares", "without_spares", "release_spares", "RELEASE_TAG", "IDLE_SLEEP"]
 
 #: Tag of the message that releases idle spares at the end of the job (on the world communicator).
 RELEASE_TAG = 32011
@@ -106,11 +106,34 @@ def split_spares(ckpt: Checkpointer, world: Any, spare_ranks: int | None = None)
     except MPI.Exception as exc:
         raise _mpi.as_failure(exc, wcomm, "Checkpointer start-up: spares") from exc
     ckpt._online = OnlineState(world=wcomm, napp=napp, spares=tuple(range(napp, size)))
+    online_exit.install(ckpt)  # an uncaught exception ends the process as a failure, never a hang
     if me < napp:
         app.Set_errhandler(MPI.ERRORS_RETURN)
         return app
     _wait_as_spare(ckpt)
     return None
+
+
+def without_spares(ckpt: Checkpointer) -> None:
+    """At the start of ``steps()`` with ``spare_ranks = 0``: watch the loop for failures all the same
+    (collective over ``ckpt.comm``).
+
+    When ULFM works on every rank, ``ckpt`` gets an :class:`~.online.OnlineState` with no spare and
+    ``ckpt.comm`` becomes an :class:`~.online.AppComm`: a process failure in the loop then revokes, the
+    survivors agree on who died and, no spare being there, every one of them raises the same
+    :class:`~ftkit.errors.OnlineRecoveryError` (instead of each the error of its own call, some of them only
+    after their timeouts), and a relaunch recovers. Without ULFM, with dedicated heads or a single rank, the
+    loop stays as it is (a failure then ends the job as MPI does).
+    """
+    if ckpt._online is not None or ckpt.config.head or ckpt.nranks < 2:
+        return
+    try:
+        require_ulfm(ckpt._icomm, "a failure-aware steps() loop", timeout=ckpt.config.failure_timeout)
+    except ULFMUnavailable:
+        return
+    ckpt._online = OnlineState(world=_mpi.internal_comm(ckpt.comm), napp=ckpt.nranks, spares=())
+    ckpt.comm = AppComm.wrap(ckpt.comm, ckpt)
+    online_exit.install(ckpt)
 
 
 def _leader(rebuilt: Rebuilt | None) -> int:
@@ -138,7 +161,7 @@ def _wait_as_spare(ckpt: Checkpointer) -> None:
         rebuilt = rebuild(state.world, SPARE, state.napp, timeout)
         state.world, state.spares, state.rebuilt = rebuilt.world, rebuilt.spares, rebuilt
         state.report = RepairReport(dead=rebuilt.dead, detected=woke, rebuilt=time.perf_counter())
-        check_replaced(rebuilt)
+        check_replaced(rebuilt, ckpt)
         if rebuilt.app is not None:
             _become(ckpt, rebuilt)
             return

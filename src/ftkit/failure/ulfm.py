@@ -19,8 +19,8 @@ from typing import TypeVar
 import numpy as np
 from mpi4py import MPI
 
-from .._wait import deadline_after
-from ..errors import ProcessFailure, ULFMUnavailable
+from .._wait import deadline_after, poll_until
+from ..errors import ProcessFailure, TimeoutFailure, ULFMUnavailable
 from ..mpienv import is_revoked_error, probe_ulfm
 from ._p2p import DEFAULT_MIN_TIMEOUT, SETUP_TAGS, is_failure_error, spread
 
@@ -32,10 +32,14 @@ __all__ = [
     "agree_flag",
     "repair",
     "guarded",
+    "agree_to_leave",
+    "LEAVE_TIMEOUT",
     "exit_without_finalize",
 ]
 
 _BITS = 30  # rank bits per Agree call (the agreed value is a C int)
+#: Seconds :func:`agree_to_leave` waits for the other survivors before a process leaves anyway.
+LEAVE_TIMEOUT = 60.0
 T = TypeVar("T")
 #: Handles of the communicators whose ranks all agreed that ULFM works (the capability is a property of the
 #: job, so a handle reused by a later communicator of the same job keeps the answer).
@@ -236,23 +240,54 @@ def guarded(comm: MPI.Comm, what: str, fn: Callable[[], T]) -> T:
         raise ProcessFailure(f"process failure during {what}: {exc}", sorted(ranks)) from exc
 
 
-def exit_without_finalize(comm: MPI.Comm | None = None, code: int = 0) -> None:
-    """End a process that outlived a failure: synchronize the survivors on ``comm``, flush, exit without
-    ``MPI_Finalize``.
+def agree_to_leave(comm: MPI.Comm, timeout: float = LEAVE_TIMEOUT) -> bool:
+    """Wait until every live process of ``comm`` is ready to leave (fault-tolerant collective, bounded).
 
-    After a process failure, Open MPI's ``MPI_Finalize`` runs a runtime fence that can wait forever for
-    the dead
-    process (open-mpi/ompi#11404; seen here intermittently with 9 ranks). Survivors that have their
-    result call
-    this instead of returning normally. With ``comm`` (the repaired communicator) they first wait for
-    each other,
-    so no survivor leaves while another still needs it. Never returns.
+    A ULFM agreement, not a barrier: a process that leaves (exits) as soon as its barrier completes is a
+    process failure to the ranks still inside it, which then see ``ERR_PROC_FAILED`` on a communicator
+    whose members all finished their work. An agreement completes on every survivor once one process has
+    its outcome, even if that process is gone by then. It is non-blocking and polled with sleeping waits.
+
+    Parameters
+    ----------
+    comm
+        The communicator of the processes that leave together (an error-returning one; after a repair the
+        repaired communicator). Failures acknowledged before the call do not count.
+    timeout
+        Seconds to wait for the others; then this process leaves alone.
+
+    Returns
+    -------
+    bool
+        True if the agreement completed without reporting a failure; False if a further process failure
+        or revocation was reported, or ``timeout`` passed (leaving is still the right thing to do).
+    """
+    try:
+        comm.Ack_failed()  # failures known before the closing do not make the agreement fail
+        flag = np.ones(1, np.intc)
+        req = comm.Iagree(flag)
+        poll_until(req.Test, deadline_after(timeout), "survivors agreeing to leave")
+        return True
+    except TimeoutFailure:
+        return False
+    except MPI.Exception as exc:
+        if not is_failure_error(exc) and not is_revoked_error(exc):
+            raise
+        return False
+
+
+def exit_without_finalize(comm: MPI.Comm | None = None, code: int = 0) -> None:
+    """End a process that outlived a failure: agree with the survivors on ``comm`` to leave, flush, exit
+    without ``MPI_Finalize``.
+
+    After a process failure, Open MPI's ``MPI_Finalize`` runs a runtime fence that can wait forever for the
+    dead process (open-mpi/ompi#11404; seen here intermittently with 9 ranks). Survivors that have their
+    result call this instead of returning normally. With ``comm`` (the repaired communicator) they first
+    :func:`agree_to_leave` (bounded by :data:`LEAVE_TIMEOUT`), so no survivor leaves while another still
+    needs it, and none sees the others' departure as a failure. Never returns.
     """
     if comm is not None and comm != MPI.COMM_NULL:
-        try:
-            comm.Barrier()
-        except (MPI.Exception, ProcessFailure):  # ckpt.comm (an AppComm) reports failures as ProcessFailure
-            pass  # a further failure: leaving is still the right thing to do
+        agree_to_leave(comm)  # False (a further failure, or the timeout): leaving is still right
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

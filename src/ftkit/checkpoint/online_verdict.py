@@ -1,0 +1,97 @@
+"""What a relaunch can recover after the job could not go on online: the truth for the error message.
+
+When online recovery is impossible every survivor raises the same
+:class:`~ftkit.errors.OnlineRecoveryError`; its message says what a plain relaunch will find. That depends on
+the dead ranks' node-local files: when only their processes died the files are intact and any complete
+checkpoint serves; when their nodes were lost too, only a checkpoint whose redundancy covers the dead set
+does (L4 always; L3 if no group lost more members than its code repairs; L2 if no dead rank's partner died
+as well). :func:`relaunch_verdict` says which, from the manifest and the topology (no I/O, no
+communication: the same on every application rank); :func:`shared_verdict` gives the same text to the idle
+spares, which know neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import FtkitError, ProcessFailure
+from ..failure.replace import SPARE, Rebuilt
+from ..failure.ulfm import agree_flag
+from . import _mpi
+
+if TYPE_CHECKING:
+    from ..storage.manifest import CheckpointEntry
+    from ..topology import Topology
+
+__all__ = ["UNKNOWN", "covers_node_loss", "relaunch_verdict", "shared_verdict"]
+
+#: The verdict when it cannot be known (no survivor knew the run's state, or a failure while sharing it).
+UNKNOWN = ("Whether a relaunch recovers depends on the checkpoints on disk: a relaunch recovers from the "
+           "newest complete one still readable, else it starts from the beginning")
+
+
+def covers_node_loss(topology: Topology, level: int, dead: Iterable[int], l3_code: str) -> bool:
+    """Whether a checkpoint complete at ``level`` survives the loss of the ``dead`` ranks' local files."""
+    lost = set(dead)
+    if level == 4 or not lost:
+        return True
+    if level == 1 or not topology.groups:
+        return False
+    if level == 2:
+        return all(topology.partner(r) not in lost for r in lost)
+    for group in topology.groups:  # level 3: RS(k, k) repairs k of 2k pieces; XOR one member
+        members_lost = len(lost.intersection(group))
+        if members_lost > (len(group) // 2 if l3_code == "rs" else 1):
+            return False
+    return True
+
+
+def _step(entry: CheckpointEntry) -> str:
+    step = entry.extra.get("next_step")
+    return f" (the loop resumes at step {step})" if step is not None else ""
+
+
+def relaunch_verdict(ckpt: Any, dead: Iterable[int]) -> str:
+    """The sentence the error message ends with: what a relaunch recovers, given the dead ranks."""
+    store = getattr(ckpt, "_store", None)
+    topology = getattr(ckpt, "topology", None)
+    if store is None or topology is None:
+        return UNKNOWN
+    dead = sorted(set(dead))
+    entries = [e for e in store.manifest.newest_first() if e.complete_levels]
+    if not entries:
+        return "No checkpoint was complete yet: a relaunch starts from the beginning"
+    for entry in entries:
+        for level in entry.complete_levels:
+            if covers_node_loss(topology, level, dead, str(entry.extra.get("l3_code", ckpt.config.l3_code))):
+                return (f"Checkpoint {entry.id} at level {level}{_step(entry)} is on disk and survives even "
+                        "the loss of the dead ranks' nodes: relaunch the job (with more spare_ranks to "
+                        "survive this online) and it recovers from it")
+    newest = entries[0]
+    return (f"No checkpoint survives the loss of the dead ranks' node-local files (no complete L4 "
+            f"checkpoint, and the partner copies or parity of ranks {dead} died with them): a relaunch "
+            f"recovers from checkpoint {newest.id}{_step(newest)} only if those files are intact (their "
+            "processes died, not their nodes); otherwise no checkpoint can be recovered and the run must "
+            "start from the beginning")
+
+
+def shared_verdict(ckpt: Any, rebuilt: Rebuilt, timeout: float) -> str:
+    """:func:`relaunch_verdict` of the first application rank, on every live process of ``rebuilt.world``
+    (collective over it; :data:`UNKNOWN` everywhere if a further failure strikes)."""
+    roster = list(rebuilt.roster)
+    root = next((pos for pos, role in enumerate(roster) if role != SPARE), None)
+    if root is None:
+        return UNKNOWN
+    world = rebuilt.world
+    mine = relaunch_verdict(ckpt, rebuilt.dead) if world.Get_rank() == root else None
+    text, ok = UNKNOWN, 1
+    try:
+        text = str(_mpi.bcast(world, mine, root, "online recovery: what a relaunch recovers", timeout))
+    except (ProcessFailure, FtkitError):
+        ok = 0
+    try:
+        ok = agree_flag(world, ok)
+    except ProcessFailure:
+        ok = 0
+    return text if ok else UNKNOWN
