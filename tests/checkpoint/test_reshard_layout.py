@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from ftkit.errors import CorruptionError, FormatError
 from ftkit.inject import corrupt_file
-from ftkit.storage.boxread import read_runs
+from ftkit.storage import boxread
 from ftkit.storage.format import read_header, write_file
 from ftkit.storage.layout import Box, Layout, box_runs, coverage_problem, parse_layout
+from ftkit.storage.source import FileSource
 
 G = (37, 29)
 FULL = np.arange(G[0] * G[1], dtype=np.float64).reshape(G) * 0.5
@@ -28,6 +29,11 @@ def _grid(rows: list[int], cols: list[int]) -> list[Layout]:
     c = [0, *cols, G[1]]
     return [Layout.of_box(G, (r[i], c[j]), (r[i + 1] - r[i], c[j + 1] - c[j]))
             for i in range(len(r) - 1) for j in range(len(c) - 1)]
+
+
+def read_runs(path, sec, runs, dest):
+    with FileSource(path) as src:
+        return boxread.read_runs(src, sec, runs, dest)
 
 
 def _write(tmp, layouts):
