@@ -9,9 +9,10 @@ counter) under its name; with npy they go to ``attributes.json``.
 The newest complete checkpoint is exported (or ``--id``), from the first copy of each rank's file that
 :class:`~ftkit.storage.copies.RunCopies` finds (L1, the L2 partner copy, L4 -- a differential L4 checkpoint
 read in place), each checked against the manifest's digest; a file held only as L3 parity is rebuilt first
-with ``ftkit rebuild``. Memory stays bounded: boxes are copied slab by slab through one reused buffer (at
-most ``chunk_bytes`` per slab, one row of a box at least), every byte read is verified against its chunk
-digest, and slabs go to the output without another copy (h5py ``write_direct``; ``.npy`` files are
+with ``ftkit rebuild``. Memory stays bounded: boxes are copied slab by slab through two reused buffers (at
+most ``chunk_bytes`` per slab, one row of a box at least; a helper thread reads and verifies the next slab
+while the current one is written), every byte read is verified against its chunk digest, and slabs go to
+the output without another copy (h5py ``write_direct``; ``.npy`` files are
 preallocated and written with ``pwrite``). The output is written under a temporary name and renamed only
 when complete, so a damaged checkpoint or a full disk leaves nothing behind.
 """
@@ -24,6 +25,9 @@ import json
 import math
 import os
 import shutil
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +40,7 @@ from .boxread import read_runs
 from .copies import Copy, RunCopies
 from .format import DEFAULT_CHUNK, Header, Section
 from .header import digest_hex
-from .layout import Box, Layout, box_runs, coverage_problem
+from .layout import Box, Layout, Runs, box_runs, coverage_problem
 from .locate import find_manifest, run_roots
 from .manifest import CheckpointEntry
 from .source import ByteSource
@@ -139,38 +143,66 @@ def _export_array(name: str, files: list[tuple[ByteSource, Header]], writer: Any
     dset = writer.create(name, gshape, secs[0].dtype)
     slabs = _Slabs(np.dtype(secs[0].dtype), chunk_bytes)
     sources = [0] if all(lay.replicated for lay in lays) else range(len(files))
-    for rank in sources:
-        source, sec = files[rank][0], secs[rank]
-        for box in lays[rank].boxes:
-            for start, buf in slabs.read(source, sec, lays[rank], box):
-                region = tuple(slice(a, a + n) for a, n in zip(start, buf.shape, strict=True))
-                data = np.ascontiguousarray(buf.T) if transpose else buf
-                writer.write(dset, region[::-1] if transpose else region, data)
-                if lays[0].replicated and math.prod(gshape) <= _ATTR_MAX and data.dtype.kind in "biuf":
-                    attrs[name] = data.tolist()
+    plan = (slab for rank in sources for box in lays[rank].boxes
+            for slab in slabs.plan(files[rank][0], secs[rank], lays[rank], box))
+    for start, buf in slabs.stream(plan):
+        region = tuple(slice(a, a + n) for a, n in zip(start, buf.shape, strict=True))
+        data = np.ascontiguousarray(buf.T) if transpose else buf
+        writer.write(dset, region[::-1] if transpose else region, data)
+        if lays[0].replicated and math.prod(gshape) <= _ATTR_MAX and data.dtype.kind in "biuf":
+            attrs[name] = data.tolist()
+
+
+@dataclass(frozen=True)
+class _Slab:
+    """One slab to copy: rows of a stored box (global ``start``, ``shape``) and the byte runs holding it."""
+
+    source: ByteSource
+    section: Section
+    runs: Runs
+    start: tuple[int, ...]
+    shape: tuple[int, ...]
 
 
 class _Slabs:
-    """A box's data slab by slab along axis 0, read into one buffer reused for every slab of an array."""
+    """Boxes slab by slab along axis 0, each read and verified into one of two reused buffers by a helper
+    thread while the caller writes the previous one (reading and hashing overlap the output's writes)."""
 
     def __init__(self, dtype: np.dtype, chunk_bytes: int) -> None:
         self.dtype, self.chunk_bytes = dtype, chunk_bytes
-        self.buf = np.empty(0, np.uint8)
+        self.bufs = [np.empty(0, np.uint8), np.empty(0, np.uint8)]
 
-    def read(self, source: ByteSource, sec: Section, layout: Layout, box: Box) -> Any:
-        """Yield (global start, verified slab) of ``box``; a slab is valid until the next one is read."""
+    def plan(self, source: ByteSource, sec: Section, layout: Layout, box: Box) -> Iterator[_Slab]:
+        """The slabs of ``box`` (at most ``chunk_bytes`` each, one row at least)."""
         row = max(1, math.prod(box.shape[1:]) * self.dtype.itemsize)
         step = max(1, self.chunk_bytes // row)
-        if self.buf.nbytes < min(step, box.shape[0]) * row:
-            self.buf = np.empty(min(step, box.shape[0]) * row, np.uint8)
         for i in range(0, box.shape[0], step):
             shape = (min(step, box.shape[0] - i), *box.shape[1:])
             start = (box.start[0] + i, *box.start[1:])
             want = Layout(layout.global_shape, (Box((0,) * len(shape), start, shape),))
-            raw = self.buf[:math.prod(shape) * self.dtype.itemsize]
             runs = box_runs(layout, sec.shape, want, shape, self.dtype.itemsize)
-            read_runs(source, sec, runs, byte_view(raw), piece_bytes=self.chunk_bytes)
-            yield start, raw.view(self.dtype).reshape(shape)
+            yield _Slab(source, sec, runs, start, shape)
+
+    def _read(self, slab: _Slab, k: int) -> tuple[tuple[int, ...], np.ndarray]:
+        nbytes = math.prod(slab.shape) * self.dtype.itemsize
+        if self.bufs[k].nbytes < nbytes:
+            self.bufs[k] = np.empty(nbytes, np.uint8)
+        raw = self.bufs[k][:nbytes]
+        read_runs(slab.source, slab.section, slab.runs, byte_view(raw), piece_bytes=self.chunk_bytes)
+        return slab.start, raw.view(self.dtype).reshape(slab.shape)
+
+    def stream(self, slabs: Iterator[_Slab]) -> Iterator[tuple[tuple[int, ...], np.ndarray]]:
+        """Yield (global start, verified slab); a slab is valid until the next one is asked for."""
+        with ThreadPoolExecutor(1, thread_name_prefix="ftkit-export") as pool:
+            k = 0
+            slab = next(slabs, None)
+            pending = pool.submit(self._read, slab, k) if slab is not None else None
+            while pending is not None:
+                done = pending.result()
+                k ^= 1
+                slab = next(slabs, None)
+                pending = pool.submit(self._read, slab, k) if slab is not None else None
+                yield done
 
 
 def _copy_section(source: ByteSource, sec: Section, writer: Any, dset: Any, chunk_bytes: int) -> None:
