@@ -8,8 +8,10 @@ same restore path the online shrink uses), 8 -> 4 from L4 after every node-local
 newer L3 checkpoint skipped), 4 -> 8 from L1 + L2 partner copies after a node loss, with the matrix from
 2x2 onto 4x2 and 1x5, then a rank killed and the survivors' shrunk communicator refilled from the
 checkpoint (online "continue with fewer ranks"). Every element is compared
-with its expected value. The heat example crashes on 6 ranks and continues on 4: its final field is
-bit-identical to the failure-free run.
+with its expected value. Differential L4 (dCP) checkpoints are recovered elastically from their block stores
+read in place, with a truncated L1 file (its dCP copy is used) and a truncated block store (a clear error).
+The heat example crashes on 6 ranks and continues on 4: its final field is bit-identical to the failure-free
+run.
 """
 
 from __future__ import annotations

@@ -5,19 +5,21 @@ offset=...)`` or ``protect_matrix``) can be recovered by any number of ranks wit
 :func:`restore` is the one path; it is collective over the communicator it is given (``recover()`` passes
 the checkpointer's; the online-recovery loop may pass the survivors' communicator after a shrink):
 
-1. *Sources.* Rank ``r`` of ``M`` finds a copy of the files of the old ranks ``r, r + M, ...``: the first of
-   the L1 file (node-local; on a cluster only where that node's directory is reachable), the L2 partner copy,
-   the L4 file, whose header digest is the manifest's. If some file has none and the checkpoint is complete
-   at L3, the L3 groups that lost a file are decoded first (one group per rank, with the offline decoder of
-   ``ftkit rebuild``) and the lost L1 files looked for again. The headers (with the old layouts and
-   per-chunk digests) are sent to every rank: each file's header is read once.
+1. *Sources.* Rank ``r`` of ``M`` finds a copy of the files of the old ranks ``r, r + M, ...``
+   (:class:`~ftkit.storage.copies.RunCopies`): the first of the L1 file (node-local; on a cluster only where
+   that node's directory is reachable), the L2 partner copy, the L4 copy (a differential L4 checkpoint is
+   read in place from its block store), whose header digest is the manifest's. If some file has none and the
+   checkpoint is complete at L3, the L3 groups that lost a file are decoded first (one group per rank, with
+   the offline decoder of ``ftkit rebuild``) and the lost L1 files looked for again. The headers (with the
+   old layouts and per-chunk digests) are sent to every rank: each file's header is read once.
 2. *Checks,* the same on every rank: every old file holds the protected names with a layout; dtype and global
    shape unchanged; the old boxes and the new boxes each tile the global array (or replicate it). Any
    problem is a :class:`~ftkit.errors.RecoveryError` (:class:`~ftkit.errors.ShapeMismatchError` for dtype or
    global shape) naming the array and the boxes, raised on every rank before any byte is written.
 3. *Reads.* Each rank intersects its new boxes with every old box and reads only the digest chunks holding
-   the byte runs it needs (see :mod:`ftkit.storage.boxread`), verifying each one; a damaged copy is retried
-   from the next level that holds the file. The outcome is agreed: an error on one rank raises on all.
+   the byte runs it needs (see :mod:`ftkit.storage.boxread`: chunks inside one contiguous run of the target
+   are read straight into it), verifying each one; a damaged copy is retried from the next level that holds
+   the file. The outcome is agreed: an error on one rank raises on all.
 
 Bytes read exceed the bytes needed by at most two digest chunks per contiguous run; for a decomposition
 along the slowest axis that is a fraction of a percent, for column blocks of a small array it may be the
