@@ -22,7 +22,7 @@ from .header import Section, digest_hex
 from .layout import Runs
 from .source import ByteSource
 
-__all__ = ["read_runs", "needed_units"]
+__all__ = ["read_runs", "mapped_run", "needed_units"]
 
 
 def _unit(section: Section) -> int:
@@ -118,6 +118,28 @@ def _read_buffered(source: ByteSource, section: Section, runs: Runs, ends: np.nd
             p = q
         _copy(view, pos, runs, ends, dest)
     return stop - first * unit
+
+
+def mapped_run(source: ByteSource, section: Section, runs: Runs) -> memoryview | None:
+    """The bytes of ``runs`` -- one run -- mapped from ``source`` without a copy, after verifying the digest
+    units holding them; None if ``runs`` is not one run or the source cannot map.
+
+    Raises
+    ------
+    CorruptionError, StorageError
+        As :func:`read_runs`.
+    """
+    if len(runs.src) != 1:
+        return None
+    unit = _unit(section)
+    src, n = int(runs.src[0]), int(runs.nbytes[0])
+    first = src // unit
+    stop = min(-(-(src + n) // unit) * unit, section.nbytes)
+    view = source.map(section.offset + first * unit, stop - first * unit)
+    if view is None:
+        return None
+    _verify(source, section, first, view, unit)
+    return view[src - first * unit:src - first * unit + n]
 
 
 def _groups(section: Section, runs: Runs, ends: np.ndarray, first: int, last: int,

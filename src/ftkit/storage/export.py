@@ -11,10 +11,11 @@ The newest complete checkpoint is exported (or ``--id``), from the first copy of
 read in place), each checked against the manifest's digest; a file held only as L3 parity is rebuilt first
 with ``ftkit rebuild``. Memory stays bounded: boxes are copied slab by slab through two reused buffers (at
 most ``chunk_bytes`` per slab, one row of a box at least; a helper thread reads and verifies the next slab
-while the current one is written), every byte read is verified against its chunk digest, and slabs go to
-the output without another copy (h5py ``write_direct``; ``.npy`` files are
-preallocated and written with ``pwrite``). The output is written under a temporary name and renamed only
-when complete, so a damaged checkpoint or a full disk leaves nothing behind.
+while the current one is written; a slab that is one contiguous run of a plain file is mapped instead of
+read), every byte read is verified against its chunk digest, and slabs go to the output without another
+copy (h5py ``write_direct``; ``.npy`` files are preallocated and written with ``pwrite``). The output is
+written under a temporary name and renamed only when complete, so a damaged checkpoint or a full disk
+leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import xxhash
 
 from ..errors import CheckpointNotFoundError, CorruptionError, FormatError, StorageError
 from ._stream import byte_view
-from .boxread import read_runs
+from .boxread import mapped_run, read_runs
 from .copies import Copy, RunCopies
 from .format import DEFAULT_CHUNK, Header, Section
 from .header import digest_hex
@@ -185,6 +186,9 @@ class _Slabs:
 
     def _read(self, slab: _Slab, k: int) -> tuple[tuple[int, ...], np.ndarray]:
         nbytes = math.prod(slab.shape) * self.dtype.itemsize
+        mapped = mapped_run(slab.source, slab.section, slab.runs)  # one run in the file: no copy at all
+        if mapped is not None and len(mapped) == nbytes and not int(slab.runs.dst[0]):
+            return slab.start, np.frombuffer(mapped, self.dtype).reshape(slab.shape)
         if self.bufs[k].nbytes < nbytes:
             self.bufs[k] = np.empty(nbytes, np.uint8)
         raw = self.bufs[k][:nbytes]

@@ -13,6 +13,7 @@ header's digests are checked by its readers.
 
 from __future__ import annotations
 
+import mmap
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -40,6 +41,17 @@ class ByteSource(ABC):
         StorageError
             If the bytes are not there (truncated) or cannot be read.
         """
+
+    def map(self, offset: int, n: int) -> memoryview | None:
+        """The ``n`` bytes from ``offset`` mapped read-only into memory (no copy), or None if this source
+        cannot map them (then read them). The mapping lives as long as the view (or an array over it).
+
+        Raises
+        ------
+        StorageError
+            If the bytes are not there (truncated).
+        """
+        return None
 
     @abstractmethod
     def close(self) -> None:
@@ -98,6 +110,21 @@ class FileSource(ByteSource):
     def read_into(self, offset: int, out: memoryview) -> None:
         """Fill ``out`` with the file's bytes from ``offset`` (see :func:`pread_exact`)."""
         pread_exact(self.fd, offset, out, self.name)
+
+    def map(self, offset: int, n: int) -> memoryview | None:
+        """Map the file's bytes ``[offset, offset + n)`` (pages populated at once; the file must not be
+        truncated in place while a view lives: checkpoint files are only ever replaced by a rename)."""
+        if offset + n > self.size:
+            raise StorageError(f"{self.name}: truncated: {offset + n} bytes needed, {self.size} on disk")
+        if n <= 0:
+            return None
+        start = offset - offset % mmap.ALLOCATIONGRANULARITY
+        try:
+            m = mmap.mmap(self.fd, offset + n - start, prot=mmap.PROT_READ,
+                          flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), offset=start)
+        except (OSError, ValueError):
+            return None  # not mappable here (a special file system): the caller reads instead
+        return memoryview(m)[offset - start:offset - start + n]
 
     def close(self) -> None:
         """Close the file (idempotent)."""
