@@ -8,8 +8,10 @@ same restore path the online shrink uses), 8 -> 4 from L4 after every node-local
 newer L3 checkpoint skipped), 4 -> 8 from L1 + L2 partner copies after a node loss, with the matrix from
 2x2 onto 4x2 and 1x5, then a rank killed and the survivors' shrunk communicator refilled from the
 checkpoint (online "continue with fewer ranks"). Every element is compared
-with its expected value. The heat example crashes on 6 ranks and continues on 4: its final field is
-bit-identical to the failure-free run.
+with its expected value. Differential L4 (dCP) checkpoints are recovered elastically from their block stores
+read in place, with a truncated L1 file (its dCP copy is used) and a truncated block store (a clear error).
+The heat example crashes on 6 ranks and continues on 4: its final field is bit-identical to the failure-free
+run.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pytest
 from ftkit.inject import delete_node_dir
 
 from ..conftest import REPO, run_python
-from ._util import TIMEOUT, copy_run, digest_of, heat, node_dirs, run_heat, write_config
+from ._util import TIMEOUT, copy_run, digest_of, heat, l1_file, node_dirs, run_heat, write_config
 
 pytestmark = pytest.mark.mpi
 
@@ -111,6 +113,45 @@ def test_elastic_restart_chain(tmp_path):
     assert sorted(sub) == sorted((str(i), "1x5", "ok") for i in range(5)), r.stdout + r.stderr
     shrunk = re.findall(r"^R(\d+) shrink (\d+) (.*)$", r.stdout, re.M)
     assert sorted(shrunk) == sorted((str(i), "7", "ok") for i in range(7)), r.stdout + r.stderr
+
+
+def test_differential_l4_truncated_files_and_a_second_job(tmp_path):
+    """Elastic recovery of differential L4 (dCP) checkpoints, read in place from the block stores."""
+    a = tmp_path / "a"
+    write_config(a, inline_l4=0, enable_dcp=1)
+    # checkpoint 1: a full dCP write, checkpoint 2: differential (same data: only the header's blocks change)
+    r = _run(a, 8, "--mode", "write", "--grid", "2x4", "--levels", "4,4")
+    assert r.returncode == 0 and r.stdout.count("wrote") == 8, r.stdout + r.stderr
+    dcp = a / "run" / "global"
+    assert len(list(dcp.glob("*/l4dcp/dcp-r*-c2.map"))) == 8 and not list(dcp.glob("*/l4/ckpt2/*.ftk"))
+    b = copy_run(a, tmp_path / "b")
+
+    # Old rank 3's L1 file cut short: its header does not match the file's size -> its dCP copy is read in
+    # place (no file rebuilt); 8 -> 6, then a second job checkpoints differentially on 6 ranks.
+    f = l1_file(a, 2, 3)
+    f.write_bytes(f.read_bytes()[:f.stat().st_size // 2])
+    r = _run(a, 6, "--mode", "recover", "--grid", "3x2", "--split", "uneven", "--then-level", "4")
+    _recovered(r, 6, "11141111", 2)
+    assert r.stdout.count("checkpointed") == 6
+    assert not list(dcp.glob("*/l4/ckpt2/*.ftk")), "the differential copy is read in place"
+    # Every node-local directory lost: checkpoint 3 of the 6 ranks, from its dCP copies, onto 4 ranks.
+    for d in node_dirs(a):
+        delete_node_dir(d)
+    r = _run(a, 4, "--mode", "recover", "--grid", "2x2")
+    _recovered(r, 4, "444444", 3)
+
+    # A truncated block store (old rank 5's, shared by its checkpoints 1 and 2) with every node-local
+    # directory lost: a clear RecoveryError on every rank naming the rank and the truncation.
+    (store,) = (b / "run" / "global").glob("*/l4dcp/dcp-r5-g*.blocks")
+    with open(store, "r+b") as fh:
+        fh.truncate(store.stat().st_size // 2)
+    for d in node_dirs(b):
+        delete_node_dir(d)
+    r = _run(b, 6, "--mode", "recover", "--grid", "3x2")
+    lines = _lines(r.stdout, 6)
+    for rank, (line,) in lines.items():
+        assert line.startswith("error RecoveryError"), f"rank {rank}: {line}"
+        assert "old rank 5" in line and "truncated" in line, line
 
 
 def test_heat_continues_on_fewer_ranks_bit_identical(tmp_path):

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from ftkit.errors import CorruptionError, FormatError
 from ftkit.inject import corrupt_file
-from ftkit.storage.boxread import read_runs
+from ftkit.storage import boxread
 from ftkit.storage.format import read_header, write_file
 from ftkit.storage.layout import Box, Layout, box_runs, coverage_problem, parse_layout
+from ftkit.storage.source import FileSource
 
 G = (37, 29)
 FULL = np.arange(G[0] * G[1], dtype=np.float64).reshape(G) * 0.5
@@ -28,6 +29,11 @@ def _grid(rows: list[int], cols: list[int]) -> list[Layout]:
     c = [0, *cols, G[1]]
     return [Layout.of_box(G, (r[i], c[j]), (r[i + 1] - r[i], c[j + 1] - c[j]))
             for i in range(len(r) - 1) for j in range(len(c) - 1)]
+
+
+def read_runs(path, sec, runs, dest):
+    with FileSource(path) as src:
+        return boxread.read_runs(src, sec, runs, dest)
 
 
 def _write(tmp, layouts):
@@ -83,11 +89,15 @@ def test_damaged_chunk_is_caught_and_bytes_read_are_bounded(tmp_path):
     runs = box_runs(sec.layout, sec.shape, new, out.shape, 8)
     got = read_runs(p, sec, runs, memoryview(out.reshape(-1).view(np.uint8)))
     assert np.array_equal(out, data[300:500]) and got <= runs.total + 2 * 65536
+    with FileSource(p) as src:                      # the same bytes mapped instead of read (export)
+        assert np.array_equal(np.frombuffer(boxread.mapped_run(src, sec, runs), np.float64), out.reshape(-1))
     corrupt_file(p, sec.offset + 700 * 64 * 8)      # a chunk this read does not need: not read, no error
     read_runs(p, sec, runs, memoryview(out.reshape(-1).view(np.uint8)))
     corrupt_file(p, sec.offset + 400 * 64 * 8)      # a needed chunk
     with pytest.raises(CorruptionError, match="digest chunk"):
         read_runs(p, sec, runs, memoryview(out.reshape(-1).view(np.uint8)))
+    with FileSource(p) as src, pytest.raises(CorruptionError, match="digest chunk"):
+        boxread.mapped_run(src, sec, runs)
 
 
 def test_coverage_rules():

@@ -3,7 +3,9 @@
 The run is built without MPI through the storage API (real files, real manifest), as a 4-rank run would
 write it: a 2-D array in 2 x 2 boxes, a 1-D array in uneven bands, a block-cyclic matrix (column-major local
 arrays stored as their transposes, layout order "F"), a replicated step counter, and per-rank arrays without
-a layout (one dataset per rank). The exported contents must equal the global arrays element for element.
+a layout (one dataset per rank). The exported contents must equal the global arrays element for element,
+from L1, from L4 when an L1 file is cut short, and from differential L4 checkpoints read in place; a damaged
+copy, a truncated block store or a full disk (a real 4 MiB tmpfs) is a clear error that leaves nothing.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import json
 import numpy as np
 import pytest
 
+from ftkit.checkpoint.dcp import DcpWriter
 from ftkit.cli import main
 from ftkit.errors import CheckpointNotFoundError, CorruptionError, StorageError
 from ftkit.inject import corrupt_file
+from ftkit.storage.dcpstore import dcp_dir
 from ftkit.storage.export import export_checkpoint
 from ftkit.storage.layout import Box, Layout
 from ftkit.storage.levels import make_level
@@ -57,22 +61,28 @@ def _arrays(rank: int, cid: int) -> tuple[list, dict]:
     return arrays, layouts
 
 
-def _make_run(root):
+def _make_run(root, dcp: bool = False, arrays_of=None):
+    """A 4-rank run with checkpoints 1 and 2 at L1 and L4 (``dcp``: L4 as differential checkpoints)."""
     local, glbl, meta = root / "local", root / "global", root / "meta"
     meta.mkdir(parents=True)
     m = Manifest(exec_id="run7", nranks=4, created=1.0,
                  dirs={"ckpt_dir": str(local), "glbl_dir": str(glbl), "meta_dir": str(meta)})
+    writers: dict[int, DcpWriter] = {}
     for cid in (1, 2):
         files = []
         for r in range(4):
-            arrays, layouts = _arrays(r, cid)
+            arrays, layouts = (arrays_of or _arrays)(r, cid)
             info = None
-            for level in (1, 4):
+            for level in (1,) if dcp else (1, 4):
                 info = make_level(level, local, glbl, "run7", NODES).write(cid, r, arrays, level=4, nranks=4,
                                                                            layouts=layouts)
+            if dcp:
+                l1 = make_level(1, local, glbl, "run7", NODES).path(cid, r)
+                stats = writers.setdefault(r, DcpWriter(dcp_dir(glbl, "run7"), r, 512)).write(l1, cid, (1,))
+                assert stats.full == (cid == 1)
             files.append(RankFile(info.size, info.digest))
         m.checkpoints.append(CheckpointEntry(id=cid, seq=cid, level=4, time=1.0, levels={1: True, 4: True},
-                                             nodes=NODES, files=files))
+                                             nodes=NODES, files=files, extra={"dcp": True} if dcp else {}))
     write_manifest(meta, m)
     return root
 
@@ -112,6 +122,56 @@ def test_small_slabs_and_l4_fallback(tmp_path):
     export_checkpoint(root, "hdf5", out, chunk_bytes=64)
     with h5py.File(out) as f:
         _check(lambda k: f[k][()], 2)
+
+
+def test_truncated_l1_file_falls_back_to_l4(tmp_path):
+    root = _make_run(tmp_path / "r")
+    f = next(root.glob("local/node0/run7/l1/ckpt2/rank1.ftk"))
+    f.write_bytes(f.read_bytes()[:-100])
+    out = tmp_path / "t.h5"
+    export_checkpoint(root, "hdf5", out)
+    with h5py.File(out) as fh:
+        _check(lambda k: fh[k][()], 2)
+
+
+def test_differential_l4_is_exported_in_place(tmp_path):
+    """Checkpoints flushed with dCP (checkpoint 2 differential): with every L1 file lost, both export from
+    the block stores; a truncated block store is a clear error and leaves nothing."""
+    root = _make_run(tmp_path / "r", dcp=True)
+    assert not list(root.glob("global/run7/l4/*/*.ftk"))
+    assert len(list(root.glob("global/run7/l4dcp/*.map"))) == 8
+    for f in root.glob("local/*/run7/l1/*/*.ftk"):
+        f.unlink()
+    for cid in (1, 2):
+        out = tmp_path / f"d{cid}.h5"
+        export_checkpoint(root, "hdf5", out, ckpt_id=cid, chunk_bytes=1000)
+        with h5py.File(out) as fh:
+            _check(lambda k: fh[k][()], cid)
+    (store,) = root.glob("global/run7/l4dcp/dcp-r2-g*.blocks")
+    with open(store, "r+b") as fh:
+        fh.truncate(store.stat().st_size - 10)
+    with pytest.raises(CheckpointNotFoundError, match=r"rank 2's file.*truncated"):
+        export_checkpoint(root, "npy", tmp_path / "x")
+    assert not (tmp_path / "x").exists() and not list(tmp_path.glob(".x*"))
+
+
+def _big(rank: int, cid: int) -> tuple[list, dict]:
+    """A 2 MiB band of a 8 MiB array per rank."""
+    band = np.full((64, 4096), rank + cid, dtype=np.float64)
+    return [("big", band)], {"big": Layout((256, 4096), (Box((0, 0), (64 * rank, 0), (64, 4096)),))}
+
+
+def test_full_disk_is_a_clear_error_and_leaves_nothing(tmp_path, small_disk):
+    root = _make_run(tmp_path / "r", arrays_of=_big)
+    disk = small_disk(4 * 2**20)
+    for fmt, name in (("hdf5", "big.h5"), ("npy", "big")):
+        with pytest.raises(StorageError, match="disk full"):
+            export_checkpoint(root, fmt, disk / name)
+        assert list(disk.iterdir()) == [], f"{fmt}: a failed export must leave nothing"
+    out = tmp_path / "ok.h5"    # the same export where there is room
+    export_checkpoint(root, "hdf5", out)
+    with h5py.File(out) as fh:
+        assert np.array_equal(fh["big"][()], np.repeat(np.arange(4) + 2.0, 64)[:, None] * np.ones(4096))
 
 
 def test_damaged_file_leaves_nothing(tmp_path):

@@ -4,15 +4,8 @@ A rank's L4 content (the bytes of its L1 checkpoint file) is cut into blocks of 
 each block is hashed with xxh3-128. A differential write appends only the blocks whose hash differs from the
 previous L4 checkpoint of that rank; unchanged blocks are referenced where they already lie.
 
-On-disk layout, per rank, in one directory (the L4 directory)::
-
-    dcp-r<rank>-g<gen>.blocks      append-only block store of generation <gen>
-    dcp-r<rank>-c<id>.map          map of checkpoint <id>: where each block lies, its hash, the file digest
-
-A map file is ``MAGIC``, a little-endian uint32 header length, a JSON header (rank, checkpoint id,
-generation, block size, total size, number of blocks, xxh3-128 of the whole content), the block offsets
-(uint64) and block hashes (2 x uint64 each), and an xxh3-64 of everything before it.
-Rules a reader may rely on:
+The on-disk format (block stores and maps) and the reading of a checkpoint in place live in
+:mod:`ftkit.storage.dcpstore` (re-exported here). Rules the writer keeps, which readers rely on:
 
 - A block store is only ever appended to; bytes a committed map points to are never rewritten, so a crash
   in the middle of a differential write (data appended, map not yet renamed into place) leaves every earlier
@@ -28,29 +21,32 @@ kept still refers to them (the base of the latest write and the ids the caller a
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import xxhash
 
-from ..errors import CheckpointNotFoundError, ConfigError, CorruptionError, FormatError, StorageError
+from ..errors import CheckpointNotFoundError, ConfigError, CorruptionError, StorageError
 from ..storage._stream import AtomicWriter
+from ..storage.dcpstore import (
+    GEN_RE,
+    MAGIC,
+    DcpMap,
+    block_hash,
+    dcp_map_path,
+    encode_map,
+    list_dcp_ids,
+    read_dcp_map,
+    store_path,
+)
 
 __all__ = ["DcpStats", "DcpMap", "DcpWriter", "restore_dcp", "read_dcp_map", "dcp_map_path",
            "list_dcp_ids", "MAGIC"]
 
-MAGIC = b"FTKDCP01"
-_VERSION = 1
-_MAP_RE = re.compile(r"^dcp-r(\d+)-c(\d+)\.map$")
-_GEN_RE = re.compile(r"^dcp-r(\d+)-g(\d+)\.blocks$")
 #: Blocks read and hashed per system call while scanning the source file.
 _CHUNK_BLOCKS = 256
-_MAX_BLOCK = 1 << 30  # bytes: a larger block size in a map is a damaged (or forged) header
 
 
 @dataclass(frozen=True)
@@ -68,115 +64,6 @@ class DcpStats:
     def bytes_written(self) -> int:
         """All bytes written (block data plus map), in bytes."""
         return self.data_bytes + self.map_bytes
-
-
-@dataclass(frozen=True)
-class DcpMap:
-    """A checkpoint's block map: generation, sizes, and per-block offsets and xxh3-128 hashes."""
-
-    rank: int
-    ckpt_id: int
-    gen: int
-    block_size: int
-    total_size: int
-    digest: str
-    offsets: np.ndarray          # uint64[nblocks]: byte offset of each block in the generation's store
-    hashes: np.ndarray           # uint64[nblocks, 2]: xxh3-128 of each block (low, high)
-
-    @property
-    def nblocks(self) -> int:
-        """Number of blocks."""
-        return int(self.offsets.shape[0])
-
-
-def dcp_map_path(directory: str | os.PathLike[str], rank: int, ckpt_id: int) -> Path:
-    """Return the path of the map of checkpoint ``ckpt_id`` of ``rank`` in ``directory``."""
-    return Path(directory) / f"dcp-r{rank}-c{ckpt_id}.map"
-
-
-def _store_path(directory: Path, rank: int, gen: int) -> Path:
-    return directory / f"dcp-r{rank}-g{gen}.blocks"
-
-
-def list_dcp_ids(directory: str | os.PathLike[str], rank: int) -> list[int]:
-    """Return the checkpoint ids that have a committed map for ``rank`` in ``directory``, ascending."""
-    d = Path(directory)
-    if not d.is_dir():
-        return []
-    ids = []
-    for name in os.listdir(d):
-        m = _MAP_RE.match(name)
-        if m and int(m.group(1)) == rank:
-            ids.append(int(m.group(2)))
-    return sorted(ids)
-
-
-def _block_hash(view: memoryview) -> tuple[int, int]:
-    h = xxhash.xxh3_128_intdigest(view)
-    return h & 0xFFFFFFFFFFFFFFFF, h >> 64
-
-
-def _encode_map(m: DcpMap) -> bytes:
-    header = json.dumps({
-        "version": _VERSION, "rank": m.rank, "ckpt_id": m.ckpt_id, "gen": m.gen,
-        "block_size": m.block_size, "total_size": m.total_size, "nblocks": m.nblocks, "digest": m.digest,
-    }, sort_keys=True).encode()
-    body = (MAGIC + struct.pack("<I", len(header)) + header
-            + np.ascontiguousarray(m.offsets, "<u8").tobytes()
-            + np.ascontiguousarray(m.hashes, "<u8").tobytes())
-    return body + struct.pack("<Q", xxhash.xxh3_64_intdigest(body))
-
-
-def read_dcp_map(directory: str | os.PathLike[str], rank: int, ckpt_id: int) -> DcpMap:
-    """Read and verify the map of checkpoint ``ckpt_id`` of ``rank``.
-
-    Raises
-    ------
-    CheckpointNotFoundError
-        If the map does not exist.
-    FormatError
-        If the file is not a dCP map of this version, or names another rank or checkpoint.
-    CorruptionError
-        If its checksum does not match.
-    """
-    path = dcp_map_path(directory, rank, ckpt_id)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError as exc:
-        raise CheckpointNotFoundError(f"no differential L4 map {path}: checkpoint {ckpt_id} of rank {rank} "
-                                      "was never flushed with enable_dcp") from exc
-    except OSError as exc:
-        raise StorageError(f"cannot read {path}: {exc}") from exc
-    if len(raw) < len(MAGIC) + 12 or raw[:len(MAGIC)] != MAGIC:
-        raise FormatError(f"{path} is not an ftkit dCP map (bad magic or truncated)")
-    body, (check,) = raw[:-8], struct.unpack("<Q", raw[-8:])
-    if xxhash.xxh3_64_intdigest(body) != check:
-        raise CorruptionError(f"{path}: checksum mismatch, the map is corrupt; recover from another level")
-    (hlen,) = struct.unpack("<I", body[len(MAGIC):len(MAGIC) + 4])
-    start = len(MAGIC) + 4
-    try:
-        hdr = json.loads(body[start:start + hlen])
-        n = int(hdr["nblocks"])
-        if hdr["version"] != _VERSION:
-            raise FormatError(f"{path}: dCP map version {hdr['version']} is not supported "
-                              f"(expected {_VERSION})")
-        if int(hdr["rank"]) != rank or int(hdr["ckpt_id"]) != ckpt_id:
-            raise FormatError(f"{path} names rank {hdr['rank']} checkpoint {hdr['ckpt_id']}, "
-                              f"expected rank {rank} checkpoint {ckpt_id}")
-        gen, bs, total = int(hdr["gen"]), int(hdr["block_size"]), int(hdr["total_size"])
-        if not (gen >= 0 and 0 < bs <= _MAX_BLOCK and total >= 0 and n == -(-total // bs)):
-            raise FormatError(f"{path}: inconsistent dCP map header (generation {gen}, block size {bs}, "
-                              f"total size {total}, {n} blocks)")
-        pos = start + hlen
-        if pos + 24 * n != len(body):
-            raise FormatError(f"{path}: map length does not match its {n} blocks")
-        offsets = np.frombuffer(body, "<u8", n, pos).astype(np.uint64)
-        hashes = np.frombuffer(body, "<u8", 2 * n, pos + 8 * n).astype(np.uint64).reshape(n, 2)
-        return DcpMap(rank, ckpt_id, gen, bs, total, str(hdr["digest"]), offsets, hashes)
-    except FormatError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any parse failure of a damaged map is a FormatError
-        raise FormatError(f"{path}: malformed dCP map header ({type(exc).__name__}: {exc})") from exc
 
 
 def restore_dcp(directory: str | os.PathLike[str], rank: int, ckpt_id: int,
@@ -199,7 +86,7 @@ def restore_dcp(directory: str | os.PathLike[str], rank: int, ckpt_id: int,
     """
     d = Path(directory)
     m = read_dcp_map(d, rank, ckpt_id)
-    store = _store_path(d, rank, m.gen)
+    store = store_path(d, rank, m.gen)
     try:
         fd = os.open(store, os.O_RDONLY)
     except FileNotFoundError as exc:
@@ -216,7 +103,7 @@ def restore_dcp(directory: str | os.PathLike[str], rank: int, ckpt_id: int,
                     raise CorruptionError(f"{store}: block {i} lies past the end of the store (truncated)")
                 view = buf.data[:n]
                 got = os.preadv(fd, [view], off)
-                if got != n or _block_hash(view) != (int(m.hashes[i, 0]), int(m.hashes[i, 1])):
+                if got != n or block_hash(view) != (int(m.hashes[i, 0]), int(m.hashes[i, 1])):
                     raise CorruptionError(f"{store}: block {i} of checkpoint {ckpt_id} (rank {rank}) does "
                                           "not match its hash; recover from another level")
                 whole.update(view)
@@ -273,7 +160,7 @@ class DcpWriter:
         except (StorageError, CheckpointNotFoundError):
             self.base = None
             return False
-        if m.block_size != self.block_size or not _store_path(self.directory, self.rank, m.gen).exists():
+        if m.block_size != self.block_size or not store_path(self.directory, self.rank, m.gen).exists():
             self.base = None
             return False
         self.base = m
@@ -283,7 +170,7 @@ class DcpWriter:
         gens = [-1]
         if self.directory.is_dir():
             for name in os.listdir(self.directory):
-                g = _GEN_RE.match(name)
+                g = GEN_RE.match(name)
                 if g and int(g.group(1)) == self.rank:
                     gens.append(int(g.group(2)))
         return max(gens) + 1
@@ -321,12 +208,12 @@ class DcpWriter:
         base = self.base
         full = base is None or base.block_size != bs
         gen = base.gen if base is not None and not full else self._next_gen()
-        store = _store_path(self.directory, self.rank, gen)
+        store = store_path(self.directory, self.rank, gen)
         if not full:
             store_len = store.stat().st_size if store.exists() else -1
             if store_len < 0 or store_len > self.compact_factor * max(total, bs):
                 full, gen = True, self._next_gen()
-                store = _store_path(self.directory, self.rank, gen)
+                store = store_path(self.directory, self.rank, gen)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             out_fd = os.open(store, os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if full else 0), 0o644)
@@ -353,7 +240,7 @@ class DcpWriter:
                     nb = -(-got // bs)
                     for j in range(nb):
                         blk = view[j * bs:min(got, (j + 1) * bs)]
-                        lo, hi = _block_hash(blk)
+                        lo, hi = block_hash(blk)
                         hashes[i, 0], hashes[i, 1] = lo, hi
                         if (not full and i < base.nblocks  # type: ignore[union-attr]
                                 and int(base.hashes[i, 0]) == lo and int(base.hashes[i, 1]) == hi  # type: ignore[union-attr]
@@ -373,7 +260,7 @@ class DcpWriter:
         finally:
             os.close(out_fd)
         m = DcpMap(self.rank, int(ckpt_id), gen, bs, total, whole.hexdigest(), offsets, hashes)
-        raw = _encode_map(m)
+        raw = encode_map(m)
         with AtomicWriter(dcp_map_path(self.directory, self.rank, ckpt_id)) as w:
             w.pwrite(raw, 0)
         keep = {int(ckpt_id), *map(int, keep_ids)}
@@ -398,6 +285,6 @@ class DcpWriter:
         if self.base is not None:
             used_gens.add(self.base.gen)
         for name in os.listdir(self.directory):
-            g = _GEN_RE.match(name)
+            g = GEN_RE.match(name)
             if g and int(g.group(1)) == self.rank and int(g.group(2)) not in used_gens:
                 (self.directory / name).unlink(missing_ok=True)

@@ -5,19 +5,21 @@ offset=...)`` or ``protect_matrix``) can be recovered by any number of ranks wit
 :func:`restore` is the one path; it is collective over the communicator it is given (``recover()`` passes
 the checkpointer's; the online-recovery loop may pass the survivors' communicator after a shrink):
 
-1. *Sources.* Rank ``r`` of ``M`` finds a copy of the files of the old ranks ``r, r + M, ...``: the first of
-   the L1 file (node-local; on a cluster only where that node's directory is reachable), the L2 partner copy,
-   the L4 file, whose header digest is the manifest's. If some file has none and the checkpoint is complete
-   at L3, the L3 groups that lost a file are decoded first (one group per rank, with the offline decoder of
-   ``ftkit rebuild``) and the lost L1 files looked for again. The headers (with the old layouts and
-   per-chunk digests) are sent to every rank: each file's header is read once.
+1. *Sources.* Rank ``r`` of ``M`` finds a copy of the files of the old ranks ``r, r + M, ...``
+   (:class:`~ftkit.storage.copies.RunCopies`): the first of the L1 file (node-local; on a cluster only where
+   that node's directory is reachable), the L2 partner copy, the L4 copy (a differential L4 checkpoint is
+   read in place from its block store), whose header digest is the manifest's. If some file has none and the
+   checkpoint is complete at L3, the L3 groups that lost a file are decoded first (one group per rank, with
+   the offline decoder of ``ftkit rebuild``) and the lost L1 files looked for again. The headers (with the
+   old layouts and per-chunk digests) are sent to every rank: each file's header is read once.
 2. *Checks,* the same on every rank: every old file holds the protected names with a layout; dtype and global
    shape unchanged; the old boxes and the new boxes each tile the global array (or replicate it). Any
    problem is a :class:`~ftkit.errors.RecoveryError` (:class:`~ftkit.errors.ShapeMismatchError` for dtype or
    global shape) naming the array and the boxes, raised on every rank before any byte is written.
 3. *Reads.* Each rank intersects its new boxes with every old box and reads only the digest chunks holding
-   the byte runs it needs (see :mod:`ftkit.storage.boxread`), verifying each one; a damaged copy is retried
-   from the next level that holds the file. The outcome is agreed: an error on one rank raises on all.
+   the byte runs it needs (see :mod:`ftkit.storage.boxread`: chunks inside one contiguous run of the target
+   are read straight into it), verifying each one; a damaged copy is retried from the next level that holds
+   the file. The outcome is agreed: an error on one rank raises on all.
 
 Bytes read exceed the bytes needed by at most two digest chunks per contiguous run; for a decomposition
 along the slowest axis that is a fraction of a percent, for column blocks of a small array it may be the
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,8 @@ from .._paths import check_inside
 from ..config import Config
 from ..errors import MissingCopyError, ProcessFailure, RecoveryError, ShapeMismatchError
 from ..storage.boxread import read_runs
-from ..storage.format import Header, decode_header, read_header_bytes
+from ..storage.copies import SOURCE_LEVELS, RunCopies
+from ..storage.format import Header, decode_header
 from ..storage.group_plan import encoding_tag
 from ..storage.layout import Layout, box_runs, coverage_problem, parse_layout
 from ..storage.manifest import CheckpointEntry
@@ -49,9 +51,9 @@ from .contract import DAMAGED, make_level
 
 __all__ = ["ReshardStats", "restore", "SOURCE_LEVELS", "layout_hint", "MissingCopyError"]
 
-#: Levels holding a rank's checkpoint file itself, cheapest first (L3 holds parity: its groups are decoded
-#: into L1 files first).
-SOURCE_LEVELS = (1, 2, 4)
+
+def _copies(config: Config, exec_id: str, entry: CheckpointEntry) -> RunCopies:
+    return RunCopies(config.ckpt_dir, config.glbl_dir, exec_id, entry, config.io_chunk_bytes)
 
 
 @dataclass(frozen=True)
@@ -77,37 +79,6 @@ class _Old:
 
     level: int
     header: Header
-
-
-def _copy_path(config: Config, exec_id: str, entry: CheckpointEntry, level: int, old: int) -> Path:
-    """Where old rank ``old``'s file is kept at ``level`` (L2: on the next member of its group, which holds
-    its partner copy)."""
-    holder = old
-    if level == 2:
-        group = next(list(g) for g in entry_groups(entry) if old in g)
-        holder = group[(group.index(old) + 1) % len(group)]
-    return make_level(level, config, exec_id, entry.nodes).path(entry.id, holder)
-
-
-def _find_copy(config: Config, exec_id: str, entry: CheckpointEntry, old: int,
-               after: int = 0) -> tuple[int, str | None, str]:
-    """The first level after ``after`` holding old rank ``old``'s file as committed: ``(level, header
-    text, "")`` or ``(0, None, why not)``."""
-    why = []
-    for lv in SOURCE_LEVELS:
-        if lv <= after or not entry.complete(lv):
-            continue
-        try:
-            path = _copy_path(config, exec_id, entry, lv, old)
-            header, raw = read_header_bytes(path)
-        except DAMAGED as exc:
-            why.append(f"L{lv}: {exc}")
-            continue
-        if header.digest != entry.files[old].digest or header.rank != old or header.ckpt_id != entry.id:
-            why.append(f"L{lv}: {path} is not the committed file")
-            continue
-        return lv, raw.decode("ascii"), ""
-    return 0, None, "; ".join(why) or "no level holds it"
 
 
 def _parse_old(entry: CheckpointEntry, old: int, text: str) -> Header:
@@ -144,7 +115,11 @@ def _find_assigned(comm: Any, timeout: float, config: Config, exec_id: str, entr
                    olds: list[int], extra: Any = None) -> list[list[Any]]:
     """Collective: rank ``r`` looks for the old files ``olds[r::size]``; every rank gets every answer."""
     rank, size = comm.Get_rank(), comm.Get_size()
-    mine = [[old, *_find_copy(config, exec_id, entry, old)] for old in olds[rank::size]]
+    copies = _copies(config, exec_id, entry)
+    mine = []
+    for old in olds[rank::size]:
+        found, why = copies.find(old)
+        mine.append([old, found.level, found.raw.decode("ascii"), ""] if found else [old, 0, None, why])
     gathered = _mpi.allgather(comm, [mine, extra], "elastic recovery: sources", timeout)
     return [[f for g in gathered for f in g[0]], [g[1] for g in gathered]]
 
@@ -275,6 +250,7 @@ def restore(comm: Any, config: Config, exec_id: str, entry: CheckpointEntry,
 def _read_all(rank: int, config: Config, exec_id: str, entry: CheckpointEntry, olds: list[_Old],
               targets: Mapping[str, np.ndarray], layouts: Mapping[str, Layout]) -> tuple[int, int]:
     read = needed = 0
+    copies = _copies(config, exec_id, entry)
     for name in sorted(targets):
         arr, new = targets[name], layouts[name]
         dest = memoryview(arr.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
@@ -288,22 +264,23 @@ def _read_all(rank: int, config: Config, exec_id: str, entry: CheckpointEntry, o
             if not len(runs.src):
                 continue
             needed += runs.total
-            read += _read_old(config, exec_id, entry, old, olds[old], sec, runs, dest)
+            read += _read_old(copies, config.io_chunk_bytes, old, olds[old], sec, runs, dest)
     return read, needed
 
 
-def _read_old(config: Config, exec_id: str, entry: CheckpointEntry, old: int, src: _Old, sec: Any, runs: Any,
+def _read_old(copies: RunCopies, piece_bytes: int, old: int, src: _Old, sec: Any, runs: Any,
               dest: memoryview) -> int:
-    """Read ``runs`` of old rank ``old``'s section; a damaged copy is retried at the next level holding it."""
+    """Read ``runs`` of old rank ``old``'s section; a damaged copy is retried at the next level holding it
+    (a decoded L3 group's file is its L1 file)."""
     level = src.level
     while True:
-        path = _copy_path(config, exec_id, entry, 1 if level == 3 else level, old)
         try:
-            return read_runs(path, sec, runs, dest, piece_bytes=config.io_chunk_bytes)
+            with copies.open(level, old) as source:
+                return read_runs(source, sec, runs, dest, piece_bytes=piece_bytes)
         except ProcessFailure:
             raise
         except DAMAGED as exc:
-            nxt, text, _ = _find_copy(config, exec_id, entry, old, after=level)
-            if text is None:
+            nxt, _ = copies.find(old, after=level)
+            if nxt is None:
                 raise RecoveryError(f"old rank {old}'s file at L{level}: {exc} (no other copy)") from exc
-            level = nxt
+            level = nxt.level

@@ -3,7 +3,9 @@
 The unit of verification is the section's digest chunk (sections with a layout carry one xxh3 per chunk, see
 :mod:`ftkit.storage.format`); a section without chunk digests is one unit, checked against its whole-section
 digest in a streaming pass. Only the units holding a needed byte are read, each exactly once, through one
-buffer of at most ``piece_bytes`` bytes (rounded up to whole chunks): memory stays bounded whatever the size.
+buffer of at most ``piece_bytes`` bytes (rounded up to whole chunks), except units lying wholly inside one
+contiguous run of the target, which are read straight into it (no copy): memory stays bounded whatever the
+size.
 
 The caller must have checked the file's header first (against the manifest's digest): the chunk digests
 come from that header.
@@ -11,18 +13,16 @@ come from that header.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import xxhash
 
 from ..errors import CorruptionError
-from ._stream import byte_view, read_into
+from ._stream import byte_view
 from .header import Section, digest_hex
 from .layout import Runs
+from .source import ByteSource
 
-__all__ = ["read_runs", "needed_units"]
+__all__ = ["read_runs", "mapped_run", "needed_units"]
 
 
 def _unit(section: Section) -> int:
@@ -43,13 +43,16 @@ def needed_units(section: Section, runs: Runs) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
 
 
-def read_runs(path: str | os.PathLike[str], section: Section, runs: Runs, dest: memoryview, *,
+def read_runs(source: ByteSource, section: Section, runs: Runs, dest: memoryview, *,
               piece_bytes: int = 16 * 2**20) -> int:
-    """Copy ``runs`` (offsets relative to the section's first byte → offsets in ``dest``) from the file.
+    """Copy ``runs`` (offsets relative to the section's first byte → offsets in ``dest``) from ``source``.
+
+    Digest units lying wholly inside one run are read straight into ``dest`` and verified there; the others
+    go through one buffer of at most ``piece_bytes`` bytes and only their needed bytes are copied.
 
     Parameters
     ----------
-    path
+    source
         The checkpoint file (its header already checked by the caller).
     section
         The stored section to read from (from that header).
@@ -63,55 +66,110 @@ def read_runs(path: str | os.PathLike[str], section: Section, runs: Runs, dest: 
     Returns
     -------
     int
-        Bytes read from the file.
+        Bytes read from the source.
 
     Raises
     ------
     CorruptionError
         If a unit read does not match its digest (``dest`` may then hold part of the damaged bytes).
     StorageError, OSError
-        If the file is truncated (changed while read) or cannot be read.
+        If the source is truncated (changed while read) or cannot be read.
     """
-    path = Path(path)
     unit = _unit(section)
     if section.chunk:
         piece_bytes = max(unit, piece_bytes // unit * unit)
     ends = runs.src + runs.nbytes
-    buf = np.empty(min(piece_bytes, max(1, section.nbytes)), dtype=np.uint8)
+    buf: np.ndarray | None = None
     total = 0
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        for first, last in needed_units(section, runs):
-            start, stop = first * unit, min(last * unit, section.nbytes)
-            hasher, current = xxhash.xxh3_64(), first
-            pos = start
-            while pos < stop:
-                n = min(len(buf), stop - pos)
-                piece = buf[:n]
-                read_into(fd, section.offset + pos, piece, section.offset + section.nbytes)
-                total += n
-                view = byte_view(piece)
-                p = 0
-                while p < n:  # hash, finishing every unit that ends in this piece
-                    unit_end = min((current + 1) * unit, section.nbytes)
-                    q = min(n, unit_end - pos)
-                    hasher.update(view[p:q])
-                    if pos + q == unit_end:
-                        _check(path, section, current, digest_hex(hasher))
-                        hasher, current = xxhash.xxh3_64(), current + 1
-                    p = q
-                _copy(view, pos, runs, ends, dest)
-                pos += n
-    finally:
-        os.close(fd)
+    for first, last in needed_units(section, runs):
+        for a, b, run in _groups(section, runs, ends, first, last, unit):
+            start, stop = a * unit, min(b * unit, section.nbytes)
+            if run >= 0:  # wholly inside run ``run``: straight into the target
+                at = int(runs.dst[run]) + start - int(runs.src[run])
+                view = dest[at:at + stop - start]
+                source.read_into(section.offset + start, view)
+                _verify(source, section, a, view, unit)
+                total += stop - start
+                continue
+            if buf is None:
+                buf = np.empty(min(piece_bytes, max(1, section.nbytes)), dtype=np.uint8)
+            total += _read_buffered(source, section, runs, ends, dest, buf, a, stop)
     return total
 
 
-def _check(path: Path, section: Section, i: int, got: str) -> None:
+def _read_buffered(source: ByteSource, section: Section, runs: Runs, ends: np.ndarray, dest: memoryview,
+                   buf: np.ndarray, first: int, stop: int) -> int:
+    """Read units ``first``.. up to byte ``stop`` through ``buf``, hashing each unit as it streams by (a unit
+    may span pieces), and copy the needed bytes of each piece."""
+    unit = _unit(section)
+    hasher, current = xxhash.xxh3_64(), first
+    for pos in range(first * unit, stop, len(buf)):
+        n = min(len(buf), stop - pos)
+        view = byte_view(buf)[:n]
+        source.read_into(section.offset + pos, view)
+        p = 0
+        while p < n:  # hash, finishing every unit that ends in this piece
+            unit_end = min((current + 1) * unit, section.nbytes)
+            q = min(n, unit_end - pos)
+            hasher.update(view[p:q])
+            if pos + q == unit_end:
+                _check(source.name, section, current, digest_hex(hasher))
+                hasher, current = xxhash.xxh3_64(), current + 1
+            p = q
+        _copy(view, pos, runs, ends, dest)
+    return stop - first * unit
+
+
+def mapped_run(source: ByteSource, section: Section, runs: Runs) -> memoryview | None:
+    """The bytes of ``runs`` -- one run -- mapped from ``source`` without a copy, after verifying the digest
+    units holding them; None if ``runs`` is not one run or the source cannot map.
+
+    Raises
+    ------
+    CorruptionError, StorageError
+        As :func:`read_runs`.
+    """
+    if len(runs.src) != 1:
+        return None
+    unit = _unit(section)
+    src, n = int(runs.src[0]), int(runs.nbytes[0])
+    first = src // unit
+    stop = min(-(-(src + n) // unit) * unit, section.nbytes)
+    view = source.map(section.offset + first * unit, stop - first * unit)
+    if view is None:
+        return None
+    _verify(source, section, first, view, unit)
+    return view[src - first * unit:src - first * unit + n]
+
+
+def _groups(section: Section, runs: Runs, ends: np.ndarray, first: int, last: int,
+            unit: int) -> list[tuple[int, int, int]]:
+    """Units ``[first, last)`` cut into ``(a, b, run)``: consecutive units wholly inside run ``run``, or
+    (``run = -1``) consecutive units that are not."""
+    starts = np.arange(first, last, dtype=np.int64) * unit
+    stops = np.minimum(starts + unit, section.nbytes)
+    idx = np.searchsorted(ends, starts, side="right")
+    ok = idx < len(ends)
+    safe = np.minimum(idx, len(ends) - 1)
+    inside = ok & (runs.src[safe] <= starts) & (ends[safe] >= stops)
+    key = np.where(inside, safe, -1)
+    cuts = np.flatnonzero(np.diff(key)) + 1
+    bounds = np.concatenate(([0], cuts, [len(key)]))
+    return [(first + int(lo), first + int(hi), int(key[lo])) for lo, hi in zip(bounds[:-1], bounds[1:],
+                                                                               strict=True)]
+
+
+def _verify(source: ByteSource, section: Section, first: int, view: memoryview, unit: int) -> None:
+    """Check the digest units held by ``view`` (starting at unit ``first``, whole units only)."""
+    for k, p in enumerate(range(0, len(view), unit)):
+        _check(source.name, section, first + k, digest_hex(xxhash.xxh3_64(view[p:p + unit])))
+
+
+def _check(name: str, section: Section, i: int, got: str) -> None:
     want = section.chunk_digest(i) if section.chunk else section.xxh3
     if got != want:
         where = f"digest chunk {i} ({section.chunk} bytes)" if section.chunk else "the section"
-        raise CorruptionError(f"{path}: checksum mismatch in {where} of section {section.name!r} (stored "
+        raise CorruptionError(f"{name}: checksum mismatch in {where} of section {section.name!r} (stored "
                               f"{want}, computed {got}): the file is damaged")
 
 

@@ -6,11 +6,16 @@ dataset per rank (``name/rank<r>`` in HDF5, ``name.rank<r>.npy``). Attributes: `
 ``run_id``, ``nranks``, ``complete_levels``, and every replicated array of at most 16 elements (a step
 counter) under its name; with npy they go to ``attributes.json``.
 
-The newest complete checkpoint is exported (or ``--id``), from each rank's L1 file where it is readable, else
-its L4 file, each checked against the manifest's digest; a lost node-local file is rebuilt first with
-``ftkit rebuild``. Memory stays bounded: boxes are copied slab by slab (at most ``chunk_bytes`` per slab,
-one row of a box at least) and every byte read is verified against its chunk digest; the output is written
-under a temporary name and renamed only when complete, so a damaged checkpoint leaves nothing behind.
+The newest complete checkpoint is exported (or ``--id``), from the first copy of each rank's file that
+:class:`~ftkit.storage.copies.RunCopies` finds (L1, the L2 partner copy, L4 -- a differential L4 checkpoint
+read in place), each checked against the manifest's digest; a file held only as L3 parity is rebuilt first
+with ``ftkit rebuild``. Memory stays bounded: boxes are copied slab by slab through two reused buffers (at
+most ``chunk_bytes`` per slab, one row of a box at least; a helper thread reads and verifies the next slab
+while the current one is written; a slab that is one contiguous run of a plain file is mapped instead of
+read), every byte read is verified against its chunk digest, and slabs go to the output without another
+copy (h5py ``write_direct``; ``.npy`` files are preallocated and written with ``pwrite``). The output is
+written under a temporary name and renamed only when complete, so a damaged checkpoint or a full disk
+leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import math
 import os
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,19 +36,22 @@ import numpy as np
 import xxhash
 
 from ..errors import CheckpointNotFoundError, CorruptionError, FormatError, StorageError
-from ._stream import byte_view, read_into
-from .boxread import read_runs
-from .format import DEFAULT_CHUNK, Header, Section, read_header
+from ._stream import byte_view
+from .boxread import mapped_run, read_runs
+from .copies import Copy, RunCopies
+from .format import DEFAULT_CHUNK, Header, Section
 from .header import digest_hex
-from .layout import Box, Layout, box_runs, coverage_problem
-from .levels import make_level
+from .layout import Box, Layout, Runs, box_runs, coverage_problem
 from .locate import find_manifest, run_roots
 from .manifest import CheckpointEntry
+from .source import ByteSource
 
 __all__ = ["export_checkpoint", "add_parser", "run_export"]
 
 #: Replicated arrays up to this many elements are also written as attributes (step counters and the like).
 _ATTR_MAX = 16
+#: What a failed write of the output raises (h5py reports a full disk as OSError or RuntimeError).
+_WRITE_ERRORS = (OSError, RuntimeError)
 
 
 def export_checkpoint(target: str | Path, fmt: str, out: str | os.PathLike[str],
@@ -68,7 +78,8 @@ def export_checkpoint(target: str | Path, fmt: str, out: str | os.PathLike[str],
     CheckpointNotFoundError
         No manifest, no such checkpoint, or a rank's file has no verified copy.
     StorageError
-        ``out`` exists, h5py is missing, or a file is damaged (nothing is left at ``out``).
+        ``out`` exists, h5py is missing, a file is damaged, or the output cannot be written (a full disk):
+        nothing is left at ``out``.
     """
     found = find_manifest(target)
     if found is None:
@@ -82,16 +93,20 @@ def export_checkpoint(target: str | Path, fmt: str, out: str | os.PathLike[str],
                                       + (f" with id {ckpt_id} (complete: {[e.id for e in complete]})"
                                          if ckpt_id is not None else ""))
     entry = chosen[0]
-    files = _locate(meta_dir, m.exec_id, m, entry, chunk_bytes)
+    copies = RunCopies(*run_roots(meta_dir, m), m.exec_id, entry, chunk_bytes)
+    found_copies = _locate(copies, entry)
     out = Path(out)
     if out.exists():
         raise StorageError(f"{out} exists: choose a new name (export never overwrites)")
     attrs: dict[str, Any] = {"checkpoint_id": entry.id, "level": entry.level, "run_id": m.exec_id,
                              "nranks": len(entry.files), "complete_levels": list(entry.complete_levels)}
-    writer = _Hdf5Writer(out) if fmt == "hdf5" else _NpyWriter(out)
+    writer = _open_writer(fmt, out)
     try:
-        for name in [s.name for s in files[0][1].sections]:
-            _export_array(name, files, writer, attrs, chunk_bytes)
+        with contextlib.ExitStack() as stack:
+            files = [(stack.enter_context(copies.open(c.level, r)), c.header)
+                     for r, c in enumerate(found_copies)]
+            for name in [s.name for s in files[0][1].sections]:
+                _export_array(name, files, writer, attrs, chunk_bytes)
         writer.commit(attrs)
     except BaseException:
         writer.abort()
@@ -99,42 +114,26 @@ def export_checkpoint(target: str | Path, fmt: str, out: str | os.PathLike[str],
     return attrs
 
 
-def _locate(meta_dir: Path, exec_id: str, m: Any, entry: CheckpointEntry,
-            chunk: int) -> list[tuple[Path, Header]]:
-    """A verified-header copy of every rank's file: L1, else L4."""
-    ckpt, glbl = run_roots(meta_dir, m)
+def _locate(copies: RunCopies, entry: CheckpointEntry) -> list[Copy]:
+    """A verified-header copy of every rank's file (the first of L1, L2, L4)."""
     out = []
-    for rank, f in enumerate(entry.files):
-        why = []
-        for lv in (1, 4):
-            if not entry.complete(lv):
-                continue
-            path = make_level(lv, ckpt, glbl, exec_id, entry.nodes, chunk).path(entry.id, rank)
-            try:
-                header = read_header(path)
-            except (StorageError, OSError) as exc:
-                why.append(f"L{lv}: {exc}")
-                continue
-            if header.digest != f.digest:
-                why.append(f"L{lv}: {path} is not the committed file")
-                continue
-            out.append((path, header))
-            break
-        else:
+    for rank in range(len(entry.files)):
+        found, why = copies.find(rank)
+        if found is None:
             raise CheckpointNotFoundError(f"checkpoint {entry.id}: no readable copy of rank {rank}'s file ("
-                                          + "; ".join(why or ["not complete at L1 or L4"])
-                                          + "): run 'ftkit rebuild' first if it is held at L2/L3")
+                                          f"{why}): run 'ftkit rebuild' first if it is held at L3")
+        out.append(found)
     return out
 
 
-def _export_array(name: str, files: list[tuple[Path, Header]], writer: Any, attrs: dict[str, Any],
+def _export_array(name: str, files: list[tuple[ByteSource, Header]], writer: Any, attrs: dict[str, Any],
                   chunk_bytes: int) -> None:
     secs = [h.section(name) for _, h in files]
     layouts = [s.layout for s in secs]
     if any(lay is None for lay in layouts):
-        for rank, ((path, _), sec) in enumerate(zip(files, secs, strict=True)):
+        for rank, ((source, _), sec) in enumerate(zip(files, secs, strict=True)):
             dset = writer.create(f"{name}/rank{rank}", sec.shape, sec.dtype)
-            _copy_section(path, sec, dset, chunk_bytes)
+            _copy_section(source, sec, writer, dset, chunk_bytes)
         return
     lays = [lay for lay in layouts if lay is not None]
     problem = coverage_problem(name, lays)
@@ -143,63 +142,104 @@ def _export_array(name: str, files: list[tuple[Path, Header]], writer: Any, attr
     transpose = lays[0].order == "F"
     gshape = lays[0].global_shape[::-1] if transpose else lays[0].global_shape
     dset = writer.create(name, gshape, secs[0].dtype)
+    slabs = _Slabs(np.dtype(secs[0].dtype), chunk_bytes)
     sources = [0] if all(lay.replicated for lay in lays) else range(len(files))
-    for rank in sources:
-        path, sec = files[rank][0], secs[rank]
-        for box in lays[rank].boxes:
-            for start, buf in _slabs(path, sec, lays[rank], box, chunk_bytes):
-                region = tuple(slice(a, a + n) for a, n in zip(start, buf.shape, strict=True))
-                if transpose:
-                    dset[region[::-1]] = buf.T
-                else:
-                    dset[region] = buf
-    if lays[0].replicated and math.prod(gshape) <= _ATTR_MAX and np.dtype(secs[0].dtype).kind in "biuf":
-        attrs[name] = np.asarray(dset[...]).tolist()
+    plan = (slab for rank in sources for box in lays[rank].boxes
+            for slab in slabs.plan(files[rank][0], secs[rank], lays[rank], box))
+    for start, buf in slabs.stream(plan):
+        region = tuple(slice(a, a + n) for a, n in zip(start, buf.shape, strict=True))
+        data = np.ascontiguousarray(buf.T) if transpose else buf
+        writer.write(dset, region[::-1] if transpose else region, data)
+        if lays[0].replicated and math.prod(gshape) <= _ATTR_MAX and data.dtype.kind in "biuf":
+            attrs[name] = data.tolist()
 
 
-def _slabs(path: Path, sec: Section, layout: Layout, box: Box,
-           chunk_bytes: int) -> Iterator[tuple[tuple[int, ...], np.ndarray]]:
-    """The box's data slab by slab along axis 0 (global start of each slab, verified contents)."""
-    dtype = np.dtype(sec.dtype)
-    row = max(1, math.prod(box.shape[1:]) * dtype.itemsize)
-    step = max(1, chunk_bytes // row)
-    for i in range(0, box.shape[0], step):
-        shape = (min(step, box.shape[0] - i), *box.shape[1:])
-        start = (box.start[0] + i, *box.start[1:])
-        want = Layout(layout.global_shape, (Box((0,) * len(shape), start, shape),))
-        buf = np.empty(shape, dtype=dtype)
-        runs = box_runs(layout, sec.shape, want, shape, dtype.itemsize)
-        read_runs(path, sec, runs, byte_view(buf.reshape(-1).view(np.uint8)), piece_bytes=chunk_bytes)
-        yield start, buf
+@dataclass(frozen=True)
+class _Slab:
+    """One slab to copy: rows of a stored box (global ``start``, ``shape``) and the byte runs holding it."""
+
+    source: ByteSource
+    section: Section
+    runs: Runs
+    start: tuple[int, ...]
+    shape: tuple[int, ...]
 
 
-def _copy_section(path: Path, sec: Section, dset: Any, chunk_bytes: int) -> None:
+class _Slabs:
+    """Boxes slab by slab along axis 0, each read and verified into one of two reused buffers by a helper
+    thread while the caller writes the previous one (reading and hashing overlap the output's writes)."""
+
+    def __init__(self, dtype: np.dtype, chunk_bytes: int) -> None:
+        self.dtype, self.chunk_bytes = dtype, chunk_bytes
+        self.bufs = [np.empty(0, np.uint8), np.empty(0, np.uint8)]
+
+    def plan(self, source: ByteSource, sec: Section, layout: Layout, box: Box) -> Iterator[_Slab]:
+        """The slabs of ``box`` (at most ``chunk_bytes`` each, one row at least)."""
+        row = max(1, math.prod(box.shape[1:]) * self.dtype.itemsize)
+        step = max(1, self.chunk_bytes // row)
+        for i in range(0, box.shape[0], step):
+            shape = (min(step, box.shape[0] - i), *box.shape[1:])
+            start = (box.start[0] + i, *box.start[1:])
+            want = Layout(layout.global_shape, (Box((0,) * len(shape), start, shape),))
+            runs = box_runs(layout, sec.shape, want, shape, self.dtype.itemsize)
+            yield _Slab(source, sec, runs, start, shape)
+
+    def _read(self, slab: _Slab, k: int) -> tuple[tuple[int, ...], np.ndarray]:
+        nbytes = math.prod(slab.shape) * self.dtype.itemsize
+        mapped = mapped_run(slab.source, slab.section, slab.runs)  # one run in the file: no copy at all
+        if mapped is not None and len(mapped) == nbytes and not int(slab.runs.dst[0]):
+            return slab.start, np.frombuffer(mapped, self.dtype).reshape(slab.shape)
+        if self.bufs[k].nbytes < nbytes:
+            self.bufs[k] = np.empty(nbytes, np.uint8)
+        raw = self.bufs[k][:nbytes]
+        read_runs(slab.source, slab.section, slab.runs, byte_view(raw), piece_bytes=self.chunk_bytes)
+        return slab.start, raw.view(self.dtype).reshape(slab.shape)
+
+    def stream(self, slabs: Iterator[_Slab]) -> Iterator[tuple[tuple[int, ...], np.ndarray]]:
+        """Yield (global start, verified slab); a slab is valid until the next one is asked for."""
+        with ThreadPoolExecutor(1, thread_name_prefix="ftkit-export") as pool:
+            k = 0
+            slab = next(slabs, None)
+            pending = pool.submit(self._read, slab, k) if slab is not None else None
+            while pending is not None:
+                done = pending.result()
+                k ^= 1
+                slab = next(slabs, None)
+                pending = pool.submit(self._read, slab, k) if slab is not None else None
+                yield done
+
+
+def _copy_section(source: ByteSource, sec: Section, writer: Any, dset: Any, chunk_bytes: int) -> None:
     """Stream a section without a layout into ``dset``, slab by slab, checking its whole-section digest."""
     dtype = np.dtype(sec.dtype)
     shape = sec.shape or (1,)  # a 0-d array is one element
     row = max(1, math.prod(shape[1:]) * dtype.itemsize)
     step = max(1, chunk_bytes // row)
     hasher = xxhash.xxh3_64()
-    fd = os.open(path, os.O_RDONLY)
+    buf = np.empty(min(step, shape[0]) * row, np.uint8)
+    for i in range(0, shape[0], step):
+        n = min(step, shape[0] - i)
+        raw = buf[:n * row]
+        source.read_into(sec.offset + i * row, byte_view(raw))
+        hasher.update(byte_view(raw))
+        data = raw.view(dtype).reshape((n, *shape[1:]))
+        region = (slice(i, i + n), *(slice(0, d) for d in shape[1:])) if sec.shape else ()
+        writer.write(dset, region, data if sec.shape else data[0])
+    if digest_hex(hasher) != sec.xxh3:
+        raise CorruptionError(f"{source.name}: checksum mismatch in section {sec.name!r} (stored {sec.xxh3}, "
+                              f"computed {digest_hex(hasher)}): the file is damaged")
+
+
+def _open_writer(fmt: str, out: Path) -> Any:
     try:
-        for i in range(0, shape[0], step):
-            buf = np.empty((min(step, shape[0] - i), *shape[1:]), dtype=dtype)
-            raw = buf.reshape(-1).view(np.uint8)
-            read_into(fd, sec.offset + i * row, raw, sec.offset + sec.nbytes)
-            hasher.update(byte_view(raw))
-            if sec.shape:
-                dset[i:i + buf.shape[0]] = buf
-            else:
-                dset[()] = buf[0]
-    finally:
-        os.close(fd)
-    _check_digest(path, sec, digest_hex(hasher))
+        return _Hdf5Writer(out) if fmt == "hdf5" else _NpyWriter(out)
+    except _WRITE_ERRORS as exc:
+        raise _write_error(out, exc) from exc
 
 
-def _check_digest(path: Path, sec: Section, got: str) -> None:
-    if got != sec.xxh3:
-        raise CorruptionError(f"{path}: checksum mismatch in section {sec.name!r} (stored {sec.xxh3}, "
-                              f"computed {got}): the file is damaged")
+def _write_error(out: Path, exc: BaseException) -> StorageError:
+    return StorageError(f"cannot write the export to {out}: {exc} (is the disk full? nothing was left at "
+                        f"{out}; free space or choose another place)")
 
 
 class _Hdf5Writer:
@@ -215,12 +255,28 @@ class _Hdf5Writer:
         self.file = h5py.File(self.tmp, "w")
 
     def create(self, name: str, shape: tuple[int, ...], dtype: str) -> Any:
-        return self.file.create_dataset(name, shape=shape, dtype=np.dtype(dtype))
+        try:
+            return self.file.create_dataset(name, shape=shape, dtype=np.dtype(dtype))
+        except _WRITE_ERRORS as exc:
+            raise _write_error(self.out, exc) from exc
+
+    def write(self, dset: Any, region: tuple[slice, ...], data: np.ndarray) -> None:
+        """Write C-contiguous ``data`` at ``region`` of ``dset`` (no intermediate copy)."""
+        try:
+            if region:
+                dset.write_direct(data, dest_sel=region)
+            else:
+                dset[()] = data
+        except _WRITE_ERRORS as exc:
+            raise _write_error(self.out, exc) from exc
 
     def commit(self, attrs: dict[str, Any]) -> None:
-        for k, v in attrs.items():
-            self.file.attrs[k] = v
-        self.file.close()
+        try:
+            for k, v in attrs.items():
+                self.file.attrs[k] = v
+            self.file.close()
+        except _WRITE_ERRORS as exc:
+            raise _write_error(self.out, exc) from exc
         os.replace(self.tmp, self.out)
 
     def abort(self) -> None:
@@ -232,28 +288,69 @@ class _Hdf5Writer:
 
 class _NpyWriter:
     """One ``.npy`` file per dataset (``/`` in a name becomes ``.``) in a new directory, plus
-    ``attributes.json``; the directory is renamed into place by :meth:`commit`."""
+    ``attributes.json``; the directory is renamed into place by :meth:`commit`. Each file is preallocated
+    when created (a full disk fails there) and written with ``pwrite``."""
 
     def __init__(self, out: Path) -> None:
         self.out, self.tmp = out, out.with_name(f".{out.name}.partial")
         self.tmp.mkdir(parents=True)
-        self.arrays: list[np.memmap] = []
+        self.fds: list[int] = []
 
     def create(self, name: str, shape: tuple[int, ...], dtype: str) -> Any:
         path = self.tmp / (name.replace("/", ".") + ".npy")
-        arr = np.lib.format.open_memmap(path, mode="w+", dtype=np.dtype(dtype), shape=shape)
-        self.arrays.append(arr)
-        return arr
+        dt = np.dtype(dtype)
+        try:
+            with open(path, "wb") as f:
+                np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(dt),
+                                                         "fortran_order": False, "shape": tuple(shape)})
+                data_at = f.tell()
+            fd = os.open(path, os.O_WRONLY)
+            self.fds.append(fd)
+            size = data_at + math.prod(shape) * dt.itemsize
+            os.posix_fallocate(fd, 0, size)
+        except _WRITE_ERRORS as exc:
+            raise _write_error(self.out, exc) from exc
+        return fd, data_at, tuple(shape), dt.itemsize
+
+    def write(self, dset: Any, region: tuple[slice, ...], data: np.ndarray) -> None:
+        """Write C-contiguous ``data`` at ``region``: one ``pwrite`` per contiguous run of the file."""
+        fd, data_at, shape, itemsize = dset
+        data = np.ascontiguousarray(data)
+        view = byte_view(data.reshape(-1).view(np.uint8))
+        if region:
+            start = tuple(r.start for r in region)
+            zero = (0,) * len(shape)
+            runs = box_runs(Layout(shape, (Box(zero, start, data.shape),)), data.shape,
+                            Layout(shape, (Box(zero, zero, shape),)), shape, itemsize)
+            todo = list(zip(runs.src.tolist(), runs.dst.tolist(), runs.nbytes.tolist(), strict=True))
+        else:  # a 0-d array
+            todo = [(0, 0, len(view))]
+        try:
+            for src, dst, n in todo:
+                done = 0
+                while done < n:
+                    done += os.pwrite(fd, view[src + done:src + n], data_at + dst + done)
+        except _WRITE_ERRORS as exc:
+            raise _write_error(self.out, exc) from exc
 
     def commit(self, attrs: dict[str, Any]) -> None:
-        for arr in self.arrays:
-            arr.flush()
-        self.arrays.clear()
-        (self.tmp / "attributes.json").write_text(json.dumps(attrs, indent=1, sort_keys=True) + "\n")
+        try:
+            for fd in self.fds:
+                os.fsync(fd)
+            self._close()
+            (self.tmp / "attributes.json").write_text(json.dumps(attrs, indent=1, sort_keys=True) + "\n")
+        except _WRITE_ERRORS as exc:
+            raise _write_error(self.out, exc) from exc
         os.replace(self.tmp, self.out)
 
+    def _close(self) -> None:
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds.clear()
+
     def abort(self) -> None:
-        self.arrays.clear()
+        self._close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 

@@ -59,9 +59,11 @@ from .header import (
     section_of,
 )
 from .layout import Layout
+from .source import ByteSource, FileSource
 
 __all__ = ["MAGIC", "VERSION", "PREAMBLE", "Section", "Header", "FileInfo", "DEFAULT_CHUNK",
-           "encode_header", "decode_header", "write_file", "read_header", "read_header_bytes", "verify_file",
+           "encode_header", "decode_header", "write_file", "read_header", "read_header_bytes",
+           "read_source_header", "verify_file",
            "read_into", "read_arrays", "copy_file", "parse_dtype", "section_of", "digest_hex",
            "digest_chunk_size"]
 
@@ -212,40 +214,46 @@ def read_header(path: str | os.PathLike[str]) -> Header:
 def read_header_bytes(path: str | os.PathLike[str]) -> tuple[Header, bytes]:
     """:func:`read_header`, also returning the header's bytes (to send to a peer, which parses them with
     :func:`decode_header` and checks their digest itself)."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            pre = f.read(PREAMBLE.size)
-            if len(pre) < PREAMBLE.size:
-                raise FormatError(f"{path}: truncated ({size} bytes): too short for an ftkit checkpoint file")
-            magic, version, flags, reserved, header_len, hdigest = PREAMBLE.unpack(pre)
-            if magic != MAGIC:
-                raise FormatError(f"{path}: not an ftkit checkpoint file (bad magic {magic!r})")
-            if version != VERSION:
-                raise FormatError(f"{path}: format version {version} is not supported (this ftkit reads "
-                                  f"version {VERSION}): use a matching ftkit")
-            if flags or reserved:
-                raise FormatError(f"{path}: unknown flags {flags:#x}/{reserved:#x} in the preamble: damaged, "
-                                  "or written by a newer ftkit")
-            if header_len > min(_MAX_HEADER, size - PREAMBLE.size):
-                raise FormatError(f"{path}: truncated or damaged: header of {header_len} bytes does not fit "
-                                  f"in {size} bytes")
-            raw = f.read(header_len)
-    except FileNotFoundError as exc:
-        raise CheckpointNotFoundError(f"{path}: checkpoint file is missing") from exc
-    except StorageError:
-        raise
-    except OSError as exc:
-        raise StorageError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    with FileSource(path) as src:
+        return read_source_header(src)
+
+
+def read_source_header(src: ByteSource) -> tuple[Header, bytes]:
+    """:func:`read_header_bytes` of any byte source (a plain file, a differential L4 checkpoint...).
+
+    Raises
+    ------
+    FormatError, CorruptionError, StorageError
+        As :func:`read_header` (a source too short for its header or its recorded size is truncated).
+    """
+    name, size = src.name, src.size
+    if size < PREAMBLE.size:
+        raise FormatError(f"{name}: truncated ({size} bytes): too short for an ftkit checkpoint file")
+    pre = bytearray(PREAMBLE.size)
+    src.read_into(0, memoryview(pre))
+    magic, version, flags, reserved, header_len, hdigest = PREAMBLE.unpack(pre)
+    if magic != MAGIC:
+        raise FormatError(f"{name}: not an ftkit checkpoint file (bad magic {magic!r})")
+    if version != VERSION:
+        raise FormatError(f"{name}: format version {version} is not supported (this ftkit reads "
+                          f"version {VERSION}): use a matching ftkit")
+    if flags or reserved:
+        raise FormatError(f"{name}: unknown flags {flags:#x}/{reserved:#x} in the preamble: damaged, "
+                          "or written by a newer ftkit")
+    if header_len > min(_MAX_HEADER, size - PREAMBLE.size):
+        raise FormatError(f"{name}: truncated or damaged: header of {header_len} bytes does not fit "
+                          f"in {size} bytes")
+    buf = bytearray(header_len)
+    src.read_into(PREAMBLE.size, memoryview(buf))
+    raw = bytes(buf)
     actual = xxhash.xxh3_64_intdigest(raw)
     if actual != hdigest:
-        raise CorruptionError(f"{path}: header checksum mismatch (stored {hdigest:016x}, computed "
+        raise CorruptionError(f"{name}: header checksum mismatch (stored {hdigest:016x}, computed "
                               f"{actual:016x}): the file is damaged")
-    header = decode_header(raw, actual, str(path))
+    header = decode_header(raw, actual, name)
     if size != header.file_size:
         what = "truncated" if size < header.file_size else "has trailing bytes"
-        raise FormatError(f"{path}: {what}: {size} bytes on disk, header says {header.file_size}")
+        raise FormatError(f"{name}: {what}: {size} bytes on disk, header says {header.file_size}")
     return header, raw
 
 

@@ -2,8 +2,9 @@
 
 Post-processing (:func:`flush_l4`, local work): copy this rank's L1 file to ``glbl_dir``, or with
 ``enable_dcp = 1`` write only the blocks that changed since the rank's previous L4 checkpoint
-(:mod:`ftkit.checkpoint.dcp`) into ``glbl_dir/<exec_id>/l4dcp``. An inline L4 checkpoint (``inline_l4 = 1``
-without dCP) is written straight to L4 as the primary level and needs no post-processing.
+(:mod:`ftkit.checkpoint.dcp`) into ``glbl_dir/<exec_id>/l4dcp`` (:func:`~ftkit.storage.dcpstore.dcp_dir`).
+An inline L4 checkpoint (``inline_l4 = 1`` without dCP) is written straight to L4 as the primary level and
+needs no post-processing.
 
 Recovery: :class:`DcpStep` (entries written with dCP) rebuilds the rank's file from its block store into
 the L4 directory and makes that map the base of the rank's next differential write; :class:`PFSStep` reads
@@ -17,10 +18,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..._paths import inside
-from ...config import Config
 from ...errors import ProcessFailure
 from ...storage._fsutil import make_dirs
+from ...storage.dcpstore import DCP_DIR, dcp_dir
 from ...storage.format import copy_file
 from ...storage.manifest import CheckpointEntry
 from ..contract import DAMAGED, CheckpointJob, Level, LevelFileStep, Located, PipelineContext, RecoveryStep
@@ -29,20 +29,8 @@ from ..dcp import DcpWriter, restore_dcp
 __all__ = ["LEVEL", "DCP_DIR", "dcp_dir", "flush_to_pfs", "flush_dcp", "flush_l4", "PFSStep", "DcpStep",
            "pfs_request", "pfs_work"]
 
-DCP_DIR = "l4dcp"
 _WRITERS: dict[tuple[str, int], DcpWriter] = {}
 _WRITERS_LOCK = threading.Lock()
-
-
-def dcp_dir(config: Config, exec_id: str) -> Path:
-    """Directory of the differential L4 block stores and maps of run ``exec_id`` (inside ``glbl_dir``).
-
-    Raises
-    ------
-    UnsafePathError
-        If ``exec_id`` would lead outside ``glbl_dir``.
-    """
-    return inside(config.glbl_dir, exec_id, DCP_DIR, what="differential L4 directory")
 
 
 def _writer(directory: Path, rank: int, block_size: int) -> DcpWriter:
@@ -68,7 +56,7 @@ def flush_to_pfs(ctx: PipelineContext, job: CheckpointJob) -> None:
 def flush_dcp(ctx: PipelineContext, job: CheckpointJob) -> None:
     """L4 post-processing with ``enable_dcp``: write the blocks of this rank's file changed since last L4."""
     src = ctx.level(job.primary, job.nodes).path(job.ckpt_id, ctx.rank)
-    w = _writer(dcp_dir(ctx.config, ctx.exec_id), ctx.rank, ctx.config.dcp_block_size)
+    w = _writer(dcp_dir(ctx.config.glbl_dir, ctx.exec_id), ctx.rank, ctx.config.dcp_block_size)
     w.write(src, job.ckpt_id, keep_ids=_l4_keep_ids(ctx))
 
 
@@ -107,7 +95,7 @@ class DcpStep(RecoveryStep):
         try:
             dst = storage.path(entry.id, ctx.rank)
             make_dirs(dst.parent)
-            directory = dcp_dir(ctx.config, ctx.exec_id)
+            directory = dcp_dir(ctx.config.glbl_dir, ctx.exec_id)
             restore_dcp(directory, ctx.rank, entry.id, dst)
             header = storage.verify(entry.id, ctx.rank, entry.files[ctx.rank].digest)
         except ProcessFailure:
@@ -123,7 +111,7 @@ def pfs_request(ctx: PipelineContext, job: CheckpointJob) -> dict[str, Any]:
     """Head mode: where the head writes this rank's L4 copy (and the dCP settings)."""
     req: dict[str, Any] = {"dst": str(ctx.level(4, job.nodes).path(job.ckpt_id, ctx.rank))}
     if ctx.config.enable_dcp:
-        req["dcp_dir"] = str(dcp_dir(ctx.config, ctx.exec_id))
+        req["dcp_dir"] = str(dcp_dir(ctx.config.glbl_dir, ctx.exec_id))
         req["dcp_block"] = ctx.config.dcp_block_size
         req["keep"] = list(_l4_keep_ids(ctx))
     return req

@@ -1,0 +1,114 @@
+"""Where each rank's copy of a checkpoint is: one lookup for the readers that work without a recovery chain.
+
+:class:`RunCopies` answers, for one checkpoint of a run, "which level holds a verified copy of rank ``r``'s
+file, and how is it read". Elastic recovery (:mod:`ftkit.checkpoint.reshard`) and ``ftkit export``
+(:mod:`ftkit.storage.export`) both use it.
+
+- Levels are tried cheapest first (:data:`SOURCE_LEVELS`): the L1 file (node-local; on a cluster only where
+  that node's directory is reachable), the L2 partner copy (kept by the next member of the rank's group),
+  the L4 copy: a plain file, or for an entry written with ``enable_dcp`` the differential checkpoint read in
+  place (:class:`~ftkit.storage.dcpstore.DcpSource`). Only levels at which the entry is complete are tried.
+- A copy is *found* when its header is intact and is the committed one: its digest is the manifest's, and it
+  names the rank and the checkpoint. Section bytes are verified by the readers (chunk or section digests of
+  that header).
+- L3 holds parity, not files: after a decoder rebuilt a group's L1 files, ``open(3, r)`` reads the rebuilt L1
+  file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import FtkitError
+from .dcpstore import DcpSource, dcp_dir
+from .format import DEFAULT_CHUNK, Header, read_source_header
+from .levels import make_level
+from .manifest import CheckpointEntry
+from .repair import entry_groups
+from .source import ByteSource, FileSource
+
+__all__ = ["SOURCE_LEVELS", "Copy", "RunCopies"]
+
+#: Levels holding a rank's checkpoint file itself, cheapest first.
+SOURCE_LEVELS = (1, 2, 4)
+#: What a damaged or unreachable copy raises while its header is read.
+_DAMAGED = (FtkitError, OSError, ValueError, KeyError, IndexError, TypeError)
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A rank's file found at ``level``: its checked header and the header's bytes (to send to a peer)."""
+
+    level: int
+    header: Header
+    raw: bytes
+
+
+class RunCopies:
+    """The copies of the files of checkpoint ``entry`` of run ``exec_id``.
+
+    Parameters
+    ----------
+    ckpt_dir, glbl_dir
+        The run's node-local and global directories.
+    exec_id
+        The run's identity.
+    entry
+        The manifest entry of the checkpoint.
+    chunk_bytes
+        I/O chunk of the storage levels (bytes).
+    """
+
+    def __init__(self, ckpt_dir: Path, glbl_dir: Path, exec_id: str, entry: CheckpointEntry,
+                 chunk_bytes: int = DEFAULT_CHUNK) -> None:
+        self.ckpt_dir, self.glbl_dir = Path(ckpt_dir), Path(glbl_dir)
+        self.exec_id, self.entry, self.chunk_bytes = exec_id, entry, chunk_bytes
+        self.dcp = bool(entry.extra.get("dcp"))
+
+    def path(self, level: int, rank: int) -> Path:
+        """Where ``rank``'s file is kept at ``level`` as a plain file (L2: the partner copy on the next
+        member of its group; L3: the L1 file a decoder rebuilt)."""
+        level = 1 if level == 3 else level
+        holder = rank
+        if level == 2:
+            group = next(list(g) for g in entry_groups(self.entry) if rank in g)
+            holder = group[(group.index(rank) + 1) % len(group)]
+        storage = make_level(level, self.ckpt_dir, self.glbl_dir, self.exec_id, self.entry.nodes,
+                             self.chunk_bytes)
+        return storage.path(self.entry.id, holder)
+
+    def open(self, level: int, rank: int) -> ByteSource:
+        """A byte source of ``rank``'s file at ``level`` (close it after use).
+
+        Raises
+        ------
+        CheckpointNotFoundError, StorageError, FormatError
+            If that copy is missing or cannot be opened.
+        """
+        if level == 4 and self.dcp:
+            return DcpSource(dcp_dir(self.glbl_dir, self.exec_id), rank, self.entry.id)
+        return FileSource(self.path(level, rank))
+
+    def find(self, rank: int, after: int = 0,
+             levels: Sequence[int] = SOURCE_LEVELS) -> tuple[Copy | None, str]:
+        """The first level of ``levels`` above ``after`` holding ``rank``'s committed file: ``(copy, "")``,
+        or ``(None, why not)`` naming what each level lacked."""
+        why = []
+        for lv in levels:
+            if lv <= after or not self.entry.complete(lv):
+                continue
+            try:
+                with self.open(lv, rank) as src:
+                    header, raw = read_source_header(src)
+                    name = src.name
+            except _DAMAGED as exc:
+                why.append(f"L{lv}: {exc}")
+                continue
+            if (header.digest != self.entry.files[rank].digest or header.rank != rank
+                    or header.ckpt_id != self.entry.id):
+                why.append(f"L{lv}: {name} is not the committed file")
+                continue
+            return Copy(lv, header, raw), ""
+        return None, "; ".join(why) or "no level holds it"
