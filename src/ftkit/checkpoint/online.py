@@ -153,7 +153,7 @@ def repair(ckpt: Checkpointer, cause: BaseException) -> None:
     for comm in comms_of(ckpt):
         with contextlib.suppress(Exception):
             revoke(comm)
-    rebuilt = rebuild(state.world, ckpt.rank, state.napp, ckpt.config.failure_timeout)
+    rebuilt = ckpt._shrink_world(rebuild(state.world, ckpt.rank, state.napp, ckpt.config.failure_timeout))
     if state.fenced or state.fresh:  # a further failure before the data was restored: the same recovery
         state.report.dead = tuple(sorted({*state.report.dead, *rebuilt.dead}))
     else:
@@ -175,11 +175,13 @@ def comms_of(ckpt: Checkpointer) -> Iterable[Any]:
     return [c for c in comms if c is not None and c != MPI.COMM_NULL]
 
 
-def adopt(ckpt: Checkpointer, app: Any) -> None:
+def adopt(ckpt: Checkpointer, app: Any, plan: Callable[[list[int], int], Any] | None = None) -> None:
     """Make ``app`` (the repaired application communicator) ``ckpt``'s communicator (collective over it).
 
     The run's state (execution id, node map, manifest) comes from the lowest rank that holds it; every rank
     then builds its internal communicator, topology, pipeline context and post-processing afresh.
+    ``plan(node map, rank)``, if given, plans the topology instead (a smaller job: :mod:`.shrink`; it may
+    replace ``ckpt.config``).
 
     Raises
     ------
@@ -213,9 +215,10 @@ def adopt(ckpt: Checkpointer, app: Any) -> None:
     config = ckpt.config
     ckpt.comm = AppComm.wrap(app, ckpt)
     ckpt.rank, ckpt.nranks = rank, size
-    ckpt.topology = plan_topology(list(run["nodes"]), rank, head=0, group_size=config.group_size,
-                                  ckpt_dir=config.ckpt_dir,
-                                  need_groups=bool(config.ckpt_l2 or config.ckpt_l3))
+    ckpt.topology = plan(list(run["nodes"]), rank) if plan is not None else plan_topology(
+        list(run["nodes"]), rank, head=0, group_size=config.group_size, ckpt_dir=config.ckpt_dir,
+        need_groups=bool(config.ckpt_l2 or config.ckpt_l3))
+    config = ckpt.config
     ckpt.exec_id = str(run["exec_id"])
     manifest = Manifest.loads(run["manifest"])
     ckpt._store = ManifestStore(config.meta_dir, manifest, writer=rank == 0)
@@ -338,12 +341,12 @@ def restore(ckpt: Checkpointer) -> int:
         try:
             if state.adopted is not state.rebuilt:
                 assert state.rebuilt is not None and state.rebuilt.app is not None
-                adopt(ckpt, state.rebuilt.app)
+                ckpt._adopt(state.rebuilt.app)
                 state.adopted = state.rebuilt
             if state.fresh:
                 forget_unreachable(ckpt)
             try:
-                info, entry = recover_newest(ckpt._ctx, ckpt._protected, ckpt.recovery_steps)
+                info, entry = recover_newest(ckpt._ctx, ckpt._protected, ckpt.recovery_steps, ckpt._layouts)
             except RecoveryError as exc:
                 assert state.rebuilt is not None
                 cannot_go_on(state.rebuilt, f"no checkpoint can be recovered by the new set of ranks ({exc})")
