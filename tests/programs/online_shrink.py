@@ -49,7 +49,8 @@ except ftkit.OnlineRecoveryError as exc:  # a spare, when the job could not be r
     (out / f"online-error.spare{os.getpid()}").write_text(str(exc))
     exit_without_finalize(None, 3)
 first_rank = ckpt.comm.rank
-(out / f"pid.{first_rank}").write_text(str(os.getpid()))
+(out / f"pid.{first_rank}.tmp{os.getpid()}").write_text(str(os.getpid()))
+os.replace(out / f"pid.{first_rank}.tmp{os.getpid()}", out / f"pid.{first_rank}")  # never read half-written
 plate = heat.Plate(a.size, ckpt.comm.size, ckpt.comm.rank)
 
 
