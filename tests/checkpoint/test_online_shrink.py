@@ -14,8 +14,8 @@ import pytest
 
 from ftkit.inject import kill_pid
 
-from ..conftest import REPO
-from ._util import write_config
+from ..conftest import REPO, run_python
+from ._util import digest_of, heat, run_heat, write_config
 from .test_online import Job, _bit_identical_recoveries, _digests, _wait_for
 
 pytestmark = pytest.mark.mpi
@@ -112,3 +112,24 @@ def test_kill_during_the_shrink_recovery_then_a_relaunch_recovers(tmp_path):
         p.unlink()
     shutil.rmtree(tmp_path / "held", ignore_errors=True)
     _relaunch_recovers(tmp_path, 6)
+
+
+def test_heat_example_continues_on_fewer_ranks(tmp_path):
+    # examples/heat.py --shrink: 6 ranks, no spare, L1 every 5 steps; rank 4 kills itself at step 17.
+    write_config(tmp_path, ckpt_l1=5)
+    r = run_heat(tmp_path, 6, "--steps", "30", "--size", "32", "--shrink", "--kill-at", "17",
+                 "--kill-rank", "4")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "heat: continued on 5 of 6 ranks (ranks [4] died)" in r.stdout, r.stdout
+    assert digest_of(r.stdout) == heat.digest(heat.reference(32, 30)), r.stdout
+
+
+def test_on_shrink_must_be_callable(tmp_path):
+    write_config(tmp_path, ckpt_l1=5)
+    r = run_python(2, PROGRAM, "--config", "ftkit.ini", "--dir", str(tmp_path), "--bad-callback",
+                   cwd=tmp_path, node_size=1, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = re.findall(r"^R(\d) (.*)$", r.stdout, re.M)
+    assert sorted(rank for rank, _ in lines) == ["0", "1"], r.stdout
+    want = "CheckpointError: steps(on_shrink='x'): expected a function"
+    assert all(m.startswith(want) for _, m in lines), lines

@@ -7,6 +7,7 @@ start, a promoted spare ``<dir>/pid.<rank>`` again; rank 0 (of the current commu
 ``--no-layout`` protects the band without its place in the plate (the shrink must then fail).
 ``--hold-rank R``: the process that was rank R at start writes ``<dir>/held`` and sleeps until it is
 killed from outside when it reaches the restore of a shrink (a kill during the shrink recovery itself).
+``--bad-callback`` only prints ``R<rank> <error>`` of ``steps(1, on_shrink="x")``.
 
 Output on rank 0: ``shrink old=<n> new=<m> failed=[..] ckpt=<id> level=<L>`` per shrink, ``recovery
 dead=[..] ckpt=<id> level=<L>`` per online recovery, then ``digest <hex>`` of the final field and
@@ -40,6 +41,7 @@ p.add_argument("--pause", type=float, default=0.0)
 p.add_argument("--dir", required=True)
 p.add_argument("--no-layout", action="store_true")
 p.add_argument("--hold-rank", type=int, default=-1)
+p.add_argument("--bad-callback", action="store_true", help="print R<rank> <error> of steps(on_shrink='x')")
 a = p.parse_args()
 out = Path(a.dir)
 
@@ -76,6 +78,13 @@ def hold(fn):  # type: ignore[no-untyped-def]
 
 
 online.recover_newest = hold(online.recover_newest)
+if a.bad_callback:
+    try:
+        ckpt.steps(1, on_shrink="x")  # type: ignore[arg-type]
+    except ftkit.CheckpointError as exc:
+        print(f"R{first_rank} {type(exc).__name__}: {exc}", flush=True)
+    ckpt.finalize()
+    sys.exit(0)
 protect()
 try:
     for step in ckpt.steps(a.steps, on_shrink=on_shrink):
