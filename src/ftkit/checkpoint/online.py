@@ -22,7 +22,7 @@ application:
 A failure during the restore starts it again with the spares left. When it cannot recover online (spares
 exhausted, all ranks that knew the run's state lost), every survivor raises the same
 :class:`~ftkit.errors.OnlineRecoveryError`; the checkpoints stay on disk and a relaunch recovers from them
-(:func:`cannot_go_on` is the one place where "continue with fewer ranks" would plug in).
+(with ``steps(on_shrink=)`` the survivors continue with fewer ranks instead: :mod:`.shrink`).
 
 A replacement takes over the dead rank's *logical* node (``ckpt.topology`` is planned from the job's
 original node map): its node-local files live under that node's directory on the spare's own disk. Files

@@ -19,8 +19,10 @@ job has none, or they were used by earlier failures), the survivors do not give 
 
 A further failure between the shrink and the end of that restore is not survived online: every survivor
 raises the same OnlineRecoveryError and the checkpoint stays on disk for a relaunch (on any rank count).
-The job is exposed from the failure until its first checkpoint on the smaller communicator at a level
-that covers a node loss (after an L4 fallback: the next L4 checkpoint). When some idle spares are left but
+The restore only reads: the restored checkpoint's lost copies and parity are not rebuilt for the smaller
+job, so it is exposed (a further node loss may leave that checkpoint unreadable: an older one is used, or
+the job stops) until its first checkpoint on the smaller communicator at a level that covers a node loss
+(after an L4 fallback: the next L4 checkpoint). When some idle spares are left but
 fewer than the dead ranks, nothing shrinks: the repair fails as without ``on_shrink``.
 """
 
