@@ -64,6 +64,7 @@ def protect() -> None:
 
 
 def on_shrink(comm) -> None:  # type: ignore[no-untyped-def]
+    assert comm.allreduce(1) == comm.size == ckpt.nranks  # the callback may communicate on the new comm
     plate.place(comm.size, comm.rank)
     protect()
 

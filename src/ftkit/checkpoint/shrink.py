@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointError, ConfigError, ConfigWarning, TopologyError
+from ..errors import CheckpointError, ConfigError, ConfigWarning, ProcessFailure, TopologyError
 from ..failure.replace import Rebuilt, _app_comm, _attempt
 from ..failure.ulfm import agree_flag, require_ulfm
 from ..topology import Topology, plan_topology
@@ -122,7 +122,11 @@ def shrink_world(ckpt: Checkpointer, rebuilt: Rebuilt) -> Rebuilt:
     if sh.pending is not None:
         cannot_go_on(rebuilt, "a further rank died during the recovery onto fewer ranks")
     app, ok = _attempt(_app_comm, rebuilt.world, ckpt.rank)
-    if not agree_flag(rebuilt.world, ok):
+    try:
+        ok = agree_flag(rebuilt.world, ok)
+    except ProcessFailure:
+        ok = 0
+    if not ok:
         cannot_go_on(rebuilt, "a further rank died while the survivors formed a smaller communicator")
     assert app is not None
     from mpi4py import MPI
@@ -152,12 +156,14 @@ def adopt_fewer(ckpt: Checkpointer, app: Any) -> None:
     survivors = sh.survivors
     adopt(ckpt, app, plan=lambda nodes, rank: plan_fewer(ckpt, [nodes[r] for r in survivors], rank))
     ckpt._forget_protected()
-    state.in_loop = False  # a failure inside the callback raises ProcessFailure: restore() repairs
+    # The callback may communicate on ckpt.comm (not fenced); a failure inside it raises ProcessFailure
+    # (not in the loop), and restore() repairs.
+    state.in_loop = state.fenced = False
     try:
         assert sh.on_shrink is not None
         sh.on_shrink(ckpt.comm)
     finally:
-        state.in_loop = True
+        state.in_loop = state.fenced = True
     bare = sorted(set(ckpt._protected) - set(ckpt._layouts)) or ([] if ckpt._protected else ["<none>"])
     timeout = ckpt.config.failure_timeout
     if not _mpi.all_true(ckpt._icomm, not bare, timeout, "continue with fewer ranks: layouts"):
