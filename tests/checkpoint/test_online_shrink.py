@@ -133,3 +133,12 @@ def test_on_shrink_must_be_callable(tmp_path):
     assert sorted(rank for rank, _ in lines) == ["0", "1"], r.stdout
     want = "CheckpointError: steps(on_shrink='x'): expected a function"
     assert all(m.startswith(want) for _, m in lines), lines
+
+
+def test_edge_sendrecv_on_a_revoked_comm_raises_instead_of_crashing(tmp_path):
+    # After a failure the survivors revoke ckpt.comm; rank 0 of a halo exchange sends down and receives from
+    # PROC_NULL. Open MPI 5.0's MPI_Sendrecv segfaults there (it cancels a request it never posted), which
+    # killed rank 0 in 2 of 8 heat runs with --shrink or spares: AppComm sends alone instead.
+    r = run_python(2, REPO / "tests" / "programs" / "appcomm_sendrecv.py", cwd=tmp_path, timeout=120)
+    assert "R0 alive" in r.stdout and "R1 alive" in r.stdout, r.stdout + r.stderr
+    assert re.search(r"^sendrecv raised \d+$", r.stdout, re.M), r.stdout
