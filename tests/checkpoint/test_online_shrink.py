@@ -53,7 +53,8 @@ def test_rank_killed_without_spares_continues_on_seven(tmp_path):
     r = job.done()
     _bit_identical_recoveries(r)
     assert _shrinks(r.stdout) == [(8, 7, "5", 1)], r.stdout
-    assert "ConfigWarning" in r.stderr and "taken at L4" in r.stderr, r.stderr
+    assert "ConfigWarning" in r.stderr and "nodes hold [2, 2, 1, 2] ranks" in r.stderr, r.stderr
+    assert "taken at L4 instead (ckpt_l4 = 5)" in r.stderr, r.stderr
 
 
 def test_node_lost_then_a_rank_lost_shrinks_twice(tmp_path):

@@ -183,14 +183,16 @@ def plan_fewer(ckpt: Checkpointer, nodes: list[int], rank: int) -> Topology:
     try:
         return plan_topology(nodes, rank, group_size=config.group_size, ckpt_dir=config.ckpt_dir,
                              need_groups=need)
-    except TopologyError as exc:
-        why = str(exc)
+    except TopologyError:
+        counts = [nodes.count(n) for n in range(len(ids))]
+        why = (f"the survivors' nodes hold {counts} ranks" if len(set(counts)) > 1 else
+               f"{len(ids)} node(s) left for group_size = {config.group_size}")
     if need:
         l4 = config.ckpt_l4 or min(v for v in (config.ckpt_l2, config.ckpt_l3) if v)
         ckpt.config = config.replace(ckpt_l2=0, ckpt_l3=0, ckpt_l4=l4)
         if rank == 0:
             warnings.warn(ConfigWarning(
-                f"continuing on {len(nodes)} ranks: L2/L3 checkpoints no longer fit the job ({why}); they "
+                f"continuing on {len(nodes)} ranks: L2 partners and L3 groups no longer fit ({why}); they "
                 f"are taken at L4 instead (ckpt_l4 = {l4}) until the job is relaunched"), stacklevel=2)
     return Topology(rank=rank, world_rank=rank, node_of=tuple(nodes),
                     app_world_ranks=tuple(range(len(nodes))), head_world_ranks=(),
