@@ -145,15 +145,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"heat: step {step[0]}: checkpoint at level {level}", flush=True)
     elapsed = time.perf_counter() - t0
     comm = ckpt.comm
+    shrinks = {sh.number: sh for sh in ckpt.shrinks}
     for report in ckpt.recoveries:
+        sh = shrinks.get(report.number)
         if comm.rank == 0:
-            print(f"heat: online recovery: ranks {list(report.dead)} lost, checkpoint "
+            what = f"continued on {sh.new_size} of {sh.old_size} ranks" if sh else "replaced"
+            print(f"heat: online recovery: ranks {list(report.dead)} {what}, checkpoint "
                   f"{report.checkpoint_id} restored from level {report.level}, "
                   + ", ".join(f"{k} {v:.3f} s" for k, v in report.phases().items()), flush=True)
-    for sh in ckpt.shrinks:
-        if comm.rank == 0:
-            print(f"heat: continued on {sh.new_size} of {sh.old_size} ranks (ranks {list(sh.failed)} died)",
-                  flush=True)
     field = np.empty((n, n)) if comm.rank == 0 else None
     comm.Gatherv(np.ascontiguousarray(plate.u[1:-1]), [field, plate.counts()] if comm.rank == 0 else None,
                  root=0)

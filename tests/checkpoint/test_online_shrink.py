@@ -27,10 +27,11 @@ def _job(d, napp: int, spares: int, *args: str) -> Job:
     return Job(d, napp, spares, "--pause", "0.02", *args, program=PROGRAM)
 
 
-def _shrinks(out: str) -> list[tuple[int, int, str, int]]:
-    """``(old, new, failed, level)`` of every shrink line."""
-    return [(int(o), int(n), f, int(lv)) for o, n, f, lv in
-            re.findall(r"^shrink old=(\d+) new=(\d+) failed=\[(.*)\] ckpt=\d+ level=(\d+)$", out, re.M)]
+def _shrinks(out: str) -> list[tuple[int, int, str, int, int]]:
+    """``(old, new, failed, level, recovery number)`` of every shrink line."""
+    return [(int(o), int(n), f, int(lv), int(k)) for o, n, f, lv, k in
+            re.findall(r"^shrink old=(\d+) new=(\d+) failed=\[(.*)\] ckpt=\d+ level=(\d+) number=(\d+)$", out,
+                       re.M)]
 
 
 def _errors(d) -> dict[str, str]:
@@ -52,7 +53,7 @@ def test_rank_killed_without_spares_continues_on_seven(tmp_path):
     job.kill_at(12, [5])
     r = job.done()
     _bit_identical_recoveries(r)
-    assert _shrinks(r.stdout) == [(8, 7, "5", 1)], r.stdout
+    assert _shrinks(r.stdout) == [(8, 7, "5", 1, 1)], r.stdout
     assert "ConfigWarning" in r.stderr and "nodes hold [2, 2, 1, 2] ranks" in r.stderr, r.stderr
     assert "taken at L4 instead (ckpt_l4 = 5)" in r.stderr, r.stderr
 
@@ -67,7 +68,7 @@ def test_node_lost_then_a_rank_lost_shrinks_twice(tmp_path):
     r = job.done()
     _bit_identical_recoveries(r)
     got = _shrinks(r.stdout)
-    assert [(o, n, lv) for o, n, _, lv in got] == [(8, 6, 2), (6, 5, 1)], r.stdout
+    assert [(o, n, lv, k) for o, n, _, lv, k in got] == [(8, 6, 2, 1), (6, 5, 1, 2)], r.stdout
     assert got[0][2] == "4, 5" and got[1][2] == "1", r.stdout  # ranks of the communicator of the time
 
 
@@ -80,7 +81,7 @@ def test_spares_exhausted_then_the_job_shrinks(tmp_path):
     r = job.done()
     rec = _bit_identical_recoveries(r)
     assert [d for d, _, _ in rec] == ["1", "2"], r.stdout
-    assert [(o, n, f) for o, n, f, _ in _shrinks(r.stdout)] == [(4, 3, "2")], r.stdout
+    assert [(o, n, f, k) for o, n, f, _, k in _shrinks(r.stdout)] == [(4, 3, "2", 2)], r.stdout
 
 
 def test_array_without_layout_gives_the_same_error_on_every_survivor(tmp_path):
@@ -121,7 +122,9 @@ def test_heat_example_continues_on_fewer_ranks(tmp_path):
     r = run_heat(tmp_path, 6, "--steps", "30", "--size", "32", "--shrink", "--kill-at", "17",
                  "--kill-rank", "4")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "heat: continued on 5 of 6 ranks (ranks [4] died)" in r.stdout, r.stdout
+    line = (r"^heat: online recovery: ranks \[4\] continued on 5 of 6 ranks, checkpoint \d+ restored from "
+            r"level 1,")
+    assert re.search(line, r.stdout, re.M), r.stdout
     assert digest_of(r.stdout) == heat.digest(heat.reference(32, 30)), r.stdout
 
 

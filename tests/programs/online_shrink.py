@@ -9,7 +9,7 @@ start, a promoted spare ``<dir>/pid.<rank>`` again; rank 0 (of the current commu
 killed from outside when it reaches the restore of a shrink (a kill during the shrink recovery itself).
 ``--bad-callback`` only prints ``R<rank> <error>`` of ``steps(1, on_shrink="x")``.
 
-Output on rank 0: ``shrink old=<n> new=<m> failed=[..] ckpt=<id> level=<L>`` per shrink, ``recovery
+Output on rank 0: ``shrink old=<n> new=<m> failed=[..] ckpt=<id> level=<L> number=<k>`` per shrink, ``recovery
 dead=[..] ckpt=<id> level=<L>`` per online recovery, then ``digest <hex>`` of the final field and
 ``reference <hex>`` (a serial recomputation). Every process that raises an OnlineRecoveryError writes its
 message to ``<dir>/online-error.rank<r>`` (r: its rank at start; a spare: ``.spare<pid>``) and exits with
@@ -109,7 +109,7 @@ except ftkit.OnlineRecoveryError as exc:
 if comm.rank == 0:
     for s in shrinks:
         print(f"shrink old={s.old_size} new={s.new_size} failed={list(s.failed)} ckpt={s.checkpoint_id} "
-              f"level={s.level}", flush=True)
+              f"level={s.level} number={s.number}", flush=True)
     for r in reports:
         print(f"recovery dead={list(r.dead)} ckpt={r.checkpoint_id} level={r.level}", flush=True)
     print(f"digest {heat.digest(field)}", flush=True)

@@ -56,13 +56,15 @@ OnShrink = Callable[[Any], None]
 @dataclass
 class ShrinkReport:
     """One continuation on fewer ranks: communicator sizes before and after, the ranks (of the old
-    communicator) that died, and the checkpoint the arrays were restored from (id, highest level read)."""
+    communicator) that died, the checkpoint the arrays were restored from (id, highest level read), and
+    the ``number`` of the job's online recovery it was (its :class:`~.online.RepairReport`'s)."""
 
     old_size: int
     new_size: int
     failed: tuple[int, ...]
     checkpoint_id: int = 0
     level: int = 0
+    number: int = 0
 
 
 @dataclass
@@ -204,6 +206,8 @@ def finish(ckpt: Checkpointer) -> None:
     sh, state = ckpt._shrink, ckpt._online
     if sh is None or sh.pending is None or state is None:
         return
-    sh.pending.checkpoint_id, sh.pending.level = state.report.checkpoint_id, state.report.level
+    report = state.report
+    sh.pending.checkpoint_id, sh.pending.level, sh.pending.number = report.checkpoint_id, report.level, \
+        report.number
     sh.history.append(sh.pending)
     sh.pending, sh.survivors = None, ()
