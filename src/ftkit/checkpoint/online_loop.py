@@ -72,7 +72,8 @@ class ResilientLoop:
 
     @property
     def recoveries(self) -> list[RepairReport]:
-        """The online recoveries this process took part in, oldest first (empty without spares)."""
+        """The online recoveries this process took part in, oldest first (empty without spares or
+        ``on_shrink``)."""
         return list(self._online.history) if self._online is not None else []
 
     @property

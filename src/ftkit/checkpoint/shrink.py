@@ -88,6 +88,8 @@ def check_opt_in(ckpt: Checkpointer, on_shrink: OnShrink | None) -> None:
         With ``head = 1`` (dedicated heads cannot follow a shrink).
     ULFMUnavailable
         If this MPI has no ULFM.
+    TimeoutFailure
+        Without spares, if some rank does not call ``steps(on_shrink=)`` within ``failure_timeout``.
     """
     if on_shrink is None:
         if ckpt._shrink is not None:
@@ -103,6 +105,8 @@ def check_opt_in(ckpt: Checkpointer, on_shrink: OnShrink | None) -> None:
         ckpt._shrink = ShrinkState()
     ckpt._shrink.on_shrink = on_shrink
     if ckpt._online is None:  # no spares: the loop still needs the failure handling of online recovery
+        # A rank that did not opt in is reported (TimeoutFailure) instead of a hang in Dup below.
+        _mpi.barrier(ckpt._icomm, ckpt.config.failure_timeout, "steps(on_shrink=) on every rank")
         require_ulfm(ckpt.comm, "steps(on_shrink=) (continue with fewer ranks)")
         ckpt._online = OnlineState(world=_mpi.internal_comm(ckpt.comm), napp=ckpt.nranks, spares=())
         ckpt.comm = AppComm.wrap(ckpt.comm, ckpt)
