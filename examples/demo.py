@@ -219,6 +219,25 @@ def scene_online_spares(demo: Demo) -> bool:
     return demo.compare(out)
 
 
+def scene_continue_on_fewer_ranks(demo: Demo) -> bool:
+    """Without spares, a rank dies and the survivors go on with fewer ranks (heat.py --shrink)."""
+    if demo.ranks < 3:
+        say("    skipped: needs at least 3 ranks")
+        return True
+    cfg = demo.config("shrink")
+    victim = demo.ranks // 2 + 1
+    say(f"    {demo.ranks} ranks, no spare (heat.py --shrink); rank {victim} is SIGKILLed at step "
+        f"{_kill_step(demo)} ...")
+    out = cfg.parent / "field.npy"
+    r = demo.heat(cfg, "--shrink", "--kill-at", str(_kill_step(demo)), "--kill-rank", str(victim), save=out)
+    if r.returncode != 0 or f"continued on {demo.ranks - 1} of {demo.ranks} ranks" not in r.stdout:
+        say(f"    the job did not continue on {demo.ranks - 1} ranks (exit {r.returncode}):\n"
+            f"{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
+        return False
+    say("    the job finished on fewer ranks without a relaunch")
+    return demo.compare(out)
+
+
 def scene_multiply_survives_kill(demo: Demo) -> bool:
     """A rank is SIGKILLed in the middle of a distributed multiply; the survivors still return A @ B."""
     victim = demo.ranks // 2 + 1 if demo.ranks > 2 else 0
@@ -257,6 +276,8 @@ SCENES: list[tuple[str, Callable[[Demo], bool]]] = [
     ("a whole node lost (ranks killed, local dir deleted) -> recover from L3", scene_lose_a_node),
     ("spare ranks: a rank, then a whole node die -> the job goes on online, no relaunch",
      scene_online_spares),
+    ("no spare left: a rank dies -> the survivors continue on fewer ranks, no relaunch",
+     scene_continue_on_fewer_ranks),
     ("rank killed mid-multiply -> survivors finish, product still right", scene_multiply_survives_kill),
     ("silent bit flip in a product inside CG -> ABFT checksums locate and correct it",
      scene_bit_flip_corrected),

@@ -12,7 +12,9 @@ bit for bit (``--save`` also writes it as ``.npy``). ``--kill-at STEP --kill-ran
 run reaches STEP (fresh runs only), to test recovery; ``--kill STEP:R,R`` (repeatable) plans several kills.
 
 With ``spare_ranks`` in the config (or ``ftkit launch --spares S``), a killed rank is replaced online by a
-spare and the run goes on without a relaunch; the final digest is the same.
+spare and the run goes on without a relaunch; the final digest is the same. With ``--shrink``, when no spare
+is left (or there are none) the survivors go on with fewer ranks: the plate is cut into bands for them and
+refilled from the checkpoint (``ckpt.steps(n, on_shrink=...)``); the final digest is still the same.
 
 Run: ``ftkit launch -n 4 --node-size 2 -- python examples/heat.py --steps 40 --size 64 --config ftkit.ini``
 """
@@ -58,6 +60,30 @@ def jacobi_rows(u: np.ndarray, first_global: int, n: int) -> None:
     u[1 + lo:1 + hi, 1:-1] = new[lo:hi]
 
 
+class Plate:
+    """This rank's slab of the ``n`` x ``n`` plate: its band of rows ``start..stop-1`` with one halo row on
+    each side (``u``), and where the band sits in the plate."""
+
+    def __init__(self, n: int, nranks: int, rank: int) -> None:
+        self.n = n
+        self.place(nranks, rank)
+
+    def place(self, nranks: int, rank: int) -> None:
+        """Take rank ``rank``'s band of ``nranks`` (the initial field: a restore fills it afterwards)."""
+        self.nranks = nranks
+        self.start, self.stop = row_band(self.n, nranks, rank)
+        self.u = initial_band(self.n, self.start, self.stop)
+
+    def protect(self, ckpt: ftkit.Checkpointer) -> None:
+        """Protect the band's rows (not its halos) as a box of the global plate."""
+        ckpt.protect("u", self.u[1:-1], global_shape=(self.n, self.n), offset=(self.start, 0))
+
+    def counts(self) -> list[int]:
+        """Elements held by each rank (for gathering the field)."""
+        return [(row_band(self.n, self.nranks, r)[1] - row_band(self.n, self.nranks, r)[0]) * self.n
+                for r in range(self.nranks)]
+
+
 def reference(n: int, steps: int) -> np.ndarray:
     """The same computation on one process (for bit-for-bit comparison)."""
     u = initial_band(n, 0, n)
@@ -86,13 +112,20 @@ def run(args: argparse.Namespace) -> int:
     n = args.size
     if n < comm.size + 2:
         raise SystemExit(f"--size {n} is too small for {comm.size} ranks")
-    start, stop = row_band(n, comm.size, comm.rank)
-    u = initial_band(n, start, stop)
+    plate = Plate(n, comm.size, comm.rank)
     step = np.zeros(1, dtype=np.int64)
-    # The band's rows (not its halos) as a box of the global plate, the step counter replicated: a restart
-    # may use another number of ranks (the bands are recomputed for it and refilled from the checkpoint).
-    ckpt.protect("u", u[1:-1], global_shape=(n, n), offset=(start, 0))
-    ckpt.protect("step", step, global_shape=(1,), offset=(0,))
+
+    def protect() -> None:
+        # The band as a box of the global plate, the step counter replicated: a restart may use another
+        # number of ranks (the bands are recomputed for it and refilled from the checkpoint).
+        plate.protect(ckpt)
+        ckpt.protect("step", step, global_shape=(1,), offset=(0,))
+
+    def on_shrink(new: MPI.Comm) -> None:
+        plate.place(new.size, new.rank)  # the survivors' bands; the loop refills them from the checkpoint
+        protect()
+
+    protect()
     if ckpt.restarted:
         info = ckpt.recover()
         if comm.rank == 0:
@@ -100,25 +133,29 @@ def run(args: argparse.Namespace) -> int:
                   f"at step {step[0]}",
                   flush=True)
     t0 = time.perf_counter()
-    for s in ckpt.steps(args.steps):  # after an online recovery (spare_ranks), resumes at the restored step
+    # after an online recovery (spare_ranks, or fewer ranks with --shrink), resumes at the restored step
+    for s in ckpt.steps(args.steps, on_shrink=on_shrink if args.shrink else None):
         comm = ckpt.comm  # the repaired communicator after an online recovery
         _maybe_kill(ckpt, s, args)
-        exchange_halos(comm, u)
-        jacobi_rows(u, start, n)
+        exchange_halos(comm, plate.u)
+        jacobi_rows(plate.u, plate.start, n)
         step[0] = s + 1
         level = ckpt.snapshot()
         if level and comm.rank == 0 and args.verbose:
             print(f"heat: step {step[0]}: checkpoint at level {level}", flush=True)
     elapsed = time.perf_counter() - t0
     comm = ckpt.comm
+    shrinks = {sh.number: sh for sh in ckpt.shrinks}
     for report in ckpt.recoveries:
+        sh = shrinks.get(report.number)
         if comm.rank == 0:
-            print(f"heat: online recovery: ranks {list(report.dead)} replaced, checkpoint "
+            what = f"continued on {sh.new_size} of {sh.old_size} ranks" if sh else "replaced"
+            print(f"heat: online recovery: ranks {list(report.dead)} {what}, checkpoint "
                   f"{report.checkpoint_id} restored from level {report.level}, "
                   + ", ".join(f"{k} {v:.3f} s" for k, v in report.phases().items()), flush=True)
-    counts = [(row_band(n, comm.size, r)[1] - row_band(n, comm.size, r)[0]) * n for r in range(comm.size)]
     field = np.empty((n, n)) if comm.rank == 0 else None
-    comm.Gatherv(np.ascontiguousarray(u[1:-1]), [field, counts] if comm.rank == 0 else None, root=0)
+    comm.Gatherv(np.ascontiguousarray(plate.u[1:-1]), [field, plate.counts()] if comm.rank == 0 else None,
+                 root=0)
     status = ckpt.status()
     ckpt.finalize()
     if comm.rank == 0:
@@ -186,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kill", action="append", default=[], metavar="STEP:R[,R...]",
                    help="SIGKILL these ranks at STEP (repeatable: the i-th after i online recoveries); ranks "
                         "that make up a whole node delete its node-local directory first")
+    p.add_argument("--shrink", action="store_true",
+                   help="when no spare is left, continue on the survivors (steps(on_shrink=...))")
     p.add_argument("--save", default=None, help="rank 0 saves the final field to this .npy file")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)

@@ -46,10 +46,11 @@ def _progress(d: Path) -> int:
 class Job:
     """The program under ``run_mpi`` in a thread, so the test can kill ranks while it runs."""
 
-    def __init__(self, d: Path, napp: int, spares: int, *args: str, node_size: int = 2) -> None:
+    def __init__(self, d: Path, napp: int, spares: int, *args: str, node_size: int = 2,
+                 program: Path = PROGRAM) -> None:
         self.d = d
         self.result: MPIResult | None = None
-        cmd = [sys.executable, str(PROGRAM), "--config", str(d / "ftkit.ini"), "--dir", str(d), *args]
+        cmd = [sys.executable, str(program), "--config", str(d / "ftkit.ini"), "--dir", str(d), *args]
         self.thread = threading.Thread(target=self._run, args=(napp, spares, cmd, node_size), daemon=True)
         self.thread.start()
 

@@ -22,7 +22,7 @@ application:
 A failure during the restore starts it again with the spares left. When it cannot recover online (spares
 exhausted, all ranks that knew the run's state lost), every survivor raises the same
 :class:`~ftkit.errors.OnlineRecoveryError`; the checkpoints stay on disk and a relaunch recovers from them
-(:func:`cannot_go_on` is the one place where "continue with fewer ranks" would plug in).
+(with ``steps(on_shrink=)`` the survivors continue with fewer ranks instead: :mod:`.shrink`).
 
 A replacement takes over the dead rank's *logical* node (``ckpt.topology`` is planned from the job's
 original node map): its node-local files live under that node's directory on the spare's own disk. Files
@@ -156,7 +156,7 @@ def repair(ckpt: Checkpointer, cause: BaseException) -> None:
     for comm in comms_of(ckpt):
         with contextlib.suppress(Exception):
             revoke(comm)
-    rebuilt = rebuild(state.world, ckpt.rank, state.napp, ckpt.config.failure_timeout)
+    rebuilt = ckpt._shrink_world(rebuild(state.world, ckpt.rank, state.napp, ckpt.config.failure_timeout))
     if state.fenced or state.fresh:  # a further failure before the data was restored: the same recovery
         state.report.dead = tuple(sorted({*state.report.dead, *rebuilt.dead}))
     else:
@@ -178,11 +178,13 @@ def comms_of(ckpt: Checkpointer) -> Iterable[Any]:
     return [c for c in comms if c is not None and c != MPI.COMM_NULL]
 
 
-def adopt(ckpt: Checkpointer, app: Any) -> None:
+def adopt(ckpt: Checkpointer, app: Any, plan: Callable[[list[int], int], Any] | None = None) -> None:
     """Make ``app`` (the repaired application communicator) ``ckpt``'s communicator (collective over it).
 
     The run's state (execution id, node map, manifest) comes from the lowest rank that holds it; every rank
     then builds its internal communicator, topology, pipeline context and post-processing afresh.
+    ``plan(node map, rank)``, if given, plans the topology instead (a smaller job: :mod:`.shrink`; it may
+    replace ``ckpt.config``).
 
     Raises
     ------
@@ -216,9 +218,10 @@ def adopt(ckpt: Checkpointer, app: Any) -> None:
     config = ckpt.config
     ckpt.comm = AppComm.wrap(app, ckpt)
     ckpt.rank, ckpt.nranks = rank, size
-    ckpt.topology = plan_topology(list(run["nodes"]), rank, head=0, group_size=config.group_size,
-                                  ckpt_dir=config.ckpt_dir,
-                                  need_groups=bool(config.ckpt_l2 or config.ckpt_l3))
+    ckpt.topology = plan(list(run["nodes"]), rank) if plan is not None else plan_topology(
+        list(run["nodes"]), rank, head=0, group_size=config.group_size, ckpt_dir=config.ckpt_dir,
+        need_groups=bool(config.ckpt_l2 or config.ckpt_l3))
+    config = ckpt.config
     ckpt.exec_id = str(run["exec_id"])
     manifest = Manifest.loads(run["manifest"])
     ckpt._store = ManifestStore(config.meta_dir, manifest, writer=rank == 0)
@@ -276,8 +279,22 @@ def _placeholder(comm: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, 
     return None
 
 
+def _sendrecv(comm: Any, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
+              source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG, status: Any = None) -> None:
+    """``MPI.Intracomm.Sendrecv``, but a plain send when ``source`` is ``PROC_NULL`` (the edge of a halo
+    exchange): Open MPI 5.0's MPI_Sendrecv then cancels an uninitialised request when the send fails with
+    anything but ERR_PROC_FAILED (a revoked communicator) and the process dies of a segfault."""
+    if source != MPI.PROC_NULL or dest == MPI.PROC_NULL:
+        return MPI.Intracomm.Sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
+    MPI.Intracomm.Send(comm, sendbuf, dest, sendtag)
+    if status is not None:  # what a receive from PROC_NULL reports
+        status.source, status.tag, status.error = MPI.PROC_NULL, MPI.ANY_TAG, MPI.SUCCESS
+        status.Set_elements(MPI.BYTE, 0)
+    return None
+
+
 def _guarded(name: str) -> Callable[..., Any]:
-    base = getattr(MPI.Intracomm, name)
+    base = _sendrecv if name == "Sendrecv" else getattr(MPI.Intracomm, name)
 
     def method(self: AppComm, *args: Any, **kwargs: Any) -> Any:
         ckpt = getattr(self, "_ckpt", None)
@@ -342,12 +359,12 @@ def restore(ckpt: Checkpointer) -> int:
         try:
             if state.adopted is not state.rebuilt:
                 assert state.rebuilt is not None and state.rebuilt.app is not None
-                adopt(ckpt, state.rebuilt.app)
+                ckpt._adopt(state.rebuilt.app)
                 state.adopted = state.rebuilt
             if state.fresh:
                 forget_unreachable(ckpt)
             try:
-                info, entry = recover_newest(ckpt._ctx, ckpt._protected, ckpt.recovery_steps)
+                info, entry = recover_newest(ckpt._ctx, ckpt._protected, ckpt.recovery_steps, ckpt._layouts)
             except RecoveryError as exc:
                 assert state.rebuilt is not None
                 cannot_go_on(state.rebuilt, f"no checkpoint can be recovered by the new set of ranks ({exc})",

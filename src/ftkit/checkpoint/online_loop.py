@@ -17,8 +17,8 @@ from mpi4py import MPI
 
 from ..errors import CheckpointError, OnlineRecoveryError, ProcessFailure
 from ..failure.ulfm import revoke
-from . import _mpi, spares
-from .online import OnlineState, RepairReport, comms_of, is_process_failure, repair, restore
+from . import _mpi, shrink, spares
+from .online import OnlineState, RepairReport, adopt, comms_of, is_process_failure, repair, restore
 
 if TYPE_CHECKING:
     from .checkpointer import Checkpointer
@@ -30,10 +30,11 @@ class ResilientLoop:
     """The loop side of a Checkpointer: :meth:`steps` and the online-recovery state it uses."""
 
     _online: OnlineState | None = None
+    _shrink: shrink.ShrinkState | None = None   # steps(on_shrink=): continue with fewer ranks
     _loop_step: int | None = None      # the step being run (recorded by checkpoints as next_step - 1)
     _resume_step = 0                   # where the loop starts (set by recover())
 
-    def steps(self, nsteps: int) -> Iterator[int]:
+    def steps(self, nsteps: int, on_shrink: shrink.OnShrink | None = None) -> Iterator[int]:
         """Yield the steps ``0..nsteps-1`` to run: the main loop, ``for step in ckpt.steps(n)``.
 
         Communicate on ``ckpt.comm`` (re-read it every step) and call ``ckpt.snapshot()`` at the end of the
@@ -45,10 +46,18 @@ class ResilientLoop:
         spares (where ULFM works) a process failure inside the loop makes every survivor raise the same
         ``OnlineRecoveryError`` (:func:`.spares.without_spares`).
 
+        ``on_shrink(comm)`` opts in to continuing with fewer ranks when no spare is left (with or without
+        ``spare_ranks``; collective then): the survivors shrink, every protected array is forgotten and
+        ``on_shrink`` is called with the new ``ckpt.comm`` to re-protect every array with its new box
+        (``protect(name, buf, global_shape=, offset=)``); the loop restores them from the checkpoint and
+        goes on (:mod:`.shrink`; :attr:`shrinks` lists what happened).
+
         Raises
         ------
         CheckpointError
-            If ``nsteps`` is not an integer >= 0.
+            If ``nsteps`` is not an integer >= 0, or ``on_shrink`` is not callable.
+        ConfigError, ULFMUnavailable
+            With ``on_shrink`` and ``head = 1``, or without ULFM.
         OnlineRecoveryError
             On every survivor, when the job cannot recover online (the checkpoints stay for a relaunch).
         RecoveryError, ProcessFailure
@@ -58,6 +67,7 @@ class ResilientLoop:
         ckpt._check_open()
         if isinstance(nsteps, bool) or not isinstance(nsteps, int | np.integer) or nsteps < 0:
             raise CheckpointError(f"steps({nsteps!r}): the number of steps must be an integer >= 0")
+        shrink.check_opt_in(ckpt, on_shrink)
         if ckpt._restarted and not ckpt._recovered and not (self._online is not None and self._online.fresh):
             ckpt.recover()
         spares.without_spares(ckpt)  # spare_ranks = 0: a failure still ends the loop alike on every survivor
@@ -65,11 +75,26 @@ class ResilientLoop:
 
     @property
     def recoveries(self) -> list[RepairReport]:
-        """The online recoveries this process took part in, oldest first (empty without spares)."""
+        """The online recoveries this process took part in, oldest first (empty without spares or
+        ``on_shrink``)."""
         return list(self._online.history) if self._online is not None else []
+
+    @property
+    def shrinks(self) -> list[shrink.ShrinkReport]:
+        """The continuations on fewer ranks (``steps(on_shrink=)``) this process took part in, oldest
+        first."""
+        return list(self._shrink.history) if self._shrink is not None else []
 
     def _on_failure(self, exc: BaseException, what: str) -> None:
         on_failure(self, exc, what)  # type: ignore[arg-type]
+
+    def _shrink_world(self, rebuilt: Any) -> Any:
+        return shrink.shrink_world(self, rebuilt)  # type: ignore[arg-type]
+
+    def _adopt(self, app: Any) -> None:
+        """Adopt a repaired communicator (a smaller one after a shrink, see :mod:`.shrink`)."""
+        pending = self._shrink is not None and self._shrink.pending is not None
+        (shrink.adopt_fewer if pending else adopt)(self, app)  # type: ignore[arg-type]
 
 
 def finished(ckpt: Checkpointer) -> bool:
@@ -98,6 +123,7 @@ def loop(ckpt: Checkpointer, nsteps: int) -> Iterator[int]:
         while True:
             if state is not None and (state.fenced or state.fresh):
                 step = restore(ckpt)
+                shrink.finish(ckpt)
             if step >= nsteps:
                 if state is None or finished(ckpt):
                     return

@@ -1,0 +1,118 @@
+"""Heat diffusion (examples/heat.py, its ``Plate``) in ``for step in ckpt.steps(n, on_shrink=...)``, for the
+"continue with fewer ranks" tests: the driver SIGKILLs ranks from outside while it runs.
+
+Every process writes ``<dir>/pid.<rank>`` (its PID; rank in the job's first application communicator) at
+start, a promoted spare ``<dir>/pid.<rank>`` again; rank 0 (of the current communicator) writes
+``<dir>/progress`` (the last step done) after each step. ``--pause S`` sleeps S seconds per step.
+``--no-layout`` protects the band without its place in the plate (the shrink must then fail).
+``--hold-rank R``: the process that was rank R at start writes ``<dir>/held`` and sleeps until it is
+killed from outside when it reaches the restore of a shrink (a kill during the shrink recovery itself).
+``--bad-callback`` only prints ``R<rank> <error>`` of ``steps(1, on_shrink="x")``.
+
+Output on rank 0: ``shrink old=<n> new=<m> failed=[..] ckpt=<id> level=<L> number=<k>`` per shrink, ``recovery
+dead=[..] ckpt=<id> level=<L>`` per online recovery, then ``digest <hex>`` of the final field and
+``reference <hex>`` (a serial recomputation). Every process that raises an OnlineRecoveryError writes its
+message to ``<dir>/online-error.rank<r>`` (r: its rank at start; a spare: ``.spare<pid>``) and exits with
+code 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+import heat  # noqa: E402
+
+import ftkit  # noqa: E402
+from ftkit.checkpoint import online  # noqa: E402
+from ftkit.failure import exit_without_finalize  # noqa: E402
+
+p = argparse.ArgumentParser()
+p.add_argument("--config", default="ftkit.ini")
+p.add_argument("--steps", type=int, default=40)
+p.add_argument("--size", type=int, default=32)
+p.add_argument("--pause", type=float, default=0.0)
+p.add_argument("--dir", required=True)
+p.add_argument("--no-layout", action="store_true")
+p.add_argument("--hold-rank", type=int, default=-1)
+p.add_argument("--bad-callback", action="store_true", help="print R<rank> <error> of steps(on_shrink='x')")
+a = p.parse_args()
+out = Path(a.dir)
+
+try:
+    ckpt = ftkit.Checkpointer(a.config)
+except ftkit.OnlineRecoveryError as exc:  # a spare, when the job could not be recovered online
+    (out / f"online-error.spare{os.getpid()}").write_text(str(exc))
+    exit_without_finalize(None, 3)
+first_rank = ckpt.comm.rank
+(out / f"pid.{first_rank}.tmp{os.getpid()}").write_text(str(os.getpid()))
+os.replace(out / f"pid.{first_rank}.tmp{os.getpid()}", out / f"pid.{first_rank}")  # never read half-written
+plate = heat.Plate(a.size, ckpt.comm.size, ckpt.comm.rank)
+
+
+def protect() -> None:
+    if a.no_layout:
+        ckpt.protect("u", plate.u[1:-1])
+    else:
+        plate.protect(ckpt)
+
+
+def on_shrink(comm) -> None:  # type: ignore[no-untyped-def]
+    assert comm.allreduce(1) == comm.size == ckpt.nranks  # the callback may communicate on the new comm
+    plate.place(comm.size, comm.rank)
+    protect()
+
+
+def hold(fn):  # type: ignore[no-untyped-def]
+    def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if first_rank == a.hold_rank and ckpt._shrink is not None and ckpt._shrink.pending is not None:
+            (out / "held").write_text(str(os.getpid()))
+            time.sleep(600)
+        return fn(*args, **kwargs)
+    return call
+
+
+online.recover_newest = hold(online.recover_newest)
+if a.bad_callback:
+    try:
+        ckpt.steps(1, on_shrink="x")  # type: ignore[arg-type]
+    except ftkit.CheckpointError as exc:
+        print(f"R{first_rank} {type(exc).__name__}: {exc}", flush=True)
+    ckpt.finalize()
+    sys.exit(0)
+protect()
+try:
+    for step in ckpt.steps(a.steps, on_shrink=on_shrink):
+        comm = ckpt.comm
+        heat.exchange_halos(comm, plate.u)
+        heat.jacobi_rows(plate.u, plate.start, plate.n)
+        if a.pause:
+            time.sleep(a.pause)
+        ckpt.snapshot()
+        if comm.rank == 0:
+            (out / "progress").write_text(str(step))
+    comm = ckpt.comm
+    field = np.empty((plate.n, plate.n)) if comm.rank == 0 else None
+    comm.Gatherv(np.ascontiguousarray(plate.u[1:-1]), [field, plate.counts()] if comm.rank == 0 else None,
+                 root=0)
+    reports, shrinks = ckpt.recoveries, ckpt.shrinks
+    ckpt.finalize()
+except ftkit.OnlineRecoveryError as exc:
+    (out / f"online-error.rank{first_rank}").write_text(str(exc))
+    exit_without_finalize(None, 3)
+if comm.rank == 0:
+    for s in shrinks:
+        print(f"shrink old={s.old_size} new={s.new_size} failed={list(s.failed)} ckpt={s.checkpoint_id} "
+              f"level={s.level} number={s.number}", flush=True)
+    for r in reports:
+        print(f"recovery dead={list(r.dead)} ckpt={r.checkpoint_id} level={r.level}", flush=True)
+    print(f"digest {heat.digest(field)}", flush=True)
+    print(f"reference {heat.digest(heat.reference(plate.n, a.steps))}", flush=True)
+if reports:
+    exit_without_finalize(comm, 0)  # after a failure, MPI_Finalize may wait for the dead (ompi#11404)
