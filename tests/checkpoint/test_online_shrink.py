@@ -72,6 +72,18 @@ def test_node_lost_then_a_rank_lost_shrinks_twice(tmp_path):
     assert got[0][2] == "4, 5" and got[1][2] == "1", r.stdout  # ranks of the communicator of the time
 
 
+def test_node_lost_with_l3_decodes_on_the_survivors_and_falls_back_to_l4(tmp_path):
+    # 4 nodes in one RS group (group_size 4), L3 every 5 steps: node 3 (ranks 6, 7) dies with its directory.
+    # The 6 survivors decode the lost files in the smaller job; 3 nodes no longer make a group of 4: L4.
+    write_config(tmp_path, group_size=4, ckpt_l3=5)
+    job = _job(tmp_path, 8, 0, "--steps", "30")
+    job.kill_at(12, [6, 7], node_dir=3)
+    r = job.done()
+    _bit_identical_recoveries(r)
+    assert [(o, n, f, lv) for o, n, f, lv, _ in _shrinks(r.stdout)] == [(8, 6, "6, 7", 3)], r.stdout
+    assert "3 node(s) left for group_size = 4" in r.stderr and "(ckpt_l4 = 5)" in r.stderr, r.stderr
+
+
 def test_spares_exhausted_then_the_job_shrinks(tmp_path):
     # 4 ranks + 1 spare: rank 1 dies and the spare takes its place; then rank 2 dies with no spare left.
     write_config(tmp_path, group_size=2, ckpt_l2=5)
