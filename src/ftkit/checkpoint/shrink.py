@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError, ConfigError, ConfigWarning, ProcessFailure, TopologyError
 from ..failure.replace import Rebuilt, _app_comm, _attempt
-from ..failure.ulfm import agree_flag, require_ulfm
+from ..failure.ulfm import agree_flag
 from ..topology import Topology, plan_topology
-from . import _mpi
-from .online import AppComm, OnlineState, adopt, cannot_go_on
+from . import _mpi, spares
+from .online import adopt, cannot_go_on
 from .reshard import layout_hint
 
 if TYPE_CHECKING:
@@ -107,9 +107,7 @@ def check_opt_in(ckpt: Checkpointer, on_shrink: OnShrink | None) -> None:
     if ckpt._online is None:  # no spares: the loop still needs the failure handling of online recovery
         # A rank that did not opt in is reported (TimeoutFailure) instead of a hang in Dup below.
         _mpi.barrier(ckpt._icomm, ckpt.config.failure_timeout, "steps(on_shrink=) on every rank")
-        require_ulfm(ckpt.comm, "steps(on_shrink=) (continue with fewer ranks)")
-        ckpt._online = OnlineState(world=_mpi.internal_comm(ckpt.comm), napp=ckpt.nranks, spares=())
-        ckpt.comm = AppComm.wrap(ckpt.comm, ckpt)
+        spares.without_spares(ckpt, required_by="steps(on_shrink=) (continue with fewer ranks)")
 
 
 def shrink_world(ckpt: Checkpointer, rebuilt: Rebuilt) -> Rebuilt:

@@ -114,7 +114,7 @@ def split_spares(ckpt: Checkpointer, world: Any, spare_ranks: int | None = None)
     return None
 
 
-def without_spares(ckpt: Checkpointer) -> None:
+def without_spares(ckpt: Checkpointer, *, required_by: str | None = None) -> None:
     """At the start of ``steps()`` with ``spare_ranks = 0``: watch the loop for failures all the same
     (collective over ``ckpt.comm``).
 
@@ -123,13 +123,22 @@ def without_spares(ckpt: Checkpointer) -> None:
     survivors agree on who died and, no spare being there, every one of them raises the same
     :class:`~ftkit.errors.OnlineRecoveryError` (instead of each the error of its own call, some of them only
     after their timeouts), and a relaunch recovers. Without ULFM, with dedicated heads or a single rank, the
-    loop stays as it is (a failure then ends the job as MPI does).
+    loop stays as it is (a failure then ends the job as MPI does), unless ``required_by`` names the feature
+    that needs it.
+
+    Raises
+    ------
+    ULFMUnavailable
+        Without ULFM, if ``required_by`` is given (its text names what needs ULFM).
     """
     if ckpt._online is not None or ckpt.config.head or ckpt.nranks < 2:
         return
     try:
-        require_ulfm(ckpt._icomm, "a failure-aware steps() loop", timeout=ckpt.config.failure_timeout)
+        require_ulfm(ckpt._icomm, required_by or "a failure-aware steps() loop",
+                     timeout=ckpt.config.failure_timeout)
     except ULFMUnavailable:
+        if required_by is not None:
+            raise
         return
     ckpt._online = OnlineState(world=_mpi.internal_comm(ckpt.comm), napp=ckpt.nranks, spares=())
     ckpt.comm = AppComm.wrap(ckpt.comm, ckpt)
