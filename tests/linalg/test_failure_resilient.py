@@ -243,3 +243,15 @@ def test_a_full_store_gives_the_same_storage_error_everywhere(tmp_path, small_di
     assert len({msg for _, msg in lines}) == 1, out
     assert all("[Errno 28] No space left on device" in msg for _, msg in lines), out
     assert "STATE" not in r.stdout, out
+
+
+def test_an_error_of_a_survivor_s_own_while_recomputing_leaves_nobody_waiting(tmp_path):
+    # Rank 1 dies; survivor 2 raises while recomputing its tiles of rank 1's C. It raises its error, the
+    # others the same ABFTError (its blocks were not verified), and nobody waits in the final agreement.
+    r = _run(tmp_path, "2x2", "--kill-rank", "1", "--kill-step", "0", "--hook-rank", "2", "--hook-stage",
+             "recompute", "--hook-error")
+    out = r.stdout + r.stderr
+    assert "OWNERROR rank=2 RuntimeError: an error of rank 2's own at stage recompute" in r.stdout, out
+    lines = re.findall(r"ABFTERROR rank=(\d+) msg=(.*)", r.stdout)
+    assert sorted(int(rank) for rank, _ in lines) == [0, 3] and len({m for _, m in lines}) == 1, out
+    assert "STATE" not in r.stdout, out

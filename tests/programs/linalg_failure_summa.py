@@ -16,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ftkit import inject
-from ftkit.errors import ProcessFailure, StorageError
+from ftkit.errors import ABFTError, ProcessFailure, StorageError
 from ftkit.failure import Fenced, exit_without_finalize, load_state_table, persist_state_table
 from ftkit.linalg import DistributedMatrix, ProcessGrid, _resilient_call, pdgemm
 from ftkit.linalg.resilient import resilient_pdgemm
@@ -49,6 +49,7 @@ p.add_argument("--continue-after", dest="cont", action="store_true",
 p.add_argument("--hook-rank", type=int, default=-1,
                help="this rank writes <dir>/ready and waits to be killed when it reaches --hook-stage")
 p.add_argument("--hook-stage", default="", help="a stage name of ftkit.linalg._resilient_call.fault_hook")
+p.add_argument("--hook-error", action="store_true", help="at --hook-stage, raise an error instead")
 p.add_argument("--error-rank", type=int, default=-1, help="this rank raises its own error at --error-step, "
                "then stays alive until the survivors are done (at most 60 s)")
 p.add_argument("--error-step", type=int, default=-1)
@@ -90,6 +91,8 @@ def on_step(step: int) -> None:
 
 def at_stage(stage: str) -> None:
     if rank == a.hook_rank and stage == a.hook_stage:
+        if a.hook_error:
+            raise RuntimeError(f"an error of rank {rank}'s own at stage {stage}")
         Path(a.dir, "ready").write_text(str(rank))
         time.sleep(60)  # the test driver kills this process by pid long before
 
@@ -135,6 +138,10 @@ except Fenced as exc:
     exit_without_finalize()
 except ProcessFailure as exc:
     print(f"PROCESSFAILURE rank={rank} failed_ranks={list(exc.failed_ranks)} msg={exc}", flush=True)
+    exit_without_finalize()
+except ABFTError as exc:
+    print(f"ABFTERROR rank={rank} msg={exc}", flush=True)
+    Path(a.dir, f"done.{rank}").write_text("")  # finished (an --error-rank waits for that)
     exit_without_finalize()
 except StorageError as exc:
     print(f"STORAGEERROR rank={rank} errno={exc.errno} msg={exc}", flush=True)

@@ -20,8 +20,9 @@ from .matrix import DistributedMatrix
 __all__ = ["ResilientResult", "ResilientCall", "PhaseTimer", "record_phases", "at_stage"]
 
 #: Private test seam: if set, called with the name of each stage of the end game as this process reaches
-#: it (``"repair"``: after the agreement on the dead, before ``Shrink``; ``"redistribute"``: before the
-#: result moves to the survivors' grid; ``"settle_agree"``: before the final agreement), so that a test can
+#: it (``"repair"``: after the agreement on the dead, before ``Shrink``; ``"recompute"``: before the dead
+#: ranks' tiles are recomputed; ``"redistribute"``: before the result moves to the survivors' grid;
+#: ``"settle_agree"``: before the final agreement), so that a test can
 #: kill a process at a named stage deterministically. Never set outside tests.
 fault_hook: Callable[[str], None] | None = None
 

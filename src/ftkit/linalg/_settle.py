@@ -200,7 +200,8 @@ def settle_up(
     Raises
     ------
     ABFTError
-        On every survivor alike, if some block failed its checksum twice or was not recomputed.
+        On every survivor alike, if some block failed its checksum twice or was not recomputed (a survivor
+        whose own code raised while recomputing raises that error instead, after the agreement).
     ProcessFailure
         On every survivor alike, naming the same ranks, if a further failure (or a survivor's own error)
         strikes while the result moves (the survivors' communicator is revoked, nobody hangs).
@@ -211,7 +212,9 @@ def settle_up(
     ]
     verified = unchecked = due = 0
     failure = ""
+    own: Exception | None = None
     try:
+        at_stage("recompute")
         for t in tiles:
             if t.holder != me:
                 continue
@@ -223,6 +226,8 @@ def settle_up(
                 due += tile_blocks(t.rows, t.cols, C.desc.mb, C.desc.nb)
     except ABFTError as exc:
         failure = str(exc)
+    except Exception as exc:  # noqa: BLE001 - an error of our own: nobody may wait for us in the Agree below
+        failure, own = f"rank {me} could not recompute its tiles ({type(exc).__name__}: {exc})", exc
     if not failure and verified + unchecked != due:
         failure = f"rank {me} verified {verified + unchecked} of its {due} recomputed blocks"
     tick("recompute_s")
@@ -253,10 +258,13 @@ def settle_up(
             f"multiply again, or restart from a checkpoint",
             gone,
         )
+    if own is not None:
+        raise own
     if not decided & _VERIFIED:
         raise ABFTError(
-            f"resilient_pdgemm: the recomputed blocks of dead ranks {sorted(dead)} failed verification on "
-            f"a survivor{': ' + failure if failure else ''}; the product was not returned"
+            f"resilient_pdgemm: the recomputed blocks of dead ranks {sorted(dead)} were not all verified (a "
+            f"block failed its checksum twice, or a survivor hit an error while recomputing)"
+            f"{': ' + failure if failure else ''}; the product was not returned"
         )
     assert moved is not None
     new_grid, result = moved
