@@ -139,8 +139,12 @@ class _Job:
         return True
 
     def pid(self, rank: int) -> int | None:
+        return self.read_pid(f"pid.{rank}")
+
+    def read_pid(self, name: str) -> int | None:
+        """The pid in ``<dir>/name``; None until it is there and complete (it exists empty for a moment)."""
         try:
-            return int((self.d / f"pid.{rank}").read_text())
+            return int((self.d / name).read_text())
         except (FileNotFoundError, ValueError):
             return None
 
@@ -170,9 +174,9 @@ def _drive(job: _Job, t: Trial, victims: list[int]) -> list[int]:
         return []
     pids = {r: job.pid(r) or 0 for r in range(NAPP)}
     if t.kind in ("inline", "post"):
-        if not job.wait_for(lambda: (job.d / "held").exists(), "the hold"):
+        if not job.wait_for(lambda: job.read_pid("held") is not None, "the hold"):
             return []
-        kill_pid(int((job.d / "held").read_text()))
+        kill_pid(job.read_pid("held") or 0)
         return [t.victim]
     if not job.wait_for(lambda: job.progress() >= t.step, f"step {t.step}"):
         return []
@@ -181,8 +185,8 @@ def _drive(job: _Job, t: Trial, victims: list[int]) -> list[int]:
         return _kill(job, victims, t, pids)
     killed = _kill(job, victims[:1], t, pids)
     if t.kind == "restore":
-        if job.wait_for(lambda: (job.d / "held").exists(), "the hold in the restore"):
-            kill_pid(int((job.d / "held").read_text()))
+        if job.wait_for(lambda: job.read_pid("held") is not None, "the hold in the restore"):
+            kill_pid(job.read_pid("held") or 0)
             killed.append(victims[1])
     elif t.kind == "partner":
         time.sleep(t.delay)
