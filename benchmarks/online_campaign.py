@@ -168,16 +168,24 @@ def _kill(job: _Job, ranks: list[int], t: Trial, pids: dict[int, int]) -> list[i
     return done
 
 
+def _kill_held(job: _Job) -> bool:
+    """Kill the process that wrote ``<dir>/held`` once it has; False if the job ended first."""
+    if not job.wait_for(lambda: job.read_pid("held") is not None, "the hold"):
+        return False
+    pid = job.read_pid("held")
+    if pid is None or pid <= 0:  # never kill(0): that is this process group
+        return False
+    kill_pid(pid)
+    return True
+
+
 def _drive(job: _Job, t: Trial, victims: list[int]) -> list[int]:
     """Kill the trial's victims as its kind says; return the ranks killed."""
     if not job.wait_for(lambda: all(job.pid(r) is not None for r in range(NAPP)), "pid files"):
         return []
     pids = {r: job.pid(r) or 0 for r in range(NAPP)}
     if t.kind in ("inline", "post"):
-        if not job.wait_for(lambda: job.read_pid("held") is not None, "the hold"):
-            return []
-        kill_pid(job.read_pid("held") or 0)
-        return [t.victim]
+        return [t.victim] if _kill_held(job) else []
     if not job.wait_for(lambda: job.progress() >= t.step, f"step {t.step}"):
         return []
     time.sleep(t.delay if t.kind not in ("partner",) else t.delay / 6)
@@ -185,8 +193,7 @@ def _drive(job: _Job, t: Trial, victims: list[int]) -> list[int]:
         return _kill(job, victims, t, pids)
     killed = _kill(job, victims[:1], t, pids)
     if t.kind == "restore":
-        if job.wait_for(lambda: job.read_pid("held") is not None, "the hold in the restore"):
-            kill_pid(job.read_pid("held") or 0)
+        if _kill_held(job):
             killed.append(victims[1])
     elif t.kind == "partner":
         time.sleep(t.delay)
