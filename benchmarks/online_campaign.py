@@ -159,7 +159,7 @@ def _kill(job: _Job, ranks: list[int], t: Trial, pids: dict[int, int]) -> list[i
     done = []
     for r in ranks:
         pid = pids.get(r)
-        if pid is not None:
+        if pid is not None and pid > 0:  # never kill(0): that is this process group
             kill_pid(pid)
             done.append(r)
     if t.kind in ("node", "rank0pair"):
@@ -183,7 +183,7 @@ def _drive(job: _Job, t: Trial, victims: list[int]) -> list[int]:
     """Kill the trial's victims as its kind says; return the ranks killed."""
     if not job.wait_for(lambda: all(job.pid(r) is not None for r in range(NAPP)), "pid files"):
         return []
-    pids = {r: job.pid(r) or 0 for r in range(NAPP)}
+    pids = {r: pid for r in range(NAPP) if (pid := job.pid(r)) is not None and pid > 0}
     if t.kind in ("inline", "post"):
         return [t.victim] if _kill_held(job) else []
     if not job.wait_for(lambda: job.progress() >= t.step, f"step {t.step}"):
