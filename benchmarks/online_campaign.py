@@ -8,7 +8,7 @@ Each trial is one job of ``tests/programs/online_heat.py`` (4 application ranks,
 20 ms, L2 or RS-coded L3 every 5 steps, an L4 checkpoint every 10 steps in half the trials) with a random
 victim kind (:data:`KINDS`, in turn):
 
-``rank``       one random rank, at a random moment (a random step, then a random delay);
+``rank``       one random rank, at a random moment (a random step 4-19, then a random delay of 0-0.1 s);
 ``rank0``      rank 0 at a random moment;
 ``node``       both ranks of a random emulated node at once, its node-local directory deleted;
 ``inline``     a random rank stopped inside an inline L2/L3 checkpoint (before its post-processing), killed;
@@ -22,9 +22,10 @@ The job gets as many spares as the trial kills ranks, or one fewer (spares exhau
 trials. Outcomes:
 
 ``exact``      the job finished (exit 0) with the failure-free field, bit for bit;
-``error``      no result, every process that raised wrote the same OnlineRecoveryError, and what it says a
-               relaunch does is true: a relaunch (no spares) is run, and ends bit for bit when the message
-               promised it (``recovers from it``), bit for bit or with a RecoveryError otherwise;
+``error``      no result, every process that raised wrote the same OnlineRecoveryError (or, a kill after the
+               loop had ended, the same ProcessFailure from ``finalize()``), and what it says a relaunch does
+               is true: a relaunch (no spares) is run, and ends bit for bit when the message promised it
+               (``recovers from it``), bit for bit or with a RecoveryError otherwise;
 ``wrong``      a different field, survivors that disagree, or a relaunch that broke the message's promise;
 ``hang``       a job that did not end within the hard timeout.
 
@@ -67,7 +68,7 @@ class Trial:
     l4: bool
     short_spares: bool   # one spare fewer than the ranks killed
     step: int            # the first kill once rank 0 has done this step (or the hold's --hold-after)
-    delay: float         # after that step (first kill) / after the first kill (second kill, "partner")
+    delay: float         # first kill: a sixth of it after that step; second ("partner"): after the first
     node_size: int = 2
 
 
@@ -80,6 +81,7 @@ class Outcome:
     detail: str = ""
     killed: list[int] = field(default_factory=list)
     recoveries: int = 0
+    at_step: int | None = None     # rank 0's last step done at the first kill (29: after the loop)
 
 
 def draw(rng: random.Random, i: int, kinds: tuple[str, ...] = KINDS) -> Trial:
@@ -121,6 +123,7 @@ def _config(d: Path, t: Trial) -> Path:
 class _Job:
     def __init__(self, d: Path, spares: int, args: list[str], node_size: int, timeout: float) -> None:
         self.d, self.result = d, None
+        self.at_step: int | None = None  # rank 0's last step done when the first victim was killed
         cmd = [sys.executable, str(PROGRAM), "--config", str(d / "ftkit.ini"), "--dir", str(d), *args]
         self.thread = threading.Thread(target=self._run, args=(spares, cmd, node_size, timeout), daemon=True)
         self.thread.start()
@@ -139,8 +142,12 @@ class _Job:
         return True
 
     def pid(self, rank: int) -> int | None:
+        return self.read_pid(f"pid.{rank}")
+
+    def read_pid(self, name: str) -> int | None:
+        """The pid in ``<dir>/name``; None until it is there and complete (it exists empty for a moment)."""
         try:
-            return int((self.d / f"pid.{rank}").read_text())
+            return int((self.d / name).read_text())
         except (FileNotFoundError, ValueError):
             return None
 
@@ -152,10 +159,12 @@ class _Job:
 
 
 def _kill(job: _Job, ranks: list[int], t: Trial, pids: dict[int, int]) -> list[int]:
+    if job.at_step is None:
+        job.at_step = job.progress()
     done = []
     for r in ranks:
         pid = pids.get(r)
-        if pid is not None:
+        if pid is not None and pid > 0:  # never kill(0): that is this process group
             kill_pid(pid)
             done.append(r)
     if t.kind in ("node", "rank0pair"):
@@ -164,25 +173,34 @@ def _kill(job: _Job, ranks: list[int], t: Trial, pids: dict[int, int]) -> list[i
     return done
 
 
+def _kill_held(job: _Job) -> bool:
+    """Kill the process that wrote ``<dir>/held`` once it has; False if the job ended first."""
+    if not job.wait_for(lambda: job.read_pid("held") is not None, "the hold"):
+        return False
+    pid = job.read_pid("held")
+    if pid is None or pid <= 0:  # never kill(0): that is this process group
+        return False
+    if job.at_step is None:
+        job.at_step = job.progress()
+    kill_pid(pid)
+    return True
+
+
 def _drive(job: _Job, t: Trial, victims: list[int]) -> list[int]:
     """Kill the trial's victims as its kind says; return the ranks killed."""
     if not job.wait_for(lambda: all(job.pid(r) is not None for r in range(NAPP)), "pid files"):
         return []
-    pids = {r: job.pid(r) or 0 for r in range(NAPP)}
+    pids = {r: pid for r in range(NAPP) if (pid := job.pid(r)) is not None and pid > 0}
     if t.kind in ("inline", "post"):
-        if not job.wait_for(lambda: (job.d / "held").exists(), "the hold"):
-            return []
-        kill_pid(int((job.d / "held").read_text()))
-        return [t.victim]
+        return [t.victim] if _kill_held(job) else []
     if not job.wait_for(lambda: job.progress() >= t.step, f"step {t.step}"):
         return []
-    time.sleep(t.delay if t.kind not in ("partner",) else t.delay / 6)
+    time.sleep(t.delay / 6)  # 0-0.1 s: within the next ~5 steps
     if t.kind in ("node", "rank0pair"):
         return _kill(job, victims, t, pids)
     killed = _kill(job, victims[:1], t, pids)
     if t.kind == "restore":
-        if job.wait_for(lambda: (job.d / "held").exists(), "the hold in the restore"):
-            kill_pid(int((job.d / "held").read_text()))
+        if _kill_held(job):
             killed.append(victims[1])
     elif t.kind == "partner":
         time.sleep(t.delay)
@@ -197,30 +215,37 @@ def _digests(out: str) -> tuple[str | None, str | None]:
 
 
 def _judge_error(d: Path, r: MPIResult, timeout: float) -> tuple[str, str]:
-    """An ended job without a result: the same error everywhere, and the truth about a relaunch."""
-    errors = {p.name: p.read_text() for p in d.glob("online-error.*")}
+    """An ended job without a result: the same error everywhere, and the truth about a relaunch.
+
+    The error is an OnlineRecoveryError (``online-error.*``), or another ftkit error (``error.*``: e.g. a
+    ProcessFailure in ``finalize()`` when the kill landed after the loop had ended).
+    """
+    errors = {p.name: p.read_text() for p in [*d.glob("online-error.*"), *d.glob("error.*")]}
     if not errors:
-        return "wrong", "no result and no OnlineRecoveryError: " + (r.stderr[-600:] or r.stdout[-300:])
+        return "wrong", "no result and no ftkit error: " + (r.stderr[-600:] or r.stdout[-300:])
     if len(set(errors.values())) != 1:
         return "wrong", f"survivors disagree: {errors}"
     msg = next(iter(errors.values()))
+    kind = "OnlineRecoveryError" if any(n.startswith("online-error") for n in errors) else msg.split(":")[0]
+    for p in d.glob("error.*"):
+        p.unlink()  # the relaunch writes its own
     promised = "recovers from it" in msg
     again = run_mpi(NAPP, [sys.executable, str(PROGRAM), "--config", str(d / "ftkit.ini"), "--dir", str(d),
                            "--steps", str(STEPS)], timeout=timeout, node_size=_node_size(d), cwd=d)
     got, ref = _digests(again.stdout)
     if again.timed_out:
         return "hang", "the relaunch hung"
+    said = f"{len(errors)} same {kind}; relaunch"
     if got is not None and got == ref and again.returncode == 0:
-        said = "promised" if promised else "no promise"
-        return "error", f"{len(errors)} same error; relaunch exact ({said})"
+        return "error", f"{said} exact ({'promised' if promised else 'no promise'})"
     if got is not None:
-        return "wrong", "the relaunch gave a different field"
+        return "wrong", f"{said} gave a different field"
     if promised:
         return "wrong", f"the message promised a relaunch, which failed: {again.stderr[-600:]}"
     relaunch_errors = [p.read_text() for p in d.glob("error.rank*")]
     if relaunch_errors and all(e.startswith("RecoveryError") for e in relaunch_errors):
-        return "error", f"{len(errors)} same error; relaunch cannot recover, as the message said"
-    return "wrong", f"the relaunch failed otherwise: {again.stderr[-600:]}"
+        return "error", f"{said} cannot recover, as the message said"
+    return "wrong", f"{said} failed otherwise: {again.stderr[-600:]}"
 
 
 def _node_size(d: Path) -> int:
@@ -248,17 +273,17 @@ def run_trial(t: Trial, timeout: float, workdir: Path | None = None) -> Outcome:
     r = job.result
     seconds = time.monotonic() - start
     if r is None or r.timed_out:
-        return Outcome("hang", seconds, f"kept in {d}", killed)
+        return Outcome("hang", seconds, f"kept in {d}", killed, at_step=job.at_step)
     got, ref = _digests(r.stdout)
     recoveries = len(re.findall(r"^recovery dead=", r.stdout, re.M))
     if got is not None:
         exact = got == ref and r.returncode == 0 and not list(d.glob("online-error.*"))
         outcome = Outcome("exact" if exact else "wrong", seconds,
                           "" if exact else f"rc {r.returncode}, digest {got} vs {ref}; kept in {d}",
-                          killed, recoveries)
+                          killed, recoveries, job.at_step)
     else:
         kind, detail = _judge_error(d, r, timeout)
-        outcome = Outcome(kind, seconds, detail, killed, recoveries)
+        outcome = Outcome(kind, seconds, detail, killed, recoveries, job.at_step)
     if outcome.outcome not in ("wrong", "hang"):
         shutil.rmtree(d, ignore_errors=True)
     elif "kept" not in outcome.detail:
@@ -285,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         row = {**asdict(t), **asdict(o)}
         rows.append(row)
         print(f"{i:3d} {t.kind:9s} victim {t.victim} L{t.level}{'+L4' if t.l4 else ''} "
-              f"{'short ' if t.short_spares else ''}step {t.step} delay {t.delay:.2f} killed {o.killed} -> "
+              f"{'short ' if t.short_spares else ''}step {t.step} delay {t.delay:.2f} killed {o.killed} "
+              f"after step {o.at_step} -> "
               f"{o.outcome} ({o.recoveries} recoveries, {o.seconds:.1f} s) {o.detail[:300]}", flush=True)
         if a.out:
             with open(a.out, "a") as f:
