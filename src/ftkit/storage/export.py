@@ -9,13 +9,12 @@ counter) under its name; with npy they go to ``attributes.json``.
 The newest complete checkpoint is exported (or ``--id``), from the first copy of each rank's file that
 :class:`~ftkit.storage.copies.RunCopies` finds (L1, the L2 partner copy, L4 -- a differential L4 checkpoint
 read in place), each checked against the manifest's digest; a file held only as L3 parity is rebuilt first
-with ``ftkit rebuild``. Memory stays bounded: boxes are copied slab by slab through two reused buffers (at
-most ``chunk_bytes`` per slab, one row of a box at least; a helper thread reads and verifies the next slab
-while the current one is written; a slab that is one contiguous run of a plain file is mapped instead of
-read), every byte read is verified against its chunk digest, and slabs go to the output without another
-copy (h5py ``write_direct``; ``.npy`` files are preallocated and written with ``pwrite``). The output is
-written under a temporary name and renamed only when complete, so a damaged checkpoint or a full disk
-leaves nothing behind.
+with ``ftkit rebuild``. Memory stays bounded: boxes are copied slab by slab through one reused buffer (at
+most ``chunk_bytes`` per slab, one row of a box at least; a slab that is one contiguous run of a plain file
+is mapped instead, up to 64 MiB at once), every byte read is verified against its chunk digest, and slabs
+go to the output without another copy (h5py ``write_direct``; ``.npy`` files are preallocated and written
+with ``pwrite``). The output is written under a temporary name and renamed only when complete, so a damaged
+checkpoint or a full disk leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -27,8 +26,6 @@ import math
 import os
 import shutil
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +49,9 @@ __all__ = ["export_checkpoint", "add_parser", "run_export"]
 _ATTR_MAX = 16
 #: What a failed write of the output raises (h5py reports a full disk as OSError or RuntimeError).
 _WRITE_ERRORS = (OSError, RuntimeError)
+#: Largest slab mapped from a file at once (bytes): a mapping costs no buffer, and fewer, larger writes are
+#: faster.
+_MAP_BYTES = 64 * 2**20
 
 
 def export_checkpoint(target: str | Path, fmt: str, out: str | os.PathLike[str],
@@ -144,9 +144,9 @@ def _export_array(name: str, files: list[tuple[ByteSource, Header]], writer: Any
     dset = writer.create(name, gshape, secs[0].dtype)
     slabs = _Slabs(np.dtype(secs[0].dtype), chunk_bytes)
     sources = [0] if all(lay.replicated for lay in lays) else range(len(files))
-    plan = (slab for rank in sources for box in lays[rank].boxes
-            for slab in slabs.plan(files[rank][0], secs[rank], lays[rank], box))
-    for start, buf in slabs.stream(plan):
+    pieces = (piece for rank in sources for box in lays[rank].boxes
+              for piece in slabs.read(files[rank][0], secs[rank], lays[rank], box))
+    for start, buf in pieces:
         region = tuple(slice(a, a + n) for a, n in zip(start, buf.shape, strict=True))
         data = np.ascontiguousarray(buf.T) if transpose else buf
         writer.write(dset, region[::-1] if transpose else region, data)
@@ -154,59 +154,44 @@ def _export_array(name: str, files: list[tuple[ByteSource, Header]], writer: Any
             attrs[name] = data.tolist()
 
 
-@dataclass(frozen=True)
-class _Slab:
-    """One slab to copy: rows of a stored box (global ``start``, ``shape``) and the byte runs holding it."""
-
-    source: ByteSource
-    section: Section
-    runs: Runs
-    start: tuple[int, ...]
-    shape: tuple[int, ...]
-
-
 class _Slabs:
-    """Boxes slab by slab along axis 0, each read and verified into one of two reused buffers by a helper
-    thread while the caller writes the previous one (reading and hashing overlap the output's writes)."""
+    """Boxes slab by slab along axis 0, each verified: mapped from the file when the slab is one contiguous
+    run of a plain file (no copy, so such a slab may be up to ``_MAP_BYTES``), else read into one reused
+    buffer of at most ``chunk_bytes``."""
 
     def __init__(self, dtype: np.dtype, chunk_bytes: int) -> None:
         self.dtype, self.chunk_bytes = dtype, chunk_bytes
-        self.bufs = [np.empty(0, np.uint8), np.empty(0, np.uint8)]
+        self.buf = np.empty(0, np.uint8)
 
-    def plan(self, source: ByteSource, sec: Section, layout: Layout, box: Box) -> Iterator[_Slab]:
-        """The slabs of ``box`` (at most ``chunk_bytes`` each, one row at least)."""
+    def read(self, source: ByteSource, sec: Section, layout: Layout,
+             box: Box) -> Iterator[tuple[tuple[int, ...], np.ndarray]]:
+        """Yield (global start, verified slab) of ``box``; a slab is valid until the next one is asked for."""
         row = max(1, math.prod(box.shape[1:]) * self.dtype.itemsize)
-        step = max(1, self.chunk_bytes // row)
+        per_buf = max(1, self.chunk_bytes // row)
+        whole_rows = box.shape[1:] == sec.shape[1:]  # the box's rows lie one after the other in the file
+        step = max(per_buf, _MAP_BYTES // row) if whole_rows and source.supports_map else per_buf
         for i in range(0, box.shape[0], step):
-            shape = (min(step, box.shape[0] - i), *box.shape[1:])
-            start = (box.start[0] + i, *box.start[1:])
-            want = Layout(layout.global_shape, (Box((0,) * len(shape), start, shape),))
-            runs = box_runs(layout, sec.shape, want, shape, self.dtype.itemsize)
-            yield _Slab(source, sec, runs, start, shape)
+            n = min(step, box.shape[0] - i)
+            start, shape, runs = self._piece(sec, layout, box, i, n)
+            mapped = mapped_run(source, sec, runs) if source.supports_map else None
+            if mapped is not None:
+                yield start, np.frombuffer(mapped, self.dtype).reshape(shape)
+                continue
+            for j in range(i, i + n, per_buf):
+                start, shape, runs = self._piece(sec, layout, box, j, min(per_buf, i + n - j))
+                if self.buf.nbytes < math.prod(shape) * self.dtype.itemsize:
+                    self.buf = np.empty(math.prod(shape) * self.dtype.itemsize, np.uint8)
+                raw = self.buf[:math.prod(shape) * self.dtype.itemsize]
+                read_runs(source, sec, runs, byte_view(raw), piece_bytes=self.chunk_bytes)
+                yield start, raw.view(self.dtype).reshape(shape)
 
-    def _read(self, slab: _Slab, k: int) -> tuple[tuple[int, ...], np.ndarray]:
-        nbytes = math.prod(slab.shape) * self.dtype.itemsize
-        mapped = mapped_run(slab.source, slab.section, slab.runs)  # one run in the file: no copy at all
-        if mapped is not None and len(mapped) == nbytes and not int(slab.runs.dst[0]):
-            return slab.start, np.frombuffer(mapped, self.dtype).reshape(slab.shape)
-        if self.bufs[k].nbytes < nbytes:
-            self.bufs[k] = np.empty(nbytes, np.uint8)
-        raw = self.bufs[k][:nbytes]
-        read_runs(slab.source, slab.section, slab.runs, byte_view(raw), piece_bytes=self.chunk_bytes)
-        return slab.start, raw.view(self.dtype).reshape(slab.shape)
-
-    def stream(self, slabs: Iterator[_Slab]) -> Iterator[tuple[tuple[int, ...], np.ndarray]]:
-        """Yield (global start, verified slab); a slab is valid until the next one is asked for."""
-        with ThreadPoolExecutor(1, thread_name_prefix="ftkit-export") as pool:
-            k = 0
-            slab = next(slabs, None)
-            pending = pool.submit(self._read, slab, k) if slab is not None else None
-            while pending is not None:
-                done = pending.result()
-                k ^= 1
-                slab = next(slabs, None)
-                pending = pool.submit(self._read, slab, k) if slab is not None else None
-                yield done
+    def _piece(self, sec: Section, layout: Layout, box: Box, i: int,
+               n: int) -> tuple[tuple[int, ...], tuple[int, ...], Runs]:
+        """Rows ``i`` to ``i + n`` of ``box``: global start, shape, and the byte runs holding them."""
+        shape = (n, *box.shape[1:])
+        start = (box.start[0] + i, *box.start[1:])
+        want = Layout(layout.global_shape, (Box((0,) * len(shape), start, shape),))
+        return start, shape, box_runs(layout, sec.shape, want, shape, self.dtype.itemsize)
 
 
 def _copy_section(source: ByteSource, sec: Section, writer: Any, dset: Any, chunk_bytes: int) -> None:

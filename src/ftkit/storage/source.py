@@ -31,6 +31,8 @@ class ByteSource(ABC):
     name: str
     #: Size of the logical file (bytes).
     size: int
+    #: Whether :meth:`map` can map byte ranges (else it returns None).
+    supports_map: bool = False
 
     @abstractmethod
     def read_into(self, offset: int, out: memoryview) -> None:
@@ -86,7 +88,7 @@ def pread_exact(fd: int, offset: int, out: memoryview, name: str) -> None:
 
 
 class FileSource(ByteSource):
-    """A plain checkpoint file.
+    """A plain checkpoint file (its byte ranges can be mapped).
 
     Raises
     ------
@@ -95,6 +97,8 @@ class FileSource(ByteSource):
     StorageError
         If it cannot be opened.
     """
+
+    supports_map = True
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
