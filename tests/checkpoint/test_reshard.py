@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from ftkit.inject import delete_node_dir
+from ftkit.storage.export import export_checkpoint
 
 from ..conftest import REPO, run_python
 from ._util import TIMEOUT, copy_run, digest_of, heat, l1_file, node_dirs, run_heat, write_config
@@ -139,6 +141,14 @@ def test_differential_l4_truncated_files_and_a_second_job(tmp_path):
         delete_node_dir(d)
     r = _run(a, 4, "--mode", "recover", "--grid", "2x2")
     _recovered(r, 4, "444444", 3)
+    # The same dCP checkpoint exported (no MPI): the global arrays of reshard_cases.py, element for element.
+    out = tmp_path / "npy"
+    assert export_checkpoint(a / "run" / "meta", "npy", out)["checkpoint_id"] == 3
+    i, j = np.meshgrid(np.arange(48), np.arange(40), indexing="ij")
+    assert np.array_equal(np.load(out / "u.npy"), i * 1000.0 + j + 0.5)
+    assert np.array_equal(np.load(out / "z.npy"), (i * 1000.0 + j + 0.5) * (1 - 2j))
+    assert np.array_equal(np.load(out / "v.npy"), np.arange(1000) * 1.5 + 0.25)
+    assert np.array_equal(np.load(out / "step.npy"), [17])
 
     # A truncated block store (old rank 5's, shared by its checkpoints 1 and 2) with every node-local
     # directory lost: a clear RecoveryError on every rank naming the rank and the truncation.
