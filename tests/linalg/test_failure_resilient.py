@@ -233,9 +233,9 @@ def test_an_error_of_a_rank_s_own_mid_multiply_leaves_nobody_waiting(tmp_path, g
 
 @pytest.mark.parametrize("mode", [[], ["--protect-first"]])
 def test_a_full_store_gives_the_same_storage_error_everywhere(tmp_path, small_disk, mode):
-    # A real tmpfs that holds a piece or two: some ranks save, the others get ENOSPC. Every rank must raise
+    # A real tmpfs that holds a few pieces: some ranks save, the others get ENOSPC. Every rank must raise
     # the same StorageError naming the cause (none may wait for the ranks that failed, none may go on).
-    store = small_disk(16 * 1024)
+    store = small_disk(48 * 1024)
     r = _run(tmp_path, "2x2", "--store", str(store), *mode)
     out = r.stdout + r.stderr
     lines = re.findall(r"STORAGEERROR rank=(\d+) errno=\S+ msg=(.*)", r.stdout)
