@@ -300,10 +300,13 @@ class Checkpointer(online_loop.ResilientLoop):
             levels.update(self._run_post(job))
             pruned = pipeline.commit(self._ctx, job, levels)
         except BaseException as exc:
-            # Not committed: this rank's files of it are garbage (the previous checkpoint is untouched).
             self._post.discard()
-            pipeline.remove_checkpoints(self._ctx, [_job_entry(job)])
             if isinstance(exc, CheckpointError):
+                # Agreed on every rank before rank 0 wrote the manifest: not committed, this rank's files of
+                # it are garbage (the previous checkpoint is untouched). After a process failure they stay:
+                # rank 0 may have committed the checkpoint (and pruned the previous one) before this rank
+                # saw the failure; the manifest on disk decides, recovery verifies every file it reads.
+                pipeline.remove_checkpoints(self._ctx, [_job_entry(job)])
                 # Raised on every rank at the same agreement: wait until every rank has removed its files,
                 # so the next checkpoint (which may reuse this id) never races with that removal.
                 with contextlib.suppress(FtkitError):
