@@ -208,3 +208,16 @@ def test_two_nodes_of_different_groups_lost_at_once(tmp_path):
     r = job.done()
     rec = _bit_identical_recoveries(r)
     assert [(d, lv) for d, _, lv in rec] == [("0, 2", "2")], r.stdout
+
+
+def test_rank_killed_while_rank_0_commits_keeps_the_committed_checkpoint(tmp_path):
+    # rank 1 stops just before the manifest commit of the first L2 checkpoint after step 10 and is killed
+    # there, while rank 0 writes the manifest: the job recovers online bit for bit. (The campaign once saw a
+    # survivor delete its files of a checkpoint rank 0 had committed; this hold does not reproduce that race,
+    # which needs the kill inside the commit's collectives.)
+    write_config(tmp_path, group_size=2, ckpt_l2=5)
+    job = _held_job(tmp_path, 1, "before_commit", 1, "--steps", "30", "--hold-after", "10")
+    kill_pid(int((tmp_path / "held").read_text()))
+    r = job.done()
+    rec = _bit_identical_recoveries(r)
+    assert len(rec) == 1 and rec[0][0] == "1", r.stdout

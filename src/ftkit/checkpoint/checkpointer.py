@@ -293,16 +293,22 @@ class Checkpointer(online_loop.ResilientLoop):
         except (FtkitError, OSError) as exc:
             error = f"{type(exc).__name__}: {exc}"
         self._ctx.hook("after_write")
+        committing = False
         try:
             pipeline.agree_written(self._ctx, job, error)
             levels = {job.primary: True}
             self._ctx.hook("before_post")
             levels.update(self._run_post(job))
+            committing = True
             pruned = pipeline.commit(self._ctx, job, levels)
         except BaseException as exc:
-            # Not committed: this rank's files of it are garbage (the previous checkpoint is untouched).
             self._post.discard()
-            pipeline.remove_checkpoints(self._ctx, [_job_entry(job)])
+            if isinstance(exc, CheckpointError) or not committing:
+                # Not committed: this rank's files of it are garbage (the previous checkpoint is untouched).
+                # A process failure in the commit itself leaves them: rank 0 may have written the manifest
+                # (and pruned the previous checkpoint) before this rank saw the failure in the commit's
+                # broadcast; the manifest on disk decides, and recovery verifies every file it reads.
+                pipeline.remove_checkpoints(self._ctx, [_job_entry(job)])
             if isinstance(exc, CheckpointError):
                 # Raised on every rank at the same agreement: wait until every rank has removed its files,
                 # so the next checkpoint (which may reuse this id) never races with that removal.
