@@ -148,15 +148,21 @@ def _held_job(d: Path, spares: int, stage: str, rank: int, *args: str) -> Job:
     return job
 
 
+def _killed_while_held(d: Path, spares: int, stage: str, rank: int, *args: str) -> tuple[list, MPIResult]:
+    """Hold ``rank`` at ``stage`` (see :func:`_held_job`), SIGKILL it there, let the job finish; return the
+    recoveries (checked bit for bit) and the job's result."""
+    job = _held_job(d, spares, stage, rank, *args)
+    kill_pid(int((d / "held").read_text()))
+    r = job.done()
+    return _bit_identical_recoveries(r), r
+
+
 def test_rank_killed_inside_an_inline_l2_checkpoint(tmp_path):
     # rank 2 stops inside the pipeline of the first L2 checkpoint after step 10 (its L1 file written, the
     # partner copies not yet made) and is SIGKILLed there: the checkpoint in flight is never committed, the
     # job goes back to the previous one.
     write_config(tmp_path, group_size=2, ckpt_l2=5)
-    job = _held_job(tmp_path, 1, "before_post", 2, "--steps", "30", "--hold-after", "10")
-    kill_pid(int((tmp_path / "held").read_text()))
-    r = job.done()
-    rec = _bit_identical_recoveries(r)
+    rec, r = _killed_while_held(tmp_path, 1, "before_post", 2, "--steps", "30", "--hold-after", "10")
     assert [(d, c, lv) for d, c, lv in rec] == [("2", "2", "2")], r.stdout  # checkpoint 3 was in flight
 
 
@@ -165,10 +171,7 @@ def test_rank_killed_during_background_post_processing(tmp_path):
     # checkpoint after step 10. That checkpoint is complete at L1 only, which the replacement cannot use:
     # the job goes back to the previous L2 checkpoint.
     write_config(tmp_path, group_size=2, ckpt_l2=5, inline_l2=0)
-    job = _held_job(tmp_path, 1, "post", 1, "--steps", "30", "--hold-after", "10")
-    kill_pid(int((tmp_path / "held").read_text()))
-    r = job.done()
-    rec = _bit_identical_recoveries(r)
+    rec, r = _killed_while_held(tmp_path, 1, "post", 1, "--steps", "30", "--hold-after", "10")
     assert len(rec) == 1 and rec[0][0] == "1" and rec[0][2] == "2", r.stdout
 
 
@@ -216,8 +219,5 @@ def test_rank_killed_while_rank_0_commits_keeps_the_committed_checkpoint(tmp_pat
     # survivor delete its files of a checkpoint rank 0 had committed; this hold does not reproduce that race,
     # which needs the kill inside the commit's collectives.)
     write_config(tmp_path, group_size=2, ckpt_l2=5)
-    job = _held_job(tmp_path, 1, "before_commit", 1, "--steps", "30", "--hold-after", "10")
-    kill_pid(int((tmp_path / "held").read_text()))
-    r = job.done()
-    rec = _bit_identical_recoveries(r)
+    rec, r = _killed_while_held(tmp_path, 1, "before_commit", 1, "--steps", "30", "--hold-after", "10")
     assert len(rec) == 1 and rec[0][0] == "1", r.stdout
