@@ -30,6 +30,7 @@ from ..storage.base import StorageLevel
 from ..storage.format import FileInfo, Header
 from ..storage.levels import make_level as _make_level
 from ..storage.manifest import CheckpointEntry, ManifestStore, RankFile
+from ..storage.pending import PendingFile
 from ..topology import Topology
 
 __all__ = ["PipelineContext", "CheckpointJob", "make_level", "PostStep", "Located", "RecoveryStep",
@@ -90,6 +91,9 @@ class CheckpointJob:
     nodes: list[int]
     file: FileInfo | None = None   # this rank's file, after write_primary
     files: list[RankFile] = field(default_factory=list)   # every rank's, after agree_written
+    # The primary file while its fsync runs in the background (inline L2/L3: see pipeline.write_primary);
+    # its bytes are served from the protected arrays until post_process settles it.
+    pending: PendingFile | None = None
     extra: dict[str, Any] = field(default_factory=dict)   # goes to the manifest entry
 
     @property
@@ -181,6 +185,8 @@ class Level:
         heads cannot do this level).
     needs_groups
         Whether the heads need the node set's communicator for this level.
+    from_buffers
+        Whether the post step reads the primary file's bytes from ``job.pending`` when there is one.
     """
 
     number: int
@@ -191,3 +197,4 @@ class Level:
     head_request: HeadRequest | None = None
     head_work: HeadWork | None = None
     needs_groups: bool = False
+    from_buffers: bool = False

@@ -33,6 +33,7 @@ from mpi4py import MPI
 from .._paths import check_plain_name, check_removable, inside
 from ..errors import CheckpointError, ConfigError, FtkitError, ProcessFailure
 from ..storage.format import FileInfo
+from ..storage.group_plan import prefetch_rs_code
 from ..storage.layout import Layout
 from ..storage.levels import LEVEL_CLASSES
 from ..storage.manifest import CheckpointEntry, RankFile, plan_prune
@@ -40,8 +41,9 @@ from . import _mpi
 from .contract import CheckpointJob, PipelineContext
 from .levels import LEVELS, level
 
-__all__ = ["plan_job", "write_primary", "agree", "agree_written", "post_process", "prepare_job", "commit",
-           "commit_levels", "commit_manifest", "remove_checkpoints", "remove_run_dir"]
+__all__ = ["plan_job", "write_primary", "settle_primary", "agree", "agree_written", "post_process",
+           "prepare_job", "commit", "commit_levels", "commit_manifest", "remove_checkpoints",
+           "remove_run_dir"]
 
 
 def plan_job(ctx: PipelineContext, requested: int, ckpt_id: int, seq: int) -> CheckpointJob:
@@ -71,11 +73,54 @@ def plan_job(ctx: PipelineContext, requested: int, ckpt_id: int, seq: int) -> Ch
 def write_primary(ctx: PipelineContext, job: CheckpointJob, arrays: Sequence[tuple[str, np.ndarray]],
                   meta: dict[str, Any] | None = None,
                   layouts: Mapping[str, Layout] | None = None) -> FileInfo:
-    """Write this rank's file of ``job`` into its primary level, straight from ``arrays`` (not collective)."""
-    info = ctx.level(job.primary, job.nodes).write(job.ckpt_id, ctx.rank, arrays, level=job.level,
-                                                   nranks=ctx.nranks, meta=meta, layouts=layouts)
+    """Write this rank's file of ``job`` into its primary level, straight from ``arrays`` (not collective).
+
+    When every post-processing step of ``job`` runs inline and reads from the buffers (L2, L3), the file's
+    fsync and rename are left running (``job.pending``): the steps serve its bytes from ``arrays``
+    meanwhile, and :func:`post_process` commits it before the ranks agree on the level (see
+    :mod:`ftkit.storage.pending`).
+    """
+    storage = ctx.level(job.primary, job.nodes)
+    if _from_buffers(ctx, job):
+        for lv in job.post_levels:  # directory fsyncs now, not queued behind the file's fsync later
+            ctx.level(lv, job.nodes).prepare_dir(job.ckpt_id, ctx.rank)
+        if 3 in job.post_levels and ctx.config.l3_code == "rs":
+            prefetch_rs_code(ctx.topology.group_size)  # built while the L1 file is written
+        job.pending = storage.start_write(job.ckpt_id, ctx.rank, arrays, level=job.level, nranks=ctx.nranks,
+                                          meta=meta, layouts=layouts)
+        job.file = job.pending.info
+        return job.file
+    info = storage.write(job.ckpt_id, ctx.rank, arrays, level=job.level, nranks=ctx.nranks, meta=meta,
+                         layouts=layouts)
     job.file = info
     return info
+
+
+def _from_buffers(ctx: PipelineContext, job: CheckpointJob) -> bool:
+    """Whether ``job``'s post-processing runs inline in this call and can read the primary file in memory."""
+    return job.primary == 1 and bool(job.post_levels) and all(
+        LEVELS[lv].from_buffers and ctx.config.inline(lv) for lv in job.post_levels)
+
+
+def settle_primary(job: CheckpointJob) -> str | None:
+    """Commit ``job``'s primary file if its fsync was left running; return why it failed, or None.
+
+    Not collective; idempotent. Called before the ranks agree on a post-processed level, so that no level
+    is ever agreed (or committed to the manifest) on a primary file that is not durable.
+    """
+    if job.pending is None or job.pending.finished:
+        return None
+    try:
+        job.pending.finish()
+    except (FtkitError, OSError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _abort_pending(job: CheckpointJob) -> None:
+    """Drop an uncommitted primary file left running (its checkpoint failed); never raises."""
+    if job.pending is not None and not job.pending.finished:
+        job.pending.abort()
 
 
 def agree(ctx: PipelineContext, error: str | None, what: str) -> None:
@@ -108,8 +153,12 @@ def agree_written(ctx: PipelineContext, job: CheckpointJob, error: str | None) -
         mine = (error or "no file was written", -1, "")
     else:
         mine = (None, job.file.size, job.file.digest)
-    rows = _mpi.allgather(ctx.comm, mine, what, ctx.timeout)
-    _raise_errors([e for e, _, _ in rows], what)
+    try:
+        rows = _mpi.allgather(ctx.comm, mine, what, ctx.timeout)
+        _raise_errors([e for e, _, _ in rows], what)
+    except BaseException:
+        _abort_pending(job)
+        raise
     job.files = [RankFile(int(s), str(d)) for _, s, d in rows]
     return job.files
 
@@ -131,20 +180,28 @@ def post_process(ctx: PipelineContext, job: CheckpointJob) -> dict[int, bool]:
         On every rank if a step failed on any rank.
     """
     done: dict[int, bool] = {}
-    for lv in job.post_levels:
-        step = LEVELS[lv].post
-        assert step is not None, f"level {lv} has no post-processing"
-        error = None
-        try:
-            step(ctx, job)
-        except ProcessFailure:
-            raise
-        except MPI.Exception as exc:  # a group peer failed mid-step: never a raw MPI error to the caller
-            raise _mpi.as_failure(exc, ctx.comm, f"checkpoint {job.ckpt_id}: L{lv} post-processing") from exc
-        except (FtkitError, OSError) as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        agree(ctx, error, f"checkpoint {job.ckpt_id}: L{lv} post-processing")
-        done[lv] = True
+    try:
+        for lv in job.post_levels:
+            step = LEVELS[lv].post
+            assert step is not None, f"level {lv} has no post-processing"
+            # A step that reads the primary file by its name needs it committed first.
+            error = None if LEVELS[lv].from_buffers else settle_primary(job)
+            try:
+                if error is None:
+                    step(ctx, job)
+            except ProcessFailure:
+                raise
+            except MPI.Exception as exc:  # a group peer failed mid-step: never a raw MPI error to the caller
+                raise _mpi.as_failure(exc, ctx.comm,
+                                      f"checkpoint {job.ckpt_id}: L{lv} post-processing") from exc
+            except (FtkitError, OSError) as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            error = error or settle_primary(job)  # the primary file is durable before any level is agreed
+            agree(ctx, error, f"checkpoint {job.ckpt_id}: L{lv} post-processing")
+            done[lv] = True
+    except BaseException:
+        _abort_pending(job)
+        raise
     return done
 
 
@@ -158,6 +215,8 @@ def commit(ctx: PipelineContext, job: CheckpointJob, levels: dict[int, bool]) ->
     CheckpointError
         On every rank if the manifest could not be written; the in-memory manifest is then unchanged.
     """
+    if job.pending is not None and not job.pending.finished:  # never reached: post_process settles it
+        raise CheckpointError(f"checkpoint {job.ckpt_id}: internal error: the primary file is not committed")
     entry = CheckpointEntry(id=job.ckpt_id, seq=job.seq, level=job.level, time=time.time(),
                             levels={lv: bool(levels.get(lv, False)) for lv in job.levels},
                             nodes=list(job.nodes), files=list(job.files), extra=dict(job.extra))

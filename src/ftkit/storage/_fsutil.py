@@ -157,6 +157,7 @@ class AtomicWriter:
         self.path = Path(path)
         self.fsync = fsync
         self._done = False
+        self._synced = False  # the bytes written so far are durable (sync() ran after the last pwrite)
         try:
             make_dirs(self.path.parent)
             for old in stale_temps(self.path):
@@ -173,7 +174,22 @@ class AtomicWriter:
         OSError
             As raised by the system (e.g. ``ENOSPC``).
         """
+        self._synced = False
         write_all(self.fd, memoryview(data).cast("B"), offset)  # type: ignore[arg-type]
+
+    def sync(self) -> None:
+        """fsync the bytes written so far, under the temporary name (:meth:`commit` then skips its fsync).
+
+        May run in another thread than the writes, once they are done (see :mod:`ftkit.storage.pending`).
+
+        Raises
+        ------
+        OSError
+            As raised by ``fsync`` (e.g. ``EIO``).
+        """
+        if self.fsync and not self._done:
+            os.fsync(self.fd)
+            self._synced = True
 
     def commit(self) -> None:
         """Make the file durable and visible under its final name.
@@ -186,7 +202,7 @@ class AtomicWriter:
         if self._done:
             return
         try:
-            if self.fsync:
+            if self.fsync and not self._synced:
                 os.fsync(self.fd)
             os.close(self.fd)
             self.fd = -1

@@ -10,6 +10,7 @@ taking part in the collectives (see :mod:`ftkit.storage._collective`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,11 +19,30 @@ from ._collective import ErrorGuard, Worker, allgather_in_place, wait_collective
 from ._stream import AtomicWriter, byte_view, read_into
 from .group_plan import MAX_CHUNK, GroupPlan, chunk_size_for, rs_code
 from .parity import ParityHeader
+from .source import ByteSource
 
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-__all__ = ["Timers", "rs_encode", "rs_rebuild"]
+__all__ = ["Timers", "rs_encode", "rs_rebuild", "Reader", "file_reader", "source_reader"]
+
+#: Fills a chunk buffer with a member's data from a byte offset (zeros past the end of the data).
+Reader = Callable[[int, np.ndarray], None]
+
+
+def file_reader(fd: int, size: int) -> Reader:
+    """Read a data file of ``size`` bytes from ``fd`` (see :func:`ftkit.storage._stream.read_into`)."""
+    return lambda start, out: read_into(fd, start, out, size)
+
+
+def source_reader(src: ByteSource, size: int) -> Reader:
+    """Copy a data file of ``size`` bytes from ``src`` (e.g. its bytes in memory), zero-padded."""
+    def read(start: int, out: np.ndarray) -> None:
+        avail = max(0, min(out.nbytes, size - start))
+        if avail:
+            src.read_into(start, byte_view(out)[:avail])
+        out[avail:] = 0
+    return read
 
 
 class Timers(dict):  # type: ignore[type-arg]
@@ -33,7 +53,7 @@ class Timers(dict):  # type: ignore[type-arg]
         self[key] = self.get(key, 0.0) + seconds
 
 
-def rs_encode(comm: MPI.Comm, fd: int, sizes: tuple[int, ...], memory: int, writer: AtomicWriter | None,
+def rs_encode(comm: MPI.Comm, read: Reader, sizes: tuple[int, ...], memory: int, writer: AtomicWriter | None,
                offset: int, data_hash: Any, par_hash: Any, guard: ErrorGuard, timers: Timers,
                timeout: float | None) -> int:
     n, i = comm.Get_size(), comm.Get_rank()
@@ -76,7 +96,7 @@ def rs_encode(comm: MPI.Comm, fd: int, sizes: tuple[int, ...], memory: int, writ
             t1 = time.perf_counter()
             with guard:
                 if guard.ok:
-                    read_into(fd, start, rows[i], sizes[i])
+                    read(start, rows[i])
             t2 = time.perf_counter()
             with guard:
                 if guard.ok:

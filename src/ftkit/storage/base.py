@@ -25,6 +25,7 @@ from .._paths import check_inside, check_plain_name, check_removable
 from . import format as fmt
 from ._fsutil import make_dirs, remove_empty_dirs, remove_file
 from .layout import Layout
+from .pending import PendingFile, start_write
 
 __all__ = ["StorageLevel", "FILE_SUFFIX", "ckpt_dir_name", "parse_ckpt_dir_name"]
 
@@ -102,6 +103,16 @@ class StorageLevel(ABC):
                               nranks=nranks, meta=meta, chunk_bytes=self.chunk_bytes, fsync=self.fsync,
                               layouts=layouts)
 
+    def start_write(self, ckpt_id: int, rank: int, arrays: Sequence[tuple[str, np.ndarray]], *, level: int,
+                    nranks: int, meta: Mapping[str, Any] | None = None,
+                    layouts: Mapping[str, Layout] | None = None) -> PendingFile:
+        """:meth:`write`, but return once the bytes are written: the fsync runs in the background, and
+        :meth:`PendingFile.finish` commits the file (see :mod:`ftkit.storage.pending`)."""
+        dst = self._writable(ckpt_id, rank)
+        return start_write(dst, arrays, rank=rank, level=level, ckpt_id=ckpt_id, exec_id=self.exec_id,
+                           nranks=nranks, meta=meta, chunk_bytes=self.chunk_bytes, fsync=self.fsync,
+                           layouts=layouts)
+
     def put_file(self, ckpt_id: int, rank: int, src: str | os.PathLike[str]) -> int:
         """Copy an existing file (e.g. the L1 file) in as ``rank``'s file; return bytes copied."""
         dst = self._writable(ckpt_id, rank)
@@ -133,6 +144,19 @@ class StorageLevel(ABC):
         check_removable(p, self.root, f"L{self.level} file of rank {rank}")
         remove_file(p)
         remove_empty_dirs(p.parent, self.stop_dir(ckpt_id, rank))
+
+    def prepare_dir(self, ckpt_id: int, rank: int) -> Path:
+        """Create (durably) the directory of ``rank``'s file of ``ckpt_id`` ahead of writing it; return the
+        file's path.
+
+        Raises
+        ------
+        UnsafePathError
+            If the path leads outside the level's root.
+        OSError
+            If the directory cannot be created.
+        """
+        return self._writable(ckpt_id, rank)
 
     def _writable(self, ckpt_id: int, rank: int) -> Path:
         """``rank``'s path, its directory created and checked to lie inside the level's root."""

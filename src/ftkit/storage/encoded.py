@@ -47,7 +47,7 @@ import xxhash
 
 from ..errors import CheckpointNotFoundError, RecoveryError, StorageError
 from ._collective import ErrorGuard, agree_errors, allgather_json, close_fd, member_names, open_or_none
-from ._rs_group import Timers, rs_encode, rs_rebuild
+from ._rs_group import Timers, file_reader, rs_encode, rs_rebuild, source_reader
 from ._stream import AtomicWriter, file_digest, file_size
 from ._xor_group import xor_encode, xor_rebuild
 from .group_plan import (
@@ -66,6 +66,7 @@ from .group_plan import (
 from .local import LocalLevel
 from .parity import ParityHeader, payload_offset_for, verify_parity, write_parity_header
 from .partner import DEFAULT_TIMEOUT
+from .source import ByteSource
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -82,8 +83,8 @@ PathLike = str | os.PathLike[str]
 
 def encode_group(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, *, code: str = "rs",
                  tag: str = "", memory: int = DEFAULT_MEMORY, names: Sequence[str] | None = None,
-                 stats: dict[str, float] | None = None,
-                 timeout: float | None = DEFAULT_TIMEOUT) -> ParityHeader:
+                 stats: dict[str, float] | None = None, timeout: float | None = DEFAULT_TIMEOUT,
+                 data_bytes: ByteSource | None = None) -> ParityHeader:
     """Encode the group's data files; every member stores its parity file at ``parity_path`` (collective).
 
     Parameters
@@ -110,6 +111,9 @@ def encode_group(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, *, 
     timeout
         Seconds to wait for the other members at each collective step (None: no deadline; default as L2,
         :data:`ftkit.storage.partner.DEFAULT_TIMEOUT`).
+    data_bytes
+        The bytes of ``data_path`` when the caller has them in memory (``rs`` reads them from there; see
+        :mod:`ftkit.storage.pending`).
 
     Returns
     -------
@@ -130,17 +134,18 @@ def encode_group(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, *, 
     if comm.Get_size() < 2:
         raise StorageError("an encoded group needs at least 2 members (one per node)")
     return _encode(comm, data_path, parity_path, code, tag, memory, names, write=True, stats=stats,
-                   timeout=timeout)
+                   timeout=timeout, data_bytes=data_bytes if code == "rs" else None)
 
 
 
 def _encode(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, code: str, tag: str, memory: int,
             names: Sequence[str] | None, write: bool, stats: dict[str, float] | None = None, *,
-            timeout: float | None) -> ParityHeader:
+            timeout: float | None, data_bytes: ByteSource | None = None) -> ParityHeader:
     t_start = time.perf_counter()
     timers = Timers()
     n, i = comm.Get_size(), comm.Get_rank()
-    sizes = tuple(int(x) for x in allgather_json(comm, file_size(data_path), timeout,
+    my_size = data_bytes.size if data_bytes is not None else file_size(data_path)
+    sizes = tuple(int(x) for x in allgather_json(comm, my_size, timeout,
                                                   "L3 encoding: sharing the data file sizes"))
     if min(sizes) < 0:
         nm = member_names(names, n)
@@ -153,12 +158,13 @@ def _encode(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, code: st
     par_hash = xxhash.xxh3_64()
     offset = payload_offset_for(n)
     with guard:
-        fd = open_or_none(data_path)
+        fd = open_or_none(data_path if data_bytes is None else None)
         if write:
             writer = AtomicWriter(parity_path)
     try:
         if code == "rs":
-            plen = rs_encode(comm, fd, sizes, memory, writer, offset, data_hash, par_hash, guard, timers,
+            read = file_reader(fd, sizes[i]) if data_bytes is None else source_reader(data_bytes, sizes[i])
+            plen = rs_encode(comm, read, sizes, memory, writer, offset, data_hash, par_hash, guard, timers,
                              timeout)
             my_digest = data_hash.hexdigest()
         else:

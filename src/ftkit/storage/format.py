@@ -62,7 +62,8 @@ from .layout import Layout
 from .source import ByteSource, FileSource
 
 __all__ = ["MAGIC", "VERSION", "PREAMBLE", "Section", "Header", "FileInfo", "DEFAULT_CHUNK",
-           "encode_header", "decode_header", "write_file", "read_header", "read_header_bytes",
+           "encode_header", "decode_header", "write_file", "write_uncommitted", "read_header",
+           "read_header_bytes",
            "read_source_header", "verify_file",
            "read_into", "read_arrays", "copy_file", "parse_dtype", "section_of", "digest_hex",
            "digest_chunk_size"]
@@ -160,6 +161,38 @@ def write_file(
     StorageError
         If the file cannot be written (the temporary file is removed).
     """
+    writer, info, _ = write_uncommitted(path, arrays, rank=rank, level=level, ckpt_id=ckpt_id,
+                                        exec_id=exec_id, nranks=nranks, meta=meta, chunk_bytes=chunk_bytes,
+                                        fsync=fsync, layouts=layouts)
+    writer.commit()
+    return info
+
+
+def write_uncommitted(
+    path: str | os.PathLike[str],
+    arrays: Sequence[tuple[str, np.ndarray]],
+    *,
+    rank: int,
+    level: int,
+    ckpt_id: int,
+    exec_id: str,
+    nranks: int,
+    meta: Mapping[str, Any] | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK,
+    fsync: bool = True,
+    layouts: Mapping[str, Layout] | None = None,
+) -> tuple[AtomicWriter, FileInfo, bytes]:
+    """:func:`write_file` up to, not including, the commit: every byte is written under the temporary name.
+
+    Returns the writer (the caller commits or aborts it: see :mod:`ftkit.storage.pending`), the file's
+    :class:`FileInfo`, and the file's first ``data_offset`` bytes (preamble and final header): the rest of
+    the file is the arrays' bytes, back to back.
+
+    Raises
+    ------
+    StorageError
+        As :func:`write_file` (the temporary file is removed).
+    """
     path = Path(path)
     for name, arr in arrays:
         parse_dtype(arr.dtype.str, f"array {name!r}: ")
@@ -184,8 +217,8 @@ def write_file(
         header = encode_header(fields_, final, len(placeholder))
         if len(header) != len(placeholder):  # pragma: no cover - digests are fixed width
             raise StorageError("internal error: header length changed")
-        writer.pwrite(_preamble(header) + header, 0)
-        writer.commit()
+        head = _preamble(header) + header
+        writer.pwrite(head, 0)
     except OSError as exc:
         writer.abort()
         if isinstance(exc, StorageError):
@@ -195,7 +228,7 @@ def write_file(
         writer.abort()
         raise
     hdr = decode_header(header, xxhash.xxh3_64_intdigest(header), str(path))
-    return FileInfo(hdr.file_size, hdr.digest, hdr)
+    return writer, FileInfo(hdr.file_size, hdr.digest, hdr), head
 
 
 def read_header(path: str | os.PathLike[str]) -> Header:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,8 @@ from ._collective import member_names
 from ._stream import file_digest, file_size
 from .parity import ParityHeader, payload_offset_for, verify_parity
 
-__all__ = ["CODES", "DEFAULT_MEMORY", "MAX_CHUNK", "GroupPlan", "check_code", "rs_code", "encoding_tag",
+__all__ = ["CODES", "DEFAULT_MEMORY", "MAX_CHUNK", "GroupPlan", "check_code", "rs_code", "prefetch_rs_code",
+           "encoding_tag",
            "chunk_size_for", "parity_overhead", "xor_segment", "member_parity", "majority_header",
            "data_matches"]
 
@@ -40,11 +42,45 @@ PathLike = str | os.PathLike[str]
 
 
 @functools.lru_cache(maxsize=16)
-def rs_code(n: int) -> Any:
-    """The ``RSCode(n, n)`` of a group of ``n`` members (cached)."""
+def _build_rs_code(n: int) -> Any:
     from ..codec import RSCode
 
     return RSCode(n, n)
+
+
+#: Codes being prepared by :func:`prefetch_rs_code` (by group size), and the group sizes already built.
+_PREFETCH: dict[int, threading.Thread] = {}
+_BUILT: set[int] = set()
+_PREFETCH_LOCK = threading.Lock()
+
+
+def rs_code(n: int) -> Any:
+    """The ``RSCode(n, n)`` of a group of ``n`` members (cached; waits for a prefetch of it in flight)."""
+    with _PREFETCH_LOCK:
+        t = _PREFETCH.pop(n, None)
+    if t is not None:
+        t.join()  # a local computation, no peer: it ends (an error in it is raised again just below)
+    code = _build_rs_code(n)
+    _BUILT.add(n)
+    return code
+
+
+def prefetch_rs_code(n: int) -> None:
+    """Start preparing ``RSCode(n, n)`` (importing the codec, building its matrices) in a background thread,
+    so that an encoding about to start (after the L1 write) finds it ready. Local; never raises."""
+    with _PREFETCH_LOCK:
+        if n in _PREFETCH or n in _BUILT:
+            return
+        t = threading.Thread(target=_quiet_build, args=(n,), name="ftkit-rs-prefetch", daemon=True)
+        _PREFETCH[n] = t
+        t.start()
+
+
+def _quiet_build(n: int) -> None:
+    try:
+        _build_rs_code(n)
+    except Exception:  # noqa: BLE001 - raised again by rs_code() in the caller's thread
+        pass
 
 
 def encoding_tag(exec_id: str, ckpt_id: int) -> str:

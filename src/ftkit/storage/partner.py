@@ -36,8 +36,9 @@ from ._collective import (
     decode_message,
     encode_message,
 )
-from ._stream import AtomicWriter, file_size, read_into
+from ._stream import AtomicWriter, byte_view, file_size, read_into
 from .local import LocalLevel
+from .source import ByteSource
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -61,7 +62,7 @@ PathLike = str | os.PathLike[str]
 
 def transfer_file(comm: MPI.Comm, send_path: PathLike | None, dest: int, recv_path: PathLike | None,
                   source: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                  timeout: float | None = DEFAULT_TIMEOUT) -> int:
+                  timeout: float | None = DEFAULT_TIMEOUT, send_bytes: ByteSource | None = None) -> int:
     """Send ``send_path`` to rank ``dest`` while receiving rank ``source``'s file into ``recv_path``.
 
     Either direction may be switched off with ``MPI.PROC_NULL`` (and a None path). The received file is
@@ -82,6 +83,9 @@ def transfer_file(comm: MPI.Comm, send_path: PathLike | None, dest: int, recv_pa
         Bytes per message (must be the same on both sides).
     timeout
         Seconds to wait for the peer at each step (None: no deadline).
+    send_bytes
+        The bytes of ``send_path`` when the caller has them (e.g. in memory, see
+        :mod:`ftkit.storage.pending`): sent from there instead of read from the file.
 
     Returns
     -------
@@ -101,7 +105,8 @@ def transfer_file(comm: MPI.Comm, send_path: PathLike | None, dest: int, recv_pa
     if dest != MPI.PROC_NULL and send_path is None or source != MPI.PROC_NULL and recv_path is None:
         raise StorageError("transfer_file: a path is needed for each direction that is not MPI.PROC_NULL")
     t = _Transfer(comm, send_path if dest != MPI.PROC_NULL else None, dest,
-                  recv_path if source != MPI.PROC_NULL else None, source, chunk_size, timeout)
+                  recv_path if source != MPI.PROC_NULL else None, source, chunk_size, timeout,
+                  send_bytes if dest != MPI.PROC_NULL else None)
     try:
         t.exchange_sizes()
         t.stream()
@@ -115,9 +120,9 @@ class _Transfer:
     """The state of one :func:`transfer_file` call (a send and a receive, each possibly switched off)."""
 
     def __init__(self, comm: MPI.Comm, send_path: PathLike | None, dest: int, recv_path: PathLike | None,
-                 source: int, chunk_size: int, timeout: float | None) -> None:
+                 source: int, chunk_size: int, timeout: float | None, send_bytes: ByteSource | None) -> None:
         self.comm, self.dest, self.source, self.chunk, self.timeout = comm, dest, source, chunk_size, timeout
-        self.send_path, self.recv_path = send_path, recv_path
+        self.send_path, self.recv_path, self.send_bytes = send_path, recv_path, send_bytes
         self.send_len = self.recv_len = -1
         self.send_guard, self.recv_guard = ErrorGuard(), ErrorGuard()
         self.writer: AtomicWriter | None = None
@@ -128,7 +133,8 @@ class _Transfer:
 
     def exchange_sizes(self) -> None:
         """Tell the receiver the size of the file (-1: missing); fail on both sides if it is missing."""
-        send_len = np.array([file_size(self.send_path)], np.int64)
+        size = self.send_bytes.size if self.send_bytes is not None else file_size(self.send_path)
+        send_len = np.array([size], np.int64)
         recv_len = np.array([-1], np.int64)
         self._wait([self.comm.Isend(send_len, self.dest, _TAG_SIZE),
                     self.comm.Irecv(recv_len, self.source, _TAG_SIZE)], "partner copy: exchanging sizes")
@@ -138,7 +144,7 @@ class _Transfer:
         if self.send_path is not None and self.send_len < 0:
             self.send_guard.error = StorageError(f"cannot send {self.send_path}: file is missing")
         with self.send_guard:
-            if self.send_path is not None and self.send_len > 0:
+            if self.send_path is not None and self.send_len > 0 and self.send_bytes is None:
                 self.fd = os.open(self.send_path, os.O_RDONLY)
         with self.recv_guard:
             if self.recv_path is not None and self.recv_len >= 0:
@@ -171,10 +177,12 @@ class _Transfer:
                     reqs.append(self.comm.Irecv([rbufs[b], rlen, MPI.BYTE], self.source, _TAG_DATA))
                 if c < n_send:
                     slen = min(z, self.send_len - c * z)
+                    out = None
                     with self.send_guard:
                         if self.send_guard.ok:
-                            read_into(self.fd, c * z, sbuf[:slen], self.send_len)  # type: ignore[index]
-                    reqs.append(self.comm.Isend([sbuf, slen, MPI.BYTE], self.dest, _TAG_DATA))
+                            out = self._next_chunk(c * z, sbuf[:slen])  # type: ignore[index]
+                    reqs.append(self.comm.Isend([sbuf if out is None else out, slen, MPI.BYTE], self.dest,
+                                                _TAG_DATA))
                 self._wait(reqs, f"partner copy: chunk {c}")
                 if c < n_recv:
                     if worker is not None:
@@ -187,6 +195,17 @@ class _Transfer:
                 with self.recv_guard:
                     worker.wait_all()
                 worker.close()
+
+    def _next_chunk(self, offset: int, buf: np.ndarray) -> memoryview | None:
+        """The ``len(buf)`` bytes to send from ``offset``: a view of the caller's bytes when they are in
+        memory in one piece (no copy), else None after reading them into ``buf``."""
+        if self.send_bytes is None:
+            read_into(self.fd, offset, buf, self.send_len)
+            return None
+        view = self.send_bytes.map(offset, buf.nbytes)
+        if view is None:
+            self.send_bytes.read_into(offset, byte_view(buf))
+        return view
 
     def _write(self, data: np.ndarray, offset: int) -> None:
         if self.recv_guard.ok:
@@ -232,7 +251,7 @@ def _why(exc: BaseException | None) -> str:
 
 def partner_copy(comm: MPI.Comm, data_path: PathLike, copy_path: PathLike, *,
                  chunk_size: int = DEFAULT_CHUNK_SIZE, timeout: float | None = DEFAULT_TIMEOUT,
-                 names: Sequence[str] | None = None) -> int:
+                 names: Sequence[str] | None = None, data_bytes: ByteSource | None = None) -> int:
     """Copy each member's ``data_path`` to the next member's ``copy_path`` (a ring over ``comm``).
 
     Collective over ``comm`` (one process per group member, member order, at least 2 members). A failure
@@ -244,6 +263,8 @@ def partner_copy(comm: MPI.Comm, data_path: PathLike, copy_path: PathLike, *,
         Seconds to wait for a partner at each step (None: no deadline).
     names
         How to name members in errors (e.g. ``"rank 5 on node 2"``).
+    data_bytes
+        The bytes of ``data_path``, when the caller has them in memory (sent from there).
 
     Returns
     -------
@@ -262,7 +283,7 @@ def partner_copy(comm: MPI.Comm, data_path: PathLike, copy_path: PathLike, *,
     got = 0
     with guard:
         got = transfer_file(comm, data_path, (i + 1) % n, copy_path, (i - 1) % n, chunk_size=chunk_size,
-                            timeout=timeout)
+                            timeout=timeout, send_bytes=data_bytes)
     agree_errors(comm, guard, "L2 partner copy", names, timeout=timeout)
     return got
 

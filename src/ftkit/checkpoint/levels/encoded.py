@@ -52,8 +52,14 @@ def post_encode(ctx: PipelineContext, job: CheckpointJob, group: Any = None) -> 
     data, parity = level_paths(ctx, job.nodes, job.ckpt_id, 3)
     if group is None:
         group = group_comm(ctx.comm, ctx.topology, ctx.timeout)
-    encode_group(group, data, parity, code=ctx.config.l3_code, tag=l3_tag(ctx.exec_id, job.ckpt_id),
-                 names=group_names(ctx.topology, ctx.topology.group_of()), timeout=ctx.timeout)
+    # Inline (job.pending): RS reads the L1 file's bytes from the protected arrays while the file is synced;
+    # XOR reads the file, so it is committed first.
+    code = ctx.config.l3_code
+    if job.pending is not None and code != "rs":
+        job.pending.finish()
+    encode_group(group, data, parity, code=code, tag=l3_tag(ctx.exec_id, job.ckpt_id),
+                 names=group_names(ctx.topology, ctx.topology.group_of()), timeout=ctx.timeout,
+                 data_bytes=job.pending.source() if job.pending is not None else None)
 
 
 def prepare_encode(ctx: PipelineContext, job: CheckpointJob) -> None:
@@ -94,4 +100,4 @@ def encoded_work(req: dict[str, Any], head_set: Any) -> None:
 
 #: Level 3 in the level table.
 LEVEL = Level(3, "encoded", post=post_encode, recovery=(EncodedStep,), prepare=prepare_encode,
-              head_request=encoded_request, head_work=encoded_work, needs_groups=True)
+              head_request=encoded_request, head_work=encoded_work, needs_groups=True, from_buffers=True)
