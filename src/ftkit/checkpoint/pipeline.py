@@ -8,7 +8,9 @@
    each level's post-processing step, read from the level table :data:`ftkit.checkpoint.levels.LEVELS`
    (L2 partner copy in ``levels/partner.py``, L3 encoding in ``levels/encoded.py``, L4 flush in
    ``levels/pfs.py``). A step is a plain function of ``(ctx, job)`` so it can run inline, in a background
-   thread or be replaced by a head rank's work.
+   thread or be replaced by a head rank's work. Inline L2/L3 steps read the primary file's bytes from the
+   protected arrays while its fsync runs (``job.pending``, :mod:`ftkit.storage.pending`); it is committed
+   before the ranks agree on the level.
 4. :func:`commit` (collective): the entry (with per-level completion) goes into the manifest, which rank 0
    writes atomically; obsolete checkpoints are pruned from it, and only then are their files removed.
    :func:`commit_levels` records levels completed later (asynchronous post-processing). A commit is a
