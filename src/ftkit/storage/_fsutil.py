@@ -23,7 +23,6 @@ import os
 import secrets
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import numpy as np
 
@@ -121,29 +120,6 @@ def make_dirs(path: Path) -> None:
         fsync_dir(d.parent)
 
 
-#: Writes of at least this many bytes start their write-back at once (see :func:`start_writeback`).
-WRITEBACK_MIN = 1 << 20
-_SYNC_FILE_RANGE_WRITE = 2
-_libc: list[Any] = []
-
-
-def start_writeback(fd: int, offset: int, nbytes: int) -> None:
-    """Start writing ``nbytes`` dirty bytes of ``fd`` from ``offset`` to the disk, without waiting (Linux
-    ``sync_file_range(SYNC_FILE_RANGE_WRITE)``): the disk works while the caller produces the next bytes,
-    and the final fsync finds less to do. Durability still comes from that fsync only. A no-op elsewhere."""
-    if not _libc:
-        try:
-            import ctypes
-
-            fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-            fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-            _libc.append(fn)
-        except (OSError, AttributeError):
-            _libc.append(None)
-    if _libc[0] is not None:
-        _libc[0](fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)  # a hint: its outcome is the fsync's to report
-
-
 def write_all(fd: int, data: memoryview | bytes, offset: int | None = None) -> None:
     """Write every byte of ``data`` to ``fd`` (at ``offset`` with pwrite, else at the current position)."""
     view = memoryview(data).cast("B")
@@ -199,10 +175,7 @@ class AtomicWriter:
             As raised by the system (e.g. ``ENOSPC``).
         """
         self._synced = False
-        view = memoryview(data).cast("B")  # type: ignore[arg-type]
-        write_all(self.fd, view, offset)
-        if self.fsync and len(view) >= WRITEBACK_MIN:
-            start_writeback(self.fd, offset, len(view))
+        write_all(self.fd, memoryview(data).cast("B"), offset)  # type: ignore[arg-type]
 
     def sync(self) -> None:
         """fsync the bytes written so far, under the temporary name (:meth:`commit` then skips its fsync).
