@@ -174,16 +174,18 @@ def export_worker(args: argparse.Namespace) -> int:
     full = np.arange(rows)[:, None] * 1e-3 + np.arange(args.cols)[None, :]
     out, direct = d / "export.h5", d / "direct.h5"
 
-    def export_once() -> tuple[float, bool]:
+    def export_once(profile: bool = False) -> tuple[float, bool]:
+        prof = _profiler(profile)
         t0 = time.perf_counter()
         export_checkpoint(d / "meta", "hdf5", out)
         dt = time.perf_counter() - t0
+        _report(prof, "one export")
         with h5py.File(out) as f:
             same = bool(np.array_equal(f["u"][()], full))
         out.unlink()
         return dt, same
 
-    def direct_once() -> tuple[float, bool]:
+    def direct_once(profile: bool = False) -> tuple[float, bool]:  # profile: unused (one call shape)
         t0 = time.perf_counter()
         with h5py.File(direct, "w") as f:
             f.create_dataset("u", data=full)
@@ -196,9 +198,7 @@ def export_worker(args: argparse.Namespace) -> int:
     times: dict[str, list[float]] = {k: [] for k in runs}
     for i in range(args.repeat):
         for what in ("export", "direct") if i % 2 == 0 else ("direct", "export"):
-            prof = _profiler(args.profile and i == 0 and what == "export")
-            dt, same = runs[what]()
-            _report(prof, "one export")
+            dt, same = runs[what](args.profile and i == 0)
             times[what].append(dt)
             ok = ok and same
     t_export, t_direct = times["export"], times["direct"]
