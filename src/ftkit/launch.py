@@ -58,11 +58,14 @@ _FORWARDED_ENV = ("PYTHONPATH", "NUMBA_CACHE_DIR", "OPENBLAS_NUM_THREADS", "OMP_
 
 # Failure-detector timings (seconds) used unless OMPI_MCA_<param> is set.
 _DETECTOR_DEFAULTS = {"mpi_ft_detector_period": "5", "mpi_ft_detector_timeout": "60"}
-# Open MPI parameters set unless OMPI_MCA_<param> is set. ``btl ^ofi``: the libfabric BTL (one-sided
-# transfers over an OFI network) probes every libfabric provider in each rank's MPI_Init, 1.1-1.4 s of the
-# 1.2-1.5 s MPI_Init of a 4-rank job on this machine (0.10-0.16 s without it; the wheel's Open MPI 5.0);
-# point-to-point messages never use it (ob1 takes sm/self/tcp, cm the OFI MTL), and the OFI MTL stays.
+# Open MPI parameters for a job on this host alone (no batch allocation in the environment, so mpirun starts
+# every rank here), set unless OMPI_MCA_<param> is set. ``btl ^ofi``: the libfabric BTL probes every
+# libfabric provider in each rank's MPI_Init, 1.1-1.4 s of the 1.2-1.5 s MPI_Init of a 4-rank job with the
+# wheel's Open MPI 5.0 (0.10-0.16 s without it), and on one host messages go through sm/self anyway. Across
+# nodes of an OFI fabric it can carry ob1's messages, so inside an allocation it is left alone.
 _TRANSPORT_DEFAULTS = {"btl": "^ofi"}
+# Environment variables that mark a batch allocation (mpirun may then start ranks on other hosts).
+_ALLOCATION_ENV = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "PE_HOSTFILE", "FLUX_JOB_ID")
 
 
 def find_mpirun() -> str:
@@ -223,7 +226,8 @@ def build_mpirun_command(
         cmd.append("--allow-run-as-root")
     if session_base is not None:
         cmd += ["--prtemca", "prte_tmpdir_base", os.fspath(session_base)]
-    cmd += _mca_defaults(_TRANSPORT_DEFAULTS, env)
+    if not any(os.environ.get(name) for name in _ALLOCATION_ENV):
+        cmd += _mca_defaults(_TRANSPORT_DEFAULTS, env)
     if ulfm:
         cmd += ["--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true"]
         # The detector's default (heartbeat every 3 s, suspect after 10 s) declares busy but alive ranks dead
