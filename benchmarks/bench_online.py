@@ -180,15 +180,21 @@ def relaunch_case(a: argparse.Namespace, root: Path) -> dict:
 
 
 def idle_case(a: argparse.Namespace, root: Path) -> dict:
-    times = {}
-    for spares in (0, a.spares, 0, a.spares):
-        d = _fresh(root, f"idle{spares}", a)
-        thread, _ = _job(a, d, spares, a.idle_steps)
-        thread.join(a.timeout + 60)
-        times.setdefault(spares, []).append(_results(d)[-1]["loop_s"])
+    """The error-free loop without and with idle spares, alternated ``--idle-repeats`` times; the slowdown
+    is reported from the best run of each and as the median of the ratios of consecutive pairs."""
+    times: dict[int, list[float]] = {}
+    for _ in range(a.idle_repeats):
+        for spares in (0, a.spares):
+            d = _fresh(root, f"idle{spares}", a)
+            thread, _ = _job(a, d, spares, a.idle_steps)
+            thread.join(a.timeout + 60)
+            times.setdefault(spares, []).append(_results(d)[-1]["loop_s"])
     base, with_spares = min(times[0]), min(times[a.spares])
+    pairs = sorted(w / b for b, w in zip(times[0], times[a.spares], strict=True))
     return {"loop_without_spares_s": base, "loop_with_spares_s": with_spares,
-            "slowdown_pct": 100.0 * (with_spares / base - 1.0)}
+            "slowdown_pct": 100.0 * (with_spares / base - 1.0),
+            "median_pair_slowdown_pct": 100.0 * (pairs[len(pairs) // 2] - 1.0),
+            "loops_without_s": times[0], "loops_with_s": times[a.spares]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,24 +210,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=256, help="heat grid size")
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--idle-steps", type=int, default=200)
+    p.add_argument("--idle-repeats", type=int, default=2, help="alternations of the idle-spares comparison")
     p.add_argument("--pause", type=float, default=0.01, help="seconds of 'compute' per step")
     p.add_argument("--kill-at", type=int, default=25)
     p.add_argument("--victim", type=int, default=3)
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--json", default=None)
+    p.add_argument("--cases", default="online,relaunch,idle", help="comma-separated: online, relaunch, idle")
     a = p.parse_args(argv)
     if a.worker:
         worker(a)
         return 0
     root = Path(tempfile.mkdtemp(prefix="ftkit-bench-online-"))
     try:
-        report = {"ranks": a.ranks, "node_size": a.node_size, "spares": a.spares, "mib": a.mib,
-                  "level": a.level, "online": online_case(a, root), "relaunch": relaunch_case(a, root),
-                  "idle": idle_case(a, root)}
+        cases = {"online": online_case, "relaunch": relaunch_case, "idle": idle_case}
+        report: dict = {"ranks": a.ranks, "node_size": a.node_size, "spares": a.spares, "mib": a.mib,
+                        "level": a.level}
+        for name in a.cases.split(","):
+            if name not in cases:
+                p.error(f"--cases: unknown case {name!r} (choose from {', '.join(cases)})")
+            report[name] = cases[name](a, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    report["online_over_relaunch"] = (report["online"]["kill_to_first_step_s"]
-                                      / report["relaunch"]["kill_to_first_step_s"])
+    if "online" in report and "relaunch" in report:
+        report["online_over_relaunch"] = (report["online"]["kill_to_first_step_s"]
+                                          / report["relaunch"]["kill_to_first_step_s"])
     print(json.dumps(report, indent=2))
     if a.json:
         Path(a.json).write_text(json.dumps(report, indent=2))
