@@ -15,7 +15,7 @@ usage: python benchmarks/bench_reshard.py [--quick] [--mib 64] [--ranks 8] [--to
    array with h5py directly from memory (same file system). Target: >= 0.7x the direct speed. One untimed
    export and direct write come first, then the timed pairs, alternating which of the two goes first: on
    this machine (a VM whose free memory goes back to the host) the first 512 MiB a fresh process writes
-   costs 0.4-1 s more, whichever writer goes first.
+   costs up to 1 s more, whichever writer goes first.
 
 The files stay in the page cache (the machine is shared: no cache drop), so times are memory-speed reads;
 ``--quick`` uses 8 MiB per rank. ``--repeat N`` runs every recovery job N times and alternates N exports
