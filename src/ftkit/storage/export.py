@@ -200,11 +200,13 @@ class _Slabs:
 
     def _piece(self, sec: Section, layout: Layout, box: Box, i: int,
                n: int) -> tuple[tuple[int, ...], tuple[int, ...], Runs]:
-        """Rows ``i`` to ``i + n`` of ``box``: global start, shape, and the byte runs holding them."""
+        """Rows ``i`` to ``i + n`` of ``box``: global start, shape, and the byte runs holding them (from
+        ``box`` alone: the boxes of one rank do not overlap, so no other box holds a byte of it)."""
         shape = (n, *box.shape[1:])
         start = (box.start[0] + i, *box.start[1:])
         want = Layout(layout.global_shape, (Box((0,) * len(shape), start, shape),))
-        return start, shape, box_runs(layout, sec.shape, want, shape, self.dtype.itemsize)
+        own = Layout(layout.global_shape, (box,))
+        return start, shape, box_runs(own, sec.shape, want, shape, self.dtype.itemsize)
 
 
 def _copy_section(source: ByteSource, sec: Section, writer: Any, dset: Any, chunk_bytes: int) -> None:
