@@ -46,6 +46,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._jobproc import is_zombie
 from ..errors import RunLockedError
 
 __all__ = ["RunLock", "LockOwner", "LOCK_NAME", "HEARTBEAT_S", "STALE_AFTER_S", "acquire_run_lock"]
@@ -101,7 +102,7 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True  # exists, owned by another user
-    return True
+    return not is_zombie(pid)  # a killed owner not yet reaped holds nothing
 
 
 def _is_stale(owner: LockOwner | None, mtime: float, host: str) -> bool:
