@@ -179,16 +179,71 @@ def relaunch_case(a: argparse.Namespace, root: Path) -> dict:
             "exit": box[0].returncode if box else None}
 
 
+def _cpu_by_role(d: Path, napp: int) -> tuple[float, float]:
+    """CPU seconds (user + system) used so far by the processes of the job in ``d`` (those whose command
+    line names ``d``): application ranks, and spares (world rank >= ``napp``, ``OMPI_COMM_WORLD_RANK``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    totals = [0.0, 0.0]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if str(d).encode() not in (proc / "cmdline").read_bytes():
+                continue
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        ranks = [int(e.split(b"=", 1)[1]) for e in env if e.startswith(b"OMPI_COMM_WORLD_RANK=")]
+        if ranks:
+            totals[ranks[0] >= napp] += (int(fields[11]) + int(fields[12])) / tick
+    return totals[0], totals[1]
+
+
+def _loop_cpu(d: Path, thread: threading.Thread, a: argparse.Namespace) -> tuple[float, float]:
+    """CPU seconds of the application ranks and of the idle spares during the job's loop: from its first
+    step (rank 0's ``progress`` file appears) to its last (``progress`` names the last step)."""
+    progress = d / "progress"
+    _wait(lambda: progress.exists() or not thread.is_alive(), a.timeout)
+    start = _cpu_by_role(d, a.ranks)
+    last = str(a.idle_steps - 1)
+
+    def at_end() -> bool:
+        try:
+            return progress.read_text() == last or not thread.is_alive()
+        except OSError:
+            return False
+
+    _wait(at_end, a.timeout)
+    end = _cpu_by_role(d, a.ranks)
+    return end[0] - start[0], end[1] - start[1]
+
+
 def idle_case(a: argparse.Namespace, root: Path) -> dict:
-    times = {}
-    for spares in (0, a.spares, 0, a.spares):
-        d = _fresh(root, f"idle{spares}", a)
-        thread, _ = _job(a, d, spares, a.idle_steps)
-        thread.join(a.timeout + 60)
-        times.setdefault(spares, []).append(_results(d)[-1]["loop_s"])
+    """The error-free loop without and with idle spares, alternated ``--idle-repeats`` times; the slowdown
+    is reported from the best run of each and as the median of the ratios of consecutive pairs, and the
+    CPU time of the idle spares against that of the application ranks (sampled from ``/proc``, which the
+    machine's load does not distort)."""
+    times: dict[int, list[float]] = {}
+    cpu_app, cpu_spares = [], []
+    for _ in range(a.idle_repeats):
+        for spares in (0, a.spares):
+            d = _fresh(root, f"idle{spares}", a)
+            thread, _ = _job(a, d, spares, a.idle_steps)
+            if spares:
+                app, idle = _loop_cpu(d, thread, a)
+                cpu_app.append(app)
+                cpu_spares.append(idle)
+            thread.join(a.timeout + 60)
+            times.setdefault(spares, []).append(_results(d)[-1]["loop_s"])
     base, with_spares = min(times[0]), min(times[a.spares])
+    pairs = sorted(w / b for b, w in zip(times[0], times[a.spares], strict=True))
     return {"loop_without_spares_s": base, "loop_with_spares_s": with_spares,
-            "slowdown_pct": 100.0 * (with_spares / base - 1.0)}
+            "slowdown_pct": 100.0 * (with_spares / base - 1.0),
+            "median_pair_slowdown_pct": 100.0 * (pairs[len(pairs) // 2] - 1.0),
+            "loops_without_s": times[0], "loops_with_s": times[a.spares],
+            "spares_cpu_s": cpu_spares, "app_cpu_s": cpu_app,
+            "spares_cpu_pct_of_app": 100.0 * sum(cpu_spares) / max(sum(cpu_app), 1e-9)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,24 +259,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=256, help="heat grid size")
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--idle-steps", type=int, default=200)
+    p.add_argument("--idle-repeats", type=int, default=2, help="alternations of the idle-spares comparison")
     p.add_argument("--pause", type=float, default=0.01, help="seconds of 'compute' per step")
     p.add_argument("--kill-at", type=int, default=25)
     p.add_argument("--victim", type=int, default=3)
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--json", default=None)
+    p.add_argument("--cases", default="online,relaunch,idle", help="comma-separated: online, relaunch, idle")
     a = p.parse_args(argv)
     if a.worker:
         worker(a)
         return 0
     root = Path(tempfile.mkdtemp(prefix="ftkit-bench-online-"))
     try:
-        report = {"ranks": a.ranks, "node_size": a.node_size, "spares": a.spares, "mib": a.mib,
-                  "level": a.level, "online": online_case(a, root), "relaunch": relaunch_case(a, root),
-                  "idle": idle_case(a, root)}
+        cases = {"online": online_case, "relaunch": relaunch_case, "idle": idle_case}
+        report: dict = {"ranks": a.ranks, "node_size": a.node_size, "spares": a.spares, "mib": a.mib,
+                        "level": a.level}
+        for name in a.cases.split(","):
+            if name not in cases:
+                p.error(f"--cases: unknown case {name!r} (choose from {', '.join(cases)})")
+            report[name] = cases[name](a, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    report["online_over_relaunch"] = (report["online"]["kill_to_first_step_s"]
-                                      / report["relaunch"]["kill_to_first_step_s"])
+    if "online" in report and "relaunch" in report:
+        report["online_over_relaunch"] = (report["online"]["kill_to_first_step_s"]
+                                          / report["relaunch"]["kill_to_first_step_s"])
     print(json.dumps(report, indent=2))
     if a.json:
         Path(a.json).write_text(json.dumps(report, indent=2))

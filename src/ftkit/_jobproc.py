@@ -15,7 +15,7 @@ import threading
 from ._wait import deadline_after, poll_until
 from .errors import TimeoutFailure
 
-__all__ = ["RUNTIME_EXIT_GRACE", "KILL_WAIT", "SRUN_TERM_GRACE", "PipeReader", "watch_ranks",
+__all__ = ["RUNTIME_EXIT_GRACE", "KILL_WAIT", "SRUN_TERM_GRACE", "PipeReader", "watch_ranks", "is_zombie",
            "combined_status", "kill_session", "end_srun"]
 
 #: Seconds mpirun may stay up after every rank has exited before it is killed.
@@ -106,6 +106,15 @@ def combined_status(status: dict[int, int], nprocs: int) -> int:
 def _running(pid: int) -> bool:
     fields = _proc_stat(pid)
     return fields is not None and fields[0] not in ("Z", "X")
+
+
+def is_zombie(pid: int) -> bool:
+    """Whether process ``pid`` has ended but is not reaped yet (Linux ``/proc``; False where unknown).
+
+    Such a process still answers ``os.kill(pid, 0)`` but runs nothing and holds no lock: a job's killed
+    rank stays so until its new parent reaps it, which on a busy machine can take a moment."""
+    fields = _proc_stat(pid)
+    return fields is not None and fields[0] in ("Z", "X")
 
 
 def kill_session(sid: int) -> list[int]:

@@ -56,10 +56,10 @@ def assert_bit_identical(stdout: str) -> None:
     assert d and r and d.group(1) == r.group(1), stdout
 
 
-def check_layout(stdout: str, executor: str) -> None:
+def check_layout(stdout: str, executor: str, stderr: str = "") -> None:
     """The application sees 4 ranks; in head mode world ranks 0 and 3 (the heads) are never among them."""
     seen = ranks(stdout)
-    assert sorted(seen) == [0, 1, 2, 3], stdout
+    assert sorted(seen) == [0, 1, 2, 3], stdout + stderr
     assert all(v["size"] == 4 for v in seen.values())
     worlds = sorted(v["world"] for v in seen.values())
     assert worlds == ([1, 2, 4, 5] if executor == "head" else [0, 1, 2, 3])
@@ -73,14 +73,14 @@ def test_async_checkpoints_then_node_loss_recover_bit_identical(tmp_path, execut
     write_config(tmp_path, executor)
     args = ("--steps", "16", "--ckpt", f"5:{level}", "--ckpt", f"10:{level}")
     r = run_app(tmp_path, executor, *args, "--crash-at", "13")
-    check_layout(r.stdout, executor)
+    check_layout(r.stdout, executor, r.stderr)
     assert "digest" not in r.stdout, r.stdout
     # L2/L3 survive the loss of one node (node 1: its ranks' files, copies and parity); L4 the loss of all.
     lost = ["node1"] if level < 4 else ["node0", "node1"]
     for name in lost:
         delete_node_dir(tmp_path / "run" / "local" / name)
     r = run_app(tmp_path, executor, *args).check()
-    check_layout(r.stdout, executor)
+    check_layout(r.stdout, executor, r.stderr)
     assert recovered(r.stdout) == (2, level, 10)
     assert_bit_identical(r.stdout)
 

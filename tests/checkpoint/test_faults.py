@@ -40,6 +40,24 @@ def test_killed_during_checkpoint_leaves_previous_recoverable(tmp_path, kill_ran
     assert all(v["id"] == "1" and v["step"] == "0" and v["level"] == "1" for v in got.values()), r.stdout
 
 
+def test_a_failure_seen_by_one_rank_before_the_commit_commits_nothing(tmp_path):
+    # Rank 3 alone sees a process failure after the last agreement before the commit, which ranks 0-2 passed
+    # (as when a peer dies inside that allreduce: it can complete on some ranks and fail on others). Before,
+    # ranks 0-2 committed checkpoint 2 and pruned checkpoint 1 while rank 3 deleted its files of 2: neither
+    # was recoverable. Now one agreement decides the commit alike everywhere: 2 is not committed, 1 stays.
+    d = tmp_path / "run"
+    write_config(d)
+    r = run_app(d, N, "--mode", "write", "--levels", "1,1", "--kill-rank", "3", "--kill-stage", "after_post",
+                "--kill-index", "1", "--kill-how", "raise")
+    assert not r.timed_out, r.stdout + r.stderr
+    lines = rank_lines(r.stdout, N)
+    assert all("ProcessFailure" in line for line in lines.values()), r.stdout + r.stderr
+    assert "wrote id=2" not in r.stdout, r.stdout
+    r = run_app(d, N, "--mode", "recover").check()
+    got = _recovered(rank_lines(r.stdout, N))
+    assert all(v["id"] == "1" and v["step"] == "0" for v in got.values()), r.stdout
+
+
 def test_corrupted_l1_falls_back_to_l4(tmp_path):
     d = tmp_path / "run"
     write_config(d, inline_l4=0)          # L4 through L1 + flush: checkpoint 1 exists at L1 and L4

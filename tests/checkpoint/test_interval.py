@@ -134,3 +134,14 @@ def test_auto_calibrates_after_a_restart():
     s.count = 500                                         # what recover() does
     taken = run(s, clock, 1.0, 400, auto=True, ckpt_seconds=4.0)
     assert taken[0] == (501, 4) and len(taken) >= 3
+
+
+def test_importing_ftkit_checkpoint_leaves_the_models_package_for_the_first_auto_interval():
+    import subprocess
+    import sys
+
+    code = ("import mpi4py; mpi4py.rc.initialize = False; import sys, ftkit.checkpoint; "
+            "print('ftkit.models' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr

@@ -24,10 +24,11 @@ def _errors(d: Path) -> dict[str, str]:
     return {p.name.split(".", 1)[1]: p.read_text() for p in d.glob("online-error.*")}
 
 
-def _same_error(d: Path, processes: list[str]) -> str:
-    """Assert that exactly ``processes`` raised an OnlineRecoveryError, all the same one; return it."""
+def _same_error(d: Path, processes: list[str], output: str = "") -> str:
+    """Assert that exactly ``processes`` raised an OnlineRecoveryError, all the same one; return it
+    (``output``: the job's stdout and stderr, shown if not)."""
     errors = _errors(d)
-    assert sorted(errors) == processes, errors
+    assert sorted(errors) == processes, f"{errors}\n{output}"
     assert len(set(errors.values())) == 1, errors
     return next(iter(errors.values()))
 
@@ -57,7 +58,7 @@ def test_a_bug_that_repeats_uses_up_the_spares_then_every_survivor_raises_the_sa
     write_config(tmp_path, group_size=2, ckpt_l2=5)
     r = Job(tmp_path, 4, 1, "--steps", "30", "--raise-at", "12", "--raise-rank", "1", "--raise-always").done()
     assert r.stderr.count("RuntimeError: application bug on rank 1 at step 12") == 2, r.stderr
-    msg = _same_error(tmp_path, ["rank0", "rank2", "rank3"])
+    msg = _same_error(tmp_path, ["rank0", "rank2", "rank3"], r.stdout + r.stderr)
     assert "no spare left" in msg and "[1]" in msg and "relaunch" in msg, msg
     assert "digest" not in r.stdout
     _relaunch_is_exact(tmp_path)

@@ -90,14 +90,20 @@ def test_damaged_chunk_is_caught_and_bytes_read_are_bounded(tmp_path):
     got = read_runs(p, sec, runs, memoryview(out.reshape(-1).view(np.uint8)))
     assert np.array_equal(out, data[300:500]) and got <= runs.total + 2 * 65536
     with FileSource(p) as src:                      # the same bytes mapped instead of read (export)
-        assert np.array_equal(np.frombuffer(boxread.mapped_run(src, sec, runs), np.float64), out.reshape(-1))
+        mapped = boxread.map_run(src, sec, runs)
+        assert mapped is not None
+        assert np.array_equal(np.frombuffer(mapped.verified(0, runs.total), np.float64), out.reshape(-1))
     corrupt_file(p, sec.offset + 700 * 64 * 8)      # a chunk this read does not need: not read, no error
     read_runs(p, sec, runs, memoryview(out.reshape(-1).view(np.uint8)))
     corrupt_file(p, sec.offset + 400 * 64 * 8)      # a needed chunk
     with pytest.raises(CorruptionError, match="digest chunk"):
         read_runs(p, sec, runs, memoryview(out.reshape(-1).view(np.uint8)))
-    with FileSource(p) as src, pytest.raises(CorruptionError, match="digest chunk"):
-        boxread.mapped_run(src, sec, runs)
+    with FileSource(p) as src:                      # mapped: checked when the damaged chunk is asked for
+        mapped = boxread.map_run(src, sec, runs)
+        assert mapped is not None
+        mapped.verified(0, 40000)                   # chunk 2 only
+        with pytest.raises(CorruptionError, match="digest chunk 3"):
+            mapped.verified(40000, runs.total)
 
 
 def test_coverage_rules():

@@ -7,8 +7,10 @@ import multiprocessing as mp
 import os
 import re
 import socket
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -64,6 +66,28 @@ def test_dead_owner_on_this_host_is_taken_over(tmp_path):
     lock = acquire_run_lock(tmp_path, time.time())
     assert json.loads((tmp_path / LOCK_NAME).read_text())["token"] == lock.token
     lock.release()
+
+
+def test_killed_owner_not_yet_reaped_is_taken_over(tmp_path):
+    # A job's rank 0 SIGKILLed at the end of the job stays a zombie until its new parent reaps it; a relaunch
+    # at that moment was refused ("in use by another job ... last heartbeat 2 s ago"), seen once in the suite.
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        child.kill()
+        _wait_for_state(child.pid, "Z")
+        _plant(tmp_path, socket.gethostname(), child.pid, age_s=1)
+        lock = acquire_run_lock(tmp_path, time.time())
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["token"] == lock.token
+        lock.release()
+    finally:
+        child.wait(30)
+
+
+def _wait_for_state(pid: int, state: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != state:
+        assert time.monotonic() < deadline, f"process {pid} not in state {state} within {timeout} s"
+        time.sleep(0.01)
 
 
 def test_live_owner_on_this_host_blocks(tmp_path):

@@ -1,7 +1,8 @@
 """Checkpoint test program: takes a series of checkpoints of known data, or recovers and reports what it got.
 
 write mode:   --levels 4,1    checkpoint i (0-based) at level levels[i], with data value(rank, i), step = i;
-              --kill-rank R --kill-stage STAGE --kill-index I: SIGKILL rank R at STAGE of checkpoint I.
+              --kill-rank R --kill-stage STAGE --kill-index I: SIGKILL rank R at STAGE of checkpoint I
+              (--kill-how raise: rank R raises ProcessFailure there instead, as if only it saw a failure).
 recover mode: prints one line per rank: "R<rank> recovered id=.. level=.. source=.. step=.. data=ok|BAD" or
               "R<rank> error <Type>: <message> | restarted=.. untouched=.. again=<Type> ckpt=<Type>".
 """
@@ -28,6 +29,8 @@ p.add_argument("--n", type=int, default=5000)
 p.add_argument("--kill-rank", type=int, default=-1)
 p.add_argument("--kill-stage", default="")
 p.add_argument("--kill-index", type=int, default=-1)
+p.add_argument("--kill-how", choices=["kill", "raise"], default="kill",
+               help="raise: rank R only sees a process failure at STAGE (a ProcessFailure); the others go on")
 p.add_argument("--finalize", action="store_true")
 a = p.parse_args()
 
@@ -41,10 +44,17 @@ ckpt.protect("step", step)
 def leave(code: int) -> None:
     """End the write mode. After a rank of this job was killed, MPI_Finalize can wait forever for it
     (open-mpi/ompi#11404: the survivors of a run-lock test were seen still running after 3 minutes), so the
-    survivors then leave without it."""
+    survivors then leave without it, after agreeing to leave (one that exits early with an error code makes
+    mpirun kill the others before they report)."""
     if a.kill_rank >= 0:
-        exit_without_finalize(code=code)
+        exit_without_finalize(MPI.COMM_WORLD, code=code)
     sys.exit(code)
+
+
+def fail_here() -> None:
+    if a.kill_how == "raise":
+        raise ftkit.ProcessFailure("injected: only this rank saw a peer fail here")
+    kill_self()
 
 
 if a.mode == "write":
@@ -53,7 +63,7 @@ if a.mode == "write":
         step[0] = i
         if i == a.kill_index and rank == a.kill_rank:
             stage = a.kill_stage
-            ckpt._ctx.fault_hook = lambda s, stage=stage: kill_self() if s == stage else None
+            ckpt._ctx.fault_hook = lambda s, stage=stage: (fail_here() if s == stage else None)
         try:
             cid = ckpt.checkpoint(lv)
         except ftkit.FtkitError as exc:

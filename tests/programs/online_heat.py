@@ -21,7 +21,6 @@ error is written to ``<dir>/error.rank<r>`` (``Type: message``), exit code 4.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+import _online  # noqa: E402
 import heat  # noqa: E402
 
 import ftkit  # noqa: E402
@@ -37,12 +37,7 @@ from ftkit.checkpoint import online  # noqa: E402
 from ftkit.checkpoint.levels import partner  # noqa: E402
 from ftkit.failure import exit_without_finalize  # noqa: E402
 
-p = argparse.ArgumentParser()
-p.add_argument("--config", default="ftkit.ini")
-p.add_argument("--steps", type=int, default=40)
-p.add_argument("--size", type=int, default=32)
-p.add_argument("--pause", type=float, default=0.0)
-p.add_argument("--dir", required=True)
+p = _online.parser()
 p.add_argument("--hold-stage", default=None)
 p.add_argument("--hold-rank", type=int, default=-1)
 p.add_argument("--hold-after", type=int, default=0)
@@ -54,11 +49,7 @@ p.add_argument("--wait-for", default=None)
 a = p.parse_args()
 out = Path(a.dir)
 
-try:
-    ckpt = ftkit.Checkpointer(a.config)
-except ftkit.OnlineRecoveryError as exc:  # a spare, when the job could not be recovered online
-    (out / f"online-error.spare{os.getpid()}").write_text(str(exc))
-    exit_without_finalize(None, 3)
+ckpt = _online.start(a.config, out)
 comm = ckpt.comm
 (out / f"pid.{comm.rank}").write_text(str(os.getpid()))
 n = a.size
@@ -118,10 +109,4 @@ except ftkit.OnlineRecoveryError as exc:
 except ftkit.FtkitError as exc:  # e.g. a full disk: the same error on every rank
     (out / f"error.rank{ckpt.rank}").write_text(f"{type(exc).__name__}: {exc}")
     exit_without_finalize(None, 4)
-if comm.rank == 0:
-    for r in reports:
-        print(f"recovery dead={list(r.dead)} ckpt={r.checkpoint_id} level={r.level}", flush=True)
-    print(f"digest {heat.digest(field)}", flush=True)
-    print(f"reference {heat.digest(heat.reference(n, a.steps))}", flush=True)
-if reports:
-    exit_without_finalize(comm, 0)  # after a failure, MPI_Finalize may wait for the dead (ompi#11404)
+_online.report(comm, reports, field, n, a.steps)

@@ -18,7 +18,6 @@ code 3.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -27,29 +26,21 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+import _online  # noqa: E402
 import heat  # noqa: E402
 
 import ftkit  # noqa: E402
 from ftkit.checkpoint import online  # noqa: E402
 from ftkit.failure import exit_without_finalize  # noqa: E402
 
-p = argparse.ArgumentParser()
-p.add_argument("--config", default="ftkit.ini")
-p.add_argument("--steps", type=int, default=40)
-p.add_argument("--size", type=int, default=32)
-p.add_argument("--pause", type=float, default=0.0)
-p.add_argument("--dir", required=True)
+p = _online.parser()
 p.add_argument("--no-layout", action="store_true")
 p.add_argument("--hold-rank", type=int, default=-1)
 p.add_argument("--bad-callback", action="store_true", help="print R<rank> <error> of steps(on_shrink='x')")
 a = p.parse_args()
 out = Path(a.dir)
 
-try:
-    ckpt = ftkit.Checkpointer(a.config)
-except ftkit.OnlineRecoveryError as exc:  # a spare, when the job could not be recovered online
-    (out / f"online-error.spare{os.getpid()}").write_text(str(exc))
-    exit_without_finalize(None, 3)
+ckpt = _online.start(a.config, out)
 first_rank = ckpt.comm.rank
 (out / f"pid.{first_rank}.tmp{os.getpid()}").write_text(str(os.getpid()))
 os.replace(out / f"pid.{first_rank}.tmp{os.getpid()}", out / f"pid.{first_rank}")  # never read half-written
@@ -110,9 +101,4 @@ if comm.rank == 0:
     for s in shrinks:
         print(f"shrink old={s.old_size} new={s.new_size} failed={list(s.failed)} ckpt={s.checkpoint_id} "
               f"level={s.level} number={s.number}", flush=True)
-    for r in reports:
-        print(f"recovery dead={list(r.dead)} ckpt={r.checkpoint_id} level={r.level}", flush=True)
-    print(f"digest {heat.digest(field)}", flush=True)
-    print(f"reference {heat.digest(heat.reference(plate.n, a.steps))}", flush=True)
-if reports:
-    exit_without_finalize(comm, 0)  # after a failure, MPI_Finalize may wait for the dead (ompi#11404)
+_online.report(comm, reports, field, plate.n, a.steps)

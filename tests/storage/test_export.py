@@ -193,3 +193,43 @@ def test_refusals(tmp_path):
         export_checkpoint(root, "npy", tmp_path / "n", ckpt_id=5)
     with pytest.raises(CheckpointNotFoundError, match="manifest"):
         export_checkpoint(tmp_path / "nothing", "npy", tmp_path / "n")
+
+
+def _bands(rank: int, cid: int) -> tuple[list, dict]:
+    """Uneven bands of a 601 x 4096 float64 array (about 4.7 MiB per rank: more than one mapped slab), every
+    element distinct, so a slab written at a wrong place changes the export."""
+    b0, b1 = (0, 150, 301, 452, 601)[rank:rank + 2]
+    band = (np.arange(b0, b1)[:, None] * 4096 + np.arange(4096)[None, :] + cid * 0.5).astype(np.float64)
+    return [("w", band)], {"w": Layout((601, 4096), (Box((0, 0), (b0, 0), (b1 - b0, 4096)),))}
+
+
+def _want_bands(cid: int) -> np.ndarray:
+    return (np.arange(601)[:, None] * 4096 + np.arange(4096)[None, :] + cid * 0.5).astype(np.float64)
+
+
+def test_boxes_of_several_slabs_land_in_place(tmp_path):
+    """Each rank's band is mapped and written in several slabs (the last one short): both formats hold
+    every element where it belongs."""
+    root = _make_run(tmp_path / "r", arrays_of=_bands)
+    export_checkpoint(root, "hdf5", tmp_path / "w.h5")
+    with h5py.File(tmp_path / "w.h5") as fh:
+        assert np.array_equal(fh["w"][()], _want_bands(2))
+    export_checkpoint(root, "npy", tmp_path / "w", ckpt_id=1)
+    assert np.array_equal(np.load(tmp_path / "w" / "w.npy"), _want_bands(1))
+
+
+def test_small_mappings_and_slabs(tmp_path, monkeypatch):
+    """Mappings and slabs far smaller than a digest chunk and not a whole number of rows of it (a mapping
+    starting inside a chunk): the same contents, from L1 and (lost L1 files) L4."""
+    import ftkit.storage.export as export_mod
+
+    monkeypatch.setattr(export_mod, "_MAP_BYTES", 100)
+    monkeypatch.setattr(export_mod, "_SLAB_BYTES", 36)
+    root = _make_run(tmp_path / "r")
+    export_checkpoint(root, "hdf5", tmp_path / "a.h5")
+    with h5py.File(tmp_path / "a.h5") as fh:
+        _check(lambda k: fh[k][()], 2)
+    for f in root.glob("local/node0/run7/l1/ckpt1/*.ftk"):
+        f.unlink()
+    export_checkpoint(root, "npy", tmp_path / "b", ckpt_id=1)
+    _check(lambda k: np.load(tmp_path / "b" / (k.replace("/", ".") + ".npy")), 1)

@@ -18,7 +18,7 @@ from mpi4py import MPI
 
 from .. import mpienv
 from ..config import Config, load_config
-from ..errors import CheckpointError, FtkitError, RecoveryError
+from ..errors import CheckpointError, FtkitError, ProcessFailure, RecoveryError
 from ..storage import set_group_access
 from ..storage.layout import Layout
 from ..storage.manifest import CheckpointEntry, Manifest, ManifestStore
@@ -293,25 +293,28 @@ class Checkpointer(online_loop.ResilientLoop):
         except (FtkitError, OSError) as exc:
             error = f"{type(exc).__name__}: {exc}"
         self._ctx.hook("after_write")
-        committing = False
+        decided: bool | None = False  # False: committed nowhere, this rank's files of it are garbage
         try:
-            pipeline.agree_written(self._ctx, job, error)
-            levels = {job.primary: True}
-            self._ctx.hook("before_post")
-            levels.update(self._run_post(job))
-            committing = True
+            try:
+                pipeline.agree_written(self._ctx, job, error)
+                levels = {job.primary: True}
+                self._ctx.hook("before_post")
+                levels.update(self._run_post(job))
+                self._ctx.hook("after_post")
+            except Exception as exc:
+                pipeline.leave_commit_gate(self._ctx, exc)  # nobody passes the gate without this rank
+                raise
+            decided = pipeline.commit_gate(self._ctx, job)
+            if not decided:
+                raise ProcessFailure(f"checkpoint {ckpt_id}: no commit: a peer failed or did not answer")
             pruned = pipeline.commit(self._ctx, job, levels)
         except BaseException as exc:
             self._post.discard()
-            if isinstance(exc, CheckpointError) or not committing:
-                # Not committed: this rank's files of it are garbage (the previous checkpoint is untouched).
-                # A process failure in the commit itself leaves them: rank 0 may have written the manifest
-                # (and pruned the previous checkpoint) before this rank saw the failure in the commit's
-                # broadcast; the manifest on disk decides, and recovery verifies every file it reads.
+            if isinstance(exc, CheckpointError) or decided is False:
+                # Surely not committed; otherwise rank 0 may have written it: the manifest on disk decides.
                 pipeline.remove_checkpoints(self._ctx, [_job_entry(job)])
             if isinstance(exc, CheckpointError):
-                # Raised on every rank at the same agreement: wait until every rank has removed its files,
-                # so the next checkpoint (which may reuse this id) never races with that removal.
+                # Raised alike on every rank: wait until all removed their files (the next may reuse the id).
                 with contextlib.suppress(FtkitError):
                     _mpi.barrier(self._icomm, self.config.failure_timeout, "checkpoint clean-up")
             if isinstance(exc, MPI.Exception):  # never a raw MPI.Exception to the application

@@ -22,6 +22,7 @@ A crash anywhere before step 4 leaves the previous manifest, hence the previous 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import shutil
 import time
@@ -33,7 +34,9 @@ import numpy as np
 from mpi4py import MPI
 
 from .._paths import check_plain_name, check_removable, inside
-from ..errors import CheckpointError, ConfigError, FtkitError, ProcessFailure
+from ..errors import CheckpointError, ConfigError, FtkitError, ProcessFailure, TimeoutFailure
+from ..failure.ulfm import agree_within, revoke
+from ..mpienv import probe_ulfm
 from ..storage.format import FileInfo
 from ..storage.group_plan import prefetch_rs_code
 from ..storage.layout import Layout
@@ -246,6 +249,47 @@ def commit_levels(ctx: PipelineContext, ckpt_id: int, levels: dict[int, bool]) -
         except BaseException:
             ctx.store.manifest = saved
             raise
+
+
+def commit_gate(ctx: PipelineContext, job: CheckpointJob) -> bool | None:
+    """Decide, the same on every survivor, whether ``job`` may be committed (collective, bounded).
+
+    The agreements before the commit are plain collectives: after a process failure the last one can complete
+    on rank 0 (which would then commit ``job`` and prune the previous checkpoint) and fail on another rank
+    (which then deletes its files of ``job``: both checkpoints lost). So the ranks that passed every step
+    meet in one ULFM agreement before rank 0 writes the manifest, and ``job`` is committed only if every live
+    rank took part: a rank that saw a failure before the gate never enters it (it calls
+    :func:`leave_commit_gate` instead), so nobody passes without it, and its files of ``job`` are garbage.
+
+    Returns
+    -------
+    bool or None
+        True: commit. False: surely not committed, on every survivor (a failure struck during the gate). None:
+        the answer could not be learnt (a peer revoked the communicator or did not come within
+        ``failure_timeout``): commit nothing and keep this rank's files, the manifest on disk decides. Without
+        ULFM (no agreement possible): True, the plain collectives before decide.
+    """
+    if ctx.nranks < 2 or not probe_ulfm().available:
+        return True
+    try:
+        return agree_within(ctx.comm, 1, ctx.timeout, f"checkpoint {job.ckpt_id}: commit decision") == 1
+    except (ProcessFailure, TimeoutFailure):
+        return None
+
+
+def leave_commit_gate(ctx: PipelineContext, exc: BaseException) -> None:
+    """Called by a rank whose checkpoint work failed before :func:`commit_gate` (a failed or silent peer):
+    revoke ``ctx.comm`` so the ranks waiting at the gate learn at once that this rank will not come.
+
+    Only a process failure revokes: a :class:`CheckpointError` is raised alike on every rank at the same
+    agreement (nobody waits at the gate), and after a :class:`TimeoutFailure` (a peer stuck, not dead) the
+    others time out too and report it as such.
+    """
+    failed = isinstance(exc, ProcessFailure | MPI.Exception) and not isinstance(exc, TimeoutFailure)
+    if not failed or ctx.nranks < 2 or not probe_ulfm().available:
+        return
+    with contextlib.suppress(Exception):
+        revoke(ctx.comm)
 
 
 def commit_manifest(ctx: PipelineContext, what: str) -> None:

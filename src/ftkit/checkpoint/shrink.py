@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError, ConfigError, ConfigWarning, ProcessFailure, TopologyError
-from ..failure.replace import Rebuilt, _app_comm, _attempt
+from ..failure.replace import Rebuilt, app_comm, attempt
 from ..failure.ulfm import agree_flag
 from ..topology import Topology, plan_topology
 from . import _mpi, spares
@@ -125,7 +125,7 @@ def shrink_world(ckpt: Checkpointer, rebuilt: Rebuilt) -> Rebuilt:
         return rebuilt
     if sh.pending is not None:
         cannot_go_on(rebuilt, "a further rank died during the recovery onto fewer ranks")
-    app, ok = _attempt(_app_comm, rebuilt.world, ckpt.rank)
+    app, ok = attempt(app_comm, rebuilt.world, ckpt.rank)
     try:
         ok = agree_flag(rebuilt.world, ok)
     except ProcessFailure:

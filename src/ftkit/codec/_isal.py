@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import CodecError
 
-__all__ = ["ISAL_ENV", "library", "tables", "apply"]
+__all__ = ["ISAL_ENV", "library", "tables", "apply", "block_bytes"]
 
 #: Environment variable: path of a libisal to use, or 0 for ftkit's own (numba) kernels.
 ISAL_ENV = "FTKIT_ISAL"
@@ -96,6 +96,22 @@ def library() -> ctypes.CDLL | None:
         return lib
 
 
+#: Above this many output rows ISA-L's ``ec_encode_data`` passes over the inputs more than once (it applies a
+#: few rows per pass); the fragments are then applied in blocks whose inputs stay in cache across the
+#: passes. Measured on a 2-core EPYC (1 MiB L2, 16 MiB L3), 64 MiB per call: (16, 16) +15-20 %, (8, 8)
+#: +3-5 %, (7, 7) +5-10 %; up to 6 rows blocking gains nothing (and costs 1-3 % at (4, 4)).
+_BLOCK_ROWS = 6
+#: Input bytes (all k fragments together) per block when blocking: 3 MiB (best of 2-4 MiB at k = 8, 16).
+_BLOCK_WINDOW = 3 << 20
+
+
+def block_bytes(n_in: int, n_out: int) -> int:
+    """Bytes per fragment per ``ec_encode_data`` call for ``n_in`` inputs and ``n_out`` outputs."""
+    if n_out <= _BLOCK_ROWS:
+        return _MAX_CALL
+    return max(64 << 10, (_BLOCK_WINDOW // n_in) & ~4095)
+
+
 def tables(lib: ctypes.CDLL, matrix: np.ndarray) -> np.ndarray:
     """ISA-L's expanded multiplication tables (32 bytes per entry) of the ``rows x k`` uint8 ``matrix``."""
     rows = np.ascontiguousarray(matrix, dtype=np.uint8)
@@ -105,10 +121,20 @@ def tables(lib: ctypes.CDLL, matrix: np.ndarray) -> np.ndarray:
     return out
 
 
-def apply(lib: ctypes.CDLL, gf_tables: np.ndarray, addrs: np.ndarray, n_in: int, nbytes: int) -> None:
-    """``out_i = sum_j M[i, j] * in_j`` over the fragments at ``addrs`` (inputs then outputs, ``nbytes``)."""
-    n_out = len(addrs) - n_in
-    for start in range(0, nbytes, _MAX_CALL):
-        src = (ctypes.c_void_p * n_in)(*[int(a) + start for a in addrs[:n_in]])
-        dst = (ctypes.c_void_p * n_out)(*[int(a) + start for a in addrs[n_in:]])
-        lib.ec_encode_data(min(_MAX_CALL, nbytes - start), n_in, n_out, gf_tables.ctypes.data, src, dst)
+def apply(lib: ctypes.CDLL, gf_tables: np.ndarray, inputs: list[int], outputs: list[int],
+          nbytes: int) -> None:
+    """``out_i = sum_j M[i, j] * in_j`` over the fragments at addresses ``inputs``/``outputs`` (``nbytes``).
+
+    ``gf_tables`` are :func:`tables` of ``M`` (``len(outputs) x len(inputs)``); the caller keeps the
+    fragments alive during the call. Applied in blocks of :func:`block_bytes`.
+    """
+    n_in, n_out = len(inputs), len(outputs)
+    step = block_bytes(n_in, n_out)
+    src_t, dst_t = ctypes.c_void_p * n_in, ctypes.c_void_p * n_out
+    table_addr = gf_tables.ctypes.data
+    if nbytes <= step:
+        lib.ec_encode_data(nbytes, n_in, n_out, table_addr, src_t(*inputs), dst_t(*outputs))
+        return
+    for start in range(0, nbytes, step):
+        lib.ec_encode_data(min(step, nbytes - start), n_in, n_out, table_addr,
+                           src_t(*[a + start for a in inputs]), dst_t(*[a + start for a in outputs]))

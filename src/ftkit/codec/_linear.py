@@ -9,6 +9,7 @@ imported only then). Both give the same bytes.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -26,20 +27,26 @@ __all__ = ["LinearCode", "BLOCK_BYTES"]
 BLOCK_BYTES = 2048
 
 
-def _addresses(arrays: Sequence[np.ndarray]) -> np.ndarray:
-    return np.fromiter((a.__array_interface__["data"][0] for a in arrays), dtype=np.int64, count=len(arrays))
+def _address(array: np.ndarray) -> int:
+    # The data address of a checked fragment (non-empty). ctypes' from_buffer is ~4x cheaper than
+    # ``array.ctypes.data`` (0.6 vs 2 us: this runs k + m times per call) but needs a writeable buffer.
+    if array.flags.writeable:
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))  # type: ignore[arg-type]
+    return int(array.ctypes.data)
 
 
-def _check_no_overlap(addrs: np.ndarray, n_in: int, nbytes: int) -> None:
+def _check_no_overlap(inputs: list[int], outputs: list[int], nbytes: int) -> None:
     # Outputs are written block by block while inputs are still being read: an output overlapping an input
-    # or another output would silently give wrong parity.
-    outs = addrs[n_in:]
-    hit = (outs[:, None] < addrs[None, :] + nbytes) & (addrs[None, :] < outs[:, None] + nbytes)
-    hit[np.arange(outs.shape[0]), n_in + np.arange(outs.shape[0])] = False
-    if hit.any():
-        o, other = (int(v) for v in np.argwhere(hit)[0])
-        what = f"data fragment {other}" if other < n_in else f"parity output {other - n_in}"
-        raise CodecError(f"parity output {o} overlaps {what} in memory; give separate output buffers")
+    # or another output would silently give wrong parity. All fragments have ``nbytes``, so two overlap iff
+    # their addresses are less than ``nbytes`` apart, and an output overlapping anything overlaps one of its
+    # neighbours in address order: one sort, O((k + m) log(k + m)).
+    spans = sorted([(a, 0, j) for j, a in enumerate(inputs)] + [(a, 1, i) for i, a in enumerate(outputs)])
+    for lo, hi in zip(spans, spans[1:], strict=False):
+        if (lo[1] or hi[1]) and hi[0] - lo[0] < nbytes:
+            out, other = (lo, hi) if lo[1] else (hi, lo)
+            what = f"parity output {other[2]}" if other[1] else f"data fragment {other[2]}"
+            raise CodecError(f"parity output {out[2]} overlaps {what} in memory; "
+                             "give separate output buffers")
 
 
 def _compile(matrix: np.ndarray) -> tuple[object, np.ndarray]:
@@ -58,16 +65,17 @@ def _apply(compiled: tuple[object, np.ndarray], inputs: Sequence[np.ndarray], ou
         return
     # ``inputs`` and ``outputs`` stay referenced by the caller for the duration of the call, so the raw
     # addresses the kernel uses stay valid.
-    addrs = _addresses([*inputs, *outputs])
+    ins = [_address(a) for a in inputs]
+    outs = [_address(a) for a in outputs]
     if check_overlap:
-        _check_no_overlap(addrs, len(inputs), nbytes)
+        _check_no_overlap(ins, outs, nbytes)
     lib, prepared = compiled
     if lib is not None:
-        _isal.apply(lib, prepared, addrs, len(inputs), nbytes)  # type: ignore[arg-type]
+        _isal.apply(lib, prepared, ins, outs, nbytes)  # type: ignore[arg-type]
         return
     from . import _kernels
 
-    _kernels.run_schedule(prepared, addrs, nbytes, BLOCK_BYTES)
+    _kernels.run_schedule(prepared, np.array(ins + outs, dtype=np.int64), nbytes, BLOCK_BYTES)
 
 
 class LinearCode(ErasureCode):

@@ -32,7 +32,7 @@ from .ulfm import agree_flag, revoke
 
 T = TypeVar("T")
 
-__all__ = ["SPARE", "Rebuilt", "plan_roles", "rebuild"]
+__all__ = ["SPARE", "Rebuilt", "plan_roles", "rebuild", "app_comm", "attempt"]
 
 #: Role of an idle spare in the roster (application ranks are 0..napp-1).
 SPARE = -1
@@ -148,7 +148,7 @@ def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
     rounds = comm.Get_size() + 1 if max_rounds is None else max_rounds
     for _ in range(rounds):
         shrunk = _shrink(comm)
-        got, ok = _attempt(_roster, shrunk, role, timeout)
+        got, ok = attempt(_roster, shrunk, role, timeout)
         roster: list[int] = got or []
         if not agree_flag(shrunk, ok):
             revoke(shrunk)
@@ -163,7 +163,7 @@ def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
             return Rebuilt(shrunk, None, -1 if role == SPARE else role, {}, dead, missing, survivors, spares,
                            tuple(roster))
         new_rank = role if role != SPARE else next((r for r, pos in replaced.items() if pos == me), -1)
-        app, ok = _attempt(_app_comm, shrunk, new_rank)
+        app, ok = attempt(app_comm, shrunk, new_rank)
         if not agree_flag(shrunk, ok):
             if app is not None and app != MPI.COMM_NULL:
                 app.Free()
@@ -179,14 +179,44 @@ def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
                          f"({rounds} rounds)")
 
 
-def _app_comm(shrunk: MPI.Intracomm, new_rank: int) -> MPI.Intracomm:
-    """The application communicator (``COMM_NULL`` on idle spares): rank ``new_rank`` in the new order."""
+def app_comm(shrunk: MPI.Intracomm, new_rank: int) -> MPI.Intracomm:
+    """The application communicator split from ``shrunk`` (a plain collective over it).
+
+    Parameters
+    ----------
+    shrunk
+        The live processes.
+    new_rank
+        This process's application rank in the new communicator (its order key), or a negative number on a
+        process that stays out of it (an idle spare).
+
+    Returns
+    -------
+    MPI.Intracomm
+        The new communicator, ``MPI.COMM_NULL`` on a process that stays out.
+
+    Raises
+    ------
+    MPI.Exception
+        If the split fails (a process failure: run it through :func:`attempt`).
+    """
     return MPI.Intracomm(shrunk.Split(0 if new_rank >= 0 else MPI.UNDEFINED, new_rank))
 
 
-def _attempt(step: Callable[..., T], *args: Any) -> tuple[T | None, int]:
-    """Run one MPI step of the repair: ``(its result, 1)``, or ``(None, 0)`` if a process failure stopped it
-    (the survivors then agree on that flag). Other MPI errors propagate."""
+def attempt(step: Callable[..., T], *args: Any) -> tuple[T | None, int]:
+    """Run one MPI step of a repair, ``step(*args)``, turning a process failure into a flag the survivors
+    then agree on (with :func:`ftkit.failure.ulfm.agree_flag`).
+
+    Returns
+    -------
+    tuple
+        ``(its result, 1)``, or ``(None, 0)`` if a process failure stopped it.
+
+    Raises
+    ------
+    MPI.Exception
+        Any MPI error that is not a process failure.
+    """
     try:
         return step(*args), 1
     except MPI.Exception as exc:

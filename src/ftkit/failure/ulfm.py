@@ -11,6 +11,7 @@ number of times (each retry needs a new failure). If a plain collective on the r
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -30,6 +31,7 @@ __all__ = [
     "revoke",
     "agree_on_dead",
     "agree_flag",
+    "agree_within",
     "repair",
     "guarded",
     "agree_to_leave",
@@ -180,6 +182,43 @@ def agree_flag(comm: MPI.Comm, flag: int, *, clear_on_failure: bool = False) -> 
             if clear_on_failure:
                 flag = 0
     raise ProcessFailure("agreement did not converge")
+
+
+def agree_within(comm: MPI.Comm, flag: int, timeout: float, what: str) -> int:
+    """Return the bitwise AND of ``flag`` over the live processes of ``comm``, the same on every survivor,
+    within ``timeout`` seconds (fault-tolerant collective; a non-blocking ``Agree`` polled with sleeps).
+
+    Failures known before the call do not count. A process that fails during the agreement makes it raise
+    ``MPI_ERR_PROC_FAILED`` on every live process alike; it is then repeated with ``0`` everywhere, so the
+    answer is ``0`` on every survivor (a failure during the agreement counts as "no").
+
+    Raises
+    ------
+    TimeoutFailure
+        If some live process does not take part within ``timeout`` seconds (its answer is then unknown here).
+    ProcessFailure
+        If ``comm`` is revoked before the answer is known (a process that revokes it does not take part), or
+        failures keep striking (more retries than ranks).
+    """
+    def answered(req: MPI.Request) -> bool:
+        if req.Test():
+            return True
+        if comm.Is_revoked():
+            raise ProcessFailure(f"{what}: the communicator was revoked: a peer left the agreement")
+        return False
+
+    for _ in range(comm.Get_size() + 1):
+        try:
+            comm.Ack_failed()
+            buf = np.array([flag], np.intc)
+            req = comm.Iagree(buf)
+            poll_until(functools.partial(answered, req), deadline_after(timeout), what)
+            return int(buf[0])
+        except MPI.Exception as exc:
+            if not is_failure_error(exc) or is_revoked_error(exc):
+                raise ProcessFailure(f"{what}: agreement impossible: {exc}") from exc
+            flag = 0
+    raise ProcessFailure(f"{what}: agreement did not converge")
 
 
 def repair(comm: MPI.Comm, dead: Iterable[int]) -> MPI.Intracomm | None:

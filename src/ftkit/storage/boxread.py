@@ -22,7 +22,7 @@ from .header import Section, digest_hex
 from .layout import Runs
 from .source import ByteSource
 
-__all__ = ["read_runs", "mapped_run", "needed_units"]
+__all__ = ["read_runs", "map_run", "MappedRun", "needed_units"]
 
 
 def _unit(section: Section) -> int:
@@ -120,16 +120,45 @@ def _read_buffered(source: ByteSource, section: Section, runs: Runs, ends: np.nd
     return stop - first * unit
 
 
-def mapped_run(source: ByteSource, section: Section, runs: Runs) -> memoryview | None:
-    """The bytes of ``runs`` -- one run -- mapped from ``source`` without a copy, after verifying the digest
-    units holding them; None if ``runs`` is not one run or the source cannot map.
+class MappedRun:
+    """One run of a section mapped from its source without a copy, verified digest unit by digest unit as its
+    bytes are asked for (see :func:`map_run`)."""
+
+    def __init__(self, source: ByteSource, section: Section, view: memoryview, first: int, skip: int,
+                 nbytes: int) -> None:
+        self.source, self.section, self.view = source, section, view
+        self.first, self.skip, self.nbytes = first, skip, nbytes
+        self.checked = 0  # bytes of ``view`` (whole digest units from its start) verified so far
+
+    def verified(self, a: int, b: int) -> memoryview:
+        """Bytes ``[a, b)`` of the run, after verifying the digest units holding them (each unit once; ask in
+        ascending order).
+
+        Raises
+        ------
+        CorruptionError
+            If a unit does not match its digest.
+        """
+        unit = _unit(self.section)
+        need = min(-(-(self.skip + b) // unit) * unit, len(self.view))
+        if need > self.checked:
+            _verify(self.source, self.section, self.first + self.checked // unit,
+                    self.view[self.checked:need], unit)
+            self.checked = need
+        return self.view[self.skip + a:self.skip + b]
+
+
+def map_run(source: ByteSource, section: Section, runs: Runs) -> MappedRun | None:
+    """The bytes of ``runs`` -- one run -- mapped from ``source`` without a copy (the digest units holding
+    them, populated at once), to be read verified with :meth:`MappedRun.verified`; None if ``runs`` is not
+    one run or the source cannot map.
 
     Raises
     ------
-    CorruptionError, StorageError
-        As :func:`read_runs`.
+    StorageError
+        If the source is truncated.
     """
-    if len(runs.src) != 1:
+    if len(runs.src) != 1 or not source.supports_map:
         return None
     unit = _unit(section)
     src, n = int(runs.src[0]), int(runs.nbytes[0])
@@ -138,8 +167,7 @@ def mapped_run(source: ByteSource, section: Section, runs: Runs) -> memoryview |
     view = source.map(section.offset + first * unit, stop - first * unit)
     if view is None:
         return None
-    _verify(source, section, first, view, unit)
-    return view[src - first * unit:src - first * unit + n]
+    return MappedRun(source, section, view, first, src - first * unit, n)
 
 
 def _groups(section: Section, runs: Runs, ends: np.ndarray, first: int, last: int,
@@ -160,9 +188,13 @@ def _groups(section: Section, runs: Runs, ends: np.ndarray, first: int, last: in
 
 
 def _verify(source: ByteSource, section: Section, first: int, view: memoryview, unit: int) -> None:
-    """Check the digest units held by ``view`` (starting at unit ``first``, whole units only)."""
-    for k, p in enumerate(range(0, len(view), unit)):
-        _check(source.name, section, first + k, digest_hex(xxhash.xxh3_64(view[p:p + unit])))
+    """Check the digest units held by ``view`` (starting at unit ``first``, whole units only): the digests
+    are computed in one pass and compared at once with the stored ones; a mismatch names its unit."""
+    got = "".join([f"{xxhash.xxh3_64_intdigest(view[p:p + unit]):016x}" for p in range(0, len(view), unit)])
+    want = section.chunk_xxh3[16 * first:16 * first + len(got)] if section.chunk else section.xxh3
+    if got and got != want:
+        k = next(k for k in range(0, len(got), 16) if got[k:k + 16] != want[k:k + 16])
+        _check(source.name, section, first + k // 16, got[k:k + 16])
 
 
 def _check(name: str, section: Section, i: int, got: str) -> None:

@@ -10,11 +10,12 @@ The newest complete checkpoint is exported (or ``--id``), from the first copy of
 :class:`~ftkit.storage.copies.RunCopies` finds (L1, the L2 partner copy, L4 -- a differential L4 checkpoint
 read in place), each checked against the manifest's digest; a file held only as L3 parity is rebuilt first
 with ``ftkit rebuild``. Memory stays bounded: boxes are copied slab by slab through one reused buffer (at
-most ``chunk_bytes`` per slab, one row of a box at least; a slab that is one contiguous run of a plain file
-is mapped instead, up to 64 MiB at once), every byte read is verified against its chunk digest, and slabs
-go to the output without another copy (h5py ``write_direct``; ``.npy`` files are preallocated and written
-with ``pwrite``). The output is written under a temporary name and renamed only when complete, so a damaged
-checkpoint or a full disk leaves nothing behind.
+most ``chunk_bytes`` per slab, one row of a box at least; a box whose rows are one contiguous run of a plain
+file is mapped instead, up to 64 MiB at once, and taken in 4 MiB slabs), every byte read is verified against
+its chunk digest before it is written, and slabs go to the output without another copy: ``pwrite`` at the
+place of their elements (an HDF5 dataset is contiguous with its storage allocated at creation, so its
+elements have a fixed offset in the file; ``.npy`` files are preallocated). The output is written under a
+temporary name and renamed only when complete, so a damaged checkpoint or a full disk leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -27,14 +28,14 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import xxhash
 
 from ..errors import CheckpointNotFoundError, CorruptionError, FormatError, StorageError
 from ._stream import byte_view
-from .boxread import mapped_run, read_runs
+from .boxread import map_run, read_runs
 from .copies import Copy, RunCopies
 from .format import DEFAULT_CHUNK, Header, Section
 from .header import digest_hex
@@ -49,9 +50,11 @@ __all__ = ["export_checkpoint", "add_parser", "run_export"]
 _ATTR_MAX = 16
 #: What a failed write of the output raises (h5py reports a full disk as OSError or RuntimeError).
 _WRITE_ERRORS = (OSError, RuntimeError)
-#: Largest slab mapped from a file at once (bytes): a mapping costs no buffer, and fewer, larger writes are
-#: faster.
+#: Largest part of a file mapped at once (bytes): a mapping costs no buffer, and fewer mappings cost less.
 _MAP_BYTES = 64 * 2**20
+#: Slabs of a mapping (bytes): each is verified and then written while it is still in the CPU cache (the
+#: digest pass and the write read it once from memory, not twice).
+_SLAB_BYTES = 4 * 2**20
 
 
 def export_checkpoint(target: str | Path, fmt: str, out: str | os.PathLike[str],
@@ -155,9 +158,9 @@ def _export_array(name: str, files: list[tuple[ByteSource, Header]], writer: Any
 
 
 class _Slabs:
-    """Boxes slab by slab along axis 0, each verified: mapped from the file when the slab is one contiguous
-    run of a plain file (no copy, so such a slab may be up to ``_MAP_BYTES``), else read into one reused
-    buffer of at most ``chunk_bytes``."""
+    """Boxes slab by slab along axis 0, each verified: mapped from the file when the box's rows are one
+    contiguous run of a plain file (no copy; mappings of up to ``_MAP_BYTES``, slabs of ``_SLAB_BYTES``,
+    whatever ``chunk_bytes``), else read into one reused buffer of at most ``chunk_bytes``."""
 
     def __init__(self, dtype: np.dtype, chunk_bytes: int) -> None:
         self.dtype, self.chunk_bytes = dtype, chunk_bytes
@@ -167,31 +170,43 @@ class _Slabs:
              box: Box) -> Iterator[tuple[tuple[int, ...], np.ndarray]]:
         """Yield (global start, verified slab) of ``box``; a slab is valid until the next one is asked for."""
         row = max(1, math.prod(box.shape[1:]) * self.dtype.itemsize)
-        per_buf = max(1, self.chunk_bytes // row)
         whole_rows = box.shape[1:] == sec.shape[1:]  # the box's rows lie one after the other in the file
-        step = max(per_buf, _MAP_BYTES // row) if whole_rows and source.supports_map else per_buf
+        step = max(1, _MAP_BYTES // row if whole_rows and source.supports_map else box.shape[0])
         for i in range(0, box.shape[0], step):
             n = min(step, box.shape[0] - i)
             start, shape, runs = self._piece(sec, layout, box, i, n)
-            mapped = mapped_run(source, sec, runs) if source.supports_map else None
+            mapped = map_run(source, sec, runs)
             if mapped is not None:
-                yield start, np.frombuffer(mapped, self.dtype).reshape(shape)
+                per_slab = max(1, _SLAB_BYTES // row)
+                for j in range(0, n, per_slab):
+                    m = min(per_slab, n - j)
+                    view = mapped.verified(j * row, (j + m) * row)
+                    yield (start[0] + j, *start[1:]), np.frombuffer(view, self.dtype).reshape((m, *shape[1:]))
                 continue
-            for j in range(i, i + n, per_buf):
-                start, shape, runs = self._piece(sec, layout, box, j, min(per_buf, i + n - j))
-                if self.buf.nbytes < math.prod(shape) * self.dtype.itemsize:
-                    self.buf = np.empty(math.prod(shape) * self.dtype.itemsize, np.uint8)
-                raw = self.buf[:math.prod(shape) * self.dtype.itemsize]
-                read_runs(source, sec, runs, byte_view(raw), piece_bytes=self.chunk_bytes)
-                yield start, raw.view(self.dtype).reshape(shape)
+            yield from self._buffered(source, sec, layout, box, i, n, row)
+
+    def _buffered(self, source: ByteSource, sec: Section, layout: Layout, box: Box, i: int, n: int,
+                  row: int) -> Iterator[tuple[tuple[int, ...], np.ndarray]]:
+        """Rows ``i`` to ``i + n`` of ``box`` read through the reused buffer, ``chunk_bytes`` at most."""
+        per_buf = max(1, self.chunk_bytes // row)
+        for j in range(i, i + n, per_buf):
+            start, shape, runs = self._piece(sec, layout, box, j, min(per_buf, i + n - j))
+            size = math.prod(shape) * self.dtype.itemsize
+            if self.buf.nbytes < size:
+                self.buf = np.empty(size, np.uint8)
+            raw = self.buf[:size]
+            read_runs(source, sec, runs, byte_view(raw), piece_bytes=self.chunk_bytes)
+            yield start, raw.view(self.dtype).reshape(shape)
 
     def _piece(self, sec: Section, layout: Layout, box: Box, i: int,
                n: int) -> tuple[tuple[int, ...], tuple[int, ...], Runs]:
-        """Rows ``i`` to ``i + n`` of ``box``: global start, shape, and the byte runs holding them."""
+        """Rows ``i`` to ``i + n`` of ``box``: global start, shape, and the byte runs holding them (from
+        ``box`` alone: the boxes of one rank do not overlap, so no other box holds a byte of it)."""
         shape = (n, *box.shape[1:])
         start = (box.start[0] + i, *box.start[1:])
         want = Layout(layout.global_shape, (Box((0,) * len(shape), start, shape),))
-        return start, shape, box_runs(layout, sec.shape, want, shape, self.dtype.itemsize)
+        own = Layout(layout.global_shape, (box,))
+        return start, shape, box_runs(own, sec.shape, want, shape, self.dtype.itemsize)
 
 
 def _copy_section(source: ByteSource, sec: Section, writer: Any, dset: Any, chunk_bytes: int) -> None:
@@ -227,8 +242,52 @@ def _write_error(out: Path, exc: BaseException) -> StorageError:
                         f"{out}; free space or choose another place)")
 
 
+class _RawDataset(NamedTuple):
+    """Where a dataset's elements lie in an output file: C order, from byte ``data_at`` of ``fd``."""
+
+    fd: int
+    data_at: int
+    shape: tuple[int, ...]
+    itemsize: int
+
+
+def _pwrite_region(dset: _RawDataset, region: tuple[slice, ...], data: np.ndarray) -> None:
+    """Write C-contiguous ``data`` at ``region`` of ``dset`` (``()``: a 0-d dataset): one ``pwrite`` per
+    contiguous run of the file, no copy.
+
+    Raises
+    ------
+    OSError
+        If a write fails (a full disk).
+    """
+    fd, data_at, shape, itemsize = dset
+    data = np.ascontiguousarray(data)
+    view = byte_view(data.reshape(-1).view(np.uint8))
+    if region and data.shape[1:] == shape[1:]:  # whole rows: one run
+        todo = [(0, region[0].start * math.prod(shape[1:]) * itemsize, len(view))]
+    elif region:
+        start = tuple(r.start for r in region)
+        zero = (0,) * len(shape)
+        runs = box_runs(Layout(shape, (Box(zero, start, data.shape),)), data.shape,
+                        Layout(shape, (Box(zero, zero, shape),)), shape, itemsize)
+        todo = list(zip(runs.src.tolist(), runs.dst.tolist(), runs.nbytes.tolist(), strict=True))
+    else:  # a 0-d array
+        todo = [(0, 0, len(view))]
+    for src, dst, n in todo:
+        done = 0
+        while done < n:
+            done += os.pwrite(fd, view[src + done:src + n], data_at + dst + done)
+
+
 class _Hdf5Writer:
-    """Datasets in one HDF5 file, written under a temporary name and renamed by :meth:`commit`."""
+    """Datasets in one HDF5 file, written under a temporary name and renamed by :meth:`commit`.
+
+    Each dataset is created contiguous, its storage allocated at once and never filled (every element is
+    written by the export), so its elements lie at a fixed offset of the file (``get_offset``): slabs are
+    written there with ``pwrite`` through a second descriptor, as HDF5's own ``sec2`` driver would, without
+    HDF5's per-write selection work. A dataset without such an offset (a type HDF5 stores differently) is
+    written with h5py ``write_direct``.
+    """
 
     def __init__(self, out: Path) -> None:
         try:
@@ -236,19 +295,39 @@ class _Hdf5Writer:
         except ImportError as exc:
             raise StorageError("export to HDF5 needs h5py: pip install 'ftkit[hdf5]' (or export --to npy)") \
                 from exc
+        self.h5py = h5py
         self.out, self.tmp = out, out.with_name(f".{out.name}.partial")
         self.file = h5py.File(self.tmp, "w")
+        try:
+            self.fd = os.open(self.tmp, os.O_WRONLY)
+        except OSError:
+            self.fd = -1
+            self.abort()
+            raise
 
     def create(self, name: str, shape: tuple[int, ...], dtype: str) -> Any:
+        """A new dataset: a :class:`_RawDataset` when its elements have a fixed place, else the h5py one."""
+        h5p, h5d = self.h5py.h5p, self.h5py.h5d
+        dt = np.dtype(dtype)
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_layout(h5d.CONTIGUOUS)
+        dcpl.set_alloc_time(h5d.ALLOC_TIME_EARLY)
+        dcpl.set_fill_time(h5d.FILL_TIME_NEVER)
         try:
-            return self.file.create_dataset(name, shape=shape, dtype=np.dtype(dtype))
+            dset = self.file.create_dataset(name, shape=shape, dtype=dt, dcpl=dcpl)
         except _WRITE_ERRORS as exc:
             raise _write_error(self.out, exc) from exc
+        at = dset.id.get_offset()
+        if at is None or dset.dtype != dt or dset.id.get_type().get_size() != dt.itemsize:
+            return dset
+        return _RawDataset(self.fd, at, tuple(shape), dt.itemsize)
 
     def write(self, dset: Any, region: tuple[slice, ...], data: np.ndarray) -> None:
         """Write C-contiguous ``data`` at ``region`` of ``dset`` (no intermediate copy)."""
         try:
-            if region:
+            if isinstance(dset, _RawDataset):
+                _pwrite_region(dset, region, data)
+            elif region:
                 dset.write_direct(data, dest_sel=region)
             else:
                 dset[()] = data
@@ -257,6 +336,7 @@ class _Hdf5Writer:
 
     def commit(self, attrs: dict[str, Any]) -> None:
         try:
+            self._close_fd()
             for k, v in attrs.items():
                 self.file.attrs[k] = v
             self.file.close()
@@ -264,7 +344,14 @@ class _Hdf5Writer:
             raise _write_error(self.out, exc) from exc
         os.replace(self.tmp, self.out)
 
+    def _close_fd(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
     def abort(self) -> None:
+        with contextlib.suppress(OSError):
+            self._close_fd()
         with contextlib.suppress(Exception):
             self.file.close()
         with contextlib.suppress(OSError):
@@ -281,7 +368,7 @@ class _NpyWriter:
         self.tmp.mkdir(parents=True)
         self.fds: list[int] = []
 
-    def create(self, name: str, shape: tuple[int, ...], dtype: str) -> Any:
+    def create(self, name: str, shape: tuple[int, ...], dtype: str) -> _RawDataset:
         path = self.tmp / (name.replace("/", ".") + ".npy")
         dt = np.dtype(dtype)
         try:
@@ -295,26 +382,12 @@ class _NpyWriter:
             os.posix_fallocate(fd, 0, size)
         except _WRITE_ERRORS as exc:
             raise _write_error(self.out, exc) from exc
-        return fd, data_at, tuple(shape), dt.itemsize
+        return _RawDataset(fd, data_at, tuple(shape), dt.itemsize)
 
-    def write(self, dset: Any, region: tuple[slice, ...], data: np.ndarray) -> None:
-        """Write C-contiguous ``data`` at ``region``: one ``pwrite`` per contiguous run of the file."""
-        fd, data_at, shape, itemsize = dset
-        data = np.ascontiguousarray(data)
-        view = byte_view(data.reshape(-1).view(np.uint8))
-        if region:
-            start = tuple(r.start for r in region)
-            zero = (0,) * len(shape)
-            runs = box_runs(Layout(shape, (Box(zero, start, data.shape),)), data.shape,
-                            Layout(shape, (Box(zero, zero, shape),)), shape, itemsize)
-            todo = list(zip(runs.src.tolist(), runs.dst.tolist(), runs.nbytes.tolist(), strict=True))
-        else:  # a 0-d array
-            todo = [(0, 0, len(view))]
+    def write(self, dset: _RawDataset, region: tuple[slice, ...], data: np.ndarray) -> None:
+        """Write C-contiguous ``data`` at ``region`` of ``dset`` (see :func:`_pwrite_region`)."""
         try:
-            for src, dst, n in todo:
-                done = 0
-                while done < n:
-                    done += os.pwrite(fd, view[src + done:src + n], data_at + dst + done)
+            _pwrite_region(dset, region, data)
         except _WRITE_ERRORS as exc:
             raise _write_error(self.out, exc) from exc
 
