@@ -182,6 +182,8 @@ def relaunch_case(a: argparse.Namespace, root: Path) -> dict:
 def _cpu_by_role(d: Path, napp: int) -> tuple[float, float]:
     """CPU seconds (user + system) used so far by the processes of the job in ``d`` (those whose command
     line names ``d``): application ranks, and spares (world rank >= ``napp``, ``OMPI_COMM_WORLD_RANK``)."""
+    from ftkit._jobproc import proc_stat
+
     tick = os.sysconf("SC_CLK_TCK")
     totals = [0.0, 0.0]
     for proc in Path("/proc").iterdir():
@@ -190,10 +192,12 @@ def _cpu_by_role(d: Path, napp: int) -> tuple[float, float]:
         try:
             if str(d).encode() not in (proc / "cmdline").read_bytes():
                 continue
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            fields = proc_stat(int(proc.name))
             env = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue  # gone meanwhile
+        if fields is None:
+            continue
         ranks = [int(e.split(b"=", 1)[1]) for e in env if e.startswith(b"OMPI_COMM_WORLD_RANK=")]
         if ranks:
             totals[ranks[0] >= napp] += (int(fields[11]) + int(fields[12])) / tick

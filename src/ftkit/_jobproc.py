@@ -16,7 +16,7 @@ from ._wait import deadline_after, poll_until
 from .errors import TimeoutFailure
 
 __all__ = ["RUNTIME_EXIT_GRACE", "KILL_WAIT", "SRUN_TERM_GRACE", "PipeReader", "watch_ranks", "is_zombie",
-           "combined_status", "kill_session", "end_srun"]
+           "proc_stat", "combined_status", "kill_session", "end_srun"]
 
 #: Seconds mpirun may stay up after every rank has exited before it is killed.
 RUNTIME_EXIT_GRACE = 10.0
@@ -47,8 +47,13 @@ class PipeReader:
         return "".join(self._chunks)
 
 
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (index 0 = state), or None if gone."""
+#: Process states (``/proc/<pid>/stat``) of a process that has ended: zombie, dead.
+_ENDED = ("Z", "X")
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (index 0 = state, 11 and 12 = user and system CPU
+    time in clock ticks), or None if gone (or where there is no /proc)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             data = f.read()
@@ -66,7 +71,7 @@ def _session_members(sid: int) -> list[int]:
         return members
     for entry in entries:
         if entry.isdigit():
-            fields = _proc_stat(int(entry))
+            fields = proc_stat(int(entry))
             if fields is not None and int(fields[3]) == sid:  # field 6 of stat: session id
                 members.append(int(entry))
     return members
@@ -78,7 +83,7 @@ def watch_ranks(sid: int, status: dict[int, int]) -> int:
     for pid in _session_members(sid):
         if pid == sid:
             continue
-        fields = _proc_stat(pid)
+        fields = proc_stat(pid)
         if fields is None:
             continue
         if fields[0] in ("Z", "X"):
@@ -104,8 +109,8 @@ def combined_status(status: dict[int, int], nprocs: int) -> int:
 
 
 def _running(pid: int) -> bool:
-    fields = _proc_stat(pid)
-    return fields is not None and fields[0] not in ("Z", "X")
+    fields = proc_stat(pid)
+    return fields is not None and fields[0] not in _ENDED
 
 
 def is_zombie(pid: int) -> bool:
@@ -113,8 +118,8 @@ def is_zombie(pid: int) -> bool:
 
     Such a process still answers ``os.kill(pid, 0)`` but runs nothing and holds no lock: a job's killed
     rank stays so until its new parent reaps it, which on a busy machine can take a moment."""
-    fields = _proc_stat(pid)
-    return fields is not None and fields[0] in ("Z", "X")
+    fields = proc_stat(pid)
+    return fields is not None and fields[0] in _ENDED
 
 
 def kill_session(sid: int) -> list[int]:

@@ -10,10 +10,10 @@ import socket
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
+from ftkit._jobproc import proc_stat
 from ftkit.checkpoint import runlock
 from ftkit.checkpoint.runlock import LOCK_NAME, STALE_AFTER_S, acquire_run_lock
 from ftkit.errors import RunLockedError
@@ -85,7 +85,7 @@ def test_killed_owner_not_yet_reaped_is_taken_over(tmp_path):
 
 def _wait_for_state(pid: int, state: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
-    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != state:
+    while (proc_stat(pid) or ["gone"])[0] != state:
         assert time.monotonic() < deadline, f"process {pid} not in state {state} within {timeout} s"
         time.sleep(0.01)
 
