@@ -76,3 +76,23 @@ def test_keep_last_removes_nothing_when_the_l4_flush_fails(tmp_path, small_disk)
     got = _recovered(_run(d, "--mode", "recover").check().stdout)
     for rank, v in got.items():
         assert v["data"] == "ok" and (v["id"], v["step"], v["source"]) == ("2", "1", "1"), (rank, v)
+
+
+def test_keep_last_links_the_l1_files_into_glbl_dir_on_one_file_system(tmp_path):
+    """ckpt_dir and glbl_dir on one file system: finalize()'s flush gives each L1 file of the kept checkpoint
+    a name in glbl_dir (the same inode: no second write of the bytes) before removing the L1 name, and the
+    relaunch after wiping node-local storage still recovers bit for bit from L4."""
+    d = tmp_path / "run"
+    _config(d)
+    _run(d, "--mode", "write", "--levels", "1,1").check()
+    local, glbl = d / "run" / "local", d / "run" / "global"
+    l1_inodes = {p.name: p.stat().st_ino for p in local.rglob("*.ftk") if "ckpt2" in str(p)}
+    assert len(l1_inodes) == N, sorted(local.rglob("*.ftk"))
+    _run(d, "--mode", "recover", "--finalize").check()
+    l4 = {p.name: p.stat() for p in glbl.rglob("*.ftk")}
+    assert {name: st.st_ino for name, st in l4.items()} == l1_inodes
+    assert all(st.st_nlink == 1 for st in l4.values()), "the L1 names must be gone"
+    shutil.rmtree(local)
+    got = _recovered(_run(d, "--mode", "recover").check().stdout)
+    for rank, v in got.items():
+        assert v["data"] == "ok" and (v["id"], v["step"], v["source"]) == ("2", "1", "4"), (rank, v)

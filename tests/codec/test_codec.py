@@ -285,6 +285,44 @@ def test_reconstruct_returns_given_fragments_and_rebuilds_parity() -> None:
     assert out[3] is parity[1]
 
 
+@pytest.mark.parametrize("code", [RSCode(4, 3), RSCode(16, 16), XORCode(5)], ids=repr)
+def test_reconstruct_into_fills_the_callers_arrays_like_reconstruct(code: ErasureCode) -> None:
+    """Patterns of 1 to m lost fragments (4 random ones per count): the arrays given receive exactly what
+    ``reconstruct`` returns, and nothing else is written (the bytes around each output stay)."""
+    rng = np.random.default_rng(16)
+    data = rand_frags(rng, code.k, 1001)
+    frags = dict(enumerate(data + code.encode(data)))
+    patterns = [tuple(int(i) for i in rng.choice(code.k + code.m, r, replace=False))
+                for r in range(1, code.m + 1) for _ in range(4)]
+    for lost in patterns:
+        given = {i: f for i, f in frags.items() if i not in lost}
+        wanted = list(reversed(lost))
+        space = [np.full(1001 + 32, 0xA5, np.uint8) for _ in wanted]
+        code.reconstruct_into(given, wanted, [s[16:-16] for s in space])
+        for w, s in zip(wanted, space, strict=True):
+            assert np.array_equal(s[16:-16], frags[w]), (lost, w)
+            assert (s[:16] == 0xA5).all() and (s[-16:] == 0xA5).all(), "wrote outside its output"
+
+
+def test_reconstruct_into_refuses_given_fragments_overlaps_and_bad_outputs() -> None:
+    code = RSCode(4, 2)
+    rng = np.random.default_rng(17)
+    data = rand_frags(rng, 4, 512)
+    parity = code.encode(data)
+    given = {1: data[1], 2: data[2], 3: data[3], 4: parity[0]}
+    with pytest.raises(CodecError, match=r"wanted fragments \[1\] are given"):
+        code.reconstruct_into(given, [0, 1], [np.empty(512, np.uint8), np.empty(512, np.uint8)])
+    with pytest.raises(CodecError, match="overlaps"):
+        code.reconstruct_into(given, [0], [data[2]])
+    with pytest.raises(CodecError, match="has 511 bytes, expected 512"):
+        code.reconstruct_into(given, [0], [np.empty(511, np.uint8)])
+    with pytest.raises(CodecError, match="expected 2 output arrays, got 1"):
+        code.reconstruct_into(given, [0, 5], [np.empty(512, np.uint8)])
+    out = np.empty(512, np.uint8)
+    code.reconstruct_into(given, [0], [out])
+    assert np.array_equal(out, data[0])
+
+
 def test_two_threads_encode_concurrently() -> None:
     code = RSCode(8, 4)
     rng = np.random.default_rng(7)

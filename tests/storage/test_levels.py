@@ -57,6 +57,36 @@ class LevelTests:
         assert lv.path(2, 1).read_bytes() == other.path(2, 1).read_bytes()
         assert lv.verify(2, 1, info.digest).digest == info.digest
 
+    def test_put_file_links_only_when_asked(self, tmp_path):
+        """``link=True`` on one file system: the same bytes under a second name (no second write); the
+        default stays an independent copy, whose bytes a later change of the source does not reach."""
+        lv = self.make(tmp_path)
+        other = make_level(1 if self.level != 1 else 4, tmp_path / "local", tmp_path / "global", "run1",
+                           NODES)
+        info = other.write(2, 1, self.arrays(1), level=1, nranks=4)
+        src = other.path(2, 1)
+        assert lv.put_file(2, 1, src, link=True) == src.stat().st_size
+        assert lv.path(2, 1).stat().st_ino == src.stat().st_ino and src.stat().st_nlink == 2
+        assert not [p for p in lv.path(2, 1).parent.iterdir() if p.name.endswith(".tmp")]
+        src.unlink()                              # as finalize() does: the linked name keeps the bytes
+        assert lv.verify(2, 1, info.digest).digest == info.digest
+        info = other.write(3, 1, self.arrays(1), level=1, nranks=4)
+        lv.put_file(3, 1, other.path(3, 1))
+        assert lv.path(3, 1).stat().st_ino != other.path(3, 1).stat().st_ino
+
+    def test_put_file_copies_when_it_cannot_link(self, tmp_path, small_disk):
+        """The source on another file system (a real tmpfs): ``link=True`` falls back to a copy."""
+        lv = self.make(tmp_path)
+        other = make_level(1 if self.level != 1 else 4, small_disk(1 << 20) / "local",
+                           small_disk(1 << 20) / "global", "run1", NODES)
+        info = other.write(2, 1, self.arrays(1), level=1, nranks=4)
+        lv.put_file(2, 1, other.path(2, 1), link=True)
+        assert other.path(2, 1).stat().st_nlink == 1
+        assert lv.path(2, 1).read_bytes() == other.path(2, 1).read_bytes()
+        assert lv.verify(2, 1, info.digest).digest == info.digest
+        with pytest.raises(CheckpointNotFoundError):
+            lv.put_file(5, 1, other.path(5, 1), link=True)
+
     def test_damage_and_absence_are_reported(self, tmp_path):
         lv = self.make(tmp_path)
         info = lv.write(1, 0, self.arrays(0), level=self.level, nranks=4)

@@ -94,6 +94,9 @@ class CheckpointJob:
     # The primary file while its fsync runs in the background (inline L2/L3: see pipeline.write_primary);
     # its bytes are served from the protected arrays until post_process settles it.
     pending: PendingFile | None = None
+    # The primary file is removed as soon as the post levels are committed (finalize() keeping the last
+    # checkpoint at L4): L4 may then take it by a hard link instead of a copy.
+    primary_removed: bool = False
     extra: dict[str, Any] = field(default_factory=dict)   # goes to the manifest entry
 
     @property

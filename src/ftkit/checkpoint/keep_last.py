@@ -8,9 +8,11 @@ system wiped the node-local disks between jobs, recovers from L4. :func:`keep_la
 order that loses nothing if it fails or a rank dies part-way:
 
 1. The newest complete checkpoint gets its L4 copy from its L1 files if it has none (collective; the L4
-   post-processing step of the pipeline, so a differential write with ``enable_dcp = 1``), and level 4 is
-   committed in the manifest. A failure on any rank raises :class:`~ftkit.errors.CheckpointError` on every
-   rank and removes nothing: the checkpoint stays where it was.
+   post-processing step of the pipeline, so a differential write with ``enable_dcp = 1``; a hard link
+   of the L1 file where ``ckpt_dir`` and ``glbl_dir`` share a file system, as the L1 file is removed in
+   step 3), and level 4 is committed in the manifest. A failure on any rank raises
+   :class:`~ftkit.errors.CheckpointError` on every rank and removes nothing: the checkpoint stays
+   where it was.
 2. The manifest then lists that checkpoint alone, complete at L4 only, with status ``"kept"`` (committed).
 3. Only then are the files of every other checkpoint, the kept checkpoint's node-local copies and the run's
    node-local directories removed.
@@ -85,8 +87,11 @@ def _flush_to_l4(ctx: PipelineContext, entry: CheckpointEntry) -> list[Checkpoin
                               f"{len(entry.files)} ranks, this run has {ctx.nranks}: checkpoint once before "
                               "finalize() to keep it at L4; its copies are left where they are")
     job = CheckpointJob(ckpt_id=entry.id, level=entry.level, seq=entry.seq, primary=1,
-                        post_levels=(4,), nodes=list(entry.nodes), files=list(entry.files))
-    pipeline.post_process(ctx, job)   # the pipeline's L4 step: a full copy, or dCP with enable_dcp = 1
+                        post_levels=(4,), nodes=list(entry.nodes), files=list(entry.files),
+                        primary_removed=True)
+    # The pipeline's L4 step: dCP with enable_dcp = 1, else a full copy, or a hard link where the L1 file
+    # and glbl_dir share a file system (the L1 file is removed below, after the commit).
+    pipeline.post_process(ctx, job)
     with ctx.store.lock:
         if ctx.config.enable_dcp:
             ctx.store.manifest.entry(entry.id).extra["dcp"] = True

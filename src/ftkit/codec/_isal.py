@@ -116,7 +116,11 @@ def tables(lib: ctypes.CDLL, matrix: np.ndarray) -> np.ndarray:
     """ISA-L's expanded multiplication tables (32 bytes per entry) of the ``rows x k`` uint8 ``matrix``."""
     rows = np.ascontiguousarray(matrix, dtype=np.uint8)
     r, k = rows.shape
-    out = np.zeros(32 * r * k, np.uint8)
+    # On a 64-byte boundary: the kernels load 32-byte table entries in their inner loop, and an entry that
+    # straddles two cache lines costs 1-3 % of an RS(4, 4) encode (measured against malloc's 16 bytes).
+    space = np.zeros(32 * r * k + 64, np.uint8)
+    skip = -space.ctypes.data % 64
+    out = space[skip:skip + 32 * r * k]
     lib.ec_init_tables(k, r, rows.ctypes.data, out.ctypes.data)
     return out
 

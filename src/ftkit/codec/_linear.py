@@ -150,17 +150,41 @@ class LinearCode(ErasureCode):
         frags, nbytes = check_fragments(fragments, self.k, self.m)
         want = check_indices(list(wanted), self.k + self.m, "wanted index")
         missing = [w for w in want if w not in frags]
-        rebuilt: dict[int, np.ndarray] = {}
-        if missing:
-            chosen = sorted(frags)[: self.k]  # data indices sort first, so present data is used as is
-            key = ("rec", tuple(chosen), tuple(missing))
-
-            def build() -> np.ndarray:
-                inverse = gf256.mat_inv(self._generator[chosen])
-                return gf256.mat_mul(self._generator[missing], inverse)
-
-            sched = self._schedule_for(key, build)
-            outs = [np.empty(nbytes, dtype=np.uint8) for _ in missing]
-            _apply(sched, [frags[i] for i in chosen], outs, nbytes)
-            rebuilt = dict(zip(missing, outs, strict=True))
+        outs = [np.empty(nbytes, dtype=np.uint8) for _ in missing]
+        self._rebuild(frags, missing, outs, nbytes, check_overlap=False)
+        rebuilt = dict(zip(missing, outs, strict=True))
         return [frags[w] if w in frags else rebuilt[w] for w in want]
+
+    def reconstruct_into(self, fragments: Mapping[int, np.ndarray], wanted: Sequence[int],
+                         out: Sequence[np.ndarray]) -> None:
+        """Rebuild the fragments ``wanted`` into caller-provided arrays (see
+        :meth:`ErasureCode.reconstruct_into`).
+
+        Raises
+        ------
+        CodecError
+            If fewer than ``k`` fragments are given, a wanted fragment is among them, an output overlaps a
+            fragment, or an index, fragment, output or length is wrong.
+        """
+        frags, nbytes = check_fragments(fragments, self.k, self.m)
+        want = check_indices(list(wanted), self.k + self.m, "wanted index")
+        given = [w for w in want if w in frags]
+        if given:
+            raise CodecError(f"wanted fragments {given} are given: reconstruct_into rebuilds missing "
+                             "fragments only (use reconstruct, or leave them out of wanted)")
+        outs = check_outputs(out, len(want), nbytes, "output")
+        self._rebuild(frags, want, outs, nbytes, check_overlap=True)
+
+    def _rebuild(self, frags: dict[int, np.ndarray], missing: list[int], outs: list[np.ndarray], nbytes: int,
+                 check_overlap: bool) -> None:
+        if not missing:
+            return
+        chosen = sorted(frags)[: self.k]  # data indices sort first, so present data is used as is
+        key = ("rec", tuple(chosen), tuple(missing))
+
+        def build() -> np.ndarray:
+            inverse = gf256.mat_inv(self._generator[chosen])
+            return gf256.mat_mul(self._generator[missing], inverse)
+
+        sched = self._schedule_for(key, build)
+        _apply(sched, [frags[i] for i in chosen], outs, nbytes, check_overlap=check_overlap)

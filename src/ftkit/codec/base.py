@@ -164,8 +164,8 @@ def check_fragments(fragments: Mapping[int, np.ndarray], k: int, m: int) -> tupl
 class ErasureCode(abc.ABC):
     """A systematic ``(k, m)`` erasure code over byte fragments (see the module docstring for the rules).
 
-    Implementations provide :meth:`encode_into` and :meth:`reconstruct`; :meth:`encode` and :meth:`decode`
-    are derived from them.
+    Implementations provide :meth:`encode_into`, :meth:`reconstruct` and :meth:`reconstruct_into`;
+    :meth:`encode` and :meth:`decode` are derived from them.
     """
 
     #: Number of data fragments.
@@ -218,6 +218,28 @@ class ErasureCode(abc.ABC):
         ------
         CodecError
             If fewer than ``k`` fragments are given, or an index, fragment or length is wrong.
+        """
+
+    @abc.abstractmethod
+    def reconstruct_into(self, fragments: Mapping[int, np.ndarray], wanted: Sequence[int],
+                         out: Sequence[np.ndarray]) -> None:
+        """Rebuild the missing fragments ``wanted`` into caller-provided arrays (no allocation: the decode of
+        a stream into reused chunk buffers).
+
+        Parameters
+        ----------
+        fragments : dict int -> uint8 array
+            Surviving fragments by index, all of one length; none of them in ``wanted``.
+        wanted : sequence of int
+            Indices of the fragments to rebuild, ``out[t]`` receiving fragment ``wanted[t]``.
+        out : sequence of uint8 arrays
+            Writeable arrays of the fragments' length, overlapping no fragment.
+
+        Raises
+        ------
+        CodecError
+            If fewer than ``k`` fragments are given, a wanted fragment is among them, an output overlaps a
+            fragment, or an index, fragment, output or length is wrong.
         """
 
     def encode(self, data: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -19,8 +19,10 @@ Rules a caller may rely on:
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
+import threading
 from pathlib import Path
 from types import TracebackType
 
@@ -30,10 +32,16 @@ from ..errors import StorageError
 
 __all__ = ["AtomicWriter", "atomic_write_bytes", "open_temp", "set_group_access", "file_mode", "dir_mode",
            "fsync_dir", "write_all", "make_dirs", "remove_file", "remove_empty_dirs", "stale_temps",
-           "is_temp_name"]
+           "is_temp_name", "link_durably", "sync_created_dirs"]
 
 _modes = {"file": 0o600, "dir": 0o700}
 _TEMP_TRIES = 8
+_unsynced_dirs: set[Path] = set()   # see make_dirs(sync=False)
+_unsynced_lock = threading.Lock()
+#: What ``os.link`` raises where the file system cannot give a file a second name (another file system, or
+#: one without hard links): :func:`link_durably` then reports False and the caller copies instead.
+_NO_HARD_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP,
+                           errno.ENOSYS})
 
 
 def set_group_access(enabled: bool) -> None:
@@ -86,12 +94,60 @@ def open_temp(path: Path) -> tuple[int, Path]:
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     for _ in range(_TEMP_TRIES):
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+        tmp = _temp_name(path)
         try:
             return os.open(tmp, flags, file_mode()), tmp
         except FileExistsError:
             continue
     raise FileExistsError(f"{path.parent}: {_TEMP_TRIES} random temporary names already taken")
+
+
+def _temp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+
+
+def link_durably(src: Path, dst: Path, *, fsync: bool = True) -> bool:
+    """Give the file ``src`` the second name ``dst`` (a hard link), atomically replacing ``dst``, durably.
+
+    The link is made under a temporary name (:func:`open_temp`'s rules), renamed to ``dst``, then ``dst``'s
+    directory is fsynced (``fsync``); ``src``'s bytes must already be durable (a committed file). Both names
+    then share their bytes: use it only for a ``src`` that is removed right after (``finalize()`` keeping
+    the last checkpoint at L4), never to make an independent copy. ``dst``'s directory must exist.
+
+    Returns False, with nothing changed, where the file system cannot link (``src`` and ``dst`` on two file
+    systems, or no hard links) or ``src`` is missing: the caller copies instead (and reports a missing file).
+
+    Raises
+    ------
+    StorageError
+        If the link or its rename fails otherwise (e.g. ``EACCES``, ``ENOSPC``); ``dst`` is left as it was.
+    """
+    for old in stale_temps(dst):
+        old.unlink(missing_ok=True)
+    for _ in range(_TEMP_TRIES):
+        tmp = _temp_name(dst)
+        try:
+            os.link(src, tmp, follow_symlinks=False)
+            break
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            if exc.errno in _NO_HARD_LINK:
+                return False
+            raise StorageError(f"cannot link {src} as {dst}: {exc.strerror or exc}") from exc
+    else:
+        raise StorageError(f"{dst.parent}: {_TEMP_TRIES} random temporary names already taken")
+    try:
+        os.replace(tmp, dst)
+        if fsync:
+            fsync_dir(dst.parent)
+            sync_created_dirs(dst.parent)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StorageError(f"cannot link {src} as {dst}: {exc.strerror or exc}") from exc
+    return True
 
 
 def fsync_dir(path: Path) -> None:
@@ -103,8 +159,14 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def make_dirs(path: Path) -> None:
-    """Create ``path`` and missing parents (mode :func:`dir_mode`), fsyncing the parent of each created."""
+def make_dirs(path: Path, *, sync: bool = True) -> None:
+    """Create ``path`` and missing parents (mode :func:`dir_mode`), fsyncing the parent of each created.
+
+    With ``sync=False`` those fsyncs are left to the commit of the first file written below them
+    (:class:`AtomicWriter`, :func:`link_durably`: :func:`sync_created_dirs`), after the file's own fsync:
+    there they cost next to nothing, while before the write they wait for a journal commit (ext4) that
+    other writers' data may be holding up. For directories created only to write a checkpoint file into.
+    """
     missing = []
     p = Path(path)
     while not p.exists():
@@ -117,7 +179,29 @@ def make_dirs(path: Path) -> None:
             d.mkdir(mode=dir_mode())
         except FileExistsError:
             continue
-        fsync_dir(d.parent)
+        if sync:
+            fsync_dir(d.parent)
+        else:
+            with _unsynced_lock:
+                _unsynced_dirs.add(d.parent)
+
+
+def sync_created_dirs(path: Path) -> None:
+    """fsync the directories above ``path`` whose new subdirectory :func:`make_dirs` left unsynced.
+
+    Raises
+    ------
+    OSError
+        As raised by ``fsync`` (the directories not yet synced stay recorded).
+    """
+    with _unsynced_lock:
+        if not _unsynced_dirs:
+            return
+        mine = [d for d in _unsynced_dirs if d == path or d in path.parents]
+    for d in sorted(mine, key=lambda d: len(d.parts), reverse=True):
+        fsync_dir(d)
+        with _unsynced_lock:
+            _unsynced_dirs.discard(d)
 
 
 def write_all(fd: int, data: memoryview | bytes, offset: int | None = None) -> None:
@@ -210,6 +294,7 @@ class AtomicWriter:
             self._done = True
             if self.fsync:
                 fsync_dir(self.path.parent)
+                sync_created_dirs(self.path.parent)
         except OSError as exc:
             self.abort()
             raise StorageError(f"cannot commit {self.path}: {exc.strerror or exc}") from exc

@@ -141,6 +141,7 @@ def rs_rebuild(comm: MPI.Comm, plan: GroupPlan, h: ParityHeader, fd_data: int, f
     z = chunk_size_for(length, memory, n + 4)
     gathered = np.empty(n * z, np.uint8)
     mine = np.empty(len(contrib[i]) * z, np.uint8)
+    rebuilt = [np.empty(z, np.uint8) for _ in wanted]
     code = rs_code(n)
     size_i = h.sizes[i]
     for start in range(0, length, z):
@@ -160,7 +161,8 @@ def rs_rebuild(comm: MPI.Comm, plan: GroupPlan, h: ParityHeader, fd_data: int, f
         if not wanted:
             continue
         rows = gathered[:n * lc].reshape(n, lc)
-        outs = code.reconstruct(dict(zip(frag_ids, rows, strict=True)), wanted)
+        outs = [r[:lc] for r in rebuilt]
+        code.reconstruct_into(dict(zip(frag_ids, rows, strict=True)), wanted, outs)
         for w, out in zip(wanted, outs, strict=True):
             with guard:
                 if not guard.ok:

@@ -23,7 +23,7 @@ import numpy as np
 
 from .._paths import check_inside, check_plain_name, check_removable
 from . import format as fmt
-from ._fsutil import make_dirs, remove_empty_dirs, remove_file
+from ._fsutil import link_durably, make_dirs, remove_empty_dirs, remove_file
 from .layout import Layout
 from .pending import PendingFile, start_write
 
@@ -113,9 +113,22 @@ class StorageLevel(ABC):
                            nranks=nranks, meta=meta, chunk_bytes=self.chunk_bytes, fsync=self.fsync,
                            layouts=layouts)
 
-    def put_file(self, ckpt_id: int, rank: int, src: str | os.PathLike[str]) -> int:
-        """Copy an existing file (e.g. the L1 file) in as ``rank``'s file; return bytes copied."""
+    def put_file(self, ckpt_id: int, rank: int, src: str | os.PathLike[str], *, link: bool = False) -> int:
+        """Copy an existing file (e.g. the L1 file) in as ``rank``'s file; return its size in bytes.
+
+        With ``link``, a ``src`` on the same file system is hard-linked instead of copied
+        (:func:`~ftkit.storage._fsutil.link_durably`): only for a ``src`` removed right after.
+
+        Raises
+        ------
+        CheckpointNotFoundError
+            If ``src`` is missing.
+        StorageError
+            If the copy or link fails (``rank``'s previous file, if any, is left as it was).
+        """
         dst = self._writable(ckpt_id, rank)
+        if link and link_durably(Path(src), dst, fsync=self.fsync):
+            return dst.stat().st_size
         return fmt.copy_file(src, dst, chunk_bytes=self.chunk_bytes, fsync=self.fsync)
 
     def verify(self, ckpt_id: int, rank: int, expect_digest: str | None = None) -> fmt.Header:
@@ -163,7 +176,7 @@ class StorageLevel(ABC):
         dst = self.path(ckpt_id, rank)
         what = f"L{self.level} file of rank {rank}"
         check_inside(dst, self.root, what)  # before creating anything: a link may lead out
-        make_dirs(dst.parent)
+        make_dirs(dst.parent, sync=False)   # fsynced by the commit of the file written into it
         check_inside(dst, self.root, what)
         return dst
 

@@ -136,6 +136,7 @@ def _rs_rebuild(plan: GroupPlan, h: ParityHeader, data_paths: Sequence[PathLike]
     length = max(h.sizes)
     z = chunk_size_for(length, memory, n + len(wanted))
     bufs = {f: np.empty(z, np.uint8) for f in chosen}
+    outs = {w: np.empty(z, np.uint8) for w in wanted}
     fds = {f: os.open(data_paths[f] if f < n else parity_paths[f - n], os.O_RDONLY) for f in chosen}
     writers = {w: AtomicWriter(data_paths[w] if w < n else parity_paths[w - n]) for w in wanted}
     hashes = {w: xxhash.xxh3_64() for w in wanted if w >= n}
@@ -151,7 +152,9 @@ def _rs_rebuild(plan: GroupPlan, h: ParityHeader, data_paths: Sequence[PathLike]
                     read_into(fds[f], h.payload_offset + start, bufs[f][:lc],
                               h.payload_offset + h.payload_length)
                 frags[f] = bufs[f][:lc]
-            for w, out in zip(wanted, code.reconstruct(frags, wanted), strict=True):
+            code.reconstruct_into(frags, wanted, [outs[w][:lc] for w in wanted])
+            for w in wanted:
+                out = outs[w][:lc]
                 if w < n:
                     keep = max(0, min(lc, h.sizes[w] - start))
                     if keep:

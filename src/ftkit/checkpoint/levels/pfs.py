@@ -48,9 +48,13 @@ def _l4_keep_ids(ctx: PipelineContext) -> tuple[int, ...]:
 
 
 def flush_to_pfs(ctx: PipelineContext, job: CheckpointJob) -> None:
-    """L4 post-processing: copy this rank's L1 file to ``glbl_dir`` (local work; collective-safe)."""
+    """L4 post-processing: copy this rank's L1 file to ``glbl_dir`` (local work; collective-safe).
+
+    When the L1 file is removed right after (``job.primary_removed``) and ``glbl_dir`` is on its file system,
+    it is hard-linked instead: no second write of the bytes.
+    """
     src = ctx.level(job.primary, job.nodes).path(job.ckpt_id, ctx.rank)
-    ctx.level(4, job.nodes).put_file(job.ckpt_id, ctx.rank, src)
+    ctx.level(4, job.nodes).put_file(job.ckpt_id, ctx.rank, src, link=job.primary_removed)
 
 
 def flush_dcp(ctx: PipelineContext, job: CheckpointJob) -> None:
