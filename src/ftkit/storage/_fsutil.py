@@ -22,7 +22,6 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-import threading
 from pathlib import Path
 from types import TracebackType
 
@@ -32,12 +31,10 @@ from ..errors import StorageError
 
 __all__ = ["AtomicWriter", "atomic_write_bytes", "open_temp", "set_group_access", "file_mode", "dir_mode",
            "fsync_dir", "write_all", "make_dirs", "remove_file", "remove_empty_dirs", "stale_temps",
-           "is_temp_name", "link_durably", "sync_created_dirs"]
+           "is_temp_name", "link_durably"]
 
 _modes = {"file": 0o600, "dir": 0o700}
 _TEMP_TRIES = 8
-_unsynced_dirs: set[Path] = set()   # see make_dirs(sync=False)
-_unsynced_lock = threading.Lock()
 #: What ``os.link`` raises where the file system cannot give a file a second name (another file system, or
 #: one without hard links): :func:`link_durably` then reports False and the caller copies instead.
 _NO_HARD_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP,
@@ -143,7 +140,6 @@ def link_durably(src: Path, dst: Path, *, fsync: bool = True) -> bool:
         os.replace(tmp, dst)
         if fsync:
             fsync_dir(dst.parent)
-            sync_created_dirs(dst.parent)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise StorageError(f"cannot link {src} as {dst}: {exc.strerror or exc}") from exc
@@ -159,14 +155,8 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def make_dirs(path: Path, *, sync: bool = True) -> None:
-    """Create ``path`` and missing parents (mode :func:`dir_mode`), fsyncing the parent of each created.
-
-    With ``sync=False`` those fsyncs are left to the commit of the first file written below them
-    (:class:`AtomicWriter`, :func:`link_durably`: :func:`sync_created_dirs`), after the file's own fsync:
-    there they cost next to nothing, while before the write they wait for a journal commit (ext4) that
-    other writers' data may be holding up. For directories created only to write a checkpoint file into.
-    """
+def make_dirs(path: Path) -> None:
+    """Create ``path`` and missing parents (mode :func:`dir_mode`), fsyncing the parent of each created."""
     missing = []
     p = Path(path)
     while not p.exists():
@@ -179,29 +169,7 @@ def make_dirs(path: Path, *, sync: bool = True) -> None:
             d.mkdir(mode=dir_mode())
         except FileExistsError:
             continue
-        if sync:
-            fsync_dir(d.parent)
-        else:
-            with _unsynced_lock:
-                _unsynced_dirs.add(d.parent)
-
-
-def sync_created_dirs(path: Path) -> None:
-    """fsync the directories above ``path`` whose new subdirectory :func:`make_dirs` left unsynced.
-
-    Raises
-    ------
-    OSError
-        As raised by ``fsync`` (the directories not yet synced stay recorded).
-    """
-    with _unsynced_lock:
-        if not _unsynced_dirs:
-            return
-        mine = [d for d in _unsynced_dirs if d == path or d in path.parents]
-    for d in sorted(mine, key=lambda d: len(d.parts), reverse=True):
-        fsync_dir(d)
-        with _unsynced_lock:
-            _unsynced_dirs.discard(d)
+        fsync_dir(d.parent)
 
 
 def write_all(fd: int, data: memoryview | bytes, offset: int | None = None) -> None:
@@ -294,7 +262,6 @@ class AtomicWriter:
             self._done = True
             if self.fsync:
                 fsync_dir(self.path.parent)
-                sync_created_dirs(self.path.parent)
         except OSError as exc:
             self.abort()
             raise StorageError(f"cannot commit {self.path}: {exc.strerror or exc}") from exc

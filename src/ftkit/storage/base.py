@@ -176,7 +176,7 @@ class StorageLevel(ABC):
         dst = self.path(ckpt_id, rank)
         what = f"L{self.level} file of rank {rank}"
         check_inside(dst, self.root, what)  # before creating anything: a link may lead out
-        make_dirs(dst.parent, sync=False)   # fsynced by the commit of the file written into it
+        make_dirs(dst.parent)
         check_inside(dst, self.root, what)
         return dst
 
