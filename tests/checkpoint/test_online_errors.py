@@ -58,6 +58,9 @@ def test_a_bug_that_repeats_uses_up_the_spares_then_every_survivor_raises_the_sa
     write_config(tmp_path, group_size=2, ckpt_l2=5)
     r = Job(tmp_path, 4, 1, "--steps", "30", "--raise-at", "12", "--raise-rank", "1", "--raise-always").done()
     assert r.stderr.count("RuntimeError: application bug on rank 1 at step 12") == 2, r.stderr
+    # the replacement, with no spare left, ends by SIGKILL too: an exit without MPI_Finalize reached the
+    # survivors only after 60 s (the runtime's), which made this job look hung on a busy machine
+    assert "the process ends as a failed process (SIGKILL" in r.stderr, r.stderr
     msg = _same_error(tmp_path, ["rank0", "rank2", "rank3"], r.stdout + r.stderr)
     assert "no spare left" in msg and "[1]" in msg and "relaunch" in msg, msg
     assert "digest" not in r.stdout
