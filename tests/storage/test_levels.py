@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ftkit.errors import CheckpointNotFoundError, CorruptionError
+from ftkit.errors import CheckpointNotFoundError, CorruptionError, StorageError
 from ftkit.inject import corrupt_file
 from ftkit.storage.encoded import EncodedLevel
 from ftkit.storage.levels import LEVEL_CLASSES, make_level
@@ -73,6 +73,21 @@ class LevelTests:
         info = other.write(3, 1, self.arrays(1), level=1, nranks=4)
         lv.put_file(3, 1, other.path(3, 1))
         assert lv.path(3, 1).stat().st_ino != other.path(3, 1).stat().st_ino
+
+    def test_put_file_link_onto_a_planted_directory_fails_cleanly(self, tmp_path):
+        """A directory planted at the final name: the link raises StorageError naming it, leaves no temporary
+        name behind, and the source keeps its bytes and its one name."""
+        lv = self.make(tmp_path)
+        other = make_level(1 if self.level != 1 else 4, tmp_path / "local", tmp_path / "global", "run1",
+                           NODES)
+        info = other.write(2, 1, self.arrays(1), level=1, nranks=4)
+        lv.path(2, 1).mkdir(parents=True)
+        (lv.path(2, 1) / "x").write_text("occupied")
+        with pytest.raises(StorageError, match=f"cannot link .* as {lv.path(2, 1)}"):
+            lv.put_file(2, 1, other.path(2, 1), link=True)
+        assert not [p for p in lv.path(2, 1).parent.iterdir() if p.name.endswith(".tmp")]
+        assert other.path(2, 1).stat().st_nlink == 1
+        assert other.verify(2, 1, info.digest).digest == info.digest
 
     def test_put_file_copies_when_it_cannot_link(self, tmp_path, small_disk):
         """The source on another file system (a real tmpfs): ``link=True`` falls back to a copy."""
