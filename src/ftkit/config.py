@@ -43,6 +43,12 @@ Sections and keys (FTI's meaning and units; ftkit's own keys in ``[ftkit]``, als
     ``reserve_core`` (0|1: 1 keeps the last core of each process's CPU set for the checkpoint work -- the
     background thread or the head ranks -- and pins the application's threads to the others; see
     :mod:`ftkit.checkpoint.affinity`; ``ftkit launch --reserve-core`` does the same for one job).
+    ``redundancy_sync`` (``background`` | ``commit``: when the L2 partner copies and L3 parity files made
+    inline, in the checkpoint call, are fsynced. ``background``, the default: after the checkpoint is
+    committed, by a background thread, as FTI never fsyncs them; the checkpoint is recoverable at once from
+    any single node loss (the copies are read from the page cache of live nodes) and the previous checkpoint
+    complete at that level is kept until the next checkpoint call has seen them durable. ``commit``: before
+    the commit, so the level is durable when the call returns).
 
 Directories: ``$VAR`` and ``${VAR}`` are expanded from the environment (an unset variable is a
 :class:`ConfigError` naming it), then ``~``; relative paths are resolved against the working directory when
@@ -157,6 +163,7 @@ class Config:
     group_access: int = 0
     spare_ranks: int = 0
     reserve_core: int = 0
+    redundancy_sync: str = "background"
     source: str = field(default="<defaults>", compare=False)
     #: Notes of the INI reader (unknown, repeated and empty keys); set by :meth:`from_string`.
     parse_notes: tuple[str, ...] = field(default=(), compare=False, repr=False)

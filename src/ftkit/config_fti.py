@@ -180,6 +180,9 @@ KEYS: tuple[KeySpec, ...] = (
     _k("spare_ranks", "ftkit", "int", _NONNEG, "spare processes held for online recovery (the job's last N)"),
     _k("reserve_core", "ftkit", "flag", _BOOL, "1: the last core of each process's CPU set runs the "
        "checkpoint work (background thread, heads); the application's threads are pinned to the others"),
+    _k("redundancy_sync", "ftkit", "str", ("background", "commit"), "when inline L2 partner copies and L3 "
+       "parity files are fsynced: background (after the commit; the previous checkpoint is kept until they "
+       "are durable) or commit (before it)"),
 )
 
 #: (section, spelling in the file) -> Config attribute. FTI's code spells the Lustre keys "stiping".
@@ -353,7 +356,7 @@ def parse_value(spec: KeySpec, raw: str, source: str) -> Any:
             return float(raw)
         except ValueError:
             raise ConfigError(f"{where} is not a number; allowed: {describe(spec)}") from None
-    return raw.strip().lower() if spec.name in ("interval_unit", "l3_code") else raw
+    return raw.strip().lower() if spec.name in ("interval_unit", "l3_code", "redundancy_sync") else raw
 
 
 def describe(spec: KeySpec) -> str:

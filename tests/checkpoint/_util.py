@@ -7,6 +7,8 @@ import re
 import shutil
 from pathlib import Path
 
+from ftkit.config import KEY_SECTIONS
+
 from ..conftest import REPO, run_python
 
 HEAT = REPO / "examples" / "heat.py"
@@ -23,7 +25,7 @@ def write_config(d: Path, **keys: object) -> Path:
     basic = {"ckpt_dir": "run/local", "glbl_dir": "run/global", "meta_dir": "run/meta"}
     ftk = {"interval_unit": "iterations", "failure_timeout": "120"}
     for k, v in keys.items():
-        (ftk if k in ("interval_unit", "failure_timeout", "l3_code", "mtbf") else basic)[k] = str(v)
+        (ftk if KEY_SECTIONS.get(k) == "ftkit" else basic)[k] = str(v)
     text = "[basic]\n" + "".join(f"{k} = {v}\n" for k, v in basic.items())
     text += "[ftkit]\n" + "".join(f"{k} = {v}\n" for k, v in ftk.items())
     p = d / "ftkit.ini"

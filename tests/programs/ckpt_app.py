@@ -32,6 +32,9 @@ p.add_argument("--kill-index", type=int, default=-1)
 p.add_argument("--kill-how", choices=["kill", "raise"], default="kill",
                help="raise: rank R only sees a process failure at STAGE (a ProcessFailure); the others go on")
 p.add_argument("--finalize", action="store_true")
+p.add_argument("--then-levels", default="",
+               help="recover mode: then checkpoint at these levels (data as write mode's, from the recovered "
+                    "step + 1 on) and print 'R<rank> wrote id=..' for each")
 a = p.parse_args()
 
 ckpt = ftkit.Checkpointer(a.config, MPI.COMM_WORLD)
@@ -97,5 +100,9 @@ ok = bool(np.array_equal(data, value(rank, int(step[0]), a.n)))
 print(f"R{rank} recovered id={info.checkpoint_id} level={info.level} source={info.source_level} "
       f"step={step[0]} "
       f"data={'ok' if ok else 'BAD'} skipped={len(info.skipped)} {' | '.join(info.skipped)}", flush=True)
+for i, lv in enumerate((int(x) for x in a.then_levels.split(",") if x), start=int(step[0]) + 1):
+    data[:] = value(rank, i, a.n)
+    step[0] = i
+    print(f"R{rank} wrote id={ckpt.checkpoint(lv)} level={lv}", flush=True)
 if a.finalize:
     ckpt.finalize()

@@ -42,6 +42,9 @@ def test_round_trip_and_atomic_commit(tmp_path):
     lambda d: d["checkpoints"][0]["files"][0].update(digest="zz"),
     lambda d: d["checkpoints"][0].pop("levels"),
     lambda d: d.update(status="weird"),
+    lambda d: d["checkpoints"][0]["extra"].update(unsynced=2),
+    lambda d: d["checkpoints"][0]["extra"].update(unsynced=[7]),
+    lambda d: d["checkpoints"][0]["extra"].update(unsynced=[True]),
 ])
 def test_malformed_manifests_are_refused(tmp_path, mutate):
     m = Manifest(exec_id="r", nranks=2, created=1.0, checkpoints=[_entry(1, 1, {1: True})])
@@ -68,6 +71,23 @@ def test_prune_keeps_newest_and_newest_per_level():
     assert plan_prune(m, keep_all_l4=True) == [2, 4, 5]
     m.checkpoints[-1].levels = {1: False, 4: False}   # newest still in flight: keep 5 as newest complete L1
     assert plan_prune(m) == [1, 2, 4]
+
+
+def test_prune_keeps_the_previous_checkpoint_while_the_newest_is_unsynced_at_a_level():
+    m = Manifest(exec_id="r", nranks=2, created=1.0)
+    m.checkpoints = [_entry(1, 1, {1: True, 2: True}), _entry(2, 2, {1: True, 2: True}),
+                     _entry(3, 3, {1: True, 2: True})]
+    m.checkpoints[2].extra["unsynced"] = [2]
+    assert m.checkpoints[2].unsynced_levels == {2} and m.checkpoints[1].unsynced_levels == set()
+    assert plan_prune(m) == [1]           # 3: newest and L1; 2: newest durable at L2
+    m.checkpoints[2].extra.pop("unsynced")
+    assert plan_prune(m) == [1, 2]
+    # A newer L1-only checkpoint: the unsynced L2 one is not needed for anything (2 covers L2).
+    m.checkpoints[2].extra["unsynced"] = [2]
+    m.checkpoints.append(_entry(4, 4, {1: True}))
+    assert plan_prune(m) == [1, 3]
+    back = Manifest.loads(m.dumps())
+    assert back.entry(3).unsynced_levels == {2} and plan_prune(back) == [1, 3]
 
 
 def test_store_updates(tmp_path):

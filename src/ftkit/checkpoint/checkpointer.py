@@ -283,8 +283,8 @@ class Checkpointer(online_loop.ResilientLoop):
             raise CheckpointError("checkpoint(): no array is protected: call protect(name, array) first")
         t0 = time.perf_counter()
         job = pipeline.plan_job(self._ctx, level, 0, self._store.manifest.next_seq)  # checks the level first
-        job.ckpt_id = self._agree_id(id)
-        ckpt_id = job.ckpt_id
+        ckpt_id = job.ckpt_id = self._agree_id(id)
+        self._post.settle_syncs()  # the last one's L2/L3 durable: prune the one kept
         job.extra["snapshots"] = self._schedule.count
         job.extra.update(online_loop.step_extra(self))
         error = None

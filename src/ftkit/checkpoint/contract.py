@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from ..config import Config
 from ..errors import CheckpointError, FtkitError, ProcessFailure, StorageError
+from ..storage._fsutil import BackgroundSyncs
 from ..storage.base import StorageLevel
 from ..storage.format import FileInfo, Header
 from ..storage.levels import make_level as _make_level
@@ -94,6 +95,9 @@ class CheckpointJob:
     # The primary file while its fsync runs in the background (inline L2/L3: see pipeline.write_primary);
     # its bytes are served from the protected arrays until post_process settles it.
     pending: PendingFile | None = None
+    # Where the post steps of levels with ``Level.background_fsync`` hand their files' fsyncs (inline
+    # post-processing only); None: they fsync before the commit.
+    syncs: BackgroundSyncs | None = None
     # The primary file is removed as soon as the post levels are committed (finalize() keeping the last
     # checkpoint at L4): L4 may then take it by a hard link instead of a copy.
     primary_removed: bool = False
@@ -190,6 +194,9 @@ class Level:
         Whether the heads need the node set's communicator for this level.
     from_buffers
         Whether the post step reads the primary file's bytes from ``job.pending`` when there is one.
+    background_fsync
+        Whether the post step hands its files' fsyncs to ``job.syncs`` when there is one (the level is then
+        committed as ``unsynced``, see :mod:`ftkit.storage.manifest`).
     """
 
     number: int
@@ -201,3 +208,4 @@ class Level:
     head_work: HeadWork | None = None
     needs_groups: bool = False
     from_buffers: bool = False
+    background_fsync: bool = False

@@ -56,7 +56,9 @@ def keep_last_at_l4(ctx: PipelineContext, topology: Topology) -> None:
         others = [e for e in m.checkpoints if keep is None or e.id != keep.id]
         ctx.store.drop(e.id for e in others)
         if keep is not None:
-            ctx.store.manifest.entry(keep.id).levels = {4: True}   # its node-local copies are removed below
+            kept = ctx.store.manifest.entry(keep.id)
+            kept.levels = {4: True}   # its node-local copies are removed below
+            kept.extra.pop("unsynced", None)
         ctx.store.manifest.status = "kept"
         try:
             pipeline.commit_manifest(ctx, "finalize(): keep_last_ckpt = 1: the manifest commit (nothing was "

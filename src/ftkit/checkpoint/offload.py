@@ -15,6 +15,14 @@ durable, with its post-processed level marked incomplete; :meth:`PostManager.sta
 only after that commit, and the level is marked complete (``pipeline.commit_levels``) only when it succeeded
 on every rank. Every checkpoint call first waits for the previous post-processing (one in flight at most), so
 entries are never pruned while their files are still being read.
+
+Durability of inline redundancy (``redundancy_sync = background``, the default, when no level runs in the
+background): the L2 partner copies and L3 parity files made in the checkpoint call are committed under their
+final names before their fsync, which a :class:`~ftkit.storage._fsutil.BackgroundSyncs` thread runs after the
+call; the entry lists those levels as ``unsynced``, so the previous checkpoint complete at them is not pruned.
+The next checkpoint call starts with :meth:`PostManager.settle_syncs`: every rank says whether its files of
+that checkpoint are durable, and the levels are cleared (or, if a rank cannot vouch for them, marked
+incomplete) in one manifest update, which prunes the checkpoint kept meanwhile.
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ import dataclasses
 import time
 
 from ..errors import FtkitError
-from . import pipeline
+from ..storage._fsutil import BackgroundSyncs
+from . import _mpi, pipeline
 from .affinity import pin_application
 from .contract import CheckpointJob, PipelineContext
 from .head import HeadClient, HeadLinks, head_request
@@ -61,6 +70,8 @@ class PostManager:
             warm_up_codec(ctx.topology.group_size)  # heads warm up themselves (serve_as_head)
         self.inline = InlineExecutor(PostComms(ctx.comm), timeout)
         self._staged: CheckpointJob | None = None
+        #: Background fsync batches of this rank's L2/L3 files, by checkpoint id (see :meth:`settle_syncs`).
+        self._syncs: dict[int, BackgroundSyncs] = {}
         #: Seconds checkpoint calls spent waiting for the previous post-processing, and how many waited
         #: (instrumentation: a queue that never drains means the interval is shorter than the work).
         self.queue_wait_s = 0.0
@@ -92,16 +103,56 @@ class PostManager:
         if not job.post_levels:
             return {}
         background = [lv for lv in job.post_levels if not cfg.inline(lv)]
-        if not background:
-            return pipeline.post_process(self.ctx, job)
+        if not background or not self.asynchronous and self.client is None:
+            return self._post_now(job)
         if not self.asynchronous:
-            if self.client is None:
-                return pipeline.post_process(self.ctx, job)
             # Head mode without MPI_THREAD_MULTIPLE: the head still does the work; this rank waits for it.
             self.inline.submit(self._job(job, commit=False))
             return {lv: True for lv in job.post_levels}
         self._staged = job
         return {}
+
+    def _post_now(self, job: CheckpointJob) -> dict[int, bool]:
+        """Run ``job``'s post-processing in this call. With ``redundancy_sync = background`` and no background
+        executor (whose commits :meth:`settle_syncs` must not cross), the fsyncs of the levels with
+        ``background_fsync`` go to a background batch and those levels are committed as ``unsynced``."""
+        deferred = [lv for lv in job.post_levels if LEVELS[lv].background_fsync]
+        if not deferred or self.background is not None or self.ctx.config.redundancy_sync != "background":
+            return pipeline.post_process(self.ctx, job)
+        job.syncs = BackgroundSyncs()
+        try:
+            done = pipeline.post_process(self.ctx, job)
+        finally:
+            job.syncs.seal()
+        job.extra["unsynced"] = [lv for lv in deferred if done.get(lv)]
+        self._syncs[job.ckpt_id] = job.syncs
+        return done
+
+    def settle_syncs(self) -> None:
+        """Settle the ``unsynced`` levels of the manifest's checkpoints (collective; see the module doc).
+
+        Called at the start of every checkpoint call; does nothing (and no communication: every rank holds the
+        same manifest) when no entry has such levels. A rank without the fsync batch of an entry (a restarted
+        or replacement process) cannot vouch for its files: the entry's levels are then marked incomplete.
+
+        Raises
+        ------
+        CheckpointError
+            On every rank if the manifest could not be written (nothing is removed).
+        ProcessFailure, TimeoutFailure
+            If a peer failed or did not take part within ``failure_timeout``.
+        """
+        ids = sorted(e.id for e in self.ctx.store.manifest.checkpoints if e.unsynced_levels)
+        batches = [self._syncs.pop(i, None) for i in ids]
+        self._syncs.clear()  # batches of checkpoints already pruned: sealed, their threads end by themselves
+        if not ids:
+            return
+        mine = [int(b is not None and b.wait() is None) for b in batches]
+        rows = _mpi.allgather(self.ctx.comm, mine, f"checkpoint(s) {ids}: the background fsyncs",
+                              self.ctx.timeout)
+        durable = {ckpt_id: all(row[i] for row in rows) for i, ckpt_id in enumerate(ids)}
+        pruned = pipeline.commit_synced(self.ctx, durable)
+        pipeline.remove_checkpoints(self.ctx, pruned)
 
     def _job(self, job: CheckpointJob, commit: bool = True) -> PostJob:
         client = self.client

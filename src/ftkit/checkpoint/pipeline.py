@@ -47,7 +47,7 @@ from .contract import CheckpointJob, PipelineContext
 from .levels import LEVELS, level
 
 __all__ = ["plan_job", "write_primary", "settle_primary", "agree", "agree_written", "post_process",
-           "prepare_job", "commit", "commit_levels", "commit_manifest", "remove_checkpoints",
+           "prepare_job", "commit", "commit_levels", "commit_synced", "commit_manifest", "remove_checkpoints",
            "remove_run_dir"]
 
 
@@ -246,6 +246,27 @@ def commit_levels(ctx: PipelineContext, ckpt_id: int, levels: dict[int, bool]) -
         try:
             ctx.store.set_levels(ckpt_id, levels)
             return _prune_and_write(ctx, f"checkpoint {ckpt_id}: manifest update")
+        except BaseException:
+            ctx.store.manifest = saved
+            raise
+
+
+def commit_synced(ctx: PipelineContext, durable: Mapping[int, bool]) -> list[CheckpointEntry]:
+    """Settle the ``unsynced`` levels of checkpoints ``durable`` (id → whether every rank saw their files
+    durable, agreed): cleared when durable, else marked incomplete; prune and commit (collective).
+
+    Returns the pruned entries (remove their files afterwards); on failure the in-memory manifest is kept.
+    """
+    with ctx.store.lock:
+        saved = copy.deepcopy(ctx.store.manifest)
+        try:
+            for ckpt_id, ok in durable.items():
+                entry = ctx.store.manifest.entry(ckpt_id)
+                for lv in entry.unsynced_levels:
+                    entry.levels[lv] = entry.levels.get(lv, False) and ok
+                entry.extra.pop("unsynced", None)
+            return _prune_and_write(ctx, "the manifest update after the background fsyncs of checkpoint(s) "
+                                         f"{sorted(durable)}")
         except BaseException:
             ctx.store.manifest = saved
             raise

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import errno
 import os
+import queue
 import secrets
+import threading
 from pathlib import Path
 from types import TracebackType
 
@@ -31,7 +33,7 @@ from ..errors import StorageError
 
 __all__ = ["AtomicWriter", "atomic_write_bytes", "open_temp", "set_group_access", "file_mode", "dir_mode",
            "fsync_dir", "write_all", "make_dirs", "remove_file", "remove_empty_dirs", "stale_temps",
-           "is_temp_name", "link_durably"]
+           "is_temp_name", "link_durably", "BackgroundSyncs"]
 
 _modes = {"file": 0o600, "dir": 0o700}
 _TEMP_TRIES = 8
@@ -243,8 +245,13 @@ class AtomicWriter:
             os.fsync(self.fd)
             self._synced = True
 
-    def commit(self) -> None:
+    def commit(self, syncs: BackgroundSyncs | None = None) -> None:
         """Make the file durable and visible under its final name.
+
+        With ``syncs``, the file is renamed to its final name first and its fsync (then its directory's) is
+        handed to ``syncs``' background thread: the name then stands for bytes that may still be in the page
+        cache, which a reader verifying the file's digest detects after a power loss (see
+        :class:`BackgroundSyncs`).
 
         Raises
         ------
@@ -253,14 +260,19 @@ class AtomicWriter:
         """
         if self._done:
             return
+        defer = syncs is not None and self.fsync and not self._synced
         try:
-            if self.fsync and not self._synced:
+            if self.fsync and not self._synced and not defer:
                 os.fsync(self.fd)
-            os.close(self.fd)
-            self.fd = -1
+            if not defer:
+                os.close(self.fd)
+                self.fd = -1
             os.replace(self.tmp, self.path)
             self._done = True
-            if self.fsync:
+            if defer:
+                fd, self.fd = self.fd, -1
+                syncs.add(fd, self.path.parent)  # type: ignore[union-attr]  # defer implies syncs
+            elif self.fsync:
                 fsync_dir(self.path.parent)
         except OSError as exc:
             self.abort()
@@ -291,6 +303,77 @@ class AtomicWriter:
             self.commit()
         else:
             self.abort()
+
+
+class BackgroundSyncs:
+    """The fsyncs of files already under their final names, run one after the other by a background thread.
+
+    A checkpoint level whose copies may reach the disk after the checkpoint is committed (L2 partner copies,
+    L3 parity files: the files are readable at once, from the page cache, by any process of the node) commits
+    them with :meth:`AtomicWriter.commit` ``(syncs)``; :meth:`wait` then tells whether every one of them,
+    and its directory entry, is durable. The caller keeps the previous checkpoint until it is.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[int, Path] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._error: OSError | None = None
+
+    def add(self, fd: int, directory: Path) -> None:
+        """fsync open file ``fd`` (this object owns it from now on and closes it), then ``directory``.
+
+        On a sealed batch the fsyncs run now, in the caller.
+
+        Raises
+        ------
+        OSError
+            Only on a sealed batch, as raised by ``fsync`` (``fd`` is closed anyway).
+        """
+        with self._lock:
+            if self._closed:
+                try:
+                    os.fsync(fd)
+                    fsync_dir(directory)
+                finally:
+                    os.close(fd)
+                return
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ftkit-redundancy-fsync", daemon=True)
+                self._thread.start()
+            self._queue.put((fd, directory))
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            fd, directory = item
+            try:
+                os.fsync(fd)
+                fsync_dir(directory)
+            except OSError as exc:
+                self._error = self._error or exc
+            finally:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def seal(self) -> None:
+        """Accept no more files: the thread ends once the files added are durable. Idempotent."""
+        with self._lock:
+            if not self._closed and self._thread is not None:
+                self._queue.put(None)
+            self._closed = True
+
+    def wait(self) -> OSError | None:
+        """Seal, wait until every file added is durable, and return the first failure (None: all are).
+
+        The wait is on this process's own fsyncs (no peer): it has no deadline.
+        """
+        self.seal()
+        if self._thread is not None:
+            self._thread.join()
+        return self._error
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, fsync: bool = True) -> None:

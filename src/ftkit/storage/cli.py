@@ -74,6 +74,8 @@ def run_ls(args: argparse.Namespace) -> int:
         state = "yes" if not problems and e.complete_levels else "no"
         if pending:
             state += f" (pending: {','.join(pending)})"
+        if e.unsynced_levels:
+            state += f" (fsync in the background: {','.join(f'L{lv}' for lv in sorted(e.unsynced_levels))})"
         if problems:
             state += f" ({len(problems)} file problem(s), e.g. {problems[0]})"
         print(f"{e.id:>6} {e.level:>5} {levels:<16} {len(e.files):>5} {_human(e.total_bytes):>11}  {state}")

@@ -47,6 +47,7 @@ import xxhash
 
 from ..errors import CheckpointNotFoundError, RecoveryError, StorageError
 from ._collective import ErrorGuard, agree_errors, allgather_json, close_fd, member_names, open_or_none
+from ._fsutil import BackgroundSyncs
 from ._rs_group import Timers, file_reader, rs_encode, rs_rebuild, source_reader
 from ._stream import AtomicWriter, file_digest, file_size
 from ._xor_group import xor_encode, xor_rebuild
@@ -84,7 +85,7 @@ PathLike = str | os.PathLike[str]
 def encode_group(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, *, code: str = "rs",
                  tag: str = "", memory: int = DEFAULT_MEMORY, names: Sequence[str] | None = None,
                  stats: dict[str, float] | None = None, timeout: float | None = DEFAULT_TIMEOUT,
-                 data_bytes: ByteSource | None = None) -> ParityHeader:
+                 data_bytes: ByteSource | None = None, syncs: BackgroundSyncs | None = None) -> ParityHeader:
     """Encode the group's data files; every member stores its parity file at ``parity_path`` (collective).
 
     Parameters
@@ -114,6 +115,9 @@ def encode_group(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, *, 
     data_bytes
         The bytes of ``data_path`` when the caller has them in memory (``rs`` reads them from there; see
         :mod:`ftkit.storage.pending`).
+    syncs
+        Hand the parity file's fsync to this background batch (see
+        :class:`~ftkit.storage._fsutil.BackgroundSyncs`).
 
     Returns
     -------
@@ -134,13 +138,14 @@ def encode_group(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, *, 
     if comm.Get_size() < 2:
         raise StorageError("an encoded group needs at least 2 members (one per node)")
     return _encode(comm, data_path, parity_path, code, tag, memory, names, write=True, stats=stats,
-                   timeout=timeout, data_bytes=data_bytes if code == "rs" else None)
+                   timeout=timeout, data_bytes=data_bytes if code == "rs" else None, syncs=syncs)
 
 
 
 def _encode(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, code: str, tag: str, memory: int,
             names: Sequence[str] | None, write: bool, stats: dict[str, float] | None = None, *,
-            timeout: float | None, data_bytes: ByteSource | None = None) -> ParityHeader:
+            timeout: float | None, data_bytes: ByteSource | None = None,
+            syncs: BackgroundSyncs | None = None) -> ParityHeader:
     t_start = time.perf_counter()
     timers = Timers()
     n, i = comm.Get_size(), comm.Get_rank()
@@ -180,7 +185,7 @@ def _encode(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, code: st
             t0 = time.perf_counter()
             with guard:
                 write_parity_header(writer, header)
-                writer.commit()
+                writer.commit(syncs)
             timers.add("commit", time.perf_counter() - t0)
         agree_errors(comm, guard, "L3 encoding", names, timeout=timeout)
         if stats is not None:

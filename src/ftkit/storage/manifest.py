@@ -1,8 +1,12 @@
 """The manifest: the one file that says which checkpoints exist and which of their levels are complete.
 
 ``meta_dir/manifest.json`` is written only by application rank 0, always atomically (temporary name, fsync,
-rename, fsync dir), and always *after* the files it names are durable: a checkpoint that is not in the
-manifest does not exist, whatever files lie around. Schema (version 1)::
+rename, fsync dir), and always *after* the files it names are complete: a checkpoint that is not in the
+manifest does not exist, whatever files lie around. A level's files are durable when the level is committed,
+except the levels listed in the entry's ``extra["unsynced"]`` (L2 partner copies and L3 parity files whose
+fsync runs in the background after the commit, see :class:`~ftkit.storage._fsutil.BackgroundSyncs`): such a
+level counts for recovery (its files are read and verified like any other) but not for pruning, so the
+previous checkpoint complete at that level is kept until the list is cleared. Schema (version 1)::
 
     {"format": "ftkit-manifest", "version": 1,
      "exec_id": "2026-12-02_16-40-00-ab12", "nranks": 8, "created": 1.7e9, "updated": 1.7e9,
@@ -13,7 +17,8 @@ manifest does not exist, whatever files lie around. Schema (version 1)::
          "levels": {"1": false, "4": true},       # per level: is that level's copy complete on every rank?
          "nodes": [0, 0, 1, 1, ...],              # node of every rank when the checkpoint was taken
          "files": [{"size": 123, "digest": "<16 hex>"}, ...],   # per rank: size and header digest
-         "extra": {...}}                          # free for extensions (L3 code, dCP chains, snapshot count)
+         "extra": {...}}                          # free for extensions (L3 code, dCP chains, snapshot count,
+                                                  # "unsynced": [2] levels not yet durable)
      ]}
 
 A reader may assume: ids are unique; ``files`` has one entry per rank; the file of rank r at any level is
@@ -80,6 +85,11 @@ class CheckpointEntry:
     def complete_levels(self) -> list[int]:
         """Levels whose copy is complete, ascending."""
         return sorted(lv for lv, ok in self.levels.items() if ok)
+
+    @property
+    def unsynced_levels(self) -> frozenset[int]:
+        """Complete levels whose files may not be durable yet (``extra["unsynced"]``, see the module doc)."""
+        return frozenset(self.extra.get("unsynced", ()))
 
     @property
     def total_bytes(self) -> int:
@@ -212,6 +222,10 @@ def _parse_entry(e: Any, nranks: int, where: str) -> CheckpointEntry:
     extra = e.get("extra", {})
     if not isinstance(extra, dict):
         raise FormatError(f"{where}: checkpoint {_short(e.get('id'))}: 'extra' is not an object")
+    unsynced = extra.get("unsynced", [])
+    if not isinstance(unsynced, list) or not all(type(lv) is int and 1 <= lv <= 4 for lv in unsynced):
+        raise FormatError(f"{where}: checkpoint {_short(e.get('id'))}: 'extra.unsynced' = "
+                          f"{_short(repr(unsynced))} is not a list of level numbers 1-4")
     return CheckpointEntry(id=_nonneg(e["id"], "id"), seq=_nonneg(e["seq"], "seq"),
                            level=_nonneg(e["level"], "level"), time=_time(e["time"], "time"),
                            levels={int(k): v for k, v in raw_levels.items()}, nodes=nodes, files=files,
@@ -285,7 +299,8 @@ def plan_prune(manifest: Manifest, *, keep_all_l4: bool = False) -> list[int]:
     """Return the ids of checkpoints no longer needed.
 
     Kept: the newest checkpoint (whatever its state: its background work may be in flight), and for every
-    level the newest checkpoint complete at that level (an older L4 checkpoint survives newer L1 ones); with
+    level the newest checkpoint complete and durable at that level (an older L4 checkpoint survives newer L1
+    ones; a level still in ``extra["unsynced"]`` does not count, so an older durable one is kept); with
     ``keep_all_l4`` every checkpoint complete at L4 (FTI's ``keep_l4_ckpt``).
     """
     newest = manifest.newest_first()
@@ -295,7 +310,7 @@ def plan_prune(manifest: Manifest, *, keep_all_l4: bool = False) -> list[int]:
     seen_levels: set[int] = set()
     for e in newest:
         for lv in e.complete_levels:
-            if lv not in seen_levels:
+            if lv not in seen_levels and lv not in e.unsynced_levels:
                 seen_levels.add(lv)
                 keep.add(e.id)
         if keep_all_l4 and e.complete(4):

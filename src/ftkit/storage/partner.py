@@ -36,6 +36,7 @@ from ._collective import (
     decode_message,
     encode_message,
 )
+from ._fsutil import BackgroundSyncs
 from ._stream import AtomicWriter, byte_view, file_size, read_into
 from .local import LocalLevel
 from .source import ByteSource
@@ -62,7 +63,8 @@ PathLike = str | os.PathLike[str]
 
 def transfer_file(comm: MPI.Comm, send_path: PathLike | None, dest: int, recv_path: PathLike | None,
                   source: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                  timeout: float | None = DEFAULT_TIMEOUT, send_bytes: ByteSource | None = None) -> int:
+                  timeout: float | None = DEFAULT_TIMEOUT, send_bytes: ByteSource | None = None,
+                  syncs: BackgroundSyncs | None = None) -> int:
     """Send ``send_path`` to rank ``dest`` while receiving rank ``source``'s file into ``recv_path``.
 
     Either direction may be switched off with ``MPI.PROC_NULL`` (and a None path). The received file is
@@ -86,6 +88,8 @@ def transfer_file(comm: MPI.Comm, send_path: PathLike | None, dest: int, recv_pa
     send_bytes
         The bytes of ``send_path`` when the caller has them (e.g. in memory, see
         :mod:`ftkit.storage.pending`): sent from there instead of read from the file.
+    syncs
+        Hand the received file's fsync to this background batch instead of making it before the rename.
 
     Returns
     -------
@@ -106,7 +110,7 @@ def transfer_file(comm: MPI.Comm, send_path: PathLike | None, dest: int, recv_pa
         raise StorageError("transfer_file: a path is needed for each direction that is not MPI.PROC_NULL")
     t = _Transfer(comm, send_path if dest != MPI.PROC_NULL else None, dest,
                   recv_path if source != MPI.PROC_NULL else None, source, chunk_size, timeout,
-                  send_bytes if dest != MPI.PROC_NULL else None)
+                  send_bytes if dest != MPI.PROC_NULL else None, syncs)
     try:
         t.exchange_sizes()
         t.stream()
@@ -120,9 +124,10 @@ class _Transfer:
     """The state of one :func:`transfer_file` call (a send and a receive, each possibly switched off)."""
 
     def __init__(self, comm: MPI.Comm, send_path: PathLike | None, dest: int, recv_path: PathLike | None,
-                 source: int, chunk_size: int, timeout: float | None, send_bytes: ByteSource | None) -> None:
+                 source: int, chunk_size: int, timeout: float | None, send_bytes: ByteSource | None,
+                 syncs: BackgroundSyncs | None) -> None:
         self.comm, self.dest, self.source, self.chunk, self.timeout = comm, dest, source, chunk_size, timeout
-        self.send_path, self.recv_path, self.send_bytes = send_path, recv_path, send_bytes
+        self.send_path, self.recv_path, self.send_bytes, self.syncs = send_path, recv_path, send_bytes, syncs
         self.send_len = self.recv_len = -1
         self.send_guard, self.recv_guard = ErrorGuard(), ErrorGuard()
         self.writer: AtomicWriter | None = None
@@ -223,7 +228,7 @@ class _Transfer:
         if self.writer is not None:
             with self.recv_guard:
                 if self.recv_guard.ok and sender_err is None:
-                    self.writer.commit()
+                    self.writer.commit(self.syncs)
             self.writer.abort()
         recv_err = None if self.recv_guard.ok else _why(self.recv_guard.error)
         receiver_err = self._swap(recv_err, self.source, self.dest, _TAG_RECEIVER_OK, "partner copy: outcome")
@@ -251,7 +256,8 @@ def _why(exc: BaseException | None) -> str:
 
 def partner_copy(comm: MPI.Comm, data_path: PathLike, copy_path: PathLike, *,
                  chunk_size: int = DEFAULT_CHUNK_SIZE, timeout: float | None = DEFAULT_TIMEOUT,
-                 names: Sequence[str] | None = None, data_bytes: ByteSource | None = None) -> int:
+                 names: Sequence[str] | None = None, data_bytes: ByteSource | None = None,
+                 syncs: BackgroundSyncs | None = None) -> int:
     """Copy each member's ``data_path`` to the next member's ``copy_path`` (a ring over ``comm``).
 
     Collective over ``comm`` (one process per group member, member order, at least 2 members). A failure
@@ -265,6 +271,9 @@ def partner_copy(comm: MPI.Comm, data_path: PathLike, copy_path: PathLike, *,
         How to name members in errors (e.g. ``"rank 5 on node 2"``).
     data_bytes
         The bytes of ``data_path``, when the caller has them in memory (sent from there).
+    syncs
+        Hand the fsync of the copy this process stores to this background batch (see
+        :class:`~ftkit.storage._fsutil.BackgroundSyncs`).
 
     Returns
     -------
@@ -283,7 +292,7 @@ def partner_copy(comm: MPI.Comm, data_path: PathLike, copy_path: PathLike, *,
     got = 0
     with guard:
         got = transfer_file(comm, data_path, (i + 1) % n, copy_path, (i - 1) % n, chunk_size=chunk_size,
-                            timeout=timeout, send_bytes=data_bytes)
+                            timeout=timeout, send_bytes=data_bytes, syncs=syncs)
     agree_errors(comm, guard, "L2 partner copy", names, timeout=timeout)
     return got
 

@@ -59,7 +59,8 @@ def post_encode(ctx: PipelineContext, job: CheckpointJob, group: Any = None) -> 
         job.pending.finish()
     encode_group(group, data, parity, code=code, tag=l3_tag(ctx.exec_id, job.ckpt_id),
                  names=group_names(ctx.topology, ctx.topology.group_of()), timeout=ctx.timeout,
-                 data_bytes=job.pending.source() if job.pending is not None else None)
+                 data_bytes=job.pending.source() if job.pending is not None else None,
+                 syncs=job.syncs)
 
 
 def prepare_encode(ctx: PipelineContext, job: CheckpointJob) -> None:
@@ -100,4 +101,5 @@ def encoded_work(req: dict[str, Any], head_set: Any) -> None:
 
 #: Level 3 in the level table.
 LEVEL = Level(3, "encoded", post=post_encode, recovery=(EncodedStep,), prepare=prepare_encode,
-              head_request=encoded_request, head_work=encoded_work, needs_groups=True, from_buffers=True)
+              head_request=encoded_request, head_work=encoded_work, needs_groups=True, from_buffers=True,
+              background_fsync=True)

@@ -58,7 +58,8 @@ def post_partner(ctx: PipelineContext, job: CheckpointJob, group: Any = None) ->
         group = group_comm(ctx.comm, ctx.topology, ctx.timeout)
     # Inline (job.pending): the L1 file's bytes come from the protected arrays while the file is synced.
     partner_copy(group, data, copy, chunk_size=_chunk(ctx), timeout=ctx.timeout,
-                 data_bytes=job.pending.source() if job.pending is not None else None)
+                 data_bytes=job.pending.source() if job.pending is not None else None,
+                 syncs=job.syncs)
 
 
 class PartnerStep(GroupStep):
@@ -102,4 +103,5 @@ def partner_work(req: dict[str, Any], head_set: Any) -> None:
 
 #: Level 2 in the level table.
 LEVEL = Level(2, "partner", post=post_partner, recovery=(PartnerStep,), prepare=record_group_size,
-              head_request=partner_request, head_work=partner_work, needs_groups=True, from_buffers=True)
+              head_request=partner_request, head_work=partner_work, needs_groups=True, from_buffers=True,
+              background_fsync=True)
