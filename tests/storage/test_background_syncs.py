@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 
 import pytest
 
@@ -25,6 +26,9 @@ def test_commit_with_syncs_names_the_file_at_once_and_the_batch_syncs_and_closes
         w.commit(syncs)
         assert p.read_bytes() == bytes([i]) * 100_000      # readable under its final name before the fsync
     assert sorted(os.listdir(tmp_path / "sub")) == ["f0.bin", "f1.bin", "f2.bin"]   # no temporary name left
+    # The fsyncs wait for seal(): they must not compete with the rest of the checkpoint call.
+    assert not any(t.name == "ftkit-redundancy-fsync" for t in threading.enumerate())
+    syncs.seal()
     assert syncs.wait() is None
     assert _open_fds() == before                          # every descriptor handed over is closed
     assert syncs.wait() is None                           # idempotent

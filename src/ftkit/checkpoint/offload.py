@@ -122,8 +122,9 @@ class PostManager:
         job.syncs = BackgroundSyncs()
         try:
             done = pipeline.post_process(self.ctx, job)
-        finally:
+        except BaseException:
             job.syncs.seal()
+            raise
         job.extra["unsynced"] = [lv for lv in deferred if done.get(lv)]
         self._syncs[job.ckpt_id] = job.syncs
         return done
@@ -189,6 +190,8 @@ class PostManager:
 
     def start(self, job: CheckpointJob) -> None:
         """Start the staged background post-processing of ``job`` (after its manifest entry is committed)."""
+        if job.syncs is not None:
+            job.syncs.seal()  # the call's own work is over: the L2/L3 fsyncs may start
         staged, self._staged = self._staged, None
         if staged is None or staged.ckpt_id != job.ckpt_id:
             return
@@ -198,6 +201,8 @@ class PostManager:
     def discard(self) -> None:
         """Forget a staged job whose checkpoint failed before its commit."""
         self._staged = None
+        for batch in self._syncs.values():
+            batch.seal()
 
     @property
     def busy(self) -> bool:

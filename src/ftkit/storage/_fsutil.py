@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import errno
 import os
-import queue
 import secrets
 import threading
 from pathlib import Path
@@ -306,19 +305,21 @@ class AtomicWriter:
 
 
 class BackgroundSyncs:
-    """The fsyncs of files already under their final names, run one after the other by a background thread.
+    """The fsyncs of files already under their final names, run one after the other by a background thread
+    once the batch is sealed.
 
     A checkpoint level whose copies may reach the disk after the checkpoint is committed (L2 partner copies,
     L3 parity files: the files are readable at once, from the page cache, by any process of the node) commits
-    them with :meth:`AtomicWriter.commit` ``(syncs)``; :meth:`wait` then tells whether every one of them,
-    and its directory entry, is durable. The caller keeps the previous checkpoint until it is.
+    them with :meth:`AtomicWriter.commit` ``(syncs)``; the caller seals the batch when its own critical work
+    is done (so these fsyncs do not compete with it), and :meth:`wait` then tells whether every file, and its
+    directory entry, is durable. The caller keeps the previous checkpoint until it is.
     """
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[int, Path] | None] = queue.SimpleQueue()
+        self._files: list[tuple[int, Path]] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._closed = False
+        self._sealed = False
         self._error: OSError | None = None
 
     def add(self, fd: int, directory: Path) -> None:
@@ -332,21 +333,17 @@ class BackgroundSyncs:
             Only on a sealed batch, as raised by ``fsync`` (``fd`` is closed anyway).
         """
         with self._lock:
-            if self._closed:
-                try:
-                    os.fsync(fd)
-                    fsync_dir(directory)
-                finally:
-                    os.close(fd)
+            if not self._sealed:
+                self._files.append((fd, directory))
                 return
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="ftkit-redundancy-fsync", daemon=True)
-                self._thread.start()
-            self._queue.put((fd, directory))
+        try:
+            os.fsync(fd)
+            fsync_dir(directory)
+        finally:
+            os.close(fd)
 
     def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            fd, directory = item
+        for fd, directory in self._files:
             try:
                 os.fsync(fd)
                 fsync_dir(directory)
@@ -359,11 +356,14 @@ class BackgroundSyncs:
                     pass
 
     def seal(self) -> None:
-        """Accept no more files: the thread ends once the files added are durable. Idempotent."""
+        """Accept no more files and start the fsyncs of those added, in the background. Idempotent."""
         with self._lock:
-            if not self._closed and self._thread is not None:
-                self._queue.put(None)
-            self._closed = True
+            if self._sealed:
+                return
+            self._sealed = True
+            if self._files:
+                self._thread = threading.Thread(target=self._run, name="ftkit-redundancy-fsync", daemon=True)
+                self._thread.start()
 
     def wait(self) -> OSError | None:
         """Seal, wait until every file added is durable, and return the first failure (None: all are).
