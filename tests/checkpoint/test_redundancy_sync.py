@@ -119,3 +119,16 @@ def test_a_restarted_run_does_not_vouch_for_copies_it_did_not_sync(tmp_path):
     got = _recovered("\n".join(x for x in r.stdout.splitlines() if "wrote" not in x))
     assert all(v["id"] == "3" for v in got.values()), r.stdout
     assert sorted(_manifest(d)) == [1, 4], _manifest(d)
+
+
+@pytest.mark.parametrize("stage", ["before_commit", "after_commit"])
+def test_a_rank_killed_while_the_next_call_settles_the_copies_leaves_the_newest_recoverable(tmp_path, stage):
+    # The third call first settles checkpoint 2 (its copies durable: 1 pruned) in one manifest update; rank 1
+    # is SIGKILLed just before or just after rank 0 writes it. Either manifest leads to checkpoint 2.
+    d = tmp_path / "run"
+    write_config(d, group_size=2, failure_timeout=60)
+    r = run_app(d, N, "--mode", "write", "--levels", "2,2,2", "--kill-rank", "1", "--kill-stage", stage,
+                "--kill-index", "2")
+    assert "R1 wrote id=2" in r.stdout and "wrote id=3" not in r.stdout, r.stdout + r.stderr
+    got = _recovered(run_app(d, N, "--mode", "recover").check().stdout)
+    assert all(v["id"] == "2" and v["step"] == "1" for v in got.values()), got
