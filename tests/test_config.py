@@ -77,6 +77,8 @@ def test_ftkit_keys_in_their_section_or_basic():
                            "failure_timeout = 12.5\n")
     assert (c.interval_unit, c.l3_code, c.mtbf, c.failure_timeout) == ("iterations", "xor", 3600.0, 12.5)
     assert Config.from_string("[basic]\ninterval_unit = iterations\n").interval_unit == "iterations"
+    assert Config().redundancy_sync == "background"
+    assert Config.from_string("[ftkit]\nredundancy_sync = Commit\n").redundancy_sync == "commit"
     assert Config.from_string("[basic]\nckpt_l1 = 2 ; a comment\n").ckpt_l1 == 2
     assert Config.from_string("[ftkit]\ngroup_access = 1\n").group_access == 1
     assert Config().group_access == 0
@@ -107,6 +109,7 @@ def test_ftkit_keys_in_their_section_or_basic():
     ("[ftkit]\nfailure_timeout = 0\n", ["failure_timeout", "> 0"]),
     ("[ftkit]\nmtbf = nan\n", ["mtbf", "finite"]),
     ("[ftkit]\ngroup_access = 2\n", ["group_access", "0 or 1"]),
+    ("[ftkit]\nredundancy_sync = later\n", ["redundancy_sync", "background or commit"]),
     ("[basic]\nthis line has no equals sign\n", ["line 2", "neither a [section]"]),
 ])
 def test_bad_values_name_key_value_and_allowed(text, words):
