@@ -48,7 +48,9 @@ Sections and keys (FTI's meaning and units; ftkit's own keys in ``[ftkit]``, als
     committed, by a background thread, as FTI never fsyncs them; the checkpoint is recoverable at once from
     any single node loss (the copies are read from the page cache of live nodes) and the previous checkpoint
     complete at that level is kept until the next checkpoint call has seen them durable. ``commit``: before
-    the commit, so the level is durable when the call returns).
+    the commit, so the level is durable when the call returns. Work done by a background thread or the heads
+    (``inline_lN = 0``; ``background`` applies only when every level is inline) is always fsynced before its
+    level is committed).
 
 Directories: ``$VAR`` and ``${VAR}`` are expanded from the environment (an unset variable is a
 :class:`ConfigError` naming it), then ``~``; relative paths are resolved against the working directory when
