@@ -86,7 +86,7 @@ def watch_ranks(sid: int, status: dict[int, int]) -> int:
         fields = proc_stat(pid)
         if fields is None:
             continue
-        if fields[0] in ("Z", "X"):
+        if fields[0] in _ENDED:
             # stat field 52 is the waitpid status of a zombie (Linux >= 3.5).
             status[pid] = int(fields[49]) if len(fields) > 49 else -1
         else:

@@ -26,7 +26,7 @@ import contextlib
 import copy
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -225,14 +225,7 @@ def commit(ctx: PipelineContext, job: CheckpointJob, levels: dict[int, bool]) ->
     entry = CheckpointEntry(id=job.ckpt_id, seq=job.seq, level=job.level, time=time.time(),
                             levels={lv: bool(levels.get(lv, False)) for lv in job.levels},
                             nodes=list(job.nodes), files=list(job.files), extra=dict(job.extra))
-    with ctx.store.lock:
-        saved = copy.deepcopy(ctx.store.manifest)
-        try:
-            ctx.store.add(entry)
-            return _prune_and_write(ctx, f"checkpoint {job.ckpt_id}: manifest commit")
-        except BaseException:
-            ctx.store.manifest = saved
-            raise
+    return _change_and_commit(ctx, lambda: ctx.store.add(entry), f"checkpoint {job.ckpt_id}: manifest commit")
 
 
 def commit_levels(ctx: PipelineContext, ckpt_id: int, levels: dict[int, bool]) -> list[CheckpointEntry]:
@@ -241,14 +234,8 @@ def commit_levels(ctx: PipelineContext, ckpt_id: int, levels: dict[int, bool]) -
     Collective over ``ctx.comm``; returns the pruned entries (remove their files afterwards). On failure the
     in-memory manifest is unchanged.
     """
-    with ctx.store.lock:
-        saved = copy.deepcopy(ctx.store.manifest)
-        try:
-            ctx.store.set_levels(ckpt_id, levels)
-            return _prune_and_write(ctx, f"checkpoint {ckpt_id}: manifest update")
-        except BaseException:
-            ctx.store.manifest = saved
-            raise
+    return _change_and_commit(ctx, lambda: ctx.store.set_levels(ckpt_id, levels),
+                              f"checkpoint {ckpt_id}: manifest update")
 
 
 def commit_synced(ctx: PipelineContext, durable: Mapping[int, bool]) -> list[CheckpointEntry]:
@@ -257,19 +244,15 @@ def commit_synced(ctx: PipelineContext, durable: Mapping[int, bool]) -> list[Che
 
     Returns the pruned entries (remove their files afterwards); on failure the in-memory manifest is kept.
     """
-    with ctx.store.lock:
-        saved = copy.deepcopy(ctx.store.manifest)
-        try:
-            for ckpt_id, ok in durable.items():
-                entry = ctx.store.manifest.entry(ckpt_id)
-                for lv in entry.unsynced_levels:
-                    entry.levels[lv] = entry.levels.get(lv, False) and ok
-                entry.extra.pop("unsynced", None)
-            return _prune_and_write(ctx, "the manifest update after the background fsyncs of checkpoint(s) "
-                                         f"{sorted(durable)}")
-        except BaseException:
-            ctx.store.manifest = saved
-            raise
+    def settle() -> None:
+        for ckpt_id, ok in durable.items():
+            entry = ctx.store.manifest.entry(ckpt_id)
+            for lv in entry.unsynced_levels:
+                entry.levels[lv] = entry.levels.get(lv, False) and ok
+            entry.extra.pop("unsynced", None)
+
+    return _change_and_commit(ctx, settle, "the manifest update after the background fsyncs of checkpoint(s) "
+                                           f"{sorted(durable)}")
 
 
 def commit_gate(ctx: PipelineContext, job: CheckpointJob) -> bool | None:
@@ -330,6 +313,20 @@ def commit_manifest(ctx: PipelineContext, what: str) -> None:
     error = _mpi.bcast(ctx.comm, error, 0, what, ctx.timeout)
     if error:
         raise CheckpointError(f"{what} failed on rank 0: {error}")
+
+
+def _change_and_commit(ctx: PipelineContext, change: Callable[[], None], what: str) -> list[CheckpointEntry]:
+    """Apply ``change`` to the in-memory manifest, prune and commit (collective) as one transaction: if
+    anything fails, the in-memory manifest is restored exactly as it was, on every rank. Returns the pruned
+    entries."""
+    with ctx.store.lock:
+        saved = copy.deepcopy(ctx.store.manifest)
+        try:
+            change()
+            return _prune_and_write(ctx, what)
+        except BaseException:
+            ctx.store.manifest = saved
+            raise
 
 
 def _prune_and_write(ctx: PipelineContext, what: str) -> list[CheckpointEntry]:

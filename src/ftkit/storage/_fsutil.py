@@ -336,24 +336,14 @@ class BackgroundSyncs:
             if not self._sealed:
                 self._files.append((fd, directory))
                 return
-        try:
-            os.fsync(fd)
-            fsync_dir(directory)
-        finally:
-            os.close(fd)
+        _sync_and_close(fd, directory)
 
     def _run(self) -> None:
         for fd, directory in self._files:
             try:
-                os.fsync(fd)
-                fsync_dir(directory)
+                _sync_and_close(fd, directory)
             except OSError as exc:
                 self._error = self._error or exc
-            finally:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
 
     def seal(self) -> None:
         """Accept no more files and start the fsyncs of those added, in the background. Idempotent."""
@@ -374,6 +364,15 @@ class BackgroundSyncs:
         if self._thread is not None:
             self._thread.join()
         return self._error
+
+
+def _sync_and_close(fd: int, directory: Path) -> None:
+    """fsync open file ``fd``, then ``directory``; ``fd`` is closed whatever happens (OSError as raised)."""
+    try:
+        os.fsync(fd)
+        fsync_dir(directory)
+    finally:
+        os.close(fd)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, fsync: bool = True) -> None:
