@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from .checkpoint._util import ranks_running_in
 from .conftest import REPO, run_python
 
 pytestmark = pytest.mark.mpi
@@ -104,20 +105,6 @@ def test_keep_last_links_the_l1_files_into_glbl_dir_on_one_file_system(tmp_path)
         assert v["data"] == "ok" and (v["id"], v["step"], v["source"]) == ("2", "1", "4"), (rank, v)
 
 
-
-def _ranks_running_in(d: Path) -> list[int]:
-    """Pids of the test program's processes whose working directory is ``d`` (the job's ranks)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if (entry.name.isdigit() and os.readlink(entry / "cwd") == str(d)
-                    and APP.name.encode() in (entry / "cmdline").read_bytes()):
-                pids.append(int(entry.name))
-        except OSError:
-            continue
-    return pids
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_keep_last_ranks_killed_from_outside_during_the_l4_link_lose_nothing(tmp_path, seed):
     """Every rank SIGKILLed from outside as soon as finalize()'s first L4 link exists, plus a random 0-10 ms:
@@ -139,7 +126,7 @@ def test_keep_last_ranks_killed_from_outside_during_the_l4_link_lose_nothing(tmp
         assert time.monotonic() < deadline, "finalize() never linked a file into glbl_dir"
         time.sleep(0.001)
     time.sleep(extra)
-    for pid in _ranks_running_in(d.resolve()):
+    for pid in ranks_running_in(d.resolve(), APP):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     job.join(TIMEOUT + 60)

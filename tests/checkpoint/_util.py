@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shutil
 from pathlib import Path
@@ -74,3 +75,16 @@ def l1_file(d: Path, ckpt_id: int, rank: int) -> Path:
     found = list((d / "run" / "local").glob(f"node*/*/l1/ckpt{ckpt_id}/rank{rank}.ftk"))
     assert len(found) == 1, found
     return found[0]
+
+
+def ranks_running_in(d: Path, program: Path) -> list[int]:
+    """Pids of ``program``'s processes whose working directory is ``d`` (a job's ranks, to kill them)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if (entry.name.isdigit() and os.readlink(entry / "cwd") == str(d)
+                    and program.name.encode() in (entry / "cmdline").read_bytes()):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids

@@ -8,6 +8,7 @@ recover mode: prints one line per rank: "R<rank> recovered id=.. level=.. source
 """
 import argparse
 import sys
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -32,6 +33,8 @@ p.add_argument("--kill-index", type=int, default=-1)
 p.add_argument("--kill-how", choices=["kill", "raise"], default="kill",
                help="raise: rank R only sees a process failure at STAGE (a ProcessFailure); the others go on")
 p.add_argument("--finalize", action="store_true")
+p.add_argument("--pause", type=float, default=0.0,
+               help="write mode: seconds between checkpoints (the application computing)")
 p.add_argument("--then-levels", default="",
                help="recover mode: then checkpoint at these levels (data as write mode's, from the recovered "
                     "step + 1 on) and print 'R<rank> wrote id=..' for each")
@@ -73,6 +76,7 @@ if a.mode == "write":
             print(f"R{rank} checkpoint error {type(exc).__name__}: {exc}", flush=True)
             leave(4)
         print(f"R{rank} wrote id={cid} level={lv}", flush=True)
+        time.sleep(a.pause)
     if a.finalize:
         ckpt.finalize()
     leave(0)
