@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 NP      ?= 8
 
-.PHONY: test demo lint bench clean venv test-cluster
+.PHONY: test demo lint docs bench clean venv test-cluster
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -28,6 +28,18 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
 
+# The documentation site (docs/ -> docs/_build/html): warnings are errors, then every doctest-style example
+# in the pages and the docstrings they include runs (single-process examples: no launcher needed).
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(VPY) -m pip install -q -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(VPY) -m sphinx -b html -W --keep-going -q docs docs/_build/html
+	$(VPY) -m sphinx -b doctest -W --keep-going -q docs docs/_build/doctest
+	@echo "docs: docs/_build/html/index.html"
+
 bench: $(STAMP)
 	$(VPY) -m pip install -q -e '.[bench]' || true
 	for b in benchmarks/bench_*.py; do $(VPY) $$b || exit 1; done
@@ -39,4 +51,4 @@ test-cluster: $(STAMP)
 	timeout 5400 tools/cluster/test_cluster.sh
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache docs/_build
