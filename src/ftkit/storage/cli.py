@@ -30,7 +30,7 @@ from .export import export_checkpoint
 from .format import read_header, verify_file
 from .locate import RunPlace, locate_run
 from .manifest import MANIFEST_NAME
-from .repair import check_entry, entry_files, repair_checkpoint
+from .repair import GroupRepair, check_entry, entry_files, repair_checkpoint
 from .runactivity import run_activity
 
 __all__ = ["add_parser", "run_ls", "run_verify", "run_rebuild", "run_export"]
@@ -86,7 +86,7 @@ def run_ls(args: argparse.Namespace) -> int:
     if place is None:
         return _ls_files(Path(args.dir), args.json)
     m, run = place.manifest, _run_json(place)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for e in sorted(m.checkpoints, key=lambda e: e.seq):
         problems = check_entry(place.ckpt_dir, place.glbl_dir, m, e, deep=False)
         rows.append({"id": e.id, "seq": e.seq, "level": e.level, "time": e.time,
@@ -135,8 +135,9 @@ def _ls_files(root: Path, as_json: bool) -> int:
         groups[key].append(h.rank)
         sizes[key] += h.file_size
     code = 2 if not files else 1 if bad else 0
-    rows = [{"exec_id": run, "id": cid, "level": lv, "ranks": len(ranks), "bytes": sizes[(run, cid, lv)]}
-            for (run, cid, lv), ranks in sorted(groups.items())]
+    rows: list[dict[str, Any]] = [
+        {"exec_id": run, "id": cid, "level": lv, "ranks": len(ranks), "bytes": sizes[(run, cid, lv)]}
+        for (run, cid, lv), ranks in sorted(groups.items())]
     if as_json:
         return _emit({"command": "ls", "run": None, "files": len(files), "unreadable": bad,
                       "checkpoints": rows}, code)
@@ -212,7 +213,8 @@ def run_rebuild(args: argparse.Namespace) -> int:
     paths = [p for e, red in plan for lv in red for p in entry_files(ckpt, glbl, m, e, (1, lv))]
     paths += [p for e, levels in rest for p in entry_files(ckpt, glbl, m, e, levels)]
     say = (lambda line: None) if args.json else print
-    groups, unrepaired = [], []
+    groups: list[GroupRepair] = []
+    unrepaired: list[dict[str, Any]] = []
     with Progress("rebuild", len(paths), sum(_size(p) for p in paths), wants_progress(args)) as prog:
         def done(path: Path) -> None:
             prog.add(_size(path), 1)

@@ -33,13 +33,13 @@ import numpy as np
 import xxhash
 
 from ..errors import CheckpointNotFoundError, CorruptionError, FormatError, StorageError
+from ._progress import Progress
 from ._stream import byte_view
 from .boxread import map_run, read_runs
 from .copies import Copy, RunCopies
 from .format import DEFAULT_CHUNK, Header, Section
 from .header import digest_hex
 from .layout import Box, Layout, Runs, box_runs, coverage_problem
-from ._progress import Progress
 from .locate import locate_run
 from .manifest import CheckpointEntry
 from .source import ByteSource

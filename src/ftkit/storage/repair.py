@@ -151,7 +151,7 @@ class GroupRepair(NamedTuple):
         """The one line ``ftkit rebuild`` prints for this group."""
         what = (f"checkpoint {self.checkpoint} L{self.level} group {self.group} (ranks {list(self.ranks)} "
                 f"on nodes {list(self.nodes)})")
-        return f"{what}: CANNOT REPAIR: {self.detail}" if self.result == "failed" else f"{what}: {self.detail}"
+        return f"{what}: {'CANNOT REPAIR: ' if self.result == 'failed' else ''}{self.detail}"
 
 
 def repair_checkpoint(ckpt_dir: Path, glbl_dir: Path, manifest: Manifest, entry: CheckpointEntry,
