@@ -35,11 +35,13 @@ class Progress:
 
             self.bar = tqdm(total=max(total_bytes, 0), desc=what, unit="B", unit_scale=True,
                             unit_divisor=1024, file=sys.stderr, dynamic_ncols=True, leave=False,
-                            mininterval=0.5)
-            self._postfix()
+                            mininterval=0.5, postfix=self._files_done())
+
+    def _files_done(self) -> str:
+        return f"{self.files}/{self.total_files} files"
 
     def _postfix(self) -> None:
-        self.bar.set_postfix_str(f"{self.files}/{self.total_files} files", refresh=False)
+        self.bar.set_postfix_str(self._files_done(), refresh=False)
 
     def add(self, nbytes: int = 0, files: int = 0) -> None:
         """Count ``nbytes`` bytes and ``files`` files as done."""
@@ -54,8 +56,8 @@ class Progress:
         ``nbytes`` bytes in all replace the totals given at construction."""
         self.total_files = datasets
         if self.bar is not None:
-            self.bar.reset(total=nbytes)
             self._postfix()
+            self.bar.reset(total=nbytes)
         return _Counted(writer, self)
 
     def close(self) -> None:
