@@ -85,7 +85,7 @@ KEY_SECTIONS: dict[str, str] = {k.name: k.section for k in KEYS}
 _VAR_RE = re.compile(r"\$(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 #: FTI's "unset" dCP block size (its test template) and the size ftkit uses then.
 _DCP_BLOCK_UNSET, _DCP_BLOCK_DEFAULT = -1, 16384
-#: The ``exec_id`` of FTI's template config (FTI overwrites it at a job's start): a placeholder, never a run id.
+#: The ``exec_id`` of FTI's template config (FTI overwrites it when a job starts): a placeholder, no run id.
 _EXEC_ID_PLACEHOLDER = "XXXX-XX-XX_XX-XX-XX"
 
 
@@ -187,8 +187,8 @@ class Config:
                          "bytes")
         if self.exec_id == _EXEC_ID_PLACEHOLDER:
             object.__setattr__(self, "exec_id", "")
-            notes.append(f"[restart] exec_id = {_EXEC_ID_PLACEHOLDER} (FTI's template placeholder): no run id; a "
-                         "fresh start makes a new one, a restart takes the one in meta_dir's manifest")
+            notes.append(f"[restart] exec_id = {_EXEC_ID_PLACEHOLDER} (FTI's template placeholder): no run "
+                         "id; a fresh start makes a new one, a restart takes the one in meta_dir's manifest")
         for name in _SPEC:
             object.__setattr__(self, name, check_value(name, getattr(self, name), self.source))
         if self.group_size < 2:
