@@ -29,7 +29,7 @@ def test_a_named_subcommand_builds_only_its_parser_and_no_name_builds_all():
     assert _registered(build_parser()) == every
     assert _registered(build_parser("--help")) == every
     assert _registered(build_parser("nosuchcommand")) == every
-    assert _registered(build_parser("verify")) == {"ls", "verify", "rebuild"}
+    assert _registered(build_parser("verify")) == {"ls", "verify", "rebuild", "export"}
     assert _registered(build_parser("launch")) == {"launch"}
 
 

@@ -109,7 +109,7 @@ def test_fti_values_mean_what_fti_means(tmp_path, monkeypatch):
     assert [t.interval(lv) for lv in (1, 2, 3, 4)] == [3, 5, 7, 11] and t.dcp_l4 == 0
     assert (t.inline(2), t.inline(3), t.inline(4), t.keep_last_ckpt, t.keep_l4_ckpt) == (True,) * 3 + (0, 0)
     assert t.ckpt_dir == tmp_path / "Local" and t.glbl_dir == tmp_path / "Global"   # '#' comment cut off
-    assert t.exec_id == "XXXX-XX-XX_XX-XX-XX" and t.interval_unit == "minutes"
+    assert t.exec_id == "" and t.interval_unit == "minutes"   # FTI's placeholder is no run id
     h, _ = _load(_text("examples/GPU/heatdis/configH1.fti"), "configH1.fti")
     assert (h.head, h.node_size, h.group_size, h.interval(4)) == (1, 3, 4, 5)
     assert (h.inline(2), h.inline(3), h.inline(4)) == (False, False, False)
@@ -169,7 +169,7 @@ def test_config_check_reports_errors_with_exit_1(tmp_path, capsys):
     assert "ckpt_l1 = 'soon' is not an integer" in out and "ERROR" in out
     assert "exec_id = '..' is not a plain name" in out
     code, out = _check(tmp_path / "missing.fti", capsys)
-    assert code == 1 and "cannot read" in out
+    assert code == 2 and "cannot read" in out   # nothing to check: a usage error
 
 
 def test_config_check_runs_as_a_command(tmp_path):

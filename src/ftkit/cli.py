@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 from collections.abc import Sequence
 
@@ -22,8 +23,7 @@ __all__ = ["main"]
 _SUBCOMMAND_MODULES = {
     "ftkit.launch_cli": ("launch",),
     "ftkit.doctor": ("doctor",),
-    "ftkit.storage.cli": ("ls", "verify", "rebuild"),
-    "ftkit.storage.export": ("export",),
+    "ftkit.storage.cli": ("ls", "verify", "rebuild", "export"),
     "ftkit.models.cli": ("model",),        # model reliability|encoding|interval
     "ftkit.config_cli": ("config",),       # config check
 }
@@ -42,7 +42,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``ftkit`` command; return its exit code (errors print one line, exit code 2)."""
+    """Run the ``ftkit`` command; return its exit code (errors print one line, exit code 2; with ``--json``
+    also ``{"command": ..., "error": ..., "exit_code": 2}`` on standard output)."""
     args_in = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(args_in[0] if args_in else None)
     args = parser.parse_args(args_in)
@@ -53,4 +54,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except FtkitError as exc:
         print(f"ftkit {args.command}: error: {exc}", file=sys.stderr)
+        if getattr(args, "json", False):  # a script reading stdout gets the error too
+            print(json.dumps({"command": args.command, "error": str(exc), "exit_code": 2}))
         return 2

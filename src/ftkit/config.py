@@ -26,7 +26,10 @@ Sections and keys (FTI's meaning and units; ftkit's own keys in ``[ftkit]``, als
     ``max_var_id``, ``cacheddcp``, ``dcp_mode``, ``dcp_stack_size``, ``h5_single_file_*``.
 ``[restart]``
     ``failure`` (0 = ftkit detects a restart from ``meta_dir``), ``exec_id`` (a plain name: letters, digits,
-    ``.``, ``_``, ``-``, not ``.`` or ``..``; empty = a new id on a fresh start).
+    ``.``, ``_``, ``-``, not ``.`` or ``..``). As in FTI, ``exec_id`` is read only with ``failure = 1..3``
+    (the restart of that run: the manifest in ``meta_dir`` must be that run's); a fresh start always makes a
+    new id (UTC date and time plus 4 random hex digits), and FTI's template value ``XXXX-XX-XX_XX-XX-XX`` is
+    no id at all (a note).
 ``[injection]``
     ``rank``, ``index``, ``number``, ``position``, ``frequency``: accepted and ignored (use
     :mod:`ftkit.inject`).
@@ -82,6 +85,8 @@ KEY_SECTIONS: dict[str, str] = {k.name: k.section for k in KEYS}
 _VAR_RE = re.compile(r"\$(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 #: FTI's "unset" dCP block size (its test template) and the size ftkit uses then.
 _DCP_BLOCK_UNSET, _DCP_BLOCK_DEFAULT = -1, 16384
+#: The ``exec_id`` of FTI's template config (FTI overwrites it when a job starts): a placeholder, no run id.
+_EXEC_ID_PLACEHOLDER = "XXXX-XX-XX_XX-XX-XX"
 
 
 def node_local_default() -> Path:
@@ -180,6 +185,10 @@ class Config:
             object.__setattr__(self, "dcp_block_size", _DCP_BLOCK_DEFAULT)
             notes.append(f"[basic] dcp_block_size = -1 (FTI's 'unset'): ftkit uses {_DCP_BLOCK_DEFAULT} "
                          "bytes")
+        if self.exec_id == _EXEC_ID_PLACEHOLDER:
+            object.__setattr__(self, "exec_id", "")
+            notes.append(f"[restart] exec_id = {_EXEC_ID_PLACEHOLDER} (FTI's template placeholder): no run "
+                         "id; a fresh start makes a new one, a restart takes the one in meta_dir's manifest")
         for name in _SPEC:
             object.__setattr__(self, name, check_value(name, getattr(self, name), self.source))
         if self.group_size < 2:

@@ -130,8 +130,8 @@ KEYS: tuple[KeySpec, ...] = (
        "checkpoints (use enable_dcp for differential L4)"),
     _k("failure", "restart", "int", (0, 1, 2, 3), "0: ftkit detects a restart from meta_dir; 1-3: a "
        "restart is expected"),
-    _k("exec_id", "restart", "str", None, "identity of the run (a plain name; empty: a new id on a fresh "
-       "start, taken from the metadata on restart)"),
+    _k("exec_id", "restart", "str", None, "identity of the run to restart, checked against meta_dir's "
+       "manifest (a plain name; empty: the manifest's); a fresh start makes a new id", needs="failure"),
     _k("inj_rank", "injection", "int", _NONNEG, "FTI's bit-flip injection rank", ini="rank",
        ignored_unless=(), instead=_INJ_NOTE,
        needs="inj_number"),

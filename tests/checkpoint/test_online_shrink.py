@@ -34,6 +34,18 @@ def _shrinks(out: str) -> list[tuple[int, int, str, int, int]]:
                        re.M)]
 
 
+def _check_reprs(out: str) -> None:
+    """``ckpt.shrinks`` and ``ckpt.recoveries`` show seconds per phase, the same for one recovery."""
+    phases = r"repair=(\d+\.\d{3}) s, adopt=(\d+\.\d{3}) s, restore=(\d+\.\d{3}) s, total=(\d+\.\d{3}) s\)$"
+    shrink = re.findall(r"^shrink-repr ShrinkReport\(number=1, old_size=8, new_size=7, failed=\(5,\), "
+                        r"checkpoint_id=\d+, level=1, " + phases, out, re.M)
+    recovery = re.findall(r"^recovery-repr RepairReport\(number=1, dead=\(5,\), checkpoint_id=\d+, level=1, "
+                          + phases, out, re.M)
+    assert len(shrink) == 1 and shrink == recovery, out
+    repair, adopt, restore, total = map(float, shrink[0])
+    assert restore > 0 and abs(repair + adopt + restore - total) < 0.002, out
+
+
 def _errors(d) -> dict[str, str]:
     return {p.name.split(".", 1)[1]: p.read_text() for p in d.glob("online-error.*")}
 
@@ -54,6 +66,7 @@ def test_rank_killed_without_spares_continues_on_seven(tmp_path):
     r = job.done()
     _bit_identical_recoveries(r)
     assert _shrinks(r.stdout) == [(8, 7, "5", 1, 1)], r.stdout
+    _check_reprs(r.stdout)
     assert "ConfigWarning" in r.stderr and "nodes hold [2, 2, 1, 2] ranks" in r.stderr, r.stderr
     assert "taken at L4 instead (ckpt_l4 = 5)" in r.stderr, r.stderr
 

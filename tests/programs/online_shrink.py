@@ -101,4 +101,7 @@ if comm.rank == 0:
     for s in shrinks:
         print(f"shrink old={s.old_size} new={s.new_size} failed={list(s.failed)} ckpt={s.checkpoint_id} "
               f"level={s.level} number={s.number}", flush=True)
+        print(f"shrink-repr {s!r}", flush=True)
+    for r in reports:
+        print(f"recovery-repr {r!r}", flush=True)
 _online.report(comm, reports, field, plate.n, a.steps)

@@ -36,9 +36,9 @@ def test_ls_lists_checkpoints(tmp_path, capsys):
     lines = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert [(x[0], x[1], x[2], x[3]) for x in lines] == [("1", "4", "L4", "4"), ("2", "1", "L1", "4")]
     assert all("yes" in line for line in out.splitlines()[2:4])
-    # the parent directory works too, and a missing file shows as incomplete
+    # the parent directory works too, and a missing file shows as incomplete (exit code 1: damage found)
     next(root.glob("local/node1/run9/l1/ckpt2/rank3.ftk")).unlink()
-    assert main(["ls", str(root)]) == 0
+    assert main(["ls", str(root)]) == 1
     out = capsys.readouterr().out
     assert "no (1 file problem(s)" in out and "rank 3" in out
 
@@ -97,7 +97,7 @@ def test_forged_header_is_one_damaged_line_never_a_traceback(tmp_path, capsys):
     out = capsys.readouterr().out
     assert [line for line in out.splitlines() if line.startswith("DAMAGED")] == \
         [line for line in out.splitlines() if "unsupported dtype" in line]
-    assert main(["ls", str(root)]) == 0
+    assert main(["ls", str(root)]) == 1   # damage found
     assert "1 file(s) have unreadable headers" in capsys.readouterr().out
 
 

@@ -58,8 +58,8 @@ from .startup import prepare_dirs
 if TYPE_CHECKING:
     from .checkpointer import Checkpointer
 
-__all__ = ["AppComm", "OnlineState", "RepairReport", "adopt", "cannot_go_on", "forget_unreachable",
-           "is_process_failure", "repair", "restore", "comms_of", "check_replaced"]
+__all__ = ["AppComm", "OnlineState", "RepairReport", "format_phases", "adopt", "cannot_go_on",
+           "forget_unreachable", "is_process_failure", "repair", "restore", "comms_of", "check_replaced"]
 
 
 def is_process_failure(exc: BaseException) -> bool:
@@ -69,10 +69,17 @@ def is_process_failure(exc: BaseException) -> bool:
     return is_failure_error(exc) or isinstance(exc, ProcessFailure)
 
 
-@dataclass
+def format_phases(phases: dict[str, float]) -> str:
+    """``repair=0.120 s, adopt=0.010 s, restore=0.300 s``: phase durations for a ``repr``."""
+    return ", ".join(f"{name}={seconds:.3f} s" for name, seconds in phases.items())
+
+
+@dataclass(repr=False)
 class RepairReport:
-    """One online recovery: which ranks died, what was restored, and when each phase ended (seconds,
-    ``time.perf_counter``; ``detected`` is when this process saw the failure).
+    """One online recovery: which ranks died, what was restored, and how long each phase took
+    (:meth:`phases`, :attr:`seconds`; the fields ``detected`` ... ``restored`` are when each phase ended,
+    ``time.perf_counter`` seconds, ``detected`` being when this process saw the failure). Its ``repr``
+    shows the durations, not the raw clock values.
 
     ``number`` counts the job's online recoveries (1 for the first), the same on every rank. The job is
     exposed (a further failure in the same group is not survivable) from the failure until ``restored``:
@@ -91,9 +98,20 @@ class RepairReport:
 
     def phases(self) -> dict[str, float]:
         """Seconds per phase: repair (agreement, shrink, spare promotion), adopt (the new communicator set
-        up), restore (the arrays read back and the lost files, copies and parity rebuilt)."""
-        return {"repair": self.rebuilt - self.detected, "adopt": self.adopted - self.rebuilt,
-                "restore": self.restored - self.adopted}
+        up), restore (the arrays read back and the lost files, copies and parity rebuilt); a phase not
+        reached yet counts 0."""
+        ends = [self.detected, self.rebuilt, self.adopted, self.restored]
+        return {name: max(0.0, end - start) if end and start else 0.0
+                for name, start, end in zip(("repair", "adopt", "restore"), ends, ends[1:], strict=False)}
+
+    @property
+    def seconds(self) -> float:
+        """Seconds from the failure's detection to the end of the restore (the phases' sum)."""
+        return sum(self.phases().values())
+
+    def __repr__(self) -> str:
+        return (f"RepairReport(number={self.number}, dead={self.dead}, checkpoint_id={self.checkpoint_id}, "
+                f"level={self.level}, {format_phases(self.phases())}, total={self.seconds:.3f} s)")
 
 
 @dataclass

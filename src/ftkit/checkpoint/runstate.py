@@ -2,10 +2,11 @@
 
 :func:`inspect_run` (called on rank 0) reads ``meta_dir/manifest.json``:
 
-* no manifest and no checkpoint files for the run: a fresh start (new ``exec_id`` unless the config
-  gives one);
-* a manifest of this run (same ``exec_id`` if the config names one) holding checkpoints: a restart, on any
-  rank count; ``recover()`` must then succeed or raise, it never turns into a fresh run;
+* no manifest and no checkpoint files for the run: a fresh start, with a new ``exec_id`` (the config's
+  ``exec_id`` is ignored then, as FTI ignores it: FTI reads it only with ``failure = 1..3``);
+* a manifest holding checkpoints: a restart, on any rank count (with ``failure = 1..3`` and an ``exec_id``
+  in the config, the manifest must be that run's); ``recover()`` must then succeed or raise, it never turns
+  into a fresh run;
 * a manifest without checkpoints (the previous run died before its first one): a fresh start of the same run;
 * anything inconsistent (damaged manifest -- any parse failure, or an ``exec_id`` that is not a plain name --,
   manifest of another run, checkpoint files but no manifest, ``failure >= 1`` with no
@@ -97,13 +98,14 @@ def inspect_run(config: Config, nranks: int, local_dirs: list[Path]) -> RunState
                             f"the config says failure = {config.failure} (a restart) but {config.meta_dir} "
                             "holds no checkpoint metadata: point meta_dir at the run's metadata, or set "
                             "failure = 0")
-        exec_id = config.exec_id or new_exec_id()
+        exec_id = new_exec_id()   # exec_id is a restart's key only, as in FTI
         fresh = Manifest(exec_id=exec_id, nranks=nranks, created=time.time())
         return RunState(exec_id, fresh.dumps(), False, fresh_manifest=True)
-    if config.exec_id and manifest.exec_id != config.exec_id:
+    if config.failure and config.exec_id and manifest.exec_id != config.exec_id:
         return RunState(config.exec_id, "", True,
                         f"{mpath} belongs to run {manifest.exec_id!r} but the config names exec_id = "
-                        f"{config.exec_id!r}: use that run's meta_dir, or fix exec_id")
+                        f"{config.exec_id!r} (with failure = {config.failure}): use that run's meta_dir, or "
+                        "fix exec_id")
     if manifest.nranks != nranks and not manifest.checkpoints:
         fresh = Manifest(exec_id=manifest.exec_id, nranks=nranks, created=time.time())
         return RunState(manifest.exec_id, fresh.dumps(), False, fresh_manifest=True)

@@ -40,7 +40,7 @@ from ..failure.replace import Rebuilt, app_comm, attempt
 from ..failure.ulfm import agree_flag
 from ..topology import Topology, plan_topology
 from . import _mpi, spares
-from .online import adopt, cannot_go_on
+from .online import adopt, cannot_go_on, format_phases
 from .reshard import layout_hint
 
 if TYPE_CHECKING:
@@ -53,11 +53,12 @@ __all__ = ["OnShrink", "ShrinkReport", "ShrinkState", "check_opt_in", "shrink_wo
 OnShrink = Callable[[Any], None]
 
 
-@dataclass
+@dataclass(repr=False)
 class ShrinkReport:
     """One continuation on fewer ranks: communicator sizes before and after, the ranks (of the old
-    communicator) that died, the checkpoint the arrays were restored from (id, highest level read), and
-    the ``number`` of the job's online recovery it was (its :class:`~.online.RepairReport`'s)."""
+    communicator) that died, the checkpoint the arrays were restored from (id, highest level read), the
+    ``number`` of the job's online recovery it was, and that recovery's seconds per phase (``phases``:
+    repair, adopt, restore, as :meth:`.online.RepairReport.phases`)."""
 
     old_size: int
     new_size: int
@@ -65,6 +66,17 @@ class ShrinkReport:
     checkpoint_id: int = 0
     level: int = 0
     number: int = 0
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        """Seconds from the failure's detection to the end of the restore on the fewer ranks."""
+        return sum(self.phases.values())
+
+    def __repr__(self) -> str:
+        return (f"ShrinkReport(number={self.number}, old_size={self.old_size}, new_size={self.new_size}, "
+                f"failed={self.failed}, checkpoint_id={self.checkpoint_id}, level={self.level}, "
+                f"{format_phases(self.phases)}, total={self.seconds:.3f} s)")
 
 
 @dataclass
@@ -211,5 +223,6 @@ def finish(ckpt: Checkpointer) -> None:
     report = state.report
     sh.pending.checkpoint_id, sh.pending.level, sh.pending.number = report.checkpoint_id, report.level, \
         report.number
+    sh.pending.phases = report.phases()
     sh.history.append(sh.pending)
     sh.pending, sh.survivors = None, ()

@@ -20,7 +20,6 @@ temporary name and renamed only when complete, so a damaged checkpoint or a full
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -34,17 +33,18 @@ import numpy as np
 import xxhash
 
 from ..errors import CheckpointNotFoundError, CorruptionError, FormatError, StorageError
+from ._progress import Progress
 from ._stream import byte_view
 from .boxread import map_run, read_runs
 from .copies import Copy, RunCopies
 from .format import DEFAULT_CHUNK, Header, Section
 from .header import digest_hex
 from .layout import Box, Layout, Runs, box_runs, coverage_problem
-from .locate import find_manifest, run_roots
+from .locate import locate_run
 from .manifest import CheckpointEntry
 from .source import ByteSource
 
-__all__ = ["export_checkpoint", "add_parser", "run_export"]
+__all__ = ["export_checkpoint"]
 
 #: Replicated arrays up to this many elements are also written as attributes (step counters and the like).
 _ATTR_MAX = 16
@@ -58,7 +58,8 @@ _SLAB_BYTES = 4 * 2**20
 
 
 def export_checkpoint(target: str | Path, fmt: str, out: str | os.PathLike[str],
-                      ckpt_id: int | None = None, chunk_bytes: int = DEFAULT_CHUNK) -> dict[str, Any]:
+                      ckpt_id: int | None = None, chunk_bytes: int = DEFAULT_CHUNK, *,
+                      root: str | Path | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """Export a checkpoint of the run at ``target`` (meta_dir, its parent or a config file) to ``out``.
 
     Parameters
@@ -70,6 +71,8 @@ def export_checkpoint(target: str | Path, fmt: str, out: str | os.PathLike[str],
         The checkpoint to export (default: the newest complete one).
     chunk_bytes
         Largest slab copied at once (bytes).
+    root, progress
+        Where a moved run's directories are now (:func:`.locate.locate_run`); what counts the bytes written.
 
     Returns
     -------
@@ -84,11 +87,11 @@ def export_checkpoint(target: str | Path, fmt: str, out: str | os.PathLike[str],
         ``out`` exists, h5py is missing, a file is damaged, or the output cannot be written (a full disk):
         nothing is left at ``out``.
     """
-    found = find_manifest(target)
-    if found is None:
+    place = locate_run(target, root)
+    if place is None:
         raise CheckpointNotFoundError(f"{target}: no manifest.json here (give the run's meta_dir, its parent "
                                       "or its config file)")
-    meta_dir, m = found
+    m = place.manifest
     complete = [e for e in m.newest_first() if e.complete_levels]
     chosen = [e for e in complete if ckpt_id is None or e.id == ckpt_id]
     if not chosen:
@@ -96,7 +99,7 @@ def export_checkpoint(target: str | Path, fmt: str, out: str | os.PathLike[str],
                                       + (f" with id {ckpt_id} (complete: {[e.id for e in complete]})"
                                          if ckpt_id is not None else ""))
     entry = chosen[0]
-    copies = RunCopies(*run_roots(meta_dir, m), m.exec_id, entry, chunk_bytes)
+    copies = RunCopies(place.ckpt_dir, place.glbl_dir, m.exec_id, entry, chunk_bytes)
     found_copies = _locate(copies, entry)
     out = Path(out)
     if out.exists():
@@ -108,13 +111,26 @@ def export_checkpoint(target: str | Path, fmt: str, out: str | os.PathLike[str],
         with contextlib.ExitStack() as stack:
             files = [(stack.enter_context(copies.open(c.level, r)), c.header)
                      for r, c in enumerate(found_copies)]
+            sink = writer if progress is None else progress.counting(writer, *_export_size(files))
             for name in [s.name for s in files[0][1].sections]:
-                _export_array(name, files, writer, attrs, chunk_bytes)
+                _export_array(name, files, sink, attrs, chunk_bytes)
         writer.commit(attrs)
     except BaseException:
         writer.abort()
         raise
     return attrs
+
+
+def _export_size(files: list[tuple[ByteSource, Header]]) -> tuple[int, int]:
+    """Datasets and bytes an export writes: a replicated array once, any other from every rank."""
+    datasets = nbytes = 0
+    for name in [s.name for s in files[0][1].sections]:
+        secs = [h.section(name) for _, h in files]
+        laid = all(s.layout is not None for s in secs)
+        once = laid and all(s.layout is not None and s.layout.replicated for s in secs)
+        datasets += 1 if laid else len(secs)
+        nbytes += secs[0].nbytes if once else sum(s.nbytes for s in secs)
+    return datasets, nbytes
 
 
 def _locate(copies: RunCopies, entry: CheckpointEntry) -> list[Copy]:
@@ -410,25 +426,3 @@ class _NpyWriter:
     def abort(self) -> None:
         self._close()
         shutil.rmtree(self.tmp, ignore_errors=True)
-
-
-def run_export(args: argparse.Namespace) -> int:
-    """Carry out ``ftkit export``."""
-    fmt, out = args.to
-    if fmt not in ("hdf5", "npy"):
-        raise StorageError(f"--to {fmt}: use --to hdf5 OUT.h5 or --to npy OUTDIR")
-    attrs = export_checkpoint(args.dir, fmt, out, args.id)
-    print(f"exported checkpoint {attrs['checkpoint_id']} (level {attrs['level']}) of run {attrs['run_id']} "
-          f"to {out}")
-    return 0
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``ftkit export``."""
-    p = sub.add_parser("export", help="write a checkpoint's arrays to HDF5 or .npy files",
-                       description=__doc__.splitlines()[0])
-    p.add_argument("dir", help="the run's meta_dir, its parent, or its config file")
-    p.add_argument("--to", nargs=2, metavar=("FORMAT", "OUT"), required=True,
-                   help="hdf5 OUT.h5, or npy OUTDIR")
-    p.add_argument("--id", type=int, default=None, help="checkpoint id (default: the newest complete one)")
-    p.set_defaults(func=run_export)

@@ -6,16 +6,17 @@ directories gathered on one machine), like SCR's ``scr_index --build``: for each
 manifest that is complete at L2 or L3 (or the one given with ``--id``), it checks every group's files,
 rebuilds missing or damaged L1 files from the partner copies or by decoding, and re-creates lost copies and
 parity files. The group layout is the one recorded at checkpoint time (``group_size`` in the manifest
-entry, else ``--group-size``). A group that lost more than its redundancy covers is reported, and the
-exit code is 1.
+entry, else ``--group-size``). A group that lost more than its redundancy covers is reported, and so is
+every other checkpoint with a damaged or missing file that no L2/L3 redundancy rebuilds (a checkpoint
+complete at L1 or L4 only, a damaged L4 copy): the exit code is then 1. The command itself is in
+:mod:`ftkit.storage.cli`.
 """
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._paths import check_inside
 from ..errors import FtkitError, StorageError
@@ -23,13 +24,20 @@ from ..topology import plan_topology
 from .base import StorageLevel
 from .format import read_header, verify_file
 from .group_plan import encoding_tag
-from .levels import make_level
-from .locate import find_manifest, run_roots
+from .levels import LEVEL_CLASSES, make_level
 from .manifest import CheckpointEntry, Manifest
 from .offline import assess_group_files, assess_partner_files, rebuild_group_files, rebuild_partner_files
 from .parity import read_parity_header, verify_parity
 
-__all__ = ["entry_groups", "check_redundancy", "repair_checkpoint", "add_parser", "run_rebuild"]
+__all__ = ["entry_groups", "check_redundancy", "check_entry", "entry_files", "GroupRepair",
+           "repair_checkpoint"]
+
+#: Called with each file once it has been checked or repaired (for progress).
+Done = Callable[[Path], None]
+
+
+def _ignore(path: Path) -> None:
+    return None
 
 
 def entry_groups(entry: CheckpointEntry, group_size: int | None = None) -> tuple[tuple[int, ...], ...]:
@@ -52,10 +60,11 @@ def _source_of(groups: Sequence[Sequence[int]], rank: int) -> int:
 
 
 def check_redundancy(storage: StorageLevel, entry: CheckpointEntry, deep: bool,
-                     group_size: int | None = None) -> list[str]:
+                     group_size: int | None = None, done: Done = _ignore) -> list[str]:
     """Return the problems of ``entry``'s files at L2 or L3 (``storage``): missing, wrong size, damaged.
 
     Without ``deep`` only existence, sizes and headers are checked; with it every byte is re-hashed.
+    ``done`` is called with each file's path once it is checked.
     """
     problems: list[str] = []
     try:
@@ -84,16 +93,76 @@ def check_redundancy(storage: StorageLevel, entry: CheckpointEntry, deep: bool,
                     raise StorageError(f"{path}: parity of another checkpoint ({ph.tag})")
         except (FtkitError, OSError) as exc:
             problems.append(f"L{storage.level} rank {rank}: {exc}")
+        done(path)
     return problems
 
 
+def entry_files(ckpt_dir: Path, glbl_dir: Path, manifest: Manifest, entry: CheckpointEntry,
+                levels: Iterable[int] | None = None) -> list[Path]:
+    """The files of ``entry`` at ``levels`` (default: its complete levels), one per rank and level."""
+    out = []
+    for lv in entry.complete_levels if levels is None else levels:
+        if lv in LEVEL_CLASSES:
+            storage = make_level(lv, ckpt_dir, glbl_dir, manifest.exec_id, entry.nodes)
+            out += [storage.path(entry.id, r) for r in range(len(entry.files))]
+    return out
+
+
+def check_entry(ckpt_dir: Path, glbl_dir: Path, manifest: Manifest, entry: CheckpointEntry, deep: bool,
+                levels: Iterable[int] | None = None, done: Done = _ignore) -> list[str]:
+    """Problems of ``entry``'s files at ``levels`` (default: its complete levels): existence and size, and
+    every byte against its digests if ``deep``. ``done`` is called with each file's path once checked."""
+    problems = []
+    for lv in entry.complete_levels if levels is None else levels:
+        if lv not in LEVEL_CLASSES:
+            continue
+        storage = make_level(lv, ckpt_dir, glbl_dir, manifest.exec_id, entry.nodes)
+        if not storage.supports_read:  # L2 copies / L3 parity: checked against their group's files
+            problems += check_redundancy(storage, entry, deep, done=done)
+            continue
+        for rank, f in enumerate(entry.files):
+            path = storage.path(entry.id, rank)
+            try:
+                if deep:
+                    verify_file(path, expect_digest=f.digest)
+                elif not path.is_file():
+                    raise FtkitError(f"{path}: missing")
+                elif path.stat().st_size != f.size:
+                    raise FtkitError(f"{path}: {path.stat().st_size} bytes, manifest says {f.size}")
+            except (FtkitError, OSError) as exc:
+                problems.append(f"L{lv} rank {rank}: {exc}")
+            done(path)
+    return problems
+
+
+class GroupRepair(NamedTuple):
+    """What ``ftkit rebuild`` did with one L2/L3 group: ``result`` is ``intact``, ``repaired`` or
+    ``failed``; ``detail`` says what was rebuilt, or why it could not be."""
+
+    checkpoint: int
+    level: int
+    group: int
+    ranks: tuple[int, ...]
+    nodes: tuple[int, ...]
+    result: str
+    detail: str
+
+    def describe(self) -> str:
+        """The one line ``ftkit rebuild`` prints for this group."""
+        what = (f"checkpoint {self.checkpoint} L{self.level} group {self.group} (ranks {list(self.ranks)} "
+                f"on nodes {list(self.nodes)})")
+        return f"{what}: {'CANNOT REPAIR: ' if self.result == 'failed' else ''}{self.detail}"
+
+
 def repair_checkpoint(ckpt_dir: Path, glbl_dir: Path, manifest: Manifest, entry: CheckpointEntry,
-                      group_size: int | None = None, log: Any = print) -> bool:
-    """Check and repair ``entry``'s L1 files and L2/L3 redundancy, group by group; True if all is whole.
+                      group_size: int | None = None, log: Any = print,
+                      done: Done = _ignore) -> list[GroupRepair]:
+    """Check and repair ``entry``'s L1 files and L2/L3 redundancy, group by group; return what was done.
 
     Every file touched is first checked to lie inside ``ckpt_dir`` (no symbolic link leading out). A group
     that cannot be repaired -- too much lost, a damaged or unreadable file, an unsafe path -- is reported
-    in one line and the other groups are still repaired.
+    in one line (``log``) and the other groups are still repaired. ``done`` is called with every file of a
+    group once the group is handled.
 
     Raises
     ------
@@ -102,24 +171,27 @@ def repair_checkpoint(ckpt_dir: Path, glbl_dir: Path, manifest: Manifest, entry:
     """
     groups = entry_groups(entry, group_size)
     l1 = make_level(1, ckpt_dir, glbl_dir, manifest.exec_id, entry.nodes)
-    ok = True
+    out = []
     for lv in (2, 3):
         if not entry.complete(lv):
             continue
         red = make_level(lv, ckpt_dir, glbl_dir, manifest.exec_id, entry.nodes)
         for gi, g in enumerate(groups):
-            what = (f"checkpoint {entry.id} L{lv} group {gi} (ranks {list(g)} on nodes "
-                    f"{[entry.nodes[r] for r in g]})")
+            where = (entry.id, lv, gi, tuple(g), tuple(entry.nodes[r] for r in g))
             data = [l1.path(entry.id, r) for r in g]
             extra = [red.path(entry.id, r) for r in g]
             try:
                 for p in data + extra:
-                    check_inside(p, ckpt_dir, f"{what}")
-                log(f"{what}: " + _repair_group(lv, manifest, entry, g, data, extra))
+                    check_inside(p, ckpt_dir, f"checkpoint {entry.id} L{lv} group {gi}")
+                detail = _repair_group(lv, manifest, entry, g, data, extra)
+                rec = GroupRepair(*where, "intact" if detail == "intact" else "repaired", detail)
             except (FtkitError, OSError) as exc:
-                ok = False
-                log(f"{what}: CANNOT REPAIR: {exc}")
-    return ok
+                rec = GroupRepair(*where, "failed", str(exc))
+            log(rec.describe())
+            out.append(rec)
+            for p in data + extra:
+                done(p)
+    return out
 
 
 def _repair_group(lv: int, manifest: Manifest, entry: CheckpointEntry, g: Sequence[int], data: list[Path],
@@ -156,45 +228,3 @@ def _repair_group(lv: int, manifest: Manifest, entry: CheckpointEntry, g: Sequen
         verify_file(data[i], expect_digest=entry.files[r].digest)
     kind = "partner copies" if lv == 2 else "parity files"
     return f"rebuilt L1 files of {lost or 'none'}; re-created {kind} of {copies or 'none'}"
-
-
-def run_rebuild(args: argparse.Namespace) -> int:
-    """Carry out ``ftkit rebuild``; return 0 if every checkpoint considered is whole afterwards, else 1."""
-    found = find_manifest(args.dir)
-    if found is None:
-        raise StorageError(f"no ftkit manifest under {args.dir}: give the run's meta_dir, its parent, or its "
-                           "config file")
-    meta_dir, m = found
-    ckpt_dir, glbl_dir = run_roots(meta_dir, m)
-    if args.ckpt_dir:
-        ckpt_dir = Path(args.ckpt_dir)
-    entries = [e for e in m.newest_first() if e.complete(2) or e.complete(3)]
-    if args.id is not None:
-        entries = [e for e in m.checkpoints if e.id == args.id]
-        if not entries:
-            raise StorageError(f"checkpoint {args.id} is not in the manifest of run {m.exec_id}: "
-                               "see `ftkit ls`")
-    if not entries:
-        print(f"run {m.exec_id}: no checkpoint with L2/L3 redundancy: nothing to rebuild")
-        return 0
-    ok = True
-    for e in entries:
-        ok = repair_checkpoint(ckpt_dir, glbl_dir, m, e, args.group_size) and ok
-    return 0 if ok else 1
-
-
-def add_parser(subparsers: Any) -> None:
-    """Register the ``rebuild`` subcommand."""
-    p = subparsers.add_parser(
-        "rebuild", help="repair missing or damaged checkpoint files offline from their L2/L3 redundancy",
-        description="Rebuild the missing or damaged L1 files of a run's checkpoints from their partner "
-                    "copies (L2) or by decoding their group (L3), and re-create lost copies and parity "
-                    "files. Needs every node-local directory visible from here (e.g. emulated nodes). DIR: "
-                    "the run's meta_dir, its parent, or its config file. Exit code 1 if some group cannot "
-                    "be repaired.")
-    p.add_argument("dir", metavar="DIR")
-    p.add_argument("--id", type=int, default=None, help="only this checkpoint (default: every L2/L3 one)")
-    p.add_argument("--group-size", type=int, default=None,
-                   help="group size, if the manifest does not record it (default 4)")
-    p.add_argument("--ckpt-dir", default=None, help="node-local root, if it moved since the run")
-    p.set_defaults(func=run_rebuild)
