@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 from ..errors import CheckpointError, OnlineRecoveryError, ProcessFailure
 from ..failure.ulfm import revoke
-from . import _mpi, shrink, spares
+from . import _mpi, fence, loop_shape, shrink, spares
 from .online import OnlineState, RepairReport, adopt, comms_of, is_process_failure, repair, restore
 
 if TYPE_CHECKING:
@@ -31,7 +31,8 @@ class ResilientLoop:
 
     _online: OnlineState | None = None
     _shrink: shrink.ShrinkState | None = None   # steps(on_shrink=): continue with fewer ranks
-    _loop_step: int | None = None      # the step being run (recorded by checkpoints as next_step - 1)
+    _loop_step: int | None = None      # the step being run (a checkpoint resumes at it or the next one)
+    _loop_site: loop_shape.LoopSite | None = None  # the for statement running the loop (where its body is)
     _resume_step = 0                   # where the loop starts (set by recover())
 
     def steps(self, nsteps: int, on_shrink: shrink.OnShrink | None = None) -> Iterator[int]:
@@ -129,10 +130,16 @@ def loop(ckpt: Checkpointer, nsteps: int) -> Iterator[int]:
                     return
                 continue
             ckpt._loop_step = step
-            yield step
+            ckpt._loop_site = loop_shape.here()
+            try:
+                yield step
+            except GeneratorExit:  # the body left the loop (break, return, an exception)
+                if state is not None and state.fenced:
+                    fence.left_fenced(ckpt, step)
+                raise
             step += 1
     finally:
-        ckpt._loop_step = None
+        ckpt._loop_step = ckpt._loop_site = None
         if state is not None:
             state.in_loop = False
 
@@ -178,5 +185,11 @@ def snapshot_in_loop(ckpt: Checkpointer, auto: bool) -> int:
 
 
 def step_extra(ckpt: Checkpointer) -> dict[str, int]:
-    """What a checkpoint records for the loop: the step it resumes at (none outside the loop)."""
-    return {} if ckpt._loop_step is None else {"next_step": ckpt._loop_step + 1}
+    """What a checkpoint records for the loop: the step it resumes at (none outside the loop).
+
+    Taken at the top of the body (FTI's shape, before the step's work: :mod:`.loop_shape`), it resumes at
+    the step being run; else at the next one.
+    """
+    if ckpt._loop_step is None:
+        return {}
+    return {"next_step": ckpt._loop_step + (0 if loop_shape.taken_at_top(ckpt._loop_site) else 1)}
