@@ -60,6 +60,19 @@ def test_fti_loop_with_a_rank_killed_in_the_converging_allreduce_ends_bit_for_bi
     assert not list(tmp_path.glob("online-error.*"))
 
 
+def test_fti_loop_with_a_node_killed_while_it_runs_ends_bit_for_bit(tmp_path):
+    # Node 1 (ranks 2 and 3) is SIGKILLed at whatever point of step 30 it is, with 2 spares and L2 every 5
+    # steps; the halo exchange, the allreduce or the agreement after it sees the failure.
+    write_config(tmp_path, group_size=2, ckpt_l2=5)
+    job = Job(tmp_path, 4, 2, *ARGS, "--pause", "0.02", program=PROGRAM)
+    job.kill_at(30, [2, 3])
+    r = job.done()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _same_as_failure_free(r.stdout) == 49
+    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
+    assert [(dead, lv) for dead, _, lv in rec] == [("2, 3", "2")], r.stdout
+
+
 def test_fti_loop_relaunched_resumes_at_the_step_of_its_top_snapshot(tmp_path):
     # No spares: every rank ends at the top of step 17, after its snapshot (L1 every 5 steps: the last
     # checkpoint holds the state before step 15's work). The relaunch must run step 15 again, not skip it.

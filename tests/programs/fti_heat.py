@@ -1,16 +1,18 @@
-"""FTI's heat-distribution loop ported as it is (issue 30, J7/J8): ``snapshot()`` at the TOP of the body, where
-FTI's examples call ``FTI_Snapshot``, and a convergence ``if globalerror < PRECISION: break`` after an
+"""FTI's heat-distribution loop ported as it is (issue 30, J7/J8): ``snapshot()`` at the TOP of the body,
+where FTI's examples call ``FTI_Snapshot``, and a convergence ``if globalerror < PRECISION: break`` after an
 allreduce of the local errors.
 
 Every application rank writes ``<dir>/pid.<rank>``; rank 0 writes ``<dir>/progress`` (the last step whose
-allreduce it passed). ``--wait-at S --wait-for FILE``: every original rank waits in step S, after its work and
-before the allreduce, until FILE exists (at most 120 s), so the driver can kill a rank there. ``--crash-at S``:
-every rank ends without finalize at the top of step S, after the snapshot (a relaunch recovers).
-``--nan-converges``: the test is written ``if not globalerror >= PRECISION: break``, which a NaN passes.
+allreduce it passed). ``--wait-at S --wait-for FILE``: every original rank waits in step S, after its work
+and before the allreduce, until FILE exists (at most 120 s), so the driver can kill a rank there.
+``--crash-at S``: every rank ends without finalize at the top of step S, after the snapshot (a relaunch
+recovers).
+``--pause S``: sleep S seconds per step. ``--nan-converges``: the test is written ``if not globalerror >= PRECISION: break``, which a NaN passes.
 
 Output on rank 0: ``recovery dead=[..] ckpt=<id> level=<L>`` per online recovery, ``steps <k>`` (steps run
 when the loop ended), ``digest <hex>`` of the final field, and ``reference <k> <hex>``: the same loop run
-serially. An ``OnlineRecoveryError`` is written to ``<dir>/online-error.rank<r>`` and the process exits with 3.
+serially. An ``OnlineRecoveryError`` is written to ``<dir>/online-error.rank<r>`` and the process exits
+with 3.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ try:
         old = u[1:-1].copy()
         heat.jacobi_rows(u, start, n)
         localerror = float(np.max(np.abs(u[1:-1] - old)))
+        time.sleep(a.pause)
         if step == a.wait_at and original:
             deadline = time.monotonic() + 120
             while not Path(a.wait_for).exists() and time.monotonic() < deadline:

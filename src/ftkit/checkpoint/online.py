@@ -302,7 +302,7 @@ def _guarded(name: str) -> Callable[..., Any]:
                 raise
             ckpt._on_failure(exc, f"ckpt.comm.{name}")
             return fence.fenced_result(self, name, args, kwargs)
-        if agreed and state is not None and state.in_loop and not fence.all_completed(
+        if agreed and ckpt is not None and state is not None and state.in_loop and not fence.all_completed(
                 self, ckpt.config.failure_timeout):
             ckpt._on_failure(ProcessFailure(f"ckpt.comm.{name}: not completed on every rank"),
                              f"ckpt.comm.{name}")
@@ -318,8 +318,9 @@ class AppComm(MPI.Intracomm):
     """``ckpt.comm`` with spares: an ``MPI.Intracomm`` whose blocking communication survives a failure.
 
     Inside ``ckpt.steps()``, a call that fails because a process died starts the repair and returns; the
-    rest of the iteration's calls return at once (fenced; receive buffers and results are garbage) and
-    the next iteration restores the data. Outside the loop the failure is raised as
+    rest of the iteration's calls return at once (fenced: neutral results, NaN for numbers, see
+    :mod:`.fence`) and the next iteration restores the data. Collectives are followed by an agreement,
+    so a result returned on one rank was returned on every rank. Outside the loop the failure is raised as
     :class:`~ftkit.errors.ProcessFailure`. Nonblocking calls and communicators derived from this one
     (``Dup``, ``Split``) are not guarded: use blocking calls on ``ckpt.comm`` in the loop.
     """

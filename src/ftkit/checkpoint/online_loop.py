@@ -39,11 +39,15 @@ class ResilientLoop:
         """Yield the steps ``0..nsteps-1`` to run: the main loop, ``for step in ckpt.steps(n)``.
 
         Communicate on ``ckpt.comm`` (re-read it every step) and call ``ckpt.snapshot()`` at the end of the
-        body; a checkpoint taken in step ``i`` resumes at ``i + 1``. A restart not yet recovered recovers
-        first. With ``spare_ranks > 0`` a process failure inside the loop never reaches the application: a
-        spare replaces each dead rank, the rest of the iteration is fenced (``ckpt.comm`` calls and
-        ``snapshot()`` return at once, results are garbage), and the loop goes on at the step of the newest
-        checkpoint usable by the new set of ranks, every protected array restored (:mod:`.online`). Without
+        body (a checkpoint taken in step ``i`` resumes at ``i + 1``) or at its top, as FTI's examples do
+        (before the step's work: it resumes at ``i``; :mod:`.loop_shape`). A restart not yet recovered
+        recovers first. With ``spare_ranks > 0`` a process failure inside the loop never reaches the
+        application: a spare replaces each dead rank, the rest of the iteration is fenced (``ckpt.comm``
+        calls and ``snapshot()`` return at once; collectives are agreed, so either every rank gets a result
+        or none, and fenced results are NaN, which ``if err < tol: break`` does not take for convergence;
+        leaving the loop in a fenced iteration is refused: :mod:`.fence`), and the loop goes on at the step
+        of the newest checkpoint usable by the new set of ranks, every protected array restored
+        (:mod:`.online`). Without
         spares (where ULFM works) a process failure inside the loop makes every survivor raise the same
         ``OnlineRecoveryError`` (:func:`.spares.without_spares`).
 
