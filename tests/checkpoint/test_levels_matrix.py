@@ -9,6 +9,7 @@ once against an MPI run), bit for bit; an unrecoverable one must print ``Recover
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -197,3 +198,22 @@ def test_too_few_nodes_for_group_size_is_a_config_error(tmp_path):
     errs = [line for line in res.stdout.splitlines() if line.startswith("CONFIGERROR ")]
     assert len(errs) == 4, res.stdout + res.stderr
     assert all("group_size = 4 needs at least 4 nodes, but the job has 2 node(s)" in e for e in errs)
+
+
+# --- issue 30, J5: the crash run of the node-loss matrix with the FT thread -------------------------------
+
+@pytest.mark.parametrize("trial", range(3))
+def test_crash_run_with_the_ft_thread_ends_with_its_l3_checkpoint_committed(tmp_path, trial):
+    # 8 ranks on 4 emulated nodes, groups of 4, inline_l3 = 0: L3 at steps 10 and 20, then every rank calls
+    # wait(), Barrier() and os._exit(3). In 2 of ~30 such runs under a bare mpirun, every rank was gone but
+    # mpirun (Open MPI 5's PRRTE 3.0.14) stayed up for good, its main thread blocked on a mutex of its state
+    # machine while it handled the ranks that ended without MPI_Finalize; no rank process, FT thread or
+    # wait() was involved. The job must end (the launcher ends a runtime that outlives all its ranks) with
+    # the ranks' failure and the last checkpoint committed at L3.
+    out = run_python(8, PROGRAM, str(tmp_path), "ckpt", "--plan", "3@10,3@20", "--steps", "20",
+                     "--inline", "0", "--crash", "3", node_size=2, timeout=TIMEOUT, env=ENV)
+    assert not out.timed_out, out.stdout + out.stderr
+    assert out.returncode != 0, out.stdout + out.stderr
+    manifest = json.loads((tmp_path / "meta" / "manifest.json").read_text())
+    entries = {e["id"]: e for e in manifest["checkpoints"]}
+    assert entries[2]["levels"] == {"1": True, "3": True}, manifest

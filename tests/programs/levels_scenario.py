@@ -15,6 +15,8 @@ digest, or ``RECOVERYERROR <rank> <message>`` when recovery is refused.
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import os
 import sys
 from pathlib import Path
 
@@ -34,7 +36,10 @@ ap.add_argument("--group-size", type=int, default=4)
 ap.add_argument("--code", default="rs")
 ap.add_argument("--inline", type=int, default=1, help="0: L2/L3 post-processing in the background")
 ap.add_argument("--head", type=int, default=0, help="1: a dedicated head rank per node does it")
+ap.add_argument("--crash", type=int, default=0, help="ckpt phase: end every rank with os._exit(CRASH)")
 args = ap.parse_args()
+if os.environ.get("FTKIT_TEST_DUMP_AFTER"):  # a hang shows every thread's stack on stderr
+    faulthandler.dump_traceback_later(float(os.environ["FTKIT_TEST_DUMP_AFTER"]), exit=False)
 
 world = MPI.COMM_WORLD
 root = Path(args.root)
@@ -94,6 +99,8 @@ if args.phase == "ckpt":
     comm.Barrier()
     if comm.rank == 0:
         print("CHECKPOINTED", flush=True)
+    if args.crash:
+        os._exit(args.crash)  # a crash: no finalize, no exit handlers, the FT thread still alive
     sys.exit(0)
 
 assert ckpt.restarted, "expected a restart"

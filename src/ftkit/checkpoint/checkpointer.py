@@ -23,7 +23,7 @@ from ..storage import set_group_access
 from ..storage.layout import Layout
 from ..storage.manifest import CheckpointEntry, Manifest, ManifestStore
 from ..topology import Topology, detect_node_ids, plan_topology
-from . import _mpi, keep_last, online, online_loop, pipeline, spares
+from . import _mpi, fence, keep_last, online, online_loop, pipeline, spares
 from .contract import CheckpointJob, PipelineContext, RecoveryStep
 from .head import enter_head_mode
 from .layout import box_layout, check_protect, matrix_layout
@@ -428,6 +428,7 @@ class Checkpointer(online_loop.ResilientLoop):
     def _check_open(self) -> None:
         if self._finalized:
             raise CheckpointError("this Checkpointer is finalized: create a new one")
+        fence.check_left(self)  # the steps() loop was left in a fenced iteration
 
     def __enter__(self) -> Checkpointer:
         return self
@@ -436,8 +437,7 @@ class Checkpointer(online_loop.ResilientLoop):
         if exc_type is None:
             self.finalize()
         elif not self._finalized:
-            # Leave every checkpoint in place: the next run restarts from it.
-            self._close()
+            self._close()  # leave every checkpoint in place: the next run restarts from it
 
     def __repr__(self) -> str:
         return (f"Checkpointer(exec_id={self.exec_id!r}, rank={self.rank}/{self.nranks}, "

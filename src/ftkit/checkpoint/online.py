@@ -11,7 +11,8 @@ application:
    :func:`ftkit.failure.replace.rebuild` with every live process: the dead ranks are agreed on, a spare
    takes each dead rank's number, the new application communicator has the old size and rank order.
 2. **Fence.** The rest of the iteration is fenced: every ``AppComm`` call and ``snapshot()`` returns at
-   once without communicating (receive buffers hold garbage; the data is restored next).
+   once without communicating, with results that no rank takes for convergence (NaN; the data is restored
+   next). Collectives in the loop are agreed, so a result one rank acts on, every rank got (:mod:`.fence`).
 3. **Restore.** The next ``steps()`` iteration (on a promoted spare: its first one) adopts the new
    communicator (:func:`adopt`: the run's state from a rank that has it, internal communicators,
    post-processing), restores every protected array from the newest checkpoint complete for the new set of
@@ -47,7 +48,7 @@ from ..failure.replace import Rebuilt, rebuild
 from ..failure.ulfm import revoke
 from ..storage.manifest import Manifest, ManifestStore
 from ..topology import plan_topology
-from . import _mpi, online_verdict
+from . import _mpi, fence, online_verdict
 from .contract import PipelineContext
 from .offload import PostManager
 from .recovery import recover_newest
@@ -130,6 +131,7 @@ class OnlineState:
     report: RepairReport = field(default_factory=RepairReport)
     history: list[RepairReport] = field(default_factory=list)
     recoveries: int = 0               # online recoveries of the job so far (agreed at each adoption)
+    left: str = ""                    # the loop was left in a fenced iteration: why every call is refused
 
 
 def cannot_go_on(rebuilt: Rebuilt, why: str, relaunch: str = online_verdict.UNKNOWN) -> NoReturn:
@@ -287,16 +289,6 @@ _COLL = ("Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgat
          "alltoall", "reduce", "allreduce", "scan", "exscan")
 
 
-def _placeholder(comm: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """What a fenced call returns: garbage of the right kind (the data is restored before it is used)."""
-    obj = args[0] if args else next(iter(kwargs.values()), None)
-    if name in ("allgather", "alltoall", "gather"):
-        return [obj] * comm.Get_size()
-    if name in ("bcast", "reduce", "allreduce", "scan", "exscan", "scatter", "sendrecv"):
-        return obj
-    return None
-
-
 def _sendrecv(comm: Any, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
               source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG, status: Any = None) -> None:
     """``MPI.Intracomm.Sendrecv``, but a plain send when ``source`` is ``PROC_NULL`` (the edge of a halo
@@ -313,19 +305,27 @@ def _sendrecv(comm: Any, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any
 
 def _guarded(name: str) -> Callable[..., Any]:
     base = _sendrecv if name == "Sendrecv" else getattr(MPI.Intracomm, name)
+    agreed = name in _COLL
 
     def method(self: AppComm, *args: Any, **kwargs: Any) -> Any:
         ckpt = getattr(self, "_ckpt", None)
         state = ckpt._online if ckpt is not None else None
         if state is not None and state.fenced:
-            return _placeholder(self, name, args, kwargs)
+            fence.check_left(ckpt)
+            return fence.fenced_result(self, name, args, kwargs)
         try:
-            return base(self, *args, **kwargs)
+            result = base(self, *args, **kwargs)
         except MPI.Exception as exc:
             if ckpt is None or state is None or not is_failure_error(exc):
                 raise
             ckpt._on_failure(exc, f"ckpt.comm.{name}")
-            return _placeholder(self, name, args, kwargs)
+            return fence.fenced_result(self, name, args, kwargs)
+        if agreed and ckpt is not None and state is not None and state.in_loop and not fence.all_completed(
+                self, ckpt.config.failure_timeout):
+            ckpt._on_failure(ProcessFailure(f"ckpt.comm.{name}: not completed on every rank"),
+                             f"ckpt.comm.{name}")
+            return fence.fenced_result(self, name, args, kwargs)
+        return result
 
     method.__name__ = name
     method.__doc__ = base.__doc__
@@ -336,8 +336,9 @@ class AppComm(MPI.Intracomm):
     """``ckpt.comm`` with spares: an ``MPI.Intracomm`` whose blocking communication survives a failure.
 
     Inside ``ckpt.steps()``, a call that fails because a process died starts the repair and returns; the
-    rest of the iteration's calls return at once (fenced; receive buffers and results are garbage) and
-    the next iteration restores the data. Outside the loop the failure is raised as
+    rest of the iteration's calls return at once (fenced: neutral results, NaN for numbers, see
+    :mod:`.fence`) and the next iteration restores the data. Collectives are followed by an agreement,
+    so a result returned on one rank was returned on every rank. Outside the loop the failure is raised as
     :class:`~ftkit.errors.ProcessFailure`. Nonblocking calls and communicators derived from this one
     (``Dup``, ``Split``) are not guarded: use blocking calls on ``ckpt.comm`` in the loop.
     """

@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 from ..errors import CheckpointError, OnlineRecoveryError, ProcessFailure
 from ..failure.ulfm import revoke
-from . import _mpi, shrink, spares
+from . import _mpi, fence, loop_shape, shrink, spares
 from .online import OnlineState, RepairReport, adopt, comms_of, is_process_failure, repair, restore
 
 if TYPE_CHECKING:
@@ -31,18 +31,23 @@ class ResilientLoop:
 
     _online: OnlineState | None = None
     _shrink: shrink.ShrinkState | None = None   # steps(on_shrink=): continue with fewer ranks
-    _loop_step: int | None = None      # the step being run (recorded by checkpoints as next_step - 1)
+    _loop_step: int | None = None      # the step being run (a checkpoint resumes at it or the next one)
+    _loop_site: loop_shape.LoopSite | None = None  # the for statement running the loop (where its body is)
     _resume_step = 0                   # where the loop starts (set by recover())
 
     def steps(self, nsteps: int, on_shrink: shrink.OnShrink | None = None) -> Iterator[int]:
         """Yield the steps ``0..nsteps-1`` to run: the main loop, ``for step in ckpt.steps(n)``.
 
         Communicate on ``ckpt.comm`` (re-read it every step) and call ``ckpt.snapshot()`` at the end of the
-        body; a checkpoint taken in step ``i`` resumes at ``i + 1``. A restart not yet recovered recovers
-        first. With ``spare_ranks > 0`` a process failure inside the loop never reaches the application: a
-        spare replaces each dead rank, the rest of the iteration is fenced (``ckpt.comm`` calls and
-        ``snapshot()`` return at once, results are garbage), and the loop goes on at the step of the newest
-        checkpoint usable by the new set of ranks, every protected array restored (:mod:`.online`). Without
+        body (a checkpoint taken in step ``i`` resumes at ``i + 1``) or at its top, as FTI's examples do
+        (before the step's work: it resumes at ``i``; :mod:`.loop_shape`). A restart not yet recovered
+        recovers first. With ``spare_ranks > 0`` a process failure inside the loop never reaches the
+        application: a spare replaces each dead rank, the rest of the iteration is fenced (``ckpt.comm``
+        calls and ``snapshot()`` return at once; collectives are agreed, so either every rank gets a result
+        or none, and fenced results are NaN, which ``if err < tol: break`` does not take for convergence;
+        leaving the loop in a fenced iteration is refused: :mod:`.fence`), and the loop goes on at the step
+        of the newest checkpoint usable by the new set of ranks, every protected array restored
+        (:mod:`.online`). Without
         spares (where ULFM works) a process failure inside the loop makes every survivor raise the same
         ``OnlineRecoveryError`` (:func:`.spares.without_spares`).
 
@@ -129,10 +134,16 @@ def loop(ckpt: Checkpointer, nsteps: int) -> Iterator[int]:
                     return
                 continue
             ckpt._loop_step = step
-            yield step
+            ckpt._loop_site = loop_shape.here()
+            try:
+                yield step
+            except GeneratorExit:  # the body left the loop (break, return, an exception)
+                if state is not None and state.fenced:
+                    fence.left_fenced(ckpt, step)
+                raise
             step += 1
     finally:
-        ckpt._loop_step = None
+        ckpt._loop_step = ckpt._loop_site = None
         if state is not None:
             state.in_loop = False
 
@@ -178,5 +189,11 @@ def snapshot_in_loop(ckpt: Checkpointer, auto: bool) -> int:
 
 
 def step_extra(ckpt: Checkpointer) -> dict[str, int]:
-    """What a checkpoint records for the loop: the step it resumes at (none outside the loop)."""
-    return {} if ckpt._loop_step is None else {"next_step": ckpt._loop_step + 1}
+    """What a checkpoint records for the loop: the step it resumes at (none outside the loop).
+
+    Taken at the top of the body (FTI's shape, before the step's work: :mod:`.loop_shape`), it resumes at
+    the step being run; else at the next one.
+    """
+    if ckpt._loop_step is None:
+        return {}
+    return {"next_step": ckpt._loop_step + (0 if loop_shape.taken_at_top(ckpt._loop_site) else 1)}
