@@ -310,8 +310,15 @@ pid=$(cat {run}/$host.pid 2>/dev/null)
 if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then
     echo "ssh: connect to host $host port 22: No route to host" >&2; exit 255
 fi
-exec nsenter -t "$pid" --net --uts --mount -- env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/sh \\
+# Not exec: like an ssh client, this process stays on the calling side; if the host dies under the
+# command, it ends as ssh does when the connection drops (255), not with the killed command's status.
+nsenter -t "$pid" --net --uts --mount -- env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/sh \\
     PATH={_CLEAN_PATH} /bin/sh -c "cd /root 2>/dev/null || cd /; $*"
+rc=$?
+if [ $rc -gt 128 ] && [ "$(cat {run}/$host.pid 2>/dev/null)" != "$pid" ]; then  # the host went off
+    echo "Connection to $host closed by remote host." >&2; exit 255
+fi
+exit $rc
 """)
     c.agent.chmod(0o755)
 

@@ -1,0 +1,94 @@
+"""Helpers for the virtual-cluster tests: a cluster per test, MPI jobs started from its login node."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from ftkit._jobproc import PipeReader
+from ftkit.launch import build_mpirun_command
+from tools.cluster.vcluster import Cluster, ClusterUnavailable, down, up
+from tools.cluster.vcluster._sys import check_capable
+
+from ..conftest import REPO
+
+HEAT = REPO / "tests" / "cluster" / "gated_heat.py"
+JOB_TIMEOUT = float(os.environ.get("FTKIT_TEST_MPI_TIMEOUT", "180"))
+
+
+def cluster_or_skip(hosts: int, spares: int = 0, disk_mb: int = 64):  # type: ignore[no-untyped-def]
+    """Yield a new virtual cluster (own prefix and state directory); always removed afterwards."""
+    try:
+        check_capable()
+    except ClusterUnavailable as exc:
+        pytest.skip(f"no virtual cluster on this machine: {exc}")
+    tag = f"ft{os.getpid() % 100000}"
+    base = Path(f"/var/tmp/ftkit-vcluster-{tag}")
+    down(base, tag)  # what a killed earlier run of this pid left, if anything
+    try:
+        c = up(hosts, spares, disk_mb, base, prefix=tag)
+        yield c
+    finally:
+        removed = down(base, tag)
+        # Each host that is up holds one process (its holder); anything more was left by a job.
+        left = [r for r in removed if r.startswith("killed") and int(r.split()[1]) > 1]
+        assert not left, f"processes were left running on the hosts: {left}"
+
+
+class Job:
+    """An Open MPI job started by ``mpirun --host ...`` on the login node; output read as it comes."""
+
+    def __init__(self, c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
+                 cwd: Path, env: dict[str, str] | None = None) -> None:
+        cmd = build_mpirun_command(len(hosts) * per_host, list(program), env=env)
+        cmd[1:1] = ["--host", c.hostlist(list(hosts), per_host)]
+        self.cmd = c.login(cmd, cwd=cwd)
+        self.proc = subprocess.Popen(self.cmd, cwd=cwd, start_new_session=True, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, **c.mpi_env()})
+        self.out, self.err = PipeReader(self.proc.stdout), PipeReader(self.proc.stderr)
+
+    def wait_for(self, what: str, cond: Callable[[], bool], timeout: float = JOB_TIMEOUT) -> None:
+        """Wait until ``cond()``; fail (with the job's output) if the job ends first or on timeout."""
+        deadline = time.monotonic() + timeout
+        while not cond():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError(f"job {'ended' if self.proc.poll() is not None else 'timed out'} "
+                                     f"before {what}:\n{self.output()}")
+            time.sleep(0.02)
+
+    def finish(self, timeout: float = JOB_TIMEOUT) -> int:
+        """Wait (bounded) for the launcher to exit; return its exit code (-9 if it had to be killed)."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return -9
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def output(self) -> str:
+        return f"$ {' '.join(self.cmd)}\n--- stdout ---\n{self.out.text()}\n--- stderr ---\n{self.err.text()}"
+
+
+def run(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str], cwd: Path,
+        timeout: float = JOB_TIMEOUT) -> tuple[int, str]:
+    """Run a job to its end; return (exit code, stdout + stderr)."""
+    job = Job(c, hosts, per_host, program, cwd)
+    rc = job.finish(timeout)
+    return rc, job.output()
+
+
+def heat(*args: str) -> list[str]:
+    return [sys.executable, str(HEAT), *args]
