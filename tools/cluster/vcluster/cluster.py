@@ -237,9 +237,9 @@ def up(hosts: int = 4, spares: int = 1, disk_mb: int = 256, base: Path | None = 
        prefix: str = DEFAULT_PREFIX, subnet: str | None = None) -> Cluster:
     """Create the cluster; :class:`ClusterError` if one is up already (under ``base`` or by ``prefix``)."""
     base = Path(base or DEFAULT_BASE)
+    check_capable()
     if str(base).startswith("/tmp/") or str(base) == "/tmp":
         raise ClusterError(f"base {base} is under /tmp, which every host replaces by its own: pick another")
-    check_capable()
     leftovers = [n for n in sh("ip", "netns", "list").split() if n.startswith(f"{prefix}-")]
     if (base / "state.json").exists() or leftovers:
         raise ClusterError(f"a virtual cluster is already up (state {base / 'state.json'}, namespaces "
