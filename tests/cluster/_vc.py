@@ -47,6 +47,7 @@ class Job:
 
     def __init__(self, c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
                  cwd: Path, env: dict[str, str] | None = None) -> None:
+        self.cluster = c
         cmd = build_mpirun_command(len(hosts) * per_host, list(program), env=env)
         cmd[1:1] = ["--host", c.hostlist(list(hosts), per_host)]
         self.cmd = c.login(cmd, cwd=cwd)
@@ -92,3 +93,73 @@ def run(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
 
 def heat(*args: str) -> list[str]:
     return [sys.executable, str(HEAT), *args]
+
+
+STEPS, SIZE, GATE = 40, 48, 25
+
+
+def heat_config(c: Cluster, name: str, **keys: object) -> Path:
+    """A heat config under the shared directory: local checkpoints on the hosts' disks (no node_size)."""
+    from ..checkpoint._util import write_config
+
+    d = c.shared / name
+    return write_config(d, ckpt_dir=c.local / name, glbl_dir=d / "global", meta_dir=d / "meta", group_size=2,
+                        failure_timeout=60, **keys)
+
+
+def fault_and_relaunch(c: Cluster, levels: dict[str, int], fault: Callable[[Job], None],
+                       per_host: int = 2) -> str:
+    """Reference run, run faulted by ``fault(job)`` at step GATE, relaunch; return the relaunch's output.
+
+    ``fault`` is called while every rank waits at the gate (checkpoints of steps < GATE committed); the gate
+    then opens and the faulted run must fail. The relaunch must print the reference digest (asserted here).
+    """
+    from ..checkpoint._util import digest_of
+
+    args = ("--steps", str(STEPS), "--size", str(SIZE), "--config", "ftkit.ini")
+    ref_cfg = heat_config(c, "ref", **levels)
+    rc, out = run(c, c.hosts, per_host, heat(*args), ref_cfg.parent)
+    assert rc == 0, out
+    ref = digest_of(out)
+    assert ref, out
+    cfg = heat_config(c, "run", **levels)
+    gate = c.shared / "gate"
+    gate.mkdir()
+    job = Job(c, c.hosts, per_host, heat(*args, "--gate-at", str(GATE), "--gate-dir", str(gate)), cfg.parent)
+    nranks = len(c.hosts) * per_host
+    job.wait_for("every rank reached the gate", lambda: len(list(gate.glob("held.*"))) == nranks)
+    fault(job)
+    (gate / "open").touch()  # the survivors go on into the halo exchange with the lost ranks
+    rc = job.finish()
+    assert rc != 0, job.output()
+    assert "digest" not in job.out.text(), job.output()
+    for h in c.hosts:
+        if c.is_up(h):
+            assert c.processes(h) == [c.holder(h)], f"processes left running on {h}:\n{job.output()}"
+            assert not job_processes(c, h)
+    for h in c.hosts:
+        if not c.is_up(h):
+            from tools.cluster.vcluster import faults
+
+            faults.reboot(c, h)
+    rc, out = run(c, c.hosts, per_host, heat(*args), cfg.parent)
+    assert rc == 0, out
+    assert digest_of(out) == ref, out
+    return out
+
+
+def job_processes(c: Cluster, host: str) -> list[int]:
+    """Processes on ``host`` other than its holder."""
+    return [p for p in c.processes(host) if p != c.holder(host)]
+
+
+def rank_pids(c: Cluster, host: str) -> list[int]:
+    """The heat ranks running on ``host``."""
+    found = []
+    for p in job_processes(c, host):
+        try:
+            if b"gated_heat.py" in Path(f"/proc/{p}/cmdline").read_bytes():
+                found.append(p)
+        except OSError:
+            pass
+    return found
