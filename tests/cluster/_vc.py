@@ -103,8 +103,8 @@ def heat_config(c: Cluster, name: str, **keys: object) -> Path:
     from ..checkpoint._util import write_config
 
     d = c.shared / name
-    return write_config(d, ckpt_dir=c.local / name, glbl_dir=d / "global", meta_dir=d / "meta", group_size=2,
-                        failure_timeout=60, **keys)
+    keys = {"group_size": 2, "failure_timeout": 60, **keys}
+    return write_config(d, ckpt_dir=c.local / name, glbl_dir=d / "global", meta_dir=d / "meta", **keys)
 
 
 def fault_and_relaunch(c: Cluster, levels: dict[str, int], fault: Callable[[Job], None],
@@ -116,20 +116,7 @@ def fault_and_relaunch(c: Cluster, levels: dict[str, int], fault: Callable[[Job]
     """
     from ..checkpoint._util import digest_of
 
-    args = ("--steps", str(STEPS), "--size", str(SIZE), "--config", "ftkit.ini")
-    ref_cfg = heat_config(c, "ref", **levels)
-    rc, out = run(c, c.hosts, per_host, heat(*args), ref_cfg.parent)
-    assert rc == 0, out
-    ref = digest_of(out)
-    assert ref, out
-    cfg = heat_config(c, "run", **levels)
-    gate = c.shared / "gate"
-    gate.mkdir()
-    job = Job(c, c.hosts, per_host, heat(*args, "--gate-at", str(GATE), "--gate-dir", str(gate)), cfg.parent)
-    nranks = len(c.hosts) * per_host
-    job.wait_for("every rank reached the gate", lambda: len(list(gate.glob("held.*"))) == nranks)
-    fault(job)
-    (gate / "open").touch()  # the survivors go on into the halo exchange with the lost ranks
+    ref, job = _reference_and_faulted_run(c, levels, fault, per_host)
     rc = job.finish()
     assert rc != 0, job.output()
     assert "digest" not in job.out.text(), job.output()
@@ -142,9 +129,53 @@ def fault_and_relaunch(c: Cluster, levels: dict[str, int], fault: Callable[[Job]
             from tools.cluster.vcluster import faults
 
             faults.reboot(c, h)
-    rc, out = run(c, c.hosts, per_host, heat(*args), cfg.parent)
+    rc, out = run(c, c.hosts, per_host, heat(*_ARGS), c.shared / "run")
     assert rc == 0, out
     assert digest_of(out) == ref, out
+    return out
+
+
+_ARGS = ("--steps", str(STEPS), "--size", str(SIZE), "--config", "ftkit.ini")
+
+
+def _reference_and_faulted_run(c: Cluster, levels: dict[str, int], fault: Callable[[Job], None],
+                               per_host: int, env: dict[str, str] | None = None) -> tuple[str, Job]:
+    """The failure-free run's digest, and the run faulted at the gate (its gate open again)."""
+    from ..checkpoint._util import digest_of
+
+    ref_cfg = heat_config(c, "ref", **levels)
+    rc, out = run(c, c.hosts, per_host, heat(*_ARGS), ref_cfg.parent)
+    assert rc == 0, out
+    ref = digest_of(out)
+    assert ref, out
+    cfg = heat_config(c, "run", **levels)
+    gate = c.shared / "gate"
+    gate.mkdir()
+    job = Job(c, c.hosts, per_host, heat(*_ARGS, "--gate-at", str(GATE), "--gate-dir", str(gate)), cfg.parent,
+              env=env)
+    nranks = len(c.hosts) * per_host
+    job.wait_for("every rank reached the gate", lambda: len(list(gate.glob("held.*"))) == nranks)
+    fault(job)
+    (gate / "open").touch()  # the ranks go on into the halo exchange (with the lost ranks, if any)
+    return ref, job
+
+
+def fault_and_finish(c: Cluster, levels: dict[str, int], fault: Callable[[Job], None], per_host: int = 2,
+                     undo: Callable[[Job], None] | None = None) -> str:
+    """Like :func:`fault_and_relaunch` for a fault the run must survive: it ends 0 with the reference digest.
+
+    ``undo(job)`` (if given) runs after the gate opened (e.g. to end a stall).
+    """
+    from ..checkpoint._util import digest_of
+
+    ref, job = _reference_and_faulted_run(c, levels, fault, per_host)
+    if undo is not None:
+        undo(job)
+    rc = job.finish()
+    out = job.output()
+    assert rc == 0, out
+    assert digest_of(job.out.text()) == ref, out
+    assert "ProcessFailure" not in out and "dead" not in job.err.text().lower(), out
     return out
 
 

@@ -312,7 +312,9 @@ if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then
 fi
 # Not exec: like an ssh client, this process stays on the calling side; if the host dies under the
 # command, it ends as ssh does when the connection drops (255), not with the killed command's status.
-nsenter -t "$pid" --net --uts --mount -- env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/sh \\
+# setsid: the remote side is not in the caller's process group (a signal to the launcher's group does not
+# reach across the "network"; the remote processes end when their own runtime tells them to).
+setsid -w nsenter -t "$pid" --net --uts --mount -- env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/sh \\
     PATH={_CLEAN_PATH} /bin/sh -c "cd /root 2>/dev/null || cd /; $*"
 rc=$?
 if [ $rc -gt 128 ] && [ "$(cat {run}/$host.pid 2>/dev/null)" != "$pid" ]; then  # the host went off
