@@ -11,11 +11,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from tools.cluster.vcluster import Cluster, ClusterUnavailable, down, up
+from tools.cluster.vcluster._sys import check_capable
 
 from ftkit._jobproc import PipeReader
 from ftkit.launch import build_mpirun_command
-from tools.cluster.vcluster import Cluster, ClusterUnavailable, down, up
-from tools.cluster.vcluster._sys import check_capable
 
 from ..conftest import REPO
 
@@ -112,13 +112,16 @@ def fault_and_relaunch(c: Cluster, levels: dict[str, int], fault: Callable[[Job]
     """Reference run, run faulted by ``fault(job)`` at step GATE, relaunch; return the relaunch's output.
 
     ``fault`` is called while every rank waits at the gate (checkpoints of steps < GATE committed); the gate
-    then opens and the faulted run must fail. The relaunch must print the reference digest (asserted here).
+    then opens and the faulted run must end without completing. The relaunch must print the reference digest (asserted here).
     """
     from ..checkpoint._util import digest_of
 
     ref, job = _reference_and_faulted_run(c, levels, fault, per_host)
     rc = job.finish()
-    assert rc != 0, job.output()
+    assert rc != -9, f"the faulted run did not end:\n{job.output()}"
+    # Not `rc != 0`: when PRRTE notices the lost daemon's TCP connection before its ssh agent's exit, it
+    # prints "PRTE has lost communication with a remote daemon ... will terminate the job" and mpirun exits 0
+    # (Open MPI 5.0 wheel). The run must not have completed, whatever mpirun says.
     assert "digest" not in job.out.text(), job.output()
     for h in c.hosts:
         if c.is_up(h):

@@ -15,14 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-
 from tools.cluster.vcluster import faults
 
 from . import _vc
 from ._vc import fault_and_finish, fault_and_relaunch, rank_pids
 
 pytestmark = pytest.mark.skipif(not os.environ.get("FTKIT_CLUSTER_MATRIX"),
-                                reason="the cluster matrix runs in `make test-cluster` (FTKIT_CLUSTER_MATRIX=1)")
+                                reason="the cluster matrix runs in `make test-cluster`")
 
 
 def _crash_ranks(host):  # type: ignore[no-untyped-def]
@@ -84,7 +83,7 @@ PARTITION_BOUND = 150.0
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="defect: a partitioned host is never declared dead; the job hangs (see docs/clusters.md)")
+                   reason="defect: a partitioned host is never declared dead (docs/clusters.md)")
 def test_partition_declared_dead_within_bound_and_nothing_left(cluster4):
     """node4's link cut at step 25 and left down: the job must end non-zero within the bound, nothing may run
     on either side of the cut, and after the link heals node4's ranks must end without writing anything."""

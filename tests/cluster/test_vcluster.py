@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from tools.cluster.vcluster import SKIP, ClusterError, down, faults, up
 from tools.cluster.vcluster._sys import mounts_under, sh
 
@@ -21,7 +20,8 @@ PY = sys.executable
 SERVER = ("import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
           "s.bind(('0.0.0.0', 7777)); s.listen(8); print('listening', flush=True)\n"
           "while True:\n c, _ = s.accept(); c.sendall(socket.gethostname().encode()); c.close()")
-CLIENT = ("import socket,sys\ntry:\n print(socket.create_connection(('node2', 7777), timeout=5).recv(64).decode())"
+CLIENT = ("import socket,sys\ntry:\n"
+          " print(socket.create_connection(('node2', 7777), timeout=5).recv(64).decode())"
           "\nexcept OSError as e:\n print('unreachable', type(e).__name__); sys.exit(1)")
 
 

@@ -23,7 +23,6 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--spare", type=int, default=1, help="spare hosts (not in the default host list)")
     u.add_argument("--disk-mb", type=int, default=256, help="size of each host's local disk (MiB)")
     u.add_argument("--subnet", default=None, help="a free /24 (default: the first unused 10.213.x.0/24)")
-    u.add_argument("--slurm", action="store_true", help="also start munged, slurmctld and one slurmd per host")
     sub.add_parser("down", help="remove everything the cluster created (also after an interrupted run)")
     sub.add_parser("status", help="hosts, addresses, links, disks, processes")
     sub.add_parser("env", help="shell exports for Open MPI's mpirun (ssh agent, interfaces)")
@@ -55,9 +54,6 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.cmd == "up":
         c = up(args.hosts, args.spare, args.disk_mb, args.base, subnet=args.subnet)
-        if args.slurm:
-            from . import slurm
-            slurm.start(c)
         print(c.status())
         return 0
     if args.cmd == "down":

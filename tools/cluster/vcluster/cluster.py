@@ -30,8 +30,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ._sys import (ClusterError, check_capable, kill_netns_processes, mounts_under, netns_inode, pick_subnet,
-                   sh)
+from ._sys import (
+    ClusterError,
+    check_capable,
+    kill_netns_processes,
+    mounts_under,
+    netns_inode,
+    pick_subnet,
+    sh,
+)
 
 DEFAULT_BASE = Path(os.environ.get("FTKIT_VCLUSTER_DIR", "/var/tmp/ftkit-vcluster"))
 DEFAULT_PREFIX = os.environ.get("FTKIT_VCLUSTER_PREFIX", "ftc")
@@ -157,7 +164,7 @@ class Cluster:
         return pids_in_netns(inode) if inode is not None else []
 
     def mpi_env(self) -> dict[str, str]:
-        """Environment for Open MPI's ``mpirun`` (PRRTE) on the login node or a host: ssh agent, interfaces."""
+        """Environment for Open MPI's ``mpirun`` (PRRTE) on the login node or a host."""
         return {"PRTE_MCA_plm_ssh_agent": str(self.agent),
                 "PRTE_MCA_oob_tcp_if_include": self.subnet,
                 "OMPI_MCA_btl_tcp_if_include": self.subnet,
@@ -329,13 +336,10 @@ def down(base: Path | None = None, prefix: str = DEFAULT_PREFIX) -> list[str]:
     """Remove everything a cluster under ``base`` / named ``prefix`` created; return what was removed.
 
     Works from any leftover state: processes in the namespaces (stopped ones too), the namespaces, the
-    bridge and veths, every mount under ``base``, the SLURM daemons recorded there, and ``base`` itself.
+    bridge and veths, every mount under ``base``, and ``base`` itself.
     """
     base = Path(base or DEFAULT_BASE)
     done: list[str] = []
-    from . import slurm
-
-    done += slurm.stop(base)
     for ns in sh("ip", "netns", "list", check=False).split():
         if ns.startswith(f"{prefix}-"):
             inode = netns_inode(ns)

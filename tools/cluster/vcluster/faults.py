@@ -6,7 +6,7 @@
 - :func:`partition` / :func:`heal`: the host's link down / up (the host keeps running, unreachable).
 - :func:`slow` / :func:`unslow`: a token-bucket (``tc tbf``) limit on both directions of the link, with a
   long queue (this kernel has no ``netem``: no delay or loss emulation).
-- :func:`stall`: every process of the host SIGSTOPped for some seconds, then SIGCONT (a swap storm, OS jitter).
+- :func:`stall`: every process of the host SIGSTOPped for some seconds, then SIGCONT (swap storm, jitter).
 - :func:`fill` / :func:`unfill`: the host's local disk filled up to the last byte / emptied again.
 """
 
