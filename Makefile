@@ -47,8 +47,12 @@ bench: $(STAMP)
 # Not part of `make test`: installs Debian's MPICH and SLURM (apt-get, root), builds mpi4py against MPICH in
 # a venv under /tmp (~15 min the first time), runs checkpoint/restart under mpiexec.mpich, srun and
 # `ftkit launch` in salloc, and stops every daemon it started. See tools/cluster/README.md.
+# Then ftkit's fault matrix on a 4-host virtual cluster (tools/cluster/vcluster: network namespaces, TCP, a
+# local disk per host; root needed, skipped otherwise): L1-L4 relaunch after host faults, slow link, stall,
+# partition (~6 min; see docs/clusters.md).
 test-cluster: $(STAMP)
 	timeout 5400 tools/cluster/test_cluster.sh
+	FTKIT_CLUSTER_MATRIX=1 timeout 1800 $(VPY) -m pytest -q -p no:xdist tests/cluster
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache docs/_build

@@ -1,0 +1,199 @@
+"""Helpers for the virtual-cluster tests: a cluster per test, MPI jobs started from its login node."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+from tools.cluster.vcluster import Cluster, ClusterUnavailable, down, up
+from tools.cluster.vcluster._sys import check_capable
+
+from ftkit._jobproc import PipeReader
+from ftkit.launch import build_mpirun_command
+
+from ..conftest import REPO
+
+HEAT = REPO / "tests" / "cluster" / "gated_heat.py"
+JOB_TIMEOUT = float(os.environ.get("FTKIT_TEST_MPI_TIMEOUT", "180"))
+
+
+def cluster_or_skip(hosts: int, spares: int = 0, disk_mb: int = 64):  # type: ignore[no-untyped-def]
+    """Yield a new virtual cluster (own prefix and state directory); always removed afterwards."""
+    try:
+        check_capable()
+    except ClusterUnavailable as exc:
+        pytest.skip(f"no virtual cluster on this machine: {exc}")
+    tag = f"ft{os.getpid() % 100000}"
+    base = Path(f"/var/tmp/ftkit-vcluster-{tag}")
+    down(base, tag)  # what a killed earlier run of this pid left, if anything
+    try:
+        c = up(hosts, spares, disk_mb, base, prefix=tag)
+        yield c
+    finally:
+        removed = down(base, tag)
+        # Each host that is up holds one process (its holder); anything more was left by a job.
+        left = [r for r in removed if r.startswith("killed") and int(r.split()[1]) > 1]
+        assert not left, f"processes were left running on the hosts: {left}"
+
+
+class Job:
+    """An Open MPI job started by ``mpirun --host ...`` on the login node; output read as it comes."""
+
+    def __init__(self, c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
+                 cwd: Path, env: dict[str, str] | None = None) -> None:
+        self.cluster = c
+        cmd = build_mpirun_command(len(hosts) * per_host, list(program), env=env)
+        cmd[1:1] = ["--host", c.hostlist(list(hosts), per_host)]
+        self.cmd = c.login(cmd, cwd=cwd)
+        self.proc = subprocess.Popen(self.cmd, cwd=cwd, start_new_session=True, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, **c.mpi_env()})
+        self.out, self.err = PipeReader(self.proc.stdout), PipeReader(self.proc.stderr)
+
+    def wait_for(self, what: str, cond: Callable[[], bool], timeout: float = JOB_TIMEOUT) -> None:
+        """Wait until ``cond()``; fail (with the job's output) if the job ends first or on timeout."""
+        deadline = time.monotonic() + timeout
+        while not cond():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError(f"job {'ended' if self.proc.poll() is not None else 'timed out'} "
+                                     f"before {what}:\n{self.output()}")
+            time.sleep(0.02)
+
+    def finish(self, timeout: float = JOB_TIMEOUT) -> int:
+        """Wait (bounded) for the launcher to exit; return its exit code (-9 if it had to be killed)."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return -9
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def output(self) -> str:
+        return f"$ {' '.join(self.cmd)}\n--- stdout ---\n{self.out.text()}\n--- stderr ---\n{self.err.text()}"
+
+
+def run(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str], cwd: Path,
+        timeout: float = JOB_TIMEOUT) -> tuple[int, str]:
+    """Run a job to its end; return (exit code, stdout + stderr)."""
+    job = Job(c, hosts, per_host, program, cwd)
+    rc = job.finish(timeout)
+    return rc, job.output()
+
+
+def heat(*args: str) -> list[str]:
+    return [sys.executable, str(HEAT), *args]
+
+
+STEPS, SIZE, GATE = 40, 48, 25
+
+
+def heat_config(c: Cluster, name: str, **keys: object) -> Path:
+    """A heat config under the shared directory: local checkpoints on the hosts' disks (no node_size)."""
+    from ..checkpoint._util import write_config
+
+    d = c.shared / name
+    keys = {"group_size": 2, "failure_timeout": 60, **keys}
+    return write_config(d, ckpt_dir=c.local / name, glbl_dir=d / "global", meta_dir=d / "meta", **keys)
+
+
+def fault_and_relaunch(c: Cluster, levels: dict[str, int], fault: Callable[[Job], None],
+                       per_host: int = 2) -> str:
+    """Reference run, run faulted by ``fault(job)`` at step GATE, relaunch; return the relaunch's output.
+
+    ``fault`` is called while every rank waits at the gate (checkpoints of steps < GATE committed); the gate
+    then opens and the faulted run must end without completing. The relaunch must print the reference digest (asserted here).
+    """
+    from ..checkpoint._util import digest_of
+
+    ref, job = _reference_and_faulted_run(c, levels, fault, per_host)
+    rc = job.finish()
+    assert rc != -9, f"the faulted run did not end:\n{job.output()}"
+    # Not `rc != 0`: when PRRTE notices the lost daemon's TCP connection before its ssh agent's exit, it
+    # prints "PRTE has lost communication with a remote daemon ... will terminate the job" and mpirun exits 0
+    # (Open MPI 5.0 wheel). The run must not have completed, whatever mpirun says.
+    assert "digest" not in job.out.text(), job.output()
+    for h in c.hosts:
+        if c.is_up(h):
+            assert c.processes(h) == [c.holder(h)], f"processes left running on {h}:\n{job.output()}"
+            assert not job_processes(c, h)
+    for h in c.hosts:
+        if not c.is_up(h):
+            from tools.cluster.vcluster import faults
+
+            faults.reboot(c, h)
+    rc, out = run(c, c.hosts, per_host, heat(*_ARGS), c.shared / "run")
+    assert rc == 0, out
+    assert digest_of(out) == ref, out
+    return out
+
+
+_ARGS = ("--steps", str(STEPS), "--size", str(SIZE), "--config", "ftkit.ini")
+
+
+def _reference_and_faulted_run(c: Cluster, levels: dict[str, int], fault: Callable[[Job], None],
+                               per_host: int, env: dict[str, str] | None = None) -> tuple[str, Job]:
+    """The failure-free run's digest, and the run faulted at the gate (its gate open again)."""
+    from ..checkpoint._util import digest_of
+
+    ref_cfg = heat_config(c, "ref", **levels)
+    rc, out = run(c, c.hosts, per_host, heat(*_ARGS), ref_cfg.parent)
+    assert rc == 0, out
+    ref = digest_of(out)
+    assert ref, out
+    cfg = heat_config(c, "run", **levels)
+    gate = c.shared / "gate"
+    gate.mkdir()
+    job = Job(c, c.hosts, per_host, heat(*_ARGS, "--gate-at", str(GATE), "--gate-dir", str(gate)), cfg.parent,
+              env=env)
+    nranks = len(c.hosts) * per_host
+    job.wait_for("every rank reached the gate", lambda: len(list(gate.glob("held.*"))) == nranks)
+    fault(job)
+    (gate / "open").touch()  # the ranks go on into the halo exchange (with the lost ranks, if any)
+    return ref, job
+
+
+def fault_and_finish(c: Cluster, levels: dict[str, int], fault: Callable[[Job], None], per_host: int = 2,
+                     undo: Callable[[Job], None] | None = None) -> str:
+    """Like :func:`fault_and_relaunch` for a fault the run must survive: it ends 0 with the reference digest.
+
+    ``undo(job)`` (if given) runs after the gate opened (e.g. to end a stall).
+    """
+    from ..checkpoint._util import digest_of
+
+    ref, job = _reference_and_faulted_run(c, levels, fault, per_host)
+    if undo is not None:
+        undo(job)
+    rc = job.finish()
+    out = job.output()
+    assert rc == 0, out
+    assert digest_of(job.out.text()) == ref, out
+    assert "ProcessFailure" not in out and "dead" not in job.err.text().lower(), out
+    return out
+
+
+def job_processes(c: Cluster, host: str) -> list[int]:
+    """Processes on ``host`` other than its holder."""
+    return [p for p in c.processes(host) if p != c.holder(host)]
+
+
+def rank_pids(c: Cluster, host: str) -> list[int]:
+    """The heat ranks running on ``host``."""
+    found = []
+    for p in job_processes(c, host):
+        try:
+            if b"gated_heat.py" in Path(f"/proc/{p}/cmdline").read_bytes():
+                found.append(p)
+        except OSError:
+            pass
+    return found

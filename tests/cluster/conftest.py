@@ -1,0 +1,19 @@
+"""Fixtures for the virtual-cluster tests (root and network namespaces needed; skipped elsewhere)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ._vc import cluster_or_skip
+
+
+@pytest.fixture
+def cluster2():
+    """Two hosts, 64 MiB local disk each."""
+    yield from cluster_or_skip(2)
+
+
+@pytest.fixture
+def cluster4():
+    """Four hosts and one spare host, 64 MiB local disk each."""
+    yield from cluster_or_skip(4, spares=1)
