@@ -99,7 +99,7 @@ def test_live_owner_on_this_host_blocks(tmp_path):
 def test_unreadable_lock_is_held_until_stale(tmp_path):
     p = tmp_path / LOCK_NAME
     p.write_bytes(b'{"host": "x", "pid"')          # an owner that died while writing it, or still writing
-    with pytest.raises(RunLockedError, match="still writing"):
+    with pytest.raises(RunLockedError, match="still writing it.*damaged|damaged.*still writing it"):
         acquire_run_lock(tmp_path, time.time())
     t = time.time() - STALE_AFTER_S - 60
     os.utime(p, (t, t))
@@ -217,3 +217,90 @@ def test_leftovers_of_another_job_are_named_never_the_shared_roots(tmp_path, mon
     assert f"{cfg.glbl_dir / 'other-run'}" in state.problem and "another job" in state.problem
     assert not re.search(rf"remove {re.escape(str(cfg.ckpt_dir))}( |$|,)", state.problem), state.problem
     assert f"and {cfg.glbl_dir} to start fresh" not in state.problem, state.problem
+
+
+# -- issue 30 (L1-L3): a planted FIFO, a full disk, fields out of range ------------------------------------
+
+def _try_lock(meta: str, results) -> None:
+    try:
+        acquire_run_lock(meta, time.time()).release()
+        results.put("taken")
+    except RunLockedError as exc:
+        results.put(f"RunLockedError: {exc}")
+    except Exception as exc:  # noqa: BLE001 - the test names any other outcome
+        results.put(f"{type(exc).__name__}: {exc}")
+
+
+def _lock_attempt(meta) -> str:
+    """One acquire_run_lock in a child process, bounded: a hang is a failure, and the child is ended."""
+    ctx = mp.get_context("fork")
+    results = ctx.Queue()
+    proc = ctx.Process(target=_try_lock, args=(str(meta), results))
+    proc.start()
+    try:
+        proc.join(60)
+        assert not proc.is_alive(), "acquire_run_lock blocked (opening the lock file waited)"
+        return results.get(timeout=30)
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(30)
+
+
+def _age(path, seconds: float) -> None:
+    t = time.time() - seconds
+    os.utime(path, (t, t), follow_symlinks=False)
+
+
+def test_planted_fifo_never_blocks_and_is_damaged_until_stale(tmp_path):
+    p = tmp_path / LOCK_NAME
+    os.mkfifo(p)
+    got = _lock_attempt(tmp_path)
+    assert got.startswith("RunLockedError") and str(p) in got and "damaged" in got, got
+    assert "remove it" in got, got
+    _age(p, STALE_AFTER_S + 60)
+    assert _lock_attempt(tmp_path) == "taken"
+    assert not p.exists(), "the lock taken over was not released"
+
+
+def test_lock_created_on_a_full_disk_is_removed(tmp_path, small_disk):
+    disk = small_disk(64 * 1024)
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_CREAT | os.O_WRONLY)
+    try:
+        with pytest.raises(OSError):
+            for _ in range(1000):
+                os.write(fd, b"x" * 4096)
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError) as err:
+        acquire_run_lock(disk, time.time())
+    assert err.value.errno == 28, err.value   # ENOSPC
+    assert not (disk / LOCK_NAME).exists(), "an empty lock was left behind: the next job would be refused"
+    filler.unlink()
+    lock = acquire_run_lock(disk, time.time())   # the next job is not refused
+    assert json.loads((disk / LOCK_NAME).read_text())["token"] == lock.token
+    lock.release()
+
+
+@pytest.mark.parametrize("fields", [
+    {"pid": 99999999999999999}, {"pid": 2**31}, {"pid": True}, {"pid": "123"},
+    {"started": 1e300}, {"started": float("nan")}, {"started": float("inf")}, {"started": -5.0},
+    {"started": 10**400},
+])
+@pytest.mark.parametrize("same_host", [True, False])
+def test_fields_out_of_range_are_a_damaged_lock(tmp_path, fields, same_host):
+    d = {"host": socket.gethostname() if same_host else "node-17.example", "pid": os.getpid(),
+         "started": time.time(), "token": "t0", **fields}
+    p = tmp_path / LOCK_NAME
+    p.write_text(json.dumps(d))
+    got = _lock_attempt(tmp_path)
+    assert got.startswith("RunLockedError") and "damaged" in got and str(p) in got, got
+    _age(p, STALE_AFTER_S + 60)   # a damaged lock becomes stale like any other
+    assert _lock_attempt(tmp_path) == "taken"
+
+
+def test_heartbeat_far_in_the_future_is_silent(tmp_path):
+    p = _plant(tmp_path, "node-17.example", 4242, age_s=-(STALE_AFTER_S + 3600))
+    assert p.stat().st_mtime > time.time() + STALE_AFTER_S
+    assert _lock_attempt(tmp_path) == "taken"
