@@ -70,6 +70,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from ._paths import check_plain_name
@@ -316,7 +317,8 @@ def _user_stacklevel() -> int:
     """The ``stacklevel`` that makes a warning issued by this function's caller point at the first frame
     outside ftkit (the user's ``Checkpointer(...)``, ``Config.from_file(...)``...), skipping ftkit's own
     frames and the ``__init__`` that :mod:`dataclasses` generates."""
-    level, frame = 1, sys._getframe(1)
+    level = 1
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE_DIR)
                                  or frame.f_code.co_filename == "<string>"):
         frame, level = frame.f_back, level + 1
