@@ -19,7 +19,7 @@ from ftkit.checkpoint.runlock import LOCK_NAME, STALE_AFTER_S, acquire_run_lock
 from ftkit.errors import RunLockedError
 
 from ..conftest import REPO, run_python
-from ._util import TIMEOUT, l1_file, run_app, write_config
+from ._util import TIMEOUT, l1_file, rank_lines, run_app, write_config
 
 CASES = REPO / "tests" / "programs" / "ckpt_cases.py"
 KILLED_JOB_LIMIT = 120.0  # s: hard limit for the job whose rank 0 is killed (it takes ~10 s)
@@ -201,9 +201,11 @@ def test_lock_of_a_killed_job_is_taken_over(tmp_path):
     assert r.stdout.count("recovered id=2") == 4 and "data=ok" in r.stdout, r.stdout + r.stderr
 
 
-def test_leftovers_of_another_job_are_named_never_the_shared_roots(tmp_path, monkeypatch):
-    """Separate meta_dirs, shared ckpt_dir/glbl_dir: the advice names only the other run's own directories."""
-    from ftkit.checkpoint.runstate import inspect_run
+def test_files_of_another_run_are_never_this_runs(tmp_path, monkeypatch):
+    """Separate meta_dirs, shared ckpt_dir/glbl_dir (issue 30, S1): another run's files neither stop a new run
+    nor become its own; only this meta_dir's own run (its marker, or the configured exec_id) found without
+    its manifest is a problem, and the advice names only that run's directories, never the shared roots."""
+    from ftkit.checkpoint.runstate import RUN_MARKER, inspect_run
     from ftkit.config import load_config
 
     monkeypatch.chdir(tmp_path)             # the config's directories are relative to the job's directory
@@ -213,10 +215,52 @@ def test_leftovers_of_another_job_are_named_never_the_shared_roots(tmp_path, mon
         p.mkdir(parents=True)
     cfg = load_config(cfg_path)
     state = inspect_run(cfg, 2, [cfg.ckpt_dir / "node0"])
-    assert state.restarted and "'other-run'" in state.problem and "missing" in state.problem
-    assert f"{cfg.glbl_dir / 'other-run'}" in state.problem and "another job" in state.problem
-    assert not re.search(rf"remove {re.escape(str(cfg.ckpt_dir))}( |$|,)", state.problem), state.problem
-    assert f"and {cfg.glbl_dir} to start fresh" not in state.problem, state.problem
+    assert not state.restarted and not state.problem and state.from_scratch, state
+    assert state.exec_id != "other-run"
+    for how in ("exec_id", "marker"):          # the run this job names as its own: a problem, named
+        if how == "exec_id":
+            cfg = load_config(cfg_path).replace(exec_id="other-run")
+        else:
+            cfg = load_config(cfg_path)
+            (cfg.meta_dir / RUN_MARKER).write_text("other-run\n")
+        state = inspect_run(cfg, 2, [cfg.ckpt_dir / "node0"])
+        assert state.restarted and "'other-run'" in state.problem and "missing" in state.problem, how
+        assert f"{cfg.glbl_dir / 'other-run'}" in state.problem, state.problem
+        assert not re.search(rf"remove {re.escape(str(cfg.ckpt_dir))}( |$|,)", state.problem), state.problem
+        assert f"and {cfg.glbl_dir} to start fresh" not in state.problem, state.problem
+
+
+def _exec_id(meta) -> str:
+    return json.loads((meta / "manifest.json").read_text())["exec_id"]
+
+
+@pytest.mark.mpi
+def test_jobs_with_their_own_meta_dir_share_ckpt_dir_and_glbl_dir(tmp_path):
+    """Issue 30, S1: job B starts beside job A's files (README: separate meta_dirs may share ckpt_dir and
+    glbl_dir); B is not refused, never adopts A's run, and each relaunch recovers its own newest checkpoint;
+    B's manifest lost, B's own files are a clear problem while A's run is untouched."""
+    shared = tmp_path / "shared"
+    jobs = {name: tmp_path / name for name in ("a", "b")}
+    for d in jobs.values():
+        write_config(d, ckpt_dir=shared / "local", glbl_dir=shared / "global", meta_dir=d / "meta")
+    r = run_app(jobs["a"], 4, "--mode", "write", "--levels", "1,4").check()
+    assert r.stdout.count("wrote id=2") == 4, r.stdout + r.stderr
+    r = run_app(jobs["b"], 4, "--mode", "write", "--levels", "4").check()
+    assert r.stdout.count("wrote id=1") == 4 and "error" not in r.stdout, r.stdout + r.stderr
+    ids = {name: _exec_id(d / "meta") for name, d in jobs.items()}
+    assert ids["a"] != ids["b"], ids
+    assert sorted(p.name for p in (shared / "global").iterdir()) == sorted(ids.values())
+    for name, newest in (("a", 2), ("b", 1)):
+        r = run_app(jobs[name], 4, "--mode", "recover").check()
+        assert r.stdout.count(f"recovered id={newest} ") == 4 and "data=BAD" not in r.stdout, r.stdout
+        assert _exec_id(jobs[name] / "meta") == ids[name]
+    (jobs["b"] / "meta" / "manifest.json").unlink()   # B's own files without its manifest: a problem
+    r = run_app(jobs["b"], 4, "--mode", "recover")
+    assert not r.timed_out
+    lines = rank_lines(r.stdout, 4)
+    assert all(f"run {ids['b']!r}" in v and "missing" in v for v in lines.values()), r.stdout
+    r = run_app(jobs["a"], 4, "--mode", "recover").check()
+    assert r.stdout.count("recovered id=2 ") == 4 and "data=BAD" not in r.stdout, r.stdout
 
 
 # -- issue 30 (L1-L3): a planted FIFO, a full disk, fields out of range ------------------------------------
