@@ -111,6 +111,13 @@ def _private_dir(out: Path) -> Path:
     return tmp
 
 
+def _publish(tmp_dir: Path, out: Path) -> None:
+    """Move the complete output ``tmp_dir/OUT`` to ``out`` and remove the emptied private directory."""
+    os.replace(tmp_dir / out.name, out)
+    with contextlib.suppress(OSError):
+        os.rmdir(tmp_dir)
+
+
 def open_writer(fmt: str, out: Path) -> Hdf5Writer | NpyWriter:
     """The writer of ``fmt`` (``"hdf5"``, else npy) building ``out`` inside its private directory."""
     return Hdf5Writer(out) if fmt == "hdf5" else NpyWriter(out)
@@ -233,9 +240,7 @@ class Hdf5Writer:
             self.file.close()
         except WRITE_ERRORS as exc:
             raise write_error(self.out, exc) from exc
-        os.replace(self.tmp, self.out)
-        with contextlib.suppress(OSError):
-            os.rmdir(self.dir)
+        _publish(self.dir, self.out)
 
     def _close_fd(self) -> None:
         if self.fd >= 0:
@@ -299,9 +304,7 @@ class NpyWriter:
             (self.tmp / "attributes.json").write_text(json.dumps(attrs, indent=1, sort_keys=True) + "\n")
         except WRITE_ERRORS as exc:
             raise write_error(self.out, exc) from exc
-        os.replace(self.tmp, self.out)
-        with contextlib.suppress(OSError):
-            os.rmdir(self.dir)
+        _publish(self.dir, self.out)
 
     def _close(self) -> None:
         for fd in self.fds:
