@@ -15,10 +15,10 @@
 Another job may share ``ckpt_dir``/``glbl_dir`` (with its own ``meta_dir``): its files are never this run's.
 A run is known by its ``exec_id`` alone: the configured one, else the one recorded in ``meta_dir/ftkit.run``
 (:data:`RUN_MARKER`, written by rank 0 at the run's fresh start, before any checkpoint file of it exists,
-and kept after ``finalize()``). Checkpoint files of that run without its manifest are a *problem* (the
-manifest was lost); files of any other run are left alone, and a ``meta_dir`` with neither a manifest nor a
-marker starts a new run with a new id whatever lies in the shared directories. Messages name only a run's
-own directories, never the shared roots.
+and removed with the manifest by ``finalize()``). Checkpoint files of that run without its manifest are a
+*problem* (the manifest was lost); files of any other run are left alone, and a ``meta_dir`` with neither a
+manifest nor a marker starts a new run with a new id whatever lies in the shared directories. Messages name
+only a run's own directories, never the shared roots.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from ..storage.manifest import Manifest, manifest_path, read_manifest
 from .contract import DAMAGED
 
 __all__ = ["RunState", "inspect_run", "new_exec_id", "find_checkpoint_dirs", "leftover_problem", "RUN_MARKER",
-           "read_run_marker", "write_run_marker"]
+           "read_run_marker", "write_run_marker", "remove_run_marker"]
 
 #: File in ``meta_dir`` naming the run (its ``exec_id``) that this ``meta_dir`` holds.
 RUN_MARKER = "ftkit.run"
@@ -101,6 +101,12 @@ def write_run_marker(meta_dir: Path, exec_id: str) -> None:
         # No fsync (start-up cost): a marker lost in a machine crash with the manifest makes the run's files
         # look like another run's (a fresh start beside them), never another run's look like this one's.
         atomic_write_bytes(Path(meta_dir) / RUN_MARKER, f"{exec_id}\n".encode(), fsync=False)
+
+
+def remove_run_marker(meta_dir: Path) -> None:
+    """Forget the run of ``meta_dir`` (``finalize()``, with its manifest: the next job starts a new run)."""
+    with contextlib.suppress(FileNotFoundError):
+        (Path(meta_dir) / RUN_MARKER).unlink()
 
 
 def run_dirs(config: Config, exec_id: str) -> str:
