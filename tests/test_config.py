@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from ftkit import Config, ConfigError, ConfigWarning, UnsafePathError
 from ftkit.config import load_config
+
+from .conftest import run_python
 
 FTI_SAMPLE = """
 [basic]
@@ -164,3 +168,47 @@ def test_missing_config_file(tmp_path):
         Config.from_file(tmp_path / "nope.ini")
     with pytest.raises(ConfigError):
         load_config(Path(tmp_path / "nope.ini"))
+
+
+# -- issue 30 (C1, W1) ---------------------------------------------------------------------------------------
+
+_PROGRAM = Path(__file__).resolve().parent / "programs" / "config_start.py"
+_DIRS = "[basic]\nckpt_dir = run/local\nglbl_dir = run/global\nmeta_dir = run/meta\nnode_size = 2\n"
+_FTKIT = "[ftkit]\nfailure_timeout = 120\n"
+
+
+def test_nul_byte_in_a_directory_is_a_config_error(tmp_path):
+    for key in ("ckpt_dir", "glbl_dir", "meta_dir"):
+        with pytest.raises(ConfigError, match=rf"{key} = .*NUL byte"):
+            Config.from_string(f"[basic]\n{key} = run/a\x00b\n")
+        with pytest.raises(ConfigError, match="NUL byte"):
+            Config(**{key: Path("run/a\x00b")})
+    path = tmp_path / "nul.ini"
+    path.write_text("[basic]\nckpt_dir = run/lo\x00cal\n")
+    proc = subprocess.run([sys.executable, "-m", "ftkit", "config", "check", str(path)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "NUL byte" in proc.stdout and "result: the file does not load" in proc.stdout, proc.stdout
+
+
+@pytest.mark.mpi
+def test_nul_byte_in_a_directory_is_a_config_error_from_the_checkpointer(tmp_path):
+    (tmp_path / "c.ini").write_text(_DIRS.replace("run/meta", "run/me\x00ta") + _FTKIT)
+    r = run_python(2, _PROGRAM, "--config", "c.ini", node_size=2, cwd=tmp_path, timeout=240)
+    assert not r.timed_out and r.returncode == 0, r.stdout + r.stderr
+    lines = sorted(line for line in r.stdout.splitlines() if line.startswith("R"))
+    assert len(lines) == 2, r.stdout + r.stderr
+    for line in lines:
+        assert " error ConfigError: " in line and "meta_dir" in line and "NUL byte" in line, line
+
+
+@pytest.mark.mpi
+def test_config_warning_once_per_job_at_the_users_call(tmp_path):
+    (tmp_path / "c.ini").write_text(_DIRS + "verbosity = 3\n[advanced]\ngeneral_tag = 5\n" + _FTKIT)
+    r = run_python(4, _PROGRAM, "--config", "c.ini", node_size=2, cwd=tmp_path, timeout=240).check()
+    assert r.stdout.count("started") == 4, r.stdout + r.stderr
+    assert r.stderr.count("ConfigWarning") == 1, r.stderr   # rank 0 only, not one blob per rank
+    assert r.stderr.count("general_tag = 5") == 1, r.stderr
+    line = next(i for i, text in enumerate(_PROGRAM.read_text().splitlines(), 1) if "# USER CALL" in text)
+    assert f"{_PROGRAM}:{line}: ConfigWarning" in r.stderr, r.stderr
+    assert "src/ftkit" not in r.stderr, r.stderr

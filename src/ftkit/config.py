@@ -10,9 +10,9 @@ case-insensitive, unknown keys and sections are ignored, a repeated key keeps it
 value means the default. Where ftkit does not implement what a key asks for (``ckpt_io = 2..6``, FTI's MPI
 tags, Lustre striping, the HDF5 single-file keys...) the key is accepted and ignored. Everything ignored or
 reinterpreted is said in the :attr:`Config.notes`, issued once per configuration as one
-:class:`~ftkit.errors.ConfigWarning`. A value that cannot mean anything (an interval that is not a number, an
-``exec_id`` that is not a plain name, ``fast_forward = 20``) raises :class:`ConfigError` naming the key, the
-value and what is allowed.
+:class:`~ftkit.errors.ConfigWarning` by a job's rank 0, pointing at the user's call. A value that cannot mean
+anything (a non-numeric interval, an ``exec_id`` that is not a plain name, ``fast_forward = 20``, a NUL byte
+in a directory) raises :class:`ConfigError` naming the key, the value and what is allowed.
 
 Sections and keys (FTI's meaning and units; ftkit's own keys in ``[ftkit]``, also accepted in ``[basic]``):
 
@@ -67,19 +67,23 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from ._paths import check_plain_name
 from .config_fti import KEYS, describe, key_status, parse_entries
 from .errors import ConfigError, ConfigWarning, UnsafePathError
+from .mpienv import launch_environment
 
 __all__ = ["Config", "load_config", "KEY_SECTIONS", "node_local_default", "expand_path", "check_value"]
 
 _SPEC = {k.name: k for k in KEYS}
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 #: Section of every key ftkit reads (FTI's sections; ftkit's own keys live in ``[ftkit]``).
 KEY_SECTIONS: dict[str, str] = {k.name: k.section for k in KEYS}
 _VAR_RE = re.compile(r"\$(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -203,9 +207,9 @@ class Config:
         if ignored:
             notes.append(ignored)
         object.__setattr__(self, "notes", tuple(notes))
-        if notes:
+        if notes and _first_rank():
             warnings.warn(ConfigWarning(f"{self.source}: " + "\n  ".join(["configuration notes:", *notes])),
-                          stacklevel=3)
+                          stacklevel=_user_stacklevel())
 
     # -- construction -------------------------------------------------------------------------------------
 
@@ -311,6 +315,23 @@ class Config:
         return self.transfer_size * 2**20
 
 
+def _first_rank() -> bool:
+    """Whether this is a job's first process (or not under MPI), from the launcher's variables."""
+    return all(value == 0 for _, value, _ in launch_environment().ranks)
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning issued by this function's caller point at the first frame
+    outside ftkit (the user's ``Checkpointer(...)``, ``Config.from_file(...)``...), skipping ftkit's own
+    frames and the ``__init__`` that :mod:`dataclasses` generates."""
+    level = 1
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+                                 or frame.f_code.co_filename == "<string>"):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _default(name: str) -> Any:
     f = next(f for f in fields(Config) if f.name == name)
     return f.default_factory() if callable(f.default_factory) else f.default
@@ -399,6 +420,9 @@ def check_value(name: str, value: Any, source: str) -> Any:
     elif kind == "path":
         if not isinstance(value, str | os.PathLike) or not str(value).strip():
             raise ConfigError(f"{where} is not a directory path; allowed: {describe(_SPEC[name])}")
+        if "\x00" in str(value):  # no file system takes it: mkdir/open would raise a bare ValueError
+            raise ConfigError(f"{where} holds a NUL byte, which no path can contain: remove it (is the file "
+                              "binary or corrupted?); allowed: " + describe(_SPEC[name]))
         return expand_path(str(value).strip(), f"{source}: [{spec.section}] {spec.ini} = {str(value)!r}")
     else:
         if not isinstance(value, str):

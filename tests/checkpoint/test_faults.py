@@ -4,6 +4,7 @@ hang."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 
@@ -136,11 +137,14 @@ def test_finalize_cleans_up_or_keeps_last(tmp_path):
     write_config(d)
     run_app(d, N, "--mode", "write", "--levels", "1,4,1", "--finalize").check()
     assert not (d / "run" / "meta" / "manifest.json").exists()
+    assert not (d / "run" / "meta" / "ftkit.run").exists(), "the run is over: the next job starts a new one"
     assert not list((d / "run").rglob("*.ftk"))
     k = tmp_path / "keep"
     write_config(k, keep_last_ckpt=1)
     run_app(k, N, "--mode", "write", "--levels", "1,4,1", "--finalize").check()
     assert len(list((k / "run").rglob("*.ftk"))) == N, "keep_last_ckpt keeps exactly the last checkpoint"
+    assert (k / "run" / "meta" / "ftkit.run").read_text().strip() == \
+        json.loads((k / "run" / "meta" / "manifest.json").read_text())["exec_id"]
     r = run_app(k, N, "--mode", "recover").check()
     got = _recovered(rank_lines(r.stdout, N))
     assert all(v["id"] == "3" and v["step"] == "2" for v in got.values())

@@ -174,3 +174,19 @@ def test_heat_continues_on_fewer_ranks_bit_identical(tmp_path):
     r = run_heat(tmp_path, 4, *args).check()
     assert "from level 1 at step 21" in r.stdout, r.stdout
     assert digest_of(r.stdout) == reference
+
+
+def test_same_rank_count_new_boxes_with_a_per_rank_counter(tmp_path):
+    """Issue 30, E1: on as many ranks with a new decomposition, the arrays with a layout are resharded and
+    the one without (a per-rank counter) is read from each rank's own file; with the same boxes nothing is
+    resharded."""
+    d = tmp_path / "e1"
+    write_config(d)
+    r = _run(d, 4, "--mode", "write", "--grid", "2x2", "--levels", "1", "--counter")
+    assert r.returncode == 0 and r.stdout.count("wrote") == 4, r.stdout + r.stderr
+    same = copy_run(d, tmp_path / "same")
+    r = _run(d, 4, "--mode", "recover", "--grid", "4x1", "--split", "uneven", "--counter")
+    _recovered(r, 4, "1111", 1)
+    r = _run(same, 4, "--mode", "recover", "--grid", "2x2", "--counter")
+    for rank, (line,) in _lines(r.stdout, 4).items():
+        assert line.startswith("ok ") and line.endswith("same-count"), f"rank {rank}: {line}\n{r.stderr}"

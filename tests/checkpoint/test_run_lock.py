@@ -19,7 +19,7 @@ from ftkit.checkpoint.runlock import LOCK_NAME, STALE_AFTER_S, acquire_run_lock
 from ftkit.errors import RunLockedError
 
 from ..conftest import REPO, run_python
-from ._util import TIMEOUT, l1_file, run_app, write_config
+from ._util import TIMEOUT, l1_file, rank_lines, run_app, write_config
 
 CASES = REPO / "tests" / "programs" / "ckpt_cases.py"
 KILLED_JOB_LIMIT = 120.0  # s: hard limit for the job whose rank 0 is killed (it takes ~10 s)
@@ -99,7 +99,7 @@ def test_live_owner_on_this_host_blocks(tmp_path):
 def test_unreadable_lock_is_held_until_stale(tmp_path):
     p = tmp_path / LOCK_NAME
     p.write_bytes(b'{"host": "x", "pid"')          # an owner that died while writing it, or still writing
-    with pytest.raises(RunLockedError, match="still writing"):
+    with pytest.raises(RunLockedError, match="still writing it.*damaged|damaged.*still writing it"):
         acquire_run_lock(tmp_path, time.time())
     t = time.time() - STALE_AFTER_S - 60
     os.utime(p, (t, t))
@@ -201,9 +201,11 @@ def test_lock_of_a_killed_job_is_taken_over(tmp_path):
     assert r.stdout.count("recovered id=2") == 4 and "data=ok" in r.stdout, r.stdout + r.stderr
 
 
-def test_leftovers_of_another_job_are_named_never_the_shared_roots(tmp_path, monkeypatch):
-    """Separate meta_dirs, shared ckpt_dir/glbl_dir: the advice names only the other run's own directories."""
-    from ftkit.checkpoint.runstate import inspect_run
+def test_files_of_another_run_are_never_this_runs(tmp_path, monkeypatch):
+    """Separate meta_dirs, shared ckpt_dir/glbl_dir (issue 30, S1): another run's files neither stop a new run
+    nor become its own; only this meta_dir's own run (its marker, or the configured exec_id) found without
+    its manifest is a problem, and the advice names only that run's directories, never the shared roots."""
+    from ftkit.checkpoint.runstate import RUN_MARKER, inspect_run
     from ftkit.config import load_config
 
     monkeypatch.chdir(tmp_path)             # the config's directories are relative to the job's directory
@@ -213,7 +215,136 @@ def test_leftovers_of_another_job_are_named_never_the_shared_roots(tmp_path, mon
         p.mkdir(parents=True)
     cfg = load_config(cfg_path)
     state = inspect_run(cfg, 2, [cfg.ckpt_dir / "node0"])
-    assert state.restarted and "'other-run'" in state.problem and "missing" in state.problem
-    assert f"{cfg.glbl_dir / 'other-run'}" in state.problem and "another job" in state.problem
-    assert not re.search(rf"remove {re.escape(str(cfg.ckpt_dir))}( |$|,)", state.problem), state.problem
-    assert f"and {cfg.glbl_dir} to start fresh" not in state.problem, state.problem
+    assert not state.restarted and not state.problem and state.from_scratch, state
+    assert state.exec_id != "other-run"
+    for how in ("exec_id", "marker"):          # the run this job names as its own: a problem, named
+        if how == "exec_id":
+            cfg = load_config(cfg_path).replace(exec_id="other-run")
+        else:
+            cfg = load_config(cfg_path)
+            (cfg.meta_dir / RUN_MARKER).write_text("other-run\n")
+        state = inspect_run(cfg, 2, [cfg.ckpt_dir / "node0"])
+        assert state.restarted and "'other-run'" in state.problem and "missing" in state.problem, how
+        assert f"{cfg.glbl_dir / 'other-run'}" in state.problem, state.problem
+        assert not re.search(rf"remove {re.escape(str(cfg.ckpt_dir))}( |$|,)", state.problem), state.problem
+        assert f"and {cfg.glbl_dir} to start fresh" not in state.problem, state.problem
+
+
+def _exec_id(meta) -> str:
+    return json.loads((meta / "manifest.json").read_text())["exec_id"]
+
+
+@pytest.mark.mpi
+def test_jobs_with_their_own_meta_dir_share_ckpt_dir_and_glbl_dir(tmp_path):
+    """Issue 30, S1: job B starts beside job A's files (README: separate meta_dirs may share ckpt_dir and
+    glbl_dir); B is not refused, never adopts A's run, and each relaunch recovers its own newest checkpoint;
+    B's manifest lost, B's own files are a clear problem while A's run is untouched."""
+    shared = tmp_path / "shared"
+    jobs = {name: tmp_path / name for name in ("a", "b")}
+    for d in jobs.values():
+        write_config(d, ckpt_dir=shared / "local", glbl_dir=shared / "global", meta_dir=d / "meta")
+    r = run_app(jobs["a"], 4, "--mode", "write", "--levels", "1,4").check()
+    assert r.stdout.count("wrote id=2") == 4, r.stdout + r.stderr
+    r = run_app(jobs["b"], 4, "--mode", "write", "--levels", "4").check()
+    assert r.stdout.count("wrote id=1") == 4 and "error" not in r.stdout, r.stdout + r.stderr
+    ids = {name: _exec_id(d / "meta") for name, d in jobs.items()}
+    assert ids["a"] != ids["b"], ids
+    assert sorted(p.name for p in (shared / "global").iterdir()) == sorted(ids.values())
+    for name, newest in (("a", 2), ("b", 1)):
+        r = run_app(jobs[name], 4, "--mode", "recover").check()
+        assert r.stdout.count(f"recovered id={newest} ") == 4 and "data=BAD" not in r.stdout, r.stdout
+        assert _exec_id(jobs[name] / "meta") == ids[name]
+    (jobs["b"] / "meta" / "manifest.json").unlink()   # B's own files without its manifest: a problem
+    r = run_app(jobs["b"], 4, "--mode", "recover")
+    assert not r.timed_out
+    lines = rank_lines(r.stdout, 4)
+    assert all(f"run {ids['b']!r}" in v and "missing" in v for v in lines.values()), r.stdout
+    r = run_app(jobs["a"], 4, "--mode", "recover").check()
+    assert r.stdout.count("recovered id=2 ") == 4 and "data=BAD" not in r.stdout, r.stdout
+
+
+# -- issue 30 (L1-L3): a planted FIFO, a full disk, fields out of range ------------------------------------
+
+def _try_lock(meta: str, results) -> None:
+    try:
+        acquire_run_lock(meta, time.time()).release()
+        results.put("taken")
+    except RunLockedError as exc:
+        results.put(f"RunLockedError: {exc}")
+    except Exception as exc:  # noqa: BLE001 - the test names any other outcome
+        results.put(f"{type(exc).__name__}: {exc}")
+
+
+def _lock_attempt(meta) -> str:
+    """One acquire_run_lock in a child process, bounded: a hang is a failure, and the child is ended."""
+    ctx = mp.get_context("fork")
+    results = ctx.Queue()
+    proc = ctx.Process(target=_try_lock, args=(str(meta), results))
+    proc.start()
+    try:
+        proc.join(60)
+        assert not proc.is_alive(), "acquire_run_lock blocked (opening the lock file waited)"
+        return results.get(timeout=30)
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(30)
+
+
+def _age(path, seconds: float) -> None:
+    t = time.time() - seconds
+    os.utime(path, (t, t), follow_symlinks=False)
+
+
+def test_planted_fifo_never_blocks_and_is_damaged_until_stale(tmp_path):
+    p = tmp_path / LOCK_NAME
+    os.mkfifo(p)
+    got = _lock_attempt(tmp_path)
+    assert got.startswith("RunLockedError") and str(p) in got and "damaged" in got, got
+    assert "remove it" in got, got
+    _age(p, STALE_AFTER_S + 60)
+    assert _lock_attempt(tmp_path) == "taken"
+    assert not p.exists(), "the lock taken over was not released"
+
+
+def test_lock_created_on_a_full_disk_is_removed(tmp_path, small_disk):
+    disk = small_disk(64 * 1024)
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_CREAT | os.O_WRONLY)
+    try:
+        with pytest.raises(OSError):
+            for _ in range(1000):
+                os.write(fd, b"x" * 4096)
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError) as err:
+        acquire_run_lock(disk, time.time())
+    assert err.value.errno == 28, err.value   # ENOSPC
+    assert not (disk / LOCK_NAME).exists(), "an empty lock was left behind: the next job would be refused"
+    filler.unlink()
+    lock = acquire_run_lock(disk, time.time())   # the next job is not refused
+    assert json.loads((disk / LOCK_NAME).read_text())["token"] == lock.token
+    lock.release()
+
+
+@pytest.mark.parametrize("fields", [
+    {"pid": 99999999999999999}, {"pid": 2**31}, {"pid": True}, {"pid": "123"},
+    {"started": 1e300}, {"started": float("nan")}, {"started": float("inf")}, {"started": -5.0},
+    {"started": 10**400},
+])
+@pytest.mark.parametrize("same_host", [True, False])
+def test_fields_out_of_range_are_a_damaged_lock(tmp_path, fields, same_host):
+    d = {"host": socket.gethostname() if same_host else "node-17.example", "pid": os.getpid(),
+         "started": time.time(), "token": "t0", **fields}
+    p = tmp_path / LOCK_NAME
+    p.write_text(json.dumps(d))
+    got = _lock_attempt(tmp_path)
+    assert got.startswith("RunLockedError") and "damaged" in got and str(p) in got, got
+    _age(p, STALE_AFTER_S + 60)   # a damaged lock becomes stale like any other
+    assert _lock_attempt(tmp_path) == "taken"
+
+
+def test_heartbeat_far_in_the_future_is_silent(tmp_path):
+    p = _plant(tmp_path, "node-17.example", 4242, age_s=-(STALE_AFTER_S + 3600))
+    assert p.stat().st_mtime > time.time() + STALE_AFTER_S
+    assert _lock_attempt(tmp_path) == "taken"

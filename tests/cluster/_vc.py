@@ -112,7 +112,8 @@ def fault_and_relaunch(c: Cluster, levels: dict[str, int], fault: Callable[[Job]
     """Reference run, run faulted by ``fault(job)`` at step GATE, relaunch; return the relaunch's output.
 
     ``fault`` is called while every rank waits at the gate (checkpoints of steps < GATE committed); the gate
-    then opens and the faulted run must end without completing. The relaunch must print the reference digest (asserted here).
+    then opens and the faulted run must end without completing. The relaunch must print the reference digest
+    (asserted here).
     """
     from ..checkpoint._util import digest_of
 

@@ -7,7 +7,8 @@ allreduce it passed). ``--wait-at S --wait-for FILE``: every original rank waits
 and before the allreduce, until FILE exists (at most 120 s), so the driver can kill a rank there.
 ``--crash-at S``: every rank ends without finalize at the top of step S, after the snapshot (a relaunch
 recovers).
-``--pause S``: sleep S seconds per step. ``--nan-converges``: the test is written ``if not globalerror >= PRECISION: break``, which a NaN passes.
+``--pause S``: sleep S seconds per step. ``--nan-converges``: the test is written
+``if not globalerror >= PRECISION: break``, which a NaN passes.
 
 Output on rank 0: ``recovery dead=[..] ckpt=<id> level=<L>`` per online recovery, ``steps <k>`` (steps run
 when the loop ended), ``digest <hex>`` of the final field, and ``reference <k> <hex>``: the same loop run

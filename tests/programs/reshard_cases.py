@@ -6,6 +6,7 @@ Arrays (values are functions of the global index, so any rank can check any box)
   ``step`` int64[1], replicated (every rank protects the whole array);
   ``A``    with ``--matrix PRxPC``: a 30 x 26 block-cyclic DistributedMatrix on that grid (blocks 4 x 3);
            ``--add-matrix`` protects it only after recover() (the checkpoint read does not hold it yet).
+  ``own``  with ``--counter``: int64[2] per rank, protected without a layout (``[10 * rank + 3, 7]``).
 
 write mode:   protect, fill, one ``checkpoint(level)`` per level of ``--levels 4,3``; exit without finalize
               (the checkpoints stay).
@@ -78,6 +79,7 @@ p.add_argument("--hostile", action="store_true")
 p.add_argument("--add-matrix", action="store_true")
 p.add_argument("--subgrids", default="")
 p.add_argument("--shrink-kill", type=int, default=-1)
+p.add_argument("--counter", action="store_true")
 a = p.parse_args()
 
 ckpt = ftkit.Checkpointer(a.config, MPI.COMM_WORLD)
@@ -96,6 +98,9 @@ ckpt.protect("v", v, global_shape=(NV,), offset=(v0,))
 ckpt.protect("u", u, global_shape=SHAPE, offset=(r[0], c[0]))
 ckpt.protect("z", z, global_shape=SHAPE, offset=(r[0], c[0]))
 ckpt.protect("step", step, global_shape=(1,), offset=(0,))
+own = np.zeros(2, dtype=np.int64)
+if a.counter:
+    ckpt.protect("own", own)   # no layout: recovered from this rank's own file
 A = None
 
 
@@ -120,6 +125,7 @@ def fill() -> None:
     u[:] = u_values(r, c)
     z[:] = u_values(r, c) * (1 - 2j)
     step[0] = 17
+    own[:] = (10 * rank + 3, 7)
     if A is not None:
         A.local[:] = m_values()[np.ix_(A.global_rows(), A.global_cols())]
 
@@ -136,6 +142,8 @@ def problems() -> list[str]:
         bad.append(f"step={step[0]}")
     if A is not None and not matrix_ok(A):
         bad.append("A")
+    if a.counter and own.tolist() != [10 * rank + 3, 7]:
+        bad.append(f"own={own.tolist()}")
     return bad
 
 
@@ -176,7 +184,7 @@ if a.mode == "write":
     print(f"R{rank} wrote", flush=True)
     sys.exit(0)
 
-for arr in (v, u, z, step):
+for arr in (v, u, z, step, own):
     arr.fill(-1)
 try:
     info = ckpt.recover()

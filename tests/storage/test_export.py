@@ -11,6 +11,7 @@ copy, a truncated block store or a full disk (a real 4 MiB tmpfs) is a clear err
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -233,3 +234,110 @@ def test_small_mappings_and_slabs(tmp_path, monkeypatch):
         f.unlink()
     export_checkpoint(root, "npy", tmp_path / "b", ckpt_id=1)
     _check(lambda k: np.load(tmp_path / "b" / (k.replace("/", ".") + ".npy")), 1)
+
+
+# -- issue 30 (X1-X5): names that would overwrite each other, attributes, planted and leftover temp names ---
+
+def _named(*names_with_layout: tuple[str, bool]):
+    """arrays_of for _make_run: small arrays of the given names, with a 1-D band layout or kept per rank;
+    every element says its array, rank and checkpoint."""
+    def arrays_of(rank: int, cid: int) -> tuple[list, dict]:
+        arrays, layouts = [], {}
+        for i, (name, laid) in enumerate(names_with_layout):
+            arrays.append((name, np.arange(3, dtype=np.float64) + 100 * i + 10 * rank + cid))
+            if laid:
+                layouts[name] = Layout((12,), (Box((0,), (3 * rank,), (3,)),))
+        return arrays, layouts
+    return arrays_of
+
+
+def _global(i: int, cid: int) -> np.ndarray:
+    return np.concatenate([np.arange(3, dtype=np.float64) + 100 * i + 10 * r + cid for r in range(4)])
+
+
+def _nothing_left(where, *keep: str) -> None:
+    assert sorted(p.name for p in where.iterdir()) == sorted(keep), "a refused export must leave nothing"
+
+
+@pytest.mark.parametrize("names", [(("x", False), ("x.rank0", True)), (("a/b", True), ("a.b", True)),
+                                   (("x.rank2", True), ("x", False))])
+def test_npy_names_that_would_collide_are_refused_naming_both(tmp_path, names):
+    root = _make_run(tmp_path / "r", arrays_of=_named(*names))
+    with pytest.raises(StorageError) as err:
+        export_checkpoint(root, "npy", tmp_path / "n")
+    msg = str(err.value)
+    assert all(repr(n) in msg for n, _ in names) and "--to hdf5" in msg and "nothing was written" in msg, msg
+    _nothing_left(tmp_path, "r")
+    export_checkpoint(root, "hdf5", tmp_path / "x.h5")   # HDF5 keeps them apart, every value in its place
+    with h5py.File(tmp_path / "x.h5") as fh:
+        for i, (name, laid) in enumerate(names):
+            if laid:
+                assert np.array_equal(fh[name][()], _global(i, 2)), name
+            else:
+                for r in range(4):
+                    assert np.array_equal(fh[f"{name}/rank{r}"][()], _global(i, 2)[3 * r:3 * r + 3]), name
+
+
+@pytest.mark.parametrize("names", [(("a", True), ("a/b", True)), (("a/b", True), ("a", True)),
+                                   (("x", False), ("x/rank1", True)), (("a/b", True), ("a/b/", True)),
+                                   (("u/./v", True),)])
+def test_hdf5_names_that_would_collide_are_a_clear_error(tmp_path, names):
+    root = _make_run(tmp_path / "r", arrays_of=_named(*names))
+    with pytest.raises(StorageError) as err:   # not h5py's ValueError ("name already exists")
+        export_checkpoint(root, "hdf5", tmp_path / "o.h5")
+    msg = str(err.value)
+    assert all(repr(n) in msg for n, _ in names) and "--to npy" in msg and "nothing was written" in msg, msg
+    _nothing_left(tmp_path, "r")
+    rc = main(["export", str(root / "meta"), "--to", "hdf5", str(tmp_path / "o.h5")])
+    assert rc != 0
+    _nothing_left(tmp_path, "r")
+
+
+def test_array_names_cannot_replace_the_exports_attributes(tmp_path, capsys):
+    names = [(n, True) for n in ("checkpoint_id", "level", "nranks", "run_id", "complete_levels", "step")]
+    root = _make_run(tmp_path / "r", arrays_of=lambda rank, cid: (
+        [(n, np.array([-5 - i], np.int64)) for i, (n, _) in enumerate(names)],
+        {n: Layout((1,), (Box((0,), (0,), (1,)),)) for n, _ in names}))
+    want = {"checkpoint_id": 2, "level": 4, "nranks": 4, "run_id": "run7", "complete_levels": [1, 4]}
+    assert main(["export", str(root / "meta"), "--to", "hdf5", str(tmp_path / "o.h5")]) == 0
+    assert "exported checkpoint 2 (level 4) of run run7" in capsys.readouterr().out
+    with h5py.File(tmp_path / "o.h5") as fh:
+        got = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in fh.attrs.items()}
+        assert {k: (list(got[k]) if k == "complete_levels" else got[k]) for k in want} == want, got
+        assert list(got["step"]) == [-10], "a small replicated array is still an attribute"
+        for i, (n, _) in enumerate(names):
+            assert fh[n][()].tolist() == [-5 - i], n   # the arrays themselves are exported as datasets
+    assert main(["export", str(root / "meta"), "--to", "npy", str(tmp_path / "n")]) == 0
+    attrs = json.loads((tmp_path / "n" / "attributes.json").read_text())
+    assert {k: attrs[k] for k in want} == want and attrs["step"] == [-10], attrs
+    assert np.load(tmp_path / "n" / "run_id.npy").tolist() == [-8]
+
+
+@pytest.mark.parametrize("fmt,name", [("hdf5", "o.h5"), ("npy", "o")])
+def test_symlink_planted_at_the_temporary_name_is_never_followed(tmp_path, fmt, name):
+    root = _make_run(tmp_path / "r")
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (tmp_path / f".{name}.partial").symlink_to(victim)
+    with pytest.raises(StorageError, match=r"\.partial exists.*remove it"):
+        export_checkpoint(root, fmt, tmp_path / name)
+    assert victim.read_text() == "precious" and (tmp_path / f".{name}.partial").is_symlink()
+    assert not (tmp_path / name).exists()
+
+
+@pytest.mark.parametrize("fmt,name", [("hdf5", "o.h5"), ("npy", "o")])
+def test_leftover_of_a_killed_export_is_named_with_what_to_do(tmp_path, fmt, name):
+    root = _make_run(tmp_path / "r")
+    export_checkpoint(root, fmt, tmp_path / "whole")
+    leftover = tmp_path / f".{name}.partial"
+    leftover.mkdir()          # what an export killed in the middle leaves: its directory, part written
+    (tmp_path / "whole").rename(leftover / name)
+    with pytest.raises(StorageError) as err:
+        export_checkpoint(root, fmt, tmp_path / name)
+    msg = str(err.value)
+    assert str(leftover) in msg and "interrupted" in msg and f"rm -r '{leftover}'" in msg, msg
+    assert "disk full" not in msg, msg
+    assert (leftover / name).exists(), "the leftover is the user's to remove"
+    shutil.rmtree(leftover)
+    export_checkpoint(root, fmt, tmp_path / name)   # as the message says: removed, the export works
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["r", name])

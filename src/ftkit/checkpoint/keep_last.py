@@ -28,6 +28,7 @@ from ..storage.manifest import CheckpointEntry, manifest_path
 from ..topology import Topology
 from . import _mpi, pipeline
 from .contract import CheckpointJob, PipelineContext
+from .runstate import remove_run_marker
 
 __all__ = ["keep_last_at_l4", "remove_run"]
 
@@ -139,3 +140,4 @@ def remove_run(ctx: PipelineContext) -> None:
             manifest_path(ctx.config.meta_dir).unlink()
         except FileNotFoundError:
             pass
+        remove_run_marker(ctx.config.meta_dir)

@@ -19,12 +19,14 @@ dtypes; a mismatch anywhere raises :class:`ShapeMismatchError` on every rank wit
 *Elastic recovery*: when every rank protects every array with a global layout and the checkpoint was
 written by another rank count, or the stored layouts differ from the new ones, :func:`.reshard.restore`
 fills the new boxes from the old files instead (no chain: the old ranks' files are read where they are).
-Without layouts a rank-count change is a :class:`RecoveryError` saying how to add them.
+On as many ranks, the arrays with a layout are resharded whenever some rank's boxes changed, and the arrays
+without one (a per-rank counter) are read from each rank's own file as usual. Without layouts a rank-count
+change is a :class:`RecoveryError` saying how to add them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,8 +69,10 @@ class RecoveryInfo:
     reshard: reshard.ReshardStats | None = None
 
 
-def check_targets(header: Header, targets: Mapping[str, np.ndarray]) -> str | None:
-    """Return why ``targets`` (name → protected array) cannot receive ``header``'s sections, or None."""
+def check_targets(header: Header, targets: Mapping[str, np.ndarray],
+                  shapes_of: Collection[str] | None = None) -> str | None:
+    """Return why ``targets`` (name → protected array) cannot receive ``header``'s sections, or None;
+    ``shapes_of``: check shape and dtype of these names only (default: all; the others are resharded)."""
     stored = [s.name for s in header.sections]
     missing = [n for n in targets if n not in stored]
     extra = [n for n in stored if n not in targets]
@@ -78,6 +82,8 @@ def check_targets(header: Header, targets: Mapping[str, np.ndarray]) -> str | No
                 + (f" (not protected: {extra})" if extra else "")
                 + ": protect the same names as the run that checkpointed")
     for s in header.sections:
+        if shapes_of is not None and s.name not in shapes_of:
+            continue
         arr = targets[s.name]
         if tuple(arr.shape) != s.shape or arr.dtype.str != s.dtype:
             return (f"array {s.name!r}: the checkpoint holds shape {s.shape} dtype {s.dtype} but the "
@@ -123,13 +129,17 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
                             f"{ctx.exec_id}: nothing to recover (remove {ctx.config.meta_dir} to start "
                             "fresh)")
     skipped: list[str] = []
-    elastic = _mpi.all_true(ctx.comm, set(targets) <= set(layouts or {}), ctx.timeout, "recovery layouts")
+    lays = layouts or {}
+    protected = _mpi.allgather(ctx.comm, [sorted(targets), sorted(set(targets) & set(lays))],
+                               "recovery layouts", ctx.timeout)
+    elastic = all(set(names) <= set(laid) for names, laid in protected)
+    laid_everywhere = set.intersection(*(set(laid) for _, laid in protected))
     for entry in candidates:
         if len(entry.files) != ctx.nranks:
             if not elastic:
-                _refuse_other_count(ctx, entry, targets, layouts or {})
+                _refuse_other_count(ctx, entry, targets, lays)
             try:
-                return _restore(ctx, entry, targets, layouts or {}, skipped)
+                return _restore(ctx, entry, targets, lays, skipped)
             except reshard.MissingCopyError as exc:
                 skipped.append(str(exc))
                 continue
@@ -151,39 +161,60 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
             skipped.append(_summarise(ctx, entry, None if found.ok else reasons))
             continue
         assert found.header is not None and found.storage is not None
-        if elastic and _mpi.any_true(ctx.comm, _moved(found.header, targets, layouts or {}), ctx.timeout,
-                                     "recovery layouts"):
-            try:
-                return _restore(ctx, entry, targets, layouts or {}, skipped)
-            except reshard.MissingCopyError as exc:
-                skipped.append(str(exc))
-                continue
+        moved = _mpi.any_true(ctx.comm, _moved(found.header, targets, lays), ctx.timeout, "recovery layouts")
+        # Boxes moved on as many ranks: the arrays with a layout (on every rank) are resharded; the others
+        # still come from this rank's own file, the per-rank path.
+        per_rank = {n: a for n, a in targets.items() if not moved or n not in laid_everywhere}
+        stats = None
         try:
-            problem = check_targets(found.header, targets)
-        except DAMAGED as exc:
-            problem = f"the stored header is damaged: {exc}"
-        if not _mpi.all_true(ctx.comm, problem is None, ctx.timeout, "recovery shape check"):
-            problems = _mpi.allgather(ctx.comm, problem, "recovery shape check", ctx.timeout)
-            bad = [f"rank {r}: {p}" for r, p in enumerate(problems) if p]
-            raise ShapeMismatchError(f"cannot recover checkpoint {entry.id} into the protected arrays "
-                                     "(nothing "
-                                     "was overwritten): " + "; ".join(bad[:3]))
-        error = None
-        try:
-            found.storage.read_into(entry.id, ctx.rank, targets, found.header)
-        except ProcessFailure:
-            raise
-        except DAMAGED as exc:
-            error = str(exc)
-        if not _mpi.all_true(ctx.comm, error is None, ctx.timeout, "recovery read"):
-            errors = _mpi.allgather(ctx.comm, error, "recovery read", ctx.timeout)
-            bad = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
-            raise RecoveryError(f"checkpoint {entry.id} verified but could not be read (was it changed "
-                                "during "
-                                "recovery?): " + "; ".join(bad[:3]))
-        level = _mpi.allreduce_int(ctx.comm, found.level, "max", ctx.timeout, "recovery")
-        return RecoveryInfo(entry.id, level, found.level, tuple(skipped)), entry
+            if moved and elastic:
+                return _restore(ctx, entry, targets, lays, skipped)
+            _check_located(ctx, entry, found.header, targets, per_rank)
+            if moved:
+                stats = reshard.restore(ctx.comm, ctx.config, ctx.exec_id, entry,
+                                        {n: a for n, a in targets.items() if n not in per_rank}, lays,
+                                        partial=True)
+        except reshard.MissingCopyError as exc:
+            skipped.append(str(exc))
+            continue
+        _read_located(ctx, entry, found, per_rank)
+        used = max((found.level, *(stats.source_levels if stats else ())))
+        level = _mpi.allreduce_int(ctx.comm, used, "max", ctx.timeout, "recovery")
+        return RecoveryInfo(entry.id, level, found.level, tuple(skipped), stats), entry
     raise RecoveryError(f"no checkpoint of run {ctx.exec_id} can be recovered: " + " | ".join(skipped))
+
+
+def _check_located(ctx: PipelineContext, entry: CheckpointEntry, header: Header,
+                   targets: Mapping[str, np.ndarray], per_rank: Mapping[str, np.ndarray]) -> None:
+    """Collective: the stored names are the protected ones, and the arrays read from this rank's own file
+    (``per_rank``) have the stored shapes and dtypes; else raise on every rank, nothing overwritten."""
+    try:
+        problem = check_targets(header, targets, shapes_of=per_rank)
+    except DAMAGED as exc:
+        problem = f"the stored header is damaged: {exc}"
+    if not _mpi.all_true(ctx.comm, problem is None, ctx.timeout, "recovery shape check"):
+        problems = _mpi.allgather(ctx.comm, problem, "recovery shape check", ctx.timeout)
+        bad = [f"rank {r}: {p}" for r, p in enumerate(problems) if p]
+        raise ShapeMismatchError(f"cannot recover checkpoint {entry.id} into the protected arrays (nothing "
+                                 "was overwritten): " + "; ".join(bad[:3]))
+
+
+def _read_located(ctx: PipelineContext, entry: CheckpointEntry, found: Located,
+                  targets: Mapping[str, np.ndarray]) -> None:
+    """Collective: read ``targets`` from this rank's located file; a read error on any rank raises on all."""
+    assert found.storage is not None
+    error = None
+    try:
+        found.storage.read_into(entry.id, ctx.rank, targets, found.header)
+    except ProcessFailure:
+        raise
+    except DAMAGED as exc:
+        error = str(exc)
+    if not _mpi.all_true(ctx.comm, error is None, ctx.timeout, "recovery read"):
+        errors = _mpi.allgather(ctx.comm, error, "recovery read", ctx.timeout)
+        bad = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
+        raise RecoveryError(f"checkpoint {entry.id} verified but could not be read (was it changed during "
+                            "recovery?): " + "; ".join(bad[:3]))
 
 
 def _moved(header: Header, targets: Mapping[str, np.ndarray], layouts: Mapping[str, Layout]) -> bool:

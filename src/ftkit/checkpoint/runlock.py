@@ -14,8 +14,14 @@ A job that finds the lock held raises :class:`~ftkit.errors.RunLockedError` on e
   :data:`STALE_AFTER_S`: the pid was reused);
 * another host: the heartbeat is older than :data:`STALE_AFTER_S` seconds (so a job whose owner host
   died waits at most that long; clocks of the hosts must agree within a fraction of it);
-* a lock file that cannot be parsed (its owner died while writing it): stale once older than
-  :data:`STALE_AFTER_S`.
+* a *damaged* lock -- not a regular file (a FIFO is opened with ``O_NONBLOCK`` and never read), not JSON,
+  or fields that do not parse or are out of range (a pid outside ``1 .. 2**31 - 1``, a start time that is
+  not a finite time after the epoch): stale once its modification time is :data:`STALE_AFTER_S` old, and
+  named in the message until then.
+
+A heartbeat more than :data:`STALE_AFTER_S` in the future (a clock far off, a forged time) counts as silent.
+A lock this process created but could not write (a full disk) is removed at once, so it never blocks the
+next job.
 
 Shared file systems: ``flock``/``fcntl`` locks are not used, as they are unreliable or absent on many parallel
 and network file systems. The mechanism needs only what NFSv3+ and the usual parallel file systems provide
@@ -38,9 +44,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import math
 import os
 import secrets
 import socket
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -58,6 +66,10 @@ HEARTBEAT_S = 10.0
 #: Seconds after which the lock of an owner on another host, not heard from, is stale.
 STALE_AFTER_S = 120.0
 _MAX_LOCK_BYTES = 4096
+#: Largest pid a lock may name (pids are positive C ints; Linux caps them at 2**22).
+_MAX_PID = 2**31 - 1
+#: Latest start time a lock may name (seconds since the epoch: the year 5138, far beyond any real job).
+_MAX_STARTED = 1e11
 
 
 @dataclass(frozen=True)
@@ -78,19 +90,29 @@ class LockOwner:
 
 
 def _read_owner(path: Path) -> LockOwner | None:
-    """Parse the lock file; None if it is not a lock ftkit wrote completely. FileNotFoundError if gone."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    """Parse the lock file; None if it is damaged (not a regular file, or not a lock ftkit wrote completely,
+    with every field in range). FileNotFoundError if gone.
+
+    ``O_NONBLOCK``: opening a FIFO planted at the lock's name must not wait for a writer.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
         raw = os.read(fd, _MAX_LOCK_BYTES + 1)
     finally:
         os.close(fd)
     try:
         d = json.loads(raw.decode())
-        owner = LockOwner(str(d["host"]), int(d["pid"]), float(d["started"]), str(d["token"]), st.st_mtime)
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError, AttributeError):
+        pid, started = d["pid"], d["started"]
+        owner = LockOwner(str(d["host"]), pid, float(started), str(d["token"]), st.st_mtime)
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError, AttributeError,
+            OverflowError):
         return None
-    if len(raw) > _MAX_LOCK_BYTES or owner.pid <= 0:
+    if (len(raw) > _MAX_LOCK_BYTES or isinstance(pid, bool) or not isinstance(pid, int)
+            or not 0 < pid <= _MAX_PID or isinstance(started, bool)
+            or not (math.isfinite(owner.started) and 0 <= owner.started <= _MAX_STARTED)):
         return None
     return owner
 
@@ -105,10 +127,15 @@ def _pid_alive(pid: int) -> bool:
     return not is_zombie(pid)  # a killed owner not yet reaped holds nothing
 
 
+def _silent(mtime: float) -> bool:
+    """Whether a heartbeat at ``mtime`` is older (or further in the future) than :data:`STALE_AFTER_S`."""
+    return not abs(time.time() - mtime) <= STALE_AFTER_S   # also true for a NaN time
+
+
 def _is_stale(owner: LockOwner | None, mtime: float, host: str) -> bool:
     if owner is None:
-        return time.time() - mtime > STALE_AFTER_S
-    silent = time.time() - owner.heartbeat > STALE_AFTER_S
+        return _silent(mtime)
+    silent = _silent(owner.heartbeat)
     if owner.host == host:
         return silent or not _pid_alive(owner.pid)  # silent: the pid was reused by another process
     return silent
@@ -121,11 +148,19 @@ def _create(path: Path, body: bytes, *, sync: bool = True) -> bool:
     except FileExistsError:
         return False
     try:
-        os.write(fd, body)
+        view = memoryview(body)
+        while view:
+            view = view[os.write(fd, view):]
         if sync:
             os.fsync(fd)
-    finally:
+    except BaseException:
+        # Created but not written (a full disk): an empty lock would hold the next job off as "in use" for
+        # STALE_AFTER_S. It is ours (O_EXCL), so remove it.
         os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    os.close(fd)
     return True
 
 
@@ -200,6 +235,15 @@ def _take_over(meta_dir: Path, seen: LockOwner | None, seen_mtime: float, body: 
             takeover.unlink()
 
 
+def _damaged(path: Path, mtime: float) -> str:
+    """The holder of a damaged lock, for messages: what it may be and when it is taken over."""
+    wait = max(0.0, STALE_AFTER_S - abs(time.time() - mtime))
+    return (f"the lock file {path} is damaged -- not a regular file, or fields that do not parse or are out "
+            "of range: a job still writing it, one that died while writing it, or another program's file; "
+            f"it is taken over in {wait:.0f} s ({STALE_AFTER_S:.0f} s after its last change), or remove it "
+            "now if no job uses this meta_dir")
+
+
 def acquire_run_lock(meta_dir: Path, started: float) -> RunLock:
     """Take the run lock of ``meta_dir`` for this process (call on one rank only).
 
@@ -231,7 +275,7 @@ def acquire_run_lock(meta_dir: Path, started: float) -> RunLock:
         except FileNotFoundError:
             continue
         if not _is_stale(owner, mtime, host):
-            who = owner.describe() if owner is not None else "a job that is still writing the lock file"
+            who = owner.describe() if owner is not None else _damaged(path, mtime)
             raise RunLockedError(
                 f"meta_dir {meta_dir} is in use by another job ({who}): two jobs must not share a run's "
                 f"metadata. Wait for that job to finish, or give this job its own meta_dir (and exec_id); "

@@ -18,7 +18,7 @@ from ..errors import CheckpointError, ConfigError, RunLockedError
 from ..topology import Topology
 from . import _mpi
 from .runlock import RunLock, acquire_run_lock
-from .runstate import RunState, find_checkpoint_dirs, inspect_run, leftover_problem
+from .runstate import RunState, find_checkpoint_dirs, inspect_run, leftover_problem, write_run_marker
 
 __all__ = ["prepare_dirs", "take_run_lock", "agree_run_state"]
 
@@ -82,7 +82,9 @@ def _inspect_on_root(config: Config, nranks: int, local_dir: Path) -> list[Any]:
         if config.exec_id:
             check_plain_name(config.exec_id, f"{config.source}: exec_id")
         s = inspect_run(config, nranks, [local_dir])
-        return ["ok", s.exec_id, s.manifest_text, s.restarted, s.problem, s.fresh_manifest]
+        if s.from_scratch and not s.problem:
+            write_run_marker(Path(config.meta_dir), s.exec_id)   # before any checkpoint file of the run
+        return ["ok", s.exec_id, s.manifest_text, s.restarted, s.problem, s.fresh_manifest, s.from_scratch]
     except ConfigError as exc:
         return ["config", str(exc)]
     except Exception as exc:  # noqa: BLE001 - any failure on rank 0 must reach every rank, not hang them
@@ -94,7 +96,8 @@ def agree_run_state(config: Config, topology: Topology, comm: Any, nranks: int) 
     """Decide fresh start or restart (rank 0 reads the manifest) and agree on it (collective).
 
     Each node's local directory is visible to its own ranks only (on a real cluster), so every rank looks
-    for leftover checkpoint files in its node's directory.
+    for leftover checkpoint files of this run in its node's directory. On a fresh start rank 0 records the
+    run in ``meta_dir/ftkit.run`` (see :mod:`.runstate`).
 
     Raises
     ------
@@ -110,9 +113,12 @@ def agree_run_state(config: Config, topology: Topology, comm: Any, nranks: int) 
         raise ConfigError(str(answer[1]))
     if answer[0] != "ok":
         raise CheckpointError(f"Checkpointer start-up: {answer[1]}")
-    state = RunState(str(answer[1]), str(answer[2]), bool(answer[3]), str(answer[4]), bool(answer[5]))
-    if not state.problem and not state.restarted and state.fresh_manifest and not config.exec_id:
-        leftovers = find_checkpoint_dirs(config, None, [topology.local_dir])
+    state = RunState(str(answer[1]), str(answer[2]), bool(answer[3]), str(answer[4]), bool(answer[5]),
+                     bool(answer[6]))
+    if state.from_scratch and not state.problem:
+        # This run's files on another node (rank 0 sees only its own node's directory); other runs' files
+        # in shared directories are not looked for.
+        leftovers = find_checkpoint_dirs(config, state.exec_id, [topology.local_dir])
         found = [p for p in _mpi.allgather(comm, str(leftovers[0]) if leftovers else "", "start-up",
                                            timeout) if p]
         if found:

@@ -2,9 +2,12 @@
 
 Every array protected with a global layout becomes one dataset of its global shape (a matrix protected with
 ``protect_matrix`` is written in its own orientation, ``M x N``); an array without a layout becomes one
-dataset per rank (``name/rank<r>`` in HDF5, ``name.rank<r>.npy``). Attributes: ``checkpoint_id``, ``level``,
-``run_id``, ``nranks``, ``complete_levels``, and every replicated array of at most 16 elements (a step
-counter) under its name; with npy they go to ``attributes.json``.
+dataset per rank (``name/rank<r>`` in HDF5, ``name.rank<r>.npy``; ``/`` in a name makes HDF5 groups and
+becomes ``.`` in a file name). Two arrays that would land in one file or HDF5 path are refused before
+anything is written, naming both (see :mod:`ftkit.storage._export_out`). Attributes: ``checkpoint_id``,
+``level``, ``run_id``, ``nranks``, ``complete_levels`` (:data:`RUN_ATTRIBUTES`, which no array replaces), and
+every other replicated array of at most 16 elements (a step counter) under its name; with npy they go to
+``attributes.json``.
 
 The newest complete checkpoint is exported (or ``--id``), from the first copy of each rank's file that
 :class:`~ftkit.storage.copies.RunCopies` finds (L1, the L2 partner copy, L4 -- a differential L4 checkpoint
@@ -14,25 +17,25 @@ most ``chunk_bytes`` per slab, one row of a box at least; a box whose rows are o
 file is mapped instead, up to 64 MiB at once, and taken in 4 MiB slabs), every byte read is verified against
 its chunk digest before it is written, and slabs go to the output without another copy: ``pwrite`` at the
 place of their elements (an HDF5 dataset is contiguous with its storage allocated at creation, so its
-elements have a fixed offset in the file; ``.npy`` files are preallocated). The output is written under a
-temporary name and renamed only when complete, so a damaged checkpoint or a full disk leaves nothing behind.
+elements have a fixed offset in the file; ``.npy`` files are preallocated). The output is built inside a
+private directory ``.OUT.partial`` that the export creates (a name planted there is refused, never
+followed) and renamed only when complete, so a damaged checkpoint or a full disk leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import xxhash
 
 from ..errors import CheckpointNotFoundError, CorruptionError, FormatError, StorageError
+from ._export_out import check_names, open_writer
 from ._progress import Progress
 from ._stream import byte_view
 from .boxread import map_run, read_runs
@@ -44,12 +47,12 @@ from .locate import locate_run
 from .manifest import CheckpointEntry
 from .source import ByteSource
 
-__all__ = ["export_checkpoint"]
+__all__ = ["export_checkpoint", "RUN_ATTRIBUTES"]
 
 #: Replicated arrays up to this many elements are also written as attributes (step counters and the like).
 _ATTR_MAX = 16
-#: What a failed write of the output raises (h5py reports a full disk as OSError or RuntimeError).
-_WRITE_ERRORS = (OSError, RuntimeError)
+#: The export's own attributes: an array of one of these names is not written as an attribute.
+RUN_ATTRIBUTES = ("checkpoint_id", "level", "run_id", "nranks", "complete_levels")
 #: Largest part of a file mapped at once (bytes): a mapping costs no buffer, and fewer mappings cost less.
 _MAP_BYTES = 64 * 2**20
 #: Slabs of a mapping (bytes): each is verified and then written while it is still in the CPU cache (the
@@ -84,8 +87,9 @@ def export_checkpoint(target: str | Path, fmt: str, out: str | os.PathLike[str],
     CheckpointNotFoundError
         No manifest, no such checkpoint, or a rank's file has no verified copy.
     StorageError
-        ``out`` exists, h5py is missing, a file is damaged, or the output cannot be written (a full disk):
-        nothing is left at ``out``.
+        ``out`` exists, ``.OUT.partial`` exists (left by an interrupted export: the message says what to
+        do), two arrays would be written to one file or HDF5 path (naming both), h5py is missing, a file is
+        damaged, or the output cannot be written (a full disk): nothing is left at ``out``.
     """
     place = locate_run(target, root)
     if place is None:
@@ -104,9 +108,13 @@ def export_checkpoint(target: str | Path, fmt: str, out: str | os.PathLike[str],
     out = Path(out)
     if out.exists():
         raise StorageError(f"{out} exists: choose a new name (export never overwrites)")
-    attrs: dict[str, Any] = {"checkpoint_id": entry.id, "level": entry.level, "run_id": m.exec_id,
-                             "nranks": len(entry.files), "complete_levels": list(entry.complete_levels)}
-    writer = _open_writer(fmt, out)
+    check_names(fmt, {s.name: [s.name] if all(c.header.section(s.name).layout is not None
+                                              for c in found_copies)
+                      else [f"{s.name}/rank{r}" for r in range(len(found_copies))]
+                      for s in found_copies[0].header.sections})
+    attrs: dict[str, Any] = dict(zip(RUN_ATTRIBUTES, (entry.id, entry.level, m.exec_id, len(entry.files),
+                                                      list(entry.complete_levels)), strict=True))
+    writer = open_writer(fmt, out)
     try:
         with contextlib.ExitStack() as stack:
             files = [(stack.enter_context(copies.open(c.level, r)), c.header)
@@ -169,7 +177,8 @@ def _export_array(name: str, files: list[tuple[ByteSource, Header]], writer: Any
         region = tuple(slice(a, a + n) for a, n in zip(start, buf.shape, strict=True))
         data = np.ascontiguousarray(buf.T) if transpose else buf
         writer.write(dset, region[::-1] if transpose else region, data)
-        if lays[0].replicated and math.prod(gshape) <= _ATTR_MAX and data.dtype.kind in "biuf":
+        if (lays[0].replicated and math.prod(gshape) <= _ATTR_MAX and data.dtype.kind in "biuf"
+                and name not in RUN_ATTRIBUTES):
             attrs[name] = data.tolist()
 
 
@@ -245,184 +254,3 @@ def _copy_section(source: ByteSource, sec: Section, writer: Any, dset: Any, chun
         raise CorruptionError(f"{source.name}: checksum mismatch in section {sec.name!r} (stored {sec.xxh3}, "
                               f"computed {digest_hex(hasher)}): the file is damaged")
 
-
-def _open_writer(fmt: str, out: Path) -> Any:
-    try:
-        return _Hdf5Writer(out) if fmt == "hdf5" else _NpyWriter(out)
-    except _WRITE_ERRORS as exc:
-        raise _write_error(out, exc) from exc
-
-
-def _write_error(out: Path, exc: BaseException) -> StorageError:
-    return StorageError(f"cannot write the export to {out}: {exc} (is the disk full? nothing was left at "
-                        f"{out}; free space or choose another place)")
-
-
-class _RawDataset(NamedTuple):
-    """Where a dataset's elements lie in an output file: C order, from byte ``data_at`` of ``fd``."""
-
-    fd: int
-    data_at: int
-    shape: tuple[int, ...]
-    itemsize: int
-
-
-def _pwrite_region(dset: _RawDataset, region: tuple[slice, ...], data: np.ndarray) -> None:
-    """Write C-contiguous ``data`` at ``region`` of ``dset`` (``()``: a 0-d dataset): one ``pwrite`` per
-    contiguous run of the file, no copy.
-
-    Raises
-    ------
-    OSError
-        If a write fails (a full disk).
-    """
-    fd, data_at, shape, itemsize = dset
-    data = np.ascontiguousarray(data)
-    view = byte_view(data.reshape(-1).view(np.uint8))
-    if region and data.shape[1:] == shape[1:]:  # whole rows: one run
-        todo = [(0, region[0].start * math.prod(shape[1:]) * itemsize, len(view))]
-    elif region:
-        start = tuple(r.start for r in region)
-        zero = (0,) * len(shape)
-        runs = box_runs(Layout(shape, (Box(zero, start, data.shape),)), data.shape,
-                        Layout(shape, (Box(zero, zero, shape),)), shape, itemsize)
-        todo = list(zip(runs.src.tolist(), runs.dst.tolist(), runs.nbytes.tolist(), strict=True))
-    else:  # a 0-d array
-        todo = [(0, 0, len(view))]
-    for src, dst, n in todo:
-        done = 0
-        while done < n:
-            done += os.pwrite(fd, view[src + done:src + n], data_at + dst + done)
-
-
-class _Hdf5Writer:
-    """Datasets in one HDF5 file, written under a temporary name and renamed by :meth:`commit`.
-
-    Each dataset is created contiguous, its storage allocated at once and never filled (every element is
-    written by the export), so its elements lie at a fixed offset of the file (``get_offset``): slabs are
-    written there with ``pwrite`` through a second descriptor, as HDF5's own ``sec2`` driver would, without
-    HDF5's per-write selection work. A dataset without such an offset (a type HDF5 stores differently) is
-    written with h5py ``write_direct``.
-    """
-
-    def __init__(self, out: Path) -> None:
-        try:
-            import h5py
-        except ImportError as exc:
-            raise StorageError("export to HDF5 needs h5py: pip install 'ftkit[hdf5]' (or export --to npy)") \
-                from exc
-        self.h5py = h5py
-        self.out, self.tmp = out, out.with_name(f".{out.name}.partial")
-        self.file = h5py.File(self.tmp, "w")
-        try:
-            self.fd = os.open(self.tmp, os.O_WRONLY)
-        except OSError:
-            self.fd = -1
-            self.abort()
-            raise
-
-    def create(self, name: str, shape: tuple[int, ...], dtype: str) -> Any:
-        """A new dataset: a :class:`_RawDataset` when its elements have a fixed place, else the h5py one."""
-        h5p, h5d = self.h5py.h5p, self.h5py.h5d
-        dt = np.dtype(dtype)
-        dcpl = h5p.create(h5p.DATASET_CREATE)
-        dcpl.set_layout(h5d.CONTIGUOUS)
-        dcpl.set_alloc_time(h5d.ALLOC_TIME_EARLY)
-        dcpl.set_fill_time(h5d.FILL_TIME_NEVER)
-        try:
-            dset = self.file.create_dataset(name, shape=shape, dtype=dt, dcpl=dcpl)
-        except _WRITE_ERRORS as exc:
-            raise _write_error(self.out, exc) from exc
-        at = dset.id.get_offset()
-        if at is None or dset.dtype != dt or dset.id.get_type().get_size() != dt.itemsize:
-            return dset
-        return _RawDataset(self.fd, at, tuple(shape), dt.itemsize)
-
-    def write(self, dset: Any, region: tuple[slice, ...], data: np.ndarray) -> None:
-        """Write C-contiguous ``data`` at ``region`` of ``dset`` (no intermediate copy)."""
-        try:
-            if isinstance(dset, _RawDataset):
-                _pwrite_region(dset, region, data)
-            elif region:
-                dset.write_direct(data, dest_sel=region)
-            else:
-                dset[()] = data
-        except _WRITE_ERRORS as exc:
-            raise _write_error(self.out, exc) from exc
-
-    def commit(self, attrs: dict[str, Any]) -> None:
-        try:
-            self._close_fd()
-            for k, v in attrs.items():
-                self.file.attrs[k] = v
-            self.file.close()
-        except _WRITE_ERRORS as exc:
-            raise _write_error(self.out, exc) from exc
-        os.replace(self.tmp, self.out)
-
-    def _close_fd(self) -> None:
-        if self.fd >= 0:
-            fd, self.fd = self.fd, -1
-            os.close(fd)
-
-    def abort(self) -> None:
-        with contextlib.suppress(OSError):
-            self._close_fd()
-        with contextlib.suppress(Exception):
-            self.file.close()
-        with contextlib.suppress(OSError):
-            self.tmp.unlink()
-
-
-class _NpyWriter:
-    """One ``.npy`` file per dataset (``/`` in a name becomes ``.``) in a new directory, plus
-    ``attributes.json``; the directory is renamed into place by :meth:`commit`. Each file is preallocated
-    when created (a full disk fails there) and written with ``pwrite``."""
-
-    def __init__(self, out: Path) -> None:
-        self.out, self.tmp = out, out.with_name(f".{out.name}.partial")
-        self.tmp.mkdir(parents=True)
-        self.fds: list[int] = []
-
-    def create(self, name: str, shape: tuple[int, ...], dtype: str) -> _RawDataset:
-        path = self.tmp / (name.replace("/", ".") + ".npy")
-        dt = np.dtype(dtype)
-        try:
-            with open(path, "wb") as f:
-                np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(dt),
-                                                         "fortran_order": False, "shape": tuple(shape)})
-                data_at = f.tell()
-            fd = os.open(path, os.O_WRONLY)
-            self.fds.append(fd)
-            size = data_at + math.prod(shape) * dt.itemsize
-            os.posix_fallocate(fd, 0, size)
-        except _WRITE_ERRORS as exc:
-            raise _write_error(self.out, exc) from exc
-        return _RawDataset(fd, data_at, tuple(shape), dt.itemsize)
-
-    def write(self, dset: _RawDataset, region: tuple[slice, ...], data: np.ndarray) -> None:
-        """Write C-contiguous ``data`` at ``region`` of ``dset`` (see :func:`_pwrite_region`)."""
-        try:
-            _pwrite_region(dset, region, data)
-        except _WRITE_ERRORS as exc:
-            raise _write_error(self.out, exc) from exc
-
-    def commit(self, attrs: dict[str, Any]) -> None:
-        try:
-            for fd in self.fds:
-                os.fsync(fd)
-            self._close()
-            (self.tmp / "attributes.json").write_text(json.dumps(attrs, indent=1, sort_keys=True) + "\n")
-        except _WRITE_ERRORS as exc:
-            raise _write_error(self.out, exc) from exc
-        os.replace(self.tmp, self.out)
-
-    def _close(self) -> None:
-        for fd in self.fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self.fds.clear()
-
-    def abort(self) -> None:
-        self._close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
