@@ -3,10 +3,11 @@
 :func:`resilient_pdgemm` runs SUMMA with a failure-aware panel exchange and proceeds in four phases.
 
 1. **Protect.** Every process saves its aligned local operands (its rows of op(A), its columns of op(B))
-   and its
-   whole local C (after the ``beta`` scaling) in an :class:`~ftkit.storage.inputs.InputStore` every rank
-   can read
-   (a directory on the shared file system: the checkpoint L4 level), then all synchronize with a deadline.
+   and its whole local C (as it was on entry) in an :class:`~ftkit.storage.inputs.InputStore` every rank
+   can read (a directory on the shared file system: the checkpoint L4 level), then all synchronize with a
+   deadline. The grid's failure detector is set up between the two, once per grid (later calls reuse it):
+   after the saves, so a process killed during the set-up has saved its inputs, and the set-up survives
+   its death (the survivors start with it dead; :mod:`ftkit.linalg.protected`).
 2. **Iterate.** SUMMA panels (or Cannon's neighbour shifts, ``algorithm="cannon"``) travel point to point
    with a deadline (:class:`~ftkit.failure.FailureDetector`). A process that dies (ULFM reports it) or misses
    the deadline is declared dead; everyone is told, stops talking to it, and from then on takes its share of
@@ -90,10 +91,12 @@ from .matrix import DistributedMatrix
 from .pblas import _scale, check_gemm_args, check_width
 from .protected import (
     ProtectedOperands,
+    call_name,
     check_algorithm,
     detector_for,
     forget_detector,
     operands_key,
+    reusable_detector,
     save_failed,
 )
 
@@ -194,19 +197,24 @@ def resilient_pdgemm(
     # set-up already uses ULFM's agreement) and before anything is saved.
     if grid.size > 1:  # a single process has no peer whose failure it would have to survive
         require_ulfm(grid.comm, "resilient_pdgemm")
-    det = detector or detector_for(grid, timeout)
     where = (protected.store if protected is not None
-             else open_store(store, rank=det.rank, nranks=grid.size))  # type: ignore[arg-type]  # fmt: skip
-    prefix = f"pdgemm-{det.call_id()}"
+             else open_store(store, rank=grid.rank, nranks=grid.size))  # type: ignore[arg-type]  # fmt: skip
+    prefix = call_name(grid, "pdgemm")
     ops_prefix = protected.prefix if protected is not None else prefix
-    call = ResilientCall(ta, tb, m, n, k, alpha, beta, C, ic, jc, det, where, prefix,
+    call = ResilientCall(ta, tb, m, n, k, alpha, beta, C, ic, jc, where, prefix,
                  {"a": ops_prefix, "b": ops_prefix, "c": prefix}, algorithm, width, on_step,
                  C.row_map(ic, m), C.col_map(jc, n))  # fmt: skip
+    det = detector or reusable_detector(grid, timeout)
     if call.multiply:
-        _take_operands(call, protected, A, ia, ja, B, ib, jb)
+        _take_operands(call, protected, A, ia, ja, B, ib, jb, det)
 
     t0 = time.perf_counter()
-    exchange, lost_any = _protect(call)
+    _save(call)
+    if det is None:  # the grid's first call: set the detector up now that the inputs are saved
+        at_stage("setup")
+        det = detector_for(grid, timeout)
+    call.det = det
+    exchange, lost_any = _synchronize(call)
     t1 = time.perf_counter()
     own = _iterate(call, exchange) if not lost_any and not det.fenced else None
     t2 = time.perf_counter()
@@ -244,7 +252,7 @@ def _check_state_table(grid: ProcessGrid) -> None:
 
 
 def _take_operands(call: ResilientCall, protected: ProtectedOperands | None, A: DistributedMatrix, ia: int,
-                   ja: int, B: DistributedMatrix, ib: int, jb: int) -> None:
+                   ja: int, B: DistributedMatrix, ib: int, jb: int, det: FailureDetector | None) -> None:
     """Set ``call.ops``: the protected operands themselves, or A and B aligned now (collective).
 
     The redistribution is a plain collective on the grid: a process that dies in it can leave it completed
@@ -261,7 +269,8 @@ def _take_operands(call: ResilientCall, protected: ProtectedOperands | None, A: 
                                         same_kmap=call.algorithm == "cannon")  # fmt: skip
         except MPI.Exception:  # ULFM reports a peer's death here as MPI_ERR_PROC_FAILED or MPI_ERR_OTHER
             revoke(call.grid.comm)  # a live peer still inside the redistribution must not wait for this one
-            call.det.check_failures()
+            if det is not None:  # else the detector's set-up, which comes later, finds the dead
+                det.check_failures()
             call.lost = True
             return
     grid, ops = call.grid, call.ops
@@ -271,17 +280,13 @@ def _take_operands(call: ResilientCall, protected: ProtectedOperands | None, A: 
         call.shapes[("b", r)] = (ops.kb.count(p), ops.ccols.count(q))
 
 
-def _protect(call: ResilientCall) -> tuple[FailureAwareExchange, bool]:
-    """Phase 1: save this process's inputs, then synchronize with a deadline.
-
-    Returns the failure-aware exchange for the next phases and whether some process has no operands
-    (``lost``: the same answer on every live process, which then all skip the iterate phase).
-    """
-    grid, det, where = call.grid, call.det, call.where
+def _save(call: ResilientCall) -> None:
+    """Phase 1, first half: save this process's inputs (local; a failure to save is said at the barrier)."""
+    grid, where = call.grid, call.where
     d = call.C.desc
     for r in range(grid.size):
         call.shapes[("c", r)] = d.local_shape(*grid.coords(r), grid.nprow, grid.npcol)
-    me = det.rank
+    me = grid.rank
     try:
         if call.save_c:
             where.save(f"{call.prefix}/c.{me}", call.C.local)
@@ -290,6 +295,16 @@ def _protect(call: ResilientCall) -> tuple[FailureAwareExchange, bool]:
             where.save(f"{call.prefix}/b.{me}", np.asfortranarray(call.ops.b))
     except StorageError as exc:  # e.g. a full disk: said at the barrier, raised alike everywhere later
         call.store_errno = exc.errno or getattr(exc.__cause__, "errno", None) or 0
+
+
+def _synchronize(call: ResilientCall) -> tuple[FailureAwareExchange, bool]:
+    """Phase 1, second half: synchronize with a deadline, so everyone's pieces are readable before anyone
+    can need them.
+
+    Returns the failure-aware exchange for the next phases and whether some process has no operands
+    (``lost``: the same answer on every live process, which then all skip the iterate phase).
+    """
+    grid, det, where = call.grid, call.det, call.where
     exchange = FailureAwareExchange(det, grid, where, call.prefixes, call.shapes, call.on_step)
     bad = call.lost or call.store_errno is not None
     lost_any = bad
