@@ -1,5 +1,5 @@
-"""The state one :func:`~ftkit.linalg.resilient.resilient_pdgemm` call shares between its phases, its
-result type and its phase timer."""
+"""The state one failure-tolerant call (:func:`~ftkit.linalg.resilient.resilient_call`) shares between its
+phases, its result type and its phase timer."""
 
 from __future__ import annotations
 
@@ -99,6 +99,7 @@ class ResilientCall:
     lost: bool = False  # a failure interrupted the redistribution of this process's operands
     store_errno: int | None = None  # saving this process's inputs failed (0: no errno)
     shapes: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    routine: str = "PDGEMM"  # the PBLAS routine whose form this call runs (for its errors)
     #: Set once the inputs are saved: the detector is set up after them (a death in its set-up is survived).
     det: FailureDetector = field(init=False)
 
