@@ -84,7 +84,7 @@ def test_kill_in_the_call_s_detector_set_up_is_survived(tmp_path, grid, victim):
     res = campaign.run_trial(trial, tmp_path, TRIAL_TIMEOUT)
     assert res.outcome == "exact", f"{trial}: {res.outcome}: {res.detail}"
     assert f"failed=[{victim}]" in res.detail, res.detail
-    assert res.phase == "setup"
+    assert res.phase in ("entry", "setup")  # as rank 0 saw it: the victim may reach the set-up before it
 
 
 @pytest.mark.parametrize("grid", ["2x3", "3x1"])

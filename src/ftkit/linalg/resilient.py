@@ -191,6 +191,7 @@ def resilient_pdsymm(
     *,
     store: InputStore | str,
     timeout: float | None = None,
+    width: int | None = None,
     detector: FailureDetector | None = None,
     on_step: Callable[[int], None] | None = None,
     stats: dict[str, float] | None = None,
@@ -213,6 +214,7 @@ def resilient_pdsymm(
     """
     side, uplo, m, n, alpha, ia, ja, ib, jb, beta, ic, jc, na = check_symm_args(
         "PDSYMM", side, uplo, m, n, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
+    check_width("PDSYMM", width)
     if isinstance(store, ProtectedOperands):
         raise PBLASArgumentError("PDSYMM", 18, "store= must be an input store or a directory: operands "
                                  "protected with protect_operands() serve resilient_pdgemm only")  # fmt: skip
@@ -222,4 +224,5 @@ def resilient_pdsymm(
         return (W, ia, ja, B, ib, jb) if side == "L" else (B, ib, jb, W, ia, ja)
 
     form = ProductForm("PDSYMM", "N", "N", m, n, na, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, prepare)
-    return resilient_call(form, store=store, timeout=timeout, detector=detector, on_step=on_step, stats=stats)
+    return resilient_call(form, store=store, timeout=timeout, width=width, detector=detector, on_step=on_step,
+                          stats=stats)  # fmt: skip
