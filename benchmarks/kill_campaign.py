@@ -1,14 +1,22 @@
 """Random kill campaign for resilient_pdgemm: a random rank SIGKILLed from outside at a random moment.
 
 usage: python benchmarks/kill_campaign.py [--trials 200] [--seed 1] [--out results.jsonl] [--timeout 120]
-       [--grids 3x2,2x3] [--max-delay S]
+       [--grids 3x2,2x3] [--max-delay S] [--setup in-call] [--modes store,protect] [--betas 0,0.5]
 
 Each trial is one MPI job (``tests/programs/linalg_kill_trial.py``) with a random grid (1x3, 3x1, 2x2, 2x3,
-3x2, 3x3, in turn), transpositions, ``beta`` (zero or not) and store (a directory, or operands saved
-beforehand with ``protect_operands``). The driver waits until the job is about to set up its failure
+3x2, 3x3, in turn; ``--grids`` also takes 1x4, 4x1, 2x4 and other non-square shapes up to 8 ranks),
+transpositions, ``beta`` (zero or not) and store (a directory, or operands saved beforehand with
+``protect_operands``). The driver waits until the job is about to set up its failure
 detector, sleeps a random delay and SIGKILLs a random rank by PID. The delay is uniform in [0, d], where d
 is how long the whole call (set-up, protect, multiply, settle-up) took on that grid in a failure-free warm-up
 trial, so that most kills land inside the call (``--max-delay`` instead fixes d and skips the warm-up).
+
+``--setup in-call`` (issue 33: a kill at *any* moment of a call) times the kill from the moment
+``resilient_pdgemm`` is called instead: nothing builds the failure detector beforehand, so in ``store`` mode
+the call itself sets it up (after saving its inputs), and in ``protect`` mode ``protect_operands`` did (before
+the window). Early kills: ``--setup in-call --max-delay 0.4``. A kill before the victim saved its inputs
+(the first milliseconds of a ``store``-mode call, or of a ``beta != 0`` call, which saves C) cannot be
+survived: nothing holds the victim's data; such trials end in ``failure`` with phase ``entry``.
 Outcomes:
 
 ``exact``
@@ -25,6 +33,7 @@ Outcomes:
 
 ``wrong`` and ``hang`` are failures of ftkit. Each trial also records the phase the kill landed in, as rank
 0 saw it (:data:`PHASES`): ``setup`` (the failure detector's), ``protect`` (saving the operands),
+``entry`` (the call, before its detector set-up and steps: saving its inputs; ``--setup in-call`` only),
 ``multiply`` (the steps), ``settle`` (agreement, repair, recomputation), ``after`` (the call had returned
 on rank 0), ``none`` (the job ended before the kill). Prints one line per trial, tables per grid and per
 phase, and one JSON line.
@@ -53,7 +62,7 @@ PROGRAM = Path(__file__).resolve().parents[1] / "tests" / "programs" / "linalg_k
 GRIDS = ("1x3", "3x1", "2x2", "2x3", "3x2", "3x3")
 TRANS = ("NN", "NT", "TN", "TT")
 OUTCOMES = ("exact", "failure", "late", "wrong", "hang")
-PHASES = ("setup", "protect", "multiply", "settle", "after", "none")
+PHASES = ("setup", "protect", "entry", "multiply", "settle", "after", "none")
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,7 @@ class Trial:
     step_pause: float = 0.02
     start_at_step: bool = False
     hold: str | None = None  # "setup"/"multiply": the victim stops just before it and waits to be killed
+    setup: str = "before"  # "in-call": no detector built beforehand; the kill is timed from the call's start
 
     @property
     def nprocs(self) -> int:
@@ -88,12 +98,13 @@ class TrialResult:
     phase: str
 
 
-def draw_trial(rng: random.Random, grid: str | None = None, max_delay: float = 1.5) -> Trial:
+def draw_trial(rng: random.Random, grid: str | None = None, max_delay: float = 1.5, *, setup: str = "before",
+               modes: tuple[str, ...] = ("store", "protect"), betas: tuple[float, ...] = (0.0, 0.5)) -> Trial:
     """Return a random trial (on ``grid`` if given) with a kill delay uniform in [0, ``max_delay``] s."""
     grid = grid or rng.choice(GRIDS)
     p, q = (int(x) for x in grid.split("x"))
-    return Trial(grid, rng.choice(TRANS), rng.choice((0.0, 0.5)), rng.choice(("store", "protect")),
-                 rng.randrange(p * q), round(rng.uniform(0.0, max_delay), 3))  # fmt: skip
+    return Trial(grid, rng.choice(TRANS), rng.choice(betas), rng.choice(modes),
+                 rng.randrange(p * q), round(rng.uniform(0.0, max_delay), 3), setup=setup)  # fmt: skip
 
 
 def _killer(workdir: Path, victim: int, delay: float, job_over: threading.Event,
@@ -132,7 +143,7 @@ def kill_phase(marks: list[tuple[str, float]], killed_at: float | None) -> str:
     """
     if killed_at is None:
         return "none"
-    phase_of = {"setup": "setup", "protect": "protect", "returned": "after"}
+    phase_of = {"setup": "setup", "protect": "protect", "call": "entry", "returned": "after"}
     starts = [(phase_of[name], when) for name, when in marks if name in phase_of]
     steps = [when for name, when in marks if name == "step"]
     if steps:
@@ -217,7 +228,8 @@ def run_trial(trial: Trial, workdir: Path, timeout: float, *, kill: bool = True)
         killer.start()
     args = ["--grid", trial.grid, "--n", str(trial.n), "--nb", str(trial.nb), "--trans", trial.trans,
             "--beta", str(trial.beta), "--mode", trial.mode, "--step-pause", str(trial.step_pause),
-            "--dir", str(workdir)] + (["--start-at-step"] if trial.start_at_step else []) \
+            "--dir", str(workdir), "--setup", trial.setup] \
+        + (["--start-at-step"] if trial.start_at_step else []) \
         + (["--hold-rank", str(trial.victim), "--hold-at", trial.hold] if trial.hold else [])  # fmt: skip
     try:
         r = run_mpi(trial.nprocs, [sys.executable, str(PROGRAM), *args], timeout=timeout)
@@ -232,7 +244,7 @@ def run_trial(trial: Trial, workdir: Path, timeout: float, *, kill: bool = True)
     return TrialResult(outcome, detail, r.elapsed, phase)
 
 
-def call_duration(grid: str, timeout: float) -> float:
+def call_duration(grid: str, timeout: float, setup: str = "before") -> float:
     """Seconds from ``started`` to rank 0's return in a failure-free trial on ``grid`` (a warm-up).
 
     Raises
@@ -240,7 +252,7 @@ def call_duration(grid: str, timeout: float) -> float:
     RuntimeError
         If the failure-free trial does not give the exact product.
     """
-    trial = Trial(grid, "TN", 0.5, "protect", 0, 0.0)
+    trial = Trial(grid, "TN", 0.5, "protect", 0, 0.0, setup=setup)
     with tempfile.TemporaryDirectory(prefix="ftkit-warmup-") as tmp:
         res = run_trial(trial, Path(tmp), timeout, kill=False)
         if res.outcome != "exact":
@@ -266,13 +278,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grids", default=",".join(GRIDS), help="comma-separated grids, taken in turn")
     ap.add_argument("--max-delay", type=float, default=None,
                     help="kill delays uniform in [0, this] s (default: each grid's measured call duration)")
+    ap.add_argument("--setup", choices=("before", "in-call"), default="before",
+                    help="in-call: no detector built beforehand, kills timed from the call's start")
+    ap.add_argument("--modes", default="store,protect", help="store modes drawn from (store, protect)")
+    ap.add_argument("--betas", default="0,0.5", help="beta values drawn from")
     ap.add_argument("--out", type=Path, default=None, help="append one JSON line per trial here")
     args = ap.parse_args(argv)
     grids = args.grids.split(",")
     rng = random.Random(args.seed)
     t_start = time.monotonic()
     if args.max_delay is None:
-        durations = {g: round(call_duration(g, args.timeout), 3) for g in grids}
+        durations = {g: round(call_duration(g, args.timeout, args.setup), 3) for g in grids}
     else:
         durations = dict.fromkeys(grids, args.max_delay)
     print(f"kill delays uniform in [0, d] s, d per grid: {durations}", flush=True)
@@ -280,12 +296,14 @@ def main(argv: list[str] | None = None) -> int:
     by_phase: dict[str, Counter[str]] = {p: Counter() for p in PHASES}
     for i in range(args.trials):
         grid = grids[i % len(grids)]
-        trial = draw_trial(rng, grid, durations[grid])
+        trial = draw_trial(rng, grid, durations[grid], setup=args.setup, modes=tuple(args.modes.split(",")),
+                           betas=tuple(float(b) for b in args.betas.split(",")))  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="ftkit-kill-") as tmp:
             res = run_trial(trial, Path(tmp), args.timeout)
         counts[grid][res.outcome] += 1
         by_phase[res.phase][res.outcome] += 1
-        print(f"trial {i} {trial.grid} {trial.trans} beta={trial.beta} {trial.mode} victim={trial.victim} "
+        print(f"trial {i} {trial.grid} {trial.trans} beta={trial.beta} {trial.mode} {trial.setup} "
+              f"victim={trial.victim} "
               f"delay={trial.delay:.3f}s phase={res.phase} -> {res.outcome} ({res.seconds:.1f}s): "
               f"{res.detail}", flush=True)  # fmt: skip
         if args.out is not None:

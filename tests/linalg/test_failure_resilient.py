@@ -20,6 +20,7 @@ JOB_TIMEOUT = 150  # s, hard limit per job (9 ranks on 2 shared cores are slow)
 GRIDS = {
     "2x2": (4, ["--grid", "2x2", "--n", "48", "--nb", "8"], 6),
     "3x3": (9, ["--grid", "3x3", "--n", "36", "--nb", "4"], 9),
+    "2x3": (6, ["--grid", "2x3", "--n", "48", "--nb", "8"], 6),
 }
 
 pytestmark = pytest.mark.mpi
@@ -255,3 +256,18 @@ def test_an_error_of_a_survivor_s_own_while_recomputing_leaves_nobody_waiting(tm
     lines = re.findall(r"ABFTERROR rank=(\d+) msg=(.*)", r.stdout)
     assert sorted(int(rank) for rank, _ in lines) == [0, 3] and len({m for _, m in lines}) == 1, out
     assert "STATE" not in r.stdout, out
+
+
+@pytest.mark.parametrize("side,uplo,victim,when", [("L", "U", 4, "middle"), ("R", "L", 0, "first")])
+def test_resilient_pdsymm_survives_a_kill_on_a_nonsquare_grid(tmp_path, side, uplo, victim, when):
+    # Issue 33: resilient_pdsymm runs the same scheme through resilient_call (its ProductForm builds the
+    # symmetric matrix from the uplo triangle first). The other triangle of A is random, not symmetric: a
+    # result that read it would not match.
+    r = _run(tmp_path, "2x3", "--routine", "symm", "--side", side, "--uplo", uplo, "--kill-rank", str(victim),
+             "--kill-step", str(_step("2x3", when)))
+    _check_survived(r, 6, [victim])
+
+
+def test_resilient_pdsymm_without_failures_is_the_symmetric_product(tmp_path):
+    r = _run(tmp_path, "2x3", "--routine", "symm", "--side", "R", "--uplo", "U")
+    _check_survived(r, 6, [])

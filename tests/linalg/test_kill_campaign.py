@@ -72,6 +72,32 @@ def test_defect1_nonsquare_grid_kill_in_the_first_steps_gives_the_exact_product(
     assert "failed=[4]" in res.detail, res.detail
 
 
+@pytest.mark.parametrize("grid,victim", [("2x3", 0), ("3x2", 4)])
+def test_kill_in_the_call_s_detector_set_up_is_survived(tmp_path, grid, victim):
+    # Issue 33: the grid's first resilient_pdgemm call sets up the failure detector (store mode, nothing
+    # built beforehand); the victim stops in the call as it reaches the set-up and is SIGKILLed from outside
+    # while the others are in it. The set-up came before the inputs were saved and did not survive a death:
+    # every survivor raised "ProcessFailure: ... nothing was computed". Now the victim saved its inputs
+    # first, the set-up survives its death (rank 0 too, whose token the others used to take), and the
+    # survivors return the exact product, beta != 0 included.
+    trial = campaign.Trial(grid, "NN", 0.5, "store", victim, 0.0, hold="setup", setup="in-call")
+    res = campaign.run_trial(trial, tmp_path, TRIAL_TIMEOUT)
+    assert res.outcome == "exact", f"{trial}: {res.outcome}: {res.detail}"
+    assert f"failed=[{victim}]" in res.detail, res.detail
+    assert res.phase in ("entry", "setup")  # as rank 0 saw it: the victim may reach the set-up before it
+
+
+@pytest.mark.parametrize("grid", ["2x3", "3x1"])
+def test_random_early_kill_in_the_call_ends_exact_or_in_one_process_failure(tmp_path, grid):
+    # Issue 33: kills at random moments of the first 0.4 s of the grid's first call (detector set-up
+    # included). A kill before the victim saved its inputs ends in the same ProcessFailure everywhere (nothing
+    # holds its data); any other ends with the exact product. Never a wrong product, never a hang.
+    trial = campaign.draw_trial(random.Random(f"ftkit-early-{grid}"), grid, max_delay=0.4, setup="in-call",
+                                modes=("store",))  # fmt: skip
+    res = campaign.run_trial(trial, tmp_path, TRIAL_TIMEOUT)
+    assert res.outcome in ("exact", "failure", "late"), f"{trial}: {res.outcome}: {res.detail}"
+
+
 def test_kill_phase_is_read_from_rank_0s_marks():
     # the phase table of the campaign report: marks as the trial program writes them (no MPI)
     marks = [("setup", 10.0), ("protect", 10.2), ("step", 10.5), ("step", 10.6), ("step", 10.7),
@@ -81,3 +107,6 @@ def test_kill_phase_is_read_from_rank_0s_marks():
     assert [phase(marks, t) for t in (9.9, 10.1, 10.3, 10.55, 10.75, 10.9, 11.5)] == \
         ["setup", "setup", "protect", "multiply", "multiply", "settle", "after"]  # fmt: skip
     assert phase(marks[:4], 10.58) == "multiply"  # rank 0 itself was killed in its second step
+    # --setup in-call: the call's start, then the detector's set-up inside it
+    in_call = [("protect", 10.0), ("call", 10.2), ("setup", 10.3), ("step", 10.5), ("step", 10.6)]
+    assert [phase(in_call, t) for t in (10.25, 10.4, 10.55)] == ["entry", "setup", "multiply"]

@@ -19,7 +19,7 @@ from ftkit import inject
 from ftkit.errors import ABFTError, ProcessFailure, StorageError
 from ftkit.failure import Fenced, exit_without_finalize, load_state_table, persist_state_table
 from ftkit.linalg import DistributedMatrix, ProcessGrid, _resilient_call, pdgemm
-from ftkit.linalg.resilient import resilient_pdgemm
+from ftkit.linalg.resilient import resilient_pdgemm, resilient_pdsymm
 
 p = argparse.ArgumentParser()
 p.add_argument("--grid", default="2x2")
@@ -53,6 +53,10 @@ p.add_argument("--hook-error", action="store_true", help="at --hook-stage, raise
 p.add_argument("--error-rank", type=int, default=-1, help="this rank raises its own error at --error-step, "
                "then stays alive until the survivors are done (at most 60 s)")
 p.add_argument("--error-step", type=int, default=-1)
+p.add_argument("--routine", choices=["gemm", "symm"], default="gemm",
+               help="symm: resilient_pdsymm with --side, --uplo (A symmetric from its --uplo triangle)")
+p.add_argument("--side", default="L")
+p.add_argument("--uplo", default="U")
 p.add_argument("--store", default=None, help="the store directory (default <dir>/store)")
 p.add_argument("--dir", required=True)
 a = p.parse_args()
@@ -129,6 +133,9 @@ try:
                                    algorithm=a.algorithm)  # fmt: skip
         if not res.failed_ranks:
             ops.release()
+    elif a.routine == "symm":
+        res = resilient_pdsymm(a.side, a.uplo, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0, store=STORE,
+                               timeout=a.timeout, width=nb, on_step=on_step)  # fmt: skip
     else:
         res = resilient_pdgemm(a.trans[0], a.trans[1], n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0,
                                store=STORE, timeout=a.timeout, width=nb, on_step=on_step,
@@ -173,6 +180,10 @@ got = res.C.to_global(root=0)
 if res.comm.Get_rank() == 0:
     opa = a_g.T if a.trans[0] != "N" else a_g
     opb = b_g.T if a.trans[1] != "N" else b_g
+    if a.routine == "symm":  # only the uplo triangle of A is the matrix; the other one must not be read
+        tri = np.triu(a_g) if a.uplo == "U" else np.tril(a_g)
+        sym = tri + tri.T - np.diag(np.diag(a_g))
+        opa, opb = (sym, b_g) if a.side == "L" else (b_g, sym)
     ref = a.alpha * opa @ opb + a.beta * c_g
     err = float(np.abs(got - ref).max())
     tol = 1e-12 * n * max(1.0, float(np.abs(ref).max()))

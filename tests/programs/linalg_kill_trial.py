@@ -12,6 +12,12 @@ rank writes ``started`` and sleeps until it is killed, just before the set-up or
 Prints, per surviving rank, one of ``DONE rank=.. failed=[..]`` (a result was returned, and
 ``<dir>/out.<rank>.npz`` holds this rank's piece of it: global rows, global columns, values, failed ranks),
 ``PROCESSFAILURE rank=.. failed_ranks=[..]`` or ``FENCED rank=..``.
+
+``--setup in-call`` (issue 33) measures a kill at any moment of the call itself: nothing builds the detector
+beforehand (in ``--mode protect``, ``protect_operands`` does, and the call reuses it), ``started`` is written
+just before ``resilient_pdgemm`` is called, and rank 0 marks ``call`` there and ``setup`` when the call
+reaches the detector's set-up (the ``"setup"`` stage of :data:`ftkit.linalg._resilient_call.fault_hook`);
+``--hold-at setup`` then holds the victim at that stage, inside the call, after it saved its inputs.
 The driver (``benchmarks/kill_campaign.py``) assembles the pieces and compares them with numpy.
 """
 
@@ -27,7 +33,7 @@ from mpi4py import MPI
 
 from ftkit.errors import ProcessFailure
 from ftkit.failure import Fenced, exit_without_finalize
-from ftkit.linalg import DistributedMatrix, ProcessGrid
+from ftkit.linalg import DistributedMatrix, ProcessGrid, _resilient_call
 from ftkit.linalg.protected import detector_for, protect_operands
 from ftkit.linalg.resilient import resilient_pdgemm
 
@@ -45,6 +51,8 @@ p.add_argument("--start-at-step", action="store_true",
 p.add_argument("--hold-rank", type=int, default=-1,
                help="this rank writes <dir>/started at --hold-at and sleeps until it is killed")
 p.add_argument("--hold-at", choices=["setup", "multiply"], default="multiply")
+p.add_argument("--setup", choices=["before", "in-call"], default="before",
+               help="build the failure detector before protecting and multiplying, or leave it to the calls")
 p.add_argument("--timeout", type=float, default=None)
 p.add_argument("--dir", required=True)
 a = p.parse_args()
@@ -64,7 +72,8 @@ store = Path(a.dir, "store")
 if rank == 0:
     np.savez(Path(a.dir, "inputs.npz"), a=a_g, b=b_g, c=c_g)
 world.Barrier()
-if rank == 0 and not a.start_at_step and a.hold_rank < 0:
+in_call = a.setup == "in-call"
+if rank == 0 and not a.start_at_step and a.hold_rank < 0 and not in_call:
     Path(a.dir, "started").write_text(str(time.time()))
 
 
@@ -80,6 +89,13 @@ def hold(where: str) -> None:
         time.sleep(60)
 
 
+def at_stage(stage: str) -> None:
+    if stage == "setup":  # the call builds its failure detector (after saving its inputs)
+        mark("setup")
+        if in_call:
+            hold("setup")
+
+
 def on_step(step: int) -> None:
     if rank == 0 and step == 0 and a.start_at_step:
         Path(a.dir, "started").write_text(str(time.time()))
@@ -88,16 +104,22 @@ def on_step(step: int) -> None:
         time.sleep(a.step_pause)
 
 
+_resilient_call.fault_hook = at_stage
 try:
-    mark("setup")
-    hold("setup")
-    detector_for(grid, a.timeout)
+    if not in_call:
+        mark("setup")
+        hold("setup")
+        detector_for(grid, a.timeout)
     mark("protect")
     where = store
     if a.mode == "protect":
         where = protect_operands(ta, tb, n, n, n, A, 0, 0, B, 0, 0, C, 0, 0, store=store,  # type: ignore[assignment]
                                  timeout=a.timeout)  # fmt: skip
     hold("multiply")
+    if in_call:
+        if rank == 0 and not a.start_at_step and a.hold_rank < 0:
+            Path(a.dir, "started").write_text(str(time.time()))
+        mark("call")
     res = resilient_pdgemm(ta, tb, n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0, store=where,
                            timeout=a.timeout, width=nb, on_step=on_step)  # fmt: skip
     mark("returned")

@@ -129,6 +129,11 @@ class DeathWatch:
         round trip.
     factor, min_timeout
         Parameters of the default timeout.
+    survive
+        ``comm`` is ftkit's own error-returning communicator, made while every process was alive; the
+        detector uses (and owns) it as it is, and a process that fails during the set-up does not fail the
+        set-up: the survivors agree on it and start with it in :attr:`dead` (a live process they missed
+        starts :attr:`fenced`). See :func:`ftkit.failure.setup.set_up_link`.
 
     Attributes
     ----------
@@ -146,7 +151,7 @@ class DeathWatch:
     ------
     ProcessFailure
         On every surviving process alike, if a process fails (or misses the set-up's deadline: ``timeout``,
-        default ``min_timeout``) while the detector is being built; the set-up
+        default ``min_timeout``) while the detector is being built (not with ``survive``); the set-up
         (:func:`ftkit.failure.setup.set_up_link`) uses fault-tolerant operations only, so a kill at any
         moment of it ends here, never in a crash or a hang.
     Fenced
@@ -160,19 +165,22 @@ class DeathWatch:
         timeout: float | None = None,
         factor: float = DEFAULT_FACTOR,
         min_timeout: float = DEFAULT_MIN_TIMEOUT,
+        survive: bool = False,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        link = set_up_link(comm, timeout if timeout is not None else min_timeout)
+        link = set_up_link(comm, timeout if timeout is not None else min_timeout, survive=survive)
         self.comm = link.comm
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.rtt = link.rtt
-        self.timeout = (
-            float(timeout) if timeout is not None else default_timeout(self.rtt, factor, min_timeout)
-        )
-        self.dead: set[int] = set()
-        self.reasons: dict[int, str] = {}
-        self.fenced = False
+        self._factor, self._min_timeout = factor, min_timeout
+        self.timeout = 0.0
+        self.use_timeout(timeout)
+        self.dead: set[int] = set(link.dead) - {self.rank}
+        self.reasons: dict[int, str] = dict.fromkeys(self.dead, "failed during the detector's set-up")
+        self.fenced = link.fenced
+        if link.fenced:
+            self.reasons[self.rank] = "declared dead by its peers in the detector's set-up (timed out)"
         self._notices: list[tuple[MPI.Request, np.ndarray]] = []
         self._orphans: list[object] = []  # buffers of sends to peers declared dead (MPI may still read them)
         self.last_seen: dict[int, float] = {}
@@ -182,6 +190,16 @@ class DeathWatch:
         self._token = link.token
         self._calls = 0
         self._last_notice_poll = 0.0
+
+    def use_timeout(self, timeout: float | None) -> None:
+        """Wait ``timeout`` seconds for a peer from now on (``None``: the default of the measured round trip).
+
+        A detector is reused by later calls (its set-up is collective); a call with another timeout sets it.
+        """
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.timeout = (float(timeout) if timeout is not None
+                        else default_timeout(self.rtt, self._factor, self._min_timeout))  # fmt: skip
 
     def call_id(self) -> str:
         """Return a new name for a collective call made with this detector (the same on every rank, local).

@@ -12,6 +12,15 @@ fault-tolerant operations only:
    point to point with a deadline (:mod:`ftkit.failure._p2p`).
 3. One agreement (``Agree``) says whether every rank heard every other: then all computed the same maximum
    and hold the same token. Otherwise the survivors agree on the dead and all raise the same error.
+
+``survive=True`` (issue 33) is for a communicator that is already ftkit's own and error-returning, made while
+every process was alive (:meth:`ftkit.linalg.grid.ProcessGrid.take_watch_comm`): no ``Shrink`` then, so
+the ranks stay those of the caller, and a death during the set-up is *survived* instead of raised: the
+survivors agree on the dead (the union of what every rank missed) and every one of them gets the same link
+naming them (:attr:`Link.dead`). Every survivor heard every rank not in that set (a rank that one survivor
+did not hear is in it), so all choose the same token (the lowest live rank's) and the same round trip. A
+live rank that others missed (too slow) is in the set too and learns it: its link says :attr:`Link.fenced`,
+and it takes part in the agreements that follow as a fenced-off process does, so nobody waits for it.
 """
 
 from __future__ import annotations
@@ -44,14 +53,21 @@ class Link:
         The slowest rank's median round trip with its ring neighbours, seconds.
     token
         16 hex digits, new for every link, to name the collective calls made with it.
+    dead
+        Ranks that failed (or missed the deadline) during the set-up, agreed by every survivor
+        (``survive=True`` only; else empty).
+    fenced
+        Whether this rank is one of :attr:`dead` (it was too slow, not dead).
     """
 
     comm: MPI.Comm
     rtt: float
     token: str
+    dead: frozenset[int] = frozenset()
+    fenced: bool = False
 
 
-def set_up_link(comm: MPI.Comm, wait: float) -> Link:
+def set_up_link(comm: MPI.Comm, wait: float, *, survive: bool = False) -> Link:
     """Build a :class:`Link` on ``comm``, surviving a process failure at any moment (collective).
 
     Every rank of ``comm`` must call it. A single process only duplicates ``comm`` (no ULFM needed).
@@ -62,6 +78,10 @@ def set_up_link(comm: MPI.Comm, wait: float) -> Link:
         The communicator to watch.
     wait
         Seconds every rank waits for a peer's set-up messages.
+    survive
+        ``comm`` is ftkit's own, error-returning communicator, to be used as it is (the link owns it from
+        now on): a process that fails during the set-up is named in :attr:`Link.dead` instead of raised (see
+        the module docstring).
 
     Raises
     ------
@@ -70,32 +90,44 @@ def set_up_link(comm: MPI.Comm, wait: float) -> Link:
         (:func:`~ftkit.failure.ulfm.require_ulfm`).
     ProcessFailure
         On every surviving process alike, naming the ranks that failed (or missed the deadline) during the
-        set-up: nothing was set up.
+        set-up: nothing was set up (not with ``survive=True``).
     Fenced
-        On a process that the others declared dead because it missed the deadline.
+        On a process that the others declared dead because it missed the deadline (not with
+        ``survive=True``).
     """
     if comm.Get_size() == 1:
-        dup = comm.Dup()
-        dup.Set_errhandler(MPI.ERRORS_RETURN)
-        return Link(dup, 0.0, _token_text(secrets.randbits(_TOKEN_BITS)))
+        private = comm if survive else comm.Dup()
+        private.Set_errhandler(MPI.ERRORS_RETURN)
+        return Link(private, 0.0, _token_text(secrets.randbits(_TOKEN_BITS)))
     require_ulfm(comm, "ftkit's failure detector", timeout=wait)  # once per communicator
-    private = _shrink(comm)
+    private = comm if survive else _shrink(comm)
     size, rank = private.Get_size(), private.Get_rank()
     deadline = deadline_after(wait)
     rtt, missing = ring_round_trip(private, deadline)
-    token = float(secrets.randbits(_TOKEN_BITS)) if rank == 0 else 0.0
+    token = float(secrets.randbits(_TOKEN_BITS))  # every rank draws one; the lowest live rank's is used
     heard = spread(private, np.array([rtt, token]), SETUP_TAGS[3], deadline, "the detector's set-up")
-    missing |= set(range(size)) - set(heard) - {rank}
+    heard[rank] = np.array([rtt, token])
+    missing |= set(range(size)) - set(heard)
     if agree_flag(private, int(not missing)):
-        # everyone heard everyone: the same numbers on every rank
-        rtts = [rtt] + [float(v[0]) for v in heard.values()]
-        return Link(private, max(rtts), _token_text(int(heard[0][1] if rank else token)))
+        return _link(private, heard, frozenset())  # everyone heard everyone: the same numbers everywhere
     dead = sorted(agree_on_dead(private, missing))
+    if survive:
+        return _link(private, heard, frozenset(dead))
     private.Free()
     if rank in dead:
         raise Fenced(f"rank {rank} missed the {wait:g} s deadline of ftkit's failure detector set-up and was "
                      f"declared dead by its peers; if the process was only slow, raise the timeout", [rank])
     raise _setup_failure(dead)
+
+
+def _link(private: MPI.Comm, heard: dict[int, np.ndarray], dead: frozenset[int]) -> Link:
+    """The link every survivor builds alike from the set-up messages of the ranks not in ``dead``."""
+    rank = private.Get_rank()
+    if rank in dead:  # fenced off: its own view of the others does not matter
+        return Link(private, 0.0, _token_text(0), dead, fenced=True)
+    live = sorted(r for r in heard if r not in dead)  # every survivor heard exactly these (and itself)
+    rtts = [float(heard[r][0]) for r in live if not np.isnan(heard[r][0])]
+    return Link(private, max(rtts, default=0.0), _token_text(int(heard[live[0]][1])), dead)
 
 
 def _shrink(comm: MPI.Comm) -> MPI.Comm:

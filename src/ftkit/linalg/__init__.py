@@ -56,3 +56,5 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_LAZY.update(dict.fromkeys(("resilient_pdsymm", "resilient_call", "ProductForm"), ".resilient"))
+__all__ += ["resilient_pdsymm", "resilient_call", "ProductForm"]

@@ -1,5 +1,5 @@
-"""The state one :func:`~ftkit.linalg.resilient.resilient_pdgemm` call shares between its phases, its
-result type and its phase timer."""
+"""The state one failure-tolerant call (:func:`~ftkit.linalg.resilient.resilient_call`) shares between its
+phases, its result type and its phase timer."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from .matrix import DistributedMatrix
 __all__ = ["ResilientResult", "ResilientCall", "PhaseTimer", "record_phases", "at_stage"]
 
 #: Private test seam: if set, called with the name of each stage of the end game as this process reaches
-#: it (``"repair"``: after the agreement on the dead, before ``Shrink``; ``"recompute"``: before the dead
+#: it (``"setup"``: the call sets up its failure detector, after saving its inputs; ``"repair"``: after
+#: the agreement on the dead, before ``Shrink``; ``"recompute"``: before the dead
 #: ranks' tiles are recomputed; ``"redistribute"``: before the result moves to the survivors' grid;
 #: ``"settle_agree"``: before the final agreement), so that a test can
 #: kill a process at a named stage deterministically. Never set outside tests.
@@ -86,7 +87,6 @@ class ResilientCall:
     C: DistributedMatrix
     ic: int
     jc: int
-    det: FailureDetector
     where: InputStore
     prefix: str  # this call's keys (C, and A and B unless protected beforehand)
     prefixes: dict[str, str]  # key prefix of each stored piece: "a", "b", "c"
@@ -99,6 +99,9 @@ class ResilientCall:
     lost: bool = False  # a failure interrupted the redistribution of this process's operands
     store_errno: int | None = None  # saving this process's inputs failed (0: no errno)
     shapes: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    routine: str = "PDGEMM"  # the PBLAS routine whose form this call runs (for its errors)
+    #: Set once the inputs are saved: the detector is set up after them (a death in its set-up is survived).
+    det: FailureDetector = field(init=False)
 
     @property
     def grid(self) -> ProcessGrid:

@@ -1,4 +1,4 @@
-"""The *settle up* phase of :func:`~ftkit.linalg.resilient.resilient_pdgemm` (:func:`settle_up`).
+"""The *settle up* phase of :func:`~ftkit.linalg.resilient.resilient_call` (:func:`settle_up`).
 
 A dead process's piece of C is cut into bands of whole ``mb x nb`` blocks dealt over the survivors
 (:func:`plan_tiles`), each band is recomputed from stored operands and every block of it verified with the
@@ -253,17 +253,17 @@ def settle_up(
         lost = agree_on_dead(new_comm, failed_ranks_quietly(new_comm))
         gone = sorted(set(dead) | {survivors[r] for r in lost})
         raise ProcessFailure(
-            f"resilient_pdgemm: ranks {gone} failed (or a survivor hit an error) while the result was moved "
-            f"onto the survivors' grid{why}; the product was not returned: continue on the survivors and "
-            f"multiply again, or restart from a checkpoint",
+            f"resilient_{call.routine.lower()}: ranks {gone} failed (or a survivor hit an error) while the "
+            f"result was moved onto the survivors' grid{why}; the product was not returned: continue on the "
+            f"survivors and multiply again, or restart from a checkpoint",
             gone,
         )
     if own is not None:
         raise own
     if not decided & _VERIFIED:
         raise ABFTError(
-            f"resilient_pdgemm: the recomputed blocks of dead ranks {sorted(dead)} were not all verified (a "
-            f"block failed its checksum twice, or a survivor hit an error while recomputing)"
+            f"resilient_{call.routine.lower()}: the recomputed blocks of dead ranks {sorted(dead)} were not "
+            f"all verified (a block failed its checksum twice, or a survivor hit an error while recomputing)"
             f"{': ' + failure if failure else ''}; the product was not returned"
         )
     assert moved is not None

@@ -3,13 +3,21 @@
 The grid duplicates the communicator it is given, so its traffic can never match the application's messages,
 and splits the duplicate into a row communicator (the processes of my process row, ranked by process column)
 and a column communicator (my process column, ranked by process row). Every grid gets a ``context`` number,
-equal on all its ranks, that descriptors carry so routines can tell matrices of different grids apart.
+equal on all its ranks, that descriptors carry so routines can tell matrices of different grids apart, and a
+random ``token`` that names its files in a store other jobs may share.
+
+One more duplicate is made for ftkit's failure detector, here, while every process is alive: the
+failure-tolerant routines build their detector on it later (:func:`ftkit.linalg.protected.detector_for`)
+with point-to-point messages and ULFM agreements only. A communicator made *during* such a call could not
+be: ``MPI_Comm_dup`` crashes or completes on some ranks only when a process dies in it, and ULFM's
+``Shrink`` renumbers the survivors.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import secrets
 
 from mpi4py import MPI
 
@@ -38,6 +46,8 @@ class ProcessGrid:
         Grid communicator (a dup) and its row / column splits; ``MPI.COMM_NULL`` on ranks outside the grid.
     myrow, mycol
         This rank's process coordinates (``-1`` outside the grid).
+    context, token
+        The grid's number (descriptors carry it) and 16 random hex digits, both the same on every rank.
 
     Raises
     ------
@@ -56,14 +66,16 @@ class ProcessGrid:
             raise GridError(f"order must be 'R' (row-major) or 'C' (column-major), got {order!r}")
         self.nprow, self.npcol, self.order = nprow, npcol, order
         self.size = nprow * npcol
-        # A context number every rank agrees on (collective, like BLACS_GRIDINIT).
-        self.context = comm.allreduce(next(_contexts), op=MPI.MAX)
+        # A context number and a token every rank agrees on (one collective, like BLACS_GRIDINIT): the
+        # largest (context, token) pair.
+        self.context, self.token = comm.allreduce((next(_contexts), secrets.token_hex(8)), op=MPI.MAX)
         rank = comm.Get_rank()
         inside = rank < self.size
         sub = comm.Split(0 if inside else MPI.UNDEFINED, rank)
         self.comm: MPI.Comm = MPI.COMM_NULL
         self.row_comm: MPI.Comm = MPI.COMM_NULL
         self.col_comm: MPI.Comm = MPI.COMM_NULL
+        self._watch_comm: MPI.Comm = MPI.COMM_NULL
         if not inside:
             self.rank, self.myrow, self.mycol = -1, -1, -1
             return
@@ -72,6 +84,8 @@ class ProcessGrid:
         self.myrow, self.mycol = self.coords(rank)
         self.row_comm = sub.Split(self.myrow, self.mycol)
         self.col_comm = sub.Split(self.mycol, self.myrow)
+        self._watch_comm = sub.Split(0, rank)
+        self._watch_comm.Set_errhandler(MPI.ERRORS_RETURN)
 
     @classmethod
     def square(cls, comm: MPI.Comm, order: str = "R") -> ProcessGrid:
@@ -111,9 +125,19 @@ class ProcessGrid:
         return (f"ProcessGrid({self.nprow}x{self.npcol}, order={self.order!r}, me=({self.myrow}, "
                 f"{self.mycol}), context={self.context})")
 
+    def take_watch_comm(self) -> MPI.Comm | None:
+        """Hand the failure detector's communicator over (local): to the first caller; later ones: ``None``.
+
+        It is an error-returning duplicate of :attr:`comm` (same ranks) made when the grid was built; the
+        detector built on it owns it from then on (a second detector needs a fresh communicator: messages
+        of the first may still be in flight on this one).
+        """
+        comm, self._watch_comm = self._watch_comm, MPI.COMM_NULL
+        return None if comm == MPI.COMM_NULL else comm
+
     def free(self) -> None:
         """Free the grid's communicators (collective); the grid is unusable afterwards."""
-        for c in (self.row_comm, self.col_comm, self.comm):
+        for c in (self.row_comm, self.col_comm, self.comm, self._watch_comm):
             if c != MPI.COMM_NULL:
                 c.Free()
-        self.comm = self.row_comm = self.col_comm = MPI.COMM_NULL
+        self.comm = self.row_comm = self.col_comm = self._watch_comm = MPI.COMM_NULL

@@ -12,7 +12,15 @@ survivors read back; a changed operand would make a recovered product silently w
 protect again. C is saved by the multiply itself when it is needed (``beta != 0``, or the multiply updates
 only part of C): it changes with every call.
 
-This module also keeps the failure detectors that resilient calls on a grid share.
+This module also keeps the failure detectors that resilient calls on a grid share, and names the calls'
+files in a store (:func:`call_name`).
+
+The detector of a grid is set up once (issue 33) and reused by every later call on it, whatever their
+timeouts. Its set-up survives a process failure: the first detector of a grid is built on the communicator
+the grid made for it while every process was alive, with point-to-point messages and ULFM agreements only,
+and the survivors of a death during the set-up start with the dead rank marked dead
+(:func:`ftkit.failure.setup.set_up_link`, ``survive=True``). A call sets it up only after it saved its
+inputs, so a process killed during the set-up is one whose inputs the survivors can read back.
 """
 
 from __future__ import annotations
@@ -32,19 +40,43 @@ from .grid import ProcessGrid
 from .matrix import DistributedMatrix
 from .pblas import check_gemm_args
 
-__all__ = ["ProtectedOperands", "protect_operands", "detector_for", "check_algorithm"]
+__all__ = ["ProtectedOperands", "protect_operands", "detector_for", "reusable_detector", "call_name",
+           "check_algorithm"]
 
 _detectors: dict[int, FailureDetector] = {}
+_calls: dict[int, int] = {}
+
+
+def call_name(grid: ProcessGrid, kind: str) -> str:
+    """Return a new name for a collective call on ``grid`` (local; the same on every rank, unique per job).
+
+    Every rank must call it the same number of times, in the same order (once per collective call).
+    """
+    _calls[grid.context] = _calls.get(grid.context, 0) + 1
+    return f"{kind}-{grid.token}-{_calls[grid.context]}"
+
+
+def reusable_detector(grid: ProcessGrid, timeout: float | None) -> FailureDetector | None:
+    """Return ``grid``'s detector, set to ``timeout`` (local), or ``None`` if a set-up is needed.
+
+    A detector that has seen a failure is dropped (its communicator contains dead processes).
+    """
+    det = _detectors.get(grid.context)
+    if det is None or det.dead or det.fenced:
+        return None
+    det.use_timeout(timeout)
+    return det
 
 
 def detector_for(grid: ProcessGrid, timeout: float | None) -> FailureDetector:
     """Return the detector of ``grid`` (collective when one is built), reused by later calls on the grid.
 
-    Reuse saves the communicator duplication and round-trip measurement on every call; a detector that has
-    seen a failure is dropped (its communicator contains dead processes).
+    Reuse saves the round-trip measurement and agreement on every call. A set-up that a process does not
+    survive gives the survivors a detector that starts with it dead (on the grid's first detector; see the
+    module docstring), which later calls do not reuse.
     """
-    det = _detectors.get(grid.context)
-    if det is None or det.dead or det.fenced or (timeout is not None and det.timeout != timeout):
+    det = reusable_detector(grid, timeout)
+    if det is None:
         _detectors.pop(grid.context, None)
         det = _build_detector(grid, timeout)
         _detectors[grid.context] = det
@@ -70,6 +102,10 @@ def _build_detector(grid: ProcessGrid, timeout: float | None) -> FailureDetector
     feature = "ftkit's failure-aware multiply (resilient_pdgemm, protect_operands)"
     if grid.size > 1:  # a single process has no peer whose failure it would have to survive
         require_ulfm(grid.comm, feature, timeout=timeout)
+    watch = grid.take_watch_comm()
+    if watch is not None:  # made while all were alive: a death during the set-up is survived
+        return FailureDetector(watch, timeout=timeout, survive=True)
+    # a later detector of the grid (after a failure): a fresh communicator (Shrink), a death raises
     return FailureDetector(grid.comm, timeout=timeout)
 
 
@@ -225,7 +261,7 @@ def protect_operands(
     det = detector_for(grid, timeout)
     me = det.rank
     where = open_store(store, rank=me, nranks=grid.size)
-    prefix = f"operands-{det.call_id()}"
+    prefix = call_name(grid, "operands")
     ops = None
     ok = True
     errno: int | None = None
