@@ -217,9 +217,12 @@ def test_files_of_another_run_are_never_this_runs(tmp_path, monkeypatch):
     state = inspect_run(cfg, 2, [cfg.ckpt_dir / "node0"])
     assert not state.restarted and not state.problem and state.from_scratch, state
     assert state.exec_id != "other-run"
+    # FTI reads exec_id only on a restart (failure = 1..3): on a fresh start the named run is not this one's
+    state = inspect_run(load_config(cfg_path).replace(exec_id="other-run"), 2, [cfg.ckpt_dir / "node0"])
+    assert not state.restarted and not state.problem and state.exec_id != "other-run", state
     for how in ("exec_id", "marker"):          # the run this job names as its own: a problem, named
         if how == "exec_id":
-            cfg = load_config(cfg_path).replace(exec_id="other-run")
+            cfg = load_config(cfg_path).replace(exec_id="other-run", failure=1)
         else:
             cfg = load_config(cfg_path)
             (cfg.meta_dir / RUN_MARKER).write_text("other-run\n")
