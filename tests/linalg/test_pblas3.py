@@ -1,5 +1,5 @@
-"""PDTRSM, PDTRMM, PDSYRK, PDSYR2K, PDGEADD, PDTRADD, PDTRAN: conformance against numpy under mpirun (every
-flag combination, float64 and float32, hard matrix families, untouched entries bit for bit; see
+"""PDTRSM, PDTRMM, PDSYRK, PDSYR2K, PDGEADD, PDTRADD, PDTRAN, PDPOTRF, PDPOTRS: conformance against numpy
+under mpirun (every flag combination, float64 and float32, hard matrix families, untouched entries bit for bit; see
 ``programs/pblas3_conformance.py``) and PXERBLA's argument positions (in process, on a 1 x 1 grid).
 """
 
@@ -29,8 +29,8 @@ def test_conformance_against_numpy(nprow, npcol, seed):
                    "--seed", str(seed), "--repeat", str(repeat), timeout=300).check()
     fails = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
     assert not fails, "\n".join(fails[:20])
-    # 2 x (48 TRSM + 48 TRMM + 12 SYRK + 12 SYR2K + 6 GEADD + 12 TRADD + 2 TRAN) per repeat
-    assert f"DONE cases={repeat * 140} failures=0" in r.stdout
+    # 2 dtypes x (24 TRSM + 24 TRMM + 6 SYRK + 6 SYR2K + 3 GEADD + 6 TRADD + 1 TRAN + 8 POTRF) per repeat
+    assert f"DONE cases={repeat * 156} failures=0" in r.stdout
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +142,31 @@ def test_float32_stays_float32(grid):
     assert x.dtype == np.float32
     np.testing.assert_allclose(np.tril(a).astype(np.float64) @ x, b, rtol=0,
                                atol=50 * np.finfo(np.float32).eps)
+
+
+POTRS_BAD = {0: ("X", 1), 1: (-1, 2), 2: (-2, 3), 3: ("A", 4), 4: (5, 5), 5: (-1, 6), 6: ("B", 8),
+             7: (4, 9), 8: (5, 10)}
+
+
+@pytest.mark.parametrize("index", sorted(POTRS_BAD))
+def test_cholesky_argument_positions(grid, index):
+    A, B = _mats(grid)
+    args = ["L", 3, 2, A, 0, 0, B, 0, 0]
+    bad, pos = POTRS_BAD[index]
+    args[index] = bad
+    with pytest.raises(PBLASArgumentError) as e:
+        linalg.pdpotrs(*args)
+    assert e.value.position == pos
+    if index in (0, 1, 3, 4, 5):  # PDPOTRF: UPLO 1, N 2, A 3, IA 4, JA 5
+        potrf_args = [args[0], args[1], *args[3:6]]
+        with pytest.raises(PBLASArgumentError) as e:
+            linalg.pdpotrf(*potrf_args)
+        assert e.value.position == (pos if pos < 3 else pos - 1)
+
+
+def test_factorization_error_names_the_minor(grid):
+    a = np.diag([4.0, 1.0, -1.0, 2.0])
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=2, nb=2)
+    with pytest.raises(linalg.FactorizationError) as e:
+        linalg.pdpotrf("U", 4, A, 0, 0)
+    assert e.value.minor == 3 and "minor of order 3" in str(e.value)

@@ -4,7 +4,8 @@
 ``DistributedMatrix`` (ScaLAPACK's local storage: Fortran order, float64 or float32), ``pdgemm`` / ``pdsymm``
 (SUMMA; ``cannon`` on square grids), the rest of PBLAS's level 3: ``pdtrsm`` / ``pdtrmm`` (triangular solve
 and multiply), ``pdsyrk`` / ``pdsyr2k`` (symmetric rank-k updates), ``pdgeadd`` / ``pdtradd`` / ``pdtran``
-(matrix additions and transpose). The fault-tolerant routines (``ft_pdgemm``, ``ft_pdsymm``,
+(matrix additions and transpose); ``pdpotrf`` / ``pdpotrs`` (Cholesky factorization and
+solve). The fault-tolerant routines (``ft_pdgemm``, ``ft_pdsymm``,
 ``resilient_pdgemm``, ``protect_operands``) and the process-state table (``get_state_table``,
 ``set_state_table``, ``reset_state``) are re-exported lazily, so a program that only multiplies does not
 pay for importing their kernels. The internals other ftkit modules extend (SUMMA engine, panel exchange) live
@@ -16,6 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from .cholesky import FactorizationError, pdpotrf, pdpotrs
 from .descriptor import BlockCyclic1D, Descriptor, indxg2l, indxg2p, indxl2g, numroc
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
@@ -58,6 +60,9 @@ __all__ = [
     "pdgeadd",
     "pdtradd",
     "pdtran",
+    "pdpotrf",
+    "pdpotrs",
+    "FactorizationError",
     *_LAZY,
 ]
 

@@ -222,6 +222,64 @@ def case_add(c: Case, routine: str, uplo: str | None, trans: str) -> list[str]:
     return c.check(name, C, c_g, sub_mask(c_g.shape, ic, jc, m, n, part), err, bound, 0)
 
 
+def spd(family: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    """A symmetric positive definite matrix of ``family`` (Hilbert: ill-conditioned; graded: D S D)."""
+    if family == "hilbert":
+        i = np.arange(n)
+        return 1.0 / (i[:, None] + i[None, :] + 1.0) + 1e-3 * np.eye(n)
+    x = rng.uniform(-1, 1, (n, n))
+    a = x @ x.T + n * np.eye(n)
+    if family == "graded":
+        d = 10.0 ** rng.uniform(-4, 4, n)
+        return d[:, None] * a * d[None, :]
+    return a * {"tiny": 1e-8, "huge": 1e8}.get(family, 1.0)
+
+
+def case_potrf(c: Case, uplo: str, failing: bool) -> list[str]:
+    """PDPOTRF (+ PDPOTRS) on an SPD matrix, or FactorizationError naming the minor for a non-SPD one."""
+    rng = c.rng
+    n, nrhs = int(rng.integers(1, 25)), int(rng.integers(1, 4))
+    fam = str(rng.choice(("uniform", "tiny", "huge", "graded", "hilbert")))
+    a = spd(fam, n, rng)
+    minor = 0
+    if failing:  # pivot j becomes -|a_jj|: leading minors 1..j are PD, minor j+1 is not
+        j = int(rng.integers(0, n))
+        low = np.linalg.cholesky(a)
+        a[j, j] = low[j, :j] @ low[j, :j] - abs(a[j, j])
+        minor = j + 1
+    a = a.astype(c.dtype).astype(np.float64)
+    shown = np.where(tri_part(n, n, "L" if uplo == "U" else "U", strict=True), np.nan, a)
+    a_g, A, ia, ja = c.matrix(shown)
+    name = f"pdpotrf {uplo} {c.dtype.__name__} n={n} {fam}" + (f" minor={minor}" if failing else "")
+    try:
+        linalg.pdpotrf(uplo, n, A, ia, ja)
+    except linalg.FactorizationError as e:
+        if not failing or e.minor != minor:
+            return [f"{name}: FactorizationError minor={e.minor}"]
+        return []
+    if failing:
+        return [f"{name}: no FactorizationError"]
+    got = A.to_global()
+    written = sub_mask(a_g.shape, ia, ja, n, n, tri_part(n, n, uplo))
+    f = got.astype(np.float64)[ia:ia + n, ja:ja + n]
+    low = np.tril(f) if uplo == "L" else np.triu(f).T
+    err, bound = np.zeros(a_g.shape), np.zeros(a_g.shape)
+    recon = np.abs(low @ low.T - a)  # backward error |L L^T - A| <= c n eps |L||L^T|
+    err[ia:ia + n, ja:ja + n] = recon if uplo == "L" else recon.T
+    bd = np.abs(low) @ np.abs(low).T
+    bound[ia:ia + n, ja:ja + n] = bd if uplo == "L" else bd.T
+    probs = c.check(name, A, a_g, written, err, bound, n)
+    b_g, B, ib, jb = c.matrix(operand("uniform", n, nrhs, rng))
+    linalg.pdpotrs(uplo, n, nrhs, A, ia, ja, B, ib, jb)
+    x = B.to_global().astype(np.float64)[ib:ib + n, jb:jb + nrhs]
+    b0 = b_g.astype(np.float64)[ib:ib + n, jb:jb + nrhs]
+    err, bound = np.zeros(b_g.shape), np.zeros(b_g.shape)
+    err[ib:ib + n, jb:jb + nrhs] = np.abs(low @ (low.T @ x) - b0)
+    bound[ib:ib + n, jb:jb + nrhs] = np.abs(low) @ (np.abs(low.T) @ np.abs(x)) + np.abs(b0)
+    return probs + c.check(name.replace("pdpotrf", "pdpotrs"), B, b_g,
+                           sub_mask(b_g.shape, ib, jb, n, nrhs), err, bound, 2 * n)
+
+
 def all_cases():
     """(function, arguments) of every routine x flag combination."""
     for routine in ("pdtrsm", "pdtrmm"):
@@ -235,6 +293,9 @@ def all_cases():
         for uplo in "UL":
             yield case_add, ("pdtradd", uplo, trans)
     yield case_add, ("pdtran", None, "T")
+    for uplo in "LU":
+        for failing in (False, False, False, True):
+            yield case_potrf, (uplo, failing)
 
 
 def main() -> int:
