@@ -1,6 +1,6 @@
 """PDTRSM, PDTRMM, PDSYRK, PDSYR2K, PDGEADD, PDTRADD, PDTRAN, PDPOTRF, PDPOTRS: conformance against numpy
-under mpirun (every flag combination, float64 and float32, hard matrix families, untouched entries bit for bit; see
-``programs/pblas3_conformance.py``) and PXERBLA's argument positions (in process, on a 1 x 1 grid).
+under mpirun (every flag combination, float64 and float32, hard matrix families, untouched entries bit for
+bit; see ``programs/pblas3_conformance.py``) and PXERBLA's argument positions (in process, on a 1 x 1 grid).
 """
 
 from __future__ import annotations
