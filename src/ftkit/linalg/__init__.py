@@ -4,11 +4,11 @@
 ``DistributedMatrix`` (ScaLAPACK's local storage: Fortran order, float64 or float32), ``pdgemm`` / ``pdsymm``
 (SUMMA; ``cannon`` on square grids), the rest of PBLAS's level 3: ``pdtrsm`` / ``pdtrmm`` (triangular solve
 and multiply), ``pdsyrk`` / ``pdsyr2k`` (symmetric rank-k updates), ``pdgeadd`` / ``pdtradd`` / ``pdtran``
-(matrix additions and transpose); ``pdpotrf`` / ``pdpotrs`` (Cholesky factorization and
-solve). The fault-tolerant routines (``ft_pdgemm``, ``ft_pdsymm``,
-``resilient_pdgemm``, ``protect_operands``) and the process-state table (``get_state_table``,
-``set_state_table``, ``reset_state``) are re-exported lazily, so a program that only multiplies does not
-pay for importing their kernels. The internals other ftkit modules extend (SUMMA engine, panel exchange) live
+(matrix additions and transpose); ``pdpotrf`` / ``pdpotrs`` (Cholesky factorization and solve). The
+fault-tolerant routines (``ft_pdgemm``, ``ft_pdsymm``, ``ft_pdtrsm``, ``ft_pdtrmm``, ``ft_pdsyrk``,
+``ft_pdsyr2k``, ``ft_pdpotrf``, ``resilient_pdgemm``, ``protect_operands``) and the process-state table
+(``get_state_table``, ``set_state_table``, ``reset_state``) are re-exported lazily, so a program that only
+multiplies does not pay for importing their kernels. The internals other ftkit modules extend (SUMMA engine, panel exchange) live
 in ``_summa``.
 """
 
@@ -30,6 +30,10 @@ from .pblas_tri import pdtrmm, pdtrsm
 _LAZY = {
     "ft_pdgemm": ".ft",
     "ft_pdsymm": ".ft",
+    "ft_pdtrsm": ".ft_pblas3",
+    "ft_pdtrmm": ".ft_pblas3",
+    "ft_pdsyrk": ".ft_pblas3",
+    "ft_pdsyr2k": ".ft_pblas3",
     "ABFTReport": ".ft",
     "ABFTPolicy": ".ft",
     "resilient_pdgemm": ".resilient",
