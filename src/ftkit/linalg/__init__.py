@@ -8,8 +8,8 @@ and multiply), ``pdsyrk`` / ``pdsyr2k`` (symmetric rank-k updates), ``pdgeadd`` 
 fault-tolerant routines (``ft_pdgemm``, ``ft_pdsymm``, ``ft_pdtrsm``, ``ft_pdtrmm``, ``ft_pdsyrk``,
 ``ft_pdsyr2k``, ``ft_pdpotrf``, ``resilient_pdgemm``, ``protect_operands``) and the process-state table
 (``get_state_table``, ``set_state_table``, ``reset_state``) are re-exported lazily, so a program that only
-multiplies does not pay for importing their kernels. The internals other ftkit modules extend (SUMMA engine, panel exchange) live
-in ``_summa``.
+multiplies does not pay for importing their kernels. The internals other ftkit modules extend (SUMMA engine,
+panel exchange) live in ``_summa``.
 """
 
 from __future__ import annotations
