@@ -34,6 +34,7 @@ _LAZY = {
     "ft_pdtrmm": ".ft_pblas3",
     "ft_pdsyrk": ".ft_pblas3",
     "ft_pdsyr2k": ".ft_pblas3",
+    "ft_pdpotrf": ".ft_cholesky",
     "ABFTReport": ".ft",
     "ABFTPolicy": ".ft",
     "resilient_pdgemm": ".resilient",

@@ -18,6 +18,8 @@ can be resumed at any panel from a saved ``W`` (what ``ft_pdpotrf`` checkpoints)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ._blas import gemm_update, trsm_left
@@ -82,10 +84,12 @@ class CholeskySteps:
                 msg = (s + (j if j >= 0 else 0), None)
         return g.comm.bcast(msg, root=g.rank_of(pk, qk))
 
-    def solve_panel(self, k: int, low: np.ndarray) -> np.ndarray:
+    def solve_panel(self, k: int, low: np.ndarray, broadcast: bool = True,
+                    check: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None) -> np.ndarray:
         """Overwrite panel ``k`` below the diagonal with ``P = W_{e:,k} L_kk^{-T}`` (its process column) and
         return this process's rows of ``P`` (global rows ``>= e`` of its process row), broadcast along the
-        process row."""
+        process row (unless not ``broadcast``: then only the panel's process column has them). ``check``, if
+        given, is called on the panel's process column as ``check(before, panel, low)`` after the solve."""
         g, (s, e) = self.grid, self.panels[k]
         qk = int(self.cols.owners[s])
         below = self.rows.range_on(g.myrow, e, self.rows.n)
@@ -94,12 +98,15 @@ class CholeskySteps:
         mine = flat.reshape((nloc, e - s), order="F")
         if g.mycol == qk:
             panel = self.w[below, self.cols.range_on(qk, s, e)]
+            before = panel.copy() if check is not None else None
             if nloc:
                 pt = np.asfortranarray(panel.T)
                 trsm_left(True, low, pt)  # X L^T = P  <=>  L X^T = P^T
                 panel[...] = pt.T
+            if check is not None:
+                check(before, panel, low)  # type: ignore[arg-type]
             mine[...] = panel
-        if g.npcol > 1 and flat.size:
+        if broadcast and g.npcol > 1 and flat.size:
             g.row_comm.Bcast(flat, root=qk)
         return mine
 

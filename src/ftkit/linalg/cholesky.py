@@ -57,29 +57,30 @@ def check_potrf_args(routine: str, uplo: object, n: object, A: object, ia: objec
 class CholeskyWork:
     """The work copy of ``A(ia:ia+n, ja:ja+n)`` a factorization runs on, and how to put ``L`` back.
 
-    ``W`` holds the matrix as a lower triangle (``A.T`` for ``uplo == "U"``); ``rows`` / ``cols`` are its
-    maps; ``steps`` the panel engine on it. :meth:`write_back` copies the factor into A's ``uplo`` triangle.
+    ``W`` holds the matrix as a lower triangle (``A.T`` for ``uplo == "U"``) at ``(wi, wj)``; ``w`` is this
+    process's piece of that submatrix, ``rows`` / ``cols`` its maps; ``steps`` the panel engine on it.
+    :meth:`write_back` copies the factor into A's ``uplo`` triangle.
     """
 
     def __init__(self, uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int) -> None:
         self.uplo, self.n, self.A, self.ia, self.ja = uplo, n, A, ia, ja
         d, g = A.desc, A.grid
-        self.W: DistributedMatrix | None = None
-        if uplo == "L" and d.mb == d.nb and ia % d.mb == ja % d.nb:
-            self.rows, self.cols = A.row_map(ia, n), A.col_map(ja, n)
-            self.w = np.array(A.local_view(ia, ja, n, n), order="F")
+        self.aligned = uplo == "L" and d.mb == d.nb and ia % d.mb == ja % d.nb
+        if self.aligned:
+            self.W, self.wi, self.wj = A.copy(), ia, ja
         else:
-            self.W = DistributedMatrix.zeros(g, n, n, mb=d.nb, nb=d.nb, dtype=A.dtype)
-            self.rows, self.cols = self.W.row_map(0, n), self.W.col_map(0, n)
-            self.W.local[...] = redistribute(A, ia, ja, uplo == "U", self.rows, self.cols)
-            self.w = self.W.local
+            self.W, self.wi, self.wj = DistributedMatrix.zeros(g, n, n, mb=d.nb, nb=d.nb, dtype=A.dtype), 0, 0
+            self.W.local[...] = redistribute(A, ia, ja, uplo == "U", self.W.row_map(0, n),
+                                             self.W.col_map(0, n))
+        self.rows, self.cols = self.W.row_map(self.wi, n), self.W.col_map(self.wj, n)
+        self.w = self.W.local_view(self.wi, self.wj, n, n)
         self.steps = CholeskySteps(g, self.w, self.rows, self.cols)
 
     def write_back(self) -> None:
         """Copy the factor (W's lower triangle, transposed for "U") into A's ``uplo`` triangle."""
         A, n = self.A, self.n
         view = A.local_view(self.ia, self.ja, n, n)
-        if self.W is None:
+        if self.aligned:
             src = self.w
         else:
             src = redistribute(self.W, 0, 0, self.uplo == "U", A.row_map(self.ia, n), A.col_map(self.ja, n))
