@@ -12,7 +12,9 @@ has them, and returns the same :class:`~ftkit.linalg.ft.ABFTReport` (identical o
   is copied back. This costs up to twice the flops of the plain routines (they skip the zero / duplicate
   half); event coordinates are those of the product (B's or C's submatrix).
 - ``ft_pdtrsm`` runs the plain solve and checks the checksums the solution must satisfy, per block
-  (:mod:`ftkit.linalg._ft_solve`); a flagged block's column segment is solved again. Injection points:
+  (:mod:`ftkit.linalg._ft_solve`): a single wrong element of the solution is located from them and fixed in
+  O(1) (``"located"``); otherwise the flagged column segments are solved again (``"recomputed"``). Injection
+  points:
   ``"A"`` (the solve's copy of the triangle, after its checksums), ``"B"`` (``alpha B`` before the solve),
   ``"C"`` step 0 (before the solve) or 1 (the solution, before the check).
 
@@ -182,8 +184,9 @@ def ft_pdtrsm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alph
     """Compute :func:`~ftkit.linalg.pdtrsm` (solve ``op(A) X = alpha B`` or ``X op(A) = alpha B``), checked.
 
     The solution is checked block by block against checksums of ``op(A)`` and ``alpha B`` taken before the
-    solve (:mod:`ftkit.linalg._ft_solve`); a flagged block's column segment is solved again (event
-    ``"recomputed"``). ``bs=None`` chooses the block size as ``ft_pdgemm`` does.
+    solve (:mod:`ftkit.linalg._ft_solve`); a single wrong element is located and fixed in O(1) (event
+    ``"located"``, ``element`` in B's submatrix coordinates), otherwise the flagged column segments are
+    solved again (``"recomputed"``). ``bs=None`` chooses the block size as ``ft_pdgemm`` does.
 
     Raises
     ------
@@ -254,21 +257,36 @@ def _check_solution(chk: SolveChecksums, w: np.ndarray, w0: np.ndarray, threshol
     flagged = [(int(i), int(j)) for i, j in zip(*np.nonzero(finite & (res > thr)), strict=True)]
     flagged = g.comm.bcast(flagged, root=0)  # one decision for the collective re-solve below
     actions = {b: "detected" for b in flagged}
+    elements: dict[int, tuple[int, int]] = {}
     if flagged and mode == "correct":
-        t = rebuild()  # a corrupted copy of the triangle is replaced too
-        sel = chk.local_columns(sorted({bj for _, bj in flagged}))
-        ws = np.array(w0[:, sel], order="F")
-        sweep(g, t, ws, chk.rows, chk.cols, lower, True)
-        w[:, sel] = ws
-        res, thr, rig = chk.residuals(w, threshold.tol)
+        segs = sorted({bj for _, bj in flagged})
+        # one wrong element per column segment: located and fixed in O(1) from the checksums
+        fixes = [(bj, loc) for bj in segs if (loc := chk.locate(bj, thr[:, bj])) is not None] \
+            if g.rank == 0 else None
+        for bj, (i, j, d) in g.comm.bcast(fixes, root=0):
+            chk.fix(w, i, j, d)
+            elements[bj] = (i, j)
+        if elements:
+            res, thr, rig = chk.residuals(w, threshold.tol)
+            elements = {bj: e for bj, e in elements.items() if bool(np.all(res[:, bj] <= thr[:, bj]))}
+        resolve = [bj for bj in segs if bj not in elements]
+        if resolve:  # the rest: solve their column segments again
+            t = rebuild()  # a corrupted copy of the triangle is replaced too
+            sel = chk.local_columns(resolve)
+            ws = np.array(w0[:, sel], order="F")
+            sweep(g, t, ws, chk.rows, chk.cols, lower, True)
+            w[:, sel] = ws
+            res, thr, rig = chk.residuals(w, threshold.tol)
         for bi, bj in flagged:
             ok = bool(res[bi, bj] <= thr[bi, bj])
             rounding = threshold.tol == "statistical" and bool(res[bi, bj] <= rig[bi, bj])
-            actions[(bi, bj)] = "recomputed" if ok else "rounding" if rounding else "uncorrected"
+            fixed = "located" if bj in elements else "recomputed"
+            actions[(bi, bj)] = fixed if ok else "rounding" if rounding else "uncorrected"
         finite = np.isfinite(res) & np.isfinite(thr)
     for bi, bj in zip(*np.nonzero(~finite), strict=True):
         actions.setdefault((int(bi), int(bj)), "unchecked")
-    events = [_event(chk, bi, bj, a, transposed) for (bi, bj), a in actions.items()]
+    events = [_event(chk, bi, bj, a, transposed, elements.get(bj) if a == "located" else None)
+              for (bi, bj), a in actions.items()]
     events.sort(key=lambda e: (e.row_block, e.col_block))
     ok = finite & (res <= thr) & (thr > 0)
     ratio = float(np.max(res[ok] / thr[ok])) if np.any(ok) else 0.0
@@ -276,16 +294,18 @@ def _check_solution(chk: SolveChecksums, w: np.ndarray, w0: np.ndarray, threshol
     return ABFTReport(
         blocks_checked=chk.nI * chk.nJ - n_unchecked,
         detected=sum(a not in ("rounding", "unchecked") for a in actions.values()),
-        corrected=sum(a == "recomputed" for a in actions.values()),
+        corrected=sum(a in ("located", "recomputed") for a in actions.values()),
         rounding_alarms=sum(a == "rounding" for a in actions.values()),
         events=tuple(events), max_ratio=ratio, threshold=threshold.name, bs=chk.bs, unchecked=n_unchecked)
 
 
-def _event(chk: SolveChecksums, bi: int, bj: int, action: str, transposed: bool) -> BlockEvent:
-    """The report event of block ``(bi, bj)`` of ``X`` (in B's coordinates: swapped for side "R")."""
+def _event(chk: SolveChecksums, bi: int, bj: int, action: str, transposed: bool,
+           element: tuple[int, int] | None) -> BlockEvent:
+    """The report event of block ``(bi, bj)`` of ``X`` (in B's coordinates: swapped for side "R"); a located
+    error's ``element`` (submatrix row, column of ``X``) is the one fixed in its column segment."""
     r0, c0 = int(chk.rg[bi]), int(chk.cg[bj])
     rows, cols = int(chk.rg[bi + 1]) - r0, int(chk.cg[bj + 1]) - c0
     rank = chk.owner(bi, bj)
     if transposed:
-        return BlockEvent(bj, bi, c0, r0, cols, rows, rank, action)
-    return BlockEvent(bi, bj, r0, c0, rows, cols, rank, action)
+        return BlockEvent(bj, bi, c0, r0, cols, rows, rank, action, element and (element[1], element[0]))
+    return BlockEvent(bi, bj, r0, c0, rows, cols, rank, action, element)

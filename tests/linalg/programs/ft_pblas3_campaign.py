@@ -70,7 +70,8 @@ def main() -> int:
             failures += bool(problems)
             if grid.rank == 0:
                 for pr in problems:
-                    print(f"FAIL trial {trial} ft_{routine} {''.join(flags)} {kw['tol']} {pr}", flush=True)
+                    print(f"FAIL trial {trial} ft_{routine} {''.join(flags)} {kw['tol']} bs={kw['bs']} {pr} "
+                          f"(events: {sorted({e.action for e in rep.events})})", flush=True)
     if grid.rank == 0:
         print(f"DONE trials={args.trials} failures={failures} false_positives={false_pos} flips={flips} "
               f"detected={detected} corrected={corrected}", flush=True)
