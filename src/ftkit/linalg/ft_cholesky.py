@@ -19,7 +19,9 @@ application protected), checks that the stored state belongs to a factorization 
 ``uplo`` and layout, and resumes at the stored panel: a rank killed in panel ``k`` costs the panels since the
 last checkpoint, not the factorization, and the factor is bit for bit the failure-free one (same grid, same
 operations). A restart without any checkpoint of it starts from the beginning. Call it before any other
-``recover()`` of the same checkpointer.
+``recover()`` of the same checkpointer, on a grid of all the checkpointer's ranks (``ckpt.checkpoint`` is
+collective on its communicator). The work matrix stays protected after the call (a later ``protect`` of the
+same names releases it). Recovery is by relaunch; online recovery with spare ranks is not wired in.
 """
 
 from __future__ import annotations
