@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import LinalgError, PBLASArgumentError
+from ..errors import FactorizationError, PBLASArgumentError
 from ._cholesky_steps import CholeskySteps
 from ._redistribute import redistribute
 from .matrix import DistributedMatrix
@@ -32,17 +32,6 @@ from .pblas_add import trapezoid_mask
 from .pblas_tri import apply_triangle, check_dtype
 
 __all__ = ["FactorizationError", "pdpotrf", "pdpotrs", "CholeskyWork", "check_potrf_args"]
-
-
-class FactorizationError(LinalgError):
-    """A factorization met a matrix it cannot factor; ``minor`` is ScaLAPACK's ``INFO > 0``: the 1-based
-    order of the leading minor (of the submatrix) that is not positive definite."""
-
-    def __init__(self, routine: str, minor: int, n: int) -> None:
-        super().__init__(f"{routine}: the leading minor of order {minor} of the {n} x {n} matrix is not "
-                         "positive definite (a pivot <= 0, NaN or Inf), so it has no Cholesky factor; check "
-                         "that the matrix is symmetric positive definite, or use an LU/LDL^T factorization")
-        self.routine, self.minor = routine, minor
 
 
 def check_potrf_args(routine: str, uplo: object, n: object, A: object, ia: object,
