@@ -47,7 +47,7 @@ from ..failure.replace import Rebuilt, rebuild
 from ..failure.ulfm import revoke
 from ..storage.manifest import Manifest, ManifestStore
 from ..topology import plan_topology
-from . import _mpi, online_verdict
+from . import _mpi, events, online_verdict
 from .contract import PipelineContext
 from .offload import PostManager
 from .recovery import recover_newest
@@ -174,7 +174,10 @@ def repair(ckpt: Checkpointer, cause: BaseException) -> None:
     for comm in comms_of(ckpt):
         with contextlib.suppress(Exception):
             revoke(comm)
-    rebuilt = ckpt._shrink_world(rebuild(state.world, ckpt.rank, state.napp, ckpt.config.failure_timeout))
+    agreed = rebuild(state.world, ckpt.rank, state.napp, ckpt.config.failure_timeout)
+    shrinking = ckpt._shrink is not None and ckpt._shrink.on_shrink is not None
+    events.failure_seen(ckpt.rank, agreed, shrinking)
+    rebuilt = ckpt._shrink_world(agreed)
     if state.fenced or state.fresh:  # a further failure before the data was restored: the same recovery
         state.report.dead = tuple(sorted({*state.report.dead, *rebuilt.dead}))
     else:
@@ -402,5 +405,6 @@ def restore(ckpt: Checkpointer) -> int:
         report.number = state.recoveries
         state.history.append(report)
         state.fenced = state.fresh = False
+        events.restored_online(ckpt.rank, report, entry)
         return int(entry.extra.get("next_step", 0))
 
