@@ -111,5 +111,5 @@ def restored_online(rank: int, report: Any, entry: CheckpointEntry) -> None:
     if rank == 0 and RECOVERY.isEnabledFor(_INFO):
         phases = ", ".join(f"{k} {v:.3f} s" for k, v in report.phases().items())
         RECOVERY.info("online recovery %d: checkpoint %d restored from L%d, %s, in %.3f s (%s)",
-                      report.number, report.checkpoint_id, report.level, format_size(sum(f.size for f in entry.files)),
-                      report.seconds, phases)
+                      report.number, report.checkpoint_id, report.level,
+                      format_size(sum(f.size for f in entry.files)), report.seconds, phases)
