@@ -32,7 +32,8 @@ def _no_root_handlers(monkeypatch):
 
 def test_parse_level_names_and_fti_verbosity_digits():
     assert parse_level("DEBUG") == logging.DEBUG and parse_level(" info ") == logging.INFO
-    assert parse_level("off") == OFF and parse_level("1") == logging.DEBUG and parse_level("3") == logging.WARNING
+    assert parse_level("off") == OFF and parse_level("1") == logging.DEBUG
+    assert parse_level("3") == logging.WARNING
     assert parse_level("loud") is None and parse_level("7") is None
 
 
