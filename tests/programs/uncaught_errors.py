@@ -3,7 +3,8 @@
 ``--mode same``: every rank raises the same CheckpointError. ``--mode differ``: even and odd ranks raise
 two different errors. ``--mode one``: only rank 1 raises; the others wait in a barrier on ``ckpt.comm``,
 print ``R<rank> saw the failure`` when rank 1's process ends, and exit (status 0). ``--mode app``: every
-rank raises a ValueError (not an ftkit error: printed as Python prints it). Each rank prints ``R<rank> raising`` before it raises.
+rank raises a ValueError (not an ftkit error: printed as Python prints it). Each rank prints
+``R<rank> raising`` before it raises.
 """
 
 from __future__ import annotations
