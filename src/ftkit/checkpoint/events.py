@@ -53,8 +53,9 @@ def checkpoint_taken(ctx: PipelineContext, job: CheckpointJob, levels: dict[int,
     if ctx.rank == 0 and CKPT.isEnabledFor(_INFO):
         nbytes = sum(f.size for f in job.files)
         later = [lv for lv in job.levels if not levels.get(lv)]
-        CKPT.info("checkpoint %d at L%d: %s in %.3f s (%s), %d ranks%s", job.ckpt_id, job.level,
+        CKPT.info("checkpoint %d at L%d: %s in %.3f s (%s), %d rank%s%s", job.ckpt_id, job.level,
                   format_size(nbytes), seconds, _rate(nbytes, seconds), len(job.files),
+                  "s" if len(job.files) != 1 else "",
                   f"; L{'/L'.join(map(str, later))} in the background" if later else "")
     if CKPT.isEnabledFor(_DEBUG):
         size = job.file.size if job.file is not None else -1
