@@ -14,9 +14,10 @@ PROGRAM = REPO / "tests" / "programs" / "uncaught_errors.py"
 TIMEOUT = 120.0
 
 
-def _run(d, nranks: int, mode: str):
-    write_config(d, failure_timeout=60)
-    r = run_python(nranks, PROGRAM, "--config", "ftkit.ini", "--mode", mode, cwd=d, timeout=TIMEOUT)
+def _run(d, nranks: int, mode: str, **keys: object):
+    write_config(d, failure_timeout=60, **keys)
+    r = run_python(nranks, PROGRAM, "--config", "ftkit.ini", "--mode", mode, cwd=d, timeout=TIMEOUT,
+                   node_size=2 if keys.get("head") else None)
     assert not r.timed_out, "the job hung:\n" + r.stdout + r.stderr
     return r
 
@@ -34,6 +35,13 @@ def test_the_same_error_on_every_rank_is_printed_once_by_rank_0(tmp_path):
     assert r.stderr.count("Traceback") == 1, r.stderr
     assert r.stderr.count("CheckpointError: the same error on every rank that raises it") == 1, r.stderr
     assert "(same on ranks 0-3)\n" in r.stderr, r.stderr
+
+
+def test_with_head_ranks_the_application_ranks_compare_their_errors(tmp_path):
+    # 4 processes on 2 emulated nodes, the first of each a head: application ranks 0-1
+    r = _run(tmp_path, 4, "same", head=1, group_size=2)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr.count("Traceback") == 1 and "(same on ranks 0-1)\n" in r.stderr, r.stderr
 
 
 def test_different_errors_are_each_printed_once_with_their_ranks(tmp_path):

@@ -48,14 +48,15 @@ EXIT_CODE = 1
 _TAG = 3607
 _DIGEST = 16   # bytes of a message digest
 
-_comm: Any = None       # the duplicated communicator of the exchange (the first install's)
+_comm: Any = None       # the duplicated communicator of the exchange
+_source: Any = None     # the communicator it duplicates
 _wait = DEFAULT_WAIT
 _end: Callable[[], None] | None = None
 
 
 def install(comm: Any, *, wait: float = DEFAULT_WAIT, end: Callable[[], None] | None = None) -> None:
     """Make :func:`hook` this process's ``sys.excepthook`` for the ranks of ``comm`` (collective over
-    ``comm`` the first time: it is duplicated; later calls reuse that duplicate).
+    ``comm``: it is duplicated, unless the last call had the same communicator).
 
     Nothing happens on a communicator of one rank. An excepthook other than Python's default is left in
     place (the application's, or the spare-rank hook of :mod:`ftkit.checkpoint.online_exit`).
@@ -69,15 +70,15 @@ def install(comm: Any, *, wait: float = DEFAULT_WAIT, end: Callable[[], None] | 
     end
         Called to end the process when not every rank raised (default :func:`end_process`).
     """
-    global _comm, _wait, _end
+    global _comm, _source, _wait, _end
     if comm.Get_size() < 2:
         return
-    if _comm is None:
+    if _source is None or _source != comm:
         from mpi4py import MPI
 
         dup = comm.Dup()
         dup.Set_errhandler(MPI.ERRORS_RETURN)
-        _comm = dup
+        _comm, _source = dup, comm  # the previous duplicate is not freed: freeing it would be collective
     _wait, _end = float(wait), end
     if sys.excepthook is sys.__excepthook__:
         sys.excepthook = hook

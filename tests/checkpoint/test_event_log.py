@@ -98,3 +98,19 @@ def test_a_failure_and_its_online_recovery_each_log_one_line(tmp_path):
         found = [(rank, t) for rank, t in lines if re.fullmatch(pattern, t)]
         assert len(found) == 1 and found[0][0] == 0, (pattern, r.stderr)
     assert "WARNING" not in r.stderr, r.stderr
+
+
+def test_a_shrink_logs_the_failure_and_the_smaller_job_once(tmp_path):
+    # 4 ranks on 2 emulated nodes, no spare, L1 every 5 steps, steps(on_shrink=): rank 3 dies at step 12.
+    write_config(tmp_path, group_size=2, ckpt_l1=5)
+    job = Job(tmp_path, 4, 0, "--steps", "30", "--pause", "0.02",
+              program=REPO / "tests" / "programs" / "online_shrink.py")
+    job.kill_at(12, [3])
+    r = job.done()
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = _lines(r.stderr)
+    for pattern in (r"process failure: rank\(s\) 3 dead", r"shrink: continuing on 3 ranks instead of 4 .*",
+                    r"online recovery 1: checkpoint \d+ restored from L1, .*"):
+        found = [(rank, t) for rank, t in lines if re.fullmatch(pattern, t)]
+        assert len(found) == 1 and found[0][0] == 0, (pattern, r.stderr)
+    assert not any(t.startswith(("spare promoted", "no spare left for")) for _, t in lines), r.stderr
