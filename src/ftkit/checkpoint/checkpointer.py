@@ -111,6 +111,7 @@ class Checkpointer(online_loop.ResilientLoop):
                 # application ranks get past it, and ckpt.comm holds only them.
                 self._links = enter_head_mode(world, self.topology, self.config)
                 uncaught.install(self._links.app)  # errors are compared among the application ranks
+                events.start(self.config, self._links.app.Get_rank())  # log lines show application ranks
                 self._icomm.Free()
                 self._icomm = _mpi.internal_comm(self._links.app)
                 self.comm = self._links.app

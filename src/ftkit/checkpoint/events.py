@@ -39,7 +39,8 @@ def load_config_once(config: Any, rank: int) -> Config:
 
 
 def start(config: Config, rank: int) -> None:
-    """Set the event log's level from ``config`` (and ``FTKIT_LOG``) and its handler's rank."""
+    """Set the event log's level from ``config`` (and ``FTKIT_LOG``) and the rank its handler shows (the
+    application rank; again after a head split or an online recovery). Not collective."""
     configure(config.verbosity, config.log_level, rank, verbosity_set="verbosity" in config.present)
 
 

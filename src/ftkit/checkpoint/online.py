@@ -239,6 +239,7 @@ def adopt(ckpt: Checkpointer, app: Any, plan: Callable[[list[int], int], Any] | 
     config = ckpt.config
     ckpt.comm = AppComm.wrap(app, ckpt)
     ckpt.rank, ckpt.nranks = rank, size
+    events.start(ckpt.config, rank)  # the log shows the rank this process now holds
     ckpt.topology = plan(list(run["nodes"]), rank) if plan is not None else plan_topology(
         list(run["nodes"]), rank, head=0, group_size=config.group_size, ckpt_dir=config.ckpt_dir,
         need_groups=bool(config.ckpt_l2 or config.ckpt_l3))
