@@ -90,7 +90,12 @@ def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None
     if not isinstance(exc, FtkitError) or _comm is None:
         sys.__excepthook__(kind, exc, tb)
         return
-    if report(kind, exc, tb):
+    try:
+        everyone = report(kind, exc, tb)
+    except Exception:  # noqa: BLE001 - the hook must not fail: print as Python does
+        sys.__excepthook__(kind, exc, tb)
+        everyone = False
+    if everyone:
         return  # every rank raised: Python exits with status 1, MPI_Finalize has every rank
     (_end or end_process)()
 
