@@ -48,6 +48,8 @@ def test_checkpoint_and_recovery_lines_once_on_rank_0(tmp_path):
         assert len(found) == 1, r.stderr
         assert re.fullmatch(rf"checkpoint {ckpt_id} at L{level}: {re.escape(size)} in \d+\.\d{{3}} s "
                             r"\(.*/s\), 4 ranks", found[0]), found
+    assert [t for _, t in lines if t.startswith("finalize")] == [
+        "finalize: checkpoint 3 kept at L4; node-local files removed"], r.stderr
     assert "WARNING" not in r.stderr and "Warning" not in r.stderr, r.stderr
 
     r = _run(tmp_path, "--levels", "")

@@ -18,8 +18,8 @@ from ..models.units import format_size
 from ..storage.manifest import CheckpointEntry
 from .contract import CheckpointJob, PipelineContext
 
-__all__ = ["load_config_once", "start", "checkpoint_taken", "level_completed", "recovered", "failure_seen",
-           "shrunk", "restored_online"]
+__all__ = ["load_config_once", "start", "checkpoint_taken", "level_completed", "kept", "recovered",
+           "failure_seen", "shrunk", "restored_online"]
 
 CKPT = get_logger("checkpoint")
 RECOVERY = get_logger("recovery")
@@ -69,6 +69,16 @@ def level_completed(ctx: PipelineContext, ckpt_id: int, levels: Sequence[int]) -
     if ctx.rank == 0 and CKPT.isEnabledFor(_INFO):
         CKPT.info("checkpoint %d: L%s complete (background post-processing)", ckpt_id,
                   "/L".join(map(str, levels)))
+
+
+def kept(ctx: PipelineContext, ckpt_id: int | None, flushed: bool) -> None:
+    """``finalize()`` with ``keep_last_ckpt = 1``: which checkpoint is kept at L4 (rank 0)."""
+    if ctx.rank == 0 and CKPT.isEnabledFor(_INFO):
+        if ckpt_id is None:
+            CKPT.info("finalize: no complete checkpoint to keep at L4")
+        else:
+            CKPT.info("finalize: checkpoint %d kept at L4%s; node-local files removed", ckpt_id,
+                      " (flushed now)" if flushed else "")
 
 
 def recovered(ctx: PipelineContext, info: Any, entry: CheckpointEntry, seconds: float) -> None:
