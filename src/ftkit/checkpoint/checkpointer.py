@@ -85,13 +85,13 @@ class Checkpointer(online_loop.ResilientLoop):
     def __init__(self, config: Config | str | os.PathLike[str] = "ftkit.ini", comm: Any = None, *,
                  spare_ranks: int | None = None) -> None:
         world = MPI.COMM_WORLD if comm is None else comm
-        self.config: Config = events.load_config_once(config, world.Get_rank())  # notes once per job
-        events.start(self.config, world.Get_rank())
+        self.config: Config = events.load_config(config, world.Get_rank())  # notes once per job, the log set
         mpienv.check_start(world, self.config)  # a mis-launched job fails here, before any directory
         uncaught.install(world)  # an ftkit error every rank raises is printed once (collective: a Dup)
         set_group_access(bool(self.config.group_access))  # 0600/0700, or 0640/0750 with group_access = 1
         if (world := spares.split_spares(self, world, spare_ranks)) is None:
             return  # a promoted spare (see .spares): set up as the dead rank it replaces
+        uncaught.install(world)  # with spares: errors are compared among the application ranks
         self.config.validate_for(world.Get_size())
         self._icomm = _mpi.internal_comm(world)
         self._finalized = False

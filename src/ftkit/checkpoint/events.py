@@ -12,13 +12,14 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from ..config import Config, load_config
+from ..config import Config
+from ..config import load_config as _load_config
 from ..eventlog import configure, get_logger, warn_once
 from ..models.units import format_size
 from ..storage.manifest import CheckpointEntry
 from .contract import CheckpointJob, PipelineContext
 
-__all__ = ["load_config_once", "start", "checkpoint_taken", "level_completed", "kept", "recovered",
+__all__ = ["load_config", "start", "checkpoint_taken", "level_completed", "kept", "recovered",
            "failure_seen", "shrunk", "restored_online"]
 
 CKPT = get_logger("checkpoint")
@@ -27,14 +28,15 @@ FAILURE = get_logger("failure")
 _INFO, _DEBUG = logging.INFO, logging.DEBUG
 
 
-def load_config_once(config: Any, rank: int) -> Config:
-    """:func:`ftkit.config.load_config`, its warnings (the configuration's notes) issued on ``rank`` 0 only:
-    once per job instead of once per rank."""
+def load_config(config: Any, rank: int) -> Config:
+    """:func:`ftkit.config.load_config`, its warnings (the configuration's notes) issued on ``rank`` 0 only,
+    once per job instead of once per rank; then set the event log from it (:func:`start`)."""
     with warnings.catch_warnings(record=True) as caught:
-        cfg = load_config(config)
+        cfg = _load_config(config)
     if rank == 0:
         for w in caught:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    start(cfg, rank)
     return cfg
 
 
