@@ -21,8 +21,9 @@ Sections and keys (FTI's meaning and units; ftkit's own keys in ``[ftkit]``, als
     checkpoint is then refused: :meth:`Config.check_level`), ``ckpt_dir``, ``glbl_dir``, ``meta_dir``,
     ``ckpt_l1``..``ckpt_l4`` and ``dcp_l4`` (intervals in minutes, or in ``snapshot()`` calls with
     ``interval_unit = iterations``; 0 = off), ``inline_l2``..``inline_l4``, ``keep_last_ckpt``,
-    ``keep_l4_ckpt``, ``enable_dcp``, ``dcp_block_size``, ``max_sync_intv``; accepted and ignored:
-    ``verbosity``, ``ckpt_io`` other than 1, ``enable_staging``, ``enable_icp``, ``keep_heads_alive``,
+    ``keep_l4_ckpt``, ``enable_dcp``, ``dcp_block_size``, ``max_sync_intv``, ``verbosity`` (the level of
+    ftkit's event log, :mod:`ftkit.eventlog`: 1 debug, 2 info, 3 warnings and errors only); accepted and
+    ignored: ``ckpt_io`` other than 1, ``enable_staging``, ``enable_icp``, ``keep_heads_alive``,
     ``max_var_id``, ``cacheddcp``, ``dcp_mode``, ``dcp_stack_size``, ``h5_single_file_*``.
 ``[restart]``
     ``failure`` (0 = ftkit detects a restart from ``meta_dir``), ``exec_id`` (a plain name: letters, digits,
@@ -54,6 +55,8 @@ Sections and keys (FTI's meaning and units; ftkit's own keys in ``[ftkit]``, als
     the commit, so the level is durable when the call returns. Work done by a background thread or the heads
     (``inline_lN = 0``; ``background`` applies only when every level is inline) is always fsynced before its
     level is committed).
+    ``log_level`` (``debug`` | ``info`` | ``warning`` | ``error`` | ``off``; empty, the default: from
+    ``verbosity``): the level of ftkit's event log; the environment variable ``FTKIT_LOG`` overrides it.
 
 Directories: ``$VAR`` and ``${VAR}`` are expanded from the environment (an unset variable is a
 :class:`ConfigError` naming it), then ``~``; relative paths are resolved against the working directory when
@@ -175,6 +178,7 @@ class Config:
     spare_ranks: int = 0
     reserve_core: int = 0
     redundancy_sync: str = "background"
+    log_level: str = ""
     source: str = field(default="<defaults>", compare=False)
     #: Notes of the INI reader (unknown, repeated and empty keys); set by :meth:`from_string`.
     parse_notes: tuple[str, ...] = field(default=(), compare=False, repr=False)
