@@ -70,23 +70,19 @@ from __future__ import annotations
 import math
 import os
 import re
-import sys
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from ._paths import check_plain_name
 from .config_fti import KEYS, describe, key_status, parse_entries
-from .errors import ConfigError, ConfigWarning, UnsafePathError
-from .mpienv import launch_environment
+from .config_notes import issue_notes
+from .errors import ConfigError, UnsafePathError
 
 __all__ = ["Config", "load_config", "KEY_SECTIONS", "node_local_default", "expand_path", "check_value"]
 
 _SPEC = {k.name: k for k in KEYS}
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 #: Section of every key ftkit reads (FTI's sections; ftkit's own keys live in ``[ftkit]``).
 KEY_SECTIONS: dict[str, str] = {k.name: k.section for k in KEYS}
 _VAR_RE = re.compile(r"\$(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -211,9 +207,7 @@ class Config:
         if ignored:
             notes.append(ignored)
         object.__setattr__(self, "notes", tuple(notes))
-        if notes and _first_rank():
-            warnings.warn(ConfigWarning(f"{self.source}: " + "\n  ".join(["configuration notes:", *notes])),
-                          stacklevel=_user_stacklevel())
+        issue_notes(self.source, notes)
 
     # -- construction -------------------------------------------------------------------------------------
 
@@ -317,23 +311,6 @@ class Config:
     def io_chunk_bytes(self) -> int:
         """Size (bytes) of one I/O chunk: ``transfer_size`` MiB."""
         return self.transfer_size * 2**20
-
-
-def _first_rank() -> bool:
-    """Whether this is a job's first process (or not under MPI), from the launcher's variables."""
-    return all(value == 0 for _, value, _ in launch_environment().ranks)
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` that makes a warning issued by this function's caller point at the first frame
-    outside ftkit (the user's ``Checkpointer(...)``, ``Config.from_file(...)``...), skipping ftkit's own
-    frames and the ``__init__`` that :mod:`dataclasses` generates."""
-    level = 1
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE_DIR)
-                                 or frame.f_code.co_filename == "<string>"):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def _default(name: str) -> Any:

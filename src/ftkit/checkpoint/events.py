@@ -29,8 +29,7 @@ _INFO, _DEBUG = logging.INFO, logging.DEBUG
 
 def load_config(config: Any, rank: int) -> Config:
     """:func:`ftkit.config.load_config` (which issues the configuration's notes once per job, on the
-    launcher's
-    rank 0), then set the event log from it (:func:`start`)."""
+    launcher's rank 0), then set the event log from it (:func:`start`)."""
     cfg = _load_config(config)
     start(cfg, rank)
     return cfg
