@@ -2,6 +2,7 @@
 
 usage: python benchmarks/kill_campaign.py [--trials 200] [--seed 1] [--out results.jsonl] [--timeout 120]
        [--grids 3x2,2x3] [--max-delay S] [--setup in-call] [--modes store,protect] [--betas 0,0.5]
+       [--routine gemm|trmm|syrk|syr2k]
 
 Each trial is one MPI job (``tests/programs/linalg_kill_trial.py``) with a random grid (1x3, 3x1, 2x2, 2x3,
 3x2, 3x3, in turn; ``--grids`` also takes 1x4, 4x1, 2x4 and other non-square shapes up to 8 ranks),
@@ -17,6 +18,11 @@ the call itself sets it up (after saving its inputs), and in ``protect`` mode ``
 the window). Early kills: ``--setup in-call --max-delay 0.4``. A kill before the victim saved its inputs
 (the first milliseconds of a ``store``-mode call, or of a ``beta != 0`` call, which saves C) cannot be
 survived: nothing holds the victim's data; such trials end in ``failure`` with phase ``entry``.
+``--routine trmm|syrk|syr2k`` (issue 33) runs ``resilient_pdtrmm`` (random SIDE UPLO TRANSA DIAG),
+``resilient_pdsyrk`` or ``resilient_pdsyr2k`` (random UPLO TRANS) instead, in ``store`` mode (they take no
+protected operands); the job's rank 0 writes numpy's result, and the rank-k updates' untouched triangle
+must equal the input bit for bit. Their ``prepare`` step (building the multiplied operands, a plain
+collective) cannot survive a death: a kill there ends in ``failure`` with phase ``entry``/``setup``.
 Outcomes:
 
 ``exact``
@@ -61,6 +67,13 @@ from ftkit.launch import run_mpi
 PROGRAM = Path(__file__).resolve().parents[1] / "tests" / "programs" / "linalg_kill_trial.py"
 GRIDS = ("1x3", "3x1", "2x2", "2x3", "3x2", "3x3")
 TRANS = ("NN", "NT", "TN", "TT")
+#: The flags drawn per routine (``--trans`` of the trial program).
+FLAGS = {
+    "gemm": TRANS,
+    "trmm": tuple(s + u + t + d for s in "LR" for u in "UL" for t in "NT" for d in "NU"),
+    "syrk": tuple(u + t for u in "UL" for t in "NT"),
+    "syr2k": tuple(u + t for u in "UL" for t in "NT"),
+}
 OUTCOMES = ("exact", "failure", "late", "wrong", "hang")
 PHASES = ("setup", "protect", "entry", "multiply", "settle", "after", "none")
 
@@ -81,6 +94,7 @@ class Trial:
     start_at_step: bool = False
     hold: str | None = None  # "setup"/"multiply": the victim stops just before it and waits to be killed
     setup: str = "before"  # "in-call": no detector built beforehand; the kill is timed from the call's start
+    routine: str = "gemm"  # gemm, trmm, syrk or syr2k (``trans`` then holds that routine's flags)
 
     @property
     def nprocs(self) -> int:
@@ -99,12 +113,15 @@ class TrialResult:
 
 
 def draw_trial(rng: random.Random, grid: str | None = None, max_delay: float = 1.5, *, setup: str = "before",
-               modes: tuple[str, ...] = ("store", "protect"), betas: tuple[float, ...] = (0.0, 0.5)) -> Trial:
+               modes: tuple[str, ...] = ("store", "protect"), betas: tuple[float, ...] = (0.0, 0.5),
+               routine: str = "gemm") -> Trial:
     """Return a random trial (on ``grid`` if given) with a kill delay uniform in [0, ``max_delay``] s."""
     grid = grid or rng.choice(GRIDS)
     p, q = (int(x) for x in grid.split("x"))
-    return Trial(grid, rng.choice(TRANS), rng.choice(betas), rng.choice(modes),
-                 rng.randrange(p * q), round(rng.uniform(0.0, max_delay), 3), setup=setup)  # fmt: skip
+    mode = rng.choice(modes) if routine == "gemm" else "store"
+    return Trial(grid, rng.choice(FLAGS[routine]), rng.choice(betas), mode,
+                 rng.randrange(p * q), round(rng.uniform(0.0, max_delay), 3), setup=setup,
+                 routine=routine)  # fmt: skip
 
 
 def _killer(workdir: Path, victim: int, delay: float, job_over: threading.Event,
@@ -193,11 +210,10 @@ def classify(trial: Trial, workdir: Path, stdout: str, timed_out: bool) -> tuple
     if len(verdicts) != 1:
         return "wrong", f"survivors disagree on the failed ranks: {done}"
     failed = json.loads(verdicts.pop())
+    with np.load(workdir / "ref.npz", allow_pickle=False) as f:  # numpy's result, by the job's rank 0
+        ref, fixed = f["ref"], f["fixed"]
     with np.load(workdir / "inputs.npz", allow_pickle=False) as f:
-        a_g, b_g, c_g = f["a"], f["b"], f["c"]
-    opa = a_g.T if trial.trans[0] != "N" else a_g
-    opb = b_g.T if trial.trans[1] != "N" else b_g
-    ref = 1.5 * opa @ opb + trial.beta * c_g
+        c_in = f["b"] if trial.routine == "trmm" else f["c"]
     if not failed:  # nobody failed during the call: every rank wrote its piece on the original grid
         if trial.victim not in done:
             return "late", "the victim was killed after the call returned everywhere else"
@@ -210,6 +226,8 @@ def classify(trial: Trial, workdir: Path, stdout: str, timed_out: bool) -> tuple
     if not (count == 1).all():
         return "wrong", f"result pieces cover {int((count == 0).sum())} entries 0 times, " \
                         f"{int((count > 1).sum())} more than once"  # fmt: skip
+    if not np.array_equal(got[fixed], c_in[fixed]):
+        return "wrong", f"the triangle not updated changed (failed={failed})"
     err = np.abs(got - ref)
     tol = 1e-12 * trial.n * max(1.0, float(np.abs(ref).max()))
     if err.max() > tol:
@@ -228,7 +246,7 @@ def run_trial(trial: Trial, workdir: Path, timeout: float, *, kill: bool = True)
         killer.start()
     args = ["--grid", trial.grid, "--n", str(trial.n), "--nb", str(trial.nb), "--trans", trial.trans,
             "--beta", str(trial.beta), "--mode", trial.mode, "--step-pause", str(trial.step_pause),
-            "--dir", str(workdir), "--setup", trial.setup] \
+            "--dir", str(workdir), "--setup", trial.setup, "--routine", trial.routine] \
         + (["--start-at-step"] if trial.start_at_step else []) \
         + (["--hold-rank", str(trial.victim), "--hold-at", trial.hold] if trial.hold else [])  # fmt: skip
     try:
@@ -244,7 +262,7 @@ def run_trial(trial: Trial, workdir: Path, timeout: float, *, kill: bool = True)
     return TrialResult(outcome, detail, r.elapsed, phase)
 
 
-def call_duration(grid: str, timeout: float, setup: str = "before") -> float:
+def call_duration(grid: str, timeout: float, setup: str = "before", routine: str = "gemm") -> float:
     """Seconds from ``started`` to rank 0's return in a failure-free trial on ``grid`` (a warm-up).
 
     Raises
@@ -252,7 +270,8 @@ def call_duration(grid: str, timeout: float, setup: str = "before") -> float:
     RuntimeError
         If the failure-free trial does not give the exact product.
     """
-    trial = Trial(grid, "TN", 0.5, "protect", 0, 0.0, setup=setup)
+    trial = Trial(grid, FLAGS[routine][-1], 0.5, "protect" if routine == "gemm" else "store", 0, 0.0,
+                  setup=setup, routine=routine)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="ftkit-warmup-") as tmp:
         res = run_trial(trial, Path(tmp), timeout, kill=False)
         if res.outcome != "exact":
@@ -282,13 +301,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="in-call: no detector built beforehand, kills timed from the call's start")
     ap.add_argument("--modes", default="store,protect", help="store modes drawn from (store, protect)")
     ap.add_argument("--betas", default="0,0.5", help="beta values drawn from")
+    ap.add_argument("--routine", choices=tuple(FLAGS), default="gemm", help="the resilient_ routine run")
     ap.add_argument("--out", type=Path, default=None, help="append one JSON line per trial here")
     args = ap.parse_args(argv)
     grids = args.grids.split(",")
     rng = random.Random(args.seed)
     t_start = time.monotonic()
     if args.max_delay is None:
-        durations = {g: round(call_duration(g, args.timeout, args.setup), 3) for g in grids}
+        durations = {g: round(call_duration(g, args.timeout, args.setup, args.routine), 3) for g in grids}
     else:
         durations = dict.fromkeys(grids, args.max_delay)
     print(f"kill delays uniform in [0, d] s, d per grid: {durations}", flush=True)
@@ -297,12 +317,13 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.trials):
         grid = grids[i % len(grids)]
         trial = draw_trial(rng, grid, durations[grid], setup=args.setup, modes=tuple(args.modes.split(",")),
-                           betas=tuple(float(b) for b in args.betas.split(",")))  # fmt: skip
+                           betas=tuple(float(b) for b in args.betas.split(",")),
+                           routine=args.routine)  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="ftkit-kill-") as tmp:
             res = run_trial(trial, Path(tmp), args.timeout)
         counts[grid][res.outcome] += 1
         by_phase[res.phase][res.outcome] += 1
-        print(f"trial {i} {trial.grid} {trial.trans} beta={trial.beta} {trial.mode} {trial.setup} "
+        print(f"trial {i} {trial.routine} {trial.grid} {trial.trans} beta={trial.beta} {trial.mode} {trial.setup} "
               f"victim={trial.victim} "
               f"delay={trial.delay:.3f}s phase={res.phase} -> {res.outcome} ({res.seconds:.1f}s): "
               f"{res.detail}", flush=True)  # fmt: skip
@@ -313,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     _table("grid", grids, counts, OUTCOMES)
     _table("phase", list(PHASES), by_phase, OUTCOMES)
     total = sum(counts.values(), Counter())
-    print(json.dumps({"trials": args.trials, "seed": args.seed, "seconds": round(time.monotonic() - t_start),
+    print(json.dumps({"routine": args.routine, "trials": args.trials, "seed": args.seed, "seconds": round(time.monotonic() - t_start),
                       "durations": durations, "per_grid": {g: dict(counts[g]) for g in grids},
                       "per_phase": {p: dict(by_phase[p]) for p in PHASES},
                       "total": dict(total)}))  # fmt: skip

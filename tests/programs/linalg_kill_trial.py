@@ -19,6 +19,12 @@ just before ``resilient_pdgemm`` is called, and rank 0 marks ``call`` there and 
 reaches the detector's set-up (the ``"setup"`` stage of :data:`ftkit.linalg._resilient_call.fault_hook`);
 ``--hold-at setup`` then holds the victim at that stage, inside the call, after it saved its inputs.
 The driver (``benchmarks/kill_campaign.py``) assembles the pieces and compares them with numpy.
+
+``--routine trmm|syrk|syr2k`` (issue 33) runs ``resilient_pdtrmm`` (``--trans`` is SIDE UPLO TRANSA DIAG,
+e.g. ``LUNN``; the result is B), ``resilient_pdsyrk`` or ``resilient_pdsyr2k`` (``--trans`` is UPLO TRANS,
+e.g. ``LT``) instead, on the whole n x n matrices, ``--mode store`` only. Rank 0 writes numpy's expected
+result to ``<dir>/ref.npz`` (``ref``, and ``fixed``: the entries that must equal the input bit for bit, the
+triangle a rank-k update does not touch), which the driver compares the pieces with.
 """
 
 from __future__ import annotations
@@ -36,11 +42,13 @@ from ftkit.failure import Fenced, exit_without_finalize
 from ftkit.linalg import DistributedMatrix, ProcessGrid, _resilient_call
 from ftkit.linalg.protected import detector_for, protect_operands
 from ftkit.linalg.resilient import resilient_pdgemm
+from ftkit.linalg.resilient_pblas3 import resilient_pdsyr2k, resilient_pdsyrk, resilient_pdtrmm
 
 p = argparse.ArgumentParser()
 p.add_argument("--grid", default="2x3")
 p.add_argument("--n", type=int, default=96)
 p.add_argument("--nb", type=int, default=8)
+p.add_argument("--routine", choices=["gemm", "trmm", "syrk", "syr2k"], default="gemm")
 p.add_argument("--trans", default="TN")
 p.add_argument("--alpha", type=float, default=1.5)
 p.add_argument("--beta", type=float, default=0.0)
@@ -56,6 +64,8 @@ p.add_argument("--setup", choices=["before", "in-call"], default="before",
 p.add_argument("--timeout", type=float, default=None)
 p.add_argument("--dir", required=True)
 a = p.parse_args()
+if a.routine != "gemm" and a.mode == "protect":
+    p.error("--mode protect serves --routine gemm only (the other routines build their operands per call)")
 
 world = MPI.COMM_WORLD
 rank = world.Get_rank()
@@ -69,8 +79,33 @@ C = DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=3)
 a_g, b_g, c_g = A.to_global(), B.to_global(), C.to_global()
 ta, tb = a.trans[0], a.trans[1]
 store = Path(a.dir, "store")
+
+
+def reference() -> tuple[np.ndarray, np.ndarray]:
+    """numpy's result of the routine, and the mask of entries that must stay bit for bit as on entry."""
+    fixed = np.zeros((n, n), dtype=bool)
+    if a.routine == "trmm":
+        side, uplo, transa, diag = a.trans
+        t = np.triu(a_g) if uplo == "U" else np.tril(a_g)
+        if diag == "U":
+            np.fill_diagonal(t, 1.0)
+        t = t.T if transa != "N" else t
+        return a.alpha * (t @ b_g if side == "L" else b_g @ t), fixed
+    if a.routine in ("syrk", "syr2k"):
+        uplo, trans = a.trans
+        opa, opb = (a_g, b_g) if trans == "N" else (a_g.T, b_g.T)
+        upd = opa @ opa.T if a.routine == "syrk" else opa @ opb.T + opb @ opa.T
+        fixed = ~(np.triu(np.ones((n, n), dtype=bool)) if uplo == "U" else np.tril(np.ones((n, n), dtype=bool)))
+        return np.where(fixed, c_g, a.alpha * upd + a.beta * c_g), fixed
+    opa = a_g.T if ta != "N" else a_g
+    opb = b_g.T if tb != "N" else b_g
+    return a.alpha * opa @ opb + a.beta * c_g, fixed
+
+
 if rank == 0:
     np.savez(Path(a.dir, "inputs.npz"), a=a_g, b=b_g, c=c_g)
+    ref, fixed = reference()
+    np.savez(Path(a.dir, "ref.npz"), ref=ref, fixed=fixed)
 world.Barrier()
 in_call = a.setup == "in-call"
 if rank == 0 and not a.start_at_step and a.hold_rank < 0 and not in_call:
@@ -120,8 +155,15 @@ try:
         if rank == 0 and not a.start_at_step and a.hold_rank < 0:
             Path(a.dir, "started").write_text(str(time.time()))
         mark("call")
-    res = resilient_pdgemm(ta, tb, n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0, store=where,
-                           timeout=a.timeout, width=nb, on_step=on_step)  # fmt: skip
+    kw = {"store": where, "timeout": a.timeout, "width": nb, "on_step": on_step}
+    if a.routine == "trmm":
+        res = resilient_pdtrmm(*a.trans, n, n, a.alpha, A, 0, 0, B, 0, 0, **kw)  # type: ignore[arg-type]
+    elif a.routine == "syrk":
+        res = resilient_pdsyrk(*a.trans, n, n, a.alpha, A, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
+    elif a.routine == "syr2k":
+        res = resilient_pdsyr2k(*a.trans, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
+    else:
+        res = resilient_pdgemm(ta, tb, n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
     mark("returned")
 except Fenced:
     print(f"FENCED rank={rank}", flush=True)

@@ -100,6 +100,8 @@ class ResilientCall:
     store_errno: int | None = None  # saving this process's inputs failed (0: no errno)
     shapes: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     routine: str = "PDGEMM"  # the PBLAS routine whose form this call runs (for its errors)
+    #: The entries of C's submatrix the routine updates (``ProductForm.keep``); ``None``: all of them.
+    keep: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
     #: Set once the inputs are saved: the detector is set up after them (a death in its set-up is survived).
     det: FailureDetector = field(init=False)
 
@@ -118,8 +120,9 @@ class ResilientCall:
         """Whether this call saves C."""
         # C is saved as it was on entry (before beta), where it is needed to rebuild a dead process's piece:
         # it contributes (beta != 0) or has entries outside the updated submatrix (kept as they are).
+        # With a keep mask, the entries not updated are restored from it in a dead process's tiles.
         d = self.C.desc
-        return not self.multiply or self.beta != 0.0 or (self.ic, self.jc, self.m, self.n) != (0, 0, d.m, d.n)
+        return self.keep is not None or not self.multiply or self.beta != 0.0 or (self.ic, self.jc, self.m, self.n) != (0, 0, d.m, d.n)
 
     @property
     def save_ops(self) -> bool:

@@ -71,6 +71,11 @@ class ProductForm:
         ``(A, ia, ja, B, ib, jb)`` to multiply (e.g. PDSYMM's full symmetric matrix from its stored
         triangle). It runs where the operands' redistribution does: a process failure in it fails the call
         alike on every survivor (nothing can be protected before it).
+    keep
+        If given, only part of ``C(ic:ic+m, jc:jc+n)`` is updated (PDSYRK's triangle): ``keep(rows, cols)``,
+        with submatrix row and column indices (0-based int arrays), returns the boolean matrix of the entries
+        updated; every other entry keeps its value bit for bit (restored after the steps, and in a dead
+        process's recomputed tiles from its stored C, which is then always saved).
     """
 
     routine: str
@@ -91,6 +96,7 @@ class ProductForm:
     ic: int
     jc: int
     prepare: Callable[[], tuple[DistributedMatrix, int, int, DistributedMatrix, int, int]] | None = None
+    keep: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
 
 
 def resilient_call(
@@ -136,7 +142,7 @@ def resilient_call(
     ops_prefix = protected.prefix if protected is not None else prefix
     call = ResilientCall(f.ta, f.tb, f.m, f.n, f.k, f.alpha, f.beta, f.C, f.ic, f.jc, where, prefix,
                  {"a": ops_prefix, "b": ops_prefix, "c": prefix}, algorithm, width, on_step,
-                 f.C.row_map(f.ic, f.m), f.C.col_map(f.jc, f.n), routine=f.routine)  # fmt: skip
+                 f.C.row_map(f.ic, f.m), f.C.col_map(f.jc, f.n), routine=f.routine, keep=f.keep)  # fmt: skip
     det = detector or reusable_detector(grid, timeout)
     if call.multiply:
         _take_operands(call, protected, form, det)
@@ -260,6 +266,7 @@ def _iterate(call: ResilientCall, exchange: FailureAwareExchange) -> Exception |
     part in the agreements that follow and then raises that error. Returns it (``None`` if there was none).
     """
     c = call.C.local_view(call.ic, call.jc, call.m, call.n)
+    entry = c.copy() if call.keep is not None else None
     try:
         if not call.multiply:
             if call.m and call.n:
@@ -278,6 +285,10 @@ def _iterate(call: ResilientCall, exchange: FailureAwareExchange) -> Exception |
     except Exception as exc:  # noqa: BLE001 - any error of our own: withdraw, re-raised after the agreements
         call.det.withdraw(f"{type(exc).__name__}: {exc}")
         return exc
+    if entry is not None:  # the entries the routine does not update get their values back, bit for bit
+        grid = call.grid
+        mask = call.keep(call.crows.indices_on(grid.myrow), call.ccols.indices_on(grid.mycol))  # type: ignore[misc]
+        c[...] = np.where(mask, c, entry)
     return None
 
 

@@ -293,8 +293,9 @@ def _recompute_tile(
     r0, c0 = call.crows.local_start(pd), call.ccols.local_start(qd)
     lr = slice(r0 + t.rows.start, r0 + t.rows.stop)
     lc = slice(c0 + t.cols.start, c0 + t.cols.stop)
-    if call.save_c:  # stored as it was on entry: apply beta here
-        tile = np.array(exchange.stored("c", t.dead)[lr, lc], order="F")
+    entry = exchange.stored("c", t.dead)[lr, lc] if call.save_c else None
+    if entry is not None:  # stored as it was on entry: apply beta here
+        tile = np.array(entry, order="F")
         _scale(tile, call.beta)
     else:  # beta == 0 over all of C: nothing of the old C survives
         tile = np.zeros((lr.stop - lr.start, lc.stop - lc.start), order="F")
@@ -312,4 +313,7 @@ def _recompute_tile(
             b_piece = ops.b if owner == me else exchange.stored("b", owner)
             b_cols[ops.kb.indices_on(p), :] = b_piece[:, t.cols]
         tile, verified, unchecked = recompute_verified(call.alpha, a_rows, b_cols, tile, d.mb, d.nb)
+    if call.keep is not None and entry is not None:  # entries the routine does not update: as on entry
+        mask = call.keep(rows_g[lr] - call.ic, cols_g[lc] - call.jc)
+        tile = np.asfortranarray(np.where(mask, tile, entry))
     return (2, rows_g[lr], cols_g[lc], tile), verified, unchecked

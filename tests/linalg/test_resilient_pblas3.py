@@ -1,0 +1,98 @@
+"""resilient_pdtrmm, resilient_pdsyrk and resilient_pdsyr2k (issue 33) with a rank SIGKILLed from outside at a
+random moment of the multiply on non-square grids: the survivors return numpy's result, and the triangle a
+rank-k update does not touch is bit for bit the input."""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ftkit import inject
+
+from ..conftest import run_python
+
+PROGRAM = Path(__file__).parents[1] / "programs" / "linalg_kill_trial.py"
+JOB_TIMEOUT = 150  # s, hard limit per job
+N, NB, STEP_PAUSE = 48, 6, 0.05  # 8 SUMMA steps of 0.05 s each: a window of ~0.4 s for the kill
+
+pytestmark = pytest.mark.mpi
+
+
+def _killer(tmp_path: Path, victim: int, delay: float, over: threading.Event) -> threading.Thread:
+    """SIGKILL ``victim`` ``delay`` s after the job's first step began (``started``), unless the job ended."""
+
+    def run() -> None:
+        while not over.is_set() and not (tmp_path / "started").exists():
+            over.wait(0.01)
+        if not over.wait(delay):
+            inject.kill_pid(int((tmp_path / f"pid.{victim}").read_text()))
+
+    return threading.Thread(target=run, daemon=True)
+
+
+def _run(tmp_path: Path, grid: str, routine: str, flags: str, victim: int | None, delay: float = 0.0):
+    p, q = (int(x) for x in grid.split("x"))
+    over = threading.Event()
+    killer = _killer(tmp_path, victim, delay, over) if victim is not None else None
+    if killer is not None:
+        killer.start()
+    try:
+        r = run_python(p * q, PROGRAM, "--grid", grid, "--n", str(N), "--nb", str(NB), "--routine", routine,
+                       "--trans", flags, "--beta", "0.5", "--mode", "store", "--step-pause", str(STEP_PAUSE),
+                       "--start-at-step", "--dir", str(tmp_path), timeout=JOB_TIMEOUT)  # fmt: skip
+    finally:
+        over.set()
+        if killer is not None:
+            killer.join(10)
+    assert not r.timed_out, f"job hung\n{r.stdout}\n{r.stderr}"
+    return r, p * q
+
+
+def _check(tmp_path: Path, r, nprocs: int, dead: list[int]) -> None:
+    """Every survivor returned with ``dead`` failed; their pieces cover C once and equal numpy's result."""
+    out = r.stdout + r.stderr
+    done = dict(re.findall(r"DONE rank=(\d+) failed=(\[.*?\])", r.stdout))
+    assert sorted(int(k) for k in done) == [x for x in range(nprocs) if x not in dead], out
+    assert set(done.values()) == {str(dead)}, out
+    with np.load(tmp_path / "ref.npz", allow_pickle=False) as f:
+        ref, fixed = f["ref"], f["fixed"]
+    with np.load(tmp_path / "inputs.npz", allow_pickle=False) as f:
+        c_in = f["c"]
+    got, count = np.zeros_like(ref), np.zeros(ref.shape, dtype=np.int64)
+    for rank in done:
+        with np.load(tmp_path / f"out.{rank}.npz", allow_pickle=False) as f:
+            ix = np.ix_(f["rows"], f["cols"])
+            got[ix] = f["c"]
+            count[ix] += 1
+    assert (count == 1).all(), out
+    assert np.abs(got - ref).max() <= 1e-12 * N * max(1.0, float(np.abs(ref).max())), out
+    assert np.array_equal(got[fixed], c_in[fixed]), "the triangle not updated changed"
+
+
+# (routine, flags, grid); the victim and the moment of the kill are drawn per case from a fixed seed
+CASES = [
+    ("trmm", "LUNN", "2x3"), ("trmm", "RLTU", "3x2"), ("trmm", "LLTU", "1x4"),
+    ("syrk", "LN", "2x3"), ("syrk", "UT", "3x2"),
+    ("syr2k", "UN", "2x3"), ("syr2k", "LT", "3x2"),
+]
+
+
+@pytest.mark.parametrize("routine,flags,grid", CASES)
+def test_a_rank_killed_at_a_random_moment_of_the_multiply_is_survived(tmp_path, routine, flags, grid):
+    p, q = (int(x) for x in grid.split("x"))
+    rng = random.Random(f"{routine}{flags}{grid}")
+    victim, delay = rng.randrange(p * q), rng.uniform(0.0, 6 * STEP_PAUSE)
+    r, nprocs = _run(tmp_path, grid, routine, flags, victim, delay)
+    _check(tmp_path, r, nprocs, [victim])
+
+
+@pytest.mark.parametrize("routine,flags", [("trmm", "RUNN"), ("syrk", "UN"), ("syr2k", "LN")])
+def test_without_failures_the_result_is_numpy_s(tmp_path, routine, flags):
+    r, nprocs = _run(tmp_path, "2x3", routine, flags, None)
+    _check(tmp_path, r, nprocs, [])
+
