@@ -323,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
             res = run_trial(trial, Path(tmp), args.timeout)
         counts[grid][res.outcome] += 1
         by_phase[res.phase][res.outcome] += 1
-        print(f"trial {i} {trial.routine} {trial.grid} {trial.trans} beta={trial.beta} {trial.mode} {trial.setup} "
+        print(f"trial {i} {trial.routine} {trial.grid} {trial.trans} beta={trial.beta} {trial.mode} "
+              f"{trial.setup} "
               f"victim={trial.victim} "
               f"delay={trial.delay:.3f}s phase={res.phase} -> {res.outcome} ({res.seconds:.1f}s): "
               f"{res.detail}", flush=True)  # fmt: skip
@@ -334,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     _table("grid", grids, counts, OUTCOMES)
     _table("phase", list(PHASES), by_phase, OUTCOMES)
     total = sum(counts.values(), Counter())
-    print(json.dumps({"routine": args.routine, "trials": args.trials, "seed": args.seed, "seconds": round(time.monotonic() - t_start),
+    print(json.dumps({"routine": args.routine, "trials": args.trials, "seed": args.seed,
+                      "seconds": round(time.monotonic() - t_start),
                       "durations": durations, "per_grid": {g: dict(counts[g]) for g in grids},
                       "per_phase": {p: dict(by_phase[p]) for p in PHASES},
                       "total": dict(total)}))  # fmt: skip

@@ -95,7 +95,8 @@ def reference() -> tuple[np.ndarray, np.ndarray]:
         uplo, trans = a.trans
         opa, opb = (a_g, b_g) if trans == "N" else (a_g.T, b_g.T)
         upd = opa @ opa.T if a.routine == "syrk" else opa @ opb.T + opb @ opa.T
-        fixed = ~(np.triu(np.ones((n, n), dtype=bool)) if uplo == "U" else np.tril(np.ones((n, n), dtype=bool)))
+        ones = np.ones((n, n), dtype=bool)
+        fixed = ~(np.triu(ones) if uplo == "U" else np.tril(ones))
         return np.where(fixed, c_g, a.alpha * upd + a.beta * c_g), fixed
     opa = a_g.T if ta != "N" else a_g
     opb = b_g.T if tb != "N" else b_g

@@ -80,5 +80,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 _LAZY.update(dict.fromkeys(("resilient_pdsymm", "resilient_call", "ProductForm"), ".resilient"))
 __all__ += ["resilient_pdsymm", "resilient_call", "ProductForm"]
-_LAZY.update(dict.fromkeys(("resilient_pdtrmm", "resilient_pdsyrk", "resilient_pdsyr2k"), ".resilient_pblas3"))
+_LAZY.update(dict.fromkeys(("resilient_pdtrmm", "resilient_pdsyrk", "resilient_pdsyr2k"),
+                           ".resilient_pblas3"))
 __all__ += ["resilient_pdtrmm", "resilient_pdsyrk", "resilient_pdsyr2k"]

@@ -122,7 +122,8 @@ class ResilientCall:
         # it contributes (beta != 0) or has entries outside the updated submatrix (kept as they are).
         # With a keep mask, the entries not updated are restored from it in a dead process's tiles.
         d = self.C.desc
-        return self.keep is not None or not self.multiply or self.beta != 0.0 or (self.ic, self.jc, self.m, self.n) != (0, 0, d.m, d.n)
+        whole = (self.ic, self.jc, self.m, self.n) == (0, 0, d.m, d.n)
+        return self.keep is not None or not self.multiply or self.beta != 0.0 or not whole
 
     @property
     def save_ops(self) -> bool:

@@ -34,7 +34,7 @@ from ._resilient_call import ResilientResult
 from ._resilient_run import ProductForm, resilient_call
 from .matrix import DistributedMatrix
 from .pblas import check_width
-from .pblas_add import pdgeadd, trapezoid_mask
+from .pblas_add import pdgeadd
 from .pblas_rank import check_rank_args
 from .pblas_tri import check_tri_args
 from .protected import ProtectedOperands
@@ -50,7 +50,8 @@ def _check_store(routine: str, pos: int, store: object) -> None:
                                  "protected with protect_operands() serve resilient_pdgemm only")  # fmt: skip
 
 
-def _triangle_copy(A: DistributedMatrix, ia: int, ja: int, na: int, uplo: str, unit: bool) -> DistributedMatrix:
+def _triangle_copy(A: DistributedMatrix, ia: int, ja: int, na: int, uplo: str,
+                   unit: bool) -> DistributedMatrix:
     """Return a copy of A whose ``na x na`` submatrix at (ia, ja) holds only its ``uplo`` triangle (the other
     zeroed; for ``unit`` the diagonal set to 1 without being read). Local, no communication."""
     W = A.copy()
