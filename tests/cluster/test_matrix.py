@@ -111,3 +111,18 @@ def test_partition_declared_dead_within_bound_and_nothing_left(cluster4):
             faults.heal(c, h)
             if _vc.job_processes(c, h):
                 faults.reboot(c, h)
+
+
+def test_srun_host_poweroff_relaunch_recovers_from_l2(slurm4):
+    """SLURM: `srun -N 4 -n 8 --mpi=pmix` (slurmd per host); node2 powered off at step 25 (its slurmd and
+    slurmstepd with it): the step ends, node2 reboots (slurmd again, back in service), the relaunch under
+    srun recovers from L2 bit for bit."""
+    out = fault_and_relaunch(slurm4, {"ckpt_l2": 10}, _poweroff("node2"), launch=_vc.srun_launch)
+    assert "from level 2 at step 20" in out, out
+
+
+def test_ftkit_launch_srun_in_salloc_host_poweroff_relaunch_recovers_from_l2(slurm4):
+    """`salloc -N 4` + `ftkit launch --launcher srun -n 8` (srun -K: the step ends when node2 dies); node2
+    powered off at step 25; the relaunch (a new allocation) recovers from L2 bit for bit."""
+    out = fault_and_relaunch(slurm4, {"ckpt_l2": 10}, _poweroff("node2"), launch=_vc.salloc_ftkit_launch)
+    assert "from level 2 at step 20" in out, out
