@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from tools.cluster.vcluster import Cluster, ClusterUnavailable, down, faults, slurm, up
+from tools.cluster.vcluster import Cluster, ClusterUnavailable, down, faults, mpich, slurm, up
 from tools.cluster.vcluster._sys import check_capable
 
 from ftkit._jobproc import PipeReader
@@ -61,6 +61,12 @@ def srun_launch(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequen
     exports = ",".join(["ALL", *(f"{k}={v}" for k, v in (env or {}).items())])
     return ["srun", "-N", str(len(hosts)), "-n", str(len(hosts) * per_host), "-w", ",".join(hosts),
             "--mpi=pmix", "-K", "-O", f"--export={exports}", *program]
+
+
+def mpich_launch(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
+                 env: dict[str, str] | None) -> list[str]:
+    """Debian's MPICH: Hydra's ``mpiexec.mpich`` through the cluster's ssh agent, the venv's mpi4py on it."""
+    return mpich.command(c, hosts, per_host, program, env)
 
 
 def salloc_ftkit_launch(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
@@ -137,15 +143,19 @@ def heat_config(c: Cluster, name: str, **keys: object) -> Path:
 
 
 def fault_and_relaunch(c: Cluster, levels: dict[str, int], fault: Callable[[Job], None],
-                       per_host: int = 2, launch: Launch | None = None) -> str:
+                       per_host: int = 2, launch: Launch | None = None,
+                       relaunch_hosts: Sequence[str] | None = None, **keys: object) -> str:
     """Reference run, run faulted by ``fault(job)`` at step GATE, relaunch; return the relaunch's output.
 
     ``fault`` is called while every rank waits at the gate (checkpoints of steps < GATE committed); the gate
-    then opens and the faulted run must end without completing. The relaunch must print the reference digest (asserted here).
+    then opens and the faulted run must end without completing. The relaunch must print the reference digest
+    (asserted here). ``relaunch_hosts`` (default: every compute host, the lost ones rebooted empty) is where the
+    relaunch runs (``per_host`` ranks each: an elastic restart when fewer); ``keys`` go to the faulted run's
+    config.
     """
     from ..checkpoint._util import digest_of
 
-    ref, job = _reference_and_faulted_run(c, levels, fault, per_host, launch=launch)
+    ref, job = _reference_and_faulted_run(c, levels, fault, per_host, launch=launch, **keys)
     rc = job.finish()
     assert rc != -9, f"the faulted run did not end:\n{job.output()}"
     # Not `rc != 0`: when PRRTE notices the lost daemon's TCP connection before its ssh agent's exit, it
@@ -153,12 +163,13 @@ def fault_and_relaunch(c: Cluster, levels: dict[str, int], fault: Callable[[Job]
     # (Open MPI 5.0 wheel). The run must not have completed, whatever mpirun says.
     assert "digest" not in job.out.text(), job.output()
     wait_no_job_processes(c, job)
-    for h in c.hosts:
+    hosts = list(relaunch_hosts or c.hosts)
+    for h in hosts:
         if not c.is_up(h):
             faults.reboot(c, h)
     if slurm.running(c):
-        slurm.wait_idle(c, c.hosts)
-    rc, out = run(c, c.hosts, per_host, heat(*_ARGS), c.shared / "run", launch=launch)
+        slurm.wait_idle(c, hosts)
+    rc, out = run(c, hosts, per_host, heat(*_ARGS), c.shared / "run", launch=launch)
     assert rc == 0, out
     assert digest_of(out) == ref, out
     return out
@@ -169,8 +180,11 @@ _ARGS = ("--steps", str(STEPS), "--size", str(SIZE), "--config", "ftkit.ini")
 
 def _reference_and_faulted_run(c: Cluster, levels: dict[str, int], fault: Callable[[Job], None],
                                per_host: int, env: dict[str, str] | None = None,
-                               launch: Launch | None = None) -> tuple[str, Job]:
-    """The failure-free run's digest, and the run faulted at the gate (its gate open again)."""
+                               launch: Launch | None = None, run_hosts: Sequence[str] | None = None,
+                               **keys: object) -> tuple[str, Job]:
+    """The failure-free run's digest (on the compute hosts), and the run faulted at the gate (its gate open
+    again) on ``run_hosts`` (default: the compute hosts; processes beyond them are spares that never reach
+    the gate), its config with ``levels`` and ``keys``."""
     from ..checkpoint._util import digest_of
 
     ref_cfg = heat_config(c, "ref", **levels)
@@ -178,10 +192,10 @@ def _reference_and_faulted_run(c: Cluster, levels: dict[str, int], fault: Callab
     assert rc == 0, out
     ref = digest_of(out)
     assert ref, out
-    cfg = heat_config(c, "run", **levels)
+    cfg = heat_config(c, "run", **levels, **keys)
     gate = c.shared / "gate"
     gate.mkdir()
-    job = Job(c, c.hosts, per_host, heat(*_ARGS, "--gate-at", str(GATE), "--gate-dir", str(gate)), cfg.parent,
+    job = Job(c, run_hosts or c.hosts, per_host, heat(*_ARGS, "--gate-at", str(GATE), "--gate-dir", str(gate)), cfg.parent,
               env=env, launch=launch)
     nranks = len(c.hosts) * per_host
     job.wait_for("every rank reached the gate", lambda: len(list(gate.glob("held.*"))) == nranks)
@@ -236,12 +250,12 @@ def wait_no_job_processes(c: Cluster, job: Job, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def rank_pids(c: Cluster, host: str) -> list[int]:
-    """The heat ranks running on ``host``."""
+def rank_pids(c: Cluster, host: str, script: str = "gated_heat.py") -> list[int]:
+    """The ranks of ``script`` (default: the heat example) running on ``host``."""
     found = []
     for p in job_processes(c, host):
         try:
-            if b"gated_heat.py" in Path(f"/proc/{p}/cmdline").read_bytes():
+            if script.encode() in Path(f"/proc/{p}/cmdline").read_bytes():
                 found.append(p)
         except OSError:
             pass

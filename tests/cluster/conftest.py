@@ -32,3 +32,15 @@ def slurm4(cluster4):
         yield cluster4
     finally:
         slurm.stop(cluster4)
+
+
+@pytest.fixture
+def mpich4(cluster4):
+    """``cluster4`` where Debian's MPICH runs the venv's mpi4py (skipped if MPICH is not installed)."""
+    from tools.cluster.vcluster import ClusterUnavailable, mpich
+
+    try:
+        mpich.mpiexec()
+    except ClusterUnavailable as exc:
+        pytest.skip(str(exc))
+    return cluster4
