@@ -69,13 +69,24 @@ def mpich_launch(c: Cluster, hosts: Sequence[str], per_host: int, program: Seque
     return mpich.command(c, hosts, per_host, program, env)
 
 
+def ftkit_launch_mpich(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
+                       env: dict[str, str] | None) -> list[str]:
+    """``ftkit launch --launcher mpich -n N``, Hydra's host file, agent and interface in the environment."""
+    ftkit = str(Path(sys.executable).with_name("ftkit"))
+    exported = {**mpich.hydra_env(c, hosts, per_host), **(env or {})}
+    return ["env", *(f"{k}={v}" for k, v in exported.items()), ftkit, "launch", "--launcher", "mpich", "-n",
+            str(len(hosts) * per_host), "--", *program]
+
+
 def salloc_ftkit_launch(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
                         env: dict[str, str] | None) -> list[str]:
-    """``salloc -N <hosts> -w <hosts> ftkit launch --launcher srun -n <ranks> -- PROGRAM`` (a batch user's way)."""
+    """``salloc -N <hosts> -w <hosts> ftkit launch --launcher srun -n <ranks> -- PROGRAM`` (a batch user's
+    way)."""
     ftkit = str(Path(sys.executable).with_name("ftkit"))
     n = len(hosts) * per_host
-    return ["env", *(f"{k}={v}" for k, v in (env or {}).items()), "salloc", "-N", str(len(hosts)), "-n", str(n),
-            "-w", ",".join(hosts), "--", ftkit, "launch", "--launcher", "srun", "-n", str(n), "--", *program]
+    return ["env", *(f"{k}={v}" for k, v in (env or {}).items()), "salloc", "-N", str(len(hosts)), "-n",
+            str(n), "-w", ",".join(hosts), "--", ftkit, "launch", "--launcher", "srun", "-n", str(n), "--",
+            *program]
 
 
 class Job:
@@ -149,9 +160,9 @@ def fault_and_relaunch(c: Cluster, levels: dict[str, int], fault: Callable[[Job]
 
     ``fault`` is called while every rank waits at the gate (checkpoints of steps < GATE committed); the gate
     then opens and the faulted run must end without completing. The relaunch must print the reference digest
-    (asserted here). ``relaunch_hosts`` (default: every compute host, the lost ones rebooted empty) is where the
-    relaunch runs (``per_host`` ranks each: an elastic restart when fewer); ``keys`` go to the faulted run's
-    config.
+    (asserted here). ``relaunch_hosts`` (default: every compute host, the lost ones rebooted empty) is where
+    the relaunch runs (``per_host`` ranks each: an elastic restart when fewer); ``keys`` go to the faulted
+    run's config.
     """
     from ..checkpoint._util import digest_of
 
@@ -195,8 +206,8 @@ def _reference_and_faulted_run(c: Cluster, levels: dict[str, int], fault: Callab
     cfg = heat_config(c, "run", **levels, **keys)
     gate = c.shared / "gate"
     gate.mkdir()
-    job = Job(c, run_hosts or c.hosts, per_host, heat(*_ARGS, "--gate-at", str(GATE), "--gate-dir", str(gate)), cfg.parent,
-              env=env, launch=launch)
+    gated = heat(*_ARGS, "--gate-at", str(GATE), "--gate-dir", str(gate))
+    job = Job(c, run_hosts or c.hosts, per_host, gated, cfg.parent, env=env, launch=launch)
     nranks = len(c.hosts) * per_host
     job.wait_for("every rank reached the gate", lambda: len(list(gate.glob("held.*"))) == nranks)
     fault(job)

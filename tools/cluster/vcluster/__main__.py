@@ -71,7 +71,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"# mpirun --host {c.hostlist()} ...   (run it with `vcluster login -- ...`)")
     elif args.cmd == "slurm-up":
         slurm.start(c)
-        print(f"SLURM up: nodes {', '.join(slurm.idle_nodes(c))} idle; export SLURM_CONF={slurm.env(c)['SLURM_CONF']}")
+        print(f"SLURM up: nodes {', '.join(slurm.idle_nodes(c))} idle; "
+              f"export SLURM_CONF={slurm.env(c)['SLURM_CONF']}")
     elif args.cmd == "slurm-down":
         for item in slurm.stop(c):
             print(f"stopped {item}")

@@ -335,7 +335,8 @@ exit $rc
 def down(base: Path | None = None, prefix: str = DEFAULT_PREFIX) -> list[str]:
     """Remove everything a cluster under ``base`` / named ``prefix`` created; return what was removed.
 
-    Works from any leftover state: SLURM's daemons (:func:`slurm.stop`), processes in the namespaces (stopped ones too), the namespaces, the
+    Works from any leftover state: SLURM's daemons (:func:`slurm.stop`), processes in the namespaces
+    (stopped ones too), the namespaces, the
     bridge and veths, every mount under ``base``, and ``base`` itself.
     """
     from . import slurm

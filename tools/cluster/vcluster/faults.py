@@ -30,7 +30,7 @@ def poweroff(c: Cluster, host: str) -> int:
 
 
 def reboot(c: Cluster, host: str) -> None:
-    """Power ``host`` off if it is on, then on again with an empty local disk (and its slurmd, if SLURM is up)."""
+    """Power ``host`` off if it is on, then on again with an empty disk (and its slurmd, if SLURM is up)."""
     from . import slurm
 
     _known(c, host)

@@ -6,7 +6,8 @@ without building anything (:func:`env`). :func:`command` is Hydra's ``mpiexec.mp
 node: ``-launcher ssh -launcher-exec <the cluster's ssh agent>`` (Hydra calls it as ``agent -x HOST CMD``),
 ``-iface <bridge>`` (the proxies call back to the bridge address), ``-hosts h1,h2 -ppn P``. Debian's MPICH
 goes through UCX, which uses shared memory between namespaces of one kernel, so link faults and ``tc`` would
-not touch its traffic; ``UCX_TLS=tcp`` puts every message on the hosts' links.
+not touch its traffic; ``UCX_TLS=tcp`` puts every message on the hosts' links. :func:`hydra_env` gives the
+same through Hydra's environment variables, for an ``mpiexec`` started by someone else (``ftkit launch``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,16 @@ def env(c: Cluster) -> dict[str, str]:
     path = os.environ.get("LD_LIBRARY_PATH", "")
     return {"LD_LIBRARY_PATH": f"{lib}:{path}" if path else str(lib), "MPI4PY_MPIABI": "mpich",
             "UCX_TLS": "tcp"}
+
+
+def hydra_env(c: Cluster, hosts: Sequence[str], per_host: int) -> dict[str, str]:
+    """:func:`env` plus Hydra's own variables (host file, launcher, agent, interface), so that a plain
+    ``mpiexec -n N`` (as ``ftkit launch --launcher mpich`` runs it) starts its ranks on ``hosts``."""
+    hostfile = c.base / "mpich-lib" / f"hosts.{'_'.join(hosts)}.{per_host}"
+    e = env(c)
+    hostfile.write_text("".join(f"{h}:{per_host}\n" for h in hosts))
+    return {**e, "HYDRA_HOST_FILE": str(hostfile), "HYDRA_LAUNCHER": "ssh",
+            "HYDRA_LAUNCHER_EXEC": str(c.agent), "HYDRA_IFACE": c.bridge}
 
 
 def command(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],

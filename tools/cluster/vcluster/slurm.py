@@ -1,8 +1,8 @@
 """Multi-node SLURM on the virtual cluster: munged + slurmctld on the login node, one slurmd per host.
 
 ``start`` writes ``<base>/slurm/slurm.conf`` and starts a private ``munged`` (its own key and socket under
-``<base>/slurm/munge``, so a site munged on ``/run/munge`` is neither used nor disturbed), ``slurmctld`` on the
-bridge address (``SlurmctldHost=<this machine>(<bridge ip>)``) and, on every host, ``slurmd -D -N <host>``
+``<base>/slurm/munge``, so a site munged on ``/run/munge`` is neither used nor disturbed), ``slurmctld`` on
+the bridge address (``SlurmctldHost=<this machine>(<bridge ip>)``) and, on every host, ``slurmd -D -N <host>``
 run through :meth:`Cluster.on` (``nsenter`` into the host's network, UTS and mount namespaces; not
 ``ip netns exec``, which remounts ``/sys`` and slurmd then fails to find its cgroup mount). Each slurmd keeps
 its spool, pid file, log and ``TmpFS`` on the host's own disk (a shared ``/tmp`` breaks PMIx:
@@ -62,7 +62,8 @@ def start(c: Cluster, timeout: float = 90.0) -> None:
     (d / "slurm.conf").write_text(_conf(c))
     try:
         _daemon(d, "munged", ["munged", "-F", "-f", f"--socket={_socket(c)}", f"--key-file={key}",
-                              f"--pid-file={d / 'munge' / 'munged.pidfile'}", f"--log-file={d / 'log' / 'munged.log'}",
+                              f"--pid-file={d / 'munge' / 'munged.pidfile'}",
+                              f"--log-file={d / 'log' / 'munged.log'}",
                               f"--seed-file={d / 'munge' / 'seed'}"])
         _wait(lambda: sh("munge", "-S", _socket(c), "-n", check=False) != "", 20, "munged did not start", d)
         _daemon(d, "slurmctld", ["slurmctld", "-D", "-f", str(d / "slurm.conf")])
@@ -93,7 +94,8 @@ def idle_nodes(c: Cluster) -> list[str]:
     """Nodes SLURM reports idle (``sinfo``); empty if slurmctld does not answer."""
     out = sh("sinfo", "-h", "-N", "-o", "%N %T", check=False, timeout=15,
              env={**os.environ, **env(c)})
-    return sorted({w[0] for w in (line.split() for line in out.splitlines()) if len(w) == 2 and w[1] == "idle"})
+    rows = (line.split() for line in out.splitlines())
+    return sorted({w[0] for w in rows if len(w) == 2 and w[1] == "idle"})
 
 
 def wait_idle(c: Cluster, hosts: list[str], timeout: float = 120.0) -> None:
@@ -154,9 +156,12 @@ SlurmdTimeout=30
 InactiveLimit=0
 KillWait=5
 MessageTimeout=10
-{nodes}PartitionName=compute Nodes={','.join(c.hosts)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
-PartitionName=all Nodes={','.join(c.all_hosts)} MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+{nodes}PartitionName=compute Nodes={','.join(c.hosts)} Default=YES {_PART}
+PartitionName=all Nodes={','.join(c.all_hosts)} {_PART}
 """
+
+
+_PART = "MaxTime=INFINITE State=UP OverSubscribe=FORCE:4"
 
 
 def _socket(c: Cluster) -> str:
