@@ -79,14 +79,16 @@ def ftkit_launch_mpich(c: Cluster, hosts: Sequence[str], per_host: int, program:
 
 
 def salloc_ftkit_launch(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
-                        env: dict[str, str] | None) -> list[str]:
-    """``salloc -N <hosts> -w <hosts> ftkit launch --launcher srun -n <ranks> -- PROGRAM`` (a batch user's
-    way)."""
+                        env: dict[str, str] | None, launcher: str = "srun", spares: int = 0) -> list[str]:
+    """``salloc -N <hosts> -w <hosts> ftkit launch --launcher LAUNCHER -n <ranks> -- PROGRAM`` (a batch user's
+    way); ``openmpi`` adds ``--ulfm`` (PRRTE starts its daemons with srun) and ``--spares`` (the last
+    processes of the allocation)."""
     ftkit = str(Path(sys.executable).with_name("ftkit"))
     n = len(hosts) * per_host
-    return ["env", *(f"{k}={v}" for k, v in (env or {}).items()), "salloc", "-N", str(len(hosts)), "-n",
-            str(n), "-w", ",".join(hosts), "--", ftkit, "launch", "--launcher", "srun", "-n", str(n), "--",
-            *program]
+    opts = ["--ulfm", "--spares", str(spares)] if launcher == "openmpi" else []
+    return ["env", "-u", "PRTE_MCA_plm_ssh_agent", *(f"{k}={v}" for k, v in (env or {}).items()), "salloc",
+            "-p", "all", "-N", str(len(hosts)), "-n", str(n), "-w", ",".join(hosts), "--", ftkit, "launch",
+            "--launcher", launcher, *opts, "-n", str(n - spares), "--", *program]
 
 
 class Job:

@@ -151,6 +151,21 @@ def _online_run(c, fault):  # type: ignore[no-untyped-def]
     return ref, job
 
 
+def test_slurm_ulfm_spares_replace_crashed_ranks_online(slurm4):
+    """Inside `salloc -N 5`, `ftkit launch --launcher openmpi --ulfm --spares 2 -n 8` (PRRTE's daemons started
+    by srun, spares on node5); node2's ranks SIGKILLed at step 25: replaced online, exit 0, bit for bit."""
+    from ..checkpoint._util import digest_of
+
+    c = slurm4
+    ref, job = _vc._reference_and_faulted_run(
+        c, {"ckpt_l2": 10}, _crash_ranks("node2"), 2, run_hosts=c.all_hosts,
+        launch=lambda *a: _vc.salloc_ftkit_launch(*a, launcher="openmpi",
+                                                  spares=2 if len(a[1]) == 5 else 0))
+    assert job.finish() == 0, job.output()
+    assert digest_of(job.out.text()) == ref, job.output()
+    assert "online recovery: ranks [2, 3] replaced" in job.out.text(), job.output()
+
+
 def test_spares_on_spare_host_replace_crashed_ranks_online(cluster4):
     """node2's two ranks SIGKILLed at step 25 (node2's PRRTE daemon lives on): the spares on node5 take their
     places online over TCP; the job ends 0 with the reference digest, no relaunch."""
