@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from tools.cluster.vcluster import Cluster, ClusterUnavailable, down, up
+from tools.cluster.vcluster import Cluster, ClusterUnavailable, down, faults, mpich, slurm, up
 from tools.cluster.vcluster._sys import check_capable
 
 from ftkit._jobproc import PipeReader
@@ -42,18 +42,66 @@ def cluster_or_skip(hosts: int, spares: int = 0, disk_mb: int = 64):  # type: ig
         assert not left, f"processes were left running on the hosts: {left}"
 
 
+#: Builds the launcher's command line for ``program`` on ``per_host`` ranks on each of ``hosts`` (run on the
+#: login node), with ``env`` exported to the ranks.
+Launch = Callable[[Cluster, Sequence[str], int, Sequence[str], "dict[str, str] | None"], list[str]]
+
+
+def mpirun_launch(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
+                  env: dict[str, str] | None) -> list[str]:
+    """Open MPI's ``mpirun --host node1:2,...`` as ``ftkit launch`` builds it (ULFM on)."""
+    cmd = build_mpirun_command(len(hosts) * per_host, list(program), env=env)
+    cmd[1:1] = ["--host", c.hostlist(list(hosts), per_host)]
+    return cmd
+
+
+def srun_launch(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
+                env: dict[str, str] | None) -> list[str]:
+    """SLURM's ``srun -N <hosts> -n <ranks> --mpi=pmix -K`` on exactly ``hosts`` (``vcluster slurm-up``)."""
+    exports = ",".join(["ALL", *(f"{k}={v}" for k, v in (env or {}).items())])
+    return ["srun", "-N", str(len(hosts)), "-n", str(len(hosts) * per_host), "-w", ",".join(hosts),
+            "--mpi=pmix", "-K", "-O", f"--export={exports}", *program]
+
+
+def mpich_launch(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
+                 env: dict[str, str] | None) -> list[str]:
+    """Debian's MPICH: Hydra's ``mpiexec.mpich`` through the cluster's ssh agent, the venv's mpi4py on it."""
+    return mpich.command(c, hosts, per_host, program, env)
+
+
+def ftkit_launch_mpich(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
+                       env: dict[str, str] | None) -> list[str]:
+    """``ftkit launch --launcher mpich -n N``, Hydra's host file, agent and interface in the environment."""
+    ftkit = str(Path(sys.executable).with_name("ftkit"))
+    exported = {**mpich.hydra_env(c, hosts, per_host), **(env or {})}
+    return ["env", *(f"{k}={v}" for k, v in exported.items()), ftkit, "launch", "--launcher", "mpich", "-n",
+            str(len(hosts) * per_host), "--", *program]
+
+
+def salloc_ftkit_launch(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
+                        env: dict[str, str] | None, launcher: str = "srun", spares: int = 0) -> list[str]:
+    """``salloc -N <hosts> -w <hosts> ftkit launch --launcher LAUNCHER -n <ranks> -- PROGRAM`` (a batch user's
+    way); ``openmpi`` adds ``--ulfm`` (PRRTE starts its daemons with srun) and ``--spares`` (the last
+    processes of the allocation)."""
+    ftkit = str(Path(sys.executable).with_name("ftkit"))
+    n = len(hosts) * per_host
+    opts = ["--ulfm", "--spares", str(spares)] if launcher == "openmpi" else []
+    return ["env", "-u", "PRTE_MCA_plm_ssh_agent", *(f"{k}={v}" for k, v in (env or {}).items()), "salloc",
+            "-p", "all", "-N", str(len(hosts)), "-n", str(n), "-w", ",".join(hosts), "--", ftkit, "launch",
+            "--launcher", launcher, *opts, "-n", str(n - spares), "--", *program]
+
+
 class Job:
-    """An Open MPI job started by ``mpirun --host ...`` on the login node; output read as it comes."""
+    """An MPI job started on the login node (Open MPI's mpirun unless ``launch`` says otherwise); output
+    read as it comes."""
 
     def __init__(self, c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
-                 cwd: Path, env: dict[str, str] | None = None) -> None:
+                 cwd: Path, env: dict[str, str] | None = None, launch: Launch | None = None) -> None:
         self.cluster = c
-        cmd = build_mpirun_command(len(hosts) * per_host, list(program), env=env)
-        cmd[1:1] = ["--host", c.hostlist(list(hosts), per_host)]
-        self.cmd = c.login(cmd, cwd=cwd)
+        self.cmd = c.login((launch or mpirun_launch)(c, hosts, per_host, program, env), cwd=cwd)
         self.proc = subprocess.Popen(self.cmd, cwd=cwd, start_new_session=True, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, **c.mpi_env()})
+                                     env={**os.environ, **c.mpi_env(), **slurm.env(c)})
         self.out, self.err = PipeReader(self.proc.stdout), PipeReader(self.proc.stderr)
 
     def wait_for(self, what: str, cond: Callable[[], bool], timeout: float = JOB_TIMEOUT) -> None:
@@ -84,9 +132,9 @@ class Job:
 
 
 def run(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str], cwd: Path,
-        timeout: float = JOB_TIMEOUT) -> tuple[int, str]:
+        timeout: float = JOB_TIMEOUT, launch: Launch | None = None) -> tuple[int, str]:
     """Run a job to its end; return (exit code, stdout + stderr)."""
-    job = Job(c, hosts, per_host, program, cwd)
+    job = Job(c, hosts, per_host, program, cwd, launch=launch)
     rc = job.finish(timeout)
     return rc, job.output()
 
@@ -108,32 +156,33 @@ def heat_config(c: Cluster, name: str, **keys: object) -> Path:
 
 
 def fault_and_relaunch(c: Cluster, levels: dict[str, int], fault: Callable[[Job], None],
-                       per_host: int = 2) -> str:
+                       per_host: int = 2, launch: Launch | None = None,
+                       relaunch_hosts: Sequence[str] | None = None, **keys: object) -> str:
     """Reference run, run faulted by ``fault(job)`` at step GATE, relaunch; return the relaunch's output.
 
     ``fault`` is called while every rank waits at the gate (checkpoints of steps < GATE committed); the gate
     then opens and the faulted run must end without completing. The relaunch must print the reference digest
-    (asserted here).
+    (asserted here). ``relaunch_hosts`` (default: every compute host, the lost ones rebooted empty) is where
+    the relaunch runs (``per_host`` ranks each: an elastic restart when fewer); ``keys`` go to the faulted
+    run's config.
     """
     from ..checkpoint._util import digest_of
 
-    ref, job = _reference_and_faulted_run(c, levels, fault, per_host)
+    ref, job = _reference_and_faulted_run(c, levels, fault, per_host, launch=launch, **keys)
     rc = job.finish()
     assert rc != -9, f"the faulted run did not end:\n{job.output()}"
     # Not `rc != 0`: when PRRTE notices the lost daemon's TCP connection before its ssh agent's exit, it
     # prints "PRTE has lost communication with a remote daemon ... will terminate the job" and mpirun exits 0
     # (Open MPI 5.0 wheel). The run must not have completed, whatever mpirun says.
     assert "digest" not in job.out.text(), job.output()
-    for h in c.hosts:
-        if c.is_up(h):
-            assert c.processes(h) == [c.holder(h)], f"processes left running on {h}:\n{job.output()}"
-            assert not job_processes(c, h)
-    for h in c.hosts:
+    wait_no_job_processes(c, job)
+    hosts = list(relaunch_hosts or c.hosts)
+    for h in hosts:
         if not c.is_up(h):
-            from tools.cluster.vcluster import faults
-
             faults.reboot(c, h)
-    rc, out = run(c, c.hosts, per_host, heat(*_ARGS), c.shared / "run")
+    if slurm.running(c):
+        slurm.wait_idle(c, hosts)
+    rc, out = run(c, hosts, per_host, heat(*_ARGS), c.shared / "run", launch=launch)
     assert rc == 0, out
     assert digest_of(out) == ref, out
     return out
@@ -143,20 +192,24 @@ _ARGS = ("--steps", str(STEPS), "--size", str(SIZE), "--config", "ftkit.ini")
 
 
 def _reference_and_faulted_run(c: Cluster, levels: dict[str, int], fault: Callable[[Job], None],
-                               per_host: int, env: dict[str, str] | None = None) -> tuple[str, Job]:
-    """The failure-free run's digest, and the run faulted at the gate (its gate open again)."""
+                               per_host: int, env: dict[str, str] | None = None,
+                               launch: Launch | None = None, run_hosts: Sequence[str] | None = None,
+                               **keys: object) -> tuple[str, Job]:
+    """The failure-free run's digest (on the compute hosts), and the run faulted at the gate (its gate open
+    again) on ``run_hosts`` (default: the compute hosts; processes beyond them are spares that never reach
+    the gate), its config with ``levels`` and ``keys``."""
     from ..checkpoint._util import digest_of
 
     ref_cfg = heat_config(c, "ref", **levels)
-    rc, out = run(c, c.hosts, per_host, heat(*_ARGS), ref_cfg.parent)
+    rc, out = run(c, c.hosts, per_host, heat(*_ARGS), ref_cfg.parent, launch=launch)
     assert rc == 0, out
     ref = digest_of(out)
     assert ref, out
-    cfg = heat_config(c, "run", **levels)
+    cfg = heat_config(c, "run", **levels, **keys)
     gate = c.shared / "gate"
     gate.mkdir()
-    job = Job(c, c.hosts, per_host, heat(*_ARGS, "--gate-at", str(GATE), "--gate-dir", str(gate)), cfg.parent,
-              env=env)
+    gated = heat(*_ARGS, "--gate-at", str(GATE), "--gate-dir", str(gate))
+    job = Job(c, run_hosts or c.hosts, per_host, gated, cfg.parent, env=env, launch=launch)
     nranks = len(c.hosts) * per_host
     job.wait_for("every rank reached the gate", lambda: len(list(gate.glob("held.*"))) == nranks)
     fault(job)
@@ -184,16 +237,38 @@ def fault_and_finish(c: Cluster, levels: dict[str, int], fault: Callable[[Job], 
 
 
 def job_processes(c: Cluster, host: str) -> list[int]:
-    """Processes on ``host`` other than its holder."""
-    return [p for p in c.processes(host) if p != c.holder(host)]
+    """Processes on ``host`` other than its holder and its slurmd (the host's own services)."""
+    found = []
+    for p in c.processes(host):
+        try:
+            service = p == c.holder(host) or Path(f"/proc/{p}/comm").read_text().strip() == "slurmd"
+        except OSError:
+            continue  # gone meanwhile
+        if not service:
+            found.append(p)
+    return found
 
 
-def rank_pids(c: Cluster, host: str) -> list[int]:
-    """The heat ranks running on ``host``."""
+def wait_no_job_processes(c: Cluster, job: Job, timeout: float = 60.0) -> None:
+    """Wait (bounded) until no process of the ended job is left on any host that is up.
+
+    mpirun returns after its daemons; under SLURM the other nodes' slurmstepd end a few seconds after srun.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        left = {h: job_processes(c, h) for h in c.all_hosts if c.is_up(h)}
+        if not any(left.values()):
+            return
+        assert time.monotonic() < deadline, f"processes left running: {left}\n{job.output()}"
+        time.sleep(0.1)
+
+
+def rank_pids(c: Cluster, host: str, script: str = "gated_heat.py") -> list[int]:
+    """The ranks of ``script`` (default: the heat example) running on ``host``."""
     found = []
     for p in job_processes(c, host):
         try:
-            if b"gated_heat.py" in Path(f"/proc/{p}/cmdline").read_bytes():
+            if script.encode() in Path(f"/proc/{p}/cmdline").read_bytes():
                 found.append(p)
         except OSError:
             pass

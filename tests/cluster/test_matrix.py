@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -24,9 +25,9 @@ pytestmark = pytest.mark.skipif(not os.environ.get("FTKIT_CLUSTER_MATRIX"),
                                 reason="the cluster matrix runs in `make test-cluster`")
 
 
-def _crash_ranks(host):  # type: ignore[no-untyped-def]
+def _crash_ranks(host, script="gated_heat.py"):  # type: ignore[no-untyped-def]
     def fault(job):  # type: ignore[no-untyped-def]
-        pids = rank_pids(job.cluster, host)
+        pids = rank_pids(job.cluster, host, script)
         assert len(pids) == 2, job.output()
         for p in pids:
             os.kill(p, signal.SIGKILL)
@@ -111,3 +112,144 @@ def test_partition_declared_dead_within_bound_and_nothing_left(cluster4):
             faults.heal(c, h)
             if _vc.job_processes(c, h):
                 faults.reboot(c, h)
+
+
+def test_srun_host_poweroff_relaunch_recovers_from_l2(slurm4):
+    """SLURM: `srun -N 4 -n 8 --mpi=pmix` (slurmd per host); node2 powered off at step 25 (its slurmd and
+    slurmstepd with it): the step ends, node2 reboots (slurmd again, back in service), the relaunch under
+    srun recovers from L2 bit for bit."""
+    out = fault_and_relaunch(slurm4, {"ckpt_l2": 10}, _poweroff("node2"), launch=_vc.srun_launch)
+    assert "from level 2 at step 20" in out, out
+
+
+def test_ftkit_launch_srun_in_salloc_host_poweroff_relaunch_recovers_from_l2(slurm4):
+    """`salloc -N 4` + `ftkit launch --launcher srun -n 8` (srun -K: the step ends when node2 dies); node2
+    powered off at step 25; the relaunch (a new allocation) recovers from L2 bit for bit."""
+    out = fault_and_relaunch(slurm4, {"ckpt_l2": 10}, _poweroff("node2"), launch=_vc.salloc_ftkit_launch)
+    assert "from level 2 at step 20" in out, out
+
+
+@pytest.mark.parametrize("level, hosts, launch", [
+    (2, ("node2",), _vc.mpich_launch),
+    (3, ("node2", "node4"), _vc.mpich_launch),
+    (2, ("node2",), _vc.ftkit_launch_mpich),
+], ids=["L2-mpiexec", "L3-mpiexec", "L2-ftkit-launch"])
+def test_mpich_host_poweroff_relaunch_recovers(mpich4, level, hosts, launch):
+    """MPICH 4.0 (Hydra over the ssh agent, UCX over TCP; `mpiexec.mpich -hosts`, or `ftkit launch
+    --launcher mpich` with Hydra's HYDRA_HOST_FILE/LAUNCHER/LAUNCHER_EXEC/IFACE): hosts powered off at step
+    25, Hydra ends the job, the relaunch recovers from L2 (one host) / L3 (two node sets) bit for bit."""
+    out = fault_and_relaunch(mpich4, {f"ckpt_l{level}": 10}, _poweroff(*hosts), launch=launch)
+    assert f"from level {level} at step 20" in out, out
+
+
+def _online_run(c, fault):  # type: ignore[no-untyped-def]
+    """8 ranks on node1-4 + 2 spare ranks on node5 (spare_ranks = 2, the last two processes) under Open MPI,
+    faulted at step 25; return (reference digest, the ended job)."""
+    ref, job = _vc._reference_and_faulted_run(c, {"ckpt_l2": 10}, fault, 2, run_hosts=c.all_hosts,
+                                              spare_ranks=2)
+    job.finish()
+    return ref, job
+
+
+def test_slurm_ulfm_spares_replace_crashed_ranks_online(slurm4):
+    """Inside `salloc -N 5`, `ftkit launch --launcher openmpi --ulfm --spares 2 -n 8` (PRRTE's daemons started
+    by srun, spares on node5); node2's ranks SIGKILLed at step 25: replaced online, exit 0, bit for bit."""
+    from ..checkpoint._util import digest_of
+
+    c = slurm4
+    ref, job = _vc._reference_and_faulted_run(
+        c, {"ckpt_l2": 10}, _crash_ranks("node2"), 2, run_hosts=c.all_hosts,
+        launch=lambda *a: _vc.salloc_ftkit_launch(*a, launcher="openmpi",
+                                                  spares=2 if len(a[1]) == 5 else 0))
+    assert job.finish() == 0, job.output()
+    assert digest_of(job.out.text()) == ref, job.output()
+    assert "online recovery: ranks [2, 3] replaced" in job.out.text(), job.output()
+
+
+def test_spares_on_spare_host_replace_crashed_ranks_online(cluster4):
+    """node2's two ranks SIGKILLed at step 25 (node2's PRRTE daemon lives on): the spares on node5 take their
+    places online over TCP; the job ends 0 with the reference digest, no relaunch."""
+    from ..checkpoint._util import digest_of
+
+    ref, job = _online_run(cluster4, _crash_ranks("node2"))
+    assert job.proc.returncode == 0, job.output()
+    assert digest_of(job.out.text()) == ref, job.output()
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="PRRTE ends the whole job when a host's daemon is lost (docs/clusters.md)")
+def test_spares_on_spare_host_online_recovery_after_host_poweroff(cluster4):
+    """node2 powered off at step 25 (its daemon with it): the spares should take over online; PRRTE instead
+    terminates the job ("A daemon failed to report back" when the ssh session ends, "PRTE has lost
+    communication with a remote daemon" when the TCP connection drops first): recovery is a relaunch."""
+    from ..checkpoint._util import digest_of
+
+    ref, job = _online_run(cluster4, _poweroff("node2"))
+    _vc.wait_no_job_processes(cluster4, job)
+    assert job.proc.returncode == 0, job.output()
+    assert digest_of(job.out.text()) == ref, job.output()
+
+
+@pytest.mark.parametrize("level", [
+    4,
+    pytest.param(2, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+        "defect: elastic recovery reads L1/L2 files by path from the rank that needs them; on node-local "
+        "disks that rank's host does not hold them (docs/clusters.md)"))),
+])
+def test_elastic_restart_on_three_hosts_after_host_poweroff(cluster4, level):
+    """node2 powered off at step 25 and left off: the relaunch on node1, node3, node4 (6 ranks instead of 8)
+    reshards checkpoint 20 (from L4 on the shared directory; from L2 partner copies on the hosts' disks) and
+    ends bit for bit."""
+    out = fault_and_relaunch(cluster4, {f"ckpt_l{level}": 10}, _poweroff("node2"),
+                             relaunch_hosts=["node1", "node3", "node4"])
+    assert "at step 20" in out and "6 ranks" in out, out
+
+
+def _multiply_with_fault(c, fault):  # type: ignore[no-untyped-def]
+    """resilient_pdgemm (128 x 128, 8 SUMMA steps) on 8 ranks of node1-4 under Open MPI, ``fault(job)`` at
+    SUMMA step 3 while every rank waits at the gate; return the ended job."""
+    gate, store = c.shared / "gate", c.shared / "store"
+    gate.mkdir()
+    store.mkdir()
+    prog = [sys.executable, str(_vc.REPO / "tests" / "cluster" / "gated_multiply.py"), "--store", str(store),
+            "--gate-dir", str(gate)]
+    job = _vc.Job(c, c.hosts, 2, prog, c.shared)
+    try:
+        job.wait_for("every rank reached the gate", lambda: len(list(gate.glob("held.*"))) == 8)
+        fault(job)
+        (gate / "open").touch()
+        assert job.finish() != -9, f"the multiply did not end:\n{job.output()}"
+        _vc.wait_no_job_processes(c, job)
+    finally:
+        job.kill()
+    return job
+
+
+def test_resilient_pdgemm_survives_a_hosts_ranks_crashing_mid_multiply(cluster4):
+    """node2's two ranks SIGKILLed at SUMMA step 3 (its daemon lives on): the six survivors on node1, 3, 4
+    read the dead ranks' inputs from the shared store, recompute their part and the product is right."""
+    job = _multiply_with_fault(cluster4, _crash_ranks("node2", "gated_multiply.py"))
+    out = job.out.text()
+    assert "failed [2, 3]" in out and "RESULT ok=True" in out, job.output()
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="PRRTE ends the whole job when a host's daemon is lost (docs/clusters.md)")
+def test_resilient_pdgemm_survives_a_host_poweroff_mid_multiply(cluster4):
+    """node2 powered off at SUMMA step 3: PRRTE terminates the job with the lost daemon, so the survivors
+    never get to finish the multiply."""
+    job = _multiply_with_fault(cluster4, _poweroff("node2"))
+    assert "RESULT ok=True" in job.out.text(), job.output()
+
+
+def test_mpich_online_recovery_is_refused_clearly(mpich4):
+    """MPICH 4.0 has no ULFM (no MPIX_Comm_revoke/shrink/agree that survive a dead rank): with spare_ranks = 2
+    on the spare host every rank must fail at the start with ULFMUnavailable (no hang, nothing left); under
+    MPICH a lost host is recovered by a relaunch (test_mpich_host_poweroff_relaunch_recovers)."""
+    c = mpich4
+    cfg = _vc.heat_config(c, "online", ckpt_l2=10, spare_ranks=2)
+    rc, out = _vc.run(c, c.all_hosts, 2, _vc.heat(*_vc._ARGS), cfg.parent, launch=_vc.mpich_launch)
+    assert rc not in (0, -9), out
+    assert out.count("ULFMUnavailable") == 10 and "digest" not in out, out  # spares too
+    for h in c.all_hosts:
+        assert not _vc.job_processes(c, h), f"processes left on {h}:\n{out}"

@@ -140,3 +140,32 @@ def test_without_root_it_says_so_and_skips(tmp_path):
                         "tools.cluster.vcluster", "--base", str(tmp_path / "vc"), "up"],
                        cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == SKIP and "skipped: the virtual cluster needs root" in r.stderr, r
+
+
+def test_slurm_across_hosts_up_reboot_down(cluster2):
+    """`slurm-up`: srun -N 2 runs one task on each host under its own hostname; a second start refuses; a
+    rebooted host's slurmd comes back and the node returns to service; `down` ends every daemon by itself."""
+    from tools.cluster.vcluster import ClusterUnavailable, slurm
+
+    c = cluster2
+    try:
+        slurm.start(c)
+    except ClusterUnavailable as exc:
+        pytest.skip(str(exc))
+    daemons = [int(p.read_text()) for p in (c.base / "slurm").glob("*.pid")]
+    assert len(daemons) == 4  # munged, slurmctld, two slurmd
+    env = {**os.environ, **slurm.env(c)}
+    srun = c.login(["srun", "-N", "2", "-n", "2", "hostname"], cwd=c.shared)
+    r = subprocess.run(srun, capture_output=True, text=True, timeout=120, env=env)
+    assert sorted(r.stdout.split()) == ["node1", "node2"], r
+    with pytest.raises(ClusterError, match="already up"):
+        slurm.start(c)
+    faults.poweroff(c, "node2")
+    faults.reboot(c, "node2")
+    slurm.wait_idle(c, ["node1", "node2"])
+    r = subprocess.run(srun, capture_output=True, text=True, timeout=120, env=env)
+    assert sorted(r.stdout.split()) == ["node1", "node2"], r
+    removed = down(c.base, c.prefix)
+    assert sum(x.startswith("SLURM daemon") for x in removed) == 4, removed
+    for pid in daemons:
+        assert not Path(f"/proc/{pid}").exists() or _state(pid) == "Z", f"daemon {pid} still runs"

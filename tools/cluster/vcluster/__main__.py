@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from . import faults
+from . import faults, slurm
 from ._sys import SKIP, ClusterError, ClusterUnavailable
 from .cluster import DEFAULT_BASE, Cluster, down, up
 
@@ -25,7 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--subnet", default=None, help="a free /24 (default: the first unused 10.213.x.0/24)")
     sub.add_parser("down", help="remove everything the cluster created (also after an interrupted run)")
     sub.add_parser("status", help="hosts, addresses, links, disks, processes")
-    sub.add_parser("env", help="shell exports for Open MPI's mpirun (ssh agent, interfaces)")
+    sub.add_parser("env", help="shell exports for Open MPI's mpirun (ssh agent, interfaces) and SLURM_CONF")
+    sub.add_parser("slurm-up", help="start munged + slurmctld (login node) and a slurmd on every host")
+    sub.add_parser("slurm-down", help="stop SLURM's daemons (`down` does it too)")
     for name in ("poweroff", "reboot", "partition", "heal", "unslow", "fill", "unfill"):
         sub.add_parser(name, help=(faults.__dict__[name].__doc__ or "").splitlines()[0]).add_argument("host")
     s = sub.add_parser("slow", help=faults.slow.__doc__.splitlines()[0])
@@ -64,9 +66,16 @@ def _run(args: argparse.Namespace) -> int:
     if args.cmd == "status":
         print(c.status())
     elif args.cmd == "env":
-        for k, v in c.mpi_env().items():
+        for k, v in {**c.mpi_env(), **slurm.env(c)}.items():
             print(f"export {k}={v}")
         print(f"# mpirun --host {c.hostlist()} ...   (run it with `vcluster login -- ...`)")
+    elif args.cmd == "slurm-up":
+        slurm.start(c)
+        print(f"SLURM up: nodes {', '.join(slurm.idle_nodes(c))} idle; "
+              f"export SLURM_CONF={slurm.env(c)['SLURM_CONF']}")
+    elif args.cmd == "slurm-down":
+        for item in slurm.stop(c):
+            print(f"stopped {item}")
     elif args.cmd in ("exec", "login"):
         cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
         argv = c.on(args.host, cmd) if args.cmd == "exec" else c.login(cmd)

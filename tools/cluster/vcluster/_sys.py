@@ -23,10 +23,11 @@ class ClusterUnavailable(ClusterError):
     """This machine cannot host the virtual cluster (no root, no network namespaces, a missing tool)."""
 
 
-def sh(*cmd: str, check: bool = True, timeout: float = 60, input: str | None = None) -> str:
+def sh(*cmd: str, check: bool = True, timeout: float = 60, input: str | None = None,
+       env: dict[str, str] | None = None) -> str:
     """Run ``cmd`` (no shell); return its stdout. Raise :class:`ClusterError` with its stderr if it fails."""
     try:
-        p = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, input=input)
+        p = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, input=input, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
         if check:
             raise ClusterError(f"{' '.join(cmd)}: {exc}") from exc

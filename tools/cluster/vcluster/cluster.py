@@ -335,11 +335,14 @@ exit $rc
 def down(base: Path | None = None, prefix: str = DEFAULT_PREFIX) -> list[str]:
     """Remove everything a cluster under ``base`` / named ``prefix`` created; return what was removed.
 
-    Works from any leftover state: processes in the namespaces (stopped ones too), the namespaces, the
+    Works from any leftover state: SLURM's daemons (:func:`slurm.stop`), processes in the namespaces
+    (stopped ones too), the namespaces, the
     bridge and veths, every mount under ``base``, and ``base`` itself.
     """
+    from . import slurm
+
     base = Path(base or DEFAULT_BASE)
-    done: list[str] = []
+    done: list[str] = [f"SLURM daemon {d}" for d in slurm.stop(base=base)]
     for ns in sh("ip", "netns", "list", check=False).split():
         if ns.startswith(f"{prefix}-"):
             inode = netns_inode(ns)

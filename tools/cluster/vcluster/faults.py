@@ -30,11 +30,15 @@ def poweroff(c: Cluster, host: str) -> int:
 
 
 def reboot(c: Cluster, host: str) -> None:
-    """Power ``host`` off if it is on, then on again with an empty local disk."""
+    """Power ``host`` off if it is on, then on again with an empty disk (and its slurmd, if SLURM is up)."""
+    from . import slurm
+
     _known(c, host)
     if c.is_up(host):
         c.stop_host(host)
     c.start_host(host)
+    if slurm.running(c):
+        slurm.boot(c, host)
 
 
 def partition(c: Cluster, host: str) -> None:
