@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from . import _mpi, reshard
 from .contract import DAMAGED, Located, PipelineContext, RecoveryStep
 from .levels import recovery_chain
 
-__all__ = ["RecoveryInfo", "recover_newest", "check_targets"]
+__all__ = ["RecoveryInfo", "recover_newest", "check_targets", "TargetAdapter"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,8 @@ class RecoveryInfo:
     reshard
         For an elastic recovery (other rank count or decomposition): bytes read and needed on this rank and
         the level each old rank's file was read from; None otherwise.
+    resized
+        The resizable arrays replaced by arrays of their stored shape (get them with ``ckpt.array(name)``).
     """
 
     checkpoint_id: int
@@ -65,6 +67,17 @@ class RecoveryInfo:
     source_level: int
     skipped: tuple[str, ...] = ()
     reshard: reshard.ReshardStats | None = None
+    resized: tuple[str, ...] = ()
+
+
+class TargetAdapter(Protocol):
+    """Fits the targets to a located checkpoint and checks what was read into them (see :mod:`.appstate`)."""
+
+    def fit(self, header: Header, targets: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        """The targets to read ``header``'s sections into (resizable ones replaced where shapes differ)."""
+
+    def decode(self, targets: Mapping[str, np.ndarray]) -> str | None:
+        """Why what was read into ``targets`` is unusable (a damaged state record), or None."""
 
 
 def check_targets(header: Header, targets: Mapping[str, np.ndarray]) -> str | None:
@@ -103,9 +116,11 @@ def _summarise(ctx: PipelineContext, entry: CheckpointEntry, reasons: list[str] 
 
 def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
                    steps: list[RecoveryStep] | None = None,
-                   layouts: Mapping[str, Layout] | None = None) -> tuple[RecoveryInfo, CheckpointEntry]:
+                   layouts: Mapping[str, Layout] | None = None,
+                   adapt: TargetAdapter | None = None) -> tuple[RecoveryInfo, CheckpointEntry]:
     """Recover the newest checkpoint every rank can read into ``targets`` (collective); ``layouts`` are the
-    global layouts of the arrays protected with one (see :mod:`.reshard`).
+    global layouts of the arrays protected with one (see :mod:`.reshard`); ``adapt`` fits resizable targets
+    to the stored shapes and checks state records after reading (a damaged record: the next older one).
 
     Raises
     ------
@@ -158,8 +173,10 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
             except reshard.MissingCopyError as exc:
                 skipped.append(str(exc))
                 continue
+        fitted = targets
         try:
-            problem = check_targets(found.header, targets)
+            fitted = targets if adapt is None else adapt.fit(found.header, targets)
+            problem = check_targets(found.header, fitted)
         except DAMAGED as exc:
             problem = f"the stored header is damaged: {exc}"
         if not _mpi.all_true(ctx.comm, problem is None, ctx.timeout, "recovery shape check"):
@@ -170,7 +187,7 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
                                      "was overwritten): " + "; ".join(bad[:3]))
         error = None
         try:
-            found.storage.read_into(entry.id, ctx.rank, targets, found.header)
+            found.storage.read_into(entry.id, ctx.rank, fitted, found.header)
         except ProcessFailure:
             raise
         except DAMAGED as exc:
@@ -181,6 +198,10 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
             raise RecoveryError(f"checkpoint {entry.id} verified but could not be read (was it changed "
                                 "during "
                                 "recovery?): " + "; ".join(bad[:3]))
+        bad_record = None if adapt is None else adapt.decode(fitted)
+        if not _mpi.all_true(ctx.comm, bad_record is None, ctx.timeout, "recovery state records"):
+            skipped.append(_summarise(ctx, entry, None if bad_record is None else [bad_record]))
+            continue
         level = _mpi.allreduce_int(ctx.comm, found.level, "max", ctx.timeout, "recovery")
         return RecoveryInfo(entry.id, level, found.level, tuple(skipped)), entry
     raise RecoveryError(f"no checkpoint of run {ctx.exec_id} can be recovered: " + " | ".join(skipped))
