@@ -251,7 +251,7 @@ class _Decoder:
         dt = self.dtype()
         if tag == b"n":
             return np.frombuffer(self.take(dt.itemsize), dtype=dt)[0]
-        ndim = self.count(_U8)
+        (ndim,) = _U8.unpack(self.take(1))
         if ndim > _MAX_NDIM:
             raise self.fail(f"an array of {ndim} dimensions")
         shape = tuple(int(_U64.unpack(self.take(8))[0]) for _ in range(ndim))
