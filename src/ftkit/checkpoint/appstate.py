@@ -262,10 +262,11 @@ class StateAPI:
                                   f"{sorted(self._protected)})")
         return self._protected[name]
 
-    def _recover_newest(self) -> tuple[RecoveryInfo, CheckpointEntry]:
-        """Recover into the protected arrays and objects (collective: :func:`.recovery.recover_newest`)."""
+    def _recover_newest(self, recover: Any = recover_newest) -> tuple[RecoveryInfo, CheckpointEntry]:
+        """Recover into the protected arrays and objects with ``recover`` (:func:`.recovery.recover_newest`,
+        or the name the caller's module holds for it); collective."""
         self._state.fitted, self._state.decoded = {}, {}
-        info, entry = recover_newest(self._ctx, self._protected, self.recovery_steps, self._layouts,
+        info, entry = recover(self._ctx, self._protected, self.recovery_steps, self._layouts,
                                      adapt=self._state)
         fitted = self._state.apply()
         self._protected.update(fitted)

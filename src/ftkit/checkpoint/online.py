@@ -51,6 +51,7 @@ from ..topology import plan_topology
 from . import _mpi, fence, online_verdict
 from .contract import PipelineContext
 from .offload import PostManager
+from .recovery import recover_newest
 from .runlock import acquire_run_lock
 from .schedule import SnapshotSchedule
 from .startup import prepare_dirs
@@ -382,7 +383,7 @@ def restore(ckpt: Checkpointer) -> int:
             if state.fresh:
                 forget_unreachable(ckpt)
             try:
-                info, entry = ckpt._recover_newest()  # resizable arrays and state records too
+                info, entry = ckpt._recover_newest(recover_newest)  # resizable arrays, state records
             except RecoveryError as exc:
                 assert state.rebuilt is not None
                 cannot_go_on(state.rebuilt, f"no checkpoint can be recovered by the new set of ranks ({exc})",
