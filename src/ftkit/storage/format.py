@@ -17,6 +17,8 @@ the 16-hex-digit xxh3-64 digest of those bytes. A section protected with a globa
 (bytes per digest chunk) and ``chunk_xxh3`` (the xxh3-64 of every chunk, 16 hex digits each, concatenated):
 a reader of a few boxes verifies every byte it reads by reading whole chunks only. Sections without a layout
 carry none of the three keys (files written before layouts existed are read unchanged).
+A generator or dict is a ``|u1`` section of shape ``(n,)`` holding a *state record*
+(:mod:`ftkit.storage.staterecord`), unmarked in the header: such files are plain version 1 files.
 
 What a reader may assume once :func:`read_header` returned: the magic, version and header digest matched; the
 sections are laid out back to back from ``data_offset`` without overlap; ``nbytes`` equals the product of the
