@@ -171,6 +171,8 @@ class Config:
     spare_ranks: int = 0
     reserve_core: int = 0
     redundancy_sync: str = "background"
+    compression: str = "none"      # L4 copies: none | lz4 | zstd | blosc (see ftkit.storage.compressed)
+    compression_level: int = 3
     source: str = field(default="<defaults>", compare=False)
     #: Notes of the INI reader (unknown, repeated and empty keys); set by :meth:`from_string`.
     parse_notes: tuple[str, ...] = field(default=(), compare=False, repr=False)

@@ -183,6 +183,11 @@ KEYS: tuple[KeySpec, ...] = (
     _k("redundancy_sync", "ftkit", "str", ("background", "commit"), "when inline L2 partner copies and L3 "
        "parity files are fsynced: background (after the commit; the previous checkpoint is kept until they "
        "are durable) or commit (before it)"),
+    _k("compression", "ftkit", "str", ("none", "lz4", "zstd", "blosc"), "codec of the L4 copies "
+       "(numcodecs, chunked, byte-shuffled; digests stay over the uncompressed bytes; with enable_dcp = 1 "
+       "the dCP blocks are written instead)"),
+    _k("compression_level", "ftkit", "int", {"low": 1, "high": 22}, "compression level (zstd 1-22, blosc "
+       "1-9; lz4 ignores it)"),
 )
 
 #: (section, spelling in the file) -> Config attribute. FTI's code spells the Lustre keys "stiping".
@@ -356,7 +361,8 @@ def parse_value(spec: KeySpec, raw: str, source: str) -> Any:
             return float(raw)
         except ValueError:
             raise ConfigError(f"{where} is not a number; allowed: {describe(spec)}") from None
-    return raw.strip().lower() if spec.name in ("interval_unit", "l3_code", "redundancy_sync") else raw
+    return raw.strip().lower() if spec.name in ("interval_unit", "l3_code", "redundancy_sync",
+                                                            "compression") else raw
 
 
 def describe(spec: KeySpec) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import re
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,7 +62,8 @@ def _all_ok(got: dict[int, dict[str, str]], ckpt_id: int, level: int, step: int)
         assert v["resized"] == "m,p,q", (rank, v)
 
 
-@pytest.mark.parametrize("case", ["L1", "L2-node-lost", "L3-node-lost", "L4-dcp-local-lost"])
+@pytest.mark.parametrize("case", ["L1", "L2-node-lost", "L3-node-lost", "L4-dcp-local-lost",
+                                  "L4-zstd-local-lost"])
 def test_state_round_trip(tmp_path, case):
     d = tmp_path / "run"
     if case == "L1":
@@ -78,9 +81,17 @@ def test_state_round_trip(tmp_path, case):
         got, _ = _recovered(d, "--no-probe", node_size=1)
         _all_ok(got, 2, 3, 1)
     else:
-        _write(d, "4,4", enable_dcp=1, inline_l4=0)
+        zstd = case == "L4-zstd-local-lost"
+        _write(d, "4,4", **({"compression": "zstd"} if zstd else {"enable_dcp": 1, "inline_l4": 0}))
         for node in node_dirs(d):
             delete_node_dir(node)
+        if zstd:  # the L4 copies are compressed, and ftkit ls says by how much
+            (l4,) = (d / "run" / "global").glob("*/l4/ckpt2/rank0.ftk")
+            assert l4.read_bytes()[:8] == b"FTKITCZ1"
+            ls = subprocess.run([sys.executable, "-m", "ftkit", "ls", str(d / "run" / "meta"), "--json"],
+                                capture_output=True, text=True, timeout=60)
+            rows = json.loads(ls.stdout)["checkpoints"]
+            assert rows[-1]["l4_ratio"] > 1.5 and rows[-1]["l4_stored_bytes"] < rows[-1]["bytes"], ls.stdout
         got, _ = _recovered(d)
         _all_ok(got, 2, 4, 1)
 
