@@ -20,6 +20,8 @@ import pytest
 import xxhash
 
 from ftkit.inject import delete_node_dir
+from ftkit.storage.compressed import CompressedSource
+from ftkit.storage.format import read_header
 from ftkit.storage.staterecord import KIND_DICT, KIND_GENERATOR, MAGIC, encode_record
 
 from ..conftest import REPO, run_python
@@ -38,9 +40,9 @@ def _run(d: Path, mode: str, *args: str, node_size: int = 2):
                       timeout=TIMEOUT)
 
 
-def _write(d: Path, levels: str, node_size: int = 2, **keys: object) -> None:
+def _write(d: Path, levels: str, node_size: int = 2, *args: str, **keys: object) -> None:
     write_config(d, **keys)
-    r = _run(d, "write", "--levels", levels, node_size=node_size)
+    r = _run(d, "write", "--levels", levels, *args, node_size=node_size)
     assert r.stdout.count("wrote id=") == N * len(levels.split(",")), r.stdout + r.stderr
 
 
@@ -82,12 +84,21 @@ def test_state_round_trip(tmp_path, case):
         _all_ok(got, 2, 3, 1)
     else:
         zstd = case == "L4-zstd-local-lost"
-        _write(d, "4,4", **({"compression": "zstd"} if zstd else {"enable_dcp": 1, "inline_l4": 0}))
+        if zstd:  # 'q' (a constant: it would compress) is protected with compression="none"
+            _write(d, "4,4", 2, "--q-compression", "none", compression="zstd")
+        else:
+            _write(d, "4,4", enable_dcp=1, inline_l4=0)
         for node in node_dirs(d):
             delete_node_dir(node)
         if zstd:  # the L4 copies are compressed, and ftkit ls says by how much
             (l4,) = (d / "run" / "global").glob("*/l4/ckpt2/rank0.ftk")
             assert l4.read_bytes()[:8] == b"FTKITCZ1"
+            header = read_header(l4)
+            with CompressedSource(l4) as src:
+                for s in header.sections:  # (an incompressible generator state is stored raw too)
+                    codecs = {c[4] for c in src.chunks if s.offset <= c[0] < s.offset + s.nbytes}
+                    want = {"p": {2}, "m": {2}, "q": {0}}.get(s.name, codecs)
+                    assert codecs == want, (s.name, codecs)
             ls = subprocess.run([sys.executable, "-m", "ftkit", "ls", str(d / "run" / "meta"), "--json"],
                                 capture_output=True, text=True, timeout=60)
             rows = json.loads(ls.stdout)["checkpoints"]

@@ -74,6 +74,7 @@ p.add_argument("--config", required=True)
 p.add_argument("--mode", choices=["write", "recover", "bad"], required=True)
 p.add_argument("--levels", default="1")
 p.add_argument("--no-probe", action="store_true")
+p.add_argument("--q-compression", default=None, help="write mode: protect 'q' with this compression")
 a = p.parse_args()
 
 ckpt = ftkit.Checkpointer(a.config, MPI.COMM_WORLD)
@@ -100,7 +101,7 @@ elif a.mode == "write":
     ckpt.protect("state", st)
     for i, lv in enumerate(int(x) for x in a.levels.split(",")):
         for name, arr in arrays(rank, i).items():
-            ckpt.protect(name, arr, resizable=True)
+            ckpt.protect(name, arr, resizable=True, compression=a.q_compression if name == "q" else None)
         for fam in FAMILIES:
             ckpt.protect("rng_" + fam, generator(fam, rank, i))
         st.clear()

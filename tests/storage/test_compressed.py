@@ -86,6 +86,17 @@ def test_range_reads_equal_the_plain_files(plain, copy, start, n):
     assert a == b
 
 
+def test_per_array_codecs(plain, tmp_path):
+    dst = tmp_path / "mixed.ftk"
+    compress_copy(plain, dst, "none", 3, {"heat": "zstd", "mask": "lz4"})
+    header = read_header(dst)
+    with CompressedSource(dst) as src:
+        for s in header.sections:
+            got = {c[4] for c in src.chunks if s.offset <= c[0] < s.offset + s.nbytes}
+            assert got == {"heat": {2}, "mask": {1}}.get(s.name, {0} if s.nbytes else set()), s.name
+    assert read_arrays(dst)["heat"].tobytes() == read_arrays(plain)["heat"].tobytes()
+
+
 def _damage_chunk(path, index: int) -> None:
     raw = bytearray(path.read_bytes())
     _, so, _, sn, *_ = REC.unpack_from(raw, PRE.size + index * REC.size)

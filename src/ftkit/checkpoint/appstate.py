@@ -28,6 +28,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import CheckpointError, FormatError, RecoveryError
+from ..storage.compressed import CODECS
 from ..storage.format import Header, parse_dtype
 from ..storage.manifest import CheckpointEntry
 from ..storage.staterecord import KIND_DICT, KIND_GENERATOR, decode_record, encode_record
@@ -84,18 +85,31 @@ class AppState:
         self.fitted: dict[str, np.ndarray] = {}             # arrays of the stored shape (last fit())
         self.decoded: dict[str, Any] = {}                   # record values checked (last decode())
         self.stored: dict[str, tuple[tuple[int, ...], np.dtype]] | None = None   # stored_shape()'s answer
+        self.codecs: dict[str, str] = {}                    # per-array compression overrides (L4)
 
-    def protect(self, name: str, obj: Any, resizable: bool) -> np.ndarray:
-        """Note ``obj``'s kind; return the array to protect under ``name`` (a record's encoding, checked now).
+    def protect(self, name: str, obj: Any, resizable: bool, compression: str | None = None,
+                global_shape: Any = None, offset: Any = None) -> np.ndarray:
+        """Note ``obj``'s kind and ``compression``; return the array to protect under ``name`` (a record's
+        encoding, checked now).
 
         Raises
         ------
         UnsupportedStateError
             If a dict holds a value the state encoding cannot store (naming its path).
+        CheckpointError
+            If ``compression`` is not a codec name, or a generator or dict is given a global layout.
         """
+        record = record_target(obj)
+        if record is not None and (global_shape is not None or offset is not None):
+            raise CheckpointError(f"{name!r}: a generator or dict has no global layout")
+        if compression is not None and compression not in CODECS:
+            raise CheckpointError(f"protect({name!r}): compression = {compression!r}: choose one of "
+                                  f"{', '.join(CODECS)}")
         self.resizable.discard(name)
         self.records.pop(name, None)
-        record = record_target(obj)
+        self.codecs.pop(name, None)
+        if compression is not None:
+            self.codecs[name] = compression
         if record is None:
             if resizable:
                 self.resizable.add(name)
@@ -105,8 +119,10 @@ class AppState:
         self.resizable.add(name)
         return array
 
-    def arrays(self, protected: Mapping[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
-        """The ``(name, array)`` pairs to checkpoint now: the state records encoded afresh.
+    def arrays(self, protected: Mapping[str, np.ndarray],
+               extra: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
+        """The ``(name, array)`` pairs to checkpoint now: the state records encoded afresh. The per-array
+        compression overrides go to ``extra`` (the job's: the L4 flush reads them, the manifest keeps them).
 
         Raises
         ------
@@ -114,6 +130,8 @@ class AppState:
             If a dict now holds a value the encoding cannot store (before anything is written).
         """
         self.stored = None  # a new checkpoint: stored_shape() asks again
+        if self.codecs:
+            extra["codecs"] = {n: c for n, c in self.codecs.items() if n in protected}
         return [(n, _encode(n, *self.records[n]) if n in self.records else a) for n, a in protected.items()]
 
     def fit(self, header: Header, targets: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -160,13 +160,14 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
         self._state = appstate.AppState()       # resizable arrays, generators and dicts (see .appstate)
 
     def protect(self, name: str, array: Any, *, global_shape: Any = None, offset: Any = None,
-                resizable: bool = False) -> None:
+                resizable: bool = False, compression: str | None = None) -> None:
         """Protect ``array`` under ``name``: saved by reference at every checkpoint, filled in place by
         :meth:`recover`. Protecting a name again replaces the array.
 
         ``array`` may also be a ``numpy.random.Generator``/``BitGenerator`` or a ``dict`` of plain values,
         restored in place (see :mod:`.appstate`). A ``resizable`` array may change shape between checkpoints;
         :meth:`recover` replaces it by one of the stored shape when that differs (see :meth:`array`).
+        ``compression`` (none, lz4, zstd, blosc) overrides ``[ftkit] compression`` for this array at L4.
 
         With ``global_shape`` and ``offset`` (one integer per axis), ``array`` is the box ``offset ..
         offset + array.shape`` of a global array: the checkpoint can then be recovered by any number of ranks
@@ -181,9 +182,7 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
         UnsupportedStateError
             If a dict holds a value of another type (naming its path).
         """
-        if appstate.record_target(array) is not None and (global_shape is not None or offset is not None):
-            raise CheckpointError(f"{name!r}: a generator or dict has no global layout")
-        array = self._state.protect(name, array, resizable)
+        array = self._state.protect(name, array, resizable, compression, global_shape, offset)
         check_protect(name, array)
         layout = box_layout(name, array, global_shape, offset)
         self._protected[name] = array
@@ -287,7 +286,8 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
         job.extra.update(online_loop.step_extra(self))
         error = None
         try:
-            pipeline.write_primary(self._ctx, job, self._state.arrays(self._protected), layouts=self._layouts)
+            arrays = self._state.arrays(self._protected, job.extra)  # dicts, generators encoded (.appstate)
+            pipeline.write_primary(self._ctx, job, arrays, layouts=self._layouts)
         except (FtkitError, OSError) as exc:
             error = f"{type(exc).__name__}: {exc}"
         self._ctx.hook("after_write")

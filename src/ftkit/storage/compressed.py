@@ -95,23 +95,23 @@ def _decode(nc: Any, codec: int, data: bytes, typesize: int) -> bytes:
     return bytes(nc.Shuffle(typesize).decode(out)) if typesize > 1 else bytes(out)
 
 
-def _plan(pieces: Iterable[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-    """Cut ``(offset, nbytes, itemsize)`` extents into chunks of at most MAX_CHUNK whole items."""
-    out: list[tuple[int, int, int]] = []
-    for off, n, item in pieces:
+def _plan(pieces: Iterable[tuple[int, int, int, str]]) -> list[tuple[int, int, int, str]]:
+    """Cut ``(offset, nbytes, itemsize, codec)`` extents into chunks of at most MAX_CHUNK whole items."""
+    out: list[tuple[int, int, int, str]] = []
+    for off, n, item, codec in pieces:
         item = item if 1 <= item <= 255 else 1
         step = max(item, MAX_CHUNK - MAX_CHUNK % item)
-        out.extend((o, min(step, off + n - o), item) for o in range(off, off + n, step))
+        out.extend((o, min(step, off + n - o), item, codec) for o in range(off, off + n, step))
     return out
 
 
 def compress_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
-                  pieces: list[tuple[int, int, int]], codec: str, level: int, *,
+                  pieces: list[tuple[int, int, int, str]], level: int, *,
                   fsync: bool = True) -> tuple[int, int]:
     """Write a compressed copy of ``src`` at ``dst`` atomically; return (logical, stored) sizes in bytes.
 
-    ``pieces`` are ``(offset, nbytes, itemsize)`` extents tiling ``src``: the header (item size 1) and each
-    section (its dtype's item size).
+    ``pieces`` are ``(offset, nbytes, itemsize, codec)`` extents tiling ``src``: the header (item size 1)
+    and each section (its dtype's item size), each with its codec name (``none``: stored raw).
 
     Raises
     ------
@@ -120,8 +120,10 @@ def compress_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     CheckpointNotFoundError, StorageError
         If ``src`` is missing or a read or write fails (``dst`` is left as it was).
     """
-    nc = require_codec(codec)
-    cid = CODECS[codec]
+    nc = None
+    for name in {p[3] for p in pieces}:
+        if name != "none":
+            nc = require_codec(name)
     chunks = _plan(pieces)
     try:
         fd = os.open(src, os.O_RDONLY)
@@ -129,15 +131,16 @@ def compress_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
         raise CheckpointNotFoundError(f"{src}: file to compress is missing") from exc
     try:
         logical = os.fstat(fd).st_size
-        if sum(n for _, n, _ in chunks) != logical:
+        if sum(c[1] for c in chunks) != logical:
             raise StorageError(f"{src}: its sections do not tile its {logical} bytes: cannot compress it")
         start = _PRE.size + _REC.size * len(chunks) + _U64.size
         records, pos, buf = [], start, bytearray(MAX_CHUNK)
         with AtomicWriter(dst, fsync=fsync) as writer:
-            for off, n, item in chunks:
+            for off, n, item, codec in chunks:
                 view = memoryview(buf)[:n]
                 pread_exact(fd, off, view, str(src))
-                packed, cid_used = _encode(nc, cid, level, view, item), cid
+                cid_used = CODECS[codec]
+                packed = _encode(nc, cid_used, level, view, item) if cid_used else bytes(view)
                 if len(packed) >= _MIN_SAVING * n:
                     packed, cid_used = bytes(view), 0
                 writer.pwrite(packed, pos)

@@ -59,20 +59,25 @@ def flush_to_pfs(ctx: PipelineContext, job: CheckpointJob) -> None:
     """
     src = ctx.level(job.primary, job.nodes).path(job.ckpt_id, ctx.rank)
     storage = ctx.level(4, job.nodes)
-    if ctx.config.compression != "none":
+    codecs = job.extra.get("codecs", {})
+    if ctx.config.compression != "none" or any(c != "none" for c in codecs.values()):
         compress_copy(src, storage.prepare_dir(job.ckpt_id, ctx.rank), ctx.config.compression,
-                      ctx.config.compression_level)
+                      ctx.config.compression_level, codecs)
         return
     storage.put_file(job.ckpt_id, ctx.rank, src, link=job.primary_removed)
 
 
-def compress_copy(src: str | Path, dst: str | Path, codec: str, level: int) -> tuple[int, int]:
+def compress_copy(src: str | Path, dst: str | Path, codec: str, level: int,
+                  codecs: dict[str, str] | None = None) -> tuple[int, int]:
     """Write a compressed copy of the checkpoint file ``src`` at ``dst``, chunked by section (each shuffled
-    by its item size); return its (logical, stored) sizes in bytes."""
+    by its item size, with the codec ``codecs`` names for it, else ``codec``); return its (logical, stored)
+    sizes in bytes."""
     header = read_header(src)
-    pieces = [(0, header.data_offset, 1)]
-    pieces += [(s.offset, s.nbytes, np.dtype(s.dtype).itemsize) for s in header.sections]
-    return compress_file(src, dst, pieces, codec, level)
+    codecs = codecs or {}
+    pieces = [(0, header.data_offset, 1, codec)]
+    pieces += [(s.offset, s.nbytes, np.dtype(s.dtype).itemsize, codecs.get(s.name, codec))
+               for s in header.sections]
+    return compress_file(src, dst, pieces, level)
 
 
 def flush_dcp(ctx: PipelineContext, job: CheckpointJob) -> None:
@@ -136,8 +141,9 @@ def pfs_request(ctx: PipelineContext, job: CheckpointJob) -> dict[str, Any]:
         req["dcp_dir"] = str(dcp_dir(ctx.config.glbl_dir, ctx.exec_id))
         req["dcp_block"] = ctx.config.dcp_block_size
         req["keep"] = list(_l4_keep_ids(ctx))
-    elif ctx.config.compression != "none":
-        req["compression"] = [ctx.config.compression, ctx.config.compression_level]
+    elif ctx.config.compression != "none" or job.extra.get("codecs"):
+        req["compression"] = [ctx.config.compression, ctx.config.compression_level,
+                              job.extra.get("codecs", {})]
     return req
 
 
@@ -150,7 +156,9 @@ def pfs_work(req: dict[str, Any], head_set: Any) -> None:
         dst = Path(req["dst"])
         make_dirs(dst.parent)
         if "compression" in req:
-            compress_copy(req["src"], dst, str(req["compression"][0]), int(req["compression"][1]))
+            codec, level, codecs = req["compression"]
+            codecs = {str(k): str(v) for k, v in codecs.items()}
+            compress_copy(req["src"], dst, str(codec), int(level), codecs)
         else:
             copy_file(req["src"], dst, chunk_bytes=int(req["chunk"]))
 
