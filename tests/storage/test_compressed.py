@@ -140,3 +140,13 @@ def test_damaged_or_forged_copies_are_format_errors(copy, tmp_path, how):
     bad.write_bytes(bytes(raw))
     with pytest.raises(FormatError):
         read_header(bad)
+
+
+def test_a_head_writes_the_compressed_copy_its_rank_asked_for(plain, tmp_path):
+    from ftkit.checkpoint.levels.pfs import pfs_work
+
+    dst = tmp_path / "l4" / "rank0.ftk"
+    pfs_work({"src": str(plain), "dst": str(dst), "chunk": 1 << 20, "rank": 0, "id": 1,
+              "compression": ["lz4", 3, {"noise": "none"}]}, None)
+    assert dst.read_bytes()[:8] == b"FTKITCZ1"
+    assert verify_file(dst) == read_header(plain)
