@@ -150,3 +150,37 @@ def test_a_head_writes_the_compressed_copy_its_rank_asked_for(plain, tmp_path):
               "compression": ["lz4", 3, {"noise": "none"}]}, None)
     assert dst.read_bytes()[:8] == b"FTKITCZ1"
     assert verify_file(dst) == read_header(plain)
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3])
+def test_a_forged_frame_claiming_a_huge_size_is_damage_not_an_allocation(plain, tmp_path, codec):
+    # A chunk re-signed (stored digest and index digest valid) whose frame claims 2**31 - 1 bytes.
+    dst = tmp_path / "forged.ftk"
+    compress_copy(plain, dst, {1: "lz4", 2: "zstd", 3: "blosc"}[codec], 3)
+    raw = bytearray(dst.read_bytes())
+    _, _, _, _, _, n = PRE.unpack_from(raw)
+    with CompressedSource(dst) as src:
+        i = next(k for k, c in enumerate(src.chunks) if c[4] == codec)
+    lo, so, ln, sn, cid, item, pad, _ = REC.unpack_from(raw, PRE.size + i * REC.size)
+    frame = bytearray(raw[so:so + sn])
+    if codec == 1:
+        frame[0:4] = (2**31 - 1).to_bytes(4, "little")   # numcodecs' LZ4 size prefix
+    elif codec == 2:
+        frame = bytearray(__import__("numcodecs").Zstd(3).encode(b"\0" * (2**27)))  # 128 MiB of zeros
+    else:
+        frame[4:8] = (2**31 - 1).to_bytes(4, "little")   # blosc's nbytes
+    stored = bytes(raw[:so]) + bytes(frame) + bytes(raw[so + sn:])
+    raw = bytearray(stored)
+    shift = len(frame) - sn
+    for k in range(i, n):
+        rec = list(REC.unpack_from(raw, PRE.size + k * REC.size))
+        if k == i:
+            rec[3], rec[7] = len(frame), xxhash.xxh3_64_intdigest(bytes(frame))
+        else:
+            rec[1] += shift
+        REC.pack_into(raw, PRE.size + k * REC.size, *rec)
+    end = PRE.size + REC.size * n
+    raw[end:end + 8] = struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(raw[:end])))
+    dst.write_bytes(bytes(raw))
+    with open_source(dst) as src, pytest.raises(CorruptionError, match="does not decode"):
+        src.read_into(lo, memoryview(bytearray(1)))

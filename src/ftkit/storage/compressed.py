@@ -88,11 +88,19 @@ def _encode(nc: Any, codec: int, level: int, data: memoryview, typesize: int) ->
     return bytes(inner.encode(raw))
 
 
-def _decode(nc: Any, codec: int, data: bytes, typesize: int) -> bytes:
+def _decode(nc: Any, codec: int, data: bytes, typesize: int, n: int) -> bytes:
+    """Decode a chunk into exactly ``n`` bytes (a frame claiming another size raises: no allocation follows
+    what a damaged or forged frame says)."""
+    out = bytearray(n)
     if codec == 3:
-        return bytes(nc.blosc.decompress(data))
-    out = (nc.LZ4() if codec == 1 else nc.Zstd()).decode(data)
-    return bytes(nc.Shuffle(typesize).decode(out)) if typesize > 1 else bytes(out)
+        nc.blosc.decompress(data, out)
+        return bytes(out)
+    (nc.LZ4() if codec == 1 else nc.Zstd()).decode(data, out=out)
+    if typesize == 1:
+        return bytes(out)
+    plain = bytearray(n)
+    nc.Shuffle(typesize).decode(out, out=plain)
+    return bytes(plain)
 
 
 def _plan(pieces: Iterable[tuple[int, int, int, str]]) -> list[tuple[int, int, int, str]]:
@@ -221,8 +229,8 @@ class CompressedSource(ByteSource):
         else:
             self._nc = self._nc or require_codec("zstd")
             try:
-                data = _decode(self._nc, codec, bytes(stored), item)
-            except (RuntimeError, ValueError, TypeError) as exc:
+                data = _decode(self._nc, codec, bytes(stored), item, ln)
+            except (RuntimeError, ValueError, TypeError, MemoryError) as exc:
                 raise CorruptionError(f"{self.name}: chunk at logical offset {lo} does not decode: "
                                       f"{exc}") from exc
         if len(data) != ln:
