@@ -107,6 +107,21 @@ def test_state_round_trip(tmp_path, case):
         _all_ok(got, 2, 4, 1)
 
 
+def test_elastic_restart_of_a_resizable_array_with_a_layout(tmp_path):
+    # 4 ranks checkpoint boxes of sizes that change between checkpoints (global length 478, then 678);
+    # the local directories are lost; 2 ranks ask the stored global shape, split it evenly and reshard.
+    d = tmp_path / "run"
+    write_config(d)
+    r = _run(d, "gwrite", "--levels", "4,4")
+    assert r.stdout.count("wrote id=") == 2 * N, r.stdout + r.stderr
+    for node in node_dirs(d):
+        delete_node_dir(node)
+    r = run_python(2, PROGRAM, "--config", "ftkit.ini", "--mode", "grecover", node_size=2, cwd=d,
+                   timeout=TIMEOUT)
+    lines = rank_lines(r.stdout, 2)
+    assert all(line == "grecovered n=678 step=1 data=ok" for line in lines.values()), r.stdout + r.stderr
+
+
 def test_unsupported_values_are_refused_before_anything_is_written(tmp_path):
     d = tmp_path / "run"
     write_config(d)

@@ -8,6 +8,10 @@ recover mode: protects arrays of size 1 and fresh generators, asks stored_shape(
               resized=a,b rng=ok|BAD state=ok|BAD inplace=ok|BAD" (rng: the next 1000 draws of every family
               equal those of a failure-free run). --no-probe: no stored_shape() call (it locates, and may
               rebuild, the copies as recover() does: recover() then reports level 1).
+gwrite mode:  a resizable array "g" with a global layout (rank r's box grows with i and differs per rank)
+              and a replicated "step", checkpointed at --levels.
+grecover:     on another rank count: stored_shape("g") gives the global shape, each rank protects an even
+              share of it, recovers, and prints "R<rank> grecovered n=<global length> step=.. data=ok|BAD".
 bad mode:     unsupported values: prints "R<rank> protect <Type>: <message>" for a dict holding a set, then,
               after rank 1 puts a set into its dict, "R<rank> checkpoint <Type>: <message> ckpts=<n>".
 """
@@ -71,7 +75,7 @@ def same(a, b) -> bool:
 
 p = argparse.ArgumentParser()
 p.add_argument("--config", required=True)
-p.add_argument("--mode", choices=["write", "recover", "bad"], required=True)
+p.add_argument("--mode", choices=["write", "recover", "bad", "gwrite", "grecover"], required=True)
 p.add_argument("--levels", default="1")
 p.add_argument("--no-probe", action="store_true")
 p.add_argument("--q-compression", default=None, help="write mode: protect 'q' with this compression")
@@ -80,7 +84,40 @@ a = p.parse_args()
 ckpt = ftkit.Checkpointer(a.config, MPI.COMM_WORLD)
 rank = ckpt.comm.rank
 
-if a.mode == "bad":
+def g_sizes(nranks: int, i: int) -> list[int]:
+    return [100 + 50 * i + 13 * r for r in range(nranks)]
+
+
+def g_values(start: int, n: int, i: int) -> np.ndarray:
+    return (np.arange(start, start + n) * 0.5 + i).astype(np.float64)
+
+
+if a.mode == "gwrite":
+    step = np.zeros(1, np.int64)
+    ckpt.protect("step", step, global_shape=(1,), offset=(0,))
+    for i, lv in enumerate(int(x) for x in a.levels.split(",")):
+        sizes = g_sizes(ckpt.nranks, i)
+        off = sum(sizes[:rank])
+        step[0] = i
+        ckpt.protect("g", g_values(off, sizes[rank], i), global_shape=(sum(sizes),), offset=(off,),
+                     resizable=True)
+        cid = ckpt.checkpoint(lv)
+        print(f"R{rank} wrote id={cid} level={lv}", flush=True)
+    ckpt.wait()
+elif a.mode == "grecover":
+    (n,), dtype = ckpt.stored_shape("g")
+    share = [n // ckpt.nranks + (r < n % ckpt.nranks) for r in range(ckpt.nranks)]
+    off = sum(share[:rank])
+    g = np.empty(share[rank], dtype)
+    ckpt.protect("g", g, global_shape=(n,), offset=(off,), resizable=True)
+    step = np.full(1, -1, np.int64)
+    ckpt.protect("step", step, global_shape=(1,), offset=(0,))
+    info = ckpt.recover()
+    i = int(step[0])
+    ok = ckpt.array("g") is g and np.array_equal(g, g_values(off, share[rank], i))
+    print(f"R{rank} grecovered n={n} step={i} data={'ok' if ok else 'BAD'}", flush=True)
+    ckpt.finalize()
+elif a.mode == "bad":
     try:
         ckpt.protect("state", {"history": [1, 2, 3, {1}]})
     except ftkit.FtkitError as exc:

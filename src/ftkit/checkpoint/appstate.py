@@ -29,6 +29,7 @@ from mpi4py import MPI
 
 from ..errors import CheckpointError, FormatError, RecoveryError
 from ..storage.compressed import CODECS
+from ..storage.copies import RunCopies
 from ..storage.format import Header, parse_dtype
 from ..storage.manifest import CheckpointEntry
 from ..storage.staterecord import KIND_DICT, KIND_GENERATOR, decode_record, encode_record
@@ -208,6 +209,25 @@ class _ShapeProbe:
         return None
 
 
+def _global_shapes(ctx: Any, entry: CheckpointEntry) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Global shape and dtype of every array of ``entry`` stored with a global layout, from the header of
+    the first old rank whose committed file is found (not collective).
+
+    Raises
+    ------
+    RecoveryError
+        If no old rank's file is found.
+    """
+    copies = RunCopies(ctx.config.ckpt_dir, ctx.config.glbl_dir, ctx.exec_id, entry)
+    why = ""
+    for rank in range(len(entry.files)):
+        copy, why = copies.find(rank)
+        if copy is not None:
+            return {s.name: (tuple(s.layout.global_shape), parse_dtype(s.dtype))
+                    for s in copy.header.sections if s.layout is not None}
+    raise RecoveryError(f"stored_shape(): no file of checkpoint {entry.id} is found ({why})")
+
+
 class StateAPI:
     """The Checkpointer's methods for resizable arrays and state records (mixed into it)."""
 
@@ -241,6 +261,10 @@ class StateAPI:
         rank, before :meth:`recover` (FTI_GetStoredSize). Collective (it locates, verifies and if need be
         rebuilds the copies as :meth:`recover` does; the answer is kept until the next checkpoint).
 
+        When the checkpoint was written by another number of ranks, an array stored with a global layout
+        answers its *global* shape (to decompose it anew: protect this rank's box with ``global_shape`` and
+        ``offset``, then :meth:`recover` reshards); that answer comes from the newest checkpoint's headers.
+
         Raises
         ------
         RecoveryError
@@ -251,6 +275,9 @@ class StateAPI:
         self._check_open()
         if not self._restarted or self._problem:
             raise RecoveryError(f"stored_shape({name!r}): {self._problem or 'this run is a fresh start'}")
+        newest = next((e for e in self._ctx.store.manifest.newest_first() if e.complete_levels), None)
+        if self._state.stored is None and newest is not None and len(newest.files) != self._ctx.nranks:
+            self._state.stored = _global_shapes(self._ctx, newest)
         if self._state.stored is None:
             try:
                 recover_newest(self._ctx, self._protected, self.recovery_steps, None, adapt=_ShapeProbe())
