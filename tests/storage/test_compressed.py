@@ -184,3 +184,22 @@ def test_a_forged_frame_claiming_a_huge_size_is_damage_not_an_allocation(plain, 
     dst.write_bytes(bytes(raw))
     with open_source(dst) as src, pytest.raises(CorruptionError, match="does not decode"):
         src.read_into(lo, memoryview(bytearray(1)))
+
+
+def test_golden_compressed_copy_reads_bit_exactly(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    golden = Path(__file__).parent / "golden"
+    spec = importlib.util.spec_from_file_location("make_golden", golden / "make_golden.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    path = golden / "golden_compressed_v1.ftk"
+    with CompressedSource(path) as src:
+        assert {c[4] for c in src.chunks} == {0, 1, 2, 3}  # raw header and random bytes, lz4, zstd, blosc
+    plain = tmp_path / "plain.ftk"
+    gen.write_compressed(plain, tmp_path / "again.ftk")
+    assert verify_file(path, expect_digest=read_header(plain).digest) == read_header(plain)
+    got = read_arrays(path)
+    for name, arr in gen.golden_compressed_arrays():
+        assert got[name].dtype == arr.dtype and got[name].tobytes() == arr.tobytes(), name

@@ -6,7 +6,10 @@
 * ``golden_manifest_v1.json`` -- a manifest (version 1);
 * ``golden_state_v1.json`` -- a process-state table (version 1);
 * ``golden_appstate_v1.ftk`` -- a checkpoint file holding an array and two state records (state record
-  format 1, see :mod:`ftkit.storage.staterecord`): a PCG64 generator and a dict of every supported type.
+  format 1, see :mod:`ftkit.storage.staterecord`): a PCG64 generator and a dict of every supported type;
+* ``golden_compressed_v1.ftk`` -- a compressed L4 copy (container format 1, see
+  :mod:`ftkit.storage.compressed`) of a file of three arrays, one per codec (zstd, lz4, blosc). Its bytes
+  depend on the codec libraries' versions: later versions must *read* it bit-exactly.
 
 Run: python tests/storage/golden/make_golden.py
 """
@@ -98,6 +101,22 @@ def write_app_state(path: Path) -> None:
                meta={"note": "ftkit state records v1 golden file"}, fsync=False)
 
 
+def golden_compressed_arrays() -> list[tuple[str, np.ndarray]]:
+    x = np.linspace(0.0, 4.0, 1024)
+    return [("zs", np.round(np.sin(x), 3)), ("lz", (np.arange(2048) // 7).astype("<i4")),
+            ("bl", np.round(np.cos(x), 2).astype("<f4")),
+            ("raw", np.frombuffer(np.random.default_rng(3).bytes(512), dtype="|u1"))]
+
+
+def write_compressed(plain: Path, out: Path) -> None:
+    """The plain file of :func:`golden_compressed_arrays`, and its compressed copy (a codec per array)."""
+    from ftkit.checkpoint.levels.pfs import compress_copy
+
+    write_file(plain, golden_compressed_arrays(), rank=0, level=4, ckpt_id=9, exec_id="golden", nranks=1,
+               fsync=False)
+    compress_copy(plain, out, "zstd", 3, {"lz": "lz4", "bl": "blosc"})
+
+
 def golden_state_table() -> np.ndarray:
     return np.array([[1, 1, 0], [1, 0, 1]], dtype=np.int8)
 
@@ -114,3 +133,7 @@ if __name__ == "__main__":
     (HERE / "golden_manifest_v1.json").write_text(golden_manifest().dumps())
     save_state_table(HERE / "golden_state_v1.json", golden_state_table())
     write_app_state(HERE / "golden_appstate_v1.ftk")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        write_compressed(Path(tmp) / "plain.ftk", HERE / "golden_compressed_v1.ftk")
