@@ -42,19 +42,17 @@ Sections and keys (FTI's meaning and units; ftkit's own keys in ``[ftkit]``, als
     ``interval_unit`` (``minutes`` | ``iterations``), ``l3_code`` (``rs`` | ``xor``), ``mtbf`` (seconds),
     ``failure_timeout`` (seconds any wait on a peer may take, > 0), ``group_access`` (0|1: 1 lets the
     user's group read checkpoint files, 0640/0750, for shared-group setups; default 0: 0600/0700),
-    ``spare_ranks`` (the last N processes of the job are spares for online recovery, issue 17; needs ULFM;
-    default 0).
+    ``spare_ranks`` (the last N processes are spares for online recovery, issue 17; needs ULFM; default 0).
     ``reserve_core`` (0|1: 1 keeps the last core of each process's CPU set for the checkpoint work -- the
     background thread or the head ranks -- and pins the application's threads to the others; see
     :mod:`ftkit.checkpoint.affinity`; ``ftkit launch --reserve-core`` does the same for one job).
     ``redundancy_sync`` (``background`` | ``commit``: when the L2 partner copies and L3 parity files made
-    inline, in the checkpoint call, are fsynced. ``background``, the default: after the checkpoint is
-    committed, by a background thread, as FTI never fsyncs them; the checkpoint is recoverable at once from
-    any single node loss (the copies are read from the page cache of live nodes) and the previous checkpoint
-    complete at that level is kept until the next checkpoint call has seen them durable. ``commit``: before
-    the commit, so the level is durable when the call returns. Work done by a background thread or the heads
-    (``inline_lN = 0``; ``background`` applies only when every level is inline) is always fsynced before its
-    level is committed).
+    inline, in the checkpoint call, are fsynced. ``background``, the default: after the commit, by a
+    background thread (FTI never fsyncs them); the checkpoint is recoverable at once from any single node
+    loss (the copies are read from the page cache of live nodes) and the previous checkpoint complete at
+    that level is kept until the next checkpoint call has seen them durable. ``commit``: before the commit,
+    so the level is durable when the call returns. Work of a background thread or the heads (``inline_lN =
+    0``; ``background`` applies only when every level is inline) is always fsynced before its commit).
     ``log_level`` (``debug`` | ``info`` | ``warning`` | ``error`` | ``off``; empty, the default: from
     ``verbosity``): the level of ftkit's event log; the environment variable ``FTKIT_LOG`` overrides it.
 
@@ -175,6 +173,8 @@ class Config:
     reserve_core: int = 0
     redundancy_sync: str = "background"
     log_level: str = ""
+    compression: str = "none"      # L4 copies: none | lz4 | zstd | blosc (see ftkit.storage.compressed)
+    compression_level: int = 3
     source: str = field(default="<defaults>", compare=False)
     #: Notes of the INI reader (unknown, repeated and empty keys); set by :meth:`from_string`.
     parse_notes: tuple[str, ...] = field(default=(), compare=False, repr=False)

@@ -185,6 +185,11 @@ KEYS: tuple[KeySpec, ...] = (
        "are durable) or commit (before it)"),
     _k("log_level", "ftkit", "str", ("", "debug", "info", "warning", "error", "off"), "level of ftkit's "
        "event log, overriding verbosity (empty: from verbosity; the environment's FTKIT_LOG overrides both)"),
+    _k("compression", "ftkit", "str", ("none", "lz4", "zstd", "blosc"), "codec of the L4 copies "
+       "(numcodecs, chunked, byte-shuffled; digests stay over the uncompressed bytes; with enable_dcp = 1 "
+       "the dCP blocks are written instead)"),
+    _k("compression_level", "ftkit", "int", {"low": 1, "high": 22}, "compression level (zstd 1-22, blosc "
+       "1-9; lz4 ignores it)"),
 )
 
 #: (section, spelling in the file) -> Config attribute. FTI's code spells the Lustre keys "stiping".
@@ -358,7 +363,7 @@ def parse_value(spec: KeySpec, raw: str, source: str) -> Any:
             return float(raw)
         except ValueError:
             raise ConfigError(f"{where} is not a number; allowed: {describe(spec)}") from None
-    lowered = ("interval_unit", "l3_code", "redundancy_sync", "log_level")
+    lowered = ("interval_unit", "l3_code", "redundancy_sync", "log_level", "compression")
     return raw.strip().lower() if spec.name in lowered else raw
 
 

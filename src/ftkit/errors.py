@@ -39,6 +39,7 @@ __all__ = [
     "ConfigWarning",
     "OnlineRecoveryError",
     "MissingCopyError",
+    "UnsupportedStateError",
 ]
 
 
@@ -194,3 +195,8 @@ class OnlineRecoveryError(ProcessFailure):
 
 class MissingCopyError(RecoveryError):
     """No verified copy of some rank's checkpoint file is reachable (an older checkpoint may still be)."""
+
+
+class UnsupportedStateError(CheckpointError, TypeError):
+    """Application state given to ``protect()`` holds a value the typed state encoding cannot store; the
+    message names its path (``state['history'][3]: set is not supported``)."""

@@ -31,6 +31,36 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def particles_step(p: Any, rng: Any, state: dict, step: int) -> Any:
+    """One step of the application-state workload (``--appstate``): the resizable array ``p`` gains 0-4
+    random values and every third step loses its first; the dict keeps a sum, the sizes and a big int."""
+    import numpy as np
+
+    p = np.concatenate([p[1:] if step % 3 == 0 else p, rng.random(int(rng.integers(0, 5)))])
+    state["sum"] += float(p.sum())
+    state["sizes"].append(len(p))
+    state["big"] *= 3
+    return p
+
+
+def particles_start(rank: int) -> tuple[Any, Any, dict]:
+    """The workload's initial array, generator (seeded by rank) and dict."""
+    import numpy as np
+
+    return np.zeros(0), np.random.default_rng(100 + rank), {"sum": 0.0, "sizes": [], "big": 1}
+
+
+def particles_match(rank: int, steps: int, p: Any, rng: Any, state: dict) -> bool:
+    """Whether the final ``p``, ``state`` and the next draws of ``rng`` are the failure-free run's."""
+    import numpy as np
+
+    ref_p, ref_rng, ref_state = particles_start(rank)
+    for step in range(steps):
+        ref_p = particles_step(ref_p, ref_rng, ref_state, step)
+    return (p.tobytes() == ref_p.tobytes() and state == ref_state
+            and np.array_equal(rng.random(1000), ref_rng.random(1000)))
+
+
 def start(config: str, out: Path) -> ftkit.Checkpointer:
     """The checkpointer; a spare of a job that could not be recovered online writes the error to
     ``<out>/online-error.spare<pid>`` and exits with code 3."""

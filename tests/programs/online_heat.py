@@ -10,7 +10,9 @@ checkpoint pipeline (``after_write``, ``before_post``...), ``post`` (its L2 part
 thread with ``inline_l2 = 0``) or ``restore`` (the start of the first online restore). ``--raise-at S
 --raise-rank R``: rank R raises a RuntimeError (uncaught) in step S, only the original process, or every
 process that holds rank R with ``--raise-always`` (a deterministic bug). ``--wait-at S --wait-for FILE``:
-every rank waits in step S until FILE exists (at most 120 s).
+every rank waits in step S until FILE exists (at most 120 s). ``--appstate``: every rank also protects a
+resizable array, a generator and a dict (``_online.particles_step``) and rank 0 prints ``appstate ok`` if
+every rank's final state is the failure-free run's (else ``appstate BAD``).
 
 Output on rank 0: ``recovery dead=[..] ckpt=<id> level=<L>`` per online recovery, then ``digest <hex>`` of
 the final field and ``reference <hex>`` (a serial recomputation). Every process that raises an
@@ -27,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import _online  # noqa: E402
@@ -46,6 +49,7 @@ p.add_argument("--raise-rank", type=int, default=-1)
 p.add_argument("--raise-always", action="store_true")
 p.add_argument("--wait-at", type=int, default=-1)
 p.add_argument("--wait-for", default=None)
+p.add_argument("--appstate", action="store_true")
 a = p.parse_args()
 out = Path(a.dir)
 
@@ -56,6 +60,11 @@ n = a.size
 start, stop = heat.row_band(n, comm.size, comm.rank)
 u = heat.initial_band(n, start, stop)
 ckpt.protect("u", u)
+if a.appstate:  # a spare promoted to a dead rank's place recovers this rank's sizes and states
+    parts, rng, pstate = _online.particles_start(comm.rank)
+    ckpt.protect("p", parts, resizable=True)
+    ckpt.protect("rng", rng)
+    ckpt.protect("pstate", pstate)
 holding = {"armed": False, "original": ckpt._online is None or not ckpt._online.fresh}
 
 
@@ -85,6 +94,8 @@ try:
         comm = ckpt.comm
         heat.exchange_halos(comm, u)
         heat.jacobi_rows(u, start, n)
+        if a.appstate:
+            ckpt.protect("p", _online.particles_step(ckpt.array("p"), rng, pstate, step), resizable=True)
         if a.pause:
             time.sleep(a.pause)
         if step == a.wait_at:  # every rank waits (bounded) until the driver creates the file
@@ -102,6 +113,12 @@ try:
     field = np.empty((n, n)) if comm.rank == 0 else None
     comm.Gatherv(np.ascontiguousarray(u[1:-1]), [field, counts] if comm.rank == 0 else None, root=0)
     reports = ckpt.recoveries
+    if a.appstate:
+        ok = _online.particles_match(comm.rank, a.steps, ckpt.array("p"), rng, pstate)
+        if comm.allreduce(int(ok), op=MPI.MIN) and comm.rank == 0:
+            print("appstate ok", flush=True)
+        elif comm.rank == 0:
+            print("appstate BAD", flush=True)
     ckpt.finalize()
 except ftkit.OnlineRecoveryError as exc:
     (out / f"online-error.rank{ckpt.rank}").write_text(str(exc))

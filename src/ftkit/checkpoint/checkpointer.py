@@ -23,13 +23,13 @@ from ..storage import set_group_access
 from ..storage.layout import Layout
 from ..storage.manifest import Manifest, ManifestStore
 from ..topology import Topology, detect_node_ids, plan_topology
-from . import _mpi, events, fence, keep_last, online, online_loop, pipeline, spares
+from . import _mpi, appstate, events, fence, keep_last, online, online_loop, pipeline, spares
 from .contract import PipelineContext, RecoveryStep
 from .head import enter_head_mode
-from .layout import box_layout, check_protect, matrix_layout
+from .layout import box_layout, check_protect
 from .levels import recovery_chain
 from .offload import PostManager
-from .recovery import RecoveryInfo, recover_newest
+from .recovery import RecoveryInfo
 from .runlock import RunLock
 from .schedule import SnapshotSchedule
 from .startup import agree_run_state, prepare_dirs, take_run_lock
@@ -55,7 +55,7 @@ class CheckpointStatus:
     problem: str
 
 
-class Checkpointer(online_loop.ResilientLoop):
+class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
     """Multi-level checkpointing of protected NumPy arrays, in the manner of FTI.
 
     Parameters
@@ -161,10 +161,17 @@ class Checkpointer(online_loop.ResilientLoop):
         """Start with no protected array (at start-up, and in a spare promoted to a dead rank's place)."""
         self._protected: dict[str, np.ndarray] = {}
         self._layouts: dict[str, Layout] = {}   # global layouts of the arrays protected with one
+        self._state = appstate.AppState()       # resizable arrays, generators and dicts (see .appstate)
 
-    def protect(self, name: str, array: np.ndarray, *, global_shape: Any = None, offset: Any = None) -> None:
+    def protect(self, name: str, array: Any, *, global_shape: Any = None, offset: Any = None,
+                resizable: bool = False, compression: str | None = None) -> None:
         """Protect ``array`` under ``name``: saved by reference at every checkpoint, filled in place by
         :meth:`recover`. Protecting a name again replaces the array.
+
+        ``array`` may also be a ``numpy.random.Generator``/``BitGenerator`` or a ``dict`` of plain values,
+        restored in place (see :mod:`.appstate`). A ``resizable`` array may change shape between checkpoints;
+        :meth:`recover` replaces it by one of the stored shape when that differs (see :meth:`array`).
+        ``compression`` (none, lz4, zstd, blosc) overrides ``[ftkit] compression`` for this array at L4.
 
         With ``global_shape`` and ``offset`` (one integer per axis), ``array`` is the box ``offset ..
         offset + array.shape`` of a global array: the checkpoint can then be recovered by any number of ranks
@@ -176,26 +183,16 @@ class Checkpointer(online_loop.ResilientLoop):
         CheckpointError
             If ``array`` is not a C-contiguous NumPy array of a bool, integer, float or complex dtype, the
             name is empty or too long, or the box does not fit in ``global_shape``.
+        UnsupportedStateError
+            If a dict holds a value of another type (naming its path).
         """
+        array = self._state.protect(name, array, resizable, compression, global_shape, offset)
         check_protect(name, array)
         layout = box_layout(name, array, global_shape, offset)
         self._protected[name] = array
         self._layouts.pop(name, None)
         if layout is not None:
             self._layouts[name] = layout
-
-    def protect_matrix(self, name: str, matrix: Any) -> None:
-        """Protect a :class:`ftkit.linalg.DistributedMatrix` with its block-cyclic layout: recoverable onto
-        any other process grid, block size or rank count (its local array is filled in place).
-
-        Raises
-        ------
-        CheckpointError
-            If ``matrix`` is not a distributed matrix.
-        """
-        buffer, layout = matrix_layout(name, matrix)
-        self.protect(name, buffer)
-        self._layouts[name] = layout
 
     @property
     def protected(self) -> dict[str, np.ndarray]:
@@ -246,7 +243,7 @@ class Checkpointer(online_loop.ResilientLoop):
             raise RecoveryError("recover(): no array is protected: protect() the arrays first")
         t0 = time.perf_counter()
         try:
-            info, entry = recover_newest(self._ctx, self._protected, self.recovery_steps, self._layouts)
+            info, entry = self._recover_newest()  # see .appstate
         except MPI.Exception as exc:  # never a raw MPI.Exception to the application
             raise _mpi.as_failure(exc, self._icomm, "recover()") from exc
         events.recovered(self._ctx, info, entry, time.perf_counter() - t0)
@@ -295,7 +292,8 @@ class Checkpointer(online_loop.ResilientLoop):
         job.extra.update(online_loop.step_extra(self))
         error = None
         try:
-            pipeline.write_primary(self._ctx, job, list(self._protected.items()), layouts=self._layouts)
+            arrays = self._state.arrays(self._protected, job.extra)  # dicts, generators encoded (.appstate)
+            pipeline.write_primary(self._ctx, job, arrays, layouts=self._layouts)
         except (FtkitError, OSError) as exc:
             error = f"{type(exc).__name__}: {exc}"
         self._ctx.hook("after_write")

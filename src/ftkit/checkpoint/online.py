@@ -387,7 +387,7 @@ def restore(ckpt: Checkpointer) -> int:
             if state.fresh:
                 forget_unreachable(ckpt)
             try:
-                info, entry = recover_newest(ckpt._ctx, ckpt._protected, ckpt.recovery_steps, ckpt._layouts)
+                info, entry = ckpt._recover_newest(recover_newest)  # resizable arrays, state records
             except RecoveryError as exc:
                 assert state.rebuilt is not None
                 cannot_go_on(state.rebuilt, f"no checkpoint can be recovered by the new set of ranks ({exc})",

@@ -69,7 +69,9 @@ def plan_job(ctx: PipelineContext, requested: int, ckpt_id: int, seq: int) -> Ch
         cfg.check_level(spec.number)  # e.g. group_size = 1 (loaded with L2/L3 off): L2/L3 refused here
     except ConfigError as exc:
         raise CheckpointError(str(exc)) from exc
-    primary = 4 if (spec.number == 4 and cfg.inline_l4 and not cfg.enable_dcp) else 1
+    # Inline L4 writes from the buffers; dCP and compression produce L4 from the L1 file.
+    inline_l4 = cfg.inline_l4 and not cfg.enable_dcp and cfg.compression == "none"
+    primary = 4 if (spec.number == 4 and inline_l4) else 1
     post = () if spec.number == primary else (spec.number,)
     return CheckpointJob(ckpt_id=ckpt_id, level=spec.number, seq=seq, primary=primary, post_levels=post,
                          nodes=list(ctx.topology.node_of))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from . import _mpi, reshard
 from .contract import DAMAGED, Located, PipelineContext, RecoveryStep
 from .levels import recovery_chain
 
-__all__ = ["RecoveryInfo", "recover_newest", "check_targets"]
+__all__ = ["RecoveryInfo", "recover_newest", "check_targets", "TargetAdapter"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,8 @@ class RecoveryInfo:
     reshard
         For an elastic recovery (other rank count or decomposition): bytes read and needed on this rank and
         the level each old rank's file was read from; None otherwise.
+    resized
+        The resizable arrays replaced by arrays of their stored shape (get them with ``ckpt.array(name)``).
     """
 
     checkpoint_id: int
@@ -67,6 +69,17 @@ class RecoveryInfo:
     source_level: int
     skipped: tuple[str, ...] = ()
     reshard: reshard.ReshardStats | None = None
+    resized: tuple[str, ...] = ()
+
+
+class TargetAdapter(Protocol):
+    """Fits the targets to a located checkpoint and checks what was read into them (see :mod:`.appstate`)."""
+
+    def fit(self, header: Header, targets: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        """The targets to read ``header``'s sections into (resizable ones replaced where shapes differ)."""
+
+    def decode(self, targets: Mapping[str, np.ndarray]) -> str | None:
+        """Why what was read into ``targets`` is unusable (a damaged state record), or None."""
 
 
 def check_targets(header: Header, targets: Mapping[str, np.ndarray],
@@ -109,9 +122,11 @@ def _summarise(ctx: PipelineContext, entry: CheckpointEntry, reasons: list[str] 
 
 def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
                    steps: list[RecoveryStep] | None = None,
-                   layouts: Mapping[str, Layout] | None = None) -> tuple[RecoveryInfo, CheckpointEntry]:
+                   layouts: Mapping[str, Layout] | None = None,
+                   adapt: TargetAdapter | None = None) -> tuple[RecoveryInfo, CheckpointEntry]:
     """Recover the newest checkpoint every rank can read into ``targets`` (collective); ``layouts`` are the
-    global layouts of the arrays protected with one (see :mod:`.reshard`).
+    global layouts of the arrays protected with one (see :mod:`.reshard`); ``adapt`` fits resizable targets
+    to the stored shapes and checks state records after reading (a damaged record: the next older one).
 
     Raises
     ------
@@ -162,14 +177,20 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
             continue
         assert found.header is not None and found.storage is not None
         moved = _mpi.any_true(ctx.comm, _moved(found.header, targets, lays), ctx.timeout, "recovery layouts")
+        fitted = targets  # resizable arrays of another stored shape replaced (see .appstate)
+        if adapt is not None:
+            try:
+                fitted = adapt.fit(found.header, targets)
+            except DAMAGED:
+                pass  # a stored shape this machine cannot hold: the shape check below reports it
         # Boxes moved on as many ranks: the arrays with a layout (on every rank) are resharded; the others
         # still come from this rank's own file, the per-rank path.
-        per_rank = {n: a for n, a in targets.items() if not moved or n not in laid_everywhere}
+        per_rank = {n: a for n, a in fitted.items() if not moved or n not in laid_everywhere}
         stats = None
         try:
             if moved and elastic:
                 return _restore(ctx, entry, targets, lays, skipped)
-            _check_located(ctx, entry, found.header, targets, per_rank)
+            _check_located(ctx, entry, found.header, fitted, per_rank)
             if moved:
                 stats = reshard.restore(ctx.comm, ctx.config, ctx.exec_id, entry,
                                         {n: a for n, a in targets.items() if n not in per_rank}, lays,
@@ -178,6 +199,10 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
             skipped.append(str(exc))
             continue
         _read_located(ctx, entry, found, per_rank)
+        bad_record = None if adapt is None else adapt.decode(fitted)
+        if not _mpi.all_true(ctx.comm, bad_record is None, ctx.timeout, "recovery state records"):
+            skipped.append(_summarise(ctx, entry, None if bad_record is None else [bad_record]))
+            continue
         used = max((found.level, *(stats.source_levels if stats else ())))
         level = _mpi.allreduce_int(ctx.comm, used, "max", ctx.timeout, "recovery")
         return RecoveryInfo(entry.id, level, found.level, tuple(skipped), stats), entry

@@ -25,9 +25,11 @@ from typing import Any
 from ..errors import CorruptionError, FtkitError, StorageError
 from ._progress import Progress, wants_progress
 from .base import FILE_SUFFIX
+from .compressed import stored_size
 from .export import __doc__ as export_doc
 from .export import export_checkpoint
 from .format import read_header, verify_file
+from .levels import make_level
 from .locate import RunPlace, locate_run
 from .manifest import MANIFEST_NAME
 from .repair import GroupRepair, check_entry, entry_files, repair_checkpoint
@@ -94,7 +96,7 @@ def run_ls(args: argparse.Namespace) -> int:
                      "levels_pending": [lv for lv, ok in sorted(e.levels.items()) if not ok],
                      "levels_unsynced": sorted(e.unsynced_levels), "ranks": len(e.files),
                      "bytes": e.total_bytes, "complete": not problems and bool(e.complete_levels),
-                     "problems": problems})
+                     "problems": problems, **_l4_stored(place, e)})
     code = 1 if any(r["problems"] for r in rows) else 0
     if args.json:
         return _emit({"command": "ls", "run": run, "checkpoints": rows}, code)
@@ -108,12 +110,28 @@ def run_ls(args: argparse.Namespace) -> int:
             state += f" (pending: {','.join(f'L{lv}' for lv in r['levels_pending'])})"
         if r["levels_unsynced"]:
             state += f" (fsync in the background: {','.join(f'L{lv}' for lv in r['levels_unsynced'])})"
+        if r.get("l4_ratio", 1.0) != 1.0:
+            state += f" (L4 compressed: {_human(r['l4_stored_bytes'])}, ratio {r['l4_ratio']:.2f})"
         if r["problems"]:
             state += f" ({len(r['problems'])} file problem(s), e.g. {r['problems'][0]})"
         print(f"{r['id']:>6} {r['level']:>5} {levels:<16} {r['ranks']:>5} {_human(r['bytes']):>11}  {state}")
     if not rows:
         print("(no checkpoints)")
     return code
+
+
+def _l4_stored(place: RunPlace, e: Any) -> dict[str, Any]:
+    """Bytes the entry's L4 copies take on disk and the compression ratio (logical / stored), if at L4."""
+    if not e.complete(4) or e.extra.get("dcp"):
+        return {}
+    storage = make_level(4, place.ckpt_dir, place.glbl_dir, place.manifest.exec_id, e.nodes)
+    try:
+        sizes = [stored_size(storage.path(e.id, r)) for r in range(len(e.files))]
+    except (FtkitError, OSError):
+        return {}
+    stored = sum(s for _, s in sizes)
+    ratio = round(sum(n for n, _ in sizes) / stored, 4) if stored else 1.0
+    return {"l4_stored_bytes": stored, "l4_ratio": ratio}
 
 
 def _scan(root: Path) -> list[Path]:

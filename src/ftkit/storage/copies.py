@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import FtkitError
+from .compressed import open_source
 from .dcpstore import DcpSource, dcp_dir
 from .format import DEFAULT_CHUNK, Header, read_source_header
 from .levels import make_level
 from .manifest import CheckpointEntry
 from .repair import entry_groups
-from .source import ByteSource, FileSource
+from .source import ByteSource
 
 __all__ = ["SOURCE_LEVELS", "Copy", "RunCopies"]
 
@@ -89,7 +90,7 @@ class RunCopies:
         """
         if level == 4 and self.dcp:
             return DcpSource(dcp_dir(self.glbl_dir, self.exec_id), rank, self.entry.id)
-        return FileSource(self.path(level, rank))
+        return open_source(self.path(level, rank))  # a plain file, or a compressed L4 copy
 
     def find(self, rank: int, after: int = 0,
              levels: Sequence[int] = SOURCE_LEVELS) -> tuple[Copy | None, str]:

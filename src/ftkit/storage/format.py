@@ -17,6 +17,8 @@ the 16-hex-digit xxh3-64 digest of those bytes. A section protected with a globa
 (bytes per digest chunk) and ``chunk_xxh3`` (the xxh3-64 of every chunk, 16 hex digits each, concatenated):
 a reader of a few boxes verifies every byte it reads by reading whole chunks only. Sections without a layout
 carry none of the three keys (files written before layouts existed are read unchanged).
+A generator or dict is a ``|u1`` section of shape ``(n,)`` holding a *state record*
+(:mod:`ftkit.storage.staterecord`), unmarked in the header: such files are plain version 1 files.
 
 What a reader may assume once :func:`read_header` returned: the magic, version and header digest matched; the
 sections are laid out back to back from ``data_offset`` without overlap; ``nbytes`` equals the product of the
@@ -44,6 +46,7 @@ import xxhash
 
 from ..errors import CheckpointNotFoundError, CorruptionError, FormatError, StorageError
 from ._fsutil import AtomicWriter
+from .compressed import open_source
 from .header import (
     MAGIC,
     PREAMBLE,
@@ -59,7 +62,7 @@ from .header import (
     section_of,
 )
 from .layout import Layout
-from .source import ByteSource, FileSource
+from .source import ByteSource
 
 __all__ = ["MAGIC", "VERSION", "PREAMBLE", "Section", "Header", "FileInfo", "DEFAULT_CHUNK",
            "encode_header", "decode_header", "write_file", "write_uncommitted", "read_header",
@@ -247,7 +250,7 @@ def read_header(path: str | os.PathLike[str]) -> Header:
 def read_header_bytes(path: str | os.PathLike[str]) -> tuple[Header, bytes]:
     """:func:`read_header`, also returning the header's bytes (to send to a peer, which parses them with
     :func:`decode_header` and checks their digest itself)."""
-    with FileSource(path) as src:
+    with open_source(path) as src:  # a plain file or a compressed copy (see .compressed)
         return read_source_header(src)
 
 
@@ -290,18 +293,16 @@ def read_source_header(src: ByteSource) -> tuple[Header, bytes]:
     return header, raw
 
 
-def _hash_range(fd: int, offset: int, nbytes: int, buf: bytearray, path: Path) -> str:
+def _hash_range(src: ByteSource, offset: int, nbytes: int, buf: bytearray) -> str:
     """xxh3 (hex) of ``nbytes`` bytes at ``offset``, read through ``buf``."""
     h = xxhash.xxh3_64()
     done = 0
     view = memoryview(buf)
     while done < nbytes:
         n = min(len(buf), nbytes - done)
-        got = os.preadv(fd, [view[:n]], offset + done)
-        if got <= 0:
-            raise FormatError(f"{path}: truncated while reading at offset {offset + done}")
-        h.update(view[:got])
-        done += got
+        src.read_into(offset + done, view[:n])
+        h.update(view[:n])
+        done += n
     return digest_hex(h)
 
 
@@ -328,15 +329,12 @@ def verify_file(path: str | os.PathLike[str], *, expect_digest: str | None = Non
         raise CorruptionError(f"{path}: header digest {header.digest} differs from the recorded "
                               f"{expect_digest}: not the file that was committed")
     buf = bytearray(max(1, min(chunk_bytes, max((s.nbytes for s in header.sections), default=1))))
-    fd = os.open(path, os.O_RDONLY)
-    try:
+    with open_source(path) as src:
         for s in header.sections:
-            got = _hash_range(fd, s.offset, s.nbytes, buf, path)
+            got = _hash_range(src, s.offset, s.nbytes, buf)
             if got != s.xxh3:
                 raise CorruptionError(f"{path}: checksum mismatch in section {s.name!r} (stored {s.xxh3}, "
                                       f"computed {got}): the file is damaged")
-    finally:
-        os.close(fd)
     return header
 
 
@@ -365,30 +363,22 @@ def read_into(path: str | os.PathLike[str], targets: Mapping[str, np.ndarray], h
                                      "protect an array of the stored shape and dtype before recover()")
         if not arr.flags.c_contiguous or not arr.flags.writeable:
             raise ShapeMismatchError(f"array {name!r} must be C-contiguous and writeable to recover into it")
-    fd = os.open(path, os.O_RDONLY)
-    try:
+    with open_source(path) as src:
         for name, arr in targets.items():
             s = header.section(name)
-            view = _array_bytes(arr)
-            got = _read_direct(fd, s, view, path, chunk_bytes)
+            got = _read_direct(src, s, _array_bytes(arr), chunk_bytes)
             if got != s.xxh3:
                 raise CorruptionError(f"{path}: checksum mismatch in section {name!r} while reading (stored "
                                       f"{s.xxh3}, computed {got})")
-    finally:
-        os.close(fd)
     return header
 
 
-def _read_direct(fd: int, s: Section, view: memoryview, path: Path, chunk_bytes: int) -> str:
+def _read_direct(src: ByteSource, s: Section, view: memoryview, chunk_bytes: int) -> str:
     h = xxhash.xxh3_64()
-    done = 0
-    while done < s.nbytes:
-        n = min(chunk_bytes, s.nbytes - done)
-        got = os.preadv(fd, [view[done:done + n]], s.offset + done)
-        if got <= 0:
-            raise FormatError(f"{path}: truncated while reading section {s.name!r}")
-        h.update(view[done:done + got])
-        done += got
+    for done in range(0, s.nbytes, chunk_bytes):
+        piece = view[done:done + min(chunk_bytes, s.nbytes - done)]
+        src.read_into(s.offset + done, piece)
+        h.update(piece)
     return digest_hex(h)
 
 

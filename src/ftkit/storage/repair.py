@@ -22,6 +22,7 @@ from .._paths import check_inside
 from ..errors import FtkitError, StorageError
 from ..topology import plan_topology
 from .base import StorageLevel
+from .compressed import stored_size
 from .format import read_header, verify_file
 from .group_plan import encoding_tag
 from .levels import LEVEL_CLASSES, make_level
@@ -127,8 +128,8 @@ def check_entry(ckpt_dir: Path, glbl_dir: Path, manifest: Manifest, entry: Check
                     verify_file(path, expect_digest=f.digest)
                 elif not path.is_file():
                     raise FtkitError(f"{path}: missing")
-                elif path.stat().st_size != f.size:
-                    raise FtkitError(f"{path}: {path.stat().st_size} bytes, manifest says {f.size}")
+                elif (size := stored_size(path)[0]) != f.size:  # a compressed copy: the size it holds
+                    raise FtkitError(f"{path}: {size} bytes, manifest says {f.size}")
             except (FtkitError, OSError) as exc:
                 problems.append(f"L{lv} rank {rank}: {exc}")
             done(path)

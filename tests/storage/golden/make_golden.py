@@ -4,7 +4,12 @@
 * ``parity_<code>/`` -- an encoded (L3) group of three data files and their parity files (parity format 1),
   for ``rs`` and ``xor``;
 * ``golden_manifest_v1.json`` -- a manifest (version 1);
-* ``golden_state_v1.json`` -- a process-state table (version 1).
+* ``golden_state_v1.json`` -- a process-state table (version 1);
+* ``golden_appstate_v1.ftk`` -- a checkpoint file holding an array and two state records (state record
+  format 1, see :mod:`ftkit.storage.staterecord`): a PCG64 generator and a dict of every supported type;
+* ``golden_compressed_v1.ftk`` -- a compressed L4 copy (container format 1, see
+  :mod:`ftkit.storage.compressed`) of a file of three arrays, one per codec (zstd, lz4, blosc). Its bytes
+  depend on the codec libraries' versions: later versions must *read* it bit-exactly.
 
 Run: python tests/storage/golden/make_golden.py
 """
@@ -69,6 +74,49 @@ def golden_manifest() -> Manifest:
                     dirs={"ckpt_dir": "/ckpt/local", "glbl_dir": "/ckpt/global", "meta_dir": "/ckpt/meta"})
 
 
+def golden_app_state() -> tuple[dict, dict]:
+    """The dict and the PCG64 generator state stored in ``golden_appstate_v1.ftk``."""
+    rng = np.random.Generator(np.random.PCG64(20261205))
+    rng.random(3)
+    state = {"step": 42, "t": 0.125, "neg0": -0.0, "big": -(2**130) + 7, "none": None, "yes": True,
+             "no": False,
+             "history": [1.0, 0.5, [0.25, ("deep", b"\x00\xffbytes")]], "unicode": "héllo ✓ 東京",
+             "mask": np.array([[True, False], [False, True]]), "be": np.arange(3, dtype=">i4"),
+             "scalar": np.float32(1.5), "c": np.complex128(1 - 2j), 3: {"int key": {(1, "t"): b""}}}
+    return state, rng.bit_generator.state
+
+
+def golden_app_arrays() -> list[tuple[str, np.ndarray]]:
+    """The sections of ``golden_appstate_v1.ftk``: a resizable array and the two encoded records."""
+    from ftkit.storage.staterecord import KIND_DICT, KIND_GENERATOR, encode_record
+
+    state, rng_state = golden_app_state()
+    return [("p", np.arange(7, dtype="<f8") * 0.5),
+            ("rng", np.frombuffer(encode_record(KIND_GENERATOR, rng_state, "rng"), np.uint8)),
+            ("state", np.frombuffer(encode_record(KIND_DICT, state, "state"), np.uint8))]
+
+
+def write_app_state(path: Path) -> None:
+    write_file(path, golden_app_arrays(), rank=1, level=1, ckpt_id=3, exec_id="golden", nranks=2,
+               meta={"note": "ftkit state records v1 golden file"}, fsync=False)
+
+
+def golden_compressed_arrays() -> list[tuple[str, np.ndarray]]:
+    x = np.linspace(0.0, 4.0, 1024)
+    return [("zs", np.round(np.sin(x), 3)), ("lz", (np.arange(2048) // 7).astype("<i4")),
+            ("bl", np.round(np.cos(x), 2).astype("<f4")),
+            ("raw", np.frombuffer(np.random.default_rng(3).bytes(512), dtype="|u1"))]
+
+
+def write_compressed(plain: Path, out: Path) -> None:
+    """The plain file of :func:`golden_compressed_arrays`, and its compressed copy (a codec per array)."""
+    from ftkit.checkpoint.levels.pfs import compress_copy
+
+    write_file(plain, golden_compressed_arrays(), rank=0, level=4, ckpt_id=9, exec_id="golden", nranks=1,
+               fsync=False)
+    compress_copy(plain, out, "zstd", 3, {"lz": "lz4", "bl": "blosc"})
+
+
 def golden_state_table() -> np.ndarray:
     return np.array([[1, 1, 0], [1, 0, 1]], dtype=np.int8)
 
@@ -84,3 +132,8 @@ if __name__ == "__main__":
         write_group(HERE / f"parity_{code}", code)
     (HERE / "golden_manifest_v1.json").write_text(golden_manifest().dumps())
     save_state_table(HERE / "golden_state_v1.json", golden_state_table())
+    write_app_state(HERE / "golden_appstate_v1.ftk")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        write_compressed(Path(tmp) / "plain.ftk", HERE / "golden_compressed_v1.ftk")

@@ -1,6 +1,7 @@
 """L4, the parallel file system: each rank's file under ``glbl_dir``, written whole or differentially (dCP).
 
-Post-processing (:func:`flush_l4`, local work): copy this rank's L1 file to ``glbl_dir``, or with
+Post-processing (:func:`flush_l4`, local work): copy this rank's L1 file to ``glbl_dir`` (compressed with
+``compression`` = lz4 | zstd | blosc: see :mod:`ftkit.storage.compressed`; read back transparently), or with
 ``enable_dcp = 1`` write only the blocks that changed since the rank's previous L4 checkpoint
 (:mod:`ftkit.checkpoint.dcp`) into ``glbl_dir/<exec_id>/l4dcp`` (:func:`~ftkit.storage.dcpstore.dcp_dir`).
 An inline L4 checkpoint (``inline_l4 = 1`` without dCP) is written straight to L4 as the primary level and
@@ -18,10 +19,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ...errors import ProcessFailure
 from ...storage._fsutil import make_dirs
+from ...storage.compressed import compress_file
 from ...storage.dcpstore import DCP_DIR, dcp_dir
-from ...storage.format import copy_file
+from ...storage.format import copy_file, read_header
 from ...storage.manifest import CheckpointEntry
 from ..contract import DAMAGED, CheckpointJob, Level, LevelFileStep, Located, PipelineContext, RecoveryStep
 from ..dcp import DcpWriter, restore_dcp
@@ -54,7 +58,26 @@ def flush_to_pfs(ctx: PipelineContext, job: CheckpointJob) -> None:
     it is hard-linked instead: no second write of the bytes.
     """
     src = ctx.level(job.primary, job.nodes).path(job.ckpt_id, ctx.rank)
-    ctx.level(4, job.nodes).put_file(job.ckpt_id, ctx.rank, src, link=job.primary_removed)
+    storage = ctx.level(4, job.nodes)
+    codecs = job.extra.get("codecs", {})
+    if ctx.config.compression != "none" or any(c != "none" for c in codecs.values()):
+        compress_copy(src, storage.prepare_dir(job.ckpt_id, ctx.rank), ctx.config.compression,
+                      ctx.config.compression_level, codecs)
+        return
+    storage.put_file(job.ckpt_id, ctx.rank, src, link=job.primary_removed)
+
+
+def compress_copy(src: str | Path, dst: str | Path, codec: str, level: int,
+                  codecs: dict[str, str] | None = None) -> tuple[int, int]:
+    """Write a compressed copy of the checkpoint file ``src`` at ``dst``, chunked by section (each shuffled
+    by its item size, with the codec ``codecs`` names for it, else ``codec``); return its (logical, stored)
+    sizes in bytes."""
+    header = read_header(src)
+    codecs = codecs or {}
+    pieces = [(0, header.data_offset, 1, codec)]
+    pieces += [(s.offset, s.nbytes, np.dtype(s.dtype).itemsize, codecs.get(s.name, codec))
+               for s in header.sections]
+    return compress_file(src, dst, pieces, level)
 
 
 def flush_dcp(ctx: PipelineContext, job: CheckpointJob) -> None:
@@ -118,6 +141,9 @@ def pfs_request(ctx: PipelineContext, job: CheckpointJob) -> dict[str, Any]:
         req["dcp_dir"] = str(dcp_dir(ctx.config.glbl_dir, ctx.exec_id))
         req["dcp_block"] = ctx.config.dcp_block_size
         req["keep"] = list(_l4_keep_ids(ctx))
+    elif ctx.config.compression != "none" or job.extra.get("codecs"):
+        req["compression"] = [ctx.config.compression, ctx.config.compression_level,
+                              job.extra.get("codecs", {})]
     return req
 
 
@@ -129,7 +155,12 @@ def pfs_work(req: dict[str, Any], head_set: Any) -> None:
     else:
         dst = Path(req["dst"])
         make_dirs(dst.parent)
-        copy_file(req["src"], dst, chunk_bytes=int(req["chunk"]))
+        if "compression" in req:
+            codec, level, codecs = req["compression"]
+            codecs = {str(k): str(v) for k, v in codecs.items()}
+            compress_copy(req["src"], dst, str(codec), int(level), codecs)
+        else:
+            copy_file(req["src"], dst, chunk_bytes=int(req["chunk"]))
 
 
 #: Level 4 in the level table (dCP's recovery step first: it applies only to differential entries).
