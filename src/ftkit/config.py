@@ -39,21 +39,17 @@ Sections and keys (FTI's meaning and units; ftkit's own keys in ``[ftkit]``, als
     ``lustre_striping_*`` (also as FTI's code spells them, ``lustre_stiping_*``).
 ``[ftkit]``
     ``interval_unit`` (``minutes`` | ``iterations``), ``l3_code`` (``rs`` | ``xor``), ``mtbf`` (seconds),
-    ``failure_timeout`` (seconds any wait on a peer may take, > 0), ``group_access`` (0|1: 1 lets the
-    user's group read checkpoint files, 0640/0750, for shared-group setups; default 0: 0600/0700),
-    ``spare_ranks`` (the last N processes of the job are spares for online recovery, issue 17; needs ULFM;
-    default 0).
-    ``reserve_core`` (0|1: 1 keeps the last core of each process's CPU set for the checkpoint work -- the
-    background thread or the head ranks -- and pins the application's threads to the others; see
-    :mod:`ftkit.checkpoint.affinity`; ``ftkit launch --reserve-core`` does the same for one job).
-    ``redundancy_sync`` (``background`` | ``commit``: when the L2 partner copies and L3 parity files made
-    inline, in the checkpoint call, are fsynced. ``background``, the default: after the checkpoint is
-    committed, by a background thread, as FTI never fsyncs them; the checkpoint is recoverable at once from
-    any single node loss (the copies are read from the page cache of live nodes) and the previous checkpoint
-    complete at that level is kept until the next checkpoint call has seen them durable. ``commit``: before
-    the commit, so the level is durable when the call returns. Work done by a background thread or the heads
-    (``inline_lN = 0``; ``background`` applies only when every level is inline) is always fsynced before its
-    level is committed).
+    ``failure_timeout`` (seconds any wait on a peer may take, > 0), ``group_access`` (0|1: 1 lets the user's
+    group read checkpoint files, 0640/0750, for shared-group setups; default 0: 0600/0700), ``spare_ranks``
+    (the last N processes of the job are spares for online recovery, needs ULFM; default 0). ``reserve_core``
+    (0|1: 1 keeps the last core of each process's CPU set for the checkpoint work (background thread, heads)
+    and pins the application's threads to the others; see :mod:`ftkit.checkpoint.affinity`; also ``ftkit
+    launch --reserve-core``). ``redundancy_sync`` (``background``, the default: inline L2 partner copies and
+    L3 parity files are fsynced by a background thread after the commit, the previous checkpoint complete at
+    that level kept until they are durable; ``commit``: before the commit; work of a background thread or the
+    heads is always fsynced before its level is committed). ``exit_margin``, ``exit_level``, ``end_time``:
+    when ``should_exit()`` ends the job and at which level it checkpoints then
+    (:mod:`ftkit.checkpoint.exitpolicy`).
 
 Directories: ``$VAR`` and ``${VAR}`` are expanded from the environment (an unset variable is a
 :class:`ConfigError` naming it), then ``~``; relative paths are resolved against the working directory when
@@ -79,6 +75,7 @@ from ._paths import check_plain_name
 from .config_fti import KEYS, describe, key_status, parse_entries
 from .errors import ConfigError, ConfigWarning, UnsafePathError
 from .mpienv import launch_environment
+from .walltime import parse_end_time
 
 __all__ = ["Config", "load_config", "KEY_SECTIONS", "node_local_default", "expand_path", "check_value"]
 
@@ -91,6 +88,10 @@ _VAR_RE = re.compile(r"\$(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 _DCP_BLOCK_UNSET, _DCP_BLOCK_DEFAULT = -1, 16384
 #: The ``exec_id`` of FTI's template config (FTI overwrites it when a job starts): a placeholder, no run id.
 _EXEC_ID_PLACEHOLDER = "XXXX-XX-XX_XX-XX-XX"
+#: Why a key's range is what it is, added to the message of a value out of range.
+_RANGE_NOTES = {"group_size": " (Reed-Solomon over GF(2^8) bounds it above; L2/L3 need >= 2)",
+                "transfer_size": " (MiB per I/O chunk; it bounds ftkit's extra memory per rank)",
+                "dcp_block_size": " (or -1, FTI's 'unset': 16384)"}
 
 
 def node_local_default() -> Path:
@@ -175,6 +176,9 @@ class Config:
     spare_ranks: int = 0
     reserve_core: int = 0
     redundancy_sync: str = "background"
+    exit_margin: float = 0.0
+    exit_level: int = 4
+    end_time: str = ""
     source: str = field(default="<defaults>", compare=False)
     #: Notes of the INI reader (unknown, repeated and empty keys); set by :meth:`from_string`.
     parse_notes: tuple[str, ...] = field(default=(), compare=False, repr=False)
@@ -427,6 +431,8 @@ def check_value(name: str, value: Any, source: str) -> Any:
     else:
         if not isinstance(value, str):
             raise ConfigError(f"{where} is not a string; allowed: {describe(_SPEC[name])}")
+        if name == "end_time" and value.strip():
+            parse_end_time(value, where)  # ISO 8601 with a zone, or seconds since the epoch
         if name == "exec_id" and value:
             try:
                 check_plain_name(value, f"{source}: [restart] exec_id")
@@ -439,12 +445,6 @@ def check_value(name: str, value: Any, source: str) -> Any:
         low, high = allowed["low"], allowed["high"]
         too_low = value <= low if allowed.get("open_low") else value < low
         if too_low or (high is not None and value > high):
-            extra = ""
-            if name == "group_size":
-                extra = " (Reed-Solomon over GF(2^8) bounds it above; L2/L3 need >= 2)"
-            if name == "transfer_size":
-                extra = " (MiB per I/O chunk; it bounds ftkit's extra memory per rank)"
-            if name == "dcp_block_size":
-                extra = " (or -1, FTI's 'unset': 16384)"
-            raise ConfigError(f"{where} is out of range; allowed: {describe(_SPEC[name])}{extra}")
+            raise ConfigError(f"{where} is out of range; allowed: {describe(_SPEC[name])}"
+                              f"{_RANGE_NOTES.get(name, '')}")
     return value

@@ -183,6 +183,12 @@ KEYS: tuple[KeySpec, ...] = (
     _k("redundancy_sync", "ftkit", "str", ("background", "commit"), "when inline L2 partner copies and L3 "
        "parity files are fsynced: background (after the commit; the previous checkpoint is kept until they "
        "are durable) or commit (before it)"),
+    _k("exit_margin", "ftkit", "float", {"low": 0.0, "high": None}, "should_exit() turns true this many "
+       "seconds before the job's end (0: twice the longest checkpoint seen, at least 60 s)"),
+    _k("exit_level", "ftkit", "int", {"low": 1, "high": 4}, "level of the checkpoint taken when the job is "
+       "asked to exit (halt, signal, end of the allocation)"),
+    _k("end_time", "ftkit", "str", None, "end of the job's allocation: ISO 8601 with a zone or seconds since "
+       "the epoch (default: from SLURM)"),
 )
 
 #: (section, spelling in the file) -> Config attribute. FTI's code spells the Lustre keys "stiping".
