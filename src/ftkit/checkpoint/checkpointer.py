@@ -23,7 +23,7 @@ from ..storage import set_group_access
 from ..storage.layout import Layout
 from ..storage.manifest import CheckpointEntry, Manifest, ManifestStore
 from ..topology import Topology, detect_node_ids, plan_topology
-from . import _mpi, fence, keep_last, online, online_loop, pipeline, spares
+from . import _mpi, exitpolicy, fence, keep_last, online, online_loop, pipeline, spares
 from .contract import CheckpointJob, PipelineContext, RecoveryStep
 from .head import enter_head_mode
 from .layout import box_layout, check_protect, matrix_layout
@@ -41,10 +41,8 @@ _ID_MAX = 2**63 - 1
 
 @dataclass(frozen=True)
 class CheckpointStatus:
-    """What :meth:`Checkpointer.status` reports (FTI_Status, and more).
-
-    ``checkpoints`` lists ``(id, level, complete_levels)`` oldest first.
-    """
+    """What :meth:`Checkpointer.status` reports (FTI_Status, and more): ``checkpoints`` lists
+    ``(id, level, complete_levels)`` oldest first."""
 
     restarted: bool
     recovered: bool
@@ -143,6 +141,7 @@ class Checkpointer(online_loop.ResilientLoop):
                                     nranks=self.nranks)
         try:
             self._post = PostManager(self._ctx, self._links)
+            self._exit = exitpolicy.ExitPolicy(self._icomm, self.config, self.exec_id, self._online is None)
             if state.fresh_manifest:
                 pipeline.commit_manifest(self._ctx, "start-up: manifest commit")
             _mpi.barrier(self._icomm, self.config.failure_timeout, "Checkpointer start")
@@ -299,7 +298,7 @@ class Checkpointer(online_loop.ResilientLoop):
                 pipeline.agree_written(self._ctx, job, error)
                 levels = {job.primary: True}
                 self._ctx.hook("before_post")
-                levels.update(self._run_post(job))
+                levels.update(self._post.run_post(job))  # inline, or staged (.offload)
                 self._ctx.hook("after_post")
             except Exception as exc:
                 pipeline.leave_commit_gate(self._ctx, exc)  # nobody passes the gate without this rank
@@ -323,11 +322,8 @@ class Checkpointer(online_loop.ResilientLoop):
         pipeline.remove_checkpoints(self._ctx, pruned)
         self._post.start(job)  # background post-processing starts only once the entry is committed
         self._schedule.checkpointed(job.level, time.perf_counter() - t0)
+        self._exit.checkpointed(time.perf_counter() - t0)
         return ckpt_id
-
-    def _run_post(self, job: CheckpointJob) -> dict[int, bool]:
-        """Run ``job``'s post-processing inline, or stage it for the background (see :mod:`.offload`)."""
-        return self._post.run_post(job)
 
     def _agree_id(self, requested: int | None) -> int:
         m = self._store.manifest
@@ -370,9 +366,12 @@ class Checkpointer(online_loop.ResilientLoop):
         if self._schedule.alarm:
             # Some rank's background post-processing failed (agreed at this sync point): every rank raises.
             self._post.wait()
-        if level:
-            self.checkpoint(level)
-        return level
+        return self._exit.finish_snapshot(self, level)  # or the exit checkpoint: see should_exit()
+
+    def should_exit(self) -> bool:
+        """Whether to checkpoint and stop now (collective: the same on every rank; SCR_Should_exit): on a halt
+        request, a signal, or the job's end near; the first time after a checkpoint (:mod:`.exitpolicy`)."""
+        return self._exit.should_exit(self)
 
     def wait(self) -> None:
         """Block until background post-processing is done (collective); raise its failure on every rank.
@@ -415,9 +414,9 @@ class Checkpointer(online_loop.ResilientLoop):
         self._finalized = True
         if self._online is not None:
             spares.release_spares(self._online, self.rank, self.config.failure_timeout)
-        post = getattr(self, "_post", None)
-        if post is not None:
-            post.close()
+        for part in (getattr(self, "_post", None), getattr(self, "_exit", None)):
+            if part is not None:
+                part.close()
         if self._lock is not None:
             self._lock.release()
         try:
