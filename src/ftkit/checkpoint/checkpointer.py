@@ -394,13 +394,14 @@ class Checkpointer(online_loop.ResilientLoop):
         if needed) and remove node-local storage, as FTI does (the next run restarts from it, see
         :mod:`.keep_last`), else remove this run's checkpoints and metadata. Idempotent.
 
-        After a failed or skipped recovery nothing is removed: the checkpoints stay for the next attempt.
+        After a failed or skipped recovery, or once :meth:`should_exit` said stop, nothing is removed: the
+        checkpoints stay for the next job.
         """
         if self._finalized:
             return
         try:
             self.wait()
-            if self._problem or (self._restarted and not self._recovered):
+            if self._problem or (self._restarted and not self._recovered) or self._exit.acted:
                 return
             _mpi.barrier(self._icomm, self.config.failure_timeout, "finalize")
             if self.config.keep_last_ckpt:

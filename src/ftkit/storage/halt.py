@@ -33,8 +33,8 @@ from typing import Any
 from ..errors import FormatError, StorageError
 from ._fsutil import atomic_write_bytes
 
-__all__ = ["HALT_NAME", "HaltRecord", "halt_path", "who", "parse_halt", "read_halt", "write_halt", "remove_halt",
-           "HaltWatch"]
+__all__ = ["HALT_NAME", "HaltRecord", "halt_path", "who", "parse_halt", "read_halt", "write_halt",
+           "remove_halt", "HaltWatch"]
 
 HALT_NAME = "ftkit.halt"
 _FORMAT, _VERSION = "ftkit-halt", 1
