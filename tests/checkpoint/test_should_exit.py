@@ -1,5 +1,5 @@
-"""The job's life on a cluster (issue 32): ``should_exit()`` on a halt request, a signal to one rank, the end of
-the allocation; ``ftkit halt`` and ``ftkit flush`` -- real MPI jobs, real signals, real files.
+"""The job's life on a cluster (issue 32): ``should_exit()`` on a halt request, a signal to one rank, the end
+of the allocation; ``ftkit halt`` and ``ftkit flush`` -- real MPI jobs, real signals, real files.
 
 A job is paused at a known step by a gate (``tests/programs/exit_app.py --gate-at``): the test acts on it
 while every rank waits, then releases it. Every continuation is compared bit for bit with the heat example's

@@ -1,5 +1,5 @@
-"""``ftkit flush``: after a job, copy the newest complete checkpoint to L4 so the next job recovers from it even
-when the node-local disks are purged (SCR's ``scr_postrun`` / ``scr_flush``).
+"""``ftkit flush``: after a job, copy the newest complete checkpoint to L4 so the next job recovers from it
+even when the node-local disks are purged (SCR's ``scr_postrun`` / ``scr_flush``).
 
 For the newest checkpoint the manifest records as complete at some level (:func:`flush_run`):
 

@@ -29,12 +29,12 @@ __all__ = ["add_parser", "run_halt", "run_flush"]
 
 def _run(target: str) -> RunPlace:
     if not Path(target).exists():
-        raise StorageError(f"{target}: no such file or directory (give the run's meta_dir, its parent, or its "
-                           "config file)")
+        raise StorageError(f"{target}: no such file or directory (give the run's meta_dir, its parent, or "
+                           "its config file)")
     place = locate_run(target)
     if place is None:
-        raise StorageError(f"no ftkit run in {target} (no manifest.json): give the meta_dir of a run that has "
-                           "started (its job writes the manifest at start-up)")
+        raise StorageError(f"no ftkit run in {target} (no manifest.json): give the meta_dir of a run that "
+                           "has started (its job writes the manifest at start-up)")
     return place
 
 

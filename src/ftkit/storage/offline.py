@@ -66,7 +66,8 @@ def rebuild_partner_files(plan: PartnerPlan, data_paths: Sequence[PathLike], cop
 
 
 def copy_file(src: PathLike, dst: PathLike, chunk: int = 4 << 20) -> None:
-    """Copy ``src`` to ``dst`` atomically and durably (temporary name, fsync, rename), ``chunk`` bytes at once."""
+    """Copy ``src`` to ``dst`` atomically and durably (temporary name, fsync, rename), ``chunk`` bytes at a
+    time."""
     size = file_size(src)
     buf = np.empty(min(chunk, max(size, 1)), np.uint8)
     fd = os.open(src, os.O_RDONLY)
