@@ -369,8 +369,8 @@ class Checkpointer(online_loop.ResilientLoop):
         return self._exit.finish_snapshot(self, level)  # or the exit checkpoint: see should_exit()
 
     def should_exit(self) -> bool:
-        """Whether to checkpoint and stop now (collective: the same on every rank; SCR_Should_exit): on a halt
-        request, a signal, or the job's end near; the first time after a checkpoint (:mod:`.exitpolicy`)."""
+        """Whether to checkpoint and stop now (collective, the same on every rank; SCR_Should_exit): on a halt
+        request, a signal or the job's end near; the first true one checkpoints first (:mod:`.exitpolicy`)."""
         return self._exit.should_exit(self)
 
     def wait(self) -> None:

@@ -16,7 +16,8 @@ The answer turns true, and stays true, on
 The first time the answer turns true -- in ``snapshot()`` or in ``should_exit()``, whichever comes first --
 a checkpoint at ``[ftkit] exit_level`` (default 4) is taken and waited for before it returns, unless it would
 not finish before the end (the time left is shorter than the longest checkpoint seen): then none is started
-and the previous checkpoints stay. The ``steps()`` loop ends after that step. A halt request so honoured is
+and the previous checkpoints stay. Nor does ``snapshot()`` start a scheduled checkpoint that would not
+finish (with an ``exit_margin`` shorter than the checkpoints). The ``steps()`` loop ends after that step. A halt request so honoured is
 marked done with the checkpoint's id, so the next job of the run continues normally.
 
 Cost. No collective is added per step. The ranks agree on a vector of six doubles (signal, halt due, time
@@ -115,6 +116,7 @@ class ExitPolicy:
         self._next_check = 1
         self._last = (clock(), 0)      # (time, calls) at the last check
         self._req: Any = None
+        self.checks = 0                # agreements started (the cost: one Iallreduce each)
         self._recv = np.zeros(6)
         self._send = np.zeros(6)
         self._watch = HaltWatch(config.meta_dir, warn=_say) if self.rank == 0 else None
@@ -174,6 +176,7 @@ class ExitPolicy:
         self._last = (now, self._calls)
         assert self._comm is not None
         self._req = self._comm.Iallreduce(s, self._recv, op=MPI.MAX)
+        self.checks += 1
 
     def _complete(self) -> None:
         try:
@@ -214,6 +217,8 @@ class ExitPolicy:
         """The end of ``snapshot()``: the exit checkpoint if the answer just turned true, else the due one."""
         if self.poll() and not self.acted:
             return self.act(ckpt)
+        if level and self.time_left is not None and self.time_left <= self._agreed_longest:
+            return 0  # it would not finish before the end (agreed numbers: the same skip on every rank)
         if level:
             ckpt.checkpoint(level)
         return level
