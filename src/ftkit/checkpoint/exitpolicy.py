@@ -17,8 +17,9 @@ The first time the answer turns true -- in ``snapshot()`` or in ``should_exit()`
 a checkpoint at ``[ftkit] exit_level`` (default 4) is taken and waited for before it returns, unless it would
 not finish before the end (the time left is shorter than the longest checkpoint seen): then none is started
 and the previous checkpoints stay. Nor does ``snapshot()`` start a scheduled checkpoint that would not
-finish (with an ``exit_margin`` shorter than the checkpoints). The ``steps()`` loop ends after that step. A halt request so honoured is
-marked done with the checkpoint's id, so the next job of the run continues normally.
+finish (with an ``exit_margin`` shorter than the checkpoints). The ``steps()`` loop ends after that step. A
+halt request so honoured is marked done with the checkpoint's id, so the next job of the run continues
+normally.
 
 Cost. No collective is added per step. The ranks agree on a vector of six doubles (signal, halt due, time
 left, step time, longest checkpoint, end known) with one *non-blocking* ``MPI_Iallreduce`` (maximum) on a
