@@ -198,6 +198,36 @@ def test_flush_after_a_killed_job_rebuilds_and_the_next_job_reads_l4(tmp_path, l
     _continues(tmp_path, 4)
 
 
+def test_flush_node_by_node_commits_when_the_last_node_has_added_its_files(tmp_path, capsys):
+    # What `srun --ntasks-per-node=1 ftkit flush` does on a cluster: each node sees only its own directory.
+    write_config(tmp_path, ckpt_l1=5)
+    job = Job(tmp_path, 4, "--gate-at", "6")
+    job.wait_gate()
+    for rank in range(4):
+        os.kill(job.pid(rank), signal.SIGKILL)
+    job.release()
+    local = tmp_path / "run" / "local"
+    views = []
+    for nodes in ((0, 1), (2, 3)):  # what two hosts of two nodes each see
+        view = tmp_path / f"host{nodes[0]}"
+        for i in nodes:
+            shutil.copytree(local / f"node{i}", view / f"node{i}")
+        views.append(view)
+    shutil.rmtree(local)
+    meta = str(tmp_path / "run" / "meta")
+    assert ftkit_main(["flush", meta, "--ckpt-dir", str(views[0]), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert doc["result"] == "incomplete" and doc["missing"] == [2, 3]
+    assert not _newest(tmp_path).complete(4)  # nothing committed yet
+    assert ftkit_main(["flush", meta, "--ckpt-dir", str(views[1]), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert doc["result"] == "flushed" and sorted(c["rank"] for c in doc["copied"]) == [2, 3]
+    assert _newest(tmp_path).complete(4)
+    for view in views:
+        shutil.rmtree(view)
+    _continues(tmp_path, 4)
+
+
 def test_bad_halt_requests_change_nothing(tmp_path, capsys):
     empty = tmp_path / "meta"
     empty.mkdir()

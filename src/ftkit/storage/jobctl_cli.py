@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from ..walltime import parse_end_time
 from .flush import flush_run
 from .halt import HaltRecord, halt_path, read_halt, remove_halt, who, write_halt
 from .locate import RunPlace, locate_run
+from .runactivity import run_activity
 
 __all__ = ["add_parser", "run_halt", "run_flush"]
 
@@ -96,6 +98,10 @@ def run_halt(args: argparse.Namespace) -> int:
 def run_flush(args: argparse.Namespace) -> int:
     """Carry out ``ftkit flush``: exit 0 once the checkpoint is committed at L4, 1 if incomplete from here."""
     place = _run(args.dir)
+    act = run_activity(place.meta_dir)
+    if act.state == "running":  # a killed job's lock on another host looks live for up to 2 minutes
+        print(f"ftkit flush: warning: the run lock says a job may still run ({act.detail}); flush after it "
+              "ends, or its next manifest commit hides this one", file=sys.stderr)
     say = (lambda line: None) if args.json else print
     report = flush_run(place, Path(args.ckpt_dir) if args.ckpt_dir else None, log=say)
     code = 1 if report.result == "incomplete" else 0
