@@ -71,3 +71,11 @@ def test_a_signal_is_seen_and_the_previous_handler_still_runs_and_comes_back(tmp
         assert signal.getsignal(signal.SIGUSR1) is previous
     finally:
         signal.signal(signal.SIGUSR1, old)
+
+
+def test_the_policy_of_a_promoted_spare_never_says_exit():
+    off = ExitPolicy.off()
+    assert not off.poll() and not off.decided and off.checks == 0
+    assert off.finish_snapshot(None, 0) == 0  # type: ignore[arg-type]
+    off.checkpointed(1.0)
+    off.close()

@@ -131,7 +131,9 @@ class ExitPolicy:
     def off(cls) -> ExitPolicy:
         """A policy that never says exit (a spare promoted into a dead rank's place has no agreement)."""
         policy = cls.__new__(cls)
-        policy.enabled, policy.decided, policy.acted, policy._longest = False, False, False, 0.0
+        policy.enabled, policy.decided, policy.acted, policy.checks = False, False, False, 0
+        policy._longest = policy._agreed_longest = 0.0
+        policy.time_left, policy.checkpoint_id, policy.reasons = None, None, []
         policy._previous, policy._comm, policy._req = {}, None, None
         return policy
 
