@@ -94,7 +94,8 @@ def test_every_fti_example_loads_with_the_expected_warning(name, tmp_path, monke
     for words in EXPECTED_NOTES.get(name, []):
         assert words in msgs[0], (words, msgs[0])
     ignored = [s for s in KEYS if key_status(cfg, s)[0] == "ignored" and s.name in cfg.present]
-    assert any(s.name == "verbosity" for s in ignored)   # every example sets it; ftkit prints no log
+    verbosity = next(s for s in KEYS if s.name == "verbosity")   # every example sets it: the log's level
+    assert "verbosity" in cfg.present and key_status(cfg, verbosity)[0] == "used"
     for spec in ignored:
         assert f"[{spec.section}] {spec.ini} = {getattr(cfg, spec.name)}" in msgs[0], spec.name
     assert f"[{spec.section}] ckpt_l1 " not in msgs[0]   # used keys are not reported as ignored

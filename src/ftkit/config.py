@@ -21,8 +21,9 @@ Sections and keys (FTI's meaning and units; ftkit's own keys in ``[ftkit]``, als
     checkpoint is then refused: :meth:`Config.check_level`), ``ckpt_dir``, ``glbl_dir``, ``meta_dir``,
     ``ckpt_l1``..``ckpt_l4`` and ``dcp_l4`` (intervals in minutes, or in ``snapshot()`` calls with
     ``interval_unit = iterations``; 0 = off), ``inline_l2``..``inline_l4``, ``keep_last_ckpt``,
-    ``keep_l4_ckpt``, ``enable_dcp``, ``dcp_block_size``, ``max_sync_intv``; accepted and ignored:
-    ``verbosity``, ``ckpt_io`` other than 1, ``enable_staging``, ``enable_icp``, ``keep_heads_alive``,
+    ``keep_l4_ckpt``, ``enable_dcp``, ``dcp_block_size``, ``max_sync_intv``, ``verbosity`` (the level of
+    ftkit's event log, :mod:`ftkit.eventlog`: 1 debug, 2 info, 3 warnings and errors only); accepted and
+    ignored: ``ckpt_io`` other than 1, ``enable_staging``, ``enable_icp``, ``keep_heads_alive``,
     ``max_var_id``, ``cacheddcp``, ``dcp_mode``, ``dcp_stack_size``, ``h5_single_file_*``.
 ``[restart]``
     ``failure`` (0 = ftkit detects a restart from ``meta_dir``), ``exec_id`` (a plain name: letters, digits,
@@ -39,17 +40,16 @@ Sections and keys (FTI's meaning and units; ftkit's own keys in ``[ftkit]``, als
     ``lustre_striping_*`` (also as FTI's code spells them, ``lustre_stiping_*``).
 ``[ftkit]``
     ``interval_unit`` (``minutes`` | ``iterations``), ``l3_code`` (``rs`` | ``xor``), ``mtbf`` (seconds),
-    ``failure_timeout`` (seconds any wait on a peer may take, > 0), ``group_access`` (0|1: 1 lets the user's
-    group read checkpoint files, 0640/0750, for shared-group setups; default 0: 0600/0700), ``spare_ranks``
-    (the last N processes of the job are spares for online recovery, needs ULFM; default 0). ``reserve_core``
-    (0|1: 1 keeps the last core of each process's CPU set for the checkpoint work (background thread, heads)
-    and pins the application's threads to the others; see :mod:`ftkit.checkpoint.affinity`; also ``ftkit
-    launch --reserve-core``). ``redundancy_sync`` (``background``, the default: inline L2 partner copies and
-    L3 parity files are fsynced by a background thread after the commit, the previous checkpoint complete at
-    that level kept until they are durable; ``commit``: before the commit; work of a background thread or the
-    heads is always fsynced before its level is committed). ``exit_margin``, ``exit_level``, ``end_time``:
-    when ``should_exit()`` ends the job and at which level it checkpoints then
-    (:mod:`ftkit.checkpoint.exitpolicy`).
+    ``failure_timeout`` (seconds a wait on a peer may take), ``group_access`` (0|1: 1 lets the user's group
+    read checkpoint files, 0640/0750; default 0: 0600/0700), ``spare_ranks`` (the job's last N processes are
+    spares for online recovery; needs ULFM). ``reserve_core`` (0|1: 1 keeps the last core of each process's
+    CPU set for the checkpoint work: :mod:`ftkit.checkpoint.affinity`). ``redundancy_sync`` (``background``,
+    the default: inline L2 copies and L3 parity files are fsynced by a background thread after the commit, the
+    previous checkpoint complete at that level kept until then; ``commit``: before the commit; work of a
+    background thread or the heads is always fsynced before its level is committed). ``exit_margin``,
+    ``exit_level``, ``end_time``: when ``should_exit()`` stops the job (:mod:`ftkit.checkpoint.exitpolicy`).
+    ``log_level`` (``debug`` | ``info`` | ``warning`` | ``error`` | ``off``; default: from ``verbosity``):
+    ftkit's event log; ``$FTKIT_LOG`` overrides it.
 
 Directories: ``$VAR`` and ``${VAR}`` are expanded from the environment (an unset variable is a
 :class:`ConfigError` naming it), then ``~``; relative paths are resolved against the working directory when
@@ -179,6 +179,7 @@ class Config:
     exit_margin: float = 0.0
     exit_level: int = 4
     end_time: str = ""
+    log_level: str = ""
     source: str = field(default="<defaults>", compare=False)
     #: Notes of the INI reader (unknown, repeated and empty keys); set by :meth:`from_string`.
     parse_notes: tuple[str, ...] = field(default=(), compare=False, repr=False)
@@ -207,8 +208,7 @@ class Config:
                                   "group_size >= 2 or turn L2/L3 off (0)")
             notes.append(f"[basic] group_size = {self.group_size}: no L2/L3 groups; an L2 or L3 checkpoint "
                          "will be refused (L1 and L4 work)")
-        ignored = _ignored_note(self)
-        if ignored:
+        if ignored := _ignored_note(self):
             notes.append(ignored)
         object.__setattr__(self, "notes", tuple(notes))
         if notes and _first_rank():

@@ -106,8 +106,8 @@ KEYS: tuple[KeySpec, ...] = (
        instead="ftkit has no limit on the number of protected arrays"),
     _k("cacheddcp", "basic", "flag", _BOOL, "FTI's cached POSIX dCP", needs="enable_dcp",
        ignored_unless=(0,), instead="ftkit's dCP reads the rank's L1 file; it keeps no cached copy"),
-    _k("verbosity", "basic", "int", (1, 2, 3), "FTI's log verbosity", ignored_unless=(),
-       instead="ftkit reports through exceptions and Python warnings; it prints no log"),
+    _k("verbosity", "basic", "int", (1, 2, 3), "level of ftkit's event log (logger 'ftkit'): 1 debug, "
+       "2 info (one line per checkpoint, recovery and failure, on rank 0), 3 warnings and errors only"),
     _k("keep_last_ckpt", "basic", "flag", _BOOL, "1: at finalize() the last checkpoint is made complete "
        "at L4 (flushed if needed), local files are removed, and a relaunch recovers from L4"),
     _k("keep_l4_ckpt", "basic", "bool", _BOOL, "1: every L4 checkpoint of the run is kept"),
@@ -183,6 +183,8 @@ KEYS: tuple[KeySpec, ...] = (
     _k("redundancy_sync", "ftkit", "str", ("background", "commit"), "when inline L2 partner copies and L3 "
        "parity files are fsynced: background (after the commit; the previous checkpoint is kept until they "
        "are durable) or commit (before it)"),
+    _k("log_level", "ftkit", "str", ("", "debug", "info", "warning", "error", "off"), "level of ftkit's "
+       "event log, overriding verbosity (empty: from verbosity; the environment's FTKIT_LOG overrides both)"),
     _k("exit_margin", "ftkit", "float", {"low": 0.0, "high": None}, "should_exit() turns true this many "
        "seconds before the job's end (0: twice the longest checkpoint seen, at least 60 s)"),
     _k("exit_level", "ftkit", "int", {"low": 1, "high": 4}, "level of the checkpoint taken when the job is "
@@ -362,7 +364,8 @@ def parse_value(spec: KeySpec, raw: str, source: str) -> Any:
             return float(raw)
         except ValueError:
             raise ConfigError(f"{where} is not a number; allowed: {describe(spec)}") from None
-    return raw.strip().lower() if spec.name in ("interval_unit", "l3_code", "redundancy_sync") else raw
+    lowered = ("interval_unit", "l3_code", "redundancy_sync", "log_level")
+    return raw.strip().lower() if spec.name in lowered else raw
 
 
 def describe(spec: KeySpec) -> str:

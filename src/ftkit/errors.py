@@ -32,6 +32,7 @@ __all__ = [
     "GridError",
     "DescriptorError",
     "PBLASArgumentError",
+    "FactorizationError",
     "ABFTError",
     "ABFTArgumentError",
     "ModelError",
@@ -137,6 +138,17 @@ class GridError(LinalgError):
 
 class DescriptorError(LinalgError):
     """A matrix descriptor is inconsistent (block sizes, leading dimension, source process...)."""
+
+
+class FactorizationError(LinalgError):
+    """A factorization met a matrix it cannot factor; ``minor`` is ScaLAPACK's ``INFO > 0``: the 1-based
+    order of the leading minor (of the submatrix) that is not positive definite."""
+
+    def __init__(self, routine: str, minor: int, n: int) -> None:
+        super().__init__(f"{routine}: the leading minor of order {minor} of the {n} x {n} matrix is not "
+                         "positive definite (a pivot <= 0, NaN or Inf), so it has no Cholesky factor; check "
+                         "that the matrix is symmetric positive definite, or use an LU/LDL^T factorization")
+        self.routine, self.minor = routine, minor
 
 
 class PBLASArgumentError(LinalgError):

@@ -16,15 +16,15 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from .. import mpienv
-from ..config import Config, load_config
+from .. import mpienv, uncaught
+from ..config import Config
 from ..errors import CheckpointError, FtkitError, ProcessFailure, RecoveryError
 from ..storage import set_group_access
 from ..storage.layout import Layout
-from ..storage.manifest import CheckpointEntry, Manifest, ManifestStore
+from ..storage.manifest import Manifest, ManifestStore
 from ..topology import Topology, detect_node_ids, plan_topology
-from . import _mpi, exitpolicy, fence, keep_last, online, online_loop, pipeline, spares
-from .contract import CheckpointJob, PipelineContext, RecoveryStep
+from . import _mpi, events, exitpolicy, fence, keep_last, online, online_loop, pipeline, spares
+from .contract import PipelineContext, RecoveryStep
 from .head import enter_head_mode
 from .layout import box_layout, check_protect, matrix_layout
 from .levels import recovery_chain
@@ -82,12 +82,14 @@ class Checkpointer(online_loop.ResilientLoop):
 
     def __init__(self, config: Config | str | os.PathLike[str] = "ftkit.ini", comm: Any = None, *,
                  spare_ranks: int | None = None) -> None:
-        self.config: Config = load_config(config)
         world = MPI.COMM_WORLD if comm is None else comm
+        self.config: Config = events.load_config(config, world.Get_rank())  # notes once per job, the log set
         mpienv.check_start(world, self.config)  # a mis-launched job fails here, before any directory
+        uncaught.install(world)  # an ftkit error every rank raises is printed once (collective: a Dup)
         set_group_access(bool(self.config.group_access))  # 0600/0700, or 0640/0750 with group_access = 1
         if (world := spares.split_spares(self, world, spare_ranks)) is None:
             return  # a promoted spare (see .spares): set up as the dead rank it replaces
+        uncaught.install(world)  # with spares: errors are compared among the application ranks
         self.config.validate_for(world.Get_size())
         self._icomm = _mpi.internal_comm(world)
         self._finalized = False
@@ -106,6 +108,8 @@ class Checkpointer(online_loop.ResilientLoop):
                 # Heads serve their node's post-processing inside this call and exit (FTI's heads): only
                 # application ranks get past it, and ckpt.comm holds only them.
                 self._links = enter_head_mode(world, self.topology, self.config)
+                uncaught.install(self._links.app)  # errors are compared among the application ranks
+                events.start(self.config, self._links.app.Get_rank())  # log lines show application ranks
                 self._icomm.Free()
                 self._icomm = _mpi.internal_comm(self._links.app)
                 self.comm = self._links.app
@@ -239,10 +243,12 @@ class Checkpointer(online_loop.ResilientLoop):
             raise RecoveryError(f"recover(): {self._problem}")
         if not self._protected:
             raise RecoveryError("recover(): no array is protected: protect() the arrays first")
+        t0 = time.perf_counter()
         try:
             info, entry = recover_newest(self._ctx, self._protected, self.recovery_steps, self._layouts)
         except MPI.Exception as exc:  # never a raw MPI.Exception to the application
             raise _mpi.as_failure(exc, self._icomm, "recover()") from exc
+        events.recovered(self._ctx, info, entry, time.perf_counter() - t0)
         self._schedule.count = int(entry.extra.get("snapshots", 0))
         self._resume_step = int(entry.extra.get("next_step", 0))
         self._recovered = True
@@ -298,7 +304,7 @@ class Checkpointer(online_loop.ResilientLoop):
                 pipeline.agree_written(self._ctx, job, error)
                 levels = {job.primary: True}
                 self._ctx.hook("before_post")
-                levels.update(self._post.run_post(job))  # inline, or staged (.offload)
+                levels.update(self._post.run_post(job))  # inline, or staged (see .offload)
                 self._ctx.hook("after_post")
             except Exception as exc:
                 pipeline.leave_commit_gate(self._ctx, exc)  # nobody passes the gate without this rank
@@ -311,7 +317,7 @@ class Checkpointer(online_loop.ResilientLoop):
             self._post.discard()
             if isinstance(exc, CheckpointError) or decided is False:
                 # Surely not committed; otherwise rank 0 may have written it: the manifest on disk decides.
-                pipeline.remove_checkpoints(self._ctx, [_job_entry(job)])
+                pipeline.remove_job_files(self._ctx, job)
             if isinstance(exc, CheckpointError):
                 # Raised alike on every rank: wait until all removed their files (the next may reuse the id).
                 with contextlib.suppress(FtkitError):
@@ -321,8 +327,9 @@ class Checkpointer(online_loop.ResilientLoop):
             raise
         pipeline.remove_checkpoints(self._ctx, pruned)
         self._post.start(job)  # background post-processing starts only once the entry is committed
-        self._schedule.checkpointed(job.level, time.perf_counter() - t0)
-        self._exit.checkpointed(time.perf_counter() - t0)
+        self._schedule.checkpointed(job.level, seconds := time.perf_counter() - t0)
+        self._exit.checkpointed(seconds)
+        events.checkpoint_taken(self._ctx, job, levels, seconds)
         return ckpt_id
 
     def _agree_id(self, requested: int | None) -> int:
@@ -369,8 +376,7 @@ class Checkpointer(online_loop.ResilientLoop):
         return self._exit.finish_snapshot(self, level)  # or the exit checkpoint: see should_exit()
 
     def should_exit(self) -> bool:
-        """Whether to checkpoint and stop now (collective, the same on every rank; SCR_Should_exit): on a halt
-        request, a signal or the job's end near; the first true one checkpoints first (:mod:`.exitpolicy`)."""
+        """Checkpoint and stop now? On a halt, a signal or the walltime; collective (:mod:`.exitpolicy`)."""
         return self._exit.should_exit(self)
 
     def wait(self) -> None:
@@ -394,8 +400,7 @@ class Checkpointer(online_loop.ResilientLoop):
         if needed) and remove node-local storage, as FTI does (the next run restarts from it, see
         :mod:`.keep_last`), else remove this run's checkpoints and metadata. Idempotent.
 
-        After a failed or skipped recovery, or once :meth:`should_exit` said stop, nothing is removed: the
-        checkpoints stay for the next job.
+        After a failed or skipped recovery, or a :meth:`should_exit` stop, nothing is removed.
         """
         if self._finalized:
             return
@@ -443,8 +448,3 @@ class Checkpointer(online_loop.ResilientLoop):
         return (f"Checkpointer(exec_id={self.exec_id!r}, rank={self.rank}/{self.nranks}, "
                 f"node={self.topology.node_id}, restarted={self._restarted})")
 
-
-def _job_entry(job: CheckpointJob) -> CheckpointEntry:
-    """A stand-in entry to remove the files of a checkpoint that failed before commit."""
-    return CheckpointEntry(id=job.ckpt_id, seq=job.seq, level=job.level, time=0.0, levels={}, nodes=job.nodes,
-                           files=[])

@@ -26,7 +26,7 @@ from ..errors import CheckpointError
 from ..storage.levels import LEVEL_CLASSES
 from ..storage.manifest import CheckpointEntry, manifest_path
 from ..topology import Topology
-from . import _mpi, pipeline
+from . import _mpi, events, pipeline
 from .contract import CheckpointJob, PipelineContext
 from .runstate import remove_run_marker
 
@@ -50,7 +50,8 @@ def keep_last_at_l4(ctx: PipelineContext, topology: Topology) -> None:
     complete = [e for e in m.newest_first() if e.complete_levels]
     keep = complete[0] if complete else None
     pruned: list[CheckpointEntry] = []
-    if keep is not None and not keep.complete(4):
+    flushed = keep is not None and not keep.complete(4)
+    if keep is not None and flushed:
         pruned = _flush_to_l4(ctx, keep)
     with ctx.store.lock:
         saved = copy.deepcopy(m)
@@ -77,6 +78,7 @@ def keep_last_at_l4(ctx: PipelineContext, topology: Topology) -> None:
     _mpi.barrier(ctx.comm, ctx.timeout, "finalize")
     if topology.rank_in_node == 0:
         _remove_local_run_dir(ctx, topology)
+    events.kept(ctx, keep.id if keep is not None else None, flushed)
 
 
 def _flush_to_l4(ctx: PipelineContext, entry: CheckpointEntry) -> list[CheckpointEntry]:

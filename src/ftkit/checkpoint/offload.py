@@ -33,7 +33,7 @@ import time
 
 from ..errors import FtkitError
 from ..storage._fsutil import BackgroundSyncs
-from . import _mpi, pipeline
+from . import _mpi, events, pipeline
 from .affinity import pin_application
 from .contract import CheckpointJob, PipelineContext
 from .head import HeadClient, HeadLinks, head_request
@@ -177,6 +177,7 @@ class PostManager:
             tctx = dataclasses.replace(self.ctx, comm=comms.app)
             pruned = pipeline.commit_levels(tctx, job.ckpt_id, {lv: True for lv in job.post_levels})
             pipeline.remove_checkpoints(tctx, pruned)
+            events.level_completed(tctx, job.ckpt_id, job.post_levels)
 
         return PostJob(job.ckpt_id, max(job.post_levels), run=run, commit=finish if commit else None,
                        on_done=done)

@@ -48,7 +48,7 @@ from ..failure.replace import Rebuilt, rebuild
 from ..failure.ulfm import revoke
 from ..storage.manifest import Manifest, ManifestStore
 from ..topology import plan_topology
-from . import _mpi, fence, online_verdict
+from . import _mpi, events, fence, online_verdict
 from .contract import PipelineContext
 from .offload import PostManager
 from .recovery import recover_newest
@@ -176,7 +176,10 @@ def repair(ckpt: Checkpointer, cause: BaseException) -> None:
     for comm in comms_of(ckpt):
         with contextlib.suppress(Exception):
             revoke(comm)
-    rebuilt = ckpt._shrink_world(rebuild(state.world, ckpt.rank, state.napp, ckpt.config.failure_timeout))
+    agreed = rebuild(state.world, ckpt.rank, state.napp, ckpt.config.failure_timeout)
+    shrinking = ckpt._shrink is not None and ckpt._shrink.on_shrink is not None
+    events.failure_seen(ckpt.rank, agreed, shrinking)
+    rebuilt = ckpt._shrink_world(agreed)
     if state.fenced or state.fresh:  # a further failure before the data was restored: the same recovery
         state.report.dead = tuple(sorted({*state.report.dead, *rebuilt.dead}))
     else:
@@ -238,6 +241,7 @@ def adopt(ckpt: Checkpointer, app: Any, plan: Callable[[list[int], int], Any] | 
     config = ckpt.config
     ckpt.comm = AppComm.wrap(app, ckpt)
     ckpt.rank, ckpt.nranks = rank, size
+    events.start(ckpt.config, rank)  # the log shows the rank this process now holds
     ckpt.topology = plan(list(run["nodes"]), rank) if plan is not None else plan_topology(
         list(run["nodes"]), rank, head=0, group_size=config.group_size, ckpt_dir=config.ckpt_dir,
         need_groups=bool(config.ckpt_l2 or config.ckpt_l3))
@@ -403,5 +407,6 @@ def restore(ckpt: Checkpointer) -> int:
         report.number = state.recoveries
         state.history.append(report)
         state.fenced = state.fresh = False
+        events.restored_online(ckpt.rank, report, entry)
         return int(entry.extra.get("next_step", 0))
 

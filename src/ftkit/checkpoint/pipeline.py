@@ -48,7 +48,7 @@ from .levels import LEVELS, level
 
 __all__ = ["plan_job", "write_primary", "settle_primary", "agree", "agree_written", "post_process",
            "prepare_job", "commit", "commit_levels", "commit_synced", "commit_manifest", "remove_checkpoints",
-           "remove_run_dir"]
+           "remove_job_files", "remove_run_dir"]
 
 
 def plan_job(ctx: PipelineContext, requested: int, ckpt_id: int, seq: int) -> CheckpointJob:
@@ -351,6 +351,12 @@ def remove_checkpoints(ctx: PipelineContext, entries: Sequence[CheckpointEntry])
                     ctx.level(lv, e.nodes).remove(e.id, old)
                 except (FtkitError, OSError, IndexError):
                     pass  # best effort: an unremovable old file must not fail a good checkpoint
+
+
+def remove_job_files(ctx: PipelineContext, job: CheckpointJob) -> None:
+    """Delete this rank's files of ``job``, a checkpoint that failed before its commit (not collective)."""
+    remove_checkpoints(ctx, [CheckpointEntry(id=job.ckpt_id, seq=job.seq, level=job.level, time=0.0,
+                                             levels={}, nodes=job.nodes, files=[])])
 
 
 def remove_run_dir(root: Path, exec_id: str, what: str) -> None:

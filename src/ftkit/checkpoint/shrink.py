@@ -39,7 +39,7 @@ from ..errors import CheckpointError, ConfigError, ConfigWarning, ProcessFailure
 from ..failure.replace import Rebuilt, app_comm, attempt
 from ..failure.ulfm import agree_flag
 from ..topology import Topology, plan_topology
-from . import _mpi, spares
+from . import _mpi, events, spares
 from .online import adopt, cannot_go_on, format_phases
 from .reshard import layout_hint
 
@@ -153,6 +153,7 @@ def shrink_world(ckpt: Checkpointer, rebuilt: Rebuilt) -> Rebuilt:
     sh.survivors = rebuilt.survivors
     state.napp = len(rebuilt.survivors)
     ckpt.rank = new_rank  # this process's role in the next repair
+    events.shrunk(new_rank, sh.pending.old_size, sh.pending.new_size)
     return dataclasses.replace(rebuilt, app=app, app_rank=new_rank, missing=(), replaced={})
 
 

@@ -20,22 +20,32 @@ __all__ = ["gemm_update", "HAVE_CBLAS"]
 _COL_MAJOR, _NO_TRANS, _TRANS = 102, 111, 112
 
 
-def _load() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+def _load_symbol(names: tuple[str, ...], argtypes: list[object]) -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    """Return the first of the CBLAS symbols ``names`` (the ILP64 one first) of numpy's OpenBLAS, or None.
+
+    ``argtypes`` uses ``ctypes.c_int64`` for BLAS integers; the 32-bit symbols get ``ctypes.c_int`` instead.
+    """
     libdir = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
     for path in sorted(glob.glob(os.path.join(libdir, "libscipy_openblas*.so*"))):
         try:
             lib = ctypes.CDLL(path)
         except OSError:
             continue
-        for name, int_t in (("scipy_cblas_dgemm64_", ctypes.c_int64), ("scipy_cblas_dgemm", ctypes.c_int)):
+        for name in names:
             fn = getattr(lib, name, None)
             if fn is None:
                 continue
             fn.restype = None
-            i, d, p = int_t, ctypes.c_double, ctypes.c_void_p
-            fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, i, i, i, d, p, i, p, i, d, p, i]
+            ilp64 = name.endswith("64_")
+            fn.argtypes = [t if ilp64 or t is not ctypes.c_int64 else ctypes.c_int for t in argtypes]
             return fn
     return None
+
+
+def _load() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    i, d, p = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
+    return _load_symbol(("scipy_cblas_dgemm64_", "scipy_cblas_dgemm"),
+                        [ctypes.c_int, ctypes.c_int, ctypes.c_int, i, i, i, d, p, i, p, i, d, p, i])
 
 
 _dgemm = None if os.environ.get("FTKIT_NO_CBLAS") else _load()
@@ -96,3 +106,43 @@ def gemm_update(alpha: float, a: np.ndarray, b: np.ndarray, c: np.ndarray, beta:
     ldc = max(1, c.strides[1] // 8) if n > 1 else max(1, m)
     _dgemm(_COL_MAJOR, ta, tb, m, n, k, float(alpha), a2.ctypes.data, lda, b2.ctypes.data, ldb,
            float(beta), c.ctypes.data, ldc)
+
+
+_LEFT, _UPPER, _LOWER, _NON_UNIT = 141, 121, 122, 131
+
+
+def _load_trsm(prefix: str, real: type) -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    c, i, p = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p
+    return _load_symbol((f"scipy_cblas_{prefix}trsm64_", f"scipy_cblas_{prefix}trsm"),
+                        [c, c, c, c, c, i, i, real, p, i, p, i])
+
+
+_trsm = {} if os.environ.get("FTKIT_NO_CBLAS") else {
+    np.dtype(np.float64): _load_trsm("d", ctypes.c_double),
+    np.dtype(np.float32): _load_trsm("s", ctypes.c_float)}
+
+
+def trsm_left(lower: bool, t: np.ndarray, w: np.ndarray) -> None:
+    """Overwrite ``w`` with ``inv(t) @ w`` by substitution; ``t`` is square triangular (``lower`` or upper).
+
+    Only ``t``'s ``lower`` (or upper) triangle and its diagonal are read. ``w`` may be a strided view; it and
+    ``t`` must share the dtype (float64 or float32). BLAS's ``?trsm`` when available, else numpy's solve of
+    the triangle (same solution up to rounding).
+    """
+    n, ncols = w.shape
+    if n == 0 or ncols == 0:
+        return
+    fn = _trsm.get(w.dtype)
+    t = np.asfortranarray(t, dtype=w.dtype)
+    col_major = w.strides[0] == w.itemsize and w.strides[1] % w.itemsize == 0 and \
+        w.strides[1] >= w.itemsize * n
+    if fn is None:
+        tri = np.tril(t) if lower else np.triu(t)
+        w[...] = np.linalg.solve(tri, w)
+        return
+    x = w if col_major else np.asfortranarray(w)
+    ldb = max(1, x.strides[1] // x.itemsize) if ncols > 1 else max(1, n)
+    fn(_COL_MAJOR, _LEFT, _LOWER if lower else _UPPER, _NO_TRANS, _NON_UNIT, n, ncols, 1.0,
+       t.ctypes.data, max(1, n), x.ctypes.data, ldb)
+    if x is not w:
+        w[...] = x

@@ -41,7 +41,8 @@ def redistribute(src: DistributedMatrix, i0: int, j0: int, trans: bool, rows: Bl
     Returns
     -------
     numpy.ndarray
-        F-order ``(rows.count(myrow), cols.count(mycol))`` array in the target's local order.
+        F-order ``(rows.count(myrow), cols.count(mycol))`` array in the target's local order, of ``src``'s
+        dtype.
     """
     g = src.grid
     p, q = (cols.n, rows.n) if trans else (rows.n, cols.n)
@@ -72,13 +73,15 @@ def redistribute(src: DistributedMatrix, i0: int, j0: int, trans: bool, rows: Bl
         recv_sel.append(selection(sr, sc, g.myrow, g.mycol))
     scounts = [x.size for x in send_parts]
     rcounts = [i.size * j.size for i, j in recv_sel]
-    sbuf = np.concatenate(send_parts) if send_parts else np.zeros(0)
-    rbuf = np.empty(sum(rcounts))
+    dtype = src.local.dtype
+    mpitype = MPI.FLOAT if dtype == np.float32 else MPI.DOUBLE
+    sbuf = np.concatenate(send_parts) if send_parts else np.zeros(0, dtype)
+    rbuf = np.empty(sum(rcounts), dtype)
     sdispl = np.concatenate([[0], np.cumsum(scounts)[:-1]]).astype(int).tolist()
     rdispl = np.concatenate([[0], np.cumsum(rcounts)[:-1]]).astype(int).tolist()
-    g.comm.Alltoallv([sbuf, scounts, sdispl, MPI.DOUBLE], [rbuf, rcounts, rdispl, MPI.DOUBLE])
+    g.comm.Alltoallv([sbuf, scounts, sdispl, mpitype], [rbuf, rcounts, rdispl, mpitype])
 
-    out = np.zeros((rows.count(g.myrow), cols.count(g.mycol)), order="F")
+    out = np.zeros((rows.count(g.myrow), cols.count(g.mycol)), dtype, order="F")
     for (isel, jsel), off, cnt in zip(recv_sel, rdispl, rcounts, strict=True):
         if cnt == 0:
             continue

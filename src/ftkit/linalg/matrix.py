@@ -1,6 +1,6 @@
 """A dense matrix distributed 2-D block-cyclically over a :class:`ProcessGrid`, stored as ScaLAPACK stores it.
 
-Each process holds its piece in ``local``: a Fortran-order (column-major) float64 array of shape
+Each process holds its piece in ``local``: a Fortran-order (column-major) float64 (or float32) array of shape
 ``(numroc(M, MB, myrow, RSRC, nprow), numroc(N, NB, mycol, CSRC, npcol))``, local entries in increasing
 global order, leading dimension ``desc.lld = max(1, local rows)``. This is exactly ScaLAPACK's local array,
 so it could be handed to a ScaLAPACK routine unchanged.
@@ -27,7 +27,8 @@ class DistributedMatrix:
     desc
         The descriptor; ``desc.context`` must be ``grid.context``.
     local
-        The local array, F-order float64 of the shape ``desc.local_shape(...)`` (copied to that if needed).
+        The local array, F-order float64 of the shape ``desc.local_shape(...)`` (copied to that if needed);
+        a float32 array stays float32 (the single-precision routines, as PSGEMM's matrices).
 
     Raises
     ------
@@ -44,7 +45,7 @@ class DistributedMatrix:
             raise DescriptorError(f"source process ({desc.rsrc}, {desc.csrc}) is outside the "
                                   f"{grid.nprow} x {grid.npcol} grid")
         shape = desc.local_shape(grid.myrow, grid.mycol, grid.nprow, grid.npcol)
-        local = np.asfortranarray(local, dtype=np.float64)
+        local = np.asfortranarray(local, dtype=_dtype_of(local))
         if local.shape != shape:
             raise DescriptorError(f"local array has shape {local.shape}, the descriptor needs {shape} on "
                                   f"process ({grid.myrow}, {grid.mycol})")
@@ -67,17 +68,20 @@ class DistributedMatrix:
 
     @classmethod
     def zeros(cls, grid: ProcessGrid, m: int, n: int, *, mb: int = 64, nb: int = 64, rsrc: int = 0,
-              csrc: int = 0) -> DistributedMatrix:
-        """Return an ``m`` x ``n`` distributed matrix of zeros with ``mb`` x ``nb`` blocks."""
+              csrc: int = 0, dtype: type | np.dtype = np.float64) -> DistributedMatrix:
+        """Return an ``m`` x ``n`` distributed matrix of zeros with ``mb`` x ``nb`` blocks (float64 or
+        float32)."""
         d = cls._descriptor(grid, m, n, mb, nb, rsrc, csrc)
         shape = d.local_shape(grid.myrow, grid.mycol, grid.nprow, grid.npcol)
-        return cls(grid, d, np.zeros(shape, order="F"))
+        return cls(grid, d, np.zeros(shape, dtype=_dtype_of(np.zeros(0, dtype)), order="F"))
 
     @classmethod
     def from_global(cls, grid: ProcessGrid, a: np.ndarray, *, mb: int = 64, nb: int = 64, rsrc: int = 0,
                     csrc: int = 0) -> DistributedMatrix:
-        """Distribute a global 2-D array that every grid rank holds (each keeps only its blocks)."""
-        a = np.asarray(a, dtype=np.float64)
+        """Distribute a global 2-D array that every grid rank holds (each keeps only its blocks); a float32
+        array gives a float32 matrix, anything else float64."""
+        a = np.asarray(a)
+        a = a.astype(_dtype_of(a), copy=False)
         if a.ndim != 2:
             raise DescriptorError(f"from_global needs a 2-D array, got shape {a.shape}")
         d = cls._descriptor(grid, a.shape[0], a.shape[1], mb, nb, rsrc, csrc)
@@ -143,6 +147,11 @@ class DistributedMatrix:
         return [((lr, lc), (gr, gc), (nr, nc)) for lr, gr, nr in rows for lc, gc, nc in cols]
 
     @property
+    def dtype(self) -> np.dtype:
+        """Element type of the local array (float64 or float32)."""
+        return self.local.dtype
+
+    @property
     def shape(self) -> tuple[int, int]:
         """Global shape ``(M, N)``."""
         return (self.desc.m, self.desc.n)
@@ -176,7 +185,7 @@ class DistributedMatrix:
         pieces = comm.allgather(self.local) if root is None else comm.gather(self.local, root=root)
         if pieces is None:
             return None
-        out = np.empty(self.shape)
+        out = np.empty(self.shape, dtype=self.local.dtype)
         g, d = self.grid, self.desc
         for rank, piece in enumerate(pieces):
             pr, pc = g.coords(rank)
@@ -222,6 +231,11 @@ class DistributedMatrix:
             return None
         return float(self.local[self._local_index(i, j)])
 
+
+
+def _dtype_of(a: np.ndarray) -> type:
+    """float32 for a float32 array (single precision kept), float64 for anything else."""
+    return np.float32 if a.dtype == np.float32 else np.float64
 
 
 def _runs(nloc: int, nb: int, iproc: int, isrc: int, nprocs: int) -> list[tuple[int, int, int]]:

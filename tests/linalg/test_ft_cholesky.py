@@ -1,0 +1,102 @@
+"""FT_PDPOTRF: bit flips in the updates corrected (in process and in the example under mpirun), and a rank
+SIGKILLed mid-factorization: the relaunch resumes at the checkpointed panel and ends with the failure-free
+factor's solution bit for bit (``examples/cholesky_solver.py``)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from ftkit import linalg
+from ftkit.errors import PBLASArgumentError
+from ftkit.inject import BitFlip, InjectionPlan
+
+from ..conftest import run_python
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cholesky_solver.py"
+
+
+def _digest(out: str) -> str | None:
+    m = re.search(r"solution digest (\w+)", out)
+    return m.group(1) if m else None
+
+
+@pytest.mark.mpi
+def test_flip_corrected_and_killed_rank_resumes_bit_for_bit(tmp_path):
+    args = ("--n", "160", "--nb", "12", "--ckpt-every", "3")
+    clean = run_python(4, EXAMPLE, "--dir", str(tmp_path / "clean"), *args, timeout=300).check()
+    assert "resumed at panel 0" in clean.stdout and _digest(clean.stdout), clean.stdout
+    x_clean = np.load(tmp_path / "clean" / "x.npy")
+
+    flip = run_python(4, EXAMPLE, "--dir", str(tmp_path / "flip"), "--flip", *args, timeout=300).check()
+    m = re.search(r"detected (\d+), corrected (\d+), flip", flip.stdout)
+    assert m and int(m.group(1)) >= 1 and m.group(1) == m.group(2), flip.stdout
+    x_flip = np.load(tmp_path / "flip" / "x.npy")
+    assert np.max(np.abs(x_flip - x_clean)) <= 1e-12 * np.max(np.abs(x_clean))
+
+    killed = run_python(4, EXAMPLE, "--dir", str(tmp_path / "kill"), "--kill-rank", "1", "--kill-panel", "7",
+                        *args, timeout=300)
+    assert "rank 1 killing itself after panel 7" in killed.stdout, killed.stdout + killed.stderr
+    assert _digest(killed.stdout) is None, "the killed run must not finish"
+    again = run_python(4, EXAMPLE, "--dir", str(tmp_path / "kill"), *args, timeout=300).check()
+    # checkpoints after panels 2 and 5 (every 3): the relaunch resumes at panel 6, not at 0
+    assert "resumed at panel 6" in again.stdout, again.stdout
+    assert _digest(again.stdout) == _digest(clean.stdout)
+    assert np.array_equal(np.load(tmp_path / "kill" / "x.npy"), x_clean)
+
+
+@pytest.fixture(scope="module")
+def grid():
+    g = linalg.ProcessGrid(MPI.COMM_SELF, 1, 1)
+    yield g
+    g.free()
+
+
+def _spd(n: int, seed: int = 1) -> np.ndarray:
+    r = np.random.default_rng(seed).standard_normal((n, n))
+    return r @ r.T / n + np.eye(n)
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("target", ["A", "B", "C"])
+def test_update_flip_corrected(grid, uplo, target):
+    a = _spd(50)
+    ref = linalg.DistributedMatrix.from_global(grid, a, mb=6, nb=6)
+    linalg.pdpotrf(uplo, 47, ref, 2, 2)
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=6, nb=6)
+    plan = InjectionPlan([BitFlip(target=target, index=(3, 2), bit=60, persistent=False)], seed=5)
+    rep = linalg.ft_pdpotrf(uplo, 47, A, 2, 2, bs=3, inject=plan, inject_panel=1)
+    assert len(plan.records) == 1
+    assert rep.detected >= 1 and rep.corrected == rep.detected
+    got, want = A.to_global(), ref.to_global()
+    assert np.max(np.abs(got - want)) <= 1e-13 * np.max(np.abs(want))
+
+
+def test_clean_run_no_false_positive_and_float32(grid):
+    i = np.arange(40)
+    hilbert = 1.0 / (i[:, None] + i[None, :] + 1.0) + 1e-6 * np.eye(40)
+    for a, dtype in ((hilbert, np.float64), (_spd(40) * 1e8, np.float64), (_spd(40), np.float32)):
+        A = linalg.DistributedMatrix.from_global(grid, a.astype(dtype), mb=5, nb=5)
+        rep = linalg.ft_pdpotrf("L", 40, A, 0, 0, bs=5, tol="statistical")
+        assert rep.detected == 0 and rep.blocks_checked > 0
+        low = np.tril(A.to_global().astype(np.float64))
+        assert A.dtype == dtype
+        eps = np.finfo(dtype).eps
+        assert np.max(np.abs(low @ low.T - a.astype(dtype))) <= 100 * 40 * eps * np.max(np.abs(a))
+
+
+def test_not_positive_definite_and_argument_positions(grid):
+    a = _spd(20)
+    a[9, 9] = -1.0
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=4, nb=4)
+    with pytest.raises(linalg.FactorizationError) as e:
+        linalg.ft_pdpotrf("L", 20, A, 0, 0)
+    assert e.value.minor == 10
+    for kw, pos in (({"ckpt": object()}, 7), ({"bs": -1}, 8), ({"tol": "x"}, 9), ({"inject": 3}, 11)):
+        with pytest.raises(PBLASArgumentError) as e:
+            linalg.ft_pdpotrf("L", 20, A, 0, 0, **kw)
+        assert e.value.position == pos

@@ -1,0 +1,172 @@
+"""PDTRSM, PDTRMM, PDSYRK, PDSYR2K, PDGEADD, PDTRADD, PDTRAN, PDPOTRF, PDPOTRS: conformance against numpy
+under mpirun (every flag combination, float64 and float32, hard matrix families, untouched entries bit for
+bit; see ``programs/pblas3_conformance.py``) and PXERBLA's argument positions (in process, on a 1 x 1 grid).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from ftkit import linalg
+from ftkit.errors import PBLASArgumentError
+
+from ..conftest import run_python
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+
+GRIDS = [(1, 1, 21), (2, 2, 22), (2, 3, 23), (3, 2, 24), (1, 4, 25), (4, 1, 26)]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprow,npcol,seed", GRIDS, ids=[f"{g[0]}x{g[1]}" for g in GRIDS])
+def test_conformance_against_numpy(nprow, npcol, seed):
+    repeat = 2
+    r = run_python(nprow * npcol, PROGRAMS / "pblas3_conformance.py", str(nprow), str(npcol),
+                   "--seed", str(seed), "--repeat", str(repeat), timeout=300).check()
+    fails = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
+    assert not fails, "\n".join(fails[:20])
+    # 2 dtypes x (24 TRSM + 24 TRMM + 6 SYRK + 6 SYR2K + 3 GEADD + 6 TRADD + 1 TRAN + 8 POTRF) per repeat
+    assert f"DONE cases={repeat * 156} failures=0" in r.stdout
+
+
+@pytest.fixture(scope="module")
+def grid():
+    g = linalg.ProcessGrid(MPI.COMM_SELF, 1, 1)
+    yield g
+    g.free()
+
+
+def _mats(grid, dtype=np.float64):
+    a = linalg.DistributedMatrix.from_global(grid, np.eye(6, dtype=dtype), mb=2, nb=2)
+    b = linalg.DistributedMatrix.from_global(grid, np.ones((6, 6), dtype=dtype), mb=2, nb=2)
+    return a, b
+
+
+def _other_grid_matrix():
+    g2 = linalg.ProcessGrid(MPI.COMM_SELF, 1, 1)
+    return linalg.DistributedMatrix.zeros(g2, 6, 6, mb=2, nb=2)
+
+
+TRI = ("L", "U", "N", "N", 3, 3, 1.0, "A", 0, 0, "B", 0, 0)
+TRI_BAD = {  # argument index in TRI -> (bad value, PBLAS position)
+    0: ("X", 1), 1: ("Q", 2), 2: ("Z", 3), 3: ("V", 4), 4: (-1, 5), 5: (2.5, 6), 6: ("a", 7),
+    7: ("notmatrix", 8), 8: (4, 9), 9: (-1, 10), 10: ("notmatrix", 12), 11: (5, 13), 12: (4, 14),
+}
+
+
+@pytest.mark.parametrize("routine", ["pdtrsm", "pdtrmm"])
+@pytest.mark.parametrize("index", sorted(TRI_BAD))
+def test_triangular_argument_positions(grid, routine, index):
+    A, B = _mats(grid)
+    args = [A if x == "A" else B if x == "B" else x for x in TRI]
+    args[index] = TRI_BAD[index][0]
+    with pytest.raises(PBLASArgumentError) as e:
+        getattr(linalg, routine)(*args)
+    assert e.value.position == TRI_BAD[index][1]
+    assert e.value.routine == routine.upper()
+
+
+def test_triangular_descriptor_positions(grid):
+    A, B = _mats(grid)
+    with pytest.raises(PBLASArgumentError) as e:
+        linalg.pdtrsm("L", "U", "N", "N", 3, 3, 1.0, _other_grid_matrix(), 0, 0, B, 0, 0)
+    assert e.value.position == 11
+    A32, _ = _mats(grid, np.float32)
+    with pytest.raises(PBLASArgumentError) as e:
+        linalg.pdtrmm("R", "L", "T", "U", 3, 3, 1.0, A32, 0, 0, B, 0, 0)
+    assert e.value.position == 11 and "float32" in str(e.value)
+
+
+RANK = ("U", "N", 3, 3, 1.0, "A", 0, 0, "B", 0, 0, 0.0, "C", 0, 0)
+RANK_BAD = {0: ("X", 1), 1: ("D", 2), 2: (-3, 3), 3: (None, 4), 4: ("x", 5), 5: (3, 6), 6: (4, 7),
+            7: (-2, 8), 8: ("B", 10), 9: (5, 11), 10: (5, 12), 11: ("b", 14), 12: ([], 15), 13: (4, 16),
+            14: (9, 17)}
+
+
+@pytest.mark.parametrize("index", sorted(RANK_BAD))
+def test_syr2k_and_syrk_argument_positions(grid, index):
+    A, B = _mats(grid)
+    C = linalg.DistributedMatrix.zeros(grid, 6, 6, mb=2, nb=2)
+    args = [A if x == "A" else B if x == "B" else C if x == "C" else x for x in RANK]
+    bad, pos = RANK_BAD[index]
+    args[index] = bad
+    with pytest.raises(PBLASArgumentError) as e:
+        linalg.pdsyr2k(*args)
+    assert e.value.position == pos
+    if index in (8, 9, 10):
+        return  # B's arguments: PDSYRK has none
+    syrk_args = args[:8] + args[11:]
+    with pytest.raises(PBLASArgumentError) as e:
+        linalg.pdsyrk(*syrk_args)
+    assert e.value.position == (pos if pos < 10 else pos - 4)
+
+
+ADD_BAD = {  # PDTRADD argument index -> (bad value, PBLAS position)
+    0: ("N", 1), 1: ("X", 2), 2: (-1, 3), 3: (1.5, 4), 4: (object(), 5), 5: ("A", 6), 6: (-1, 7), 7: (6, 8),
+    8: ("1", 10), 9: ("C", 11), 10: (6, 12), 11: (-3, 13),
+}
+
+
+@pytest.mark.parametrize("index", sorted(ADD_BAD))
+def test_additions_argument_positions(grid, index):
+    A, C = _mats(grid)
+    args = ["L", "T", 4, 4, 1.0, A, 0, 0, 1.0, C, 0, 0]
+    bad, pos = ADD_BAD[index]
+    args[index] = bad
+    with pytest.raises(PBLASArgumentError) as e:
+        linalg.pdtradd(*args)
+    assert e.value.position == pos
+    if index >= 1:  # PDGEADD: no UPLO, one position less
+        with pytest.raises(PBLASArgumentError) as e:
+            linalg.pdgeadd(*args[1:])
+        assert e.value.position == pos - 1
+    if index >= 2:  # PDTRAN: neither UPLO nor TRANS
+        with pytest.raises(PBLASArgumentError) as e:
+            linalg.pdtran(*args[2:])
+        assert e.value.position == pos - 2
+
+
+def test_float32_stays_float32(grid):
+    rng = np.random.default_rng(5)
+    a = (rng.random((7, 7)) + 7 * np.eye(7)).astype(np.float32)
+    b = rng.random((7, 3)).astype(np.float32)
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=3, nb=2)
+    B = linalg.DistributedMatrix.from_global(grid, b, mb=3, nb=2)
+    assert A.dtype == np.float32 and A.local.dtype == np.float32
+    linalg.pdtrsm("L", "L", "N", "N", 7, 3, 1.0, A, 0, 0, B, 0, 0)
+    x = B.to_global()
+    assert x.dtype == np.float32
+    np.testing.assert_allclose(np.tril(a).astype(np.float64) @ x, b, rtol=0,
+                               atol=50 * np.finfo(np.float32).eps)
+
+
+POTRS_BAD = {0: ("X", 1), 1: (-1, 2), 2: (-2, 3), 3: ("A", 4), 4: (5, 5), 5: (-1, 6), 6: ("B", 8),
+             7: (4, 9), 8: (5, 10)}
+
+
+@pytest.mark.parametrize("index", sorted(POTRS_BAD))
+def test_cholesky_argument_positions(grid, index):
+    A, B = _mats(grid)
+    args = ["L", 3, 2, A, 0, 0, B, 0, 0]
+    bad, pos = POTRS_BAD[index]
+    args[index] = bad
+    with pytest.raises(PBLASArgumentError) as e:
+        linalg.pdpotrs(*args)
+    assert e.value.position == pos
+    if index in (0, 1, 3, 4, 5):  # PDPOTRF: UPLO 1, N 2, A 3, IA 4, JA 5
+        potrf_args = [args[0], args[1], *args[3:6]]
+        with pytest.raises(PBLASArgumentError) as e:
+            linalg.pdpotrf(*potrf_args)
+        assert e.value.position == (pos if pos < 3 else pos - 1)
+
+
+def test_factorization_error_names_the_minor(grid):
+    a = np.diag([4.0, 1.0, -1.0, 2.0])
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=2, nb=2)
+    with pytest.raises(linalg.FactorizationError) as e:
+        linalg.pdpotrf("U", 4, A, 0, 0)
+    assert e.value.minor == 3 and "minor of order 3" in str(e.value)
