@@ -24,6 +24,7 @@ _SUBCOMMAND_MODULES = {
     "ftkit.launch_cli": ("launch",),
     "ftkit.doctor": ("doctor",),
     "ftkit.storage.cli": ("ls", "verify", "rebuild", "export"),
+    "ftkit.storage.jobctl_cli": ("halt", "flush"),
     "ftkit.models.cli": ("model",),        # model reliability|encoding|interval
     "ftkit.config_cli": ("config",),       # config check
 }

@@ -40,21 +40,16 @@ Sections and keys (FTI's meaning and units; ftkit's own keys in ``[ftkit]``, als
     ``lustre_striping_*`` (also as FTI's code spells them, ``lustre_stiping_*``).
 ``[ftkit]``
     ``interval_unit`` (``minutes`` | ``iterations``), ``l3_code`` (``rs`` | ``xor``), ``mtbf`` (seconds),
-    ``failure_timeout`` (seconds any wait on a peer may take, > 0), ``group_access`` (0|1: 1 lets the
-    user's group read checkpoint files, 0640/0750, for shared-group setups; default 0: 0600/0700),
-    ``spare_ranks`` (the last N processes are spares for online recovery, issue 17; needs ULFM; default 0).
-    ``reserve_core`` (0|1: 1 keeps the last core of each process's CPU set for the checkpoint work -- the
-    background thread or the head ranks -- and pins the application's threads to the others; see
-    :mod:`ftkit.checkpoint.affinity`; ``ftkit launch --reserve-core`` does the same for one job).
-    ``redundancy_sync`` (``background`` | ``commit``: when the L2 partner copies and L3 parity files made
-    inline, in the checkpoint call, are fsynced. ``background``, the default: after the commit, by a
-    background thread (FTI never fsyncs them); the checkpoint is recoverable at once from any single node
-    loss (the copies are read from the page cache of live nodes) and the previous checkpoint complete at
-    that level is kept until the next checkpoint call has seen them durable. ``commit``: before the commit,
-    so the level is durable when the call returns. Work of a background thread or the heads (``inline_lN =
-    0``; ``background`` applies only when every level is inline) is always fsynced before its commit).
-    ``log_level`` (``debug`` | ``info`` | ``warning`` | ``error`` | ``off``; empty, the default: from
-    ``verbosity``): the level of ftkit's event log; the environment variable ``FTKIT_LOG`` overrides it.
+    ``failure_timeout`` (seconds a wait on a peer may take), ``group_access`` (0|1: 1 lets the user's group
+    read checkpoint files, 0640/0750; default 0: 0600/0700), ``spare_ranks`` (the job's last N processes are
+    spares for online recovery; needs ULFM). ``reserve_core`` (0|1: 1 keeps the last core of each process's
+    CPU set for the checkpoint work: :mod:`ftkit.checkpoint.affinity`). ``redundancy_sync`` (``background``,
+    the default: inline L2 copies and L3 parity files are fsynced by a background thread after the commit, the
+    previous checkpoint complete at that level kept until then; ``commit``: before the commit; work of a
+    background thread or the heads is always fsynced before its level is committed). ``exit_margin``,
+    ``exit_level``, ``end_time``: when ``should_exit()`` stops the job (:mod:`ftkit.checkpoint.exitpolicy`).
+    ``log_level`` (``debug`` | ``info`` | ``warning`` | ``error`` | ``off``; default: from ``verbosity``):
+    ftkit's event log; ``$FTKIT_LOG`` overrides it.
 
 Directories: ``$VAR`` and ``${VAR}`` are expanded from the environment (an unset variable is a
 :class:`ConfigError` naming it), then ``~``; relative paths are resolved against the working directory when
@@ -77,6 +72,7 @@ from ._paths import check_plain_name
 from .config_fti import KEYS, describe, key_status, parse_entries
 from .config_notes import issue_notes
 from .errors import ConfigError, UnsafePathError
+from .walltime import parse_end_time
 
 __all__ = ["Config", "load_config", "KEY_SECTIONS", "node_local_default", "expand_path", "check_value"]
 
@@ -88,6 +84,10 @@ _VAR_RE = re.compile(r"\$(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 _DCP_BLOCK_UNSET, _DCP_BLOCK_DEFAULT = -1, 16384
 #: The ``exec_id`` of FTI's template config (FTI overwrites it when a job starts): a placeholder, no run id.
 _EXEC_ID_PLACEHOLDER = "XXXX-XX-XX_XX-XX-XX"
+#: Why a key's range is what it is, added to the message of a value out of range.
+_RANGE_NOTES = {"group_size": " (Reed-Solomon over GF(2^8) bounds it above; L2/L3 need >= 2)",
+                "transfer_size": " (MiB per I/O chunk; it bounds ftkit's extra memory per rank)",
+                "dcp_block_size": " (or -1, FTI's 'unset': 16384)"}
 
 
 def node_local_default() -> Path:
@@ -172,6 +172,9 @@ class Config:
     spare_ranks: int = 0
     reserve_core: int = 0
     redundancy_sync: str = "background"
+    exit_margin: float = 0.0
+    exit_level: int = 4
+    end_time: str = ""
     log_level: str = ""
     compression: str = "none"      # L4 copies: none | lz4 | zstd | blosc (see ftkit.storage.compressed)
     compression_level: int = 3
@@ -203,8 +206,7 @@ class Config:
                                   "group_size >= 2 or turn L2/L3 off (0)")
             notes.append(f"[basic] group_size = {self.group_size}: no L2/L3 groups; an L2 or L3 checkpoint "
                          "will be refused (L1 and L4 work)")
-        ignored = _ignored_note(self)
-        if ignored:
+        if ignored := _ignored_note(self):
             notes.append(ignored)
         object.__setattr__(self, "notes", tuple(notes))
         issue_notes(self.source, notes)
@@ -408,6 +410,8 @@ def check_value(name: str, value: Any, source: str) -> Any:
     else:
         if not isinstance(value, str):
             raise ConfigError(f"{where} is not a string; allowed: {describe(_SPEC[name])}")
+        if name == "end_time" and value.strip():
+            parse_end_time(value, where)  # ISO 8601 with a zone, or seconds since the epoch
         if name == "exec_id" and value:
             try:
                 check_plain_name(value, f"{source}: [restart] exec_id")
@@ -420,12 +424,6 @@ def check_value(name: str, value: Any, source: str) -> Any:
         low, high = allowed["low"], allowed["high"]
         too_low = value <= low if allowed.get("open_low") else value < low
         if too_low or (high is not None and value > high):
-            extra = ""
-            if name == "group_size":
-                extra = " (Reed-Solomon over GF(2^8) bounds it above; L2/L3 need >= 2)"
-            if name == "transfer_size":
-                extra = " (MiB per I/O chunk; it bounds ftkit's extra memory per rank)"
-            if name == "dcp_block_size":
-                extra = " (or -1, FTI's 'unset': 16384)"
-            raise ConfigError(f"{where} is out of range; allowed: {describe(_SPEC[name])}{extra}")
+            raise ConfigError(f"{where} is out of range; allowed: {describe(_SPEC[name])}"
+                              f"{_RANGE_NOTES.get(name, '')}")
     return value

@@ -190,6 +190,12 @@ KEYS: tuple[KeySpec, ...] = (
        "the dCP blocks are written instead)"),
     _k("compression_level", "ftkit", "int", {"low": 1, "high": 22}, "compression level (zstd 1-22, blosc "
        "1-9; lz4 ignores it)"),
+    _k("exit_margin", "ftkit", "float", {"low": 0.0, "high": None}, "should_exit() turns true this many "
+       "seconds before the job's end (0: twice the longest checkpoint seen, at least 60 s)"),
+    _k("exit_level", "ftkit", "int", {"low": 1, "high": 4}, "level of the checkpoint taken when the job is "
+       "asked to exit (halt, signal, end of the allocation)"),
+    _k("end_time", "ftkit", "str", None, "end of the job's allocation: ISO 8601 with a zone or seconds since "
+       "the epoch (default: from SLURM)"),
 )
 
 #: (section, spelling in the file) -> Config attribute. FTI's code spells the Lustre keys "stiping".

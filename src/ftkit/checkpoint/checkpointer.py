@@ -23,7 +23,7 @@ from ..storage import set_group_access
 from ..storage.layout import Layout
 from ..storage.manifest import Manifest, ManifestStore
 from ..topology import Topology, detect_node_ids, plan_topology
-from . import _mpi, appstate, events, fence, keep_last, online, online_loop, pipeline, spares
+from . import _mpi, appstate, events, exitpolicy, fence, keep_last, online, online_loop, pipeline, spares
 from .contract import PipelineContext, RecoveryStep
 from .head import enter_head_mode
 from .layout import box_layout, check_protect
@@ -41,10 +41,8 @@ _ID_MAX = 2**63 - 1
 
 @dataclass(frozen=True)
 class CheckpointStatus:
-    """What :meth:`Checkpointer.status` reports (FTI_Status, and more).
-
-    ``checkpoints`` lists ``(id, level, complete_levels)`` oldest first.
-    """
+    """What :meth:`Checkpointer.status` reports (FTI_Status, and more): ``checkpoints`` lists
+    ``(id, level, complete_levels)`` oldest first."""
 
     restarted: bool
     recovered: bool
@@ -147,6 +145,7 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
                                     nranks=self.nranks)
         try:
             self._post = PostManager(self._ctx, self._links)
+            self._exit = exitpolicy.ExitPolicy(self._icomm, self.config, self.exec_id, self._online is None)
             if state.fresh_manifest:
                 pipeline.commit_manifest(self._ctx, "start-up: manifest commit")
             _mpi.barrier(self._icomm, self.config.failure_timeout, "Checkpointer start")
@@ -327,6 +326,7 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
         pipeline.remove_checkpoints(self._ctx, pruned)
         self._post.start(job)  # background post-processing starts only once the entry is committed
         self._schedule.checkpointed(job.level, seconds := time.perf_counter() - t0)
+        self._exit.checkpointed(seconds)
         events.checkpoint_taken(self._ctx, job, levels, seconds)
         return ckpt_id
 
@@ -371,9 +371,11 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
         if self._schedule.alarm:
             # Some rank's background post-processing failed (agreed at this sync point): every rank raises.
             self._post.wait()
-        if level:
-            self.checkpoint(level)
-        return level
+        return self._exit.finish_snapshot(self, level)  # or the exit checkpoint: see should_exit()
+
+    def should_exit(self) -> bool:
+        """Checkpoint and stop now? On a halt, a signal or the walltime; collective (:mod:`.exitpolicy`)."""
+        return self._exit.should_exit(self)
 
     def wait(self) -> None:
         """Block until background post-processing is done (collective); raise its failure on every rank.
@@ -396,13 +398,13 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
         if needed) and remove node-local storage, as FTI does (the next run restarts from it, see
         :mod:`.keep_last`), else remove this run's checkpoints and metadata. Idempotent.
 
-        After a failed or skipped recovery nothing is removed: the checkpoints stay for the next attempt.
+        After a failed or skipped recovery, or a :meth:`should_exit` stop, nothing is removed.
         """
         if self._finalized:
             return
         try:
             self.wait()
-            if self._problem or (self._restarted and not self._recovered):
+            if self._problem or (self._restarted and not self._recovered) or self._exit.acted:
                 return
             _mpi.barrier(self._icomm, self.config.failure_timeout, "finalize")
             if self.config.keep_last_ckpt:
@@ -416,9 +418,9 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
         self._finalized = True
         if self._online is not None:
             spares.release_spares(self._online, self.rank, self.config.failure_timeout)
-        post = getattr(self, "_post", None)
-        if post is not None:
-            post.close()
+        for part in (getattr(self, "_post", None), getattr(self, "_exit", None)):
+            if part is not None:
+                part.close()
         if self._lock is not None:
             self._lock.release()
         try:

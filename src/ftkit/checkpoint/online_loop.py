@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 from ..errors import CheckpointError, OnlineRecoveryError, ProcessFailure
 from ..failure.ulfm import revoke
-from . import _mpi, fence, loop_shape, shrink, spares
+from . import _mpi, exitpolicy, fence, loop_shape, shrink, spares
 from .online import OnlineState, RepairReport, adopt, comms_of, is_process_failure, repair, restore
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ class ResilientLoop:
     _loop_step: int | None = None      # the step being run (a checkpoint resumes at it or the next one)
     _loop_site: loop_shape.LoopSite | None = None  # the for statement running the loop (where its body is)
     _resume_step = 0                   # where the loop starts (set by recover())
+    _exit = exitpolicy.ExitPolicy.off()  # the Checkpointer's own one is made at start-up (.exitpolicy)
 
     def steps(self, nsteps: int, on_shrink: shrink.OnShrink | None = None) -> Iterator[int]:
         """Yield the steps ``0..nsteps-1`` to run: the main loop, ``for step in ckpt.steps(n)``.
@@ -142,6 +143,8 @@ def loop(ckpt: Checkpointer, nsteps: int) -> Iterator[int]:
                     fence.left_fenced(ckpt, step)
                 raise
             step += 1
+            if ckpt._exit.acted:
+                return  # should_exit() turned true in that step, and its checkpoint is taken
     finally:
         ckpt._loop_step = ckpt._loop_site = None
         if state is not None:

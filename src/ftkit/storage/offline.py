@@ -31,7 +31,8 @@ from .group_plan import (
 from .parity import ParityHeader, payload_offset_for, write_parity_header
 from .partner import PartnerPlan
 
-__all__ = ["assess_partner_files", "rebuild_partner_files", "assess_group_files", "rebuild_group_files"]
+__all__ = ["assess_partner_files", "rebuild_partner_files", "assess_group_files", "rebuild_group_files",
+           "copy_file"]
 
 PathLike = str | os.PathLike[str]
 
@@ -57,14 +58,16 @@ def rebuild_partner_files(plan: PartnerPlan, data_paths: Sequence[PathLike], cop
         raise RecoveryError(f"L2 partner copies cannot recover the group: {plan.describe(names)}")
     n = plan.size
     for i in plan.lost_members:
-        _copy(copy_paths[(i + 1) % n], data_paths[i])
+        copy_file(copy_paths[(i + 1) % n], data_paths[i])
     for i in range(n):
         if not plan.have_copy[i]:
-            _copy(data_paths[(i - 1) % n], copy_paths[i])
+            copy_file(data_paths[(i - 1) % n], copy_paths[i])
     return PartnerPlan((True,) * n, (True,) * n)
 
 
-def _copy(src: PathLike, dst: PathLike, chunk: int = 4 << 20) -> None:
+def copy_file(src: PathLike, dst: PathLike, chunk: int = 4 << 20) -> None:
+    """Copy ``src`` to ``dst`` atomically and durably (temporary name, fsync, rename), ``chunk`` bytes at a
+    time."""
     size = file_size(src)
     buf = np.empty(min(chunk, max(size, 1)), np.uint8)
     fd = os.open(src, os.O_RDONLY)
