@@ -23,7 +23,7 @@ from ..storage import set_group_access
 from ..storage.layout import Layout
 from ..storage.manifest import CheckpointEntry, Manifest, ManifestStore
 from ..topology import Topology, detect_node_ids, plan_topology
-from . import _mpi, keep_last, online, online_loop, pipeline, spares
+from . import _mpi, keep_last, online, online_exit, online_loop, pipeline, spares
 from .contract import CheckpointJob, PipelineContext, RecoveryStep
 from .head import enter_head_mode
 from .layout import box_layout, check_protect, matrix_layout
@@ -86,6 +86,7 @@ class Checkpointer(online_loop.ResilientLoop):
                  spare_ranks: int | None = None) -> None:
         self.config: Config = load_config(config)
         world = MPI.COMM_WORLD if comm is None else comm
+        online_exit.install(self, world)  # a rank's death or error ends the job, never hangs it
         mpienv.check_start(world, self.config)  # a mis-launched job fails here, before any directory
         set_group_access(bool(self.config.group_access))  # 0600/0700, or 0640/0750 with group_access = 1
         if (world := spares.split_spares(self, world, spare_ranks)) is None:
@@ -436,8 +437,7 @@ class Checkpointer(online_loop.ResilientLoop):
         if exc_type is None:
             self.finalize()
         elif not self._finalized:
-            # Leave every checkpoint in place: the next run restarts from it.
-            self._close()
+            self._close()  # leave every checkpoint in place: the next run restarts from it
 
     def __repr__(self) -> str:
         return (f"Checkpointer(exec_id={self.exec_id!r}, rank={self.rank}/{self.nranks}, "
