@@ -61,7 +61,7 @@ def _environ_rank(pid: int) -> int | None:
 
 def _how(status: int | None) -> str:
     if status is None or status < 0:
-        return "ended without saying how (killed by a signal, or os._exit)"
+        return "killed (no exit seen: a signal, or os._exit)"
     if status & 0x7F:
         sig = status & 0x7F
         try:
@@ -148,7 +148,7 @@ class RankWatch:
         failed = returncode != 0 or bool(hooked) or bool(other) or (bool(vanished) and not went_on)
         parts = _grouped(vanished + other)
         if hooked:
-            reason = hooked[0][1]
+            reason = next((text for _, text in hooked if "after the failure" in text), hooked[0][1])
             parts.append(f"{_ranks_text([r for r, _ in hooked])} ended by ftkit's exit hook ({reason})")
         if not parts:
             return failed, ""

@@ -151,7 +151,7 @@ def end_on_uncaught(ckpt: Any, kind: type[BaseException], exc: BaseException,
     line = last_words(ckpt, exc, dead, replace)
     print(line, file=sys.stderr)
     jobstatus.declare_dead(dead)
-    jobstatus.note("hook", line.removeprefix("ftkit: "))
+    jobstatus.note("hook", line.removeprefix("ftkit: ").split("; this process ends")[0])
     if not replace:
         _revoke_everything(ckpt)
     sys.stdout.flush()
