@@ -101,6 +101,24 @@ def write_config(d: Path, t: Trial) -> None:
                                  + "[ftkit]\n" + "".join(f"{k} = {v}\n" for k, v in ftk.items()))
 
 
+def marked_pids(marker: str) -> list[int]:
+    """Pids of the running processes whose command line holds ``marker`` (mpirun and its ranks)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if marker.encode() not in f.read():
+                    continue
+            with open(f"/proc/{entry}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
 def rank_pids(marker: str) -> dict[int, int]:
     """World rank -> pid of the running processes whose command line holds ``marker``."""
     found = {}
@@ -142,19 +160,24 @@ def launch(d: Path, program: Path, *args: str, t: Trial) -> subprocess.Popen[str
                             env={**os.environ, **DETECTOR}, start_new_session=True)
 
 
-def _finish(proc: subprocess.Popen[str], limit: float) -> tuple[int | None, str, str]:
+def _finish(proc: subprocess.Popen[str], limit: float, marker: str) -> tuple[int | None, str, str]:
+    """Wait for ``proc`` at most ``limit`` seconds; return its code (None: killed as hung) and output."""
     try:
         out, err = proc.communicate(timeout=limit)
         return proc.returncode, out, err
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        kill_left(marker)  # an orphaned mpirun would hold the output pipes open
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            out, err = "", ""
         return None, out, err
 
 
 def kill_left(marker: str) -> None:
     """SIGKILL every process whose command line holds ``marker`` (clean-up after a failed trial)."""
-    for pid in rank_pids(marker).values():
+    for pid in marked_pids(marker):
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
@@ -199,13 +222,13 @@ def run_trial(t: Trial, workdir: Path, expected: str) -> Outcome:
         if t.victim == "node" and t.config != "l1":
             for node_dir in (workdir / "run" / "local").glob(f"node{t.rank // t.node_size}"):
                 shutil.rmtree(node_dir, ignore_errors=True)
-        rc, out, err = _finish(proc, 30 + 15 + 60 + 60)
+        rc, out, err = _finish(proc, 30 + 15 + 60 + 60, program.name)
         seconds = time.monotonic() - start
         if rc is None:
             return Outcome("hang", err.strip().splitlines()[-1:] and err.strip().splitlines()[-1] or "",
                            None, None, None, seconds)
-        if not wait_until(lambda: not rank_pids(program.name), 60):
-            return Outcome("orphan", str(rank_pids(program.name)), rc, None, None, seconds)
+        if not wait_until(lambda: not marked_pids(program.name), 60):
+            return Outcome("orphan", str(marked_pids(program.name)), rc, None, None, seconds)
         last = err.strip().splitlines()[-1] if err.strip() else ""
         digest = re.search(r"^digest ([0-9a-f]{16})$", out, re.M)
         if rc == 0:
@@ -218,7 +241,7 @@ def run_trial(t: Trial, workdir: Path, expected: str) -> Outcome:
             return Outcome("wrong", f"last line: {last[:300]}", rc, None, None, seconds)
         reported = int(m.group(1)) if m else None
         again = launch(workdir, program, t=t)
-        rc2, out2, err2 = _finish(again, 300)
+        rc2, out2, err2 = _finish(again, 300, program.name)
         got = re.search(r"recovered checkpoint (\d+)", out2)
         recovered = int(got.group(1)) if got else None
         digest2 = re.search(r"^digest ([0-9a-f]{16})$", out2, re.M)

@@ -168,7 +168,7 @@ def at_exit(ckpt: Any) -> None:
     state = getattr(ckpt, "_online", None)
     failed = bool(dead) or (state is not None and state.rebuilt is not None)
     jobstatus.declare_dead(dead)
-    if not failed and not getattr(ckpt, "_finalized", True) and hasattr(ckpt, "_close"):
+    if not failed and state is not None and state.spares and not getattr(ckpt, "_finalized", True):
         with contextlib.suppress(Exception):
             ckpt._close()  # releases the idle spares (they leave with exit code 0)
     timeout = getattr(getattr(ckpt, "config", None), "failure_timeout", 300.0)
