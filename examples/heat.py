@@ -16,6 +16,11 @@ spare and the run goes on without a relaunch; the final digest is the same. With
 is left (or there are none) the survivors go on with fewer ranks: the plate is cut into bands for them and
 refilled from the checkpoint (``ckpt.steps(n, on_shrink=...)``); the final digest is still the same.
 
+With ``--fti-loop`` the loop is FTI's own (``while step < steps: ...; snapshot()``, no ``ckpt.steps()``):
+a killed rank then ends the job, every rank within ``failure_timeout``, with no error handling here (ftkit's
+exit hook does it, and ``ftkit launch`` exits non-zero naming the dead ranks and the checkpoint a relaunch
+recovers); the relaunch goes on from that checkpoint.
+
 Run: ``ftkit launch -n 4 --node-size 2 -- python examples/heat.py --steps 40 --size 64 --config ftkit.ini``
 """
 

@@ -140,6 +140,9 @@ class RankWatch:
                 hooked.append((rank, kinds["hook"].text))
             elif "exit" in kinds:
                 normal += 1
+            elif "replaced" in kinds:
+                vanished.append((rank, f"ended as a failed process for a spare to replace "
+                                       f"({kinds['replaced'].text})"))
             elif "start" in kinds:
                 vanished.append((rank, self.killed.get(pid) or _how(self.status.get(pid))))
             elif pid in self.status and self.status[pid] >= 0 and self.status[pid] != 0:

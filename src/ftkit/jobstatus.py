@@ -11,6 +11,8 @@ ranks as ``$FTKIT_JOB_STATUS``. A rank that imports ftkit writes notes there (no
 ``hook``
     when ftkit's exit hook ends it (an uncaught exception: :mod:`ftkit.checkpoint.online_exit`), with the
     reason and the checkpoint a relaunch will use;
+``replaced``
+    when the exit hook ends it as a failed process for a spare to replace (the job may go on);
 ``dead``
     the world ranks this process saw declared dead (ULFM, or a repair that left them out): the launcher
     SIGKILLs them, so a rank that is hung (SIGSTOPped), not dead, cannot hold the job.
@@ -33,7 +35,7 @@ __all__ = ["STATUS_ENV", "KINDS", "Note", "note", "declare_dead", "world_rank", 
 #: Environment variable naming the job's status directory (set by ``ftkit launch`` for its ranks).
 STATUS_ENV = "FTKIT_JOB_STATUS"
 #: The kinds of note, in the order they happen.
-KINDS = ("start", "dead", "exit", "hook")
+KINDS = ("start", "dead", "exit", "hook", "replaced")
 # Environment variables that carry a process's rank in the job's world, by launcher.
 _RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 _REGISTERED: list[bool] = []

@@ -323,7 +323,8 @@ def _check_launch_args(nprocs: int, program: Sequence[str], node_size: int | Non
 
 @dataclass
 class MPIResult:
-    """Outcome of :func:`run_mpi`: exit code, captured output, wall time (s), and whether it timed out."""
+    """Outcome of :func:`run_mpi`: exit code, captured output, wall time (s), whether it timed out, the
+    command, and the signal that made the launcher end the job (``forward_signals``; None otherwise)."""
 
     returncode: int
     stdout: str

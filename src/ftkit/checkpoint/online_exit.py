@@ -17,8 +17,8 @@ checkpoint a relaunch will use), then ends without ``MPI_Finalize``:
   spare; when none is left, every survivor raises the same
   :class:`~ftkit.errors.OnlineRecoveryError` and the checkpoint stays on disk for a relaunch;
 - otherwise (an ftkit or MPI error: a dead peer, or the same error on every rank; no idle spare; after
-  ``finalize()``): the process revokes the communicators it holds and ``MPI_COMM_WORLD`` (so a peer
-  blocked on any of them fails out at once instead of after the failure detector's timeout), then SIGKILLs
+  ``finalize()``): the process revokes the communicators ``ckpt`` holds (so a peer blocked on any of them
+  fails out at once instead of after the failure detector's timeout), then SIGKILLs
   itself, which the other ranks see as a process failure at once: each of them ends the same way (or, with
   spares, repairs). It used to exit with :data:`EXIT_CODE`: Open MPI's runtime reports an exit without
   ``MPI_Finalize`` to the survivors only after 60 s (measured with the PyPI wheel, against 0.5 s for a
@@ -127,12 +127,14 @@ def last_words(ckpt: Any, exc: BaseException, dead: list[int], replace: bool) ->
                 "(a bug that repeats on the replacement uses up the spares, then every rank raises "
                 "OnlineRecoveryError)")
     after = f"after the failure of world rank(s) {dead}" if dead else "with no failed rank known"
-    return (f"ftkit: rank {rank} ends the job ({after}): {what}; {_newest_checkpoint(ckpt)}; this process ends "
+    return (f"ftkit: rank {rank} ends the job ({after}): {what}; {_newest_checkpoint(ckpt)}; the process ends "
             "as a failed process (SIGKILL) so that no other waits for it")
 
 
 def _revoke_everything(ckpt: Any) -> None:
-    """Revoke the communicators ``ckpt`` holds and ``MPI_COMM_WORLD`` (ULFM only; local, never raises)."""
+    """Revoke the communicators ``ckpt`` holds (ULFM only; local, never raises). Not ``MPI_COMM_WORLD``: a
+    peer blocked in ``MPI_Sendrecv`` on a revoked ``MPI_COMM_WORLD`` crashed (SIGSEGV in ``PMPI_Sendrecv``,
+    Open MPI 5.0 wheel); a peer blocked on it learns of this process's SIGKILL from the runtime instead."""
     if not probe_ulfm().available:
         return
     comms = list(comms_of(ckpt)) if getattr(ckpt, "_icomm", None) is not None else []
@@ -151,7 +153,8 @@ def end_on_uncaught(ckpt: Any, kind: type[BaseException], exc: BaseException,
     line = last_words(ckpt, exc, dead, replace)
     print(line, file=sys.stderr)
     jobstatus.declare_dead(dead)
-    jobstatus.note("hook", line.removeprefix("ftkit: ").split("; this process ends")[0])
+    jobstatus.note("replaced" if replace else "hook",
+                   line.removeprefix("ftkit: ").split("; the process ends")[0].split("; it is replaced")[0])
     if not replace:
         _revoke_everything(ckpt)
     sys.stdout.flush()
