@@ -91,7 +91,7 @@ def test_the_failure_line_names_the_dead_rank_and_the_newest_checkpoint(tmp_path
     proc = _launch("-n", "4", "--node-size", "2", "--", sys.executable, str(program), "--fti-loop",
                    "--steps", "100000", "--size", "32", "--pause", "0.01", "--config", "ftkit.ini", cwd=d)
     try:
-        assert campaign.wait_until(lambda: any(d.glob("run/local/node*/*/l1/ckpt*")), BOUND)
+        assert campaign.wait_until(lambda: campaign.committed(d / "run" / "meta"), BOUND)
         os.kill(campaign.rank_pids(program.name)[1], signal.SIGKILL)
         rc, out, err = _end(proc, program.name)
     finally:
@@ -185,7 +185,7 @@ def test_a_stopped_rank_replaced_by_a_spare_is_killed_and_the_job_ends(tmp_path)
     proc = _launch("-n", "4", "--node-size", "2", "--spares", "2", "--", sys.executable, str(program),
                    "--steps", "120", "--size", "32", "--pause", "0.05", "--config", "ftkit.ini", cwd=d)
     try:
-        assert campaign.wait_until(lambda: any(d.glob("run/local/node*/*/l1/ckpt*")), BOUND)
+        assert campaign.wait_until(lambda: campaign.committed(d / "run" / "meta"), BOUND)
         os.kill(campaign.rank_pids(program.name)[2], signal.SIGSTOP)
         rc, out, err = _end(proc, program.name)
     finally:
@@ -208,7 +208,7 @@ def test_launch_exits_nonzero_when_every_rank_raises_online_recovery_error(tmp_p
     proc = _launch("-n", "4", "--node-size", "2", "--", sys.executable, str(program), "--steps", "100000",
                    "--size", "32", "--pause", "0.01", "--config", "ftkit.ini", cwd=d)
     try:
-        assert campaign.wait_until(lambda: any(d.glob("run/local/node*/*/l1/ckpt*")), BOUND)
+        assert campaign.wait_until(lambda: campaign.committed(d / "run" / "meta"), BOUND)
         os.kill(campaign.rank_pids(program.name)[3], signal.SIGKILL)
         rc, out, err = _end(proc, program.name)
     finally:

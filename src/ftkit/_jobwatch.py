@@ -122,8 +122,8 @@ class RankWatch:
     def verdict(self, returncode: int) -> tuple[bool, str]:
         """``(failed, line)``: whether any rank failed (or the launcher returned non-zero) and how.
 
-        A rank that wrote its ``start`` note failed if ftkit's exit hook ended it, or if it vanished without an
-        ``exit`` note (a signal, ``os._exit``) unless every other such rank ended normally (the job went on
+        A rank that wrote its ``start`` note failed if ftkit's exit hook ended it, or if it vanished without
+        an ``exit`` note (a signal, ``os._exit``) unless every other such rank ended normally (the job went on
         without it: online recovery, a shrink, a failure-aware multiply). Other ranks failed if seen ending
         by a signal or a non-zero exit.
         """
@@ -151,7 +151,7 @@ class RankWatch:
         failed = returncode != 0 or bool(hooked) or bool(other) or (bool(vanished) and not went_on)
         parts = _grouped(vanished + other)
         if hooked:
-            reason = next((text for _, text in hooked if "after the failure" in text), hooked[0][1])
+            reason = max((text for _, text in hooked), key=_dead_named)  # the one that knows the most dead
             parts.append(f"{_ranks_text([r for r, _ in hooked])} ended by ftkit's exit hook ({reason})")
         if not parts:
             return failed, ""
@@ -159,6 +159,12 @@ class RankWatch:
             return False, (f"ftkit launch: {'; '.join(parts)}; the other ranks went on without them and "
                            "ended normally")
         return True, f"ftkit launch: the job failed: {'; '.join(parts)}"
+
+
+def _dead_named(text: str) -> int:
+    """How many dead ranks a hook note names ("after the failure of world rank(s) [2, 3]")."""
+    named = text.split("after the failure of world rank(s) [", 1)
+    return len(named[1].split("]", 1)[0].split(",")) if len(named) == 2 else 0
 
 
 def _ranks_text(ranks: list[int]) -> str:

@@ -50,12 +50,13 @@ from .. import jobstatus
 from ..errors import FtkitError
 from ..mpienv import probe_ulfm
 from .online import comms_of
+from .online_verdict import covers_node_loss
 
 if TYPE_CHECKING:
     from .checkpointer import Checkpointer
 
 __all__ = ["EXIT_CODE", "FINALIZE_AFTER_FAILURE", "end_on_uncaught", "install", "at_exit", "last_words",
-           "failed_world_ranks"]
+           "failed_world_ranks", "relaunch_text"]
 
 #: Exit code of a process ended by an uncaught exception if its SIGKILL fails (it does not, as a rule).
 EXIT_CODE = 1
@@ -107,28 +108,61 @@ def failed_world_ranks() -> list[int]:
     return sorted(int(r) for r in ranks if r >= 0)
 
 
-def _newest_checkpoint(ckpt: Any) -> str:
+def _app_ranks(ckpt: Any, world_ranks: list[int]) -> list[int]:
+    """``world_ranks`` as ranks of ``ckpt.comm`` (the application's; heads and spares are left out)."""
+    comm = getattr(ckpt, "comm", None)
+    if comm is None or not world_ranks:
+        return []
+    world, app = MPI.COMM_WORLD.Get_group(), comm.Get_group()
+    try:
+        return sorted(r for r in MPI.Group.Translate_ranks(world, world_ranks, app) if r >= 0)
+    finally:
+        world.Free()
+        app.Free()
+
+
+def relaunch_text(ckpt: Any, dead_world: list[int]) -> str:
+    """What a relaunch recovers: the newest committed checkpoint if the dead ranks' node-local files are
+    intact (their processes died), else the newest one whose redundancy covers the loss of their nodes."""
     store = getattr(ckpt, "_store", None)
-    newest = store.manifest.newest_first() if store is not None else []
-    if not newest:
+    entries = [e for e in store.manifest.newest_first() if e.complete_levels] if store is not None else []
+    if not entries:
         return "no checkpoint is committed: a relaunch starts from the beginning"
-    entry = newest[0]
+    newest = entries[0]
     where = getattr(getattr(ckpt, "config", None), "meta_dir", "meta_dir")
-    return f"a relaunch recovers from checkpoint {entry.id} (level {entry.level}, {where}), the newest committed"
+    text = (f"a relaunch recovers from checkpoint {newest.id} (level {max(newest.complete_levels)}, the "
+            f"newest committed in {where})")
+    topology = getattr(ckpt, "topology", None)
+    try:
+        dead = _app_ranks(ckpt, dead_world)
+    except (MPI.Exception, AttributeError):
+        dead = []
+    if topology is None or not dead:
+        return text
+    code = str(getattr(ckpt.config, "l3_code", "rs"))
+    safe = next((e for e in entries
+                 if any(covers_node_loss(topology, lv, dead, str(e.extra.get("l3_code", code)))
+                        for lv in e.complete_levels)), None)
+    if safe is newest:
+        return text + ", which survives even the loss of the dead ranks' nodes"
+    other = (f"else from checkpoint {safe.id} (complete at level {max(safe.complete_levels)})" if safe else
+             "else it starts from the beginning")
+    return f"{text} if the dead ranks' node-local files are intact, {other}"
 
 
 def last_words(ckpt: Any, exc: BaseException, dead: list[int], replace: bool) -> str:
     """The one line a process ended by :func:`end_on_uncaught` prints (and notes for ``ftkit launch``)."""
     rank = getattr(ckpt, "rank", None)
     rank = MPI.COMM_WORLD.Get_rank() if rank is None else rank
-    what = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+    what = type(exc).__name__  # its message is in the traceback just above (MPI's is short: given)
+    what = f"MPI.Exception ({' '.join(str(exc).split())[:120]})" if isinstance(exc, MPI.Exception) else what
     if replace:
-        return (f"ftkit: rank {rank} ended by an uncaught {what}; it is replaced by a spare as a failed process "
-                "(a bug that repeats on the replacement uses up the spares, then every rank raises "
+        return (f"ftkit: rank {rank} ended by an uncaught {what}; it is replaced by a spare as a failed "
+                "process (a bug that repeats on the replacement uses up the spares, then every rank raises "
                 "OnlineRecoveryError)")
     after = f"after the failure of world rank(s) {dead}" if dead else "with no failed rank known"
-    return (f"ftkit: rank {rank} ends the job ({after}): {what}; {_newest_checkpoint(ckpt)}; the process ends "
-            "as a failed process (SIGKILL) so that no other waits for it")
+    return (f"ftkit: rank {rank} ends the job ({after}): {what}; {relaunch_text(ckpt, dead)}; the process "
+            "ends as a failed process (SIGKILL) so that no other waits for it")
 
 
 def _revoke_everything(ckpt: Any) -> None:
