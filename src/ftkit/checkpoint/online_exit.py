@@ -49,6 +49,7 @@ from mpi4py import MPI
 from .. import jobstatus
 from ..errors import FtkitError
 from ..mpienv import probe_ulfm
+from ..storage.manifest import read_manifest
 from .online import comms_of
 from .online_verdict import covers_node_loss
 
@@ -123,9 +124,15 @@ def _app_ranks(ckpt: Any, world_ranks: list[int]) -> list[int]:
 
 def relaunch_text(ckpt: Any, dead_world: list[int]) -> str:
     """What a relaunch recovers: the newest committed checkpoint if the dead ranks' node-local files are
-    intact (their processes died), else the newest one whose redundancy covers the loss of their nodes."""
+    intact (their processes died), else the newest one whose redundancy covers the loss of their nodes.
+    From the manifest file (what a relaunch reads), else the one in memory."""
     store = getattr(ckpt, "_store", None)
-    entries = [e for e in store.manifest.newest_first() if e.complete_levels] if store is not None else []
+    manifest = store.manifest if store is not None else None
+    try:  # the file is what a relaunch reads: a commit this rank did not hear of may be in it already
+        manifest = read_manifest(ckpt.config.meta_dir) or manifest
+    except (FtkitError, OSError, ValueError, AttributeError):
+        pass
+    entries = [e for e in manifest.newest_first() if e.complete_levels] if manifest is not None else []
     if not entries:
         return "no checkpoint is committed: a relaunch starts from the beginning"
     newest = entries[0]
