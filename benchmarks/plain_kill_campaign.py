@@ -266,9 +266,9 @@ def run_trial(t: Trial, workdir: Path, expected: str) -> Outcome:
             return Outcome("wrong", f"relaunch rc {rc2}: {err2.strip()[-300:]}", rc, reported, recovered,
                            seconds)
         if recovered != reported:
-            return Outcome("wrong", f"announced checkpoint {reported}, relaunch recovered {recovered}", rc,
-                           reported, recovered, seconds)
-        return Outcome("ended", last[:200], rc, reported, recovered, seconds)
+            return Outcome("wrong", f"announced checkpoint {reported}, relaunch recovered {recovered}: "
+                           f"{last[:1000]}", rc, reported, recovered, seconds)
+        return Outcome("ended", last[:1000], rc, reported, recovered, seconds)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -30,7 +30,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["STATUS_ENV", "KINDS", "Note", "note", "declare_dead", "world_rank", "register", "read_notes"]
+__all__ = ["STATUS_ENV", "KINDS", "Note", "note", "declare_dead", "world_rank", "register", "read_notes",
+           "ended_by_hook"]
 
 #: Environment variable naming the job's status directory (set by ``ftkit launch`` for its ranks).
 STATUS_ENV = "FTKIT_JOB_STATUS"
@@ -116,3 +117,10 @@ def read_notes(directory: str | os.PathLike[str]) -> list[Note]:
             continue
         notes.append(Note(parts[0], int(parts[1]), int(parts[2]), text))
     return notes
+
+
+def ended_by_hook() -> set[int]:
+    """World ranks of this job that ftkit's exit hook ended (they left because of a failure; they are not
+    the failure). Empty outside a job of ``ftkit launch``."""
+    directory = os.environ.get(STATUS_ENV)
+    return {n.rank for n in read_notes(directory) if n.kind == "hook"} if directory else set()

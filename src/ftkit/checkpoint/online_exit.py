@@ -191,7 +191,9 @@ def end_on_uncaught(ckpt: Any, kind: type[BaseException], exc: BaseException,
     replace = replaceable(ckpt, exc)
     traceback.print_exception(kind, exc, tb)
     dead = failed_world_ranks()
-    line = last_words(ckpt, exc, dead, replace)
+    # The ranks that left through this hook before this one are not the failure (ftkit launch only).
+    victims = sorted(set(dead) - jobstatus.ended_by_hook()) or dead
+    line = last_words(ckpt, exc, victims, replace)
     print(line, file=sys.stderr)
     jobstatus.declare_dead(dead)
     jobstatus.note("replaced" if replace else "hook",
