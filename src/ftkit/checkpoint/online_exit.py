@@ -189,6 +189,7 @@ def end_on_uncaught(ckpt: Any, kind: type[BaseException], exc: BaseException,
     """End the process after an uncaught exception by a SIGKILL of itself, whether a spare replaces it or
     not (never ``MPI_Finalize``, which would wait for the others). Never returns."""
     replace = replaceable(ckpt, exc)
+    jobstatus.note("replaced" if replace else "hook", f"an uncaught {kind.__name__}")  # before any MPI call
     traceback.print_exception(kind, exc, tb)
     dead = failed_world_ranks()
     # The ranks that left through this hook before this one are not the failure (ftkit launch only).
