@@ -16,15 +16,18 @@ spare and the run goes on without a relaunch; the final digest is the same. With
 is left (or there are none) the survivors go on with fewer ranks: the plate is cut into bands for them and
 refilled from the checkpoint (``ckpt.steps(n, on_shrink=...)``); the final digest is still the same.
 
+With ``--fti-loop`` the loop is FTI's own (``while step < steps: ...; snapshot()``, no ``ckpt.steps()``):
+a killed rank then ends the job, every rank within ``failure_timeout``, with no error handling here (ftkit's
+exit hook does it, and ``ftkit launch`` exits non-zero naming the dead ranks and the checkpoint a relaunch
+recovers); the relaunch goes on from that checkpoint.
+
 Run: ``ftkit launch -n 4 --node-size 2 -- python examples/heat.py --steps 40 --size 64 --config ftkit.ini``
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import threading
 import time
 
 import numpy as np
@@ -108,7 +111,6 @@ def exchange_halos(comm: MPI.Comm, u: np.ndarray) -> None:
 def run(args: argparse.Namespace) -> int:
     ckpt = ftkit.Checkpointer(args.config or _default_config(), MPI.COMM_WORLD)
     comm = ckpt.comm
-    _REVOKE_ON_ABORT.append(comm)
     n = args.size
     if n < comm.size + 2:
         raise SystemExit(f"--size {n} is too small for {comm.size} ranks")
@@ -133,10 +135,15 @@ def run(args: argparse.Namespace) -> int:
                   f"at step {step[0]}",
                   flush=True)
     t0 = time.perf_counter()
-    # after an online recovery (spare_ranks, or fewer ranks with --shrink), resumes at the restored step
-    for s in ckpt.steps(args.steps, on_shrink=on_shrink if args.shrink else None):
+    # after an online recovery (spare_ranks, or fewer ranks with --shrink), resumes at the restored step;
+    # --fti-loop: FTI's own loop shape (a failure then ends the job; a relaunch recovers)
+    loop = (_fti_steps(ckpt, step, args.steps) if args.fti_loop else
+            ckpt.steps(args.steps, on_shrink=on_shrink if args.shrink else None))
+    for s in loop:
         comm = ckpt.comm  # the repaired communicator after an online recovery
         _maybe_kill(ckpt, s, args)
+        if args.pause:
+            time.sleep(args.pause)
         exchange_halos(comm, plate.u)
         jacobi_rows(plate.u, plate.start, n)
         step[0] = s + 1
@@ -171,6 +178,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fti_steps(ckpt: ftkit.Checkpointer, step: np.ndarray, steps: int):  # noqa: ANN202 - a generator
+    """FTI's loop, ``while step < steps: ...; FTI_Snapshot()``, as a generator of the steps to run."""
+    while step[0] < steps:
+        yield int(step[0])
+
+
 def _maybe_kill(ckpt: ftkit.Checkpointer, s: int, args: argparse.Namespace) -> None:
     """SIGKILL this rank if a planned kill says so (fresh runs only; the i-th after i online recoveries)."""
     plan = [(args.kill_at, [args.kill_rank])] if args.kill_at is not None else []
@@ -190,29 +203,6 @@ def _default_config() -> ftkit.Config:
                         ckpt_l1=10, interval_unit="iterations")
 
 
-#: Communicators to revoke when this rank gives up, so that peers blocked on them fail at once too.
-_REVOKE_ON_ABORT: list[MPI.Comm] = []
-
-
-def _abort(code: int) -> int:
-    """Take the whole job down after a peer died, without waiting for failure detectors.
-
-    Under ULFM, MPI_Abort does not stop the other ranks at once: a rank blocked in a halo exchange with a
-    rank that aborted only learns of it from the failure detector, a minute later. Revoking the application's
-    communicators wakes every blocked peer immediately (their call fails, they end up here too), then this
-    rank exits. Without ULFM support, MPI_Abort is the fallback.
-    """
-    threading.Timer(10.0, os._exit, (code,)).start()
-    try:
-        for comm in (*_REVOKE_ON_ABORT, MPI.COMM_WORLD):
-            comm.Revoke()
-    except (NotImplementedError, MPI.Exception):
-        MPI.COMM_WORLD.Abort(code)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=100, help="Jacobi steps")
@@ -225,22 +215,16 @@ def main(argv: list[str] | None = None) -> int:
                         "that make up a whole node delete its node-local directory first")
     p.add_argument("--shrink", action="store_true",
                    help="when no spare is left, continue on the survivors (steps(on_shrink=...))")
+    p.add_argument("--fti-loop", action="store_true",
+                   help="FTI's loop (while step < steps ... snapshot()) instead of ckpt.steps(): a failure "
+                        "ends the job (ftkit ends every rank), a relaunch recovers")
+    p.add_argument("--pause", type=float, default=0.0, help="sleep this long in every step (for kill tests)")
     p.add_argument("--save", default=None, help="rank 0 saves the final field to this .npy file")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
-    try:
-        return run(args)
-    except ftkit.ProcessFailure as exc:
-        # A peer died: this run cannot go on; take the whole job down now (the relaunch recovers).
-        print(f"heat: rank {MPI.COMM_WORLD.rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return _abort(2)
-    except ftkit.FtkitError as exc:
-        # ftkit's collective errors are raised on every rank: report and exit without aborting the others.
-        print(f"heat: rank {MPI.COMM_WORLD.rank}: {type(exc).__name__}: {exc}", flush=True)
-        return 3
-    except Exception as exc:  # noqa: BLE001 - a dead peer or a bug: take the whole job down, never hang
-        print(f"heat: rank {MPI.COMM_WORLD.rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return _abort(1)
+    # No error handling here: when a peer dies (or a rank raises) and the run cannot go on, ftkit ends every
+    # process of the job within failure_timeout, naming the dead ranks and the checkpoint a relaunch uses.
+    return run(args)
 
 
 if __name__ == "__main__":

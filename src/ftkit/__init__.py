@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import jobstatus
 from .config import Config
 from .errors import *  # noqa: F403
 from .errors import __all__ as _errors_all
@@ -24,6 +25,8 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "Checkpointer", "CheckpointStatus", "Config", "RecoveryInfo", *_errors_all]
 
 _LAZY = ("Checkpointer", "CheckpointStatus", "RecoveryInfo")
+
+jobstatus.register()  # a rank of `ftkit launch` tells it how it ends (nothing elsewhere)
 
 
 def __getattr__(name: str) -> Any:

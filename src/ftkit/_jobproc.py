@@ -16,6 +16,7 @@ from ._wait import deadline_after, poll_until
 from .errors import TimeoutFailure
 
 __all__ = ["RUNTIME_EXIT_GRACE", "KILL_WAIT", "SRUN_TERM_GRACE", "PipeReader", "watch_ranks", "is_zombie",
+           "session_members",
            "proc_stat", "combined_status", "kill_session", "end_srun"]
 
 #: Seconds mpirun may stay up after every rank has exited before it is killed.
@@ -62,7 +63,7 @@ def proc_stat(pid: int) -> list[str] | None:
     return data[data.rindex(")") + 2:].split()
 
 
-def _session_members(sid: int) -> list[int]:
+def session_members(sid: int) -> list[int]:
     """Pids of every process in session ``sid`` (Linux /proc; empty elsewhere)."""
     members: list[int] = []
     try:
@@ -80,7 +81,7 @@ def _session_members(sid: int) -> list[int]:
 def watch_ranks(sid: int, status: dict[int, int]) -> int:
     """Record the exit status of ranks seen as zombies; return how many ranks are still running."""
     live = 0
-    for pid in _session_members(sid):
+    for pid in session_members(sid):
         if pid == sid:
             continue
         fields = proc_stat(pid)
@@ -130,7 +131,7 @@ def kill_session(sid: int) -> list[int]:
     running (zombies count as gone: they run nothing), for at most :data:`KILL_WAIT` seconds.
     """
     def none_running() -> bool:
-        alive = [pid for pid in _session_members(sid) if _running(pid)]
+        alive = [pid for pid in session_members(sid) if _running(pid)]
         for pid in alive:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -145,7 +146,7 @@ def kill_session(sid: int) -> list[int]:
     try:
         poll_until(none_running, deadline_after(KILL_WAIT), "end of the job's processes", max_sleep=0.05)
     except TimeoutFailure:
-        return [pid for pid in _session_members(sid) if _running(pid)]
+        return [pid for pid in session_members(sid) if _running(pid)]
     return []
 
 

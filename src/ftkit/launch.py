@@ -22,16 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._jobproc import (
-    KILL_WAIT,
-    RUNTIME_EXIT_GRACE,
-    PipeReader,
-    combined_status,
-    end_srun,
-    kill_session,
-    watch_ranks,
-)
+from ._jobwatch import run_job
 from .errors import LaunchError, ULFMUnavailable
+from .jobstatus import STATUS_ENV
 
 __all__ = ["MPIResult", "build_mpirun_command", "build_launch_command", "find_mpirun", "resolve_launcher",
            "run_mpi", "NODE_SIZE_ENV", "LAUNCHERS", "LAUNCHER_ENV", "SRUN_MPI_ENV"]
@@ -330,7 +323,8 @@ def _check_launch_args(nprocs: int, program: Sequence[str], node_size: int | Non
 
 @dataclass
 class MPIResult:
-    """Outcome of :func:`run_mpi`: exit code, captured output, wall time (s), and whether it timed out."""
+    """Outcome of :func:`run_mpi`: exit code, captured output, wall time (s), whether it timed out, the
+    command, and the signal that made the launcher end the job (``forward_signals``; None otherwise)."""
 
     returncode: int
     stdout: str
@@ -338,6 +332,7 @@ class MPIResult:
     elapsed: float
     timed_out: bool
     command: list[str]
+    ending_signal: int | None = None
 
     def check(self) -> MPIResult:
         """Raise ``AssertionError`` with the job's output unless it exited 0 in time; return self."""
@@ -360,6 +355,8 @@ def run_mpi(
     capture: bool = True,
     launcher: str = "auto",
     spares: int = 0,
+    grace: float = 30.0,
+    forward_signals: bool = False,
 ) -> MPIResult:
     """Run ``program`` under the launcher with a hard timeout and return its outcome.
 
@@ -373,61 +370,26 @@ def run_mpi(
     :func:`build_launch_command` (``launcher="auto"`` with ULFM on is the Open MPI wheel's mpirun);
     ``timeout`` is in seconds; ``spares`` as in :func:`build_launch_command`. Each Open MPI job gets a
     private runtime session directory (``session_base``), removed when the job has ended.
+
+    Ranks tell the launcher how they ended (:mod:`ftkit.jobstatus`, ``$FTKIT_JOB_STATUS`` in that directory);
+    a rank declared dead by the others is SIGKILLed, and when mpirun exits 0 although a rank failed (ULFM)
+    the return code is :data:`~ftkit._jobwatch.JOB_FAILED_EXIT`; the last line of ``stderr`` then says which
+    ranks failed and how. With ``forward_signals`` (``ftkit launch``; main thread only) SIGTERM, SIGINT,
+    SIGHUP, SIGUSR1 and SIGUSR2 are passed on to every rank, and after one of the first three whatever runs
+    ``grace`` seconds later is killed (``ending_signal`` of the result). A watchdog process kills the job when
+    the caller dies, even by SIGKILL.
     """
     session = tempfile.mkdtemp(prefix="ftkit-mpi-")
     try:
+        status = os.path.join(session, "status")
+        os.mkdir(status, 0o700)
         name, cmd = build_launch_command(nprocs, program, launcher=launcher, node_size=node_size, ulfm=ulfm,
-                                         env=env, spares=spares, session_base=session)
-        return _run_job(name, cmd, nprocs, timeout, cwd, capture)
+                                         env={**(env or {}), STATUS_ENV: status}, spares=spares,
+                                         session_base=session)
+        start = time.monotonic()
+        returncode, out, err, timed_out, ending = run_job(
+            name, cmd, nprocs, timeout, cwd, capture, status if name == "openmpi" else None, grace=grace,
+            forward_signals=forward_signals)
+        return MPIResult(returncode, out, err, time.monotonic() - start, timed_out, cmd, ending)
     finally:
         shutil.rmtree(session, ignore_errors=True)
-
-
-def _run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | os.PathLike[str] | None,
-             capture: bool) -> MPIResult:
-    """The body of :func:`run_mpi`: run ``cmd`` (launcher ``name``) to its end; see there."""
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, cwd=cwd, start_new_session=True, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if capture else None,
-        text=True,
-    )
-    readers = [PipeReader(pipe) for pipe in (proc.stdout, proc.stderr)]
-    timed_out = False
-    stuck = False
-    rank_status: dict[int, int] = {}
-    all_exited_since: float | None = None
-    try:
-        while proc.poll() is None:
-            now = time.monotonic()
-            if now - start > timeout:
-                timed_out = True
-                break
-            # Only mpirun's ranks are its local descendants; srun's run under slurmd, Hydra's under a proxy.
-            live = watch_ranks(proc.pid, rank_status) if name == "openmpi" else 1
-            if rank_status and not live:
-                all_exited_since = all_exited_since or now
-                if now - all_exited_since > RUNTIME_EXIT_GRACE:
-                    stuck = True
-                    break
-            else:
-                all_exited_since = None
-            try:   # returns as soon as the launcher exits (a sleep here delayed every job's end by ~0.1 s)
-                proc.wait(timeout=0.2)
-            except subprocess.TimeoutExpired:
-                pass
-    finally:
-        if name == "srun" and proc.poll() is None:
-            end_srun(proc)
-        # The launcher, the ranks, and anything they left behind: the whole session goes.
-        left = kill_session(proc.pid)
-        proc.wait()
-    out, err = (r.text() for r in readers)
-    returncode = proc.returncode
-    if stuck:
-        returncode = combined_status(rank_status, nprocs)
-        err += (f"\nftkit: every rank had exited but mpirun had not after {RUNTIME_EXIT_GRACE:.0f} s; "
-                "it was killed\n")
-    if left:
-        err += f"\nftkit: processes {left} of the job were still running {KILL_WAIT:.0f} s after SIGKILL\n"
-    return MPIResult(returncode, out, err, time.monotonic() - start, timed_out, cmd)

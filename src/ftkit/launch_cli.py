@@ -6,9 +6,11 @@ The command line is built and the job supervised by :mod:`ftkit.launch` (one cod
 from __future__ import annotations
 
 import re
+import signal
 import sys
 from collections.abc import Sequence
 
+from .errors import LaunchError
 from .launch import LAUNCHER_ENV, LAUNCHERS, RESERVE_CORE_ENV, build_launch_command, run_mpi
 
 __all__ = ["add_parser", "run_launch"]
@@ -38,6 +40,9 @@ def add_parser(subparsers) -> None:  # type: ignore[no-untyped-def]
     ulfm.add_argument("--no-ulfm", dest="ulfm", action="store_const", const=False,
                       help="launch without ULFM (default: ULFM on with Open MPI >= 5, off elsewhere)")
     p.add_argument("--timeout", type=float, default=None, help="kill the job after this many seconds")
+    p.add_argument("--grace", type=float, default=30.0,
+                   help="after SIGTERM, SIGINT or SIGHUP (passed on to every rank, as are SIGUSR1 and "
+                        "SIGUSR2), kill whatever of the job still runs this many seconds later (default 30)")
     p.add_argument("--reserve-core", action="store_true",
                    help="keep the last core of each rank's CPU set for the checkpoint work (background "
                         "thread or head ranks) and pin the application's threads to the others (exports "
@@ -69,9 +74,18 @@ def run_launch(args) -> int:  # type: ignore[no-untyped-def]
                                       ulfm=args.ulfm, spares=args.spares, env=env)
         print(" ".join(cmd))
         return 0
+    if args.grace < 0:
+        raise LaunchError(f"--grace must be >= 0 seconds, got {args.grace}")
     result = run_mpi(args.nprocs, program, timeout=args.timeout or 10**9, node_size=args.node_size,
-                     ulfm=args.ulfm, capture=False, launcher=args.launcher, spares=args.spares, env=env)
+                     ulfm=args.ulfm, capture=False, launcher=args.launcher, spares=args.spares, env=env,
+                     grace=args.grace, forward_signals=True)
     if result.timed_out:
         print(f"ftkit launch: job killed after {args.timeout} s timeout", file=sys.stderr)
         return 124
+    if result.ending_signal is not None:
+        name = signal.Signals(result.ending_signal).name
+        print(f"ftkit launch: {name} received and passed on to every rank; whatever of the job still ran "
+              f"{args.grace:g} s later (--grace) was killed; exit code {128 + result.ending_signal}",
+              file=sys.stderr)
+        return 128 + result.ending_signal
     return result.returncode

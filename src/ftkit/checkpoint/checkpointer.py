@@ -29,6 +29,7 @@ from .head import enter_head_mode
 from .layout import box_layout, check_protect
 from .levels import recovery_chain
 from .offload import PostManager
+from .online_exit import install as install_exit_hook
 from .recovery import RecoveryInfo
 from .runlock import RunLock
 from .schedule import SnapshotSchedule
@@ -84,6 +85,7 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
                  spare_ranks: int | None = None) -> None:
         world = MPI.COMM_WORLD if comm is None else comm
         self.config: Config = events.load_config(config, world.Get_rank())  # notes once per job, the log set
+        install_exit_hook(self, world)  # a rank's death or error ends the job, never hangs it
         mpienv.check_start(world, self.config)  # a mis-launched job fails here, before any directory
         uncaught.install(world)  # an ftkit error every rank raises is printed once (collective: a Dup)
         set_group_access(bool(self.config.group_access))  # 0600/0700, or 0640/0750 with group_access = 1

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from .. import jobstatus
 from .._wait import deadline_after, poll_until
 from ..config import Config
 from ..errors import CheckpointError, ProcessFailure
@@ -363,6 +364,7 @@ def serve_as_head(links: HeadLinks, topology: Topology, config: Config) -> int:
               file=sys.stderr, flush=True)
         # Its ranks are dead: freeing communicators or finalizing MPI with failed peers can block, and
         # nobody is left to serve, so the head leaves at once.
+        jobstatus.note("hook", f"head of node {topology.node_id} ends: {exc}")
         sys.stdout.flush()
         os._exit(1)
     links.free()

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from mpi4py import MPI
 
+from .. import jobstatus
 from .._wait import deadline_after, poll_until, wait_requests
 from ..config import Config
 from ..errors import ConfigError, ULFMUnavailable
@@ -219,6 +220,7 @@ def _leave(state: OnlineState) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     if state.rebuilt is None:
+        jobstatus.note("exit", "spare released")
         MPI.Finalize()
         os._exit(0)
     exit_without_finalize(None, 0)  # after a failure, MPI_Finalize may wait for the dead (see ulfm.py)

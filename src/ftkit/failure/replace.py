@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import numpy as np
 from mpi4py import MPI
 
+from .. import jobstatus
 from .._wait import deadline_after, wait_requests
 from ..errors import ProcessFailure
 from .detect import is_failure_error
@@ -154,6 +155,7 @@ def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
             revoke(shrunk)
             comm = shrunk
             continue
+        _declare_dead(world, shrunk)
         replaced, missing, idle = plan_roles(roster, napp)
         dead = tuple(sorted(replaced) + list(missing))
         survivors = tuple(sorted(r for r in roster if r != SPARE))
@@ -177,6 +179,24 @@ def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
         return Rebuilt(shrunk, app, new_rank, replaced, dead, (), survivors, idle, tuple(roster))
     raise ProcessFailure("spare promotion: failures kept striking while the job was being repaired "
                          f"({rounds} rounds)")
+
+
+def _declare_dead(before: MPI.Intracomm, after: MPI.Intracomm) -> None:
+    """Note for ``ftkit launch`` the world ranks in ``before`` but not in ``after`` (declared dead: the
+    launcher kills them, so a rank that only hangs cannot hold the job; see :mod:`ftkit.jobstatus`)."""
+    groups = []
+    try:
+        groups = [before.Get_group(), after.Get_group(), MPI.COMM_WORLD.Get_group()]
+        gone = MPI.Group.Difference(groups[0], groups[1])
+        groups.append(gone)
+        n = gone.Get_size()
+        ranks = MPI.Group.Translate_ranks(gone, list(range(n)), groups[2]) if n else []
+        jobstatus.declare_dead([r for r in ranks if r >= 0])
+    except MPI.Exception:
+        pass
+    finally:
+        for group in groups:
+            group.Free()
 
 
 def app_comm(shrunk: MPI.Intracomm, new_rank: int) -> MPI.Intracomm:

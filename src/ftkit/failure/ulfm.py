@@ -20,6 +20,7 @@ from typing import TypeVar
 import numpy as np
 from mpi4py import MPI
 
+from .. import jobstatus
 from .._wait import deadline_after, poll_until
 from ..errors import ProcessFailure, TimeoutFailure, ULFMUnavailable
 from ..mpienv import is_revoked_error, probe_ulfm
@@ -327,6 +328,7 @@ def exit_without_finalize(comm: MPI.Comm | None = None, code: int = 0) -> None:
     """
     if comm is not None and comm != MPI.COMM_NULL:
         agree_to_leave(comm)  # False (a further failure, or the timeout): leaving is still right
+    jobstatus.note("exit", f"exit code {code} without MPI_Finalize")
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -1,0 +1,311 @@
+"""Kill campaign for plain jobs (no spares) under ``ftkit launch``: a job that loses a rank ends, never hangs.
+
+usage: python benchmarks/plain_kill_campaign.py [--trials 40] [--seed 1] [--out results.jsonl]
+       [--configs l1,l2,l3,l4] [--nprocs 8] [--node-size 2]
+
+Each trial runs ``examples/heat.py --fti-loop`` (FTI's loop shape: ``while step < n: ...; snapshot()``, no
+``ckpt.steps()``, no error handling) under ``ftkit launch`` with a random configuration (``--configs``: L1,
+L2, L3 or L4 every few iterations; ``head`` 0 or 1; the FT thread on, ``inline_l2/l3/l4 = 0``, or off). Once
+the first checkpoint is committed, the driver waits a random delay and, from outside, SIGKILLs one rank or
+every rank of one emulated node (then deletes that node's local directory when the configuration has
+redundancy: the node is lost), or SIGSTOPs one rank (hung, not dead: the ULFM detector declares it dead
+after ``mpi_ft_detector_timeout``, set to 15 s here). Outcomes:
+
+``ended``
+    ``ftkit launch`` exited non-zero within the bound, its last line naming the checkpoint a relaunch uses
+    (for a lost node: the one it names for that case), no process of the job left, and the relaunch
+    recovered exactly that checkpoint and ended with the failure-free digest (bit for bit);
+``late``
+    the job had finished before the kill landed (digest checked);
+``hang``
+    the job did not end within the bound (``failure_timeout`` 30 s + detector + 60 s);
+``orphan``
+    a process of the job was still running 60 s after ``ftkit launch`` exited;
+``wrong``
+    exit code 0 after a failure, no or another checkpoint recovered than announced, or a wrong digest.
+
+Prints one line per trial and a table by configuration, and appends one JSON line per trial to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ftkit.errors import FtkitError
+from ftkit.storage.manifest import read_manifest
+
+REPO = Path(__file__).resolve().parents[1]
+HEAT = REPO / "examples" / "heat.py"
+OUTCOMES = ("ended", "late", "hang", "orphan", "wrong")
+CONFIGS = ("l1", "l2", "l3", "l4")
+#: The ULFM detector's settings for the trials (a SIGSTOPped rank is declared dead after the timeout).
+DETECTOR = {"OMPI_MCA_mpi_ft_detector_period": "3", "OMPI_MCA_mpi_ft_detector_timeout": "15"}
+STEPS, SIZE = 300, 48
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial: configuration, what is killed and how, and when (seconds after the first checkpoint)."""
+
+    config: str
+    head: int
+    thread: int
+    victim: str      # "rank" or "node"
+    sig: str         # "KILL" or "STOP"
+    rank: int        # the rank killed, or a rank of the node killed
+    delay: float
+    nprocs: int = 8
+    node_size: int = 2
+
+
+@dataclass
+class Outcome:
+    outcome: str
+    detail: str
+    rc: int | None
+    reported: int | None
+    recovered: int | None
+    seconds: float
+
+
+def draw(rng: random.Random, configs: tuple[str, ...] = CONFIGS, nprocs: int = 8,
+         node_size: int = 2) -> Trial:
+    """A random trial."""
+    sig = rng.choice(("KILL", "KILL", "KILL", "STOP"))
+    return Trial(config=rng.choice(configs), head=rng.choice((0, 0, 1)), thread=rng.choice((0, 1)),
+                 victim="rank" if sig == "STOP" else rng.choice(("rank", "node")), sig=sig,
+                 rank=rng.randrange(nprocs), delay=round(rng.uniform(0.0, 3.0), 2), nprocs=nprocs,
+                 node_size=node_size)
+
+
+def write_config(d: Path, t: Trial) -> None:
+    level = int(t.config[1])
+    basic = {"ckpt_dir": "run/local", "glbl_dir": "run/global", "meta_dir": "run/meta", "head": t.head,
+             "node_size": t.node_size, f"ckpt_l{level}": 5}
+    if level in (2, 3):
+        basic["group_size"] = 4 if level == 3 else 2
+    if t.thread:
+        basic.update({"inline_l2": 0, "inline_l3": 0, "inline_l4": 0})
+    ftk = {"interval_unit": "iterations", "failure_timeout": 30}
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "ftkit.ini").write_text("[basic]\n" + "".join(f"{k} = {v}\n" for k, v in basic.items())
+                                 + "[ftkit]\n" + "".join(f"{k} = {v}\n" for k, v in ftk.items()))
+
+
+def marked_pids(marker: str) -> list[int]:
+    """Pids of the running processes whose command line holds ``marker`` (mpirun and its ranks)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if marker.encode() not in f.read():
+                    continue
+            with open(f"/proc/{entry}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def rank_pids(marker: str) -> dict[int, int]:
+    """World rank -> pid of the running processes whose command line holds ``marker``."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if marker.encode() not in f.read():
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{entry}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    continue
+        except OSError:
+            continue
+        for item in env:
+            if item.startswith(b"OMPI_COMM_WORLD_RANK="):
+                found[int(item.split(b"=")[1])] = int(entry)
+    return found
+
+
+def committed(meta_dir: Path) -> bool:
+    """Whether a checkpoint is committed in ``meta_dir`` (read from its manifest)."""
+    try:
+        manifest = read_manifest(meta_dir)
+    except (OSError, ValueError, FtkitError):
+        return False
+    return manifest is not None and any(e.complete_levels for e in manifest.checkpoints)
+
+
+def wait_until(test, limit: float) -> bool:  # noqa: ANN001 - a condition
+    """Poll ``test()`` until true (True) or ``limit`` seconds passed (False)."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if test():
+            return True
+        time.sleep(0.1)
+    return bool(test())
+
+
+def launch(d: Path, program: Path, *args: str, t: Trial) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "ftkit", "launch", "-n", str(t.nprocs), "--node-size", str(t.node_size),
+           "--", sys.executable, str(program), "--fti-loop", "--steps", str(STEPS), "--size", str(SIZE),
+           "--config", "ftkit.ini", *args]
+    return subprocess.Popen(cmd, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **DETECTOR}, start_new_session=True)
+
+
+def _finish(proc: subprocess.Popen[str], limit: float, marker: str) -> tuple[int | None, str, str]:
+    """Wait for ``proc`` at most ``limit`` seconds; return its code (None: killed as hung) and output."""
+    try:
+        out, err = proc.communicate(timeout=limit)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        kill_left(marker)  # an orphaned mpirun would hold the output pipes open
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            out, err = "", ""
+        return None, out, err
+
+
+def kill_left(marker: str) -> None:
+    """SIGKILL every process whose command line holds ``marker`` (clean-up after a failed trial)."""
+    for pid in marked_pids(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _victims(t: Trial) -> list[int]:
+    if t.victim == "rank":
+        return [t.rank]
+    first = t.rank - t.rank % t.node_size
+    return list(range(first, first + t.node_size))
+
+
+def reference_digest() -> str:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ftkit_example_heat", HEAT)
+    heat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(heat)  # type: ignore[union-attr]
+    return heat.digest(heat.reference(SIZE, STEPS))
+
+
+def run_trial(t: Trial, workdir: Path, expected: str) -> Outcome:
+    """Run one trial in ``workdir`` (made empty first) and judge it (see the module docstring).
+
+    Length: one trial's script (start, kill, wait, leftovers, relaunch, judge), read top to bottom.
+    """
+    shutil.rmtree(workdir, ignore_errors=True)
+    write_config(workdir, t)
+    program = workdir / f"heat_{os.getpid()}_{time.monotonic_ns()}.py"  # a marker no other job has
+    program.write_text(HEAT.read_text())
+    start = time.monotonic()
+    proc = launch(workdir, program, "--pause", "0.02", t=t)
+    try:
+        wait_until(lambda: proc.poll() is not None or committed(workdir / "run" / "meta"), 240)
+        time.sleep(t.delay)
+        pids = rank_pids(program.name)
+        victims = [pids[r] for r in _victims(t) if r in pids]
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL if t.sig == "KILL" else signal.SIGSTOP)
+        if t.victim == "node" and t.config != "l1":
+            for node_dir in (workdir / "run" / "local").glob(f"node{t.rank // t.node_size}"):
+                shutil.rmtree(node_dir, ignore_errors=True)
+        rc, out, err = _finish(proc, 30 + 15 + 60 + 60, program.name)
+        seconds = time.monotonic() - start
+        if rc is None:
+            return Outcome("hang", err.strip().splitlines()[-1:] and err.strip().splitlines()[-1] or "",
+                           None, None, None, seconds)
+        if not wait_until(lambda: not marked_pids(program.name), 60):
+            return Outcome("orphan", str(marked_pids(program.name)), rc, None, None, seconds)
+        last = err.strip().splitlines()[-1] if err.strip() else ""
+        digest = re.search(r"^digest ([0-9a-f]{16})$", out, re.M)
+        if rc == 0:
+            ok = digest is not None and digest.group(1) == expected
+            return Outcome("late" if ok else "wrong", "finished before the kill" if ok else last, rc, None,
+                           None, seconds)
+        m = re.search(r"recovers from checkpoint (\d+)", last)
+        none = "no checkpoint is committed" in last
+        if not last.startswith("ftkit launch: the job failed") or not (m or none):
+            return Outcome("wrong", f"last line: {last[:300]}", rc, None, None, seconds)
+        reported = int(m.group(1)) if m else None
+        lost_node = t.victim == "node" and t.config != "l1"
+        if lost_node and "else from checkpoint" in last:
+            reported = int(last.split("else from checkpoint ")[1].split()[0])
+        elif lost_node and "else it starts from the beginning" in last:
+            reported = None
+        again = launch(workdir, program, t=t)
+        rc2, out2, err2 = _finish(again, 300, program.name)
+        got = re.search(r"recovered checkpoint (\d+)", out2)
+        recovered = int(got.group(1)) if got else None
+        digest2 = re.search(r"^digest ([0-9a-f]{16})$", out2, re.M)
+        if rc2 != 0 or digest2 is None or digest2.group(1) != expected:
+            return Outcome("wrong", f"relaunch rc {rc2}: {err2.strip()[-300:]}", rc, reported, recovered,
+                           seconds)
+        if recovered != reported:
+            return Outcome("wrong", f"announced checkpoint {reported}, relaunch recovered {recovered}: "
+                           f"{last[:1000]}", rc, reported, recovered, seconds)
+        return Outcome("ended", last[:1000], rc, reported, recovered, seconds)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        kill_left(program.name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trials", type=int, default=40)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default=None, help="append one JSON line per trial here")
+    p.add_argument("--configs", default=",".join(CONFIGS))
+    p.add_argument("--nprocs", type=int, default=8)
+    p.add_argument("--node-size", type=int, default=2)
+    args = p.parse_args(argv)
+    rng = random.Random(args.seed)
+    expected = reference_digest()
+    counts: dict[str, Counter[str]] = {}
+    with tempfile.TemporaryDirectory(prefix="ftkit-plain-kill-") as tmp:
+        for i in range(args.trials):
+            t = draw(rng, tuple(args.configs.split(",")), args.nprocs, args.node_size)
+            o = run_trial(t, Path(tmp) / "trial", expected)
+            counts.setdefault(f"{t.config} head={t.head} thread={t.thread}", Counter())[o.outcome] += 1
+            print(f"{i:4d} {t.config} head={t.head} thread={t.thread} {t.sig} {t.victim} {t.rank} "
+                  f"+{t.delay:.2f}s: {o.outcome} ({o.seconds:.0f} s) {o.detail[:160]}", flush=True)
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps({"trial": asdict(t), "outcome": asdict(o)}) + "\n")
+    total: Counter[str] = Counter()
+    print(f"{'configuration':32s} " + " ".join(f"{o:>7s}" for o in OUTCOMES))
+    for key in sorted(counts):
+        total.update(counts[key])
+        print(f"{key:32s} " + " ".join(f"{counts[key][o]:7d}" for o in OUTCOMES))
+    print(f"{'total':32s} " + " ".join(f"{total[o]:7d}" for o in OUTCOMES))
+    print(json.dumps({"trials": args.trials, "seed": args.seed, **{o: total[o] for o in OUTCOMES}}))
+    return 0 if total["hang"] + total["orphan"] + total["wrong"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

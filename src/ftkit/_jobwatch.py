@@ -1,0 +1,293 @@
+"""Run a launched job to its end and tell how each rank ended (the body of :func:`ftkit.launch.run_mpi`).
+
+The launcher (mpirun, mpiexec, srun) runs in a session of its own. While it runs, :class:`RankWatch` finds
+the job's ranks among that session's processes (their environment names their world rank), records the
+exit status of those seen as zombies, reads the notes the ranks write (:mod:`ftkit.jobstatus`), and
+SIGKILLs every rank the others declared dead (a SIGSTOPped rank is declared dead, not dead: killed, it
+cannot hold the job). At the end :meth:`RankWatch.verdict` says whether any rank failed and how, in one
+line: under ULFM mpirun exits 0 when ranks were killed, so its code alone does not tell.
+
+The job owns its process tree: :class:`Signals` forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 to
+every rank (``ftkit launch`` only), and after one of the first three, whatever still runs after the grace
+period is killed; a watchdog process (:mod:`ftkit._watchdog`) kills the whole session when the launcher
+itself dies, even by SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from ._jobproc import (
+    KILL_WAIT,
+    RUNTIME_EXIT_GRACE,
+    PipeReader,
+    combined_status,
+    end_srun,
+    kill_session,
+    proc_stat,
+    session_members,
+    watch_ranks,
+)
+from .jobstatus import Note, read_notes, world_rank
+
+__all__ = ["RankWatch", "Signals", "run_job", "FORWARDED_SIGNALS", "ENDING_SIGNALS", "JOB_FAILED_EXIT"]
+
+#: Signals ``ftkit launch`` passes on to every rank.
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+#: Of those, the ones after which the job is killed once the grace period has passed.
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+#: Exit code of a job whose launcher exited 0 although a rank failed.
+JOB_FAILED_EXIT = 1
+
+
+def _environ_rank(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    env = {}
+    for item in data.split(b"\0"):
+        key, _, value = item.partition(b"=")
+        env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return world_rank(env)
+
+
+def _how(status: int | None) -> str:
+    if status is None or status < 0:
+        return "killed (no exit seen: a signal, or os._exit)"
+    if status & 0x7F:
+        sig = status & 0x7F
+        try:
+            return f"killed by {signal.Signals(sig).name}"
+        except ValueError:
+            return f"killed by signal {sig}"
+    return f"exited {status >> 8}"
+
+
+class RankWatch:
+    """What the launcher knows about the ranks of the job running in session ``sid``."""
+
+    def __init__(self, sid: int, status_dir: str | None) -> None:
+        self.sid = sid
+        self.status_dir = status_dir
+        self.ranks: dict[int, int] = {}        # pid -> world rank, for every rank process seen
+        self.status: dict[int, int] = {}       # pid -> waitpid status (zombies seen), -2 while running
+        self.killed: dict[int, str] = {}       # pid -> why the launcher killed it
+        self.notes: list[Note] = []
+
+    def poll(self) -> int:
+        """Look at the job's processes and notes, kill the declared dead; return how many ranks run."""
+        live = watch_ranks(self.sid, self.status)
+        for pid in session_members(self.sid):
+            if pid != self.sid and pid not in self.ranks:
+                rank = _environ_rank(pid)
+                parent = proc_stat(pid)
+                if rank is not None and parent is not None and self.ranks.get(int(parent[1])) != rank:
+                    self.ranks[pid] = rank
+        if self.status_dir is not None:
+            self.notes = read_notes(self.status_dir)
+            self._kill_declared_dead()
+        return live
+
+    def _kill_declared_dead(self) -> None:
+        dead = set()
+        for n in self.notes:
+            if n.kind == "dead":
+                dead |= {int(r) for r in n.text.split(",") if r.strip().isdigit()}
+        for pid, rank in self.ranks.items():
+            if rank in dead and pid not in self.killed and self.status.get(pid, -2) == -2:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    self.killed[pid] = "declared dead by the other ranks, killed by ftkit launch"
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def signal_ranks(self, signum: int) -> None:
+        """Send ``signum`` to every rank process still running."""
+        for pid in self.ranks:
+            fields = proc_stat(pid)
+            if fields is not None and fields[0] not in ("Z", "X"):
+                try:
+                    os.kill(pid, signum)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def verdict(self, returncode: int) -> tuple[bool, str]:
+        """``(failed, line)``: whether any rank failed (or the launcher returned non-zero) and how.
+
+        A rank that wrote its ``start`` note failed if ftkit's exit hook ended it, or if it vanished without
+        an ``exit`` note (a signal, ``os._exit``) unless every other such rank ended normally (the job went on
+        without it: online recovery, a shrink, a failure-aware multiply). Other ranks failed if seen ending
+        by a signal or a non-zero exit.
+        """
+        by_pid: dict[int, dict[str, Note]] = defaultdict(dict)
+        for n in self.notes:
+            by_pid[n.pid][n.kind] = n
+        rank_of = {pid: rank for pid, rank in self.ranks.items()}
+        rank_of.update({pid: kinds["start"].rank for pid, kinds in by_pid.items() if "start" in kinds})
+        hooked, vanished, other = [], [], []
+        normal = 0
+        for pid, rank in sorted(rank_of.items(), key=lambda item: item[1]):
+            kinds = by_pid.get(pid, {})
+            if "hook" in kinds:
+                hooked.append((rank, kinds["hook"].text))
+            elif "exit" in kinds:
+                normal += 1
+            elif "replaced" in kinds:
+                vanished.append((rank, f"ended as a failed process for a spare to replace "
+                                       f"({kinds['replaced'].text})"))
+            elif "start" in kinds:
+                vanished.append((rank, self.killed.get(pid) or _how(self.status.get(pid))))
+            elif pid in self.status and self.status[pid] >= 0 and self.status[pid] != 0:
+                other.append((rank, _how(self.status[pid])))
+        went_on = bool(vanished) and not hooked and not other and normal > 0
+        failed = returncode != 0 or bool(hooked) or bool(other) or (bool(vanished) and not went_on)
+        parts = _grouped(vanished + other)
+        if hooked:
+            reason = max((text for _, text in hooked), key=_dead_named)  # the one that knows the most dead
+            parts.append(f"{_ranks_text([r for r, _ in hooked])} ended by ftkit's exit hook ({reason})")
+        if not parts:
+            return failed, ""
+        if not failed:
+            return False, (f"ftkit launch: {'; '.join(parts)}; the other ranks went on without them and "
+                           "ended normally")
+        return True, f"ftkit launch: the job failed: {'; '.join(parts)}"
+
+
+def _dead_named(text: str) -> int:
+    """How many dead ranks a hook note names ("after the failure of world rank(s) [2, 3]")."""
+    named = text.split("after the failure of world rank(s) [", 1)
+    return len(named[1].split("]", 1)[0].split(",")) if len(named) == 2 else 0
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(str(r) for r in sorted(ranks))
+
+
+def _grouped(items: list[tuple[int, str]]) -> list[str]:
+    groups: dict[str, list[int]] = defaultdict(list)
+    for rank, how in items:
+        groups[how].append(rank)
+    return [f"{_ranks_text(ranks)} {how}" for how, ranks in groups.items()]
+
+
+class Signals:
+    """Catch the forwarded signals in the launcher while a job runs (main thread only); restore at the end."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.pending: list[int] = []
+        self.ending: int | None = None
+        self._old: dict[int, object] = {}
+        if enabled:
+            for sig in FORWARDED_SIGNALS:
+                self._old[sig] = signal.signal(sig, lambda signum, frame: self.pending.append(signum))
+
+    def restore(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)  # type: ignore[arg-type]
+
+
+def _start_watchdog(sid: int) -> tuple[subprocess.Popen[bytes] | None, int | None]:
+    """Start the watchdog of session ``sid``; return it and the write end of its pipe."""
+    read_end, write_end = os.pipe()
+    try:
+        dog = subprocess.Popen([sys.executable, "-I", "-S", str(Path(__file__).with_name("_watchdog.py")),
+                                str(sid)], stdin=read_end, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        os.close(write_end)
+        return None, None
+    finally:
+        os.close(read_end)
+    return dog, write_end
+
+
+def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | os.PathLike[str] | None,
+            capture: bool, status_dir: str | None, *, grace: float,
+            forward_signals: bool) -> tuple[int, str, str, bool, int | None]:
+    """Run ``cmd`` (launcher ``name``) to its end; return ``(returncode, stdout, stderr, timed_out,
+    ending_signal)``. See :func:`ftkit.launch.run_mpi`.
+
+    Length: one loop that watches the ranks, forwards signals and enforces the timeout and grace period,
+    and one ``finally`` that always kills the whole session; split, the exits would be hard to follow.
+    """
+    start = time.monotonic()
+    catcher = Signals(forward_signals)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, start_new_session=True, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if capture else None,
+        text=True,
+    )
+    dog, dog_pipe = _start_watchdog(proc.pid)
+    readers = [PipeReader(pipe) for pipe in (proc.stdout, proc.stderr)]
+    watch = RankWatch(proc.pid, status_dir)
+    timed_out = stuck = False
+    grace_end: float | None = None
+    all_exited_since: float | None = None
+    try:
+        while proc.poll() is None:
+            now = time.monotonic()
+            if now - start > timeout or (grace_end is not None and now > grace_end):
+                timed_out = grace_end is None
+                break
+            # Only mpirun's ranks are its local descendants; srun's run under slurmd, Hydra's under a proxy.
+            live = watch.poll() if name == "openmpi" else 1
+            while catcher.pending:
+                sig = catcher.pending.pop(0)
+                if name == "openmpi":
+                    watch.signal_ranks(sig)
+                else:
+                    proc.send_signal(sig)
+                if sig in ENDING_SIGNALS and grace_end is None:
+                    catcher.ending, grace_end = sig, time.monotonic() + grace
+            if watch.status and not live:
+                all_exited_since = all_exited_since or now
+                if now - all_exited_since > RUNTIME_EXIT_GRACE:
+                    stuck = True
+                    break
+            else:
+                all_exited_since = None
+            try:   # returns as soon as the launcher exits (a sleep here delayed every job's end by ~0.1 s)
+                proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                pass
+    finally:
+        if name == "srun" and proc.poll() is None:
+            end_srun(proc)
+        # The launcher, the ranks, and anything they left behind: the whole session goes.
+        left = kill_session(proc.pid)
+        proc.wait()
+        catcher.restore()
+        if dog_pipe is not None:
+            os.close(dog_pipe)
+        if dog is not None:
+            try:
+                dog.wait(timeout=KILL_WAIT)
+            except subprocess.TimeoutExpired:
+                dog.kill()
+                dog.wait()
+    if name == "openmpi":
+        watch.poll()
+    out, err = (r.text() for r in readers)
+    returncode = proc.returncode
+    if stuck:
+        returncode = combined_status(watch.status, nprocs)
+        err += (f"\nftkit: every rank had exited but mpirun had not after {RUNTIME_EXIT_GRACE:.0f} s; "
+                "it was killed\n")
+    if left:
+        err += f"\nftkit: processes {left} of the job were still running {KILL_WAIT:.0f} s after SIGKILL\n"
+    failed, line = watch.verdict(returncode)
+    if line:
+        err += line + "\n"
+        if not capture:
+            print(line, file=sys.stderr, flush=True)
+    if failed and returncode == 0 and not timed_out:
+        returncode = JOB_FAILED_EXIT
+    return returncode, out, err, timed_out, catcher.ending

@@ -1,0 +1,126 @@
+"""How each rank of a job tells ``ftkit launch`` how it ended: small note files in the job's status directory.
+
+``ftkit launch`` (:func:`ftkit.launch.run_mpi`) makes a private directory per job and exports it to the
+ranks as ``$FTKIT_JOB_STATUS``. A rank that imports ftkit writes notes there (nothing without the variable):
+
+``start``
+    at ``import ftkit``: the rank's pid, so the launcher knows it will say how it ends;
+``exit``
+    when the process ends normally (interpreter exit, :func:`ftkit.failure.exit_without_finalize`, a spare
+    released at the job's end);
+``hook``
+    when ftkit's exit hook ends it (an uncaught exception: :mod:`ftkit.checkpoint.online_exit`), with the
+    reason and the checkpoint a relaunch will use;
+``replaced``
+    when the exit hook ends it as a failed process for a spare to replace (the job may go on);
+``dead``
+    the world ranks this process saw declared dead (ULFM, or a repair that left them out): the launcher
+    SIGKILLs them, so a rank that is hung (SIGSTOPped), not dead, cannot hold the job.
+
+A rank that vanishes after its ``start`` note with no ``exit`` or ``hook`` note was killed by a signal (or
+left by ``os._exit``). Each note is one small file written atomically (``<kind>.<rank>.<pid>``), so a rank
+killed in the middle of a write leaves no half note. Writing never raises: the notes are a courtesy to the
+launcher, never a reason for a rank to fail. This module imports nothing of ftkit and no MPI.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["STATUS_ENV", "KINDS", "Note", "note", "declare_dead", "world_rank", "register", "read_notes",
+           "ended_by_hook"]
+
+#: Environment variable naming the job's status directory (set by ``ftkit launch`` for its ranks).
+STATUS_ENV = "FTKIT_JOB_STATUS"
+#: The kinds of note, in the order they happen.
+KINDS = ("start", "dead", "exit", "hook", "replaced")
+# Environment variables that carry a process's rank in the job's world, by launcher.
+_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
+_REGISTERED: list[bool] = []
+_DECLARED: set[int] = set()
+
+
+@dataclass(frozen=True)
+class Note:
+    """One note: its kind, the world rank and pid of the process that wrote it, and its text."""
+
+    kind: str
+    rank: int
+    pid: int
+    text: str
+
+
+def world_rank(environ: dict[str, str] | None = None) -> int | None:
+    """This process's rank in the job's world, as its launcher exported it (None if none did)."""
+    env = os.environ if environ is None else environ
+    for name in _RANK_ENV:
+        value = env.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def note(kind: str, text: str = "") -> None:
+    """Write a note of ``kind`` for this process (nothing outside a job of ``ftkit launch``; never raises)."""
+    directory = os.environ.get(STATUS_ENV)
+    rank = world_rank()
+    if not directory or rank is None or kind not in KINDS:
+        return
+    name = f"{kind}.{rank}.{os.getpid()}"
+    tmp = os.path.join(directory, f".{name}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, " ".join(text.split()).encode()[:4000])
+        finally:
+            os.close(fd)
+        os.replace(tmp, os.path.join(directory, name))
+    except OSError:
+        pass
+
+
+def declare_dead(ranks: set[int] | list[int]) -> None:
+    """Add world ``ranks`` to this process's ``dead`` note (the launcher kills them; never raises)."""
+    new = {int(r) for r in ranks} - _DECLARED
+    if new:
+        _DECLARED.update(new)
+        note("dead", ",".join(str(r) for r in sorted(_DECLARED)))
+
+
+def register() -> None:
+    """Write this process's ``start`` note and its ``exit`` note at interpreter exit (once; at ``import
+    ftkit``)."""
+    if _REGISTERED or not os.environ.get(STATUS_ENV) or world_rank() is None:
+        return
+    _REGISTERED.append(True)
+    note("start")
+    atexit.register(note, "exit")
+
+
+def read_notes(directory: str | os.PathLike[str]) -> list[Note]:
+    """Every note in ``directory`` (malformed names and unreadable files are skipped)."""
+    notes: list[Note] = []
+    try:
+        entries = list(Path(directory).iterdir())
+    except OSError:
+        return notes
+    for path in entries:
+        parts = path.name.split(".")
+        if len(parts) != 3 or parts[0] not in KINDS or not (parts[1].isdigit() and parts[2].isdigit()):
+            continue
+        try:
+            text = path.read_bytes()[:4000].decode(errors="replace")
+        except OSError:
+            continue
+        notes.append(Note(parts[0], int(parts[1]), int(parts[2]), text))
+    return notes
+
+
+def ended_by_hook() -> set[int]:
+    """World ranks of this job that ftkit's exit hook ended (they left because of a failure; they are not
+    the failure). Empty outside a job of ``ftkit launch``."""
+    directory = os.environ.get(STATUS_ENV)
+    return {n.rank for n in read_notes(directory) if n.kind == "hook"} if directory else set()

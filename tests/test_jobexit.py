@@ -1,0 +1,220 @@
+"""Issue 30: a job that loses a rank ends, or goes on; it never hangs and never orphans a process.
+
+Real jobs under ``ftkit launch``, real ``kill -9`` and ``SIGSTOP`` from outside, real signals to the launcher.
+Rows J1 (plain job, rank or node killed or stopped: every process leaves, one line names the dead ranks and
+the checkpoint a relaunch uses, the relaunch recovers it bit for bit: a seeded slice of
+``benchmarks/plain_kill_campaign.py``), J2 (signals, grace period, the launcher killed), J3 (spares never
+outlive the application), J4 (a SIGSTOPped rank replaced by a spare is killed) and J6 (the launcher's exit
+code and last line).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ftkit.checkpoint.runlock import acquire_run_lock
+from ftkit.storage.manifest import read_manifest
+
+from .checkpoint._util import digest_of, heat, write_config
+from .conftest import REPO
+
+pytestmark = pytest.mark.mpi
+
+_spec = importlib.util.spec_from_file_location("ftkit_plain_kill_campaign",
+                                               REPO / "benchmarks" / "plain_kill_campaign.py")
+campaign = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = campaign  # its dataclasses look their module up
+_spec.loader.exec_module(campaign)
+
+PROGRAMS = REPO / "tests" / "programs"
+#: Bound on how long any job here may take to end (generous: the machine is shared and busy).
+BOUND = 240.0
+
+
+def _copy(program: Path, d: Path) -> Path:
+    """A private copy of ``program`` in ``d``: its name marks this test's processes only."""
+    d.mkdir(parents=True, exist_ok=True)
+    copy = d / f"{program.stem}_{os.getpid()}_{time.monotonic_ns()}.py"
+    copy.write_text(program.read_text())
+    return copy
+
+
+def _launch(*args: str, cwd: Path, new_session: bool = True, env: dict[str, str] | None = None,
+            prefix: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+    return subprocess.Popen([*prefix, sys.executable, "-m", "ftkit", "launch", *args], cwd=cwd, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=new_session,
+                            env={**os.environ, **campaign.DETECTOR, **(env or {})})
+
+
+def _end(proc: subprocess.Popen[str], marker: str) -> tuple[int | None, str, str]:
+    """Wait for ``proc`` (bounded); return its code (None: it hung and was killed), stdout, stderr."""
+    return campaign._finish(proc, BOUND, marker)
+
+
+def _nothing_left(marker: str) -> bool:
+    """True once no process of the job runs (bounded wait; the stragglers are killed either way)."""
+    try:
+        return campaign.wait_until(lambda: not campaign.marked_pids(marker), 60)
+    finally:
+        campaign.kill_left(marker)
+
+
+# -- J1: plain jobs (no spares), a rank or a node killed or stopped from outside ----------------------------
+
+@pytest.mark.parametrize("config,victim,sig,thread,rank", [
+    ("l1", "rank", "KILL", 0, 5),
+    ("l2", "node", "KILL", 1, 2),
+    ("l3", "rank", "KILL", 0, 0),
+    ("l4", "rank", "STOP", 1, 3),
+])
+def test_plain_job_that_loses_a_rank_ends_and_the_relaunch_recovers_what_it_named(
+        config, victim, sig, thread, rank, tmp_path):
+    # 8 ranks on 4 emulated nodes, FTI's loop without any error handling (examples/heat.py --fti-loop).
+    # Before issue 30 the survivors printed MPI_ERR_PROC_FAILED and sat in MPI_Finalize until killed.
+    trial = campaign.Trial(config=config, head=0, thread=thread, victim=victim, sig=sig, rank=rank, delay=0.3)
+    outcome = campaign.run_trial(trial, tmp_path / "trial", campaign.reference_digest())
+    assert outcome.outcome in ("ended", "late"), (trial, outcome)
+
+
+def test_the_failure_line_names_the_dead_rank_and_the_newest_checkpoint(tmp_path):
+    d = tmp_path / "run"
+    write_config(d, ckpt_l1=3, failure_timeout=30)
+    program = _copy(REPO / "examples" / "heat.py", d)
+    proc = _launch("-n", "4", "--node-size", "2", "--", sys.executable, str(program), "--fti-loop",
+                   "--steps", "100000", "--size", "32", "--pause", "0.01", "--config", "ftkit.ini", cwd=d)
+    try:
+        assert campaign.wait_until(lambda: campaign.committed(d / "run" / "meta"), BOUND)
+        os.kill(campaign.rank_pids(program.name)[1], signal.SIGKILL)
+        rc, out, err = _end(proc, program.name)
+    finally:
+        campaign.kill_left(program.name)
+    assert rc not in (None, 0), err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("ftkit launch: the job failed: rank 1 killed"), last
+    assert "ended by ftkit's exit hook" in last and "failure of world rank(s) [1]" in last, last
+    named = int(last.split("recovers from checkpoint ")[1].split()[0])
+    assert _nothing_left(program.name)
+    newest = read_manifest(d / "run" / "meta").newest_first()[0]  # the newest committed, read from disk
+    assert named == newest.id, (named, newest)
+
+
+# -- J2: ftkit launch owns its process tree --------------------------------------------------------------
+
+def test_timeout_of_the_shell_ends_the_whole_job(tmp_path):
+    program = _copy(PROGRAMS / "hang.py", tmp_path)
+    proc = _launch("-n", "3", "--grace", "3", "--", sys.executable, str(program), cwd=tmp_path,
+                   prefix=("timeout", "-s", "TERM", "5"))
+    rc, _, err = _end(proc, program.name)
+    assert rc == 124, err  # timeout's code: the command was ended by its SIGTERM
+    assert _nothing_left(program.name)
+
+
+def test_sigkill_of_the_launcher_kills_the_ranks(tmp_path):
+    program = _copy(PROGRAMS / "signals_app.py", tmp_path)
+    proc = _launch("-n", "3", "--", sys.executable, str(program), str(tmp_path), cwd=tmp_path)
+    try:
+        assert campaign.wait_until(lambda: len(list(tmp_path.glob("ready.*"))) == 3, BOUND)
+        proc.kill()
+        proc.wait(timeout=60)
+        gone = campaign.wait_until(lambda: not campaign.marked_pids(program.name), 60)
+    finally:
+        campaign.kill_left(program.name)
+    assert gone, "ranks outlived a SIGKILLed ftkit launch"
+
+
+def test_signals_reach_every_rank_and_the_grace_period_ends_the_job(tmp_path):
+    program = _copy(PROGRAMS / "signals_app.py", tmp_path)
+    proc = _launch("-n", "3", "--grace", "2", "--", sys.executable, str(program), str(tmp_path),
+                   "--ignore-term", cwd=tmp_path)
+    try:
+        assert campaign.wait_until(lambda: len(list(tmp_path.glob("ready.*"))) == 3, BOUND)
+        proc.send_signal(signal.SIGUSR1)
+        assert campaign.wait_until(lambda: len(list(tmp_path.glob("usr1.*"))) == 3, BOUND), \
+            sorted(p.name for p in tmp_path.iterdir())
+        proc.send_signal(signal.SIGTERM)  # ignored by the ranks: the grace period's SIGKILL ends them
+        rc, _, err = _end(proc, program.name)
+    finally:
+        campaign.kill_left(program.name)
+    assert rc == 128 + signal.SIGTERM, err
+    assert "SIGTERM received and passed on to every rank" in err
+    assert _nothing_left(program.name)
+
+
+# -- J3, J4: spares never outlive the application ----------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["topology", "locked", "no-finalize"])
+def test_spares_end_when_the_application_ranks_fail_at_start_or_skip_finalize(case, tmp_path):
+    d = tmp_path / "run"
+    keys = {"failure_timeout": 30}
+    if case == "topology":
+        keys.update(ckpt_l2=2, group_size=4)  # 2 application nodes cannot form a group of 4: TopologyError
+    write_config(d, **keys)
+    program = _copy(PROGRAMS / "spare_startup.py", d)
+    lock = None
+    if case == "locked":
+        (d / "run" / "meta").mkdir(parents=True)
+        lock = acquire_run_lock(d / "run" / "meta", time.time())  # a live owner: RunLockedError
+    try:
+        proc = _launch("-n", "4", "--node-size", "2", "--spares", "2", "--", sys.executable, str(program),
+                       "ftkit.ini", case, cwd=d)
+        rc, out, err = _end(proc, program.name)
+    finally:
+        if lock is not None:
+            lock.release()
+    assert rc is not None, f"the job hung: {err[-3000:]}"
+    assert _nothing_left(program.name)
+    if case == "no-finalize":
+        assert rc == 0 and out.count("ends without finalize()") == 4, out + err[-3000:]
+    else:
+        expected = "TopologyError" if case == "topology" else "RunLockedError"
+        assert rc != 0 and expected in err, err[-3000:]
+
+
+def test_a_stopped_rank_replaced_by_a_spare_is_killed_and_the_job_ends(tmp_path):
+    d = tmp_path / "run"
+    write_config(d, ckpt_l2=4, group_size=2, failure_timeout=30)
+    program = _copy(REPO / "examples" / "heat.py", d)
+    proc = _launch("-n", "4", "--node-size", "2", "--spares", "2", "--", sys.executable, str(program),
+                   "--steps", "120", "--size", "32", "--pause", "0.05", "--config", "ftkit.ini", cwd=d)
+    try:
+        assert campaign.wait_until(lambda: campaign.committed(d / "run" / "meta"), BOUND)
+        os.kill(campaign.rank_pids(program.name)[2], signal.SIGSTOP)
+        rc, out, err = _end(proc, program.name)
+    finally:
+        campaign.kill_left(program.name)
+    assert rc == 0, err[-3000:]
+    assert digest_of(out) == heat.digest(heat.reference(32, 120)), out
+    assert "online recovery: ranks [2] replaced" in out, out
+    assert "rank 2 declared dead by the other ranks, killed by ftkit launch" in err, err[-2000:]
+    assert _nothing_left(program.name)
+
+
+# -- J6: the exit code says whether the job failed -------------------------------------------------------
+
+def test_launch_exits_nonzero_when_every_rank_raises_online_recovery_error(tmp_path):
+    # ckpt.steps() without spares: the survivors of a killed rank all raise OnlineRecoveryError, ftkit's exit
+    # hook ends them, and mpirun (ULFM) exits 0: ftkit launch used to exit 0 as well.
+    d = tmp_path / "run"
+    write_config(d, ckpt_l1=3, failure_timeout=30)
+    program = _copy(REPO / "examples" / "heat.py", d)
+    proc = _launch("-n", "4", "--node-size", "2", "--", sys.executable, str(program), "--steps", "100000",
+                   "--size", "32", "--pause", "0.01", "--config", "ftkit.ini", cwd=d)
+    try:
+        assert campaign.wait_until(lambda: campaign.committed(d / "run" / "meta"), BOUND)
+        os.kill(campaign.rank_pids(program.name)[3], signal.SIGKILL)
+        rc, out, err = _end(proc, program.name)
+    finally:
+        campaign.kill_left(program.name)
+    assert rc not in (None, 0), err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("ftkit launch: the job failed: rank 3 killed"), last
+    assert "ranks 0,1,2 ended by ftkit's exit hook" in last and "OnlineRecoveryError" in last, last
+    assert _nothing_left(program.name)
