@@ -109,6 +109,8 @@ def test_halt_stops_a_running_job_which_the_next_job_continues(tmp_path, ask, ca
     done = _stopped(r, 2)
     entry = _newest(tmp_path)
     assert entry.level == 4 and entry.extra.get("next_step") == done
+    # the event log says it once, on rank 0, with the checkpoint taken
+    assert r.stderr.count(f"should_exit(): halt request: checkpoint {entry.id} at L4") == 1, r.stderr
     record = read_halt(tmp_path / "run" / "meta")
     assert record is not None and record.state == "done" and record.done_checkpoint == entry.id
     _continues(tmp_path, 2)  # the done record does not stop the next job

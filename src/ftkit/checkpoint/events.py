@@ -19,7 +19,7 @@ from ..storage.manifest import CheckpointEntry
 from .contract import CheckpointJob, PipelineContext
 
 __all__ = ["load_config", "start", "checkpoint_taken", "level_completed", "kept", "recovered",
-           "failure_seen", "shrunk", "restored_online"]
+           "failure_seen", "shrunk", "restored_online", "exit_requested"]
 
 CKPT = get_logger("checkpoint")
 RECOVERY = get_logger("recovery")
@@ -122,3 +122,9 @@ def restored_online(rank: int, report: Any, entry: CheckpointEntry) -> None:
         RECOVERY.info("online recovery %d: checkpoint %d restored from L%d, %s, in %.3f s (%s)",
                       report.number, report.checkpoint_id, report.level,
                       format_size(sum(f.size for f in entry.files)), report.seconds, phases)
+
+
+def exit_requested(rank: int, why: str, note: str) -> None:
+    """``should_exit()`` turned true (rank 0): why (halt, signal, walltime) and the checkpoint taken."""
+    if rank == 0 and CKPT.isEnabledFor(_INFO):
+        CKPT.info("should_exit(): %s: %s; the job ends cleanly", why, note)

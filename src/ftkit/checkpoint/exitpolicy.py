@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -54,7 +53,7 @@ from ..config import Config
 from ..errors import CheckpointError, FtkitError
 from ..storage.halt import HaltWatch, write_halt
 from ..walltime import job_end_time
-from . import _mpi
+from . import _mpi, events
 from .post import wait_request
 
 if TYPE_CHECKING:
@@ -250,8 +249,7 @@ class ExitPolicy:
                 write_halt(self.config.meta_dir, done)
             except FtkitError as exc:
                 _say(f"could not mark the halt request done: {exc}")
-        if self.rank == 0:
-            _say(f"should_exit(): {why}: {note}; the job ends cleanly")
+        events.exit_requested(self.rank, why, note)
         return taken
 
     def close(self) -> None:
@@ -274,4 +272,5 @@ class ExitPolicy:
 
 
 def _say(message: str) -> None:
-    print(f"ftkit: {message}", file=sys.stderr, flush=True)
+    """A warning of the exit policy (a damaged halt record...), through the event log."""
+    events.CKPT.warning("%s", message)
