@@ -256,6 +256,11 @@ def _on_terminal(argv: list[str]) -> str:
     return out.decode(errors="replace")
 
 
+def _json_of(argv: list[str]) -> dict:
+    """``python -m ftkit argv`` on a pseudo-terminal with ``--json``: its JSON object (nothing else shown)."""
+    return json.loads(_on_terminal(argv).strip())
+
+
 def test_progress_on_a_terminal_only(tmp_path):
     root = _make_run(tmp_path / "r", n=300_000)
     shown = _on_terminal(["verify", str(root)])
@@ -269,6 +274,9 @@ def test_progress_on_a_terminal_only(tmp_path):
                            text=True, timeout=120)
     assert piped.returncode == 0 and piped.stderr == ""
     assert piped.stdout == "verified 8 file(s): 0 damaged\n"
+    shown = _on_terminal(["flush", str(root)])   # checkpoint 2 is at L1 only: its 4 files are copied to L4
+    assert "flush" in shown and "/4 files" in shown and "B/s" in shown and "level 4 committed" in shown, shown
+    assert _json_of(["flush", str(root), "--json"])["result"] == "already"   # done, and no bar with --json
 
 
 def test_doctor_and_config_check_json(tmp_path):

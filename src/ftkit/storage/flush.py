@@ -33,6 +33,7 @@ from typing import Any
 from .._paths import check_inside
 from ..errors import FtkitError, StorageError
 from ._fsutil import make_dirs
+from ._progress import Progress
 from .format import verify_file
 from .levels import make_level
 from .locate import RunPlace
@@ -94,7 +95,7 @@ def _holder_of_copy(groups: tuple[tuple[int, ...], ...], rank: int) -> int | Non
 
 
 def _copy_missing(place: RunPlace, m: Manifest, e: CheckpointEntry, ranks: list[int],
-                  ckpt_dir: Path, report: FlushReport) -> list[int]:
+                  ckpt_dir: Path, report: FlushReport, progress: Progress | None = None) -> list[int]:
     """Copy the L4 file of each of ``ranks`` from a verified L1 file or L2 copy; return the ranks left."""
     l1 = make_level(1, ckpt_dir, place.glbl_dir, m.exec_id, e.nodes)
     l2 = make_level(2, ckpt_dir, place.glbl_dir, m.exec_id, e.nodes)
@@ -118,6 +119,8 @@ def _copy_missing(place: RunPlace, m: Manifest, e: CheckpointEntry, ranks: list[
                 copy_file(src, dst)
                 if _verifies(dst, digest):
                     report.copied.append({"rank": r, "from_level": lv})
+                    if progress is not None:
+                        progress.add(e.files[r].size, 1)
                     break
         else:
             left.append(r)
@@ -157,7 +160,8 @@ def commit_level4(meta_dir: Path, exec_id: str, ckpt_id: int) -> None:
         os.close(fd)  # releases the lock
 
 
-def flush_run(place: RunPlace, ckpt_dir: Path | None = None, log: Any = print) -> FlushReport:
+def flush_run(place: RunPlace, ckpt_dir: Path | None = None, log: Any = print,
+              progress: bool = False) -> FlushReport:
     """Copy the newest complete checkpoint of the run at ``place`` to L4 and commit it (see the module doc).
 
     Parameters
@@ -168,6 +172,8 @@ def flush_run(place: RunPlace, ckpt_dir: Path | None = None, log: Any = print) -
         The node-local root, if not where the manifest says.
     log
         Called with one line per repaired group.
+    progress
+        Draw a progress bar of the files copied to L4 (files and bytes, rate, time left) on standard error.
 
     Raises
     ------
@@ -186,11 +192,12 @@ def flush_run(place: RunPlace, ckpt_dir: Path | None = None, log: Any = print) -
         report.result = "already"
         return report
     missing = _missing_at_l4(place, m, e)
-    missing = _copy_missing(place, m, e, missing, ckpt, report)
-    if missing and (e.complete(2) or e.complete(3)):
-        groups = repair_checkpoint(ckpt, place.glbl_dir, m, e, log=log)
-        report.rebuilt = [g.describe() for g in groups if g.result != "intact"]
-        missing = _copy_missing(place, m, e, missing, ckpt, report)
+    with Progress("flush", len(missing), sum(e.files[r].size for r in missing), progress) as prog:
+        missing = _copy_missing(place, m, e, missing, ckpt, report, prog)
+        if missing and (e.complete(2) or e.complete(3)):
+            groups = repair_checkpoint(ckpt, place.glbl_dir, m, e, log=log)
+            report.rebuilt = [g.describe() for g in groups if g.result != "intact"]
+            missing = _copy_missing(place, m, e, missing, ckpt, report, prog)
     report.missing = missing
     if not missing:
         commit_level4(place.meta_dir, m.exec_id, e.id)

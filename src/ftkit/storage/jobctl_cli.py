@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import StorageError
 from ..walltime import parse_end_time
+from ._progress import wants_progress
 from .flush import flush_run
 from .halt import HaltRecord, halt_path, read_halt, remove_halt, who, write_halt
 from .locate import RunPlace, locate_run
@@ -103,7 +104,8 @@ def run_flush(args: argparse.Namespace) -> int:
         print(f"ftkit flush: warning: the run lock says a job may still run ({act.detail}); flush after it "
               "ends, or its next manifest commit hides this one", file=sys.stderr)
     say = (lambda line: None) if args.json else print
-    report = flush_run(place, Path(args.ckpt_dir) if args.ckpt_dir else None, log=say)
+    report = flush_run(place, Path(args.ckpt_dir) if args.ckpt_dir else None, log=say,
+                       progress=wants_progress(args))
     code = 1 if report.result == "incomplete" else 0
     if args.json:
         return _emit({"command": "flush", **report.to_json()}, code)
