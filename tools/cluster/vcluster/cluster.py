@@ -26,6 +26,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -189,10 +190,16 @@ class Cluster:
         (disk / "tmp").mkdir(mode=0o1777)
         os.chmod(disk / "tmp", 0o1777)
         etc = self.base / "hosts" / host / "etc"
+        keep = []  # what must stay visible under the host's own /tmp (a checkout or venv there)
+        for path in _needed_under_tmp():
+            point = disk / "tmp" / path.relative_to("/tmp")
+            point.mkdir(parents=True, exist_ok=True)
+            keep.append(f"mount --bind {shlex.quote(str(path))} {shlex.quote(str(point))}")
         script = " && ".join([
             f"hostname {host}",
             f"mount --bind {disk} {self.local}",
-            f"mount --bind {disk / 'tmp'} /tmp",
+            *keep,
+            f"mount --rbind {disk / 'tmp'} /tmp",
             f"mount --bind {etc / 'hosts'} /etc/hosts",
             f"mount --bind {etc / 'resolv.conf'} /etc/resolv.conf",
             f"mount -t tmpfs -o size=64k {self.prefix}-hide {self.base / 'hosts'}",  # the others' disks
@@ -372,3 +379,13 @@ def down(base: Path | None = None, prefix: str = DEFAULT_PREFIX) -> list[str]:
                 time.sleep(0.1)
         done.append(f"dir {base}")
     return done
+
+
+def _needed_under_tmp() -> list[Path]:
+    """The paths under ``/tmp`` every host must still see although its ``/tmp`` is its own: this checkout
+    (the programs the tests run) and the Python environment running it, when they live under ``/tmp``."""
+    tmp = Path("/tmp")
+    found = {Path(__file__).resolve().parents[3], Path(sys.prefix).resolve(),
+             Path(sys.executable).resolve().parent}
+    under = sorted(p for p in found if tmp in p.parents)
+    return [p for p in under if not any(q in p.parents for q in under)]  # outermost only
