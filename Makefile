@@ -18,7 +18,7 @@ venv: $(STAMP)
 # Two test processes (pytest-xdist): most MPI tests wait on start-up and failure detection more than they
 # compute: two at a time, the suite takes ~10 min on 2 cores (19-20 min one at a time).
 test: $(STAMP)
-	$(VPY) -m pytest -q -n 2 --dist loadgroup tests
+	$(VPY) -m pytest -q -n 2 tests
 
 demo: $(STAMP)
 	$(VPY) examples/demo.py --ranks $(NP)

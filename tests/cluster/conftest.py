@@ -45,10 +45,3 @@ def mpich4(cluster4):
         pytest.skip(str(exc))
     return cluster4
 
-
-def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
-    """Run every virtual-cluster test in one xdist worker (``make test`` uses ``--dist loadgroup``): two
-    clusters brought up at once by two workers could pick the same free subnet."""
-    for item in items:
-        if "tests/cluster/" in str(item.path).replace("\\", "/"):
-            item.add_marker(pytest.mark.xdist_group("vcluster"))

@@ -20,6 +20,8 @@ Every resource is named after ``prefix`` and recorded under ``base`` (``state.js
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import ipaddress
 import json
 import os
@@ -28,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -259,16 +262,21 @@ def up(hosts: int = 4, spares: int = 1, disk_mb: int = 256, base: Path | None = 
         raise ClusterError(f"a virtual cluster is already up (state {base / 'state.json'}, namespaces "
                            f"{leftovers}): use it, or run `vcluster down` first")
     names = [f"node{i + 1}" for i in range(hosts + spares)]
-    c = Cluster(base=base, prefix=prefix, subnet=str(subnet or pick_subnet(SUBNETS)), hosts=names[:hosts],
-                spares=names[hosts:], disk_mb=disk_mb, creator=os.getpid())
-    for d in ("run", "bin", "etc", "local", "shared", "hosts"):
-        (base / d).mkdir(parents=True, exist_ok=True)
-    os.chmod(c.shared, 0o1777)
-    fd = os.open(base / "state.json", os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # two concurrent `up`s: one wins
-    os.close(fd)
-    c._save()  # before anything is created: `down` finds what an interrupted `up` left
+    with _subnet_lock():  # two clusters brought up at once (other prefixes) must not pick one free subnet
+        c = Cluster(base=base, prefix=prefix, subnet=str(subnet or pick_subnet(SUBNETS)), hosts=names[:hosts],
+                    spares=names[hosts:], disk_mb=disk_mb, creator=os.getpid())
+        for d in ("run", "bin", "etc", "local", "shared", "hosts"):
+            (base / d).mkdir(parents=True, exist_ok=True)
+        os.chmod(c.shared, 0o1777)
+        fd = os.open(base / "state.json", os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # concurrent `up`s: one wins
+        os.close(fd)
+        c._save()  # before anything is created: `down` finds what an interrupted `up` left
+        try:
+            _create_network(c)
+        except BaseException:
+            down(base, prefix)
+            raise
     try:
-        _create_network(c)
         _write_files(c)
         for h in c.all_hosts:
             c.start_host(h)
@@ -276,6 +284,27 @@ def up(hosts: int = 4, spares: int = 1, disk_mb: int = 256, base: Path | None = 
         down(base, prefix)
         raise
     return c
+
+
+@contextlib.contextmanager
+def _subnet_lock(timeout: float = 120.0) -> Iterator[None]:
+    """Hold the machine-wide lock under which a cluster picks its subnet and puts its bridge address on it
+    (bounded wait: :class:`ClusterError` after ``timeout`` seconds)."""
+    path = Path("/var/tmp/ftkit-vcluster.subnet.lock")
+    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"{path} held for {timeout:.0f} s by another `vcluster up`") from None
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _create_network(c: Cluster) -> None:
