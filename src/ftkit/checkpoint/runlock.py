@@ -54,17 +54,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._jobproc import is_zombie
 from ..errors import RunLockedError
+from ..storage.runactivity import LOCK_NAME, STALE_AFTER_S, pid_alive
 
 __all__ = ["RunLock", "LockOwner", "LOCK_NAME", "HEARTBEAT_S", "STALE_AFTER_S", "acquire_run_lock"]
 
-LOCK_NAME = "ftkit.lock"
 _TAKEOVER = LOCK_NAME + ".takeover"
 #: Seconds between two heartbeats of the owner.
 HEARTBEAT_S = 10.0
-#: Seconds after which the lock of an owner on another host, not heard from, is stale.
-STALE_AFTER_S = 120.0
 _MAX_LOCK_BYTES = 4096
 #: Largest pid a lock may name (pids are positive C ints; Linux caps them at 2**22).
 _MAX_PID = 2**31 - 1
@@ -117,16 +114,6 @@ def _read_owner(path: Path) -> LockOwner | None:
     return owner
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by another user
-    return not is_zombie(pid)  # a killed owner not yet reaped holds nothing
-
-
 def _silent(mtime: float) -> bool:
     """Whether a heartbeat at ``mtime`` is older (or further in the future) than :data:`STALE_AFTER_S`."""
     return not abs(time.time() - mtime) <= STALE_AFTER_S   # also true for a NaN time
@@ -137,7 +124,7 @@ def _is_stale(owner: LockOwner | None, mtime: float, host: str) -> bool:
         return _silent(mtime)
     silent = _silent(owner.heartbeat)
     if owner.host == host:
-        return silent or not _pid_alive(owner.pid)  # silent: the pid was reused by another process
+        return silent or not pid_alive(owner.pid)  # silent: the pid was reused by another process
     return silent
 
 

@@ -4,9 +4,9 @@ The lock (``meta_dir/ftkit.lock``) is written and removed by :mod:`ftkit.checkpo
 docstring states its contract: JSON with the owner's ``host``, ``pid``, ``started`` (seconds since the
 epoch) and ``token``; its modification time is a heartbeat refreshed every 10 s; it is removed at
 ``finalize()`` and at interpreter exit, so only a killed job leaves it behind. This module reads that file
-for ``ftkit ls`` (a lower layer than :mod:`ftkit.checkpoint`, so it keeps its own copy of the file name and
-of the staleness rule: :data:`LOCK_NAME` and :data:`STALE_AFTER_S` must match ``runlock``'s, which
-``tests/storage/test_runactivity.py`` checks).
+for ``ftkit ls``. It is a lower layer than :mod:`ftkit.checkpoint`, so the file name (:data:`LOCK_NAME`),
+the staleness limit (:data:`STALE_AFTER_S`) and the liveness test of an owner's pid (:func:`pid_alive`) live
+here and ``runlock`` uses them.
 
 A manifest with status ``"running"`` then means:
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .._jobproc import is_zombie
 
-__all__ = ["LOCK_NAME", "STALE_AFTER_S", "RunActivity", "run_activity"]
+__all__ = ["LOCK_NAME", "STALE_AFTER_S", "RunActivity", "run_activity", "pid_alive"]
 
 LOCK_NAME = "ftkit.lock"
 STALE_AFTER_S = 120.0
@@ -44,7 +44,9 @@ class RunActivity:
     heartbeat_age_s: float | None = None   # seconds since the owner's last heartbeat (None: no lock)
 
 
-def _alive_here(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host exists and holds something (a killed owner not yet reaped, a
+    zombie, holds nothing; a process of another user exists)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -75,7 +77,7 @@ def run_activity(meta_dir: Path, now: float | None = None) -> RunActivity:
         host, pid = "", 0
     if age > STALE_AFTER_S:
         return RunActivity("ended", f"killed: last heartbeat {age:.0f} s ago", host, pid, age)
-    if host == socket.gethostname() and pid > 0 and not _alive_here(pid):
+    if host == socket.gethostname() and pid > 0 and not pid_alive(pid):
         return RunActivity("ended", f"killed: its process {pid} on this host is gone", host, pid, age)
     where = f" on {host}, pid {pid}" if host else ""
     return RunActivity("running", f"live{where}: last heartbeat {age:.0f} s ago", host, pid, age)
