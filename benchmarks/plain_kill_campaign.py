@@ -44,6 +44,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ftkit._jobproc import is_running
 from ftkit.errors import FtkitError
 from ftkit.storage.manifest import read_manifest
 
@@ -115,11 +116,10 @@ def marked_pids(marker: str) -> list[int]:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 if marker.encode() not in f.read():
                     continue
-            with open(f"/proc/{entry}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
-                    found.append(int(entry))
         except OSError:
             continue
+        if is_running(int(entry)):
+            found.append(int(entry))
     return found
 
 
@@ -135,10 +135,9 @@ def rank_pids(marker: str) -> dict[int, int]:
                     continue
             with open(f"/proc/{entry}/environ", "rb") as f:
                 env = f.read().split(b"\0")
-            with open(f"/proc/{entry}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-                    continue
         except OSError:
+            continue
+        if not is_running(int(entry)):
             continue
         for item in env:
             if item.startswith(b"OMPI_COMM_WORLD_RANK="):

@@ -17,7 +17,7 @@ from .errors import TimeoutFailure
 
 __all__ = ["RUNTIME_EXIT_GRACE", "KILL_WAIT", "SRUN_TERM_GRACE", "PipeReader", "watch_ranks", "is_zombie",
            "session_members",
-           "proc_stat", "combined_status", "kill_session", "end_srun"]
+           "proc_stat", "is_running", "combined_status", "kill_session", "end_srun"]
 
 #: Seconds mpirun may stay up after every rank has exited before it is killed.
 RUNTIME_EXIT_GRACE = 10.0
@@ -109,7 +109,8 @@ def combined_status(status: dict[int, int], nprocs: int) -> int:
     return 0
 
 
-def _running(pid: int) -> bool:
+def is_running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended (neither a zombie nor dead; Linux ``/proc``)."""
     fields = proc_stat(pid)
     return fields is not None and fields[0] not in _ENDED
 
@@ -131,7 +132,7 @@ def kill_session(sid: int) -> list[int]:
     running (zombies count as gone: they run nothing), for at most :data:`KILL_WAIT` seconds.
     """
     def none_running() -> bool:
-        alive = [pid for pid in session_members(sid) if _running(pid)]
+        alive = [pid for pid in session_members(sid) if is_running(pid)]
         for pid in alive:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -146,7 +147,7 @@ def kill_session(sid: int) -> list[int]:
     try:
         poll_until(none_running, deadline_after(KILL_WAIT), "end of the job's processes", max_sleep=0.05)
     except TimeoutFailure:
-        return [pid for pid in session_members(sid) if _running(pid)]
+        return [pid for pid in session_members(sid) if is_running(pid)]
     return []
 
 
