@@ -197,6 +197,11 @@ class Level:
     background_fsync
         Whether the post step hands its files' fsyncs to ``job.syncs`` when there is one (the level is then
         committed as ``unsynced``, see :mod:`ftkit.storage.manifest`).
+    warm
+        Prepares, while the primary file is written, what the post step will need (None: nothing).
+
+    The level's other facts (root, storage class, node-loss rule, configuration keys, recovery order) are its
+    record in the level table, :mod:`ftkit.storage.levels`.
     """
 
     number: int
@@ -209,3 +214,4 @@ class Level:
     needs_groups: bool = False
     from_buffers: bool = False
     background_fsync: bool = False
+    warm: Callable[[PipelineContext], None] | None = None
