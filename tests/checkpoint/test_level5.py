@@ -75,7 +75,8 @@ from ftkit.storage import levels
 from ftkit.topology import plan_topology
 levels.register_level(mirror_level.SPEC)
 levels.register_level(mirror_level.SPEC)  # the same record again: fine
-for bad in (replace(mirror_level.SPEC, name="pfs"), replace(mirror_level.SPEC, root=None), replace(mirror_level.SPEC, number=True)):
+spec = mirror_level.SPEC
+for bad in (replace(spec, name="pfs"), replace(spec, root=None), replace(spec, number=True)):
     try:
         levels.register_level(bad)
     except StorageError as exc:

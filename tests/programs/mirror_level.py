@@ -1,4 +1,5 @@
-"""A fifth checkpoint level, added from outside ftkit: a mirror of each rank's file in a second global directory.
+"""A fifth checkpoint level, added from outside ftkit: a mirror of each rank's file in a second global
+directory.
 
 Everything a new level needs is here: its storage (the PFS layout under another root, so ``l5/`` directories
 beside it), its pipeline steps (``LEVEL``: post-processing copies the primary file; recovery reads the
