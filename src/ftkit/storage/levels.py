@@ -1,13 +1,13 @@
 """The level table: every checkpoint level, one record each, and everything callers ask of a level.
 
-======  ==========  =======  ===================  ====================================================
-Level   Name        Root     Storage              Survives the loss of nodes
-======  ==========  =======  ===================  ====================================================
-1       local       local    :class:`LocalLevel`  none lost
-2       partner     local    :class:`PartnerLevel` no lost rank's partner lost too
-3       encoded     local    :class:`EncodedLevel` no group lost more members than its code repairs
-4       pfs         global   :class:`PFSLevel`    always
-======  ==========  =======  ===================  ====================================================
+======  ==========  =======  =========================  =================================================
+Level   Name        Root     Storage                    Survives the loss of nodes
+======  ==========  =======  =========================  =================================================
+1       local       local    :class:`LocalLevel`        none lost
+2       partner     local    :class:`PartnerLevel`      no lost rank's partner lost too
+3       encoded     local    :class:`EncodedLevel`      no group lost more members than its code repairs
+4       pfs         global   :class:`PFSLevel`          always
+======  ==========  =======  =========================  =================================================
 
 A :class:`LevelSpec` carries what code used to test level numbers for: where the level's root is (node-local
 ``ckpt_dir`` or global ``glbl_dir``), its storage class, whether a checkpoint complete at it survives the
