@@ -59,9 +59,8 @@ def plan_job(ctx: PipelineContext, requested: int, ckpt_id: int, seq: int) -> Ch
         If ``requested`` is not a level of the table (an ``int``; ``bool`` is refused).
     """
     if isinstance(requested, bool) or not isinstance(requested, int | np.integer):
-        known = ", ".join(f"{s.number} ({s.name})" for s in table.specs())
         raise CheckpointError(f"checkpoint level {requested!r} ({type(requested).__name__}) is invalid: use "
-                              f"the int of one of the levels {known}")
+                              f"the int {table.describe()}")
     spec = level(int(requested))
     cfg = ctx.config
     try:  # e.g. group_size = 1 (loaded with L2/L3 off): the levels that need groups are refused here

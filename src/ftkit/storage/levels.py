@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from ..topology import Topology
 
 __all__ = ["LevelSpec", "LOCAL", "GLOBAL", "register_level", "spec", "specs", "numbers", "recovery_order",
-           "node_local", "survives_loss", "interval", "inline", "primary_level", "level_root", "make_level",
-           "LEVEL_CLASSES"]
+           "node_local", "describe", "survives_loss", "interval", "inline", "primary_level", "level_root",
+           "make_level", "LEVEL_CLASSES"]
 
 #: Root kinds: node-local (``ckpt_dir``, lost with the node) or global (``glbl_dir``, survives any node).
 LOCAL, GLOBAL = "local", "global"
@@ -89,6 +89,8 @@ class LevelSpec:
     root
         ``root(ckpt_dir, glbl_dir)``: the level's root directory; None: ``ckpt_dir`` or ``glbl_dir`` by
         ``scope``.
+    title
+        What the level is, for messages (default: ``name``).
     """
 
     number: int
@@ -106,6 +108,7 @@ class LevelSpec:
     needs_groups: bool = False
     order: float = 0.0
     root: Callable[[Path, Path], Path] | None = None
+    title: str = ""
 
     @property
     def node_local(self) -> bool:
@@ -145,9 +148,9 @@ _BUILTIN = (
     LevelSpec(2, "partner", PartnerLevel, LOCAL, _partner_alive, _CKPT + "partner", "ckpt_l2", "inline_l2",
               needs_groups=True, order=2),
     LevelSpec(3, "encoded", EncodedLevel, LOCAL, _group_decodes, _CKPT + "encoded", "ckpt_l3", "inline_l3",
-              needs_groups=True, order=3),
+              needs_groups=True, order=3, title="Reed-Solomon/XOR group"),
     LevelSpec(4, "pfs", PFSLevel, GLOBAL, _always, _CKPT + "pfs", "ckpt_l4", "inline_l4",
-              differential_key="dcp_l4", direct=_inline_pfs, order=4),
+              differential_key="dcp_l4", direct=_inline_pfs, order=4, title="parallel file system"),
 )
 
 _TABLE: dict[int, LevelSpec] = {s.number: s for s in _BUILTIN}
@@ -186,12 +189,19 @@ def spec(number: int) -> LevelSpec:
         return _TABLE[number]
     except (KeyError, TypeError):
         raise StorageError(f"level {number!r} is not available in this ftkit (levels: "
-                           f"{', '.join(f'{s.number} ({s.name})' for s in specs())})") from None
+                           f"{describe()})") from None
 
 
 def specs() -> tuple[LevelSpec, ...]:
     """Every level, by number."""
     return tuple(_TABLE[n] for n in sorted(_TABLE))
+
+
+def describe() -> str:
+    """The levels for a message: ``1 (local), 2 (partner), 3 (Reed-Solomon/XOR group), or 4 (parallel file
+    system)``."""
+    names = [f"{s.number} ({s.title or s.name})" for s in specs()]
+    return ", ".join(names[:-1]) + f", or {names[-1]}" if len(names) > 1 else names[0]
 
 
 def numbers() -> tuple[int, ...]:

@@ -66,9 +66,7 @@ def level(number: int) -> Level:
     try:
         return LEVELS[number]
     except (KeyError, TypeError):
-        known = ", ".join(f"{s.number} ({s.name})" for s in table.specs())
-        raise CheckpointError(f"checkpoint level {number!r} is invalid: use one of the levels "
-                              f"{known}") from None
+        raise CheckpointError(f"checkpoint level {number!r} is invalid: use {table.describe()}") from None
 
 
 def recovery_chain() -> list[RecoveryStep]:
