@@ -1,10 +1,11 @@
 """The contract between the checkpoint pipeline and its levels: what a level's steps receive and return.
 
-A *level* (one module of :mod:`ftkit.checkpoint.levels`) is described by a :class:`Level`: its
-post-processing step (produce this level's copy from the primary file), the recovery steps it adds to the
-recovery chain, and, for head mode, what a rank tells its head and what the head then does. The pipeline,
-the recovery chain and the executors read the static table :data:`ftkit.checkpoint.levels.LEVELS`; nothing
-is registered at import time.
+A *level* (one module of :mod:`ftkit.checkpoint.levels`, or any module its record in the level table
+:mod:`ftkit.storage.levels` names) is described by a :class:`Level`: its post-processing step (produce this
+level's copy from the primary file), the recovery steps it adds to the recovery chain, and, for head mode,
+what a rank tells its head and what the head then does. The pipeline, the recovery chain and the executors
+read it through :data:`ftkit.checkpoint.levels.LEVELS`, a view of the level table; nothing is registered at
+import time.
 
 Rules every level follows:
 
