@@ -159,7 +159,7 @@ class SnapshotSchedule:
         """Build the schedule of a :class:`ftkit.Config` (intervals, unit, ``max_sync_intv``, ``mtbf``).
 
         ``max_sync_intv = 0`` means FTI's default, 512 iterations. Automatic checkpoints use the highest level
-        with an interval configured (level 1 if none is). As in FTI, every interval is divided by
+        with an interval configured (the lowest level if none is). As in FTI, every interval is divided by
         ``fast_forward``, and ``dcp_l4`` counts only with ``enable_dcp = 1``.
         """
         ff = config.fast_forward
