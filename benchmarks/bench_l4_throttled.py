@@ -7,7 +7,7 @@ The global directory (``glbl_dir``) is an ext4 file system on a loop device whos
 limited to ``--rate-mb`` MB/s (10^6 bytes) by a cgroup-v1 ``blkio`` throttle (``blkio.throttle.*_bps_device``)
 that this script's process and its MPI ranks run in; the node-local directory (``ckpt_dir``) stays on the
 machine's own disk, unthrottled. Root is needed for the loop device, the mount and the cgroup; all three are
-removed at the end, whatever happens.
+removed at the end, also when the script is ended by SIGTERM, SIGINT or SIGHUP.
 
 For each data set (the heat field, the CG iterates, an int32 mask, uniform random bytes: the arrays of
 ``bench_compression.py``) and codec (``none`` is ftkit's default inline L4, written straight from the
@@ -34,6 +34,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -188,6 +189,10 @@ def _one(a: argparse.Namespace, pfs: Path, work: Path, data: str, codec: str) ->
         shutil.rmtree(pfs / "global", ignore_errors=True)
 
 
+def _raise_exit(signum: int, _frame: object) -> None:
+    raise SystemExit(f"bench_l4_throttled: ended by signal {signum}")
+
+
 def _stats(xs: list[float]) -> tuple[float, float]:
     return float(np.median(xs)), float(np.percentile(xs, 90))
 
@@ -212,6 +217,8 @@ def main() -> int:
         return 0
     if a.quick:
         a.mib, a.repeats, a.data, a.codecs = 16, 2, "heat,random", "none,zstd"
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # unmount and detach on the way out
+        signal.signal(sig, _raise_exit)
     data = a.data.split(",")
     codecs = a.codecs.split(",")
     if bad := [x for x in data if x not in DATASETS] + [c for c in codecs if c not in CODECS]:
