@@ -1,4 +1,5 @@
-"""Differential L4 checkpoints through the Checkpointer: write size and bit-identical recovery."""
+"""Differential L4 checkpoints through the Checkpointer (plain and compressed block stores): write size and
+bit-identical recovery."""
 
 from __future__ import annotations
 
@@ -7,15 +8,19 @@ import re
 import pytest
 
 from ftkit.inject import delete_node_dir
+from ftkit.storage.dcpstore import read_dcp_map
 
 from .test_async_ckpt import recovered, run_app, write_config
 
 pytestmark = pytest.mark.mpi
 
 
-@pytest.mark.parametrize("executor", ["thread", "head"])
-def test_dcp_writes_changed_blocks_and_recovers_exactly(tmp_path, executor):
+@pytest.mark.parametrize(("executor", "codec"), [("thread", "none"), ("head", "none"), ("thread", "zstd"),
+                                                  ("head", "lz4")])
+def test_dcp_writes_changed_blocks_and_recovers_exactly(tmp_path, executor, codec):
     write_config(tmp_path, executor, enable_dcp=1, dcp_block_size=4096)
+    with open(tmp_path / "ftkit.ini", "a") as ini:  # the [ftkit] section ends the file
+        ini.write(f"compression = {codec}\n")
     args = ("--dcp", "--steps", "8", "--dcp-bytes", str(1 << 21), "--dcp-block", "4096",
             *(a for s in (2, 3, 4, 5, 6, 8) for a in ("--ckpt", f"{s}:4")))
     r = run_app(tmp_path, executor, *args, "--crash-at", "7")
@@ -29,6 +34,11 @@ def test_dcp_writes_changed_blocks_and_recovers_exactly(tmp_path, executor):
             # 1% of the blocks changed (plus the file header's block): at most 2% of the full size ...
             assert data <= 0.02 * full, (rank, cid, data, full)
             assert meta <= 0.01 * full                   # ... plus the block map (24 bytes per block)
+    maps = sorted((tmp_path / "run" / "global").glob("*/l4dcp/dcp-r*-c*.map"))
+    assert maps, "no differential L4 maps were written"
+    for path in maps:  # block stores compressed block by block (map version 2) exactly when a codec is set
+        rank, cid = map(int, re.match(r"dcp-r(\d+)-c(\d+)\.map", path.name).groups())
+        assert (read_dcp_map(path.parent, rank, cid).codecs is not None) == (codec != "none"), path
     for d in (tmp_path / "run" / "local").glob("node*"):
         delete_node_dir(d)
     r = run_app(tmp_path, executor, *args).check()

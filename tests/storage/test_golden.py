@@ -73,3 +73,24 @@ def test_state_table_golden_reads_and_writes_bit_exactly(tmp_path):
     assert table.dtype == np.int8 and table.tolist() == gen.golden_state_table().tolist()
     save_state_table(tmp_path / "s.json", table)
     assert (tmp_path / "s.json").read_bytes() == golden.read_bytes()
+
+
+def test_compressed_dcp_golden_reads_bit_exactly(tmp_path):
+    pytest.importorskip("numcodecs")
+    from ftkit.checkpoint.dcp import read_dcp_map, restore_dcp
+    from ftkit.storage.dcpstore import DcpSource
+
+    expected = gen.dcp_golden_files(tmp_path / "plain.ftk")
+    store = GOLDEN / "dcp_zstd_v2"
+    for cid, content in enumerate(expected, 1):
+        m = read_dcp_map(store, 0, cid)
+        assert m.codecs is not None and m.block_size == gen.DCP_BLOCK and m.total_size == len(content)
+        restore_dcp(store, 0, cid, tmp_path / f"c{cid}")
+        assert (tmp_path / f"c{cid}").read_bytes() == content
+        with DcpSource(store, 0, cid) as src:
+            out = bytearray(len(content))
+            src.read_into(0, memoryview(out))
+            assert bytes(out) == content
+    first, second = (read_dcp_map(store, 0, c) for c in (1, 2))
+    shared = first.offsets == second.offsets
+    assert 0 < int((~shared).sum()) <= 3 and shared.sum() > 10   # checkpoint 2 reuses checkpoint 1's blocks

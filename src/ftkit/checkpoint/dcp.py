@@ -30,6 +30,7 @@ import xxhash
 
 from ..errors import CheckpointNotFoundError, ConfigError, CorruptionError, StorageError
 from ..storage._stream import AtomicWriter
+from ..storage.compressed import CODECS, decode_chunk, encode_chunk, require_codec
 from ..storage.dcpstore import (
     GEN_RE,
     MAGIC,
@@ -92,17 +93,23 @@ def restore_dcp(directory: str | os.PathLike[str], rank: int, ckpt_id: int,
     except FileNotFoundError as exc:
         raise CheckpointNotFoundError(f"block store {store} of checkpoint {ckpt_id} is missing") from exc
     whole = xxhash.xxh3_128()
-    buf = np.empty(m.block_size, np.uint8)
+    stored_len = m.stored_lengths()
+    buf = np.empty(max(m.block_size, int(stored_len.max()) if m.nblocks else 0), np.uint8)
     try:
         store_len = os.fstat(fd).st_size
         with AtomicWriter(dest) as out:
             for i in range(m.nblocks):
                 n = min(m.block_size, m.total_size - i * m.block_size)
+                sn = int(stored_len[i])
                 off = int(m.offsets[i])
-                if off + n > store_len:
+                if off + sn > store_len:
                     raise CorruptionError(f"{store}: block {i} lies past the end of the store (truncated)")
-                view = buf.data[:n]
+                view = buf.data[:sn]
                 got = os.preadv(fd, [view], off)
+                if got == sn and m.codecs is not None:
+                    view = memoryview(decode_chunk(int(m.codecs[i]), bytes(view), m.typesize, n,
+                                                   f"{store}: block {i} of checkpoint {ckpt_id}"))
+                    got = len(view)
                 if got != n or block_hash(view) != (int(m.hashes[i, 0]), int(m.hashes[i, 1])):
                     raise CorruptionError(f"{store}: block {i} of checkpoint {ckpt_id} (rank {rank}) does "
                                           "not match its hash; recover from another level")
@@ -130,23 +137,42 @@ class DcpWriter:
     compact_factor
         Start a new generation (full write) when the block store would exceed this many times the content
         size (> 1).
+    codec, level
+        ``[ftkit] compression`` and ``compression_level``: each changed block is compressed on its own
+        (stored as it is when that saves less than 3 %); "none" writes an uncompressed store.
+    typesize
+        Item size in bytes of the byte-shuffle applied before the codec (default: 8 -- float64 and int64
+        data -- or the largest of 4, 2, 1 that divides ``block_size``; 1 for none; it must divide
+        ``block_size``).
 
     Raises
     ------
     ConfigError
-        If ``block_size`` or ``compact_factor`` is out of range.
+        If ``block_size``, ``compact_factor`` or ``typesize`` is out of range, or ``codec`` unknown or its
+        library (``numcodecs``) missing.
     """
 
     def __init__(self, directory: str | os.PathLike[str], rank: int, block_size: int,
-                 compact_factor: float = 3.0) -> None:
+                 compact_factor: float = 3.0, codec: str = "none", level: int = 3,
+                 typesize: int | None = None) -> None:
         if int(block_size) <= 0:
             raise ConfigError(f"dcp_block_size = {block_size}: must be a positive number of bytes")
         if not compact_factor > 1:
             raise ConfigError(f"dCP compact_factor = {compact_factor}: must be > 1")
+        if codec not in CODECS:
+            raise ConfigError(f"compression = {codec!r}: choose one of {', '.join(CODECS)}")
+        if typesize is None:
+            typesize = next(t for t in (8, 4, 2, 1) if int(block_size) % t == 0)
+        if codec != "none":
+            require_codec(codec)
+            if not 1 <= typesize <= 255 or int(block_size) % typesize:
+                raise ConfigError(f"dCP shuffle item size {typesize}: must be 1-255 and divide "
+                                  f"dcp_block_size = {block_size}")
         self.directory = Path(directory)
         self.rank = int(rank)
         self.block_size = int(block_size)
         self.compact_factor = float(compact_factor)
+        self.codec, self.level, self.typesize = codec, int(level), int(typesize) if codec != "none" else 1
         self.base: DcpMap | None = None
 
     def load_base(self, ckpt_id: int) -> bool:
@@ -160,11 +186,17 @@ class DcpWriter:
         except (StorageError, CheckpointNotFoundError):
             self.base = None
             return False
-        if m.block_size != self.block_size or not store_path(self.directory, self.rank, m.gen).exists():
+        if (m.block_size != self.block_size or not self._reusable(m)
+                or not store_path(self.directory, self.rank, m.gen).exists()):
             self.base = None
             return False
         self.base = m
         return True
+
+    def _reusable(self, m: DcpMap) -> bool:
+        """Whether blocks of map ``m`` can be referenced by this writer's next map: a compressed map's blocks
+        must have been shuffled as this writer shuffles (uncompressed blocks always can)."""
+        return m.codecs is None or m.typesize == self.typesize or not m.codecs.any()
 
     def _next_gen(self) -> int:
         gens = [-1]
@@ -206,7 +238,7 @@ class DcpWriter:
         bs = self.block_size
         nblocks = -(-total // bs)
         base = self.base
-        full = base is None or base.block_size != bs
+        full = base is None or base.block_size != bs or not self._reusable(base)
         gen = base.gen if base is not None and not full else self._next_gen()
         store = store_path(self.directory, self.rank, gen)
         if not full:
@@ -221,6 +253,9 @@ class DcpWriter:
             raise StorageError(f"cannot open the dCP block store {store}: {exc}") from exc
         offsets = np.zeros(nblocks, np.uint64)
         hashes = np.zeros((nblocks, 2), np.uint64)
+        stored = np.zeros(nblocks, np.uint32)
+        codecs = np.zeros(nblocks, np.uint8)
+        base_stored = base.stored_lengths() if base is not None and not full else None
         whole = xxhash.xxh3_128()
         changed = 0
         buf = np.empty(bs * _CHUNK_BLOCKS, np.uint8)
@@ -246,12 +281,16 @@ class DcpWriter:
                                 and int(base.hashes[i, 0]) == lo and int(base.hashes[i, 1]) == hi  # type: ignore[union-attr]
                                 and (i < nblocks - 1 or len(blk) == min(bs, base.total_size - i * bs))):  # type: ignore[union-attr]
                             offsets[i] = base.offsets[i]  # type: ignore[union-attr]
+                            stored[i] = base_stored[i]  # type: ignore[index]
+                            codecs[i] = 0 if base.codecs is None else base.codecs[i]  # type: ignore[union-attr]
                         else:
+                            packed, codecs[i] = (encode_chunk(self.codec, self.level, blk, self.typesize)
+                                                 if self.codec != "none" else (blk, 0))
                             done = 0
-                            while done < len(blk):
-                                done += os.pwrite(out_fd, blk[done:], end + done)
-                            offsets[i] = end
-                            end += len(blk)
+                            while done < len(packed):
+                                done += os.pwrite(out_fd, packed[done:], end + done)
+                            offsets[i], stored[i] = end, len(packed)
+                            end += len(packed)
                             changed += 1
                         i += 1
             os.fsync(out_fd)
@@ -259,7 +298,10 @@ class DcpWriter:
             raise StorageError(f"differential L4 flush of {src} to {store} failed: {exc}") from exc
         finally:
             os.close(out_fd)
-        m = DcpMap(self.rank, int(ckpt_id), gen, bs, total, whole.hexdigest(), offsets, hashes)
+        compressed = self.codec != "none" or bool(codecs.any())
+        m = DcpMap(self.rank, int(ckpt_id), gen, bs, total, whole.hexdigest(), offsets, hashes,
+                   stored if compressed else None, codecs if compressed else None,
+                   self.typesize if compressed else 1)
         raw = encode_map(m)
         with AtomicWriter(dcp_map_path(self.directory, self.rank, ckpt_id)) as w:
             w.pwrite(raw, 0)

@@ -47,7 +47,7 @@ from ._fsutil import AtomicWriter
 from .source import ByteSource, FileSource, pread_exact
 
 __all__ = ["MAGIC", "CODECS", "MAX_CHUNK", "CompressedSource", "open_source", "compress_file",
-           "require_codec", "stored_size"]
+           "require_codec", "stored_size", "encode_chunk", "decode_chunk"]
 
 MAGIC = b"FTKITCZ1"
 VERSION = 1
@@ -83,7 +83,10 @@ def require_codec(name: str) -> Any:
 def _encode(nc: Any, codec: int, level: int, data: memoryview, typesize: int) -> bytes:
     if codec == 3:
         return bytes(nc.blosc.compress(data, b"zstd", min(max(level, 1), 9), nc.blosc.SHUFFLE, 0, typesize))
-    raw = nc.Shuffle(typesize).encode(data) if typesize > 1 else data
+    raw: Any = data
+    if typesize > 1:  # whole items shuffled; a ragged tail (the last block of a dCP store) follows as it is
+        whole = len(data) - len(data) % typesize
+        raw = bytes(nc.Shuffle(typesize).encode(data[:whole])) + bytes(data[whole:])
     inner = nc.LZ4(acceleration=1) if codec == 1 else nc.Zstd(level=level)
     return bytes(inner.encode(raw))
 
@@ -98,9 +101,56 @@ def _decode(nc: Any, codec: int, data: bytes, typesize: int, n: int) -> bytes:
     (nc.LZ4() if codec == 1 else nc.Zstd()).decode(data, out=out)
     if typesize == 1:
         return bytes(out)
+    whole = n - n % typesize
     plain = bytearray(n)
-    nc.Shuffle(typesize).decode(out, out=plain)
+    nc.Shuffle(typesize).decode(memoryview(out)[:whole], out=memoryview(plain)[:whole])
+    plain[whole:] = out[whole:]
     return bytes(plain)
+
+
+def encode_chunk(codec: str, level: int, data: memoryview, typesize: int) -> tuple[bytes, int]:
+    """Compress one chunk: return its stored bytes and codec id (0, the bytes as they are, when ``codec`` is
+    "none" or compressing saves less than 3 %).
+
+    ``typesize`` is the item size in bytes of the byte-shuffle applied first (1: none; 1-255).
+
+    Raises
+    ------
+    ConfigError
+        If ``codec`` is unknown or ``numcodecs`` is missing.
+    """
+    cid = CODECS.get(codec)
+    if cid is None:
+        raise ConfigError(f"compression = {codec!r}: choose one of {', '.join(CODECS)}")
+    if cid:
+        packed = _encode(require_codec(codec), cid, level, data, typesize)
+        if len(packed) < _MIN_SAVING * len(data):
+            return packed, cid
+    return bytes(data), 0
+
+
+def decode_chunk(cid: int, stored: bytes | bytearray, typesize: int, n: int, what: str) -> bytes:
+    """Decompress one chunk stored with codec id ``cid`` into exactly ``n`` bytes.
+
+    Raises
+    ------
+    CorruptionError
+        If the stored bytes do not decode to ``n`` bytes (``what`` names the chunk in the message).
+    ConfigError
+        If ``numcodecs`` is missing.
+    """
+    if cid == 0:
+        data = bytes(stored)
+    elif cid not in CODECS.values():
+        raise CorruptionError(f"{what}: unknown codec id {cid}")
+    else:
+        try:
+            data = _decode(require_codec("zstd"), cid, bytes(stored), typesize, n)
+        except (RuntimeError, ValueError, TypeError, MemoryError) as exc:
+            raise CorruptionError(f"{what} does not decode: {exc}") from exc
+    if len(data) != n:
+        raise CorruptionError(f"{what} decodes to {len(data)} bytes, not {n}")
+    return data
 
 
 def _plan(pieces: Iterable[tuple[int, int, int, str]]) -> list[tuple[int, int, int, str]]:
@@ -128,10 +178,9 @@ def compress_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     CheckpointNotFoundError, StorageError
         If ``src`` is missing or a read or write fails (``dst`` is left as it was).
     """
-    nc = None
     for name in {p[3] for p in pieces}:
         if name != "none":
-            nc = require_codec(name)
+            require_codec(name)  # fail before anything is read or written
     chunks = _plan(pieces)
     try:
         fd = os.open(src, os.O_RDONLY)
@@ -147,10 +196,7 @@ def compress_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
             for off, n, item, codec in chunks:
                 view = memoryview(buf)[:n]
                 pread_exact(fd, off, view, str(src))
-                cid_used = CODECS[codec]
-                packed = _encode(nc, cid_used, level, view, item) if cid_used else bytes(view)
-                if len(packed) >= _MIN_SAVING * n:
-                    packed, cid_used = bytes(view), 0
+                packed, cid_used = encode_chunk(codec, level, view, item)
                 writer.pwrite(packed, pos)
                 records.append(_REC.pack(off, pos, n, len(packed), cid_used, item, 0,
                                          xxhash.xxh3_64_intdigest(packed)))
@@ -186,7 +232,6 @@ class CompressedSource(ByteSource):
             self.file.close()
             raise
         self._cache: tuple[int, bytes] | None = None
-        self._nc: Any = None
 
     def _index(self) -> None:
         pre = bytearray(_PRE.size)
@@ -224,18 +269,7 @@ class CompressedSource(ByteSource):
         self.file.read_into(so, memoryview(stored))
         if xxhash.xxh3_64_intdigest(bytes(stored)) != digest:
             raise CorruptionError(f"{self.name}: checksum mismatch in the chunk at logical offset {lo}")
-        if codec == 0:
-            data = bytes(stored)
-        else:
-            self._nc = self._nc or require_codec("zstd")
-            try:
-                data = _decode(self._nc, codec, bytes(stored), item, ln)
-            except (RuntimeError, ValueError, TypeError, MemoryError) as exc:
-                raise CorruptionError(f"{self.name}: chunk at logical offset {lo} does not decode: "
-                                      f"{exc}") from exc
-        if len(data) != ln:
-            raise CorruptionError(f"{self.name}: chunk at logical offset {lo} decodes to {len(data)} bytes, "
-                                  f"not {ln}")
+        data = decode_chunk(codec, stored, item, ln, f"{self.name}: chunk at logical offset {lo}")
         self._cache = (i, data)
         return data
 

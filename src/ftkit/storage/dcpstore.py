@@ -8,11 +8,18 @@ On-disk layout, per rank, in one directory (``glbl_dir/<exec_id>/l4dcp``, :func:
     dcp-r<rank>-g<gen>.blocks      append-only block store of generation <gen>
     dcp-r<rank>-c<id>.map          map of checkpoint <id>: where each block lies, its hash, the file digest
 
-A map file is ``MAGIC``, a little-endian uint32 header length, a JSON header (rank, checkpoint id,
-generation, block size, total size, number of blocks, xxh3-128 of the whole content), the block offsets
+A map file is ``MAGIC``, a little-endian uint32 header length, a JSON header (version, rank, checkpoint
+id, generation, block size, total size, number of blocks, xxh3-128 of the whole content), the block offsets
 (uint64) and block hashes (2 x uint64 each), and an xxh3-64 of everything before it. A reader may rely on:
 a committed map names only durable blocks, and the bytes it points to are never rewritten (the writer's
 rules, see :mod:`ftkit.checkpoint.dcp`).
+
+Compressed block stores (``[ftkit] compression`` with ``enable_dcp``) use map version 2: its header adds
+``typesize`` (the item size of the byte-shuffle applied before the codec), and after the hashes come each
+block's stored length (uint32) and codec id (uint8, as in :data:`ftkit.storage.compressed.CODECS`; 0: the
+block's bytes as they are). Each block is compressed on its own, so a range read decompresses only the blocks
+it touches; the hashes stay those of the uncompressed blocks. Version 1 maps (uncompressed stores) are
+written whenever no block is compressed, and read as before.
 
 :class:`DcpSource` is a :class:`~ftkit.storage.source.ByteSource` of checkpoint ``id`` of a rank: byte
 ``p`` of the logical file is byte ``p % block_size`` of block ``p // block_size``, read where it lies in the
@@ -35,6 +42,7 @@ import xxhash
 
 from .._paths import inside
 from ..errors import CheckpointNotFoundError, CorruptionError, FormatError, StorageError
+from .compressed import decode_chunk
 from .source import ByteSource, pread_exact
 
 __all__ = ["DCP_DIR", "DcpMap", "DcpSource", "MAGIC", "MAP_RE", "GEN_RE", "dcp_dir", "dcp_map_path",
@@ -44,6 +52,7 @@ __all__ = ["DCP_DIR", "DcpMap", "DcpSource", "MAGIC", "MAP_RE", "GEN_RE", "dcp_d
 DCP_DIR = "l4dcp"
 MAGIC = b"FTKDCP01"
 _VERSION = 1
+_VERSION_COMPRESSED = 2
 #: File names of maps and block stores (rank and checkpoint id / generation).
 MAP_RE = re.compile(r"^dcp-r(\d+)-c(\d+)\.map$")
 GEN_RE = re.compile(r"^dcp-r(\d+)-g(\d+)\.blocks$")
@@ -73,11 +82,23 @@ class DcpMap:
     digest: str
     offsets: np.ndarray          # uint64[nblocks]: byte offset of each block in the generation's store
     hashes: np.ndarray           # uint64[nblocks, 2]: xxh3-128 of each block (low, high)
+    stored: np.ndarray | None = None   # uint32[nblocks]: stored bytes of each block (compressed stores only)
+    codecs: np.ndarray | None = None   # uint8[nblocks]: codec id of each block (compressed stores only)
+    typesize: int = 1                  # item size of the byte-shuffle before the codec (compressed stores)
 
     @property
     def nblocks(self) -> int:
         """Number of blocks."""
         return int(self.offsets.shape[0])
+
+    def logical_lengths(self) -> np.ndarray:
+        """Uncompressed bytes of each block (int64[nblocks]): the block size, the last one shorter."""
+        return np.minimum(self.block_size, self.total_size - np.arange(self.nblocks, dtype=np.int64)
+                          * self.block_size)
+
+    def stored_lengths(self) -> np.ndarray:
+        """Bytes each block takes in the store (int64[nblocks])."""
+        return self.logical_lengths() if self.stored is None else self.stored.astype(np.int64)
 
 
 def dcp_map_path(directory: str | os.PathLike[str], rank: int, ckpt_id: int) -> Path:
@@ -111,13 +132,18 @@ def block_hash(view: memoryview) -> tuple[int, int]:
 
 def encode_map(m: DcpMap) -> bytes:
     """The bytes of map ``m`` (see the module docstring)."""
-    header = json.dumps({
-        "version": _VERSION, "rank": m.rank, "ckpt_id": m.ckpt_id, "gen": m.gen,
-        "block_size": m.block_size, "total_size": m.total_size, "nblocks": m.nblocks, "digest": m.digest,
-    }, sort_keys=True).encode()
+    fields = {"version": _VERSION, "rank": m.rank, "ckpt_id": m.ckpt_id, "gen": m.gen,
+              "block_size": m.block_size, "total_size": m.total_size, "nblocks": m.nblocks,
+              "digest": m.digest}
+    tail = b""
+    if m.stored is not None and m.codecs is not None:
+        fields.update(version=_VERSION_COMPRESSED, typesize=m.typesize)
+        tail = (np.ascontiguousarray(m.stored, "<u4").tobytes()
+                + np.ascontiguousarray(m.codecs, "u1").tobytes())
+    header = json.dumps(fields, sort_keys=True).encode()
     body = (MAGIC + struct.pack("<I", len(header)) + header
             + np.ascontiguousarray(m.offsets, "<u8").tobytes()
-            + np.ascontiguousarray(m.hashes, "<u8").tobytes())
+            + np.ascontiguousarray(m.hashes, "<u8").tobytes() + tail)
     return body + struct.pack("<Q", xxhash.xxh3_64_intdigest(body))
 
 
@@ -151,9 +177,11 @@ def read_dcp_map(directory: str | os.PathLike[str], rank: int, ckpt_id: int) -> 
     try:
         hdr = json.loads(body[start:start + hlen])
         n = int(hdr["nblocks"])
-        if hdr["version"] != _VERSION:
+        if hdr["version"] not in (_VERSION, _VERSION_COMPRESSED):
             raise FormatError(f"{path}: dCP map version {hdr['version']} is not supported "
-                              f"(expected {_VERSION})")
+                              f"(expected {_VERSION} or {_VERSION_COMPRESSED})")
+        compressed = hdr["version"] == _VERSION_COMPRESSED
+        typesize = int(hdr["typesize"]) if compressed else 1
         if int(hdr["rank"]) != rank or int(hdr["ckpt_id"]) != ckpt_id:
             raise FormatError(f"{path} names rank {hdr['rank']} checkpoint {hdr['ckpt_id']}, "
                               f"expected rank {rank} checkpoint {ckpt_id}")
@@ -161,12 +189,19 @@ def read_dcp_map(directory: str | os.PathLike[str], rank: int, ckpt_id: int) -> 
         if not (gen >= 0 and 0 < bs <= _MAX_BLOCK and total >= 0 and n == -(-total // bs)):
             raise FormatError(f"{path}: inconsistent dCP map header (generation {gen}, block size {bs}, "
                               f"total size {total}, {n} blocks)")
+        if not 1 <= typesize <= 255:
+            raise FormatError(f"{path}: dCP map names a shuffle item size of {typesize} bytes")
         pos = start + hlen
-        if pos + 24 * n != len(body):
+        if pos + (29 if compressed else 24) * n != len(body):
             raise FormatError(f"{path}: map length does not match its {n} blocks")
         offsets = np.frombuffer(body, "<u8", n, pos).astype(np.uint64)
         hashes = np.frombuffer(body, "<u8", 2 * n, pos + 8 * n).astype(np.uint64).reshape(n, 2)
-        return DcpMap(rank, ckpt_id, gen, bs, total, str(hdr["digest"]), offsets, hashes)
+        stored = codecs = None
+        if compressed:
+            stored = np.frombuffer(body, "<u4", n, pos + 24 * n).astype(np.uint32)
+            codecs = np.frombuffer(body, "u1", n, pos + 28 * n).copy()
+        return DcpMap(rank, ckpt_id, gen, bs, total, str(hdr["digest"]), offsets, hashes, stored, codecs,
+                      typesize)
     except FormatError:
         raise
     except Exception as exc:  # noqa: BLE001 - any parse failure of a damaged map is a FormatError
@@ -198,22 +233,46 @@ class DcpSource(ByteSource):
         except OSError as exc:
             raise StorageError(f"{store}: cannot open: {exc.strerror or exc}") from exc
         bs = m.block_size
-        lengths = np.minimum(bs, m.total_size - np.arange(m.nblocks, dtype=np.int64) * bs)
-        ends = m.offsets.astype(np.int64) + lengths
+        ends = m.offsets.astype(np.int64) + m.stored_lengths()
         if m.nblocks and (int(ends.max()) > os.fstat(self.fd).st_size or int(m.offsets.max()) >= 2**62):
             self.close()
             raise CorruptionError(f"{self.name}: the map names blocks past the end of the store (truncated)")
+        self._map = m
+        self._cache: tuple[int, bytes] | None = None
         # Extents: runs of blocks lying one after the other in the store (one read each).
         starts = m.offsets.astype(np.int64)
         cut = np.flatnonzero(starts[1:] != ends[:-1]) + 1
         self._first = np.concatenate(([0], cut)).astype(np.int64) * bs   # logical byte of each extent
         self._where = starts[self._first // bs] if m.nblocks else np.zeros(0, np.int64)
 
+    def _block(self, i: int) -> bytes:
+        """Block ``i`` of a compressed store, decompressed (the last one cached)."""
+        if self._cache is not None and self._cache[0] == i:
+            return self._cache[1]
+        m = self._map
+        stored = bytearray(int(m.stored[i]))  # type: ignore[index]
+        pread_exact(self.fd, int(m.offsets[i]), memoryview(stored), self.name)
+        n = min(m.block_size, m.total_size - i * m.block_size)
+        data = decode_chunk(int(m.codecs[i]), stored, m.typesize, n,  # type: ignore[index]
+                            f"{self.name}: block {i}")
+        self._cache = (i, data)
+        return data
+
     def read_into(self, offset: int, out: memoryview) -> None:
-        """Fill ``out`` with the logical bytes from ``offset``, extent by extent."""
+        """Fill ``out`` with the logical bytes from ``offset``, extent by extent (block by block, each
+        decompressed, from a compressed store)."""
         n = len(out)
         if offset + n > self.size:
             raise StorageError(f"{self.name}: {offset + n} bytes asked of a {self.size}-byte checkpoint")
+        if self._map.stored is not None:
+            bs, done = self._map.block_size, 0
+            while done < n:
+                i, at = divmod(offset + done, bs)
+                data = self._block(i)
+                take = min(n - done, len(data) - at)
+                out[done:done + take] = data[at:at + take]
+                done += take
+            return
         done = 0
         k = int(np.searchsorted(self._first, offset, side="right")) - 1
         while done < n:

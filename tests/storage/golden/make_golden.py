@@ -9,7 +9,10 @@
   format 1, see :mod:`ftkit.storage.staterecord`): a PCG64 generator and a dict of every supported type;
 * ``golden_compressed_v1.ftk`` -- a compressed L4 copy (container format 1, see
   :mod:`ftkit.storage.compressed`) of a file of three arrays, one per codec (zstd, lz4, blosc). Its bytes
-  depend on the codec libraries' versions: later versions must *read* it bit-exactly.
+  depend on the codec libraries' versions: later versions must *read* it bit-exactly;
+* ``dcp_zstd_v2/`` -- a differential L4 block store compressed with zstd (dCP map format 2, see
+  :mod:`ftkit.storage.dcpstore`) of rank 0: checkpoint 1 (a full write of the plain file of
+  :func:`golden_compressed_arrays`) and checkpoint 2 (a differential write over it, :func:`dcp_golden_files`).
 
 Run: python tests/storage/golden/make_golden.py
 """
@@ -117,6 +120,31 @@ def write_compressed(plain: Path, out: Path) -> None:
     compress_copy(plain, out, "zstd", 3, {"lz": "lz4", "bl": "blosc"})
 
 
+DCP_BLOCK = 256
+
+
+def dcp_golden_files(plain: Path) -> list[bytes]:
+    """The two checkpoint files of ``dcp_zstd_v2/``: the plain compressed-arrays file, then a copy with a few
+    bytes changed (so checkpoint 2 references most blocks of checkpoint 1)."""
+    write_file(plain, golden_compressed_arrays(), rank=0, level=4, ckpt_id=9, exec_id="golden", nranks=1,
+               fsync=False)
+    first = plain.read_bytes()
+    second = bytearray(first)
+    for at in (len(first) // 3, len(first) // 2, len(first) - 1):
+        second[at] ^= 0x5A
+    return [first, bytes(second)]
+
+
+def write_dcp(tmp: Path, out: Path) -> None:
+    """Write ``dcp_zstd_v2/`` (see the module docstring)."""
+    from ftkit.checkpoint.dcp import DcpWriter
+
+    w = DcpWriter(out, 0, DCP_BLOCK, codec="zstd", level=3)
+    for cid, content in enumerate(dcp_golden_files(tmp / "plain.ftk"), 1):
+        (tmp / "c").write_bytes(content)
+        w.write(tmp / "c", cid, keep_ids=(1, 2))
+
+
 def golden_state_table() -> np.ndarray:
     return np.array([[1, 1, 0], [1, 0, 1]], dtype=np.int8)
 
@@ -137,3 +165,5 @@ if __name__ == "__main__":
 
     with tempfile.TemporaryDirectory() as tmp:
         write_compressed(Path(tmp) / "plain.ftk", HERE / "golden_compressed_v1.ftk")
+    with tempfile.TemporaryDirectory() as tmp:
+        write_dcp(Path(tmp), HERE / "dcp_zstd_v2")

@@ -37,12 +37,12 @@ _WRITERS: dict[tuple[str, int], DcpWriter] = {}
 _WRITERS_LOCK = threading.Lock()
 
 
-def _writer(directory: Path, rank: int, block_size: int) -> DcpWriter:
+def _writer(directory: Path, rank: int, block_size: int, codec: str, level: int) -> DcpWriter:
     with _WRITERS_LOCK:
         key = (str(directory), rank)
         w = _WRITERS.get(key)
-        if w is None or w.block_size != block_size:
-            w = _WRITERS[key] = DcpWriter(directory, rank, block_size)
+        if w is None or (w.block_size, w.codec, w.level) != (block_size, codec, level):
+            w = _WRITERS[key] = DcpWriter(directory, rank, block_size, codec=codec, level=level)
         return w
 
 
@@ -83,7 +83,9 @@ def compress_copy(src: str | Path, dst: str | Path, codec: str, level: int,
 def flush_dcp(ctx: PipelineContext, job: CheckpointJob) -> None:
     """L4 post-processing with ``enable_dcp``: write the blocks of this rank's file changed since last L4."""
     src = ctx.level(job.primary, job.nodes).path(job.ckpt_id, ctx.rank)
-    w = _writer(dcp_dir(ctx.config.glbl_dir, ctx.exec_id), ctx.rank, ctx.config.dcp_block_size)
+    cfg = ctx.config
+    w = _writer(dcp_dir(cfg.glbl_dir, ctx.exec_id), ctx.rank, cfg.dcp_block_size, cfg.compression,
+                cfg.compression_level)
     w.write(src, job.ckpt_id, keep_ids=_l4_keep_ids(ctx))
 
 
@@ -130,7 +132,9 @@ class DcpStep(RecoveryStep):
         except DAMAGED as exc:
             return Located(reason=f"differential L4: {exc}", level=4)
         # The next differential write of this process continues from this map instead of a full write.
-        _writer(directory, ctx.rank, ctx.config.dcp_block_size).load_base(entry.id)
+        cfg = ctx.config
+        _writer(directory, ctx.rank, cfg.dcp_block_size, cfg.compression, cfg.compression_level
+                ).load_base(entry.id)
         return Located(storage, header, level=4)
 
 
@@ -140,6 +144,7 @@ def pfs_request(ctx: PipelineContext, job: CheckpointJob) -> dict[str, Any]:
     if ctx.config.enable_dcp:
         req["dcp_dir"] = str(dcp_dir(ctx.config.glbl_dir, ctx.exec_id))
         req["dcp_block"] = ctx.config.dcp_block_size
+        req["dcp_codec"] = [ctx.config.compression, ctx.config.compression_level]
         req["keep"] = list(_l4_keep_ids(ctx))
     elif ctx.config.compression != "none" or job.extra.get("codecs"):
         req["compression"] = [ctx.config.compression, ctx.config.compression_level,
@@ -150,7 +155,8 @@ def pfs_request(ctx: PipelineContext, job: CheckpointJob) -> dict[str, Any]:
 def pfs_work(req: dict[str, Any], head_set: Any) -> None:
     """Head mode: flush one rank's file to L4 (local work; ``head_set`` is not used)."""
     if "dcp_dir" in req:
-        w = _writer(Path(req["dcp_dir"]), int(req["rank"]), int(req["dcp_block"]))
+        codec, level = req.get("dcp_codec", ["none", 3])
+        w = _writer(Path(req["dcp_dir"]), int(req["rank"]), int(req["dcp_block"]), str(codec), int(level))
         w.write(req["src"], int(req["id"]), keep_ids=tuple(int(k) for k in req.get("keep", ())))
     else:
         dst = Path(req["dst"])
