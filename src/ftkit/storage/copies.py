@@ -13,6 +13,11 @@ file, and how is it read". Elastic recovery (:mod:`ftkit.checkpoint.reshard`) an
   that header).
 - L3 holds parity, not files: after a decoder rebuilt a group's L1 files, ``open(3, r)`` reads the rebuilt L1
   file.
+- On a cluster a node-local file is only on the host that wrote it: :meth:`RunCopies.present` says which of a
+  rank's files (L1, L2 copy, L3 parity; L4 is shared) are on this host, so a collective reader can have each
+  file read where it is (:mod:`ftkit.storage.holders`).
+
+Where a rank's L2 copy is kept is :func:`ftkit.topology.partner_in`, the one partner rule.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import FtkitError
+from ..topology import partner_in
+from .base import StorageLevel
 from .compressed import open_source
 from .dcpstore import DcpSource, dcp_dir
 from .format import DEFAULT_CHUNK, Header, read_source_header
@@ -30,10 +37,12 @@ from .manifest import CheckpointEntry
 from .repair import entry_groups
 from .source import ByteSource
 
-__all__ = ["SOURCE_LEVELS", "Copy", "RunCopies"]
+__all__ = ["SOURCE_LEVELS", "STORED_LEVELS", "Copy", "RunCopies"]
 
 #: Levels holding a rank's checkpoint file itself, cheapest first.
 SOURCE_LEVELS = (1, 2, 4)
+#: Levels whose files :meth:`RunCopies.present` looks for (L3: the rank's parity file).
+STORED_LEVELS = (1, 2, 3, 4)
 #: What a damaged or unreachable copy raises while its header is read.
 _DAMAGED = (FtkitError, OSError, ValueError, KeyError, IndexError, TypeError)
 
@@ -67,6 +76,14 @@ class RunCopies:
         self.ckpt_dir, self.glbl_dir = Path(ckpt_dir), Path(glbl_dir)
         self.exec_id, self.entry, self.chunk_bytes = exec_id, entry, chunk_bytes
         self.dcp = bool(entry.extra.get("dcp"))
+        self._levels: dict[int, StorageLevel] = {}
+
+    def storage(self, level: int) -> StorageLevel:
+        """The storage of ``level`` for this checkpoint (built once)."""
+        if level not in self._levels:
+            self._levels[level] = make_level(level, self.ckpt_dir, self.glbl_dir, self.exec_id,
+                                             self.entry.nodes, self.chunk_bytes)
+        return self._levels[level]
 
     def path(self, level: int, rank: int) -> Path:
         """Where ``rank``'s file is kept at ``level`` as a plain file (L2: the partner copy on the next
@@ -74,11 +91,27 @@ class RunCopies:
         level = 1 if level == 3 else level
         holder = rank
         if level == 2:
-            group = next(list(g) for g in entry_groups(self.entry) if rank in g)
-            holder = group[(group.index(rank) + 1) % len(group)]
-        storage = make_level(level, self.ckpt_dir, self.glbl_dir, self.exec_id, self.entry.nodes,
-                             self.chunk_bytes)
-        return storage.path(self.entry.id, holder)
+            holder = partner_in(next(g for g in entry_groups(self.entry) if rank in g), rank)
+        return self.storage(level).path(self.entry.id, holder)
+
+    def stored_path(self, level: int, rank: int) -> Path:
+        """The file of ``rank`` at ``level`` (L2: its partner copy; L3: its own parity file)."""
+        return self.storage(3).path(self.entry.id, rank) if level == 3 else self.path(level, rank)
+
+    def present(self, rank: int, levels: Sequence[int] = STORED_LEVELS) -> list[int]:
+        """The levels of ``levels`` at which the entry is complete and ``rank``'s file exists on this host
+        (a level under ``glbl_dir``, the shared file system, counts as present wherever the entry is complete
+        at it: it is verified when read)."""
+        out = []
+        for lv in levels:
+            if not self.entry.complete(lv):
+                continue
+            try:
+                if self.storage(lv).root == self.glbl_dir or self.stored_path(lv, rank).is_file():
+                    out.append(lv)
+            except _DAMAGED:
+                continue  # no group layout for L2/L3: nothing there
+        return out
 
     def open(self, level: int, rank: int) -> ByteSource:
         """A byte source of ``rank``'s file at ``level`` (close it after use).
