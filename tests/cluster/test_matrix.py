@@ -190,12 +190,7 @@ def test_spares_on_spare_host_online_recovery_after_host_poweroff(cluster4):
     assert digest_of(job.out.text()) == ref, job.output()
 
 
-@pytest.mark.parametrize("level", [
-    4,
-    pytest.param(2, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-        "defect: elastic recovery reads L1/L2 files by path from the rank that needs them; on node-local "
-        "disks that rank's host does not hold them (docs/clusters.md)"))),
-])
+@pytest.mark.parametrize("level", [4, 2])
 def test_elastic_restart_on_three_hosts_after_host_poweroff(cluster4, level):
     """node2 powered off at step 25 and left off: the relaunch on node1, node3, node4 (6 ranks instead of 8)
     reshards checkpoint 20 (from L4 on the shared directory; from L2 partner copies on the hosts' disks) and
