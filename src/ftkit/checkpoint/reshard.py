@@ -41,7 +41,7 @@ from ..errors import MissingCopyError, ProcessFailure, RecoveryError, ShapeMisma
 from ..storage.boxread import read_runs
 from ..storage.copies import SOURCE_LEVELS, RunCopies
 from ..storage.format import Header, decode_header
-from ..storage.holders import Located, exchange, locate, rebuild_groups
+from ..storage.holders import Located, exchange, locate_or_rebuild
 from ..storage.layout import Layout, Runs, box_runs, coverage_problem, parse_layout
 from ..storage.manifest import CheckpointEntry
 from . import _mpi
@@ -91,20 +91,8 @@ def _locate(comm: Any, timeout: float, config: Config, copies: RunCopies) -> tup
     entry = copies.entry
     olds = list(range(len(entry.files)))
     try:
-        found = locate(comm, copies, olds, timeout, "elastic recovery: sources")
-        lost = [o for o in olds if found.holders[o] is None]
-        rebuilt: set[int] = set()
-        if lost and entry.complete(3):
-            problems = rebuild_groups(comm, copies, lost, timeout, min(config.io_chunk_bytes, 16 << 20),
-                                      "elastic recovery: L3 rebuild")
-            again = locate(comm, copies, lost, timeout, "elastic recovery: sources")
-            for o in lost:
-                found.holders[o] = again.holders[o]
-                if found.holders[o] is None:
-                    found.why[o] += problems or ["L3: not rebuilt"]
-                else:
-                    rebuilt.add(o)
-            found.sees = [a | b for a, b in zip(found.sees, again.sees, strict=True)]
+        found, rebuilt = locate_or_rebuild(comm, copies, olds, timeout, min(config.io_chunk_bytes, 16 << 20),
+                                           "elastic recovery: sources")
     except MPI.Exception as exc:
         raise _mpi.as_failure(exc, comm, "elastic recovery: sources") from exc
     out, missing = [], []

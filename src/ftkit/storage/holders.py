@@ -33,16 +33,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._paths import check_inside
-from ..errors import FtkitError
+from ..errors import FtkitError, ProcessFailure
 from ._collective import allgather_json, wait_collective
 from .copies import SOURCE_LEVELS, RunCopies
+from .offline import copy_file
 from .partner import transfer_file
 from .repair import entry_groups, repair_group
 
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-__all__ = ["Holder", "Located", "locate", "rebuild_groups", "exchange"]
+__all__ = ["Holder", "Located", "locate", "locate_or_rebuild", "fetch", "rebuild_groups", "exchange"]
 
 #: What a damaged, missing or unreachable file raises while it is checked, copied or rebuilt.
 _DAMAGED = (FtkitError, OSError, ValueError, KeyError, IndexError, TypeError)
@@ -83,8 +84,9 @@ def _presence(comm: MPI.Comm, copies: RunCopies, olds: Sequence[int], timeout: f
 
 
 def locate(comm: MPI.Comm, copies: RunCopies, olds: Sequence[int], timeout: float | None,
-           what: str = "locating the old files") -> Located:
-    """Find a holder and a verified header of each of ``olds``' files (collective; see the module doc).
+           what: str = "locating the old files", levels: Sequence[int] = SOURCE_LEVELS) -> Located:
+    """Find a holder and a verified header of each of ``olds``' files at ``levels`` (collective; see the
+    module doc).
 
     Raises
     ------
@@ -97,7 +99,7 @@ def locate(comm: MPI.Comm, copies: RunCopies, olds: Sequence[int], timeout: floa
     sees = _presence(comm, copies, olds, timeout, what)
     holders: dict[int, Holder | None] = {o: None for o in olds}
     why: dict[int, list[str]] = {o: [] for o in olds}
-    left = {o: [lv for lv in SOURCE_LEVELS if copies.entry.complete(lv)] for o in olds}
+    left = {o: [lv for lv in levels if copies.entry.complete(lv)] for o in olds}
     load = [0] * comm.Get_size()
     while True:
         assign: dict[int, tuple[int, int]] = {}
@@ -127,6 +129,59 @@ def locate(comm: MPI.Comm, copies: RunCopies, olds: Sequence[int], timeout: floa
                 else:
                     holders[int(o)] = Holder(q, lv, text.encode("ascii"))
     return Located(holders, why, sees)
+
+
+def locate_or_rebuild(comm: MPI.Comm, copies: RunCopies, olds: Sequence[int], timeout: float | None,
+                      chunk_size: int, what: str,
+                      levels: Sequence[int] = SOURCE_LEVELS) -> tuple[Located, set[int]]:
+    """:func:`locate`; then, for the files found nowhere when the checkpoint is complete at L3,
+    :func:`rebuild_groups` and :func:`locate` again. Returns the outcome and the old ranks whose file was
+    decoded (collective)."""
+    found = locate(comm, copies, olds, timeout, what, levels)
+    lost = [o for o in olds if found.holders[o] is None]
+    rebuilt: set[int] = set()
+    if lost and copies.entry.complete(3):
+        problems = rebuild_groups(comm, copies, lost, timeout, chunk_size, what)
+        again = locate(comm, copies, lost, timeout, what, levels)
+        for o in lost:
+            found.holders[o] = again.holders[o]
+            if found.holders[o] is None:
+                found.why[o] += problems or ["L3: not rebuilt"]
+            else:
+                rebuilt.add(o)
+        found.sees = [a | b for a, b in zip(found.sees, again.sees, strict=True)]
+    return found, rebuilt
+
+
+def fetch(comm: MPI.Comm, copies: RunCopies, olds: Sequence[int], timeout: float | None,
+          chunk_size: int = 4 << 20, what: str = "fetching checkpoint files") -> tuple[Located, set[int]]:
+    """Bring each rank ``o`` of ``olds`` (ranks of ``comm`` that wrote the checkpoint as the same rank) its
+    L1 file from wherever a node-local copy of it is (its L1 file or partner copy on another host, or an L3
+    group decoded across hosts): :func:`locate_or_rebuild`, then one transfer per file from its holder into
+    rank ``o``'s L1 path (a copy on its own host is copied there). Collective; a failed transfer leaves the
+    file missing (the caller verifies it). Returns what :func:`locate_or_rebuild` returns."""
+    local = [lv for lv in SOURCE_LEVELS if copies.storage(lv).root != copies.glbl_dir]
+    found, rebuilt = locate_or_rebuild(comm, copies, olds, timeout, chunk_size, what, local)
+    me = comm.Get_rank()
+    for o in olds:
+        h = found.holders[o]
+        if h is None or me not in (o, h.rank) or (h.level == 1 and found.direct(o, o)):
+            continue
+        try:
+            if h.rank == o or found.direct(o, o):
+                if me == o:
+                    copy_file(copies.path(h.level, o), copies.path(1, o))
+            elif me == o:
+                transfer_file(comm, None, _null(), copies.path(1, o), h.rank, chunk_size=chunk_size,
+                              timeout=timeout)
+            else:
+                transfer_file(comm, copies.path(h.level, o), o, None, _null(), chunk_size=chunk_size,
+                              timeout=timeout)
+        except ProcessFailure:
+            raise
+        except _DAMAGED:
+            continue  # the receiver's file stays missing: its verification says so
+    return found, rebuilt
 
 
 def rebuild_groups(comm: MPI.Comm, copies: RunCopies, lost: Sequence[int], timeout: float | None,
@@ -168,6 +223,8 @@ def rebuild_groups(comm: MPI.Comm, copies: RunCopies, lost: Sequence[int], timeo
                     received.append(path)
                 else:
                     transfer_file(comm, path, dec, None, _null(), chunk_size=chunk_size, timeout=timeout)
+            except ProcessFailure:
+                raise
             except _DAMAGED as exc:
                 errors.setdefault(g, f"L3 group of old ranks {list(g)}: moving {path.name}: {exc}")
     for g, dec, _ in plan:
