@@ -1,13 +1,16 @@
-"""Where each rank's copy of a checkpoint is: one lookup for the readers that work without a recovery chain.
+"""Where each rank's copy of a checkpoint is, on this host: the single-host half of the locate-and-rebuild
+engine.
 
 :class:`RunCopies` answers, for one checkpoint of a run, "which level holds a verified copy of rank ``r``'s
-file, and how is it read". Elastic recovery (:mod:`ftkit.checkpoint.reshard`) and ``ftkit export``
-(:mod:`ftkit.storage.export`) both use it.
+file, and how is it read". Elastic recovery and the recovery chain's fetch (through
+:mod:`ftkit.storage.holders`), ``ftkit export`` (:mod:`ftkit.storage.export`) and ``ftkit flush``
+(:mod:`ftkit.storage.flush`) use it.
 
-- Levels are tried cheapest first (:data:`SOURCE_LEVELS`): the L1 file (node-local; on a cluster only where
-  that node's directory is reachable), the L2 partner copy (kept by the next member of the rank's group),
-  the L4 copy: a plain file, or for an entry written with ``enable_dcp`` the differential checkpoint read in
-  place (:class:`~ftkit.storage.dcpstore.DcpSource`). Only levels at which the entry is complete are tried.
+- Levels are tried cheapest first (:func:`source_levels`, from the level table): the L1 file (node-local;
+  on a cluster only on the host of that node), the L2 partner copy (kept by the next member of the rank's
+  group), the L4 copy: a plain file, or for an entry written with ``enable_dcp`` the differential checkpoint
+  read in place (:class:`~ftkit.storage.dcpstore.DcpSource`). Only levels at which the entry is complete are
+  tried.
 - A copy is *found* when its header is intact and is the committed one: its digest is the manifest's, and it
   names the rank and the checkpoint. Section bytes are verified by the readers (chunk or section digests of
   that header).
@@ -31,18 +34,20 @@ from ..topology import partner_in
 from .base import StorageLevel
 from .compressed import open_source
 from .dcpstore import DcpSource, dcp_dir
+from .encoded import EncodedLevel
 from .format import DEFAULT_CHUNK, Header, read_source_header
-from .levels import make_level
+from .levels import LEVEL_CLASSES, make_level
 from .manifest import CheckpointEntry
 from .repair import entry_groups
 from .source import ByteSource
 
-__all__ = ["SOURCE_LEVELS", "STORED_LEVELS", "Copy", "RunCopies"]
+__all__ = ["source_levels", "Copy", "RunCopies"]
 
-#: Levels holding a rank's checkpoint file itself, cheapest first.
-SOURCE_LEVELS = (1, 2, 4)
-#: Levels whose files :meth:`RunCopies.present` looks for (L3: the rank's parity file).
-STORED_LEVELS = (1, 2, 3, 4)
+
+def source_levels() -> tuple[int, ...]:
+    """The levels of the table holding a rank's checkpoint file itself or a whole copy of it (every level
+    but the group parity of L3), cheapest first."""
+    return tuple(lv for lv in sorted(LEVEL_CLASSES) if not issubclass(LEVEL_CLASSES[lv], EncodedLevel))
 #: What a damaged or unreachable copy raises while its header is read.
 _DAMAGED = (FtkitError, OSError, ValueError, KeyError, IndexError, TypeError)
 
@@ -98,12 +103,16 @@ class RunCopies:
         """The file of ``rank`` at ``level`` (L2: its partner copy; L3: its own parity file)."""
         return self.storage(3).path(self.entry.id, rank) if level == 3 else self.path(level, rank)
 
-    def present(self, rank: int, levels: Sequence[int] = STORED_LEVELS) -> list[int]:
-        """The levels of ``levels`` at which the entry is complete and ``rank``'s file exists on this host
-        (a level under ``glbl_dir``, the shared file system, counts as present wherever the entry is complete
-        at it: it is verified when read)."""
+    def node_local(self, levels: Sequence[int]) -> list[int]:
+        """Those of ``levels`` whose files are on the nodes (not under ``glbl_dir``, seen by every host)."""
+        return [lv for lv in levels if self.storage(lv).root != self.glbl_dir]
+
+    def present(self, rank: int, levels: Sequence[int] | None = None) -> list[int]:
+        """The levels of ``levels`` (default: every level) at which the entry is complete and ``rank``'s file
+        exists on this host (a level under ``glbl_dir``, the shared file system, counts as present wherever
+        the entry is complete at it: it is verified when read)."""
         out = []
-        for lv in levels:
+        for lv in sorted(LEVEL_CLASSES) if levels is None else levels:
             if not self.entry.complete(lv):
                 continue
             try:
@@ -126,11 +135,11 @@ class RunCopies:
         return open_source(self.path(level, rank))  # a plain file, or a compressed L4 copy
 
     def find(self, rank: int, after: int = 0,
-             levels: Sequence[int] = SOURCE_LEVELS) -> tuple[Copy | None, str]:
+             levels: Sequence[int] | None = None) -> tuple[Copy | None, str]:
         """The first level of ``levels`` above ``after`` holding ``rank``'s committed file: ``(copy, "")``,
         or ``(None, why not)`` naming what each level lacked."""
         why = []
-        for lv in levels:
+        for lv in source_levels() if levels is None else levels:
             if lv <= after or not self.entry.complete(lv):
                 continue
             try:

@@ -34,13 +34,13 @@ from .._paths import check_inside
 from ..errors import FtkitError, StorageError
 from ._fsutil import make_dirs
 from ._progress import Progress
-from .copies import SOURCE_LEVELS, RunCopies
+from .copies import RunCopies, source_levels
 from .format import verify_file
 from .levels import make_level
 from .locate import RunPlace
 from .manifest import CheckpointEntry, Manifest, read_manifest, write_manifest
 from .offline import copy_file
-from .repair import check_entry, repair_checkpoint
+from .repair import check_entry, group_levels, repair_checkpoint
 
 __all__ = ["FlushReport", "flush_run", "LOCK_NAME"]
 
@@ -93,7 +93,7 @@ def _copy_missing(place: RunPlace, m: Manifest, e: CheckpointEntry, ranks: list[
     partner copy: :class:`.copies.RunCopies`, the one lookup of a rank's copies); return the ranks left."""
     copies = RunCopies(ckpt_dir, place.glbl_dir, m.exec_id, e)
     l4 = make_level(4, ckpt_dir, place.glbl_dir, m.exec_id, e.nodes)
-    local = [lv for lv in SOURCE_LEVELS if copies.storage(lv).root != copies.glbl_dir]
+    local = copies.node_local(source_levels())
     left = []
     for r in ranks:
         digest = e.files[r].digest
@@ -181,7 +181,7 @@ def flush_run(place: RunPlace, ckpt_dir: Path | None = None, log: Any = print,
     missing = _missing_at_l4(place, m, e)
     with Progress("flush", len(missing), sum(e.files[r].size for r in missing), progress) as prog:
         missing = _copy_missing(place, m, e, missing, ckpt, report, prog)
-        if missing and (e.complete(2) or e.complete(3)):
+        if missing and any(e.complete(lv) for lv in group_levels()):
             groups = repair_checkpoint(ckpt, place.glbl_dir, m, e, log=log)
             report.rebuilt = [g.describe() for g in groups if g.result != "intact"]
             missing = _copy_missing(place, m, e, missing, ckpt, report, prog)

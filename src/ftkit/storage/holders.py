@@ -35,7 +35,7 @@ import numpy as np
 from .._paths import check_inside
 from ..errors import FtkitError, ProcessFailure
 from ._collective import allgather_json, wait_collective
-from .copies import SOURCE_LEVELS, RunCopies
+from .copies import RunCopies, source_levels
 from .offline import copy_file
 from .partner import transfer_file
 from .repair import entry_groups, repair_group
@@ -84,9 +84,9 @@ def _presence(comm: MPI.Comm, copies: RunCopies, olds: Sequence[int], timeout: f
 
 
 def locate(comm: MPI.Comm, copies: RunCopies, olds: Sequence[int], timeout: float | None,
-           what: str = "locating the old files", levels: Sequence[int] = SOURCE_LEVELS) -> Located:
-    """Find a holder and a verified header of each of ``olds``' files at ``levels`` (collective; see the
-    module doc).
+           what: str = "locating the old files", levels: Sequence[int] | None = None) -> Located:
+    """Find a holder and a verified header of each of ``olds``' files at ``levels`` (default:
+    :func:`~ftkit.storage.copies.source_levels`; collective, see the module doc).
 
     Raises
     ------
@@ -99,7 +99,8 @@ def locate(comm: MPI.Comm, copies: RunCopies, olds: Sequence[int], timeout: floa
     sees = _presence(comm, copies, olds, timeout, what)
     holders: dict[int, Holder | None] = {o: None for o in olds}
     why: dict[int, list[str]] = {o: [] for o in olds}
-    left = {o: [lv for lv in levels if copies.entry.complete(lv)] for o in olds}
+    tried = source_levels() if levels is None else levels
+    left = {o: [lv for lv in tried if copies.entry.complete(lv)] for o in olds}
     load = [0] * comm.Get_size()
     while True:
         assign: dict[int, tuple[int, int]] = {}
@@ -133,7 +134,7 @@ def locate(comm: MPI.Comm, copies: RunCopies, olds: Sequence[int], timeout: floa
 
 def locate_or_rebuild(comm: MPI.Comm, copies: RunCopies, olds: Sequence[int], timeout: float | None,
                       chunk_size: int, what: str,
-                      levels: Sequence[int] = SOURCE_LEVELS) -> tuple[Located, set[int]]:
+                      levels: Sequence[int] | None = None) -> tuple[Located, set[int]]:
     """:func:`locate`; then, for the files found nowhere when the checkpoint is complete at L3,
     :func:`rebuild_groups` and :func:`locate` again. Returns the outcome and the old ranks whose file was
     decoded (collective)."""
@@ -160,7 +161,7 @@ def fetch(comm: MPI.Comm, copies: RunCopies, olds: Sequence[int], timeout: float
     group decoded across hosts): :func:`locate_or_rebuild`, then one transfer per file from its holder into
     rank ``o``'s L1 path (a copy on its own host is copied there). Collective; a failed transfer leaves the
     file missing (the caller verifies it). Returns what :func:`locate_or_rebuild` returns."""
-    local = [lv for lv in SOURCE_LEVELS if copies.storage(lv).root != copies.glbl_dir]
+    local = copies.node_local(source_levels())
     found, rebuilt = locate_or_rebuild(comm, copies, olds, timeout, chunk_size, what, local)
     me = comm.Get_rank()
     for o in olds:

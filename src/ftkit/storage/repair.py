@@ -29,9 +29,10 @@ from .levels import LEVEL_CLASSES, make_level
 from .manifest import CheckpointEntry, Manifest
 from .offline import assess_group_files, assess_partner_files, rebuild_group_files, rebuild_partner_files
 from .parity import read_parity_header, verify_parity
+from .partner import PartnerLevel
 
 __all__ = ["entry_groups", "check_redundancy", "check_entry", "entry_files", "GroupRepair",
-           "repair_checkpoint", "repair_group"]
+           "repair_checkpoint", "repair_group", "group_levels"]
 
 #: Called with each file once it has been checked or repaired (for progress).
 Done = Callable[[Path], None]
@@ -51,6 +52,12 @@ def entry_groups(entry: CheckpointEntry, group_size: int | None = None) -> tuple
     """
     k = int(entry.extra.get("group_size", group_size or 4))
     return plan_topology(entry.nodes, 0, group_size=k).groups
+
+
+def group_levels() -> list[int]:
+    """The levels of the table whose files are a group's redundancy (partner copies, parity), not a rank's
+    checkpoint file: those ``ftkit rebuild`` repairs group by group."""
+    return [lv for lv in sorted(LEVEL_CLASSES) if not LEVEL_CLASSES[lv].supports_read]
 
 
 def _source_of(groups: Sequence[Sequence[int]], rank: int) -> int:
@@ -77,7 +84,7 @@ def check_redundancy(storage: StorageLevel, entry: CheckpointEntry, deep: bool,
         try:
             if not path.is_file():
                 raise StorageError(f"{path}: missing")
-            if storage.level == 2:
+            if isinstance(storage, PartnerLevel):
                 src = _source_of(groups, rank)
                 want = entry.files[src]
                 if deep:
@@ -173,7 +180,7 @@ def repair_checkpoint(ckpt_dir: Path, glbl_dir: Path, manifest: Manifest, entry:
     groups = entry_groups(entry, group_size)
     l1 = make_level(1, ckpt_dir, glbl_dir, manifest.exec_id, entry.nodes)
     out = []
-    for lv in (2, 3):
+    for lv in group_levels():
         if not entry.complete(lv):
             continue
         red = make_level(lv, ckpt_dir, glbl_dir, manifest.exec_id, entry.nodes)
@@ -211,7 +218,8 @@ def repair_group(lv: int, exec_id: str, entry: CheckpointEntry, g: Sequence[int]
         If a file cannot be read or written.
     """
     names = [f"rank {r} (node {entry.nodes[r]})" for r in g]
-    if lv == 2:
+    partner = issubclass(LEVEL_CLASSES[lv], PartnerLevel)
+    if partner:
         want = {data[i]: entry.files[r].digest for i, r in enumerate(g)}
         want.update({extra[i]: entry.files[partner_source_in(g, r)].digest for i, r in enumerate(g)})
 
@@ -239,5 +247,5 @@ def repair_group(lv: int, exec_id: str, entry: CheckpointEntry, g: Sequence[int]
         copies = [names[i] for i in gplan.lost_parity]
     for i, r in enumerate(g):
         verify_file(data[i], expect_digest=entry.files[r].digest)
-    kind = "partner copies" if lv == 2 else "parity files"
+    kind = "partner copies" if partner else "parity files"
     return f"rebuilt L1 files of {lost or 'none'}; re-created {kind} of {copies or 'none'}"
