@@ -200,6 +200,16 @@ def test_elastic_restart_on_three_hosts_after_host_poweroff(cluster4, level):
     assert "at step 20" in out and "6 ranks" in out, out
 
 
+def test_relaunch_on_the_spare_host_after_host_poweroff_recovers_from_l2(cluster4):
+    """node2 powered off at step 25 and left off: the relaunch of 8 ranks on node1, node3, node4 and the
+    spare node5 renumbers the nodes, so node4's ranks find their files on node3 and node5's on node4 (no
+    group can rebuild them by itself); each missing file is sent by the rank whose host holds it, and the
+    run ends bit for bit."""
+    out = fault_and_relaunch(cluster4, {"ckpt_l2": 10}, _poweroff("node2"),
+                             relaunch_hosts=["node1", "node3", "node4", "node5"])
+    assert "at step 20" in out, out
+
+
 def _multiply_with_fault(c, fault):  # type: ignore[no-untyped-def]
     """resilient_pdgemm (128 x 128, 8 SUMMA steps) on 8 ranks of node1-4 under Open MPI, ``fault(job)`` at
     SUMMA step 3 while every rank waits at the gate; return the ended job."""
