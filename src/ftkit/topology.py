@@ -21,7 +21,8 @@ from pathlib import Path
 
 from .errors import TopologyError
 
-__all__ = ["Topology", "plan_topology", "detect_node_ids", "plan_node_sets", "node_dir_name"]
+__all__ = ["Topology", "plan_topology", "detect_node_ids", "plan_node_sets", "node_dir_name", "partner_index",
+           "partner_source_index", "partner_in", "partner_source_in"]
 
 
 def node_dir_name(node_id: int) -> str:
@@ -132,14 +133,33 @@ class Topology:
     def partner(self, rank: int | None = None) -> int:
         """L2 partner of ``rank``: the member of its group on the next node of its node set (ring)."""
         r = self.rank if rank is None else rank
-        g = self.group_of(r)
-        return g[(g.index(r) + 1) % len(g)]
+        return partner_in(self.group_of(r), r)
 
     def partner_source(self, rank: int | None = None) -> int:
         """The rank whose partner copy ``rank`` (default: this rank) stores (inverse of :meth:`partner`)."""
         r = self.rank if rank is None else rank
-        g = self.group_of(r)
-        return g[(g.index(r) - 1) % len(g)]
+        return partner_source_in(self.group_of(r), r)
+
+
+def partner_index(member: int, size: int) -> int:
+    """The partner rule, by position: member ``member`` of a group of ``size`` keeps its L2 copy on member
+    ``(member + 1) % size`` (the next node of its node set, a ring). Every L2 code uses this rule."""
+    return (member + 1) % size
+
+
+def partner_source_index(member: int, size: int) -> int:
+    """Inverse of :func:`partner_index`: whose copy member ``member`` of a group of ``size`` keeps."""
+    return (member - 1) % size
+
+
+def partner_in(group: Sequence[int], rank: int) -> int:
+    """The rank keeping the L2 copy of ``rank``, a member of ``group`` (see :func:`partner_index`)."""
+    return group[partner_index(list(group).index(rank), len(group))]
+
+
+def partner_source_in(group: Sequence[int], rank: int) -> int:
+    """The rank whose L2 copy ``rank`` keeps, ``rank`` being a member of ``group``."""
+    return group[partner_source_index(list(group).index(rank), len(group))]
 
 
 def plan_topology(

@@ -117,6 +117,54 @@ def test_elastic_restart_chain(tmp_path):
     assert sorted(shrunk) == sorted((str(i), "7", "ok") for i in range(7)), r.stdout + r.stderr
 
 
+def _host_configs(d, hosts: int, **keys) -> None:
+    """One config per emulated host: ``ckpt_dir`` is that host's own directory (``hosts/h<k>/local``);
+    the global and meta directories are shared."""
+    for k in range(hosts):
+        write_config(d, ckpt_dir=f"hosts/h{k}/local", **keys).rename(d / f"ftkit.h{k}.ini")
+
+
+def _lose_host(d, host: int) -> None:
+    for node in sorted((d / "hosts" / f"h{host}" / "local").glob("node*")):
+        delete_node_dir(node)
+
+
+def test_elastic_restart_with_node_local_files_on_their_own_hosts(tmp_path):
+    """Issue 31's defect, emulated: each "host" has its own ckpt_dir and no rank is given another host's
+    directory, as on separate disks. 8 ranks on hosts 0-3 checkpoint at L2; host 1 is lost; 6 ranks on
+    hosts 0, 2, 3 (renumbered nodes 0, 1, 2) reshard it from the L1 files and partner copies each read on
+    the host that holds them, then checkpoint at L3; host 2 is lost; 4 ranks on hosts 0 and 3 reshard that
+    from L1 after the L3 group is decoded across the hosts. Every element is checked."""
+    d = tmp_path / "hosts"
+    _host_configs(d, 4, inline_l4=0, group_size=2)
+    r = _run(d, 8, "--mode", "write", "--grid", "2x4", "--levels", "2", "--hosts", "0,1,2,3")
+    assert r.returncode == 0 and r.stdout.count("wrote") == 8, r.stdout + r.stderr
+    _lose_host(d, 1)
+    r = _run(d, 6, "--mode", "recover", "--grid", "3x2", "--split", "uneven", "--hosts", "0,2,3",
+             "--then-level", "3")
+    _recovered(r, 6, "11221111", 1)
+    assert r.stdout.count("checkpointed") == 6, r.stdout + r.stderr
+    _lose_host(d, 2)
+    r = _run(d, 4, "--mode", "recover", "--grid", "2x2", "--hosts", "0,3")
+    _recovered(r, 4, "113311", 2)
+
+
+def test_same_rank_count_on_other_hosts_fetches_files_from_their_holders(tmp_path):
+    """8 ranks on hosts 0-3 checkpoint at L2; host 1 is lost; 8 ranks relaunched on hosts 0, 2, 3 and a fresh
+    host 4 (as after moving to a spare node): every new node's host holds another node's files, or none, so
+    the recovery chain alone finds neither the L1 files nor both members of a group; each missing file is
+    sent by the rank whose host holds a copy (L1 or partner copy), and every element checks."""
+    d = tmp_path / "moved"
+    _host_configs(d, 5, inline_l4=0, group_size=2)
+    r = _run(d, 8, "--mode", "write", "--grid", "2x4", "--levels", "2", "--hosts", "0,1,2,3")
+    assert r.returncode == 0 and r.stdout.count("wrote") == 8, r.stdout + r.stderr
+    _lose_host(d, 1)
+    r = _run(d, 8, "--mode", "recover", "--grid", "2x4", "--hosts", "0,2,3,4")
+    lines = _lines(r.stdout, 8)
+    for rank, (line,) in lines.items():
+        assert line == "ok level=2 same-count", f"rank {rank}: {line}\n{r.stderr}"
+
+
 def test_differential_l4_truncated_files_and_a_second_job(tmp_path):
     """Elastic recovery of differential L4 (dCP) checkpoints, read in place from the block stores."""
     a = tmp_path / "a"

@@ -190,12 +190,7 @@ def test_spares_on_spare_host_online_recovery_after_host_poweroff(cluster4):
     assert digest_of(job.out.text()) == ref, job.output()
 
 
-@pytest.mark.parametrize("level", [
-    4,
-    pytest.param(2, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-        "defect: elastic recovery reads L1/L2 files by path from the rank that needs them; on node-local "
-        "disks that rank's host does not hold them (docs/clusters.md)"))),
-])
+@pytest.mark.parametrize("level", [4, 2])
 def test_elastic_restart_on_three_hosts_after_host_poweroff(cluster4, level):
     """node2 powered off at step 25 and left off: the relaunch on node1, node3, node4 (6 ranks instead of 8)
     reshards checkpoint 20 (from L4 on the shared directory; from L2 partner copies on the hosts' disks) and
@@ -203,6 +198,16 @@ def test_elastic_restart_on_three_hosts_after_host_poweroff(cluster4, level):
     out = fault_and_relaunch(cluster4, {f"ckpt_l{level}": 10}, _poweroff("node2"),
                              relaunch_hosts=["node1", "node3", "node4"])
     assert "at step 20" in out and "6 ranks" in out, out
+
+
+def test_relaunch_on_the_spare_host_after_host_poweroff_recovers_from_l2(cluster4):
+    """node2 powered off at step 25 and left off: the relaunch of 8 ranks on node1, node3, node4 and the
+    spare node5 renumbers the nodes, so node4's ranks find their files on node3 and node5's on node4 (no
+    group can rebuild them by itself); each missing file is sent by the rank whose host holds it, and the
+    run ends bit for bit."""
+    out = fault_and_relaunch(cluster4, {"ckpt_l2": 10}, _poweroff("node2"),
+                             relaunch_hosts=["node1", "node3", "node4", "node5"])
+    assert "at step 20" in out, out
 
 
 def _multiply_with_fault(c, fault):  # type: ignore[no-untyped-def]

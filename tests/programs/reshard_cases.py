@@ -23,8 +23,13 @@ recover mode: protect zeroed arrays under the new decomposition, ``recover()``, 
               (ULFM), and refill their arrays for a decomposition over the survivors from the newest
               checkpoint through the same function ("continue with fewer ranks" when no spare is left);
               print ``R<rank> shrink <n> ok|BAD`` (rank in the shrunk communicator).
+
+``--hosts 0,2,3`` emulates separate hosts: the ranks of this job's node ``n`` (``FTKIT_NODE_SIZE`` ranks a
+node) run on "host" ``hosts[n]`` and read the config ``ftkit.h<host>.ini``, whose ``ckpt_dir`` is that host's
+own directory: no rank is given another host's node-local files (as on a cluster of separate disks).
 """
 import argparse
+import os
 import sys
 
 import numpy as np
@@ -80,8 +85,12 @@ p.add_argument("--add-matrix", action="store_true")
 p.add_argument("--subgrids", default="")
 p.add_argument("--shrink-kill", type=int, default=-1)
 p.add_argument("--counter", action="store_true")
+p.add_argument("--hosts", default="")
 a = p.parse_args()
 
+if a.hosts:
+    host = a.hosts.split(",")[MPI.COMM_WORLD.rank // int(os.environ["FTKIT_NODE_SIZE"])]
+    a.config = f"ftkit.h{host}.ini"
 ckpt = ftkit.Checkpointer(a.config, MPI.COMM_WORLD)
 comm = ckpt.comm
 rank, size = comm.rank, comm.size

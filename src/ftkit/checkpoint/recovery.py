@@ -31,9 +31,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+from mpi4py import MPI
 
 from ..errors import ProcessFailure, RecoveryError, ShapeMismatchError
+from ..storage.copies import RunCopies
 from ..storage.format import Header
+from ..storage.holders import fetch
 from ..storage.layout import Layout
 from ..storage.manifest import CheckpointEntry
 from . import _mpi, reshard
@@ -173,6 +176,8 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
                 else:
                     reasons.append(f"L{step.level}: {answer.reason or 'no copy'}")
         if not _mpi.all_true(ctx.comm, found.ok, ctx.timeout, "recovery"):
+            found = _fetch(ctx, entry, found, reasons)
+        if not _mpi.all_true(ctx.comm, found.ok, ctx.timeout, "recovery"):
             skipped.append(_summarise(ctx, entry, None if found.ok else reasons))
             continue
         assert found.header is not None and found.storage is not None
@@ -207,6 +212,37 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
         level = _mpi.allreduce_int(ctx.comm, used, "max", ctx.timeout, "recovery")
         return RecoveryInfo(entry.id, level, found.level, tuple(skipped), stats), entry
     raise RecoveryError(f"no checkpoint of run {ctx.exec_id} can be recovered: " + " | ".join(skipped))
+
+
+def _fetch(ctx: PipelineContext, entry: CheckpointEntry, found: Located, reasons: list[str]) -> Located:
+    """Collective, after the chain left some rank without a file: the locate-and-rebuild engine
+    (:func:`ftkit.storage.holders.fetch`) brings each such rank its file from the rank whose host holds a
+    node-local copy of it (a relaunch whose nodes hold other nodes' directories: on a cluster every disk is
+    its host's). Returns this rank's answer (unchanged where it had one)."""
+    need = _mpi.allgather(ctx.comm, not found.ok, "recovery: fetch", ctx.timeout)
+    lost = [r for r, n in enumerate(need) if n]
+    config = ctx.config
+    copies = RunCopies(config.ckpt_dir, config.glbl_dir, ctx.exec_id, entry, config.io_chunk_bytes)
+    try:
+        where, rebuilt = fetch(ctx.comm, copies, lost, ctx.timeout, min(config.io_chunk_bytes, 16 << 20))
+    except MPI.Exception as exc:
+        raise _mpi.as_failure(exc, ctx.comm, "recovery: fetch") from exc
+    if found.ok:
+        return found
+    holder = where.holders[ctx.rank]
+    if holder is None:
+        reasons.append("elsewhere: " + "; ".join(where.why[ctx.rank]))
+        return found
+    storage = ctx.level(1, entry.nodes)
+    level = 3 if ctx.rank in rebuilt else holder.level
+    try:
+        header = storage.verify(entry.id, ctx.rank, entry.files[ctx.rank].digest)
+    except ProcessFailure:
+        raise
+    except DAMAGED as exc:
+        reasons.append(f"L{level} copy fetched from rank {holder.rank}: {exc}")
+        return found
+    return Located(storage, header, level=level)
 
 
 def _check_located(ctx: PipelineContext, entry: CheckpointEntry, header: Header,

@@ -5,12 +5,13 @@ offset=...)`` or ``protect_matrix``) can be recovered by any number of ranks wit
 :func:`restore` is the one path; it is collective over the communicator it is given (``recover()`` passes
 the checkpointer's; the online-recovery loop may pass the survivors' communicator after a shrink):
 
-1. *Sources.* Rank ``r`` of ``M`` finds a copy of the files of the old ranks ``r, r + M, ...``
-   (:class:`~ftkit.storage.copies.RunCopies`): the first of the L1 file (node-local; on a cluster only where
-   that node's directory is reachable), the L2 partner copy, the L4 copy (a differential L4 checkpoint is
-   read in place from its block store), whose header digest is the manifest's. If some file has none and the
-   checkpoint is complete at L3, the L3 groups that lost a file are decoded first (one group per rank, with
-   the offline decoder of ``ftkit rebuild``) and the lost L1 files looked for again. The headers (with the
+1. *Sources* (:func:`ftkit.storage.holders.locate_or_rebuild`, the locate-and-rebuild engine). Every rank
+   reports which of the old ranks' files its host holds (on a cluster a node-local file is only on the host
+   that wrote it; node ids are renumbered by the new job's hosts); for each old rank, one rank holding its
+   cheapest copy -- the L1 file, the L2 partner copy, the L4 copy (a differential L4 checkpoint is read in
+   place from its block store) -- checks that its header digest is the manifest's. If some file has none and
+   the checkpoint is complete at L3, each L3 group that lost a file is decoded on the rank holding most of
+   its files (the others' files sent to it first) and the lost files looked for again. The headers (with the
    old layouts and per-chunk digests) are sent to every rank: each file's header is read once.
 2. *Checks,* the same on every rank: every old file holds the protected names with a layout; dtype and global
    shape unchanged; the old boxes and the new boxes each tile the global array (or replicate it). Any
@@ -18,8 +19,10 @@ the checkpointer's; the online-recovery loop may pass the survivors' communicato
    global shape) naming the array and the boxes, raised on every rank before any byte is written.
 3. *Reads.* Each rank intersects its new boxes with every old box and reads only the digest chunks holding
    the byte runs it needs (see :mod:`ftkit.storage.boxread`: chunks inside one contiguous run of the target
-   are read straight into it), verifying each one; a damaged copy is retried from the next level that holds
-   the file. The outcome is agreed: an error on one rank raises on all.
+   are read straight into it), verifying each one, from the files its host holds; the runs of a file its host
+   does not hold are read by the file's holder and sent to it (one exchange per array, only when some file
+   is held away from a rank that needs it). A damaged copy is retried from the next level that holds the
+   file. The outcome is agreed: an error on one rank raises on all.
 
 Bytes read exceed the bytes needed by at most two digest chunks per contiguous run; for a decomposition
 along the slowest axis that is a fraction of a percent, for column blocks of a small array it may be the
@@ -34,26 +37,20 @@ from typing import Any
 
 import numpy as np
 import xxhash
+from mpi4py import MPI
 
-from .._paths import check_inside
 from ..config import Config
 from ..errors import MissingCopyError, ProcessFailure, RecoveryError, ShapeMismatchError
 from ..storage.boxread import read_runs
-from ..storage.copies import SOURCE_LEVELS, RunCopies
+from ..storage.copies import RunCopies
 from ..storage.format import Header, decode_header
-from ..storage.group_plan import encoding_tag
-from ..storage.layout import Layout, box_runs, coverage_problem, parse_layout
+from ..storage.holders import Located, exchange, locate_or_rebuild
+from ..storage.layout import Layout, Runs, box_runs, coverage_problem, parse_layout
 from ..storage.manifest import CheckpointEntry
-from ..storage.offline import assess_group_files, rebuild_group_files
-from ..storage.repair import entry_groups
 from . import _mpi
-from .contract import DAMAGED, make_level
+from .contract import DAMAGED
 
-__all__ = ["ReshardStats", "restore", "SOURCE_LEVELS", "layout_hint", "MissingCopyError"]
-
-
-def _copies(config: Config, exec_id: str, entry: CheckpointEntry) -> RunCopies:
-    return RunCopies(config.ckpt_dir, config.glbl_dir, exec_id, entry, config.io_chunk_bytes)
+__all__ = ["ReshardStats", "restore", "layout_hint", "MissingCopyError"]
 
 
 @dataclass(frozen=True)
@@ -75,82 +72,43 @@ def layout_hint(names: Sequence[str]) -> str:
 
 @dataclass
 class _Old:
-    """One old rank's file: where a verified copy is and its header."""
+    """One old rank's file: the level it counts as read from (3 once decoded), the rank holding a verified
+    copy, the level of that copy, and its header."""
 
     level: int
+    holder: int
+    read_level: int
     header: Header
 
 
-def _parse_old(entry: CheckpointEntry, old: int, text: str) -> Header:
-    raw = text.encode("ascii")
+def _parse_old(entry: CheckpointEntry, old: int, raw: bytes) -> Header:
     header = decode_header(raw, xxhash.xxh3_64_intdigest(raw), f"old rank {old}")
     if header.digest != entry.files[old].digest:
         raise RecoveryError(f"checkpoint {entry.id}: old rank {old}'s header changed in transit")
     return header
 
 
-def _rebuild_l3(comm: Any, timeout: float, config: Config, exec_id: str, entry: CheckpointEntry,
-                lost: list[int]) -> list[str]:
-    """Collective: decode the L3 groups holding a lost old file, one group per rank (the offline decoder of
-    ``ftkit rebuild``: every node-local directory is visible here); return what failed."""
-    groups = [list(g) for g in entry_groups(entry) if any(r in g for r in lost)]
-    l1, l3 = (make_level(lv, config, exec_id, entry.nodes) for lv in (1, 3))
-    errors = []
-    for gi in range(comm.Get_rank(), len(groups), comm.Get_size()):
-        g = groups[gi]
-        try:
-            data, parity = [l1.path(entry.id, r) for r in g], [l3.path(entry.id, r) for r in g]
-            for p in data + parity:
-                check_inside(p, config.ckpt_dir, f"L3 group of old ranks {g}")
-            tag = encoding_tag(exec_id, entry.id)
-            plan = assess_group_files(data, parity, code=str(entry.extra.get("l3_code", "rs")), tag=tag)
-            rebuild_group_files(plan, data, parity, tag=tag, names=[f"old rank {r}" for r in g])
-        except DAMAGED as exc:
-            errors.append(f"L3 group of old ranks {g}: {exc}")
-    gathered = _mpi.allgather(comm, errors, "elastic recovery: L3 rebuild", timeout)
-    return [e for errs in gathered for e in errs]
-
-
-def _find_assigned(comm: Any, timeout: float, config: Config, exec_id: str, entry: CheckpointEntry,
-                   olds: list[int], extra: Any = None) -> list[list[Any]]:
-    """Collective: rank ``r`` looks for the old files ``olds[r::size]``; every rank gets every answer."""
-    rank, size = comm.Get_rank(), comm.Get_size()
-    copies = _copies(config, exec_id, entry)
-    mine = []
-    for old in olds[rank::size]:
-        found, why = copies.find(old)
-        mine.append([old, found.level, found.raw.decode("ascii"), ""] if found else [old, 0, None, why])
-    gathered = _mpi.allgather(comm, [mine, extra], "elastic recovery: sources", timeout)
-    return [[f for g in gathered for f in g[0]], [g[1] for g in gathered]]
-
-
-def _gather(comm: Any, timeout: float, config: Config, exec_id: str, entry: CheckpointEntry,
-            targets: Mapping[str, np.ndarray],
-            layouts: Mapping[str, Layout]) -> tuple[list[_Old], list[dict[str, Any]]]:
-    """Collective: every old rank's verified header (L3 groups decoded first where a file is lost), and
-    every new rank's layouts and dtypes."""
-    new = {n: [targets[n].dtype.str, layouts[n].to_json(), list(targets[n].shape)] for n in targets}
-    found, news = _find_assigned(comm, timeout, config, exec_id, entry, list(range(len(entry.files))), new)
-    lost = sorted(f[0] for f in found if f[2] is None)
-    rebuilt: set[int] = set()
-    if lost and entry.complete(3):
-        problems = _rebuild_l3(comm, timeout, config, exec_id, entry, lost)
-        again = _find_assigned(comm, timeout, config, exec_id, entry, lost)[0]
-        found = [f for f in found if f[2] is not None] + [
-            f if f[2] is not None else [*f[:3], f"{f[3]}; {'; '.join(problems) or 'L3: not rebuilt'}"]
-            for f in again]
-        rebuilt = {f[0] for f in again if f[2] is not None}
-    olds: list[_Old | None] = [None] * len(entry.files)
-    missing = []
-    for old, lv, text, why in sorted(found, key=lambda f: f[0]):
-        if text is None:
-            missing.append(f"old rank {old} (node {entry.nodes[old]}): {why}")
+def _locate(comm: Any, timeout: float, config: Config, copies: RunCopies) -> tuple[list[_Old], Located]:
+    """Collective: a holder and a verified header of every old rank's file, found where the file is (on a
+    cluster only its host sees a node-local file); L3 groups that lost a file are decoded first."""
+    entry = copies.entry
+    olds = list(range(len(entry.files)))
+    try:
+        found, rebuilt = locate_or_rebuild(comm, copies, olds, timeout, min(config.io_chunk_bytes, 16 << 20),
+                                           "elastic recovery: sources")
+    except MPI.Exception as exc:
+        raise _mpi.as_failure(exc, comm, "elastic recovery: sources") from exc
+    out, missing = [], []
+    for o in olds:
+        h = found.holders[o]
+        if h is None:
+            missing.append(f"old rank {o} (node {entry.nodes[o]}): {'; '.join(found.why[o])}")
         else:
-            olds[old] = _Old(3 if old in rebuilt else lv, _parse_old(entry, old, text))
+            out.append(_Old(3 if o in rebuilt else h.level, h.rank, h.level, _parse_old(entry, o, h.raw)))
     if missing:
         raise MissingCopyError(f"checkpoint {entry.id}: no verified copy of the files of {len(missing)} old "
                                "rank(s): " + "; ".join(missing[:3]) + (" ..." if len(missing) > 3 else ""))
-    return [o for o in olds if o is not None], news
+    return out, found
 
 
 def _check(entry: CheckpointEntry, olds: list[_Old], news: list[dict[str, Any]],
@@ -231,15 +189,15 @@ def restore(comm: Any, config: Config, exec_id: str, entry: CheckpointEntry,
         If a peer failed meanwhile.
     """
     timeout = config.failure_timeout
-    olds, news = _gather(comm, timeout, config, exec_id, entry, targets, layouts)
-    _check(entry, olds, news, partial)
-    error, read, needed = None, 0, 0
-    try:
-        read, needed = _read_all(comm.Get_rank(), config, exec_id, entry, olds, targets, layouts)
-    except ProcessFailure:
-        raise
-    except DAMAGED as exc:
-        error = f"{type(exc).__name__}: {exc}"
+    new = {n: [targets[n].dtype.str, layouts[n].to_json(), list(targets[n].shape)] for n in targets}
+    news = _mpi.allgather(comm, new, "elastic recovery: layouts", timeout)
+    copies = RunCopies(config.ckpt_dir, config.glbl_dir, exec_id, entry, config.io_chunk_bytes)
+    olds, found = _locate(comm, timeout, config, copies)
+    new_layouts = _check(entry, olds, news, partial)
+    reader = _Reader(comm, copies, config.io_chunk_bytes, olds, found)
+    for name in sorted(targets):
+        reader.read(name, targets[name], new_layouts[name], [tuple(n[name][2]) for n in news], timeout)
+    error, read, needed = reader.error, reader.bytes_read(timeout), reader.needed
     if not _mpi.all_true(comm, error is None, timeout, "elastic recovery read"):
         errors = _mpi.allgather(comm, error, "elastic recovery read", timeout)
         bad = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
@@ -247,32 +205,103 @@ def restore(comm: Any, config: Config, exec_id: str, entry: CheckpointEntry,
     return ReshardStats(read, needed, tuple(o.level for o in olds))
 
 
-def _read_all(rank: int, config: Config, exec_id: str, entry: CheckpointEntry, olds: list[_Old],
-              targets: Mapping[str, np.ndarray], layouts: Mapping[str, Layout]) -> tuple[int, int]:
-    read = needed = 0
-    copies = _copies(config, exec_id, entry)
-    for name in sorted(targets):
-        arr, new = targets[name], layouts[name]
+class _Reader:
+    """This rank's reads of an elastic recovery: its own boxes, and the boxes it serves to ranks whose host
+    does not hold an old file it holds (sent with one exchange per array; none when every rank reads every
+    file itself, as on one file system). A read error is kept (the exchange still runs) and agreed after."""
+
+    def __init__(self, comm: Any, copies: RunCopies, piece_bytes: int, olds: list[_Old],
+                 found: Located) -> None:
+        self.comm, self.copies, self.piece_bytes = comm, copies, piece_bytes
+        self.olds, self.found = olds, found
+        self.me, self.size = comm.Get_rank(), comm.Get_size()
+        self.needed = 0
+        self.served: dict[int, int] = {}  # bytes read from files for each rank's boxes
+        self.error: str | None = None
+        # Every rank reads what it needs itself unless some file is held only where its reader is not.
+        self.moves = any(not found.direct(q, o) and olds[o].holder != q
+                         for q in range(self.size) for o in range(len(olds)))
+
+    def bytes_read(self, timeout: float) -> int:
+        """Bytes read from files for this rank's boxes, here or by the ranks that served it (collective)."""
+        if not self.moves:
+            return self.served.get(self.me, 0)
+        every = _mpi.allgather(self.comm, {str(q): n for q, n in self.served.items()},
+                               "elastic recovery: bytes read", timeout)
+        return sum(int(got.get(str(self.me), 0)) for got in every)
+
+    def _sources(self, name: str, q: int) -> range:
+        n = len(self.olds)
+        if all(o.header.section(name).layout.replicated for o in self.olds):  # type: ignore[union-attr]
+            return range(q % n, q % n + 1)  # one copy, spread over the old files
+        return range(n)
+
+    def _read(self, old: int, sec: Any, runs: Runs, dest: memoryview, q: int) -> None:
+        if self.error is not None:
+            return
+        try:
+            n = _read_old(self.copies, self.piece_bytes, old, self.olds[old], sec, runs, dest)
+            self.served[q] = self.served.get(q, 0) + n
+        except ProcessFailure:
+            raise
+        except DAMAGED as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def read(self, name: str, arr: np.ndarray, new: list[Layout], shapes: list[tuple[int, ...]],
+             timeout: float) -> None:
+        """Fill ``arr``, this rank's target of ``name`` (``new``, ``shapes``: every rank's layout, shape)."""
         dest = memoryview(arr.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
-        sources = range(len(olds))
-        if all(o.header.section(name).layout.replicated for o in olds):  # type: ignore[union-attr]
-            sources = range(rank % len(olds), rank % len(olds) + 1)  # one copy, spread over the old files
-        for old in sources:
-            sec = olds[old].header.section(name)
-            assert sec.layout is not None
-            runs = box_runs(sec.layout, sec.shape, new, arr.shape, arr.itemsize)
-            if not len(runs.src):
-                continue
-            needed += runs.total
-            read += _read_old(copies, config.io_chunk_bytes, old, olds[old], sec, runs, dest)
-    return read, needed
+        send: list[list[np.ndarray]] = [[] for _ in range(self.size)]
+        recv, wait = [0] * self.size, []
+        for q in range(self.size) if self.moves else (self.me,):
+            for old in self._sources(name, q):
+                sec = self.olds[old].header.section(name)
+                assert sec.layout is not None
+                holder = self.olds[old].holder
+                mine = q == self.me
+                if not mine and (holder != self.me or self.found.direct(q, old)):
+                    continue
+                runs = box_runs(sec.layout, sec.shape, new[q], shapes[q], arr.itemsize)
+                if not len(runs.src):
+                    continue
+                if mine:
+                    self.needed += runs.total
+                if mine and (holder == self.me or self.found.direct(q, old)):
+                    self._read(old, sec, runs, dest, q)
+                elif mine:
+                    recv[holder] += runs.total
+                    wait.append((holder, runs))
+                else:
+                    packed, out = _packed(runs)
+                    self._read(old, sec, packed, memoryview(out), q)  # type: ignore[arg-type]
+                    send[q].append(out)
+        if not self.moves:
+            return
+        try:
+            got = exchange(self.comm, [np.concatenate(b) if b else np.zeros(0, np.uint8) for b in send], recv,
+                           timeout, f"elastic recovery: array {name!r}")
+        except MPI.Exception as exc:
+            raise _mpi.as_failure(exc, self.comm, "elastic recovery read") from exc
+        at = [0] * self.size
+        flat = arr.reshape(-1).view(np.uint8)
+        for holder, runs in wait:
+            buf = got[holder]
+            for d, n in zip(runs.dst.tolist(), runs.nbytes.tolist(), strict=True):
+                flat[d:d + n] = buf[at[holder]:at[holder] + n]
+                at[holder] += n
+
+
+def _packed(runs: Runs) -> tuple[Runs, np.ndarray]:
+    """``runs`` redirected into one packed buffer (in source order), and that buffer."""
+    dst = np.concatenate(([0], np.cumsum(runs.nbytes)[:-1])).astype(np.int64)
+    return Runs(runs.src, dst, runs.nbytes), np.empty(runs.total, np.uint8)
 
 
 def _read_old(copies: RunCopies, piece_bytes: int, old: int, src: _Old, sec: Any, runs: Any,
               dest: memoryview) -> int:
     """Read ``runs`` of old rank ``old``'s section; a damaged copy is retried at the next level holding it
     (a decoded L3 group's file is its L1 file)."""
-    level = src.level
+    level = src.read_level
     while True:
         try:
             with copies.open(level, old) as source:

@@ -1,18 +1,26 @@
-"""Where each rank's copy of a checkpoint is: one lookup for the readers that work without a recovery chain.
+"""Where each rank's copy of a checkpoint is, on this host: the single-host half of the locate-and-rebuild
+engine.
 
 :class:`RunCopies` answers, for one checkpoint of a run, "which level holds a verified copy of rank ``r``'s
-file, and how is it read". Elastic recovery (:mod:`ftkit.checkpoint.reshard`) and ``ftkit export``
-(:mod:`ftkit.storage.export`) both use it.
+file, and how is it read". Elastic recovery and the recovery chain's fetch (through
+:mod:`ftkit.storage.holders`), ``ftkit export`` (:mod:`ftkit.storage.export`) and ``ftkit flush``
+(:mod:`ftkit.storage.flush`) use it.
 
-- Levels are tried cheapest first (:data:`SOURCE_LEVELS`): the L1 file (node-local; on a cluster only where
-  that node's directory is reachable), the L2 partner copy (kept by the next member of the rank's group),
-  the L4 copy: a plain file, or for an entry written with ``enable_dcp`` the differential checkpoint read in
-  place (:class:`~ftkit.storage.dcpstore.DcpSource`). Only levels at which the entry is complete are tried.
+- Levels are tried cheapest first (:func:`source_levels`, from the level table): the L1 file (node-local;
+  on a cluster only on the host of that node), the L2 partner copy (kept by the next member of the rank's
+  group), the L4 copy: a plain file, or for an entry written with ``enable_dcp`` the differential checkpoint
+  read in place (:class:`~ftkit.storage.dcpstore.DcpSource`). Only levels at which the entry is complete are
+  tried.
 - A copy is *found* when its header is intact and is the committed one: its digest is the manifest's, and it
   names the rank and the checkpoint. Section bytes are verified by the readers (chunk or section digests of
   that header).
 - L3 holds parity, not files: after a decoder rebuilt a group's L1 files, ``open(3, r)`` reads the rebuilt L1
   file.
+- On a cluster a node-local file is only on the host that wrote it: :meth:`RunCopies.present` says which of a
+  rank's files (L1, L2 copy, L3 parity; L4 is shared) are on this host, so a collective reader can have each
+  file read where it is (:mod:`ftkit.storage.holders`).
+
+Where a rank's L2 copy is kept is :func:`ftkit.topology.partner_in`, the one partner rule.
 """
 
 from __future__ import annotations
@@ -22,18 +30,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import FtkitError
+from ..topology import partner_in
+from .base import StorageLevel
 from .compressed import open_source
 from .dcpstore import DcpSource, dcp_dir
+from .encoded import EncodedLevel
 from .format import DEFAULT_CHUNK, Header, read_source_header
-from .levels import make_level
+from .levels import LEVEL_CLASSES, make_level
 from .manifest import CheckpointEntry
 from .repair import entry_groups
 from .source import ByteSource
 
-__all__ = ["SOURCE_LEVELS", "Copy", "RunCopies"]
+__all__ = ["source_levels", "Copy", "RunCopies"]
 
-#: Levels holding a rank's checkpoint file itself, cheapest first.
-SOURCE_LEVELS = (1, 2, 4)
+
+def source_levels() -> tuple[int, ...]:
+    """The levels of the table holding a rank's checkpoint file itself or a whole copy of it (every level
+    but the group parity of L3), cheapest first."""
+    return tuple(lv for lv in sorted(LEVEL_CLASSES) if not issubclass(LEVEL_CLASSES[lv], EncodedLevel))
 #: What a damaged or unreachable copy raises while its header is read.
 _DAMAGED = (FtkitError, OSError, ValueError, KeyError, IndexError, TypeError)
 
@@ -67,6 +81,14 @@ class RunCopies:
         self.ckpt_dir, self.glbl_dir = Path(ckpt_dir), Path(glbl_dir)
         self.exec_id, self.entry, self.chunk_bytes = exec_id, entry, chunk_bytes
         self.dcp = bool(entry.extra.get("dcp"))
+        self._levels: dict[int, StorageLevel] = {}
+
+    def storage(self, level: int) -> StorageLevel:
+        """The storage of ``level`` for this checkpoint (built once)."""
+        if level not in self._levels:
+            self._levels[level] = make_level(level, self.ckpt_dir, self.glbl_dir, self.exec_id,
+                                             self.entry.nodes, self.chunk_bytes)
+        return self._levels[level]
 
     def path(self, level: int, rank: int) -> Path:
         """Where ``rank``'s file is kept at ``level`` as a plain file (L2: the partner copy on the next
@@ -74,11 +96,31 @@ class RunCopies:
         level = 1 if level == 3 else level
         holder = rank
         if level == 2:
-            group = next(list(g) for g in entry_groups(self.entry) if rank in g)
-            holder = group[(group.index(rank) + 1) % len(group)]
-        storage = make_level(level, self.ckpt_dir, self.glbl_dir, self.exec_id, self.entry.nodes,
-                             self.chunk_bytes)
-        return storage.path(self.entry.id, holder)
+            holder = partner_in(next(g for g in entry_groups(self.entry) if rank in g), rank)
+        return self.storage(level).path(self.entry.id, holder)
+
+    def stored_path(self, level: int, rank: int) -> Path:
+        """The file of ``rank`` at ``level`` (L2: its partner copy; L3: its own parity file)."""
+        return self.storage(3).path(self.entry.id, rank) if level == 3 else self.path(level, rank)
+
+    def node_local(self, levels: Sequence[int]) -> list[int]:
+        """Those of ``levels`` whose files are on the nodes (not under ``glbl_dir``, seen by every host)."""
+        return [lv for lv in levels if self.storage(lv).root != self.glbl_dir]
+
+    def present(self, rank: int, levels: Sequence[int] | None = None) -> list[int]:
+        """The levels of ``levels`` (default: every level) at which the entry is complete and ``rank``'s file
+        exists on this host (a level under ``glbl_dir``, the shared file system, counts as present wherever
+        the entry is complete at it: it is verified when read)."""
+        out = []
+        for lv in sorted(LEVEL_CLASSES) if levels is None else levels:
+            if not self.entry.complete(lv):
+                continue
+            try:
+                if self.storage(lv).root == self.glbl_dir or self.stored_path(lv, rank).is_file():
+                    out.append(lv)
+            except _DAMAGED:
+                continue  # no group layout for L2/L3: nothing there
+        return out
 
     def open(self, level: int, rank: int) -> ByteSource:
         """A byte source of ``rank``'s file at ``level`` (close it after use).
@@ -93,11 +135,11 @@ class RunCopies:
         return open_source(self.path(level, rank))  # a plain file, or a compressed L4 copy
 
     def find(self, rank: int, after: int = 0,
-             levels: Sequence[int] = SOURCE_LEVELS) -> tuple[Copy | None, str]:
+             levels: Sequence[int] | None = None) -> tuple[Copy | None, str]:
         """The first level of ``levels`` above ``after`` holding ``rank``'s committed file: ``(copy, "")``,
         or ``(None, why not)`` naming what each level lacked."""
         why = []
-        for lv in levels:
+        for lv in source_levels() if levels is None else levels:
             if lv <= after or not self.entry.complete(lv):
                 continue
             try:

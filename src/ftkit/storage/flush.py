@@ -34,12 +34,13 @@ from .._paths import check_inside
 from ..errors import FtkitError, StorageError
 from ._fsutil import make_dirs
 from ._progress import Progress
+from .copies import RunCopies, source_levels
 from .format import verify_file
 from .levels import make_level
 from .locate import RunPlace
 from .manifest import CheckpointEntry, Manifest, read_manifest, write_manifest
 from .offline import copy_file
-from .repair import check_entry, entry_groups, repair_checkpoint
+from .repair import check_entry, group_levels, repair_checkpoint
 
 __all__ = ["FlushReport", "flush_run", "LOCK_NAME"]
 
@@ -86,33 +87,19 @@ def _verifies(path: Path, digest: str) -> bool:
         return False
 
 
-def _holder_of_copy(groups: tuple[tuple[int, ...], ...], rank: int) -> int | None:
-    """The rank whose L2 directory holds ``rank``'s partner copy (the next member of its group)."""
-    for g in groups:
-        if rank in g:
-            return g[(g.index(rank) + 1) % len(g)]
-    return None
-
-
 def _copy_missing(place: RunPlace, m: Manifest, e: CheckpointEntry, ranks: list[int],
                   ckpt_dir: Path, report: FlushReport, progress: Progress | None = None) -> list[int]:
-    """Copy the L4 file of each of ``ranks`` from a verified L1 file or L2 copy; return the ranks left."""
-    l1 = make_level(1, ckpt_dir, place.glbl_dir, m.exec_id, e.nodes)
-    l2 = make_level(2, ckpt_dir, place.glbl_dir, m.exec_id, e.nodes)
+    """Copy the L4 file of each of ``ranks`` from a verified node-local copy (its L1 file, then its L2
+    partner copy: :class:`.copies.RunCopies`, the one lookup of a rank's copies); return the ranks left."""
+    copies = RunCopies(ckpt_dir, place.glbl_dir, m.exec_id, e)
     l4 = make_level(4, ckpt_dir, place.glbl_dir, m.exec_id, e.nodes)
-    try:
-        groups = entry_groups(e) if e.complete(2) else ()
-    except FtkitError:
-        groups = ()
+    local = copies.node_local(source_levels())
     left = []
     for r in ranks:
         digest = e.files[r].digest
-        sources = [(1, l1.path(e.id, r))]
-        holder = _holder_of_copy(groups, r)
-        if holder is not None:
-            sources.append((2, l2.path(e.id, holder)))
-        for lv, src in sources:
-            if src.is_file() and _verifies(src, digest):
+        for lv in copies.present(r, local):
+            src = copies.path(lv, r)
+            if _verifies(src, digest):
                 dst = l4.path(e.id, r)
                 check_inside(dst, place.glbl_dir, f"checkpoint {e.id} L4 rank {r}")
                 make_dirs(dst.parent)
@@ -194,7 +181,7 @@ def flush_run(place: RunPlace, ckpt_dir: Path | None = None, log: Any = print,
     missing = _missing_at_l4(place, m, e)
     with Progress("flush", len(missing), sum(e.files[r].size for r in missing), progress) as prog:
         missing = _copy_missing(place, m, e, missing, ckpt, report, prog)
-        if missing and (e.complete(2) or e.complete(3)):
+        if missing and any(e.complete(lv) for lv in group_levels()):
             groups = repair_checkpoint(ckpt, place.glbl_dir, m, e, log=log)
             report.rebuilt = [g.describe() for g in groups if g.result != "intact"]
             missing = _copy_missing(place, m, e, missing, ckpt, report, prog)

@@ -16,6 +16,7 @@ import numpy as np
 import xxhash
 
 from ..errors import RecoveryError
+from ..topology import partner_index, partner_source_index
 from ._stream import AtomicWriter, byte_view, file_digest, file_size, read_into
 from .group_plan import (
     DEFAULT_MEMORY,
@@ -58,10 +59,10 @@ def rebuild_partner_files(plan: PartnerPlan, data_paths: Sequence[PathLike], cop
         raise RecoveryError(f"L2 partner copies cannot recover the group: {plan.describe(names)}")
     n = plan.size
     for i in plan.lost_members:
-        copy_file(copy_paths[(i + 1) % n], data_paths[i])
+        copy_file(copy_paths[partner_index(i, n)], data_paths[i])
     for i in range(n):
         if not plan.have_copy[i]:
-            copy_file(data_paths[(i - 1) % n], copy_paths[i])
+            copy_file(data_paths[partner_source_index(i, n)], copy_paths[i])
     return PartnerPlan((True,) * n, (True,) * n)
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from .._wait import deadline_after, wait_requests
 from ..errors import FtkitError, RecoveryError, StorageError
+from ..topology import partner_index, partner_source_index
 from ._collective import (
     MESSAGE_BYTES,
     ErrorGuard,
@@ -291,8 +292,8 @@ def partner_copy(comm: MPI.Comm, data_path: PathLike, copy_path: PathLike, *,
     guard = ErrorGuard()
     got = 0
     with guard:
-        got = transfer_file(comm, data_path, (i + 1) % n, copy_path, (i - 1) % n, chunk_size=chunk_size,
-                            timeout=timeout, send_bytes=data_bytes, syncs=syncs)
+        got = transfer_file(comm, data_path, partner_index(i, n), copy_path, partner_source_index(i, n),
+                            chunk_size=chunk_size, timeout=timeout, send_bytes=data_bytes, syncs=syncs)
     agree_errors(comm, guard, "L2 partner copy", names, timeout=timeout)
     return got
 
@@ -319,7 +320,7 @@ class PartnerPlan:
     def unrecoverable(self) -> tuple[int, ...]:
         """Members whose data file and its partner copy are both lost."""
         n = self.size
-        return tuple(i for i in self.lost_members if not self.have_copy[(i + 1) % n])
+        return tuple(i for i in self.lost_members if not self.have_copy[partner_index(i, n)])
 
     @property
     def recoverable(self) -> bool:
@@ -335,7 +336,7 @@ class PartnerPlan:
         """Say what is lost, naming members by ``names`` (default ``member i``)."""
         nm = list(names) if names is not None else [f"member {i}" for i in range(self.size)]
         n = self.size
-        parts = [f"{nm[i]} lost its file and its partner copy on {nm[(i + 1) % n]}"
+        parts = [f"{nm[i]} lost its file and its partner copy on {nm[partner_index(i, n)]}"
                  for i in self.unrecoverable]
         return "; ".join(parts) if parts else "recoverable"
 
@@ -396,7 +397,7 @@ def rebuild_partner(comm: MPI.Comm, plan: PartnerPlan, data_path: PathLike, copy
     if not plan.recoverable:
         raise RecoveryError(f"L2 partner copies cannot recover the group: {plan.describe(names)}")
     n, i = comm.Get_size(), comm.Get_rank()
-    nxt, prv = (i + 1) % n, (i - 1) % n
+    nxt, prv = partner_index(i, n), partner_source_index(i, n)
     # Step 1: the partner of each lost member sends its copy back.
     dest = prv if not plan.have_data[prv] else MPI.PROC_NULL
     source = nxt if not plan.have_data[i] else MPI.PROC_NULL

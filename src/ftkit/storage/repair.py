@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from .._paths import check_inside
 from ..errors import FtkitError, StorageError
-from ..topology import plan_topology
+from ..topology import partner_source_in, plan_topology
 from .base import StorageLevel
 from .compressed import stored_size
 from .format import read_header, verify_file
@@ -29,9 +29,10 @@ from .levels import LEVEL_CLASSES, make_level
 from .manifest import CheckpointEntry, Manifest
 from .offline import assess_group_files, assess_partner_files, rebuild_group_files, rebuild_partner_files
 from .parity import read_parity_header, verify_parity
+from .partner import PartnerLevel
 
 __all__ = ["entry_groups", "check_redundancy", "check_entry", "entry_files", "GroupRepair",
-           "repair_checkpoint"]
+           "repair_checkpoint", "repair_group", "group_levels"]
 
 #: Called with each file once it has been checked or repaired (for progress).
 Done = Callable[[Path], None]
@@ -53,10 +54,16 @@ def entry_groups(entry: CheckpointEntry, group_size: int | None = None) -> tuple
     return plan_topology(entry.nodes, 0, group_size=k).groups
 
 
+def group_levels() -> list[int]:
+    """The levels of the table whose files are a group's redundancy (partner copies, parity), not a rank's
+    checkpoint file: those ``ftkit rebuild`` repairs group by group."""
+    return [lv for lv in sorted(LEVEL_CLASSES) if not LEVEL_CLASSES[lv].supports_read]
+
+
 def _source_of(groups: Sequence[Sequence[int]], rank: int) -> int:
     for g in groups:
         if rank in g:
-            return g[(list(g).index(rank) - 1) % len(g)]
+            return partner_source_in(g, rank)
     raise StorageError(f"rank {rank} is in no group")
 
 
@@ -77,7 +84,7 @@ def check_redundancy(storage: StorageLevel, entry: CheckpointEntry, deep: bool,
         try:
             if not path.is_file():
                 raise StorageError(f"{path}: missing")
-            if storage.level == 2:
+            if isinstance(storage, PartnerLevel):
                 src = _source_of(groups, rank)
                 want = entry.files[src]
                 if deep:
@@ -173,7 +180,7 @@ def repair_checkpoint(ckpt_dir: Path, glbl_dir: Path, manifest: Manifest, entry:
     groups = entry_groups(entry, group_size)
     l1 = make_level(1, ckpt_dir, glbl_dir, manifest.exec_id, entry.nodes)
     out = []
-    for lv in (2, 3):
+    for lv in group_levels():
         if not entry.complete(lv):
             continue
         red = make_level(lv, ckpt_dir, glbl_dir, manifest.exec_id, entry.nodes)
@@ -184,7 +191,7 @@ def repair_checkpoint(ckpt_dir: Path, glbl_dir: Path, manifest: Manifest, entry:
             try:
                 for p in data + extra:
                     check_inside(p, ckpt_dir, f"checkpoint {entry.id} L{lv} group {gi}")
-                detail = _repair_group(lv, manifest, entry, g, data, extra)
+                detail = repair_group(lv, manifest.exec_id, entry, g, data, extra)
                 rec = GroupRepair(*where, "intact" if detail == "intact" else "repaired", detail)
             except (FtkitError, OSError) as exc:
                 rec = GroupRepair(*where, "failed", str(exc))
@@ -195,13 +202,26 @@ def repair_checkpoint(ckpt_dir: Path, glbl_dir: Path, manifest: Manifest, entry:
     return out
 
 
-def _repair_group(lv: int, manifest: Manifest, entry: CheckpointEntry, g: Sequence[int], data: list[Path],
-                  extra: list[Path]) -> str:
-    """Repair one group's L1 files and its L2 copies / L3 parity files; say what was done."""
+def repair_group(lv: int, exec_id: str, entry: CheckpointEntry, g: Sequence[int], data: list[Path],
+                 extra: list[Path]) -> str:
+    """Repair one group's L1 files ``data`` and its L2 copies / L3 parity files ``extra`` (``lv``), all
+    visible here; say what was done (``"intact"`` when nothing was).
+
+    The one offline rebuild of a group: ``ftkit rebuild``, ``ftkit flush`` and elastic recovery (after the
+    group's files are brought to one rank, :mod:`ftkit.storage.holders`) use it.
+
+    Raises
+    ------
+    RecoveryError
+        If the group lost more than its redundancy covers, or a rebuilt file does not verify.
+    FtkitError, OSError
+        If a file cannot be read or written.
+    """
     names = [f"rank {r} (node {entry.nodes[r]})" for r in g]
-    if lv == 2:
+    partner = issubclass(LEVEL_CLASSES[lv], PartnerLevel)
+    if partner:
         want = {data[i]: entry.files[r].digest for i, r in enumerate(g)}
-        want.update({extra[i]: entry.files[g[i - 1]].digest for i in range(len(g))})
+        want.update({extra[i]: entry.files[partner_source_in(g, r)].digest for i, r in enumerate(g)})
 
         def valid(p: Path) -> bool:
             try:
@@ -218,7 +238,7 @@ def _repair_group(lv: int, manifest: Manifest, entry: CheckpointEntry, g: Sequen
         copies = [names[i] for i, c in enumerate(plan.have_copy) if not c]
     else:
         code = str(entry.extra.get("l3_code", "rs"))
-        tag = encoding_tag(manifest.exec_id, entry.id)
+        tag = encoding_tag(exec_id, entry.id)
         gplan = assess_group_files(data, extra, code=code, tag=tag)
         if gplan.intact:
             return "intact"
@@ -227,5 +247,5 @@ def _repair_group(lv: int, manifest: Manifest, entry: CheckpointEntry, g: Sequen
         copies = [names[i] for i in gplan.lost_parity]
     for i, r in enumerate(g):
         verify_file(data[i], expect_digest=entry.files[r].digest)
-    kind = "partner copies" if lv == 2 else "parity files"
+    kind = "partner copies" if partner else "parity files"
     return f"rebuilt L1 files of {lost or 'none'}; re-created {kind} of {copies or 'none'}"
