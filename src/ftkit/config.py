@@ -269,16 +269,21 @@ class Config:
             raise ConfigError(f"{self.source}: head = 1 with node_size = 1 leaves no application rank on a "
                               "node: use node_size >= 2 or head = 0")
 
-    def check_level(self, level: int) -> None:
+    def check_level(self, level: int, needs_groups: bool | None = None) -> None:
         """Check that a checkpoint at ``level`` can be taken with this configuration (when one is asked for).
+
+        ``needs_groups`` is the level's record in the level table (:mod:`ftkit.storage.levels`); None: FTI's
+        levels, where L2 and L3 need groups.
 
         Raises
         ------
         ConfigError
-            For L2 or L3 with ``group_size < 2`` (a configuration that loaded with a warning because L2/L3
-            were off).
+            For a level that needs groups with ``group_size < 2`` (a configuration that loaded with a
+            warning because L2/L3 were off).
         """
-        if level in (2, 3) and self.group_size < 2:
+        if needs_groups is None:
+            needs_groups = level in (2, 3)
+        if needs_groups and self.group_size < 2:
             raise ConfigError(f"{self.source}: an L{level} checkpoint needs groups of at least 2 nodes, but "
                               f"group_size = {self.group_size}: set group_size >= 2, or use level 1 or 4")
 
@@ -302,12 +307,15 @@ class Config:
                                   "write") from exc
 
     def interval(self, level: int) -> int:
-        """Return the checkpoint interval of ``level`` (``ckpt_l<level>``, as configured; 0 = off)."""
-        return int(getattr(self, f"ckpt_l{level}"))
+        """Return the checkpoint interval of FTI's ``level`` (``ckpt_l<level>``, as configured; 0 = off or no
+        such key). ftkit itself asks the level table (:func:`ftkit.storage.levels.interval`)."""
+        return int(getattr(self, f"ckpt_l{level}", 0))
 
     def inline(self, level: int) -> bool:
-        """Return whether ``level``'s post-processing runs inside the checkpoint call (always for L1)."""
-        return level == 1 or bool(getattr(self, f"inline_l{level}"))
+        """Return whether FTI's ``level``'s post-processing runs inside the checkpoint call
+        (``inline_l<level>``; without that key, as L1, always). ftkit itself asks the level table
+        (:func:`ftkit.storage.levels.inline`)."""
+        return bool(getattr(self, f"inline_l{level}", 1))
 
     @property
     def io_chunk_bytes(self) -> int:

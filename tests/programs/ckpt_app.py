@@ -38,8 +38,17 @@ p.add_argument("--pause", type=float, default=0.0,
 p.add_argument("--then-levels", default="",
                help="recover mode: then checkpoint at these levels (data as write mode's, from the recovered "
                     "step + 1 on) and print 'R<rank> wrote id=..' for each")
+p.add_argument("--register", default="",
+               help="MODULE:NAME: register the level record NAME of tests/programs/MODULE.py first")
 a = p.parse_args()
 
+if a.register:
+    import importlib
+
+    from ftkit.storage.levels import register_level
+
+    module, name = a.register.split(":")
+    register_level(getattr(importlib.import_module(module), name))
 ckpt = ftkit.Checkpointer(a.config, MPI.COMM_WORLD)
 rank = ckpt.comm.rank
 data = np.full(a.n, -1.0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -144,3 +146,23 @@ class TestPartnerLevel(LevelTests):
 def test_registry_holds_every_level():
     assert LEVEL_CLASSES[1] is LocalLevel and LEVEL_CLASSES[2] is PartnerLevel
     assert LEVEL_CLASSES[3] is EncodedLevel and LEVEL_CLASSES[4] is PFSLevel
+
+
+def test_the_level_table_carries_what_callers_asked_level_numbers_for():
+    from ftkit.config import Config
+    from ftkit.storage import levels as table
+
+    assert table.numbers() == (1, 2, 3, 4) and table.node_local() == (1, 2, 3)
+    assert [s.number for s in table.recovery_order()] == [1, 2, 3, 4]
+    assert [s.needs_groups for s in table.specs()] == [False, True, True, False]
+    cfg = Config(ckpt_l1=3, ckpt_l4=9, inline_l3=0)
+    assert [table.interval(cfg, n) for n in table.numbers()] == [3, 0, 0, 9]
+    assert [table.inline(cfg, n) for n in table.numbers()] == [True, True, False, True]
+    # Inline L4 is written from the buffers; with dCP, compression or inline_l4 = 0 it is flushed from L1.
+    assert [table.primary_level(cfg, n) for n in table.numbers()] == [1, 1, 1, 4]
+    for other in (cfg.replace(enable_dcp=1), cfg.replace(compression="lz4"), cfg.replace(inline_l4=0)):
+        assert table.primary_level(other, 4) == 1
+    assert table.level_root(4, Path("/c"), Path("/g")) == Path("/g")
+    assert all(table.level_root(n, Path("/c"), Path("/g")) == Path("/c") for n in table.node_local())
+    with pytest.raises(StorageError, match="4 \\(parallel file system\\)"):
+        table.spec(6)

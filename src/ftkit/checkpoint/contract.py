@@ -1,10 +1,11 @@
 """The contract between the checkpoint pipeline and its levels: what a level's steps receive and return.
 
-A *level* (one module of :mod:`ftkit.checkpoint.levels`) is described by a :class:`Level`: its
-post-processing step (produce this level's copy from the primary file), the recovery steps it adds to the
-recovery chain, and, for head mode, what a rank tells its head and what the head then does. The pipeline,
-the recovery chain and the executors read the static table :data:`ftkit.checkpoint.levels.LEVELS`; nothing
-is registered at import time.
+A *level* (one module of :mod:`ftkit.checkpoint.levels`, or any module its record in the level table
+:mod:`ftkit.storage.levels` names) is described by a :class:`Level`: its post-processing step (produce this
+level's copy from the primary file), the recovery steps it adds to the recovery chain, and, for head mode,
+what a rank tells its head and what the head then does. The pipeline, the recovery chain and the executors
+read it through :data:`ftkit.checkpoint.levels.LEVELS`, a view of the level table; nothing is registered at
+import time.
 
 Rules every level follows:
 
@@ -197,6 +198,11 @@ class Level:
     background_fsync
         Whether the post step hands its files' fsyncs to ``job.syncs`` when there is one (the level is then
         committed as ``unsynced``, see :mod:`ftkit.storage.manifest`).
+    warm
+        Prepares, while the primary file is written, what the post step will need (None: nothing).
+
+    The level's other facts (root, storage class, node-loss rule, configuration keys, recovery order) are its
+    record in the level table, :mod:`ftkit.storage.levels`.
     """
 
     number: int
@@ -209,3 +215,4 @@ class Level:
     needs_groups: bool = False
     from_buffers: bool = False
     background_fsync: bool = False
+    warm: Callable[[PipelineContext], None] | None = None

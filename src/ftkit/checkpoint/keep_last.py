@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 
 from ..errors import CheckpointError
-from ..storage.levels import LEVEL_CLASSES
+from ..storage import levels as table
 from ..storage.manifest import CheckpointEntry, manifest_path
 from ..topology import Topology
 from . import _mpi, events, pipeline
@@ -70,7 +70,7 @@ def keep_last_at_l4(ctx: PipelineContext, topology: Topology) -> None:
             raise
     pipeline.remove_checkpoints(ctx, pruned + others)
     if keep is not None:
-        for lv in sorted(set(LEVEL_CLASSES) - {4}):
+        for lv in table.node_local():
             try:
                 ctx.level(lv, keep.nodes).remove(keep.id, ctx.rank)
             except OSError:

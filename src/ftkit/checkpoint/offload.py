@@ -32,6 +32,7 @@ import dataclasses
 import time
 
 from ..errors import FtkitError
+from ..storage import levels as table
 from ..storage._fsutil import BackgroundSyncs
 from . import _mpi, events, pipeline
 from .affinity import pin_application
@@ -64,7 +65,7 @@ class PostManager:
         pin_application(cfg)  # [ftkit] reserve_core: off the core kept for the FT thread or the heads
         self.client = HeadClient(links, timeout) if links is not None else None
         self.background: Executor | None = None
-        if any(not cfg.inline(lv) for lv in (2, 3, 4)):
+        if any(not table.inline(cfg, lv) for lv in table.numbers()):
             self.background = make_thread_executor(PostComms(ctx.comm), timeout)
         if links is None and will_encode(cfg, ctx.topology):
             warm_up_codec(ctx.topology.group_size)  # heads warm up themselves (serve_as_head)
@@ -102,7 +103,7 @@ class PostManager:
         pipeline.prepare_job(self.ctx, job)
         if not job.post_levels:
             return {}
-        background = [lv for lv in job.post_levels if not cfg.inline(lv)]
+        background = [lv for lv in job.post_levels if not table.inline(cfg, lv)]
         if not background or not self.asynchronous and self.client is None:
             return self._post_now(job)
         if not self.asynchronous:

@@ -4,10 +4,10 @@ When online recovery is impossible every survivor raises the same
 :class:`~ftkit.errors.OnlineRecoveryError`; its message says what a plain relaunch will find. That depends on
 the dead ranks' node-local files: when only their processes died the files are intact and any complete
 checkpoint serves; when their nodes were lost too, only a checkpoint whose redundancy covers the dead set
-does (L4 always; L3 if no group lost more members than its code repairs; L2 if no dead rank's partner died
-as well). :func:`relaunch_verdict` says which, from the manifest and the topology (no I/O, no
-communication: the same on every application rank); :func:`shared_verdict` gives the same text to the idle
-spares, which know neither.
+does (each level's rule in the level table, :mod:`ftkit.storage.levels`: L4 always; L3 if no group lost
+more members than its code repairs; L2 if no dead rank's partner died as well). :func:`relaunch_verdict`
+says which, from the manifest and the topology (no I/O, no communication: the same on every application
+rank); :func:`shared_verdict` gives the same text to the idle spares, which know neither.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import FtkitError, ProcessFailure
 from ..failure.replace import SPARE, Rebuilt
 from ..failure.ulfm import agree_flag
+from ..storage.levels import survives_loss
 from . import _mpi
 
 if TYPE_CHECKING:
@@ -32,19 +33,9 @@ UNKNOWN = ("Whether a relaunch recovers depends on the checkpoints on disk: a re
 
 
 def covers_node_loss(topology: Topology, level: int, dead: Iterable[int], l3_code: str) -> bool:
-    """Whether a checkpoint complete at ``level`` survives the loss of the ``dead`` ranks' local files."""
-    lost = set(dead)
-    if level == 4 or not lost:
-        return True
-    if level == 1 or not topology.groups:
-        return False
-    if level == 2:
-        return all(topology.partner(r) not in lost for r in lost)
-    for group in topology.groups:  # level 3: RS(k, k) repairs k of 2k pieces; XOR one member
-        members_lost = len(lost.intersection(group))
-        if members_lost > (len(group) // 2 if l3_code == "rs" else 1):
-            return False
-    return True
+    """Whether a checkpoint complete at ``level`` survives the loss of the ``dead`` ranks' local files (the
+    level's rule in the level table: :func:`ftkit.storage.levels.survives_loss`)."""
+    return survives_loss(level, topology, frozenset(dead), l3_code)
 
 
 def _step(entry: CheckpointEntry) -> str:

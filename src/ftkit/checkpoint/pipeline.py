@@ -37,10 +37,9 @@ from .._paths import check_plain_name, check_removable, inside
 from ..errors import CheckpointError, ConfigError, FtkitError, ProcessFailure, TimeoutFailure
 from ..failure.ulfm import agree_within, revoke
 from ..mpienv import probe_ulfm
+from ..storage import levels as table
 from ..storage.format import FileInfo
-from ..storage.group_plan import prefetch_rs_code
 from ..storage.layout import Layout
-from ..storage.levels import LEVEL_CLASSES
 from ..storage.manifest import CheckpointEntry, RankFile, plan_prune
 from . import _mpi
 from .contract import CheckpointJob, PipelineContext
@@ -57,21 +56,20 @@ def plan_job(ctx: PipelineContext, requested: int, ckpt_id: int, seq: int) -> Ch
     Raises
     ------
     CheckpointError
-        If ``requested`` is not one of the levels 1..4 (an ``int``; ``bool`` is refused).
+        If ``requested`` is not a level of the table (an ``int``; ``bool`` is refused).
     """
     if isinstance(requested, bool) or not isinstance(requested, int | np.integer):
         raise CheckpointError(f"checkpoint level {requested!r} ({type(requested).__name__}) is invalid: use "
-                              "the int 1 (local), 2 (partner), 3 (Reed-Solomon/XOR group), or 4 (parallel "
-                              "file system)")
+                              f"the int {table.describe()}")
     spec = level(int(requested))
     cfg = ctx.config
-    try:
-        cfg.check_level(spec.number)  # e.g. group_size = 1 (loaded with L2/L3 off): L2/L3 refused here
+    try:  # e.g. group_size = 1 (loaded with L2/L3 off): the levels that need groups are refused here
+        cfg.check_level(spec.number, needs_groups=table.spec(spec.number).needs_groups)
     except ConfigError as exc:
         raise CheckpointError(str(exc)) from exc
-    # Inline L4 writes from the buffers; dCP and compression produce L4 from the L1 file.
-    inline_l4 = cfg.inline_l4 and not cfg.enable_dcp and cfg.compression == "none"
-    primary = 4 if (spec.number == 4 and inline_l4) else 1
+    # Straight from the buffers into the requested level when its record allows (inline L4 without dCP or
+    # compression), else into the base level (L1) and post-processed from its file.
+    primary = table.primary_level(cfg, spec.number)
     post = () if spec.number == primary else (spec.number,)
     return CheckpointJob(ckpt_id=ckpt_id, level=spec.number, seq=seq, primary=primary, post_levels=post,
                          nodes=list(ctx.topology.node_of))
@@ -91,8 +89,10 @@ def write_primary(ctx: PipelineContext, job: CheckpointJob, arrays: Sequence[tup
     if _from_buffers(ctx, job):
         for lv in job.post_levels:  # directory fsyncs now, not queued behind the file's fsync later
             ctx.level(lv, job.nodes).prepare_dir(job.ckpt_id, ctx.rank)
-        if 3 in job.post_levels and ctx.config.l3_code == "rs":
-            prefetch_rs_code(ctx.topology.group_size)  # built while the L1 file is written
+        for lv in job.post_levels:  # e.g. the RS code matrices, built while the L1 file is written
+            warm = LEVELS[lv].warm
+            if warm is not None:
+                warm(ctx)
         job.pending = storage.start_write(job.ckpt_id, ctx.rank, arrays, level=job.level, nranks=ctx.nranks,
                                           meta=meta, layouts=layouts)
         job.file = job.pending.info
@@ -105,8 +105,8 @@ def write_primary(ctx: PipelineContext, job: CheckpointJob, arrays: Sequence[tup
 
 def _from_buffers(ctx: PipelineContext, job: CheckpointJob) -> bool:
     """Whether ``job``'s post-processing runs inline in this call and can read the primary file in memory."""
-    return job.primary == 1 and bool(job.post_levels) and all(
-        LEVELS[lv].from_buffers and ctx.config.inline(lv) for lv in job.post_levels)
+    return bool(job.post_levels) and all(
+        LEVELS[lv].from_buffers and table.inline(ctx.config, lv) for lv in job.post_levels)
 
 
 def settle_primary(job: CheckpointJob) -> str | None:
@@ -347,7 +347,7 @@ def remove_checkpoints(ctx: PipelineContext, entries: Sequence[CheckpointEntry])
     A checkpoint written by another rank count (before an elastic restart) has its old ranks' files removed
     by ranks ``r, r + nranks, ...``."""
     for e in entries:
-        for lv in sorted(LEVEL_CLASSES):
+        for lv in table.numbers():
             for old in range(ctx.rank, max(len(e.nodes), ctx.rank + 1), ctx.nranks):
                 try:
                     ctx.level(lv, e.nodes).remove(e.id, old)

@@ -1,6 +1,7 @@
 """When ``snapshot()`` checkpoints: FTI's time-based intervals, agreed cheaply, and Daly's automatic interval.
 
-FTI's ``ckpt_l1`` .. ``ckpt_l4`` are intervals in minutes. A checkpoint is a collective decision, so every
+FTI's ``ckpt_l1`` .. ``ckpt_l4`` are intervals in minutes (each level's key is its record in the level
+table, :mod:`ftkit.storage.levels`). A checkpoint is a collective decision, so every
 rank must decide the same thing at the same ``snapshot()`` call without talking at every iteration. As FTI
 does, :class:`SnapshotSchedule` measures on every rank the compute time per iteration (time between snapshot
 calls, minus the time spent checkpointing); at *sync points* the ranks agree on the slowest mean iteration
@@ -25,12 +26,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigError
+from ..storage import levels as table
 
 __all__ = ["SnapshotSchedule", "mpi_max_agree"]
 
@@ -71,8 +73,9 @@ class SnapshotSchedule:
     Parameters
     ----------
     intervals
-        ``(ckpt_l1, ckpt_l2, ckpt_l3, ckpt_l4)``: interval per level, in minutes (``unit="minutes"``) or in
-        iterations (``unit="iterations"``); 0 disables a level.
+        Interval per level (level number → interval; a sequence gives the table's levels in order, e.g.
+        ``(ckpt_l1, ckpt_l2, ckpt_l3, ckpt_l4)``), in minutes (``unit="minutes"``) or in iterations
+        (``unit="iterations"``); 0 disables a level.
     unit
         ``"minutes"`` (FTI's meaning) or ``"iterations"``.
     max_sync_intv
@@ -90,34 +93,36 @@ class SnapshotSchedule:
         A local flag agreed (maximum) at every sync point for free, exposed as :attr:`alarm`; the
         checkpointer uses it to raise a background failure at the same snapshot call on every rank.
     dcp_l4
-        FTI's ``dcp_l4``: interval of differential L4 checkpoints, in the unit of ``intervals`` (0 = off). L4
-        is due at the multiples of ``ckpt_l4`` and of ``dcp_l4``; with ``enable_dcp`` every L4 checkpoint
-        is differential.
+        FTI's ``dcp_l4``: interval of differential checkpoints at ``dcp_level``, in the unit of ``intervals``
+        (0 = off). That level is due at the multiples of its interval and of ``dcp_l4``; with ``enable_dcp``
+        every L4 checkpoint is differential.
+    dcp_level
+        The level ``dcp_l4`` checkpoints (default: the table's level with a differential key, L4).
 
     Raises
     ------
     ConfigError
-        On a negative interval, an unknown unit or ``max_sync_intv < 1``.
+        On a negative interval, an unknown unit or level, or ``max_sync_intv < 1``.
     """
 
-    def __init__(self, intervals: Sequence[float], *, unit: str = "minutes", max_sync_intv: int = 512,
-                 agree: Agree | None = None, mtbf: float | None = None, auto_level: int = 4,
-                 clock: Callable[[], float] = time.monotonic,
-                 probe: Callable[[], float] | None = None, dcp_l4: float = 0.0) -> None:
-        if len(intervals) != 4:
-            raise ConfigError(f"expected 4 intervals (ckpt_l1..ckpt_l4), got {len(intervals)}")
-        for lvl, v in enumerate(intervals, 1):
-            if not (math.isfinite(float(v)) and float(v) >= 0):
-                raise ConfigError(f"ckpt_l{lvl} = {v}: an interval must be >= 0 (0 disables the level)")
+    def __init__(self, intervals: Sequence[float] | Mapping[int, float], *, unit: str = "minutes",
+                 max_sync_intv: int = 512, agree: Agree | None = None, mtbf: float | None = None,
+                 auto_level: int | None = None, clock: Callable[[], float] = time.monotonic,
+                 probe: Callable[[], float] | None = None, dcp_l4: float = 0.0,
+                 dcp_level: int | None = None) -> None:
+        by_level = _by_level(intervals)
         if not (math.isfinite(float(dcp_l4)) and float(dcp_l4) >= 0):
             raise ConfigError(f"dcp_l4 = {dcp_l4}: an interval must be >= 0 (0 disables it)")
         if unit not in ("minutes", "iterations"):
             raise ConfigError(f"interval_unit = {unit!r}: allowed values are 'minutes' and 'iterations'")
         if int(max_sync_intv) < 1:
             raise ConfigError(f"max_sync_intv = {max_sync_intv}: must be >= 1 iteration")
-        if auto_level not in (1, 2, 3, 4):
-            raise ConfigError(f"automatic checkpoint level {auto_level}: must be 1..4")
-        self.intervals = [float(v) for v in intervals]
+        auto_level = max(table.numbers()) if auto_level is None else auto_level
+        if auto_level not in table.numbers():
+            raise ConfigError(f"automatic checkpoint level {auto_level}: must be one of the levels "
+                              f"{list(table.numbers())}")
+        #: Interval of each level with one, in the unit of ``unit`` (0: level off).
+        self.intervals = by_level
         self.unit = unit
         self.max_sync_intv = int(max_sync_intv)
         self.agree = agree
@@ -142,10 +147,11 @@ class SnapshotSchedule:
         self._local_cost = math.nan
         self._since_auto = 0
         self._calibrated = False
-        #: Length of each level's interval in job-clock units (0: level off).
-        self.periods = [0.0, *((v if unit == "iterations" else 60.0 * v) for v in self.intervals)]
-        #: Length of the differential L4 interval in job-clock units (0: off).
+        #: Length of each level's interval in job-clock units, by level number (0: level off).
+        self.periods = {lv: (v if unit == "iterations" else 60.0 * v) for lv, v in by_level.items()}
+        #: Length of the differential interval in job-clock units (0: off), and its level.
         self.dcp_period = float(dcp_l4) if unit == "iterations" else 60.0 * float(dcp_l4)
+        self.dcp_level = _differential_level() if dcp_level is None else dcp_level
 
     @classmethod
     def from_config(cls, config: Any, comm: Any = None,
@@ -153,17 +159,20 @@ class SnapshotSchedule:
         """Build the schedule of a :class:`ftkit.Config` (intervals, unit, ``max_sync_intv``, ``mtbf``).
 
         ``max_sync_intv = 0`` means FTI's default, 512 iterations. Automatic checkpoints use the highest level
-        with an interval configured (level 1 if none is). As in FTI, every interval is divided by
+        with an interval configured (the lowest level if none is). As in FTI, every interval is divided by
         ``fast_forward``, and ``dcp_l4`` counts only with ``enable_dcp = 1``.
         """
         ff = config.fast_forward
-        intervals = [config.interval(lv) / ff for lv in (1, 2, 3, 4)]
-        dcp_l4 = config.dcp_l4 / ff if config.enable_dcp else 0.0
-        auto_level = max([lv for lv in (1, 2, 3, 4) if intervals[lv - 1] > 0], default=1)
+        intervals = {s.number: table.interval(config, s.number) / ff for s in table.specs()}
+        dcp_level = _differential_level()
+        dcp_key = table.spec(dcp_level).differential_key if dcp_level else None
+        dcp_l4 = getattr(config, dcp_key) / ff if dcp_key and config.enable_dcp else 0.0
+        auto_level = max([lv for lv, v in intervals.items() if v > 0], default=min(intervals))
         multi = comm is not None and comm.Get_size() > 1
         agree = mpi_max_agree(comm, config.failure_timeout) if multi else None
         return cls(intervals, unit=config.interval_unit, max_sync_intv=config.max_sync_intv or 512,
-                   agree=agree, mtbf=config.mtbf or None, auto_level=auto_level, probe=probe, dcp_l4=dcp_l4)
+                   agree=agree, mtbf=config.mtbf or None, auto_level=auto_level, probe=probe, dcp_l4=dcp_l4,
+                   dcp_level=dcp_level)
 
     @property
     def count(self) -> int:
@@ -262,12 +271,39 @@ class SnapshotSchedule:
                 return 0
             return self.auto_level if self._since_auto >= self.auto_iters else 0
         level = 0
-        for lvl in range(1, 5):
-            period = self.periods[lvl]
-            # Crossing a multiple of the period, by exact arithmetic on the same numbers on every rank.
-            if period > 0 and math.floor(self.job_clock / period + 1e-9) > math.floor(before / period + 1e-9):
+        for lvl in sorted(self.periods):  # the highest level due wins
+            if self._crossed(self.periods[lvl], before):
                 level = lvl
-        dcp = self.dcp_period
-        if dcp > 0 and math.floor(self.job_clock / dcp + 1e-9) > math.floor(before / dcp + 1e-9):
-            level = 4
+        if self._crossed(self.dcp_period, before):
+            level = max(level, self.dcp_level)
         return level
+
+    def _crossed(self, period: float, before: float) -> bool:
+        # Crossing a multiple of the period, by exact arithmetic on the same numbers on every rank.
+        return period > 0 and math.floor(self.job_clock / period + 1e-9) > math.floor(before / period + 1e-9)
+
+
+def _by_level(intervals: Sequence[float] | Mapping[int, float]) -> dict[int, float]:
+    """``intervals`` as level number → interval, checked (a sequence: the table's levels in order)."""
+    known = table.numbers()
+    if isinstance(intervals, Mapping):
+        pairs = list(intervals.items())
+    elif len(intervals) > len(known):
+        raise ConfigError(f"expected at most {len(known)} intervals (one per level {list(known)}), got "
+                          f"{len(intervals)}")
+    else:
+        pairs = list(zip(known, intervals, strict=False))
+    out: dict[int, float] = {}
+    for lv, v in pairs:
+        if lv not in known:
+            raise ConfigError(f"an interval for level {lv}, which is not a level ({list(known)})")
+        name = table.spec(lv).interval_key or f"the interval of level {lv}"
+        if not (math.isfinite(float(v)) and float(v) >= 0):
+            raise ConfigError(f"{name} = {v}: an interval must be >= 0 (0 disables the level)")
+        out[lv] = float(v)
+    return out
+
+
+def _differential_level() -> int:
+    """The level of differential checkpoints (the table's level with a differential key; 0: none)."""
+    return next((s.number for s in table.specs() if s.differential_key), 0)

@@ -1,31 +1,41 @@
 """The storage-level contract: where a rank's checkpoint file lives at one level, and how to put it there.
 
-A level (L1 node-local, L2 partner copy, L3 encoded, L4 parallel file system) stores at most one file per rank
-per checkpoint. Implementations give only :meth:`StorageLevel.path` (and their name and number); writing,
-copying in, verifying, reading, testing and removing are derived here, so every level commits the same way:
-temporary name, fsync, rename, fsync of the directory. A level holding the checkpoint file itself (L1, L2
-copy, L4) stores it byte-identical to the one written at L1; the file's integrity is the container's (see
-:mod:`ftkit.storage.format`). Levels that store something else (L3 parity) override what differs.
+A level (L1 node-local, L2 partner copy, L3 encoded, L4 parallel file system, or any level of
+:mod:`ftkit.storage.levels`) stores at most one file per rank per checkpoint, under one *key* of its
+:class:`~ftkit.storage.store.Store` (by default a :class:`~ftkit.storage.dirstore.DirectoryStore` on the
+level's root directory). Implementations give only :meth:`StorageLevel.key` and :meth:`StorageLevel.run_keys`
+(and their name and number); writing, copying in, verifying, reading, testing and removing are derived here
+from the store's primitives, so every level commits the same way. With a store that has local paths
+(``supports_local_path``: every built-in level) a checkpoint goes straight from the protected buffers into
+its file (temporary name, fsync, rename, fsync of the directory) and is read in place; with another store
+the file is staged in a private temporary directory and moved in with one ``put`` (a copy: the price of a
+store without files). A level holding the checkpoint file itself (L1, L2 copy, L4) stores it byte-identical
+to the one written at L1; the file's integrity is the container's (see :mod:`ftkit.storage.format`). Levels
+that store something else (L3 parity) override what differs.
 
-This module imports no implementation.
+This module imports no level implementation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from .._paths import check_inside, check_plain_name, check_removable
+from .._paths import check_plain_name
 from . import format as fmt
-from ._fsutil import link_durably, make_dirs, remove_empty_dirs, remove_file
+from ._fsutil import link_durably
+from .dirstore import DirectoryStore
 from .layout import Layout
 from .pending import PendingFile, start_write
+from .store import Store
 
 __all__ = ["StorageLevel", "FILE_SUFFIX", "ckpt_dir_name", "parse_ckpt_dir_name"]
 
@@ -60,6 +70,9 @@ class StorageLevel(ABC):
         Size (bytes) of one I/O chunk; a level never holds more than one chunk of extra memory.
     fsync
         fsync files and directories on commit (durability). Only format tests turn it off.
+    store
+        Where the level's bytes live (default: a :class:`~ftkit.storage.dirstore.DirectoryStore` on
+        ``root``).
     """
 
     level: ClassVar[int]
@@ -70,34 +83,62 @@ class StorageLevel(ABC):
     supports_read: ClassVar[bool] = True
 
     def __init__(self, root: str | os.PathLike[str], exec_id: str, nodes: Sequence[int],
-                 chunk_bytes: int = fmt.DEFAULT_CHUNK, fsync: bool = True) -> None:
+                 chunk_bytes: int = fmt.DEFAULT_CHUNK, fsync: bool = True,
+                 store: Store | None = None) -> None:
         self.root = Path(root)
         self.exec_id = check_plain_name(exec_id, "exec_id")
         self.nodes = list(nodes)
         self.chunk_bytes = chunk_bytes
         self.fsync = fsync
+        self.store: Store = store if store is not None else DirectoryStore(self.root, fsync=fsync)
 
     # -- what an implementation provides ------------------------------------------------------------------
 
     @abstractmethod
-    def path(self, ckpt_id: int, rank: int) -> Path:
-        """Path of ``rank``'s file of checkpoint ``ckpt_id`` at this level."""
+    def key(self, ckpt_id: int, rank: int) -> str:
+        """Store key of ``rank``'s file of checkpoint ``ckpt_id`` at this level."""
 
     @abstractmethod
-    def run_dirs(self) -> list[Path]:
-        """Directories holding this run's files at this level (one per node for node-local levels)."""
+    def run_keys(self) -> list[str]:
+        """Key prefixes holding this run's files at this level (one per node for node-local levels)."""
+
+    def stop_key(self, ckpt_id: int, rank: int) -> str:
+        """Prefix at which empty-prefix cleanup stops for ``rank``'s file (default: the store's root)."""
+        return ""
 
     # -- derived operations -------------------------------------------------------------------------------
 
+    def path(self, ckpt_id: int, rank: int) -> Path:
+        """Path of ``rank``'s file of checkpoint ``ckpt_id`` (a store with ``supports_local_path`` only).
+
+        Raises
+        ------
+        StorageError
+            If the level's store keeps no local files.
+        """
+        return self.store.local_path(self.key(ckpt_id, rank))
+
+    def run_dirs(self) -> list[Path]:
+        """Directories holding this run's files at this level (a store with local paths only)."""
+        return [self.store.local_path(k) for k in self.run_keys()]
+
     def stop_dir(self, ckpt_id: int, rank: int) -> Path:
         """Directory at which empty-directory cleanup stops for ``rank``'s file."""
-        return self.root
+        return self.store.local_path(self.stop_key(ckpt_id, rank))
+
+    def _what(self, rank: int) -> str:
+        return f"L{self.level} file of rank {rank}"
 
     def write(self, ckpt_id: int, rank: int, arrays: Sequence[tuple[str, np.ndarray]], *, level: int,
               nranks: int, meta: Mapping[str, Any] | None = None,
               layouts: Mapping[str, Layout] | None = None) -> fmt.FileInfo:
         """Write ``rank``'s checkpoint file from ``arrays`` (global ``layouts`` of some) straight into this
         level (atomically)."""
+        if not self.store.supports_local_path:
+            with self._staged(ckpt_id, rank) as dst:
+                return fmt.write_file(dst, arrays, rank=rank, level=level, ckpt_id=ckpt_id,
+                                      exec_id=self.exec_id, nranks=nranks, meta=meta,
+                                      chunk_bytes=self.chunk_bytes, fsync=False, layouts=layouts)
         dst = self._writable(ckpt_id, rank)
         return fmt.write_file(dst, arrays, rank=rank, level=level, ckpt_id=ckpt_id, exec_id=self.exec_id,
                               nranks=nranks, meta=meta, chunk_bytes=self.chunk_bytes, fsync=self.fsync,
@@ -107,7 +148,13 @@ class StorageLevel(ABC):
                     nranks: int, meta: Mapping[str, Any] | None = None,
                     layouts: Mapping[str, Layout] | None = None) -> PendingFile:
         """:meth:`write`, but return once the bytes are written: the fsync runs in the background, and
-        :meth:`PendingFile.finish` commits the file (see :mod:`ftkit.storage.pending`)."""
+        :meth:`PendingFile.finish` commits the file (see :mod:`ftkit.storage.pending`).
+
+        Raises
+        ------
+        StorageError
+            If the level's store keeps no local files (use :meth:`write`).
+        """
         dst = self._writable(ckpt_id, rank)
         return start_write(dst, arrays, rank=rank, level=level, ckpt_id=ckpt_id, exec_id=self.exec_id,
                            nranks=nranks, meta=meta, chunk_bytes=self.chunk_bytes, fsync=self.fsync,
@@ -126,6 +173,9 @@ class StorageLevel(ABC):
         StorageError
             If the copy or link fails (``rank``'s previous file, if any, is left as it was).
         """
+        if not self.store.supports_local_path:
+            with self._staged(ckpt_id, rank) as dst:
+                return fmt.copy_file(src, dst, chunk_bytes=self.chunk_bytes, fsync=False)
         dst = self._writable(ckpt_id, rank)
         if link and link_durably(Path(src), dst, fsync=self.fsync):
             return dst.stat().st_size
@@ -139,24 +189,22 @@ class StorageLevel(ABC):
         CheckpointNotFoundError, FormatError, CorruptionError
             Naming the file and what is wrong.
         """
-        return fmt.verify_file(self.path(ckpt_id, rank), expect_digest=expect_digest,
-                               chunk_bytes=self.chunk_bytes)
+        with self._readable(ckpt_id, rank) as path:
+            return fmt.verify_file(path, expect_digest=expect_digest, chunk_bytes=self.chunk_bytes)
 
     def read_into(self, ckpt_id: int, rank: int, targets: Mapping[str, np.ndarray],
                   header: fmt.Header | None = None) -> fmt.Header:
         """Read ``rank``'s file into ``targets`` (name → array), checking digests."""
-        return fmt.read_into(self.path(ckpt_id, rank), targets, header, chunk_bytes=self.chunk_bytes)
+        with self._readable(ckpt_id, rank) as path:
+            return fmt.read_into(path, targets, header, chunk_bytes=self.chunk_bytes)
 
     def exists(self, ckpt_id: int, rank: int) -> bool:
         """Whether ``rank``'s file of checkpoint ``ckpt_id`` exists at this level (valid or not)."""
-        return self.path(ckpt_id, rank).is_file()
+        return self.store.exists(self.key(ckpt_id, rank))
 
     def remove(self, ckpt_id: int, rank: int) -> None:
         """Delete ``rank``'s file of ``ckpt_id`` (and directories left empty); missing files are ignored."""
-        p = self.path(ckpt_id, rank)
-        check_removable(p, self.root, f"L{self.level} file of rank {rank}")
-        remove_file(p)
-        remove_empty_dirs(p.parent, self.stop_dir(ckpt_id, rank))
+        self.store.delete(self.key(ckpt_id, rank), self.stop_key(ckpt_id, rank), self._what(rank))
 
     def prepare_dir(self, ckpt_id: int, rank: int) -> Path:
         """Create (durably) the directory of ``rank``'s file of ``ckpt_id`` ahead of writing it; return the
@@ -173,21 +221,37 @@ class StorageLevel(ABC):
 
     def _writable(self, ckpt_id: int, rank: int) -> Path:
         """``rank``'s path, its directory created and checked to lie inside the level's root."""
-        dst = self.path(ckpt_id, rank)
-        what = f"L{self.level} file of rank {rank}"
-        check_inside(dst, self.root, what)  # before creating anything: a link may lead out
-        make_dirs(dst.parent)
-        check_inside(dst, self.root, what)
-        return dst
+        key = self.key(ckpt_id, rank)
+        self.store.prepare(key, self._what(rank))
+        return self.store.local_path(key)
+
+    @contextlib.contextmanager
+    def _staged(self, ckpt_id: int, rank: int) -> Iterator[Path]:
+        """A private temporary file for ``rank``'s file, moved into a store without local paths by one
+        ``put`` when the block ends without an error."""
+        with tempfile.TemporaryDirectory(prefix="ftkit-stage-") as tmp:
+            path = Path(tmp) / "file"
+            yield path
+            self.store.put(self.key(ckpt_id, rank), path.read_bytes())
+
+    @contextlib.contextmanager
+    def _readable(self, ckpt_id: int, rank: int) -> Iterator[Path]:
+        """``rank``'s file as a local path: in place, or fetched from a store without local paths."""
+        if self.store.supports_local_path:
+            yield self.path(ckpt_id, rank)
+            return
+        data = self.store.get(self.key(ckpt_id, rank))
+        with tempfile.TemporaryDirectory(prefix="ftkit-fetch-") as tmp:
+            path = Path(tmp) / "file"
+            path.write_bytes(data)
+            yield path
 
     def list_ids(self) -> list[int]:
         """Ids of the checkpoints that have a directory at this level (complete or not)."""
         ids: set[int] = set()
-        for d in self.run_dirs():
-            level_dir = d / f"l{self.level}"
-            if level_dir.is_dir():
-                for child in level_dir.iterdir():
-                    cid = parse_ckpt_dir_name(child.name)
-                    if cid is not None:
-                        ids.add(cid)
+        for prefix in self.run_keys():
+            for name in self.store.list_dir(f"{prefix}/l{self.level}"):
+                cid = parse_ckpt_dir_name(name)
+                if cid is not None:
+                    ids.add(cid)
         return sorted(ids)

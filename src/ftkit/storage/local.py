@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..topology import node_dir_name
 from .base import FILE_SUFFIX, StorageLevel, ckpt_dir_name
+from .store import join_key
 
 __all__ = ["LocalLevel"]
 
@@ -26,14 +27,17 @@ class LocalLevel(StorageLevel):
 
     def node_run_dir(self, node: int) -> Path:
         """``ckpt_dir/node<n>/<exec_id>``: everything this run keeps on node ``node``."""
-        return self.root / node_dir_name(node) / self.exec_id
+        return self.store.local_path(self._node_run_key(node))
 
-    def path(self, ckpt_id: int, rank: int) -> Path:
-        return (self.node_run_dir(self.nodes[rank]) / f"l{self.level}" / ckpt_dir_name(ckpt_id)
-                / f"rank{rank}{self.file_suffix}")
+    def _node_run_key(self, node: int) -> str:
+        return join_key(node_dir_name(node), self.exec_id)
 
-    def stop_dir(self, ckpt_id: int, rank: int) -> Path:
-        return self.root / node_dir_name(self.nodes[rank])
+    def key(self, ckpt_id: int, rank: int) -> str:
+        return join_key(self._node_run_key(self.nodes[rank]), f"l{self.level}", ckpt_dir_name(ckpt_id),
+                        f"rank{rank}{self.file_suffix}")
 
-    def run_dirs(self) -> list[Path]:
-        return [self.node_run_dir(n) for n in sorted(set(self.nodes))]
+    def stop_key(self, ckpt_id: int, rank: int) -> str:
+        return node_dir_name(self.nodes[rank])
+
+    def run_keys(self) -> list[str]:
+        return [self._node_run_key(n) for n in sorted(set(self.nodes))]

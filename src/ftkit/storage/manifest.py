@@ -223,9 +223,12 @@ def _parse_entry(e: Any, nranks: int, where: str) -> CheckpointEntry:
     if not isinstance(extra, dict):
         raise FormatError(f"{where}: checkpoint {_short(e.get('id'))}: 'extra' is not an object")
     unsynced = extra.get("unsynced", [])
-    if not isinstance(unsynced, list) or not all(type(lv) is int and 1 <= lv <= 4 for lv in unsynced):
+    # Levels not yet durable are levels of the entry (whatever the level table of this process holds).
+    if not isinstance(unsynced, list) or not all(type(lv) is int and str(lv) in raw_levels
+                                                 for lv in unsynced):
         raise FormatError(f"{where}: checkpoint {_short(e.get('id'))}: 'extra.unsynced' = "
-                          f"{_short(repr(unsynced))} is not a list of level numbers 1-4")
+                          f"{_short(repr(unsynced))} is not a list of the entry's level numbers "
+                          f"{sorted(raw_levels, key=int)}")
     return CheckpointEntry(id=_nonneg(e["id"], "id"), seq=_nonneg(e["seq"], "seq"),
                            level=_nonneg(e["level"], "level"), time=_time(e["time"], "time"),
                            levels={int(k): v for k, v in raw_levels.items()}, nodes=nodes, files=files,

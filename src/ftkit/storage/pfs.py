@@ -6,9 +6,8 @@ Layout: ``glbl_dir/<exec_id>/l4/ckpt<id>/rank<r>.ftk``. Written straight from th
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from .base import FILE_SUFFIX, StorageLevel, ckpt_dir_name
+from .store import join_key
 
 __all__ = ["PFSLevel"]
 
@@ -20,9 +19,8 @@ class PFSLevel(StorageLevel):
     name = "pfs"
     supports_direct_write = True
 
-    def path(self, ckpt_id: int, rank: int) -> Path:
-        level_dir = self.root / self.exec_id / f"l{self.level}"
-        return level_dir / ckpt_dir_name(ckpt_id) / f"rank{rank}{FILE_SUFFIX}"
+    def key(self, ckpt_id: int, rank: int) -> str:
+        return join_key(self.exec_id, f"l{self.level}", ckpt_dir_name(ckpt_id), f"rank{rank}{FILE_SUFFIX}")
 
-    def run_dirs(self) -> list[Path]:
-        return [self.root / self.exec_id]
+    def run_keys(self) -> list[str]:
+        return [self.exec_id]

@@ -1,4 +1,4 @@
-"""The checkpoint levels, one module each, and the static table the pipeline and the executors read.
+"""The checkpoint levels' pipeline steps, one module each, read through the one level table.
 
 ======  ==========================  =====================================================================
 Level   Module                      What it does
@@ -9,24 +9,50 @@ Level   Module                      What it does
 4       :mod:`.pfs`                 file on the parallel file system, whole or differential (dCP)
 ======  ==========================  =====================================================================
 
-:data:`LEVELS` is built here, explicitly, from the level modules (as zarr builds a codec pipeline from a
-list of codecs); nothing is registered at import time and no other module changes it. The recovery chain
-is the levels' recovery steps, cheapest level first (:func:`recovery_chain`).
+The table is :mod:`ftkit.storage.levels` (one record per level: root, storage class, node-loss rule,
+configuration keys, recovery order, and ``steps``, the module holding the level's :class:`Level`).
+:data:`LEVELS` is a read-only view of it: ``LEVELS[n]`` is the ``LEVEL`` of level ``n``'s ``steps`` module
+(imported at first use; the four built-in ones are imported here). Nothing registers itself at import
+time: a new level is one module and one :func:`ftkit.storage.levels.register_level` call. The recovery chain
+is the levels' recovery steps in the table's recovery order (:func:`recovery_chain`).
 """
 
 from __future__ import annotations
 
-from types import MappingProxyType
+import importlib
+from collections.abc import Iterator, Mapping
 
-from ...errors import CheckpointError
+from ...errors import CheckpointError, StorageError
+from ...storage import levels as table
 from ..contract import Level, RecoveryStep
-from . import encoded, local, partner, pfs
+from . import encoded, local, partner, pfs  # noqa: F401 - the built-in levels' steps, loaded with the package
 
 __all__ = ["LEVELS", "level", "recovery_chain"]
 
-#: Every level, by number (read-only).
-LEVELS: MappingProxyType[int, Level] = MappingProxyType(
-    {lv.number: lv for lv in (local.LEVEL, partner.LEVEL, encoded.LEVEL, pfs.LEVEL)})
+
+class _Steps(Mapping[int, Level]):
+    """Level number → its :class:`Level`, read live from the table."""
+
+    def __getitem__(self, number: int) -> Level:
+        try:
+            record = table.spec(number)
+        except StorageError:
+            raise KeyError(number) from None
+        found = getattr(importlib.import_module(record.steps), "LEVEL", None)
+        if not isinstance(found, Level) or found.number != record.number:
+            raise CheckpointError(f"level {number} ({record.name}): module {record.steps} has no LEVEL of "
+                                  f"level {number}: define LEVEL = Level({number}, ...) there")
+        return found
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(table.numbers())
+
+    def __len__(self) -> int:
+        return len(table.numbers())
+
+
+#: Every level's pipeline steps, by number (a read-only view of :mod:`ftkit.storage.levels`).
+LEVELS: Mapping[int, Level] = _Steps()
 
 
 def level(number: int) -> Level:
@@ -40,10 +66,10 @@ def level(number: int) -> Level:
     try:
         return LEVELS[number]
     except (KeyError, TypeError):
-        raise CheckpointError(f"checkpoint level {number!r} is invalid: use 1 (local), 2 (partner), "
-                              "3 (Reed-Solomon/XOR group), or 4 (parallel file system)") from None
+        raise CheckpointError(f"checkpoint level {number!r} is invalid: use {table.describe()}") from None
 
 
 def recovery_chain() -> list[RecoveryStep]:
-    """The recovery chain, cheapest first: L1, L2 partner copy, L3 group decode, L4 (dCP, then whole)."""
-    return [step() for number in sorted(LEVELS) for step in LEVELS[number].recovery]
+    """The recovery chain in the table's recovery order: L1, L2 partner copy, L3 group decode, L4 (dCP,
+    then whole), then any level registered after them."""
+    return [step() for s in table.recovery_order() for step in LEVELS[s.number].recovery]

@@ -13,6 +13,7 @@ from typing import Any
 
 from ...storage.encoded import assess_group, encode_group, rebuild_group
 from ...storage.encoded import encoding_tag as l3_tag
+from ...storage.group_plan import prefetch_rs_code
 from ...storage.manifest import CheckpointEntry
 from ...topology import Topology
 from ..contract import CheckpointJob, Level, PipelineContext
@@ -99,7 +100,13 @@ def encoded_work(req: dict[str, Any], head_set: Any) -> None:
                  names=req.get("names") or None, timeout=req["timeout"])
 
 
+def warm_encode(ctx: PipelineContext) -> None:
+    """Build the Reed-Solomon code's matrices of the group size (while the L1 file is written)."""
+    if ctx.config.l3_code == "rs":
+        prefetch_rs_code(ctx.topology.group_size)
+
+
 #: Level 3 in the level table.
 LEVEL = Level(3, "encoded", post=post_encode, recovery=(EncodedStep,), prepare=prepare_encode,
               head_request=encoded_request, head_work=encoded_work, needs_groups=True, from_buffers=True,
-              background_fsync=True)
+              background_fsync=True, warm=warm_encode)
