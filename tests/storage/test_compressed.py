@@ -203,3 +203,49 @@ def test_golden_compressed_copy_reads_bit_exactly(tmp_path):
     got = read_arrays(path)
     for name, arr in gen.golden_compressed_arrays():
         assert got[name].dtype == arr.dtype and got[name].tobytes() == arr.tobytes(), name
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd", "blosc"])
+def test_written_straight_from_the_arrays_holds_the_plain_file(tmp_path, codec):
+    """write_compressed (no plain file first) holds byte for byte the file write_file writes, with the same
+    digests; incompressible and compressible sections, per-array codecs, a layout and an empty array."""
+    from ftkit.storage.format import write_compressed
+    from ftkit.storage.layout import Layout
+
+    rng = np.random.default_rng(5)
+    smooth = np.round(np.sin(np.linspace(0, 9, 300_001)), 4)           # > 1 MiB: several chunks, a ragged one
+    arrays = [("smooth", smooth), ("noise", rng.integers(0, 2**62, 400_000, dtype=np.int64)),
+              ("mask", (np.arange(70_000) % 3 == 0).astype(np.int32)), ("empty", np.zeros(0, np.float32)),
+              ("c", (smooth[:5000] * (1 + 2j)).astype(np.complex128))]
+    layouts = {"mask": Layout.of_box((140_000,), (70_000,), (70_000,))}
+    kw = dict(rank=2, level=4, ckpt_id=7, exec_id="run", nranks=4, meta={"k": 1}, layouts=layouts)
+    plain = write_file(tmp_path / "plain.ftk", arrays, **kw)
+    packed = write_compressed(tmp_path / "packed.ftk", arrays, codec=codec, codec_level=3,
+                              codecs={"mask": "lz4"}, **kw)
+    assert (packed.size, packed.digest) == (plain.size, plain.digest)
+    raw = (tmp_path / "plain.ftk").read_bytes()
+    with CompressedSource(tmp_path / "packed.ftk") as src:
+        out = bytearray(src.size)
+        src.read_into(0, memoryview(out))
+        codecs_used = {c[4] for c in src.chunks}
+    assert bytes(out) == raw
+    assert codecs_used >= {0, {"lz4": 1, "zstd": 2, "blosc": 3}[codec]}  # header and noise raw, the rest not
+    assert (tmp_path / "packed.ftk").stat().st_size < 0.8 * len(raw)
+    assert verify_file(tmp_path / "packed.ftk", expect_digest=plain.digest).digest == plain.digest
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []   # no temporary left
+
+
+def test_incompressible_sections_are_mostly_not_tried(tmp_path, monkeypatch):
+    """After four chunks in a row of a section stored raw, only every eighth chunk of it is compressed."""
+    import ftkit.storage.compressed as comp
+    from ftkit.storage.format import write_compressed
+
+    tried = []
+    real = comp._encode
+    monkeypatch.setattr(comp, "_encode", lambda nc, cid, lvl, data, ts: tried.append(len(data))
+                        or real(nc, cid, lvl, data, ts))
+    noise = np.random.default_rng(6).integers(0, 256, 40 * comp.MAX_CHUNK, dtype=np.uint8)
+    write_compressed(tmp_path / "n.ftk", [("noise", noise)], rank=0, level=4, ckpt_id=1, exec_id="r",
+                     nranks=1, codec="zstd", codec_level=3)
+    assert len(tried) == 4 + 36 // 8                                     # 4 tries, then 1 probe in 8
+    assert read_arrays(tmp_path / "n.ftk")["noise"].tobytes() == noise.tobytes()

@@ -158,9 +158,11 @@ def test_the_level_table_carries_what_callers_asked_level_numbers_for():
     cfg = Config(ckpt_l1=3, ckpt_l4=9, inline_l3=0)
     assert [table.interval(cfg, n) for n in table.numbers()] == [3, 0, 0, 9]
     assert [table.inline(cfg, n) for n in table.numbers()] == [True, True, False, True]
-    # Inline L4 is written from the buffers; with dCP, compression or inline_l4 = 0 it is flushed from L1.
+    # Inline L4 is written from the buffers (compressed or not); with dCP or inline_l4 = 0 it is flushed
+    # from L1.
     assert [table.primary_level(cfg, n) for n in table.numbers()] == [1, 1, 1, 4]
-    for other in (cfg.replace(enable_dcp=1), cfg.replace(compression="lz4"), cfg.replace(inline_l4=0)):
+    assert table.primary_level(cfg.replace(compression="lz4"), 4) == 4
+    for other in (cfg.replace(enable_dcp=1), cfg.replace(inline_l4=0)):
         assert table.primary_level(other, 4) == 1
     assert table.level_root(4, Path("/c"), Path("/g")) == Path("/g")
     assert all(table.level_root(n, Path("/c"), Path("/g")) == Path("/c") for n in table.node_local())

@@ -98,9 +98,19 @@ def write_primary(ctx: PipelineContext, job: CheckpointJob, arrays: Sequence[tup
         job.file = job.pending.info
         return job.file
     info = storage.write(job.ckpt_id, ctx.rank, arrays, level=job.level, nranks=ctx.nranks, meta=meta,
-                         layouts=layouts)
+                         layouts=layouts, compression=_compression(ctx, job))
     job.file = info
     return info
+
+
+def _compression(ctx: PipelineContext, job: CheckpointJob) -> tuple[str, int, dict[str, str]] | None:
+    """(codec, level, per-array codecs) of ``job``'s primary file: compression applies where the bytes leave
+    the node (a level that is not node-local), when a codec is configured for some array."""
+    codecs = job.extra.get("codecs", {})
+    if table.spec(job.primary).node_local or (ctx.config.compression == "none"
+                                             and all(c == "none" for c in codecs.values())):
+        return None
+    return ctx.config.compression, ctx.config.compression_level, dict(codecs)
 
 
 def _from_buffers(ctx: PipelineContext, job: CheckpointJob) -> bool:

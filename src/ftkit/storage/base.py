@@ -131,18 +131,26 @@ class StorageLevel(ABC):
 
     def write(self, ckpt_id: int, rank: int, arrays: Sequence[tuple[str, np.ndarray]], *, level: int,
               nranks: int, meta: Mapping[str, Any] | None = None,
-              layouts: Mapping[str, Layout] | None = None) -> fmt.FileInfo:
+              layouts: Mapping[str, Layout] | None = None,
+              compression: tuple[str, int, Mapping[str, str]] | None = None) -> fmt.FileInfo:
         """Write ``rank``'s checkpoint file from ``arrays`` (global ``layouts`` of some) straight into this
-        level (atomically)."""
+        level (atomically); with ``compression`` = (codec, level, per-array codecs) as a compressed copy
+        (:func:`ftkit.storage.format.write_compressed`), else as the plain file."""
+        def put(dst: Path, fsync: bool) -> fmt.FileInfo:
+            if compression is not None:
+                codec, codec_level, codecs = compression
+                return fmt.write_compressed(dst, arrays, rank=rank, level=level, ckpt_id=ckpt_id,
+                                            exec_id=self.exec_id, nranks=nranks, codec=codec,
+                                            codec_level=codec_level, codecs=codecs, meta=meta, fsync=fsync,
+                                            layouts=layouts)
+            return fmt.write_file(dst, arrays, rank=rank, level=level, ckpt_id=ckpt_id, exec_id=self.exec_id,
+                                  nranks=nranks, meta=meta, chunk_bytes=self.chunk_bytes, fsync=fsync,
+                                  layouts=layouts)
+
         if not self.store.supports_local_path:
             with self._staged(ckpt_id, rank) as dst:
-                return fmt.write_file(dst, arrays, rank=rank, level=level, ckpt_id=ckpt_id,
-                                      exec_id=self.exec_id, nranks=nranks, meta=meta,
-                                      chunk_bytes=self.chunk_bytes, fsync=False, layouts=layouts)
-        dst = self._writable(ckpt_id, rank)
-        return fmt.write_file(dst, arrays, rank=rank, level=level, ckpt_id=ckpt_id, exec_id=self.exec_id,
-                              nranks=nranks, meta=meta, chunk_bytes=self.chunk_bytes, fsync=self.fsync,
-                              layouts=layouts)
+                return put(dst, False)
+        return put(self._writable(ckpt_id, rank), self.fsync)
 
     def start_write(self, ckpt_id: int, rank: int, arrays: Sequence[tuple[str, np.ndarray]], *, level: int,
                     nranks: int, meta: Mapping[str, Any] | None = None,

@@ -47,7 +47,8 @@ from ._fsutil import AtomicWriter
 from .source import ByteSource, FileSource, pread_exact
 
 __all__ = ["MAGIC", "CODECS", "MAX_CHUNK", "CompressedSource", "open_source", "compress_file",
-           "require_codec", "stored_size", "encode_chunk", "decode_chunk"]
+           "require_codec", "stored_size", "encode_chunk", "decode_chunk", "ChunkWriter",
+           "chunk_step"]
 
 MAGIC = b"FTKITCZ1"
 VERSION = 1
@@ -153,14 +154,97 @@ def decode_chunk(cid: int, stored: bytes | bytearray, typesize: int, n: int, wha
     return data
 
 
+def chunk_step(itemsize: int) -> int:
+    """Logical bytes per chunk of a section of ``itemsize``-byte items: whole items, at most MAX_CHUNK."""
+    item = itemsize if 1 <= itemsize <= 255 else 1
+    return max(item, MAX_CHUNK - MAX_CHUNK % item)
+
+
 def _plan(pieces: Iterable[tuple[int, int, int, str]]) -> list[tuple[int, int, int, str]]:
     """Cut ``(offset, nbytes, itemsize, codec)`` extents into chunks of at most MAX_CHUNK whole items."""
     out: list[tuple[int, int, int, str]] = []
     for off, n, item, codec in pieces:
+        step = chunk_step(item)
         item = item if 1 <= item <= 255 else 1
-        step = max(item, MAX_CHUNK - MAX_CHUNK % item)
         out.extend((o, min(step, off + n - o), item, codec) for o in range(off, off + n, step))
     return out
+
+
+class ChunkWriter:
+    """Write a compressed copy chunk by chunk, in the order of its plan (see the module docstring).
+
+    ``pieces`` are ``(offset, nbytes, itemsize, codec)`` extents tiling the logical file, cut into chunks
+    by :func:`chunk_step`; :meth:`put` takes each chunk's logical bytes in order, compresses and writes it
+    (a chunk that shrinks by less than 3 % is stored as it is; after four such chunks in a row of one
+    extent, only every eighth chunk of it is tried, so incompressible data costs little CPU). With
+    ``head_bytes`` the first ``head_bytes`` logical bytes (the checkpoint file's preamble and header, whose
+    digests are known only at the end) are stored raw in space reserved before the chunks and given to
+    :meth:`finish`. Nothing is at ``path`` until :meth:`finish` commits (temporary name, fsync, rename).
+
+    Raises
+    ------
+    ConfigError
+        If a codec is unknown or unavailable (before anything is written).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], pieces: list[tuple[int, int, int, str]], level: int, *,
+                 head_bytes: int = 0, fsync: bool = True) -> None:
+        for name in {p[3] for p in pieces}:
+            if name != "none":
+                require_codec(name)
+        extents = ([(0, head_bytes, 1, "none")] if head_bytes else []) + pieces
+        plan: list[tuple[int, int, int, str]] = []
+        self.extent_starts: set[int] = set()  # plan indices of each extent's first chunk
+        for extent in extents:
+            self.extent_starts.add(len(plan))
+            plan.extend(_plan([extent]))
+        self.path, self.level, self.plan = str(path), level, plan
+        self.nhead = sum(1 for c in plan if c[0] < head_bytes)
+        self.records: list[bytes] = [b""] * len(plan)
+        self.pos = _PRE.size + _REC.size * len(plan) + _U64.size + head_bytes
+        self.next = self.nhead
+        self.raw_run = 0
+        self.writer = AtomicWriter(path, fsync=fsync)
+
+    def put(self, data: memoryview | bytes) -> None:
+        """Compress and write the next chunk's logical bytes (exactly that chunk's length)."""
+        off, n, item, codec = self.plan[self.next]
+        if len(data) != n:
+            raise StorageError(f"{self.path}: internal error: chunk at {off} given {len(data)} bytes, "
+                               f"not {n}")
+        if self.next in self.extent_starts:
+            self.raw_run = 0
+        probe_only = self.raw_run >= 4 and self.raw_run % 8
+        packed, cid = encode_chunk("none" if probe_only else codec, self.level, memoryview(data), item)
+        self.raw_run = self.raw_run + 1 if cid == 0 and codec != "none" else 0
+        self.writer.pwrite(packed, self.pos)
+        self.records[self.next] = _REC.pack(off, self.pos, n, len(packed), cid, item, 0,
+                                            xxhash.xxh3_64_intdigest(packed))
+        self.pos += len(packed)
+        self.next += 1
+
+    def finish(self, head: bytes = b"") -> tuple[int, int]:
+        """Write the reserved head (``head_bytes`` bytes) and the index, and commit; return the copy's
+        (logical, stored) sizes in bytes."""
+        if self.next != len(self.plan) or len(head) != sum(c[1] for c in self.plan[:self.nhead]):
+            raise StorageError(f"{self.path}: internal error: {len(self.plan) - self.next} chunks never "
+                               f"given, head of {len(head)} bytes")
+        pos = _PRE.size + _REC.size * len(self.plan) + _U64.size
+        for i in range(self.nhead):
+            off, n, item, _codec = self.plan[i]
+            piece = head[off:off + n]
+            self.writer.pwrite(piece, pos)
+            self.records[i] = _REC.pack(off, pos, n, n, 0, 1, 0, xxhash.xxh3_64_intdigest(piece))
+            pos += n
+        logical = sum(c[1] for c in self.plan)
+        index = _PRE.pack(MAGIC, VERSION, 0, 0, logical, len(self.plan)) + b"".join(self.records)
+        self.writer.pwrite(index + _U64.pack(xxhash.xxh3_64_intdigest(index)), 0)
+        self.writer.commit()
+        return logical, self.pos
+
+    def abort(self) -> None:
+        """Remove the temporary file (nothing is left at ``path``)."""
+        self.writer.abort()
 
 
 def compress_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
@@ -178,38 +262,29 @@ def compress_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     CheckpointNotFoundError, StorageError
         If ``src`` is missing or a read or write fails (``dst`` is left as it was).
     """
-    for name in {p[3] for p in pieces}:
-        if name != "none":
-            require_codec(name)  # fail before anything is read or written
-    chunks = _plan(pieces)
+    writer = ChunkWriter(dst, pieces, level, fsync=fsync)
     try:
         fd = os.open(src, os.O_RDONLY)
     except FileNotFoundError as exc:
+        writer.abort()
         raise CheckpointNotFoundError(f"{src}: file to compress is missing") from exc
     try:
         logical = os.fstat(fd).st_size
-        if sum(c[1] for c in chunks) != logical:
+        if sum(c[1] for c in writer.plan) != logical:
             raise StorageError(f"{src}: its sections do not tile its {logical} bytes: cannot compress it")
-        start = _PRE.size + _REC.size * len(chunks) + _U64.size
-        records, pos, buf = [], start, bytearray(MAX_CHUNK)
-        with AtomicWriter(dst, fsync=fsync) as writer:
-            for off, n, item, codec in chunks:
-                view = memoryview(buf)[:n]
-                pread_exact(fd, off, view, str(src))
-                packed, cid_used = encode_chunk(codec, level, view, item)
-                writer.pwrite(packed, pos)
-                records.append(_REC.pack(off, pos, n, len(packed), cid_used, item, 0,
-                                         xxhash.xxh3_64_intdigest(packed)))
-                pos += len(packed)
-            head = _PRE.pack(MAGIC, VERSION, 0, 0, logical, len(chunks)) + b"".join(records)
-            writer.pwrite(head + _U64.pack(xxhash.xxh3_64_intdigest(head)), 0)
-    except OSError as exc:
-        if isinstance(exc, StorageError):
-            raise
-        raise StorageError(f"cannot compress {src} to {dst}: {exc.strerror or exc}") from exc
+        buf = bytearray(MAX_CHUNK)
+        for off, n, _item, _codec in writer.plan:
+            view = memoryview(buf)[:n]
+            pread_exact(fd, off, view, str(src))
+            writer.put(view)
+        return writer.finish()
+    except BaseException as exc:
+        writer.abort()
+        if isinstance(exc, OSError) and not isinstance(exc, StorageError):
+            raise StorageError(f"cannot compress {src} to {dst}: {exc.strerror or exc}") from exc
+        raise
     finally:
         os.close(fd)
-    return logical, pos
 
 
 class CompressedSource(ByteSource):

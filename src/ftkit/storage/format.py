@@ -37,7 +37,7 @@ size.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ import xxhash
 
 from ..errors import CheckpointNotFoundError, CorruptionError, FormatError, StorageError
 from ._fsutil import AtomicWriter
-from .compressed import open_source
+from .compressed import ChunkWriter, chunk_step, open_source
 from .header import (
     MAGIC,
     PREAMBLE,
@@ -65,8 +65,8 @@ from .layout import Layout
 from .source import ByteSource
 
 __all__ = ["MAGIC", "VERSION", "PREAMBLE", "Section", "Header", "FileInfo", "DEFAULT_CHUNK",
-           "encode_header", "decode_header", "write_file", "write_uncommitted", "read_header",
-           "read_header_bytes",
+           "encode_header", "decode_header", "write_file", "write_uncommitted", "write_compressed",
+           "read_header", "read_header_bytes",
            "read_source_header", "verify_file",
            "read_into", "read_arrays", "copy_file", "parse_dtype", "section_of", "digest_hex",
            "digest_chunk_size"]
@@ -119,6 +119,47 @@ def _layout(fields_: dict[str, Any], arrays: Sequence[tuple[str, np.ndarray]],
 
 def _preamble(header: bytes) -> bytes:
     return PREAMBLE.pack(MAGIC, VERSION, 0, 0, len(header), xxhash.xxh3_64_intdigest(header))
+
+
+def _plan_file(arrays: Sequence[tuple[str, np.ndarray]], rank: int, level: int, ckpt_id: int, exec_id: str,
+               nranks: int, meta: Mapping[str, Any] | None,
+               layouts: Mapping[str, Layout] | None) -> tuple[dict[str, Any], bytes, list[Section]]:
+    """The header fields, the placeholder header (zero digests, final length) and the sections of a file."""
+    for name, arr in arrays:
+        parse_dtype(arr.dtype.str, f"array {name!r}: ")
+    fields_ = {"format": "ftkit-checkpoint", "rank": int(rank), "level": int(level), "ckpt_id": int(ckpt_id),
+               "exec_id": str(exec_id), "nranks": int(nranks), "meta": dict(meta or {})}
+    placeholder, sections = _layout(fields_, arrays, layouts or {})
+    return fields_, placeholder, sections
+
+
+def _stream_sections(arrays: Sequence[tuple[str, np.ndarray]], sections: list[Section],
+                     put: Callable[[memoryview, int], object],
+                     piece_bytes: Callable[[int], int]) -> list[Section]:
+    """Hand each array's bytes to ``put(piece, file_offset)`` in order, in pieces of ``piece_bytes(itemsize)``
+    bytes (views of the array: no copy), hashing as they go; return the sections with their digests."""
+    final = []
+    for (_name, arr), sec in zip(arrays, sections, strict=True):
+        h = xxhash.xxh3_64()
+        view = _array_bytes(arr)
+        step = piece_bytes(arr.dtype.itemsize)
+        for start in range(0, len(view), step):
+            piece = view[start:start + step]
+            h.update(piece)
+            put(piece, sec.offset + start)
+        chunks = "".join(xxhash.xxh3_64_hexdigest(view[i:i + sec.chunk])
+                         for i in range(0, len(view), sec.chunk)) if sec.chunk else ""
+        final.append(Section(sec.name, sec.dtype, sec.shape, sec.offset, sec.nbytes, digest_hex(h),
+                             sec.layout, sec.chunk, chunks))
+    return final
+
+
+def _final_head(fields_: dict[str, Any], final: list[Section], placeholder: bytes) -> bytes:
+    """Preamble and header with the real digests (the placeholder's length)."""
+    header = encode_header(fields_, final, len(placeholder))
+    if len(header) != len(placeholder):  # pragma: no cover - digests are fixed width
+        raise StorageError("internal error: header length changed")
+    return _preamble(header) + header
 
 
 def write_file(
@@ -197,30 +238,13 @@ def write_uncommitted(
         As :func:`write_file` (the temporary file is removed).
     """
     path = Path(path)
-    for name, arr in arrays:
-        parse_dtype(arr.dtype.str, f"array {name!r}: ")
-    fields_ = {"format": "ftkit-checkpoint", "rank": int(rank), "level": int(level), "ckpt_id": int(ckpt_id),
-               "exec_id": str(exec_id), "nranks": int(nranks), "meta": dict(meta or {})}
-    placeholder, sections = _layout(fields_, arrays, layouts or {})
+    fields_, placeholder, sections = _plan_file(arrays, rank, level, ckpt_id, exec_id, nranks, meta, layouts)
     writer = AtomicWriter(path, fsync=fsync)
     try:
         writer.pwrite(_preamble(placeholder) + placeholder, 0)
-        final = []
-        for (_name, arr), sec in zip(arrays, sections, strict=True):
-            h = xxhash.xxh3_64()
-            view = _array_bytes(arr)
-            for start in range(0, len(view), chunk_bytes):
-                piece = view[start:start + chunk_bytes]
-                h.update(piece)
-                writer.pwrite(piece, sec.offset + start)
-            chunks = "".join(xxhash.xxh3_64_hexdigest(view[i:i + sec.chunk])
-                             for i in range(0, len(view), sec.chunk)) if sec.chunk else ""
-            final.append(Section(sec.name, sec.dtype, sec.shape, sec.offset, sec.nbytes, digest_hex(h),
-                                 sec.layout, sec.chunk, chunks))
-        header = encode_header(fields_, final, len(placeholder))
-        if len(header) != len(placeholder):  # pragma: no cover - digests are fixed width
-            raise StorageError("internal error: header length changed")
-        head = _preamble(header) + header
+        final = _stream_sections(arrays, sections, lambda piece, at: writer.pwrite(piece, at),
+                                 lambda _item: chunk_bytes)
+        head = _final_head(fields_, final, placeholder)
         writer.pwrite(head, 0)
     except OSError as exc:
         writer.abort()
@@ -230,8 +254,61 @@ def write_uncommitted(
     except BaseException:
         writer.abort()
         raise
+    header = head[PREAMBLE.size:]
     hdr = decode_header(header, xxhash.xxh3_64_intdigest(header), str(path))
     return writer, FileInfo(hdr.file_size, hdr.digest, hdr), head
+
+
+def write_compressed(
+    path: str | os.PathLike[str],
+    arrays: Sequence[tuple[str, np.ndarray]],
+    *,
+    rank: int,
+    level: int,
+    ckpt_id: int,
+    exec_id: str,
+    nranks: int,
+    codec: str,
+    codec_level: int,
+    codecs: Mapping[str, str] | None = None,
+    meta: Mapping[str, Any] | None = None,
+    fsync: bool = True,
+    layouts: Mapping[str, Layout] | None = None,
+) -> FileInfo:
+    """Write ``arrays`` as a compressed copy (:mod:`ftkit.storage.compressed`) of the checkpoint file
+    :func:`write_file` would write, straight from the arrays (no plain file first), atomically.
+
+    Each section is compressed in chunks with ``codecs[name]`` or else ``codec`` (lz4, zstd, blosc, none) at
+    ``codec_level``; the preamble and header are stored raw. The logical bytes, and so the header digest
+    returned, are exactly those of :func:`write_file` with the same arguments. Other parameters as
+    :func:`write_file`.
+
+    Raises
+    ------
+    ConfigError
+        If a codec is unknown or its library missing (nothing is written).
+    StorageError
+        If the file cannot be written (the temporary file is removed).
+    """
+    codecs = codecs or {}
+    fields_, placeholder, sections = _plan_file(arrays, rank, level, ckpt_id, exec_id, nranks, meta, layouts)
+    pieces = [(s.offset, s.nbytes, np.dtype(s.dtype).itemsize, codecs.get(s.name, codec)) for s in sections]
+    writer = ChunkWriter(path, pieces, codec_level, head_bytes=PREAMBLE.size + len(placeholder), fsync=fsync)
+    try:
+        final = _stream_sections(arrays, sections, lambda piece, _at: writer.put(piece), chunk_step)
+        head = _final_head(fields_, final, placeholder)
+        writer.finish(head)
+    except OSError as exc:
+        writer.abort()
+        if isinstance(exc, StorageError):
+            raise
+        raise StorageError(f"cannot write compressed checkpoint file {path}: {exc.strerror or exc}") from exc
+    except BaseException:
+        writer.abort()
+        raise
+    header = head[PREAMBLE.size:]
+    hdr = decode_header(header, xxhash.xxh3_64_intdigest(header), str(path))
+    return FileInfo(hdr.file_size, hdr.digest, hdr)
 
 
 def read_header(path: str | os.PathLike[str]) -> Header:

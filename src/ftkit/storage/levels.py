@@ -137,8 +137,8 @@ def _always(topology: Topology, lost: frozenset[int], l3_code: str) -> bool:
 
 
 def _inline_pfs(config: Any) -> bool:
-    # Inline L4 writes from the buffers; dCP and compression produce L4 from the L1 file.
-    return bool(config.inline_l4) and not config.enable_dcp and config.compression == "none"
+    # Inline L4 writes from the buffers (compressed too: format.write_compressed); dCP works from the L1 file.
+    return bool(config.inline_l4) and not config.enable_dcp
 
 
 _CKPT = "ftkit.checkpoint.levels."
