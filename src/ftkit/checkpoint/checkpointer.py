@@ -11,7 +11,6 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,6 +20,7 @@ from ..config import Config
 from ..errors import CheckpointError, FtkitError, ProcessFailure, RecoveryError
 from ..storage.layout import Layout
 from ..storage.manifest import CheckpointEntry
+from ..topology import Topology
 from . import _mpi, appstate, events, keep_last, pipeline
 from .contract import RecoveryStep
 from .handover import OnShrink, RepairReport, ShrinkReport
@@ -30,28 +30,9 @@ from .online import exithook, fence, shrink, spares
 from .online import loop as online_loop
 from .opening import open_session
 from .recovery import RecoveryInfo
-from .session import Session
+from .session import CheckpointStatus, Session
 
 __all__ = ["Checkpointer", "CheckpointStatus"]
-
-@dataclass(frozen=True)
-class CheckpointStatus:
-    """What :meth:`Checkpointer.status` reports (FTI_Status, and more): ``checkpoints`` lists
-    ``(id, level, complete_levels)`` oldest first."""
-
-    restarted: bool
-    recovered: bool
-    exec_id: str
-    checkpoints: tuple[tuple[int, int, tuple[int, ...]], ...]
-    last_checkpoint_id: int | None
-    snapshots: int
-    problem: str
-
-
-def _of_session(name: str, doc: str) -> Any:
-    """A read-only attribute of the Checkpointer that is its session's ``name``."""
-    return property(lambda self: getattr(self._session, name), doc=doc)
-
 
 class Checkpointer(appstate.StateAPI):
     """Multi-level checkpointing of protected NumPy arrays, in the manner of FTI.
@@ -94,12 +75,35 @@ class Checkpointer(appstate.StateAPI):
         self._position = online_loop.Position()
         self.recovery_steps: list[RecoveryStep] = recovery_chain()
 
-    comm = _of_session("comm", "The application's communicator (with spares, a failure-aware AppComm).")
-    config = _of_session("config", "The run's configuration (:class:`ftkit.Config`).")
-    rank = _of_session("rank", "This process's rank in ``comm``.")
-    nranks = _of_session("nranks", "The number of application ranks.")
-    topology = _of_session("topology", "This run's node map, partners and groups (a Topology).")
-    exec_id = _of_session("exec_id", "The run's execution id (FTI's Exec_ID).")
+    @property  # the run's attributes, from its session (documented in docs/api/checkpointer.rst)
+    def comm(self) -> Any:
+        """The application ranks' communicator (re-read it every step of :meth:`steps`)."""
+        return self._session.comm
+
+    @property
+    def config(self) -> Config:
+        """The configuration in force."""
+        return self._session.config
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in :attr:`comm`."""
+        return self._session.rank
+
+    @property
+    def nranks(self) -> int:
+        """The size of :attr:`comm`."""
+        return self._session.nranks
+
+    @property
+    def topology(self) -> Topology:
+        """Where this rank runs: its node, node-local directory, L2 partner and L3 group."""
+        return self._session.topology
+
+    @property
+    def exec_id(self) -> str:
+        """The run's name: its files live under ``glbl_dir/<exec_id>`` and ``ckpt_dir/node<id>/<exec_id>``."""
+        return self._session.exec_id
 
     # -- FTI_Protect / FTI_Status ------------------------------------------------------------------------
 
@@ -152,12 +156,7 @@ class Checkpointer(appstate.StateAPI):
 
     def status(self) -> CheckpointStatus:
         """Return the restart state and the committed checkpoints (not collective)."""
-        s, m = self._session, self._session.store.manifest
-        ordered = sorted(m.checkpoints, key=lambda e: e.seq)
-        cps = tuple((e.id, e.level, tuple(e.complete_levels)) for e in ordered)
-        newest = m.newest_first()
-        return CheckpointStatus(s.restarted, self._recovered, s.exec_id, cps,
-                                newest[0].id if newest else None, s.schedule.count, s.problem)
+        return self._session.status(self._recovered)
 
     # -- FTI_Recover ------------------------------------------------------------------------------------
 

@@ -38,9 +38,23 @@ from .offload import PostManager
 from .runlock import RunLock
 from .schedule import SnapshotSchedule
 
-__all__ = ["Session", "build_session", "release"]
+__all__ = ["Session", "CheckpointStatus", "build_session", "release"]
 
 _ID_MAX = 2**63 - 1  # checkpoint ids are stored as signed 64-bit integers
+
+
+@dataclass(frozen=True)
+class CheckpointStatus:
+    """What :meth:`Checkpointer.status` reports (FTI_Status, and more): ``checkpoints`` lists
+    ``(id, level, complete_levels)`` oldest first."""
+
+    restarted: bool
+    recovered: bool
+    exec_id: str
+    checkpoints: tuple[tuple[int, int, tuple[int, ...]], ...]
+    last_checkpoint_id: int | None
+    snapshots: int
+    problem: str
 
 
 @dataclass
@@ -75,6 +89,15 @@ class Session:
             return
         self.closed = True
         release(self.icomm, self.lock, self.online, self.config.failure_timeout, self.post, self.exit)
+
+    def status(self, recovered: bool) -> CheckpointStatus:
+        """The run's :class:`CheckpointStatus` (``recovered``: whether the Checkpointer recovered)."""
+        m = self.store.manifest
+        ordered = sorted(m.checkpoints, key=lambda e: e.seq)
+        cps = tuple((e.id, e.level, tuple(e.complete_levels)) for e in ordered)
+        newest = m.newest_first()
+        return CheckpointStatus(self.restarted, recovered, self.exec_id, cps,
+                                newest[0].id if newest else None, self.schedule.count, self.problem)
 
     def agree_id(self, requested: int | None) -> int:
         """The id of the next checkpoint: ``requested`` (the same on every rank, checked: collective), or
