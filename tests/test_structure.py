@@ -2,7 +2,9 @@
 small modules and functions.
 
 Imports are read with :mod:`ast` (nothing is imported), including imports inside functions (a late import
-hides a circle, it does not remove it); only ``if TYPE_CHECKING:`` blocks are left out.
+hides a circle, it does not remove it) and ``if TYPE_CHECKING:`` blocks (a type-only import is a real
+coupling). Only ``checkpointer.py`` assigns attributes of a Checkpointer: the rest of the package takes and
+returns sessions (``checkpoint/session.py``).
 """
 
 from __future__ import annotations
@@ -46,31 +48,13 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(SRC.rglob("*.py"))}
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _import_nodes(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    found: list[ast.Import | ast.ImportFrom] = []
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
-                for other in child.orelse:
-                    visit(other)
-                continue
-            if isinstance(child, ast.Import | ast.ImportFrom):
-                found.append(child)
-            visit(child)
-
-    visit(tree)
-    return found
+    """Every import statement of ``tree``: at module level, in functions, under ``if TYPE_CHECKING:``."""
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)]
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Return, for each ftkit module, the ftkit modules it imports (run-time imports only)."""
+    """Return, for each ftkit module, the ftkit modules it imports (type-only imports included)."""
     mods = _modules()
     graph: dict[str, set[str]] = {}
     for name, path in mods.items():
@@ -138,7 +122,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_circle():
-    graph = import_graph()
+    graph = import_graph()  # type-only imports count: they couple the modules as much
     # A package's __init__ re-exports its submodules; a submodule importing its own package's __init__ is
     # what makes such a circle, and is reported like any other.
     circles = _cycles(graph)
@@ -197,6 +181,84 @@ def test_functions_are_short_or_say_why():
                 long.append(f"{name}.{node.name}: {n} lines")
     assert long == [], (f"functions over {MAX_FUNCTION_CODE_LINES} lines of code: cut them into phases, or "
                         f"say why in a docstring paragraph starting with {LONG_FUNCTION_MARK!r}: {long}")
+
+
+#: The only module that may assign an attribute of a Checkpointer (``ckpt.x = ...``, ``self.x = ...`` in it).
+CHECKPOINTER_MODULE = "ftkit.checkpoint.checkpointer"
+#: Names that hold a Checkpointer outside its own module (parameters, locals, attributes).
+CHECKPOINTER_NAMES = ("ckpt", "checkpointer", "_ckpt")
+
+
+def _checkpointer_classes() -> set[str]:
+    """``Checkpointer`` and the classes it is made of (its bases: their ``self`` is a Checkpointer)."""
+    tree = ast.parse((SRC / "checkpoint" / "checkpointer.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "Checkpointer":
+            return {"Checkpointer"} | {b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "")
+                                       for b in node.bases}
+    raise AssertionError("checkpointer.py defines no class Checkpointer")
+
+
+def _holds_checkpointer(target: ast.expr, self_is_ckpt: bool) -> bool:
+    """Whether ``target`` is ``<a Checkpointer>.attr`` (``ckpt.x``, ``self._ckpt.x``, ``self.x`` in a part of
+    the Checkpointer)."""
+    if not isinstance(target, ast.Attribute):
+        return False
+    holder = target.value
+    if isinstance(holder, ast.Name):
+        return holder.id in CHECKPOINTER_NAMES or (self_is_ckpt and holder.id == "self")
+    return isinstance(holder, ast.Attribute) and holder.attr in CHECKPOINTER_NAMES
+
+
+def checkpointer_assignments(tree: ast.AST, parts: set[str]) -> list[str]:
+    """Where ``tree`` assigns an attribute of a Checkpointer (``line: target``); ``parts``: the classes whose
+    ``self`` is one (the Checkpointer and its mixins)."""
+    found: list[str] = []
+
+    def visit(node: ast.AST, self_is_ckpt: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inside = child.name in parts if isinstance(child, ast.ClassDef) else self_is_ckpt
+            if isinstance(child, ast.Assign | ast.AugAssign | ast.AnnAssign):
+                targets = child.targets if isinstance(child, ast.Assign) else [child.target]
+                flat = [t for x in targets for t in (x.elts if isinstance(x, ast.Tuple | ast.List) else [x])]
+                found.extend(f"{child.lineno}: {ast.unparse(t)}" for t in flat
+                             if _holds_checkpointer(t, self_is_ckpt))
+            is_setattr = isinstance(child, ast.Call) and isinstance(child.func, ast.Name) \
+                and child.func.id == "setattr" and bool(child.args)
+            if is_setattr and _holds_checkpointer(ast.Attribute(value=child.args[0], attr="?"), self_is_ckpt):
+                found.append(f"{child.lineno}: setattr({ast.unparse(child.args[0])}, ...)")
+            visit(child, inside)
+
+    visit(tree, False)
+    return found
+
+
+def test_only_the_checkpointer_assigns_its_attributes():
+    # The run's state has one owner: other modules take and return sessions (checkpoint/session.py).
+    parts = _checkpointer_classes()
+    offenders = {name: hits for name, path in _modules().items() if name != CHECKPOINTER_MODULE
+                 and (hits := checkpointer_assignments(ast.parse(path.read_text()), parts))}
+    assert offenders == {}, ("modules that assign a Checkpointer's attributes (return a session instead): "
+                             f"{offenders}")
+
+
+def test_the_online_package_does_not_know_the_checkpointer():
+    # online recovery takes and returns sessions; it reaches the Checkpointer only through online.host.Host.
+    graph = import_graph()
+    above = {CHECKPOINTER_MODULE, "ftkit.checkpoint.opening", "ftkit.checkpoint"}
+    reach = sorted(f"{m} -> {t}" for m, targets in graph.items() if m.startswith("ftkit.checkpoint.online")
+                   for t in targets if t in above)
+    assert reach == [], f"the online package imports the Checkpointer: {reach}"
+
+
+def test_the_assignment_rule_sees_an_assignment():
+    # The checker itself must work: ckpt.x, a tuple target, setattr and self in a mixin are found.
+    tree = ast.parse("def f(ckpt):\n    ckpt._a = 1\n    ckpt.b, y = 2, 3\n    setattr(ckpt, 'c', 4)\n"
+                     "    ckpt.d.e = 5\n    other.f = 6\n"
+                     "class Mixin:\n    def g(self):\n        self.h = 7\n"
+                     "class Other:\n    def g(self):\n        self.h = 8\n")
+    assert checkpointer_assignments(tree, {"Mixin"}) == [
+        "2: ckpt._a", "3: ckpt.b", "4: setattr(ckpt, ...)", "9: self.h"]
 
 
 def test_the_analysis_sees_a_circle():

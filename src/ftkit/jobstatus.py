@@ -9,7 +9,7 @@ ranks as ``$FTKIT_JOB_STATUS``. A rank that imports ftkit writes notes there (no
     when the process ends normally (interpreter exit, :func:`ftkit.failure.exit_without_finalize`, a spare
     released at the job's end);
 ``hook``
-    when ftkit's exit hook ends it (an uncaught exception: :mod:`ftkit.checkpoint.online_exit`), with the
+    when ftkit's exit hook ends it (an uncaught exception: :mod:`ftkit.checkpoint.online.exithook`), with the
     reason and the checkpoint a relaunch will use;
 ``replaced``
     when the exit hook ends it as a failed process for a spare to replace (the job may go on);

@@ -21,7 +21,7 @@ or ftkit already replaced the default hook. On an uncaught :class:`~ftkit.errors
 
 Any other exception, a job of one rank and a process without MPI keep Python's behaviour (one traceback,
 status 1). :func:`report` is the reusable piece for another exit hook (the spare-rank hook of
-:mod:`ftkit.checkpoint.online_exit` prints through it).
+:mod:`ftkit.checkpoint.online.exithook` prints through it).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def install(comm: Any, *, wait: float = DEFAULT_WAIT, end: Callable[[], None] | 
     ``comm``: it is duplicated, unless the last call had the same communicator).
 
     Nothing happens on a communicator of one rank. An excepthook other than Python's default is left in
-    place (the application's, or the spare-rank hook of :mod:`ftkit.checkpoint.online_exit`).
+    place (the application's, or the spare-rank hook of :mod:`ftkit.checkpoint.online.exithook`).
 
     Parameters
     ----------

@@ -8,7 +8,8 @@ import math
 import numpy as np
 from mpi4py import MPI
 
-from ftkit.checkpoint import fence, loop_shape
+from ftkit.checkpoint import loop_shape
+from ftkit.checkpoint.online import fence
 
 
 class _Loop:

@@ -1,7 +1,7 @@
 """Issue 17: a rank whose application raises, and a job that cannot go on online.
 
 An uncaught exception on a rank with spare ranks ends that process as a process failure
-(:mod:`ftkit.checkpoint.online_exit`): a transient fault is repaired by a spare, bit for bit; a bug that
+(:mod:`ftkit.checkpoint.online.exithook`): a transient fault is repaired by a spare, bit for bit; a bug that
 repeats on the replacement uses up the spares, and then every survivor raises the same
 OnlineRecoveryError and a relaunch recovers. Never a hang until the launcher's timeout.
 """

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from ftkit import Config
-from ftkit.checkpoint.spares import with_spares
+from ftkit.checkpoint.online.spares import with_spares
 from ftkit.errors import ConfigError, LaunchError
 from ftkit.failure.replace import SPARE, plan_roles
 from ftkit.launch import SPARES_ENV, build_launch_command

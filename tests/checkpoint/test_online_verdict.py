@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ftkit.checkpoint.online_verdict import covers_node_loss, relaunch_verdict
+from ftkit.checkpoint.online.verdict import covers_node_loss, relaunch_verdict
 from ftkit.storage.manifest import CheckpointEntry, Manifest
 from ftkit.topology import plan_topology
 
@@ -26,22 +26,22 @@ def test_covers_node_loss_per_level():
     assert not covers_node_loss(t4, 3, [0, 1, 2], "rs")
 
 
-def _ckpt(*entries: tuple[int, dict[int, bool]]):
+def _session(*entries: tuple[int, dict[int, bool]]):
     m = Manifest(exec_id="x", nranks=4, created=0.0)
     m.checkpoints = [CheckpointEntry(id=i, seq=i, level=max(lv), time=0.0, levels=lv, nodes=[0, 1, 2, 3],
                                      files=[], extra={"next_step": 5 * i}) for i, lv in entries]
-    return SimpleNamespace(_store=SimpleNamespace(manifest=m), topology=_topology(4, 2),
+    return SimpleNamespace(store=SimpleNamespace(manifest=m), topology=_topology(4, 2),
                            config=SimpleNamespace(l3_code="rs"))
 
 
 def test_relaunch_verdict_tells_the_truth():
-    assert "starts from the beginning" in relaunch_verdict(_ckpt(), [0])
-    both = _ckpt((1, {1: True, 4: True}), (2, {1: True, 2: True}))
+    assert "starts from the beginning" in relaunch_verdict(_session(), [0])
+    both = _session((1, {1: True, 4: True}), (2, {1: True, 2: True}))
     ok = relaunch_verdict(both, [0, 2])  # partners alive: the newest (L2) serves
     assert ok.startswith("Checkpoint 2 at level 2") and "relaunch the job" in ok, ok
     older = relaunch_verdict(both, [0, 1])  # partners dead together: only the older L4 one serves
     assert older.startswith("Checkpoint 1 at level 4") and "resumes at step 5" in older, older
-    l2_only = relaunch_verdict(_ckpt((2, {1: True, 2: True})), [0, 1])
+    l2_only = relaunch_verdict(_session((2, {1: True, 2: True})), [0, 1])
     assert l2_only.startswith("No checkpoint survives") and "only if those files are intact" in l2_only
     assert "relaunch the job" not in l2_only
     assert "beginning" in relaunch_verdict(SimpleNamespace(), [0])  # nothing known: no promise

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ftkit.checkpoint.online import RepairReport
-from ftkit.checkpoint.shrink import ShrinkReport
+from ftkit.checkpoint.handover import RepairReport, ShrinkReport
 
 
 def test_repair_report_shows_durations_not_clock_values():

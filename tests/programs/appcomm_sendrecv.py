@@ -8,10 +8,10 @@ alive`` and leaves without MPI_Finalize.
 import numpy as np
 from mpi4py import MPI
 
-from ftkit.checkpoint.online import AppComm
+from ftkit.checkpoint.online.appcomm import AppComm
 from ftkit.failure import exit_without_finalize
 
-app = AppComm.wrap(MPI.COMM_WORLD.Dup(), None)
+app = AppComm.wrap(MPI.COMM_WORLD.Dup())
 app.Barrier()
 if app.rank == 1:
     app.Revoke()

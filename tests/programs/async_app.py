@@ -94,7 +94,7 @@ if args.kill_in_flight is not None:
         name = threading.current_thread().name
         if stage == "before_commit" and name == f"ftkit-post-{args.kill_in_flight}":
             die()
-    ckpt._ctx.fault_hook = hook
+    ckpt._session.ctx.fault_hook = hook
 
 dcp_dir = ckpt.config.glbl_dir / ckpt.exec_id / "l4dcp"
 

@@ -78,7 +78,7 @@ if a.mode == "write":
         step[0] = i
         if i == a.kill_index and rank == a.kill_rank:
             stage = a.kill_stage
-            ckpt._ctx.fault_hook = lambda s, stage=stage: (fail_here() if s == stage else None)
+            ckpt._session.ctx.fault_hook = lambda s, stage=stage: (fail_here() if s == stage else None)
         try:
             cid = ckpt.checkpoint(lv)
         except ftkit.FtkitError as exc:

@@ -136,7 +136,7 @@ elif a.mode == "txn":
         (meta / "filler").unlink()
     data[:] = value(rank, 2, a.n)
     out(f"ckpt3 {attempt('ckpt3', lambda: ckpt.checkpoint(1))}")
-    out("memory " + json.dumps(sorted(e.id for e in ckpt._store.manifest.checkpoints)))
+    out("memory " + json.dumps(sorted(e.id for e in ckpt._session.store.manifest.checkpoints)))
     sys.exit(0)  # no finalize: the next run recovers
 
 elif a.mode == "hold":

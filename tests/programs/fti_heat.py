@@ -56,7 +56,7 @@ def serial(n: int, steps: int, precision: float) -> tuple[int, np.ndarray]:
 
 ckpt = _online.start(a.config, out)
 comm = ckpt.comm
-original = ckpt._online is None or not ckpt._online.fresh
+original = ckpt._session.online is None or not ckpt._session.online.fresh
 (out / f"pid.{comm.rank}").write_text(str(os.getpid()))
 n = a.size
 start, stop = heat.row_band(n, comm.size, comm.rank)

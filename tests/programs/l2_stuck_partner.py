@@ -39,7 +39,8 @@ ckpt.protect("data", data)
 ckpt.checkpoint(a.first)  # a good checkpoint first, with every rank taking part
 
 if rank == a.stuck:
-    ckpt._ctx.fault_hook = lambda s: os.kill(os.getpid(), signal.SIGSTOP) if s == "before_post" else None
+    ckpt._session.ctx.fault_hook = (
+        lambda s: os.kill(os.getpid(), signal.SIGSTOP) if s == "before_post" else None)
 t0 = time.monotonic()
 try:
     ckpt.checkpoint(2)

@@ -158,7 +158,7 @@ def problems() -> list[str]:
 
 def hostile() -> None:
     """Each case must raise on every rank before anything is written into the targets."""
-    entry = ckpt._store.manifest.newest_first()[0]
+    entry = ckpt._session.store.manifest.newest_first()[0]
     layouts = dict(ckpt._layouts)
     targets = {n: np.empty_like(arr) for n, arr in ckpt.protected.items()}
     lo, hi = v0, min(NV, v1 + 1)   # every band one element longer: overlaps its neighbour
@@ -217,7 +217,7 @@ for text in filter(None, a.subgrids.split(",")):
         m = make_matrix(sub, text)
         buf = m.local.T
         m.local.fill(-3)
-        entry = ckpt._store.manifest.newest_first()[0]
+        entry = ckpt._session.store.manifest.newest_first()[0]
         reshard.restore(sub, ckpt.config, ckpt.exec_id, entry, {"A": buf},
                         {"A": ftkit.checkpoint.layout.matrix_layout("A", m)[1]}, partial=True)
         print(f"R{rank} subgrid {text} {'ok' if matrix_ok(m) else 'BAD'}", flush=True)
@@ -253,7 +253,7 @@ if a.shrink_kill >= 0:
     u, z = np.zeros((r[1] - r[0], SHAPE[1])), np.zeros((r[1] - r[0], SHAPE[1]), complex)
     lay = {"v": Layout.of_box((NV,), (v0,), v.shape), "u": Layout.of_box(SHAPE, (r[0], 0), u.shape),
            "z": Layout.of_box(SHAPE, (r[0], 0), z.shape), "step": Layout.of_box((1,), (0,), (1,))}
-    entry = ckpt._store.manifest.newest_first()[0]
+    entry = ckpt._session.store.manifest.newest_first()[0]
     reshard.restore(new, ckpt.config, ckpt.exec_id, entry, {"v": v, "u": u, "z": z, "step": step}, lay,
                     partial=True)
     A = None

@@ -234,10 +234,7 @@ class StateAPI:
     _protected: dict[str, np.ndarray]
     _state: AppState
     _layouts: dict[str, Any]
-    _ctx: Any
-    _icomm: Any
-    _restarted: bool
-    _problem: str
+    _session: Any                      # the run's :class:`~.session.Session`
     recovery_steps: list[Any]
 
     if TYPE_CHECKING:
@@ -273,18 +270,20 @@ class StateAPI:
             If a peer failed meanwhile.
         """
         self._check_open()
-        if not self._restarted or self._problem:
-            raise RecoveryError(f"stored_shape({name!r}): {self._problem or 'this run is a fresh start'}")
-        newest = next((e for e in self._ctx.store.manifest.newest_first() if e.complete_levels), None)
-        if self._state.stored is None and newest is not None and len(newest.files) != self._ctx.nranks:
-            self._state.stored = _global_shapes(self._ctx, newest)
+        session = self._session
+        if not session.restarted or session.problem:
+            raise RecoveryError(f"stored_shape({name!r}): {session.problem or 'this run is a fresh start'}")
+        ctx = session.ctx
+        newest = next((e for e in ctx.store.manifest.newest_first() if e.complete_levels), None)
+        if self._state.stored is None and newest is not None and len(newest.files) != ctx.nranks:
+            self._state.stored = _global_shapes(ctx, newest)
         if self._state.stored is None:
             try:
-                recover_newest(self._ctx, self._protected, self.recovery_steps, None, adapt=_ShapeProbe())
+                recover_newest(ctx, self._protected, self.recovery_steps, None, adapt=_ShapeProbe())
             except _Probe as found:
                 self._state.stored = found.shapes
             except MPI.Exception as exc:
-                raise _mpi.as_failure(exc, self._icomm, "stored_shape()") from exc
+                raise _mpi.as_failure(exc, session.icomm, "stored_shape()") from exc
         shapes = self._state.stored or {}
         if name not in shapes:
             raise RecoveryError(f"stored_shape({name!r}): the checkpoint to recover holds {sorted(shapes)}")
@@ -311,7 +310,7 @@ class StateAPI:
         """Recover into the protected arrays and objects with ``recover`` (:func:`.recovery.recover_newest`,
         or the name the caller's module holds for it); collective."""
         self._state.fitted, self._state.decoded = {}, {}
-        info, entry = recover(self._ctx, self._protected, self.recovery_steps, self._layouts,
+        info, entry = recover(self._session.ctx, self._protected, self.recovery_steps, self._layouts,
                                      adapt=self._state)
         fitted = self._state.apply()
         self._protected.update(fitted)

@@ -10,51 +10,31 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
-from .. import mpienv, uncaught
 from ..config import Config
 from ..errors import CheckpointError, FtkitError, ProcessFailure, RecoveryError
-from ..storage import set_group_access
 from ..storage.layout import Layout
-from ..storage.manifest import Manifest, ManifestStore
-from ..topology import Topology, detect_node_ids, plan_topology
-from . import _mpi, appstate, events, exitpolicy, fence, keep_last, online, online_loop, pipeline, spares
-from .contract import PipelineContext, RecoveryStep
-from .head import enter_head_mode
+from ..storage.manifest import CheckpointEntry
+from ..topology import Topology
+from . import _mpi, appstate, events, keep_last, pipeline
+from .contract import RecoveryStep
+from .handover import OnShrink, RepairReport, ShrinkReport
 from .layout import box_layout, check_protect
 from .levels import recovery_chain
-from .offload import PostManager
-from .online_exit import install as install_exit_hook
+from .online import exithook, fence, shrink, spares
+from .online import loop as online_loop
+from .opening import open_session
 from .recovery import RecoveryInfo
-from .runlock import RunLock
-from .schedule import SnapshotSchedule
-from .startup import agree_run_state, prepare_dirs, take_run_lock
+from .session import CheckpointStatus, Session
 
 __all__ = ["Checkpointer", "CheckpointStatus"]
 
-_ID_MAX = 2**63 - 1
-
-
-@dataclass(frozen=True)
-class CheckpointStatus:
-    """What :meth:`Checkpointer.status` reports (FTI_Status, and more): ``checkpoints`` lists
-    ``(id, level, complete_levels)`` oldest first."""
-
-    restarted: bool
-    recovered: bool
-    exec_id: str
-    checkpoints: tuple[tuple[int, int, tuple[int, ...]], ...]
-    last_checkpoint_id: int | None
-    snapshots: int
-    problem: str
-
-
-class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
+class Checkpointer(appstate.StateAPI):
     """Multi-level checkpointing of protected NumPy arrays, in the manner of FTI.
 
     Parameters
@@ -65,7 +45,8 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
         The communicator of the ranks taking part (default ``MPI.COMM_WORLD``). Collective.
     spare_ranks
         Spares for online recovery (default: ``ftkit launch --spares``, else the config's; see :meth:`steps`
-        and :mod:`.spares`: a spare never needed ends its process in here, exit code 0, at the job's end).
+        and :mod:`.online.spares`: a spare never needed ends its process in here, exit code 0, at the job's
+        end).
 
     Raises
     ------
@@ -84,77 +65,45 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
     def __init__(self, config: Config | str | os.PathLike[str] = "ftkit.ini", comm: Any = None, *,
                  spare_ranks: int | None = None) -> None:
         world = MPI.COMM_WORLD if comm is None else comm
-        self.config: Config = events.load_config(config, world.Get_rank())  # notes once per job, the log set
-        install_exit_hook(self, world)  # a rank's death or error ends the job, never hangs it
-        mpienv.check_start(world, self.config)  # a mis-launched job fails here, before any directory
-        uncaught.install(world)  # an ftkit error every rank raises is printed once (collective: a Dup)
-        set_group_access(bool(self.config.group_access))  # 0600/0700, or 0640/0750 with group_access = 1
-        if (world := spares.split_spares(self, world, spare_ranks)) is None:
-            return  # a promoted spare (see .spares): set up as the dead rank it replaces
-        uncaught.install(world)  # with spares: errors are compared among the application ranks
-        self.config.validate_for(world.Get_size())
-        self._icomm = _mpi.internal_comm(world)
-        self._finalized = False
-        self._lock: RunLock | None = None
-        try:
-            # Every later start-up collective follows one with a deadline: a missing rank is reported.
-            _mpi.barrier(self._icomm, self.config.failure_timeout, "Checkpointer start-up")
-            node_ids = detect_node_ids(self._icomm, self.config.node_size or None)
-            self.topology: Topology = plan_topology(
-                node_ids, self._icomm.Get_rank(), head=self.config.head, group_size=self.config.group_size,
-                ckpt_dir=self.config.ckpt_dir,
-                # L2/L3 intervals need groups: too few nodes for group_size is a TopologyError (ConfigError).
-                need_groups=bool(self.config.ckpt_l2 or self.config.ckpt_l3))
-            self._links = None
-            if self.config.head:
-                # Heads serve their node's post-processing inside this call and exit (FTI's heads): only
-                # application ranks get past it, and ckpt.comm holds only them.
-                self._links = enter_head_mode(world, self.topology, self.config)
-                uncaught.install(self._links.app)  # errors are compared among the application ranks
-                events.start(self.config, self._links.app.Get_rank())  # log lines show application ranks
-                self._icomm.Free()
-                self._icomm = _mpi.internal_comm(self._links.app)
-                self.comm = self._links.app
-            else:
-                self.comm = world.Dup()
-            self.rank: int = self.comm.Get_rank()
-            self.nranks: int = self.comm.Get_size()
-            prepare_dirs(self.config, self.topology, self._icomm)
-            self._lock = take_run_lock(self.config, self._icomm)
-            state = agree_run_state(self.config, self.topology, self._icomm, self.nranks)
-        except BaseException as exc:
-            if self._lock is not None:
-                self._lock.release()
-            with contextlib.suppress(MPI.Exception):
-                self._icomm.Free()
-            if isinstance(exc, MPI.Exception):
-                raise _mpi.as_failure(exc, world, "Checkpointer start-up") from exc
-            raise
-        self.exec_id: str = state.exec_id
-        manifest = Manifest.loads(state.manifest_text) if state.manifest_text else Manifest(
-            exec_id=state.exec_id, nranks=self.nranks, created=0.0)
-        manifest.dirs = {k: str(getattr(self.config, k)) for k in ("ckpt_dir", "glbl_dir", "meta_dir")}
-        self._store = ManifestStore(self.config.meta_dir, manifest, writer=self.rank == 0)
-        self._restarted = state.restarted
-        self._problem = state.problem
-        self._recovered = False
+        loaded = events.load_config(config, world.Get_rank())  # notes once per job, the log set
+        # A rank's death or error ends the job, never hangs it (the hook serves the session held then).
+        exithook.install(world, loaded, lambda: getattr(self, "_session", None))
+        self._session: Session = open_session(loaded, world, spare_ranks)  # see .opening
         self._forget_protected()
-        self._schedule = SnapshotSchedule.from_config(self.config, self._icomm,
-                                                      probe=lambda: self._post.failure_flag())
+        self._recovered = False
+        self._resume_step = 0                 # where the steps() loop starts (set by recover())
+        self._position = online_loop.Position()
         self.recovery_steps: list[RecoveryStep] = recovery_chain()
-        self._ctx = PipelineContext(comm=self._icomm, config=self.config, exec_id=self.exec_id,
-                                    topology=self.topology, store=self._store, rank=self.rank,
-                                    nranks=self.nranks)
-        try:
-            self._post = PostManager(self._ctx, self._links)
-            self._exit = exitpolicy.ExitPolicy(self._icomm, self.config, self.exec_id, self._online is None)
-            if state.fresh_manifest:
-                pipeline.commit_manifest(self._ctx, "start-up: manifest commit")
-            _mpi.barrier(self._icomm, self.config.failure_timeout, "Checkpointer start")
-        except BaseException:
-            self._close()
-            raise
-        self.comm = online.AppComm.wrap(self.comm, self) if self._online is not None else self.comm
+
+    @property  # the run's attributes, from its session (documented in docs/api/checkpointer.rst)
+    def comm(self) -> Any:
+        """The application ranks' communicator (re-read it every step of :meth:`steps`)."""
+        return self._session.comm
+
+    @property
+    def config(self) -> Config:
+        """The configuration in force."""
+        return self._session.config
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in :attr:`comm`."""
+        return self._session.rank
+
+    @property
+    def nranks(self) -> int:
+        """The size of :attr:`comm`."""
+        return self._session.nranks
+
+    @property
+    def topology(self) -> Topology:
+        """Where this rank runs: its node, node-local directory, L2 partner and L3 group."""
+        return self._session.topology
+
+    @property
+    def exec_id(self) -> str:
+        """The run's name: its files live under ``glbl_dir/<exec_id>`` and ``ckpt_dir/node<id>/<exec_id>``."""
+        return self._session.exec_id
 
     # -- FTI_Protect / FTI_Status ------------------------------------------------------------------------
 
@@ -203,16 +152,11 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
     @property
     def restarted(self) -> bool:
         """True if this run restarts an earlier one (from the metadata); stays True if recovery fails."""
-        return self._restarted
+        return self._session.restarted
 
     def status(self) -> CheckpointStatus:
         """Return the restart state and the committed checkpoints (not collective)."""
-        m = self._store.manifest
-        ordered = sorted(m.checkpoints, key=lambda e: e.seq)
-        cps = tuple((e.id, e.level, tuple(e.complete_levels)) for e in ordered)
-        newest = m.newest_first()
-        return CheckpointStatus(self._restarted, self._recovered, self.exec_id, cps,
-                                newest[0].id if newest else None, self._schedule.count, self._problem)
+        return self._session.status(self._recovered)
 
     # -- FTI_Recover ------------------------------------------------------------------------------------
 
@@ -235,20 +179,20 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
             If a peer failed during recovery.
         """
         self._check_open()
-        if not self._restarted:
+        if not self._session.restarted:
             raise RecoveryError("recover(): this run is a fresh start (no checkpoint metadata in "
                                 f"{self.config.meta_dir}): check ckpt.restarted before recovering")
-        if self._problem:
-            raise RecoveryError(f"recover(): {self._problem}")
+        if self._session.problem:
+            raise RecoveryError(f"recover(): {self._session.problem}")
         if not self._protected:
             raise RecoveryError("recover(): no array is protected: protect() the arrays first")
         t0 = time.perf_counter()
         try:
             info, entry = self._recover_newest()  # see .appstate
         except MPI.Exception as exc:  # never a raw MPI.Exception to the application
-            raise _mpi.as_failure(exc, self._icomm, "recover()") from exc
-        events.recovered(self._ctx, info, entry, time.perf_counter() - t0)
-        self._schedule.count = int(entry.extra.get("snapshots", 0))
+            raise _mpi.as_failure(exc, self._session.icomm, "recover()") from exc
+        events.recovered(self._session.ctx, info, entry, time.perf_counter() - t0)
+        self._session.schedule.count = int(entry.extra.get("snapshots", 0))
         self._resume_step = int(entry.extra.get("next_step", 0))
         self._recovered = True
         return info
@@ -277,79 +221,61 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
             If a peer failed during the checkpoint.
         """
         self._check_open()
-        if self._problem:
-            raise CheckpointError(f"checkpoint(): {self._problem}")
-        if self._restarted and not self._recovered:
+        if self._session.problem:
+            raise CheckpointError(f"checkpoint(): {self._session.problem}")
+        if self._session.restarted and not self._recovered:
             raise CheckpointError("checkpoint(): this run is a restart: call recover() first (a checkpoint "
                                   "now would hide the state to recover); remove meta_dir to start fresh "
                                   "instead")
         if not self._protected:
             raise CheckpointError("checkpoint(): no array is protected: call protect(name, array) first")
-        t0 = time.perf_counter()
-        job = pipeline.plan_job(self._ctx, level, 0, self._store.manifest.next_seq)  # checks the level first
-        ckpt_id = job.ckpt_id = self._agree_id(id)
-        self._post.settle_syncs()  # the last one's L2/L3 durable: prune the one kept
-        job.extra["snapshots"] = self._schedule.count
-        job.extra.update(online_loop.step_extra(self))
+        t0, session = time.perf_counter(), self._session
+        ctx = session.ctx
+        job = pipeline.plan_job(ctx, level, 0, session.store.manifest.next_seq)  # checks the level first
+        ckpt_id = job.ckpt_id = session.agree_id(id)
+        session.post.settle_syncs()  # the last one's L2/L3 durable: prune the one kept
+        job.extra["snapshots"] = session.schedule.count
+        job.extra.update(online_loop.step_extra(self._position))
         error = None
         try:
             arrays = self._state.arrays(self._protected, job.extra)  # dicts, generators encoded (.appstate)
-            pipeline.write_primary(self._ctx, job, arrays, layouts=self._layouts)
+            pipeline.write_primary(ctx, job, arrays, layouts=self._layouts)
         except (FtkitError, OSError) as exc:
             error = f"{type(exc).__name__}: {exc}"
-        self._ctx.hook("after_write")
+        ctx.hook("after_write")
         decided: bool | None = False  # False: committed nowhere, this rank's files of it are garbage
         try:
             try:
-                pipeline.agree_written(self._ctx, job, error)
+                pipeline.agree_written(ctx, job, error)
                 levels = {job.primary: True}
-                self._ctx.hook("before_post")
-                levels.update(self._post.run_post(job))  # inline, or staged (see .offload)
-                self._ctx.hook("after_post")
+                ctx.hook("before_post")
+                levels.update(session.post.run_post(job))  # inline, or staged (see .offload)
+                ctx.hook("after_post")
             except Exception as exc:
-                pipeline.leave_commit_gate(self._ctx, exc)  # nobody passes the gate without this rank
+                pipeline.leave_commit_gate(ctx, exc)  # nobody passes the gate without this rank
                 raise
-            decided = pipeline.commit_gate(self._ctx, job)
+            decided = pipeline.commit_gate(ctx, job)
             if not decided:
                 raise ProcessFailure(f"checkpoint {ckpt_id}: no commit: a peer failed or did not answer")
-            pruned = pipeline.commit(self._ctx, job, levels)
+            pruned = pipeline.commit(ctx, job, levels)
         except BaseException as exc:
-            self._post.discard()
+            session.post.discard()
             if isinstance(exc, CheckpointError) or decided is False:
                 # Surely not committed; otherwise rank 0 may have written it: the manifest on disk decides.
-                pipeline.remove_job_files(self._ctx, job)
+                pipeline.remove_job_files(ctx, job)
             if isinstance(exc, CheckpointError):
                 # Raised alike on every rank: wait until all removed their files (the next may reuse the id).
                 with contextlib.suppress(FtkitError):
-                    _mpi.barrier(self._icomm, self.config.failure_timeout, "checkpoint clean-up")
+                    _mpi.barrier(session.icomm, ctx.timeout, "checkpoint clean-up")
             if isinstance(exc, MPI.Exception):  # never a raw MPI.Exception to the application
-                raise _mpi.as_failure(exc, self._icomm, f"checkpoint {ckpt_id}") from exc
+                raise _mpi.as_failure(exc, session.icomm, f"checkpoint {ckpt_id}") from exc
             raise
-        pipeline.remove_checkpoints(self._ctx, pruned)
-        self._post.start(job)  # background post-processing starts only once the entry is committed
-        self._schedule.checkpointed(job.level, seconds := time.perf_counter() - t0)
-        self._exit.checkpointed(seconds)
-        events.checkpoint_taken(self._ctx, job, levels, seconds)
+        pipeline.remove_checkpoints(ctx, pruned)
+        session.post.start(job)  # background post-processing starts only once the entry is committed
+        session.schedule.checkpointed(job.level, seconds := time.perf_counter() - t0)
+        session.exit.checkpointed(seconds)
+        events.checkpoint_taken(ctx, job, levels, seconds)
         return ckpt_id
-
-    def _agree_id(self, requested: int | None) -> int:
-        m = self._store.manifest
-        if requested is None:
-            return m.next_id
-        if (isinstance(requested, bool) or not isinstance(requested, int | np.integer)
-                or not 1 <= requested <= _ID_MAX):
-            raise CheckpointError(f"checkpoint id {requested!r} must be an integer from 1 to {_ID_MAX} "
-                                  "(ids are stored as signed 64-bit integers)")
-        timeout = self.config.failure_timeout
-        lo = _mpi.allreduce_int(self._icomm, int(requested), "min", timeout, "checkpoint id")
-        hi = _mpi.allreduce_int(self._icomm, int(requested), "max", timeout, "checkpoint id")
-        if lo != hi:
-            raise CheckpointError(f"checkpoint ids differ across ranks ({lo}..{hi}): pass the same id on "
-                                  "every rank")
-        if requested < m.next_id:
-            raise CheckpointError(f"checkpoint id {requested} is not larger than the newest one "
-                                  f"({m.next_id - 1}): ids must increase")
-        return int(requested)
 
     def snapshot(self, auto: bool = False) -> int:
         """Checkpoint at the level whose interval is due (FTI_Snapshot); return that level, 0 if none.
@@ -365,19 +291,76 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
             As :meth:`checkpoint` and :meth:`recover`.
         """
         self._check_open()
-        if self._online is not None and self._online.in_loop:
-            return online_loop.snapshot_in_loop(self, auto)  # a process failure is repaired, not raised
-        if self._restarted and not self._recovered:
+        if self._session.online is not None and self._session.online.in_loop:
+            # A process failure is repaired, not raised.
+            return online_loop.snapshot_in_loop(self._session, lambda: self.snapshot(auto))
+        if self._session.restarted and not self._recovered:
             self.recover()
-        level = self._schedule.due(auto)
-        if self._schedule.alarm:
+        level = self._session.schedule.due(auto)
+        if self._session.schedule.alarm:
             # Some rank's background post-processing failed (agreed at this sync point): every rank raises.
-            self._post.wait()
-        return self._exit.finish_snapshot(self, level)  # or the exit checkpoint: see should_exit()
+            self._session.post.wait()
+        return self._session.exit.finish_snapshot(self, level)  # or the exit checkpoint: see should_exit()
+
+    def steps(self, nsteps: int, on_shrink: OnShrink | None = None) -> Iterator[int]:
+        """Yield the steps ``0..nsteps-1`` to run: the main loop, ``for step in ckpt.steps(n)``.
+
+        Communicate on ``ckpt.comm`` (re-read it every step) and call ``ckpt.snapshot()`` at the end of the
+        body (a checkpoint taken in step ``i`` resumes at ``i + 1``) or at its top, as FTI's examples do
+        (before the step's work: it resumes at ``i``; :mod:`.loop_shape`). A restart not yet recovered
+        recovers first. With ``spare_ranks > 0`` a process failure inside the loop never reaches the
+        application: a spare replaces each dead rank, the rest of the iteration is fenced (``ckpt.comm``
+        calls and ``snapshot()`` return at once; collectives are agreed, so either every rank gets a result
+        or none, and fenced results are NaN, which ``if err < tol: break`` does not take for convergence;
+        leaving the loop in a fenced iteration is refused: :mod:`.online.fence`), and the loop goes on at the
+        step of the newest checkpoint usable by the new set of ranks, every protected array restored
+        (:mod:`.online`). Without spares (where ULFM works) a process failure inside the loop makes every
+        survivor raise the same ``OnlineRecoveryError`` (:func:`.online.spares.without_spares`).
+
+        ``on_shrink(comm)`` opts in to continuing with fewer ranks when no spare is left (with or without
+        ``spare_ranks``; collective then): the survivors shrink, every protected array is forgotten and
+        ``on_shrink`` is called with the new ``ckpt.comm`` to re-protect every array with its new box
+        (``protect(name, buf, global_shape=, offset=)``); the loop restores them from the checkpoint and
+        goes on (:mod:`.online.shrink`; :attr:`shrinks` lists what happened).
+
+        Raises
+        ------
+        CheckpointError
+            If ``nsteps`` is not an integer >= 0, or ``on_shrink`` is not callable.
+        ConfigError, ULFMUnavailable
+            With ``on_shrink`` and ``head = 1``, or without ULFM.
+        OnlineRecoveryError
+            On every survivor, when the job cannot recover online (the checkpoints stay for a relaunch).
+        RecoveryError, ProcessFailure
+            As :meth:`recover` (and, where ULFM is missing, as :meth:`snapshot`).
+        """
+        self._check_open()
+        if isinstance(nsteps, bool) or not isinstance(nsteps, int | np.integer) or nsteps < 0:
+            raise CheckpointError(f"steps({nsteps!r}): the number of steps must be an integer >= 0")
+        self._session = shrink.check_opt_in(self._session, on_shrink)
+        online = self._session.online
+        if self._session.restarted and not self._recovered and not (online is not None and online.fresh):
+            self.recover()
+        # spare_ranks = 0: a failure still ends the loop alike on every survivor
+        self._session = spares.without_spares(self._session)
+        return online_loop.loop(_Holder(self), self._position, self._resume_step, int(nsteps))
+
+    @property
+    def recoveries(self) -> list[RepairReport]:
+        """The online recoveries this process took part in, oldest first (empty without spares or
+        ``on_shrink``)."""
+        online = self._session.online
+        return list(online.history) if online is not None else []
+
+    @property
+    def shrinks(self) -> list[ShrinkReport]:
+        """The continuations on fewer ranks (``steps(on_shrink=)``) this process took part in, oldest
+        first."""
+        return list(self._session.shrink.history)
 
     def should_exit(self) -> bool:
         """Checkpoint and stop now? On a halt, a signal or the walltime; collective (:mod:`.exitpolicy`)."""
-        return self._exit.should_exit(self)
+        return self._session.exit.should_exit(self)
 
     def wait(self) -> None:
         """Block until background post-processing is done (collective); raise its failure on every rank.
@@ -391,7 +374,7 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
             If it is still running after ``failure_timeout`` seconds.
         """
         self._check_open()
-        self._post.wait()
+        self._session.post.wait()
 
     # -- FTI_Finalize ------------------------------------------------------------------------------------
 
@@ -402,38 +385,28 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
 
         After a failed or skipped recovery, or a :meth:`should_exit` stop, nothing is removed.
         """
-        if self._finalized:
+        if self._session.closed:
             return
         try:
             self.wait()
-            if self._problem or (self._restarted and not self._recovered) or self._exit.acted:
+            session = self._session
+            if session.problem or (session.restarted and not self._recovered) or session.exit.acted:
                 return
-            _mpi.barrier(self._icomm, self.config.failure_timeout, "finalize")
+            _mpi.barrier(self._session.icomm, self.config.failure_timeout, "finalize")
             if self.config.keep_last_ckpt:
-                keep_last.keep_last_at_l4(self._ctx, self.topology)  # FTI: kept at L4, local removed
+                keep_last.keep_last_at_l4(self._session.ctx, self.topology)  # FTI: kept at L4, local removed
             else:
-                keep_last.remove_run(self._ctx)
+                keep_last.remove_run(self._session.ctx)
         finally:
             self._close()
 
     def _close(self) -> None:
-        self._finalized = True
-        if self._online is not None:
-            spares.release_spares(self._online, self.rank, self.config.failure_timeout)
-        for part in (getattr(self, "_post", None), getattr(self, "_exit", None)):
-            if part is not None:
-                part.close()
-        if self._lock is not None:
-            self._lock.release()
-        try:
-            self._icomm.Free()
-        except Exception:  # noqa: BLE001 - a communicator with dead peers may refuse to be freed
-            pass
+        self._session.close()
 
     def _check_open(self) -> None:
-        if self._finalized:
+        if self._session.closed:
             raise CheckpointError("this Checkpointer is finalized: create a new one")
-        fence.check_left(self)  # the steps() loop was left in a fenced iteration
+        fence.check_left(self._session.online)  # the steps() loop was left in a fenced iteration
 
     def __enter__(self) -> Checkpointer:
         return self
@@ -441,10 +414,36 @@ class Checkpointer(appstate.StateAPI, online_loop.ResilientLoop):
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None:
             self.finalize()
-        elif not self._finalized:
+        elif not self._session.closed:
             self._close()  # leave every checkpoint in place: the next run restarts from it
 
     def __repr__(self) -> str:
         return (f"Checkpointer(exec_id={self.exec_id!r}, rank={self.rank}/{self.nranks}, "
-                f"node={self.topology.node_id}, restarted={self._restarted})")
+                f"node={self.topology.node_id}, restarted={self._session.restarted})")
 
+
+
+class _Holder:
+    """A Checkpointer as the online-recovery package sees it (:class:`.online.host.Host`): the only way
+    that package changes what the Checkpointer holds."""
+
+    def __init__(self, ckpt: Checkpointer) -> None:
+        self._ckpt = ckpt
+
+    @property
+    def session(self) -> Session:
+        return self._ckpt._session
+
+    def adopted(self, session: Session) -> None:
+        self._ckpt._session = session
+
+    def restored(self, recover: Any) -> tuple[RecoveryInfo, CheckpointEntry]:
+        info, entry = self._ckpt._recover_newest(recover)
+        self._ckpt._recovered = True
+        return info, entry
+
+    def reprotect(self, on_shrink: OnShrink, comm: Any) -> list[str]:
+        ckpt = self._ckpt
+        ckpt._forget_protected()
+        on_shrink(comm)
+        return sorted(set(ckpt._protected) - set(ckpt._layouts)) or ([] if ckpt._protected else ["<none>"])

@@ -44,7 +44,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from mpi4py import MPI
@@ -56,10 +56,7 @@ from ..walltime import job_end_time
 from . import _mpi, events
 from .post import wait_request
 
-if TYPE_CHECKING:
-    from .checkpointer import Checkpointer
-
-__all__ = ["ExitPolicy", "CHECK_INTERVAL_S", "MAX_GAP", "MIN_MARGIN_S", "EXIT_SIGNALS"]
+__all__ = ["ExitPolicy", "CheckpointTaker", "CHECK_INTERVAL_S", "MAX_GAP", "MIN_MARGIN_S", "EXIT_SIGNALS"]
 
 #: Seconds of compute between two checks (the gap in calls follows from the agreed step time).
 CHECK_INTERVAL_S = 1.0
@@ -71,6 +68,18 @@ MIN_MARGIN_S = 60.0
 EXIT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 _NONE = -1e300   # "no value" in the maximum
 _SIG, _HALT, _LEFT, _STEP, _LONGEST, _KNOWN = range(6)
+
+
+class CheckpointTaker(Protocol):
+    """What the exit policy uses of the Checkpointer: public methods only (this module never imports it)."""
+
+    @property
+    def protected(self) -> dict[str, Any]: ...
+    @property
+    def restarted(self) -> bool: ...
+    def status(self) -> Any: ...
+    def checkpoint(self, level: int = 1) -> int: ...
+    def wait(self) -> None: ...
 
 
 class ExitPolicy:
@@ -206,7 +215,7 @@ class ExitPolicy:
 
     # -- acting on it ---------------------------------------------------------------------------------------
 
-    def should_exit(self, ckpt: Checkpointer) -> bool:
+    def should_exit(self, ckpt: CheckpointTaker) -> bool:
         """:meth:`Checkpointer.should_exit`: poll, and take the exit checkpoint the first time it is true."""
         if not self.enabled:
             raise CheckpointError("should_exit() is not available with spare_ranks > 0 (online recovery): "
@@ -215,7 +224,7 @@ class ExitPolicy:
             self.act(ckpt)
         return self.decided
 
-    def finish_snapshot(self, ckpt: Checkpointer, level: int) -> int:
+    def finish_snapshot(self, ckpt: CheckpointTaker, level: int) -> int:
         """The end of ``snapshot()``: the exit checkpoint if the answer just turned true, else the due one."""
         if self.poll() and not self.acted:
             return self.act(ckpt)
@@ -225,7 +234,7 @@ class ExitPolicy:
             ckpt.checkpoint(level)
         return level
 
-    def act(self, ckpt: Checkpointer) -> int:
+    def act(self, ckpt: CheckpointTaker) -> int:
         """Take the exit checkpoint (unless it would not finish in time) and mark a halt request done;
         return the level taken, 0 if none (collective)."""
         self.acted = True

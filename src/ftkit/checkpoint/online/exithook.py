@@ -41,52 +41,87 @@ import os
 import signal
 import sys
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mpi4py import MPI
 
-from .. import jobstatus, uncaught
-from ..errors import FtkitError
-from ..mpienv import probe_ulfm
-from ..storage.manifest import read_manifest
-from .online import comms_of
-from .online_verdict import covers_node_loss
+from ... import jobstatus, uncaught
+from ...config import Config
+from ...errors import FtkitError
+from ...mpienv import probe_ulfm
+from ...storage.manifest import read_manifest
+from ..handover import OnlineState
+from ..session import Session
+from .repair import comms_of
+from .verdict import covers_node_loss
 
-if TYPE_CHECKING:
-    from .checkpointer import Checkpointer
-
-__all__ = ["EXIT_CODE", "FINALIZE_AFTER_FAILURE", "end_on_uncaught", "install", "at_exit", "last_words",
-           "failed_world_ranks", "relaunch_text"]
+__all__ = ["EXIT_CODE", "FINALIZE_AFTER_FAILURE", "Served", "end_on_uncaught", "install", "serve_spare",
+           "at_exit", "last_words", "failed_world_ranks", "relaunch_text"]
 
 #: Exit code of a process ended by an uncaught exception if its SIGKILL fails (it does not, as a rule).
 EXIT_CODE = 1
 #: Seconds ``MPI_Finalize`` may take in a process that knows of a failed peer before ``SIGALRM`` ends it
 #: (without a known failure: ``failure_timeout``).
 FINALIZE_AFTER_FAILURE = 10
-# The Checkpointer the process's hooks serve (the newest), and whether the exit hook is registered.
-_CURRENT: list[Any] = []
 
 
-def install(ckpt: Checkpointer, world: Any = None) -> None:
-    """Make :func:`end_on_uncaught` (for ``ckpt``) this process's ``sys.excepthook`` and register
-    :func:`at_exit` (once per process; the newest Checkpointer is the one served). Nothing if ``world``
-    (default: ``MPI_COMM_WORLD``) has a single process: no peer can wait for it."""
+@dataclass
+class Served:
+    """What the hooks serve: one Checkpointer's configuration, its session as it is now (``current()``:
+    None before it has one, and on a spare), and an idle spare's online state (``spare``)."""
+
+    config: Config
+    current: Callable[[], Session | None]
+    spare: OnlineState | None = None
+
+    @property
+    def session(self) -> Session | None:
+        """The Checkpointer's session now (None before start-up ended, and on an idle spare)."""
+        return self.current()
+
+    @property
+    def online(self) -> OnlineState | None:
+        """The job's online state (the session's, or an idle spare's)."""
+        session = self.current()
+        return session.online if session is not None else self.spare
+
+
+# What the process's hooks serve (the newest Checkpointer), and whether the exit hook is registered.
+_CURRENT: list[Served] = []
+
+
+def install(world: Any, config: Config, current: Callable[[], Session | None]) -> None:
+    """Make :func:`end_on_uncaught` (for the Checkpointer whose session ``current()`` returns) this
+    process's ``sys.excepthook`` and register :func:`at_exit` (once per process; the newest Checkpointer is
+    the one served). Nothing if ``world`` (default: ``MPI_COMM_WORLD``) has a single process: no peer can
+    wait for it."""
     if (MPI.COMM_WORLD if world is None else world).Get_size() < 2:
         return
+    served = Served(config, current)
+
     def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-        end_on_uncaught(ckpt, kind, exc, tb)
+        end_on_uncaught(served, kind, exc, tb)
 
     sys.excepthook = hook
     if not _CURRENT:
         atexit.register(lambda: at_exit(_CURRENT[-1]))
-    _CURRENT[:] = [ckpt]
+    _CURRENT[:] = [served]
 
 
-def replaceable(ckpt: Any, exc: BaseException) -> bool:
+def serve_spare(config: Config, state: OnlineState) -> None:
+    """On a spare (no session yet): the hooks serve its online state and ``config`` (with the spares)."""
+    if _CURRENT:
+        _CURRENT[-1].config, _CURRENT[-1].spare = config, state
+
+
+def replaceable(served: Served, exc: BaseException) -> bool:
     """Whether ``exc`` should end this process as a failure a spare repairs (see the module docstring)."""
-    state = getattr(ckpt, "_online", None)
-    if state is None or getattr(ckpt, "_finalized", True) or not state.spares:
+    session = served.session
+    state = session.online if session is not None else None
+    if state is None or session is None or session.closed or not state.spares:
         return False
     return not isinstance(exc, FtkitError | MPI.Exception) and isinstance(exc, Exception)
 
@@ -109,9 +144,9 @@ def failed_world_ranks() -> list[int]:
     return sorted(int(r) for r in ranks if r >= 0)
 
 
-def _app_ranks(ckpt: Any, world_ranks: list[int]) -> list[int]:
+def _app_ranks(session: Session | None, world_ranks: list[int]) -> list[int]:
     """``world_ranks`` as ranks of ``ckpt.comm`` (the application's; heads and spares are left out)."""
-    comm = getattr(ckpt, "comm", None)
+    comm = session.comm if session is not None else None
     if comm is None or not world_ranks:
         return []
     world, app = MPI.COMM_WORLD.Get_group(), comm.Get_group()
@@ -122,31 +157,31 @@ def _app_ranks(ckpt: Any, world_ranks: list[int]) -> list[int]:
         app.Free()
 
 
-def relaunch_text(ckpt: Any, dead_world: list[int]) -> str:
+def relaunch_text(served: Served, dead_world: list[int]) -> str:
     """What a relaunch recovers: the newest committed checkpoint if the dead ranks' node-local files are
     intact (their processes died), else the newest one whose redundancy covers the loss of their nodes.
     From the manifest file (what a relaunch reads), else the one in memory."""
-    store = getattr(ckpt, "_store", None)
-    manifest = store.manifest if store is not None else None
+    session = served.session
+    config = session.config if session is not None else served.config
+    manifest = session.store.manifest if session is not None else None
     try:  # the file is what a relaunch reads: a commit this rank did not hear of may be in it already
-        manifest = read_manifest(ckpt.config.meta_dir) or manifest
+        manifest = read_manifest(config.meta_dir) or manifest
     except (FtkitError, OSError, ValueError, AttributeError):
         pass
     entries = [e for e in manifest.newest_first() if e.complete_levels] if manifest is not None else []
     if not entries:
         return "no checkpoint is committed: a relaunch starts from the beginning"
     newest = entries[0]
-    where = getattr(getattr(ckpt, "config", None), "meta_dir", "meta_dir")
     text = (f"a relaunch recovers from checkpoint {newest.id} (level {max(newest.complete_levels)}, the "
-            f"newest committed in {where})")
-    topology = getattr(ckpt, "topology", None)
+            f"newest committed in {config.meta_dir})")
+    topology = session.topology if session is not None else None
     try:
-        dead = _app_ranks(ckpt, dead_world)
+        dead = _app_ranks(session, dead_world)
     except (MPI.Exception, AttributeError):
         dead = []
     if topology is None or not dead:
         return text
-    code = str(getattr(ckpt.config, "l3_code", "rs"))
+    code = str(config.l3_code)
     safe = next((e for e in entries
                  if any(covers_node_loss(topology, lv, dead, str(e.extra.get("l3_code", code)))
                         for lv in e.complete_levels)), None)
@@ -157,10 +192,10 @@ def relaunch_text(ckpt: Any, dead_world: list[int]) -> str:
     return f"{text} if the dead ranks' node-local files are intact, {other}"
 
 
-def last_words(ckpt: Any, exc: BaseException, dead: list[int], replace: bool) -> str:
+def last_words(served: Served, exc: BaseException, dead: list[int], replace: bool) -> str:
     """The one line a process ended by :func:`end_on_uncaught` prints (and notes for ``ftkit launch``)."""
-    rank = getattr(ckpt, "rank", None)
-    rank = MPI.COMM_WORLD.Get_rank() if rank is None else rank
+    session = served.session
+    rank = MPI.COMM_WORLD.Get_rank() if session is None else session.rank
     what = type(exc).__name__  # its message is in the traceback just above (MPI's is short: given)
     what = f"MPI.Exception ({' '.join(str(exc).split())[:120]})" if isinstance(exc, MPI.Exception) else what
     if replace:
@@ -168,27 +203,26 @@ def last_words(ckpt: Any, exc: BaseException, dead: list[int], replace: bool) ->
                 "process (a bug that repeats on the replacement uses up the spares, then every rank raises "
                 "OnlineRecoveryError)")
     after = f"after the failure of world rank(s) {dead}" if dead else "with no failed rank known"
-    return (f"ftkit: rank {rank} ends the job ({after}): {what}; {relaunch_text(ckpt, dead)}; the process "
+    return (f"ftkit: rank {rank} ends the job ({after}): {what}; {relaunch_text(served, dead)}; the process "
             "ends as a failed process (SIGKILL) so that no other waits for it")
 
 
-def _revoke_everything(ckpt: Any) -> None:
+def _revoke_everything(session: Session | None) -> None:
     """Revoke the communicators ``ckpt`` holds (ULFM only; local, never raises). Not ``MPI_COMM_WORLD``: a
     peer blocked in ``MPI_Sendrecv`` on a revoked ``MPI_COMM_WORLD`` crashed (SIGSEGV in ``PMPI_Sendrecv``,
     Open MPI 5.0 wheel); a peer blocked on it learns of this process's SIGKILL from the runtime instead."""
     if not probe_ulfm().available:
         return
-    comms = list(comms_of(ckpt)) if getattr(ckpt, "_icomm", None) is not None else []
-    for comm in comms:
+    for comm in comms_of(session):
         with contextlib.suppress(Exception):
             comm.Revoke()
 
 
-def end_on_uncaught(ckpt: Any, kind: type[BaseException], exc: BaseException,
+def end_on_uncaught(served: Served, kind: type[BaseException], exc: BaseException,
                     tb: TracebackType | None) -> None:
     """End the process after an uncaught exception by a SIGKILL of itself, whether a spare replaces it or
     not (never ``MPI_Finalize``, which would wait for the others). Never returns."""
-    replace = replaceable(ckpt, exc)
+    replace = replaceable(served, exc)
     jobstatus.note("replaced" if replace else "hook", f"an uncaught {kind.__name__}")  # before any MPI call
     try:
         uncaught.report(kind, exc, tb)  # an ftkit error every rank raises: printed once, with its ranks
@@ -197,31 +231,31 @@ def end_on_uncaught(ckpt: Any, kind: type[BaseException], exc: BaseException,
     dead = failed_world_ranks()
     # The ranks that left through this hook before this one are not the failure (ftkit launch only).
     victims = sorted(set(dead) - jobstatus.ended_by_hook()) or dead
-    line = last_words(ckpt, exc, victims, replace)
+    line = last_words(served, exc, victims, replace)
     print(line, file=sys.stderr)
     jobstatus.declare_dead(dead)
     jobstatus.note("replaced" if replace else "hook",
                    line.removeprefix("ftkit: ").split("; the process ends")[0].split("; it is replaced")[0])
     if not replace:
-        _revoke_everything(ckpt)
+        _revoke_everything(served.session)
     sys.stdout.flush()
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGKILL)
     os._exit(EXIT_CODE)
 
 
-def at_exit(ckpt: Any) -> None:
+def at_exit(served: Served) -> None:
     """At interpreter exit: release idle spares if ``finalize()`` was never called (no failure known), and
     bound the ``MPI_Finalize`` that follows with ``SIGALRM`` (:data:`FINALIZE_AFTER_FAILURE` seconds after
     a known failure, else ``failure_timeout``), so the process ends whatever its peers do."""
     dead = failed_world_ranks()
-    state = getattr(ckpt, "_online", None)
+    state, session = served.online, served.session
     failed = bool(dead) or (state is not None and state.rebuilt is not None)
     jobstatus.declare_dead(dead)
-    if not failed and state is not None and state.spares and not getattr(ckpt, "_finalized", True):
+    if not failed and state is not None and state.spares and session is not None and not session.closed:
         with contextlib.suppress(Exception):
-            ckpt._close()  # releases the idle spares (they leave with exit code 0)
-    timeout = getattr(getattr(ckpt, "config", None), "failure_timeout", 300.0)
+            session.close()  # releases the idle spares (they leave with exit code 0)
+    timeout = (session.config if session is not None else served.config).failure_timeout
     bound = FINALIZE_AFTER_FAILURE if failed else max(1, math.ceil(timeout))
     if hasattr(signal, "SIGALRM"):
         signal.signal(signal.SIGALRM, signal.SIG_DFL)

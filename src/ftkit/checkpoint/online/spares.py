@@ -9,7 +9,7 @@ receive completes
   the job and its process ends with exit code 0 (``Checkpointer()`` never returns in it: as a head does);
 - in error when application rank 0 dies or a survivor revokes the world at a repair: the spare joins
   :func:`ftkit.failure.replace.rebuild`. Promoted, it returns from ``Checkpointer()`` as the dead rank (see
-  :mod:`.online`); not needed this time, it sleeps again.
+  :mod:`ftkit.checkpoint.online`); not needed this time, it sleeps again.
 
 Placement: the spares are the *last* processes, so with the launcher's usual by-slot mapping they fill
 nodes of their own when ``spare_ranks`` is a multiple of the ranks per node (a replacement on the failed
@@ -18,33 +18,33 @@ node would be lost with it). The topology of the application ranks never include
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
-from .. import jobstatus
-from .._wait import deadline_after, poll_until, wait_requests
-from ..config import Config
-from ..errors import ConfigError, ULFMUnavailable
-from ..failure.detect import is_failure_error
-from ..failure.replace import SPARE, Rebuilt, rebuild
-from ..failure.ulfm import exit_without_finalize, require_ulfm
-from ..launch import SPARES_ENV
-from . import _mpi, online_exit
-from .levels import recovery_chain
-from .online import AppComm, OnlineState, RepairReport, adopt, check_replaced, is_process_failure, repair
+from ... import jobstatus
+from ..._wait import poll_until
+from ...config import Config
+from ...errors import ConfigError, ULFMUnavailable
+from ...failure.detect import is_failure_error
+from ...failure.replace import SPARE, Rebuilt, rebuild
+from ...failure.ulfm import exit_without_finalize, require_ulfm
+from ...launch import SPARES_ENV
+from .. import _mpi
+from ..handover import RELEASE_TAG, OnlineState, RepairReport
+from ..session import Session
+from . import exithook
+from .adopt import adopt_session
+from .appcomm import guard
+from .repair import check_replaced, is_process_failure, repair
 
-if TYPE_CHECKING:
-    from .checkpointer import Checkpointer
+__all__ = ["with_spares", "split_spares", "promoted", "without_spares", "IDLE_SLEEP"]
 
-__all__ = ["with_spares", "split_spares", "without_spares", "release_spares", "RELEASE_TAG", "IDLE_SLEEP"]
-
-#: Tag of the message that releases idle spares at the end of the job (on the world communicator).
-RELEASE_TAG = 32011
 #: Longest pause (s) between two looks of an idle spare at its receive.
 IDLE_SLEEP = 0.05
 
@@ -67,16 +67,14 @@ def with_spares(config: Config, spare_ranks: int | None) -> Config:
     return config if spare_ranks is None else config.replace(spare_ranks=spare_ranks)
 
 
-def split_spares(ckpt: Checkpointer, world: Any, spare_ranks: int | None = None) -> Any:
-    """Divide ``world`` into application ranks and spares (collective); set ``ckpt._online``.
-
-    ``spare_ranks`` as in :func:`with_spares` (``ckpt.config`` is updated); without spares, ``world`` is
-    returned as it is.
+def split_spares(config: Config, world: Any) -> tuple[Any, OnlineState | None]:
+    """Divide ``world`` into application ranks and ``config.spare_ranks`` spares (collective).
 
     Returns
     -------
-    The application communicator on an application rank; None on a spare promoted to replace a dead rank
-    (``ckpt`` is then set up as that rank). A spare that is never needed does not return (exit code 0).
+    The application communicator (None on a spare promoted to replace a dead rank: :func:`promoted` makes
+    its session) and the job's online state (None without spares: ``world`` is then returned as it is). A
+    spare that is never needed does not return (exit code 0).
 
     Raises
     ------
@@ -87,10 +85,9 @@ def split_spares(ckpt: Checkpointer, world: Any, spare_ranks: int | None = None)
     OnlineRecoveryError
         On a spare, if the job could not be recovered online.
     """
-    config = ckpt.config = with_spares(ckpt.config, spare_ranks)
     spares = int(config.spare_ranks)
     if not spares:
-        return world
+        return world, None
     size = world.Get_size()
     if config.head:
         raise ConfigError(f"{config.source}: spare_ranks = {spares} with head = 1: spares and dedicated "
@@ -106,21 +103,22 @@ def split_spares(ckpt: Checkpointer, world: Any, spare_ranks: int | None = None)
         app = wcomm.Split(0 if me < napp else MPI.UNDEFINED, me)
     except MPI.Exception as exc:
         raise _mpi.as_failure(exc, wcomm, "Checkpointer start-up: spares") from exc
-    ckpt._online = OnlineState(world=wcomm, napp=napp, spares=tuple(range(napp, size)))
-    online_exit.install(ckpt)  # an uncaught exception ends the process as a failure, never a hang
+    state = OnlineState(world=wcomm, napp=napp, spares=tuple(range(napp, size)), rank=me)
     if me < napp:
         app.Set_errhandler(MPI.ERRORS_RETURN)
-        return app
-    _wait_as_spare(ckpt)
-    return None
+        return app, state
+    exithook.serve_spare(config, state)  # an uncaught exception ends the process as a failure, never a hang
+    _wait_as_spare(config, state)
+    return None, state
 
 
-def without_spares(ckpt: Checkpointer, *, required_by: str | None = None) -> None:
+def without_spares(session: Session, *, required_by: str | None = None) -> Session:
     """At the start of ``steps()`` with ``spare_ranks = 0``: watch the loop for failures all the same
-    (collective over ``ckpt.comm``).
+    (collective over ``session.comm``); return the session to go on with.
 
-    When ULFM works on every rank, ``ckpt`` gets an :class:`~.online.OnlineState` with no spare and
-    ``ckpt.comm`` becomes an :class:`~.online.AppComm`: a process failure in the loop then revokes, the
+    When ULFM works on every rank, the session returned has an
+    :class:`~ftkit.checkpoint.handover.OnlineState` with no spare and its ``comm`` is an
+    :class:`~.appcomm.AppComm`: a process failure in the loop then revokes, the
     survivors agree on who died and, no spare being there, every one of them raises the same
     :class:`~ftkit.errors.OnlineRecoveryError` (instead of each the error of its own call, some of them only
     after their timeouts), and a relaunch recovers. Without ULFM, with dedicated heads or a single rank, the
@@ -132,18 +130,18 @@ def without_spares(ckpt: Checkpointer, *, required_by: str | None = None) -> Non
     ULFMUnavailable
         Without ULFM, if ``required_by`` is given (its text names what needs ULFM).
     """
-    if ckpt._online is not None or ckpt.config.head or ckpt.nranks < 2:
-        return
+    if session.online is not None or session.config.head or session.nranks < 2:
+        return session
     try:
-        require_ulfm(ckpt._icomm, required_by or "a failure-aware steps() loop",
-                     timeout=ckpt.config.failure_timeout)
+        require_ulfm(session.icomm, required_by or "a failure-aware steps() loop",
+                     timeout=session.config.failure_timeout)
     except ULFMUnavailable:
         if required_by is not None:
             raise
-        return
-    ckpt._online = OnlineState(world=_mpi.internal_comm(ckpt.comm), napp=ckpt.nranks, spares=())
-    ckpt.comm = AppComm.wrap(ckpt.comm, ckpt)
-    online_exit.install(ckpt)
+        return session
+    state = OnlineState(world=_mpi.internal_comm(session.comm), napp=session.nranks, spares=(),
+                        rank=session.rank)
+    return guard(dataclasses.replace(session, online=state))
 
 
 def _leader(rebuilt: Rebuilt | None) -> int:
@@ -153,11 +151,9 @@ def _leader(rebuilt: Rebuilt | None) -> int:
     return rebuilt.replaced.get(0, rebuilt.roster.index(0) if 0 in rebuilt.roster else 0)
 
 
-def _wait_as_spare(ckpt: Checkpointer) -> None:
-    """Sleep until released (the process ends) or promoted (``ckpt`` becomes the dead rank's)."""
-    state = ckpt._online
-    assert state is not None
-    timeout = ckpt.config.failure_timeout
+def _wait_as_spare(config: Config, state: OnlineState) -> None:
+    """Sleep until released (the process ends) or promoted (returns: :func:`promoted` follows)."""
+    timeout = config.failure_timeout
     while True:
         buf = np.zeros(1, np.int64)
         req = state.world.Irecv(buf, source=_leader(state.rebuilt), tag=RELEASE_TAG)
@@ -171,48 +167,28 @@ def _wait_as_spare(ckpt: Checkpointer) -> None:
         rebuilt = rebuild(state.world, SPARE, state.napp, timeout)
         state.world, state.spares, state.rebuilt = rebuilt.world, rebuilt.spares, rebuilt
         state.report = RepairReport(dead=rebuilt.dead, detected=woke, rebuilt=time.perf_counter())
-        check_replaced(rebuilt, ckpt)
+        check_replaced(rebuilt, None, config)
         if rebuilt.app is not None:
-            _become(ckpt, rebuilt)
             return
 
 
-def _become(ckpt: Checkpointer, rebuilt: Rebuilt) -> None:
-    """Set a promoted spare up as application rank ``rebuilt.app_rank`` (collective with the survivors)."""
-    state = ckpt._online
-    assert state is not None
+def promoted(config: Config, state: OnlineState) -> Session:
+    """The session of a spare promoted to application rank ``state.rebuilt.app_rank`` (collective with
+    the survivors): the dead rank's, adopted from them (:func:`.adopt.adopt_session`)."""
+    assert state.rebuilt is not None
     state.informed = False
     state.fresh = True
-    ckpt.rank = rebuilt.app_rank
-    ckpt.nranks = state.napp
-    ckpt._icomm = None
-    ckpt._lock = None
-    ckpt._links = None
-    ckpt._finalized = False
-    ckpt._recovered = False
-    ckpt._forget_protected()
-    ckpt.recovery_steps = recovery_chain()
+    state.rank = state.rebuilt.app_rank
     while True:
         try:
-            adopt(ckpt, state.rebuilt.app if state.rebuilt is not None else None)
+            assert state.rebuilt is not None
+            session = adopt_session(state.rebuilt.app, state, config)
             state.adopted = state.rebuilt
-            return
+            return session
         except BaseException as exc:
             if not is_process_failure(exc):
                 raise
-            repair(ckpt, exc)
-
-
-def release_spares(state: OnlineState, rank: int, timeout: float) -> None:
-    """On application rank 0 at the end of the job: tell every idle spare to leave (best effort)."""
-    if rank != 0 or not state.spares:
-        return
-    one = np.ones(1, np.int64)
-    try:
-        reqs = [state.world.Isend(one, dest=pos, tag=RELEASE_TAG) for pos in state.spares]
-        wait_requests(reqs, deadline_after(timeout), "releasing the spares")
-    except (MPI.Exception, Exception):  # noqa: BLE001 - a dead spare needs no release
-        pass
+            repair(state, None, config, exc)
 
 
 def _leave(state: OnlineState) -> None:

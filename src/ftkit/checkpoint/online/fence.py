@@ -24,16 +24,14 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import OnlineRecoveryError
-from ..failure.detect import is_failure_error
-
-if TYPE_CHECKING:
-    from .checkpointer import Checkpointer
+from ...errors import OnlineRecoveryError
+from ...failure.detect import is_failure_error
+from ..handover import OnlineState
 
 __all__ = ["all_completed", "fenced_result", "left_fenced", "check_left", "RESULT_BUFFER"]
 
@@ -102,10 +100,9 @@ def _fill_nan(spec: Any) -> None:
         buf.fill(np.nan)
 
 
-def left_fenced(ckpt: Checkpointer, step: int) -> None:
-    """The loop was left in fenced step ``step``: refuse every later call (see the module doc)."""
-    state = ckpt._online
-    assert state is not None
+def left_fenced(state: OnlineState, rank: int, step: int) -> None:
+    """The loop was left in fenced step ``step`` (on rank ``rank``): refuse every later call (see the module
+    doc)."""
     dead = list(state.report.dead)
     state.left = (
         f"the steps() loop was left in step {step}, in which rank(s) {dead} died: its results are fenced "
@@ -113,17 +110,16 @@ def left_fenced(ckpt: Checkpointer, step: int) -> None:
         "a test that NaN does not pass (`if err < tol: break`, not `if not err >= tol: break`) on a "
         "collective's result, and let exceptions of the loop body end the job; the checkpoints stay for a "
         "relaunch")
-    print(f"ftkit: rank {ckpt.rank}: OnlineRecoveryError: {state.left}", file=sys.stderr, flush=True)
+    print(f"ftkit: rank {rank}: OnlineRecoveryError: {state.left}", file=sys.stderr, flush=True)
 
 
-def check_left(ckpt: Any) -> None:
-    """Raise the refusal recorded by :func:`left_fenced`, if any.
+def check_left(state: OnlineState | None) -> None:
+    """Raise the refusal recorded by :func:`left_fenced`, if any (``state``: the job's online state).
 
     Raises
     ------
     OnlineRecoveryError
-        If this Checkpointer's loop was left in a fenced iteration.
+        If the Checkpointer's loop was left in a fenced iteration.
     """
-    state = getattr(ckpt, "_online", None)
     if state is not None and state.left:
         raise OnlineRecoveryError(state.left, list(state.report.dead))

@@ -1,0 +1,115 @@
+"""The start of a run: :func:`open_session`, the one place a :class:`~.session.Session` is opened
+(``Checkpointer()``).
+
+In order, every step collective and ending alike on every rank: the launch is checked, spares are split
+off (:mod:`.online.spares`; a spare waits in there and comes back only promoted, as the dead rank's session),
+the node map is agreed and the topology planned, dedicated heads leave for their node's service (with
+``head = 1``), the run directories are made, the run lock taken and the run state (fresh start or restart,
+execution id, manifest) agreed, and the session built (:func:`.session.build_session`) with its exit policy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any
+
+from mpi4py import MPI
+
+from .. import mpienv, uncaught
+from ..config import Config
+from ..storage import set_group_access
+from ..storage.manifest import Manifest, ManifestStore
+from ..topology import detect_node_ids, plan_topology
+from . import _mpi, events, pipeline
+from .exitpolicy import ExitPolicy
+from .head import enter_head_mode
+from .online import spares
+from .online.appcomm import guard
+from .runlock import RunLock
+from .session import Session, build_session, release
+from .startup import agree_run_state, prepare_dirs, take_run_lock
+
+__all__ = ["open_session"]
+
+
+def open_session(config: Config, world: Any, spare_ranks: int | None = None) -> Session:
+    """Open the run's session over ``world`` (collective; see the module docstring).
+
+    ``spare_ranks`` as in :func:`.online.spares.with_spares`. With ``head = 1`` a head never returns from
+    here (it serves its node's post-processing and exits when the application finalizes), and the session
+    holds the application ranks only; so does a spare that is never needed (exit code 0 at the job's end).
+
+    Raises
+    ------
+    ConfigError
+        If the configuration is invalid for this job (on every rank).
+    RunLockedError
+        If another live job uses the same ``meta_dir`` (on every rank; see :mod:`.runlock`).
+    """
+    mpienv.check_start(world, config)  # a mis-launched job fails here, before any directory
+    uncaught.install(world)  # an ftkit error every rank raises is printed once (collective: a Dup)
+    set_group_access(bool(config.group_access))  # 0600/0700, or 0640/0750 with group_access = 1
+    config = spares.with_spares(config, spare_ranks)
+    app, online = spares.split_spares(config, world)
+    if app is None:
+        assert online is not None
+        return spares.promoted(config, online)  # a promoted spare: set up as the dead rank it replaces
+    uncaught.install(app)  # with spares: errors are compared among the application ranks
+    config.validate_for(app.Get_size())
+    icomm = _mpi.internal_comm(app)
+    lock: RunLock | None = None
+    try:
+        # Every later start-up collective follows one with a deadline: a missing rank is reported.
+        _mpi.barrier(icomm, config.failure_timeout, "Checkpointer start-up")
+        node_ids = detect_node_ids(icomm, config.node_size or None)
+        topology = plan_topology(
+            node_ids, icomm.Get_rank(), head=config.head, group_size=config.group_size,
+            ckpt_dir=config.ckpt_dir,
+            # L2/L3 intervals need groups: too few nodes for group_size is a TopologyError (ConfigError).
+            need_groups=bool(config.ckpt_l2 or config.ckpt_l3))
+        links = None
+        if config.head:
+            # Heads serve their node's post-processing inside this call and exit (FTI's heads): only
+            # application ranks get past it, and ckpt.comm holds only them.
+            links = enter_head_mode(app, topology, config)
+            uncaught.install(links.app)  # errors are compared among the application ranks
+            events.start(config, links.app.Get_rank())  # log lines show application ranks
+            icomm.Free()
+            icomm = _mpi.internal_comm(links.app)
+            comm = links.app
+        else:
+            comm = app.Dup()
+        nranks = comm.Get_size()
+        prepare_dirs(config, topology, icomm)
+        lock = take_run_lock(config, icomm)
+        state = agree_run_state(config, topology, icomm, nranks)
+    except BaseException as exc:
+        if lock is not None:
+            lock.release()
+        with contextlib.suppress(MPI.Exception):
+            icomm.Free()
+        if isinstance(exc, MPI.Exception):
+            raise _mpi.as_failure(exc, app, "Checkpointer start-up") from exc
+        raise
+    manifest = Manifest.loads(state.manifest_text) if state.manifest_text else Manifest(
+        exec_id=state.exec_id, nranks=nranks, created=0.0)
+    manifest.dirs = {k: str(getattr(config, k)) for k in ("ckpt_dir", "glbl_dir", "meta_dir")}
+    store = ManifestStore(config.meta_dir, manifest, writer=comm.Get_rank() == 0)
+    try:
+        session = build_session(config, comm, icomm, topology, state.exec_id, store,
+                                restarted=state.restarted, problem=state.problem, exit=ExitPolicy.off(),
+                                lock=lock, links=links, online=online)
+    except BaseException:
+        release(icomm, lock, online, config.failure_timeout)
+        raise
+    try:
+        session = dataclasses.replace(
+            session, exit=ExitPolicy(icomm, config, state.exec_id, online is None))
+        if state.fresh_manifest:
+            pipeline.commit_manifest(session.ctx, "start-up: manifest commit")
+        _mpi.barrier(icomm, config.failure_timeout, "Checkpointer start")
+    except BaseException:
+        session.close()
+        raise
+    return guard(session) if online is not None else session
