@@ -284,13 +284,9 @@ class DcpWriter:
                             stored[i] = base_stored[i]  # type: ignore[index]
                             codecs[i] = 0 if base.codecs is None else base.codecs[i]  # type: ignore[union-attr]
                         else:
-                            packed, codecs[i] = (encode_chunk(self.codec, self.level, blk, self.typesize)
-                                                 if self.codec != "none" else (blk, 0))
-                            done = 0
-                            while done < len(packed):
-                                done += os.pwrite(out_fd, packed[done:], end + done)
-                            offsets[i], stored[i] = end, len(packed)
-                            end += len(packed)
+                            stored[i], codecs[i] = self._append(out_fd, blk, end)
+                            offsets[i] = end
+                            end += int(stored[i])
                             changed += 1
                         i += 1
             os.fsync(out_fd)
@@ -311,6 +307,16 @@ class DcpWriter:
         self.base = m
         self.prune(keep)
         return DcpStats(end - start_end, len(raw), changed, nblocks, total, full)
+
+    def _append(self, fd: int, block: memoryview, at: int) -> tuple[int, int]:
+        """Write ``block`` (compressed with the writer's codec if that pays) at byte ``at`` of the store;
+        return its stored length and codec id."""
+        packed, cid = (encode_chunk(self.codec, self.level, block, self.typesize) if self.codec != "none"
+                       else (block, 0))
+        done = 0
+        while done < len(packed):
+            done += os.pwrite(fd, packed[done:], at + done)
+        return len(packed), cid
 
     def prune(self, keep_ids: set[int] | tuple[int, ...]) -> None:
         """Remove this rank's maps not in ``keep_ids`` and block stores no kept map refers to."""
