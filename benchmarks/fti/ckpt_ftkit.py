@@ -19,6 +19,7 @@ installed ftkit has it). Prints one line ``BENCHRESULT key=value ...``; exit sta
 
 from __future__ import annotations
 
+import resource
 import sys
 
 import numpy as np
@@ -40,6 +41,24 @@ def fill_expected(out: np.ndarray, first: int, rank: int) -> np.ndarray:
     return out
 
 
+def usage_now() -> tuple[float, float, float, float]:
+    """The calling thread's CPU and run-queue seconds (``/proc/thread-self/schedstat``), the process's CPU
+    seconds (all threads) and the bytes it sent to storage (``/proc/self/io`` write_bytes), as ckpt_fti.c."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            cpu_ns, runq_ns = (int(x) for x in f.read().split()[:2])
+    except OSError:
+        cpu_ns = runq_ns = 0
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    wbytes = 0
+    try:
+        with open("/proc/self/io") as f:
+            wbytes = next((int(line.split()[1]) for line in f if line.startswith("write_bytes:")), 0)
+    except OSError:
+        pass
+    return cpu_ns * 1e-9, runq_ns * 1e-9, ru.ru_utime + ru.ru_stime, float(wbytes)
+
+
 def main() -> int:
     config, mode, mib, level = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     n = (mib << 20) // 8
@@ -55,12 +74,21 @@ def main() -> int:
     ck.protect("buf", buf)
     restarted = bool(ck.restarted)
     ok, ckpt_s, restart_s = True, 0.0, 0.0
+    used = [0.0, 0.0, 0.0, 0.0]   # thread CPU s, thread run-queue s, process CPU s, bytes to storage
+    marks: dict[str, float] = {}
     if mode == "ckpt":
         fill_expected(buf, 0, rank)
         app.Barrier()
+        u0 = usage_now()
         t1 = MPI.Wtime()
+        ctx = getattr(ck, "_ctx", None)
+        if ctx is not None and getattr(ctx, "fault_hook", 1) is None:   # stage marks: the pipeline's hooks
+            ctx.fault_hook = lambda stage: marks.setdefault(stage, MPI.Wtime() - t1)
         ck.checkpoint(level=level)
         ckpt_s = MPI.Wtime() - t1
+        used = [b - a for a, b in zip(u0, usage_now(), strict=True)]
+        if ctx is not None and ctx.fault_hook is not None:
+            ctx.fault_hook = None
     else:
         ck.recover()
         restart_s = MPI.Wtime() - t0
@@ -68,17 +96,24 @@ def main() -> int:
                                                                                     np.uint64), i, rank))
                                for i in range(0, n, CHUNK))
     phases = dict(getattr(ck, "last_timings", None) or {})
+    for stage in ("after_write", "after_post", "before_commit", "after_commit"):   # slowest rank's mark
+        if mode == "ckpt":
+            phases[stage] = app.allreduce(marks.get(stage, -1.0), op=MPI.MAX)
     app.Barrier()
     t2 = MPI.Wtime()
     ck.finalize()
     final_s = MPI.Wtime() - t2
     slowest = [app.allreduce(x, op=MPI.MAX) for x in (init_s, ckpt_s, restart_s, final_s)]
     ok = app.allreduce(ok, op=MPI.LAND)
+    cpu_s, runq_s, pcpu_s = (app.allreduce(x, op=MPI.MAX) for x in used[:3])
+    blk_s = app.allreduce(ckpt_s - used[0] - used[1], op=MPI.MAX)   # the calling thread off CPU, not queued
+    wmib = app.allreduce(used[3], op=MPI.SUM) / 1048576
     if rank == 0:
         phase_text = ",".join(f"{k}:{v:.4f}" for k, v in phases.items()) or "-"
         print(f"BENCHRESULT mode={mode} ranks={app.Get_size()} mib={mib} level={level} ok={int(ok)} "
               f"init_s={slowest[0]:.4f} ckpt_s={slowest[1]:.4f} restart_s={slowest[2]:.4f} "
-              f"final_s={slowest[3]:.4f} phases={phase_text}", flush=True)
+              f"final_s={slowest[3]:.4f} cpu_s={cpu_s:.4f} pcpu_s={pcpu_s:.4f} runq_s={runq_s:.4f} "
+              f"blk_s={blk_s:.4f} wmib={wmib:.1f} phases={phase_text}", flush=True)
     app.Free()
     return 0 if ok else 1
 
