@@ -59,6 +59,46 @@ def usage_now() -> tuple[float, float, float, float]:
     return cpu_ns * 1e-9, runq_ns * 1e-9, ru.ru_utime + ru.ru_stime, float(wbytes)
 
 
+#: Functions of the checkpoint call timed by :func:`time_phases` (module, name): where the call's time goes.
+PHASES = [("ftkit.checkpoint.offload", "PostManager.settle_syncs"), ("ftkit.checkpoint.pipeline", "write_primary"),
+          ("ftkit.checkpoint.pipeline", "agree_written"), ("ftkit.checkpoint.levels.partner", "group_comm"),
+          ("ftkit.checkpoint.levels.encoded", "group_comm"), ("ftkit.checkpoint.levels.partner", "partner_copy"),
+          ("ftkit.checkpoint.pipeline", "settle_primary"), ("ftkit.checkpoint.pipeline", "agree"),
+          ("ftkit.checkpoint.pipeline", "commit_gate"), ("ftkit.checkpoint.pipeline", "commit_manifest"),
+          ("ftkit.checkpoint.pipeline", "remove_checkpoints"), ("ftkit.checkpoint.offload", "PostManager.start")]
+
+
+def time_phases(spent: dict[str, float]) -> None:
+    """Wrap the functions of :data:`PHASES` (those this ftkit has) to add their seconds to ``spent``."""
+    import functools
+    import importlib
+    import time
+
+    for module, name in PHASES:
+        try:
+            owner = importlib.import_module(module)
+        except ImportError:
+            continue
+        *path, attr = name.split(".")
+        for part in path:
+            owner = getattr(owner, part, None)
+        fn = getattr(owner, attr, None) if owner is not None else None
+        if fn is None or getattr(fn, "_timed", False):
+            continue
+        key = attr if attr != "group_comm" else "group_comm"
+
+        def timed(*a, _fn=fn, _key=key, **k):
+            t = time.perf_counter()
+            try:
+                return _fn(*a, **k)
+            finally:
+                spent[_key] = spent.get(_key, 0.0) + time.perf_counter() - t
+
+        timed._timed = True  # type: ignore[attr-defined]
+        functools.update_wrapper(timed, fn)
+        setattr(owner, attr, timed)
+
+
 def main() -> int:
     config, mode, mib, level = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     n = (mib << 20) // 8
@@ -76,11 +116,13 @@ def main() -> int:
     ok, ckpt_s, restart_s = True, 0.0, 0.0
     used = [0.0, 0.0, 0.0, 0.0]   # thread CPU s, thread run-queue s, process CPU s, bytes to storage
     marks: dict[str, float] = {}
+    spent: dict[str, float] = {}
     if mode == "ckpt":
         fill_expected(buf, 0, rank)
         app.Barrier()
         u0 = usage_now()
         t1 = MPI.Wtime()
+        time_phases(spent)
         ctx = getattr(ck, "_ctx", None)
         if ctx is not None and getattr(ctx, "fault_hook", 1) is None:   # stage marks: the pipeline's hooks
             ctx.fault_hook = lambda stage: marks.setdefault(stage, MPI.Wtime() - t1)
@@ -96,9 +138,11 @@ def main() -> int:
                                                                                     np.uint64), i, rank))
                                for i in range(0, n, CHUNK))
     phases = dict(getattr(ck, "last_timings", None) or {})
-    for stage in ("after_write", "after_post", "before_commit", "after_commit"):   # slowest rank's mark
-        if mode == "ckpt":
+    if mode == "ckpt":   # slowest rank's stage marks (s from the call's start) and seconds per function
+        for stage in ("after_write", "after_post", "before_commit", "after_commit"):
             phases[stage] = app.allreduce(marks.get(stage, -1.0), op=MPI.MAX)
+        for name in sorted(set().union(*app.allgather(sorted(spent)))):
+            phases[name] = app.allreduce(spent.get(name, 0.0), op=MPI.MAX)
     app.Barrier()
     t2 = MPI.Wtime()
     ck.finalize()

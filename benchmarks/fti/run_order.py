@@ -138,7 +138,9 @@ def run_case(args: argparse.Namespace, mib: int, level: int, rng: random.Random)
         cfg = run_sbs.make_config(system, 0, args.group)
         load = run_sbs.load1()
         row = run_sbs.run_one(run_sbs.command(system, args, cfg, "floor" if system == "floor" else "ckpt", mib,
-                                              level, 0), Path(args.out + ".log"), pycache=args.pycache)
+                                              level, 0), Path(args.out + ".log"),
+                               args.baseline_src if system == "base" else args.src if system != "fti" else None,
+                               pycache=args.pycache)
         row.update(system=system, mode="ckpt", pred=pred, run=i - 1, mib=mib, level=level, head=0,
                    load_before=load, settle=args.settle, time=time.time(), **state)
         with open(args.out, "a") as f:
@@ -170,7 +172,7 @@ def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
     """Per case: each system's n, median, p90, median per predecessor, time split; the ratios."""
     good = [r for r in rows if r.get("run", -1) >= 0 and r["exit"] == 0 and str(r.get("ok", "1")) == "1"
             and (r.get("ckpt_s") or r.get("floor_s"))]
-    systems = [s for s in ("fti", "ftkit", "floor") if any(r["system"] == s for r in good)]
+    systems = [s for s in ("fti", "ftkit", "base", "floor") if any(r["system"] == s for r in good)]
     by = defaultdict(list)
     for r in good:
         by[(r["mib"], r["level"], r["settle"], r["system"])].append(r)
@@ -182,8 +184,8 @@ def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
             *(f"median after {p}" for p in systems), "cpu / runq / blk s (median)", "to disk MiB"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     ratio_lines = ["| MiB | level | settle | ftkit ÷ FTI median | p90 ÷ p90 | ftkit p90 ÷ FTI median | "
-                   + " | ".join(f"÷ after {p}" for p in systems) + " | ftkit ÷ floor median | p90 ÷ floor median |",
-                   "|" + "---|" * (8 + len(systems))]
+                   + " | ".join(f"÷ after {p}" for p in systems) + " | ftkit ÷ floor median | p90 ÷ floor median | base ÷ FTI median / p90 |",
+                   "|" + "---|" * (9 + len(systems))]
     for case in cases:
         med, p90 = {}, {}
         for s in systems:
@@ -214,7 +216,8 @@ def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
                 f"| {case[0]} | L{case[1]} | {case[2]} | **{med['ftkit'] / med['fti']:.2f}** ({target}) | "
                 f"**{p90['ftkit'] / p90['fti']:.2f}** | {p90['ftkit'] / med['fti']:.2f} | "
                 + " | ".join(per_pred)
-                + (f" | {med['ftkit'] / fl:.2f} | {p90['ftkit'] / fl:.2f} |" if fl else " | - | - |"))
+                + (f" | {med['ftkit'] / fl:.2f} | {p90['ftkit'] / fl:.2f} |" if fl else " | - | - |")
+                + (f" {med['base'] / med['fti']:.2f} / {p90['base'] / p90['fti']:.2f} |" if "base" in med else " - |"))
     loads = [float(r["load_before"]) for r in good]
     foot = (f"\nload average before the runs: {min(loads):.1f}-{max(loads):.1f} (median {_q(loads, 0.5):.1f}); "
             "p90 = 90th percentile (linear interpolation); cpu = the calling thread on a CPU, runq = waiting "
@@ -236,6 +239,10 @@ def main() -> int:
     ap.add_argument("--no-floor", action="store_true", help="FTI and ftkit only")
     ap.add_argument("--out", default=str(run_sbs.ROOT / "order.jsonl"))
     ap.add_argument("--python", default=str(run_sbs.REPO / ".venv" / "bin" / "python"), help="ftkit's python")
+    ap.add_argument("--src", default=None, help="ftkit's src directory to measure (PYTHONPATH; default: the "
+                                                "venv's ftkit), e.g. a `git archive COMMIT src` snapshot")
+    ap.add_argument("--baseline-src", default=None, help="src directory of an earlier ftkit: a fourth system "
+                                                         "'base' (before/after a change in the same run)")
     ap.add_argument("--summarize", nargs="+", metavar="JSONL", help="print the tables of saved rows and exit")
     args = ap.parse_args()
     if args.summarize:
@@ -245,7 +252,8 @@ def main() -> int:
     args.pycache = run_sbs.ROOT / "pycache"
     args.fti_bin = None if args.no_fti else run_sbs.build_fti()
     args.fti_mpirun = run_sbs.fti_launcher() if args.fti_bin else []
-    args.systems = [*(["fti"] if args.fti_bin else []), "ftkit", *([] if args.no_floor else ["floor"])]
+    args.systems = [*(["fti"] if args.fti_bin else []), "ftkit", *(["base"] if args.baseline_src else []),
+                    *([] if args.no_floor else ["floor"])]
     mpis = {"fti": mpi_name(["/usr/bin/mpirun", "--version"]) if args.fti_bin else "-",
             "ftkit": mpi_name([args.python, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"])}
     print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}; MPI {mpis}",

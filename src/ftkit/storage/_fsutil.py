@@ -15,6 +15,15 @@ Rules a caller may rely on:
   setups where a group shares the checkpoints.
 * A temporary file left by a killed writer is never read (readers open final names only); it is removed
   by the next writer of the same final name and by :func:`remove_file` of that name.
+* Early writeback: a writer whose fsync runs in the call (the default) hands each written piece of at least
+  :data:`WRITEBACK_MIN_BYTES` to the device at once (:func:`start_writeback`, Linux ``sync_file_range``
+  with ``SYNC_FILE_RANGE_WRITE``: no wait, no durability promise), so the disk works while the next piece is
+  copied and hashed and the fsync at commit waits for the tail only, not for the whole file at once
+  (issue 37). A writer
+  whose fsync is deferred past the call (``writeback=False``, the L2/L3 files of
+  :class:`BackgroundSyncs`) leaves its bytes in the page cache, so that they do not compete for the disk
+  with the files the call must make durable. Durability is unchanged: only :meth:`AtomicWriter.commit`'s
+  fsync (or the background batch's) makes a file durable.
 """
 
 from __future__ import annotations
@@ -29,10 +38,11 @@ from types import TracebackType
 import numpy as np
 
 from ..errors import StorageError
+from ._writeback import WRITEBACK_MIN_BYTES, start_writeback
 
 __all__ = ["AtomicWriter", "atomic_write_bytes", "open_temp", "set_group_access", "file_mode", "dir_mode",
            "fsync_dir", "write_all", "make_dirs", "remove_file", "remove_empty_dirs", "stale_temps",
-           "is_temp_name", "link_durably", "BackgroundSyncs"]
+           "is_temp_name", "link_durably", "BackgroundSyncs", "start_writeback", "WRITEBACK_MIN_BYTES"]
 
 _modes = {"file": 0o600, "dir": 0o700}
 _TEMP_TRIES = 8
@@ -40,8 +50,6 @@ _TEMP_TRIES = 8
 #: one without hard links): :func:`link_durably` then reports False and the caller copies instead.
 _NO_HARD_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP,
                            errno.ENOSYS})
-
-
 def set_group_access(enabled: bool) -> None:
     """Create files 0640 and directories 0750 (``enabled``), or 0600/0700 (the default), from now on.
 
@@ -199,6 +207,9 @@ class AtomicWriter:
         Final name of the file.
     fsync
         Make the file and the rename durable on commit (only format tests turn it off).
+    writeback
+        Hand written pieces to the device at once (see the module doc); default: when ``fsync`` is on. Turn
+        it off for a file whose fsync is deferred past the call (``commit(syncs)``).
 
     Raises
     ------
@@ -206,9 +217,11 @@ class AtomicWriter:
         If the temporary file cannot be created (naming the cause, e.g. a full disk).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True,
+                 writeback: bool | None = None) -> None:
         self.path = Path(path)
         self.fsync = fsync
+        self.writeback = fsync if writeback is None else writeback
         self._done = False
         self._synced = False  # the bytes written so far are durable (sync() ran after the last pwrite)
         try:
@@ -228,7 +241,10 @@ class AtomicWriter:
             As raised by the system (e.g. ``ENOSPC``).
         """
         self._synced = False
-        write_all(self.fd, memoryview(data).cast("B"), offset)  # type: ignore[arg-type]
+        view = memoryview(data).cast("B")  # type: ignore[arg-type]
+        write_all(self.fd, view, offset)
+        if self.writeback and len(view) >= WRITEBACK_MIN_BYTES:
+            self.writeback = start_writeback(self.fd, offset, len(view))
 
     def sync(self) -> None:
         """fsync the bytes written so far, under the temporary name (:meth:`commit` then skips its fsync).

@@ -1,0 +1,65 @@
+"""Early writeback (:func:`start_writeback`, ``AtomicWriter(writeback=...)``): a writer whose fsync runs in the
+call hands each written piece to the device at once; one whose fsync is deferred leaves its bytes in the page
+cache. Observed through the kernel's own accounting: bytes still dirty when a file is deleted are counted as
+``cancelled_write_bytes`` in ``/proc/self/io``; bytes already handed to the device are not."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ftkit.storage._fsutil import WRITEBACK_MIN_BYTES, AtomicWriter, start_writeback
+
+PIECE = 4 << 20
+
+
+def _cancelled() -> int:
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("cancelled_write_bytes:"))
+
+
+def _dirty_bytes_dropped(path, writeback: bool | None) -> int:
+    """Write two pieces through an AtomicWriter, abort it (the temporary file is deleted): the bytes that
+    were still dirty, as the kernel counts them."""
+    w = AtomicWriter(path, writeback=writeback)
+    w.pwrite(os.urandom(PIECE), 0)
+    w.pwrite(os.urandom(PIECE), PIECE)
+    before = _cancelled()
+    w.abort()
+    return _cancelled() - before
+
+
+def test_start_writeback_works_on_a_file_and_says_no_where_it_cannot(tmp_path):
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
+    r, w = os.pipe()
+    try:
+        os.write(fd, b"x" * WRITEBACK_MIN_BYTES)
+        assert start_writeback(fd, 0, WRITEBACK_MIN_BYTES) is True
+        assert start_writeback(w, 0, 1) is False              # a pipe: ESPIPE, reported, not raised
+    finally:
+        for x in (fd, r, w):
+            os.close(x)
+
+
+def test_a_durable_writer_hands_its_pieces_to_the_device_and_a_deferred_one_does_not(tmp_path):
+    kept = _dirty_bytes_dropped(tmp_path / "deferred.bin", writeback=False)
+    if kept == 0:
+        pytest.skip(f"{tmp_path}: this file system does not account dirty page-cache bytes (e.g. tmpfs)")
+    assert kept >= PIECE, kept                                 # deferred: the bytes were still dirty
+    handed = _dirty_bytes_dropped(tmp_path / "durable.bin", writeback=None)   # the default, fsync on
+    assert handed < WRITEBACK_MIN_BYTES, handed               # already on their way to the disk
+    assert os.listdir(tmp_path) == []
+
+
+def test_early_writeback_changes_nothing_of_what_is_committed(tmp_path):
+    data = os.urandom(3 * PIECE + 123)
+    with AtomicWriter(tmp_path / "a" / "f.bin") as w:          # default: fsync and early writeback
+        w.pwrite(data[:PIECE], 0)
+        w.pwrite(data[PIECE:], PIECE)
+        w.pwrite(b"head", 0)                                  # a small rewrite (below the threshold)
+    assert (tmp_path / "a" / "f.bin").read_bytes() == b"head" + data[4:]
+    assert os.listdir(tmp_path / "a") == ["f.bin"]
+    no_sync = AtomicWriter(tmp_path / "b.bin", fsync=False)   # format tests: no fsync, no writeback
+    assert no_sync.writeback is False
+    no_sync.abort()
