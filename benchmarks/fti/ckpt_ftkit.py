@@ -13,8 +13,12 @@ timing. Times (MPI.Wtime, slowest application rank), the same keys as the C prog
 * ``restart_s``: ``Checkpointer(...)`` + ``protect`` + ``recover()`` from a barrier; the array is compared
   with the expected values afterwards.
 
-``phases``: the per-phase seconds of the checkpoint call on rank 0 (``Checkpointer.last_timings`` when the
-installed ftkit has it). Prints one line ``BENCHRESULT key=value ...``; exit status 1 on a wrong restart.
+Where the checkpoint call's time went (slowest rank, as ckpt_fti.c): ``cpu_s`` (the calling thread on a
+CPU), ``runq_s`` (waiting for a CPU), ``blk_s`` (off CPU: I/O, sleeps), ``pcpu_s`` (all threads), ``wmib``
+(MiB all ranks sent to storage). ``phases``: the pipeline's stage marks (``after_write`` ..., seconds from
+the call's start) and the seconds spent in each function of :data:`PHASES`, slowest rank
+(``Checkpointer.last_timings`` too when the installed ftkit has it). Prints one line
+``BENCHRESULT key=value ...``; exit status 1 on a wrong restart.
 """
 
 from __future__ import annotations
@@ -85,9 +89,7 @@ def time_phases(spent: dict[str, float]) -> None:
         fn = getattr(owner, attr, None) if owner is not None else None
         if fn is None or getattr(fn, "_timed", False):
             continue
-        key = attr if attr != "group_comm" else "group_comm"
-
-        def timed(*a, _fn=fn, _key=key, **k):
+        def timed(*a, _fn=fn, _key=attr, **k):
             t = time.perf_counter()
             try:
                 return _fn(*a, **k)
