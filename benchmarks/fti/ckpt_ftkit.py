@@ -64,12 +64,11 @@ def usage_now() -> tuple[float, float, float, float]:
 
 
 #: Functions of the checkpoint call timed by :func:`time_phases` (module, name): where the call's time goes.
-PHASES = [("ftkit.checkpoint.offload", "PostManager.settle_syncs"), ("ftkit.checkpoint.pipeline", "write_primary"),
-          ("ftkit.checkpoint.pipeline", "agree_written"), ("ftkit.checkpoint.levels.partner", "group_comm"),
-          ("ftkit.checkpoint.levels.encoded", "group_comm"), ("ftkit.checkpoint.levels.partner", "partner_copy"),
-          ("ftkit.checkpoint.pipeline", "settle_primary"), ("ftkit.checkpoint.pipeline", "agree"),
-          ("ftkit.checkpoint.pipeline", "commit_gate"), ("ftkit.checkpoint.pipeline", "commit_manifest"),
-          ("ftkit.checkpoint.pipeline", "remove_checkpoints"), ("ftkit.checkpoint.offload", "PostManager.start")]
+_P, _O, _L = "ftkit.checkpoint.pipeline", "ftkit.checkpoint.offload", "ftkit.checkpoint.levels."
+PHASES = [(_O, "PostManager.settle_syncs"), (_P, "write_primary"), (_P, "agree_written"),
+          (_L + "partner", "group_comm"), (_L + "encoded", "group_comm"), (_L + "partner", "partner_copy"),
+          (_P, "settle_primary"), (_P, "agree"), (_P, "commit_gate"), (_P, "commit_manifest"),
+          (_P, "remove_checkpoints"), (_O, "PostManager.start")]
 
 
 def time_phases(spent: dict[str, float]) -> None:

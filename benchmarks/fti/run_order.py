@@ -137,18 +137,18 @@ def run_case(args: argparse.Namespace, mib: int, level: int, rng: random.Random)
         state = settle(args.settle, leftovers, args.settle_timeout)
         cfg = run_sbs.make_config(system, 0, args.group)
         load = run_sbs.load1()
-        row = run_sbs.run_one(run_sbs.command(system, args, cfg, "floor" if system == "floor" else "ckpt", mib,
-                                              level, 0), Path(args.out + ".log"),
-                               args.baseline_src if system == "base" else args.src if system != "fti" else None,
-                               pycache=args.pycache)
+        src = args.baseline_src if system == "base" else args.src if system != "fti" else None
+        cmd = run_sbs.command(system, args, cfg, "floor" if system == "floor" else "ckpt", mib, level, 0)
+        row = run_sbs.run_one(cmd, Path(args.out + ".log"), src, pycache=args.pycache)
         row.update(system=system, mode="ckpt", pred=pred, run=i - 1, mib=mib, level=level, head=0,
-                   load_before=load, settle=args.settle, time=time.time(), floor_writeback=args.floor_writeback,
-                   **state)
+                   load_before=load, settle=args.settle, time=time.time(),
+                   floor_writeback=args.floor_writeback, **state)
         with open(args.out, "a") as f:
             f.write(json.dumps(row) + "\n")
         value = row.get("floor_s") or row.get("ckpt_s", "-")
-        print(f"  {i - 1:3d} {pred:5s} -> {system:5s} exit={row['exit']} s={value} cpu={row.get('cpu_s', '-')} "
-              f"runq={row.get('runq_s', '-')} blk={row.get('blk_s', '-')} dirty/wb found "
+        print(f"  {i - 1:3d} {pred:5s} -> {system:5s} exit={row['exit']} s={value} "
+              f"cpu={row.get('cpu_s', '-')} runq={row.get('runq_s', '-')} blk={row.get('blk_s', '-')} "
+              "dirty/wb found "
               f"{state['dirty_found']}/{state['wb_found']} load={load:.1f}", flush=True)
         pred, leftovers = system, [cfg.parent]
     for d in leftovers:
@@ -185,7 +185,8 @@ def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
             *(f"median after {p}" for p in systems), "cpu / runq / blk s (median)", "to disk MiB"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     ratio_lines = ["| MiB | level | settle | ftkit ÷ FTI median | p90 ÷ p90 | ftkit p90 ÷ FTI median | "
-                   + " | ".join(f"÷ after {p}" for p in systems) + " | ftkit ÷ floor median | p90 ÷ floor median | base ÷ FTI median / p90 |",
+                   + " | ".join(f"÷ after {p}" for p in systems)
+                   + " | ftkit ÷ floor median | p90 ÷ floor median | base ÷ FTI median / p90 |",
                    "|" + "---|" * (9 + len(systems))]
     for case in cases:
         med, p90 = {}, {}
@@ -198,7 +199,8 @@ def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
             after = {p: [_value(r) for r in rs if r["pred"] == p] for p in systems}
             split = " / ".join(f"{statistics.median(float(r.get(k, 'nan')) for r in rs):.3f}"
                                for k in ("cpu_s", "runq_s", "blk_s")) if s != "floor" else "-"
-            disk = f"{statistics.median(float(r.get('wmib', 'nan')) for r in rs):.0f}" if s != "floor" else "-"
+            wmib = [float(r.get("wmib", "nan")) for r in rs]
+            disk = "-" if s == "floor" else f"{statistics.median(wmib):.0f}"
             cells = [str(case[0]), f"L{case[1]}", case[2], s, str(len(xs)), f"{med[s]:.3f}", f"{p90[s]:.3f}",
                      *(f"{statistics.median(a):.3f} ({len(a)})" if a else "-" for a in after.values()),
                      split, disk]
@@ -218,9 +220,11 @@ def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
                 f"**{p90['ftkit'] / p90['fti']:.2f}** | {p90['ftkit'] / med['fti']:.2f} | "
                 + " | ".join(per_pred)
                 + (f" | {med['ftkit'] / fl:.2f} | {p90['ftkit'] / fl:.2f} |" if fl else " | - | - |")
-                + (f" {med['base'] / med['fti']:.2f} / {p90['base'] / p90['fti']:.2f} |" if "base" in med else " - |"))
+                + (f" {med['base'] / med['fti']:.2f} / {p90['base'] / p90['fti']:.2f} |" if "base" in med
+                   else " - |"))
     loads = [float(r["load_before"]) for r in good]
-    foot = (f"\nload average before the runs: {min(loads):.1f}-{max(loads):.1f} (median {_q(loads, 0.5):.1f}); "
+    foot = (f"\nload average before the runs: {min(loads):.1f}-{max(loads):.1f} "
+            f"(median {_q(loads, 0.5):.1f}); "
             "p90 = 90th percentile (linear interpolation); cpu = the calling thread on a CPU, runq = waiting "
             "for one (machine load), blk = off CPU (I/O, sleeps), slowest rank each" if loads else "")
     return "\n".join(lines) + "\n\n" + "\n".join(ratio_lines) + foot
@@ -258,7 +262,8 @@ def main() -> int:
     args.systems = [*(["fti"] if args.fti_bin else []), "ftkit", *(["base"] if args.baseline_src else []),
                     *([] if args.no_floor else ["floor"])]
     mpis = {"fti": mpi_name(["/usr/bin/mpirun", "--version"]) if args.fti_bin else "-",
-            "ftkit": mpi_name([args.python, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"])}
+            "ftkit": mpi_name([args.python, "-c",
+                               "from mpi4py import MPI; print(MPI.Get_library_version())"])}
     print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}; MPI {mpis}",
           flush=True)
     rng = random.Random(args.seed)
