@@ -1,7 +1,7 @@
 """Early writeback (:func:`start_writeback`, ``AtomicWriter(writeback=...)``): a writer whose fsync runs in
-the call hands each written piece to the device at once; one whose fsync is deferred leaves its bytes in the page
-cache. Observed through the kernel's own accounting: bytes still dirty when a file is deleted are counted as
-``cancelled_write_bytes`` in ``/proc/self/io``; bytes already handed to the device are not."""
+the call hands each written piece to the device at once; one whose fsync is deferred leaves its bytes in the
+page cache. Observed through the kernel's own accounting: bytes still dirty when a file is deleted are
+counted as ``cancelled_write_bytes`` in ``/proc/self/io``; bytes already handed to the device are not."""
 
 from __future__ import annotations
 
