@@ -6,10 +6,12 @@ counted as ``cancelled_write_bytes`` in ``/proc/self/io``; bytes already handed 
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
 from ftkit.storage._fsutil import WRITEBACK_MIN_BYTES, AtomicWriter, start_writeback
+from ftkit.storage._writeback import Writeback
 
 PIECE = 4 << 20
 
@@ -63,3 +65,22 @@ def test_early_writeback_changes_nothing_of_what_is_committed(tmp_path):
     no_sync = AtomicWriter(tmp_path / "b.bin", fsync=False)   # format tests: no fsync, no writeback
     assert no_sync.writeback is False
     no_sync.abort()
+
+
+def test_the_writeback_thread_ends_with_the_writer_and_a_refusal_is_not_an_error(tmp_path):
+    def helpers() -> int:
+        return sum(t.name == "ftkit-writeback" for t in threading.enumerate())
+
+    before = helpers()
+    w = AtomicWriter(tmp_path / "f.bin")
+    w.pwrite(os.urandom(PIECE), 0)
+    assert helpers() == before + 1                           # submitting beside the writer
+    w.commit()
+    assert helpers() == before                               # ended before the fsync and the close
+    r, wfd = os.pipe()
+    wb = Writeback(wfd)
+    wb.add(0, PIECE)                                         # a pipe: the system refuses, quietly
+    wb.close()
+    assert wb.working is False and helpers() == before
+    os.close(r)
+    os.close(wfd)

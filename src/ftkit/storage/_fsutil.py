@@ -16,10 +16,10 @@ Rules a caller may rely on:
 * A temporary file left by a killed writer is never read (readers open final names only); it is removed
   by the next writer of the same final name and by :func:`remove_file` of that name.
 * Early writeback: a writer whose fsync runs in the call (the default) hands each written piece of at least
-  :data:`WRITEBACK_MIN_BYTES` to the device at once (:func:`start_writeback`, Linux ``sync_file_range``
-  with ``SYNC_FILE_RANGE_WRITE``: no wait, no durability promise), so the disk works while the next piece is
-  copied and hashed and the fsync at commit waits for the tail only, not for the whole file at once
-  (issue 37). A writer
+  :data:`WRITEBACK_MIN_BYTES` to the device at once (:class:`~ftkit.storage._writeback.Writeback`: Linux
+  ``sync_file_range`` with ``SYNC_FILE_RANGE_WRITE`` from a helper thread; no durability promise), so the
+  disk works while the next piece is copied and hashed and the fsync at commit waits for the tail only, not
+  for the whole file at once (issue 37). A writer
   whose fsync is deferred past the call (``writeback=False``, the L2/L3 files of
   :class:`BackgroundSyncs`) leaves its bytes in the page cache, so that they do not compete for the disk
   with the files the call must make durable. Durability is unchanged: only :meth:`AtomicWriter.commit`'s
@@ -38,7 +38,7 @@ from types import TracebackType
 import numpy as np
 
 from ..errors import StorageError
-from ._writeback import WRITEBACK_MIN_BYTES, start_writeback
+from ._writeback import WRITEBACK_MIN_BYTES, Writeback, start_writeback
 
 __all__ = ["AtomicWriter", "atomic_write_bytes", "open_temp", "set_group_access", "file_mode", "dir_mode",
            "fsync_dir", "write_all", "make_dirs", "remove_file", "remove_empty_dirs", "stale_temps",
@@ -231,6 +231,7 @@ class AtomicWriter:
             self.fd, self.tmp = open_temp(self.path)
         except OSError as exc:
             raise StorageError(f"cannot create {self.path}: {exc.strerror or exc}") from exc
+        self._wb = Writeback(self.fd) if self.writeback else None
 
     def pwrite(self, data: np.ndarray | bytes | memoryview, offset: int) -> None:
         """Write ``data`` at byte ``offset`` of the file.
@@ -243,8 +244,13 @@ class AtomicWriter:
         self._synced = False
         view = memoryview(data).cast("B")  # type: ignore[arg-type]
         write_all(self.fd, view, offset)
-        if self.writeback and len(view) >= WRITEBACK_MIN_BYTES:
-            self.writeback = start_writeback(self.fd, offset, len(view))
+        if self._wb is not None:
+            self._wb.add(offset, len(view))
+
+    def _end_writeback(self) -> None:
+        """Stop handing pieces to the device (before the descriptor is fsynced, handed over or closed)."""
+        if self._wb is not None:
+            self._wb.close()
 
     def sync(self) -> None:
         """fsync the bytes written so far, under the temporary name (:meth:`commit` then skips its fsync).
@@ -257,6 +263,7 @@ class AtomicWriter:
             As raised by ``fsync`` (e.g. ``EIO``).
         """
         if self.fsync and not self._done:
+            self._end_writeback()
             os.fsync(self.fd)
             self._synced = True
 
@@ -276,6 +283,7 @@ class AtomicWriter:
         if self._done:
             return
         defer = syncs is not None and self.fsync and not self._synced
+        self._end_writeback()
         try:
             if self.fsync and not self._synced and not defer:
                 os.fsync(self.fd)
@@ -298,6 +306,7 @@ class AtomicWriter:
         if self._done:
             return
         self._done = True
+        self._end_writeback()
         if self.fd >= 0:
             try:
                 os.close(self.fd)
