@@ -8,10 +8,12 @@ from __future__ import annotations
 import os
 import threading
 
+import numpy as np
 import pytest
 
 from ftkit.storage._fsutil import WRITEBACK_MIN_BYTES, AtomicWriter, start_writeback
 from ftkit.storage._writeback import Writeback
+from ftkit.storage.pending import start_write
 
 PIECE = 4 << 20
 
@@ -84,3 +86,13 @@ def test_the_writeback_thread_ends_with_the_writer_and_a_refusal_is_not_an_error
     assert wb.working is False and helpers() == before
     os.close(r)
     os.close(wfd)
+
+
+def test_a_file_whose_fsync_runs_beside_the_next_step_is_not_written_back_early(tmp_path):
+    # start_write (inline L2/L3): its fsync thread starts right after the writes and overlaps the exchange;
+    # the writes themselves leave the bytes in the page cache (early writeback competed with them there).
+    arr = np.frombuffer(os.urandom(2 * PIECE), np.uint8)
+    pending = start_write(tmp_path / "f.ftk", [("a", arr)], rank=0, level=2, ckpt_id=1, exec_id="x", nranks=1)
+    assert pending._writer.writeback is False and pending._writer._wb is None
+    pending.finish()
+    assert (tmp_path / "f.ftk").stat().st_size > 2 * PIECE

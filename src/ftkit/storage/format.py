@@ -184,8 +184,10 @@ def write_uncommitted(
     chunk_bytes: int = DEFAULT_CHUNK,
     fsync: bool = True,
     layouts: Mapping[str, Layout] | None = None,
+    writeback: bool | None = None,
 ) -> tuple[AtomicWriter, FileInfo, bytes]:
     """:func:`write_file` up to, not including, the commit: every byte is written under the temporary name.
+    ``writeback``: as :class:`AtomicWriter`'s (default: on when ``fsync`` is).
 
     Returns the writer (the caller commits or aborts it: see :mod:`ftkit.storage.pending`), the file's
     :class:`FileInfo`, and the file's first ``data_offset`` bytes (preamble and final header): the rest of
@@ -202,7 +204,7 @@ def write_uncommitted(
     fields_ = {"format": "ftkit-checkpoint", "rank": int(rank), "level": int(level), "ckpt_id": int(ckpt_id),
                "exec_id": str(exec_id), "nranks": int(nranks), "meta": dict(meta or {})}
     placeholder, sections = _layout(fields_, arrays, layouts or {})
-    writer = AtomicWriter(path, fsync=fsync)
+    writer = AtomicWriter(path, fsync=fsync, writeback=writeback)
     try:
         writer.pwrite(_preamble(placeholder) + placeholder, 0)
         final = []
