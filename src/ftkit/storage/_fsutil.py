@@ -19,11 +19,11 @@ Rules a caller may rely on:
   :data:`WRITEBACK_MIN_BYTES` to the device at once (:class:`~ftkit.storage._writeback.Writeback`: Linux
   ``sync_file_range`` with ``SYNC_FILE_RANGE_WRITE`` from a helper thread; no durability promise), so the
   disk works while the next piece is copied and hashed and the fsync at commit waits for the tail only, not
-  for the whole file at once (issue 37). A writer
-  whose fsync is deferred past the call (``writeback=False``, the L2/L3 files of
-  :class:`BackgroundSyncs`) leaves its bytes in the page cache, so that they do not compete for the disk
-  with the files the call must make durable. Durability is unchanged: only :meth:`AtomicWriter.commit`'s
-  fsync (or the background batch's) makes a file durable.
+  for the whole file at once (issue 37). ``writeback=False`` leaves the bytes to the fsync: for files
+  whose fsync is deferred past the call (the L2/L3 files of :class:`BackgroundSyncs`: they must not compete
+  for the disk with the files the call makes durable) and for the inline L2/L3 primary file
+  (:mod:`ftkit.storage.pending`: its fsync thread already overlaps the exchange). Durability is unchanged:
+  only :meth:`AtomicWriter.commit`'s fsync (or the background batch's) makes a file durable.
 """
 
 from __future__ import annotations
