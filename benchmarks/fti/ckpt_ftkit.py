@@ -13,12 +13,17 @@ timing. Times (MPI.Wtime, slowest application rank), the same keys as the C prog
 * ``restart_s``: ``Checkpointer(...)`` + ``protect`` + ``recover()`` from a barrier; the array is compared
   with the expected values afterwards.
 
-``phases``: the per-phase seconds of the checkpoint call on rank 0 (``Checkpointer.last_timings`` when the
-installed ftkit has it). Prints one line ``BENCHRESULT key=value ...``; exit status 1 on a wrong restart.
+Where the checkpoint call's time went (slowest rank, as ckpt_fti.c): ``cpu_s`` (the calling thread on a
+CPU), ``runq_s`` (waiting for a CPU), ``blk_s`` (off CPU: I/O, sleeps), ``pcpu_s`` (all threads), ``wmib``
+(MiB all ranks sent to storage). ``phases``: the pipeline's stage marks (``after_write`` ..., seconds from
+the call's start) and the seconds spent in each function of :data:`PHASES`, slowest rank
+(``Checkpointer.last_timings`` too when the installed ftkit has it). Prints one line
+``BENCHRESULT key=value ...``; exit status 1 on a wrong restart.
 """
 
 from __future__ import annotations
 
+import resource
 import sys
 
 import numpy as np
@@ -40,6 +45,61 @@ def fill_expected(out: np.ndarray, first: int, rank: int) -> np.ndarray:
     return out
 
 
+def usage_now() -> tuple[float, float, float, float]:
+    """The calling thread's CPU and run-queue seconds (``/proc/thread-self/schedstat``), the process's CPU
+    seconds (all threads) and the bytes it sent to storage (``/proc/self/io`` write_bytes), as ckpt_fti.c."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            cpu_ns, runq_ns = (int(x) for x in f.read().split()[:2])
+    except OSError:
+        cpu_ns = runq_ns = 0
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    wbytes = 0
+    try:
+        with open("/proc/self/io") as f:
+            wbytes = next((int(line.split()[1]) for line in f if line.startswith("write_bytes:")), 0)
+    except OSError:
+        pass
+    return cpu_ns * 1e-9, runq_ns * 1e-9, ru.ru_utime + ru.ru_stime, float(wbytes)
+
+
+#: Functions of the checkpoint call timed by :func:`time_phases` (module, name): where the call's time goes.
+_P, _O, _L = "ftkit.checkpoint.pipeline", "ftkit.checkpoint.offload", "ftkit.checkpoint.levels."
+PHASES = [(_O, "PostManager.settle_syncs"), (_P, "write_primary"), (_P, "agree_written"),
+          (_L + "partner", "group_comm"), (_L + "encoded", "group_comm"), (_L + "partner", "partner_copy"),
+          (_P, "settle_primary"), (_P, "agree"), (_P, "commit_gate"), (_P, "commit_manifest"),
+          (_P, "remove_checkpoints"), (_O, "PostManager.start")]
+
+
+def time_phases(spent: dict[str, float]) -> None:
+    """Wrap the functions of :data:`PHASES` (those this ftkit has) to add their seconds to ``spent``."""
+    import functools
+    import importlib
+    import time
+
+    for module, name in PHASES:
+        try:
+            owner = importlib.import_module(module)
+        except ImportError:
+            continue
+        *path, attr = name.split(".")
+        for part in path:
+            owner = getattr(owner, part, None)
+        fn = getattr(owner, attr, None) if owner is not None else None
+        if fn is None or getattr(fn, "_timed", False):
+            continue
+        def timed(*a, _fn=fn, _key=attr, **k):
+            t = time.perf_counter()
+            try:
+                return _fn(*a, **k)
+            finally:
+                spent[_key] = spent.get(_key, 0.0) + time.perf_counter() - t
+
+        timed._timed = True  # type: ignore[attr-defined]
+        functools.update_wrapper(timed, fn)
+        setattr(owner, attr, timed)
+
+
 def main() -> int:
     config, mode, mib, level = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     n = (mib << 20) // 8
@@ -55,12 +115,23 @@ def main() -> int:
     ck.protect("buf", buf)
     restarted = bool(ck.restarted)
     ok, ckpt_s, restart_s = True, 0.0, 0.0
+    used = [0.0, 0.0, 0.0, 0.0]   # thread CPU s, thread run-queue s, process CPU s, bytes to storage
+    marks: dict[str, float] = {}
+    spent: dict[str, float] = {}
     if mode == "ckpt":
         fill_expected(buf, 0, rank)
         app.Barrier()
+        u0 = usage_now()
         t1 = MPI.Wtime()
+        time_phases(spent)
+        ctx = getattr(ck, "_ctx", None)
+        if ctx is not None and getattr(ctx, "fault_hook", 1) is None:   # stage marks: the pipeline's hooks
+            ctx.fault_hook = lambda stage: marks.setdefault(stage, MPI.Wtime() - t1)
         ck.checkpoint(level=level)
         ckpt_s = MPI.Wtime() - t1
+        used = [b - a for a, b in zip(u0, usage_now(), strict=True)]
+        if ctx is not None and ctx.fault_hook is not None:
+            ctx.fault_hook = None
     else:
         ck.recover()
         restart_s = MPI.Wtime() - t0
@@ -68,17 +139,26 @@ def main() -> int:
                                                                                     np.uint64), i, rank))
                                for i in range(0, n, CHUNK))
     phases = dict(getattr(ck, "last_timings", None) or {})
+    if mode == "ckpt":   # slowest rank's stage marks (s from the call's start) and seconds per function
+        for stage in ("after_write", "after_post", "before_commit", "after_commit"):
+            phases[stage] = app.allreduce(marks.get(stage, -1.0), op=MPI.MAX)
+        for name in sorted(set().union(*app.allgather(sorted(spent)))):
+            phases[name] = app.allreduce(spent.get(name, 0.0), op=MPI.MAX)
     app.Barrier()
     t2 = MPI.Wtime()
     ck.finalize()
     final_s = MPI.Wtime() - t2
     slowest = [app.allreduce(x, op=MPI.MAX) for x in (init_s, ckpt_s, restart_s, final_s)]
     ok = app.allreduce(ok, op=MPI.LAND)
+    cpu_s, runq_s, pcpu_s = (app.allreduce(x, op=MPI.MAX) for x in used[:3])
+    blk_s = app.allreduce(ckpt_s - used[0] - used[1], op=MPI.MAX)   # the calling thread off CPU, not queued
+    wmib = app.allreduce(used[3], op=MPI.SUM) / 1048576
     if rank == 0:
         phase_text = ",".join(f"{k}:{v:.4f}" for k, v in phases.items()) or "-"
         print(f"BENCHRESULT mode={mode} ranks={app.Get_size()} mib={mib} level={level} ok={int(ok)} "
               f"init_s={slowest[0]:.4f} ckpt_s={slowest[1]:.4f} restart_s={slowest[2]:.4f} "
-              f"final_s={slowest[3]:.4f} phases={phase_text}", flush=True)
+              f"final_s={slowest[3]:.4f} cpu_s={cpu_s:.4f} pcpu_s={pcpu_s:.4f} runq_s={runq_s:.4f} "
+              f"blk_s={blk_s:.4f} wmib={wmib:.1f} phases={phase_text}", flush=True)
     app.Free()
     return 0 if ok else 1
 

@@ -1,6 +1,6 @@
 """The floor of each checkpoint level: the least work that level's guarantee needs, on the same bytes.
 
-    ftkit launch -n P --node-size 1 -- python floors.py DIR MIB LEVEL GROUP_SIZE
+    ftkit launch -n P --node-size 1 -- python floors.py DIR MIB LEVEL GROUP_SIZE [WRITEBACK]
 
 Per application rank, MIB MiB from memory (the same array as the benchmark programs), slowest rank, from a
 barrier (MPI.Wtime), with the MPI of ftkit's launch:
@@ -12,7 +12,9 @@ barrier (MPI.Wtime), with the MPI of ftkit's launch:
   timed here with ``ftkit.codec``) + write + fsync of the rank's parity bytes (as many as its data);
 * L4: write + fsync of the bytes to a file in ``DIR/global``.
 
-Prints ``FLOORRESULT level=L mib=M floor_s=... parts=name:s,...``. Files are removed afterwards.
+``WRITEBACK`` = 1: each write hands every 16 MiB piece to the device at once (``sync_file_range``, as ftkit's
+writer does since issue 37) before the fsync; 0 (default): plain write + fsync. Prints
+``FLOORRESULT level=L mib=M floor_s=... parts=name:s,...``. Files are removed afterwards.
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ from mpi4py import MPI
 
 from ftkit.codec import RSCode
 
+try:
+    from ftkit.storage._writeback import start_writeback
+except ImportError:   # an ftkit from before issue 37 (--baseline-src): plain writes
+    def start_writeback(fd: int, offset: int, nbytes: int) -> bool:
+        return False
+
+
+WRITEBACK = [False]   # argv[5]: early writeback of each piece (see the module doc)
+PIECE = 16 << 20
+
 
 def write_fsync(path: Path, data: np.ndarray) -> None:
     """Write ``data`` to a new file and fsync it (no rename: a floor)."""
@@ -34,7 +46,10 @@ def write_fsync(path: Path, data: np.ndarray) -> None:
     try:
         view, done = memoryview(data).cast("B"), 0
         while done < len(view):
-            done += os.write(fd, view[done:])
+            n = os.write(fd, view[done:done + PIECE] if WRITEBACK[0] else view[done:])
+            if WRITEBACK[0]:
+                start_writeback(fd, done, n)
+            done += n
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -42,6 +57,7 @@ def write_fsync(path: Path, data: np.ndarray) -> None:
 
 def main() -> int:
     work, mib, level, k = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    WRITEBACK[0] = len(sys.argv) > 5 and sys.argv[5] == "1"
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     n = (mib << 20) // 8

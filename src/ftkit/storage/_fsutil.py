@@ -15,6 +15,15 @@ Rules a caller may rely on:
   setups where a group shares the checkpoints.
 * A temporary file left by a killed writer is never read (readers open final names only); it is removed
   by the next writer of the same final name and by :func:`remove_file` of that name.
+* Early writeback: a writer whose fsync runs in the call (the default) hands each written piece of at least
+  :data:`WRITEBACK_MIN_BYTES` to the device at once (:class:`~ftkit.storage._writeback.Writeback`: Linux
+  ``sync_file_range`` with ``SYNC_FILE_RANGE_WRITE`` from a helper thread; no durability promise), so the
+  disk works while the next piece is copied and hashed and the fsync at commit waits for the tail only, not
+  for the whole file at once (issue 37). ``writeback=False`` leaves the bytes to the fsync: for files
+  whose fsync is deferred past the call (the L2/L3 files of :class:`BackgroundSyncs`: they must not compete
+  for the disk with the files the call makes durable) and for the inline L2/L3 primary file
+  (:mod:`ftkit.storage.pending`: its fsync thread already overlaps the exchange). Durability is unchanged:
+  only :meth:`AtomicWriter.commit`'s fsync (or the background batch's) makes a file durable.
 """
 
 from __future__ import annotations
@@ -29,10 +38,11 @@ from types import TracebackType
 import numpy as np
 
 from ..errors import StorageError
+from ._writeback import WRITEBACK_MIN_BYTES, Writeback, start_writeback
 
 __all__ = ["AtomicWriter", "atomic_write_bytes", "open_temp", "set_group_access", "file_mode", "dir_mode",
            "fsync_dir", "write_all", "make_dirs", "remove_file", "remove_empty_dirs", "stale_temps",
-           "is_temp_name", "link_durably", "BackgroundSyncs"]
+           "is_temp_name", "link_durably", "BackgroundSyncs", "start_writeback", "WRITEBACK_MIN_BYTES"]
 
 _modes = {"file": 0o600, "dir": 0o700}
 _TEMP_TRIES = 8
@@ -40,8 +50,6 @@ _TEMP_TRIES = 8
 #: one without hard links): :func:`link_durably` then reports False and the caller copies instead.
 _NO_HARD_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP,
                            errno.ENOSYS})
-
-
 def set_group_access(enabled: bool) -> None:
     """Create files 0640 and directories 0750 (``enabled``), or 0600/0700 (the default), from now on.
 
@@ -199,6 +207,9 @@ class AtomicWriter:
         Final name of the file.
     fsync
         Make the file and the rename durable on commit (only format tests turn it off).
+    writeback
+        Hand written pieces to the device at once (see the module doc); default: when ``fsync`` is on. Turn
+        it off for a file whose fsync is deferred past the call (``commit(syncs)``).
 
     Raises
     ------
@@ -206,9 +217,11 @@ class AtomicWriter:
         If the temporary file cannot be created (naming the cause, e.g. a full disk).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True,
+                 writeback: bool | None = None) -> None:
         self.path = Path(path)
         self.fsync = fsync
+        self.writeback = fsync if writeback is None else writeback
         self._done = False
         self._synced = False  # the bytes written so far are durable (sync() ran after the last pwrite)
         try:
@@ -218,6 +231,7 @@ class AtomicWriter:
             self.fd, self.tmp = open_temp(self.path)
         except OSError as exc:
             raise StorageError(f"cannot create {self.path}: {exc.strerror or exc}") from exc
+        self._wb = Writeback(self.fd) if self.writeback else None
 
     def pwrite(self, data: np.ndarray | bytes | memoryview, offset: int) -> None:
         """Write ``data`` at byte ``offset`` of the file.
@@ -228,7 +242,15 @@ class AtomicWriter:
             As raised by the system (e.g. ``ENOSPC``).
         """
         self._synced = False
-        write_all(self.fd, memoryview(data).cast("B"), offset)  # type: ignore[arg-type]
+        view = memoryview(data).cast("B")  # type: ignore[arg-type]
+        write_all(self.fd, view, offset)
+        if self._wb is not None:
+            self._wb.add(offset, len(view))
+
+    def _end_writeback(self) -> None:
+        """Stop handing pieces to the device (before the descriptor is fsynced, handed over or closed)."""
+        if self._wb is not None:
+            self._wb.close()
 
     def sync(self) -> None:
         """fsync the bytes written so far, under the temporary name (:meth:`commit` then skips its fsync).
@@ -241,6 +263,7 @@ class AtomicWriter:
             As raised by ``fsync`` (e.g. ``EIO``).
         """
         if self.fsync and not self._done:
+            self._end_writeback()
             os.fsync(self.fd)
             self._synced = True
 
@@ -260,6 +283,7 @@ class AtomicWriter:
         if self._done:
             return
         defer = syncs is not None and self.fsync and not self._synced
+        self._end_writeback()
         try:
             if self.fsync and not self._synced and not defer:
                 os.fsync(self.fd)
@@ -282,6 +306,7 @@ class AtomicWriter:
         if self._done:
             return
         self._done = True
+        self._end_writeback()
         if self.fd >= 0:
             try:
                 os.close(self.fd)

@@ -165,7 +165,7 @@ def _encode(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, code: st
     with guard:
         fd = open_or_none(data_path if data_bytes is None else None)
         if write:
-            writer = AtomicWriter(parity_path)
+            writer = AtomicWriter(parity_path, writeback=syncs is None)
     try:
         if code == "rs":
             read = file_reader(fd, sizes[i]) if data_bytes is None else source_reader(data_bytes, sizes[i])

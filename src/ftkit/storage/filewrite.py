@@ -191,8 +191,10 @@ def write_uncommitted(
     chunk_bytes: int = DEFAULT_CHUNK,
     fsync: bool = True,
     layouts: Mapping[str, Layout] | None = None,
+    writeback: bool | None = None,
 ) -> tuple[AtomicWriter, FileInfo, bytes]:
     """:func:`write_file` up to, not including, the commit: every byte is written under the temporary name.
+    ``writeback``: as :class:`AtomicWriter`'s (default: on when ``fsync`` is).
 
     Returns the writer (the caller commits or aborts it: see :mod:`ftkit.storage.pending`), the file's
     :class:`FileInfo`, and the file's first ``data_offset`` bytes (preamble and final header): the rest of
@@ -205,7 +207,7 @@ def write_uncommitted(
     """
     path = Path(path)
     fields_, placeholder, sections = _plan_file(arrays, rank, level, ckpt_id, exec_id, nranks, meta, layouts)
-    writer = AtomicWriter(path, fsync=fsync)
+    writer = AtomicWriter(path, fsync=fsync, writeback=writeback)
     try:
         writer.pwrite(_preamble(placeholder) + placeholder, 0)
         final = _stream_sections(arrays, sections, lambda piece, at: writer.pwrite(piece, at),

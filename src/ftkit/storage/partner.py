@@ -154,7 +154,7 @@ class _Transfer:
                 self.fd = os.open(self.send_path, os.O_RDONLY)
         with self.recv_guard:
             if self.recv_path is not None and self.recv_len >= 0:
-                self.writer = AtomicWriter(self.recv_path)
+                self.writer = AtomicWriter(self.recv_path, writeback=self.syncs is None)
 
     def stream(self) -> None:
         """Move the bytes chunk by chunk; a failing side records its error and keeps going.

@@ -156,7 +156,10 @@ def start_write(path: str | os.PathLike[str], arrays: Sequence[tuple[str, np.nda
     StorageError
         If the file cannot be written (the temporary file is removed).
     """
+    # No early writeback: the fsync thread starts right after the writes and overlaps the L2/L3 step that
+    # follows; submitting during the writes only competed with them (issue 37: +0.05 s per 64 MiB L2 call).
     writer, info, head = write_uncommitted(Path(path), arrays, rank=rank, level=level, ckpt_id=ckpt_id,
                                            exec_id=exec_id, nranks=nranks, meta=meta,
-                                           chunk_bytes=chunk_bytes, fsync=fsync, layouts=layouts)
+                                           chunk_bytes=chunk_bytes, fsync=fsync, layouts=layouts,
+                                           writeback=False)
     return PendingFile(writer, info, head, arrays)

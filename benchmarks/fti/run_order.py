@@ -1,0 +1,281 @@
+"""Order-aware side-by-side of FTI 1.6, ftkit and each level's floor: every system measured after each system.
+
+    mpislot .venv/bin/python benchmarks/fti/run_order.py [--sizes 64,256] [--levels 1,2,3,4] [--rounds 4]
+                                                       [--settle full|sync|none] [--out FILE.jsonl]
+    .venv/bin/python benchmarks/fti/run_order.py --summarize FILE.jsonl...
+
+Why: a checkpoint call's cost may depend on what the job before it left (dirty pages, writeback in flight,
+freed blocks, a full page cache). :mod:`run_sbs` alternates two systems, so each is always measured after
+the other; here the run order of every case (MiB per rank, level; head = 0) is a chain of random Eulerian
+circuits over all ordered pairs of systems (self-pairs included): with ``--rounds R`` every system is measured
+exactly R times after each system, itself included, in a random order (``--seed``). A warm-up run (not
+counted) opens each case, so the first counted run has a predecessor of the same case.
+
+Before each run the state is made equal (``--settle``):
+
+* ``full`` (default): the previous run's files are removed, ``sync``, the clean page cache dropped
+  (``echo 1 > /proc/sys/vm/drop_caches``, when writable: as root), then a wait (50 ms steps, at most
+  ``--settle-timeout`` s) until ``/proc/meminfo`` shows no Writeback and Dirty under 16 MiB;
+* ``sync``: files removed and ``sync`` only (what :mod:`run_sbs` does);
+* ``none``: files removed, nothing else: the previous job's dirty pages and writeback are left in place
+  (the state a busy cluster gives).
+
+Each row (JSONL) keeps the predecessor, the state found before the run (Dirty, Writeback, load, seconds
+waited) and the program's figures: ``ckpt_s`` (slowest rank), and where the call's time went on the slowest
+rank: ``cpu_s`` (the calling thread on a CPU), ``runq_s`` (waiting for a CPU: the machine's load, not the
+program), ``blk_s`` (off CPU: I/O and sleeps), ``pcpu_s`` (CPU of all the process's threads), ``wmib``
+(bytes sent to storage by all ranks during the call, ``/proc/<pid>/io``).
+
+The table: per case and system, n, median and 90th percentile of the call; per predecessor the median;
+ftkit ÷ FTI as median ÷ median, p90 ÷ p90 and p90 ÷ FTI's median (issue 37's check), per predecessor
+(median ÷ median of the runs after the same predecessor); ftkit ÷ floor (median and p90 over the floor's
+median). The MPI of each system is printed with the table (FTI runs under the MPI ``build_fti.sh`` compiled
+it with, ftkit under its own Open MPI 5).
+
+Time: about 8-12 s per run (launch, settle, the job); ``(9 * rounds + 1)`` runs per case with 3 systems:
+the default grid (2 sizes x 4 levels, 4 rounds) is 296 runs, about 45-60 minutes on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run_sbs  # noqa: E402  (the same launch commands, configuration and FTI build)
+
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+DIRTY_QUIET_MIB = 16
+
+
+def meminfo_mib() -> dict[str, int]:
+    """Dirty and Writeback of ``/proc/meminfo``, MiB."""
+    out = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, value = line.split(":", 1)
+            if key in ("Dirty", "Writeback"):
+                out[key] = int(value.split()[0]) // 1024
+    return out
+
+
+def settle(mode: str, leftovers: list[Path], timeout: float) -> dict:
+    """Remove the previous run's files and bring the machine to the state ``mode`` asks; return what it found
+    (Dirty/Writeback before and after, seconds it took, whether the clean cache was dropped)."""
+    t0 = time.monotonic()
+    for d in leftovers:
+        shutil.rmtree(d, ignore_errors=True)
+    found = meminfo_mib()
+    dropped = False
+    if mode in ("full", "sync"):
+        subprocess.run(["sync"], check=False)
+    if mode == "full":
+        try:
+            DROP_CACHES.write_text("1\n")
+            dropped = True
+        except OSError:
+            pass
+        while time.monotonic() - t0 < timeout:
+            m = meminfo_mib()
+            if m["Writeback"] == 0 and m["Dirty"] < DIRTY_QUIET_MIB:
+                break
+            time.sleep(0.05)
+    now = meminfo_mib()
+    return {"dirty_found": found["Dirty"], "wb_found": found["Writeback"], "dirty_before": now["Dirty"],
+            "wb_before": now["Writeback"], "settle_s": round(time.monotonic() - t0, 3), "dropped": dropped}
+
+
+def eulerian_order(systems: list[str], rounds: int, rng: random.Random) -> list[str]:
+    """A run order in which every ordered pair (a, b) of ``systems`` (a = b too) follows ``rounds`` times.
+
+    ``rounds`` random Eulerian circuits of the complete directed graph with loops, chained at their common
+    end: ``rounds * k**2 + 1`` runs for ``k`` systems; the first is the warm-up's predecessor slot.
+    """
+    order = [rng.choice(systems)]
+    for _ in range(rounds):
+        edges = {a: rng.sample(systems, len(systems)) for a in systems}   # each node's out-edges, shuffled
+        stack, circuit = [order[-1]], []
+        while stack:                                                      # Hierholzer
+            v = stack[-1]
+            if edges[v]:
+                stack.append(edges[v].pop())
+            else:
+                circuit.append(stack.pop())
+        order.extend(circuit[::-1][1:])
+    return order
+
+
+def mpi_name(cmd: list[str]) -> str:
+    """``MPICH 4.0.2`` / ``Open MPI 4.1.4`` from an ``mpirun --version`` or mpi4py's library version."""
+    try:
+        text = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("Version:") and "HYDRA" in text:
+            return "MPICH " + line.split()[-1]
+        if "Open MPI" in line or "MPICH Version" in line:
+            words = line.replace(",", " ").split()
+            return " ".join(words[:3]) if "Open" in line else "MPICH " + words[-1]
+    return text.strip().splitlines()[0] if text.strip() else "?"
+
+
+def run_case(args: argparse.Namespace, mib: int, level: int, rng: random.Random) -> None:
+    order = eulerian_order(args.systems, args.rounds, rng)
+    print(f"case {mib} MiB L{level}: {len(order) - 1} runs, order {' '.join(order)}", flush=True)
+    pred, leftovers = "-", []
+    for i, system in enumerate(order):
+        state = settle(args.settle, leftovers, args.settle_timeout)
+        cfg = run_sbs.make_config(system, 0, args.group)
+        load = run_sbs.load1()
+        src = args.baseline_src if system == "base" else args.src if system != "fti" else None
+        cmd = run_sbs.command(system, args, cfg, "floor" if system == "floor" else "ckpt", mib, level, 0)
+        row = run_sbs.run_one(cmd, Path(args.out + ".log"), src, pycache=args.pycache)
+        row.update(system=system, mode="ckpt", pred=pred, run=i - 1, mib=mib, level=level, head=0,
+                   load_before=load, settle=args.settle, time=time.time(),
+                   floor_writeback=args.floor_writeback, **state)
+        with open(args.out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        value = row.get("floor_s") or row.get("ckpt_s", "-")
+        print(f"  {i - 1:3d} {pred:5s} -> {system:5s} exit={row['exit']} s={value} "
+              f"cpu={row.get('cpu_s', '-')} runq={row.get('runq_s', '-')} blk={row.get('blk_s', '-')} "
+              "dirty/wb found "
+              f"{state['dirty_found']}/{state['wb_found']} load={load:.1f}", flush=True)
+        pred, leftovers = system, [cfg.parent]
+    for d in leftovers:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _q(xs: list[float], q: float) -> float:
+    """Quantile ``q`` (linear interpolation between order statistics); nan for no data."""
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    return xs[lo] + (xs[min(lo + 1, len(xs) - 1)] - xs[lo]) * (pos - lo)
+
+
+def _value(r: dict) -> float:
+    return float(r["floor_s"] if r["system"] == "floor" else r["ckpt_s"])
+
+
+def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
+    """Per case: each system's n, median, p90, median per predecessor, time split; the ratios."""
+    good = [r for r in rows if r.get("run", -1) >= 0 and r["exit"] == 0 and str(r.get("ok", "1")) == "1"
+            and (r.get("ckpt_s") or r.get("floor_s"))]
+    systems = [s for s in ("fti", "ftkit", "base", "floor") if any(r["system"] == s for r in good)]
+    by = defaultdict(list)
+    for r in good:
+        by[(r["mib"], r["level"], r["settle"], r["system"])].append(r)
+    cases = sorted({k[:3] for k in by})
+    lines = []
+    if mpis:
+        lines.append("MPI: " + ", ".join(f"{s} = {m}" for s, m in mpis.items()))
+    head = ["MiB", "level", "settle", "system", "n", "median s", "p90 s",
+            *(f"median after {p}" for p in systems), "cpu / runq / blk s (median)", "to disk MiB"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    ratio_lines = ["| MiB | level | settle | ftkit ÷ FTI median | p90 ÷ p90 | ftkit p90 ÷ FTI median | "
+                   + " | ".join(f"÷ after {p}" for p in systems)
+                   + " | ftkit ÷ floor median | p90 ÷ floor median | base ÷ FTI median / p90 |",
+                   "|" + "---|" * (9 + len(systems))]
+    for case in cases:
+        med, p90 = {}, {}
+        for s in systems:
+            rs = by.get((*case, s), [])
+            if not rs:
+                continue
+            xs = [_value(r) for r in rs]
+            med[s], p90[s] = statistics.median(xs), _q(xs, 0.9)
+            after = {p: [_value(r) for r in rs if r["pred"] == p] for p in systems}
+            split = " / ".join(f"{statistics.median(float(r.get(k, 'nan')) for r in rs):.3f}"
+                               for k in ("cpu_s", "runq_s", "blk_s")) if s != "floor" else "-"
+            wmib = [float(r.get("wmib", "nan")) for r in rs]
+            disk = "-" if s == "floor" else f"{statistics.median(wmib):.0f}"
+            cells = [str(case[0]), f"L{case[1]}", case[2], s, str(len(xs)), f"{med[s]:.3f}", f"{p90[s]:.3f}",
+                     *(f"{statistics.median(a):.3f} ({len(a)})" if a else "-" for a in after.values()),
+                     split, disk]
+            lines.append("| " + " | ".join(cells) + " |")
+        if "ftkit" in med and "fti" in med:
+            fk = by[(*case, "ftkit")]
+            ft = by[(*case, "fti")]
+            per_pred = []
+            for p in systems:
+                a = [_value(r) for r in fk if r["pred"] == p]
+                b = [_value(r) for r in ft if r["pred"] == p]
+                per_pred.append(f"{statistics.median(a) / statistics.median(b):.2f}" if a and b else "-")
+            target = run_sbs.TARGETS[case[1]]
+            fl = med.get("floor")
+            ratio_lines.append(
+                f"| {case[0]} | L{case[1]} | {case[2]} | **{med['ftkit'] / med['fti']:.2f}** ({target}) | "
+                f"**{p90['ftkit'] / p90['fti']:.2f}** | {p90['ftkit'] / med['fti']:.2f} | "
+                + " | ".join(per_pred)
+                + (f" | {med['ftkit'] / fl:.2f} | {p90['ftkit'] / fl:.2f} |" if fl else " | - | - |")
+                + (f" {med['base'] / med['fti']:.2f} / {p90['base'] / p90['fti']:.2f} |" if "base" in med
+                   else " - |"))
+    loads = [float(r["load_before"]) for r in good]
+    foot = (f"\nload average before the runs: {min(loads):.1f}-{max(loads):.1f} "
+            f"(median {_q(loads, 0.5):.1f}); "
+            "p90 = 90th percentile (linear interpolation); cpu = the calling thread on a CPU, runq = waiting "
+            "for one (machine load), blk = off CPU (I/O, sleeps), slowest rank each" if loads else "")
+    return "\n".join(lines) + "\n\n" + "\n".join(ratio_lines) + foot
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="64,256", help="MiB per rank (comma-separated)")
+    ap.add_argument("--levels", default="1,2,3,4")
+    ap.add_argument("--rounds", type=int, default=4, help="times each system runs after each system")
+    ap.add_argument("--settle", choices=("full", "sync", "none"), default="full")
+    ap.add_argument("--settle-timeout", type=float, default=30.0)
+    ap.add_argument("--seed", type=int, default=37)
+    ap.add_argument("--ranks", type=int, default=4, help="application ranks (one per emulated node)")
+    ap.add_argument("--group", type=int, default=4, help="group_size")
+    ap.add_argument("--no-fti", action="store_true", help="ftkit and the floors only")
+    ap.add_argument("--no-floor", action="store_true", help="FTI and ftkit only")
+    ap.add_argument("--floor-writeback", action="store_true",
+                    help="the floors hand each 16 MiB piece to the device as they write it (as ftkit does)")
+    ap.add_argument("--out", default=str(run_sbs.ROOT / "order.jsonl"))
+    ap.add_argument("--python", default=str(run_sbs.REPO / ".venv" / "bin" / "python"), help="ftkit's python")
+    ap.add_argument("--src", default=None, help="ftkit's src directory to measure (PYTHONPATH; default: the "
+                                                "venv's ftkit), e.g. a `git archive COMMIT src` snapshot")
+    ap.add_argument("--baseline-src", default=None, help="src directory of an earlier ftkit: a fourth system "
+                                                         "'base' (before/after a change in the same run)")
+    ap.add_argument("--summarize", nargs="+", metavar="JSONL", help="print the tables of saved rows and exit")
+    args = ap.parse_args()
+    if args.summarize:
+        print(summarize([json.loads(line) for f in args.summarize for line in open(f) if line.strip()]))
+        return 0
+    run_sbs.ROOT.mkdir(parents=True, exist_ok=True)
+    args.pycache = run_sbs.ROOT / "pycache"
+    args.fti_bin = None if args.no_fti else run_sbs.build_fti()
+    args.fti_mpirun = run_sbs.fti_launcher() if args.fti_bin else []
+    args.systems = [*(["fti"] if args.fti_bin else []), "ftkit", *(["base"] if args.baseline_src else []),
+                    *([] if args.no_floor else ["floor"])]
+    mpis = {"fti": mpi_name(["/usr/bin/mpirun", "--version"]) if args.fti_bin else "-",
+            "ftkit": mpi_name([args.python, "-c",
+                               "from mpi4py import MPI; print(MPI.Get_library_version())"])}
+    print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}; MPI {mpis}",
+          flush=True)
+    rng = random.Random(args.seed)
+    t0 = time.monotonic()
+    for mib in map(int, args.sizes.split(",")):
+        for level in map(int, args.levels.split(",")):
+            run_case(args, mib, level, rng)
+    print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}; "
+          f"{(time.monotonic() - t0) / 60:.1f} min")
+    print(summarize([json.loads(line) for line in open(args.out) if line.strip()], mpis))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

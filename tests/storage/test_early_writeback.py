@@ -1,0 +1,98 @@
+"""Early writeback (:func:`start_writeback`, ``AtomicWriter(writeback=...)``): a writer whose fsync runs in
+the call hands each written piece to the device at once; one whose fsync is deferred leaves its bytes in the
+page cache. Observed through the kernel's own accounting: bytes still dirty when a file is deleted are
+counted as ``cancelled_write_bytes`` in ``/proc/self/io``; bytes already handed to the device are not."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from ftkit.storage._fsutil import WRITEBACK_MIN_BYTES, AtomicWriter, start_writeback
+from ftkit.storage._writeback import Writeback
+from ftkit.storage.pending import start_write
+
+PIECE = 4 << 20
+
+
+def _cancelled() -> int:
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("cancelled_write_bytes:"))
+
+
+def _dirty_bytes_dropped(path, writeback: bool | None) -> int:
+    """Write two pieces through an AtomicWriter, abort it (the temporary file is deleted): the bytes that
+    were still dirty, as the kernel counts them."""
+    w = AtomicWriter(path, writeback=writeback)
+    w.pwrite(os.urandom(PIECE), 0)
+    w.pwrite(os.urandom(PIECE), PIECE)
+    before = _cancelled()
+    w.abort()
+    return _cancelled() - before
+
+
+def test_start_writeback_works_on_a_file_and_says_no_where_it_cannot(tmp_path):
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
+    r, w = os.pipe()
+    try:
+        os.write(fd, b"x" * WRITEBACK_MIN_BYTES)
+        assert start_writeback(fd, 0, WRITEBACK_MIN_BYTES) is True
+        assert start_writeback(w, 0, 1) is False              # a pipe: ESPIPE, reported, not raised
+    finally:
+        for x in (fd, r, w):
+            os.close(x)
+
+
+def test_a_durable_writer_hands_its_pieces_to_the_device_and_a_deferred_one_does_not(tmp_path):
+    kept = _dirty_bytes_dropped(tmp_path / "deferred.bin", writeback=False)
+    if kept == 0:
+        pytest.skip(f"{tmp_path}: this file system does not account dirty page-cache bytes (e.g. tmpfs)")
+    assert kept >= PIECE, kept                                 # deferred: the bytes were still dirty
+    handed = _dirty_bytes_dropped(tmp_path / "durable.bin", writeback=None)   # the default, fsync on
+    assert handed < WRITEBACK_MIN_BYTES, handed               # already on their way to the disk
+    assert os.listdir(tmp_path) == []
+
+
+def test_early_writeback_changes_nothing_of_what_is_committed(tmp_path):
+    data = os.urandom(3 * PIECE + 123)
+    with AtomicWriter(tmp_path / "a" / "f.bin") as w:          # default: fsync and early writeback
+        w.pwrite(data[:PIECE], 0)
+        w.pwrite(data[PIECE:], PIECE)
+        w.pwrite(b"head", 0)                                  # a small rewrite (below the threshold)
+    assert (tmp_path / "a" / "f.bin").read_bytes() == b"head" + data[4:]
+    assert os.listdir(tmp_path / "a") == ["f.bin"]
+    no_sync = AtomicWriter(tmp_path / "b.bin", fsync=False)   # format tests: no fsync, no writeback
+    assert no_sync.writeback is False
+    no_sync.abort()
+
+
+def test_the_writeback_thread_ends_with_the_writer_and_a_refusal_is_not_an_error(tmp_path):
+    def helpers() -> int:
+        return sum(t.name == "ftkit-writeback" for t in threading.enumerate())
+
+    before = helpers()
+    w = AtomicWriter(tmp_path / "f.bin")
+    w.pwrite(os.urandom(PIECE), 0)
+    assert helpers() == before + 1                           # submitting beside the writer
+    w.commit()
+    assert helpers() == before                               # ended before the fsync and the close
+    r, wfd = os.pipe()
+    wb = Writeback(wfd)
+    wb.add(0, PIECE)                                         # a pipe: the system refuses, quietly
+    wb.close()
+    assert wb.working is False and helpers() == before
+    os.close(r)
+    os.close(wfd)
+
+
+def test_a_file_whose_fsync_runs_beside_the_next_step_is_not_written_back_early(tmp_path):
+    # start_write (inline L2/L3): its fsync thread starts right after the writes and overlaps the exchange;
+    # the writes themselves leave the bytes in the page cache (early writeback competed with them there).
+    arr = np.frombuffer(os.urandom(2 * PIECE), np.uint8)
+    pending = start_write(tmp_path / "f.ftk", [("a", arr)], rank=0, level=2, ckpt_id=1, exec_id="x", nranks=1)
+    assert pending._writer.writeback is False and pending._writer._wb is None
+    pending.finish()
+    assert (tmp_path / "f.ftk").stat().st_size > 2 * PIECE
