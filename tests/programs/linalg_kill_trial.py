@@ -16,9 +16,10 @@ Prints, per surviving rank, one of ``DONE rank=.. failed=[..]`` (a result was re
 ``--setup in-call`` (issue 33) measures a kill at any moment of the call itself: nothing builds the detector
 beforehand (in ``--mode protect``, ``protect_operands`` does, and the call reuses it), ``started`` is written
 just before ``resilient_pdgemm`` is called, and rank 0 marks ``call`` there and ``setup`` when the call
-reaches the detector's set-up (the ``"setup"`` stage of :data:`ftkit.linalg._resilient_call.fault_hook`);
-``--hold-at setup`` then holds the victim at that stage, inside the call, after it saved its inputs.
-The driver (``benchmarks/kill_campaign.py``) assembles the pieces and compares them with numpy.
+reaches the detector's set-up (the ``"setup"`` stage of
+:data:`ftkit.linalg.resilient._call_state.fault_hook`); ``--hold-at setup`` then holds the victim at that
+stage, inside the call, after it saved its inputs. The driver (``benchmarks/kill_campaign.py``) assembles the
+pieces and compares them with numpy.
 
 ``--routine trmm|syrk|syr2k`` (issue 33) runs ``resilient_pdtrmm`` (``--trans`` is SIDE UPLO TRANSA DIAG,
 e.g. ``LUNN``; the result is B), ``resilient_pdsyrk`` or ``resilient_pdsyr2k`` (``--trans`` is UPLO TRANS,
@@ -40,9 +41,9 @@ from mpi4py import MPI
 from ftkit.errors import ProcessFailure
 from ftkit.failure import Fenced, exit_without_finalize
 from ftkit.linalg import DistributedMatrix, ProcessGrid, _resilient_call
-from ftkit.linalg.protected import detector_for, protect_operands
 from ftkit.linalg.resilient import resilient_pdgemm
-from ftkit.linalg.resilient_pblas3 import resilient_pdsyr2k, resilient_pdsyrk, resilient_pdtrmm
+from ftkit.linalg.resilient.protected import detector_for, protect_operands
+from ftkit.linalg.resilient.routines import resilient_pdsyr2k, resilient_pdsyrk, resilient_pdtrmm
 
 p = argparse.ArgumentParser()
 p.add_argument("--grid", default="2x3")
