@@ -31,7 +31,8 @@ APART = {("checkpoint", "linalg"), ("linalg", "checkpoint")}
 
 #: Layer of each part of ``ftkit.linalg`` (its modules and sub-packages), the same rule one level down: the
 #: distributed matrix, then the plain PBLAS and their engines, the checksum algebra, the process-failure
-#: routines, the ABFT routines (whose ``protect_inputs=`` path runs a process-failure one), the Cholesky solver.
+#: routines, the ABFT routines (whose ``protect_inputs=`` path runs a process-failure one), the Cholesky
+#: solver.
 LINALG_LAYERS: dict[str, int] = {
     "grid": 0, "descriptor": 0, "matrix": 0, "_blas": 0,
     "pblas": 1,

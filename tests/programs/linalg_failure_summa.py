@@ -18,8 +18,8 @@ from mpi4py import MPI
 from ftkit import inject
 from ftkit.errors import ABFTError, ProcessFailure, StorageError
 from ftkit.failure import Fenced, exit_without_finalize, load_state_table, persist_state_table
-from ftkit.linalg import DistributedMatrix, ProcessGrid, _resilient_call, pdgemm
-from ftkit.linalg.resilient import resilient_pdgemm, resilient_pdsymm
+from ftkit.linalg import DistributedMatrix, ProcessGrid, pdgemm
+from ftkit.linalg.resilient import _call_state, resilient_pdgemm, resilient_pdsymm
 
 p = argparse.ArgumentParser()
 p.add_argument("--grid", default="2x2")
@@ -102,7 +102,7 @@ def at_stage(stage: str) -> None:
         time.sleep(60)  # the test driver kills this process by pid long before
 
 
-_resilient_call.fault_hook = at_stage
+_call_state.fault_hook = at_stage
 
 
 if a.cont:

@@ -40,8 +40,8 @@ from mpi4py import MPI
 
 from ftkit.errors import ProcessFailure
 from ftkit.failure import Fenced, exit_without_finalize
-from ftkit.linalg import DistributedMatrix, ProcessGrid, _resilient_call
-from ftkit.linalg.resilient import resilient_pdgemm
+from ftkit.linalg import DistributedMatrix, ProcessGrid
+from ftkit.linalg.resilient import _call_state, resilient_pdgemm
 from ftkit.linalg.resilient.protected import detector_for, protect_operands
 from ftkit.linalg.resilient.routines import resilient_pdsyr2k, resilient_pdsyrk, resilient_pdtrmm
 
@@ -141,7 +141,7 @@ def on_step(step: int) -> None:
         time.sleep(a.step_pause)
 
 
-_resilient_call.fault_hook = at_stage
+_call_state.fault_hook = at_stage
 try:
     if not in_call:
         mark("setup")

@@ -39,7 +39,7 @@ from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
 from ..pblas._operands import aligned_operands
 from ..pblas._summa import plan_summa, run_summa
-from ..pblas.gemm import _scale
+from ..pblas.gemm import _scale, check_width
 from ._call_state import PhaseTimer, ResilientCall, ResilientResult, at_stage, record_phases
 from ._failure_exchange import FailureAwareExchange, run_cannon
 from ._settle import Tile, plan_tiles, prefetch, settle_up
@@ -113,7 +113,7 @@ def resilient_call(
     """Run ``form`` surviving process failures: the four phases of :mod:`ftkit.linalg.resilient`.
 
     Collective on C's grid. The keyword arguments are :func:`~ftkit.linalg.resilient.resilient_pdgemm`'s
-    (checked by the caller: ``width``, ``algorithm``, and that protected operands belong to this form).
+    (``width`` checked here; ``algorithm``, and that protected operands belong to this form, by the caller).
 
     Length: the four phases in order, with the error-free shortcut after the first agreement; each phase is
     a function of its own, and cutting the sequence that hands them their state would only hide it.
@@ -129,6 +129,7 @@ def resilient_call(
         As :func:`~ftkit.linalg.resilient.resilient_pdgemm`.
     """
     f, grid = form, form.C.grid
+    check_width(f.routine, width)
     _check_state_table(grid)
     protected = store if isinstance(store, ProtectedOperands) else None
     name = f"resilient_{f.routine.lower()}"

@@ -70,14 +70,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...errors import PBLASArgumentError
 from ...failure import FailureDetector
 from ...storage.inputs import InputStore
 from ..matrix import DistributedMatrix
-from ..pblas.gemm import _symmetric_copy, check_gemm_args, check_symm_args, check_width
+from ..pblas.gemm import _symmetric_copy, check_gemm_args, check_symm_args
 from ._call_state import ResilientResult
 from .engine import ProductForm, resilient_call
-from .protected import ProtectedOperands, check_algorithm, operands_key
+from .protected import ProtectedOperands, check_algorithm, check_store, operands_key
 
 __all__ = ["ProductForm", "ResilientResult", "resilient_call", "resilient_pdgemm", "resilient_pdsymm"]
 
@@ -165,7 +164,6 @@ def resilient_pdgemm(
     """
     ta, tb, m, n, k, alpha, ia, ja, ib, jb, beta, ic, jc = check_gemm_args(
         "PDGEMM", transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
-    check_width("PDGEMM", width)
     check_algorithm(C.grid, algorithm, 19)
     if isinstance(store, ProtectedOperands):
         store.check(A, B, operands_key(ta, tb, m, n, k, ia, ja, ib, jb, C, ic, jc, algorithm))
@@ -216,10 +214,7 @@ def resilient_pdsymm(
     """
     side, uplo, m, n, alpha, ia, ja, ib, jb, beta, ic, jc, na = check_symm_args(
         "PDSYMM", side, uplo, m, n, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
-    check_width("PDSYMM", width)
-    if isinstance(store, ProtectedOperands):
-        raise PBLASArgumentError("PDSYMM", 18, "store= must be an input store or a directory: operands "
-                                 "protected with protect_operands() serve resilient_pdgemm only")  # fmt: skip
+    check_store("PDSYMM", 18, store)
 
     def prepare() -> tuple[DistributedMatrix, int, int, DistributedMatrix, int, int]:
         W = _symmetric_copy(A, ia, ja, na, uplo)

@@ -140,6 +140,20 @@ def operands_key(
             C.grid.context)  # fmt: skip
 
 
+def check_store(routine: str, position: int, store: object) -> None:
+    """Check ``store=`` of a failure-tolerant routine other than PDGEMM (PBLAS argument number ``position``).
+
+    Raises
+    ------
+    PBLASArgumentError
+        If ``store`` is :class:`ProtectedOperands`: those are PDGEMM's aligned operands, and the other
+        routines build the operands they multiply in every call.
+    """
+    if isinstance(store, ProtectedOperands):
+        raise PBLASArgumentError(routine, position, "store= must be an input store or a directory: operands "
+                                 "protected with protect_operands() serve resilient_pdgemm only")  # fmt: skip
+
+
 @dataclass
 class ProtectedOperands:
     """A and B of one multiply, saved in ``store`` by :func:`protect_operands`; pass it as ``store=``.

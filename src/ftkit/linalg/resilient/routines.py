@@ -27,27 +27,19 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ...errors import PBLASArgumentError
 from ...failure import FailureDetector
 from ...storage.inputs import InputStore
 from ..matrix import DistributedMatrix
 from ..pblas.add import pdgeadd
-from ..pblas.gemm import check_width
 from ..pblas.rank_k import check_rank_args
 from ..pblas.triangular import check_tri_args
 from ._call_state import ResilientResult
 from .engine import ProductForm, resilient_call
-from .protected import ProtectedOperands
+from .protected import check_store
 
 __all__ = ["resilient_pdtrmm", "resilient_pdsyrk", "resilient_pdsyr2k"]
 
 Operands = tuple[DistributedMatrix, int, int, DistributedMatrix, int, int]
-
-
-def _check_store(routine: str, pos: int, store: object) -> None:
-    if isinstance(store, ProtectedOperands):
-        raise PBLASArgumentError(routine, pos, "store= must be an input store or a directory: operands "
-                                 "protected with protect_operands() serve resilient_pdgemm only")  # fmt: skip
 
 
 def _triangle_copy(A: DistributedMatrix, ia: int, ja: int, na: int, uplo: str,
@@ -97,8 +89,7 @@ def resilient_pdtrmm(
     """
     side, uplo, transa, diag, m, n, alpha, ia, ja, ib, jb = check_tri_args(
         "PDTRMM", side, uplo, transa, diag, m, n, alpha, A, ia, ja, B, ib, jb)
-    check_width("PDTRMM", width)
-    _check_store("PDTRMM", 16, store)
+    check_store("PDTRMM", 16, store)
     na = m if side == "L" else n
 
     def prepare() -> Operands:
@@ -169,8 +160,7 @@ def resilient_pdsyrk(
     """
     uplo, trans, n, k, alpha, ia, ja, _, _, beta, ic, jc = check_rank_args(
         "PDSYRK", uplo, trans, n, k, alpha, A, ia, ja, None, 0, 0, beta, C, ic, jc)
-    check_width("PDSYRK", width)
-    _check_store("PDSYRK", 15, store)
+    check_store("PDSYRK", 15, store)
     form = _rank_form("PDSYRK", uplo, trans, n, k, alpha, A, ia, ja, None, 0, 0, beta, C, ic, jc)
     return resilient_call(form, store=store, timeout=timeout, width=width, detector=detector, on_step=on_step,
                           stats=stats)  # fmt: skip
@@ -199,8 +189,7 @@ def resilient_pdsyr2k(
     """
     uplo, trans, n, k, alpha, ia, ja, ib, jb, beta, ic, jc = check_rank_args(
         "PDSYR2K", uplo, trans, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
-    check_width("PDSYR2K", width)
-    _check_store("PDSYR2K", 19, store)
+    check_store("PDSYR2K", 19, store)
     form = _rank_form("PDSYR2K", uplo, trans, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
     return resilient_call(form, store=store, timeout=timeout, width=width, detector=detector, on_step=on_step,
                           stats=stats)  # fmt: skip
