@@ -5,13 +5,15 @@ Each takes its plain routine's arguments (:mod:`ftkit.linalg.pblas.triangular`,
 :func:`~ftkit.linalg.abft.ft_pdgemm` has them, and returns the same :class:`~ftkit.linalg.abft.ABFTReport`
 (identical on every process).
 
-- ``ft_pdtrmm``, ``ft_pdsyrk``, ``ft_pdsyr2k`` are one checked product of ``ft_pdgemm``'s machinery
-  (checksums in the SUMMA panels, location and O(1) correction of a single wrong element, block
-  recomputation, the same injection points A / B / C): TRMM multiplies by ``op(A)``'s triangle expanded
-  with zeros, SYRK computes ``alpha op(A) op(A).T + beta C`` and SYR2K ``alpha [op(A) op(B)] [op(B)
-  op(A)].T + beta C`` into a work copy of C whose excluded triangle is zero, and only C's ``uplo`` triangle
-  is copied back. This costs up to twice the flops of the plain routines (they skip the zero / duplicate
-  half); event coordinates are those of the product (B's or C's submatrix).
+- ``ft_pdtrmm`` is one checked product of ``ft_pdgemm``'s machinery (checksums in the SUMMA panels,
+  location and O(1) correction of a single wrong element, block recomputation, the same injection points
+  A / B / C): it multiplies by ``op(A)``'s triangle expanded with zeros, which costs up to twice the flops
+  of the plain routine (it skips the zero half).
+- ``ft_pdsyrk`` and ``ft_pdsyr2k`` compute only C's ``uplo`` triangle, as the plain routines do: checked
+  products of the slabs' off-diagonal parts and diagonal squares (:mod:`ftkit.linalg.abft._rank_slabs`),
+  ``alpha op(A) op(A).T + beta C`` and ``alpha [op(A) op(B)] [op(B) op(A)].T + beta C``, into a work copy
+  of C whose excluded triangle is zero; only the triangle is copied back. Event coordinates are those of
+  the product (B's or C's submatrix).
 - ``ft_pdtrsm`` runs the plain solve and checks the checksums the solution must satisfy, per block
   (:mod:`ftkit.linalg.abft._solve_sums`): a single wrong element of the solution is located from them and
   fixed in O(1) (``"located"``); otherwise the flagged column segments are solved again (``"recomputed"``).
@@ -33,10 +35,10 @@ from .. import checksums
 from ..matrix import DistributedMatrix
 from ..pblas._redistribute import redistribute
 from ..pblas._tri_sweep import sweep, tri_cols, triangle_operand
-from ..pblas.add import trapezoid_mask
 from ..pblas.rank_k import check_rank_args
 from ..pblas.triangular import check_tri_args
 from ._blocks import Threshold
+from ._rank_slabs import checked_rank_update
 from ._solve_sums import SolveChecksums
 from .product import _ft_gemm
 from .report import ABFTReport, BlockEvent, check_ft_args
@@ -102,15 +104,9 @@ def _rank_checked(r: str, uplo: str, trans: str, n: int, k: int, alpha: float, X
                   jx: int, Y: DistributedMatrix, iy: int, jy: int, beta: float, C: DistributedMatrix,
                   ic: int, jc: int, bs: int | None, tol: float | str | None, mode: str,
                   inject: InjectionPlan | None, unchecked_is_error: bool) -> ABFTReport:
-    """``C_uplo = alpha op(X) op(Y).T + beta C_uplo`` as one checked product into a work copy of C."""
-    C64 = _as64(C)
-    work = C64.copy()
-    wv = work.local_view(ic, jc, n, n)
-    mask = trapezoid_mask(C, ic, jc, n, n, uplo)
-    wv[...] = np.where(mask, wv, 0.0)  # the excluded triangle is not read: zero, so its blocks check too
-    ta, tb = ("N", "T") if trans == "N" else ("T", "N")
-    rep = _ft_gemm(ta, tb, n, n, k, alpha, X, ix, jx, Y, iy, jy, beta, work, ic, jc, bs, tol, mode, None,
-                   None, inject, unchecked_is_error)
+    """``C_uplo = alpha op(X) op(Y).T + beta C_uplo``, only the triangle computed (:mod:`._rank_slabs`)."""
+    work, mask, rep = checked_rank_update(uplo, trans, n, k, alpha, X, ix, jx, Y, iy, jy, beta, _as64(C), ic,
+                                          jc, bs, tol, mode, inject, unchecked_is_error)  # fmt: skip
     _store(C, work, ic, jc, n, n, mask)
     return rep
 
