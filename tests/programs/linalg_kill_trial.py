@@ -26,6 +26,11 @@ e.g. ``LUNN``; the result is B), ``resilient_pdsyrk`` or ``resilient_pdsyr2k`` (
 e.g. ``LT``) instead, on the whole n x n matrices, ``--mode store`` only. Rank 0 writes numpy's expected
 result to ``<dir>/ref.npz`` (``ref``, and ``fixed``: the entries that must equal the input bit for bit, the
 triangle a rank-k update does not touch), which the driver compares the pieces with.
+
+``--routine trsm|geadd|tradd|tran`` (issue 33) runs ``resilient_pdtrsm`` (``--trans`` as for trmm; A is made
+well conditioned: its entries divided by n, 2 added to its diagonal), ``resilient_pdgeadd`` (``--trans`` is
+TRANS), ``resilient_pdtradd`` (UPLO TRANS) or ``resilient_pdtran`` (``--trans`` ignored). ``ref.npz`` also
+holds ``exact``: whether the result must equal ``ref`` bit for bit (the additions), not only to rounding.
 """
 
 from __future__ import annotations
@@ -41,15 +46,25 @@ from mpi4py import MPI
 from ftkit.errors import ProcessFailure
 from ftkit.failure import Fenced, exit_without_finalize
 from ftkit.linalg import DistributedMatrix, ProcessGrid
-from ftkit.linalg.resilient import _call_state, resilient_pdgemm
+from ftkit.linalg.resilient import (
+    _call_state,
+    resilient_pdgeadd,
+    resilient_pdgemm,
+    resilient_pdsyr2k,
+    resilient_pdsyrk,
+    resilient_pdtradd,
+    resilient_pdtran,
+    resilient_pdtrmm,
+    resilient_pdtrsm,
+)
 from ftkit.linalg.resilient.protected import detector_for, protect_operands
-from ftkit.linalg.resilient.routines import resilient_pdsyr2k, resilient_pdsyrk, resilient_pdtrmm
 
 p = argparse.ArgumentParser()
 p.add_argument("--grid", default="2x3")
 p.add_argument("--n", type=int, default=96)
+p.add_argument("--routine", default="gemm",
+               choices=["gemm", "trmm", "trsm", "syrk", "syr2k", "geadd", "tradd", "tran"])
 p.add_argument("--nb", type=int, default=8)
-p.add_argument("--routine", choices=["gemm", "trmm", "syrk", "syr2k"], default="gemm")
 p.add_argument("--trans", default="TN")
 p.add_argument("--alpha", type=float, default=1.5)
 p.add_argument("--beta", type=float, default=0.0)
@@ -77,26 +92,36 @@ n, nb = a.n, a.nb
 A = DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=1)
 B = DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=2)
 C = DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=3)
+if a.routine == "trsm":  # a well-conditioned triangle (also with a unit diagonal)
+    A.local[...] = A.local / n + 2.0 * (A.global_rows()[:, None] == A.global_cols()[None, :])
 a_g, b_g, c_g = A.to_global(), B.to_global(), C.to_global()
-ta, tb = a.trans[0], a.trans[1]
+ta, tb = (a.trans + "NN")[0], (a.trans + "NN")[1]  # gemm only
 store = Path(a.dir, "store")
 
 
 def reference() -> tuple[np.ndarray, np.ndarray]:
     """numpy's result of the routine, and the mask of entries that must stay bit for bit as on entry."""
     fixed = np.zeros((n, n), dtype=bool)
-    if a.routine == "trmm":
+    ones = np.ones((n, n), dtype=bool)
+    if a.routine in ("trmm", "trsm"):
         side, uplo, transa, diag = a.trans
         t = np.triu(a_g) if uplo == "U" else np.tril(a_g)
         if diag == "U":
             np.fill_diagonal(t, 1.0)
         t = t.T if transa != "N" else t
+        if a.routine == "trsm":
+            x = np.linalg.solve(t, b_g) if side == "L" else np.linalg.solve(t.T, b_g.T).T
+            return a.alpha * x, fixed
         return a.alpha * (t @ b_g if side == "L" else b_g @ t), fixed
+    if a.routine in ("geadd", "tradd", "tran"):  # rounded as pdgeadd rounds: beta * c + alpha * a
+        op = a_g.T if a.routine == "tran" or a.trans[-1] != "N" else a_g
+        if a.routine == "tradd":
+            fixed = ~(np.triu(ones) if a.trans[0] == "U" else np.tril(ones))
+        return np.where(fixed, c_g, a.beta * c_g + a.alpha * op), fixed
     if a.routine in ("syrk", "syr2k"):
         uplo, trans = a.trans
         opa, opb = (a_g, b_g) if trans == "N" else (a_g.T, b_g.T)
         upd = opa @ opa.T if a.routine == "syrk" else opa @ opb.T + opb @ opa.T
-        ones = np.ones((n, n), dtype=bool)
         fixed = ~(np.triu(ones) if uplo == "U" else np.tril(ones))
         return np.where(fixed, c_g, a.alpha * upd + a.beta * c_g), fixed
     opa = a_g.T if ta != "N" else a_g
@@ -107,7 +132,8 @@ def reference() -> tuple[np.ndarray, np.ndarray]:
 if rank == 0:
     np.savez(Path(a.dir, "inputs.npz"), a=a_g, b=b_g, c=c_g)
     ref, fixed = reference()
-    np.savez(Path(a.dir, "ref.npz"), ref=ref, fixed=fixed)
+    exact = a.routine in ("geadd", "tradd", "tran")
+    np.savez(Path(a.dir, "ref.npz"), ref=ref, fixed=fixed, exact=np.array(exact))
 world.Barrier()
 in_call = a.setup == "in-call"
 if rank == 0 and not a.start_at_step and a.hold_rank < 0 and not in_call:
@@ -160,6 +186,14 @@ try:
     kw = {"store": where, "timeout": a.timeout, "width": nb, "on_step": on_step}
     if a.routine == "trmm":
         res = resilient_pdtrmm(*a.trans, n, n, a.alpha, A, 0, 0, B, 0, 0, **kw)  # type: ignore[arg-type]
+    elif a.routine == "trsm":
+        res = resilient_pdtrsm(*a.trans, n, n, a.alpha, A, 0, 0, B, 0, 0, **kw)  # type: ignore[arg-type]
+    elif a.routine == "geadd":
+        res = resilient_pdgeadd(a.trans[-1], n, n, a.alpha, A, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
+    elif a.routine == "tradd":
+        res = resilient_pdtradd(*a.trans[:2], n, n, a.alpha, A, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
+    elif a.routine == "tran":
+        res = resilient_pdtran(n, n, a.alpha, A, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
     elif a.routine == "syrk":
         res = resilient_pdsyrk(*a.trans, n, n, a.alpha, A, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
     elif a.routine == "syr2k":

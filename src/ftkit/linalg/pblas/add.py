@@ -24,7 +24,7 @@ from ._redistribute import redistribute
 from .gemm import _check_dim, _check_flag, _check_matrix, _check_scalar
 from .triangular import check_dtype
 
-__all__ = ["pdgeadd", "pdtradd", "pdtran", "trapezoid_mask"]
+__all__ = ["pdgeadd", "pdtradd", "pdtran", "trapezoid_mask", "check_add_args"]
 
 
 def trapezoid_mask(C: DistributedMatrix, ic: int, jc: int, m: int, n: int, uplo: str) -> np.ndarray:
@@ -48,6 +48,31 @@ def _add_args(r: str, first: int, trans: str, m: object, n: object, alpha: objec
     beta = _check_scalar(r, first + 7, "beta", beta)
     ic, jc = _check_matrix(r, first + 8, "C", C, ic, jc, m, n, None)
     return m, n, alpha, ia, ja, beta, ic, jc
+
+
+def check_add_args(routine: str, uplo: str | None, trans: str | None, m: int, n: int, alpha: float,
+                   A: DistributedMatrix, ia: int, ja: int, beta: float, C: DistributedMatrix, ic: int,
+                   jc: int) -> tuple[str | None, str, int, int, float, int, int, float, int, int]:
+    """Check PDGEADD's (``uplo=None``), PDTRADD's or PDTRAN's (``trans=None``) arguments as PBLAS does.
+
+    Returns ``(uplo, trans, m, n, alpha, ia, ja, beta, ic, jc)`` normalized (``"C"`` mapped to ``"T"``,
+    PDTRAN's ``trans`` is ``"T"``). Shared by the plain and the failure-tolerant routines; ``routine`` names
+    the caller in the errors.
+
+    Raises
+    ------
+    PBLASArgumentError
+        With the PBLAS argument position of the first illegal argument (see the module docstring).
+    """
+    r, first = routine, 1
+    if uplo is not None:
+        uplo, first = _check_flag(r, 1, "uplo", uplo, "UL"), 2
+    if trans is None:
+        trans = "T"
+    else:
+        trans, first = _check_flag(r, first, "trans", trans, "NTC").replace("C", "T"), first + 1
+    m, n, alpha, ia, ja, beta, ic, jc = _add_args(r, first, trans, m, n, alpha, A, ia, ja, beta, C, ic, jc)
+    return uplo, trans, m, n, alpha, ia, ja, beta, ic, jc
 
 
 def add(trans: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int, beta: float,
@@ -90,9 +115,8 @@ def pdgeadd(trans: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: 
     PBLASArgumentError
         With the PBLAS argument position (see the module docstring).
     """
-    r = "PDGEADD"
-    trans = _check_flag(r, 1, "trans", trans, "NTC").replace("C", "T")
-    m, n, alpha, ia, ja, beta, ic, jc = _add_args(r, 2, trans, m, n, alpha, A, ia, ja, beta, C, ic, jc)
+    _, trans, m, n, alpha, ia, ja, beta, ic, jc = check_add_args(
+        "PDGEADD", None, trans, m, n, alpha, A, ia, ja, beta, C, ic, jc)
     add(trans, m, n, alpha, A, ia, ja, beta, C, ic, jc)
 
 
@@ -108,11 +132,9 @@ def pdtradd(uplo: str, trans: str, m: int, n: int, alpha: float, A: DistributedM
     PBLASArgumentError
         With the PBLAS argument position (see the module docstring).
     """
-    r = "PDTRADD"
-    uplo = _check_flag(r, 1, "uplo", uplo, "UL")
-    trans = _check_flag(r, 2, "trans", trans, "NTC").replace("C", "T")
-    m, n, alpha, ia, ja, beta, ic, jc = _add_args(r, 3, trans, m, n, alpha, A, ia, ja, beta, C, ic, jc)
-    add(trans, m, n, alpha, A, ia, ja, beta, C, ic, jc, uplo)
+    part, trans, m, n, alpha, ia, ja, beta, ic, jc = check_add_args(
+        "PDTRADD", uplo, trans, m, n, alpha, A, ia, ja, beta, C, ic, jc)
+    add(trans, m, n, alpha, A, ia, ja, beta, C, ic, jc, part)
 
 
 def pdtran(m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int, beta: float,
@@ -126,5 +148,6 @@ def pdtran(m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
     PBLASArgumentError
         With the PBLAS argument position (see the module docstring).
     """
-    m, n, alpha, ia, ja, beta, ic, jc = _add_args("PDTRAN", 1, "T", m, n, alpha, A, ia, ja, beta, C, ic, jc)
+    _, _, m, n, alpha, ia, ja, beta, ic, jc = check_add_args(
+        "PDTRAN", None, None, m, n, alpha, A, ia, ja, beta, C, ic, jc)
     add("T", m, n, alpha, A, ia, ja, beta, C, ic, jc)

@@ -6,18 +6,22 @@
   agree and repair, settle up (:mod:`._failure_exchange`, :mod:`._settle`; the state one call shares
   between them in :mod:`._call_state`);
 - :mod:`.multiply`: ``resilient_pdgemm`` and ``resilient_pdsymm`` (the scheme described there);
-- :mod:`.routines`: the other level-3 routines as product forms;
+- :mod:`.routines`: PDTRSM, PDTRMM, PDSYRK and PDSYR2K as product forms; :mod:`.additions`: PDGEADD,
+  PDTRADD and PDTRAN as products with the identity;
 - :mod:`.protected`: ``protect_operands``, inputs saved ahead of the calls, and the grid's failure detector.
 """
 
 from __future__ import annotations
 
 from ._call_state import ResilientResult
+from .additions import resilient_pdgeadd, resilient_pdtradd, resilient_pdtran
 from .engine import ProductForm, resilient_call
 from .multiply import resilient_pdgemm, resilient_pdsymm
 from .protected import ProtectedOperands, protect_operands
-from .routines import resilient_pdsyr2k, resilient_pdsyrk, resilient_pdtrmm
+from .routines import resilient_pdsyr2k, resilient_pdsyrk, resilient_pdtrmm, resilient_pdtrsm
 
-__all__ = ["resilient_pdgemm", "resilient_pdsymm", "resilient_pdtrmm", "resilient_pdsyrk",
-           "resilient_pdsyr2k", "resilient_call", "ProductForm", "ResilientResult",
-           "protect_operands", "ProtectedOperands"]
+__all__ = [
+    "resilient_pdgemm", "resilient_pdsymm", "resilient_pdtrsm", "resilient_pdtrmm", "resilient_pdsyrk",
+    "resilient_pdsyr2k", "resilient_pdgeadd", "resilient_pdtradd", "resilient_pdtran", "resilient_call",
+    "ProductForm", "ResilientResult", "protect_operands", "ProtectedOperands",
+]

@@ -32,12 +32,12 @@ from ...storage.inputs import InputStore
 from ..matrix import DistributedMatrix
 from ..pblas.add import pdgeadd
 from ..pblas.rank_k import check_rank_args
-from ..pblas.triangular import check_tri_args
+from ..pblas.triangular import check_tri_args, pdtrsm
 from ._call_state import ResilientResult
 from .engine import ProductForm, resilient_call
 from .protected import check_store
 
-__all__ = ["resilient_pdtrmm", "resilient_pdsyrk", "resilient_pdsyr2k"]
+__all__ = ["resilient_pdtrsm", "resilient_pdtrmm", "resilient_pdsyrk", "resilient_pdsyr2k"]
 
 Operands = tuple[DistributedMatrix, int, int, DistributedMatrix, int, int]
 
@@ -59,7 +59,14 @@ def _triangle_copy(A: DistributedMatrix, ia: int, ja: int, na: int, uplo: str,
     return W
 
 
-def _triangle(uplo: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+def identity_like(M: DistributedMatrix, n: int, mb: int, nb: int) -> DistributedMatrix:
+    """The ``n x n`` identity on M's grid, of M's dtype, in ``mb x nb`` blocks (local, no communication)."""
+    eye = DistributedMatrix.zeros(M.grid, n, n, mb=mb, nb=nb, dtype=M.dtype)
+    eye.local[...] = eye.global_rows()[:, None] == eye.global_cols()[None, :]
+    return eye
+
+
+def triangle_keep(uplo: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The ``keep`` mask of the ``uplo`` triangle (with the diagonal), in submatrix indices."""
     if uplo == "U":
         return lambda r, c: r[:, None] <= c[None, :]
@@ -103,6 +110,50 @@ def resilient_pdtrmm(
                           stats=stats)  # fmt: skip
 
 
+def resilient_pdtrsm(
+    side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float, A: DistributedMatrix,
+    ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, *, store: InputStore | str,
+    timeout: float | None = None, width: int | None = None, detector: FailureDetector | None = None,
+    on_step: Callable[[int], None] | None = None, stats: dict[str, float] | None = None,
+) -> ResilientResult:
+    """Solve ``op(A) X = alpha B`` (side "L") or ``X op(A) = alpha B`` (side "R") for X, A triangular,
+    overwriting B, surviving process failures.
+
+    Collective on B's grid; arguments and semantics as :func:`ftkit.linalg.pdtrsm` (only the ``uplo``
+    triangle of A is read, not its diagonal for ``diag="U"``; nothing of B outside its submatrix changes),
+    the keyword arguments and the result as :func:`~ftkit.linalg.resilient_pdgemm`: after a failure,
+    :attr:`ResilientResult.C` is the whole B on the survivors' grid.
+
+    How: the form's ``prepare`` step inverts the triangle explicitly (``inv(op(T))``, the plain
+    :func:`~ftkit.linalg.pdtrsm` applied to the identity: a collective of the solve's own cost) and copies
+    B; the scheme then survives failures in the product ``B := alpha inv(op(T)) B`` (or ``alpha B
+    inv(op(T))``) as in :func:`resilient_pdtrmm`. The result is the solve's to within the rounding of an
+    explicit inverse (``cond(T)`` times the unit roundoff, relative), not bit for bit the plain solve's; a
+    process that dies in ``prepare`` fails the call alike on every survivor.
+
+    Raises
+    ------
+    PBLASArgumentError
+        For illegal arguments (as pdtrsm), or ``store=`` protected operands (position 16).
+    ProcessFailure, Fenced, ABFTError, StorageError
+        As :func:`~ftkit.linalg.resilient_pdgemm`.
+    """
+    side, uplo, transa, diag, m, n, alpha, ia, ja, ib, jb = check_tri_args(
+        "PDTRSM", side, uplo, transa, diag, m, n, alpha, A, ia, ja, B, ib, jb)
+    check_store("PDTRSM", 16, store)
+    na = m if side == "L" else n
+
+    def prepare() -> Operands:
+        X = identity_like(B, na, A.desc.mb, A.desc.nb)  # on B's grid (A's), of B's dtype
+        pdtrsm(side, uplo, transa, diag, na, na, 1.0, A, ia, ja, X, 0, 0)  # X = inv(op(T))
+        Y = B.copy()  # B is the output: the multiplied B must not change under the steps
+        return (X, 0, 0, Y, ib, jb) if side == "L" else (Y, ib, jb, X, 0, 0)
+
+    form = ProductForm("PDTRSM", "N", "N", m, n, na, alpha, A, ia, ja, B, ib, jb, 0.0, B, ib, jb, prepare)
+    return resilient_call(form, store=store, timeout=timeout, width=width, detector=detector, on_step=on_step,
+                          stats=stats)  # fmt: skip
+
+
 def _concatenated(trans: str, n: int, k: int, A: DistributedMatrix, ia: int, ja: int, B: DistributedMatrix,
                   ib: int, jb: int, C: DistributedMatrix) -> Operands:
     """PDSYR2K's operands ``[op(A) op(B)]`` and ``[op(B) op(A)]`` (as ``n x 2k``, or ``2k x n`` stored
@@ -128,14 +179,14 @@ def _rank_form(routine: str, uplo: str, trans: str, n: int, k: int, alpha: float
     ta, tb = ("N", "T") if trans == "N" else ("T", "N")
     if B is None:
         return ProductForm(routine, ta, tb, n, n, k, alpha, A, ia, ja, A, ia, ja, beta, C, ic, jc,
-                           keep=_triangle(uplo))  # fmt: skip
+                           keep=triangle_keep(uplo))  # fmt: skip
     Bm = B
 
     def prepare() -> Operands:
         return _concatenated(trans, n, k, A, ia, ja, Bm, ib, jb, C)
 
     return ProductForm(routine, ta, tb, n, n, 2 * k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, prepare,
-                       keep=_triangle(uplo))  # fmt: skip
+                       keep=triangle_keep(uplo))  # fmt: skip
 
 
 def resilient_pdsyrk(
