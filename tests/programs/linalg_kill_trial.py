@@ -27,9 +27,10 @@ e.g. ``LT``) instead, on the whole n x n matrices, ``--mode store`` only. Rank 0
 result to ``<dir>/ref.npz`` (``ref``, and ``fixed``: the entries that must equal the input bit for bit, the
 triangle a rank-k update does not touch), which the driver compares the pieces with.
 
-``--routine trsm|geadd|tradd|tran`` (issue 33) runs ``resilient_pdtrsm`` (``--trans`` as for trmm; A is made
-well conditioned: its entries divided by n, 2 added to its diagonal), ``resilient_pdgeadd`` (``--trans`` is
-TRANS), ``resilient_pdtradd`` (UPLO TRANS) or ``resilient_pdtran`` (``--trans`` ignored). ``ref.npz`` also
+``--routine symm|trsm|geadd|tradd|tran`` (issue 33) runs ``resilient_pdsymm`` (``--trans`` is SIDE UPLO),
+``resilient_pdtrsm`` (``--trans`` as for trmm; A is made well conditioned: its entries divided by n, 2 added
+to its diagonal), ``resilient_pdgeadd`` (``--trans`` is TRANS), ``resilient_pdtradd`` (UPLO TRANS) or
+``resilient_pdtran`` (``--trans`` ignored). ``ref.npz`` also
 holds ``exact``: whether the result must equal ``ref`` bit for bit (the additions), not only to rounding.
 """
 
@@ -50,6 +51,7 @@ from ftkit.linalg.resilient import (
     _call_state,
     resilient_pdgeadd,
     resilient_pdgemm,
+    resilient_pdsymm,
     resilient_pdsyr2k,
     resilient_pdsyrk,
     resilient_pdtradd,
@@ -63,7 +65,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--grid", default="2x3")
 p.add_argument("--n", type=int, default=96)
 p.add_argument("--routine", default="gemm",
-               choices=["gemm", "trmm", "trsm", "syrk", "syr2k", "geadd", "tradd", "tran"])
+               choices=["gemm", "symm", "trmm", "trsm", "syrk", "syr2k", "geadd", "tradd", "tran"])
 p.add_argument("--nb", type=int, default=8)
 p.add_argument("--trans", default="TN")
 p.add_argument("--alpha", type=float, default=1.5)
@@ -113,6 +115,10 @@ def reference() -> tuple[np.ndarray, np.ndarray]:
             x = np.linalg.solve(t, b_g) if side == "L" else np.linalg.solve(t.T, b_g.T).T
             return a.alpha * x, fixed
         return a.alpha * (t @ b_g if side == "L" else b_g @ t), fixed
+    if a.routine == "symm":
+        side, uplo = a.trans[:2]
+        s = np.triu(a_g) + np.triu(a_g, 1).T if uplo == "U" else np.tril(a_g) + np.tril(a_g, -1).T
+        return a.alpha * (s @ b_g if side == "L" else b_g @ s) + a.beta * c_g, fixed
     if a.routine in ("geadd", "tradd", "tran"):  # rounded as pdgeadd rounds: beta * c + alpha * a
         op = a_g.T if a.routine == "tran" or a.trans[-1] != "N" else a_g
         if a.routine == "tradd":
@@ -186,6 +192,8 @@ try:
     kw = {"store": where, "timeout": a.timeout, "width": nb, "on_step": on_step}
     if a.routine == "trmm":
         res = resilient_pdtrmm(*a.trans, n, n, a.alpha, A, 0, 0, B, 0, 0, **kw)  # type: ignore[arg-type]
+    elif a.routine == "symm":
+        res = resilient_pdsymm(*a.trans[:2], n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
     elif a.routine == "trsm":
         res = resilient_pdtrsm(*a.trans, n, n, a.alpha, A, 0, 0, B, 0, 0, **kw)  # type: ignore[arg-type]
     elif a.routine == "geadd":

@@ -12,7 +12,8 @@ All pieces are computed into one work copy of C and only the ``uplo`` triangle i
 so an :class:`~ftkit.errors.ABFTError` of any piece leaves C unchanged. The pieces' reports are merged into
 one :class:`~ftkit.linalg.ABFTReport` whose events are in the coordinates of the whole ``n x n`` product
 (block indices of its segmentation, positions in C's submatrix). An injection plan applies to one piece,
-drawn from the plan's seed (the same on every process): a plan describes the flips of one call.
+drawn from the plan's seed (the same on every process) among the pieces every process holds part of (so
+the flip is made whatever rank the plan draws): a plan describes the flips of one call.
 """
 
 from __future__ import annotations
@@ -65,6 +66,19 @@ def _pieces(uplo: str, n: int, bounds: list[int]) -> list[Piece]:
     return out
 
 
+def _injected_piece(pieces: list[Piece], C: DistributedMatrix, ic: int, jc: int, seed: int) -> int:
+    """The piece an injection plan applies to: drawn from ``seed`` among those every process holds part of
+    (else the largest). Index arithmetic only: the same on every process."""
+    g = C.grid
+    full = [i for i, (r0, r1, c0, c1) in enumerate(pieces)
+            if all(C.row_map(ic + r0, r1 - r0).count(p) for p in range(g.nprow))
+            and all(C.col_map(jc + c0, c1 - c0).count(q) for q in range(g.npcol))]  # fmt: skip
+    if not full:
+        areas = [(r1 - r0) * (c1 - c0) for r0, r1, c0, c1 in pieces]
+        return areas.index(max(areas))
+    return full[int(np.random.default_rng((seed, 2)).integers(len(full)))]
+
+
 def _merge(reports: list[tuple[Piece, ABFTReport]], C: DistributedMatrix, ic: int, jc: int,
            n: int) -> ABFTReport:
     """One report for the whole triangle: totals summed, events moved to the whole product's coordinates."""
@@ -106,7 +120,7 @@ def checked_rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, X: 
     wv[...] = np.where(mask, wv, 0.0)  # the excluded triangle is not read: zero, so its blocks check too
     ta, tb = ("N", "T") if trans == "N" else ("T", "N")
     pieces = _pieces(uplo, n, slab_bounds(n, jc, C64.desc.nb))
-    target = int(np.random.default_rng((inject.seed, 2)).integers(len(pieces))) if inject is not None else -1
+    target = _injected_piece(pieces, C64, ic, jc, inject.seed) if inject is not None else -1
     reports = []
     for p, (r0, r1, c0, c1) in enumerate(pieces):
         xi, xj, yi, yj = (ix + r0, jx, iy + c0, jy) if trans == "N" else (ix, jx + r0, iy, jy + c0)
