@@ -36,7 +36,8 @@ def _killer(tmp_path: Path, victim: int, delay: float, over: threading.Event) ->
     return threading.Thread(target=run, daemon=True)
 
 
-def _run(tmp_path: Path, grid: str, routine: str, flags: str, victim: int | None, delay: float = 0.0):
+def _run(tmp_path: Path, grid: str, routine: str, flags: str, victim: int | None, delay: float = 0.0,
+         hold: str | None = None):
     p, q = (int(x) for x in grid.split("x"))
     over = threading.Event()
     killer = _killer(tmp_path, victim, delay, over) if victim is not None else None
@@ -45,7 +46,9 @@ def _run(tmp_path: Path, grid: str, routine: str, flags: str, victim: int | None
     try:
         r = run_python(p * q, PROGRAM, "--grid", grid, "--n", str(N), "--nb", str(NB), "--routine", routine,
                        "--trans", flags, "--beta", "0.5", "--mode", "store", "--step-pause", str(STEP_PAUSE),
-                       "--start-at-step", "--dir", str(tmp_path), timeout=JOB_TIMEOUT)  # fmt: skip
+                       "--dir", str(tmp_path),
+                       *(["--hold-rank", str(victim), "--hold-at", hold] if hold else ["--start-at-step"]),
+                       timeout=JOB_TIMEOUT)  # fmt: skip
     finally:
         over.set()
         if killer is not None:
@@ -106,3 +109,14 @@ def test_without_failures_the_result_is_numpy_s(tmp_path, routine, flags):
     r, nprocs = _run(tmp_path, "2x3", routine, flags, None)
     _check(tmp_path, r, nprocs, [])
 
+
+
+@pytest.mark.parametrize("grid,victim", [("2x3", 3), ("3x2", 1)])
+def test_a_rank_killed_in_trsm_s_prepare_fails_the_call_alike_and_nobody_hangs(tmp_path, grid, victim):
+    # resilient_pdtrsm's prepare (the triangle's inverse) broadcasts on the grid's row and column
+    # communicators: a survivor blocked in a row broadcast whose root left with the error hung (a kill
+    # campaign found it) until the rank that saw the failure revoked those communicators too
+    r, nprocs = _run(tmp_path, grid, "trsm", "RUNU", victim, hold="prepare")
+    failures = dict(re.findall(r"PROCESSFAILURE rank=(\d+) failed_ranks=(\[.*?\])", r.stdout))
+    assert sorted(int(k) for k in failures) == [x for x in range(nprocs) if x != victim], r.stdout + r.stderr
+    assert set(failures.values()) == {str([victim])}, r.stdout

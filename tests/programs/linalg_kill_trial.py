@@ -76,7 +76,8 @@ p.add_argument("--start-at-step", action="store_true",
                help="write <dir>/started when the multiply's first step begins (not before protecting)")
 p.add_argument("--hold-rank", type=int, default=-1,
                help="this rank writes <dir>/started at --hold-at and sleeps until it is killed")
-p.add_argument("--hold-at", choices=["setup", "multiply"], default="multiply")
+p.add_argument("--hold-at", choices=["setup", "multiply", "prepare"], default="multiply",
+               help="prepare: inside the call, just before the routine's collective prepare step")
 p.add_argument("--setup", choices=["before", "in-call"], default="before",
                help="build the failure detector before protecting and multiplying, or leave it to the calls")
 p.add_argument("--timeout", type=float, default=None)
@@ -159,6 +160,8 @@ def hold(where: str) -> None:
 
 
 def at_stage(stage: str) -> None:
+    if stage == "prepare":  # the call's collective prepare step (e.g. PDTRSM's inverse) is next
+        hold("prepare")
     if stage == "setup":  # the call builds its failure detector (after saving its inputs)
         mark("setup")
         if in_call:

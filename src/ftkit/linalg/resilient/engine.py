@@ -196,21 +196,28 @@ def _take_operands(call: ResilientCall, protected: ProtectedOperands | None, for
 
     The redistribution (and the form's ``prepare`` step) is a plain collective on the grid: a process that
     dies in it can leave it completed on some ranks and failed on others. A rank where it failed revokes the
-    grid's communicator (so no live peer waits in it for this rank), marks itself ``lost`` (no operands)
-    instead of raising, and says so at the protect phase's barrier, so that every survivor fails the call
-    alike.
+    grid's communicators (its row and column communicators too: PDTRSM's ``prepare`` broadcasts on them, and
+    a live peer blocked in a row broadcast whose root left with the error would otherwise wait forever), marks
+    itself ``lost`` (no operands) instead of raising, and says so at the protect phase's barrier, so that
+    every survivor fails the call alike. The ``"prepare"`` stage of :data:`~._call_state.fault_hook` comes
+    just before a form's ``prepare``.
     """
     if protected is not None and protected.operands is not None:
         call.ops = protected.operands
     else:
         try:
+            if form.prepare is not None:
+                at_stage("prepare")
             A, ia, ja, B, ib, jb = (form.prepare() if form.prepare is not None
                                     else (form.A, form.ia, form.ja, form.B, form.ib, form.jb))  # fmt: skip
             call.ops = aligned_operands(call.ta, call.tb, call.m, call.n, call.k, A, ia, ja, B, ib, jb,
                                         call.C, call.ic, call.jc,
                                         same_kmap=call.algorithm == "cannon")  # fmt: skip
         except MPI.Exception:  # ULFM reports a peer's death here as MPI_ERR_PROC_FAILED or MPI_ERR_OTHER
-            revoke(call.grid.comm)  # a live peer still inside the redistribution must not wait for this one
+            grid = call.grid  # a live peer still inside the redistribution must not wait for this one
+            for comm in (grid.comm, grid.row_comm, grid.col_comm):
+                if comm != MPI.COMM_NULL:
+                    revoke(comm)
             if det is not None:  # else the detector's set-up, which comes later, finds the dead
                 det.check_failures()
             call.lost = True
