@@ -95,9 +95,9 @@ def work(args: argparse.Namespace) -> int:
 
     from ftkit import linalg
     from ftkit.inject import BitFlip, InjectionPlan
-    from ftkit.linalg._summa import wait_requests
-    from ftkit.linalg.abft import choose_bs
-    from ftkit.linalg.ft import ft_pdgemm
+    from ftkit.linalg.abft import ft_pdgemm
+    from ftkit.linalg.checksums import choose_bs
+    from ftkit.linalg.pblas._summa import wait_requests
 
     comm = MPI.COMM_WORLD
     grid = linalg.ProcessGrid.square(comm)
@@ -259,8 +259,8 @@ def phases(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
     from ftkit import linalg
-    from ftkit.linalg._summa import wait_requests
-    from ftkit.linalg.ft import ft_pdgemm
+    from ftkit.linalg.abft import ft_pdgemm
+    from ftkit.linalg.pblas._summa import wait_requests
 
     comm = MPI.COMM_WORLD
     grid = linalg.ProcessGrid.square(comm)
@@ -320,21 +320,21 @@ def kernels(args: argparse.Namespace) -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     import numpy as np
 
-    from ftkit.linalg import abft
-    from ftkit.linalg._abft_kernels import block_sums_into, encode_cols_into, encode_rows_into
+    from ftkit.linalg import checksums
     from ftkit.linalg._blas import gemm_update
+    from ftkit.linalg.checksums._kernels import block_sums_into, encode_cols_into, encode_rows_into
 
     loc, width = args.n // 2, 512
-    bs = args.bs[0] or abft.choose_bs(args.nb, args.nb, args.n)
+    bs = args.bs[0] or checksums.choose_bs(args.nb, args.nb, args.n)
     steps = args.n // (2 * width)
     rng = np.random.default_rng(0)
     a_loc = np.asfortranarray(rng.uniform(-1, 1, (loc, loc)))
     b_loc = np.asfortranarray(rng.uniform(-1, 1, (loc, loc)))
     a, b = a_loc[:, :width], b_loc[width : 2 * width, :]  # as SUMMA cuts them (B: a band of rows)
     c = np.asfortranarray(rng.uniform(-1, 1, (loc, loc)))
-    rb = abft.dense_bounds(loc, bs)
+    rb = checksums.dense_bounds(loc, bs)
     nr = len(rb) - 1
-    w = abft.segment_weights(rb)
+    w = checksums.segment_weights(rb)
 
     def best(fn, reps: int = 15) -> float:  # type: ignore[no-untyped-def]
         times = []

@@ -56,8 +56,8 @@ import numpy as np  # noqa: E402 (the launcher part must not need MPI)
 from mpi4py import MPI  # noqa: E402 (the launcher part must not need MPI)
 
 from ftkit import linalg  # noqa: E402 (the launcher part must not need MPI)
-from ftkit.linalg._summa import AllgatherExchange  # noqa: E402 (the launcher part must not need MPI)
-from ftkit.linalg.ft import ft_pdgemm  # noqa: E402 (the launcher part must not need MPI)
+from ftkit.linalg.abft import ft_pdgemm  # noqa: E402 (the launcher part must not need MPI)
+from ftkit.linalg.pblas._summa import AllgatherExchange  # noqa: E402 (the launcher part must not need MPI)
 
 comm = MPI.COMM_WORLD
 grid = linalg.ProcessGrid.square(comm)

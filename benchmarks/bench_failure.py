@@ -66,7 +66,7 @@ def worker(args: argparse.Namespace) -> None:
     B = DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=2)
     store = Path(args.dir, "store")
     if args.worker == "errorfree":
-        from ftkit.linalg.protected import protect_operands
+        from ftkit.linalg.resilient.protected import protect_operands
 
         def gemm_call(C: DistributedMatrix, how: str, stats: dict[str, float]) -> None:
             if how == "pdgemm":

@@ -1,7 +1,21 @@
-"""Time ftkit's level-3 routines and the Cholesky solver, plain and ABFT-checked (run under mpirun).
+"""Time ftkit's level-3 routines and the Cholesky solver, plain and ABFT-checked, beside ScaLAPACK's.
 
-usage: ftkit launch -n 4 -- python benchmarks/bench_pblas3.py --grid 2x2 --cases 4096,128 [--reps 2]
-       [--routines pdtrsm ft_pdtrsm ...] [--check]
+usage: python benchmarks/bench_pblas3.py --side-by-side --grid 2x2 --cases 4096,128 [--rounds 3]
+       [--repeats 2] [--routines pdtrsm ft_pdtrsm ...] [--seed 1]     (the driver: not under mpirun)
+       ftkit launch -n 4 -- python benchmarks/bench_pblas3.py --grid 2x2 --cases 4096,128 [--repeats 2]
+       [--routines pdtrsm ft_pdtrsm ...] [--check]                        (the ftkit side alone)
+
+``--side-by-side`` runs, per round and case, one ScaLAPACK job and one ftkit job (which goes first alternates
+by round, and each job takes the routines in an order shuffled per round from ``--seed``), then prints per
+routine the median and 90th percentile of the timed calls of each system and the ratios of medians and of
+p90s: ftkit / ScaLAPACK for the plain routines, ``ft_`` / plain and the checkpointed ``ft_pdpotrf`` / plain
+within ftkit. The ScaLAPACK side is Debian's ``libscalapack-openmpi`` (``--scalapack-lib``; BLACS inside it)
+called through ctypes in this same file (``--worker scalapack``), started by Debian's Open MPI
+(``--sl-mpirun``, default ``mpirun.openmpi``) with this interpreter; it never imports mpi4py (whose Open MPI
+is ftkit's) and uses BLACS for its barrier and reductions. Its BLAS is whatever ``libblas.so.3`` resolves to:
+install ``libopenblas0-pthread`` (as ``/work/shared/anchors/scalapack``) or ScaLAPACK runs on the reference
+BLAS; the job prints which one (``INFO``). Its operands are generated locally as the ftkit side's are (same
+distributions, not the same numbers; T well conditioned, S symmetric and diagonally dominant).
 
 Each case ``N,NB``: N x N matrices with NB x NB blocks (RSRC = CSRC = 0, ScaLAPACK's layout), uniform [-1, 1)
 data (the triangular and SPD operands made well conditioned). Routines: ``pdtrsm`` / ``pdtrmm`` (side L,
@@ -14,29 +28,40 @@ time summed over ranks; every timed call starts from a fresh copy of its operand
 ScaLAPACK's testers (TRSM/TRMM N^3, SYRK N^3, SYR2K 2 N^3, POTRF N^3/3). ``--check`` also compares each
 result with numpy on rank 0 (small sizes only) and prints ``CHECK ... OK|FAIL``.
 
-Set ``OPENBLAS_NUM_THREADS=1`` for 1-thread ranks, as the ScaLAPACK side runs.
+Set ``OPENBLAS_NUM_THREADS=1`` for 1-thread ranks, as the ScaLAPACK side runs (the driver sets it for
+both jobs). Do not read timings taken on a loaded machine: the driver prints the 1-minute load per job.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import random
+import re
+import subprocess
+import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from mpi4py import MPI
 
-from ftkit import linalg
+if TYPE_CHECKING:  # the ScaLAPACK worker and the driver must not load mpi4py (another Open MPI)
+    from ftkit import linalg
 
 FLOPS = {"pdtrsm": 1.0, "pdtrmm": 1.0, "pdsyrk": 1.0, "pdsyr2k": 2.0, "pdpotrf": 1.0 / 3.0}
 ALL = ["pdtrsm", "ft_pdtrsm", "pdtrmm", "ft_pdtrmm", "pdsyrk", "ft_pdsyrk", "pdsyr2k", "ft_pdsyr2k",
        "pdpotrf", "ft_pdpotrf", "ft_pdpotrf_ckpt"]
-Mats = dict[str, linalg.DistributedMatrix]
+Mats = dict[str, "linalg.DistributedMatrix"]
+RES_LINE = re.compile(r"RES sys=(\S+) routine=(\S+) grid=\S+ n=(\d+) nb=(\d+) rep=\d+ t=([\d.]+)")
 
 
 def operands(grid: linalg.ProcessGrid, n: int, nb: int) -> Mats:
     """T (well-conditioned lower triangle), S (SPD), B and C (uniform), generated without a global array."""
+    from ftkit import linalg
+
     T = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=1)
     S = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=1)
     rows, cols = T.global_rows()[:, None], T.global_cols()[None, :]
@@ -53,6 +78,10 @@ def operands(grid: linalg.ProcessGrid, n: int, nb: int) -> Mats:
 
 def call(routine: str, n: int, ops: Mats, ckpt: object) -> linalg.DistributedMatrix:
     """Run ``routine`` on fresh copies of its operands; return the matrix it wrote."""
+    from mpi4py import MPI
+
+    from ftkit import linalg
+
     T, S, B, C = ops["T"], ops["S"].copy(), ops["B"].copy(), ops["C"].copy()
     base = routine.removeprefix("ft_").removesuffix("_ckpt")
     fn = getattr(linalg, routine.removesuffix("_ckpt"))
@@ -103,15 +132,12 @@ def check(routine: str, n: int, ops: Mats, out: linalg.DistributedMatrix) -> str
     return "OK" if err < 1e-14 else f"FAIL rel_err={err:.2e}"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--grid", default="2x2")
-    ap.add_argument("--cases", nargs="+", default=["4096,128"])
-    ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--routines", nargs="+", default=ALL, choices=ALL)
-    ap.add_argument("--check", action="store_true")
-    ap.add_argument("--ckpt-dir", default=None, help="checkpoint directory (default: a temporary one)")
-    args = ap.parse_args()
+def ftkit_worker(args: argparse.Namespace) -> None:
+    """The ftkit side: every routine of ``args.routines`` on every case (run under ``ftkit launch``)."""
+    from mpi4py import MPI
+
+    from ftkit import linalg
+
     pr, pc = map(int, args.grid.split("x"))
     comm = MPI.COMM_WORLD
     grid = linalg.ProcessGrid(comm, pr, pc)
@@ -142,6 +168,223 @@ def main() -> None:
                           f"t={t:.4f} gflops={flops / t / 1e9:.2f} cpu={cpu:.3f}", flush=True)
     if ckpt is not None:
         ckpt.finalize()
+
+
+# ---------------------------------------------------------------- the ScaLAPACK side (ctypes, no mpi4py)
+class ScaLAPACK:
+    """Debian's libscalapack-openmpi through ctypes: a BLACS grid, descriptors, and the routines timed."""
+
+    def __init__(self, lib: str, pr: int, pc: int) -> None:
+        import ctypes
+
+        self.ct = ct = ctypes
+        self.L = L = ct.CDLL(lib, mode=ct.RTLD_GLOBAL)
+        ci, ip, dp = ct.c_int, ct.POINTER(ct.c_int), ct.POINTER(ct.c_double)
+        L.Cblacs_pinfo.argtypes = [ip, ip]
+        L.Cblacs_get.argtypes = [ci, ci, ip]
+        L.Cblacs_gridinit.argtypes = [ip, ct.c_char_p, ci, ci]
+        L.Cblacs_gridinfo.argtypes = [ci, ip, ip, ip, ip]
+        L.Cblacs_barrier.argtypes = [ci, ct.c_char_p]
+        L.Cdgamx2d.argtypes = [ci, ct.c_char_p, ct.c_char_p, ci, ci, dp, ci, ip, ip, ci, ci, ci]
+        L.Cdgsum2d.argtypes = [ci, ct.c_char_p, ct.c_char_p, ci, ci, dp, ci, ci, ci]
+        L.numroc_.restype = ci
+        me, nprocs = ci(), ci()
+        L.Cblacs_pinfo(ct.byref(me), ct.byref(nprocs))  # initializes MPI (Debian's Open MPI)
+        if nprocs.value != pr * pc:
+            raise SystemExit(f"grid {pr}x{pc} needs {pr * pc} ranks, the job has {nprocs.value}")
+        self.rank = me.value
+        ctx = ci()
+        L.Cblacs_get(-1, 0, ct.byref(ctx))
+        L.Cblacs_gridinit(ct.byref(ctx), b"R", pr, pc)  # row-major, like ftkit.ProcessGrid
+        self.ctx = ctx
+        rows, cols, myrow, mycol = ci(), ci(), ci(), ci()
+        L.Cblacs_gridinfo(ctx, ct.byref(rows), ct.byref(cols), ct.byref(myrow), ct.byref(mycol))
+        self.pr, self.pc, self.myrow, self.mycol = pr, pc, myrow.value, mycol.value
+
+    def i(self, v: int) -> Any:
+        return self.ct.byref(self.ct.c_int(v))
+
+    def d(self, v: float) -> Any:
+        return self.ct.byref(self.ct.c_double(v))
+
+    def ptr(self, a: np.ndarray) -> Any:
+        return a.ctypes.data_as(self.ct.POINTER(self.ct.c_double))
+
+    def local_indices(self, n: int, nb: int) -> tuple[np.ndarray, np.ndarray]:
+        """Global row and column indices of this process's local rows / columns of an ``n x n`` matrix."""
+        g = np.arange(n)
+        return g[(g // nb) % self.pr == self.myrow], g[(g // nb) % self.pc == self.mycol]
+
+    def desc(self, n: int, nb: int, lld: int) -> Any:
+        d, info = (self.ct.c_int * 9)(), self.ct.c_int()
+        self.L.descinit_(d, self.i(n), self.i(n), self.i(nb), self.i(nb), self.i(0), self.i(0),
+                         self.ct.byref(self.ctx), self.i(max(1, lld)), self.ct.byref(info))  # fmt: skip
+        if info.value != 0:
+            raise SystemExit(f"descinit_ failed: info={info.value}")
+        return d
+
+    def reduce(self, value: float, op: str) -> float:
+        """The maximum (``op="max"``) or sum of ``value`` over the grid, on every process."""
+        v = self.ct.c_double(value)
+        if op == "max":
+            self.L.Cdgamx2d(self.ctx, b"A", b" ", 1, 1, self.ct.byref(v), 1, None, None, -1, -1, -1)
+        else:
+            self.L.Cdgsum2d(self.ctx, b"A", b" ", 1, 1, self.ct.byref(v), 1, -1, -1)
+        return v.value
+
+
+def sl_operands(sl: ScaLAPACK, n: int, nb: int) -> dict[str, np.ndarray]:
+    """Local pieces of T, S, B, C as :func:`operands` makes them (same distributions, other numbers)."""
+    rows, cols = sl.local_indices(n, nb)
+    rng = np.random.default_rng((sl.rank, n, nb))
+    shape = (rows.size, cols.size)
+    diag = rows[:, None] == cols[None, :]
+    T = rng.uniform(-1.0, 1.0, shape)
+    T = np.where(diag, n + np.abs(T), T)
+    S = np.cos(1e-3 * (rows[:, None] + 1.0) * (cols[None, :] + 1.0)) + 2.0 * n * diag  # symmetric, dominant
+    B, C = rng.uniform(-1.0, 1.0, shape), rng.uniform(-1.0, 1.0, shape)
+    return {k: np.asfortranarray(v) for k, v in (("T", T), ("S", S), ("B", B), ("C", C))}
+
+
+def sl_call(sl: ScaLAPACK, routine: str, n: int, ops: dict[str, np.ndarray],
+            desc: Any) -> tuple[float, float]:
+    """Run the ScaLAPACK ``routine`` on fresh copies (not timed) as :func:`call` runs ftkit's; (time, cpu)."""
+    L, i, d, p = sl.L, sl.i, sl.d, sl.ptr
+    T, S, B, C = ops["T"], ops["S"].copy(order="F"), ops["B"].copy(order="F"), ops["C"].copy(order="F")
+    info = sl.ct.c_int(0)
+    sl.L.Cblacs_barrier(sl.ctx, b"A")
+    t0, c0 = time.perf_counter(), time.process_time()
+    if routine in ("pdtrsm", "pdtrmm"):
+        getattr(L, routine + "_")(b"L", b"L", b"N", b"N", i(n), i(n), d(1.0), p(T), i(1), i(1), desc, p(B),
+                                  i(1), i(1), desc)  # fmt: skip
+    elif routine == "pdsyrk":
+        L.pdsyrk_(b"L", b"N", i(n), i(n), d(1.0), p(ops["B"]), i(1), i(1), desc, d(1.0), p(C), i(1), i(1),
+                  desc)
+    elif routine == "pdsyr2k":
+        L.pdsyr2k_(b"L", b"N", i(n), i(n), d(1.0), p(ops["B"]), i(1), i(1), desc, p(T), i(1), i(1), desc,
+                   d(1.0), p(C), i(1), i(1), desc)  # fmt: skip
+    else:  # pdpotrf (Fortran: the hidden length of UPLO passed last)
+        L.pdpotrf_(b"L", i(n), p(S), i(1), i(1), desc, sl.ct.byref(info), sl.ct.c_size_t(1))
+    t = sl.reduce(time.perf_counter() - t0, "max")
+    cpu = sl.reduce(time.process_time() - c0, "sum")
+    if info.value != 0:
+        raise SystemExit(f"{routine}: info={info.value}")
+    return t, cpu
+
+
+def scalapack_worker(args: argparse.Namespace) -> None:
+    """The ScaLAPACK side: the plain routines of ``args.routines`` (run under Debian's mpirun)."""
+    pr, pc = map(int, args.grid.split("x"))
+    sl = ScaLAPACK(args.scalapack_lib, pr, pc)
+    if sl.rank == 0:
+        blas = next((line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
+                     if "libblas" in line or "openblas" in line.lower()), "?")  # fmt: skip
+        print(f"INFO sys=scalapack lib={args.scalapack_lib} blas={os.path.realpath(blas)}", flush=True)
+    for case in args.cases:
+        n, nb = map(int, case.split(","))
+        rows, _ = sl.local_indices(n, nb)
+        ops = sl_operands(sl, n, nb)
+        desc = sl.desc(n, nb, rows.size)
+        for routine in (r for r in args.routines if not r.startswith("ft_")):
+            sl_call(sl, routine, n, ops, desc)  # warm-up (untimed)
+            for rep in range(args.reps):
+                t, cpu = sl_call(sl, routine, n, ops, desc)
+                if sl.rank == 0:
+                    print(f"RES sys=scalapack routine={routine} grid={args.grid} n={n} nb={nb} rep={rep} "
+                          f"t={t:.4f} gflops={FLOPS[routine] * n**3 / t / 1e9:.2f} cpu={cpu:.3f}", flush=True)
+    sl.L.Cblacs_gridexit(sl.ctx)
+    sl.L.Cblacs_exit(0)
+
+
+# ---------------------------------------------------------------- the side-by-side driver
+def _jobs(args: argparse.Namespace, routines: list[str]) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """The two jobs' command lines and environments (1-thread ranks; Debian's job without ftkit's MPI)."""
+    me = str(Path(__file__).resolve())
+    nprocs = str(np.prod([int(x) for x in args.grid.split("x")]))
+    common = ["--grid", args.grid, "--reps", str(args.reps), "--cases", *args.cases, "--routines", *routines]
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    foreign = ("OMPI_", "PMIX_", "PRTE_", "OPAL_")  # ftkit's Open MPI must not leak into Debian's job
+    sl_env = {k: v for k, v in env.items() if k != "LD_LIBRARY_PATH" and not k.startswith(foreign)}
+    sl = [args.sl_mpirun, "-n", nprocs, "--oversubscribe", "--allow-run-as-root", "--bind-to", "none",
+          "-x", "OPENBLAS_NUM_THREADS", "-x", "OMP_NUM_THREADS", sys.executable, me, "--worker", "scalapack",
+          "--scalapack-lib", args.scalapack_lib, *common]  # fmt: skip
+    ft = [str(Path(sys.executable).with_name("ftkit")), "launch", "-n", nprocs, "--", sys.executable, me,
+          *common]  # fmt: skip
+    return {"scalapack": (sl, sl_env), "ftkit": (ft, env)}
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    return float(np.quantile(np.array(xs), q)) if xs else float("nan")
+
+
+def side_by_side(args: argparse.Namespace) -> int:
+    """Run the rounds (see the module docstring); print the per-job lines, then the table of ratios."""
+    rng = random.Random(args.seed)
+    times: dict[tuple[str, str, str], list[float]] = defaultdict(list)  # (case, sys, routine) -> seconds
+    failed = 0
+    for rnd in range(args.rounds):
+        routines = list(args.routines)
+        rng.shuffle(routines)
+        jobs = _jobs(args, routines)
+        order = ["scalapack", "ftkit"] if rnd % 2 == 0 else ["ftkit", "scalapack"]
+        for name in order:
+            cmd, env = jobs[name]
+            load = float(Path("/proc/loadavg").read_text().split()[0])
+            t0 = time.monotonic()
+            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+            print(f"# round {rnd} {name}: rc={r.returncode} wall={time.monotonic() - t0:.1f}s "
+                  f"load1={load:.2f} order={','.join(routines)}", flush=True)  # fmt: skip
+            for line in r.stdout.splitlines():
+                m = RES_LINE.match(line)
+                if m:
+                    times[(f"{m.group(3)},{m.group(4)}", m.group(1), m.group(2))].append(float(m.group(5)))
+                if line.startswith(("RES", "INFO", "CHECK")):
+                    print(f"r{rnd} {line}", flush=True)
+            if r.returncode != 0 or "illegal value" in r.stderr:  # PXERBLA prints and returns
+                failed += 1
+                print(f"# {name} failed:\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}", flush=True)
+    _report(args, times)
+    return 1 if failed else 0
+
+
+def _report(args: argparse.Namespace, times: dict[tuple[str, str, str], list[float]]) -> None:
+    """Medians, p90s and their ratios per case and routine."""
+    print(f"\n{'case':>10} {'routine':>16} {'ftkit med':>10} {'p90':>8} {'ref':>18} {'ref med':>10} "
+          f"{'p90':>8} {'ratio med':>9} {'p90':>6}")  # fmt: skip
+    for case in args.cases:
+        for routine in args.routines:
+            mine = times.get((case, "ftkit", routine), [])
+            base = routine.removeprefix("ft_").removesuffix("_ckpt")
+            ref_sys = "scalapack" if routine == base else "ftkit"
+            ref_name, ref = f"{ref_sys} {base}", times.get((case, ref_sys, base), [])
+            med, p90 = _quantile(mine, 0.5), _quantile(mine, 0.9)
+            rmed, rp90 = _quantile(ref, 0.5), _quantile(ref, 0.9)
+            print(f"{case:>10} {routine:>16} {med:10.4f} {p90:8.4f} {ref_name:>18} {rmed:10.4f} {rp90:8.4f} "
+                  f"{med / rmed:9.3f} {p90 / rp90:6.3f}", flush=True)  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--grid", default="2x2")
+    ap.add_argument("--cases", nargs="+", default=["4096,128"])
+    ap.add_argument("--reps", "--repeats", dest="reps", type=int, default=2, help="timed calls per routine")
+    ap.add_argument("--routines", nargs="+", default=ALL, choices=ALL)
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--ckpt-dir", default=None, help="checkpoint directory (default: a temporary one)")
+    ap.add_argument("--side-by-side", action="store_true", help="drive both systems' jobs (not under mpirun)")
+    ap.add_argument("--rounds", type=int, default=3, help="side by side: rounds (one job per system each)")
+    ap.add_argument("--seed", type=int, default=1, help="side by side: seed of the routine order per round")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="side by side: hard limit per job (s)")
+    ap.add_argument("--worker", choices=("ftkit", "scalapack"), default="ftkit")
+    ap.add_argument("--scalapack-lib", default="libscalapack-openmpi.so.2.2")
+    ap.add_argument("--sl-mpirun", default="mpirun.openmpi", help="Debian's Open MPI launcher")
+    args = ap.parse_args()
+    if args.side_by_side:
+        sys.exit(side_by_side(args))
+    if args.worker == "scalapack":
+        scalapack_worker(args)
+    else:
+        ftkit_worker(args)
 
 
 if __name__ == "__main__":

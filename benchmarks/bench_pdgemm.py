@@ -65,7 +65,7 @@ def launch(args: argparse.Namespace) -> int:
 
 
 def sleep_barrier(comm) -> None:  # type: ignore[no-untyped-def]
-    from ftkit.linalg._summa import wait_requests
+    from ftkit.linalg.pblas._summa import wait_requests
 
     wait_requests([comm.Ibarrier()], max_sleep=5e-3)
 

@@ -1,8 +1,11 @@
-"""Random kill campaign for resilient_pdgemm: a random rank SIGKILLed from outside at a random moment.
+"""Random kill campaign for the resilient_ routines: a random rank SIGKILLed from outside at a random moment.
 
 usage: python benchmarks/kill_campaign.py [--trials 200] [--seed 1] [--out results.jsonl] [--timeout 120]
        [--grids 3x2,2x3] [--max-delay S] [--setup in-call] [--modes store,protect] [--betas 0,0.5]
-       [--routine gemm|trmm|syrk|syr2k]
+       [--routine gemm|symm|trsm|trmm|syrk|syr2k|geadd|tradd|tran[,...]|all]
+
+``--routine`` takes one routine, a comma-separated list or ``all``: ``--trials`` trials are run for each, in
+turn, with one table per routine and a summary (right / wrong / hung per routine) at the end.
 
 Each trial is one MPI job (``tests/programs/linalg_kill_trial.py``) with a random grid (1x3, 3x1, 2x2, 2x3,
 3x2, 3x3, in turn; ``--grids`` also takes 1x4, 4x1, 2x4 and other non-square shapes up to 8 ranks),
@@ -21,9 +24,11 @@ survived: nothing holds the victim's data; such trials end in ``failure`` with p
 ``--routine trmm|syrk|syr2k`` (issue 33) runs ``resilient_pdtrmm`` (random SIDE UPLO TRANSA DIAG),
 ``resilient_pdsyrk`` or ``resilient_pdsyr2k`` (random UPLO TRANS) instead, in ``store`` mode (they take no
 protected operands); the job's rank 0 writes numpy's result, and the rank-k updates' untouched triangle
-must equal the input bit for bit. Their ``prepare`` step (building the multiplied operands, a plain
-collective) cannot survive a death: a kill there ends in ``failure`` with phase ``entry``/``setup``.
-Outcomes:
+must equal the input bit for bit. ``symm`` (random SIDE UPLO), ``trsm`` (as trmm), ``geadd`` (TRANS),
+``tradd`` (UPLO TRANS) and ``tran`` likewise; the additions' results must equal numpy's bit for bit
+(rounded as pdgeadd rounds), not only to within rounding. Their ``prepare`` step (building the multiplied
+operands, a plain collective) cannot survive a death: a kill there ends in ``failure`` with phase
+``entry``/``setup``. Outcomes:
 
 ``exact``
     every survivor returned, and the result pieces they wrote, assembled, equal numpy's product (within
@@ -70,9 +75,14 @@ TRANS = ("NN", "NT", "TN", "TT")
 #: The flags drawn per routine (``--trans`` of the trial program).
 FLAGS = {
     "gemm": TRANS,
+    "symm": tuple(s + u for s in "LR" for u in "UL"),
+    "trsm": tuple(s + u + t + d for s in "LR" for u in "UL" for t in "NT" for d in "NU"),
     "trmm": tuple(s + u + t + d for s in "LR" for u in "UL" for t in "NT" for d in "NU"),
     "syrk": tuple(u + t for u in "UL" for t in "NT"),
     "syr2k": tuple(u + t for u in "UL" for t in "NT"),
+    "geadd": ("N", "T"),
+    "tradd": tuple(u + t for u in "UL" for t in "NT"),
+    "tran": ("-",),
 }
 OUTCOMES = ("exact", "failure", "late", "wrong", "hang")
 PHASES = ("setup", "protect", "entry", "multiply", "settle", "after", "none")
@@ -94,7 +104,7 @@ class Trial:
     start_at_step: bool = False
     hold: str | None = None  # "setup"/"multiply": the victim stops just before it and waits to be killed
     setup: str = "before"  # "in-call": no detector built beforehand; the kill is timed from the call's start
-    routine: str = "gemm"  # gemm, trmm, syrk or syr2k (``trans`` then holds that routine's flags)
+    routine: str = "gemm"  # a key of FLAGS (``trans`` then holds that routine's flags)
 
     @property
     def nprocs(self) -> int:
@@ -211,9 +221,9 @@ def classify(trial: Trial, workdir: Path, stdout: str, timed_out: bool) -> tuple
         return "wrong", f"survivors disagree on the failed ranks: {done}"
     failed = json.loads(verdicts.pop())
     with np.load(workdir / "ref.npz", allow_pickle=False) as f:  # numpy's result, by the job's rank 0
-        ref, fixed = f["ref"], f["fixed"]
+        ref, fixed, exact = f["ref"], f["fixed"], bool(f["exact"]) if "exact" in f.files else False
     with np.load(workdir / "inputs.npz", allow_pickle=False) as f:
-        c_in = f["b"] if trial.routine == "trmm" else f["c"]
+        c_in = f["b"] if trial.routine in ("trmm", "trsm") else f["c"]
     if not failed:  # nobody failed during the call: every rank wrote its piece on the original grid
         if trial.victim not in done:
             return "late", "the victim was killed after the call returned everywhere else"
@@ -234,6 +244,8 @@ def classify(trial: Trial, workdir: Path, stdout: str, timed_out: bool) -> tuple
         rows, cols = np.nonzero(err > tol)
         bad = sorted({(int(i) // trial.nb, int(j) // trial.nb) for i, j in zip(rows, cols, strict=True)})
         return "wrong", f"max error {err.max():.3e} failed={failed} in blocks {bad[:8]}"
+    if exact and not np.array_equal(got, ref):
+        return "wrong", f"{int((got != ref).sum())} entries not bit for bit numpy's (failed={failed})"
     return "exact", f"failed={failed} maxerr={err.max():.1e}"
 
 
@@ -289,36 +301,26 @@ def _table(title: str, rows: list[str], counts: dict[str, Counter[str]], columns
     print(f"{'all':8} " + " ".join(f"{total[o]:8d}" for o in columns))
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--trials", type=int, default=200)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--timeout", type=float, default=120.0, help="hard limit per trial (s)")
-    ap.add_argument("--grids", default=",".join(GRIDS), help="comma-separated grids, taken in turn")
-    ap.add_argument("--max-delay", type=float, default=None,
-                    help="kill delays uniform in [0, this] s (default: each grid's measured call duration)")
-    ap.add_argument("--setup", choices=("before", "in-call"), default="before",
-                    help="in-call: no detector built beforehand, kills timed from the call's start")
-    ap.add_argument("--modes", default="store,protect", help="store modes drawn from (store, protect)")
-    ap.add_argument("--betas", default="0,0.5", help="beta values drawn from")
-    ap.add_argument("--routine", choices=tuple(FLAGS), default="gemm", help="the resilient_ routine run")
-    ap.add_argument("--out", type=Path, default=None, help="append one JSON line per trial here")
-    args = ap.parse_args(argv)
+def campaign(routine: str, args: argparse.Namespace, rng: random.Random) -> dict[str, object]:
+    """Run ``args.trials`` trials of ``routine``; print one line per trial and its tables; return its summary.
+
+    Length: the trial loop with its printing and JSON lines, kept in one place so a trial line, its JSON line
+    and its counts cannot drift apart.
+    """
     grids = args.grids.split(",")
-    rng = random.Random(args.seed)
     t_start = time.monotonic()
     if args.max_delay is None:
-        durations = {g: round(call_duration(g, args.timeout, args.setup, args.routine), 3) for g in grids}
+        durations = {g: round(call_duration(g, args.timeout, args.setup, routine), 3) for g in grids}
     else:
         durations = dict.fromkeys(grids, args.max_delay)
-    print(f"kill delays uniform in [0, d] s, d per grid: {durations}", flush=True)
+    print(f"{routine}: kill delays uniform in [0, d] s, d per grid: {durations}", flush=True)
     counts: dict[str, Counter[str]] = {g: Counter() for g in grids}
     by_phase: dict[str, Counter[str]] = {p: Counter() for p in PHASES}
     for i in range(args.trials):
         grid = grids[i % len(grids)]
         trial = draw_trial(rng, grid, durations[grid], setup=args.setup, modes=tuple(args.modes.split(",")),
                            betas=tuple(float(b) for b in args.betas.split(",")),
-                           routine=args.routine)  # fmt: skip
+                           routine=routine)  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="ftkit-kill-") as tmp:
             res = run_trial(trial, Path(tmp), args.timeout)
         counts[grid][res.outcome] += 1
@@ -335,12 +337,53 @@ def main(argv: list[str] | None = None) -> int:
     _table("grid", grids, counts, OUTCOMES)
     _table("phase", list(PHASES), by_phase, OUTCOMES)
     total = sum(counts.values(), Counter())
-    print(json.dumps({"routine": args.routine, "trials": args.trials, "seed": args.seed,
-                      "seconds": round(time.monotonic() - t_start),
-                      "durations": durations, "per_grid": {g: dict(counts[g]) for g in grids},
-                      "per_phase": {p: dict(by_phase[p]) for p in PHASES},
-                      "total": dict(total)}))  # fmt: skip
-    return 1 if total["wrong"] or total["hang"] else 0
+    summary = {"routine": routine, "trials": args.trials, "seed": args.seed,
+               "seconds": round(time.monotonic() - t_start), "durations": durations,
+               "per_grid": {g: dict(counts[g]) for g in grids},
+               "per_phase": {p: dict(by_phase[p]) for p in PHASES}, "total": dict(total)}  # fmt: skip
+    print(json.dumps(summary), flush=True)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trials", type=int, default=200, help="trials per routine")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=120.0, help="hard limit per trial (s)")
+    ap.add_argument("--grids", default=",".join(GRIDS), help="comma-separated grids, taken in turn")
+    ap.add_argument("--max-delay", type=float, default=None,
+                    help="kill delays uniform in [0, this] s (default: each grid's measured call duration)")
+    ap.add_argument("--setup", choices=("before", "in-call"), default="before",
+                    help="in-call: no detector built beforehand, kills timed from the call's start")
+    ap.add_argument("--modes", default="store,protect", help="store modes drawn from (store, protect)")
+    ap.add_argument("--betas", default="0,0.5", help="beta values drawn from")
+    ap.add_argument("--routine", default="gemm",
+                    help=f"the resilient_ routine(s) run: one of {', '.join(FLAGS)}, a comma-separated list, "
+                         "or all")  # fmt: skip
+    ap.add_argument("--out", type=Path, default=None, help="append one JSON line per trial here")
+    args = ap.parse_args(argv)
+    routines = list(FLAGS) if args.routine == "all" else args.routine.split(",")
+    unknown = [r for r in routines if r not in FLAGS]
+    if unknown:
+        ap.error(f"unknown routine(s) {unknown}; use {', '.join(FLAGS)} or all")
+    rng = random.Random(args.seed)
+    summaries = []
+    for routine in routines:
+        try:
+            summaries.append(campaign(routine, args, rng))
+        except RuntimeError as exc:  # its failure-free warm-up was wrong: count it, go on with the others
+            print(f"{routine}: {exc}", flush=True)
+            summaries.append({"routine": routine, "total": {"wrong": 1}})
+    print(f"\n{'routine':8} {'right':>8} {'failure':>8} {'wrong':>8} {'hung':>8}   (right: exact result, or "
+          "killed after the call; failure: every survivor raised ProcessFailure alike)")  # fmt: skip
+    bad = 0
+    for s in summaries:
+        tot: dict[str, int] = s["total"]  # type: ignore[assignment]
+        right = tot.get("exact", 0) + tot.get("late", 0)
+        bad += tot.get("wrong", 0) + tot.get("hang", 0)
+        print(f"{s['routine']:8} {right:8d} {tot.get('failure', 0):8d} {tot.get('wrong', 0):8d} "
+              f"{tot.get('hang', 0):8d}")  # fmt: skip
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

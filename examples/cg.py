@@ -24,7 +24,7 @@ from mpi4py import MPI
 
 from ftkit.inject import BitFlip, InjectionPlan
 from ftkit.linalg import DistributedMatrix, ProcessGrid
-from ftkit.linalg.ft import ABFTPolicy
+from ftkit.linalg.abft import ABFTPolicy
 
 
 def spd_matrix(n: int, seed: int) -> np.ndarray:

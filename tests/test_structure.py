@@ -31,6 +31,20 @@ LAYERS: dict[str, int] = {
 #: Packages of one layer that must not import each other.
 APART = {("checkpoint", "linalg"), ("linalg", "checkpoint")}
 
+#: Layer of each part of ``ftkit.linalg`` (its modules and sub-packages), the same rule one level down: the
+#: distributed matrix, then the plain PBLAS and their engines, the checksum algebra, the process-failure
+#: routines, the ABFT routines (whose ``protect_inputs=`` path runs a process-failure one), the Cholesky
+#: solver.
+LINALG_LAYERS: dict[str, int] = {
+    "grid": 0, "descriptor": 0, "matrix": 0, "_blas": 0,
+    "pblas": 1,
+    "checksums": 2,
+    "resilient": 3,
+    "abft": 4,
+    "cholesky": 5,
+    "__init__": 6,
+}
+
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_CODE_LINES = 80
 #: A function may be longer when its docstring says why, in a paragraph starting with this word.
@@ -145,6 +159,31 @@ def test_imports_point_down_the_layers():
             if LAYERS[dst] > LAYERS[src] or (src, dst) in APART:
                 upward.append(f"{module} -> {target}")
     assert sorted(upward) == [], f"imports that point up (or between checkpoint and linalg): {sorted(upward)}"
+
+
+def _linalg_part(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["ftkit", "linalg"]:
+        return None
+    return parts[2] if len(parts) > 2 else "__init__"
+
+
+def test_linalg_parts_have_a_layer():
+    unknown = sorted({p for m in _modules() if (p := _linalg_part(m))} - set(LINALG_LAYERS))
+    assert unknown == [], f"add these ftkit.linalg parts to LINALG_LAYERS in {Path(__file__).name}: {unknown}"
+
+
+def test_linalg_imports_point_down_its_parts():
+    upward = []
+    for module, targets in import_graph().items():
+        src = _linalg_part(module)
+        for target in targets:
+            dst = _linalg_part(target)
+            if src is None or dst is None or src == dst:
+                continue
+            if LINALG_LAYERS[dst] > LINALG_LAYERS[src]:
+                upward.append(f"{module} -> {target}")
+    assert sorted(upward) == [], f"ftkit.linalg imports that point up its parts: {sorted(upward)}"
 
 
 def test_modules_are_small():

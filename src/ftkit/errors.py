@@ -164,7 +164,7 @@ class PBLASArgumentError(LinalgError):
 class ABFTError(LinalgError):
     """The checksum protection detected an error it could not correct (or a block it could not check).
 
-    ``report`` is the :class:`~ftkit.linalg.ft.ABFTReport` of the call, when there is one.
+    ``report`` is the :class:`~ftkit.linalg.abft.ABFTReport` of the call, when there is one.
     """
 
     def __init__(self, message: str, *, report: object = None) -> None:

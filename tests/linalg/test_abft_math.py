@@ -1,4 +1,5 @@
-"""In-process tests of the ABFT mathematics (ftkit.linalg.abft): checksums, bounds, location, correction."""
+"""In-process tests of the ABFT mathematics (ftkit.linalg.checksums): checksums, bounds, location,
+correction."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ftkit.inject import BitFlip, InjectionPlan
-from ftkit.linalg import abft
+from ftkit.linalg import checksums
 from ftkit.linalg._blas import gemm_update
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "programs"))
@@ -37,20 +38,20 @@ def expected_sums(a, b, c0, alpha, beta, bs, tol, c=None):
     model's C term; without it the coarse statistical form is used)."""
     m, k = a.shape
     n = b.shape[1]
-    rb, cb = abft.dense_bounds(m, bs), abft.dense_bounds(n, bs)
-    prod = abft.ChecksumProduct(len(rb) - 1, len(cb) - 1)
-    prod.add(abft.encode_rows(a, rb), abft.encode_cols(b, cb))
-    pred = prod.predict(alpha, beta, abft.summarize_c0(c0, rb, cb) if beta != 0 else None)
-    csq = abft.block_sums_sq(c, rb, cb)[4] if c is not None else None
+    rb, cb = checksums.dense_bounds(m, bs), checksums.dense_bounds(n, bs)
+    prod = checksums.ChecksumProduct(len(rb) - 1, len(cb) - 1)
+    prod.add(checksums.encode_rows(a, rb), checksums.encode_cols(b, cb))
+    pred = prod.predict(alpha, beta, checksums.summarize_c0(c0, rb, cb) if beta != 0 else None)
+    csq = checksums.block_sums_sq(c, rb, cb)[4] if c is not None else None
     thr = pred.thresholds(rb, cb, tol, alpha, beta, csq=csq)
     return rb, cb, tuple(pred.expected), thr
 
 
 def test_gamma():
-    assert abft.gamma(0) == 0.0
-    assert abft.gamma(10) == pytest.approx(10 * 2.0**-53, rel=1e-12)
+    assert checksums.gamma(0) == 0.0
+    assert checksums.gamma(10) == pytest.approx(10 * 2.0**-53, rel=1e-12)
     with pytest.raises(ValueError):
-        abft.gamma(2**53)
+        checksums.gamma(2**53)
 
 
 @settings(max_examples=200, deadline=None)
@@ -67,7 +68,7 @@ def test_segments_cover_and_never_straddle_a_distribution_block(n, nb, bs, offse
     g = np.arange(offset, offset + n)
     owners = (g // nb) % nprocs
     idx = np.flatnonzero(owners == p)
-    bounds = abft.segment_bounds(idx, offset, nb, bs)
+    bounds = checksums.segment_bounds(idx, offset, nb, bs)
     assert bounds[0] == 0 and bounds[-1] == idx.size
     lens = np.diff(bounds)
     assert np.all(lens >= 1) and np.all(lens <= bs)
@@ -81,14 +82,14 @@ def test_encoding_equals_explicit_sums():
     rng = np.random.default_rng(0)
     a = rng.standard_normal((37, 11))
     rb = np.array([0, 5, 16, 37])
-    chk = abft.encode_rows(a, rb)
+    chk = checksums.encode_rows(a, rb)
     for s in range(3):
         blk = a[rb[s] : rb[s + 1]]
         w = np.arange(1, len(blk) + 1)[:, None]
         np.testing.assert_allclose(chk[s], blk.sum(0), rtol=1e-13, atol=1e-13)
         np.testing.assert_allclose(chk[3 + s], (w * blk).sum(0), rtol=1e-13, atol=1e-12)
         np.testing.assert_allclose(chk[6 + s], np.abs(blk).sum(0), rtol=1e-13)
-    bchk = abft.encode_cols(a.T, rb)
+    bchk = checksums.encode_cols(a.T, rb)
     np.testing.assert_allclose(bchk, chk.T, rtol=1e-13, atol=1e-12)
 
 
@@ -100,7 +101,7 @@ def test_integer_products_have_exactly_zero_residual():
         c0 = np.round(c0)
         c, _ = panel_product(a, b, c0, 2.0, -3.0, 16)
         rb, cb, exp, thr = expected_sums(a, b, c0, 2.0, -3.0, bs, None)
-        v = abft.verify_blocks(c, rb, cb, exp, thr)
+        v = checksums.verify_blocks(c, rb, cb, exp, thr)
         assert not v.flagged.any()
         assert all(np.all(r == 0) for r in (v.res_ee, v.res_we, v.res_ew, v.res_ww))
 
@@ -120,7 +121,7 @@ def test_no_false_positives_on_1000_adversarial_cases(tol):
         a, b, c0 = make_case(fam, m, n, k, rng)
         c, _ = panel_product(a, b, c0, alpha, beta, int(rng.integers(1, 300)))
         rb, cb, exp, thr = expected_sums(a, b, c0, alpha, beta, bs, tol, c)
-        v = abft.verify_blocks(c, rb, cb, exp, thr)
+        v = checksums.verify_blocks(c, rb, cb, exp, thr)
         assert not v.flagged.any(), (t, fam, m, n, k, bs, alpha, beta)
         worst = max(worst, v.max_ratio)
         blocks += v.flagged.size
@@ -134,15 +135,15 @@ def test_no_false_positives_on_1000_adversarial_cases(tol):
 
 def test_rigorous_threshold_is_larger_than_statistical():
     mabs = np.full((2, 2), 5.0)
-    rig = abft.thresholds(mabs, 1000, np.array([32, 32]), np.array([32, 32]))
-    stat = abft.thresholds(mabs, 1000, np.array([32, 32]), np.array([32, 32]), tol="statistical")
+    rig = checksums.thresholds(mabs, 1000, np.array([32, 32]), np.array([32, 32]))
+    stat = checksums.thresholds(mabs, 1000, np.array([32, 32]), np.array([32, 32]), tol="statistical")
     assert np.all(rig > 5 * stat)
     assert np.all(
-        abft.thresholds(mabs, 10, np.array([4, 4]), np.array([4, 4]), tol=1e-6) == pytest.approx(5e-6)
+        checksums.thresholds(mabs, 10, np.array([4, 4]), np.array([4, 4]), tol=1e-6) == pytest.approx(5e-6)
     )
     for bad in ("rigorous", -1.0, float("nan")):
         with pytest.raises(ValueError):
-            abft.thresholds(mabs, 10, np.array([4, 4]), np.array([4, 4]), tol=bad)
+            checksums.thresholds(mabs, 10, np.array([4, 4]), np.array([4, 4]), tol=bad)
 
 
 def _flip_case(
@@ -176,7 +177,7 @@ def test_every_high_bit_flip_in_C_is_detected_located_and_corrected(fam, tol):
         (rec,) = plan.records
         i, j = rec.local_index
         bi, bj = i // 16, j // 16
-        v = abft.verify_blocks(c, rb, cb, exp, thr)
+        v = checksums.verify_blocks(c, rb, cb, exp, thr)
         # the flip changes C[i, j] by |after - before| (on top of rounding): above the threshold, it is seen
         delta = abs(rec.after - rec.before) if np.isfinite(rec.after) else np.inf
         if delta > 2 * thr[bi, bj]:
@@ -187,7 +188,7 @@ def test_every_high_bit_flip_in_C_is_detected_located_and_corrected(fam, tol):
             continue
         assert np.flatnonzero(v.flagged).tolist() == [bi * v.flagged.shape[1] + bj]
         total += 1
-        fixed, rest = abft.correct_flagged(c, rb, cb, v, exp)
+        fixed, rest = checksums.correct_flagged(c, rb, cb, v, exp)
         if fixed:
             assert fixed == [(bi, bj, i - rb[bi], j - cb[bj])]
             fixed_o1 += 1
@@ -196,7 +197,7 @@ def test_every_high_bit_flip_in_C_is_detected_located_and_corrected(fam, tol):
             blk = (slice(rb[bi], rb[bi + 1]), slice(cb[bj], cb[bj + 1]))
             c[blk] = 1.5 * a[blk[0]] @ b[:, blk[1]] + 0.5 * c0[blk]  # the owner's recomputation
         assert np.all(np.abs(c - ref) <= 2 * thr_rig.repeat(np.diff(rb), 0).repeat(np.diff(cb), 1))
-        assert not abft.verify_blocks(c, rb, cb, exp, thr).flagged.any()
+        assert not checksums.verify_blocks(c, rb, cb, exp, thr).flagged.any()
     assert total >= 55
     assert fixed_o1 >= 0.9 * total  # O(1) location handles nearly all; the rest fall back
 
@@ -205,7 +206,7 @@ def test_low_bit_flips_below_threshold_leave_result_within_bound():
     undetected = 0
     for seed in range(40):
         a, b, c0, ref, c, plan, rb, cb, exp, thr, thr_rig = _flip_case(seed, "uniform", bits=(0, 8))
-        v = abft.verify_blocks(c, rb, cb, exp, thr)
+        v = checksums.verify_blocks(c, rb, cb, exp, thr)
         if not v.flagged.any():
             undetected += 1
             assert np.all(np.abs(c - ref) <= thr_rig.repeat(np.diff(rb), 0).repeat(np.diff(cb), 1))
@@ -224,8 +225,8 @@ def test_two_errors_in_different_blocks_are_both_corrected():
             r2.local_index[1] // 16,
         ):
             continue
-        v = abft.verify_blocks(c, rb, cb, exp, thr)
-        fixed, rest = abft.correct_flagged(c, rb, cb, v, exp)
+        v = checksums.verify_blocks(c, rb, cb, exp, thr)
+        fixed, rest = checksums.correct_flagged(c, rb, cb, v, exp)
         assert (
             v.flagged.sum()
             == len(fixed) + len(rest)
@@ -243,10 +244,10 @@ def test_two_comparable_errors_in_one_block_fall_back_to_recomputation():
     n_fallback = 0
     for seed in range(10):
         a, b, c0, ref, c, plan, rb, cb, exp, thr, _ = _flip_case(seed, "uniform", same_block=True, bit=48)
-        v = abft.verify_blocks(c, rb, cb, exp, thr)
+        v = checksums.verify_blocks(c, rb, cb, exp, thr)
         assert v.flagged[0, 0]
         before = c.copy()
-        fixed, rest = abft.correct_flagged(c, rb, cb, v, exp)
+        fixed, rest = checksums.correct_flagged(c, rb, cb, v, exp)
         assert fixed == [] and rest == [(0, 0)]
         np.testing.assert_array_equal(c, before)  # a failed O(1) attempt leaves the block untouched
         n_fallback += 1
@@ -264,8 +265,8 @@ def test_second_much_smaller_error_in_a_block_stays_within_the_weighted_bound():
         rb, cb, exp, thr = expected_sums(a, b, c0, 1.0, 0.0, 16, None)
         c[3, 4] *= 1.5
         c[5, 1] *= 1 + 2.0**-20
-        v = abft.verify_blocks(c, rb, cb, exp, thr)
-        fixed, rest = abft.correct_flagged(c, rb, cb, v, exp)
+        v = checksums.verify_blocks(c, rb, cb, exp, thr)
+        fixed, rest = checksums.correct_flagged(c, rb, cb, v, exp)
         if fixed:
             assert np.max(np.abs(c - ref)) <= v.thr_r[0, 0]
         else:
@@ -280,9 +281,9 @@ def test_flip_to_nonfinite_is_located():
     rb, cb, exp, thr = expected_sums(a, b, c0, 1.0, 0.0, 8, None)
     for val in (np.inf, -np.inf, np.nan):
         c[13, 22] = val
-        v = abft.verify_blocks(c, rb, cb, exp, thr)
+        v = checksums.verify_blocks(c, rb, cb, exp, thr)
         assert v.flagged.sum() == 1 and v.flagged[1, 2]
-        fixed, rest = abft.correct_flagged(c, rb, cb, v, exp)
+        fixed, rest = checksums.correct_flagged(c, rb, cb, v, exp)
         assert fixed == [(1, 2, 5, 6)] and rest == []
         assert abs(c[13, 22] - ref[13, 22]) <= 2 * thr[1, 2]
 
@@ -296,39 +297,39 @@ def test_error_in_A_after_encoding_is_detected_in_its_row():
     bad = a.copy()
     plan.apply("A", 0, 0, bad)
     c, _ = panel_product(bad, b, c0, 1.0, 0.0, 200)
-    v = abft.verify_blocks(c, rb, cb, exp, thr)
+    v = checksums.verify_blocks(c, rb, cb, exp, thr)
     assert v.flagged[1].all() and v.flagged.sum() == v.flagged.shape[1]  # every block of block row 1
-    fixed, rest = abft.correct_flagged(c, rb, cb, v, exp)
+    fixed, rest = checksums.correct_flagged(c, rb, cb, v, exp)
     # one wrong row element per block (row 20, all columns): not a single-element error
     assert fixed == [] and len(rest) == v.flagged.shape[1]
 
 
 def test_choose_bs_rule():
-    assert abft.choose_bs(256, 256, 100) == 256
-    assert abft.choose_bs(256, 256, 4096) == 128
-    assert abft.choose_bs(64, 64, 4096) == 64
-    assert abft.choose_bs(48, 64, 100) == 16
-    assert abft.choose_bs(7, 7, 10) == 1
+    assert checksums.choose_bs(256, 256, 100) == 256
+    assert checksums.choose_bs(256, 256, 4096) == 128
+    assert checksums.choose_bs(64, 64, 4096) == 64
+    assert checksums.choose_bs(48, 64, 100) == 16
+    assert checksums.choose_bs(7, 7, 10) == 1
     for k in (10, 1000, 100000):
-        bs = abft.choose_bs(256, 256, k)
-        assert 2 * bs * bs * (k + 2 * bs) * abft.U <= 2.0**-24
+        bs = checksums.choose_bs(256, 256, k)
+        assert 2 * bs * bs * (k + 2 * bs) * checksums.U <= 2.0**-24
 
 
 def test_check_product_convenience():
     rng = np.random.default_rng(3)
     a, b, c0 = make_case("normal", 30, 20, 40, rng)
     c = a @ b
-    assert not abft.check_product(a, b, c, bs=8).flagged.any()
+    assert not checksums.check_product(a, b, c, bs=8).flagged.any()
     c[3, 3] += 1e-6
-    assert abft.check_product(a, b, c, bs=8).flagged[0, 0]
+    assert checksums.check_product(a, b, c, bs=8).flagged[0, 0]
     with pytest.raises(ValueError):
-        abft.check_product(a, b, c, beta=1.0)
+        checksums.check_product(a, b, c, beta=1.0)
 
 
 def test_check_product_starts_no_compiled_kernel(monkeypatch):
     # resilient_pdgemm's settle phase verifies its recomputed tiles with check_product, often as a process's
     # first ABFT work: a kernel there puts numba's start-up (0.35-0.6 s) into the first failure's recovery
-    from ftkit.linalg import _abft_sums
+    from ftkit.linalg.checksums import _sums as _abft_sums
 
     def refuse(*args, **kwargs):
         raise AssertionError("check_product called a compiled kernel")
@@ -339,10 +340,10 @@ def test_check_product_starts_no_compiled_kernel(monkeypatch):
     a, b, c0 = make_case("normal", 48, 40, 56, rng)  # a 48 x 56, b 56 x 40: 3 x 5 blocks of 16 x 8
     for tol in (None, "statistical"):
         c = 0.5 * (a @ b) + 2.0 * c0
-        v = abft.check_product(a, b, c, alpha=0.5, beta=2.0, c0=c0, bs=(16, 8), tol=tol)
+        v = checksums.check_product(a, b, c, alpha=0.5, beta=2.0, c0=c0, bs=(16, 8), tol=tol)
         assert v.flagged.shape == (3, 5) and not v.flagged.any() and not v.unchecked.any()
         c[20, 30] += 1e-6 * np.abs(c).max()
-        v = abft.check_product(a, b, c, alpha=0.5, beta=2.0, c0=c0, bs=(16, 8), tol=tol)
+        v = checksums.check_product(a, b, c, alpha=0.5, beta=2.0, c0=c0, bs=(16, 8), tol=tol)
         assert np.argwhere(v.flagged).tolist() == [[1, 3]]
 
 
@@ -353,6 +354,6 @@ def test_check_product_reports_a_poisoned_block_row_unchecked():
     c = a @ b
     c[20, 33] += 1.0
     with np.errstate(invalid="ignore"):
-        v = abft.check_product(a, b, c, bs=8)
+        v = checksums.check_product(a, b, c, bs=8)
     assert v.unchecked[0].all() and not v.unchecked[1:].any()
     assert np.argwhere(v.flagged).tolist() == [[2, 4]]

@@ -9,8 +9,8 @@ from mpi4py import MPI
 from ftkit import linalg
 from ftkit.errors import DescriptorError, PBLASArgumentError
 from ftkit.linalg._blas import HAVE_CBLAS, gemm_update
-from ftkit.linalg._summa import plan_summa
 from ftkit.linalg.descriptor import BlockCyclic1D
+from ftkit.linalg.pblas._summa import plan_summa
 
 
 def test_openblas_is_used():

@@ -8,8 +8,8 @@ from mpi4py import MPI
 
 from ftkit.errors import PBLASArgumentError
 from ftkit.linalg import DistributedMatrix, ProcessGrid, pdgemm
-from ftkit.linalg.protected import protect_operands
 from ftkit.linalg.resilient import resilient_pdgemm
+from ftkit.linalg.resilient.protected import protect_operands
 
 
 @pytest.fixture

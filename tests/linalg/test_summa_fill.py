@@ -10,10 +10,10 @@ import pytest
 from mpi4py import MPI
 
 from ftkit import linalg
-from ftkit.linalg import abft
-from ftkit.linalg._abft_kernels import copy_col_sums, encode_cols_into, encode_rows_into
-from ftkit.linalg._summa import AllgatherExchange, plan_summa
+from ftkit.linalg import checksums
+from ftkit.linalg.checksums._kernels import copy_col_sums, encode_cols_into, encode_rows_into
 from ftkit.linalg.descriptor import BlockCyclic1D
+from ftkit.linalg.pblas._summa import AllgatherExchange, plan_summa
 
 
 def _grid() -> linalg.ProcessGrid:
@@ -60,12 +60,12 @@ def test_fused_copy_col_sums_matches_separate_passes():
     big = np.asfortranarray(rng.uniform(-1, 1, (40, 11)))
     b = big[3:33, :]  # a band of rows of a column-major local array, as a SUMMA B piece is
     bounds = np.array([0, 4, 9, 11], dtype=np.int64)
-    w = abft.segment_weights(bounds)
+    w = checksums.segment_weights(bounds)
     nc = len(bounds) - 1
     ext = np.asfortranarray(np.full((30, 11 + 4 * nc), np.nan))
     encode_cols_into(b, bounds, w, ext, True)
     assert np.array_equal(ext[:, :11], b)
-    ref = abft.encode_cols(np.ascontiguousarray(b), bounds)  # separate sums pass
+    ref = checksums.encode_cols(np.ascontiguousarray(b), bounds)  # separate sums pass
     np.testing.assert_allclose(ext[:, 11:], ref, rtol=1e-14, atol=1e-14)
     direct = np.asfortranarray(np.zeros_like(ext))
     copy_col_sums(b, bounds, w, direct)
@@ -93,7 +93,7 @@ def test_encoding_kernels_match_explicit_sums(kinds, bounds):
     # cover the whole piece ([0, 3, 9] of 11)
     rng = np.random.default_rng(5)
     bounds = np.array(bounds, dtype=np.int64)
-    w = abft.segment_weights(bounds)
+    w = checksums.segment_weights(bounds)
     nseg, covered = len(bounds) - 1, int(bounds[-1])
     big = np.asfortranarray(rng.uniform(-1, 1, (40, 40)))
     b = big[3:33, 2:13]  # (30, 11): band of rows, not contiguous
@@ -118,19 +118,20 @@ def test_encoding_kernels_match_explicit_sums(kinds, bounds):
             assert np.array_equal(ext[:11], a)
         np.testing.assert_allclose(ext[base:], ref, rtol=1e-13, atol=1e-13)
     # check_product's numpy sums (no kernel) agree with the same explicit sums, on the same strided pieces
-    np.testing.assert_allclose(abft.dense_encode(b, bounds, kinds, axis=1), _explicit_sums(
+    np.testing.assert_allclose(checksums.dense_encode(b, bounds, kinds, axis=1), _explicit_sums(
         b[:, :covered], bounds, kinds, axis=1), rtol=1e-13, atol=1e-13)  # fmt: skip
-    np.testing.assert_allclose(abft.dense_encode(a, bounds, kinds, axis=0), _explicit_sums(
+    np.testing.assert_allclose(checksums.dense_encode(a, bounds, kinds, axis=0), _explicit_sums(
         a[:covered], bounds, kinds, axis=0), rtol=1e-13, atol=1e-13)  # fmt: skip
     # the public wrappers: the first three kinds do not depend on whether squares are asked for
     np.testing.assert_array_equal(
-        abft.encode_rows(a[:covered], bounds, 3), abft.encode_rows(a[:covered], bounds, 4)[: 3 * nseg]
+        checksums.encode_rows(a[:covered], bounds, 3),
+        checksums.encode_rows(a[:covered], bounds, 4)[: 3 * nseg],
     )
     bc = b[:, :covered]
-    three, four = abft.encode_cols(bc, bounds, 3), abft.encode_cols(bc, bounds, 4)
+    three, four = checksums.encode_cols(bc, bounds, 3), checksums.encode_cols(bc, bounds, 4)
     np.testing.assert_array_equal(three, four[:, : 3 * nseg])
     with pytest.raises(ValueError):
-        abft.encode_rows(a, bounds, 2)
+        checksums.encode_rows(a, bounds, 2)
 
 
 def test_block_sums_match_explicit_sums():
@@ -138,9 +139,9 @@ def test_block_sums_match_explicit_sums():
     c = np.asfortranarray(rng.uniform(-1, 1, (40, 37)))[1:38, 2:35]  # strided view, as C's local part
     rb = np.array([0, 5, 16, 37], dtype=np.int64)
     cb = np.array([0, 1, 9, 33], dtype=np.int64)
-    with_sq = abft.block_sums_sq(c, rb, cb)
-    without = abft.block_sums(c, rb, cb)  # the same pass, squares dropped
-    dense = abft.dense_block_sums_sq(c, rb, cb)  # check_product's numpy sums (no kernel)
+    with_sq = checksums.block_sums_sq(c, rb, cb)
+    without = checksums.block_sums(c, rb, cb)  # the same pass, squares dropped
+    dense = checksums.dense_block_sums_sq(c, rb, cb)  # check_product's numpy sums (no kernel)
     for bi in range(3):
         for bj in range(3):
             blk = c[rb[bi] : rb[bi + 1], cb[bj] : cb[bj + 1]]
@@ -157,15 +158,15 @@ def test_block_sums_match_explicit_sums():
 def test_three_checksum_kinds_serve_rigorous_and_numeric_thresholds():
     # squared sums are only computed for the statistical threshold; without them its model falls back to the
     # coarse |A||B| form (never below the fine one's safety), and the rigorous threshold is unchanged
-    assert abft.checksum_kinds(None) == 3 and abft.checksum_kinds(1e-9) == 3
-    assert abft.checksum_kinds("statistical") == 4
+    assert checksums.checksum_kinds(None) == 3 and checksums.checksum_kinds(1e-9) == 3
+    assert checksums.checksum_kinds("statistical") == 4
     rng = np.random.default_rng(7)
     a, b = rng.standard_normal((40, 50)), rng.standard_normal((50, 30))
-    rb, cb = abft.dense_bounds(40, 16), abft.dense_bounds(30, 16)
+    rb, cb = checksums.dense_bounds(40, 16), checksums.dense_bounds(30, 16)
     preds = {}
     for kinds in (3, 4):
-        prod = abft.ChecksumProduct(len(rb) - 1, len(cb) - 1, kinds)
-        prod.add(abft.encode_rows(a, rb, kinds), abft.encode_cols(b, cb, kinds))
+        prod = checksums.ChecksumProduct(len(rb) - 1, len(cb) - 1, kinds)
+        prod.add(checksums.encode_rows(a, rb, kinds), checksums.encode_cols(b, cb, kinds))
         preds[kinds] = prod.predict(1.0, 0.0)
     assert preds[3].p2 is None and preds[4].p2 is not None
     for e3, e4 in zip(preds[3].expected, preds[4].expected, strict=True):
@@ -174,6 +175,6 @@ def test_three_checksum_kinds_serve_rigorous_and_numeric_thresholds():
     np.testing.assert_array_equal(rig[0], rig[1])
     c = a @ b
     for tol in (None, "statistical", 1e-12):
-        assert not abft.check_product(a, b, c, bs=16, tol=tol).flagged.any()
+        assert not checksums.check_product(a, b, c, bs=16, tol=tol).flagged.any()
     c[5, 7] += 1e-6
-    assert abft.check_product(a, b, c, bs=16).flagged[0, 0]
+    assert checksums.check_product(a, b, c, bs=16).flagged[0, 0]

@@ -11,7 +11,7 @@ from mpi4py import MPI
 from ftkit.errors import ABFTError, PBLASArgumentError
 from ftkit.inject import BitFlip, InjectionPlan
 from ftkit.linalg import DistributedMatrix, ProcessGrid, pdgemm
-from ftkit.linalg.ft import ABFTPolicy, ft_pdgemm
+from ftkit.linalg.abft import ABFTPolicy, ft_pdgemm
 
 comm = MPI.COMM_WORLD
 grid = ProcessGrid.square(comm)
@@ -120,17 +120,17 @@ ok("detect mode")
 
 # rounding alarms: a statistical threshold that is too tight (as structured data, whose rounding errors do not
 # cancel, can make it) flags correct blocks; they are recomputed and accepted under the rigorous bound
-from ftkit.linalg import abft  # noqa: E402
+from ftkit.linalg import checksums  # noqa: E402
 
 Cp = d(c0)
 pdgemm("N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.5, Cp, 0, 0)
-saved = abft.STAT_LAMBDA
-abft.STAT_LAMBDA = 1e-4
+saved = checksums.STAT_LAMBDA
+checksums.STAT_LAMBDA = 1e-4
 try:
     C = d(c0)
     rep = ft_pdgemm("N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.5, C, 0, 0, bs=8, tol="statistical")
 finally:
-    abft.STAT_LAMBDA = saved
+    checksums.STAT_LAMBDA = saved
 assert rep.detected == 0 and rep.uncorrected == 0, rep
 assert rep.rounding_alarms == len(rep.events) == 9, rep
 assert np.allclose(C.local, Cp.local, rtol=1e-13, atol=1e-13)

@@ -17,7 +17,7 @@ from mpi4py import MPI
 from ftkit.errors import ABFTError
 from ftkit.inject import BitFlip, InjectionPlan
 from ftkit.linalg import DistributedMatrix, ProcessGrid
-from ftkit.linalg.ft import ft_pdgemm
+from ftkit.linalg.abft import ft_pdgemm
 
 p = argparse.ArgumentParser()
 p.add_argument("--poison", default="nan")

@@ -29,11 +29,11 @@ from ftkit.inject import BitFlip, InjectionPlan  # noqa: E402
 from ftkit.linalg import (  # noqa: E402
     DistributedMatrix,
     ProcessGrid,
-    abft,  # noqa: E402
+    checksums,  # noqa: E402
     pdgemm,
     pdsymm,
 )
-from ftkit.linalg.ft import ft_pdgemm, ft_pdsymm  # noqa: E402
+from ftkit.linalg.abft import ft_pdgemm, ft_pdsymm  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("nprow", type=int)
@@ -79,7 +79,7 @@ def rig_bound(
 ) -> float:
     """An upper bound of every block's rigorous threshold (bs x bs blocks of |alpha||A||B| + |beta||C0|)."""
     mel = abs(alpha) * (np.abs(a) @ np.abs(b)) + abs(beta) * np.abs(c0)
-    f = float(abft.thresholds(np.ones((1, 1)), k, np.array([bs]), np.array([bs]))[0, 0])
+    f = float(checksums.thresholds(np.ones((1, 1)), k, np.array([bs]), np.array([bs]))[0, 0])
     return f * bs * bs * float(mel.max()) + 1e-300
 
 

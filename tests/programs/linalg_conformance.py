@@ -138,8 +138,8 @@ def symm_case(rng, grid):
 
 def lookahead_case(rng, grid):
     """The SUMMA engine with several exchanges in flight (buffer ring deeper than 2)."""
-    from ftkit.linalg._operands import aligned_operands
-    from ftkit.linalg._summa import run_summa
+    from ftkit.linalg.pblas._operands import aligned_operands
+    from ftkit.linalg.pblas._summa import run_summa
 
     m, n, k = rand_dim(rng) + 5, rand_dim(rng) + 5, rand_dim(rng) + 20
     lay = rand_layout(rng, grid)

@@ -18,8 +18,8 @@ from mpi4py import MPI
 from ftkit import inject
 from ftkit.errors import ABFTError, ProcessFailure, StorageError
 from ftkit.failure import Fenced, exit_without_finalize, load_state_table, persist_state_table
-from ftkit.linalg import DistributedMatrix, ProcessGrid, _resilient_call, pdgemm
-from ftkit.linalg.resilient import resilient_pdgemm, resilient_pdsymm
+from ftkit.linalg import DistributedMatrix, ProcessGrid, pdgemm
+from ftkit.linalg.resilient import _call_state, resilient_pdgemm, resilient_pdsymm
 
 p = argparse.ArgumentParser()
 p.add_argument("--grid", default="2x2")
@@ -48,7 +48,8 @@ p.add_argument("--continue-after", dest="cont", action="store_true",
                "multiply on the survivors' grid must work; the state table is persisted in <dir>/state.json")
 p.add_argument("--hook-rank", type=int, default=-1,
                help="this rank writes <dir>/ready and waits to be killed when it reaches --hook-stage")
-p.add_argument("--hook-stage", default="", help="a stage name of ftkit.linalg._resilient_call.fault_hook")
+p.add_argument("--hook-stage", default="",
+               help="a stage name of ftkit.linalg.resilient._call_state.fault_hook")
 p.add_argument("--hook-error", action="store_true", help="at --hook-stage, raise an error instead")
 p.add_argument("--error-rank", type=int, default=-1, help="this rank raises its own error at --error-step, "
                "then stays alive until the survivors are done (at most 60 s)")
@@ -101,14 +102,14 @@ def at_stage(stage: str) -> None:
         time.sleep(60)  # the test driver kills this process by pid long before
 
 
-_resilient_call.fault_hook = at_stage
+_call_state.fault_hook = at_stage
 
 
 if a.cont:
     persist_state_table(Path(a.dir, "state.json"))
 try:
     if a.via_ft:
-        from ftkit.linalg.ft import ft_pdgemm
+        from ftkit.linalg.abft import ft_pdgemm
 
         report = ft_pdgemm(a.trans[0], a.trans[1], n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0,
                            width=nb, protect_inputs=Path(a.dir, "store"))  # fmt: skip
@@ -116,7 +117,7 @@ try:
         print(f"FTREPORT rank={rank} failed={list(report.failed_ranks)} result={kind}", flush=True)
         res = report.result
     elif a.protect_first:
-        from ftkit.linalg.protected import protect_operands
+        from ftkit.linalg.resilient.protected import protect_operands
 
         ops = protect_operands(a.trans[0], a.trans[1], n, n, n, A, 0, 0, B, 0, 0, C, 0, 0,
                                store=STORE, algorithm=a.algorithm,

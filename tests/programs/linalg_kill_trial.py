@@ -16,15 +16,22 @@ Prints, per surviving rank, one of ``DONE rank=.. failed=[..]`` (a result was re
 ``--setup in-call`` (issue 33) measures a kill at any moment of the call itself: nothing builds the detector
 beforehand (in ``--mode protect``, ``protect_operands`` does, and the call reuses it), ``started`` is written
 just before ``resilient_pdgemm`` is called, and rank 0 marks ``call`` there and ``setup`` when the call
-reaches the detector's set-up (the ``"setup"`` stage of :data:`ftkit.linalg._resilient_call.fault_hook`);
-``--hold-at setup`` then holds the victim at that stage, inside the call, after it saved its inputs.
-The driver (``benchmarks/kill_campaign.py``) assembles the pieces and compares them with numpy.
+reaches the detector's set-up (the ``"setup"`` stage of
+:data:`ftkit.linalg.resilient._call_state.fault_hook`); ``--hold-at setup`` then holds the victim at that
+stage, inside the call, after it saved its inputs. The driver (``benchmarks/kill_campaign.py``) assembles the
+pieces and compares them with numpy.
 
 ``--routine trmm|syrk|syr2k`` (issue 33) runs ``resilient_pdtrmm`` (``--trans`` is SIDE UPLO TRANSA DIAG,
 e.g. ``LUNN``; the result is B), ``resilient_pdsyrk`` or ``resilient_pdsyr2k`` (``--trans`` is UPLO TRANS,
 e.g. ``LT``) instead, on the whole n x n matrices, ``--mode store`` only. Rank 0 writes numpy's expected
 result to ``<dir>/ref.npz`` (``ref``, and ``fixed``: the entries that must equal the input bit for bit, the
 triangle a rank-k update does not touch), which the driver compares the pieces with.
+
+``--routine symm|trsm|geadd|tradd|tran`` (issue 33) runs ``resilient_pdsymm`` (``--trans`` is SIDE UPLO),
+``resilient_pdtrsm`` (``--trans`` as for trmm; A is made well conditioned: its entries divided by n, 2 added
+to its diagonal), ``resilient_pdgeadd`` (``--trans`` is TRANS), ``resilient_pdtradd`` (UPLO TRANS) or
+``resilient_pdtran`` (``--trans`` ignored). ``ref.npz`` also
+holds ``exact``: whether the result must equal ``ref`` bit for bit (the additions), not only to rounding.
 """
 
 from __future__ import annotations
@@ -39,16 +46,27 @@ from mpi4py import MPI
 
 from ftkit.errors import ProcessFailure
 from ftkit.failure import Fenced, exit_without_finalize
-from ftkit.linalg import DistributedMatrix, ProcessGrid, _resilient_call
-from ftkit.linalg.protected import detector_for, protect_operands
-from ftkit.linalg.resilient import resilient_pdgemm
-from ftkit.linalg.resilient_pblas3 import resilient_pdsyr2k, resilient_pdsyrk, resilient_pdtrmm
+from ftkit.linalg import DistributedMatrix, ProcessGrid
+from ftkit.linalg.resilient import (
+    _call_state,
+    resilient_pdgeadd,
+    resilient_pdgemm,
+    resilient_pdsymm,
+    resilient_pdsyr2k,
+    resilient_pdsyrk,
+    resilient_pdtradd,
+    resilient_pdtran,
+    resilient_pdtrmm,
+    resilient_pdtrsm,
+)
+from ftkit.linalg.resilient.protected import detector_for, protect_operands
 
 p = argparse.ArgumentParser()
 p.add_argument("--grid", default="2x3")
 p.add_argument("--n", type=int, default=96)
+p.add_argument("--routine", default="gemm",
+               choices=["gemm", "symm", "trmm", "trsm", "syrk", "syr2k", "geadd", "tradd", "tran"])
 p.add_argument("--nb", type=int, default=8)
-p.add_argument("--routine", choices=["gemm", "trmm", "syrk", "syr2k"], default="gemm")
 p.add_argument("--trans", default="TN")
 p.add_argument("--alpha", type=float, default=1.5)
 p.add_argument("--beta", type=float, default=0.0)
@@ -58,7 +76,8 @@ p.add_argument("--start-at-step", action="store_true",
                help="write <dir>/started when the multiply's first step begins (not before protecting)")
 p.add_argument("--hold-rank", type=int, default=-1,
                help="this rank writes <dir>/started at --hold-at and sleeps until it is killed")
-p.add_argument("--hold-at", choices=["setup", "multiply"], default="multiply")
+p.add_argument("--hold-at", choices=["setup", "multiply", "prepare"], default="multiply",
+               help="prepare: inside the call, just before the routine's collective prepare step")
 p.add_argument("--setup", choices=["before", "in-call"], default="before",
                help="build the failure detector before protecting and multiplying, or leave it to the calls")
 p.add_argument("--timeout", type=float, default=None)
@@ -76,26 +95,40 @@ n, nb = a.n, a.nb
 A = DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=1)
 B = DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=2)
 C = DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=3)
+if a.routine == "trsm":  # a well-conditioned triangle (also with a unit diagonal)
+    A.local[...] = A.local / n + 2.0 * (A.global_rows()[:, None] == A.global_cols()[None, :])
 a_g, b_g, c_g = A.to_global(), B.to_global(), C.to_global()
-ta, tb = a.trans[0], a.trans[1]
+ta, tb = (a.trans + "NN")[0], (a.trans + "NN")[1]  # gemm only
 store = Path(a.dir, "store")
 
 
 def reference() -> tuple[np.ndarray, np.ndarray]:
     """numpy's result of the routine, and the mask of entries that must stay bit for bit as on entry."""
     fixed = np.zeros((n, n), dtype=bool)
-    if a.routine == "trmm":
+    ones = np.ones((n, n), dtype=bool)
+    if a.routine in ("trmm", "trsm"):
         side, uplo, transa, diag = a.trans
         t = np.triu(a_g) if uplo == "U" else np.tril(a_g)
         if diag == "U":
             np.fill_diagonal(t, 1.0)
         t = t.T if transa != "N" else t
+        if a.routine == "trsm":
+            x = np.linalg.solve(t, b_g) if side == "L" else np.linalg.solve(t.T, b_g.T).T
+            return a.alpha * x, fixed
         return a.alpha * (t @ b_g if side == "L" else b_g @ t), fixed
+    if a.routine == "symm":
+        side, uplo = a.trans[:2]
+        s = np.triu(a_g) + np.triu(a_g, 1).T if uplo == "U" else np.tril(a_g) + np.tril(a_g, -1).T
+        return a.alpha * (s @ b_g if side == "L" else b_g @ s) + a.beta * c_g, fixed
+    if a.routine in ("geadd", "tradd", "tran"):  # rounded as pdgeadd rounds: beta * c + alpha * a
+        op = a_g.T if a.routine == "tran" or a.trans[-1] != "N" else a_g
+        if a.routine == "tradd":
+            fixed = ~(np.triu(ones) if a.trans[0] == "U" else np.tril(ones))
+        return np.where(fixed, c_g, a.beta * c_g + a.alpha * op), fixed
     if a.routine in ("syrk", "syr2k"):
         uplo, trans = a.trans
         opa, opb = (a_g, b_g) if trans == "N" else (a_g.T, b_g.T)
         upd = opa @ opa.T if a.routine == "syrk" else opa @ opb.T + opb @ opa.T
-        ones = np.ones((n, n), dtype=bool)
         fixed = ~(np.triu(ones) if uplo == "U" else np.tril(ones))
         return np.where(fixed, c_g, a.alpha * upd + a.beta * c_g), fixed
     opa = a_g.T if ta != "N" else a_g
@@ -106,7 +139,8 @@ def reference() -> tuple[np.ndarray, np.ndarray]:
 if rank == 0:
     np.savez(Path(a.dir, "inputs.npz"), a=a_g, b=b_g, c=c_g)
     ref, fixed = reference()
-    np.savez(Path(a.dir, "ref.npz"), ref=ref, fixed=fixed)
+    exact = a.routine in ("geadd", "tradd", "tran")
+    np.savez(Path(a.dir, "ref.npz"), ref=ref, fixed=fixed, exact=np.array(exact))
 world.Barrier()
 in_call = a.setup == "in-call"
 if rank == 0 and not a.start_at_step and a.hold_rank < 0 and not in_call:
@@ -126,6 +160,8 @@ def hold(where: str) -> None:
 
 
 def at_stage(stage: str) -> None:
+    if stage == "prepare":  # the call's collective prepare step (e.g. PDTRSM's inverse) is next
+        hold("prepare")
     if stage == "setup":  # the call builds its failure detector (after saving its inputs)
         mark("setup")
         if in_call:
@@ -140,7 +176,7 @@ def on_step(step: int) -> None:
         time.sleep(a.step_pause)
 
 
-_resilient_call.fault_hook = at_stage
+_call_state.fault_hook = at_stage
 try:
     if not in_call:
         mark("setup")
@@ -159,6 +195,16 @@ try:
     kw = {"store": where, "timeout": a.timeout, "width": nb, "on_step": on_step}
     if a.routine == "trmm":
         res = resilient_pdtrmm(*a.trans, n, n, a.alpha, A, 0, 0, B, 0, 0, **kw)  # type: ignore[arg-type]
+    elif a.routine == "symm":
+        res = resilient_pdsymm(*a.trans[:2], n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
+    elif a.routine == "trsm":
+        res = resilient_pdtrsm(*a.trans, n, n, a.alpha, A, 0, 0, B, 0, 0, **kw)  # type: ignore[arg-type]
+    elif a.routine == "geadd":
+        res = resilient_pdgeadd(a.trans[-1], n, n, a.alpha, A, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
+    elif a.routine == "tradd":
+        res = resilient_pdtradd(*a.trans[:2], n, n, a.alpha, A, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
+    elif a.routine == "tran":
+        res = resilient_pdtran(n, n, a.alpha, A, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
     elif a.routine == "syrk":
         res = resilient_pdsyrk(*a.trans, n, n, a.alpha, A, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
     elif a.routine == "syr2k":

@@ -8,8 +8,13 @@ and multiply), ``pdsyrk`` / ``pdsyr2k`` (symmetric rank-k updates), ``pdgeadd`` 
 fault-tolerant routines (``ft_pdgemm``, ``ft_pdsymm``, ``ft_pdtrsm``, ``ft_pdtrmm``, ``ft_pdsyrk``,
 ``ft_pdsyr2k``, ``ft_pdpotrf``, ``resilient_pdgemm``, ``protect_operands``) and the process-state table
 (``get_state_table``, ``set_state_table``, ``reset_state``) are re-exported lazily, so a program that only
-multiplies does not pay for importing their kernels. The internals other ftkit modules extend (SUMMA engine,
-panel exchange) live in ``_summa``.
+multiplies does not pay for importing their kernels.
+
+The package's parts, each using only those listed before it: the distributed matrix (:mod:`.grid`,
+:mod:`.descriptor`, :mod:`.matrix`, local kernels in :mod:`._blas`); :mod:`.pblas` (the plain routines and
+the SUMMA / Cannon engines other parts extend); :mod:`.checksums` (the block-checksum algebra);
+:mod:`.resilient` (process failures); :mod:`.abft` (silent errors); :mod:`.cholesky` (PDPOTRF / PDPOTRS and
+the fault-tolerant FT_PDPOTRF).
 """
 
 from __future__ import annotations
@@ -21,31 +26,21 @@ from .cholesky import FactorizationError, pdpotrf, pdpotrs
 from .descriptor import BlockCyclic1D, Descriptor, indxg2l, indxg2p, indxl2g, numroc
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
-from .pblas import cannon, pdgemm, pdsymm
-from .pblas_add import pdgeadd, pdtradd, pdtran
-from .pblas_rank import pdsyr2k, pdsyrk
-from .pblas_tri import pdtrmm, pdtrsm
+from .pblas import cannon, pdgeadd, pdgemm, pdsymm, pdsyr2k, pdsyrk, pdtradd, pdtran, pdtrmm, pdtrsm
 
 # name -> module (relative to this package) that defines it; imported on first access
 _LAZY = {
-    "ft_pdgemm": ".ft",
-    "ft_pdsymm": ".ft",
-    "ft_pdtrsm": ".ft_pblas3",
-    "ft_pdtrmm": ".ft_pblas3",
-    "ft_pdsyrk": ".ft_pblas3",
-    "ft_pdsyr2k": ".ft_pblas3",
-    "ft_pdpotrf": ".ft_cholesky",
-    "ABFTReport": ".ft",
-    "ABFTPolicy": ".ft",
-    "resilient_pdgemm": ".resilient",
-    "ResilientResult": ".resilient",
-    "protect_operands": ".protected",
-    "ProtectedOperands": ".protected",
+    **dict.fromkeys(("ft_pdgemm", "ft_pdsymm", "ft_pdtrsm", "ft_pdtrmm", "ft_pdsyrk", "ft_pdsyr2k",
+                     "ABFTReport", "ABFTPolicy"), ".abft"),
+    "ft_pdpotrf": ".cholesky.ft_potrf",
+    **dict.fromkeys(("resilient_pdgemm", "resilient_pdsymm", "resilient_pdtrsm", "resilient_pdtrmm",
+                     "resilient_pdsyrk", "resilient_pdsyr2k", "resilient_pdgeadd", "resilient_pdtradd",
+                     "resilient_pdtran", "resilient_call", "ProductForm", "ResilientResult",
+                     "protect_operands", "ProtectedOperands"), ".resilient"),
     "get_state_table": "..failure",
     "set_state_table": "..failure",
     "reset_state": "..failure",
 }
-
 __all__ = [
     "ProcessGrid",
     "Descriptor",
@@ -78,8 +73,3 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-_LAZY.update(dict.fromkeys(("resilient_pdsymm", "resilient_call", "ProductForm"), ".resilient"))
-__all__ += ["resilient_pdsymm", "resilient_call", "ProductForm"]
-_LAZY.update(dict.fromkeys(("resilient_pdtrmm", "resilient_pdsyrk", "resilient_pdsyr2k"),
-                           ".resilient_pblas3"))
-__all__ += ["resilient_pdtrmm", "resilient_pdsyrk", "resilient_pdsyr2k"]

@@ -1,0 +1,351 @@
+"""The checked product behind :func:`~ftkit.linalg.abft.ft_pdgemm` and :func:`~ftkit.linalg.abft.ft_pdsymm`
+(how it works: :mod:`ftkit.linalg.abft`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from ..._wait import wait_requests
+from ...errors import ABFTError, PBLASArgumentError
+from ...inject import InjectionPlan
+from .. import checksums
+from ..matrix import DistributedMatrix
+from ..pblas._operands import aligned_operands
+from ..pblas._summa import AllgatherExchange, PanelExchange, plan_summa, run_summa
+from ..pblas.gemm import (
+    _scale,
+    _symmetric_copy,
+    check_gemm_args,
+    check_symm_args,
+    check_width,
+)
+from ..resilient.multiply import resilient_pdgemm
+from ._blocks import BlockSegmentation, Threshold
+from ._encoded_exchange import _ChecksumExchange
+from ._recompute import recompute_blocks
+from .report import ABFTReport, BlockEvent, check_ft_args, threshold_name
+
+__all__ = ["ft_pdgemm", "ft_pdsymm"]
+
+
+# ---------------------------------------------------------------- public routines
+def ft_pdgemm(
+    transa: str,
+    transb: str,
+    m: int,
+    n: int,
+    k: int,
+    alpha: float,
+    A: DistributedMatrix,
+    ia: int,
+    ja: int,
+    B: DistributedMatrix,
+    ib: int,
+    jb: int,
+    beta: float,
+    C: DistributedMatrix,
+    ic: int,
+    jc: int,
+    *,
+    bs: int | None = None,
+    tol: float | str | None = None,
+    mode: str = "correct",
+    width: int | None = None,
+    exchange: PanelExchange | None = None,
+    inject: InjectionPlan | None = None,
+    protect_inputs: Any = None,
+    unchecked_is_error: bool = False,
+) -> ABFTReport:
+    """Compute ``C(ic:, jc:) = alpha * op(A) @ op(B) + beta * C`` as :func:`~ftkit.linalg.pdgemm`, checked.
+
+    Collective on C's grid. Arguments as ``pdgemm`` plus:
+
+    Parameters
+    ----------
+    bs
+        Checksum block size (rows and columns of a checked block); ``None`` chooses it with
+        :func:`ftkit.linalg.checksums.choose_bs` from the block sizes and ``k``.
+    tol
+        ``None``: rigorous a-priori bound (a correct product is never flagged); ``"statistical"``:
+        probabilistic bound, much tighter; a number ``t``: threshold ``t * (|alpha||A||B| + |beta||C|)``
+        block sums.
+    mode
+        ``"correct"`` (fix what is found) or ``"detect"`` (report only, C left as computed).
+    width, exchange
+        SUMMA step width and panel exchange, as in ``pdgemm`` (the checksums wrap ``exchange``).
+    inject
+        Fault injection plan (:class:`ftkit.inject.InjectionPlan`), for tests and demos.
+    protect_inputs
+        An input store (:class:`ftkit.storage.inputs.InputStore`), a directory every rank can read, or the
+        :class:`~ftkit.linalg.ProtectedOperands` of an earlier ``protect_operands``: run the
+        process-failure-tolerant path instead (:func:`ftkit.linalg.resilient.resilient_pdgemm`: inputs saved
+        there, a dead process's pieces read back, its C blocks recomputed by the survivors and verified by
+        block checksums). The report then has ``failed_ranks`` and ``result`` (after failures the product is
+        ``report.result.C`` on ``report.result.grid``); ``bs``, ``tol`` and ``mode`` do not apply.
+    unchecked_is_error
+        Treat blocks that could not be checked (non-finite checksums or bound, see
+        :attr:`ABFTReport.unchecked`) as errors: raise :class:`~ftkit.errors.ABFTError` (in both modes).
+
+    Returns
+    -------
+    ABFTReport
+        The same on every process.
+
+    Raises
+    ------
+    PBLASArgumentError
+        Illegal argument (PBLAS positions as ``pdgemm``; ``bs``, ``tol``, ``mode``, ``inject`` are 20-23).
+    ABFTError
+        ``mode="correct"`` and a detected error could not be corrected, or ``unchecked_is_error`` and some
+        block could not be checked; ``err.report`` holds the report.
+    """
+    r = "FT_PDGEMM"
+    ta, tb, m, n, k, alpha, ia, ja, ib, jb, beta, ic, jc = check_gemm_args(
+        r, transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
+    check_ft_args(r, 20, bs, tol, mode, inject)
+    check_width(r, width)
+    if protect_inputs is not None:  # the process-failure path (issue 8)
+        if inject is not None or exchange is not None:
+            raise PBLASArgumentError(r, 24, "protect_inputs cannot be combined with inject= or exchange=")
+        res = resilient_pdgemm(ta, tb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc,
+                               store=protect_inputs, width=width)  # fmt: skip
+        checked, unchecked = res.comm.allreduce(np.array([res.tiles_verified, res.tiles_unchecked]))
+        report = ABFTReport(blocks_checked=int(checked), failed_ranks=res.failed_ranks, result=res,
+                            unchecked=int(unchecked))  # fmt: skip
+        if unchecked_is_error and report.unchecked:
+            raise ABFTError(f"ft_pdgemm: {report.unchecked} recomputed block(s) could not be checked "
+                            "(non-finite data)", report=report)  # fmt: skip
+        return report
+    return _ft_gemm(
+        ta, tb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, bs, tol, mode, width, exchange, inject,
+        unchecked_is_error,
+    )
+
+
+def ft_pdsymm(
+    side: str,
+    uplo: str,
+    m: int,
+    n: int,
+    alpha: float,
+    A: DistributedMatrix,
+    ia: int,
+    ja: int,
+    B: DistributedMatrix,
+    ib: int,
+    jb: int,
+    beta: float,
+    C: DistributedMatrix,
+    ic: int,
+    jc: int,
+    *,
+    bs: int | None = None,
+    tol: float | str | None = None,
+    mode: str = "correct",
+    inject: InjectionPlan | None = None,
+    unchecked_is_error: bool = False,
+) -> ABFTReport:
+    """Compute :func:`~ftkit.linalg.pdsymm` (A symmetric, only its ``uplo`` triangle read), checked.
+
+    Arguments as ``pdsymm`` plus ``bs``, ``tol``, ``mode``, ``inject``, ``unchecked_is_error`` as in
+    :func:`ft_pdgemm` (PBLAS positions 19-22). The symmetric A is expanded from its triangle first (as
+    ``pdsymm`` does); the checksums
+    are taken from that expansion, so they protect the multiply.
+
+    Raises
+    ------
+    PBLASArgumentError, ABFTError
+        As :func:`ft_pdgemm`.
+    """
+    r = "FT_PDSYMM"
+    side, uplo, m, n, alpha, ia, ja, ib, jb, beta, ic, jc, na = check_symm_args(
+        r, side, uplo, m, n, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
+    check_ft_args(r, 19, bs, tol, mode, inject)
+    if m == 0 or n == 0:
+        return ABFTReport(threshold=threshold_name(tol))
+    W = _symmetric_copy(A, ia, ja, na, uplo) if alpha != 0.0 else A
+    if side == "L":
+        return _ft_gemm("N", "N", m, n, m, alpha, W, ia, ja, B, ib, jb, beta, C, ic, jc, bs, tol, mode, None,
+                        None, inject, unchecked_is_error)  # fmt: skip
+    return _ft_gemm("N", "N", m, n, n, alpha, B, ib, jb, W, ia, ja, beta, C, ic, jc, bs, tol, mode, None,
+                    None, inject, unchecked_is_error)  # fmt: skip
+
+
+# ---------------------------------------------------------------- the checked product
+def _ft_gemm(
+    ta: str,
+    tb: str,
+    m: int,
+    n: int,
+    k: int,
+    alpha: float,
+    A: DistributedMatrix,
+    ia: int,
+    ja: int,
+    B: DistributedMatrix,
+    ib: int,
+    jb: int,
+    beta: float,
+    C: DistributedMatrix,
+    ic: int,
+    jc: int,
+    bs: int | None,
+    tol: float | str | None,
+    mode: str,
+    width: int | None,
+    exchange: PanelExchange | None,
+    inject: InjectionPlan | None,
+    unchecked_is_error: bool = False,
+) -> ABFTReport:
+    """The checked product (arguments already validated): encode, multiply, verify, correct, report."""
+    grid = C.grid
+    threshold = Threshold.parse(tol)
+    if m == 0 or n == 0:
+        return ABFTReport(threshold=threshold.name)
+    seg = BlockSegmentation.of(C, ic, jc, m, n, int(bs) if bs is not None else checksums.choose_bs(C.desc.mb,
+                                                                                               C.desc.nb, k))
+    c = C.local_view(ic, jc, m, n)
+    # C0's share of the expected sums (and a copy for recomputing blocks), before the beta scaling
+    c0 = c.copy(order="F") if beta != 0.0 and mode == "correct" else None
+    c0_sums = checksums.summarize_c0(c, seg.rb, seg.cb) if beta != 0.0 else None
+    product = checksums.ChecksumProduct(seg.nr, seg.nc, threshold.kinds)  # squared sums: statistical only
+    ops = _multiply_encoded(ta, tb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, seg, product,
+                            width, exchange, inject)  # fmt: skip
+    pred = product.predict(alpha, beta, c0_sums)
+    sums = checksums.block_sums_sq(c, seg.rb, seg.cb)
+    thr = threshold.bounds(pred, seg, alpha, beta, csq=sums[4])
+    v = checksums.verify_blocks(c, seg.rb, seg.cb, pred.expected, thr, sums)
+    events, rest, final, t_fix = _verify_and_correct(c, seg, v, pred.expected, thr, mode, grid.rank)
+    # One non-blocking reduction (waited without spinning: ranks that finish first sleep instead of polling
+    # for the slowest) tells every process the report's totals and whether any block must be recomputed;
+    # the collective recomputation and the exchange of events only run when there is something to share.
+    n_unchecked = int(v.unchecked.sum())
+    (n_rest, n_events, checked, unchecked), (max_ratio, t_max) = _reduce(
+        grid.comm, [len(rest), len(events), seg.nr * seg.nc - n_unchecked, n_unchecked],
+        [_ratio(final), t_fix],
+    )
+    if n_rest:
+        more, t_re = recompute_blocks(
+            grid, ops, rest, c, c0, seg.rb, seg.cb, alpha, beta, pred.expected, thr, pred, threshold.tol,
+            lambda bi, bj, action: seg.event(bi, bj, grid.rank, action),
+        )
+        events += more
+        t0 = time.perf_counter()
+        final = checksums.verify_blocks(c, seg.rb, seg.cb, pred.expected, thr) if events else v
+        t_fix += t_re + time.perf_counter() - t0
+        (n_events,), (max_ratio, t_max) = _reduce(grid.comm, [len(events)], [_ratio(final), t_fix])
+    all_events = [e for evs in grid.comm.allgather(events) for e in evs] if n_events else []
+    all_events.sort(key=lambda e: (e.row_block, e.col_block))
+    report = ABFTReport(
+        blocks_checked=int(checked),
+        detected=sum(e.action not in ("rounding", "unchecked") for e in all_events),
+        corrected=sum(e.action in ("located", "recomputed") for e in all_events),
+        rounding_alarms=sum(e.action == "rounding" for e in all_events),
+        events=tuple(all_events),
+        max_ratio=float(max_ratio),
+        correct_seconds=float(t_max),
+        threshold=threshold.name,
+        bs=seg.bs,
+        unchecked=int(unchecked),
+    )
+    _raise_if_failed(report, mode, unchecked_is_error)
+    return report
+
+
+def _multiply_encoded(
+    ta: str, tb: str, m: int, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
+    B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int, jc: int,
+    seg: BlockSegmentation, product: checksums.ChecksumProduct, width: int | None,
+    exchange: PanelExchange | None,
+    inject: InjectionPlan | None,
+) -> Any:
+    """Scale C by beta and add ``alpha op(A) op(B)`` by SUMMA with the checksums in the panels (collective);
+    return the aligned operands (``None`` if nothing was multiplied), which a recomputation needs."""
+    grid = C.grid
+    c = C.local_view(ic, jc, m, n)
+    # beta == 0 without injections: left to the first local GEMM, as pdgemm does (one pass over C fewer,
+    # same bits); a C flip planned before the first update must land in a C that is then read, so not then
+    fused_beta0 = beta == 0.0 and inject is None and alpha != 0.0 and k > 0
+    if not fused_beta0:
+        _scale(c, beta)
+    if alpha == 0.0 or k == 0:
+        if inject is not None:
+            inject.resolve(grid.size, 0)
+            inject.apply("C", grid.rank, 0, c, seg.to_global)
+        return None
+    ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc)
+    steps = plan_summa(ops.ka, ops.kb, width)
+    if inject is not None:
+        inject.resolve(grid.size, len(steps))
+    own = AllgatherExchange() if exchange is None else None
+    inner: PanelExchange = exchange if exchange is not None else own  # type: ignore[assignment]
+    chk = _ChecksumExchange(inner, c.shape[0], c.shape[1], seg.rb, seg.cb, product, c, inject, grid.rank,
+                            seg.to_global)  # fmt: skip
+    run_summa(grid, ops.a, ops.b, ops.c, ops.ka, ops.kb, alpha, exchange=chk, steps=steps,
+              beta=0.0 if fused_beta0 else 1.0)  # fmt: skip
+    chk.release()  # extended-piece and panel buffers back to the pool, as pdgemm does
+    if own is not None:
+        own.release()
+    if inject is not None:
+        inject.apply("C", grid.rank, len(steps), c, seg.to_global)
+    return ops
+
+
+def _verify_and_correct(
+    c: np.ndarray, seg: BlockSegmentation, v: checksums.Verification, expected: list[np.ndarray],
+    thr: np.ndarray, mode: str, rank: int,
+) -> tuple[list[BlockEvent], list[tuple[int, int]], checksums.Verification, float]:
+    """Local part of the check: events of the unchecked and flagged blocks, blocks a single-element
+    correction fixed in place (``mode="correct"``), and the blocks left to recompute.
+
+    Returns ``(events, blocks to recompute, final verification, seconds spent correcting)``.
+    """
+    events = [seg.event(int(bi), int(bj), rank, "unchecked") for bi, bj in zip(*np.nonzero(v.unchecked),
+                                                                               strict=True)]  # fmt: skip
+    if mode == "detect":
+        flagged = zip(*np.nonzero(v.flagged), strict=True)
+        return events + [seg.event(int(bi), int(bj), rank, "detected") for bi, bj in flagged], [], v, 0.0
+    if not v.flagged.any():
+        return events, [], v, 0.0
+    t0 = time.perf_counter()
+    fixed, rest = checksums.correct_flagged(c, seg.rb, seg.cb, v, expected)
+    for bi, bj, i, j in fixed:
+        element = (int(seg.rows_here[seg.rb[bi]]) + i, int(seg.cols_here[seg.cb[bj]]) + j)
+        events.append(seg.event(bi, bj, rank, "located", element))
+    final = checksums.verify_blocks(c, seg.rb, seg.cb, expected, thr) if fixed else v
+    return events, rest, final, time.perf_counter() - t0
+
+
+def _ratio(final: checksums.Verification) -> float:
+    """Largest ``|residual| / threshold`` of the blocks that passed (0 if none)."""
+    ok = ~final.flagged & np.isfinite(final.thr) & (final.thr > 0)
+    return float(np.max(np.abs(final.res_ee[ok]) / final.thr[ok])) if np.any(ok) else 0.0
+
+
+def _raise_if_failed(report: ABFTReport, mode: str, unchecked_is_error: bool) -> None:
+    """Raise :class:`ABFTError` (on every process: the report is the same everywhere) if the call failed."""
+    if mode == "correct" and report.uncorrected:
+        bad = [(e.row_block, e.col_block) for e in report.events if e.action == "uncorrected"]
+        raise ABFTError(
+            f"ft_pdgemm: {len(bad)} C block(s) {bad[:8]} still disagree with their checksums after "
+            "recomputation: op(A) or op(B) itself is corrupted (recompute from clean inputs)",
+            report=report,
+        )
+    if unchecked_is_error and report.unchecked:
+        raise ABFTError(
+            f"ft_pdgemm: {report.unchecked} C block(s) {report.unchecked_blocks[:8]} could not be checked: "
+            "their checksums or bounds are not finite (Inf, NaN or overflowing values in op(A) or op(B))",
+            report=report,
+        )
+
+
+def _reduce(comm: MPI.Comm, sums: list[float], maxes: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Return the sums and maxima of the processes' values (collective, non-blocking, waited by sleeping)."""
+    s, mx = np.asarray(sums, dtype=np.float64), np.asarray(maxes, dtype=np.float64)
+    s_out, mx_out = np.empty_like(s), np.empty_like(mx)
+    wait_requests([comm.Iallreduce(s, s_out, op=MPI.SUM), comm.Iallreduce(mx, mx_out, op=MPI.MAX)])
+    return s_out, mx_out

@@ -1,0 +1,245 @@
+"""Numba kernels for the ABFT encoding: one pass over a SUMMA piece that copies it into the panel buffer and
+accumulates its plain, index-weighted, absolute (and, on request, squared) segment sums (GIL released).
+
+The encoding is memory-bound: numpy needs several passes (``abs``, squares, sums, the copy into the panel),
+these need one, at close to the speed of the copy alone, which is what keeps ft_pdgemm's overhead at a few
+percent. How (per rank on the 2048 x 512 pieces of n = 4096 on 2 x 2, ``benchmarks/bench_abft.py
+--kernels``: A 0.6 ms, B 0.9-1.2 ms, against 0.35-0.4 ms for the plain copy pdgemm makes; 2-3x faster than
+the previous kernels):
+
+- every inner loop runs over a contiguous slice from index 0 (``x = col[lo:hi]; for t in range(len)``), never
+  over ``range(lo, hi)`` on the array itself: with a start of unknown sign numba's negative-index wraparound
+  stays in the loop and LLVM falls back to scalar gathers;
+- column sums (B pieces) add four columns per pass over the accumulators (one load and one store of each
+  accumulator per four elements instead of per element; the plain copy of the four columns comes first
+  and the sums read them back from L1). They are added one after the other, in column order, as a
+  one-column-at-a-time pass adds them (checked bit-identical to the previous kernels): the observed
+  residuals, and the tightness figures measured from them, do not depend on the kernel.
+
+Sums within a segment have at most ``len`` roundings, as :mod:`ftkit.linalg.checksums`'s bounds assume.
+``kinds`` = 3 leaves out the squared sums (only the statistical threshold needs them), 4 includes them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["encode_rows_into", "encode_cols_into", "copy_col_sums", "block_sums_into"]
+
+# Reassociation lets LLVM vectorize the segment sums; the bounds hold for any summation order (the tree depth
+# stays below the segment length), and NaN/Inf semantics are kept (no nnan/ninf flags).
+_FM = {"reassoc", "contract"}
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
+def encode_rows_into(
+    a: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray, copy: bool, kinds: int = 4
+) -> None:  # pragma: no cover - compiled
+    """Checksum rows of ``a`` (ra x kp) into ``ext[base:base+kinds*nr]`` (``base = ra`` with ``copy``, else
+    0): plain, weighted, absolute (and with ``kinds == 4`` squared) sums of each segment; with ``copy`` also
+    ``ext[:ra] = a``. ``bounds`` must cover ``0..ra`` with ``copy``."""
+    ra, kp = a.shape
+    nr = bounds.shape[0] - 1
+    base = ra if copy else 0
+    sq_on = kinds >= 4
+    for kk in range(kp):
+        src = a[:, kk]
+        dst = ext[:, kk]
+        for s in range(nr):
+            lo = bounds[s]
+            ln = bounds[s + 1] - lo
+            x = src[lo : lo + ln]
+            ww = w[lo : lo + ln]
+            e = 0.0
+            ws = 0.0
+            ab = 0.0
+            sq = 0.0
+            if copy:
+                d = dst[lo : lo + ln]
+                if sq_on:
+                    for t in range(ln):
+                        v = x[t]
+                        d[t] = v
+                        e += v
+                        ws += ww[t] * v
+                        ab += abs(v)
+                        sq += v * v
+                else:
+                    for t in range(ln):
+                        v = x[t]
+                        d[t] = v
+                        e += v
+                        ws += ww[t] * v
+                        ab += abs(v)
+            elif sq_on:
+                for t in range(ln):
+                    v = x[t]
+                    e += v
+                    ws += ww[t] * v
+                    ab += abs(v)
+                    sq += v * v
+            else:
+                for t in range(ln):
+                    v = x[t]
+                    e += v
+                    ws += ww[t] * v
+                    ab += abs(v)
+            ext[base + s, kk] = e
+            ext[base + nr + s, kk] = ws
+            ext[base + 2 * nr + s, kk] = ab
+            if sq_on:
+                ext[base + 3 * nr + s, kk] = sq
+
+
+@njit(cache=True, nogil=True, fastmath=_FM, inline="always")
+def _add_cols(
+    src: np.ndarray,
+    j: int,
+    m: int,
+    w: np.ndarray,
+    es: np.ndarray,
+    wss: np.ndarray,
+    abq: np.ndarray,
+    sqs: np.ndarray,
+    sq_on: bool,
+) -> None:  # pragma: no cover - compiled
+    """Add columns ``j .. j+m-1`` of ``src`` (``m <= 4``) to the accumulator columns (four at once)."""
+    kp = src.shape[0]
+    if m == 4:
+        x0 = src[:, j]
+        x1 = src[:, j + 1]
+        x2 = src[:, j + 2]
+        x3 = src[:, j + 3]
+        w0 = w[j]
+        w1 = w[j + 1]
+        w2 = w[j + 2]
+        w3 = w[j + 3]
+        for kk in range(kp):
+            a0 = x0[kk]
+            a1 = x1[kk]
+            a2 = x2[kk]
+            a3 = x3[kk]
+            es[kk] = (((es[kk] + a0) + a1) + a2) + a3
+            wss[kk] = (((wss[kk] + w0 * a0) + w1 * a1) + w2 * a2) + w3 * a3
+            abq[kk] = (((abq[kk] + abs(a0)) + abs(a1)) + abs(a2)) + abs(a3)
+        if sq_on:
+            for kk in range(kp):
+                a0 = x0[kk]
+                a1 = x1[kk]
+                a2 = x2[kk]
+                a3 = x3[kk]
+                sqs[kk] = (((sqs[kk] + a0 * a0) + a1 * a1) + a2 * a2) + a3 * a3
+        return
+    for t in range(m):
+        x0 = src[:, j + t]
+        w0 = w[j + t]
+        for kk in range(kp):
+            a0 = x0[kk]
+            es[kk] += a0
+            wss[kk] += w0 * a0
+            abq[kk] += abs(a0)
+        if sq_on:
+            for kk in range(kp):
+                a0 = x0[kk]
+                sqs[kk] += a0 * a0
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
+def _col_sums(
+    b: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray, base: int, copy: bool, kinds: int
+) -> None:  # pragma: no cover - compiled
+    """Checksum columns of ``b`` (kp x cb) into ``ext[:, base + q*nc + s]`` (kind ``q``, segment ``s``); with
+    ``copy`` also ``ext[:, j] = b[:, j]`` for every ``j`` in a segment (the sums reread it from L1)."""
+    kp = b.shape[0]
+    nc = bounds.shape[0] - 1
+    sq_on = kinds >= 4
+    for s in range(nc):
+        es = ext[:, base + s]
+        wss = ext[:, base + nc + s]
+        abq = ext[:, base + 2 * nc + s]
+        sqs = ext[:, base + 3 * nc + s] if sq_on else es  # not written without squares
+        for kk in range(kp):
+            es[kk] = 0.0
+            wss[kk] = 0.0
+            abq[kk] = 0.0
+        if sq_on:
+            for kk in range(kp):
+                sqs[kk] = 0.0
+        j = bounds[s]
+        hi = bounds[s + 1]
+        while j < hi:
+            m = min(4, hi - j)
+            if copy:
+                for t in range(m):
+                    xs = b[:, j + t]
+                    d = ext[:, j + t]
+                    for kk in range(kp):
+                        d[kk] = xs[kk]
+                _add_cols(ext, j, m, w, es, wss, abq, sqs, sq_on)
+            else:
+                _add_cols(b, j, m, w, es, wss, abq, sqs, sq_on)
+            j += m
+
+
+def copy_col_sums(b: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray) -> None:
+    """``ext[:, :cb] = b`` and the four checksum columns per segment of ``b`` into ``ext[:, cb:cb+4nc]``, in
+    one pass over ``b`` (every column of ``b`` must lie in a segment)."""
+    _col_sums(b, bounds, w, ext, b.shape[1], True, 4)
+
+
+def encode_cols_into(
+    b: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray, copy: bool, kinds: int = 4
+) -> None:
+    """Checksum columns of ``b`` (kp x cb) into ``ext[:, base:base+kinds*nc]`` (``base = cb`` with ``copy``,
+    else 0); with ``copy`` also ``ext[:, :cb] = b`` (fused: one pass over ``b`` when every column of ``b`` is
+    in a segment, as for SUMMA pieces)."""
+    cb = b.shape[1]
+    nc = bounds.shape[0] - 1
+    if not copy:
+        _col_sums(b, bounds, w, ext, 0, False, kinds)
+        return
+    if not (nc == 0 or (bounds[0] == 0 and bounds[-1] == cb)):
+        ext[:, :cb] = b
+        _col_sums(b, bounds, w, ext, cb, False, kinds)
+        return
+    _col_sums(b, bounds, w, ext, cb, True, kinds)
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
+def block_sums_into(
+    c: np.ndarray, rb: np.ndarray, cb: np.ndarray, wr: np.ndarray, wc: np.ndarray, out: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """Plain, row-, column- and doubly-weighted sums and the sum of squares of every block of ``c`` into
+    ``out`` (5, nr, nc).
+
+    Two stages, as the bounds assume: down each row segment of a column, then across the column segment.
+    (The squares cost nothing measurable in this memory-bound pass, so they are always taken.)
+    """
+    nr = rb.shape[0] - 1
+    nc = cb.shape[0] - 1
+    for bj in range(nc):
+        for bi in range(nr):
+            for q in range(5):
+                out[q, bi, bj] = 0.0
+        for j in range(cb[bj], cb[bj + 1]):
+            wj = wc[j]
+            col = c[:, j]
+            for bi in range(nr):
+                lo = rb[bi]
+                ln = rb[bi + 1] - lo
+                x = col[lo : lo + ln]
+                ww = wr[lo : lo + ln]
+                e = 0.0
+                ws = 0.0
+                sq = 0.0
+                for t in range(ln):
+                    v = x[t]
+                    e += v
+                    ws += ww[t] * v
+                    sq += v * v
+                out[4, bi, bj] += sq
+                out[0, bi, bj] += e
+                out[1, bi, bj] += ws
+                out[2, bi, bj] += wj * e
+                out[3, bi, bj] += wj * ws

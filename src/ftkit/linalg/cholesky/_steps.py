@@ -1,0 +1,140 @@
+"""The blocked right-looking Cholesky factorization behind PDPOTRF, one diagonal block (panel) at a time.
+
+The matrix is factored as ``W = L L.T`` in a work array ``W`` whose rows follow ``rows`` (over the process
+rows) and columns ``cols`` (over the process columns), two maps with one block partition, so diagonal block
+``k`` is a square block of one process. Panel ``k`` (columns ``[s, e)``):
+
+1. the owner of the diagonal block factors it (LAPACK's ``potrf`` through numpy) and broadcasts ``L_kk`` (or
+   the order of the leading minor that is not positive definite) to every process;
+2. the processes of the panel's process column solve their rows below it: ``P = W_{e:,k} L_kk^{-T}``;
+3. ``P`` is broadcast along the process rows and gathered down the process columns, and every process
+   updates its trailing block columns on and below the diagonal: ``W_{e:,e:} -= P P.T`` (lower block
+   trapezoid: diagonal blocks are updated whole, their strict upper part is scratch).
+
+``W`` is a work copy: the caller copies back only the lower triangle, so the triangle the user's ``uplo``
+excludes is never written. The state between panels is ``W`` plus the panel index: :class:`CholeskySteps`
+can be resumed at any panel from a saved ``W`` (what ``ft_pdpotrf`` checkpoints).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .._blas import gemm_update, trsm_left
+from ..descriptor import BlockCyclic1D
+from ..grid import ProcessGrid
+from ..pblas._tri_sweep import diagonal_blocks
+
+__all__ = ["CholeskySteps", "first_bad_minor"]
+
+
+def first_bad_minor(a: np.ndarray) -> int:
+    """Return the 0-based index ``j`` such that the leading ``j+1`` minor of ``a`` (lower triangle read) is
+    not positive definite (a pivot <= 0 or not finite), or ``-1`` if all are."""
+    n = a.shape[0]
+    low = np.zeros((n, n))
+    a = a.astype(np.float64)
+    for j in range(n):
+        d = a[j, j] - low[j, :j] @ low[j, :j]
+        if not d > 0.0 or not np.isfinite(d):
+            return j
+        low[j, j] = np.sqrt(d)
+        low[j + 1:, j] = (a[j + 1:, j] - low[j + 1:, :j] @ low[j, :j]) / low[j, j]
+    return -1
+
+
+class CholeskySteps:
+    """Factor ``W`` panel by panel (collective on ``grid``; every process calls :meth:`step` in order).
+
+    Parameters
+    ----------
+    grid
+        The process grid.
+    w
+        This process's piece of the ``n x n`` symmetric matrix (lower triangle read), laid out by ``rows`` x
+        ``cols``; overwritten in place with ``L`` (lower triangle).
+    rows, cols
+        Maps over process rows / columns with the same ``n``, block size and offset.
+    """
+
+    def __init__(self, grid: ProcessGrid, w: np.ndarray, rows: BlockCyclic1D, cols: BlockCyclic1D) -> None:
+        self.grid, self.w, self.rows, self.cols = grid, w, rows, cols
+        self.panels = diagonal_blocks(rows)
+
+    def factor_diagonal(self, k: int) -> tuple[int, np.ndarray | None]:
+        """Factor diagonal block ``k`` on its owner and broadcast ``(bad, L_kk)``: ``bad`` is the 0-based
+        submatrix index of the failing minor (``-1`` if none), ``L_kk`` is ``None`` when ``bad >= 0``."""
+        g, (s, e) = self.grid, self.panels[k]
+        pk, qk = int(self.rows.owners[s]), int(self.cols.owners[s])
+        msg: tuple[int, np.ndarray | None] | None = None
+        if (g.myrow, g.mycol) == (pk, qk):
+            blk = self.w[self.rows.range_on(pk, s, e), self.cols.range_on(qk, s, e)]
+            try:
+                low = np.linalg.cholesky(blk)  # reads the lower triangle only
+                ok = bool(np.all(np.isfinite(low)))
+            except np.linalg.LinAlgError:
+                ok = False
+            if ok:
+                blk[...] = low
+                msg = (-1, np.asfortranarray(low))
+            else:
+                j = first_bad_minor(blk)
+                msg = (s + (j if j >= 0 else 0), None)
+        return g.comm.bcast(msg, root=g.rank_of(pk, qk))
+
+    def solve_panel(self, k: int, low: np.ndarray, broadcast: bool = True,
+                    check: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None) -> np.ndarray:
+        """Overwrite panel ``k`` below the diagonal with ``P = W_{e:,k} L_kk^{-T}`` (its process column) and
+        return this process's rows of ``P`` (global rows ``>= e`` of its process row), broadcast along the
+        process row (unless not ``broadcast``: then only the panel's process column has them). ``check``, if
+        given, is called on the panel's process column as ``check(before, panel, low)`` after the solve."""
+        g, (s, e) = self.grid, self.panels[k]
+        qk = int(self.cols.owners[s])
+        below = self.rows.range_on(g.myrow, e, self.rows.n)
+        nloc = below.stop - below.start
+        flat = np.empty(nloc * (e - s), self.w.dtype)
+        mine = flat.reshape((nloc, e - s), order="F")
+        if g.mycol == qk:
+            panel = self.w[below, self.cols.range_on(qk, s, e)]
+            before = panel.copy() if check is not None else None
+            if nloc:
+                pt = np.asfortranarray(panel.T)
+                trsm_left(True, low, pt)  # X L^T = P  <=>  L X^T = P^T
+                panel[...] = pt.T
+            if check is not None:
+                check(before, panel, low)  # type: ignore[arg-type]
+            mine[...] = panel
+        if broadcast and g.npcol > 1 and flat.size:
+            g.row_comm.Bcast(flat, root=qk)
+        return mine
+
+    def update(self, k: int, mine: np.ndarray) -> None:
+        """Subtract ``P P.T`` from this process's trailing block columns, on and below the diagonal."""
+        g, (s, e) = self.grid, self.panels[k]
+        n = self.rows.n
+        pieces = g.col_comm.allgather(mine) if g.nprow > 1 else [mine]
+        full = np.empty((n - e, e - s), self.w.dtype, order="F")
+        for p, piece in enumerate(pieces):
+            idx = self.rows.indices_on(p)
+            full[idx[idx >= e] - e] = piece
+        below0 = self.rows.range_on(g.myrow, e, n).start
+        for cs, ce in self.panels[k + 1:]:
+            if int(self.cols.owners[cs]) != g.mycol:
+                continue
+            r = self.rows.range_on(g.myrow, cs, n)
+            if r.stop > r.start:
+                gemm_update(-1.0, mine[r.start - below0:], full[cs - e:ce - e].T,
+                            self.w[r, self.cols.range_on(g.mycol, cs, ce)])
+
+    def step(self, k: int) -> int:
+        """Factor panel ``k`` and update the trailing matrix; return ``-1``, or the 0-based index of the
+        failing minor (every process returns the same; ``W`` is then left partly factored)."""
+        bad, low = self.factor_diagonal(k)
+        if bad >= 0:
+            return bad
+        assert low is not None
+        mine = self.solve_panel(k, low)
+        self.update(k, mine)
+        return -1

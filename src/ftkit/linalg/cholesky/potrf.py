@@ -1,0 +1,154 @@
+"""Distributed Cholesky factorization and solve with ScaLAPACK's semantics: PDPOTRF and PDPOTRS, 0-based.
+
+``pdpotrf(uplo, n, A, ia, ja)`` factors the symmetric positive definite ``A(ia:ia+n, ja:ja+n)`` in place:
+``uplo == "L"`` overwrites its lower triangle (diagonal included) with ``L``, ``A = L L.T``; ``"U"`` its upper
+triangle with ``U``, ``A = U.T U``. The other triangle is neither read nor written (bit for bit unchanged),
+as in ScaLAPACK. A matrix that is not positive definite raises :class:`FactorizationError` on every rank with
+ScaLAPACK's ``INFO``: the order ``minor`` (1-based, of the submatrix) of the first leading minor that is not
+positive definite; A's triangle is then partly overwritten, as ScaLAPACK leaves it. ``pdpotrs`` solves
+``A X = B`` with that factor (two triangular solves). float64 or float32.
+
+Any layout works: when A's rows and columns are cut into the same blocks (``mb == nb`` and ``ia % mb == ja %
+nb``) the factorization runs on a copy of A's local piece; otherwise, and for ``uplo == "U"`` (factored as
+``A.T = L L.T``), on a block-cyclic copy with ``nb``-blocks, moved back at the end. The algorithm is in
+:mod:`ftkit.linalg.cholesky._steps`.
+
+Argument positions (errors: :class:`~ftkit.errors.PBLASArgumentError`): PDPOTRF: UPLO 1, N 2, A 3, IA 4, JA 5,
+DESCA 6. PDPOTRS: UPLO 1, N 2, NRHS 3, A 4, IA 5, JA 6, DESCA 7, B 8, IB 9, JB 10, DESCB 11.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ...errors import FactorizationError, PBLASArgumentError
+from ..matrix import DistributedMatrix
+from ..pblas._redistribute import redistribute
+from ..pblas.add import trapezoid_mask
+from ..pblas.gemm import _check_dim, _check_flag, _check_matrix
+from ..pblas.triangular import apply_triangle, check_dtype
+from ._steps import CholeskySteps
+
+__all__ = ["FactorizationError", "pdpotrf", "pdpotrs", "CholeskyWork", "check_potrf_args"]
+
+
+def check_potrf_args(routine: str, uplo: object, n: object, A: object, ia: object,
+                     ja: object) -> tuple[str, int, int, int]:
+    """Check PDPOTRF's arguments 1-6; return ``(uplo, n, ia, ja)``."""
+    uplo = _check_flag(routine, 1, "uplo", uplo, "UL")
+    n = _check_dim(routine, 2, "n", n)
+    ia, ja = _check_matrix(routine, 3, "A", A, ia, ja, n, n, None)
+    return uplo, n, ia, ja  # type: ignore[return-value]
+
+
+class CholeskyWork:
+    """The work copy of ``A(ia:ia+n, ja:ja+n)`` a factorization runs on, and how to put ``L`` back.
+
+    ``W`` holds the matrix as a lower triangle (``A.T`` for ``uplo == "U"``) at ``(wi, wj)``; ``w`` is this
+    process's piece of that submatrix, ``rows`` / ``cols`` its maps; ``steps`` the panel engine on it.
+    :meth:`write_back` copies the factor into A's ``uplo`` triangle.
+    """
+
+    def __init__(self, uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int) -> None:
+        self.uplo, self.n, self.A, self.ia, self.ja = uplo, n, A, ia, ja
+        d, g = A.desc, A.grid
+        self.aligned = uplo == "L" and d.mb == d.nb and ia % d.mb == ja % d.nb
+        if self.aligned:
+            self.W, self.wi, self.wj = A.copy(), ia, ja
+        else:
+            self.W, self.wi, self.wj = DistributedMatrix.zeros(g, n, n, mb=d.nb, nb=d.nb, dtype=A.dtype), 0, 0
+            self.W.local[...] = redistribute(A, ia, ja, uplo == "U", self.W.row_map(0, n),
+                                             self.W.col_map(0, n))
+        self.rows, self.cols = self.W.row_map(self.wi, n), self.W.col_map(self.wj, n)
+        self.w = self.W.local_view(self.wi, self.wj, n, n)
+        self.steps = CholeskySteps(g, self.w, self.rows, self.cols)
+
+    def write_back(self) -> None:
+        """Copy the factor (W's lower triangle, transposed for "U") into A's ``uplo`` triangle."""
+        A, n = self.A, self.n
+        view = A.local_view(self.ia, self.ja, n, n)
+        if self.aligned:
+            src = self.w
+        else:
+            src = redistribute(self.W, 0, 0, self.uplo == "U", A.row_map(self.ia, n), A.col_map(self.ja, n))
+        view[...] = np.where(trapezoid_mask(A, self.ia, self.ja, n, n, self.uplo), src, view)
+
+    def factor(self, routine: str, start: int = 0,
+               after_panel: Callable[[int], None] | None = None) -> None:
+        """Run the panels from ``start`` on, calling ``after_panel(k)`` after each, then write back.
+
+        Raises
+        ------
+        FactorizationError
+            On every rank, after writing back what was factored, if a leading minor is not positive definite.
+        """
+        for k in range(start, len(self.steps.panels)):
+            bad = self.steps.step(k)
+            if bad >= 0:
+                self.write_back()
+                raise FactorizationError(routine, bad + 1, self.n)
+            if after_panel is not None:
+                after_panel(k)
+        self.write_back()
+
+
+def pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int) -> None:
+    """Factor the symmetric positive definite ``A(ia:ia+n, ja:ja+n)`` as ``L L.T`` or ``U.T U`` in place.
+
+    Collective on A's grid.
+
+    Parameters
+    ----------
+    uplo
+        ``"L"`` (lower triangle read, overwritten with L) or ``"U"`` (upper, with U).
+    n
+        Order of the submatrix (>= 0).
+    A
+        Distributed matrix (float64 or float32); ``ia, ja`` are 0-based offsets.
+
+    Raises
+    ------
+    PBLASArgumentError
+        With the ScaLAPACK argument position (see the module docstring).
+    FactorizationError
+        If a leading minor is not positive definite (``minor`` says which), on every rank.
+    """
+    uplo, n, ia, ja = check_potrf_args("PDPOTRF", uplo, n, A, ia, ja)
+    if n == 0:
+        return
+    CholeskyWork(uplo, n, A, ia, ja).factor("PDPOTRF")  # type: ignore[arg-type]
+
+
+def pdpotrs(uplo: str, n: int, nrhs: int, A: DistributedMatrix, ia: int, ja: int, B: DistributedMatrix,
+            ib: int, jb: int) -> None:
+    """Solve ``A X = B`` with the factor from :func:`pdpotrf`; X overwrites ``B(ib:ib+n, jb:jb+nrhs)``.
+
+    Collective on B's grid.
+
+    Parameters
+    ----------
+    uplo
+        The ``uplo`` the factor was computed with.
+    n, nrhs
+        Order of A's submatrix and number of right-hand sides.
+    A, B
+        The factored matrix and the right-hand sides, one grid, one dtype; offsets 0-based.
+
+    Raises
+    ------
+    PBLASArgumentError
+        With the ScaLAPACK argument position (see the module docstring).
+    """
+    r = "PDPOTRS"
+    uplo = _check_flag(r, 1, "uplo", uplo, "UL")
+    n, nrhs = _check_dim(r, 2, "n", n), _check_dim(r, 3, "nrhs", nrhs)
+    if not isinstance(B, DistributedMatrix):
+        raise PBLASArgumentError(r, 8, f"B must be a DistributedMatrix, got {type(B).__name__}")
+    ia, ja = _check_matrix(r, 4, "A", A, ia, ja, n, n, B.desc.context)
+    check_dtype(r, 7, "A", A, B.dtype)
+    ib, jb = _check_matrix(r, 8, "B", B, ib, jb, n, nrhs, None)
+    first, second = ("N", "T") if uplo == "L" else ("T", "N")
+    apply_triangle("L", uplo, first, "N", n, nrhs, 1.0, A, ia, ja, B, ib, jb, solve=True)
+    apply_triangle("L", uplo, second, "N", n, nrhs, 1.0, A, ia, ja, B, ib, jb, solve=True)

@@ -1,0 +1,99 @@
+"""Bring op(A), op(B) and C's submatrix into the aligned local form the SUMMA and Cannon engines take.
+
+Aligned means: this process's rows of op(A) are exactly its rows of C's submatrix, in the same local order,
+and its columns of op(B) are its columns of C's submatrix. When the user's matrices already are (no
+transpose, or a single process along the axis; equal block sizes, sources and block phases) the operands are
+views of the local arrays, with no copy and no communication; otherwise the operand is redistributed once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..descriptor import BlockCyclic1D
+from ..matrix import DistributedMatrix
+from ._redistribute import redistribute
+
+__all__ = ["AlignedOperands", "aligned_operands"]
+
+
+@dataclass
+class AlignedOperands:
+    """Local operands for ``c += alpha * a @ b`` (see :func:`ftkit.linalg.pblas._summa.run_summa`).
+
+    ``a`` columns follow ``ka`` (over process columns), ``b`` rows follow ``kb`` (over process rows), ``c`` is
+    a view of C's local array; ``crows``/``ccols`` are the maps of C's submatrix rows and columns.
+    ``redistributed`` names the operands that had to be moved (``"A"``, ``"B"``).
+    """
+
+    a: np.ndarray
+    b: np.ndarray
+    c: np.ndarray
+    ka: BlockCyclic1D
+    kb: BlockCyclic1D
+    crows: BlockCyclic1D
+    ccols: BlockCyclic1D
+    redistributed: tuple[str, ...]
+
+
+def _with_nprocs(m: BlockCyclic1D, nprocs: int) -> BlockCyclic1D:
+    return BlockCyclic1D(m.n, m.nb, m.offset, m.src % nprocs, nprocs)
+
+
+def aligned_operands(transa: str, transb: str, m: int, n: int, k: int, A: DistributedMatrix, ia: int, ja: int,
+                     B: DistributedMatrix, ib: int, jb: int, C: DistributedMatrix, ic: int, jc: int, *,
+                     same_kmap: bool = False) -> AlignedOperands:
+    """Return aligned local operands of ``C(ic:, jc:) += op(A)(ia:, ja:) @ op(B)(ib:, jb:)`` (collective).
+
+    Parameters
+    ----------
+    transa, transb
+        ``"N"`` or ``"T"`` (already validated and upper-case; ``"C"`` mapped to ``"T"``).
+    m, n, k
+        Sizes of op(A) (m x k), op(B) (k x n) and C's submatrix (m x n).
+    same_kmap
+        Require ``ka`` and ``kb`` to put every k index on the same process number at the same position (what
+        Cannon's algorithm needs); B is redistributed if they do not.
+    """
+    g = C.grid
+    nprow, npcol = g.nprow, g.npcol
+    crows, ccols = C.row_map(ic, m), C.col_map(jc, n)
+    c = C.local_view(ic, jc, m, n)
+    moved: list[str] = []
+
+    # op(B): columns must follow C's columns (process-column axis), rows (k) go over process rows.
+    b: np.ndarray | None = None
+    kb: BlockCyclic1D | None = None
+    if transb == "N":
+        if B.col_map(jb, n).aligned_with(ccols):
+            b, kb = B.local_view(ib, jb, k, n), B.row_map(ib, k)
+    elif nprow == 1 and npcol == 1:
+        b, kb = B.local_view(ib, jb, n, k).T, B.col_map(jb, k)
+    # op(A): rows must follow C's rows (process-row axis), columns (k) go over process columns.
+    a: np.ndarray | None = None
+    ka: BlockCyclic1D | None = None
+    if transa == "N":
+        if A.row_map(ia, m).aligned_with(crows):
+            a, ka = A.local_view(ia, ja, m, k), A.col_map(ja, k)
+    elif nprow == 1 and npcol == 1:
+        a, ka = A.local_view(ia, ja, k, m).T, A.row_map(ia, k)
+
+    if a is None:
+        # Lay the k dimension out like B's (when B is usable as it is) so panels need no permutation.
+        if kb is not None:
+            ka = _with_nprocs(kb, npcol)
+        else:
+            kblock = A.desc.nb if transa == "N" else A.desc.mb
+            ka = BlockCyclic1D(k, kblock, 0, 0, npcol)
+        a = redistribute(A, ia, ja, transa == "T", crows, ka)
+        ka = BlockCyclic1D(ka.n, ka.nb, ka.offset, ka.src, npcol)
+        moved.append("A")
+    assert ka is not None
+    if b is None or (same_kmap and not kb.aligned_with(_with_nprocs(ka, nprow))):  # type: ignore[union-attr]
+        kb = _with_nprocs(ka, nprow)
+        b = redistribute(B, ib, jb, transb == "T", kb, ccols)
+        moved.append("B")
+    assert b is not None and kb is not None
+    return AlignedOperands(a, b, c, ka, kb, crows, ccols, tuple(moved))

@@ -1,0 +1,93 @@
+"""Move a (possibly transposed) submatrix into another block-cyclic layout on the same grid (like PxGEMR2D).
+
+Used when op(A)'s rows are not distributed like C's rows (a transpose, other block sizes or sources, other
+offsets), and by PDSYMM to mirror a triangle. One ``Alltoallv`` on the grid communicator; every process
+derives what it sends and receives from the index maps alone, so no index lists travel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from ..descriptor import BlockCyclic1D
+from ..matrix import DistributedMatrix
+
+__all__ = ["redistribute"]
+
+
+def _relative(m: BlockCyclic1D) -> np.ndarray:
+    """Position of each index inside its owner's part of the submatrix."""
+    starts = np.array([m.local_start(p) for p in range(m.nprocs)], dtype=np.int64)
+    return m.local - starts[m.owners] if m.n else np.zeros(0, dtype=np.int64)
+
+
+def redistribute(src: DistributedMatrix, i0: int, j0: int, trans: bool, rows: BlockCyclic1D,
+                 cols: BlockCyclic1D) -> np.ndarray:
+    """Return this process's piece of ``op(src[i0:, j0:])`` laid out by ``rows`` x ``cols`` (collective).
+
+    Parameters
+    ----------
+    src
+        Source matrix.
+    i0, j0
+        Offset of the source submatrix; its shape is ``(rows.n, cols.n)``, or ``(cols.n, rows.n)`` if
+        ``trans``.
+    trans
+        Whether the target holds the transpose of the source submatrix.
+    rows, cols
+        Target maps over process rows and process columns of ``src.grid``.
+
+    Returns
+    -------
+    numpy.ndarray
+        F-order ``(rows.count(myrow), cols.count(mycol))`` array in the target's local order, of ``src``'s
+        dtype.
+    """
+    g = src.grid
+    p, q = (cols.n, rows.n) if trans else (rows.n, cols.n)
+    srm, scm = src.row_map(i0, p), src.col_map(j0, q)
+    # For each source index, the target process coordinate it goes to (along the target axis it lands on).
+    if trans:
+        src_row_dest, src_col_dest = cols.owners, rows.owners  # source rows become target columns
+    else:
+        src_row_dest, src_col_dest = rows.owners, cols.owners
+    rel_rows, rel_cols = _relative(rows), _relative(cols)
+
+    def selection(sr: int, sc: int, dr: int, dc: int) -> tuple[np.ndarray, np.ndarray]:
+        i_s, j_s = srm.indices_on(sr), scm.indices_on(sc)
+        if trans:
+            return i_s[src_row_dest[i_s] == dc], j_s[src_col_dest[j_s] == dr]
+        return i_s[src_row_dest[i_s] == dr], j_s[src_col_dest[j_s] == dc]
+
+    nranks = g.size
+    send_parts: list[np.ndarray] = []
+    for rank in range(nranks):
+        dr, dc = g.coords(rank)
+        isel, jsel = selection(g.myrow, g.mycol, dr, dc)
+        block = src.local[np.ix_(srm.local[isel], scm.local[jsel])]
+        send_parts.append(block.ravel(order="F"))
+    recv_sel = []
+    for rank in range(nranks):
+        sr, sc = g.coords(rank)
+        recv_sel.append(selection(sr, sc, g.myrow, g.mycol))
+    scounts = [x.size for x in send_parts]
+    rcounts = [i.size * j.size for i, j in recv_sel]
+    dtype = src.local.dtype
+    mpitype = MPI.FLOAT if dtype == np.float32 else MPI.DOUBLE
+    sbuf = np.concatenate(send_parts) if send_parts else np.zeros(0, dtype)
+    rbuf = np.empty(sum(rcounts), dtype)
+    sdispl = np.concatenate([[0], np.cumsum(scounts)[:-1]]).astype(int).tolist()
+    rdispl = np.concatenate([[0], np.cumsum(rcounts)[:-1]]).astype(int).tolist()
+    g.comm.Alltoallv([sbuf, scounts, sdispl, mpitype], [rbuf, rcounts, rdispl, mpitype])
+
+    out = np.zeros((rows.count(g.myrow), cols.count(g.mycol)), dtype, order="F")
+    for (isel, jsel), off, cnt in zip(recv_sel, rdispl, rcounts, strict=True):
+        if cnt == 0:
+            continue
+        block = rbuf[off:off + cnt].reshape((isel.size, jsel.size), order="F")
+        if trans:
+            out[np.ix_(rel_rows[jsel], rel_cols[isel])] = block.T
+        else:
+            out[np.ix_(rel_rows[isel], rel_cols[jsel])] = block
+    return out

@@ -1,0 +1,117 @@
+"""The block sweep behind PDTRSM and PDTRMM: ``W := inv(T) @ W`` or ``W := T @ W`` for a triangular ``T``.
+
+Both routines are brought to one form: ``T`` (``ka x ka``, lower or upper, never transposed) is applied from
+the left to ``W`` (``ka x nw``), whose rows follow a block-cyclic map ``rows`` over the process rows. ``T`` is
+materialized with its rows on ``rows`` and its columns on the same block partition over the process columns
+(``tri_cols``), so block ``k`` of ``T``'s diagonal lines up with block ``k`` of ``W``'s rows. The triangle
+``T`` excludes is zero there and a unit diagonal is one: the excluded triangle of the user's matrix is never
+used in arithmetic (NaNs there do not leak), it is only moved.
+
+The sweep visits the diagonal blocks in the order the recurrence needs (right-looking, as ScaLAPACK's):
+
+- solve, lower (forward): ``W_k := inv(T_kk) W_k``, then ``W_{k+1:} -= T_{k+1:,k} W_k``;
+- solve, upper (backward): ``W_k := inv(T_kk) W_k``, then ``W_{:k} -= T_{:k,k} W_k``;
+- multiply, upper (forward): ``W_{:k} += T_{:k,k} W_k``, then ``W_k := T_kk W_k``;
+- multiply, lower (backward): ``W_{k+1:} += T_{k+1:,k} W_k``, then ``W_k := T_kk W_k``.
+
+Per block: the process row owning ``W_k`` solves (or keeps) it and broadcasts it down its process column;
+the process column owning ``T``'s block column ``k`` broadcasts it along its process row; everyone updates
+its local rows. Everything is local BLAS on F-order arrays of the matrices' dtype (float64 or float32).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._blas import gemm_update, trsm_left
+from ..descriptor import BlockCyclic1D
+from ..grid import ProcessGrid
+from ..matrix import DistributedMatrix
+from ._redistribute import redistribute
+
+__all__ = ["tri_cols", "triangle_operand", "diagonal_blocks", "sweep"]
+
+
+def tri_cols(rows: BlockCyclic1D, npcol: int) -> BlockCyclic1D:
+    """Return the column map of ``T``: ``rows``'s block partition dealt over ``npcol`` process columns."""
+    return BlockCyclic1D(rows.n, rows.nb, rows.offset, rows.src % npcol, npcol)
+
+
+def triangle_operand(A: DistributedMatrix, ia: int, ja: int, transpose: bool, lower: bool, unit: bool,
+                     rows: BlockCyclic1D, cols: BlockCyclic1D) -> np.ndarray:
+    """Return this process's piece of ``T = tri(op(A)(ia:, ja:))`` laid out by ``rows`` x ``cols``.
+
+    ``op`` transposes when ``transpose``; ``lower`` names ``T``'s triangle (after the transpose). The other
+    triangle is set to zero with ``np.where`` (NaN or Inf there never reach the arithmetic) and, if ``unit``,
+    the diagonal to one (the user's diagonal is not read). Collective on A's grid.
+    """
+    g = A.grid
+    t = redistribute(A, ia, ja, transpose, rows, cols)
+    r = rows.indices_on(g.myrow)[:, None]
+    c = cols.indices_on(g.mycol)[None, :]
+    keep = (r > c) if lower else (r < c)
+    diag = r == c
+    one = np.ones((), t.dtype)
+    t = np.where(keep, t, np.where(diag, one if unit else t, np.zeros((), t.dtype)))
+    return np.asfortranarray(t)
+
+
+def diagonal_blocks(rows: BlockCyclic1D) -> list[tuple[int, int]]:
+    """Return the ``[s, e)`` ranges of ``rows``'s blocks (the first may be partial, as its offset cuts it)."""
+    out, s = [], 0
+    while s < rows.n:
+        e = min(rows.n, s + rows.nb - (rows.offset + s) % rows.nb)
+        out.append((s, e))
+        s = e
+    return out
+
+
+def _bcast(comm, root: int, shape: tuple[int, int], dtype: np.dtype, data: np.ndarray | None) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Broadcast an F-order ``shape`` array from ``root`` of ``comm`` (``data`` there); return it."""
+    flat = np.empty(shape[0] * shape[1], dtype)
+    out = flat.reshape(shape, order="F")
+    if comm.Get_rank() == root and data is not None:
+        out[...] = data
+    if comm.Get_size() > 1 and flat.size:
+        comm.Bcast(flat, root=root)
+    return out
+
+
+def sweep(grid: ProcessGrid, t: np.ndarray, w: np.ndarray, rows: BlockCyclic1D, cols: BlockCyclic1D,
+          lower: bool, solve: bool) -> None:
+    """Overwrite ``w`` with ``inv(T) @ w`` (``solve``) or ``T @ w`` (collective on ``grid``).
+
+    Parameters
+    ----------
+    grid
+        The process grid.
+    t
+        This process's piece of ``T`` (from :func:`triangle_operand`, maps ``rows`` x ``cols``).
+    w
+        This process's rows (by ``rows``) of ``W``, any columns; updated in place (a view is fine).
+    rows, cols
+        ``T``'s row map (over process rows, also ``W``'s) and column map (:func:`tri_cols`).
+    lower
+        Whether ``T`` is lower triangular.
+    solve
+        Solve (``True``) or multiply.
+    """
+    myrow, mycol = grid.myrow, grid.mycol
+    blocks = diagonal_blocks(rows)
+    forward = lower == solve  # solve-lower and multiply-upper go down the diagonal
+    if not forward:
+        blocks.reverse()
+    nloc, ncols = w.shape
+    for s, e in blocks:
+        pk, qk = int(rows.owners[s]), int(cols.owners[s])
+        mine = rows.range_on(myrow, s, e)  # empty unless myrow == pk
+        rest = rows.range_on(myrow, e, rows.n) if lower else rows.range_on(myrow, 0, s)
+        panel = _bcast(grid.row_comm, qk, (nloc, e - s), t.dtype,
+                       t[:, cols.range_on(mycol, s, e)] if mycol == qk else None)
+        if solve and myrow == pk:
+            trsm_left(lower, panel[mine], w[mine])
+        wk = _bcast(grid.col_comm, pk, (e - s, ncols), w.dtype, w[mine] if myrow == pk else None)
+        if rest.stop > rest.start and ncols:
+            gemm_update(-1.0 if solve else 1.0, panel[rest], wk, w[rest])
+        if not solve and myrow == pk and ncols:
+            gemm_update(1.0, panel[mine], wk, w[mine], 0.0)

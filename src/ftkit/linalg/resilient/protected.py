@@ -1,0 +1,319 @@
+"""Operands saved ahead of a failure-tolerant multiply, so the multiply itself writes nothing.
+
+:func:`~ftkit.linalg.resilient.resilient_pdgemm` needs every process's aligned pieces of op(A) and op(B)
+somewhere the survivors can read them if that process dies. Given a store, it saves them on every call (and
+synchronizes), which costs a write of A and B per multiply. :func:`protect_operands` does that once and
+returns a :class:`ProtectedOperands` handle; passed as ``store=`` to any number of later multiplies with the
+same operands (an iterative method multiplying by the same matrix, or the reference's setting where the inputs
+already sit on the parallel file system), their error-free cost is the failure-aware SUMMA alone.
+
+Contract: while a handle is in use, the local data of A and B must not change (the saved copy is what the
+survivors read back; a changed operand would make a recovered product silently wrong). Change them and
+protect again. C is saved by the multiply itself when it is needed (``beta != 0``, or the multiply updates
+only part of C): it changes with every call.
+
+This module also keeps the failure detectors that resilient calls on a grid share, and names the calls'
+files in a store (:func:`call_name`).
+
+The detector of a grid is set up once (issue 33) and reused by every later call on it, whatever their
+timeouts. Its set-up survives a process failure: the first detector of a grid is built on the communicator
+the grid made for it while every process was alive, with point-to-point messages and ULFM agreements only,
+and the survivors of a death during the set-up start with the dead rank marked dead
+(:func:`ftkit.failure.setup.set_up_link`, ``survive=True``). A call sets it up only after it saved its
+inputs, so a process killed during the set-up is one whose inputs the survivors can read back.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from ...errors import PBLASArgumentError, ProcessFailure, StorageError
+from ...failure import FailureDetector, Fenced, revoke
+from ...failure.ulfm import agree_flag, agree_on_dead, require_ulfm
+from ...storage.inputs import InputStore, open_store
+from ..grid import ProcessGrid
+from ..matrix import DistributedMatrix
+from ..pblas._operands import AlignedOperands, aligned_operands
+from ..pblas.gemm import check_gemm_args
+
+__all__ = ["ProtectedOperands", "protect_operands", "detector_for", "reusable_detector", "call_name",
+           "check_algorithm"]
+
+_detectors: dict[int, FailureDetector] = {}
+_calls: dict[int, int] = {}
+
+
+def call_name(grid: ProcessGrid, kind: str) -> str:
+    """Return a new name for a collective call on ``grid`` (local; the same on every rank, unique per job).
+
+    Every rank must call it the same number of times, in the same order (once per collective call).
+    """
+    _calls[grid.context] = _calls.get(grid.context, 0) + 1
+    return f"{kind}-{grid.token}-{_calls[grid.context]}"
+
+
+def reusable_detector(grid: ProcessGrid, timeout: float | None) -> FailureDetector | None:
+    """Return ``grid``'s detector, set to ``timeout`` (local), or ``None`` if a set-up is needed.
+
+    A detector that has seen a failure is dropped (its communicator contains dead processes).
+    """
+    det = _detectors.get(grid.context)
+    if det is None or det.dead or det.fenced:
+        return None
+    det.use_timeout(timeout)
+    return det
+
+
+def detector_for(grid: ProcessGrid, timeout: float | None) -> FailureDetector:
+    """Return the detector of ``grid`` (collective when one is built), reused by later calls on the grid.
+
+    Reuse saves the round-trip measurement and agreement on every call. A set-up that a process does not
+    survive gives the survivors a detector that starts with it dead (on the grid's first detector; see the
+    module docstring), which later calls do not reuse.
+    """
+    det = reusable_detector(grid, timeout)
+    if det is None:
+        _detectors.pop(grid.context, None)
+        det = _build_detector(grid, timeout)
+        _detectors[grid.context] = det
+    return det
+
+
+def _build_detector(grid: ProcessGrid, timeout: float | None) -> FailureDetector:
+    """Build a detector on ``grid`` (collective), or raise the same ProcessFailure on every live process.
+
+    The ULFM check and the detector's set-up use point-to-point messages with a deadline and ULFM's
+    fault-tolerant operations only (:mod:`ftkit.failure.setup`): a process killed at any moment of them
+    makes every survivor raise the same error.
+
+    Raises
+    ------
+    ULFMUnavailable
+        On a grid of more than one process, if ULFM does not work for this job.
+    ProcessFailure
+        Naming the failed ranks every live process agrees on.
+    Fenced
+        On a process the others declared dead because it missed the set-up's deadline.
+    """
+    feature = "ftkit's failure-aware multiply (resilient_pdgemm, protect_operands)"
+    if grid.size > 1:  # a single process has no peer whose failure it would have to survive
+        require_ulfm(grid.comm, feature, timeout=timeout)
+    watch = grid.take_watch_comm()
+    if watch is not None:  # made while all were alive: a death during the set-up is survived
+        return FailureDetector(watch, timeout=timeout, survive=True)
+    # a later detector of the grid (after a failure): a fresh communicator (Shrink), a death raises
+    return FailureDetector(grid.comm, timeout=timeout)
+
+
+def forget_detector(grid: ProcessGrid) -> None:
+    """Drop ``grid``'s detector (after a failure its communicator holds dead processes: never reuse it)."""
+    _detectors.pop(grid.context, None)
+
+
+def check_algorithm(grid: ProcessGrid, algorithm: str, position: int) -> None:
+    """Check a failure-tolerant multiply's ``algorithm`` argument (PBLAS argument number ``position``).
+
+    Raises
+    ------
+    PBLASArgumentError
+        Unless it is ``"summa"``, or ``"cannon"`` on a square grid.
+    """
+    if algorithm not in ("summa", "cannon"):
+        raise PBLASArgumentError("PDGEMM", position, f"algorithm={algorithm!r}; use 'summa' or 'cannon'")
+    if algorithm == "cannon" and grid.nprow != grid.npcol:
+        raise PBLASArgumentError(
+            "PDGEMM", position, f"algorithm='cannon' needs a square grid, C's is {grid.nprow} x {grid.npcol}"
+        )
+
+
+def operands_key(
+    ta: str, tb: str, m: int, n: int, k: int, ia: int, ja: int, ib: int, jb: int,
+    C: DistributedMatrix, ic: int, jc: int, algorithm: str,
+) -> tuple[object, ...]:
+    """What determines the aligned operand pieces of a multiply besides A and B themselves (local)."""
+    d = C.desc
+    return (ta, tb, m, n, k, ia, ja, ib, jb, ic, jc, algorithm, d.m, d.n, d.mb, d.nb, d.rsrc, d.csrc,
+            C.grid.context)  # fmt: skip
+
+
+def check_store(routine: str, position: int, store: object) -> None:
+    """Check ``store=`` of a failure-tolerant routine other than PDGEMM (PBLAS argument number ``position``).
+
+    Raises
+    ------
+    PBLASArgumentError
+        If ``store`` is :class:`ProtectedOperands`: those are PDGEMM's aligned operands, and the other
+        routines build the operands they multiply in every call.
+    """
+    if isinstance(store, ProtectedOperands):
+        raise PBLASArgumentError(routine, position, "store= must be an input store or a directory: operands "
+                                 "protected with protect_operands() serve resilient_pdgemm only")  # fmt: skip
+
+
+@dataclass
+class ProtectedOperands:
+    """A and B of one multiply, saved in ``store`` by :func:`protect_operands`; pass it as ``store=``.
+
+    Attributes
+    ----------
+    store
+        Where the pieces are (every rank can read every rank's pieces).
+    prefix
+        The keys' common prefix: ``<prefix>/a.<rank>``, ``<prefix>/b.<rank>``.
+    A, B
+        The protected matrices (the multiply must be given these very objects).
+    key
+        The multiply's other arguments the saved pieces depend on (see :func:`operands_key`).
+    rank
+        This process's rank in the grid.
+    operands
+        This process's aligned pieces, as saved: the multiply computes with exactly these (it never
+        redistributes A or B again; that would be a collective a failure could interrupt on some ranks and
+        not on others). They are views of A and B where no redistribution was needed, else copies.
+    """
+
+    store: InputStore
+    prefix: str
+    A: DistributedMatrix
+    B: DistributedMatrix
+    key: tuple[object, ...]
+    rank: int
+    released: bool = False
+    operands: AlignedOperands | None = None
+
+    def check(self, A: DistributedMatrix, B: DistributedMatrix, key: tuple[object, ...]) -> None:
+        """Check that a multiply of ``A`` and ``B`` with arguments ``key`` may use these saved pieces.
+
+        Raises
+        ------
+        PBLASArgumentError
+            If the handle was released, or belongs to other matrices or other arguments.
+        """
+        if self.released:
+            raise PBLASArgumentError("PDGEMM", 17, "the protected operands were released: protect them again")
+        if A is not self.A or B is not self.B:
+            raise PBLASArgumentError(
+                "PDGEMM", 17, "store= holds operands protected for other matrices A, B: pass the same "
+                "DistributedMatrix objects, or protect_operands() for these")  # fmt: skip
+        if key != self.key:
+            raise PBLASArgumentError(
+                "PDGEMM", 17, "store= holds operands protected for other arguments (transpositions, sizes, "
+                "offsets, C's layout or grid, or algorithm): call protect_operands() with this call's "
+                "arguments")  # fmt: skip
+
+    def release(self) -> None:
+        """Delete this process's saved pieces (local: call it on every rank that protected them)."""
+        for what in ("a", "b"):
+            self.store.remove(f"{self.prefix}/{what}.{self.rank}")
+        self.released = True
+        self.operands = None
+
+    def __enter__(self) -> ProtectedOperands:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def save_failed(where: InputStore, errno: int) -> StorageError:
+    """The error every rank raises when some rank could not save its inputs in ``where`` (``errno`` 0: none
+    known)."""
+    cause = f"[Errno {errno}] {os.strerror(errno)}" if errno else "an error without errno"
+    return StorageError(
+        f"a process could not save its inputs in {where!r} ({cause}); nothing was computed: free space in "
+        f"the store or pass another store=, then call again"
+    )
+
+
+def protect_operands(
+    transa: str,
+    transb: str,
+    m: int,
+    n: int,
+    k: int,
+    A: DistributedMatrix,
+    ia: int,
+    ja: int,
+    B: DistributedMatrix,
+    ib: int,
+    jb: int,
+    C: DistributedMatrix,
+    ic: int,
+    jc: int,
+    *,
+    store: InputStore | str | os.PathLike[str],
+    algorithm: str = "summa",
+    timeout: float | None = None,
+) -> ProtectedOperands:
+    """Save every process's aligned pieces of op(A) and op(B) once, for later failure-tolerant multiplies.
+
+    Collective on C's grid. Arguments as :func:`~ftkit.linalg.resilient.resilient_pdgemm` (without alpha and
+    beta, which do not change what is saved). Every process writes its two pieces (ftkit checkpoint files
+    for a directory ``store``), then all synchronize with a deadline, so once this returns every piece is
+    readable by every process. Pass the result as ``store=`` to ``resilient_pdgemm`` (or as
+    ``protect_inputs=`` to ``ft_pdgemm``) with the same A, B and arguments; call
+    :meth:`ProtectedOperands.release` (or use it as a context manager) when done.
+
+    Raises
+    ------
+    PBLASArgumentError
+        For illegal arguments (as pdgemm).
+    StorageError
+        If a piece cannot be written.
+    ProcessFailure
+        If a process fails or misses the deadline while the pieces are redistributed or saved: the same on
+        every live process (they agree on it).
+    """
+    ta, tb, m, n, k, _, ia, ja, ib, jb, _, ic, jc = check_gemm_args(
+        "PDGEMM", transa, transb, m, n, k, 1.0, A, ia, ja, B, ib, jb, 0.0, C, ic, jc)  # fmt: skip
+    grid = C.grid
+    check_algorithm(grid, algorithm, 15)
+    det = detector_for(grid, timeout)
+    me = det.rank
+    where = open_store(store, rank=me, nranks=grid.size)
+    prefix = call_name(grid, "operands")
+    ops = None
+    ok = True
+    errno: int | None = None
+    if m and n and k:
+        try:
+            ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc,
+                                   same_kmap=algorithm == "cannon")  # fmt: skip
+        except MPI.Exception:  # a peer died in the redistribution (ULFM: PROC_FAILED or ERR_OTHER)
+            revoke(grid.comm)  # a live peer still inside the redistribution must not wait for this one
+            det.check_failures()
+            ok = False
+        try:
+            if ops is not None:
+                where.save(f"{prefix}/a.{me}", np.asfortranarray(ops.a))
+                where.save(f"{prefix}/b.{me}", np.asfortranarray(ops.b))
+        except StorageError as exc:  # e.g. a full disk: every rank raises it, after the agreement below
+            errno = exc.errno or getattr(exc.__cause__, "errno", None) or 0
+            ok = False
+    try:
+        ok = not det.barrier(ok=ok) and ok
+    except Fenced:
+        ok = False
+    # A death during the barrier can be seen by some ranks and not others: agree, so all fail or none. Bit 0:
+    # all went well; bit 1: every rank saved its pieces; bit 2: set by all (0 after a failure during the
+    # agreement, which clears every bit); bits 8-15: the complement of a failed save's errno.
+    flag = (int(ok and not det.dead and not det.fenced) | 2 * (errno is None) | 4
+            | (~(errno or 0) & 0xFF) << 8)  # fmt: skip
+    decided = agree_flag(det.comm, flag, clear_on_failure=True)
+    if not decided & 1:
+        dead = sorted(agree_on_dead(det.comm, det.dead, abstain=det.fenced))
+        forget_detector(grid)
+        det.raise_if_fenced()
+        if decided & 4 and not decided & 2:
+            raise save_failed(where, ~(decided >> 8) & 0xFF)
+        raise ProcessFailure(
+            f"ranks {dead} failed while the operands were being protected: nothing usable was protected; "
+            f"continue on the survivors (ftkit.failure.repair) and protect again",
+            dead,
+        )
+    key = operands_key(ta, tb, m, n, k, ia, ja, ib, jb, C, ic, jc, algorithm)
+    return ProtectedOperands(where, prefix, A, B, key, me, operands=ops)

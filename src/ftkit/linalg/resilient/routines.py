@@ -1,0 +1,246 @@
+"""PDTRMM, PDSYRK and PDSYR2K that survive process failures: their :class:`ProductForm` for
+:func:`~ftkit.linalg.resilient.engine.resilient_call` (the scheme of :mod:`ftkit.linalg.resilient`).
+
+Each routine says what it computes as one product ``C = alpha op(A) op(B) + beta C`` the scheme can save,
+exchange with deadlines and recompute (and verify with block checksums) from:
+
+- ``resilient_pdtrmm``: ``B := alpha op(T) B`` (side "L") or ``alpha B op(T)`` (side "R"), where ``T`` is
+  the ``uplo`` triangle of A (the other triangle zeroed, a unit diagonal written for ``diag="U"``; neither is
+  read) and the multiplied B is a copy of B's submatrix: the product's output is B itself, with ``beta = 0``.
+  Both are built by the form's ``prepare`` step.
+- ``resilient_pdsyrk``: ``C := alpha op(A) op(A).T + beta C``, the full square product with a ``keep`` mask
+  for the ``uplo`` triangle (the other triangle of C stays bit for bit, also in a dead process's tiles).
+- ``resilient_pdsyr2k``: ``alpha [op(A) op(B)] [op(B) op(A)].T + beta C``: one product of inner dimension
+  ``2k`` (the two concatenated operands are built by ``prepare``), with the same ``keep`` mask.
+
+The full square product costs the rank-k updates twice the flops of their triangle (the plain routines
+compute about ``1 + 1/slabs`` times it); what it buys is one product the scheme already survives failures in.
+Operands saved beforehand with :func:`~ftkit.linalg.protect_operands` are not taken (the multiplied
+operands are built by every call, or, for PDSYRK, are not PDGEMM's): pass a store. ``prepare`` is a plain
+collective: a process that dies in it fails the call alike on every survivor (:class:`ProcessFailure`); from
+the moment the inputs are saved, a failure is survived.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ...failure import FailureDetector
+from ...storage.inputs import InputStore
+from ..matrix import DistributedMatrix
+from ..pblas.add import pdgeadd
+from ..pblas.rank_k import check_rank_args
+from ..pblas.triangular import check_tri_args, pdtrsm
+from ._call_state import ResilientResult
+from .engine import ProductForm, resilient_call
+from .protected import check_store
+
+__all__ = ["resilient_pdtrsm", "resilient_pdtrmm", "resilient_pdsyrk", "resilient_pdsyr2k"]
+
+Operands = tuple[DistributedMatrix, int, int, DistributedMatrix, int, int]
+
+
+def _triangle_copy(A: DistributedMatrix, ia: int, ja: int, na: int, uplo: str,
+                   unit: bool) -> DistributedMatrix:
+    """Return a copy of A whose ``na x na`` submatrix at (ia, ja) holds only its ``uplo`` triangle (the other
+    zeroed; for ``unit`` the diagonal set to 1 without being read). Local, no communication."""
+    W = A.copy()
+    if na == 0:
+        return W
+    view = W.local_view(ia, ja, na, na)
+    rows = A.row_map(ia, na).indices_on(A.grid.myrow)[:, None]
+    cols = A.col_map(ja, na).indices_on(A.grid.mycol)[None, :]
+    strict = (rows < cols) if uplo == "U" else (rows > cols)
+    view[...] = np.where(strict | (~unit & (rows == cols)), view, 0.0)
+    if unit:
+        view[...] = np.where(rows == cols, 1.0, view)
+    return W
+
+
+def identity_like(M: DistributedMatrix, n: int, mb: int, nb: int) -> DistributedMatrix:
+    """The ``n x n`` identity on M's grid, of M's dtype, in ``mb x nb`` blocks (local, no communication)."""
+    eye = DistributedMatrix.zeros(M.grid, n, n, mb=mb, nb=nb, dtype=M.dtype)
+    eye.local[...] = eye.global_rows()[:, None] == eye.global_cols()[None, :]
+    return eye
+
+
+def triangle_keep(uplo: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """The ``keep`` mask of the ``uplo`` triangle (with the diagonal), in submatrix indices."""
+    if uplo == "U":
+        return lambda r, c: r[:, None] <= c[None, :]
+    return lambda r, c: r[:, None] >= c[None, :]
+
+
+def resilient_pdtrmm(
+    side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float, A: DistributedMatrix,
+    ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, *, store: InputStore | str,
+    timeout: float | None = None, width: int | None = None, detector: FailureDetector | None = None,
+    on_step: Callable[[int], None] | None = None, stats: dict[str, float] | None = None,
+) -> ResilientResult:
+    """Compute ``B = alpha op(A) B`` (side "L") or ``B = alpha B op(A)`` (side "R"), A triangular, surviving
+    process failures.
+
+    Collective on B's grid; arguments and semantics as :func:`ftkit.linalg.pdtrmm` (only the ``uplo``
+    triangle of A is read, not its diagonal for ``diag="U"``; nothing of B outside its submatrix changes),
+    the keyword arguments and the result as :func:`~ftkit.linalg.resilient.resilient_pdgemm`: after a
+    failure, :attr:`ResilientResult.C` is the whole B on the survivors' grid.
+
+    Raises
+    ------
+    PBLASArgumentError
+        For illegal arguments (as pdtrmm), or ``store=`` protected operands (position 16).
+    ProcessFailure, Fenced, ABFTError, StorageError
+        As :func:`~ftkit.linalg.resilient.resilient_pdgemm`.
+    """
+    side, uplo, transa, diag, m, n, alpha, ia, ja, ib, jb = check_tri_args(
+        "PDTRMM", side, uplo, transa, diag, m, n, alpha, A, ia, ja, B, ib, jb)
+    check_store("PDTRMM", 16, store)
+    na = m if side == "L" else n
+
+    def prepare() -> Operands:
+        T = _triangle_copy(A, ia, ja, na, uplo, diag == "U")
+        X = B.copy()  # B is the output: the multiplied B must not change under the steps
+        return (T, ia, ja, X, ib, jb) if side == "L" else (X, ib, jb, T, ia, ja)
+
+    ta, tb = (transa, "N") if side == "L" else ("N", transa)
+    form = ProductForm("PDTRMM", ta, tb, m, n, na, alpha, A, ia, ja, B, ib, jb, 0.0, B, ib, jb, prepare)
+    return resilient_call(form, store=store, timeout=timeout, width=width, detector=detector, on_step=on_step,
+                          stats=stats)  # fmt: skip
+
+
+def resilient_pdtrsm(
+    side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float, A: DistributedMatrix,
+    ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, *, store: InputStore | str,
+    timeout: float | None = None, width: int | None = None, detector: FailureDetector | None = None,
+    on_step: Callable[[int], None] | None = None, stats: dict[str, float] | None = None,
+) -> ResilientResult:
+    """Solve ``op(A) X = alpha B`` (side "L") or ``X op(A) = alpha B`` (side "R") for X, A triangular,
+    overwriting B, surviving process failures.
+
+    Collective on B's grid; arguments and semantics as :func:`ftkit.linalg.pdtrsm` (only the ``uplo``
+    triangle of A is read, not its diagonal for ``diag="U"``; nothing of B outside its submatrix changes),
+    the keyword arguments and the result as :func:`~ftkit.linalg.resilient_pdgemm`: after a failure,
+    :attr:`ResilientResult.C` is the whole B on the survivors' grid.
+
+    How: the form's ``prepare`` step inverts the triangle explicitly (``inv(op(T))``, the plain
+    :func:`~ftkit.linalg.pdtrsm` applied to the identity: a collective of the solve's own cost) and copies
+    B; the scheme then survives failures in the product ``B := alpha inv(op(T)) B`` (or ``alpha B
+    inv(op(T))``) as in :func:`resilient_pdtrmm`. The result is the solve's to within the rounding of an
+    explicit inverse (``cond(T)`` times the unit roundoff, relative), not bit for bit the plain solve's; a
+    process that dies in ``prepare`` fails the call alike on every survivor.
+
+    Raises
+    ------
+    PBLASArgumentError
+        For illegal arguments (as pdtrsm), or ``store=`` protected operands (position 16).
+    ProcessFailure, Fenced, ABFTError, StorageError
+        As :func:`~ftkit.linalg.resilient_pdgemm`.
+    """
+    side, uplo, transa, diag, m, n, alpha, ia, ja, ib, jb = check_tri_args(
+        "PDTRSM", side, uplo, transa, diag, m, n, alpha, A, ia, ja, B, ib, jb)
+    check_store("PDTRSM", 16, store)
+    na = m if side == "L" else n
+
+    def prepare() -> Operands:
+        X = identity_like(B, na, A.desc.mb, A.desc.nb)  # on B's grid (A's), of B's dtype
+        pdtrsm(side, uplo, transa, diag, na, na, 1.0, A, ia, ja, X, 0, 0)  # X = inv(op(T))
+        Y = B.copy()  # B is the output: the multiplied B must not change under the steps
+        return (X, 0, 0, Y, ib, jb) if side == "L" else (Y, ib, jb, X, 0, 0)
+
+    form = ProductForm("PDTRSM", "N", "N", m, n, na, alpha, A, ia, ja, B, ib, jb, 0.0, B, ib, jb, prepare)
+    return resilient_call(form, store=store, timeout=timeout, width=width, detector=detector, on_step=on_step,
+                          stats=stats)  # fmt: skip
+
+
+def _concatenated(trans: str, n: int, k: int, A: DistributedMatrix, ia: int, ja: int, B: DistributedMatrix,
+                  ib: int, jb: int, C: DistributedMatrix) -> Operands:
+    """PDSYR2K's operands ``[op(A) op(B)]`` and ``[op(B) op(A)]`` (as ``n x 2k``, or ``2k x n`` stored
+    transposed for trans "T"), new matrices on C's grid and blocking (collective)."""
+    d = C.desc
+    shape = (n, 2 * k) if trans == "N" else (2 * k, n)
+    pair = []
+    for first, second in (((A, ia, ja), (B, ib, jb)), ((B, ib, jb), (A, ia, ja))):
+        W = DistributedMatrix.zeros(C.grid, *shape, mb=d.mb, nb=d.nb, dtype=C.dtype)
+        for half, (X, ix, jx) in enumerate((first, second)):
+            if trans == "N":
+                pdgeadd("N", n, k, 1.0, X, ix, jx, 0.0, W, 0, half * k)
+            else:
+                pdgeadd("N", k, n, 1.0, X, ix, jx, 0.0, W, half * k, 0)
+        pair.append(W)
+    return pair[0], 0, 0, pair[1], 0, 0
+
+
+def _rank_form(routine: str, uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix,
+               ia: int, ja: int, B: DistributedMatrix | None, ib: int, jb: int, beta: float,
+               C: DistributedMatrix, ic: int, jc: int) -> ProductForm:
+    """PDSYRK (``B is None``) or PDSYR2K as one product with the ``uplo`` triangle's keep mask."""
+    ta, tb = ("N", "T") if trans == "N" else ("T", "N")
+    if B is None:
+        return ProductForm(routine, ta, tb, n, n, k, alpha, A, ia, ja, A, ia, ja, beta, C, ic, jc,
+                           keep=triangle_keep(uplo))  # fmt: skip
+    Bm = B
+
+    def prepare() -> Operands:
+        return _concatenated(trans, n, k, A, ia, ja, Bm, ib, jb, C)
+
+    return ProductForm(routine, ta, tb, n, n, 2 * k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, prepare,
+                       keep=triangle_keep(uplo))  # fmt: skip
+
+
+def resilient_pdsyrk(
+    uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int, beta: float,
+    C: DistributedMatrix, ic: int, jc: int, *, store: InputStore | str, timeout: float | None = None,
+    width: int | None = None, detector: FailureDetector | None = None,
+    on_step: Callable[[int], None] | None = None, stats: dict[str, float] | None = None,
+) -> ResilientResult:
+    """Compute ``C = alpha op(A) op(A).T + beta C`` on the ``uplo`` triangle of ``C(ic:ic+n, jc:jc+n)``,
+    surviving process failures.
+
+    Collective on C's grid; arguments and semantics as :func:`ftkit.linalg.pdsyrk` (the other triangle of C
+    stays bit for bit, also after a failure), the keyword arguments and the result as
+    :func:`~ftkit.linalg.resilient.resilient_pdgemm`.
+
+    Raises
+    ------
+    PBLASArgumentError
+        For illegal arguments (as pdsyrk), or ``store=`` protected operands (position 15).
+    ProcessFailure, Fenced, ABFTError, StorageError
+        As :func:`~ftkit.linalg.resilient.resilient_pdgemm`.
+    """
+    uplo, trans, n, k, alpha, ia, ja, _, _, beta, ic, jc = check_rank_args(
+        "PDSYRK", uplo, trans, n, k, alpha, A, ia, ja, None, 0, 0, beta, C, ic, jc)
+    check_store("PDSYRK", 15, store)
+    form = _rank_form("PDSYRK", uplo, trans, n, k, alpha, A, ia, ja, None, 0, 0, beta, C, ic, jc)
+    return resilient_call(form, store=store, timeout=timeout, width=width, detector=detector, on_step=on_step,
+                          stats=stats)  # fmt: skip
+
+
+def resilient_pdsyr2k(
+    uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
+    B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int, jc: int, *,
+    store: InputStore | str, timeout: float | None = None, width: int | None = None,
+    detector: FailureDetector | None = None, on_step: Callable[[int], None] | None = None,
+    stats: dict[str, float] | None = None,
+) -> ResilientResult:
+    """Compute ``C = alpha op(A) op(B).T + alpha op(B) op(A).T + beta C`` on C's ``uplo`` triangle,
+    surviving process failures.
+
+    Collective on C's grid; arguments and semantics as :func:`ftkit.linalg.pdsyr2k`, the keyword arguments
+    and the result as :func:`resilient_pdsyrk`. The product runs with inner dimension ``2k`` on operands
+    built first (a collective: a failure in it fails the call alike on every survivor).
+
+    Raises
+    ------
+    PBLASArgumentError
+        For illegal arguments (as pdsyr2k), or ``store=`` protected operands (position 19).
+    ProcessFailure, Fenced, ABFTError, StorageError
+        As :func:`~ftkit.linalg.resilient.resilient_pdgemm`.
+    """
+    uplo, trans, n, k, alpha, ia, ja, ib, jb, beta, ic, jc = check_rank_args(
+        "PDSYR2K", uplo, trans, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
+    check_store("PDSYR2K", 19, store)
+    form = _rank_form("PDSYR2K", uplo, trans, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
+    return resilient_call(form, store=store, timeout=timeout, width=width, detector=detector, on_step=on_step,
+                          stats=stats)  # fmt: skip
