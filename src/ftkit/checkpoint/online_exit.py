@@ -74,6 +74,7 @@ def install(ckpt: Checkpointer, world: Any = None) -> None:
     (default: ``MPI_COMM_WORLD``) has a single process: no peer can wait for it."""
     if (MPI.COMM_WORLD if world is None else world).Get_size() < 2:
         return
+    jobstatus.watch_faults()  # a crash (SIGSEGV in MPI) is named to ftkit launch, not a silent vanishing
     def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
         end_on_uncaught(ckpt, kind, exc, tb)
 
