@@ -30,6 +30,7 @@ from ._jobproc import (
     combined_status,
     end_srun,
     kill_session,
+    process_environ,
     proc_stat,
     session_members,
     watch_ranks,
@@ -47,16 +48,8 @@ JOB_FAILED_EXIT = 1
 
 
 def _environ_rank(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    env = {}
-    for item in data.split(b"\0"):
-        key, _, value = item.partition(b"=")
-        env[key.decode(errors="replace")] = value.decode(errors="replace")
-    return world_rank(env)
+    env = process_environ(pid)
+    return None if env is None else world_rank(env)
 
 
 def _how(status: int | None) -> str:

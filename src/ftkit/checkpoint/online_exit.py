@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from mpi4py import MPI
 
 from .. import jobstatus, uncaught
+from .._jobproc import kill_job_peers
 from ..errors import FtkitError
 from ..mpienv import probe_ulfm
 from ..storage.manifest import read_manifest
@@ -185,6 +186,13 @@ def _revoke_everything(ckpt: Any) -> None:
             comm.Revoke()
 
 
+def _kill_dead_here(dead: list[int]) -> None:
+    """Without ``ftkit launch`` (which kills them itself, and says so): SIGKILL the ranks of this job on this
+    host that were declared dead, so one that only hangs (SIGSTOP) cannot hold the job (never raises)."""
+    if dead and not os.environ.get(jobstatus.STATUS_ENV):
+        kill_job_peers(dead)
+
+
 def end_on_uncaught(ckpt: Any, kind: type[BaseException], exc: BaseException,
                     tb: TracebackType | None) -> None:
     """End the process after an uncaught exception by a SIGKILL of itself, whether a spare replaces it or
@@ -205,6 +213,7 @@ def end_on_uncaught(ckpt: Any, kind: type[BaseException], exc: BaseException,
                    line.removeprefix("ftkit: ").split("; the process ends")[0].split("; it is replaced")[0])
     if not replace:
         _revoke_everything(ckpt)
+    _kill_dead_here(dead)
     sys.stdout.flush()
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGKILL)
@@ -219,6 +228,7 @@ def at_exit(ckpt: Any) -> None:
     state = getattr(ckpt, "_online", None)
     failed = bool(dead) or (state is not None and state.rebuilt is not None)
     jobstatus.declare_dead(dead)
+    _kill_dead_here(dead)
     if not failed and state is not None and state.spares and not getattr(ckpt, "_finalized", True):
         with contextlib.suppress(Exception):
             ckpt._close()  # releases the idle spares (they leave with exit code 0)
