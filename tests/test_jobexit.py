@@ -98,8 +98,8 @@ def test_heads_end_as_failed_processes_and_no_other_rank_is_killed_with_them(tmp
 def test_a_stopped_head_that_no_rank_talks_to_is_killed_and_the_job_ends(tmp_path):
     # L1 with heads: the application ranks never talk to their heads, so nobody declares a SIGSTOPped head
     # dead; the job used to hang in MPI_Finalize (the other heads' unbounded, mpirun waiting for the stopped
-    # one). The heads' MPI_Finalize is bounded now, and ftkit launch kills a rank left stopped once every other
-    # rank has ended. World rank 2 is the head of node 1.
+    # one). The heads' MPI_Finalize is bounded now, and ftkit launch kills a rank left stopped once every
+    # other rank has ended. World rank 2 is the head of node 1.
     trial = campaign.Trial(config="l1", head=1, thread=0, victim="rank", sig="STOP", rank=2, delay=0.3)
     outcome = campaign.run_trial(trial, tmp_path / "trial", campaign.reference_digest())
     assert outcome.outcome == "ended", (trial, outcome)

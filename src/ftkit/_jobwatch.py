@@ -30,8 +30,8 @@ from ._jobproc import (
     combined_status,
     end_srun,
     kill_session,
-    process_environ,
     proc_stat,
+    process_environ,
     session_members,
     watch_ranks,
 )
@@ -92,11 +92,12 @@ class RankWatch:
         return live
 
     def _kill_stopped_alone(self) -> None:
-        """SIGKILL the ranks still stopped (SIGSTOP, a debugger) :data:`RUNTIME_EXIT_GRACE` seconds after every
-        other rank has ended: nobody is left to resume them, and mpirun waits for them forever. A hung rank
-        that no survivor declared dead (a head, when no post-processing reaches it) ends so."""
+        """SIGKILL the ranks still stopped (SIGSTOP, a debugger) :data:`RUNTIME_EXIT_GRACE` seconds after
+        every other rank has ended: nobody is left to resume them, and mpirun waits for them forever. A hung
+        rank that no survivor declared dead (a head, when no post-processing reaches it) ends so."""
         states = {pid: proc_stat(pid) for pid in self.ranks}
-        running = {pid for pid, fields in states.items() if fields is not None and fields[0] not in ("Z", "X")}
+        running = {pid for pid, fields in states.items()
+                   if fields is not None and fields[0] not in ("Z", "X")}
         stopped = {pid for pid in running if states[pid][0] in ("T", "t")}  # type: ignore[index]
         if not stopped or running - stopped or len(running) == len(self.ranks):
             self._alone_since = None
