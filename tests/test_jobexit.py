@@ -75,6 +75,7 @@ def _nothing_left(marker: str) -> bool:
     ("l2", "node", "KILL", 1, 2),
     ("l3", "rank", "KILL", 0, 0),
     ("l4", "rank", "STOP", 1, 3),
+    ("l3", "node", "KILL", 1, 6),  # the campaign's failed relaunch (--seed 2, trial 9): L3 with the FT thread
 ])
 def test_plain_job_that_loses_a_rank_ends_and_the_relaunch_recovers_what_it_named(
         config, victim, sig, thread, rank, tmp_path):
