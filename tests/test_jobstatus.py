@@ -25,10 +25,9 @@ _CRASH = textwrap.dedent("""
 """)
 
 
-def _crash(tmp_path, env_extra=None):
-    env = {**os.environ, jobstatus.STATUS_ENV: str(tmp_path), "OMPI_COMM_WORLD_RANK": "3", **(env_extra or {})}
-    proc = subprocess.run([sys.executable, "-c", _CRASH], env=env, capture_output=True, timeout=120)
-    return proc
+def _crash(tmp_path):
+    env = {**os.environ, jobstatus.STATUS_ENV: str(tmp_path), "OMPI_COMM_WORLD_RANK": "3"}
+    return subprocess.run([sys.executable, "-c", _CRASH], env=env, capture_output=True, timeout=120)
 
 
 def test_a_crash_writes_a_fault_note_naming_the_crashing_frame(tmp_path):
