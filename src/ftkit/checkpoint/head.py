@@ -351,8 +351,9 @@ def serve_as_head(links: HeadLinks, topology: Topology, config: Config) -> int:
 
     If an application rank of the node dies (or the head's MPI calls fail), the head reports it on stderr
     and ends at once by a SIGKILL of itself, a process failure (there is nobody left to serve). Not
-    ``os._exit(1)``: PRRTE 3.0.14 answered a process that exits with code 1 without ``MPI_Finalize`` by
-    SIGKILLing another process of the job (2 runs of 2; not with code 0), which then vanished without a word. After a normal end,
+    ``os._exit(1)``: PRRTE 3.0.14 answered a process that exits with code 1 without ``MPI_Finalize``
+    by SIGKILLing another process of the job (2 runs of 2; not with code 0), which then vanished without a
+    word. After a normal end,
     ``MPI_Finalize`` is bounded by ``failure_timeout`` (``SIGALRM``), as on the application ranks: a head
     must not wait forever for a hung peer.
     """
