@@ -353,9 +353,8 @@ def serve_as_head(links: HeadLinks, topology: Topology, config: Config) -> int:
     and ends at once by a SIGKILL of itself, a process failure (there is nobody left to serve). Not
     ``os._exit(1)``: PRRTE 3.0.14 answered a process that exits with code 1 without ``MPI_Finalize``
     by SIGKILLing another process of the job (2 runs of 2; not with code 0), which then vanished without a
-    word. After a normal end,
-    ``MPI_Finalize`` is bounded by ``failure_timeout`` (``SIGALRM``), as on the application ranks: a head
-    must not wait forever for a hung peer.
+    word. After a normal end, ``MPI_Finalize`` is bounded by ``failure_timeout`` (``SIGALRM``), as on the
+    application ranks: a head must not wait forever for a hung peer.
     """
     members = [topology.app_world_ranks[r] for r in topology.node_ranks(topology.node_id)]
     try:
