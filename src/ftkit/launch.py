@@ -50,10 +50,7 @@ _FORWARDED_ENV = ("PYTHONPATH", "NUMBA_CACHE_DIR", "OPENBLAS_NUM_THREADS", "OMP_
 
 
 # Failure-detector timings (seconds) used unless OMPI_MCA_<param> is set.
-_DETECTOR_DEFAULTS = {"mpi_ft_detector_period": "5", "mpi_ft_detector_timeout": "60",
-                      # Heartbeats from a thread of their own: from the progress engine (the default), a rank
-                      # computing without an MPI call for longer than the timeout was declared dead.
-                      "mpi_ft_detector_thread": "true"}
+_DETECTOR_DEFAULTS = {"mpi_ft_detector_period": "5", "mpi_ft_detector_timeout": "60"}
 # Open MPI parameters for a job on this host alone (no batch allocation in the environment, so mpirun starts
 # every rank here), set unless OMPI_MCA_<param> is set. ``btl ^ofi``: the libfabric BTL probes every
 # libfabric provider in each rank's MPI_Init, 1.1-1.4 s of the 1.2-1.5 s MPI_Init of a 4-rank job with the
