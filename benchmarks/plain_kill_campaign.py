@@ -30,7 +30,9 @@ after ``mpi_ft_detector_timeout``, set to 15 s here). Outcomes:
     exit code 0 after a failure, no or another checkpoint recovered than announced, or a wrong digest.
 
 A trial is also marked ``SILENT`` when ``ftkit launch``'s last line names a rank other than the victims
-that ended with no reason given (a signal no note explains): every rank's end must be accounted for.
+that ended with no reason given (a signal no note explains) or that was declared dead (a detector false
+positive): every rank's end must be accounted for. The relaunch runs with ``ftkit launch``'s own detector
+timeout (60 s), not the first job's 15 s.
 
 Prints one line per trial and a table by configuration, and appends one JSON line per trial to ``--out``.
 """
@@ -175,12 +177,16 @@ def wait_until(test, limit: float) -> bool:  # noqa: ANN001 - a condition
     return bool(test())
 
 
-def launch(d: Path, program: Path, *args: str, t: Trial) -> subprocess.Popen[str]:
+def launch(d: Path, program: Path, *args: str, t: Trial, detector: bool = True) -> subprocess.Popen[str]:
+    """Start the trial's job; ``detector``: with the short detector timeout of :data:`DETECTOR` (the first
+    job, where a SIGSTOPped rank must be declared dead), else ``ftkit launch``'s own (the relaunch: nothing
+    hangs there, and a rank busy without an MPI call for 15 s on the loaded machine was declared dead: the
+    detector's heartbeats come from the MPI progress engine)."""
     cmd = [sys.executable, "-m", "ftkit", "launch", "-n", str(t.nprocs), "--node-size", str(t.node_size),
            "--", sys.executable, str(program), "--fti-loop", "--steps", str(STEPS), "--size", str(SIZE),
            "--config", "ftkit.ini", *args]
     return subprocess.Popen(cmd, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **DETECTOR}, start_new_session=True)
+                            env={**os.environ, **(DETECTOR if detector else {})}, start_new_session=True)
 
 
 def _finish(proc: subprocess.Popen[str], limit: float, marker: str) -> tuple[int | None, str, str]:
@@ -215,10 +221,11 @@ def _victims(t: Trial) -> list[int]:
 
 
 def silent_ranks(last: str, victims: list[int]) -> list[int]:
-    """Ranks that ``ftkit launch``'s last line says were killed with no note saying why, victims left out."""
+    """Ranks that ``ftkit launch``'s last line says were killed with no note saying why, or declared dead
+    (alive but busy: a false positive of the detector), victims left out."""
     found: set[int] = set()
     for part in last.split("; "):
-        m = re.search(r"ranks? ([\d,]+) killed (\(no exit seen|by SIG)", part)
+        m = re.search(r"ranks? ([\d,]+) (killed \(no exit seen|killed by SIG|declared dead)", part)
         if m:
             found |= {int(r) for r in m.group(1).split(",")}
     return sorted(found - set(victims))
@@ -284,7 +291,7 @@ def run_trial(t: Trial, workdir: Path, expected: str) -> Outcome:
             reported = int(last.split("else from checkpoint ")[1].split()[0])
         elif lost_node and "else it starts from the beginning" in last:
             reported = None
-        again = launch(workdir, program, t=t)
+        again = launch(workdir, program, t=t, detector=False)
         rc2, out2, err2 = _finish(again, 300, program.name)
         (workdir / "relaunch.out").write_text(out2)
         (workdir / "relaunch.err").write_text(err2)
