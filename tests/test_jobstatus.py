@@ -56,3 +56,12 @@ def test_the_launcher_names_the_crashed_rank_and_fails_the_job(tmp_path):
     assert failed
     assert line.startswith("ftkit launch: the job failed: rank 3 crashed (Fatal Python error: Segmentation "
                            "fault in string_at ("), line
+
+
+def test_a_crashed_rank_is_not_counted_among_the_ranks_whose_nodes_may_be_lost(tmp_path, monkeypatch):
+    # Seed 11 trial 3 of the campaign: node 2 lost, rank 7 crashed (SIGSEGV) on intact node 3; the exit hook
+    # counted rank 7 among the dead whose nodes may be lost and announced "starts from the beginning", while
+    # the relaunch recovered checkpoint 7 from L2. A crashed rank, like one the hook ended, is left out.
+    _crash(tmp_path)
+    monkeypatch.setenv(jobstatus.STATUS_ENV, str(tmp_path))
+    assert jobstatus.ended_by_hook() == {3}

@@ -163,6 +163,7 @@ def read_notes(directory: str | os.PathLike[str]) -> list[Note]:
 
 def ended_by_hook() -> set[int]:
     """World ranks of this job that ftkit's exit hook ended (they left because of a failure; they are not
-    the failure). Empty outside a job of ``ftkit launch``."""
+    the failure) or that crashed (a ``fault`` note: their process ended, their node's files did not, so a
+    relaunch's choice must not count their nodes as lost). Empty outside a job of ``ftkit launch``."""
     directory = os.environ.get(STATUS_ENV)
-    return {n.rank for n in read_notes(directory) if n.kind == "hook"} if directory else set()
+    return {n.rank for n in read_notes(directory) if n.kind in ("hook", "fault")} if directory else set()
