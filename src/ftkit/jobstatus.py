@@ -19,7 +19,7 @@ ranks as ``$FTKIT_JOB_STATUS``. A rank that imports ftkit writes notes there (no
 ``fault``
     written by :mod:`faulthandler` when the process crashes (SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL): the
     Python traceback of the crash (:func:`watch_faults`; empty while the process has not crashed). Open
-    MPI 5.0's ``MPI_Sendrecv`` crashes so when a peer fails or the communicator is revoked during the call.
+    MPI 5.0's ``MPI_Sendrecv`` with ``MPI_PROC_NULL`` on one side crashes so when a failure reaches it.
 
 A rank that vanishes after its ``start`` note with no ``exit`` or ``hook`` note was killed by a signal (or
 left by ``os._exit``). Each note is one small file written atomically (``<kind>.<rank>.<pid>``), so a rank
