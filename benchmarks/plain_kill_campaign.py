@@ -257,7 +257,10 @@ def run_trial(t: Trial, workdir: Path, expected: str) -> Outcome:
         pids = rank_pids(program.name)
         victims = [pids[r] for r in _victims(t) if r in pids]
         for pid in victims:
-            os.kill(pid, signal.SIGKILL if t.sig == "KILL" else signal.SIGSTOP)
+            try:
+                os.kill(pid, signal.SIGKILL if t.sig == "KILL" else signal.SIGSTOP)
+            except ProcessLookupError:
+                pass  # it ended between the look and the kill: the job is finishing (judged below)
         if t.victim == "node" and t.config != "l1":
             for node_dir in (workdir / "run" / "local").glob(f"node{t.rank // t.node_size}"):
                 shutil.rmtree(node_dir, ignore_errors=True)
