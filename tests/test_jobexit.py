@@ -154,8 +154,12 @@ def test_plain_mpirun_a_stopped_rank_is_killed_by_its_peers_and_the_job_ends(tmp
     d = tmp_path / "run"
     write_config(d, ckpt_l1=3, failure_timeout=30)
     program = _copy(REPO / "examples" / "heat.py", d)
+    # The detector must declare the stopped rank dead before failure_timeout (30 s) ends the survivors by
+    # TimeoutFailure: a survivor kills only ranks it knows dead (15 s here; mpirun's command line would
+    # otherwise carry ftkit's 60 s default, which overrides the environment).
     cmd = build_mpirun_command(4, [sys.executable, str(program), "--fti-loop", "--steps", "100000", "--size",
-                                   "32", "--pause", "0.01", "--config", "ftkit.ini"], node_size=2)
+                                   "32", "--pause", "0.01", "--config", "ftkit.ini"], node_size=2,
+                               env=campaign.DETECTOR)
     env = {k: v for k, v in os.environ.items() if k != "FTKIT_JOB_STATUS"}
     proc = subprocess.Popen(cmd, cwd=d, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True, env={**env, **campaign.DETECTOR})
