@@ -1,7 +1,10 @@
 """Kill campaign for plain jobs (no spares) under ``ftkit launch``: a job that loses a rank ends, never hangs.
 
 usage: python benchmarks/plain_kill_campaign.py [--trials 40] [--seed 1] [--out results.jsonl]
-       [--configs l1,l2,l3,l4] [--nprocs 8] [--node-size 2]
+       [--configs l1,l2,l3,l4] [--nprocs 8] [--node-size 2] [--only 9] [--keep DIR]
+
+``--only I`` replays trial ``I`` of the seed alone (the trials before it are drawn, not run); ``--keep DIR``
+keeps each trial's directory and output there (``DIR/<i>/``) for a look afterwards.
 
 Each trial runs ``examples/heat.py --fti-loop`` (FTI's loop shape: ``while step < n: ...; snapshot()``, no
 ``ckpt.steps()``, no error handling) under ``ftkit launch`` with a random configuration (``--configs``: L1,
@@ -14,7 +17,9 @@ after ``mpi_ft_detector_timeout``, set to 15 s here). Outcomes:
 ``ended``
     ``ftkit launch`` exited non-zero within the bound, its last line naming the checkpoint a relaunch uses
     (for a lost node: the one it names for that case), no process of the job left, and the relaunch
-    recovered exactly that checkpoint and ended with the failure-free digest (bit for bit);
+    recovered exactly that checkpoint and ended with the failure-free digest (bit for bit); or the
+    application finished with that digest and ``ftkit launch`` then exited non-zero naming the rank it had
+    to end (a stopped head that no rank talked to: killed once every other rank had ended);
 ``late``
     the job had finished before the kill landed (digest checked);
 ``hang``
@@ -23,6 +28,11 @@ after ``mpi_ft_detector_timeout``, set to 15 s here). Outcomes:
     a process of the job was still running 60 s after ``ftkit launch`` exited;
 ``wrong``
     exit code 0 after a failure, no or another checkpoint recovered than announced, or a wrong digest.
+
+A trial is also marked ``SILENT`` when ``ftkit launch``'s last line names a rank other than the victims
+that ended with no reason given (a signal no note explains) or that was declared dead (a detector false
+positive): every rank's end must be accounted for. The relaunch runs with ``ftkit launch``'s own detector
+timeout (60 s), not the first job's 15 s.
 
 Prints one line per trial and a table by configuration, and appends one JSON line per trial to ``--out``.
 """
@@ -41,7 +51,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ftkit._jobproc import is_running
@@ -80,6 +90,9 @@ class Outcome:
     reported: int | None
     recovered: int | None
     seconds: float
+    #: Ranks other than the victims that ftkit launch's last line says ended without a reason (a signal no
+    #: note explains): every rank's end must be accounted for.
+    silent: list[int] = field(default_factory=list)
 
 
 def draw(rng: random.Random, configs: tuple[str, ...] = CONFIGS, nprocs: int = 8,
@@ -164,12 +177,16 @@ def wait_until(test, limit: float) -> bool:  # noqa: ANN001 - a condition
     return bool(test())
 
 
-def launch(d: Path, program: Path, *args: str, t: Trial) -> subprocess.Popen[str]:
+def launch(d: Path, program: Path, *args: str, t: Trial, detector: bool = True) -> subprocess.Popen[str]:
+    """Start the trial's job; ``detector``: with the short detector timeout of :data:`DETECTOR` (the first
+    job, where a SIGSTOPped rank must be declared dead), else ``ftkit launch``'s own (the relaunch: nothing
+    hangs there, and a rank busy without an MPI call for 15 s on the loaded machine was declared dead: the
+    detector's heartbeats come from the MPI progress engine)."""
     cmd = [sys.executable, "-m", "ftkit", "launch", "-n", str(t.nprocs), "--node-size", str(t.node_size),
            "--", sys.executable, str(program), "--fti-loop", "--steps", str(STEPS), "--size", str(SIZE),
            "--config", "ftkit.ini", *args]
     return subprocess.Popen(cmd, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **DETECTOR}, start_new_session=True)
+                            env={**os.environ, **(DETECTOR if detector else {})}, start_new_session=True)
 
 
 def _finish(proc: subprocess.Popen[str], limit: float, marker: str) -> tuple[int | None, str, str]:
@@ -203,6 +220,17 @@ def _victims(t: Trial) -> list[int]:
     return list(range(first, first + t.node_size))
 
 
+def silent_ranks(last: str, victims: list[int]) -> list[int]:
+    """Ranks that ``ftkit launch``'s last line says were killed with no note saying why, or declared dead
+    (alive but busy: a false positive of the detector), victims left out."""
+    found: set[int] = set()
+    for part in last.split("; "):
+        m = re.search(r"ranks? ([\d,]+) (killed \(no exit seen|killed by SIG|declared dead)", part)
+        if m:
+            found |= {int(r) for r in m.group(1).split(",")}
+    return sorted(found - set(victims))
+
+
 def reference_digest() -> str:
     import importlib.util
 
@@ -229,11 +257,16 @@ def run_trial(t: Trial, workdir: Path, expected: str) -> Outcome:
         pids = rank_pids(program.name)
         victims = [pids[r] for r in _victims(t) if r in pids]
         for pid in victims:
-            os.kill(pid, signal.SIGKILL if t.sig == "KILL" else signal.SIGSTOP)
+            try:
+                os.kill(pid, signal.SIGKILL if t.sig == "KILL" else signal.SIGSTOP)
+            except ProcessLookupError:
+                pass  # it ended between the look and the kill: the job is finishing (judged below)
         if t.victim == "node" and t.config != "l1":
             for node_dir in (workdir / "run" / "local").glob(f"node{t.rank // t.node_size}"):
                 shutil.rmtree(node_dir, ignore_errors=True)
         rc, out, err = _finish(proc, 30 + 15 + 60 + 60, program.name)
+        (workdir / "first.out").write_text(out)
+        (workdir / "first.err").write_text(err)
         seconds = time.monotonic() - start
         if rc is None:
             return Outcome("hang", err.strip().splitlines()[-1:] and err.strip().splitlines()[-1] or "",
@@ -246,6 +279,11 @@ def run_trial(t: Trial, workdir: Path, expected: str) -> Outcome:
             ok = digest is not None and digest.group(1) == expected
             return Outcome("late" if ok else "wrong", "finished before the kill" if ok else last, rc, None,
                            None, seconds)
+        silent = silent_ranks(last, _victims(t))
+        if digest is not None and digest.group(1) == expected and last.startswith("ftkit launch: the job "
+                                                                                  "failed"):
+            # The application finished (right result); a rank was ended after it (a hung head, killed).
+            return Outcome("ended", f"finished, then: {last[:1000]}", rc, None, None, seconds, silent)
         m = re.search(r"recovers from checkpoint (\d+)", last)
         none = "no checkpoint is committed" in last
         if not last.startswith("ftkit launch: the job failed") or not (m or none):
@@ -256,8 +294,10 @@ def run_trial(t: Trial, workdir: Path, expected: str) -> Outcome:
             reported = int(last.split("else from checkpoint ")[1].split()[0])
         elif lost_node and "else it starts from the beginning" in last:
             reported = None
-        again = launch(workdir, program, t=t)
+        again = launch(workdir, program, t=t, detector=False)
         rc2, out2, err2 = _finish(again, 300, program.name)
+        (workdir / "relaunch.out").write_text(out2)
+        (workdir / "relaunch.err").write_text(err2)
         got = re.search(r"recovered checkpoint (\d+)", out2)
         recovered = int(got.group(1)) if got else None
         digest2 = re.search(r"^digest ([0-9a-f]{16})$", out2, re.M)
@@ -267,7 +307,7 @@ def run_trial(t: Trial, workdir: Path, expected: str) -> Outcome:
         if recovered != reported:
             return Outcome("wrong", f"announced checkpoint {reported}, relaunch recovered {recovered}: "
                            f"{last[:1000]}", rc, reported, recovered, seconds)
-        return Outcome("ended", last[:1000], rc, reported, recovered, seconds)
+        return Outcome("ended", last[:1000], rc, reported, recovered, seconds, silent)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -282,17 +322,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--configs", default=",".join(CONFIGS))
     p.add_argument("--nprocs", type=int, default=8)
     p.add_argument("--node-size", type=int, default=2)
+    p.add_argument("--only", type=int, action="append", default=None,
+                   help="run only trial I of the seed (repeatable); the others are drawn, not run")
+    p.add_argument("--keep", default=None, help="keep each trial's directory and output in KEEP/<i>")
     args = p.parse_args(argv)
     rng = random.Random(args.seed)
     expected = reference_digest()
     counts: dict[str, Counter[str]] = {}
+    silent = 0  # trials in which a rank other than the victims ended with no reason given
     with tempfile.TemporaryDirectory(prefix="ftkit-plain-kill-") as tmp:
         for i in range(args.trials):
             t = draw(rng, tuple(args.configs.split(",")), args.nprocs, args.node_size)
-            o = run_trial(t, Path(tmp) / "trial", expected)
+            if args.only is not None and i not in args.only:
+                continue
+            workdir = Path(args.keep) / str(i) if args.keep else Path(tmp) / "trial"
+            o = run_trial(t, workdir, expected)
             counts.setdefault(f"{t.config} head={t.head} thread={t.thread}", Counter())[o.outcome] += 1
+            silent += bool(o.silent)
             print(f"{i:4d} {t.config} head={t.head} thread={t.thread} {t.sig} {t.victim} {t.rank} "
-                  f"+{t.delay:.2f}s: {o.outcome} ({o.seconds:.0f} s) {o.detail[:160]}", flush=True)
+                  f"+{t.delay:.2f}s: {o.outcome} ({o.seconds:.0f} s)"
+                  f"{f' SILENT {o.silent}' if o.silent else ''} {o.detail[:160]}", flush=True)
             if args.out:
                 with open(args.out, "a") as f:
                     f.write(json.dumps({"trial": asdict(t), "outcome": asdict(o)}) + "\n")
@@ -302,7 +351,9 @@ def main(argv: list[str] | None = None) -> int:
         total.update(counts[key])
         print(f"{key:32s} " + " ".join(f"{counts[key][o]:7d}" for o in OUTCOMES))
     print(f"{'total':32s} " + " ".join(f"{total[o]:7d}" for o in OUTCOMES))
-    print(json.dumps({"trials": args.trials, "seed": args.seed, **{o: total[o] for o in OUTCOMES}}))
+    print(f"trials with a rank ended without a reason: {silent}")
+    print(json.dumps({"trials": sum(total.values()), "seed": args.seed, **{o: total[o] for o in OUTCOMES},
+                      "silent": silent}))
     return 0 if total["hang"] + total["orphan"] + total["wrong"] == 0 else 1
 
 

@@ -5,7 +5,7 @@ Rows J1 (plain job, rank or node killed or stopped: every process leaves, one li
 the checkpoint a relaunch uses, the relaunch recovers it bit for bit: a seeded slice of
 ``benchmarks/plain_kill_campaign.py``), J2 (signals, grace period, the launcher killed), J3 (spares never
 outlive the application), J4 (a SIGSTOPped rank replaced by a spare is killed) and J6 (the launcher's exit
-code and last line).
+code and last line); every rank's end is accounted for (heads, crashes, a stopped head).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from ftkit.checkpoint.runlock import acquire_run_lock
+from ftkit.launch import build_mpirun_command
 from ftkit.storage.manifest import read_manifest
 
 from .checkpoint._util import digest_of, heat, write_config
@@ -74,6 +75,7 @@ def _nothing_left(marker: str) -> bool:
     ("l2", "node", "KILL", 1, 2),
     ("l3", "rank", "KILL", 0, 0),
     ("l4", "rank", "STOP", 1, 3),
+    ("l3", "node", "KILL", 1, 6),  # the campaign's failed relaunch (--seed 2, trial 9): L3 with the FT thread
 ])
 def test_plain_job_that_loses_a_rank_ends_and_the_relaunch_recovers_what_it_named(
         config, victim, sig, thread, rank, tmp_path):
@@ -82,6 +84,45 @@ def test_plain_job_that_loses_a_rank_ends_and_the_relaunch_recovers_what_it_name
     trial = campaign.Trial(config=config, head=0, thread=thread, victim=victim, sig=sig, rank=rank, delay=0.3)
     outcome = campaign.run_trial(trial, tmp_path / "trial", campaign.reference_digest())
     assert outcome.outcome in ("ended", "late"), (trial, outcome)
+    assert outcome.silent == [], (trial, outcome)  # every rank's end is accounted for
+
+
+def test_heads_end_as_failed_processes_and_no_other_rank_is_killed_with_them(tmp_path):
+    # head = 1: the heads of the survivors' nodes used to leave by os._exit(1), which PRRTE 3.0.14 answers
+    # by SIGKILLing another process of the job: a head (or rank) then vanished without a note.
+    trial = campaign.Trial(config="l3", head=1, thread=0, victim="rank", sig="KILL", rank=3, delay=0.3)
+    outcome = campaign.run_trial(trial, tmp_path / "trial", campaign.reference_digest())
+    assert outcome.outcome in ("ended", "late"), (trial, outcome)
+    assert outcome.silent == [], (trial, outcome)
+
+
+def test_a_stopped_head_that_no_rank_talks_to_is_killed_and_the_job_ends(tmp_path):
+    # L1 with heads: the application ranks never talk to their heads, so nobody declares a SIGSTOPped head
+    # dead; the job used to hang in MPI_Finalize (the other heads' unbounded, mpirun waiting for the stopped
+    # one). The heads' MPI_Finalize is bounded now, and ftkit launch kills a rank left stopped once every
+    # other rank has ended. World rank 2 is the head of node 1.
+    trial = campaign.Trial(config="l1", head=1, thread=0, victim="rank", sig="STOP", rank=2, delay=0.3)
+    outcome = campaign.run_trial(trial, tmp_path / "trial", campaign.reference_digest())
+    assert outcome.outcome == "ended", (trial, outcome)
+    assert "rank 2 stopped (hung), still stopped after every other rank had ended: killed by ftkit " \
+        "launch" in outcome.detail, outcome
+
+
+def test_a_crashed_rank_is_named_with_where_it_crashed(tmp_path):
+    # A SIGSEGV (Open MPI 5.0's MPI_Sendrecv after a failure or a revoke) left no note: the rank "vanished".
+    d = tmp_path / "run"
+    write_config(d, failure_timeout=30)
+    program = _copy(PROGRAMS / "crash_app.py", d)
+    proc = _launch("-n", "4", "--node-size", "2", "--", sys.executable, str(program), "ftkit.ini", "2", cwd=d)
+    try:
+        rc, out, err = _end(proc, program.name)
+    finally:
+        campaign.kill_left(program.name)
+    assert rc not in (None, 0), err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert "rank 2 crashed (Fatal Python error: Segmentation fault in string_at (" in last, last
+    assert "ranks 0,1,3 ended by ftkit's exit hook" in last, last
+    assert _nothing_left(program.name)
 
 
 def test_the_failure_line_names_the_dead_rank_and_the_newest_checkpoint(tmp_path):
@@ -104,6 +145,35 @@ def test_the_failure_line_names_the_dead_rank_and_the_newest_checkpoint(tmp_path
     assert _nothing_left(program.name)
     newest = read_manifest(d / "run" / "meta").newest_first()[0]  # the newest committed, read from disk
     assert named == newest.id, (named, newest)
+
+
+def test_plain_mpirun_a_stopped_rank_is_killed_by_its_peers_and_the_job_ends(tmp_path):
+    # Without ftkit launch nobody killed a rank that the ULFM detector declared dead but that only hangs
+    # (SIGSTOP): the survivors left through the exit hook and mpirun waited for the stopped rank forever.
+    # Now a survivor SIGKILLs the dead ranks of its job on its host (found by PMIx namespace and rank).
+    d = tmp_path / "run"
+    write_config(d, ckpt_l1=3, failure_timeout=30)
+    program = _copy(REPO / "examples" / "heat.py", d)
+    # The detector must declare the stopped rank dead before failure_timeout (30 s) ends the survivors by
+    # TimeoutFailure: a survivor kills only ranks it knows dead (15 s here; mpirun's command line would
+    # otherwise carry ftkit's 60 s default, which overrides the environment).
+    cmd = build_mpirun_command(4, [sys.executable, str(program), "--fti-loop", "--steps", "100000", "--size",
+                                   "32", "--pause", "0.01", "--config", "ftkit.ini"], node_size=2,
+                               env=campaign.DETECTOR)
+    env = {k: v for k, v in os.environ.items() if k != "FTKIT_JOB_STATUS"}
+    proc = subprocess.Popen(cmd, cwd=d, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, env={**env, **campaign.DETECTOR})
+    try:
+        assert campaign.wait_until(lambda: campaign.committed(d / "run" / "meta"), BOUND)
+        stopped = campaign.rank_pids(program.name)[2]
+        os.kill(stopped, signal.SIGSTOP)
+        rc, out, err = _end(proc, program.name)
+    finally:
+        campaign.kill_left(program.name)
+    assert rc is not None, f"the job hung: {err[-3000:]}"
+    assert "after the failure of world rank(s) [2]" in err, err[-3000:]
+    assert not campaign.is_running(stopped)
+    assert _nothing_left(program.name)
 
 
 # -- J2: ftkit launch owns its process tree --------------------------------------------------------------

@@ -14,10 +14,12 @@ import threading
 
 from ._wait import deadline_after, poll_until
 from .errors import TimeoutFailure
+from .jobstatus import world_rank
 
 __all__ = ["RUNTIME_EXIT_GRACE", "KILL_WAIT", "SRUN_TERM_GRACE", "PipeReader", "watch_ranks", "is_zombie",
            "session_members",
-           "proc_stat", "is_running", "combined_status", "kill_session", "end_srun"]
+           "proc_stat", "is_running", "combined_status", "kill_session", "end_srun", "process_environ",
+           "kill_job_peers"]
 
 #: Seconds mpirun may stay up after every rank has exited before it is killed.
 RUNTIME_EXIT_GRACE = 10.0
@@ -25,6 +27,9 @@ RUNTIME_EXIT_GRACE = 10.0
 KILL_WAIT = 60.0
 #: Seconds srun gets after SIGTERM to end its job step before it is killed.
 SRUN_TERM_GRACE = 20.0
+#: Environment variables whose values the processes of one job (step) share, by launcher: Open MPI/PRRTE
+#: (``PMIX_NAMESPACE``), SLURM (job and step), MPICH's Hydra (``PMI_KVSNAME`` is not exported: its port).
+_JOB_ENV = ("PMIX_NAMESPACE", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMI_PORT")
 
 
 class PipeReader:
@@ -158,3 +163,50 @@ def end_srun(proc: subprocess.Popen[str]) -> None:
         proc.wait(timeout=SRUN_TERM_GRACE)
     except (ProcessLookupError, subprocess.TimeoutExpired):
         pass
+
+
+def process_environ(pid: int) -> dict[str, str] | None:
+    """The environment process ``pid`` started with (``/proc/<pid>/environ``), or None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    env = {}
+    for item in data.split(b"\0"):
+        key, _, value = item.partition(b"=")
+        env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def kill_job_peers(ranks: set[int] | list[int]) -> list[int]:
+    """SIGKILL the processes on this host that are world ``ranks`` of this process's own job; return their
+    pids.
+
+    A rank the job declared dead may only hang (SIGSTOP, a stuck file system): without ``ftkit launch``,
+    nobody else kills it, and mpirun (or srun) waits for it forever. The job's processes are those whose
+    environment has this process's values of the job variables (PMIx namespace, SLURM job and step); their
+    rank comes from their environment too. Processes on other hosts are out of reach. Never raises.
+    """
+    mine = {key: os.environ[key] for key in _JOB_ENV if key in os.environ}
+    wanted = {int(r) for r in ranks}
+    if not mine or not wanted:
+        return []
+    killed = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        env = process_environ(int(entry))
+        if env is None or any(env.get(key) != value for key, value in mine.items()):
+            continue
+        if world_rank(env) in wanted and is_running(int(entry)):
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+                killed.append(int(entry))
+            except (ProcessLookupError, PermissionError):
+                pass
+    return killed

@@ -31,10 +31,11 @@ from ._jobproc import (
     end_srun,
     kill_session,
     proc_stat,
+    process_environ,
     session_members,
     watch_ranks,
 )
-from .jobstatus import Note, read_notes, world_rank
+from .jobstatus import Note, crash_summary, read_notes, world_rank
 
 __all__ = ["RankWatch", "Signals", "run_job", "FORWARDED_SIGNALS", "ENDING_SIGNALS", "JOB_FAILED_EXIT"]
 
@@ -47,16 +48,8 @@ JOB_FAILED_EXIT = 1
 
 
 def _environ_rank(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    env = {}
-    for item in data.split(b"\0"):
-        key, _, value = item.partition(b"=")
-        env[key.decode(errors="replace")] = value.decode(errors="replace")
-    return world_rank(env)
+    env = process_environ(pid)
+    return None if env is None else world_rank(env)
 
 
 def _how(status: int | None) -> str:
@@ -81,6 +74,7 @@ class RankWatch:
         self.status: dict[int, int] = {}       # pid -> waitpid status (zombies seen), -2 while running
         self.killed: dict[int, str] = {}       # pid -> why the launcher killed it
         self.notes: list[Note] = []
+        self._alone_since: float | None = None  # since when only stopped ranks are left running
 
     def poll(self) -> int:
         """Look at the job's processes and notes, kill the declared dead; return how many ranks run."""
@@ -94,7 +88,31 @@ class RankWatch:
         if self.status_dir is not None:
             self.notes = read_notes(self.status_dir)
             self._kill_declared_dead()
+        self._kill_stopped_alone()
         return live
+
+    def _kill_stopped_alone(self) -> None:
+        """SIGKILL the ranks still stopped (SIGSTOP, a debugger) :data:`RUNTIME_EXIT_GRACE` seconds after
+        every other rank has ended: nobody is left to resume them, and mpirun waits for them forever. A hung
+        rank that no survivor declared dead (a head, when no post-processing reaches it) ends so."""
+        states = {pid: proc_stat(pid) for pid in self.ranks}
+        running = {pid for pid, fields in states.items()
+                   if fields is not None and fields[0] not in ("Z", "X")}
+        stopped = {pid for pid in running if states[pid][0] in ("T", "t")}  # type: ignore[index]
+        if not stopped or running - stopped or len(running) == len(self.ranks):
+            self._alone_since = None
+            return
+        now = time.monotonic()
+        self._alone_since = self._alone_since or now
+        if now - self._alone_since < RUNTIME_EXIT_GRACE:
+            return
+        for pid in stopped - set(self.killed):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                self.killed[pid] = ("stopped (hung), still stopped after every other rank had ended: killed "
+                                    "by ftkit launch")
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def _kill_declared_dead(self) -> None:
         dead = set()
@@ -124,7 +142,8 @@ class RankWatch:
 
         A rank that wrote its ``start`` note failed if ftkit's exit hook ended it, or if it vanished without
         an ``exit`` note (a signal, ``os._exit``) unless every other such rank ended normally (the job went on
-        without it: online recovery, a shrink, a failure-aware multiply). Other ranks failed if seen ending
+        without it: online recovery, a shrink, a failure-aware multiply). A rank that crashed (a ``fault``
+        note) or that the launcher killed as stopped and alone failed. Other ranks failed if seen ending
         by a signal or a non-zero exit.
         """
         by_pid: dict[int, dict[str, Note]] = defaultdict(dict)
@@ -136,13 +155,17 @@ class RankWatch:
         normal = 0
         for pid, rank in sorted(rank_of.items(), key=lambda item: item[1]):
             kinds = by_pid.get(pid, {})
-            if "hook" in kinds:
+            if "fault" in kinds:  # a crash (SIGSEGV...): its traceback says where
+                other.append((rank, f"crashed ({crash_summary(kinds['fault'].text)})"))
+            elif "hook" in kinds:
                 hooked.append((rank, kinds["hook"].text))
             elif "exit" in kinds:
                 normal += 1
             elif "replaced" in kinds:
                 vanished.append((rank, f"ended as a failed process for a spare to replace "
                                        f"({kinds['replaced'].text})"))
+            elif pid in self.killed and self.killed[pid].startswith("stopped"):
+                other.append((rank, self.killed[pid]))  # the job could not end by itself
             elif "start" in kinds:
                 vanished.append((rank, self.killed.get(pid) or _how(self.status.get(pid))))
             elif pid in self.status and self.status[pid] >= 0 and self.status[pid] != 0:

@@ -15,32 +15,39 @@ ranks as ``$FTKIT_JOB_STATUS``. A rank that imports ftkit writes notes there (no
     when the exit hook ends it as a failed process for a spare to replace (the job may go on);
 ``dead``
     the world ranks this process saw declared dead (ULFM, or a repair that left them out): the launcher
-    SIGKILLs them, so a rank that is hung (SIGSTOPped), not dead, cannot hold the job.
+    SIGKILLs them, so a rank that is hung (SIGSTOPped), not dead, cannot hold the job;
+``fault``
+    written by :mod:`faulthandler` when the process crashes (SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL): the
+    Python traceback of the crash (:func:`watch_faults`; empty while the process has not crashed). Open
+    MPI 5.0's ``MPI_Sendrecv`` with ``MPI_PROC_NULL`` on one side crashes so when a failure reaches it.
 
 A rank that vanishes after its ``start`` note with no ``exit`` or ``hook`` note was killed by a signal (or
 left by ``os._exit``). Each note is one small file written atomically (``<kind>.<rank>.<pid>``), so a rank
 killed in the middle of a write leaves no half note. Writing never raises: the notes are a courtesy to the
-launcher, never a reason for a rank to fail. This module imports nothing of ftkit and no MPI.
+launcher, never a reason for a rank to fail (the ``fault`` note is the one file written in place: by
+faulthandler, at the crash). This module imports nothing of ftkit and no MPI.
 """
 
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["STATUS_ENV", "KINDS", "Note", "note", "declare_dead", "world_rank", "register", "read_notes",
-           "ended_by_hook"]
+           "ended_by_hook", "watch_faults", "crash_summary"]
 
 #: Environment variable naming the job's status directory (set by ``ftkit launch`` for its ranks).
 STATUS_ENV = "FTKIT_JOB_STATUS"
 #: The kinds of note, in the order they happen.
-KINDS = ("start", "dead", "exit", "hook", "replaced")
+KINDS = ("start", "dead", "exit", "hook", "replaced", "fault")
 # Environment variables that carry a process's rank in the job's world, by launcher.
 _RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 _REGISTERED: list[bool] = []
 _DECLARED: set[int] = set()
+_FAULT_FILE: list[object] = []  # the open ``fault`` note (faulthandler writes to its descriptor)
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,39 @@ def register() -> None:
     atexit.register(note, "exit")
 
 
+def watch_faults() -> None:
+    """Have a crash of this process (SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL) write its Python traceback to
+    the process's ``fault`` note (once; nothing outside a job of ``ftkit launch`` or when the application
+    enabled :mod:`faulthandler` itself; never raises). Call it after ``MPI_Init``: faulthandler then runs
+    first and hands the signal on to MPI's own handler, which still prints its stack."""
+    directory = os.environ.get(STATUS_ENV)
+    rank = world_rank()
+    if _FAULT_FILE or not directory or rank is None or faulthandler.is_enabled():
+        return
+    path = os.path.join(directory, f"fault.{rank}.{os.getpid()}")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        f = os.fdopen(fd, "w")
+        faulthandler.enable(file=f, all_threads=True)
+    except (OSError, ValueError, RuntimeError):
+        return
+    _FAULT_FILE.append(f)
+
+
+def crash_summary(text: str) -> str:
+    """One line from a ``fault`` note: the fatal error and the innermost Python frame of the crashing thread
+    ("Fatal Python error: Segmentation fault in exchange_halos (heat.py, line 105)")."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    what = lines[0] if lines else "a crash"
+    current = next((i for i, line in enumerate(lines) if line.startswith("Current thread")), 0)
+    frame = next((line for line in lines[current:] if line.startswith("File ")), "")
+    if frame:  # File "/a/b/heat.py", line 105 in exchange_halos
+        path, _, rest = frame[len("File "):].partition(", line ")
+        line_no, _, func = rest.partition(" in ")
+        what += f" in {func} ({os.path.basename(path.strip(chr(34)))}, line {line_no})"
+    return what
+
+
 def read_notes(directory: str | os.PathLike[str]) -> list[Note]:
     """Every note in ``directory`` (malformed names and unreadable files are skipped)."""
     notes: list[Note] = []
@@ -112,15 +152,18 @@ def read_notes(directory: str | os.PathLike[str]) -> list[Note]:
         if len(parts) != 3 or parts[0] not in KINDS or not (parts[1].isdigit() and parts[2].isdigit()):
             continue
         try:
-            text = path.read_bytes()[:4000].decode(errors="replace")
+            text = path.read_bytes()[:16000].decode(errors="replace")
         except OSError:
             continue
+        if parts[0] == "fault" and not text.strip():
+            continue  # the process has not crashed (or not yet)
         notes.append(Note(parts[0], int(parts[1]), int(parts[2]), text))
     return notes
 
 
 def ended_by_hook() -> set[int]:
     """World ranks of this job that ftkit's exit hook ended (they left because of a failure; they are not
-    the failure). Empty outside a job of ``ftkit launch``."""
+    the failure) or that crashed (a ``fault`` note: their process ended, their node's files did not, so a
+    relaunch's choice must not count their nodes as lost). Empty outside a job of ``ftkit launch``."""
     directory = os.environ.get(STATUS_ENV)
-    return {n.rank for n in read_notes(directory) if n.kind == "hook"} if directory else set()
+    return {n.rank for n in read_notes(directory) if n.kind in ("hook", "fault")} if directory else set()

@@ -15,7 +15,8 @@ A head that dies, or a peer that dies during the heads' work, is reported to the
 from __future__ import annotations
 
 import json
-import os
+import math
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from .. import jobstatus
+from .. import jobstatus, uncaught
 from .._wait import deadline_after, poll_until
 from ..config import Config
 from ..errors import CheckpointError, ProcessFailure
@@ -348,8 +349,12 @@ def handle_node(requests: list[dict[str, Any]], links: HeadLinks) -> None:
 def serve_as_head(links: HeadLinks, topology: Topology, config: Config) -> int:
     """Run this head's service until its node's ranks finalize and return 0.
 
-    If an application rank of the node dies, the head reports it on stderr and exits the process at once
-    with status 1 (there is nobody left to serve).
+    If an application rank of the node dies (or the head's MPI calls fail), the head reports it on stderr
+    and ends at once by a SIGKILL of itself, a process failure (there is nobody left to serve). Not
+    ``os._exit(1)``: PRRTE 3.0.14 answered a process that exits with code 1 without ``MPI_Finalize``
+    by SIGKILLing another process of the job (2 runs of 2; not with code 0), which then vanished without a
+    word. After a normal end, ``MPI_Finalize`` is bounded by ``failure_timeout`` (``SIGALRM``), as on the
+    application ranks: a head must not wait forever for a hung peer.
     """
     members = [topology.app_world_ranks[r] for r in topology.node_ranks(topology.node_id)]
     try:
@@ -359,15 +364,17 @@ def serve_as_head(links: HeadLinks, topology: Topology, config: Config) -> int:
         if will_encode(config, topology) and links.head_sets != MPI.COMM_NULL:
             warm_up_codec(topology.group_size)
         server.serve()
-    except ProcessFailure as exc:
+    except (ProcessFailure, MPI.Exception) as exc:
         print(f"ftkit head (world rank {links.link.Get_rank()}, node {topology.node_id}): {exc}",
               file=sys.stderr, flush=True)
         # Its ranks are dead: freeing communicators or finalizing MPI with failed peers can block, and
         # nobody is left to serve, so the head leaves at once.
         jobstatus.note("hook", f"head of node {topology.node_id} ends: {exc}")
-        sys.stdout.flush()
-        os._exit(1)
+        uncaught.end_process()
     links.free()
+    if hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(max(1, math.ceil(config.failure_timeout)))
     return 0
 
 
@@ -379,5 +386,6 @@ def enter_head_mode(world: Any, topology: Topology, config: Config) -> HeadLinks
     """
     links = setup_heads(world, topology)
     if links.is_head:
+        jobstatus.watch_faults()  # a crash is named to ftkit launch (the head has no exit hook)
         sys.exit(serve_as_head(links, topology, config))
     return links

@@ -49,6 +49,7 @@ from typing import Any
 from mpi4py import MPI
 
 from ... import jobstatus, uncaught
+from ..._jobproc import kill_job_peers
 from ...config import Config
 from ...errors import FtkitError
 from ...mpienv import probe_ulfm
@@ -100,6 +101,7 @@ def install(world: Any, config: Config, current: Callable[[], Session | None]) -
     wait for it."""
     if (MPI.COMM_WORLD if world is None else world).Get_size() < 2:
         return
+    jobstatus.watch_faults()  # a crash (SIGSEGV in MPI) is named to ftkit launch, not a silent vanishing
     served = Served(config, current)
 
     def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
@@ -218,6 +220,13 @@ def _revoke_everything(session: Session | None) -> None:
             comm.Revoke()
 
 
+def _kill_dead_here(dead: list[int]) -> None:
+    """Without ``ftkit launch`` (which kills them itself, and says so): SIGKILL the ranks of this job on this
+    host that were declared dead, so one that only hangs (SIGSTOP) cannot hold the job (never raises)."""
+    if dead and not os.environ.get(jobstatus.STATUS_ENV):
+        kill_job_peers(dead)
+
+
 def end_on_uncaught(served: Served, kind: type[BaseException], exc: BaseException,
                     tb: TracebackType | None) -> None:
     """End the process after an uncaught exception by a SIGKILL of itself, whether a spare replaces it or
@@ -238,6 +247,7 @@ def end_on_uncaught(served: Served, kind: type[BaseException], exc: BaseExceptio
                    line.removeprefix("ftkit: ").split("; the process ends")[0].split("; it is replaced")[0])
     if not replace:
         _revoke_everything(served.session)
+    _kill_dead_here(dead)
     sys.stdout.flush()
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGKILL)
@@ -252,6 +262,7 @@ def at_exit(served: Served) -> None:
     state, session = served.online, served.session
     failed = bool(dead) or (state is not None and state.rebuilt is not None)
     jobstatus.declare_dead(dead)
+    _kill_dead_here(dead)
     if not failed and state is not None and state.spares and session is not None and not session.closed:
         with contextlib.suppress(Exception):
             session.close()  # releases the idle spares (they leave with exit code 0)
