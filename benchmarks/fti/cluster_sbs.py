@@ -32,6 +32,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -43,11 +44,14 @@ from run_sbs import ROOT, build_fti  # noqa: E402  (this directory's driver: FTI
 from tools.cluster.vcluster import ClusterUnavailable, down, faults, mpich, up  # noqa: E402
 from tools.cluster.vcluster._sys import check_capable  # noqa: E402
 
+from ftkit._jobproc import PipeReader  # noqa: E402
 from ftkit.launch import build_mpirun_command  # noqa: E402
 
 #: Hosts whose disks each level's fault loses (L1: none, the relaunch alone).
 LOST = {1: (), 2: ("node2",), 3: ("node2", "node4"), 4: ("node1", "node2", "node3", "node4")}
 JOB_TIMEOUT = 600.0
+#: Seconds a job may take to end after its result line (see :func:`run`).
+AFTER_RESULT = 20.0
 LOG = ROOT / "cluster-sbs.log"
 
 
@@ -82,20 +86,35 @@ def ftkit_command(c, per_host: int, args: list[str]) -> list[str]:  # type: igno
 
 
 def run(c, cmd: list[str], what: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    """Run ``cmd`` on the login node (bounded); return its BENCHRESULT fields plus ``exit``."""
+    """Run ``cmd`` on the login node (bounded); return its BENCHRESULT fields plus ``exit``.
+
+    A job whose ranks printed their result but do not end within :data:`AFTER_RESULT` seconds is killed and
+    its ``exit`` is ``finalize-hung``: Debian's MPICH with UCX over TCP between the hosts hangs in
+    ``MPI_Finalize`` here (one rank spinning in ``uct_tcp_iface_progress``, the others waiting in the PMI
+    barrier); the checkpoint is complete by then (``FTI_Finalize`` and the result line come first).
+    """
     p = subprocess.Popen(c.login(cmd, cwd=c.shared), cwd=c.shared, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, start_new_session=True,
                          stdin=subprocess.DEVNULL, env={**os.environ, **c.mpi_env()})
-    try:
-        out, _ = p.communicate(timeout=JOB_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)   # this script's own job, in a session of its own
-        out, _ = p.communicate()
+    reader = PipeReader(p.stdout)
+    start, seen = time.monotonic(), None
+    status = None
+    while p.poll() is None:
+        now = time.monotonic()
+        if seen is None and "BENCHRESULT" in reader.so_far():
+            seen = now
+        if now - start > JOB_TIMEOUT or (seen is not None and now - seen > AFTER_RESULT):
+            status = "timeout" if seen is None else "finalize-hung"
+            os.killpg(p.pid, signal.SIGKILL)   # this script's own job, in a session of its own
+            break
+        time.sleep(0.1)
+    p.wait()
+    out = reader.text()
     with open(LOG, "a") as f:
-        f.write(f"### {what}: exit {p.returncode}\n$ {' '.join(cmd)}\n{out}\n")
+        f.write(f"### {what}: exit {status or p.returncode}\n$ {' '.join(cmd)}\n{out}\n")
     m = re.search(r"BENCHRESULT (.*)", out or "")
     row = dict(kv.split("=", 1) for kv in m.group(1).split()) if m else {}
-    return {**row, "exit": str(p.returncode)}
+    return {**row, "exit": status or str(p.returncode)}
 
 
 def lose_disks(c, level: int) -> None:  # type: ignore[no-untyped-def]
@@ -124,8 +143,9 @@ def level_row(c, fti: Path, level: int, per_host: int,  # type: ignore[no-untype
     lose_disks(c, level)
     rec = {s: run(c, build[s]([str(cfg[s]), "recover", str(mib), "0"]), f"{s} L{level} recover")
            for s in ("fti", "ftkit")}
-    ok = {s: ck[s].get("ok") == "1" and rec[s].get("ok") == "1" and ck[s]["exit"] == rec[s]["exit"] == "0"
-          for s in ("fti", "ftkit")}
+    ended = ("0", "finalize-hung")   # see run(): the MPICH finalize hang comes after the result
+    ok = {s: ck[s].get("ok") == "1" and rec[s].get("ok") == "1" and ck[s]["exit"] in ended
+          and rec[s]["exit"] in ended for s in ("fti", "ftkit")}
     lost = ",".join(LOST[level]) or "-"
     row = (f"| L{level} | {lost} | {'ok' if ok['fti'] else 'FAILED'} | {'ok' if ok['ftkit'] else 'FAILED'} | "
            f"{ck['fti'].get('ckpt_s', '-')} | {ck['ftkit'].get('ckpt_s', '-')} | "

@@ -47,6 +47,10 @@ class PipeReader:
                     self._echo.write(chunk)
                     self._echo.flush()
 
+    def so_far(self) -> str:
+        """What has come so far (the pipe may still be open)."""
+        return "".join(self._chunks)
+
     def text(self) -> str:
         if self._thread is not None:
             self._thread.join(timeout=10)
