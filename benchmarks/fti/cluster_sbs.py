@@ -75,7 +75,10 @@ def fti_command(c, fti: Path, per_host: int, args: list[str]) -> list[str]:  # t
     """``ckpt_fti`` under Hydra on every host; ``fti`` is its copy on the shared directory (the build is
     under /tmp, which each host has its own of), its ``libfti.so`` beside it."""
     libs = f"{fti.parent}:{mpich.env(c)['LD_LIBRARY_PATH']}"
-    return mpich.command(c, c.hosts, per_host, [str(fti), *args], {"LD_LIBRARY_PATH": libs})
+    # stdbuf: Hydra's mpiexec buffers what the ranks print when its stdout is a pipe (the result line came
+    # only at its exit, which MPICH's finalize hang delayed forever)
+    hydra = mpich.command(c, c.hosts, per_host, [str(fti), *args], {"LD_LIBRARY_PATH": libs})
+    return ["stdbuf", "-oL", *hydra]
 
 
 def ftkit_command(c, per_host: int, args: list[str]) -> list[str]:  # type: ignore[no-untyped-def]
