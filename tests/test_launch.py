@@ -202,7 +202,19 @@ def test_session_dir_option():
     cmd = build_mpirun_command(2, ["python", "app.py"], mpirun="mpirun", session_base="/x/y")
     i = cmd.index("--prtemca")
     assert cmd[i:i + 3] == ["--prtemca", "prte_tmpdir_base", "/x/y"]
-    assert "--prtemca" not in build_mpirun_command(2, ["python", "app.py"], mpirun="mpirun")
+    assert "prte_tmpdir_base" not in build_mpirun_command(2, ["python", "app.py"], mpirun="mpirun")
+
+
+def test_runtime_detects_a_lost_host_within_a_bound():
+    # A host cut off the network is noticed by PRRTE's TCP keepalive on its daemons' connections (the
+    # defaults, 300 + 9 x 20 s, left a partitioned job hanging); the environment overrides each value.
+    cmd = build_mpirun_command(2, ["python", "app.py"], mpirun="mpirun")
+    got = {cmd[i + 1]: cmd[i + 2] for i, a in enumerate(cmd) if a == "--prtemca"}
+    assert got == {"oob_tcp_keepalive_time": "20", "oob_tcp_keepalive_intvl": "5",
+                   "oob_tcp_keepalive_probes": "4"}
+    cmd = build_mpirun_command(2, ["x"], mpirun="mpirun", env={"PRTE_MCA_oob_tcp_keepalive_time": "90"})
+    assert "oob_tcp_keepalive_time" not in cmd and "oob_tcp_keepalive_probes" in cmd
+    assert "--prtemca" not in build_mpirun_command(2, ["x"], mpirun="mpirun", ulfm=False)
 
 
 def test_each_job_has_a_private_session_dir_removed_afterwards(tmp_path):

@@ -35,17 +35,26 @@ _JOB_ENV = ("PMIX_NAMESPACE", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMI_PORT")
 class PipeReader:
     """Drains one pipe in a thread, so a chatty job never blocks on a full pipe."""
 
-    def __init__(self, pipe) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, pipe, echo=None) -> None:  # type: ignore[no-untyped-def]
         self._chunks: list[str] = []
         self._thread = None
+        self._echo = echo  # a text stream that gets every chunk as it comes (a launcher's own stderr)
         if pipe is not None:
             self._thread = threading.Thread(target=self._drain, args=(pipe,), daemon=True)
             self._thread.start()
 
     def _drain(self, pipe) -> None:  # type: ignore[no-untyped-def]
         with pipe:
-            for chunk in iter(lambda: pipe.read(65536), ""):
+            read = pipe.readline if self._echo is not None else lambda: pipe.read(65536)  # echo: at once
+            for chunk in iter(read, ""):
                 self._chunks.append(chunk)
+                if self._echo is not None:
+                    self._echo.write(chunk)
+                    self._echo.flush()
+
+    def so_far(self) -> str:
+        """What has come so far (the pipe may still be open)."""
+        return "".join(self._chunks)
 
     def text(self) -> str:
         if self._thread is not None:

@@ -37,7 +37,8 @@ from ._jobproc import (
 )
 from .jobstatus import Note, crash_summary, read_notes, world_rank
 
-__all__ = ["RankWatch", "Signals", "run_job", "FORWARDED_SIGNALS", "ENDING_SIGNALS", "JOB_FAILED_EXIT"]
+__all__ = ["RankWatch", "Signals", "run_job", "FORWARDED_SIGNALS", "ENDING_SIGNALS", "JOB_FAILED_EXIT",
+           "LOST_HOST_TEXT"]
 
 #: Signals ``ftkit launch`` passes on to every rank.
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -45,6 +46,8 @@ FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: Exit code of a job whose launcher exited 0 although a rank failed.
 JOB_FAILED_EXIT = 1
+#: What Open MPI's runtime (PRRTE) prints when it loses one of its daemons, i.e. a host, and ends the job.
+LOST_HOST_TEXT = "PRTE has lost communication with a remote daemon"
 
 
 def _environ_rank(pid: int) -> int | None:
@@ -243,13 +246,15 @@ def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | o
     """
     start = time.monotonic()
     catcher = Signals(forward_signals)
+    # mpirun's stderr is always read (and passed on at once when not captured): it alone tells a lost host.
+    read_err = capture or name == "openmpi"
     proc = subprocess.Popen(
         cmd, cwd=cwd, start_new_session=True, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if capture else None,
+        stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if read_err else None,
         text=True,
     )
     dog, dog_pipe = _start_watchdog(proc.pid)
-    readers = [PipeReader(pipe) for pipe in (proc.stdout, proc.stderr)]
+    readers = [PipeReader(proc.stdout), PipeReader(proc.stderr, echo=None if capture else sys.stderr)]
     watch = RankWatch(proc.pid, status_dir)
     timed_out = stuck = False
     grace_end: float | None = None
@@ -307,6 +312,10 @@ def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | o
     if left:
         err += f"\nftkit: processes {left} of the job were still running {KILL_WAIT:.0f} s after SIGKILL\n"
     failed, line = watch.verdict(returncode)
+    if name == "openmpi" and LOST_HOST_TEXT in err and returncode == 0:
+        # PRRTE 3.0 ends the job when it loses a daemon (a host powered off or cut off) but exits 0.
+        failed, line = True, (line or "ftkit launch: the job failed") + (
+            "; mpirun lost a host (\"" + LOST_HOST_TEXT + "\") and ended the job")
     if line:
         err += line + "\n"
         if not capture:

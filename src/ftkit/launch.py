@@ -27,7 +27,8 @@ from .errors import LaunchError, ULFMUnavailable
 from .jobstatus import STATUS_ENV
 
 __all__ = ["MPIResult", "build_mpirun_command", "build_launch_command", "find_mpirun", "resolve_launcher",
-           "run_mpi", "NODE_SIZE_ENV", "LAUNCHERS", "LAUNCHER_ENV", "SRUN_MPI_ENV"]
+           "run_mpi", "NODE_SIZE_ENV", "RUNTIME_DETECTOR_DEFAULTS", "LAUNCHERS", "LAUNCHER_ENV",
+           "SRUN_MPI_ENV"]
 
 #: Environment variable through which the launcher tells ranks how many consecutive ranks form one
 #: emulated node (read by :mod:`ftkit.topology`).
@@ -51,6 +52,16 @@ _FORWARDED_ENV = ("PYTHONPATH", "NUMBA_CACHE_DIR", "OPENBLAS_NUM_THREADS", "OMP_
 
 # Failure-detector timings (seconds) used unless OMPI_MCA_<param> is set.
 _DETECTOR_DEFAULTS = {"mpi_ft_detector_period": "5", "mpi_ft_detector_timeout": "60"}
+# The runtime's own detector of a lost host (seconds), used unless PRTE_MCA_<param> is set: TCP keepalive on
+# the connections between mpirun and its daemons (PRRTE's defaults: 300 + 9 x 20 s). A host cut off the
+# network (no reset, no power-off) is otherwise never noticed: mpirun waits for its daemon, and the cut
+# daemon for mpirun, forever; and the MPI detector above only turns the survivors' calls into errors. With
+# these, both sides notice within 20 + 4 x 5 = 40 s of the last traffic (before the MPI detector's 60 s):
+# mpirun ends the job ("PRTE has lost communication with a remote daemon"), and the cut host's daemon,
+# its lifeline to mpirun lost, kills its ranks (they write nothing more). Probes are answered by the peer's
+# kernel, so a stalled (SIGSTOPped) or busy host, or a slow link, is not mistaken for a lost one.
+RUNTIME_DETECTOR_DEFAULTS = {"oob_tcp_keepalive_time": "20", "oob_tcp_keepalive_intvl": "5",
+                             "oob_tcp_keepalive_probes": "4"}
 # Open MPI parameters for a job on this host alone (no batch allocation in the environment, so mpirun starts
 # every rank here), set unless OMPI_MCA_<param> is set. ``btl ^ofi``: the libfabric BTL probes every
 # libfabric provider in each rank's MPI_Init, 1.1-1.4 s of the 1.2-1.5 s MPI_Init of a 4-rank job with the
@@ -227,18 +238,21 @@ def build_mpirun_command(
         # on an oversubscribed machine. A SIGKILLed rank is reported by the runtime at once whatever these
         # are, so longer values cost nothing there; the environment overrides them.
         cmd += _mca_defaults(_DETECTOR_DEFAULTS, env)
+        cmd += _mca_defaults(RUNTIME_DETECTOR_DEFAULTS, env, prefix="PRTE_MCA_", option="--prtemca")
     for key, value in _exported_env(node_size, env, forward=True).items():
         cmd += ["-x", f"{key}={value}"]
     cmd += list(program)
     return cmd
 
 
-def _mca_defaults(defaults: Mapping[str, str], env: Mapping[str, str] | None) -> list[str]:
-    """``--mca PARAM VALUE`` for each default not set as ``OMPI_MCA_PARAM`` here or in ``env``."""
+def _mca_defaults(defaults: Mapping[str, str], env: Mapping[str, str] | None, prefix: str = "OMPI_MCA_",
+                  option: str = "--mca") -> list[str]:
+    """``--mca PARAM VALUE`` (``option``) for each default not set as ``OMPI_MCA_PARAM`` (``prefix``) here
+    or in ``env``."""
     args = []
     for param, value in defaults.items():
-        if f"OMPI_MCA_{param}" not in os.environ and f"OMPI_MCA_{param}" not in (env or {}):
-            args += ["--mca", param, value]
+        if f"{prefix}{param}" not in os.environ and f"{prefix}{param}" not in (env or {}):
+            args += [option, param, value]
     return args
 
 

@@ -78,6 +78,18 @@ def ftkit_launch_mpich(c: Cluster, hosts: Sequence[str], per_host: int, program:
             str(len(hosts) * per_host), "--", *program]
 
 
+def ftkit_launch_openmpi(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
+                         env: dict[str, str] | None) -> list[str]:
+    """``ftkit launch --launcher openmpi -n N`` (ULFM on, the detectors as it sets them) on ``hosts``, named
+    in a host file given to PRRTE through the environment (``PRTE_MCA_prte_default_hostfile``)."""
+    ftkit = str(Path(sys.executable).with_name("ftkit"))
+    hostfile = c.base / f"hostfile.{'-'.join(hosts)}.{per_host}"
+    hostfile.write_text("".join(f"{h} slots={per_host}\n" for h in hosts))
+    return ["env", f"PRTE_MCA_prte_default_hostfile={hostfile}",
+            *(f"{k}={v}" for k, v in (env or {}).items()), ftkit, "launch", "--launcher", "openmpi",
+            "-n", str(len(hosts) * per_host), "--", *program]
+
+
 def salloc_ftkit_launch(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
                         env: dict[str, str] | None, launcher: str = "srun", spares: int = 0) -> list[str]:
     """``salloc -N <hosts> -w <hosts> ftkit launch --launcher LAUNCHER -n <ranks> -- PROGRAM`` (a batch user's
@@ -249,14 +261,16 @@ def job_processes(c: Cluster, host: str) -> list[int]:
     return found
 
 
-def wait_no_job_processes(c: Cluster, job: Job, timeout: float = 60.0) -> None:
-    """Wait (bounded) until no process of the ended job is left on any host that is up.
+def wait_no_job_processes(c: Cluster, job: Job, timeout: float = 60.0,
+                          hosts: Sequence[str] | None = None) -> None:
+    """Wait (bounded) until no process of the ended job is left on any host that is up (of ``hosts``,
+    default all).
 
     mpirun returns after its daemons; under SLURM the other nodes' slurmstepd end a few seconds after srun.
     """
     deadline = time.monotonic() + timeout
     while True:
-        left = {h: job_processes(c, h) for h in c.all_hosts if c.is_up(h)}
+        left = {h: job_processes(c, h) for h in (hosts or c.all_hosts) if c.is_up(h)}
         if not any(left.values()):
             return
         assert time.monotonic() < deadline, f"processes left running: {left}\n{job.output()}"
