@@ -1,0 +1,165 @@
+"""``ftkit launch --restarts N``: the relaunch loop on emulated nodes of this host, host probes, bad input.
+
+Host exclusion across real hosts (power off, spare hosts, srun, MPICH) is checked on the virtual cluster
+(tests/cluster/test_relaunch_cluster.py, in the cluster matrix).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ftkit.errors import LaunchError
+from ftkit.launch import build_launch_command, host_arguments
+from ftkit.relaunch import RelaunchPlan, probe_hosts
+
+from .checkpoint._util import HEAT, digest_of, run_heat, write_config
+
+TIMEOUT = 240
+
+
+def _ftkit_launch(*args: str, cwd: Path | None = None, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ftkit", "launch", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--restarts", "-1"], "--restarts and --spare-nodes must be >= 0"),
+    (["--restarts", "1", "--spare-nodes", "-2"], "must be >= 0"),
+    (["--restarts", "2"], "--restarts needs --config FILE"),
+    (["--restarts", "1", "--config", "ftkit.ini", "--spare-nodes", "1"], "--spare-nodes needs a host list"),
+    (["--hosts", "a,b", "-n", "3"], "do not spread evenly over the 2 host"),
+    (["--hosts", "a,a"], "repeated"),
+    (["--hosts", "a,b,c", "--restarts", "1", "--config", "ftkit.ini", "--spare-nodes", "2"],
+     "leave 1 for the run, but it needs at least 2"),
+    (["--end-time", "2026-12-05T18:00:00"], "has no time zone"),
+    (["--end-time", "tomorrow"], "is not a time"),
+    (["--restarts", "1", "--config", "ftkit.ini", "--recovery-time", "0"], "--recovery-time must be a positive"),
+    (["--restarts", "1", "--config", "missing.ini"], "cannot read config file"),
+])
+def test_bad_input_is_refused_with_exit_2_before_anything_runs(tmp_path, args, message):
+    write_config(tmp_path, ckpt_l2=10, group_size=2)
+    marker = tmp_path / "ran"
+    n = [] if "-n" in args else ["-n", "4"]
+    proc = _ftkit_launch(*n, *args, "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')", cwd=tmp_path)
+    assert proc.returncode == 2, proc
+    assert message in proc.stderr, proc.stderr
+    assert not marker.exists() and not (tmp_path / "run").exists()
+
+
+def test_each_launcher_gets_its_host_list():
+    assert host_arguments("openmpi", ["a", "b"], 4) == ["--host", "a:2,b:2"]
+    assert host_arguments("mpich", ["a", "b", "c"], 3) == ["-hosts", "a,b,c", "-ppn", "1"]
+    assert host_arguments("srun", ["b", "c"], 4, exclude=["a"]) == ["-N", "2", "--nodelist=b,c", "--exclude=a"]
+    with pytest.raises(LaunchError, match="also excluded"):
+        host_arguments("srun", ["a", "b"], 2, exclude=["a"])
+    with pytest.raises(LaunchError, match="no host left"):
+        host_arguments("openmpi", [], 2)
+    name, cmd = build_launch_command(4, ["/py"], launcher="openmpi", hosts=["n1", "n2"])
+    assert cmd[1:3] == ["--host", "n1:2,n2:2"] and cmd[-1] == "/py"
+    with pytest.raises(LaunchError, match="--spares with a host list"):
+        build_launch_command(4, ["/py"], launcher="openmpi", hosts=["n1", "n2"], spares=1)
+
+
+def test_dry_run_shows_the_first_run_without_the_spare_hosts(tmp_path):
+    write_config(tmp_path, ckpt_l1=10)
+    proc = _ftkit_launch("-n", "4", "--hosts", "n1,n2,n3", "--spare-nodes", "1", "--restarts", "2", "--config",
+                         "ftkit.ini", "--dry-run", "--", "/bin/true", cwd=tmp_path)
+    assert proc.returncode == 0, proc
+    assert "--host n1:2,n2:2 " in proc.stdout and "n3" not in proc.stdout
+
+
+@pytest.fixture
+def agent(tmp_path, monkeypatch):
+    """A stand-in ssh agent (``agent HOST COMMAND``) for three kinds of host: ``ok*`` runs COMMAND here,
+    ``dead*`` does not answer (exit 255, as ssh), ``hung*`` never answers."""
+    path = tmp_path / "agent"
+    path.write_text('#!/bin/sh\nhost=$1; shift\ncase $host in\n'
+                    '  dead*) echo "ssh: connect to host $host port 22: No route to host" >&2; exit 255 ;;\n'
+                    '  hung*) exec sleep 600 ;;\nesac\nexec /bin/sh -c "$*"\n')
+    path.chmod(0o755)
+    monkeypatch.setenv("PRTE_MCA_plm_ssh_agent", str(path))
+    return path
+
+
+def test_probe_finds_hosts_that_do_not_answer_and_broken_local_directories(tmp_path, agent):
+    local = tmp_path / "local"
+    gone = probe_hosts("openmpi", ["ok1", "dead1", "hung1", "ok2"], local, timeout=5)
+    assert sorted(gone) == ["dead1", "hung1"], gone
+    assert "No route to host" in gone["dead1"] and "no answer in 5 s" in gone["hung1"]
+    assert local.is_dir() and list(local.iterdir()) == []  # the probe file is removed again
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    gone = probe_hosts("openmpi", ["ok1"], blocked / "local", timeout=30)
+    assert list(gone) == ["ok1"] and "failed its write/read check" in gone["ok1"], gone
+
+
+def test_plan_needs_as_many_hosts_as_a_group(tmp_path, monkeypatch):
+    from ftkit.config import Config
+
+    monkeypatch.chdir(tmp_path)  # relative directories are the program's: relative to where it runs
+
+    cfg = Config.from_file(write_config(tmp_path, ckpt_l2=10, group_size=3))
+    plan = RelaunchPlan.build(1, "openmpi", ["a", "b", "c", "d"], 1, cfg, None, None)
+    assert plan.min_hosts == 3 and plan.meta_dir == (tmp_path / "run" / "meta").resolve()
+    with pytest.raises(LaunchError, match="needs at least 3"):
+        RelaunchPlan.build(1, "openmpi", ["a", "b", "c"], 1, cfg, None, None)
+    assert RelaunchPlan.build(1, "openmpi", ["a"], 0, Config.from_file(write_config(tmp_path, ckpt_l1=10)),
+                              None, None).min_hosts == 1
+
+
+HEAT_ARGS = ("--steps", "40", "--size", "48", "--config", "ftkit.ini")
+
+
+def test_a_failed_run_is_relaunched_and_completes_bit_for_bit(tmp_path):
+    """Rank 1 is SIGKILLed at step 25 of the first run; the relaunch recovers checkpoint 20 (L2) and the
+    command ends 0 with the failure-free run's digest; the one relaunch line names the checkpoint."""
+    ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
+    for d in (ref_dir, run_dir):
+        write_config(d, ckpt_l2=10, group_size=2)
+    ref = run_heat(ref_dir, 4, *HEAT_ARGS[:-2]).check()
+    proc = _ftkit_launch("-n", "4", "--node-size", "2", "--restarts", "3", "--config", "ftkit.ini", "--",
+                         "python", str(HEAT), *HEAT_ARGS, "--kill-at", "25", "--kill-rank", "1", cwd=run_dir)
+    assert proc.returncode == 0, proc
+    assert digest_of(proc.stdout) == digest_of(ref.stdout) is not None, proc
+    relaunches = [ln for ln in proc.stderr.splitlines() if "ftkit launch: relaunch" in ln]
+    assert len(relaunches) == 1, proc.stderr
+    assert "relaunch 1/3 after exit code" in relaunches[0] and "on the same placement" in relaunches[0]
+    assert "recovering checkpoint 2 (L1,L2," in relaunches[0], relaunches
+    assert "recovered checkpoint 2 from level 1 at step 20" in proc.stdout, proc  # the one the line named
+    assert "completed after 1 relaunch(es)" in proc.stderr
+
+
+def test_the_exit_code_is_the_applications_once_the_relaunches_are_used_up(tmp_path):
+    write_config(tmp_path, ckpt_l1=10)
+    counter = tmp_path / "runs"
+    code = (f"import os; from mpi4py import MPI\n"
+            f"if MPI.COMM_WORLD.rank == 0: open({str(counter)!r}, 'a').write('x')\n"
+            "MPI.COMM_WORLD.Barrier(); os._exit(3)")
+    proc = _ftkit_launch("-n", "2", "--restarts", "1", "--config", "ftkit.ini", "--", "python", "-c", code,
+                         cwd=tmp_path)
+    assert proc.returncode == 3, proc
+    assert counter.read_text() == "xx"
+    assert "no relaunch left (--restarts 1 used)" in proc.stderr, proc.stderr
+    assert "no committed checkpoint" in proc.stderr  # the relaunch line says it starts from the beginning
+
+
+def test_no_relaunch_without_time_to_recover_before_the_end(tmp_path):
+    write_config(tmp_path, ckpt_l1=10)
+    counter = tmp_path / "runs"
+    code = (f"import os; from mpi4py import MPI\n"
+            f"if MPI.COMM_WORLD.rank == 0: open({str(counter)!r}, 'a').write('x')\n"
+            f"assert os.environ['FTKIT_END_TIME'] == os.environ['WANT']; os._exit(5)")
+    end = time.time() + 3600
+    proc = subprocess.run([sys.executable, "-m", "ftkit", "launch", "-n", "2", "--restarts", "3", "--config",
+                           "ftkit.ini", "--end-time", str(end), "--recovery-time", "7200", "--", "python", "-c",
+                           code], cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT,
+                          env={**os.environ, "WANT": f"{end:.3f}"}, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 5, proc
+    assert counter.read_text() == "x"
+    assert "less than the 7200 s a run needs to recover and checkpoint: not relaunched" in proc.stderr, proc
