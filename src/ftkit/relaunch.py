@@ -48,6 +48,8 @@ __all__ = ["RelaunchPlan", "allocation_hosts", "probe_hosts", "run_with_restarts
 MIN_RECOVERY_S = 30.0
 #: Seconds a host has to answer a probe.
 PROBE_TIMEOUT_S = 15.0
+#: Seconds the hosts have to flush the newest checkpoint to L4 before a relaunch on fewer hosts.
+FLUSH_TIMEOUT_S = 900.0
 _ALIVE = "ftkit-probe-alive"
 _DISK_OK = "ftkit-probe-disk-ok"
 
@@ -137,17 +139,23 @@ def allocation_hosts(given: str | None) -> list[str] | None:
     return hosts
 
 
-def _probe_command(launcher: str, host: str, local_dir: Path | None) -> list[str]:
-    check = f"echo {_ALIVE}"
-    if local_dir is not None:
-        d = str(local_dir).replace("'", "")
-        check += (f"; d='{d}'; f=\"$d/.ftkit-probe.$$\"; mkdir -p \"$d\" && echo ok > \"$f\" && "
-                  f"read x < \"$f\" && [ \"$x\" = ok ] && rm -f \"$f\" && echo {_DISK_OK}")
+def _on_host(launcher: str, host: str, script: str) -> list[str]:
+    """The command line that runs the shell ``script`` on ``host``: a one-task ``srun --overlap`` step inside
+    the allocation, else the launcher's ssh agent (``$PRTE_MCA_plm_ssh_agent`` for Open MPI,
+    ``$HYDRA_LAUNCHER_EXEC`` for MPICH, else ``ssh``)."""
     if launcher == "srun":
-        return ["srun", "--overlap", "-N1", "-n1", f"--nodelist={host}", "-K", "/bin/sh", "-c", check]
+        return ["srun", "--overlap", "-N1", "-n1", f"--nodelist={host}", "-K", "/bin/sh", "-c", script]
     agent = (os.environ.get("PRTE_MCA_plm_ssh_agent") if launcher == "openmpi" else
              os.environ.get("HYDRA_LAUNCHER_EXEC")) or "ssh"
-    return [*agent.split(), host, f"/bin/sh -c {_quote(check)}"]
+    return [*agent.split(), host, f"/bin/sh -c {_quote(script)}"]
+
+
+def _probe_script(local_dir: Path | None) -> str:
+    check = f"echo {_ALIVE}"
+    if local_dir is not None:
+        check += (f"; d={_quote(str(local_dir))}; f=\"$d/.ftkit-probe.$$\"; mkdir -p \"$d\" && echo ok > \"$f\" && "
+                  f"read x < \"$f\" && [ \"$x\" = ok ] && rm -f \"$f\" && echo {_DISK_OK}")
+    return check
 
 
 def _quote(text: str) -> str:
@@ -161,32 +169,54 @@ def probe_hosts(launcher: str, hosts: Sequence[str], local_dir: Path | None,
     Every probe is a real command on the host (see the module docstring); one that has not answered after
     ``timeout`` seconds is killed and its host counted as gone.
     """
-    procs = {h: subprocess.Popen(_probe_command(launcher, h, local_dir), stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 start_new_session=True) for h in hosts}
-    deadline = time.monotonic() + timeout
     gone: dict[str, str] = {}
-    for h, proc in procs.items():
-        try:
-            out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            gone[h] = f"no answer in {timeout:g} s"
-            continue
+    for h, (rc, out, err) in _run_on_hosts(launcher, hosts, _probe_script(local_dir), timeout).items():
         last = (err.strip().splitlines() or [""])[-1][:160]
-        if _ALIVE not in out:
-            gone[h] = f"no answer ({last or f'exit code {proc.returncode}'})"
+        if rc is None:
+            gone[h] = f"no answer in {timeout:g} s"
+        elif _ALIVE not in out:
+            gone[h] = f"no answer ({last or f'exit code {rc}'})"
         elif local_dir is not None and _DISK_OK not in out:
             gone[h] = f"node-local directory {local_dir} failed its write/read check ({last or 'no reason'})"
     return gone
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
-        os.killpg(proc.pid, 9)
-    except OSError:
-        pass
-    proc.communicate()
+def _run_on_hosts(launcher: str, hosts: Sequence[str], script: str,
+                  timeout: float) -> dict[str, tuple[int | None, str, str]]:
+    """Run ``script`` on every host at once; ``{host: (exit code or None if killed at timeout, out, err)}``."""
+    procs = {h: subprocess.Popen(_on_host(launcher, h, script), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True) for h in hosts}
+    deadline = time.monotonic() + timeout
+    done: dict[str, tuple[int | None, str, str]] = {}
+    for h, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            done[h] = (proc.returncode, out, err)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, 9)
+            except OSError:
+                pass
+            out, err = proc.communicate()
+            done[h] = (None, out, err)
+    return done
+
+
+def flush_on_hosts(launcher: str, hosts: Sequence[str], meta_dir: Path,
+                   timeout: float = FLUSH_TIMEOUT_S) -> str:
+    """Run ``ftkit flush META_DIR`` on every host at once (each copies to L4 what its node-local directory
+    holds; the last one commits level 4, see :mod:`ftkit.storage.flush`); return what came of it, for a line.
+
+    A relaunch on fewer hosts needs it: ranks then land on other hosts than the ones holding their
+    node-local files, so only L4 (the global directory) serves every rank.
+    """
+    argv = [sys.executable, "-m", "ftkit", "flush", str(meta_dir)]
+    results = _run_on_hosts(launcher, hosts, " ".join(_quote(a) for a in argv), timeout)
+    if any(rc == 0 for rc, _, _ in results.values()):
+        return "flushed to L4 first"
+    why = [f"{h}: {((err + out).strip().splitlines() or [f'exit code {rc}'])[-1][:160]}"
+           for h, (rc, out, err) in results.items()]
+    return f"flush to L4 incomplete ({'; '.join(why)})"
 
 
 def _read_manifest(meta_dir: Path):  # type: ignore[no-untyped-def]
@@ -265,6 +295,7 @@ def run_with_restarts(plan: RelaunchPlan, run_once: RunOnce) -> MPIResult:
                 _say(f"the run ended with exit code {result.returncode}; no relaunch left (--restarts "
                      f"{plan.restarts} used)")
             return result
+        before = active
         if active is not None:
             active, spares = _replace_gone(plan, active, spares)
             if len(active) < plan.min_hosts:
@@ -280,10 +311,39 @@ def run_with_restarts(plan: RelaunchPlan, run_once: RunOnce) -> MPIResult:
                      "not relaunched")
                 return result
         attempt += 1
-        where = (f"on {len(active)} host(s) {','.join(active)}; excluded: {_gone_text(plan.excluded) or 'none'}"
-                 if active is not None else "on the same placement")
-        _say(f"relaunch {attempt}/{plan.restarts} after exit code {result.returncode} {where}; "
+        where, flushed = "on the same placement", ""
+        if active is not None and before is not None:
+            where = f"on {len(active)} host(s) {','.join(active)}; excluded: {_gone_text(plan.excluded) or 'none'}"
+            _release_lock_of_gone_host(plan.meta_dir, plan.excluded)
+            if _moved(before, active, plan.excluded) and plan.meta_dir is not None:
+                flushed = flush_on_hosts(plan.launcher, active, plan.meta_dir) + "; "
+        _say(f"relaunch {attempt}/{plan.restarts} after exit code {result.returncode} {where}; {flushed}"
              f"{recovery_line(plan.meta_dir)}")
+
+
+def _moved(before: list[str], after: list[str], gone: dict[str, str]) -> bool:
+    """Whether a rank of the next run may land on another host than the one holding its node-local files:
+    the host count changed, or a host that is not gone holds another position (a spare host taking a gone
+    host's place moves nobody)."""
+    return len(before) != len(after) or any(a != b and b not in gone for a, b in zip(before, after))
+
+
+def _release_lock_of_gone_host(meta_dir: Path | None, gone: dict[str, str]) -> None:
+    """Remove the run lock when its owner's host is gone: the lock would look live for up to two minutes
+    (its heartbeat is recent) and the relaunch would refuse to start (:mod:`ftkit.checkpoint.runlock`)."""
+    import json
+
+    from .storage.runactivity import LOCK_NAME
+
+    if meta_dir is None:
+        return
+    path = meta_dir / LOCK_NAME
+    try:
+        owner = json.loads(path.read_bytes()[:4096].decode()).get("host", "")
+    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        return
+    if owner in gone:
+        path.unlink(missing_ok=True)
 
 
 def _gone_text(gone: dict[str, str]) -> str:
