@@ -16,7 +16,7 @@ import pytest
 
 from ftkit.errors import LaunchError
 from ftkit.launch import build_launch_command, host_arguments
-from ftkit.relaunch import RelaunchPlan, probe_hosts
+from ftkit.relaunch import RelaunchPlan, flush_on_hosts, probe_hosts, recovery_line
 
 from .checkpoint._util import HEAT, digest_of, run_heat, write_config
 
@@ -55,7 +55,8 @@ def test_bad_input_is_refused_with_exit_2_before_anything_runs(tmp_path, args, m
 def test_each_launcher_gets_its_host_list():
     assert host_arguments("openmpi", ["a", "b"], 4) == ["--host", "a:2,b:2"]
     assert host_arguments("mpich", ["a", "b", "c"], 3) == ["-hosts", "a,b,c", "-ppn", "1"]
-    assert host_arguments("srun", ["b", "c"], 4, exclude=["a"]) == ["-N", "2", "--nodelist=b,c", "--exclude=a"]
+    assert host_arguments("srun", ["b", "c"], 4, exclude=["a"]) == ["-N", "2", "--nodelist=b,c", "--exclude=a",
+                                                                "--overlap"]
     with pytest.raises(LaunchError, match="also excluded"):
         host_arguments("srun", ["a", "b"], 2, exclude=["a"])
     with pytest.raises(LaunchError, match="no host left"):
@@ -163,3 +164,58 @@ def test_no_relaunch_without_time_to_recover_before_the_end(tmp_path):
     assert proc.returncode == 5, proc
     assert counter.read_text() == "x"
     assert "less than the 7200 s a run needs to recover and checkpoint: not relaunched" in proc.stderr, proc
+
+
+def test_flush_before_a_smaller_relaunch_puts_the_newest_checkpoint_at_l4(tmp_path, agent):
+    """The loop's flush, through the (stand-in) agent, as before a relaunch on fewer hosts."""
+    write_config(tmp_path, ckpt_l2=10, group_size=2)
+    failed = run_heat(tmp_path, 4, *HEAT_ARGS[:-2], "--kill-at", "25", "--kill-rank", "1")
+    assert failed.returncode != 0, failed
+    meta = tmp_path / "run" / "meta"
+    assert "recovering checkpoint 2 (L1,L2," in recovery_line(meta)
+    assert flush_on_hosts("openmpi", ["ok1"], meta, timeout=120) == "flushed to L4 first"
+    assert "recovering checkpoint 2 (L1,L2,L4," in recovery_line(meta)
+    assert "flush to L4 incomplete (dead1: ssh: connect to host dead1" in flush_on_hosts("openmpi", ["dead1"], meta)
+
+
+def test_the_lock_of_a_gone_host_is_released_and_no_other(tmp_path):
+    from ftkit.relaunch import _release_lock_of_gone_host
+
+    lock = tmp_path / "ftkit.lock"
+    lock.write_text('{"host": "node2", "pid": 12, "started": 1.0, "token": "x"}')
+    _release_lock_of_gone_host(tmp_path, {"node3": "no answer"})
+    assert lock.exists()
+    _release_lock_of_gone_host(tmp_path, {"node2": "no answer"})
+    assert not lock.exists()
+
+
+def test_hosts_are_dropped_as_they_die_until_too_few_are_left_for_the_groups(tmp_path, monkeypatch):
+    """The whole ``ftkit launch`` path with MPICH's ``-hosts``, Hydra and ssh stood in by scripts (real
+    processes; the MPI runs themselves are on the virtual cluster): run 1 on h1,h2,h3 fails and h3 is found
+    gone; run 2 on h1,h2 fails and h2 is gone too: one host is fewer than group_size 2, so no third run,
+    exit code the application's (3)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    runs = tmp_path / "runs"
+    (bin_dir / "mpiexec.mpich").write_text(
+        f'#!/bin/sh\necho "$*" >> {runs}\nn=$(wc -l < {runs})\n'
+        f'[ "$n" = 1 ] && touch {tmp_path}/dead.h3\n[ "$n" = 2 ] && touch {tmp_path}/dead.h2\nexit 3\n')
+    agent = bin_dir / "agent"
+    agent.write_text(f'#!/bin/sh\n[ -e {tmp_path}/dead.$1 ] && {{ echo "ssh: $1: No route to host" >&2; exit 255; }}\n'
+                     'shift; exec /bin/sh -c "$*"\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    write_config(tmp_path, ckpt_l2=10, group_size=2)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "HYDRA_LAUNCHER_EXEC": str(agent)}
+    proc = subprocess.run([sys.executable, "-m", "ftkit", "launch", "--launcher", "mpich", "--hosts", "h1,h2,h3",
+                           "-n", "6", "--restarts", "5", "--config", "ftkit.ini", "--", "/bin/true"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 3, proc
+    placed = runs.read_text().splitlines()
+    assert len(placed) == 2, placed
+    assert "-hosts h1,h2,h3 -ppn 2 -n 6" in placed[0] and "-hosts h1,h2 -ppn 2 -n 4" in placed[1], placed
+    relaunch = [ln for ln in proc.stderr.splitlines() if "relaunch 1/5" in ln]
+    assert len(relaunch) == 1 and "on 2 host(s) h1,h2; excluded: h3 (no answer (ssh: h3: No route" in relaunch[0]
+    assert "flush to L4 incomplete" in relaunch[0]  # no run to flush: a smaller relaunch flushes first
+    assert "only 1 healthy host(s) are left (h1; gone: h2 (" in proc.stderr, proc.stderr
+    assert "fewer than the 2 its groups need (group_size): not relaunched" in proc.stderr

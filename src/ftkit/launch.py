@@ -325,7 +325,7 @@ def host_arguments(launcher: str, hosts: Sequence[str], nprocs: int, exclude: Se
     """The options that put ``nprocs / len(hosts)`` ranks on each of ``hosts`` (in order), for ``launcher``.
 
     ``openmpi``: ``--host h1:P,h2:P,...``; ``mpich`` (Hydra): ``-hosts h1,h2,... -ppn P``; ``srun`` (inside
-    an allocation): ``-N H --nodelist=h1,h2,...`` and ``--exclude=...`` for ``exclude``.
+    an allocation): ``-N H --nodelist=h1,h2,...`` and ``--exclude=... --overlap`` for ``exclude``.
 
     Raises
     ------
@@ -347,8 +347,10 @@ def host_arguments(launcher: str, hosts: Sequence[str], nprocs: int, exclude: Se
         return ["--host", ",".join(f"{h}:{per_host}" for h in hosts)]
     if launcher == "mpich":
         return ["-hosts", ",".join(hosts), "-ppn", str(per_host)]
+    # --overlap with hosts excluded: the step that lost a host stays listed, holding its CPUs on the other
+    # hosts, until SLURM hears from the lost one (never, when it is down); without it the relaunch would wait.
     return ["-N", str(len(hosts)), f"--nodelist={','.join(hosts)}",
-            *([f"--exclude={','.join(exclude)}"] if exclude else [])]
+            *([f"--exclude={','.join(exclude)}", "--overlap"] if exclude else [])]
 
 
 def _check_launch_args(nprocs: int, program: Sequence[str], node_size: int | None) -> None:

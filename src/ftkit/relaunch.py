@@ -9,8 +9,12 @@ completing (a non-zero exit code: the application's own), it
    one-task ``srun --overlap`` step on it), or when its node-local directory (``ckpt_dir``) fails a write,
    read and remove check (disk full, file system gone);
 2. excludes the gone hosts and puts a held-back spare host in each one's place (``--spare-nodes K`` kept the
-   last K hosts of the list out of the first run); without spares the relaunch runs on fewer hosts, with the
-   same number of ranks per host (an elastic restart: the checkpoint is read onto the new rank count);
+   last K hosts of the list out of the first run), so every other rank stays on the host holding its
+   node-local files and L2/L3 rebuild the lost host's; without a spare the relaunch runs on fewer hosts, with
+   the same number of ranks per host (an elastic restart: the checkpoint is read onto the new rank count).
+   Ranks then land on other hosts than their files, so ``ftkit flush`` runs first on every remaining host
+   (:func:`flush_on_hosts`: the newest checkpoint to L4, which every host reads). A run lock whose owner's
+   host is gone is removed (it would look live for two minutes and refuse the relaunch);
 3. stops, with one line saying why, when no relaunch is left, when fewer hosts are left than the
    configuration's groups need (``group_size`` nodes when L2 or L3 is on), or when the time left before the
    job's end (``--end-time``, ``[ftkit] end_time``, SLURM) is shorter than a run needs to recover and take a
@@ -41,8 +45,8 @@ from .errors import LaunchError
 from .launch import MPIResult
 from .walltime import job_end_time
 
-__all__ = ["RelaunchPlan", "allocation_hosts", "probe_hosts", "run_with_restarts", "recovery_line",
-           "MIN_RECOVERY_S", "PROBE_TIMEOUT_S"]
+__all__ = ["RelaunchPlan", "allocation_hosts", "probe_hosts", "flush_on_hosts", "run_with_restarts",
+           "recovery_line", "MIN_RECOVERY_S", "PROBE_TIMEOUT_S", "FLUSH_TIMEOUT_S"]
 
 #: Seconds a relaunch is assumed to need at least to recover and take its first checkpoint.
 MIN_RECOVERY_S = 30.0
@@ -211,9 +215,12 @@ def flush_on_hosts(launcher: str, hosts: Sequence[str], meta_dir: Path,
     node-local files, so only L4 (the global directory) serves every rank.
     """
     argv = [sys.executable, "-m", "ftkit", "flush", str(meta_dir)]
-    results = _run_on_hosts(launcher, hosts, " ".join(_quote(a) for a in argv), timeout)
-    if any(rc == 0 for rc, _, _ in results.values()):
-        return "flushed to L4 first"
+    # Twice at most: hosts that end their copies at the same moment may each find the others' L4 files not
+    # there yet and commit nothing; the second round finds every copy made (a flush is idempotent).
+    for _ in range(2):
+        results = _run_on_hosts(launcher, hosts, " ".join(_quote(a) for a in argv), timeout)
+        if any(rc == 0 for rc, _, _ in results.values()):
+            return "flushed to L4 first"
     why = [f"{h}: {((err + out).strip().splitlines() or [f'exit code {rc}'])[-1][:160]}"
            for h, (rc, out, err) in results.items()]
     return f"flush to L4 incomplete ({'; '.join(why)})"
