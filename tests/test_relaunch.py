@@ -219,3 +219,27 @@ def test_hosts_are_dropped_as_they_die_until_too_few_are_left_for_the_groups(tmp
     assert "flush to L4 incomplete" in relaunch[0]  # no run to flush: a smaller relaunch flushes first
     assert "only 1 healthy host(s) are left (h1; gone: h2 (" in proc.stderr, proc.stderr
     assert "fewer than the 2 its groups need (group_size): not relaunched" in proc.stderr
+
+
+def test_end_time_exported_to_the_ranks_stops_the_run_with_a_final_checkpoint_and_no_relaunch(tmp_path):
+    """``--end-time`` 30 s ahead (inside the default 60 s exit margin): every rank's should_exit() turns true,
+    an L4 checkpoint is taken, the job ends 0 and is not relaunched; the next job continues bit for bit."""
+    from ftkit.storage.manifest import read_manifest
+
+    from .checkpoint.test_should_exit import APP, SIZE, STEPS, _ends, _reference
+
+    write_config(tmp_path, ckpt_l1=50)
+    app = ["--", "python", str(APP), "--steps", str(STEPS), "--size", str(SIZE)]
+    end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 30))  # ISO 8601 with a zone
+    first = _ftkit_launch("-n", "2", "--end-time", end, "--restarts", "2", "--config", "ftkit.ini", *app,
+                          cwd=tmp_path)
+    assert first.returncode == 0, first
+    ((done, flag),) = _ends(first.stdout, 2)
+    assert flag == "exit=1" and done < STEPS, first.stdout
+    assert "the allocation ends in" in first.stderr, first.stderr  # no other source of an end here
+    assert "relaunch" not in first.stderr
+    manifest = read_manifest(tmp_path / "run" / "meta")
+    assert manifest is not None and manifest.newest_first()[0].level == 4
+    second = _ftkit_launch("-n", "2", *app, cwd=tmp_path)
+    assert second.returncode == 0, second
+    assert f"digest {_reference()}" in second.stdout, second.stdout

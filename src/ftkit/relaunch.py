@@ -85,7 +85,8 @@ class RelaunchPlan:
     @classmethod
     def build(cls, restarts: int, launcher: str, hosts: list[str] | None, spare_nodes: int,
               config: Config | None, end_time: float | None, recovery_time: float | None) -> RelaunchPlan:
-        """Check the options and make the plan (``end_time`` None: from the configuration or SLURM).
+        """Check the options and make the plan. The job's end is the configuration's ``end_time`` if set (as
+        the ranks read it), else ``end_time`` (``--end-time``), else ``$FTKIT_END_TIME`` or SLURM's.
 
         Raises
         ------
@@ -108,8 +109,10 @@ class RelaunchPlan:
             raise LaunchError(f"{len(hosts)} host(s) with --spare-nodes {spare_nodes} leave "
                               f"{len(hosts) - spare_nodes} for the run, but it needs at least "
                               f"{max(1, min_hosts)} (group_size {min_hosts} with L2/L3 on): hold back fewer")
-        if end_time is None and config is not None:
+        if config is not None and str(config.end_time).strip():  # the ranks read it before FTKIT_END_TIME
             end_time = job_end_time(config.end_time)[0]
+        elif end_time is None:
+            end_time = job_end_time("")[0]  # $FTKIT_END_TIME, else SLURM's end
         return cls(restarts, launcher, hosts, spare_nodes, min_hosts,
                    Path(config.meta_dir).resolve() if config is not None else None,
                    Path(config.ckpt_dir).resolve() if config is not None else None, end_time, recovery_time)
