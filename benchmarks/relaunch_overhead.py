@@ -3,7 +3,8 @@ and online recovery with spare ranks (issue 32).
 
 On the virtual cluster (``tools/cluster/vcluster``: root and network namespaces; 4 hosts + 1 spare host),
 examples/heat.py runs on 8 ranks (2 per host) with an L2 checkpoint every ``--interval`` steps, under Open MPI.
-``node2`` is powered off at a random moment (``--seed``) between 30 % and 70 % of the failure-free run's time.
+``node2`` is powered off at a random moment (``--seed``) of the computation: after the run's first committed
+checkpoint, within the first 70 % of the failure-free run's remaining compute time.
 Measured (seconds, this script's clock, lines of the job timestamped as they arrive):
 
 - **free**: the failure-free run, total time;
@@ -44,6 +45,7 @@ from tools.cluster.vcluster import down, faults, up  # noqa: E402
 from tools.cluster.vcluster.cluster import Cluster  # noqa: E402
 
 HEAT = REPO / "examples" / "heat.py"
+_FIRST_CKPT = r"checkpoint 1 at L2"
 FTKIT = str(Path(sys.executable).with_name("ftkit"))
 
 
@@ -77,6 +79,15 @@ class Job:
         for t in self.readers:
             t.join(30)
         return rc, time.monotonic() - self.start
+
+    def wait_line(self, pattern: str) -> float:
+        """Wait (bounded by the timeout) for a line matching ``pattern``; return when it came."""
+        deadline = time.monotonic() + self.timeout
+        while (hit := self.first(pattern)) is None:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the job ended or timed out before a line {pattern!r}:\n{self.text()}")
+            time.sleep(0.02)
+        return hit[0]
 
     def first(self, pattern: str, after: float = 0.0) -> tuple[float, str] | None:
         return next(((t, ln) for t, ln in self.lines if t >= after and re.search(pattern, ln)), None)
@@ -127,12 +138,14 @@ def run_restarts(c: Cluster, a: argparse.Namespace, at: float) -> dict:
     d = _config(c, "restarts", a.interval)
     job = Job(c, _launch(c.all_hosts, 8, "--spare-nodes", "1", "--restarts", "3", "--config", "ftkit.ini")
               + _heat(a), d, a.timeout)
+    job.wait_line(_FIRST_CKPT)
     time.sleep(at)
     off = time.monotonic()
     faults.poweroff(c, "node2")
     rc, total = job.wait()
     rec = job.first(r"^heat: recovered", off)
     return {"rc": rc, "total_s": total, "digest": _digest(job.text()), "poweroff_after_s": off - job.start,
+            "output": job.text(),
             "overhead_s": rec[0] - off if rec else None, "relaunch_line": (job.first(r"relaunch 1/") or
                                                                            (0, ""))[1]}
 
@@ -140,6 +153,7 @@ def run_restarts(c: Cluster, a: argparse.Namespace, at: float) -> dict:
 def run_by_hand(c: Cluster, a: argparse.Namespace, at: float) -> dict:
     d = _config(c, "byhand", a.interval)
     job = Job(c, _launch(c.hosts, 8) + _heat(a), d, a.timeout)
+    job.wait_line(_FIRST_CKPT)
     time.sleep(at)
     off = time.monotonic()
     faults.poweroff(c, "node2")
@@ -159,6 +173,7 @@ def run_online(c: Cluster, a: argparse.Namespace, at: float) -> dict:
     cmd = build_mpirun_command(10, _heat(a))
     cmd[1:1] = ["--host", c.hostlist(c.all_hosts, 2)]
     job = Job(c, cmd, d, a.timeout)
+    job.wait_line(_FIRST_CKPT)
     time.sleep(at)
     killed = 0
     for p in c.processes("node2"):
@@ -172,7 +187,7 @@ def run_online(c: Cluster, a: argparse.Namespace, at: float) -> dict:
     line = (job.first(r"^heat: online recovery") or (0, ""))[1]
     phases = [float(x) for x in re.findall(r" (\d+\.\d+) s", line)]
     return {"rc": rc, "total_s": total, "digest": _digest(job.text()), "ranks_killed": killed,
-            "overhead_s": sum(phases) if phases else None, "recovery_line": line}
+            "overhead_s": sum(phases) if phases else None, "recovery_line": line, "output": job.text()}
 
 
 def main() -> int:
@@ -187,7 +202,7 @@ def main() -> int:
     p.add_argument("--json", default=None, help="write the numbers to this file")
     a = p.parse_args()
     if a.smoke:
-        a.steps, a.size, a.interval, a.pause = 60, 64, 10, 0.02
+        a.steps, a.size, a.interval, a.pause = 100, 64, 10, 0.05
     rng = random.Random(a.seed)
     tag = f"fr{os.getpid() % 10000}"
     base = Path(f"/var/tmp/ftkit-bench-relaunch-{tag}")
@@ -198,12 +213,14 @@ def main() -> int:
         results: dict = {"free": free, "args": vars(a)}
         for name, fn in (("restarts", run_restarts), ("by hand", run_by_hand), ("online", run_online)):
             _reset(c)
-            at = rng.uniform(0.3, 0.7) * free["total_s"]
+            at = rng.uniform(0.0, 0.7) * (a.steps - a.interval) * a.pause
             r = fn(c, a, at)
             same = "bit for bit" if r["digest"] == free["digest"] and r["digest"] else "DIGEST DIFFERS"
             over = f"{r['overhead_s']:.1f} s" if r.get("overhead_s") is not None else "n/a"
             print(f"{name:10}: rc {r['rc']}, {r['total_s']:.1f} s total (+{r['total_s'] - free['total_s']:.1f} s), "
-                  f"fault after {at:.1f} s, overhead (detection + relaunch + recovery) {over}, {same}", flush=True)
+                  f"fault {at:.1f} s after checkpoint 1, overhead (detection + relaunch + recovery) {over}, {same}", flush=True)
+            if same != "bit for bit" or r["rc"] != 0:
+                print(r.get("output", "")[-3000:], flush=True)
             results[name] = r
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=1))
