@@ -2,7 +2,8 @@
 and online recovery with spare ranks (issue 32).
 
 On the virtual cluster (``tools/cluster/vcluster``: root and network namespaces; 4 hosts + 1 spare host),
-examples/heat.py runs on 8 ranks (2 per host) with an L2 checkpoint every ``--interval`` steps, under Open MPI.
+examples/heat.py runs on 8 ranks (2 per host) with an L2 checkpoint every ``--interval`` steps, under Open
+MPI.
 ``node2`` is powered off at a random moment (``--seed``) of the computation: after the run's first committed
 checkpoint, within the first 70 % of the failure-free run's remaining compute time.
 Measured (seconds, this script's clock, lines of the job timestamped as they arrive):
@@ -113,8 +114,8 @@ def _digest(text: str) -> str | None:
 
 
 def _heat(a: argparse.Namespace) -> list[str]:
-    return [sys.executable, str(HEAT), "--steps", str(a.steps), "--size", str(a.size), "--pause", str(a.pause),
-            "--config", "ftkit.ini"]
+    return [sys.executable, str(HEAT), "--steps", str(a.steps), "--size", str(a.size), "--pause",
+            str(a.pause), "--config", "ftkit.ini"]
 
 
 def _launch(hosts: list[str], n: int, *opts: str) -> list[str]:
@@ -161,7 +162,8 @@ def run_by_hand(c: Cluster, a: argparse.Namespace, at: float) -> dict:
     again = Job(c, _launch(["node1", "node5", "node3", "node4"], 8) + _heat(a), d, a.timeout)
     rc, _ = again.wait()
     rec = again.first(r"^heat: recovered")
-    return {"rc_first": rc1, "rc": rc, "total_s": time.monotonic() - job.start, "digest": _digest(again.text()),
+    return {"rc_first": rc1, "rc": rc, "total_s": time.monotonic() - job.start,
+            "digest": _digest(again.text()),
             "poweroff_after_s": off - job.start, "overhead_s": rec[0] - off if rec else None}
 
 
@@ -217,8 +219,10 @@ def main() -> int:
             r = fn(c, a, at)
             same = "bit for bit" if r["digest"] == free["digest"] and r["digest"] else "DIGEST DIFFERS"
             over = f"{r['overhead_s']:.1f} s" if r.get("overhead_s") is not None else "n/a"
-            print(f"{name:10}: rc {r['rc']}, {r['total_s']:.1f} s total (+{r['total_s'] - free['total_s']:.1f} s), "
-                  f"fault {at:.1f} s after checkpoint 1, overhead (detection + relaunch + recovery) {over}, {same}", flush=True)
+            extra = r["total_s"] - free["total_s"]
+            print(f"{name:10}: rc {r['rc']}, {r['total_s']:.1f} s total (+{extra:.1f} s), fault {at:.1f} s "
+                  f"after checkpoint 1, overhead (detection + relaunch + recovery) {over}, {same}",
+                  flush=True)
             if same != "bit for bit" or r["rc"] != 0:
                 print(r.get("output", "")[-3000:], flush=True)
             results[name] = r

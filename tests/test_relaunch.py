@@ -23,9 +23,10 @@ from .checkpoint._util import HEAT, digest_of, run_heat, write_config
 TIMEOUT = 240
 
 
-def _ftkit_launch(*args: str, cwd: Path | None = None, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
+def _ftkit_launch(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+                  timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ftkit", "launch", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -39,7 +40,8 @@ def _ftkit_launch(*args: str, cwd: Path | None = None, timeout: float = TIMEOUT)
      "leave 1 for the run, but it needs at least 2"),
     (["--end-time", "2026-12-05T18:00:00"], "has no time zone"),
     (["--end-time", "tomorrow"], "is not a time"),
-    (["--restarts", "1", "--config", "ftkit.ini", "--recovery-time", "0"], "--recovery-time must be a positive"),
+    (["--restarts", "1", "--config", "ftkit.ini", "--recovery-time", "0"],
+     "--recovery-time must be a positive"),
     (["--restarts", "1", "--config", "missing.ini"], "cannot read config file"),
 ])
 def test_bad_input_is_refused_with_exit_2_before_anything_runs(tmp_path, args, message):
@@ -55,8 +57,8 @@ def test_bad_input_is_refused_with_exit_2_before_anything_runs(tmp_path, args, m
 def test_each_launcher_gets_its_host_list():
     assert host_arguments("openmpi", ["a", "b"], 4) == ["--host", "a:2,b:2"]
     assert host_arguments("mpich", ["a", "b", "c"], 3) == ["-hosts", "a,b,c", "-ppn", "1"]
-    assert host_arguments("srun", ["b", "c"], 4, exclude=["a"]) == ["-N", "2", "--nodelist=b,c", "--exclude=a",
-                                                                "--overlap"]
+    assert host_arguments("srun", ["b", "c"], 4, exclude=["a"]) == [
+        "-N", "2", "--nodelist=b,c", "--exclude=a", "--overlap"]
     with pytest.raises(LaunchError, match="also excluded"):
         host_arguments("srun", ["a", "b"], 2, exclude=["a"])
     with pytest.raises(LaunchError, match="no host left"):
@@ -69,8 +71,8 @@ def test_each_launcher_gets_its_host_list():
 
 def test_dry_run_shows_the_first_run_without_the_spare_hosts(tmp_path):
     write_config(tmp_path, ckpt_l1=10)
-    proc = _ftkit_launch("-n", "4", "--hosts", "n1,n2,n3", "--spare-nodes", "1", "--restarts", "2", "--config",
-                         "ftkit.ini", "--dry-run", "--", "/bin/true", cwd=tmp_path)
+    proc = _ftkit_launch("-n", "4", "--hosts", "n1,n2,n3", "--spare-nodes", "1", "--restarts", "2",
+                         "--config", "ftkit.ini", "--dry-run", "--", "/bin/true", cwd=tmp_path)
     assert proc.returncode == 0, proc
     assert "--host n1:2,n2:2 " in proc.stdout and "n3" not in proc.stdout
 
@@ -157,10 +159,9 @@ def test_no_relaunch_without_time_to_recover_before_the_end(tmp_path):
             f"if MPI.COMM_WORLD.rank == 0: open({str(counter)!r}, 'a').write('x')\n"
             f"assert os.environ['FTKIT_END_TIME'] == os.environ['WANT']; os._exit(5)")
     end = time.time() + 3600
-    proc = subprocess.run([sys.executable, "-m", "ftkit", "launch", "-n", "2", "--restarts", "3", "--config",
-                           "ftkit.ini", "--end-time", str(end), "--recovery-time", "7200", "--", "python", "-c",
-                           code], cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT,
-                          env={**os.environ, "WANT": f"{end:.3f}"}, stdin=subprocess.DEVNULL)
+    proc = _ftkit_launch("-n", "2", "--restarts", "3", "--config", "ftkit.ini", "--end-time", str(end),
+                         "--recovery-time", "7200", "--", "python", "-c", code, cwd=tmp_path,
+                         env={**os.environ, "WANT": f"{end:.3f}"})
     assert proc.returncode == 5, proc
     assert counter.read_text() == "x"
     assert "less than the 7200 s a run needs to recover and checkpoint: not relaunched" in proc.stderr, proc
@@ -175,7 +176,8 @@ def test_flush_before_a_smaller_relaunch_puts_the_newest_checkpoint_at_l4(tmp_pa
     assert "recovering checkpoint 2 (L1,L2," in recovery_line(meta)
     assert flush_on_hosts("openmpi", ["ok1"], meta, timeout=120) == "flushed to L4 first"
     assert "recovering checkpoint 2 (L1,L2,L4," in recovery_line(meta)
-    assert "flush to L4 incomplete (dead1: ssh: connect to host dead1" in flush_on_hosts("openmpi", ["dead1"], meta)
+    failed_flush = flush_on_hosts("openmpi", ["dead1"], meta)
+    assert "flush to L4 incomplete (dead1: ssh: connect to host dead1" in failed_flush
 
 
 def test_the_lock_of_a_gone_host_is_released_and_no_other(tmp_path):
@@ -201,21 +203,22 @@ def test_hosts_are_dropped_as_they_die_until_too_few_are_left_for_the_groups(tmp
         f'#!/bin/sh\necho "$*" >> {runs}\nn=$(wc -l < {runs})\n'
         f'[ "$n" = 1 ] && touch {tmp_path}/dead.h3\n[ "$n" = 2 ] && touch {tmp_path}/dead.h2\nexit 3\n')
     agent = bin_dir / "agent"
-    agent.write_text(f'#!/bin/sh\n[ -e {tmp_path}/dead.$1 ] && {{ echo "ssh: $1: No route to host" >&2; exit 255; }}\n'
-                     'shift; exec /bin/sh -c "$*"\n')
+    agent.write_text(f'#!/bin/sh\n[ -e {tmp_path}/dead.$1 ] && '
+                     '{ echo "ssh: $1: No route to host" >&2; exit 255; }\nshift; exec /bin/sh -c "$*"\n')
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
     write_config(tmp_path, ckpt_l2=10, group_size=2)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "HYDRA_LAUNCHER_EXEC": str(agent)}
-    proc = subprocess.run([sys.executable, "-m", "ftkit", "launch", "--launcher", "mpich", "--hosts", "h1,h2,h3",
-                           "-n", "6", "--restarts", "5", "--config", "ftkit.ini", "--", "/bin/true"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "HYDRA_LAUNCHER_EXEC": str(agent)}
+    proc = _ftkit_launch("--launcher", "mpich", "--hosts", "h1,h2,h3", "-n", "6", "--restarts", "5",
+                         "--config", "ftkit.ini", "--", "/bin/true", cwd=tmp_path, env=env)
     assert proc.returncode == 3, proc
     placed = runs.read_text().splitlines()
     assert len(placed) == 2, placed
     assert "-hosts h1,h2,h3 -ppn 2 -n 6" in placed[0] and "-hosts h1,h2 -ppn 2 -n 4" in placed[1], placed
     relaunch = [ln for ln in proc.stderr.splitlines() if "relaunch 1/5" in ln]
-    assert len(relaunch) == 1 and "on 2 host(s) h1,h2; excluded: h3 (no answer (ssh: h3: No route" in relaunch[0]
+    assert len(relaunch) == 1, proc.stderr
+    assert "on 2 host(s) h1,h2; excluded: h3 (no answer (ssh: h3: No route" in relaunch[0]
     assert "flush to L4 incomplete" in relaunch[0]  # no run to flush: a smaller relaunch flushes first
     assert "only 1 healthy host(s) are left (h1; gone: h2 (" in proc.stderr, proc.stderr
     assert "fewer than the 2 its groups need (group_size): not relaunched" in proc.stderr

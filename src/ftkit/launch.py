@@ -288,7 +288,8 @@ def build_launch_command(
     name, ulfm_on = resolve_launcher(launcher, ulfm=ulfm)
     if hosts is not None and spares:
         raise LaunchError("--spares with a host list (--hosts, --restarts inside an allocation) is not "
-                          "supported yet: launch the spare ranks without a host list, or relaunch without them")
+                          "supported yet: launch the spare ranks without a host list, or relaunch "
+                          "without them")
     placement = host_arguments(name, hosts, nprocs, exclude) if hosts is not None else []
     if spares:
         if spares < 0:
@@ -321,7 +322,8 @@ def build_launch_command(
                   *program]
 
 
-def host_arguments(launcher: str, hosts: Sequence[str], nprocs: int, exclude: Sequence[str] = ()) -> list[str]:
+def host_arguments(launcher: str, hosts: Sequence[str], nprocs: int,
+                   exclude: Sequence[str] = ()) -> list[str]:
     """The options that put ``nprocs / len(hosts)`` ranks on each of ``hosts`` (in order), for ``launcher``.
 
     ``openmpi``: ``--host h1:P,h2:P,...``; ``mpich`` (Hydra): ``-hosts h1,h2,... -ppn P``; ``srun`` (inside

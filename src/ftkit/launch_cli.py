@@ -10,9 +10,9 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from .config import Config
 from .errors import LaunchError
 from .launch import LAUNCHER_ENV, LAUNCHERS, RESERVE_CORE_ENV, build_launch_command, resolve_launcher, run_mpi
-from .config import Config
 from .relaunch import MIN_RECOVERY_S, RelaunchPlan, allocation_hosts, run_with_restarts
 from .walltime import END_TIME_ENV, parse_end_time
 
@@ -52,15 +52,18 @@ def add_parser(subparsers) -> None:  # type: ignore[no-untyped-def]
                         f"{RESERVE_CORE_ENV}=1, the same as [ftkit] reserve_core = 1)")
     p.add_argument("--hosts", default=None, metavar="H1,H2,...",
                    help="run on these hosts, -n/len(hosts) ranks each (Open MPI --host, MPICH -hosts, srun "
-                        "--nodelist; default: the launcher's placement, or the SLURM allocation with --restarts)")
+                        "--nodelist; default: the launcher's placement, or the SLURM allocation with "
+                        "--restarts)")
     p.add_argument("--restarts", type=int, default=0, metavar="N",
                    help="relaunch a run that did not complete up to N times, on the hosts that still answer "
                         "and whose node-local directory works (needs --config); stops when the time left or "
                         "the healthy hosts are too few (docs/guide/scheduler.md)")
     p.add_argument("--spare-nodes", type=int, default=0, metavar="K",
-                   help="hold the last K hosts back; a relaunch puts one in the place of each host that is gone")
+                   help="hold the last K hosts back; a relaunch puts one in the place of each host that "
+                        "is gone")
     p.add_argument("--config", default=None,
-                   help="the run's ftkit configuration (where its checkpoints are, its group size, end_time): "
+                   help="the run's ftkit configuration (where its checkpoints are, its group size, "
+                        "end_time): "
                         "the relaunch loop reads it")
     p.add_argument("--end-time", default=None, metavar="T",
                    help="when the allocation ends: ISO 8601 with a zone or seconds since the epoch; exported "
@@ -100,7 +103,8 @@ def run_launch(args) -> int:  # type: ignore[no-untyped-def]
     hosts = plan.hosts[:len(plan.hosts) - plan.spare_nodes] if plan.hosts is not None else None
     nprocs = args.nprocs
     if hosts is not None and nprocs % len(hosts) != 0:
-        raise LaunchError(f"-n {nprocs} ranks do not spread evenly over the {len(hosts)} host(s) of the first "
+        raise LaunchError(f"-n {nprocs} ranks do not spread evenly over the {len(hosts)} host(s) of the "
+                          "first "
                           f"run ({','.join(hosts)}): give a multiple of {len(hosts)}")
     per_host = nprocs // len(hosts) if hosts is not None else 0
     if args.dry_run:
@@ -135,12 +139,14 @@ def run_launch(args) -> int:  # type: ignore[no-untyped-def]
 def _relaunch_plan(args, end_time: float | None) -> RelaunchPlan:  # type: ignore[no-untyped-def]
     """The relaunch loop's plan from the command line (``--restarts 0``: one run, no probing)."""
     if args.restarts < 0 or args.spare_nodes < 0:
-        raise LaunchError(f"--restarts and --spare-nodes must be >= 0, got {args.restarts} and {args.spare_nodes}")
+        raise LaunchError(f"--restarts and --spare-nodes must be >= 0, got {args.restarts} and "
+                          f"{args.spare_nodes}")
     if args.restarts and args.config is None:
         raise LaunchError("--restarts needs --config FILE: the run's ftkit configuration says where its "
                           "checkpoints are and how many hosts its groups need")
     config = Config.from_file(args.config) if args.config is not None else None
-    name = resolve_launcher(args.launcher, ulfm=args.ulfm)[0] if (args.restarts or args.hosts) else args.launcher
-    hosts = allocation_hosts(args.hosts) if (args.restarts or args.hosts) else None
+    placed = bool(args.restarts or args.hosts)
+    name = resolve_launcher(args.launcher, ulfm=args.ulfm)[0] if placed else args.launcher
+    hosts = allocation_hosts(args.hosts) if placed else None
     return RelaunchPlan.build(args.restarts, name, hosts, args.spare_nodes, config, end_time,
                               args.recovery_time)

@@ -160,8 +160,9 @@ def _on_host(launcher: str, host: str, script: str) -> list[str]:
 def _probe_script(local_dir: Path | None) -> str:
     check = f"echo {_ALIVE}"
     if local_dir is not None:
-        check += (f"; d={_quote(str(local_dir))}; f=\"$d/.ftkit-probe.$$\"; mkdir -p \"$d\" && echo ok > \"$f\" && "
-                  f"read x < \"$f\" && [ \"$x\" = ok ] && rm -f \"$f\" && echo {_DISK_OK}")
+        check += (f"; d={_quote(str(local_dir))}; f=\"$d/.ftkit-probe.$$\"; mkdir -p \"$d\" && "
+                  f"echo ok > \"$f\" && read x < \"$f\" && [ \"$x\" = ok ] && rm -f \"$f\" && "
+                  f"echo {_DISK_OK}")
     return check
 
 
@@ -190,9 +191,11 @@ def probe_hosts(launcher: str, hosts: Sequence[str], local_dir: Path | None,
 
 def _run_on_hosts(launcher: str, hosts: Sequence[str], script: str,
                   timeout: float) -> dict[str, tuple[int | None, str, str]]:
-    """Run ``script`` on every host at once; ``{host: (exit code or None if killed at timeout, out, err)}``."""
-    procs = {h: subprocess.Popen(_on_host(launcher, h, script), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, start_new_session=True) for h in hosts}
+    """Run ``script`` on every host at once; ``{host: (exit code or None if killed at the timeout, out,
+    err)}``."""
+    procs = {h: subprocess.Popen(_on_host(launcher, h, script), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 start_new_session=True) for h in hosts}
     deadline = time.monotonic() + timeout
     done: dict[str, tuple[int | None, str, str]] = {}
     for h, proc in procs.items():
@@ -309,21 +312,22 @@ def run_with_restarts(plan: RelaunchPlan, run_once: RunOnce) -> MPIResult:
         if active is not None:
             active, spares = _replace_gone(plan, active, spares)
             if len(active) < plan.min_hosts:
-                _say(f"the run ended with exit code {result.returncode} and only {len(active)} healthy host(s) "
-                     f"are left ({', '.join(active) or 'none'}; gone: {_gone_text(plan.excluded)}), fewer "
-                     f"than the {plan.min_hosts} its groups need (group_size): not relaunched")
+                _say(f"the run ended with exit code {result.returncode} and only {len(active)} healthy "
+                     f"host(s) are left ({', '.join(active) or 'none'}; gone: {_gone_text(plan.excluded)}), "
+                     f"fewer than the {plan.min_hosts} its groups need (group_size): not relaunched")
                 return result
         if plan.end_time is not None:
             left, needed = plan.end_time - time.time(), _needed_time(plan, start)
             if left < needed:
-                _say(f"the run ended with exit code {result.returncode}; {max(left, 0):.0f} s are left before "
-                     f"the job's end, less than the {needed:.0f} s a run needs to recover and checkpoint: "
-                     "not relaunched")
+                _say(f"the run ended with exit code {result.returncode}; {max(left, 0):.0f} s are left "
+                     f"before the job's end, less than the {needed:.0f} s a run needs to recover and "
+                     "checkpoint: not relaunched")
                 return result
         attempt += 1
         where, flushed = "on the same placement", ""
         if active is not None and before is not None:
-            where = f"on {len(active)} host(s) {','.join(active)}; excluded: {_gone_text(plan.excluded) or 'none'}"
+            where = (f"on {len(active)} host(s) {','.join(active)}; "
+                     f"excluded: {_gone_text(plan.excluded) or 'none'}")
             _release_lock_of_gone_host(plan.meta_dir, plan.excluded)
             if _moved(before, active, plan.excluded) and plan.meta_dir is not None:
                 flushed = flush_on_hosts(plan.launcher, active, plan.meta_dir) + "; "
@@ -335,7 +339,8 @@ def _moved(before: list[str], after: list[str], gone: dict[str, str]) -> bool:
     """Whether a rank of the next run may land on another host than the one holding its node-local files:
     the host count changed, or a host that is not gone holds another position (a spare host taking a gone
     host's place moves nobody)."""
-    return len(before) != len(after) or any(a != b and b not in gone for a, b in zip(before, after))
+    return len(before) != len(after) or any(a != b and b not in gone
+                                            for a, b in zip(before, after, strict=True))
 
 
 def _release_lock_of_gone_host(meta_dir: Path | None, gone: dict[str, str]) -> None:

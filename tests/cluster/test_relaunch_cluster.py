@@ -53,9 +53,9 @@ def srun_restarts(spare_nodes: int):  # type: ignore[no-untyped-def]
     def launch(c, hosts: Sequence[str], per_host: int, program: Sequence[str], env):  # type: ignore[no-untyped-def]
         n = (len(hosts) - spare_nodes) * per_host
         # --no-kill: the allocation survives the loss of one of its nodes (the relaunch runs in it).
-        return ["env", "-u", "PRTE_MCA_plm_ssh_agent", "salloc", "-p", "all", "--no-kill", "-N", str(len(hosts)),
-                "-n", str(len(hosts) * per_host), "-w", ",".join(hosts), "--", FTKIT, "launch", "--launcher",
-                "srun", "-n", str(n), *_launch_opts(spare_nodes), "--", *program]
+        return ["env", "-u", "PRTE_MCA_plm_ssh_agent", "salloc", "-p", "all", "--no-kill", "-N",
+                str(len(hosts)), "-n", str(len(hosts) * per_host), "-w", ",".join(hosts), "--", FTKIT,
+                "launch", "--launcher", "srun", "-n", str(n), *_launch_opts(spare_nodes), "--", *program]
     return launch
 
 
