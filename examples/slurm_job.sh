@@ -8,24 +8,29 @@
 #   [ftkit] exit_level (L4) is taken, and the application ends cleanly. Without the signal, should_exit()
 #   still reads the end from SLURM_JOB_END_TIME / squeue and stops exit_margin seconds before it.
 # - `ftkit halt ftkit-meta` from a login node stops the job the same way at its next step.
-# - `ftkit launch --restarts 3` relaunches the run inside the allocation after a failure, on the healthy nodes.
+# - `ftkit launch --restarts 3 --spare-nodes 1` relaunches the run inside the allocation after a failure, on
+#   the healthy nodes: the fifth node is held back and takes the place of the first one lost; after that the
+#   run goes on with fewer nodes. --no-kill keeps the allocation when one of its nodes fails.
 # - `ftkit flush` copies the newest complete checkpoint to the global directory before the node-local disks
 #   are purged, so the next job recovers from L4.
 #SBATCH --job-name=heat
-#SBATCH --nodes=4
+#SBATCH --nodes=5
 #SBATCH --ntasks-per-node=2
 #SBATCH --time=01:00:00
 #SBATCH --signal=USR1@300
+#SBATCH --no-kill
 set -u
 
 CONFIG=ftkit.ini          # ckpt_dir = $SLURM_TMPDIR/ftkit-local, glbl_dir/meta_dir on the parallel file system
 META=ftkit-meta
 STEPS=100000
+SPARE_NODES=1
+NPROCS=$(( (SLURM_JOB_NUM_NODES - SPARE_NODES) * 2 ))   # 2 ranks on each node that is not held back
 
 # A pending halt (`ftkit halt ftkit-meta --show`) would stop this job at its first step: say so.
 ftkit halt "$META" --show 2>/dev/null || true
 
-ftkit launch -n "$SLURM_NTASKS" --restarts 3 -- \
+ftkit launch -n "$NPROCS" --restarts 3 --spare-nodes "$SPARE_NODES" --config "$CONFIG" -- \
     python examples/heat.py --config "$CONFIG" --steps "$STEPS"
 rc=$?
 

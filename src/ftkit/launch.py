@@ -27,8 +27,8 @@ from .errors import LaunchError, ULFMUnavailable
 from .jobstatus import STATUS_ENV
 
 __all__ = ["MPIResult", "build_mpirun_command", "build_launch_command", "find_mpirun", "resolve_launcher",
-           "run_mpi", "NODE_SIZE_ENV", "RUNTIME_DETECTOR_DEFAULTS", "LAUNCHERS", "LAUNCHER_ENV",
-           "SRUN_MPI_ENV"]
+           "run_mpi", "host_arguments", "NODE_SIZE_ENV", "RUNTIME_DETECTOR_DEFAULTS", "LAUNCHERS",
+           "LAUNCHER_ENV", "SRUN_MPI_ENV"]
 
 #: Environment variable through which the launcher tells ranks how many consecutive ranks form one
 #: emulated node (read by :mod:`ftkit.topology`).
@@ -275,6 +275,8 @@ def build_launch_command(
     env: Mapping[str, str] | None = None,
     spares: int = 0,
     session_base: str | os.PathLike[str] | None = None,
+    hosts: Sequence[str] | None = None,
+    exclude: Sequence[str] = (),
 ) -> tuple[str, list[str]]:
     """Return ``(launcher, command)``: the command line that runs ``program`` on ``nprocs`` ranks.
 
@@ -285,7 +287,9 @@ def build_launch_command(
     where the launcher supports it (:func:`resolve_launcher`). ``spares`` more processes are started
     after the ``nprocs`` application ranks, as spare ranks for online recovery (exported as
     ``FTKIT_SPARE_RANKS``; ``node_size`` divides ``nprocs``). ``session_base`` applies to Open MPI only
-    (:func:`build_mpirun_command`).
+    (:func:`build_mpirun_command`). ``hosts`` (None: the launcher's default placement) puts ``nprocs /
+    len(hosts)`` ranks on each of these hosts (:func:`host_arguments`); ``exclude`` names hosts srun must
+    not use (the others' lists leave them out anyway).
 
     Raises
     ------
@@ -296,6 +300,11 @@ def build_launch_command(
         If ULFM is asked for with a launcher that cannot provide it.
     """
     name, ulfm_on = resolve_launcher(launcher, ulfm=ulfm)
+    if hosts is not None and spares:
+        raise LaunchError("--spares with a host list (--hosts, --restarts inside an allocation) is not "
+                          "supported yet: launch the spare ranks without a host list, or relaunch "
+                          "without them")
+    placement = host_arguments(name, hosts, nprocs, exclude) if hosts is not None else []
     if spares:
         if spares < 0:
             raise LaunchError(f"--spares must be >= 0, got {spares}")
@@ -304,11 +313,12 @@ def build_launch_command(
                **({NODE_SIZE_ENV: str(node_size)} if node_size is not None else {})}
         nprocs, node_size = nprocs + spares, None
     if name == "openmpi":
-        return name, build_mpirun_command(nprocs, program, node_size=node_size, ulfm=ulfm_on, env=env,
-                                          session_base=session_base)
+        cmd = build_mpirun_command(nprocs, program, node_size=node_size, ulfm=ulfm_on, env=env,
+                                   session_base=session_base)
+        return name, cmd[:1] + placement + cmd[1:]
     _check_launch_args(nprocs, program, node_size)
     if name == "mpich":
-        cmd = [_find_mpiexec_hydra(), "-n", str(nprocs)]
+        cmd = [_find_mpiexec_hydra(), *placement, "-n", str(nprocs)]
         for key, value in _exported_env(node_size, env, forward=True).items():
             cmd += ["-genv", key, value]
         return name, cmd + list(program)
@@ -322,7 +332,41 @@ def build_launch_command(
         raise LaunchError(f"srun cannot export {bad}: their values contain a comma (--export splits on it); "
                           "set them in the environment of `ftkit launch` instead")
     export = ",".join(["ALL"] + [f"{k}={v}" for k, v in exported.items()])
-    return name, [srun, "-n", str(nprocs), f"--mpi={plugin}", "-K", "-O", f"--export={export}", *program]
+    return name, [srun, *placement, "-n", str(nprocs), f"--mpi={plugin}", "-K", "-O", f"--export={export}",
+                  *program]
+
+
+def host_arguments(launcher: str, hosts: Sequence[str], nprocs: int,
+                   exclude: Sequence[str] = ()) -> list[str]:
+    """The options that put ``nprocs / len(hosts)`` ranks on each of ``hosts`` (in order), for ``launcher``.
+
+    ``openmpi``: ``--host h1:P,h2:P,...``; ``mpich`` (Hydra): ``-hosts h1,h2,... -ppn P``; ``srun`` (inside
+    an allocation): ``-N H --nodelist=h1,h2,...`` and ``--exclude=... --overlap`` for ``exclude``.
+
+    Raises
+    ------
+    LaunchError
+        If ``hosts`` is empty, names a host twice or one that is also excluded, or its length does not
+        divide ``nprocs``.
+    """
+    hosts = list(hosts)
+    if not hosts:
+        raise LaunchError("no host left to launch on: give at least one host (--hosts h1,h2,...)")
+    bad = sorted({h for h in hosts if hosts.count(h) > 1 or h in exclude or not h or "," in h})
+    if bad:
+        raise LaunchError(f"host list {hosts}: {bad} repeated, empty or also excluded: name each host once")
+    if nprocs < 1 or nprocs % len(hosts) != 0:
+        raise LaunchError(f"-n {nprocs} ranks do not spread evenly over {len(hosts)} host(s) {hosts}: give a "
+                          "multiple of the host count")
+    per_host = nprocs // len(hosts)
+    if launcher == "openmpi":
+        return ["--host", ",".join(f"{h}:{per_host}" for h in hosts)]
+    if launcher == "mpich":
+        return ["-hosts", ",".join(hosts), "-ppn", str(per_host)]
+    # --overlap with hosts excluded: the step that lost a host stays listed, holding its CPUs on the other
+    # hosts, until SLURM hears from the lost one (never, when it is down); without it the relaunch would wait.
+    return ["-N", str(len(hosts)), f"--nodelist={','.join(hosts)}",
+            *([f"--exclude={','.join(exclude)}", "--overlap"] if exclude else [])]
 
 
 def _check_launch_args(nprocs: int, program: Sequence[str], node_size: int | None) -> None:
@@ -371,6 +415,9 @@ def run_mpi(
     spares: int = 0,
     grace: float = 30.0,
     forward_signals: bool = False,
+    hosts: Sequence[str] | None = None,
+    exclude: Sequence[str] = (),
+    status_base: str | os.PathLike[str] | None = None,
 ) -> MPIResult:
     """Run ``program`` under the launcher with a hard timeout and return its outcome.
 
@@ -391,15 +438,19 @@ def run_mpi(
     ranks failed and how. With ``forward_signals`` (``ftkit launch``; main thread only) SIGTERM, SIGINT,
     SIGHUP, SIGUSR1 and SIGUSR2 are passed on to every rank, and after one of the first three whatever runs
     ``grace`` seconds later is killed (``ending_signal`` of the result). A watchdog process kills the job when
-    the caller dies, even by SIGKILL.
+    the caller dies, even by SIGKILL. ``hosts`` and ``exclude`` place the ranks (:func:`host_arguments`);
+    ``status_base`` is where the status directory is made (default: the private session directory on this
+    host): ranks on other hosts can leave their notes only in a directory they see too (a shared one).
     """
     session = tempfile.mkdtemp(prefix="ftkit-mpi-")
+    status = tempfile.mkdtemp(prefix=".ftkit-status-", dir=status_base) if status_base is not None else \
+        os.path.join(session, "status")
     try:
-        status = os.path.join(session, "status")
-        os.mkdir(status, 0o700)
+        if status_base is None:
+            os.mkdir(status, 0o700)
         name, cmd = build_launch_command(nprocs, program, launcher=launcher, node_size=node_size, ulfm=ulfm,
                                          env={**(env or {}), STATUS_ENV: status}, spares=spares,
-                                         session_base=session)
+                                         session_base=session, hosts=hosts, exclude=exclude)
         start = time.monotonic()
         returncode, out, err, timed_out, ending = run_job(
             name, cmd, nprocs, timeout, cwd, capture, status if name == "openmpi" else None, grace=grace,
@@ -407,3 +458,5 @@ def run_mpi(
         return MPIResult(returncode, out, err, time.monotonic() - start, timed_out, cmd, ending)
     finally:
         shutil.rmtree(session, ignore_errors=True)
+        if status_base is not None:
+            shutil.rmtree(status, ignore_errors=True)

@@ -10,8 +10,11 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from .config import Config
 from .errors import LaunchError
-from .launch import LAUNCHER_ENV, LAUNCHERS, RESERVE_CORE_ENV, build_launch_command, run_mpi
+from .launch import LAUNCHER_ENV, LAUNCHERS, RESERVE_CORE_ENV, build_launch_command, resolve_launcher, run_mpi
+from .relaunch import MIN_RECOVERY_S, RelaunchPlan, allocation_hosts, run_with_restarts
+from .walltime import END_TIME_ENV, parse_end_time
 
 __all__ = ["add_parser", "run_launch"]
 
@@ -47,6 +50,28 @@ def add_parser(subparsers) -> None:  # type: ignore[no-untyped-def]
                    help="keep the last core of each rank's CPU set for the checkpoint work (background "
                         "thread or head ranks) and pin the application's threads to the others (exports "
                         f"{RESERVE_CORE_ENV}=1, the same as [ftkit] reserve_core = 1)")
+    p.add_argument("--hosts", default=None, metavar="H1,H2,...",
+                   help="run on these hosts, -n/len(hosts) ranks each (Open MPI --host, MPICH -hosts, srun "
+                        "--nodelist; default: the launcher's placement, or the SLURM allocation with "
+                        "--restarts)")
+    p.add_argument("--restarts", type=int, default=0, metavar="N",
+                   help="relaunch a run that did not complete up to N times, on the hosts that still answer "
+                        "and whose node-local directory works (needs --config); stops when the time left or "
+                        "the healthy hosts are too few (docs/guide/scheduler.md)")
+    p.add_argument("--spare-nodes", type=int, default=0, metavar="K",
+                   help="hold the last K hosts back; a relaunch puts one in the place of each host that "
+                        "is gone")
+    p.add_argument("--config", default=None,
+                   help="the run's ftkit configuration (where its checkpoints are, its group size, "
+                        "end_time): "
+                        "the relaunch loop reads it")
+    p.add_argument("--end-time", default=None, metavar="T",
+                   help="when the allocation ends: ISO 8601 with a zone or seconds since the epoch; exported "
+                        "to the ranks as FTKIT_END_TIME (ckpt.should_exit() turns true before it) and no "
+                        "relaunch starts without time to recover and checkpoint")
+    p.add_argument("--recovery-time", type=float, default=None, metavar="SECONDS",
+                   help="time a relaunch needs to recover and take a checkpoint (default: measured from the "
+                        f"last run, at least {MIN_RECOVERY_S:g} s)")
     p.add_argument("--dry-run", action="store_true", help="print the launch command and exit")
     p.add_argument("program", nargs="+", help="program and arguments (put them after --)")
     p.set_defaults(func=run_launch)
@@ -68,17 +93,37 @@ def run_launch(args) -> int:  # type: ignore[no-untyped-def]
     if program and program[0] == "--":
         program = program[1:]
     program = _with_this_python(program)
-    env = {RESERVE_CORE_ENV: "1"} if args.reserve_core else None
-    if args.dry_run:
-        _, cmd = build_launch_command(args.nprocs, program, launcher=args.launcher, node_size=args.node_size,
-                                      ulfm=args.ulfm, spares=args.spares, env=env)
-        print(" ".join(cmd))
-        return 0
+    env = {RESERVE_CORE_ENV: "1"} if args.reserve_core else {}
+    end_time = parse_end_time(args.end_time, "--end-time") if args.end_time is not None else None
+    if end_time is not None:
+        env[END_TIME_ENV] = f"{end_time:.3f}"
     if args.grace < 0:
         raise LaunchError(f"--grace must be >= 0 seconds, got {args.grace}")
-    result = run_mpi(args.nprocs, program, timeout=args.timeout or 10**9, node_size=args.node_size,
-                     ulfm=args.ulfm, capture=False, launcher=args.launcher, spares=args.spares, env=env,
-                     grace=args.grace, forward_signals=True)
+    plan = _relaunch_plan(args, end_time)
+    hosts = plan.hosts[:len(plan.hosts) - plan.spare_nodes] if plan.hosts is not None else None
+    nprocs = args.nprocs
+    if hosts is not None and nprocs % len(hosts) != 0:
+        raise LaunchError(f"-n {nprocs} ranks do not spread evenly over the {len(hosts)} host(s) of the "
+                          "first "
+                          f"run ({','.join(hosts)}): give a multiple of {len(hosts)}")
+    per_host = nprocs // len(hosts) if hosts is not None else 0
+    if args.dry_run:
+        _, cmd = build_launch_command(nprocs, program, launcher=args.launcher, node_size=args.node_size,
+                                      ulfm=args.ulfm, spares=args.spares, env=env, hosts=hosts)
+        print(" ".join(cmd))
+        return 0
+
+    def run_once(on: list[str] | None, exclude: list[str]):  # type: ignore[no-untyped-def]
+        n = per_host * len(on) if on is not None else nprocs
+        return run_mpi(n, program, timeout=args.timeout or 10**9, node_size=args.node_size, ulfm=args.ulfm,
+                       capture=False, launcher=args.launcher, spares=args.spares, env=env, grace=args.grace,
+                       forward_signals=True, hosts=on, exclude=exclude, status_base=status_base)
+
+    status_base = None
+    if plan.restarts and plan.meta_dir is not None and plan.hosts is not None:
+        plan.meta_dir.mkdir(parents=True, exist_ok=True)  # ranks on every host leave their notes there
+        status_base = plan.meta_dir
+    result = run_with_restarts(plan, run_once)
     if result.timed_out:
         print(f"ftkit launch: job killed after {args.timeout} s timeout", file=sys.stderr)
         return 124
@@ -89,3 +134,19 @@ def run_launch(args) -> int:  # type: ignore[no-untyped-def]
               file=sys.stderr)
         return 128 + result.ending_signal
     return result.returncode
+
+
+def _relaunch_plan(args, end_time: float | None) -> RelaunchPlan:  # type: ignore[no-untyped-def]
+    """The relaunch loop's plan from the command line (``--restarts 0``: one run, no probing)."""
+    if args.restarts < 0 or args.spare_nodes < 0:
+        raise LaunchError(f"--restarts and --spare-nodes must be >= 0, got {args.restarts} and "
+                          f"{args.spare_nodes}")
+    if args.restarts and args.config is None:
+        raise LaunchError("--restarts needs --config FILE: the run's ftkit configuration says where its "
+                          "checkpoints are and how many hosts its groups need")
+    config = Config.from_file(args.config) if args.config is not None else None
+    placed = bool(args.restarts or args.hosts)
+    name = resolve_launcher(args.launcher, ulfm=args.ulfm)[0] if placed else args.launcher
+    hosts = allocation_hosts(args.hosts) if placed else None
+    return RelaunchPlan.build(args.restarts, name, hosts, args.spare_nodes, config, end_time,
+                              args.recovery_time)
