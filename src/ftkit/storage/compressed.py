@@ -109,9 +109,10 @@ def _decode(nc: Any, codec: int, data: bytes, typesize: int, n: int) -> bytes:
     return bytes(plain)
 
 
-def encode_chunk(codec: str, level: int, data: memoryview, typesize: int) -> tuple[bytes, int]:
+def encode_chunk(codec: str, level: int, data: memoryview, typesize: int) -> tuple[bytes | memoryview, int]:
     """Compress one chunk: return its stored bytes and codec id (0, the bytes as they are, when ``codec`` is
-    "none" or compressing saves less than 3 %).
+    "none" or compressing saves less than 3 %: then ``data`` itself, not a copy, so write it before ``data``
+    changes).
 
     ``typesize`` is the item size in bytes of the byte-shuffle applied first (1: none; 1-255).
 
@@ -127,7 +128,7 @@ def encode_chunk(codec: str, level: int, data: memoryview, typesize: int) -> tup
         packed = _encode(require_codec(codec), cid, level, data, typesize)
         if len(packed) < _MIN_SAVING * len(data):
             return packed, cid
-    return bytes(data), 0
+    return data, 0
 
 
 def decode_chunk(cid: int, stored: bytes | bytearray, typesize: int, n: int, what: str) -> bytes:
