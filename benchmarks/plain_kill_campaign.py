@@ -54,8 +54,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ftkit._jobproc import is_running
-from ftkit.errors import FtkitError
+from ftkit._jobproc import is_running, process_environ
+from ftkit._wait import deadline_after, poll_until
+from ftkit.errors import FtkitError, TimeoutFailure
 from ftkit.storage.manifest import read_manifest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -139,22 +140,10 @@ def marked_pids(marker: str) -> list[int]:
 def rank_pids(marker: str) -> dict[int, int]:
     """World rank -> pid of the running processes whose command line holds ``marker``."""
     found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if marker.encode() not in f.read():
-                    continue
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        if not is_running(int(entry)):
-            continue
-        for item in env:
-            if item.startswith(b"OMPI_COMM_WORLD_RANK="):
-                found[int(item.split(b"=")[1])] = int(entry)
+    for pid in marked_pids(marker):
+        rank = (process_environ(pid) or {}).get("OMPI_COMM_WORLD_RANK")
+        if rank is not None:
+            found[int(rank)] = pid
     return found
 
 
@@ -168,13 +157,12 @@ def committed(meta_dir: Path) -> bool:
 
 
 def wait_until(test, limit: float) -> bool:  # noqa: ANN001 - a condition
-    """Poll ``test()`` until true (True) or ``limit`` seconds passed (False)."""
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        if test():
-            return True
-        time.sleep(0.1)
-    return bool(test())
+    """Poll ``test()`` until true (True) or ``limit`` seconds passed (False): the project's one poll loop."""
+    try:
+        poll_until(test, deadline_after(limit), "campaign condition", max_sleep=0.1)
+    except TimeoutFailure:
+        return False
+    return True
 
 
 def launch(d: Path, program: Path, *args: str, t: Trial, detector: bool = True) -> subprocess.Popen[str]:
