@@ -122,3 +122,31 @@ def test_bad_codec_or_shuffle_size_is_refused():
     with pytest.raises(ConfigError, match="divide"):
         DcpWriter("/tmp", 0, 1000, codec="zstd", typesize=16)
     assert DcpWriter("/tmp", 0, 1002, codec="zstd").typesize == 2   # the largest of 8, 4, 2, 1 dividing it
+
+
+def test_forged_map_with_an_oversized_block_is_refused_before_any_read(tmp_path):
+    """A map (checksum recomputed) that gives a block more stored bytes than the block holds is a damaged
+    map: nothing is allocated or read after what it says."""
+    import struct
+
+    import xxhash
+
+    from ftkit.checkpoint.dcp import MAGIC
+    from ftkit.errors import FormatError
+    from ftkit.storage.dcpstore import dcp_map_path
+
+    data = _field(8, seed=4)
+    (tmp_path / "c").write_bytes(data.tobytes())
+    DcpWriter(tmp_path / "l4", 0, BS, codec="zstd").write(tmp_path / "c", 1)
+    path = dcp_map_path(tmp_path / "l4", 0, 1)
+    body = bytearray(path.read_bytes()[:-8])
+    (hlen,) = struct.unpack("<I", body[len(MAGIC):len(MAGIC) + 4])
+    n = read_dcp_map(tmp_path / "l4", 0, 1).nblocks
+    at = len(MAGIC) + 4 + hlen + 24 * n + 4 * 2          # block 2's stored length
+    body[at:at + 4] = struct.pack("<I", 2**32 - 1)
+    path.write_bytes(bytes(body) + struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(body))))
+    with pytest.raises(FormatError, match="more stored bytes"):
+        read_dcp_map(tmp_path / "l4", 0, 1)
+    with pytest.raises(FormatError):
+        restore_dcp(tmp_path / "l4", 0, 1, tmp_path / "o")
+    assert not (tmp_path / "o").exists()

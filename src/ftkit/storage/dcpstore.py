@@ -200,6 +200,9 @@ def read_dcp_map(directory: str | os.PathLike[str], rank: int, ckpt_id: int) -> 
         if compressed:
             stored = np.frombuffer(body, "<u4", n, pos + 24 * n).astype(np.uint32)
             codecs = np.frombuffer(body, "u1", n, pos + 28 * n).copy()
+            logical = np.minimum(bs, total - np.arange(n, dtype=np.int64) * bs)
+            if (stored.astype(np.int64) > logical).any():  # a block that does not shrink is stored raw
+                raise FormatError(f"{path}: the map gives a block more stored bytes than it holds")
         return DcpMap(rank, ckpt_id, gen, bs, total, str(hdr["digest"]), offsets, hashes, stored, codecs,
                       typesize)
     except FormatError:
