@@ -249,3 +249,34 @@ def test_incompressible_sections_are_mostly_not_tried(tmp_path, monkeypatch):
                      nranks=1, codec="zstd", codec_level=3)
     assert len(tried) == 4 + 36 // 8                                     # 4 tries, then 1 probe in 8
     assert read_arrays(tmp_path / "n.ftk")["noise"].tobytes() == noise.tobytes()
+
+
+@pytest.mark.parametrize("what", ["write_compressed", "dcp"])
+def test_full_disk_is_a_storage_error_and_the_previous_file_stays(tmp_path, small_disk, what):
+    """A compressed L4 file, or a compressed dCP write, that fills the disk raises StorageError naming the
+    cause, leaves no temporary file, and the previous good checkpoint still reads bit for bit."""
+    from ftkit.checkpoint.dcp import DcpWriter, restore_dcp
+    from ftkit.errors import StorageError
+    from ftkit.storage.format import write_compressed
+
+    disk = small_disk(3 * 2**20)
+    small = [("x", np.zeros(1000))]
+    noise = [("x", np.random.default_rng(8).integers(0, 2**62, 2**19, dtype=np.int64))]   # 4 MiB, raw
+    kw = dict(rank=0, level=4, nranks=1, exec_id="run", codec="zstd", codec_level=3)
+    if what == "write_compressed":
+        good = write_compressed(disk / "rank0.ftk", small, ckpt_id=1, **kw)
+        with pytest.raises(StorageError, match="No space|ENOSPC|space"):
+            write_compressed(disk / "rank0.ftk", noise, ckpt_id=2, **kw)
+        assert verify_file(disk / "rank0.ftk", expect_digest=good.digest).digest == good.digest
+        assert read_arrays(disk / "rank0.ftk")["x"].tobytes() == small[0][1].tobytes()
+        assert sorted(p.name for p in disk.iterdir()) == ["rank0.ftk"]
+    else:
+        src = tmp_path / "c"
+        src.write_bytes(small[0][1].tobytes())
+        w = DcpWriter(disk / "l4", 0, 4096, codec="zstd")
+        w.write(src, 1)
+        src.write_bytes(noise[0][1].tobytes())
+        with pytest.raises(StorageError, match="No space|ENOSPC|space"):
+            w.write(src, 2)
+        restore_dcp(disk / "l4", 0, 1, tmp_path / "o")
+        assert (tmp_path / "o").read_bytes() == small[0][1].tobytes()
