@@ -7,6 +7,8 @@
 # ../shared/anchors/fti/ relative to the repository, or $FTI_TARBALL. Toolchain: Debian's Open MPI 4.1
 # (mpicc), cmake and OpenSSL's headers (FTI's MD5), installed with apt-get when missing.
 # Exit status 3 (and a message) when the tarball is absent: the driver then compares with the floors only.
+# FTI_MPICC / FTI_MPICXX choose the MPI compiler wrappers (default mpicc / mpicxx); for Debian's Open MPI 4.1
+# when mpicc is MPICH: FTI_ROOT=/tmp/ftkit-fti-ompi FTI_MPICC=mpicc.openmpi FTI_MPICXX=mpicxx.openmpi.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -19,12 +21,14 @@ for t in "$REPO/../shared/anchors/fti/fti-v1.6.tar.gz" "$MAIN/../shared/anchors/
 done
 TARBALL=${TARBALL:-$REPO/../shared/anchors/fti/fti-v1.6.tar.gz}
 export PATH=/usr/bin:/bin:/usr/sbin:/sbin:$PATH   # Debian's mpicc, not a venv's
+MPICC=${FTI_MPICC:-mpicc}
+MPICXX=${FTI_MPICXX:-mpicxx}
 
 if [ ! -f "$TARBALL" ]; then
   echo "FTI source tarball not found: $TARBALL (set FTI_TARBALL); comparing with the floors only" >&2
   exit 3
 fi
-if ! command -v mpicc >/dev/null || ! command -v cmake >/dev/null || [ ! -e /usr/include/openssl/md5.h ]; then
+if ! command -v "$MPICC" >/dev/null || ! command -v cmake >/dev/null || [ ! -e /usr/include/openssl/md5.h ]; then
   apt-get update -q
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q libopenmpi-dev openmpi-bin cmake libssl-dev zlib1g-dev
 fi
@@ -36,13 +40,13 @@ fi
 if [ ! -f "$ROOT/install/lib/libfti.so" ] && [ ! -f "$ROOT/install/lib64/libfti.so" ]; then
   cmake -S "$ROOT/src" -B "$ROOT/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$ROOT/install" \
         -DENABLE_EXAMPLES=OFF -DENABLE_FORTRAN=OFF -DENABLE_HDF5=OFF -DENABLE_TESTS=OFF \
-        -DCMAKE_C_COMPILER=mpicc -DCMAKE_CXX_COMPILER=mpicxx >"$ROOT/cmake.log" 2>&1
+        -DCMAKE_C_COMPILER="$MPICC" -DCMAKE_CXX_COMPILER="$MPICXX" >"$ROOT/cmake.log" 2>&1
   cmake --build "$ROOT/build" -j2 >"$ROOT/make.log" 2>&1
   cmake --install "$ROOT/build" >>"$ROOT/make.log" 2>&1
 fi
 LIBDIR=$ROOT/install/lib; [ -f "$LIBDIR/libfti.so" ] || LIBDIR=$ROOT/install/lib64
 if [ ! -x "$ROOT/ckpt_fti" ] || [ "$HERE/ckpt_fti.c" -nt "$ROOT/ckpt_fti" ]; then
-  mpicc -O2 -std=gnu99 -o "$ROOT/ckpt_fti" "$HERE/ckpt_fti.c" -I"$ROOT/install/include" \
+  "$MPICC" -O2 -std=gnu99 -o "$ROOT/ckpt_fti" "$HERE/ckpt_fti.c" -I"$ROOT/install/include" \
         -L"$LIBDIR" -Wl,-rpath,"$LIBDIR" -lfti -lm
 fi
 echo "$ROOT/ckpt_fti"
