@@ -132,9 +132,8 @@ def rs_rebuild(comm: MPI.Comm, plan: GroupPlan, h: ParityHeader, fd_data: int, f
     from mpi4py import MPI
 
     n, i = comm.Get_size(), comm.Get_rank()
-    ndata = sum(plan.have_data)
-    chosen_par = [m for m in range(n) if plan.have_parity[m]][:n - ndata]
-    contrib = [([m] if plan.have_data[m] else []) + ([n + m] if m in chosen_par else []) for m in range(n)]
+    sources = plan.rs_sources()
+    contrib = [[f for f in (m, n + m) if f in sources] for m in range(n)]
     frag_ids = [f for c in contrib for f in c]
     wanted = ([i] if dwriter is not None else []) + ([n + i] if pwriter is not None else [])
     length = max(h.sizes)

@@ -1,7 +1,9 @@
-"""The plan of an encoded (L3) group: which data and parity files survive, and what the code can repair.
+"""The plans of a group's redundancy: which files of an L2 (:class:`PartnerPlan`) or L3 (:class:`GroupPlan`)
+group survive, and what can be rebuilt from where.
 
-Shared by the collective group operations (:mod:`ftkit.storage.encoded`) and the offline repair of
-``ftkit rebuild`` (:mod:`ftkit.storage.offline`), so both take the same decisions:
+Shared by the collective group operations (:mod:`ftkit.storage.partner`, :mod:`ftkit.storage.encoded`) and
+the offline repair (:mod:`ftkit.storage.offline`), through the engine :mod:`ftkit.storage.rebuild`, so both
+take the same decisions. For an encoded group:
 
 * a parity file counts when its header and payload checksum are intact, it is its member's row of a group
   of this size, carries the expected tag, and agrees with the *majority parity header* of the group
@@ -22,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, FtkitError
+from ..topology import partner_index, partner_source_index
 from ._collective import member_names
 from ._stream import file_digest, file_size
 from .parity import ParityHeader, payload_offset_for, verify_parity
 
-__all__ = ["CODES", "DEFAULT_MEMORY", "MAX_CHUNK", "GroupPlan", "check_code", "rs_code", "prefetch_rs_code",
-           "encoding_tag",
+__all__ = ["CODES", "DEFAULT_MEMORY", "MAX_CHUNK", "GroupPlan", "PartnerPlan", "check_code", "rs_code",
+           "prefetch_rs_code", "encoding_tag",
            "chunk_size_for", "parity_overhead", "xor_segment", "member_parity", "majority_header",
            "data_matches"]
 
@@ -204,6 +207,13 @@ class GroupPlan:
         """True when nothing is lost."""
         return not self.lost_data and not self.lost_parity
 
+    def rs_sources(self) -> tuple[int, ...]:
+        """The fragments a Reed-Solomon rebuild decodes from: every surviving data file (fragment ``m``),
+        then as many surviving parity files (fragment ``size + m``) as data files are lost."""
+        n = self.size
+        par = [n + m for m in range(n) if self.have_parity[m]][:n - sum(self.have_data)]
+        return tuple(m for m in range(n) if self.have_data[m]) + tuple(par)
+
     @property
     def recoverable(self) -> bool:
         """True when the lost data files can be rebuilt from what survives."""
@@ -242,3 +252,58 @@ class GroupPlan:
         else:
             need = "XOR survives the loss of one member only"
         return f"lost {', '.join(lost)}; {need}"
+
+
+@dataclass(frozen=True)
+class PartnerPlan:
+    """Which L2 files of a group survive: ``have_data[i]`` (member i's own file) and ``have_copy[i]``
+    (the copy of member ``i - 1``'s file that member i stores)."""
+
+    have_data: tuple[bool, ...]
+    have_copy: tuple[bool, ...]
+
+    @property
+    def size(self) -> int:
+        """Number of members."""
+        return len(self.have_data)
+
+    @property
+    def lost_members(self) -> tuple[int, ...]:
+        """Members whose data file must be rebuilt."""
+        return tuple(i for i, ok in enumerate(self.have_data) if not ok)
+
+    @property
+    def unrecoverable(self) -> tuple[int, ...]:
+        """Members whose data file and its partner copy are both lost."""
+        n = self.size
+        return tuple(i for i in self.lost_members if not self.have_copy[partner_index(i, n)])
+
+    @property
+    def recoverable(self) -> bool:
+        """True when every lost data file still has its partner copy."""
+        return not self.unrecoverable
+
+    @property
+    def intact(self) -> bool:
+        """True when nothing is lost (no data file, no copy)."""
+        return all(self.have_data) and all(self.have_copy)
+
+    def restores(self) -> tuple[tuple[int, int], ...]:
+        """The first rebuild step, ``(holder, member)`` pairs: the partner copy kept by ``holder`` is sent
+        back to ``member``, whose data file is lost."""
+        n = self.size
+        return tuple((partner_index(i, n), i) for i in self.lost_members)
+
+    def recopies(self) -> tuple[tuple[int, int], ...]:
+        """The second rebuild step, ``(member, holder)`` pairs: ``member``'s (restored) data file is copied
+        again to ``holder``, whose partner copy is lost."""
+        n = self.size
+        return tuple((partner_source_index(i, n), i) for i in range(n) if not self.have_copy[i])
+
+    def describe(self, names: Sequence[str] | None = None) -> str:
+        """Say what is lost, naming members by ``names`` (default ``member i``)."""
+        nm = list(names) if names is not None else [f"member {i}" for i in range(self.size)]
+        n = self.size
+        parts = [f"{nm[i]} lost its file and its partner copy on {nm[partner_index(i, n)]}"
+                 for i in self.unrecoverable]
+        return "; ".join(parts) if parts else "recoverable"

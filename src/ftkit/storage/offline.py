@@ -16,11 +16,11 @@ import numpy as np
 import xxhash
 
 from ..errors import RecoveryError
-from ..topology import partner_index, partner_source_index
 from ._stream import AtomicWriter, byte_view, file_digest, file_size, read_into
 from .group_plan import (
     DEFAULT_MEMORY,
     GroupPlan,
+    PartnerPlan,
     check_code,
     chunk_size_for,
     data_matches,
@@ -30,7 +30,6 @@ from .group_plan import (
     xor_segment,
 )
 from .parity import ParityHeader, payload_offset_for, write_parity_header
-from .partner import PartnerPlan
 
 __all__ = ["assess_partner_files", "rebuild_partner_files", "assess_group_files", "rebuild_group_files",
            "copy_file"]
@@ -57,12 +56,11 @@ def rebuild_partner_files(plan: PartnerPlan, data_paths: Sequence[PathLike], cop
     """
     if not plan.recoverable:
         raise RecoveryError(f"L2 partner copies cannot recover the group: {plan.describe(names)}")
+    for holder, member in plan.restores():
+        copy_file(copy_paths[holder], data_paths[member])
+    for member, holder in plan.recopies():
+        copy_file(data_paths[member], copy_paths[holder])
     n = plan.size
-    for i in plan.lost_members:
-        copy_file(copy_paths[partner_index(i, n)], data_paths[i])
-    for i in range(n):
-        if not plan.have_copy[i]:
-            copy_file(data_paths[partner_source_index(i, n)], copy_paths[i])
     return PartnerPlan((True,) * n, (True,) * n)
 
 
@@ -133,9 +131,7 @@ def _rs_rebuild(plan: GroupPlan, h: ParityHeader, data_paths: Sequence[PathLike]
                 parity_paths: Sequence[PathLike], memory: int) -> None:
     """Rebuild lost data and lost parity of an RS group together, chunk by chunk."""
     n = plan.size
-    ndata = sum(plan.have_data)
-    chosen = [m for m in range(n) if plan.have_data[m]] + \
-        [n + m for m in range(n) if plan.have_parity[m]][:n - ndata]
+    chosen = plan.rs_sources()
     wanted = [m for m in plan.lost_data] + [n + m for m in plan.lost_parity]
     length = max(h.sizes)
     z = chunk_size_for(length, memory, n + len(wanted))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,6 +38,7 @@ from ._collective import (
 )
 from ._fsutil import BackgroundSyncs
 from ._stream import AtomicWriter, byte_view, file_size, read_into
+from .group_plan import PartnerPlan
 from .local import LocalLevel
 from .source import ByteSource
 
@@ -298,49 +298,6 @@ def partner_copy(comm: MPI.Comm, data_path: PathLike, copy_path: PathLike, *,
     return got
 
 
-@dataclass(frozen=True)
-class PartnerPlan:
-    """Which L2 files of a group survive: ``have_data[i]`` (member i's own file) and ``have_copy[i]``
-    (the copy of member ``i - 1``'s file that member i stores)."""
-
-    have_data: tuple[bool, ...]
-    have_copy: tuple[bool, ...]
-
-    @property
-    def size(self) -> int:
-        """Number of members."""
-        return len(self.have_data)
-
-    @property
-    def lost_members(self) -> tuple[int, ...]:
-        """Members whose data file must be rebuilt."""
-        return tuple(i for i, ok in enumerate(self.have_data) if not ok)
-
-    @property
-    def unrecoverable(self) -> tuple[int, ...]:
-        """Members whose data file and its partner copy are both lost."""
-        n = self.size
-        return tuple(i for i in self.lost_members if not self.have_copy[partner_index(i, n)])
-
-    @property
-    def recoverable(self) -> bool:
-        """True when every lost data file still has its partner copy."""
-        return not self.unrecoverable
-
-    @property
-    def intact(self) -> bool:
-        """True when nothing is lost (no data file, no copy)."""
-        return all(self.have_data) and all(self.have_copy)
-
-    def describe(self, names: Sequence[str] | None = None) -> str:
-        """Say what is lost, naming members by ``names`` (default ``member i``)."""
-        nm = list(names) if names is not None else [f"member {i}" for i in range(self.size)]
-        n = self.size
-        parts = [f"{nm[i]} lost its file and its partner copy on {nm[partner_index(i, n)]}"
-                 for i in self.unrecoverable]
-        return "; ".join(parts) if parts else "recoverable"
-
-
 def assess_partner(comm: MPI.Comm, data_path: PathLike, copy_path: PathLike,
                    validate: Callable[[Path], bool] | None = None, *,
                    timeout: float | None = DEFAULT_TIMEOUT) -> PartnerPlan:
@@ -397,18 +354,17 @@ def rebuild_partner(comm: MPI.Comm, plan: PartnerPlan, data_path: PathLike, copy
     if not plan.recoverable:
         raise RecoveryError(f"L2 partner copies cannot recover the group: {plan.describe(names)}")
     n, i = comm.Get_size(), comm.Get_rank()
-    nxt, prv = partner_index(i, n), partner_source_index(i, n)
-    # Step 1: the partner of each lost member sends its copy back.
-    dest = prv if not plan.have_data[prv] else MPI.PROC_NULL
-    source = nxt if not plan.have_data[i] else MPI.PROC_NULL
+    # Step 1: the partner of each lost member sends its copy back (the plan's restores).
+    dest = next((m for h, m in plan.restores() if h == i), MPI.PROC_NULL)
+    source = next((h for h, m in plan.restores() if m == i), MPI.PROC_NULL)
     guard = ErrorGuard()  # a failed step is reported by every member at the end, not left waiting
     with guard:
         transfer_file(comm, copy_path if dest != MPI.PROC_NULL else None, dest,
                       data_path if source != MPI.PROC_NULL else None, source, chunk_size=chunk_size,
                       timeout=timeout)
-    # Step 2: every lost copy is sent again from the (now restored) original.
-    dest = nxt if not plan.have_copy[nxt] else MPI.PROC_NULL
-    source = prv if not plan.have_copy[i] else MPI.PROC_NULL
+    # Step 2: every lost copy is sent again from the (now restored) original (the plan's recopies).
+    dest = next((h for m, h in plan.recopies() if m == i), MPI.PROC_NULL)
+    source = next((m for m, h in plan.recopies() if h == i), MPI.PROC_NULL)
     with guard:
         transfer_file(comm, data_path if dest != MPI.PROC_NULL else None, dest,
                       copy_path if source != MPI.PROC_NULL else None, source, chunk_size=chunk_size,

@@ -24,12 +24,12 @@ from ..topology import partner_source_in, plan_topology
 from .base import StorageLevel
 from .compressed import stored_size
 from .format import read_header, verify_file
-from .group_plan import encoding_tag
+from .group_plan import PartnerPlan, encoding_tag
 from .levels import LEVEL_CLASSES, make_level
 from .manifest import CheckpointEntry, Manifest
-from .offline import assess_group_files, assess_partner_files, rebuild_group_files, rebuild_partner_files
 from .parity import read_parity_header, verify_parity
 from .partner import PartnerLevel
+from .rebuild import GroupFiles, assess, rebuild
 
 __all__ = ["entry_groups", "check_redundancy", "check_entry", "entry_files", "GroupRepair",
            "repair_checkpoint", "repair_group", "group_levels"]
@@ -217,35 +217,18 @@ def repair_group(lv: int, exec_id: str, entry: CheckpointEntry, g: Sequence[int]
     FtkitError, OSError
         If a file cannot be read or written.
     """
-    names = [f"rank {r} (node {entry.nodes[r]})" for r in g]
-    partner = issubclass(LEVEL_CLASSES[lv], PartnerLevel)
-    if partner:
-        want = {data[i]: entry.files[r].digest for i, r in enumerate(g)}
-        want.update({extra[i]: entry.files[partner_source_in(g, r)].digest for i, r in enumerate(g)})
-
-        def valid(p: Path) -> bool:
-            try:
-                verify_file(p, expect_digest=want[p])
-                return True
-            except (FtkitError, OSError):
-                return False
-
-        plan = assess_partner_files(data, extra, valid)
-        if plan.intact:
-            return "intact"
-        rebuild_partner_files(plan, data, extra, names)
-        lost = [names[i] for i in plan.lost_members]
-        copies = [names[i] for i, c in enumerate(plan.have_copy) if not c]
+    files = GroupFiles(lv, exec_id, entry, tuple(g), tuple(data), tuple(extra))
+    plan = assess(files)
+    if plan.intact:
+        return "intact"
+    rebuild(files, plan)
+    names = files.names
+    if isinstance(plan, PartnerPlan):
+        lost, kind = plan.lost_members, "partner copies"
+        copies = [i for i, c in enumerate(plan.have_copy) if not c]
     else:
-        code = str(entry.extra.get("l3_code", "rs"))
-        tag = encoding_tag(exec_id, entry.id)
-        gplan = assess_group_files(data, extra, code=code, tag=tag)
-        if gplan.intact:
-            return "intact"
-        rebuild_group_files(gplan, data, extra, tag=tag, names=names)
-        lost = [names[i] for i in gplan.lost_data]
-        copies = [names[i] for i in gplan.lost_parity]
+        lost, copies, kind = plan.lost_data, list(plan.lost_parity), "parity files"
     for i, r in enumerate(g):
         verify_file(data[i], expect_digest=entry.files[r].digest)
-    kind = "partner copies" if partner else "parity files"
-    return f"rebuilt L1 files of {lost or 'none'}; re-created {kind} of {copies or 'none'}"
+    return (f"rebuilt L1 files of {[names[i] for i in lost] or 'none'}; re-created {kind} of "
+            f"{[names[i] for i in copies] or 'none'}")

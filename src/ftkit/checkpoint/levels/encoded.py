@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...storage.encoded import assess_group, encode_group, rebuild_group
+from ...storage.encoded import encode_group
 from ...storage.encoded import encoding_tag as l3_tag
 from ...storage.group_plan import prefetch_rs_code
 from ...storage.manifest import CheckpointEntry
+from ...storage.rebuild import GroupFiles, assess, rebuild
 from ...topology import Topology
 from ..contract import CheckpointJob, Level, PipelineContext
 from ._groups import (
@@ -76,14 +77,13 @@ class EncodedStep(GroupStep):
     level = 3
 
     def repair(self, ctx: PipelineContext, entry: CheckpointEntry, topo: Topology, gi: int, comm: Any) -> str:
-        group = topo.groups[gi]
         data, parity = level_paths(ctx, entry.nodes, entry.id, 3)
-        tag = l3_tag(ctx.exec_id, entry.id)
-        code = str(entry.extra.get("l3_code", ctx.config.l3_code))
-        plan = assess_group(comm, data, parity, code=code, tag=tag, timeout=ctx.timeout)
+        files = GroupFiles(3, ctx.exec_id, entry, topo.groups[gi], (data,), (parity,), comm,
+                           timeout=ctx.timeout, default_code=ctx.config.l3_code)
+        plan = assess(files)
         if not plan.recoverable:
-            return f"L3 {describe_group(topo, gi)}: {plan.describe(group_names(topo, group))}"
-        rebuild_group(comm, plan, data, parity, tag=tag, names=group_names(topo, group), timeout=ctx.timeout)
+            return f"L3 {describe_group(topo, gi)}: {plan.describe(files.names)}"
+        rebuild(files, plan)
         return ""
 
 

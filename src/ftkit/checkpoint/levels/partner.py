@@ -9,19 +9,17 @@ the lost copies, so the next failure is covered too.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from ...storage.format import verify_file
 from ...storage.manifest import CheckpointEntry
-from ...storage.partner import assess_partner, partner_copy, rebuild_partner
+from ...storage.partner import partner_copy
+from ...storage.rebuild import GroupFiles, assess, rebuild
 from ...topology import Topology
-from ..contract import DAMAGED, CheckpointJob, Level, PipelineContext
+from ..contract import CheckpointJob, Level, PipelineContext
 from ._groups import (
     GroupStep,
     describe_group,
     group_comm,
-    group_names,
     level_paths,
     record_group_size,
     require_groups,
@@ -68,25 +66,13 @@ class PartnerStep(GroupStep):
     level = 2
 
     def repair(self, ctx: PipelineContext, entry: CheckpointEntry, topo: Topology, gi: int, comm: Any) -> str:
-        group = topo.groups[gi]
-        me = group.index(ctx.rank)
-        source = group[(me - 1) % len(group)]
         data, copy = level_paths(ctx, entry.nodes, entry.id, 2)
-        chunk = _chunk(ctx)
-
-        def validate(p: Path) -> bool:
-            owner = ctx.rank if p == data else source
-            try:
-                verify_file(p, expect_digest=entry.files[owner].digest, chunk_bytes=chunk)
-                return True
-            except DAMAGED:
-                return False
-
-        plan = assess_partner(comm, data, copy, validate, timeout=ctx.timeout)
+        files = GroupFiles(2, ctx.exec_id, entry, topo.groups[gi], (data,), (copy,), comm, _chunk(ctx),
+                           ctx.timeout)
+        plan = assess(files)
         if not plan.recoverable:
-            return f"L2 {describe_group(topo, gi)}: {plan.describe(group_names(topo, group))}"
-        rebuild_partner(comm, plan, data, copy, names=group_names(topo, group), chunk_size=chunk,
-                        timeout=ctx.timeout)
+            return f"L2 {describe_group(topo, gi)}: {plan.describe(files.names)}"
+        rebuild(files, plan)
         return ""
 
 
