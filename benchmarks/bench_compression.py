@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
 from ftkit.checkpoint.levels.pfs import compress_copy  # noqa: E402
-from ftkit.storage.compressed import stored_size  # noqa: E402
-from ftkit.storage.format import copy_file, read_arrays, write_file  # noqa: E402
+from ftkit.storage.format.compressed import stored_size  # noqa: E402
+from ftkit.storage.format.container import copy_file, read_arrays, write_file  # noqa: E402
 
 
 def datasets(nbytes: int) -> dict[str, np.ndarray]:

@@ -37,8 +37,8 @@ def _worker(args: argparse.Namespace) -> None:
     from mpi4py import MPI
 
     from ftkit.storage._stream import AtomicWriter
-    from ftkit.storage.encoded import assess_group, encode_group, rebuild_group
-    from ftkit.storage.partner import assess_partner, partner_copy, rebuild_partner
+    from ftkit.storage.groupcode.erasure import assess_group, encode_group, rebuild_group
+    from ftkit.storage.groupcode.partner_copy import assess_partner, partner_copy, rebuild_partner
     from ftkit.topology import detect_node_ids, plan_topology
 
     comm = MPI.COMM_WORLD
@@ -64,7 +64,7 @@ def _worker(args: argparse.Namespace) -> None:
 
     payload = np.random.default_rng(rank).integers(0, 256, size, dtype=np.uint8)
     # Warm up: load the codec's compiled kernels (numba cache) before anything is timed.
-    from ftkit.storage.group_plan import rs_code
+    from ftkit.storage.groupcode.plan import rs_code
 
     warm = [np.zeros(4096, np.uint8) for _ in range(group.Get_size())]
     rs_code(group.Get_size()).encode_into(warm, [np.empty(4096, np.uint8)], parity_indices=[0])
@@ -88,7 +88,7 @@ def _worker(args: argparse.Namespace) -> None:
     timed("l4_pfs_copy", write_l4)
 
     # Encode work only: the codec computing one parity row from k chunks, as each member does.
-    from ftkit.storage.group_plan import rs_code
+    from ftkit.storage.groupcode.plan import rs_code
 
     k = group.Get_size()
     z = int(rs_stats["chunk_bytes"])  # the chunk size encode_group used
@@ -146,7 +146,7 @@ def _single_core_kernel(size_mib: int, k: int = 4) -> dict[str, float]:
     same run: the memory-bandwidth reference)."""
     import numpy as np
 
-    from ftkit.storage.group_plan import DEFAULT_MEMORY, MAX_CHUNK, chunk_size_for, rs_code
+    from ftkit.storage.groupcode.plan import DEFAULT_MEMORY, MAX_CHUNK, chunk_size_for, rs_code
 
     size = min(size_mib, 64) << 20
     z = min(chunk_size_for(size, DEFAULT_MEMORY, 2 * (k + 1)), MAX_CHUNK)  # as encode_group

@@ -25,7 +25,7 @@ LAYERS: dict[str, int] = {
     "storage": 2, "models": 2,
     "failure": 3,
     "checkpoint": 4, "linalg": 4,
-    "cli": 5, "config_cli": 5, "launch_cli": 5, "relaunch": 5, "doctor": 5, "__main__": 5, "__init__": 5,
+    "cli": 5, "relaunch": 5, "doctor": 5, "__main__": 5, "__init__": 5,
 }
 
 #: Packages of one layer that must not import each other.

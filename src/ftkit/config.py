@@ -176,7 +176,7 @@ class Config:
     exit_level: int = 4
     end_time: str = ""
     log_level: str = ""
-    compression: str = "none"      # L4 copies: none | lz4 | zstd | blosc (see ftkit.storage.compressed)
+    compression: str = "none"      # L4 copies: none | lz4 | zstd | blosc (ftkit.storage.format.compressed)
     compression_level: int = 3
     source: str = field(default="<defaults>", compare=False)
     #: Notes of the INI reader (unknown, repeated and empty keys); set by :meth:`from_string`.

@@ -215,7 +215,8 @@ def _run_on_hosts(launcher: str, hosts: Sequence[str], script: str,
 def flush_on_hosts(launcher: str, hosts: Sequence[str], meta_dir: Path,
                    timeout: float = FLUSH_TIMEOUT_S) -> str:
     """Run ``ftkit flush META_DIR`` on every host at once (each copies to L4 what its node-local directory
-    holds; the last one commits level 4, see :mod:`ftkit.storage.flush`); return what came of it, for a line.
+    holds; the last one commits level 4, see :mod:`ftkit.storage.repair.flush`); return what came of it, for a
+    line.
 
     A relaunch on fewer hosts needs it: ranks then land on other hosts than the ones holding their
     node-local files, so only L4 (the global directory) serves every rank.

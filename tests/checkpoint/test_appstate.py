@@ -20,9 +20,9 @@ import pytest
 import xxhash
 
 from ftkit.inject import delete_node_dir
-from ftkit.storage.compressed import CompressedSource
-from ftkit.storage.format import read_header
-from ftkit.storage.staterecord import KIND_DICT, KIND_GENERATOR, MAGIC, encode_record
+from ftkit.storage.format.compressed import CompressedSource
+from ftkit.storage.format.container import read_header
+from ftkit.storage.format.staterecord import KIND_DICT, KIND_GENERATOR, MAGIC, encode_record
 
 from ..conftest import REPO, run_python
 from ._util import node_dirs, rank_lines, write_config

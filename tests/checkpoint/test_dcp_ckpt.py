@@ -8,7 +8,7 @@ import re
 import pytest
 
 from ftkit.inject import delete_node_dir
-from ftkit.storage.dcpstore import read_dcp_map
+from ftkit.storage.format.dcpstore import read_dcp_map
 
 from .test_async_ckpt import recovered, run_app, write_config
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ftkit.checkpoint.dcp import DcpWriter, read_dcp_map, restore_dcp
 from ftkit.errors import ConfigError, CorruptionError
-from ftkit.storage.dcpstore import DcpSource, store_path
+from ftkit.storage.format.dcpstore import DcpSource, store_path
 
 pytest.importorskip("numcodecs")
 
@@ -133,7 +133,7 @@ def test_forged_map_with_an_oversized_block_is_refused_before_any_read(tmp_path)
 
     from ftkit.checkpoint.dcp import MAGIC
     from ftkit.errors import FormatError
-    from ftkit.storage.dcpstore import dcp_map_path
+    from ftkit.storage.format.dcpstore import dcp_map_path
 
     data = _field(8, seed=4)
     (tmp_path / "c").write_bytes(data.tobytes())

@@ -9,8 +9,8 @@ import re
 import warnings
 
 from ftkit.checkpoint.runstate import inspect_run
+from ftkit.cli.config_cli import check_config
 from ftkit.config import Config
-from ftkit.config_cli import check_config
 from ftkit.storage.manifest import CheckpointEntry, Manifest, RankFile, write_manifest
 
 ID_RE = re.compile(r"^\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}-[0-9a-f]{4}$")

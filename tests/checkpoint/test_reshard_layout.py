@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from ftkit.errors import CorruptionError, FormatError
 from ftkit.inject import corrupt_file
 from ftkit.storage import boxread
-from ftkit.storage.format import read_header, write_file
-from ftkit.storage.layout import Box, Layout, box_runs, coverage_problem, parse_layout
-from ftkit.storage.source import FileSource
+from ftkit.storage.format.container import read_header, write_file
+from ftkit.storage.format.global_layout import Box, Layout, box_runs, coverage_problem, parse_layout
+from ftkit.storage.format.source import FileSource
 
 G = (37, 29)
 FULL = np.arange(G[0] * G[1], dtype=np.float64).reshape(G) * 0.5

@@ -9,7 +9,7 @@ Scenarios: ``none``, ``node<i>[<j>...]`` (lose data+parity of members i, j...), 
 (corrupt one byte), ``alldata`` (no data file left), ``allparity`` (every parity file lost), ``twice``
 (lose node 1, rebuild, then lose node 3, rebuild). Prints ``OK <scenario> <rank> lost=...`` or
 ``RECOVERYERROR <scenario> <rank> <message>``. A ``~off`` suffix (``node1~off``) makes rank 0 repair all
-files in one process with :mod:`ftkit.storage.offline` instead of the collective rebuild.
+files in one process with :mod:`ftkit.storage.groupcode.offline` instead of the collective rebuild.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from mpi4py import MPI
 
 from ftkit.errors import RecoveryError
 from ftkit.inject import corrupt_file
-from ftkit.storage.encoded import assess_group, encode_group, rebuild_group
-from ftkit.storage.parity import read_parity_header
+from ftkit.storage.groupcode.erasure import assess_group, encode_group, rebuild_group
+from ftkit.storage.groupcode.parity import read_parity_header
 
 root, code, scenarios = Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(",")
 comm = MPI.COMM_WORLD
@@ -88,7 +88,7 @@ def recover(base: Path, data: Path, parity: Path, offline: bool) -> tuple[int, .
     if offline:  # rank 0 repairs every member's files in one process (ftkit rebuild's path)
         lost: tuple[int, ...] | str = ()
         if r == 0:
-            from ftkit.storage.offline import assess_group_files, rebuild_group_files
+            from ftkit.storage.groupcode.offline import assess_group_files, rebuild_group_files
 
             ds, ps = zip(*(files(base, m) for m in range(n)), strict=True)
             plan = assess_group_files(ds, ps, code=code, tag="t1")

@@ -32,7 +32,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ftkit.errors import TimeoutFailure
-from ftkit.storage.encoded import assess_group, encode_group, rebuild_group
+from ftkit.storage.groupcode.erasure import assess_group, encode_group, rebuild_group
 
 root, timeout, stuck, cases = Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(",")
 world = MPI.COMM_WORLD

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
-from ftkit.storage.encoded import assess_group, encode_group, rebuild_group
+from ftkit.storage.groupcode.erasure import assess_group, encode_group, rebuild_group
 
 root, mib, code = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 comm = MPI.COMM_WORLD

@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 from ftkit.errors import RecoveryError
 from ftkit.inject import corrupt_file
-from ftkit.storage.partner import assess_partner, partner_copy, rebuild_partner
+from ftkit.storage.groupcode.partner_copy import assess_partner, partner_copy, rebuild_partner
 
 root, scenario = Path(sys.argv[1]), sys.argv[2]
 offline = scenario.endswith("~off")  # rank 0 repairs all files in one process (ftkit rebuild's path)
@@ -70,7 +70,7 @@ plan = assess_partner(comm, data, copy, validate)
 names = [f"rank {m} on node {m}" for m in range(n)]
 try:
     if offline:
-        from ftkit.storage.offline import assess_partner_files, rebuild_partner_files
+        from ftkit.storage.groupcode.offline import assess_partner_files, rebuild_partner_files
 
         err = None
         if r == 0:

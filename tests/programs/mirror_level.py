@@ -17,8 +17,8 @@ from ftkit.checkpoint.contract import CheckpointJob, Level, LevelFileStep, Pipel
 from ftkit.errors import CheckpointNotFoundError
 from ftkit.storage._fsutil import atomic_write_bytes, fsync_dir, make_dirs
 from ftkit.storage.levels import GLOBAL, LevelSpec
-from ftkit.storage.pfs import PFSLevel
-from ftkit.storage.store import Store
+from ftkit.storage.placement.global_dir import PFSLevel
+from ftkit.storage.placement.store import Store
 
 
 class MirrorLevel(PFSLevel):

@@ -13,7 +13,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ftkit.errors import StorageError
-from ftkit.storage.partner import partner_copy
+from ftkit.storage.groupcode.partner_copy import partner_copy
 
 root, small, size = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 comm = MPI.COMM_WORLD

@@ -38,7 +38,7 @@ from mpi4py import MPI
 import ftkit
 import ftkit.checkpoint.layout
 from ftkit.checkpoint import reshard
-from ftkit.storage.layout import Layout
+from ftkit.storage.format.global_layout import Layout
 
 NV, SHAPE, MSHAPE = 1000, (48, 40), (30, 26)
 

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from ftkit.checkpoint.levels.pfs import compress_copy
 from ftkit.errors import CorruptionError, FormatError
-from ftkit.storage.compressed import MAX_CHUNK, CompressedSource, open_source, stored_size
-from ftkit.storage.format import read_arrays, read_header, verify_file, write_file
-from ftkit.storage.source import FileSource
+from ftkit.storage.format.compressed import MAX_CHUNK, CompressedSource, open_source, stored_size
+from ftkit.storage.format.container import read_arrays, read_header, verify_file, write_file
+from ftkit.storage.format.source import FileSource
 
 CODECS = ["lz4", "zstd", "blosc"]
 PRE = struct.Struct("<8sHHIQQ")
@@ -209,8 +209,8 @@ def test_golden_compressed_copy_reads_bit_exactly(tmp_path):
 def test_written_straight_from_the_arrays_holds_the_plain_file(tmp_path, codec):
     """write_compressed (no plain file first) holds byte for byte the file write_file writes, with the same
     digests; incompressible and compressible sections, per-array codecs, a layout and an empty array."""
-    from ftkit.storage.format import write_compressed
-    from ftkit.storage.layout import Layout
+    from ftkit.storage.format.container import write_compressed
+    from ftkit.storage.format.global_layout import Layout
 
     rng = np.random.default_rng(5)
     smooth = np.round(np.sin(np.linspace(0, 9, 300_001)), 4)           # > 1 MiB: several chunks, a ragged one
@@ -237,8 +237,8 @@ def test_written_straight_from_the_arrays_holds_the_plain_file(tmp_path, codec):
 
 def test_incompressible_sections_are_mostly_not_tried(tmp_path, monkeypatch):
     """After four chunks in a row of a section stored raw, only every eighth chunk of it is compressed."""
-    import ftkit.storage.compressed as comp
-    from ftkit.storage.format import write_compressed
+    import ftkit.storage.format.compressed as comp
+    from ftkit.storage.format.container import write_compressed
 
     tried = []
     real = comp._encode
@@ -257,7 +257,7 @@ def test_full_disk_is_a_storage_error_and_the_previous_file_stays(tmp_path, smal
     cause, leaves no temporary file, and the previous good checkpoint still reads bit for bit."""
     from ftkit.checkpoint.dcp import DcpWriter, restore_dcp
     from ftkit.errors import StorageError
-    from ftkit.storage.format import write_compressed
+    from ftkit.storage.format.container import write_compressed
 
     disk = small_disk(3 * 2**20)
     small = [("x", np.zeros(1000))]

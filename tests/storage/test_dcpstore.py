@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from ftkit.checkpoint.dcp import DcpWriter
 from ftkit.errors import CheckpointNotFoundError, CorruptionError, StorageError
-from ftkit.storage.dcpstore import DcpSource, store_path
+from ftkit.storage.format.dcpstore import DcpSource, store_path
 
 BS = 512
 RNG = np.random.default_rng(7)

@@ -20,9 +20,9 @@ from ftkit.checkpoint.dcp import DcpWriter
 from ftkit.cli import main
 from ftkit.errors import CheckpointNotFoundError, CorruptionError, StorageError
 from ftkit.inject import corrupt_file
-from ftkit.storage.dcpstore import dcp_dir
 from ftkit.storage.export import export_checkpoint
-from ftkit.storage.layout import Box, Layout
+from ftkit.storage.format.dcpstore import dcp_dir
+from ftkit.storage.format.global_layout import Box, Layout
 from ftkit.storage.levels import make_level
 from ftkit.storage.manifest import CheckpointEntry, Manifest, RankFile, write_manifest
 

@@ -30,11 +30,11 @@ from hypothesis import strategies as st
 from ftkit.errors import FormatError, FtkitError
 from ftkit.failure.state import load_state_table
 from ftkit.storage import format as fmt
+from ftkit.storage.groupcode.offline import assess_group_files, rebuild_group_files
+from ftkit.storage.groupcode.parity import MAGIC as PARITY_MAGIC
+from ftkit.storage.groupcode.parity import payload_offset_for, verify_parity
 from ftkit.storage.inputs import CheckpointFileStore
 from ftkit.storage.manifest import Manifest
-from ftkit.storage.offline import assess_group_files, rebuild_group_files
-from ftkit.storage.parity import MAGIC as PARITY_MAGIC
-from ftkit.storage.parity import payload_offset_for, verify_parity
 
 from .test_golden import GOLDEN, gen
 

@@ -12,9 +12,9 @@ import pytest
 import xxhash
 
 from ftkit.failure.state import load_state_table, save_state_table
+from ftkit.storage.groupcode.offline import assess_group_files, rebuild_group_files
+from ftkit.storage.groupcode.parity import payload_offset_for, verify_parity
 from ftkit.storage.manifest import Manifest
-from ftkit.storage.offline import assess_group_files, rebuild_group_files
-from ftkit.storage.parity import payload_offset_for, verify_parity
 
 GOLDEN = Path(__file__).parent / "golden"
 _spec = importlib.util.spec_from_file_location("make_golden", GOLDEN / "make_golden.py")
@@ -78,7 +78,7 @@ def test_state_table_golden_reads_and_writes_bit_exactly(tmp_path):
 def test_compressed_dcp_golden_reads_bit_exactly(tmp_path):
     pytest.importorskip("numcodecs")
     from ftkit.checkpoint.dcp import read_dcp_map, restore_dcp
-    from ftkit.storage.dcpstore import DcpSource
+    from ftkit.storage.format.dcpstore import DcpSource
 
     expected = gen.dcp_golden_files(tmp_path / "plain.ftk")
     store = GOLDEN / "dcp_zstd_v2"

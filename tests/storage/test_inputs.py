@@ -9,7 +9,7 @@ import pytest
 
 from ftkit import inject
 from ftkit.errors import CorruptionError, FormatError, StorageError, UnsafePathError
-from ftkit.storage.format import read_header
+from ftkit.storage.format.container import read_header
 from ftkit.storage.inputs import CheckpointFileStore, open_store
 
 

@@ -9,11 +9,11 @@ import pytest
 
 from ftkit.errors import CheckpointNotFoundError, CorruptionError, StorageError
 from ftkit.inject import corrupt_file
-from ftkit.storage.encoded import EncodedLevel
+from ftkit.storage.groupcode.erasure import EncodedLevel
+from ftkit.storage.groupcode.partner_copy import PartnerLevel
 from ftkit.storage.levels import LEVEL_CLASSES, make_level
-from ftkit.storage.local import LocalLevel
-from ftkit.storage.partner import PartnerLevel
-from ftkit.storage.pfs import PFSLevel
+from ftkit.storage.placement.global_dir import PFSLevel
+from ftkit.storage.placement.node_local import LocalLevel
 
 NODES = [0, 0, 1, 1]
 

@@ -9,7 +9,7 @@ import pytest
 from ftkit.errors import StorageError
 from ftkit.storage import format as fmt
 from ftkit.storage._fsutil import is_temp_name, remove_file
-from ftkit.storage.layout import Layout
+from ftkit.storage.format.global_layout import Layout
 from ftkit.storage.pending import start_write
 
 IDENT = {"rank": 2, "level": 2, "ckpt_id": 5, "exec_id": "t", "nranks": 4}

@@ -13,7 +13,7 @@ import pytest
 from ftkit.errors import UnsafePathError
 from ftkit.failure.state import save_state_table
 from ftkit.storage import _fsutil, set_group_access
-from ftkit.storage.format import copy_file, write_file
+from ftkit.storage.format.container import copy_file, write_file
 from ftkit.storage.levels import make_level
 from ftkit.storage.manifest import Manifest, write_manifest
 

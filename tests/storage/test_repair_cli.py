@@ -85,10 +85,10 @@ def _offline_l3_run(root: Path, mib: int) -> tuple[Path, list[str]]:
     """A run of 4 ranks on 4 nodes with one checkpoint complete at L1 and L3 (RS), built without MPI."""
     import numpy as np
 
-    from ftkit.storage.group_plan import encoding_tag
+    from ftkit.storage.groupcode.offline import assess_group_files, rebuild_group_files
+    from ftkit.storage.groupcode.plan import encoding_tag
     from ftkit.storage.levels import make_level
     from ftkit.storage.manifest import CheckpointEntry, Manifest, RankFile, write_manifest
-    from ftkit.storage.offline import assess_group_files, rebuild_group_files
 
     nodes = [0, 1, 2, 3]
     local, glbl, meta = root / "local", root / "global", root / "meta"
@@ -115,7 +115,7 @@ def test_kill_during_rebuild_leaves_no_temporary_after_the_next_run(tmp_path):
 
     from ftkit._wait import deadline_after, poll_until
     from ftkit.storage._fsutil import is_temp_name
-    from ftkit.storage.format import verify_file
+    from ftkit.storage.format.container import verify_file
 
     lost, digests = _offline_l3_run(tmp_path, 24)
     lost.unlink()

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ftkit.errors import FormatError, UnsupportedStateError
-from ftkit.storage.format import read_arrays, verify_file
-from ftkit.storage.staterecord import (
+from ftkit.storage.format.container import read_arrays, verify_file
+from ftkit.storage.format.staterecord import (
     KIND_DICT,
     KIND_GENERATOR,
     MAGIC,

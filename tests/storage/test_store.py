@@ -1,5 +1,5 @@
-"""The store contract (``ftkit.storage.store``): one conformance kit, each store a short subclass (as zarr's
-``testing/store.py``), and a level's storage run on a store without local paths."""
+"""The store contract (``ftkit.storage.placement.store``): one conformance kit, each store a short subclass
+(as zarr's ``testing/store.py``), and a level's storage run on a store without local paths."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from ftkit.errors import CheckpointNotFoundError, StorageError, UnsafePathError
-from ftkit.storage.dirstore import DirectoryStore
-from ftkit.storage.pfs import PFSLevel
+from ftkit.storage.placement.dirstore import DirectoryStore
+from ftkit.storage.placement.global_dir import PFSLevel
 
 from ..conftest import REPO
 

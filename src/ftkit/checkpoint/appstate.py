@@ -6,9 +6,9 @@ small Python state (a dict), checkpointed with the arrays and restored in place.
   stored shape (:meth:`AppState.fit`), which replaces the protected one: ``ckpt.array(name)`` returns it
   and ``info.resized`` names it. ``ckpt.stored_shape(name)`` tells the shape before ``recover()``.
 - A ``numpy.random.Generator`` or ``BitGenerator`` and a ``dict`` are *state records*: at every checkpoint
-  they are encoded (:mod:`ftkit.storage.staterecord`: typed, no pickle) into a byte array stored as one more
-  section, which recovery treats as a resizable array. Records are decoded and checked on every rank before
-  any is applied (:meth:`AppState.decode`; a damaged or forged record makes recovery use an older
+  they are encoded (:mod:`ftkit.storage.format.staterecord`: typed, no pickle) into a byte array stored as one
+  more section, which recovery treats as a resizable array. Records are decoded and checked on every rank
+  before any is applied (:meth:`AppState.decode`; a damaged or forged record makes recovery use an older
   checkpoint), then applied in place: ``bit_generator.state = ...``, and ``clear()`` then ``update()``.
 
 An unsupported value inside a dict raises :class:`~ftkit.errors.UnsupportedStateError` from ``protect()``,
@@ -28,11 +28,11 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import CheckpointError, FormatError, RecoveryError
-from ..storage.compressed import CODECS
-from ..storage.copies import RunCopies
-from ..storage.format import Header, parse_dtype
+from ..storage.format.compressed import CODECS
+from ..storage.format.container import Header, parse_dtype
+from ..storage.format.staterecord import KIND_DICT, KIND_GENERATOR, decode_record, encode_record
 from ..storage.manifest import CheckpointEntry
-from ..storage.staterecord import KIND_DICT, KIND_GENERATOR, decode_record, encode_record
+from ..storage.repair.copies import RunCopies
 from . import _mpi
 from .layout import matrix_layout
 from .recovery import RecoveryInfo, recover_newest

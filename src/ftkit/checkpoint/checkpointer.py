@@ -18,7 +18,7 @@ from mpi4py import MPI
 
 from ..config import Config
 from ..errors import CheckpointError, FtkitError, ProcessFailure, RecoveryError
-from ..storage.layout import Layout
+from ..storage.format.global_layout import Layout
 from ..storage.manifest import CheckpointEntry
 from ..topology import Topology
 from . import _mpi, appstate, events, keep_last, pipeline

@@ -28,11 +28,11 @@ from typing import Any, ClassVar
 from ..config import Config
 from ..errors import CheckpointError, FtkitError, ProcessFailure, StorageError
 from ..storage._fsutil import BackgroundSyncs
-from ..storage.base import StorageLevel
-from ..storage.format import FileInfo, Header
+from ..storage.format.container import FileInfo, Header
 from ..storage.levels import make_level as _make_level
 from ..storage.manifest import CheckpointEntry, ManifestStore, RankFile
 from ..storage.pending import PendingFile
+from ..storage.placement.level_storage import StorageLevel
 from ..topology import Topology
 
 __all__ = ["PipelineContext", "CheckpointJob", "make_level", "PostStep", "Located", "RecoveryStep",

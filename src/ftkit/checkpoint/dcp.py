@@ -5,7 +5,7 @@ each block is hashed with xxh3-128. A differential write appends only the blocks
 previous L4 checkpoint of that rank; unchanged blocks are referenced where they already lie.
 
 The on-disk format (block stores and maps) and the reading of a checkpoint in place live in
-:mod:`ftkit.storage.dcpstore` (re-exported here). Rules the writer keeps, which readers rely on:
+:mod:`ftkit.storage.format.dcpstore` (re-exported here). Rules the writer keeps, which readers rely on:
 
 - A block store is only ever appended to; bytes a committed map points to are never rewritten, so a crash
   in the middle of a differential write (data appended, map not yet renamed into place) leaves every earlier
@@ -30,8 +30,8 @@ import xxhash
 
 from ..errors import CheckpointNotFoundError, ConfigError, CorruptionError, StorageError
 from ..storage._stream import AtomicWriter
-from ..storage.compressed import CODECS, decode_chunk, encode_chunk, require_codec
-from ..storage.dcpstore import (
+from ..storage.format.compressed import CODECS, decode_chunk, encode_chunk, require_codec
+from ..storage.format.dcpstore import (
     GEN_RE,
     MAGIC,
     DcpMap,

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CheckpointError, FormatError
-from ..storage.layout import Layout, parse_layout
+from ..storage.format.global_layout import Layout, parse_layout
 
 __all__ = ["check_protect", "box_layout", "matrix_layout"]
 

@@ -38,8 +38,8 @@ from ..errors import CheckpointError, ConfigError, FtkitError, ProcessFailure, T
 from ..failure.ulfm import agree_within, revoke
 from ..mpienv import probe_ulfm
 from ..storage import levels as table
-from ..storage.format import FileInfo
-from ..storage.layout import Layout
+from ..storage.format.container import FileInfo
+from ..storage.format.global_layout import Layout
 from ..storage.manifest import CheckpointEntry, RankFile, plan_prune
 from . import _mpi
 from .contract import CheckpointJob, PipelineContext

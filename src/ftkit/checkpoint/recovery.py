@@ -34,11 +34,11 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import ProcessFailure, RecoveryError, ShapeMismatchError
-from ..storage.copies import RunCopies
-from ..storage.format import Header
-from ..storage.holders import fetch
-from ..storage.layout import Layout
+from ..storage.format.container import Header
+from ..storage.format.global_layout import Layout
 from ..storage.manifest import CheckpointEntry
+from ..storage.repair.copies import RunCopies
+from ..storage.repair.holders import fetch
 from . import _mpi, reshard
 from .contract import DAMAGED, Located, PipelineContext, RecoveryStep
 from .levels import recovery_chain
@@ -216,8 +216,8 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
 
 def _fetch(ctx: PipelineContext, entry: CheckpointEntry, found: Located, reasons: list[str]) -> Located:
     """Collective, after the chain left some rank without a file: the locate-and-rebuild engine
-    (:func:`ftkit.storage.holders.fetch`) brings each such rank its file from the rank whose host holds a
-    node-local copy of it (a relaunch whose nodes hold other nodes' directories: on a cluster every disk is
+    (:func:`ftkit.storage.repair.holders.fetch`) brings each such rank its file from the rank whose host holds
+    a node-local copy of it (a relaunch whose nodes hold other nodes' directories: on a cluster every disk is
     its host's). Returns this rank's answer (unchanged where it had one)."""
     need = _mpi.allgather(ctx.comm, not found.ok, "recovery: fetch", ctx.timeout)
     lost = [r for r, n in enumerate(need) if n]

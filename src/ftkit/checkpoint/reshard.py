@@ -5,10 +5,10 @@ offset=...)`` or ``protect_matrix``) can be recovered by any number of ranks wit
 :func:`restore` is the one path; it is collective over the communicator it is given (``recover()`` passes
 the checkpointer's; the online-recovery loop may pass the survivors' communicator after a shrink):
 
-1. *Sources* (:func:`ftkit.storage.holders.locate_or_rebuild`, the locate-and-rebuild engine). Every rank
-   reports which of the old ranks' files its host holds (on a cluster a node-local file is only on the host
-   that wrote it; node ids are renumbered by the new job's hosts); for each old rank, one rank holding its
-   cheapest copy -- the L1 file, the L2 partner copy, the L4 copy (a differential L4 checkpoint is read in
+1. *Sources* (:func:`ftkit.storage.repair.holders.locate_or_rebuild`, the locate-and-rebuild engine). Every
+   rank reports which of the old ranks' files its host holds (on a cluster a node-local file is only on the
+   host that wrote it; node ids are renumbered by the new job's hosts); for each old rank, one rank holding
+   its cheapest copy -- the L1 file, the L2 partner copy, the L4 copy (a differential L4 checkpoint is read in
    place from its block store) -- checks that its header digest is the manifest's. If some file has none and
    the checkpoint is complete at L3, each L3 group that lost a file is decoded on the rank holding most of
    its files (the others' files sent to it first) and the lost files looked for again. The headers (with the
@@ -18,10 +18,10 @@ the checkpointer's; the online-recovery loop may pass the survivors' communicato
    problem is a :class:`~ftkit.errors.RecoveryError` (:class:`~ftkit.errors.ShapeMismatchError` for dtype or
    global shape) naming the array and the boxes, raised on every rank before any byte is written.
 3. *Reads.* Each rank intersects its new boxes with every old box and reads only the digest chunks holding
-   the byte runs it needs (see :mod:`ftkit.storage.boxread`: chunks inside one contiguous run of the target
-   are read straight into it), verifying each one, from the files its host holds; the runs of a file its host
-   does not hold are read by the file's holder and sent to it (one exchange per array, only when some file
-   is held away from a rank that needs it). A damaged copy is retried from the next level that holds the
+   the byte runs it needs (see :mod:`ftkit.storage.format.boxread`: chunks inside one contiguous run of the
+   target are read straight into it), verifying each one, from the files its host holds; the runs of a file
+   its host does not hold are read by the file's holder and sent to it (one exchange per array, only when some
+   file is held away from a rank that needs it). A damaged copy is retried from the next level that holds the
    file. The outcome is agreed: an error on one rank raises on all.
 
 Bytes read exceed the bytes needed by at most two digest chunks per contiguous run; for a decomposition
@@ -41,12 +41,12 @@ from mpi4py import MPI
 
 from ..config import Config
 from ..errors import MissingCopyError, ProcessFailure, RecoveryError, ShapeMismatchError
-from ..storage.boxread import read_runs
-from ..storage.copies import RunCopies
-from ..storage.format import Header, decode_header
-from ..storage.holders import Located, exchange, locate_or_rebuild
-from ..storage.layout import Layout, Runs, box_runs, coverage_problem, parse_layout
+from ..storage.format.boxread import read_runs
+from ..storage.format.container import Header, decode_header
+from ..storage.format.global_layout import Layout, Runs, box_runs, coverage_problem, parse_layout
 from ..storage.manifest import CheckpointEntry
+from ..storage.repair.copies import RunCopies
+from ..storage.repair.holders import Located, exchange, locate_or_rebuild
 from . import _mpi
 from .contract import DAMAGED
 

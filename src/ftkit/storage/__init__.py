@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from ._fsutil import AtomicWriter, atomic_write_bytes, set_group_access
-from .base import StorageLevel
-from .format import FileInfo, Header, Section, read_arrays, read_header, verify_file, write_file
-from .local import LocalLevel
+from .format.container import FileInfo, Header, Section, read_arrays, read_header, verify_file, write_file
 from .manifest import CheckpointEntry, Manifest, RankFile, read_manifest, write_manifest
-from .pfs import PFSLevel
+from .placement.global_dir import PFSLevel
+from .placement.level_storage import StorageLevel
+from .placement.node_local import LocalLevel
 
 __all__ = ["StorageLevel", "LocalLevel", "PFSLevel", "FileInfo", "Header", "Section", "read_arrays",
            "read_header", "verify_file", "write_file", "CheckpointEntry", "Manifest", "RankFile",

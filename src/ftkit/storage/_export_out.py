@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import StorageError
 from ._stream import byte_view
-from .layout import Box, Layout, box_runs
+from .format.global_layout import Box, Layout, box_runs
 
 __all__ = ["check_names", "open_writer", "write_error", "WRITE_ERRORS", "Hdf5Writer", "NpyWriter"]
 

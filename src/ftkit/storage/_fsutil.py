@@ -16,10 +16,10 @@ Rules a caller may rely on:
 * A temporary file left by a killed writer is never read (readers open final names only); it is removed
   by the next writer of the same final name and by :func:`remove_file` of that name.
 * Early writeback: a writer whose fsync runs in the call (the default) hands each written piece of at least
-  :data:`WRITEBACK_MIN_BYTES` to the device at once (:class:`~ftkit.storage._writeback.Writeback`: Linux
-  ``sync_file_range`` with ``SYNC_FILE_RANGE_WRITE`` from a helper thread; no durability promise), so the
-  disk works while the next piece is copied and hashed and the fsync at commit waits for the tail only, not
-  for the whole file at once (issue 37). ``writeback=False`` leaves the bytes to the fsync: for files
+  :data:`WRITEBACK_MIN_BYTES` to the device at once (:class:`~ftkit.storage.format._writeback.Writeback`:
+  Linux ``sync_file_range`` with ``SYNC_FILE_RANGE_WRITE`` from a helper thread; no durability promise), so
+  the disk works while the next piece is copied and hashed and the fsync at commit waits for the tail only,
+  not for the whole file at once (issue 37). ``writeback=False`` leaves the bytes to the fsync: for files
   whose fsync is deferred past the call (the L2/L3 files of :class:`BackgroundSyncs`: they must not compete
   for the disk with the files the call makes durable) and for the inline L2/L3 primary file
   (:mod:`ftkit.storage.pending`: its fsync thread already overlaps the exchange). Durability is unchanged:
@@ -38,7 +38,7 @@ from types import TracebackType
 import numpy as np
 
 from ..errors import StorageError
-from ._writeback import WRITEBACK_MIN_BYTES, Writeback, start_writeback
+from .format._writeback import WRITEBACK_MIN_BYTES, Writeback, start_writeback
 
 __all__ = ["AtomicWriter", "atomic_write_bytes", "open_temp", "set_group_access", "file_mode", "dir_mode",
            "fsync_dir", "write_all", "make_dirs", "remove_file", "remove_empty_dirs", "stale_temps",

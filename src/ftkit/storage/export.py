@@ -10,16 +10,16 @@ every other replicated array of at most 16 elements (a step counter) under its n
 ``attributes.json``.
 
 The newest complete checkpoint is exported (or ``--id``), from the first copy of each rank's file that
-:class:`~ftkit.storage.copies.RunCopies` finds (L1, the L2 partner copy, L4 -- a differential L4 checkpoint
-read in place), each checked against the manifest's digest; a file held only as L3 parity is rebuilt first
-with ``ftkit rebuild``. Memory stays bounded: boxes are copied slab by slab through one reused buffer (at
-most ``chunk_bytes`` per slab, one row of a box at least; a box whose rows are one contiguous run of a plain
-file is mapped instead, up to 64 MiB at once, and taken in 4 MiB slabs), every byte read is verified against
-its chunk digest before it is written, and slabs go to the output without another copy: ``pwrite`` at the
-place of their elements (an HDF5 dataset is contiguous with its storage allocated at creation, so its
-elements have a fixed offset in the file; ``.npy`` files are preallocated). The output is built inside a
-private directory ``.OUT.partial`` that the export creates (a name planted there is refused, never
-followed) and renamed only when complete, so a damaged checkpoint or a full disk leaves nothing behind.
+:class:`~ftkit.storage.repair.copies.RunCopies` finds (L1, the L2 partner copy, L4 -- a differential L4
+checkpoint read in place), each checked against the manifest's digest; a file held only as L3 parity is
+rebuilt first with ``ftkit rebuild``. Memory stays bounded: boxes are copied slab by slab through one reused
+buffer (at most ``chunk_bytes`` per slab, one row of a box at least; a box whose rows are one contiguous run
+of a plain file is mapped instead, up to 64 MiB at once, and taken in 4 MiB slabs), every byte read is
+verified against its chunk digest before it is written, and slabs go to the output without another copy:
+``pwrite`` at the place of their elements (an HDF5 dataset is contiguous with its storage allocated at
+creation, so its elements have a fixed offset in the file; ``.npy`` files are preallocated). The output is
+built inside a private directory ``.OUT.partial`` that the export creates (a name planted there is refused,
+never followed) and renamed only when complete, so a damaged checkpoint or a full disk leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ from ..errors import CheckpointNotFoundError, CorruptionError, FormatError, Stor
 from ._export_out import check_names, open_writer
 from ._progress import Progress
 from ._stream import byte_view
-from .boxread import map_run, read_runs
-from .copies import Copy, RunCopies
-from .format import DEFAULT_CHUNK, Header, Section
-from .header import digest_hex
-from .layout import Box, Layout, Runs, box_runs, coverage_problem
-from .locate import locate_run
+from .format.boxread import map_run, read_runs
+from .format.container import DEFAULT_CHUNK, Header, Section
+from .format.global_layout import Box, Layout, Runs, box_runs, coverage_problem
+from .format.header import digest_hex
+from .format.source import ByteSource
 from .manifest import CheckpointEntry
-from .source import ByteSource
+from .repair.copies import Copy, RunCopies
+from .repair.locate import locate_run
 
 __all__ = ["export_checkpoint", "RUN_ATTRIBUTES"]
 

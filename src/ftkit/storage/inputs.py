@@ -7,10 +7,10 @@ saved or raises (:class:`~ftkit.errors.StorageError` if absent, :class:`~ftkit.e
 drops a set of keys. Keys are ``/``-separated plain names (:func:`ftkit._paths.check_plain_name`).
 
 :class:`CheckpointFileStore` (what :func:`open_store` makes of a directory path) keeps one file per key,
-``<root>/<key>.ftk``, in ftkit's checkpoint container (:mod:`ftkit.storage.format`: header with per-section
-xxh3 digests, written by the one atomic writer), level 4 in the header: the same files ``ftkit verify``
-checks. The file holds one section ``data`` and records in its header ``meta`` the key (a file moved to
-another key is refused) and the array order (an F-order array is stored as its C-order transpose).
+``<root>/<key>.ftk``, in ftkit's checkpoint container (:mod:`ftkit.storage.format.container`: header with
+per-section xxh3 digests, written by the one atomic writer), level 4 in the header: the same files ``ftkit
+verify`` checks. The file holds one section ``data`` and records in its header ``meta`` the key (a file moved
+to another key is refused) and the array order (an F-order array is stored as its C-order transpose).
 Nothing read is ever executed or unpickled.
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 
 from .._paths import check_plain_name, check_removable, inside
 from ..errors import FormatError, FtkitError, StorageError
-from .format import read_arrays, read_header, write_file
+from .format.container import read_arrays, read_header, write_file
 
 __all__ = ["InputStore", "CheckpointFileStore", "open_store"]
 

@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StorageError
-from .base import StorageLevel
-from .encoded import EncodedLevel
-from .format import DEFAULT_CHUNK
-from .local import LocalLevel
-from .partner import PartnerLevel
-from .pfs import PFSLevel
+from .format.container import DEFAULT_CHUNK
+from .groupcode.erasure import EncodedLevel
+from .groupcode.partner_copy import PartnerLevel
+from .placement.global_dir import PFSLevel
+from .placement.level_storage import StorageLevel
+from .placement.node_local import LocalLevel
 
 if TYPE_CHECKING:
     from ..topology import Topology
@@ -63,7 +63,8 @@ class LevelSpec:
     number, name
         FTI's level number (the manifest's key) and a short name for messages.
     storage
-        The :class:`~ftkit.storage.base.StorageLevel` class keeping a rank's file at this level.
+        The :class:`~ftkit.storage.placement.level_storage.StorageLevel` class keeping a rank's file at this
+        level.
     scope
         :data:`LOCAL` (files on the rank's node) or :data:`GLOBAL` (files every node reaches).
     survives

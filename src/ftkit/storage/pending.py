@@ -30,9 +30,9 @@ import numpy as np
 
 from ..errors import StorageError
 from ._fsutil import AtomicWriter
-from .format import DEFAULT_CHUNK, FileInfo, write_uncommitted
-from .layout import Layout
-from .source import ByteSource
+from .format.container import DEFAULT_CHUNK, FileInfo, write_uncommitted
+from .format.global_layout import Layout
+from .format.source import ByteSource
 
 __all__ = ["PendingFile", "MemorySource", "start_write"]
 
@@ -81,7 +81,7 @@ class PendingFile:
     Attributes
     ----------
     info
-        The file's size and digest (what :func:`~ftkit.storage.format.write_file` returns).
+        The file's size and digest (what :func:`~ftkit.storage.format.container.write_file` returns).
     path
         Its final name.
     """
@@ -148,8 +148,8 @@ def start_write(path: str | os.PathLike[str], arrays: Sequence[tuple[str, np.nda
                 level: int, ckpt_id: int, exec_id: str, nranks: int, meta: Mapping[str, Any] | None = None,
                 chunk_bytes: int = DEFAULT_CHUNK, fsync: bool = True,
                 layouts: Mapping[str, Layout] | None = None) -> PendingFile:
-    """Write ``arrays`` as :func:`~ftkit.storage.format.write_file` does, but return before the file is
-    durable: its fsync runs in the background and :meth:`PendingFile.finish` commits it.
+    """Write ``arrays`` as :func:`~ftkit.storage.format.container.write_file` does, but return before the file
+    is durable: its fsync runs in the background and :meth:`PendingFile.finish` commits it.
 
     Raises
     ------

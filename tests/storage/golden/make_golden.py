@@ -6,12 +6,13 @@
 * ``golden_manifest_v1.json`` -- a manifest (version 1);
 * ``golden_state_v1.json`` -- a process-state table (version 1);
 * ``golden_appstate_v1.ftk`` -- a checkpoint file holding an array and two state records (state record
-  format 1, see :mod:`ftkit.storage.staterecord`): a PCG64 generator and a dict of every supported type;
+  format 1, see :mod:`ftkit.storage.format.staterecord`): a PCG64 generator and a dict of every supported
+  type;
 * ``golden_compressed_v1.ftk`` -- a compressed L4 copy (container format 1, see
-  :mod:`ftkit.storage.compressed`) of a file of three arrays, one per codec (zstd, lz4, blosc). Its bytes
-  depend on the codec libraries' versions: later versions must *read* it bit-exactly;
+  :mod:`ftkit.storage.format.compressed`) of a file of three arrays, one per codec (zstd, lz4, blosc). Its
+  bytes depend on the codec libraries' versions: later versions must *read* it bit-exactly;
 * ``dcp_zstd_v2/`` -- a differential L4 block store compressed with zstd (dCP map format 2, see
-  :mod:`ftkit.storage.dcpstore`) of rank 0: checkpoint 1 (a full write of the plain file of
+  :mod:`ftkit.storage.format.dcpstore`) of rank 0: checkpoint 1 (a full write of the plain file of
   :func:`golden_compressed_arrays`) and checkpoint 2 (a differential write over it, :func:`dcp_golden_files`).
 
 Run: python tests/storage/golden/make_golden.py
@@ -22,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ftkit.storage.format import write_file
+from ftkit.storage.format.container import write_file
+from ftkit.storage.groupcode.offline import assess_group_files, rebuild_group_files
 from ftkit.storage.manifest import CheckpointEntry, Manifest, RankFile
-from ftkit.storage.offline import assess_group_files, rebuild_group_files
 
 HERE = Path(__file__).parent
 GROUP_TAG = "golden/ckpt5"
@@ -91,7 +92,7 @@ def golden_app_state() -> tuple[dict, dict]:
 
 def golden_app_arrays() -> list[tuple[str, np.ndarray]]:
     """The sections of ``golden_appstate_v1.ftk``: a resizable array and the two encoded records."""
-    from ftkit.storage.staterecord import KIND_DICT, KIND_GENERATOR, encode_record
+    from ftkit.storage.format.staterecord import KIND_DICT, KIND_GENERATOR, encode_record
 
     state, rng_state = golden_app_state()
     return [("p", np.arange(7, dtype="<f8") * 0.5),

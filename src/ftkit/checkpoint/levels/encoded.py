@@ -2,20 +2,21 @@
 
 Post-processing (:func:`post_encode`, collective over the group): the code is the configuration's
 ``l3_code`` (``rs``: FTI's Reed-Solomon, k data -> k parity files; ``xor``); memory stays within
-:data:`ftkit.storage.encoded.DEFAULT_MEMORY` whatever the file sizes. Recovery (:class:`EncodedStep`): in
-every group where some member needs its file, the members assess which data and parity files survive; a
-group that can repair itself decodes the lost L1 files and re-creates the lost parity files.
+:data:`ftkit.storage.groupcode.erasure.DEFAULT_MEMORY` whatever the file sizes. Recovery
+(:class:`EncodedStep`): in every group where some member needs its file, the members assess which data and
+parity files survive; a group that can repair itself decodes the lost L1 files and re-creates the lost parity
+files.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...storage.encoded import encode_group
-from ...storage.encoded import encoding_tag as l3_tag
-from ...storage.group_plan import prefetch_rs_code
+from ...storage.groupcode.erasure import encode_group
+from ...storage.groupcode.erasure import encoding_tag as l3_tag
+from ...storage.groupcode.plan import prefetch_rs_code
 from ...storage.manifest import CheckpointEntry
-from ...storage.rebuild import GroupFiles, assess, rebuild
+from ...storage.repair.rebuild import GroupFiles, assess, rebuild
 from ...topology import Topology
 from ..contract import CheckpointJob, Level, PipelineContext
 from ._groups import (

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...storage.groupcode.partner_copy import partner_copy
 from ...storage.manifest import CheckpointEntry
-from ...storage.partner import partner_copy
-from ...storage.rebuild import GroupFiles, assess, rebuild
+from ...storage.repair.rebuild import GroupFiles, assess, rebuild
 from ...topology import Topology
 from ..contract import CheckpointJob, Level, PipelineContext
 from ._groups import (

@@ -1,11 +1,11 @@
 """L4, the parallel file system: each rank's file under ``glbl_dir``, written whole or differentially (dCP).
 
 Post-processing (:func:`flush_l4`, local work): copy this rank's L1 file to ``glbl_dir`` (compressed with
-``compression`` = lz4 | zstd | blosc: see :mod:`ftkit.storage.compressed`; read back transparently), or with
-``enable_dcp = 1`` write only the blocks that changed since the rank's previous L4 checkpoint
-(:mod:`ftkit.checkpoint.dcp`) into ``glbl_dir/<exec_id>/l4dcp`` (:func:`~ftkit.storage.dcpstore.dcp_dir`).
-An inline L4 checkpoint (``inline_l4 = 1`` without dCP) is written straight to L4 as the primary level and
-needs no post-processing.
+``compression`` = lz4 | zstd | blosc: see :mod:`ftkit.storage.format.compressed`; read back transparently), or
+with ``enable_dcp = 1`` write only the blocks that changed since the rank's previous L4 checkpoint
+(:mod:`ftkit.checkpoint.dcp`) into ``glbl_dir/<exec_id>/l4dcp``
+(:func:`~ftkit.storage.format.dcpstore.dcp_dir`). An inline L4 checkpoint (``inline_l4 = 1`` without dCP) is
+written straight to L4 as the primary level and needs no post-processing.
 
 Recovery: :class:`DcpStep` (entries written with dCP) rebuilds the rank's file from its block store into
 the L4 directory and makes that map the base of the rank's next differential write; :class:`PFSStep` reads
@@ -23,9 +23,9 @@ import numpy as np
 
 from ...errors import ProcessFailure
 from ...storage._fsutil import make_dirs
-from ...storage.compressed import compress_file
-from ...storage.dcpstore import DCP_DIR, dcp_dir
-from ...storage.format import copy_file, read_header
+from ...storage.format.compressed import compress_file
+from ...storage.format.container import copy_file, read_header
+from ...storage.format.dcpstore import DCP_DIR, dcp_dir
 from ...storage.manifest import CheckpointEntry
 from ..contract import DAMAGED, CheckpointJob, Level, LevelFileStep, Located, PipelineContext, RecoveryStep
 from ..dcp import DcpWriter, restore_dcp
