@@ -41,10 +41,8 @@ def test_the_level_table_is_static_and_complete():
         assert "POST_STEPS" not in text and "install_recovery_steps" not in text, path
 
 
-#: Level numbers left where the meaning is one level's own (the L2 partner mapping and the L3 parity beside
-#: the L1 data in the locate-and-rebuild engine); cli/storage_cli.py's hit is a directory depth. This list only
-#: shrinks.
-_STILL_NUMBERED = {"storage/repair/copies.py", "storage/repair/holders.py", "cli/storage_cli.py"}
+#: Level numbers left where the meaning is one level's own. None is left: this set stays empty.
+_STILL_NUMBERED: set[str] = set()
 _DISPATCH = re.compile(r"\(1, 2, 3, 4\)|range\(1, ?5\)|level ?[=!]= ?[1-4]|in \(1")
 
 

@@ -28,7 +28,7 @@ from ..storage.export import __doc__ as export_doc
 from ..storage.export import export_checkpoint
 from ..storage.format.compressed import stored_size
 from ..storage.format.container import read_header, verify_file
-from ..storage.levels import make_level
+from ..storage.levels import make_level, numbers
 from ..storage.manifest import MANIFEST_NAME
 from ..storage.placement.level_storage import FILE_SUFFIX
 from ..storage.repair.checkpoints import GroupRepair, check_entry, entry_files, repair_checkpoint
@@ -37,8 +37,11 @@ from ..storage.runactivity import run_activity
 
 __all__ = ["add_parser", "run_ls", "run_verify", "run_rebuild", "run_export"]
 
-#: Where a run's files can be below ``DIR`` (run directory, ckpt_dir, glbl_dir), never deeper.
-_FILE_PATTERNS = tuple(f"{'*/' * depth}l[1-4]/ckpt*/*{FILE_SUFFIX}" for depth in (1, 2, 3))
+def _file_patterns() -> tuple[str, ...]:
+    """Where a run's files can be below ``DIR`` (run directory, ckpt_dir, glbl_dir), never deeper: a level
+    directory of the level table (``l<n>``)."""
+    dirs = "l[" + "".join(str(n) for n in numbers()) + "]"
+    return tuple(f"{'*/' * depth}{dirs}/ckpt*/*{FILE_SUFFIX}" for depth in range(1, 4))
 
 
 def _human(n: int) -> str:
@@ -135,7 +138,7 @@ def _l4_stored(place: RunPlace, e: Any) -> dict[str, Any]:
 
 
 def _scan(root: Path) -> list[Path]:
-    return sorted({p for pattern in _FILE_PATTERNS for p in root.glob(pattern) if p.is_file()})
+    return sorted({p for pattern in _file_patterns() for p in root.glob(pattern) if p.is_file()})
 
 
 def _ls_files(root: Path, as_json: bool) -> int:
@@ -161,7 +164,7 @@ def _ls_files(root: Path, as_json: bool) -> int:
                       "checkpoints": rows}, code)
     if not files:
         print(f"no ftkit manifest or checkpoint files in {root} (looked where a run keeps them: "
-              f"{', '.join(_FILE_PATTERNS)})")
+              f"{', '.join(_file_patterns())})")
         return code
     print(f"no manifest under {root}: listing {len(files)} checkpoint file(s) (completeness unknown)")
     print(f"{'run':<28} {'id':>6} {'level':>5} {'ranks':>5} {'size':>11}")

@@ -36,18 +36,38 @@ from ..format.container import DEFAULT_CHUNK, Header, read_source_header
 from ..format.dcpstore import DcpSource, dcp_dir
 from ..format.source import ByteSource
 from ..groupcode.erasure import EncodedLevel
-from ..levels import LEVEL_CLASSES, make_level
+from ..groupcode.partner_copy import PartnerLevel
+from ..levels import LEVEL_CLASSES, make_level, spec
 from ..manifest import CheckpointEntry
 from ..placement.level_storage import StorageLevel
+from ..placement.node_local import LocalLevel
 from .checkpoints import entry_groups
 
-__all__ = ["source_levels", "Copy", "RunCopies"]
+__all__ = ["source_levels", "base_level", "is_parity", "parity_level", "Copy", "RunCopies"]
 
 
 def source_levels() -> tuple[int, ...]:
     """The levels of the table holding a rank's checkpoint file itself or a whole copy of it (every level
     but the group parity of L3), cheapest first."""
-    return tuple(lv for lv in sorted(LEVEL_CLASSES) if not issubclass(LEVEL_CLASSES[lv], EncodedLevel))
+    return tuple(lv for lv in sorted(LEVEL_CLASSES) if not is_parity(lv))
+
+
+def base_level() -> int:
+    """The level of the table keeping each rank's own checkpoint file on its node (L1: the file partner
+    copies and parity protect, and where a rebuilt or fetched file is put)."""
+    return next(lv for lv in sorted(LEVEL_CLASSES) if LEVEL_CLASSES[lv] is LocalLevel)
+
+
+def is_parity(level: int) -> bool:
+    """Whether ``level`` keeps group parity instead of a rank's file (L3)."""
+    return issubclass(LEVEL_CLASSES[level], EncodedLevel)
+
+
+def parity_level() -> int:
+    """The level of the table keeping group parity (L3)."""
+    return next(lv for lv in sorted(LEVEL_CLASSES) if is_parity(lv))
+
+
 #: What a damaged or unreachable copy raises while its header is read.
 _DAMAGED = (FtkitError, OSError, ValueError, KeyError, IndexError, TypeError)
 
@@ -93,15 +113,15 @@ class RunCopies:
     def path(self, level: int, rank: int) -> Path:
         """Where ``rank``'s file is kept at ``level`` as a plain file (L2: the partner copy on the next
         member of its group; L3: the L1 file a decoder rebuilt)."""
-        level = 1 if level == 3 else level
+        level = base_level() if is_parity(level) else level
         holder = rank
-        if level == 2:
+        if issubclass(LEVEL_CLASSES[level], PartnerLevel):
             holder = partner_in(next(g for g in entry_groups(self.entry) if rank in g), rank)
         return self.storage(level).path(self.entry.id, holder)
 
     def stored_path(self, level: int, rank: int) -> Path:
         """The file of ``rank`` at ``level`` (L2: its partner copy; L3: its own parity file)."""
-        return self.storage(3).path(self.entry.id, rank) if level == 3 else self.path(level, rank)
+        return self.storage(level).path(self.entry.id, rank) if is_parity(level) else self.path(level, rank)
 
     def node_local(self, levels: Sequence[int]) -> list[int]:
         """Those of ``levels`` whose files are on the nodes (not under ``glbl_dir``, seen by every host)."""
@@ -130,7 +150,7 @@ class RunCopies:
         CheckpointNotFoundError, StorageError, FormatError
             If that copy is missing or cannot be opened.
         """
-        if level == 4 and self.dcp:
+        if self.dcp and spec(level).differential_key is not None:  # the level holding differential files
             return DcpSource(dcp_dir(self.glbl_dir, self.exec_id), rank, self.entry.id)
         return open_source(self.path(level, rank))  # a plain file, or a compressed L4 copy
 

@@ -39,7 +39,7 @@ from ..groupcode._collective import allgather_json, wait_collective
 from ..groupcode.offline import copy_file
 from ..groupcode.partner_copy import transfer_file
 from .checkpoints import entry_groups, repair_group
-from .copies import RunCopies, source_levels
+from .copies import RunCopies, base_level, parity_level, source_levels
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -142,7 +142,7 @@ def locate_or_rebuild(comm: MPI.Comm, copies: RunCopies, olds: Sequence[int], ti
     found = locate(comm, copies, olds, timeout, what, levels)
     lost = [o for o in olds if found.holders[o] is None]
     rebuilt: set[int] = set()
-    if lost and copies.entry.complete(3):
+    if lost and copies.entry.complete(parity_level()):
         problems = rebuild_groups(comm, copies, lost, timeout, chunk_size, what)
         again = locate(comm, copies, lost, timeout, what, levels)
         for o in lost:
@@ -164,17 +164,17 @@ def fetch(comm: MPI.Comm, copies: RunCopies, olds: Sequence[int], timeout: float
     file missing (the caller verifies it). Returns what :func:`locate_or_rebuild` returns."""
     local = copies.node_local(source_levels())
     found, rebuilt = locate_or_rebuild(comm, copies, olds, timeout, chunk_size, what, local)
-    me = comm.Get_rank()
+    me, base = comm.Get_rank(), base_level()
     for o in olds:
         h = found.holders[o]
-        if h is None or me not in (o, h.rank) or (h.level == 1 and found.direct(o, o)):
+        if h is None or me not in (o, h.rank) or (h.level == base and found.direct(o, o)):
             continue
         try:
             if h.rank == o or found.direct(o, o):
                 if me == o:
-                    copy_file(copies.path(h.level, o), copies.path(1, o))
+                    copy_file(copies.path(h.level, o), copies.path(base, o))
             elif me == o:
-                transfer_file(comm, None, _null(), copies.path(1, o), h.rank, chunk_size=chunk_size,
+                transfer_file(comm, None, _null(), copies.path(base, o), h.rank, chunk_size=chunk_size,
                               timeout=timeout)
             else:
                 transfer_file(comm, copies.path(h.level, o), o, None, _null(), chunk_size=chunk_size,
@@ -205,7 +205,7 @@ def rebuild_groups(comm: MPI.Comm, copies: RunCopies, lost: Sequence[int], timeo
     load = [0] * comm.Get_size()
     plan = []  # (group, decoder, [(sender, member, level)])
     for g in groups:
-        files = [(r, lv) for r in g for lv in (1, 3)]
+        files = [(r, lv) for r in g for lv in (base_level(), parity_level())]
         dec = max(range(len(sees)), key=lambda q: (sum(f in sees[q] for f in files), -load[q], -q))
         load[dec] += 1
         sends = [(min(q for q, s in enumerate(sees) if f in s), *f) for f in files
@@ -247,12 +247,12 @@ def _null() -> int:
 def _repair(copies: RunCopies, g: tuple[int, ...]) -> str:
     """Rebuild one L3 group whose files are all visible here; return what failed, or ``""``."""
     entry = copies.entry
-    data = [copies.stored_path(1, r) for r in g]
-    parity = [copies.stored_path(3, r) for r in g]
+    data = [copies.stored_path(base_level(), r) for r in g]
+    parity = [copies.stored_path(parity_level(), r) for r in g]
     try:
         for p in data + parity:
             check_inside(p, copies.ckpt_dir, f"L3 group of old ranks {list(g)}")
-        repair_group(3, copies.exec_id, entry, g, data, parity)
+        repair_group(parity_level(), copies.exec_id, entry, g, data, parity)
     except _DAMAGED as exc:
         return f"L3 group of old ranks {list(g)}: {exc}"
     return ""
