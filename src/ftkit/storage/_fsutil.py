@@ -38,7 +38,7 @@ from types import TracebackType
 import numpy as np
 
 from ..errors import StorageError
-from .format._writeback import WRITEBACK_MIN_BYTES, Writeback, start_writeback
+from ._writeback import WRITEBACK_MIN_BYTES, Writeback, start_writeback
 
 __all__ = ["AtomicWriter", "atomic_write_bytes", "open_temp", "set_group_access", "file_mode", "dir_mode",
            "fsync_dir", "write_all", "make_dirs", "remove_file", "remove_empty_dirs", "stale_temps",
