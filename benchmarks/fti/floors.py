@@ -29,7 +29,7 @@ from mpi4py import MPI
 from ftkit.codec import RSCode
 
 try:
-    from ftkit.storage.format._writeback import start_writeback
+    from ftkit.storage._writeback import start_writeback
 except ImportError:   # an ftkit from before issue 37 (--baseline-src): plain writes
     def start_writeback(fd: int, offset: int, nbytes: int) -> bool:
         return False

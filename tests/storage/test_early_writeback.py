@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ftkit.storage._fsutil import WRITEBACK_MIN_BYTES, AtomicWriter, start_writeback
-from ftkit.storage.format._writeback import Writeback
+from ftkit.storage._writeback import Writeback
 from ftkit.storage.pending import start_write
 
 PIECE = 4 << 20

@@ -16,7 +16,7 @@ Rules a caller may rely on:
 * A temporary file left by a killed writer is never read (readers open final names only); it is removed
   by the next writer of the same final name and by :func:`remove_file` of that name.
 * Early writeback: a writer whose fsync runs in the call (the default) hands each written piece of at least
-  :data:`WRITEBACK_MIN_BYTES` to the device at once (:class:`~ftkit.storage.format._writeback.Writeback`:
+  :data:`WRITEBACK_MIN_BYTES` to the device at once (:class:`~ftkit.storage._writeback.Writeback`:
   Linux ``sync_file_range`` with ``SYNC_FILE_RANGE_WRITE`` from a helper thread; no durability promise), so
   the disk works while the next piece is copied and hashed and the fsync at commit waits for the tail only,
   not for the whole file at once (issue 37). ``writeback=False`` leaves the bytes to the fsync: for files
