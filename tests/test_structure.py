@@ -1,5 +1,6 @@
-"""The package's shape stays as ARCHITECTURE.md describes it: layers import downwards only, no import circle,
-small modules and functions.
+"""The package's shape stays as ARCHITECTURE.md describes it: layers import downwards only (between top-level
+modules, and between the parts of ``ftkit.linalg`` and ``ftkit.storage``), no import circle, no module name
+used in two packages, small modules and functions.
 
 Imports are read with :mod:`ast` (nothing is imported), including imports inside functions (a late import
 hides a circle, it does not remove it) and ``if TYPE_CHECKING:`` blocks (a type-only import is a real
@@ -44,6 +45,26 @@ LINALG_LAYERS: dict[str, int] = {
     "cholesky": 5,
     "__init__": 6,
 }
+
+#: Layer of each part of ``ftkit.storage`` (its sub-packages and top modules): the file-system helpers and
+#: the manifest, then the checkpoint file's format, the readers and stores built on it, where a level's files
+#: live, the group codes that protect them, the level table naming them, the locate-and-rebuild engine and
+#: the offline tools on it, export.
+STORAGE_LAYERS: dict[str, int] = {
+    "_fsutil": 0, "_writeback": 0, "_stream": 0, "_progress": 0, "manifest": 0, "halt": 0, "runactivity": 0,
+    "format": 1,
+    "pending": 2, "inputs": 2, "_export_out": 2,
+    "placement": 3,
+    "groupcode": 4,
+    "levels": 5,
+    "repair": 6,
+    "export": 7,
+    "__init__": 8,
+}
+
+#: Module file names that may repeat across packages: a package's own ``__init__``, and private kernels owned
+#: by two packages that never import each other.
+REPEATABLE_NAMES = {"__init__.py", "_kernels.py"}
 
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_CODE_LINES = 80
@@ -161,11 +182,15 @@ def test_imports_point_down_the_layers():
     assert sorted(upward) == [], f"imports that point up (or between checkpoint and linalg): {sorted(upward)}"
 
 
-def _linalg_part(module: str) -> str | None:
+def _part(module: str, package: str) -> str | None:
     parts = module.split(".")
-    if parts[:2] != ["ftkit", "linalg"]:
+    if parts[:2] != ["ftkit", package]:
         return None
     return parts[2] if len(parts) > 2 else "__init__"
+
+
+def _linalg_part(module: str) -> str | None:
+    return _part(module, "linalg")
 
 
 def test_linalg_parts_have_a_layer():
@@ -184,6 +209,33 @@ def test_linalg_imports_point_down_its_parts():
             if LINALG_LAYERS[dst] > LINALG_LAYERS[src]:
                 upward.append(f"{module} -> {target}")
     assert sorted(upward) == [], f"ftkit.linalg imports that point up its parts: {sorted(upward)}"
+
+
+def test_storage_parts_have_a_layer():
+    unknown = sorted({p for m in _modules() if (p := _part(m, "storage"))} - set(STORAGE_LAYERS))
+    assert unknown == [], f"add these ftkit.storage parts to STORAGE_LAYERS in {Path(__file__).name}: " \
+                          f"{unknown}"
+
+
+def test_storage_imports_point_down_its_parts():
+    upward = []
+    for module, targets in import_graph().items():
+        src = _part(module, "storage")
+        for target in targets:
+            dst = _part(target, "storage")
+            if src is None or dst is None or src == dst:
+                continue
+            if STORAGE_LAYERS[dst] > STORAGE_LAYERS[src]:
+                upward.append(f"{module} -> {target}")
+    assert sorted(upward) == [], f"ftkit.storage imports that point up its parts: {sorted(upward)}"
+
+
+def test_module_names_do_not_repeat_across_packages():
+    where: dict[str, list[str]] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        where.setdefault(path.name, []).append(str(path.parent.relative_to(SRC.parent)))
+    repeated = {name: dirs for name, dirs in where.items() if len(dirs) > 1 and name not in REPEATABLE_NAMES}
+    assert repeated == {}, f"module names used in several packages (name them by what they hold): {repeated}"
 
 
 def test_modules_are_small():
