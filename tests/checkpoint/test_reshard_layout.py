@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from ftkit.errors import CorruptionError, FormatError
 from ftkit.inject import corrupt_file
-from ftkit.storage import boxread
+from ftkit.storage.format import boxread
 from ftkit.storage.format.container import read_header, write_file
 from ftkit.storage.format.global_layout import Box, Layout, box_runs, coverage_problem, parse_layout
 from ftkit.storage.format.source import FileSource

@@ -72,7 +72,7 @@ def _forge_dtype(path, dtype):
 
     import xxhash
 
-    from ftkit.storage import format as fmt
+    from ftkit.storage.format import container as fmt
 
     blob = path.read_bytes()
     hlen = fmt.PREAMBLE.unpack(blob[:fmt.PREAMBLE.size])[4]

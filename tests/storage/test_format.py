@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from ftkit.errors import CheckpointNotFoundError, CorruptionError, FormatError, ShapeMismatchError
 from ftkit.inject import corrupt_file, truncate_file
-from ftkit.storage import format as fmt
+from ftkit.storage.format import container as fmt
 
 GOLDEN = Path(__file__).parent / "golden" / "golden_v1.ftk"
 

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from ftkit.errors import FormatError, FtkitError
 from ftkit.failure.state import load_state_table
-from ftkit.storage import format as fmt
+from ftkit.storage.format import container as fmt
 from ftkit.storage.groupcode.offline import assess_group_files, rebuild_group_files
 from ftkit.storage.groupcode.parity import MAGIC as PARITY_MAGIC
 from ftkit.storage.groupcode.parity import payload_offset_for, verify_parity

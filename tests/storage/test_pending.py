@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from ftkit.errors import StorageError
-from ftkit.storage import format as fmt
 from ftkit.storage._fsutil import is_temp_name, remove_file
+from ftkit.storage.format import container as fmt
 from ftkit.storage.format.global_layout import Layout
 from ftkit.storage.pending import start_write
 
