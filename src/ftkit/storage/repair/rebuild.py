@@ -4,18 +4,20 @@ Every rebuild of a group's files goes through here: the recovery chain's L2/L3 s
 (:mod:`ftkit.checkpoint.levels.partner`, :mod:`ftkit.checkpoint.levels.encoded`: one process per member,
 each seeing its member's files), and the offline rebuild where every member's files are visible in one
 process (:func:`ftkit.storage.repair.checkpoints.repair_group`: ``ftkit rebuild``, ``ftkit flush``, the
-elastic decode of
-:mod:`ftkit.storage.repair.holders`). One :class:`GroupFiles` names the group's files; :func:`assess` decides
-which are lost (one validity rule per level: an L1 file or partner copy is valid when it verifies against the
-manifest's digest of the rank it belongs to, a parity file by
-:func:`~ftkit.storage.groupcode.plan.member_parity` and the majority header); the plan it returns
-(:class:`~ftkit.storage.groupcode.plan.PartnerPlan`,
-:class:`~ftkit.storage.groupcode.plan.GroupPlan`) says where the survivors are and which file is rebuilt from
-which; :func:`rebuild` carries it out, across processes with ``comm``
-(:func:`~ftkit.storage.groupcode.partner_copy.rebuild_partner`,
-:func:`~ftkit.storage.groupcode.erasure.rebuild_group`) or in this process without
-(:func:`~ftkit.storage.groupcode.offline.rebuild_partner_files`,
-:func:`~ftkit.storage.groupcode.offline.rebuild_group_files`), with the same results byte for byte.
+elastic decode of :mod:`ftkit.storage.repair.holders`).
+
+- :class:`GroupFiles` names the group's files as this process sees them.
+- :func:`assess` decides which are lost, with one validity rule per level: an L1 file or a partner copy is
+  valid when it verifies against the manifest's digest of the rank it belongs to; a parity file by
+  :func:`~ftkit.storage.groupcode.plan.member_parity` and the group's majority header.
+- The plan it returns (:class:`~ftkit.storage.groupcode.plan.PartnerPlan`,
+  :class:`~ftkit.storage.groupcode.plan.GroupPlan`) says where the survivors are and which file is rebuilt
+  from which (``restores``, ``recopies``, ``rs_sources``).
+- :func:`rebuild` carries it out, across processes with ``comm``
+  (:func:`~ftkit.storage.groupcode.partner_copy.rebuild_partner`,
+  :func:`~ftkit.storage.groupcode.erasure.rebuild_group`) or in this process without
+  (:func:`~ftkit.storage.groupcode.offline.rebuild_partner_files`,
+  :func:`~ftkit.storage.groupcode.offline.rebuild_group_files`), with the same results byte for byte.
 """
 
 from __future__ import annotations
