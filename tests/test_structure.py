@@ -238,6 +238,30 @@ def test_module_names_do_not_repeat_across_packages():
     assert repeated == {}, f"module names used in several packages (name them by what they hold): {repeated}"
 
 
+#: The group operations that decide what an L2/L3 group lost and rebuild it, and the one module outside their
+#: own package (``storage/groupcode/``) that calls them: the engine every rebuild goes through.
+_GROUP_REBUILDS = {"assess_partner", "rebuild_partner", "assess_group", "rebuild_group",
+                   "assess_partner_files", "rebuild_partner_files",
+                   "assess_group_files", "rebuild_group_files"}
+_REBUILD_ENGINE = "storage/repair/rebuild.py"
+
+
+def test_group_rebuilds_go_through_one_engine():
+    callers = set()
+    for path in SRC.rglob("*.py"):
+        rel = str(path.relative_to(SRC))
+        if rel.startswith("storage/groupcode/") or rel == _REBUILD_ENGINE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+                if name in _GROUP_REBUILDS:
+                    callers.add(f"{rel}: {name}")
+    assert sorted(callers) == [], f"group rebuilds outside {_REBUILD_ENGINE} (call its assess/rebuild): " \
+                                  f"{sorted(callers)}"
+
+
 def test_modules_are_small():
     big = {name: n for name, path in _modules().items()
            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}

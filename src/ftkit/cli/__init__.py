@@ -1,4 +1,6 @@
-"""The ``ftkit`` command: one subcommand per module, each owning its parser.
+"""The ``ftkit`` command: one subcommand per module, each owning its parser, all in this package
+(``launch_cli``, ``storage_cli``: ``ls``/``verify``/``rebuild``/``export``, ``jobctl_cli``: ``halt`` and
+``flush``, ``models_cli``, ``config_cli``) but ``ftkit doctor`` (its own module, :mod:`ftkit.doctor`).
 
 Each module listed in ``_SUBCOMMAND_MODULES`` provides ``add_parser(subparsers)``, which registers its
 subcommand(s) and sets ``func`` (called with the parsed arguments, returning the exit code). A command line
