@@ -1,4 +1,7 @@
-"""ftkit's storage layer: the checkpoint container, the manifest, the input store, one module per level."""
+"""ftkit's storage layer, by concern: the checkpoint file (:mod:`.format`), where a level's files live
+(:mod:`.placement`), the group codes that protect them (:mod:`.groupcode`), the level table
+(:mod:`.levels`), the locate-and-rebuild engine and the offline tools on it (:mod:`.repair`), and beside
+them the manifest, the input store, the halt record and ``ftkit export``."""
 
 from __future__ import annotations
 
