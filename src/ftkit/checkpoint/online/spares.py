@@ -36,6 +36,7 @@ from ...failure.replace import SPARE, Rebuilt, rebuild
 from ...failure.ulfm import exit_without_finalize, require_ulfm
 from ...launch import SPARES_ENV
 from .. import _mpi
+from ..exitpolicy import ExitPolicy
 from ..handover import RELEASE_TAG, OnlineState, RepairReport
 from ..session import Session
 from . import exithook
@@ -108,6 +109,7 @@ def split_spares(config: Config, world: Any) -> tuple[Any, OnlineState | None]:
         app.Set_errhandler(MPI.ERRORS_RETURN)
         return app, state
     exithook.serve_spare(config, state)  # an uncaught exception ends the process as a failure, never a hang
+    state.exit_hold = ExitPolicy.idle(config)  # SIGUSR1 to every process: held, not the end of a spare
     _wait_as_spare(config, state)
     return None, state
 
