@@ -359,16 +359,9 @@ class Checkpointer(appstate.StateAPI):
         return list(self._session.shrink.history)
 
     def should_exit(self) -> bool:
-        """Checkpoint and stop now? On a halt, a signal or the walltime; collective (:mod:`.exitpolicy`).
-
-        With spare ranks, inside :meth:`steps`: a process failure (in the exit checkpoint too) is repaired
-        as in :meth:`snapshot`, and the answer is False in that iteration (it is asked again after the
-        restore)."""
+        """Checkpoint and stop now? On a halt, a signal or the walltime; collective (:mod:`.exitpolicy`)."""
         self._check_open()
-        session = self._session
-        if session.online is not None and session.online.in_loop:
-            return bool(online_loop.snapshot_in_loop(session, lambda: session.exit.should_exit(self)))
-        return session.exit.should_exit(self)
+        return bool(online_loop.guarded(self._session, lambda: self._session.exit.should_exit(self)))
 
     def wait(self) -> None:
         """Block until background post-processing is done (collective); raise its failure on every rank.

@@ -34,13 +34,14 @@ within two checks (about two seconds of compute, at most ``2 * MAX_GAP`` steps).
 With ``spare_ranks > 0`` (online recovery) the agreement runs on the application ranks only. An idle spare
 holds the exit signals from the start (:meth:`ExitPolicy.idle`: a ``scancel -s USR1`` to every process does
 not end it); it takes part only once promoted. Every online recovery, spare promotion or shrink rebinds the
-policy to the new communicator (:meth:`ExitPolicy.rebind`, from :func:`.online.adopt.adopt_session`, on
-every rank at the same point): an agreement in flight when the failure struck is abandoned (its
-communicator revoked, never waited for), and every rank -- the promoted spare with the signal it held --
-starts counting calls afresh, so the checks stay at the same calls everywhere. A signal once agreed stays
-in every survivor's vector; a halt stays pending in its record; nothing is lost with the dead rank but a
-signal only it had received. When the job stops for ``should_exit()``, ``finalize()`` releases the idle
-spares (they end with exit code 0).
+policy to the new communicator (:meth:`ExitPolicy.rebind`, from :func:`.online.adopt.adopt_session`, on every
+rank at the same point): an agreement in flight when the failure struck is abandoned (its communicator
+revoked, never waited for), and every rank -- the promoted spare with the signal it held -- starts counting
+calls afresh, so the checks stay at the same calls everywhere. A signal once agreed stays in every survivor's
+vector; a halt stays pending in its record; nothing is lost with the dead rank but a signal only it had
+received. Inside ``steps()`` a process failure in ``should_exit()`` (in its exit checkpoint too) is repaired
+as in ``snapshot()``, and the answer is False in that iteration. When the job stops for ``should_exit()``,
+``finalize()`` releases the idle spares (they end with exit code 0).
 """
 
 from __future__ import annotations
