@@ -266,3 +266,14 @@ def test_docs_cli_lists_every_launch_option_with_its_metavar():
         if action.metavar:
             assert f"{name} {action.metavar}" in row, row
         assert action.help, f"ftkit launch {name} has no help text"
+
+
+def test_a_spare_host_in_a_gone_hosts_place_moves_nobody_so_no_flush():
+    # The relaunch flushes to L4 only when a rank may land away from its node-local files (benchmark: the
+    # flush took 0.5 s of a spare-host relaunch that needed none: L2 rebuilds the lost host's files).
+    from ftkit.relaunch import _moved
+
+    gone = {"node2": "no answer"}
+    assert not _moved(["node1", "node2", "node3"], ["node1", "node5", "node3"], gone)  # spare in place
+    assert _moved(["node1", "node2", "node3"], ["node1", "node3"], gone)                # fewer hosts
+    assert _moved(["node1", "node2", "node3"], ["node3", "node5", "node1"], gone)       # a live host moved

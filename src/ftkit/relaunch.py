@@ -343,7 +343,7 @@ def _moved(before: list[str], after: list[str], gone: dict[str, str]) -> bool:
     """Whether a rank of the next run may land on another host than the one holding its node-local files:
     the host count changed, or a host that is not gone holds another position (a spare host taking a gone
     host's place moves nobody)."""
-    return len(before) != len(after) or any(a != b and b not in gone
+    return len(before) != len(after) or any(a != b and a not in gone
                                             for a, b in zip(before, after, strict=True))
 
 
