@@ -11,6 +11,10 @@ receive completes
   :func:`ftkit.failure.replace.rebuild`. Promoted, it returns from ``Checkpointer()`` as the dead rank (see
   :mod:`ftkit.checkpoint.online`); not needed this time, it sleeps again.
 
+While idle, a spare holds the exit signals (SIGTERM, SIGUSR1, SIGUSR2: :meth:`..exitpolicy.ExitPolicy.idle`),
+so a signal sent to every process of the job does not end it; promoted, it brings a signal it got into the
+exit agreement (:meth:`~..exitpolicy.ExitPolicy.rebind`).
+
 Placement: the spares are the *last* processes, so with the launcher's usual by-slot mapping they fill
 nodes of their own when ``spare_ranks`` is a multiple of the ranks per node (a replacement on the failed
 node would be lost with it). The topology of the application ranks never includes them.
