@@ -21,8 +21,20 @@ Measured (seconds, this script's clock, lines of the job timestamped as they arr
 
 Each faulted run must end 0 with the failure-free run's digest (checked; a mismatch is printed).
 
-Run: ``python benchmarks/relaunch_overhead.py`` (``--smoke``: a tiny run that only shows it works; ``--json
-FILE`` keeps the numbers). Not a test: timings on a shared machine are noisy; nothing here records them.
+Where the relaunch overhead goes (``restarts``, from the timestamps of the job's lines): **end** = power-off
+-> the relaunch line minus the probe and flush times it reports (the first run's end: detection by the
+runtime, the survivors' agreement and exit), **probe** and **flush** (as the relaunch line says), **restart**
+= the relaunch line -> ``heat: recovered`` (the relaunch's start, ``Checkpointer()`` and the recovery). ``by
+hand``: **end** = power-off -> the first job's end, **restart** = the second job's start -> its ``heat:
+recovered``.
+
+``--repeats N`` runs every variant N times, in a shuffled order each round (no variant always runs after the
+same one), and prints the median and p90 of each variant's overhead and total time, and each overhead's ratio
+to online recovery's (median over median).
+
+Run: ``python benchmarks/relaunch_overhead.py --repeats 5 --seed 3`` (``--smoke``: a tiny run that only shows
+it works; ``--variants restarts,online`` a subset; ``--json FILE`` keeps the numbers). Not a test: timings on
+a shared machine are noisy; nothing here records them.
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ import os
 import random
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -145,10 +158,19 @@ def run_restarts(c: Cluster, a: argparse.Namespace, at: float) -> dict:
     faults.poweroff(c, "node2")
     rc, total = job.wait()
     rec = job.first(r"^heat: recovered", off)
+    line = job.first(r"relaunch 1/") or (0.0, "")
     return {"rc": rc, "total_s": total, "digest": _digest(job.text()), "poweroff_after_s": off - job.start,
-            "output": job.text(),
-            "overhead_s": rec[0] - off if rec else None, "relaunch_line": (job.first(r"relaunch 1/") or
-                                                                           (0, ""))[1]}
+            "output": job.text(), "overhead_s": rec[0] - off if rec else None, "relaunch_line": line[1],
+            "phases": _restart_phases(off, line, rec)}
+
+
+def _restart_phases(off: float, line: tuple[float, str], rec: tuple[float, str] | None) -> dict[str, float]:
+    """The overhead of ``--restarts`` by phase, from the relaunch line (its time and the times it reports)."""
+    if not line[1] or rec is None:
+        return {}
+    took = {k: float(v) for k, v in re.findall(r"(probes|flush) (\d+\.\d+) s", line[1])}
+    probe, flush = took.get("probes", 0.0), took.get("flush", 0.0)
+    return {"end": line[0] - off - probe - flush, "probe": probe, "flush": flush, "restart": rec[0] - line[0]}
 
 
 def run_by_hand(c: Cluster, a: argparse.Namespace, at: float) -> dict:
@@ -159,12 +181,14 @@ def run_by_hand(c: Cluster, a: argparse.Namespace, at: float) -> dict:
     off = time.monotonic()
     faults.poweroff(c, "node2")
     rc1, _ = job.wait()
+    ended = time.monotonic()
     again = Job(c, _launch(["node1", "node5", "node3", "node4"], 8) + _heat(a), d, a.timeout)
     rc, _ = again.wait()
     rec = again.first(r"^heat: recovered")
     return {"rc_first": rc1, "rc": rc, "total_s": time.monotonic() - job.start,
-            "digest": _digest(again.text()),
-            "poweroff_after_s": off - job.start, "overhead_s": rec[0] - off if rec else None}
+            "digest": _digest(again.text()), "output": again.text(),
+            "poweroff_after_s": off - job.start, "overhead_s": rec[0] - off if rec else None,
+            "phases": {"end": ended - off, "restart": rec[0] - again.start} if rec else {}}
 
 
 def run_online(c: Cluster, a: argparse.Namespace, at: float) -> dict:
@@ -192,6 +216,38 @@ def run_online(c: Cluster, a: argparse.Namespace, at: float) -> dict:
             "overhead_s": sum(phases) if phases else None, "recovery_line": line, "output": job.text()}
 
 
+VARIANTS = {"restarts": run_restarts, "by hand": run_by_hand, "online": run_online}
+
+
+def _p90(xs: list[float]) -> float:
+    """The 90th percentile (nearest rank) of ``xs``."""
+    ys = sorted(xs)
+    return ys[max(0, -(-9 * len(ys) // 10) - 1)]
+
+
+def summary(results: dict[str, list[dict]]) -> list[str]:
+    """One line per variant: median and p90 of the overhead and the total, the ratio of the median overhead
+    to online recovery's, and the median of each phase."""
+    medians = {name: statistics.median(xs) for name, runs in results.items()
+               if (xs := [r["overhead_s"] for r in runs if r.get("overhead_s") is not None])}
+    lines = []
+    for name, runs in results.items():
+        over = [r["overhead_s"] for r in runs if r.get("overhead_s") is not None]
+        total = [r["total_s"] for r in runs]
+        if not over:
+            lines.append(f"{name:10}: {len(runs)} run(s), no overhead measured")
+            continue
+        ratio = (f", {medians[name] / medians['online']:.2f}x online" if name != "online" and
+                 medians.get("online") else "")
+        phases = sorted({k for r in runs for k in r.get("phases", {})})
+        split = ", ".join(f"{k} {statistics.median([r['phases'][k] for r in runs if k in r.get('phases', {})]):.2f}"  # noqa: E501
+                          for k in phases)
+        lines.append(f"{name:10}: {len(over)} run(s), overhead median {statistics.median(over):.2f} s, p90 "
+                     f"{_p90(over):.2f} s{ratio}; total median {statistics.median(total):.1f} s, p90 "
+                     f"{_p90(total):.1f} s" + (f"; phases (median s): {split}" if split else ""))
+    return lines
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=400)
@@ -199,10 +255,15 @@ def main() -> int:
     p.add_argument("--interval", type=int, default=20, help="L2 checkpoint every N steps")
     p.add_argument("--pause", type=float, default=0.02, help="seconds of sleep per step (a longer run)")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--repeats", type=int, default=1, help="runs of every variant (shuffled order each round)")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="which variants (comma-separated)")
     p.add_argument("--timeout", type=float, default=900.0, help="bound for each job (s)")
     p.add_argument("--smoke", action="store_true", help="a tiny run: shows the script works, nothing more")
     p.add_argument("--json", default=None, help="write the numbers to this file")
     a = p.parse_args()
+    names = [v.strip() for v in a.variants.split(",") if v.strip()]
+    if a.repeats < 1 or not names or any(v not in VARIANTS for v in names):
+        p.error(f"--repeats must be >= 1 and --variants a list of {', '.join(VARIANTS)}")
     if a.smoke:
         a.steps, a.size, a.interval, a.pause = 100, 64, 10, 0.05
     rng = random.Random(a.seed)
@@ -212,22 +273,29 @@ def main() -> int:
     try:
         free = run_free(c, a)
         print(f"free      : rc {free['rc']}, {free['total_s']:.1f} s", flush=True)
-        results: dict = {"free": free, "args": vars(a)}
-        for name, fn in (("restarts", run_restarts), ("by hand", run_by_hand), ("online", run_online)):
-            _reset(c)
-            at = rng.uniform(0.0, 0.7) * (a.steps - a.interval) * a.pause
-            r = fn(c, a, at)
-            same = "bit for bit" if r["digest"] == free["digest"] and r["digest"] else "DIGEST DIFFERS"
-            over = f"{r['overhead_s']:.1f} s" if r.get("overhead_s") is not None else "n/a"
-            extra = r["total_s"] - free["total_s"]
-            print(f"{name:10}: rc {r['rc']}, {r['total_s']:.1f} s total (+{extra:.1f} s), fault {at:.1f} s "
-                  f"after checkpoint 1, overhead (detection + relaunch + recovery) {over}, {same}",
-                  flush=True)
-            if same != "bit for bit" or r["rc"] != 0:
-                print(r.get("output", "")[-3000:], flush=True)
-            results[name] = r
+        results: dict[str, list[dict]] = {name: [] for name in names}
+        for round_ in range(a.repeats):
+            order = list(names)
+            rng.shuffle(order)
+            for name in order:
+                _reset(c)
+                at = rng.uniform(0.0, 0.7) * (a.steps - a.interval) * a.pause
+                r = VARIANTS[name](c, a, at)
+                same = "bit for bit" if r["digest"] == free["digest"] and r["digest"] else "DIGEST DIFFERS"
+                over = f"{r['overhead_s']:.2f} s" if r.get("overhead_s") is not None else "n/a"
+                phases = ", ".join(f"{k} {v:.2f}" for k, v in r.get("phases", {}).items())
+                print(f"[{round_ + 1}/{a.repeats}] {name:10}: rc {r['rc']}, {r['total_s']:.1f} s total "
+                      f"(+{r['total_s'] - free['total_s']:.1f} s), fault {at:.1f} s after checkpoint 1, "
+                      f"overhead {over}" + (f" ({phases})" if phases else "") + f", {same}", flush=True)
+                if same != "bit for bit" or r["rc"] != 0:
+                    print(r.get("output", "")[-3000:], flush=True)
+                r.pop("output", None)
+                results[name].append(r)
+        print("summary:", flush=True)
+        for line in summary(results):
+            print(line, flush=True)
         if a.json:
-            Path(a.json).write_text(json.dumps(results, indent=1))
+            Path(a.json).write_text(json.dumps({"free": free, "args": vars(a), **results}, indent=1))
     finally:
         down(base, tag)
     return 0

@@ -246,3 +246,34 @@ def test_end_time_exported_to_the_ranks_stops_the_run_with_a_final_checkpoint_an
     second = _ftkit_launch("-n", "2", *app, cwd=tmp_path)
     assert second.returncode == 0, second
     assert f"digest {_reference()}" in second.stdout, second.stdout
+
+
+def test_docs_cli_lists_every_launch_option_with_its_metavar():
+    # docs/cli.md has one line per `ftkit launch` option, as `ftkit launch --help` prints it
+    from ftkit.cli import build_parser
+
+    parser = build_parser("launch")
+    launch = parser._subparsers._group_actions[0].choices["launch"]  # noqa: SLF001
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    section = doc[doc.index("## `ftkit launch`"):]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    for action in launch._actions:  # noqa: SLF001
+        if not action.option_strings or action.dest == "help":
+            continue
+        name = max(action.option_strings, key=len)
+        row = next((r for r in rows if f"`{name}" in r.split("|")[1]), None)
+        assert row is not None, f"docs/cli.md has no line for ftkit launch {name}"
+        if action.metavar:
+            assert f"{name} {action.metavar}" in row, row
+        assert action.help, f"ftkit launch {name} has no help text"
+
+
+def test_a_spare_host_in_a_gone_hosts_place_moves_nobody_so_no_flush():
+    # The relaunch flushes to L4 only when a rank may land away from its node-local files (benchmark: the
+    # flush took 0.5 s of a spare-host relaunch that needed none: L2 rebuilds the lost host's files).
+    from ftkit.relaunch import _moved
+
+    gone = {"node2": "no answer"}
+    assert not _moved(["node1", "node2", "node3"], ["node1", "node5", "node3"], gone)  # spare in place
+    assert _moved(["node1", "node2", "node3"], ["node1", "node3"], gone)                # fewer hosts
+    assert _moved(["node1", "node2", "node3"], ["node3", "node5", "node1"], gone)       # a live host moved

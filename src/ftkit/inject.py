@@ -80,7 +80,16 @@ def kill_self() -> None:
 
 
 def kill_pid(pid: int) -> None:
-    """SIGKILL process ``pid`` from outside; a process that is already gone is ignored."""
+    """SIGKILL process ``pid`` from outside; a process that is already gone is ignored.
+
+    Raises
+    ------
+    ValueError
+        If ``pid`` is not a positive process id (0 or a negative number would signal a whole process
+        group, -1 every process the caller may signal: never what a test means).
+    """
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        raise ValueError(f"kill_pid({pid!r}): not a process id (a pid file not written yet?)")
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:

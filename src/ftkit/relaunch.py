@@ -309,9 +309,10 @@ def run_with_restarts(plan: RelaunchPlan, run_once: RunOnce) -> MPIResult:
                 _say(f"the run ended with exit code {result.returncode}; no relaunch left (--restarts "
                      f"{plan.restarts} used)")
             return result
-        before = active
+        before, ended, spent = active, time.monotonic(), []
         if active is not None:
             active, spares = _replace_gone(plan, active, spares)
+            spent.append(f"probes {time.monotonic() - ended:.2f} s")
             if len(active) < plan.min_hosts:
                 _say(f"the run ended with exit code {result.returncode} and only {len(active)} healthy "
                      f"host(s) are left ({', '.join(active) or 'none'}; gone: {_gone_text(plan.excluded)}), "
@@ -331,16 +332,19 @@ def run_with_restarts(plan: RelaunchPlan, run_once: RunOnce) -> MPIResult:
                      f"excluded: {_gone_text(plan.excluded) or 'none'}")
             _release_lock_of_gone_host(plan.meta_dir, plan.excluded)
             if _moved(before, active, plan.excluded) and plan.meta_dir is not None:
+                t0 = time.monotonic()
                 flushed = flush_on_hosts(plan.launcher, active, plan.meta_dir) + "; "
-        _say(f"relaunch {attempt}/{plan.restarts} after exit code {result.returncode} {where}; {flushed}"
-             f"{recovery_line(plan.meta_dir)}")
+                spent.append(f"flush {time.monotonic() - t0:.2f} s")
+        took = f" ({', '.join(spent)})" if spent else ""
+        _say(f"relaunch {attempt}/{plan.restarts} after exit code {result.returncode}{took} {where}; "
+             f"{flushed}{recovery_line(plan.meta_dir)}")
 
 
 def _moved(before: list[str], after: list[str], gone: dict[str, str]) -> bool:
     """Whether a rank of the next run may land on another host than the one holding its node-local files:
     the host count changed, or a host that is not gone holds another position (a spare host taking a gone
     host's place moves nobody)."""
-    return len(before) != len(after) or any(a != b and b not in gone
+    return len(before) != len(after) or any(a != b and a not in gone
                                             for a, b in zip(before, after, strict=True))
 
 

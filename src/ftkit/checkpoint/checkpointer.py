@@ -360,7 +360,8 @@ class Checkpointer(appstate.StateAPI):
 
     def should_exit(self) -> bool:
         """Checkpoint and stop now? On a halt, a signal or the walltime; collective (:mod:`.exitpolicy`)."""
-        return self._session.exit.should_exit(self)
+        self._check_open()
+        return bool(online_loop.guarded(self._session, lambda: self._session.exit.should_exit(self)))
 
     def wait(self) -> None:
         """Block until background post-processing is done (collective); raise its failure on every rank.

@@ -31,9 +31,17 @@ halt record per check (the file is read only when it changed). The price is late
 within two checks (about two seconds of compute, at most ``2 * MAX_GAP`` steps). The contract is FTI's for
 ``snapshot()``: every rank calls ``snapshot()`` and ``should_exit()`` the same number of times.
 
-With ``spare_ranks > 0`` (online recovery) the agreement is not run: ``should_exit()`` raises and
-``snapshot()`` never stops the job (the agreement would have to be repaired with the application's
-communicators; not done yet).
+With ``spare_ranks > 0`` (online recovery) the agreement runs on the application ranks only. An idle spare
+holds the exit signals from the start (:meth:`ExitPolicy.idle`: a ``scancel -s USR1`` to every process does
+not end it); it takes part only once promoted. Every online recovery, spare promotion or shrink rebinds the
+policy to the new communicator (:meth:`ExitPolicy.rebind`, from :func:`.online.adopt.adopt_session`, on every
+rank at the same point): an agreement in flight when the failure struck is abandoned (its communicator
+revoked, never waited for), and every rank -- the promoted spare with the signal it held -- starts counting
+calls afresh, so the checks stay at the same calls everywhere. A signal once agreed stays in every survivor's
+vector; a halt stays pending in its record; nothing is lost with the dead rank but a signal only it had
+received. Inside ``steps()`` a process failure in ``should_exit()`` (in its exit checkpoint too) is repaired
+as in ``snapshot()``, and the answer is False in that iteration. When the job stops for ``should_exit()``,
+``finalize()`` releases the idle spares (they end with exit code 0).
 """
 
 from __future__ import annotations
@@ -50,7 +58,8 @@ import numpy as np
 from mpi4py import MPI
 
 from ..config import Config
-from ..errors import CheckpointError, FtkitError
+from ..errors import FtkitError
+from ..failure.ulfm import revoke
 from ..storage.halt import HaltWatch, write_halt
 from ..walltime import job_end_time
 from . import _mpi, events
@@ -102,17 +111,28 @@ class ExitPolicy:
         If ``$FTKIT_END_TIME`` is not a time.
     """
 
+    _comm: Any   # the agreement's communicator (a duplicate), None while there is none
+    _req: Any    # the agreement in flight, None between checks
+    _watch: HaltWatch | None
+
     def __init__(self, comm: Any, config: Config, exec_id: str, enabled: bool = True, *,
                  clock: Callable[[], float] = time.time) -> None:
+        self._reset(config, exec_id, clock)
         self.enabled = enabled
-        self.rank = comm.Get_rank()
+        self._place(comm.Get_rank())
+        if enabled:
+            self._comm = _mpi.internal_comm(comm)
+            self._install()
+
+    def _reset(self, config: Config, exec_id: str, clock: Callable[[], float]) -> None:
+        """Every attribute at its start value (no communicator, no handlers, no place)."""
+        self.enabled = False
+        self.rank = -1
         self.exec_id = exec_id
         self.config = config
         self.clock = clock
-        env = dict(os.environ)
-        if self.rank != 0:
-            env.pop("SLURM_JOB_ID", None)  # only rank 0 asks squeue: its answer is the one agreed
-        self.end, self.end_source = job_end_time(config.end_time, env)
+        self.end: float | None = None
+        self.end_source = ""
         self.decided = False
         self.acted = False
         self.reasons: list[str] = []
@@ -124,26 +144,84 @@ class ExitPolicy:
         self._calls = 0
         self._next_check = 1
         self._last = (clock(), 0)      # (time, calls) at the last check
-        self._req: Any = None
+        self._req = None
         self.checks = 0                # agreements started (the cost: one Iallreduce each)
         self._recv = np.zeros(6)
         self._send = np.zeros(6)
-        self._watch = HaltWatch(config.meta_dir, warn=_say) if self.rank == 0 else None
+        self._watch = None
         self._previous: dict[int, Any] = {}
-        self._comm = _mpi.internal_comm(comm) if enabled else None
-        if enabled and threading.current_thread() is threading.main_thread():
-            for sig in EXIT_SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._on_signal)
+        self._comm = None
+
+    def _place(self, rank: int) -> None:
+        """Take application rank ``rank``: rank 0 reads the end from SLURM too and watches the halt record."""
+        if rank == self.rank:
+            return
+        self.rank = rank
+        env = dict(os.environ)
+        if rank != 0:
+            env.pop("SLURM_JOB_ID", None)  # only rank 0 asks squeue: its answer is the one agreed
+        self.end, self.end_source = job_end_time(self.config.end_time, env)
+        self._watch = HaltWatch(self.config.meta_dir, warn=_say) if rank == 0 else None
+
+    def _install(self) -> None:
+        """Install the exit signals' handlers (main thread only; once)."""
+        if self._previous or threading.current_thread() is not threading.main_thread():
+            return
+        for sig in EXIT_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
 
     @classmethod
     def off(cls) -> ExitPolicy:
-        """A policy that never says exit (a spare promoted into a dead rank's place has no agreement)."""
+        """A policy that never says exit (a session being opened, before its own is made)."""
         policy = cls.__new__(cls)
-        policy.enabled, policy.decided, policy.acted, policy.checks = False, False, False, 0
-        policy._longest = policy._agreed_longest = 0.0
-        policy.time_left, policy.checkpoint_id, policy.reasons = None, None, []
-        policy._previous, policy._comm, policy._req = {}, None, None
+        policy._reset(Config(), "", time.time)
         return policy
+
+    @classmethod
+    def idle(cls, config: Config) -> ExitPolicy:
+        """The policy of an idle spare: no agreement, but the exit signals held from now on (a signal sent to
+        every process neither ends it nor is lost if it is promoted: :meth:`rebind`)."""
+        policy = cls.__new__(cls)
+        policy._reset(config, "", time.time)
+        policy._install()
+        return policy
+
+    def rebind(self, comm: Any, exec_id: str, config: Config) -> ExitPolicy:
+        """Run the agreement on ``comm`` from now on (collective over it: a duplicate), with the session's
+        ``config`` (a shrink may change it), after an online recovery, a spare promotion or a shrink replaced
+        the session; return ``self``.
+
+        An agreement in flight is abandoned (its communicator revoked and left, never waited for: a peer
+        may be dead). Every rank of ``comm`` starts counting calls afresh, so the checks fall on the same
+        calls everywhere; a decision not acted on is taken again at the next check (the signal agreed is
+        kept, a halt stays pending in its record, the end of the allocation is read again).
+        """
+        self._abandon()
+        signum, longest, previous = self._signal, self._longest, self._previous
+        old_rank, watch, end = self.rank, self._watch, (self.end, self.end_source)
+        self._reset(config, exec_id, self.clock)
+        self._signal, self._longest, self._previous = signum, longest, previous
+        self.rank, self._watch, (self.end, self.end_source) = old_rank, watch, end
+        self._place(comm.Get_rank())
+        self._comm = _mpi.internal_comm(comm)
+        self.enabled = True
+        self._install()
+        return self
+
+    def _abandon(self) -> None:
+        """Drop the communicator and any agreement in flight on it (after a failure: never waits)."""
+        comm, req = self._comm, self._req
+        self._comm = self._req = None
+        if comm is None:
+            return
+        if req is not None:
+            with contextlib.suppress(Exception):
+                revoke(comm)  # the request completes (in error) instead of waiting for a dead peer
+            with contextlib.suppress(MPI.Exception):
+                if not req.Test():
+                    return  # still pending: the duplicate is left to MPI_Finalize
+        with contextlib.suppress(MPI.Exception):
+            comm.Free()
 
     # -- signals ------------------------------------------------------------------------------------------
 
@@ -200,6 +278,7 @@ class ExitPolicy:
         margin = self.config.exit_margin or max(MIN_MARGIN_S, 2 * self._agreed_longest)
         reasons = []
         if r[_SIG] > 0:
+            self._signal = int(r[_SIG])  # kept: an agreement after a repair still counts it
             reasons.append(f"signal {signal.Signals(int(r[_SIG])).name}")
         if r[_HALT] > 0:
             reasons.append("halt request")
@@ -217,9 +296,6 @@ class ExitPolicy:
 
     def should_exit(self, ckpt: CheckpointTaker) -> bool:
         """:meth:`Checkpointer.should_exit`: poll, and take the exit checkpoint the first time it is true."""
-        if not self.enabled:
-            raise CheckpointError("should_exit() is not available with spare_ranks > 0 (online recovery): "
-                                  "run without spares to use it")
         if self.poll() and not self.acted:
             self.act(ckpt)
         return self.decided
@@ -236,8 +312,8 @@ class ExitPolicy:
 
     def act(self, ckpt: CheckpointTaker) -> int:
         """Take the exit checkpoint (unless it would not finish in time) and mark a halt request done;
-        return the level taken, 0 if none (collective)."""
-        self.acted = True
+        return the level taken, 0 if none (collective). A process failure in it leaves ``acted`` false: after
+        the online recovery the decision is taken again (:meth:`rebind`)."""
         level = self.config.exit_level
         if level in (2, 3) and self.config.group_size < 2:
             level = 4  # no L2/L3 groups in this configuration
@@ -258,6 +334,7 @@ class ExitPolicy:
                 write_halt(self.config.meta_dir, done)
             except FtkitError as exc:
                 _say(f"could not mark the halt request done: {exc}")
+        self.acted = True
         events.exit_requested(self.rank, why, note)
         return taken
 

@@ -93,6 +93,7 @@ class OnlineState:
     history: list[RepairReport] = field(default_factory=list)
     recoveries: int = 0               # online recoveries of the job so far (agreed at each adoption)
     left: str = ""                    # the loop was left in a fenced iteration: why every call is refused
+    exit_hold: Any = None             # an idle spare's exit policy: the signals it held (..exitpolicy)
 
     def release_spares(self, timeout: float) -> None:
         """On application rank 0 at the end of the job: tell every idle spare to leave (best effort)."""

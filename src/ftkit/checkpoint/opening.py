@@ -105,7 +105,7 @@ def open_session(config: Config, world: Any, spare_ranks: int | None = None) -> 
         raise
     try:
         session = dataclasses.replace(
-            session, exit=ExitPolicy(icomm, config, state.exec_id, online is None))
+            session, exit=ExitPolicy(icomm, config, state.exec_id))
         if state.fresh_manifest:
             pipeline.commit_manifest(session.ctx, "start-up: manifest commit")
         _mpi.barrier(icomm, config.failure_timeout, "Checkpointer start")

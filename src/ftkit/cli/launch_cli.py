@@ -40,8 +40,9 @@ def add_parser(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("-n", "--np", dest="nprocs", type=int, required=True, help="number of ranks")
     p.add_argument("--launcher", choices=LAUNCHERS, default="auto",
                    help=f"which launcher to use (default: auto, or ${LAUNCHER_ENV})")
-    p.add_argument("--node-size", type=int, default=None, help="ranks per emulated node")
-    p.add_argument("--spares", type=int, default=0,
+    p.add_argument("--node-size", type=int, default=None, metavar="RANKS",
+                   help="ranks per emulated node (exported as FTKIT_NODE_SIZE)")
+    p.add_argument("--spares", type=int, default=0, metavar="S",
                    help="start this many spare ranks after the N ranks, for online recovery (needs ULFM; "
                         "exported as FTKIT_SPARE_RANKS, read by Checkpointer)")
     ulfm = p.add_mutually_exclusive_group()
@@ -49,8 +50,9 @@ def add_parser(subparsers) -> None:  # type: ignore[no-untyped-def]
                       help="require ULFM (Open MPI >= 5 only; inside SLURM this picks mpirun over srun)")
     ulfm.add_argument("--no-ulfm", dest="ulfm", action="store_const", const=False,
                       help="launch without ULFM (default: ULFM on with Open MPI >= 5, off elsewhere)")
-    p.add_argument("--timeout", type=float, default=None, help="kill the job after this many seconds")
-    p.add_argument("--grace", type=float, default=30.0,
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="kill the job after this many seconds")
+    p.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
                    help="after SIGTERM, SIGINT or SIGHUP (passed on to every rank, as are SIGUSR1 and "
                         "SIGUSR2), kill whatever of the job still runs this many seconds later (default 30)")
     p.add_argument("--reserve-core", action="store_true",
@@ -66,12 +68,11 @@ def add_parser(subparsers) -> None:  # type: ignore[no-untyped-def]
                         "and whose node-local directory works (needs --config); stops when the time left or "
                         "the healthy hosts are too few (docs/guide/scheduler.md)")
     p.add_argument("--spare-nodes", type=int, default=0, metavar="K",
-                   help="hold the last K hosts back; a relaunch puts one in the place of each host that "
-                        "is gone")
-    p.add_argument("--config", default=None,
+                   help="hold the last K hosts (of --hosts or the allocation) back; a relaunch puts one in "
+                        "the place of each host that is gone (default 0)")
+    p.add_argument("--config", default=None, metavar="FILE",
                    help="the run's ftkit configuration (where its checkpoints are, its group size, "
-                        "end_time): "
-                        "the relaunch loop reads it")
+                        "end_time): the relaunch loop reads it")
     p.add_argument("--end-time", default=None, metavar="T",
                    help="when the allocation ends: ISO 8601 with a zone or seconds since the epoch; exported "
                         "to the ranks as FTKIT_END_TIME (ckpt.should_exit() turns true before it) and no "

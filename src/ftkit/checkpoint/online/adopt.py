@@ -42,9 +42,10 @@ def adopt_session(app: Any, online: OnlineState, config: Config, old: Session | 
     """The session on ``app`` (the repaired application communicator; collective over it), replacing
     ``old`` (None on a spare being promoted: ``config`` is then the job's).
 
-    ``old``'s post-processing is closed and its internal communicator freed; its run lock, exit policy,
-    fault hook and shrink opt-in pass to the new session. ``plan(node map, rank)``, if given, plans the
-    topology instead (a smaller job: :mod:`.shrink`).
+    ``old``'s post-processing is closed and its internal communicator freed; its run lock, exit policy
+    (rebound to the new communicator: :meth:`~..exitpolicy.ExitPolicy.rebind`; a promoted spare's is the one
+    it held while idle), fault hook and shrink opt-in pass to the new session. ``plan(node map, rank)``, if
+    given, plans the topology instead (a smaller job: :mod:`.shrink`).
 
     Raises
     ------
@@ -79,9 +80,12 @@ def adopt_session(app: Any, online: OnlineState, config: Config, old: Session | 
         lock = old.lock if old is not None else None
         if rank == 0 and lock is None:
             lock = _take_over_lock(config.meta_dir)
+        # the exit agreement moves to the new communicator (a promoted spare brings the signals it held)
+        held = old.exit if old is not None else online.exit_hold or ExitPolicy.idle(config)
+        policy = held.rebind(icomm, str(run["exec_id"]), config)
         session = build_session(
             config, app, icomm, topology, str(run["exec_id"]), store, restarted=bool(run["restarted"]),
-            problem=str(run["problem"]), exit=old.exit if old is not None else ExitPolicy.off(), lock=lock,
+            problem=str(run["problem"]), exit=policy, lock=lock,
             online=online, shrink=old.shrink if old is not None else None,
             fault_hook=old.ctx.fault_hook if old is not None else None)
     except BaseException:

@@ -21,7 +21,7 @@ from .host import Host
 from .repair import is_process_failure, on_failure, repair
 from .restore import restore
 
-__all__ = ["Position", "loop", "finished", "snapshot_in_loop", "step_extra"]
+__all__ = ["Position", "loop", "finished", "snapshot_in_loop", "guarded", "step_extra"]
 
 
 @dataclass
@@ -83,7 +83,7 @@ def loop(host: Host, position: Position, start: int, nsteps: int) -> Iterator[in
             state.in_loop = False
 
 
-def snapshot_in_loop(session: Session, snapshot: Callable[[], int]) -> int:
+def snapshot_in_loop(session: Session, snapshot: Callable[[], int | bool]) -> int | bool:
     """``snapshot()`` inside the loop: 0 at once when fenced; a process failure repairs instead of raising
     (``snapshot()`` takes the plain snapshot)."""
     state = session.online
@@ -101,6 +101,14 @@ def snapshot_in_loop(session: Session, snapshot: Callable[[], int]) -> int:
         return 0
     finally:
         state.in_loop = True
+
+
+def guarded(session: Session, call: Callable[[], int | bool]) -> int | bool:
+    """``call()``, inside the online loop as :func:`snapshot_in_loop` (0 when fenced, a process failure
+    repaired), else as it is (``should_exit()``: the exit checkpoint it may take is collective too)."""
+    if session.online is not None and session.online.in_loop:
+        return snapshot_in_loop(session, call)
+    return call()
 
 
 def step_extra(position: Position) -> dict[str, int]:

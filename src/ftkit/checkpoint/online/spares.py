@@ -11,6 +11,10 @@ receive completes
   :func:`ftkit.failure.replace.rebuild`. Promoted, it returns from ``Checkpointer()`` as the dead rank (see
   :mod:`ftkit.checkpoint.online`); not needed this time, it sleeps again.
 
+While idle, a spare holds the exit signals (SIGTERM, SIGUSR1, SIGUSR2: :meth:`..exitpolicy.ExitPolicy.idle`),
+so a signal sent to every process of the job does not end it; promoted, it brings a signal it got into the
+exit agreement (:meth:`~..exitpolicy.ExitPolicy.rebind`).
+
 Placement: the spares are the *last* processes, so with the launcher's usual by-slot mapping they fill
 nodes of their own when ``spare_ranks`` is a multiple of the ranks per node (a replacement on the failed
 node would be lost with it). The topology of the application ranks never includes them.
@@ -36,6 +40,7 @@ from ...failure.replace import SPARE, Rebuilt, rebuild
 from ...failure.ulfm import exit_without_finalize, require_ulfm
 from ...launch import SPARES_ENV
 from .. import _mpi
+from ..exitpolicy import ExitPolicy
 from ..handover import RELEASE_TAG, OnlineState, RepairReport
 from ..session import Session
 from . import exithook
@@ -108,6 +113,7 @@ def split_spares(config: Config, world: Any) -> tuple[Any, OnlineState | None]:
         app.Set_errhandler(MPI.ERRORS_RETURN)
         return app, state
     exithook.serve_spare(config, state)  # an uncaught exception ends the process as a failure, never a hang
+    state.exit_hold = ExitPolicy.idle(config)  # SIGUSR1 to every process: held, not the end of a spare
     _wait_as_spare(config, state)
     return None, state
 
