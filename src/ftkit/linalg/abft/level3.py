@@ -216,10 +216,9 @@ def ft_pdtrsm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alph
     t = triangle_operand(A64, ia, ja, transpose, lower, diag == "U", rows, cols)
     if alpha != 1.0:
         w *= alpha
-    w0 = np.array(w, order="F")
     chk = SolveChecksums(g, rows, cols, wcols, int(bs) if bs is not None else
                          checksums.choose_bs(rows.nb, wcols.nb, rows.n))
-    chk.encode(t, w0)
+    w0 = chk.encode(t, w)  # the copy of alpha B that flagged segments are solved again from
     if inject is not None:
         inject.resolve(g.size, 1)
         inject.apply("A", g.rank, 0, t)
