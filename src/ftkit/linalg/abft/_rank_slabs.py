@@ -8,8 +8,8 @@ checksums in the panels, location, correction, recomputation), and so is the dia
 excluded triangle is zero in the work copy (so its blocks check too). So at most ``1/slabs`` of the product
 is computed twice, as in the plain routine, where one product of the whole square cost twice the flops.
 
-All pieces are computed into one work copy of C and only the ``uplo`` triangle is copied back at the end,
-so an :class:`~ftkit.errors.ABFTError` of any piece leaves C unchanged. The pieces' reports are merged into
+All pieces are computed into one work copy of C and only the ``uplo`` triangle is copied back at the end
+(piece by piece: the rectangles as they are, the squares through their triangle's mask), so an :class:`~ftkit.errors.ABFTError` of any piece leaves C unchanged. The pieces' reports are merged into
 one :class:`~ftkit.linalg.ABFTReport` whose events are in the coordinates of the whole ``n x n`` product
 (block indices of its segmentation, positions in C's submatrix). An injection plan applies to one piece,
 drawn from the plan's seed (the same on every process) among the pieces every process holds part of (so
@@ -107,24 +107,37 @@ def _merge(reports: list[tuple[Piece, ABFTReport]], C: DistributedMatrix, ic: in
 def checked_rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, X: DistributedMatrix, ix: int,
                         jx: int, Y: DistributedMatrix, iy: int, jy: int, beta: float, C64: DistributedMatrix,
                         ic: int, jc: int, bs: int | None, tol: float | str | None, mode: str,
-                        inject: InjectionPlan | None, unchecked_is_error: bool,
-                        ) -> tuple[DistributedMatrix, np.ndarray, ABFTReport]:
-    """``alpha op(X) op(Y).T + beta C`` on the ``uplo`` triangle of ``C64(ic:ic+n, jc:jc+n)``, checked.
+                        inject: InjectionPlan | None, unchecked_is_error: bool, C: DistributedMatrix,
+                        ) -> ABFTReport:
+    """``alpha op(X) op(Y).T + beta C`` on the ``uplo`` triangle of ``C64(ic:ic+n, jc:jc+n)``, checked, into
+    ``C`` (``C64`` itself, or C when ``C64`` is its float64 copy); returns the merged report (collective).
 
-    Returns the work copy of ``C64`` holding the result, the local mask of the triangle (what to copy back)
-    and the merged report (collective on C's grid; ``C64`` itself is not written).
+    The pieces are computed into a work copy of ``C64`` and copied into ``C`` only when all are done, so an
+    :class:`~ftkit.errors.ABFTError` of any piece leaves ``C`` unchanged. ``C64`` is not written before
+    that: a piece strictly inside the triangle recomputes a block from ``C64``'s copy of it (no copy taken);
+    only the diagonal squares, whose excluded triangle is zero in the work copy, are copied by the product.
     """
     work = C64.copy()
-    wv = work.local_view(ic, jc, n, n)
-    mask = trapezoid_mask(C64, ic, jc, n, n, uplo)
-    wv[...] = np.where(mask, wv, 0.0)  # the excluded triangle is not read: zero, so its blocks check too
     ta, tb = ("N", "T") if trans == "N" else ("T", "N")
     pieces = _pieces(uplo, n, slab_bounds(n, jc, C64.desc.nb))
+    for r0, r1, c0, c1 in pieces:
+        if r0 == c0:  # a diagonal square: its excluded triangle is not read, zero so its blocks check too
+            sq = work.local_view(ic + c0, jc + c0, c1 - c0, c1 - c0)
+            sq[...] = np.where(trapezoid_mask(C64, ic + c0, jc + c0, c1 - c0, c1 - c0, uplo), sq, 0.0)
     target = _injected_piece(pieces, C64, ic, jc, inject.seed) if inject is not None else -1
     reports = []
     for p, (r0, r1, c0, c1) in enumerate(pieces):
         xi, xj, yi, yj = (ix + r0, jx, iy + c0, jy) if trans == "N" else (ix, jx + r0, iy, jy + c0)
+        before = None if r0 == c0 else C64.local_view(ic + r0, jc + c0, r1 - r0, c1 - c0)
         rep = _ft_gemm(ta, tb, r1 - r0, c1 - c0, k, alpha, X, xi, xj, Y, yi, yj, beta, work, ic + r0, jc + c0,
-                       bs, tol, mode, None, None, inject if p == target else None, unchecked_is_error)
+                       bs, tol, mode, None, None, inject if p == target else None, unchecked_is_error,
+                       c_before=before)
         reports.append(((r0, r1, c0, c1), rep))
-    return work, mask, _merge(reports, C64, ic, jc, n)
+    for r0, r1, c0, c1 in pieces:  # only the triangle goes back
+        dst = C.local_view(ic + r0, jc + c0, r1 - r0, c1 - c0)
+        src = work.local_view(ic + r0, jc + c0, r1 - r0, c1 - c0)
+        if r0 == c0:
+            dst[...] = np.where(trapezoid_mask(C, ic + r0, jc + c0, r1 - r0, c1 - c0, uplo), src, dst)
+        else:
+            dst[...] = src
+    return _merge(reports, C64, ic, jc, n)

@@ -193,8 +193,9 @@ class ChecksumProduct:
 
 def summarize_c0(c0: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """Return what a prediction needs from the C before the update: its block sums (with squares) and
-    absolute block sums."""
-    return block_sums_sq(c0, rb, cb), abs_block_sums(c0, rb, cb)
+    absolute block sums (one pass over ``c0``)."""
+    *sums, absum = block_sums_sq(c0, rb, cb, with_abs=True)
+    return tuple(sums), absum
 
 
 @dataclass

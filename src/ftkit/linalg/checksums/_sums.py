@@ -160,10 +160,12 @@ def block_sums(
     return ee, we, ew, ww
 
 
-def block_sums_sq(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Return :func:`block_sums` plus every block's sum of squares (five ``(nr, nc)`` arrays, one pass)."""
+def block_sums_sq(c: np.ndarray, rb: np.ndarray, cb: np.ndarray, *, with_abs: bool = False
+                  ) -> tuple[np.ndarray, ...]:
+    """Return :func:`block_sums` plus every block's sum of squares (five ``(nr, nc)`` arrays, one pass);
+    ``with_abs`` adds a sixth, the sums of absolute values (:func:`abs_block_sums`), in the same pass."""
     nr, nc = len(rb) - 1, len(cb) - 1
-    out = np.zeros((5, nr, nc))
+    out = np.zeros((6 if with_abs else 5, nr, nc))
     if nr and nc:
         block_sums_into(
             c,
@@ -173,7 +175,7 @@ def block_sums_sq(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> tuple[np.nda
             segment_weights(cb),
             out,
         )
-    return out[0], out[1], out[2], out[3], out[4]
+    return tuple(out)
 
 
 def abs_block_sums(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> np.ndarray:
