@@ -11,9 +11,9 @@ Each takes its plain routine's arguments (:mod:`ftkit.linalg.pblas.triangular`,
 - ``ft_pdsyrk`` and ``ft_pdsyr2k`` compute only C's ``uplo`` triangle, as the plain routines do: checked
   products of the slabs' off-diagonal parts and diagonal squares (:mod:`ftkit.linalg.abft._rank_slabs`),
   ``alpha op(A) op(A).T + beta C`` and ``alpha [op(A) op(B)] [op(B) op(A)].T + beta C`` (both terms'
-  operands side by side, local copies where the layouts agree), into a work copy
-  of C whose excluded triangle is zero; only the triangle is copied back. Event coordinates are those of
-  the product (B's or C's submatrix).
+  operands side by side, local copies where the layouts agree); the squares go into a work copy whose
+  excluded triangle is zero, the rest into C itself. Event coordinates are those of the product (B's or C's
+  submatrix).
 - ``ft_pdtrsm`` runs the plain solve and checks the checksums the solution must satisfy, per block
   (:mod:`ftkit.linalg.abft._solve_sums`): a single wrong element of the solution is located from them and
   fixed in O(1) (``"located"``); otherwise the flagged column segments are solved again (``"recomputed"``).
@@ -124,7 +124,8 @@ def _raise_if_failed(name: str, report: ABFTReport, mode: str, unchecked_is_erro
     """Raise :class:`ABFTError` (on every process: the report is the same everywhere) if the call failed."""
     if mode == "correct" and report.uncorrected:
         raise ABFTError(f"{name}: {report.uncorrected} block(s) of the result still disagree with the "
-                        f"checksums after {again}: A itself is corrupted (call again with clean inputs)",
+                        f"checksums after {again}: an operand itself is corrupted (call again with clean "
+                        "inputs)",
                         report=report)
     if unchecked_is_error and report.unchecked:
         raise ABFTError(f"{name}: {report.unchecked} block(s) could not be checked (their checksums or "
@@ -136,8 +137,10 @@ def _rank_checked(r: str, uplo: str, trans: str, n: int, k: int, alpha: float, X
                   ic: int, jc: int, bs: int | None, tol: float | str | None, mode: str,
                   inject: InjectionPlan | None, unchecked_is_error: bool) -> ABFTReport:
     """``C_uplo = alpha op(X) op(Y).T + beta C_uplo``, only the triangle computed (:mod:`._rank_slabs`)."""
-    return checked_rank_update(uplo, trans, n, k, alpha, X, ix, jx, Y, iy, jy, beta, _as64(C), ic, jc, bs,
-                               tol, mode, inject, unchecked_is_error, C)  # fmt: skip
+    report = checked_rank_update(uplo, trans, n, k, alpha, X, ix, jx, Y, iy, jy, beta, _as64(C), ic, jc, bs,
+                                 tol, mode, inject, unchecked_is_error, C)  # fmt: skip
+    _raise_if_failed(r.lower(), report, mode, unchecked_is_error, "recomputation")
+    return report
 
 
 def ft_pdsyrk(uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
@@ -151,7 +154,7 @@ def ft_pdsyrk(uplo: str, trans: str, n: int, k: int, alpha: float, A: Distribute
     PBLASArgumentError
         As ``pdsyrk``; ``bs``, ``tol``, ``mode``, ``inject`` are positions 15-18.
     ABFTError
-        As :func:`~ftkit.linalg.abft.ft_pdgemm` (C is then left unchanged).
+        As :func:`~ftkit.linalg.abft.ft_pdgemm` (C then holds the whole, flagged, result).
     """
     r = "FT_PDSYRK"
     uplo, trans, n, k, alpha, ia, ja, _, _, beta, ic, jc = check_rank_args(
@@ -198,7 +201,7 @@ def ft_pdsyr2k(uplo: str, trans: str, n: int, k: int, alpha: float, A: Distribut
     PBLASArgumentError
         As ``pdsyr2k``; ``bs``, ``tol``, ``mode``, ``inject`` are positions 19-22.
     ABFTError
-        As :func:`~ftkit.linalg.abft.ft_pdgemm` (C is then left unchanged).
+        As :func:`~ftkit.linalg.abft.ft_pdgemm` (C then holds the whole, flagged, result).
     """
     r = "FT_PDSYR2K"
     uplo, trans, n, k, alpha, ia, ja, ib, jb, beta, ic, jc = check_rank_args(
