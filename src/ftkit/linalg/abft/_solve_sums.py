@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..._wait import wait_requests
 from .. import checksums
 from ..checksums._kernels import encode_cols_into, encode_rows_into
 from ..descriptor import BlockCyclic1D
@@ -97,7 +98,7 @@ class SolveChecksums:
     def _sum(self, parts: list[np.ndarray]) -> list[np.ndarray]:
         flat = np.concatenate([p.ravel() for p in parts])
         out = np.empty_like(flat)
-        self.grid.comm.Allreduce(flat, out)
+        wait_requests([self.grid.comm.Iallreduce(flat, out)])  # waited by sleeping, not busy-polling
         res, o = [], 0
         for p in parts:
             res.append(out[o:o + p.size].reshape(p.shape))
