@@ -20,8 +20,13 @@ distributions, not the same numbers; T well conditioned, S symmetric and diagona
 Each case ``N,NB``: N x N matrices with NB x NB blocks (RSRC = CSRC = 0, ScaLAPACK's layout), uniform [-1, 1)
 data (the triangular and SPD operands made well conditioned). Routines: ``pdtrsm`` / ``pdtrmm`` (side L,
 lower, no transpose, non-unit, alpha 1), ``pdsyrk`` / ``pdsyr2k`` (lower, "N", k = N, beta 1), ``pdpotrf``
-(lower), their ``ft_`` versions (rigorous threshold), and ``ft_pdpotrf_ckpt`` (ft_pdpotrf with a level-1
-checkpoint every 4 panels, into ``--ckpt-dir``). Timing as in the ScaLAPACK anchor programs
+(lower), their ``ft_`` versions (rigorous threshold), ``ft_pdpotrf_ckpt`` (ft_pdpotrf with a level-1
+checkpoint every 4 panels, into ``--ckpt-dir``), and the ``resilient_`` versions of the four level-3 routines
+(their inputs saved to a store directory under ``--ckpt-dir`` by every call: they take no
+``protect_operands``, whose operands they build per call), each compared with its plain ftkit routine.
+After the warm-up calls the timed calls are interleaved (every routine once per repetition), so a variant
+and its plain routine run under the same load; the table gives the ratio of CPU-second medians beside the
+wall-time ones. Timing as in the ScaLAPACK anchor programs
 (``/work/shared/anchors/scalapack``): untimed warm-up call, then ``Barrier; t0; call; allreduce(MAX)``, CPU
 time summed over ranks; every timed call starts from a fresh copy of its operands (copy not timed). Prints
 ``RES sys=ftkit routine=.. grid=.. n=.. nb=.. rep=.. t=.. gflops=.. cpu=..`` per call, the flop counts of
@@ -53,9 +58,20 @@ if TYPE_CHECKING:  # the ScaLAPACK worker and the driver must not load mpi4py (a
 
 FLOPS = {"pdtrsm": 1.0, "pdtrmm": 1.0, "pdsyrk": 1.0, "pdsyr2k": 2.0, "pdpotrf": 1.0 / 3.0}
 ALL = ["pdtrsm", "ft_pdtrsm", "pdtrmm", "ft_pdtrmm", "pdsyrk", "ft_pdsyrk", "pdsyr2k", "ft_pdsyr2k",
-       "pdpotrf", "ft_pdpotrf", "ft_pdpotrf_ckpt"]
+       "pdpotrf", "ft_pdpotrf", "ft_pdpotrf_ckpt", "resilient_pdtrsm", "resilient_pdtrmm", "resilient_pdsyrk",
+       "resilient_pdsyr2k"]
+#: The variants of a plain routine: ABFT (``ft_``), checkpointed (``_ckpt``), process-failure tolerant.
+PREFIXES, SUFFIX = ("ft_", "resilient_"), "_ckpt"
+
+
+def base_of(routine: str) -> str:
+    """The plain routine a variant is compared with."""
+    for p in PREFIXES:
+        routine = routine.removeprefix(p)
+    return routine.removesuffix(SUFFIX)
 Mats = dict[str, "linalg.DistributedMatrix"]
-RES_LINE = re.compile(r"RES sys=(\S+) routine=(\S+) grid=\S+ n=(\d+) nb=(\d+) rep=\d+ t=([\d.]+)")
+RES_LINE = re.compile(r"RES sys=(\S+) routine=(\S+) grid=\S+ n=(\d+) nb=(\d+) rep=\d+ t=([\d.]+) "
+                      r"gflops=\S+ cpu=([\d.]+)")
 
 
 def operands(grid: linalg.ProcessGrid, n: int, nb: int) -> Mats:
@@ -76,15 +92,20 @@ def operands(grid: linalg.ProcessGrid, n: int, nb: int) -> Mats:
     return {"T": T, "S": sym, "B": B, "C": C}
 
 
-def call(routine: str, n: int, ops: Mats, ckpt: object) -> linalg.DistributedMatrix:
-    """Run ``routine`` on fresh copies of its operands; return the matrix it wrote."""
+def call(routine: str, n: int, ops: Mats, ckpt: object, store: str | None = None) -> linalg.DistributedMatrix:
+    """Run ``routine`` on fresh copies of its operands; return the matrix it wrote. ``store``: the input
+    store directory of the ``resilient_`` routines."""
+    import functools
+
     from mpi4py import MPI
 
     from ftkit import linalg
 
     T, S, B, C = ops["T"], ops["S"].copy(), ops["B"].copy(), ops["C"].copy()
-    base = routine.removeprefix("ft_").removesuffix("_ckpt")
-    fn = getattr(linalg, routine.removesuffix("_ckpt"))
+    base = base_of(routine)
+    fn = getattr(linalg, routine.removesuffix(SUFFIX))
+    if routine.startswith("resilient_"):
+        fn = functools.partial(fn, store=store)
     comm = T.grid.comm
     comm.Barrier()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -113,7 +134,7 @@ def check(routine: str, n: int, ops: Mats, out: linalg.DistributedMatrix) -> str
     """Compare ``out`` with numpy; return ``OK`` or ``FAIL <error>`` (collective: gathers)."""
     g = {k: v.to_global() for k, v in ops.items()}
     got = out.to_global()
-    base = routine.removeprefix("ft_").removesuffix("_ckpt")
+    base = base_of(routine)
     low = np.tril(g["T"])
     if base == "pdtrsm":
         err = np.abs(low @ got - g["B"]).max() / (np.abs(low).max() * np.abs(got).max() * n)
@@ -149,20 +170,26 @@ def ftkit_worker(args: argparse.Namespace) -> None:
                                                 else None))
         ckpt = ftkit.Checkpointer(config=ftkit.Config(ckpt_dir=root / "local", glbl_dir=root / "global",
                                                       meta_dir=root / "meta"), comm=comm)
+    store = None
+    if any(r.startswith("resilient_") for r in args.routines):
+        root = args.ckpt_dir or comm.bcast(tempfile.mkdtemp(prefix="bench_pblas3_") if comm.rank == 0
+                                           else None)
+        store = str(Path(root) / "inputs")
     for case in args.cases:
         n, nb = map(int, case.split(","))
         ops = operands(grid, n, nb)
         for routine in args.routines:
-            out = call(routine, n, ops, ckpt)  # warm-up (untimed)
+            out = call(routine, n, ops, ckpt, store)  # warm-up (untimed)
             if args.check:
                 verdict = check(routine, n, ops, out)
                 if comm.rank == 0:
                     print(f"CHECK sys=ftkit routine={routine} grid={args.grid} n={n} nb={nb} {verdict}",
                           flush=True)
-            for rep in range(args.reps):
-                call(routine, n, ops, ckpt)
+        for rep in range(args.reps):  # interleaved: a variant and its plain routine see the same load
+            for routine in args.routines:
+                call(routine, n, ops, ckpt, store)
                 t, cpu = call.last  # type: ignore[attr-defined]
-                flops = FLOPS[routine.removeprefix("ft_").removesuffix("_ckpt")] * n**3
+                flops = FLOPS[base_of(routine)] * n**3
                 if comm.rank == 0:
                     print(f"RES sys=ftkit routine={routine} grid={args.grid} n={n} nb={nb} rep={rep} "
                           f"t={t:.4f} gflops={flops / t / 1e9:.2f} cpu={cpu:.3f}", flush=True)
@@ -285,7 +312,7 @@ def scalapack_worker(args: argparse.Namespace) -> None:
         rows, _ = sl.local_indices(n, nb)
         ops = sl_operands(sl, n, nb)
         desc = sl.desc(n, nb, rows.size)
-        for routine in (r for r in args.routines if not r.startswith("ft_")):
+        for routine in (r for r in args.routines if r == base_of(r)):
             sl_call(sl, routine, n, ops, desc)  # warm-up (untimed)
             for rep in range(args.reps):
                 t, cpu = sl_call(sl, routine, n, ops, desc)
@@ -321,6 +348,7 @@ def side_by_side(args: argparse.Namespace) -> int:
     """Run the rounds (see the module docstring); print the per-job lines, then the table of ratios."""
     rng = random.Random(args.seed)
     times: dict[tuple[str, str, str], list[float]] = defaultdict(list)  # (case, sys, routine) -> seconds
+    cpus: dict[tuple[str, str, str], list[float]] = defaultdict(list)  # the same, CPU seconds of all ranks
     failed = 0
     for rnd in range(args.rounds):
         routines = list(args.routines)
@@ -337,30 +365,36 @@ def side_by_side(args: argparse.Namespace) -> int:
             for line in r.stdout.splitlines():
                 m = RES_LINE.match(line)
                 if m:
-                    times[(f"{m.group(3)},{m.group(4)}", m.group(1), m.group(2))].append(float(m.group(5)))
+                    key = (f"{m.group(3)},{m.group(4)}", m.group(1), m.group(2))
+                    times[key].append(float(m.group(5)))
+                    cpus[key].append(float(m.group(6)))
                 if line.startswith(("RES", "INFO", "CHECK")):
                     print(f"r{rnd} {line}", flush=True)
             if r.returncode != 0 or "illegal value" in r.stderr:  # PXERBLA prints and returns
                 failed += 1
                 print(f"# {name} failed:\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}", flush=True)
-    _report(args, times)
+    _report(args, times, cpus)
     return 1 if failed else 0
 
 
-def _report(args: argparse.Namespace, times: dict[tuple[str, str, str], list[float]]) -> None:
-    """Medians, p90s and their ratios per case and routine."""
-    print(f"\n{'case':>10} {'routine':>16} {'ftkit med':>10} {'p90':>8} {'ref':>18} {'ref med':>10} "
-          f"{'p90':>8} {'ratio med':>9} {'p90':>6}")  # fmt: skip
+def _report(args: argparse.Namespace, times: dict[tuple[str, str, str], list[float]],
+            cpus: dict[tuple[str, str, str], list[float]]) -> None:
+    """Medians, p90s and their ratios per case and routine; the ratio of CPU-second medians beside them (on
+    a busy machine the wall time of a job swings with the load, the CPU seconds much less)."""
+    print(f"\n{'case':>10} {'routine':>18} {'ftkit med':>10} {'p90':>8} {'ref':>20} {'ref med':>10} "
+          f"{'p90':>8} {'ratio med':>9} {'p90':>6} {'cpu med':>8} {'ref cpu':>8} "
+          f"{'cpu ratio':>9}")  # fmt: skip
     for case in args.cases:
         for routine in args.routines:
-            mine = times.get((case, "ftkit", routine), [])
-            base = routine.removeprefix("ft_").removesuffix("_ckpt")
+            base = base_of(routine)
             ref_sys = "scalapack" if routine == base else "ftkit"
-            ref_name, ref = f"{ref_sys} {base}", times.get((case, ref_sys, base), [])
-            med, p90 = _quantile(mine, 0.5), _quantile(mine, 0.9)
-            rmed, rp90 = _quantile(ref, 0.5), _quantile(ref, 0.9)
-            print(f"{case:>10} {routine:>16} {med:10.4f} {p90:8.4f} {ref_name:>18} {rmed:10.4f} {rp90:8.4f} "
-                  f"{med / rmed:9.3f} {p90 / rp90:6.3f}", flush=True)  # fmt: skip
+            mine, ref = (case, "ftkit", routine), (case, ref_sys, base)
+            med, p90 = _quantile(times.get(mine, []), 0.5), _quantile(times.get(mine, []), 0.9)
+            rmed, rp90 = _quantile(times.get(ref, []), 0.5), _quantile(times.get(ref, []), 0.9)
+            cmed, rcmed = _quantile(cpus.get(mine, []), 0.5), _quantile(cpus.get(ref, []), 0.5)
+            print(f"{case:>10} {routine:>18} {med:10.4f} {p90:8.4f} {ref_sys + ' ' + base:>20} {rmed:10.4f} "
+                  f"{rp90:8.4f} {med / rmed:9.3f} {p90 / rp90:6.3f} {cmed:8.3f} {rcmed:8.3f} "
+                  f"{cmed / rcmed:9.3f}", flush=True)  # fmt: skip
 
 
 def main() -> None:

@@ -73,6 +73,36 @@ def test_trsm_flip_at_each_point_is_corrected(grid, target, step):
         assert np.array_equal(B.to_global(), ref.to_global())
 
 
+@pytest.mark.parametrize("target,step", [("A", 0), ("B", 0), ("C", 0), ("C", 1)])
+def test_trmm_flip_at_each_point_is_corrected(grid, target, step):
+    # ft_pdtrmm multiplies by the triangle only (the plain sweep) and checks the product's blocks
+    A, B = _solve_case(grid)
+    ref = B.copy()
+    linalg.pdtrmm("L", "U", "T", "N", 30, 20, 2.0, A, 0, 0, ref, 0, 0)
+    plan = InjectionPlan([BitFlip(target=target, step=step, index=(12, 7), bit=58)])
+    rep = linalg.ft_pdtrmm("L", "U", "T", "N", 30, 20, 2.0, A, 0, 0, B, 0, 0, bs=4, inject=plan)
+    assert len(plan.records) == 1
+    assert rep.detected >= 1 and rep.corrected == rep.detected and rep.uncorrected == 0
+    if (target, step) == ("C", 1):  # one wrong element of the product: located in its block, fixed in O(1)
+        rec = plan.records[0]
+        assert {e.action for e in rep.events} == {"located"}
+        assert {e.element for e in rep.events} == {rec.local_index}
+    else:  # a wrong triangle or right-hand side: the flagged column segments are computed again
+        assert {e.action for e in rep.events} == {"recomputed"}
+    np.testing.assert_allclose(B.to_global(), ref.to_global(), rtol=0, atol=1e-12)
+
+
+def test_trmm_side_r_located_event_is_in_b_coordinates(grid):
+    A, B = _solve_case(grid)
+    ref = B.copy()
+    linalg.pdtrmm("R", "L", "N", "U", 30, 20, 1.0, A, 5, 3, ref, 0, 0)
+    plan = InjectionPlan([BitFlip(target="C", step=1, index=(3, 9), bit=60)])
+    rep = linalg.ft_pdtrmm("R", "L", "N", "U", 30, 20, 1.0, A, 5, 3, B, 0, 0, bs=4, inject=plan)
+    assert [e.action for e in rep.events] == ["located"]
+    assert rep.events[0].element == (9, 3)  # the flip hit B.T's (3, 9)
+    np.testing.assert_allclose(B.to_global(), ref.to_global(), rtol=0, atol=1e-12)
+
+
 def test_trsm_detect_mode_reports_and_leaves_the_result(grid):
     A, B = _solve_case(grid)
     ref = B.copy()

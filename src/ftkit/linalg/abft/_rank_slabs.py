@@ -8,12 +8,15 @@ checksums in the panels, location, correction, recomputation), and so is the dia
 excluded triangle is zero in the work copy (so its blocks check too). So at most ``1/slabs`` of the product
 is computed twice, as in the plain routine, where one product of the whole square cost twice the flops.
 
-All pieces are computed into one work copy of C and only the ``uplo`` triangle is copied back at the end,
-so an :class:`~ftkit.errors.ABFTError` of any piece leaves C unchanged. The pieces' reports are merged into
-one :class:`~ftkit.linalg.ABFTReport` whose events are in the coordinates of the whole ``n x n`` product
-(block indices of its segmentation, positions in C's submatrix). An injection plan applies to one piece,
-drawn from the plan's seed (the same on every process) among the pieces every process holds part of (so
-the flip is made whatever rank the plan draws): a plan describes the flips of one call.
+The rectangles are computed into C itself, the diagonal squares into a work copy of the squares alone
+whose excluded triangle is zero (only their ``uplo`` triangle is copied into C): besides the checked
+products, a pass over each square, none over the rest of C. A piece that could not be corrected does not
+stop the others (C then holds the whole result, flagged, as ``ft_pdgemm`` leaves it; the caller raises).
+The pieces' reports are merged into one :class:`~ftkit.linalg.ABFTReport` whose events are in the
+coordinates of the whole ``n x n`` product (block indices of its segmentation, positions in C's
+submatrix). An injection plan applies to one piece, drawn from the plan's seed (the same on every process)
+among the pieces every process holds part of (so the flip is made whatever rank the plan draws): a plan
+describes the flips of one call.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ...errors import ABFTError
 from ...inject import InjectionPlan
 from .. import checksums
 from ..matrix import DistributedMatrix
@@ -107,24 +111,37 @@ def _merge(reports: list[tuple[Piece, ABFTReport]], C: DistributedMatrix, ic: in
 def checked_rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, X: DistributedMatrix, ix: int,
                         jx: int, Y: DistributedMatrix, iy: int, jy: int, beta: float, C64: DistributedMatrix,
                         ic: int, jc: int, bs: int | None, tol: float | str | None, mode: str,
-                        inject: InjectionPlan | None, unchecked_is_error: bool,
-                        ) -> tuple[DistributedMatrix, np.ndarray, ABFTReport]:
-    """``alpha op(X) op(Y).T + beta C`` on the ``uplo`` triangle of ``C64(ic:ic+n, jc:jc+n)``, checked.
-
-    Returns the work copy of ``C64`` holding the result, the local mask of the triangle (what to copy back)
-    and the merged report (collective on C's grid; ``C64`` itself is not written).
-    """
-    work = C64.copy()
-    wv = work.local_view(ic, jc, n, n)
-    mask = trapezoid_mask(C64, ic, jc, n, n, uplo)
-    wv[...] = np.where(mask, wv, 0.0)  # the excluded triangle is not read: zero, so its blocks check too
+                        inject: InjectionPlan | None, unchecked_is_error: bool, C: DistributedMatrix,
+                        ) -> ABFTReport:
+    """``alpha op(X) op(Y).T + beta C`` on the ``uplo`` triangle of ``C64(ic:ic+n, jc:jc+n)``, checked, into
+    ``C`` (``C64`` itself, or C when ``C64`` is its float64 copy); returns the merged report (collective).
+    Blocks left uncorrected or unchecked are in the report, never raised here."""
+    g = C64.grid
+    d = C64.desc
+    work = DistributedMatrix.zeros(g, d.m, d.n, mb=d.mb, nb=d.nb, rsrc=d.rsrc, csrc=d.csrc)  # the squares
     ta, tb = ("N", "T") if trans == "N" else ("T", "N")
-    pieces = _pieces(uplo, n, slab_bounds(n, jc, C64.desc.nb))
+    pieces = _pieces(uplo, n, slab_bounds(n, jc, d.nb))
+    masks = {}
+    for r0, _, c0, c1 in pieces:
+        if r0 == c0:  # a diagonal square: its excluded triangle is not read, zero so its blocks check too
+            masks[c0] = trapezoid_mask(C64, ic + c0, jc + c0, c1 - c0, c1 - c0, uplo)
+            work.local_view(ic + c0, jc + c0, c1 - c0, c1 - c0)[...] = np.where(
+                masks[c0], C64.local_view(ic + c0, jc + c0, c1 - c0, c1 - c0), 0.0)
     target = _injected_piece(pieces, C64, ic, jc, inject.seed) if inject is not None else -1
     reports = []
     for p, (r0, r1, c0, c1) in enumerate(pieces):
         xi, xj, yi, yj = (ix + r0, jx, iy + c0, jy) if trans == "N" else (ix, jx + r0, iy, jy + c0)
-        rep = _ft_gemm(ta, tb, r1 - r0, c1 - c0, k, alpha, X, xi, xj, Y, yi, yj, beta, work, ic + r0, jc + c0,
-                       bs, tol, mode, None, None, inject if p == target else None, unchecked_is_error)
+        try:  # a rectangle inside the triangle goes into C64 itself, a square into the work copy
+            rep = _ft_gemm(ta, tb, r1 - r0, c1 - c0, k, alpha, X, xi, xj, Y, yi, yj, beta,
+                           work if r0 == c0 else C64, ic + r0, jc + c0, bs, tol, mode, None, None,
+                           inject if p == target else None, False)  # fmt: skip
+        except ABFTError as exc:  # the same on every process: the other pieces are still done
+            rep = exc.report  # type: ignore[assignment]
         reports.append(((r0, r1, c0, c1), rep))
-    return work, mask, _merge(reports, C64, ic, jc, n)
+    for r0, r1, c0, c1 in pieces:  # the squares' triangles (and, for a float32 C, everything) into C
+        dst = C.local_view(ic + r0, jc + c0, r1 - r0, c1 - c0)
+        if r0 == c0:
+            dst[...] = np.where(masks[c0], work.local_view(ic + r0, jc + c0, r1 - r0, c1 - c0), dst)
+        elif C is not C64:
+            dst[...] = C64.local_view(ic + r0, jc + c0, r1 - r0, c1 - c0)
+    return _merge(reports, C64, ic, jc, n)

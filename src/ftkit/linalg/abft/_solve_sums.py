@@ -34,7 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..._wait import wait_requests
 from .. import checksums
+from ..checksums._kernels import encode_cols_into, encode_rows_into
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 
@@ -96,23 +98,38 @@ class SolveChecksums:
     def _sum(self, parts: list[np.ndarray]) -> list[np.ndarray]:
         flat = np.concatenate([p.ravel() for p in parts])
         out = np.empty_like(flat)
-        self.grid.comm.Allreduce(flat, out)
+        wait_requests([self.grid.comm.Iallreduce(flat, out)])  # waited by sleeping, not busy-polling
         res, o = [], 0
         for p in parts:
             res.append(out[o:o + p.size].reshape(p.shape))
             o += p.size
         return res
 
-    def encode(self, t: np.ndarray, w0: np.ndarray) -> None:
-        """Take the checksums of ``T`` (plain and absolute column sums per row segment) and of ``W0``."""
-        ts, ta, tw = (np.zeros((self.nI, self.ka)) for _ in range(3))
-        for out, x in ((ts, t), (ta, np.abs(t)), (tw, t * self.rw)):
-            out[np.ix_(self.rid, self.cols_t)] = _seg_sums(x, self.rl, 0)
+    def encode(self, t: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """Take the checksums of ``T`` (plain, row-weighted and absolute column sums per row segment) and of
+        ``W0 = w`` (its block sums: plain, absolute, column- and row-weighted); return a copy of ``w``.
+
+        One pass over each (the compiled kernels of :mod:`ftkit.linalg.checksums`): ``w``'s copy, which the
+        re-solve of flagged column segments starts from, is made in the same pass as its sums.
+        """
+        nr, nc = len(self.rl) - 1, len(self.cl) - 1
+        text = np.zeros((3 * nr, t.shape[1]), order="F")
+        if nr and t.shape[1]:
+            encode_rows_into(t, self.rl, self.rw[:, 0], text, False, 3)
+        ts, tw, ta = (np.zeros((self.nI, self.ka)) for _ in range(3))
+        for q, out in enumerate((ts, tw, ta)):
+            out[np.ix_(self.rid, self.cols_t)] = text[q * nr:(q + 1) * nr]
+        ncols = w.shape[1]
+        wext = np.empty((w.shape[0], ncols + 3 * nc), order="F")
+        encode_cols_into(w, self.cl, self.cw, wext, True, 3)
+        w0 = wext[:, :ncols]
+        plain, colw, absw = (wext[:, ncols + q * nc:ncols + (q + 1) * nc] for q in range(3))
         bsum, babs, bw, bwr = (np.zeros((self.nI, self.nJ)) for _ in range(4))
-        for out, x in ((bsum, w0), (babs, np.abs(w0)), (bw, w0 * self.cw), (bwr, w0 * self.rw)):
-            out[np.ix_(self.rid, self.cid)] = _seg_sums(_seg_sums(x, self.rl, 0), self.cl, 1)
+        for out, x in ((bsum, plain), (babs, absw), (bw, colw), (bwr, plain * self.rw)):
+            out[np.ix_(self.rid, self.cid)] = _seg_sums(x, self.rl, 0)
         self.ts, self.ta, self.tw, self.bsum, self.babs, self.bw, self.bwr = self._sum(
             [ts, ta, tw, bsum, babs, bw, bwr])
+        return w0
 
     def residuals(self, x: np.ndarray, tol: float | str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return ``(residual, threshold, rigorous threshold)`` per block (``nI x nJ``, same everywhere).
@@ -121,9 +138,13 @@ class SolveChecksums:
         largest weight (their bounds are that weight times the plain one's): a block is flagged if any of
         the three disagrees. The signed residuals are kept for :meth:`locate`.
         """
-        xs, xa, xw = (np.zeros((self.ka, self.nJ)) for _ in range(3))
-        for out, v in ((xs, x), (xa, np.abs(x)), (xw, x * self.cw)):
-            out[np.ix_(self.rows_here, self.cid)] = _seg_sums(v, self.cl, 1)
+        nc = len(self.cl) - 1
+        xext = np.zeros((x.shape[0], 3 * nc), order="F")
+        if nc and x.shape[0]:
+            encode_cols_into(x, self.cl, self.cw, xext, False, 3)  # plain, weighted, absolute
+        xs, xw, xa = (np.zeros((self.ka, self.nJ)) for _ in range(3))
+        for q, out in enumerate((xs, xw, xa)):
+            out[np.ix_(self.rows_here, self.cid)] = xext[:, q * nc:(q + 1) * nc]
         xs, xa, xw = self._sum([xs, xa, xw])
         with np.errstate(invalid="ignore", over="ignore"):
             self.res_e, self.res_w = self.ts @ xs - self.bsum, self.ts @ xw - self.bw

@@ -5,15 +5,15 @@ Each takes its plain routine's arguments (:mod:`ftkit.linalg.pblas.triangular`,
 :func:`~ftkit.linalg.abft.ft_pdgemm` has them, and returns the same :class:`~ftkit.linalg.abft.ABFTReport`
 (identical on every process).
 
-- ``ft_pdtrmm`` is one checked product of ``ft_pdgemm``'s machinery (checksums in the SUMMA panels,
-  location and O(1) correction of a single wrong element, block recomputation, the same injection points
-  A / B / C): it multiplies by ``op(A)``'s triangle expanded with zeros, which costs up to twice the flops
-  of the plain routine (it skips the zero half).
+- ``ft_pdtrmm`` runs the plain sweep (only the triangle is multiplied) and checks the result's blocks with
+  ``ft_pdgemm``'s checksums (:mod:`ftkit.linalg.abft._tri_product`): location and O(1) correction of a
+  single wrong element, the flagged column segments computed again. Injection points as ``ft_pdtrsm``'s.
 - ``ft_pdsyrk`` and ``ft_pdsyr2k`` compute only C's ``uplo`` triangle, as the plain routines do: checked
   products of the slabs' off-diagonal parts and diagonal squares (:mod:`ftkit.linalg.abft._rank_slabs`),
-  ``alpha op(A) op(A).T + beta C`` and ``alpha [op(A) op(B)] [op(B) op(A)].T + beta C``, into a work copy
-  of C whose excluded triangle is zero; only the triangle is copied back. Event coordinates are those of
-  the product (B's or C's submatrix).
+  ``alpha op(A) op(A).T + beta C`` and ``alpha [op(A) op(B)] [op(B) op(A)].T + beta C`` (both terms'
+  operands side by side, local copies where the layouts agree); the squares go into a work copy whose
+  excluded triangle is zero, the rest into C itself. Event coordinates are those of the product (B's or C's
+  submatrix).
 - ``ft_pdtrsm`` runs the plain solve and checks the checksums the solution must satisfy, per block
   (:mod:`ftkit.linalg.abft._solve_sums`): a single wrong element of the solution is located from them and
   fixed in O(1) (``"located"``); otherwise the flagged column segments are solved again (``"recomputed"``).
@@ -37,10 +37,10 @@ from ..pblas._redistribute import redistribute
 from ..pblas._tri_sweep import sweep, tri_cols, triangle_operand
 from ..pblas.rank_k import check_rank_args
 from ..pblas.triangular import check_tri_args
-from ._blocks import Threshold
+from ._blocks import BlockSegmentation, Threshold
 from ._rank_slabs import checked_rank_update
 from ._solve_sums import SolveChecksums
-from .product import _ft_gemm
+from ._tri_product import checked_tri_multiply
 from .report import ABFTReport, BlockEvent, check_ft_args
 
 __all__ = ["ft_pdtrsm", "ft_pdtrmm", "ft_pdsyrk", "ft_pdsyr2k"]
@@ -51,12 +51,10 @@ def _as64(M: DistributedMatrix) -> DistributedMatrix:
     return M if M.dtype == np.float64 else DistributedMatrix(M.grid, M.desc, M.local.astype(np.float64))
 
 
-def _store(M: DistributedMatrix, M64: DistributedMatrix, i: int, j: int, m: int, n: int,
-           mask: np.ndarray | None = None) -> None:
-    """Copy ``M64``'s submatrix (its ``mask`` part) into M's, rounding to M's dtype."""
-    dst, src = M.local_view(i, j, m, n), M64.local_view(i, j, m, n)
-    if M is not M64 or mask is not None:
-        dst[...] = src if mask is None else np.where(mask, src, dst)
+def _store(M: DistributedMatrix, M64: DistributedMatrix, i: int, j: int, m: int, n: int) -> None:
+    """Copy ``M64``'s submatrix into M's, rounding to M's dtype (nothing to do if they are one matrix)."""
+    if M is not M64:
+        M.local_view(i, j, m, n)[...] = M64.local_view(i, j, m, n)
 
 
 def ft_pdtrmm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float,
@@ -65,39 +63,73 @@ def ft_pdtrmm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alph
               inject: InjectionPlan | None = None, unchecked_is_error: bool = False) -> ABFTReport:
     """Compute :func:`~ftkit.linalg.pdtrmm` (``B = alpha op(A) B`` or ``alpha B op(A)``), checked.
 
-    Returns the :class:`~ftkit.linalg.abft.ABFTReport` of the checked product.
+    The plain routine's sweep, which multiplies by the triangle only, with block checksums around it
+    (:mod:`ftkit.linalg.abft._tri_product`): a single wrong element of a block is located and fixed in O(1)
+    (``"located"``), other flagged blocks are computed again (``"recomputed"``). ``bs=None`` chooses the
+    block size as ``ft_pdgemm`` does. Returns the :class:`~ftkit.linalg.abft.ABFTReport` (the same on every
+    process; events in B's submatrix coordinates).
 
     Raises
     ------
     PBLASArgumentError
         As ``pdtrmm``; ``bs``, ``tol``, ``mode``, ``inject`` are positions 16-19.
     ABFTError
-        As :func:`~ftkit.linalg.abft.ft_pdgemm` (B is then left unchanged).
+        ``mode="correct"`` and a block still disagrees after computing it again (A itself is corrupted), or
+        ``unchecked_is_error`` and a block could not be checked; B then holds the (flagged) product.
     """
     r = "FT_PDTRMM"
     side, uplo, transa, diag, m, n, alpha, ia, ja, ib, jb = check_tri_args(
         r, side, uplo, transa, diag, m, n, alpha, A, ia, ja, B, ib, jb)
     check_ft_args(r, 16, bs, tol, mode, inject)
+    threshold = Threshold.parse(tol)
     if m == 0 or n == 0 or alpha == 0.0:
         if alpha == 0.0:
             B.local_view(ib, jb, m, n)[...] = 0.0  # reads neither A nor B, as pdtrmm
-        return ABFTReport(threshold=Threshold.parse(tol).name)
+        return ABFTReport(threshold=threshold.name)
     A64, B64 = _as64(A), _as64(B)
-    ka = m if side == "L" else n
-    transpose = transa == "T"
-    T = DistributedMatrix.zeros(B.grid, ka, ka, mb=B.desc.mb if side == "L" else B.desc.nb,
-                                nb=B.desc.mb if side == "L" else B.desc.nb)
-    T.local[...] = triangle_operand(A64, ia, ja, transpose, (uplo == "L") != transpose, diag == "U",
-                                    T.row_map(0, ka), T.col_map(0, ka))
-    out = B64.copy()
+    W, w, rows, wcols, transpose = _work(B64, ib, jb, m, n, side, transa)
+    lower = (uplo == "L") != transpose
+    cols = tri_cols(rows, B.grid.npcol)
+    size = int(bs) if bs is not None else checksums.choose_bs(rows.nb, wcols.nb, rows.n)
+    seg = BlockSegmentation.of(B64, ib, jb, m, n, size) if W is None else BlockSegmentation.of(W, 0, 0, n, m,
+                                                                                                size)
+    t = triangle_operand(A64, ia, ja, transpose, lower, diag == "U", rows, cols)
+    if alpha != 1.0:
+        w *= alpha
+    report = checked_tri_multiply(B.grid, t, w, rows, cols, lower, seg, threshold, mode, inject, lambda:
+                                  triangle_operand(A64, ia, ja, transpose, lower, diag == "U", rows, cols),
+                                  side == "R")  # fmt: skip
+    if W is not None:
+        B64.local_view(ib, jb, m, n)[...] = redistribute(W, 0, 0, True, B64.row_map(ib, m),
+                                                         B64.col_map(jb, n))
+    _store(B, B64, ib, jb, m, n)
+    _raise_if_failed("ft_pdtrmm", report, mode, unchecked_is_error, "computing it again")
+    return report
+
+
+def _work(B64: DistributedMatrix, ib: int, jb: int, m: int, n: int, side: str, transa: str):  # type: ignore[no-untyped-def]
+    """What the triangular routines work on: ``(W, w, rows, wcols, transpose)``. Side "L": B's submatrix
+    itself (``W`` is ``None``, ``w`` its local view); side "R" (``X op(A) = B`` is ``op(A).T X.T = B.T``): a
+    copy ``W`` of ``B.T``. ``rows`` / ``wcols`` map ``w``'s rows and columns; ``transpose``: whether ``T`` is
+    ``A.T``."""
     if side == "L":
-        rep = _ft_gemm("N", "N", m, n, m, alpha, T, 0, 0, B64, ib, jb, 0.0, out, ib, jb, bs, tol, mode, None,
-                       None, inject, unchecked_is_error)
-    else:
-        rep = _ft_gemm("N", "N", m, n, n, alpha, B64, ib, jb, T, 0, 0, 0.0, out, ib, jb, bs, tol, mode, None,
-                       None, inject, unchecked_is_error)
-    _store(B, out, ib, jb, m, n)
-    return rep
+        return None, B64.local_view(ib, jb, m, n), B64.row_map(ib, m), B64.col_map(jb, n), transa == "T"
+    W = DistributedMatrix.zeros(B64.grid, n, m, mb=B64.desc.nb, nb=B64.desc.mb)
+    rows, wcols = W.row_map(0, n), W.col_map(0, m)
+    W.local[...] = redistribute(B64, ib, jb, True, rows, wcols)
+    return W, W.local, rows, wcols, transa == "N"
+
+
+def _raise_if_failed(name: str, report: ABFTReport, mode: str, unchecked_is_error: bool, again: str) -> None:
+    """Raise :class:`ABFTError` (on every process: the report is the same everywhere) if the call failed."""
+    if mode == "correct" and report.uncorrected:
+        raise ABFTError(f"{name}: {report.uncorrected} block(s) of the result still disagree with the "
+                        f"checksums after {again}: an operand itself is corrupted (call again with clean "
+                        "inputs)",
+                        report=report)
+    if unchecked_is_error and report.unchecked:
+        raise ABFTError(f"{name}: {report.unchecked} block(s) could not be checked (their checksums or "
+                        "bounds are not finite: Inf, NaN or overflowing values)", report=report)
 
 
 def _rank_checked(r: str, uplo: str, trans: str, n: int, k: int, alpha: float, X: DistributedMatrix, ix: int,
@@ -105,10 +137,10 @@ def _rank_checked(r: str, uplo: str, trans: str, n: int, k: int, alpha: float, X
                   ic: int, jc: int, bs: int | None, tol: float | str | None, mode: str,
                   inject: InjectionPlan | None, unchecked_is_error: bool) -> ABFTReport:
     """``C_uplo = alpha op(X) op(Y).T + beta C_uplo``, only the triangle computed (:mod:`._rank_slabs`)."""
-    work, mask, rep = checked_rank_update(uplo, trans, n, k, alpha, X, ix, jx, Y, iy, jy, beta, _as64(C), ic,
-                                          jc, bs, tol, mode, inject, unchecked_is_error)  # fmt: skip
-    _store(C, work, ic, jc, n, n, mask)
-    return rep
+    report = checked_rank_update(uplo, trans, n, k, alpha, X, ix, jx, Y, iy, jy, beta, _as64(C), ic, jc, bs,
+                                 tol, mode, inject, unchecked_is_error, C)  # fmt: skip
+    _raise_if_failed(r.lower(), report, mode, unchecked_is_error, "recomputation")
+    return report
 
 
 def ft_pdsyrk(uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
@@ -122,7 +154,7 @@ def ft_pdsyrk(uplo: str, trans: str, n: int, k: int, alpha: float, A: Distribute
     PBLASArgumentError
         As ``pdsyrk``; ``bs``, ``tol``, ``mode``, ``inject`` are positions 15-18.
     ABFTError
-        As :func:`~ftkit.linalg.abft.ft_pdgemm` (C is then left unchanged).
+        As :func:`~ftkit.linalg.abft.ft_pdgemm` (C then holds the whole, flagged, result).
     """
     r = "FT_PDSYRK"
     uplo, trans, n, k, alpha, ia, ja, _, _, beta, ic, jc = check_rank_args(
@@ -137,12 +169,23 @@ def ft_pdsyrk(uplo: str, trans: str, n: int, k: int, alpha: float, A: Distribute
 
 def _side_by_side(grid, first: DistributedMatrix, i1: int, j1: int, second: DistributedMatrix, i2: int,
                   j2: int, trans: str, n: int, k: int, like: DistributedMatrix) -> DistributedMatrix:  # type: ignore[no-untyped-def]
-    """The ``n x 2k`` matrix ``[op(first) op(second)]``, its rows laid out like ``like``'s rows."""
+    """The ``op`` operand of both terms at once: ``[first second]`` (``n x 2k``, trans "N") or ``[first;
+    second]`` (``2k x n``, trans "T"), laid out with ``like``'s blocks and sources.
+
+    A part laid out as the matrix it comes from (the usual case: operands distributed alike, offsets on
+    block boundaries) is a local copy; any other is redistributed.
+    """
     d = like.desc
-    X = DistributedMatrix.zeros(grid, n, 2 * k, mb=d.mb, nb=d.nb, rsrc=d.rsrc, csrc=d.csrc)
+    shape = (n, 2 * k) if trans == "N" else (2 * k, n)
+    X = DistributedMatrix.zeros(grid, *shape, mb=d.mb, nb=d.nb, rsrc=d.rsrc, csrc=d.csrc)
     for part, (M, i, j) in enumerate(((first, i1, j1), (second, i2, j2))):
-        X.local_view(0, part * k, n, k)[...] = redistribute(M, i, j, trans == "T", X.row_map(0, n),
-                                                            X.col_map(part * k, k))
+        xi, xj, m_, n_ = (0, part * k, n, k) if trans == "N" else (part * k, 0, k, n)
+        rows, cols = X.row_map(xi, m_), X.col_map(xj, n_)
+        dst = X.local_view(xi, xj, m_, n_)
+        if M.row_map(i, m_).aligned_with(rows) and M.col_map(j, n_).aligned_with(cols):
+            dst[...] = M.local_view(i, j, m_, n_)
+        else:
+            dst[...] = redistribute(M, i, j, False, rows, cols)
     return X
 
 
@@ -158,7 +201,7 @@ def ft_pdsyr2k(uplo: str, trans: str, n: int, k: int, alpha: float, A: Distribut
     PBLASArgumentError
         As ``pdsyr2k``; ``bs``, ``tol``, ``mode``, ``inject`` are positions 19-22.
     ABFTError
-        As :func:`~ftkit.linalg.abft.ft_pdgemm` (C is then left unchanged).
+        As :func:`~ftkit.linalg.abft.ft_pdgemm` (C then holds the whole, flagged, result).
     """
     r = "FT_PDSYR2K"
     uplo, trans, n, k, alpha, ia, ja, ib, jb, beta, ic, jc = check_rank_args(
@@ -169,7 +212,7 @@ def ft_pdsyr2k(uplo: str, trans: str, n: int, k: int, alpha: float, A: Distribut
     A64, B64 = _as64(A), _as64(B)
     X = _side_by_side(C.grid, A64, ia, ja, B64, ib, jb, trans, n, k, C)
     Y = _side_by_side(C.grid, B64, ib, jb, A64, ia, ja, trans, n, k, C)
-    return _rank_checked(r, uplo, "N", n, 2 * k, alpha, X, 0, 0, Y, 0, 0, beta, C, ic, jc, bs, tol, mode,
+    return _rank_checked(r, uplo, trans, n, 2 * k, alpha, X, 0, 0, Y, 0, 0, beta, C, ic, jc, bs, tol, mode,
                          inject, unchecked_is_error)
 
 
@@ -203,23 +246,15 @@ def ft_pdtrsm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alph
         return ABFTReport(threshold=threshold.name)
     A64, B64 = _as64(A), _as64(B)
     g = B.grid
-    if side == "L":
-        W, rows, wcols, transpose = None, B64.row_map(ib, m), B64.col_map(jb, n), transa == "T"
-        w = B64.local_view(ib, jb, m, n)
-    else:
-        W = DistributedMatrix.zeros(g, n, m, mb=B.desc.nb, nb=B.desc.mb)
-        rows, wcols, transpose = W.row_map(0, n), W.col_map(0, m), transa == "N"
-        W.local[...] = redistribute(B64, ib, jb, True, rows, wcols)
-        w = W.local
+    W, w, rows, wcols, transpose = _work(B64, ib, jb, m, n, side, transa)
     lower = (uplo == "L") != transpose
     cols = tri_cols(rows, g.npcol)
     t = triangle_operand(A64, ia, ja, transpose, lower, diag == "U", rows, cols)
     if alpha != 1.0:
         w *= alpha
-    w0 = np.array(w, order="F")
     chk = SolveChecksums(g, rows, cols, wcols, int(bs) if bs is not None else
                          checksums.choose_bs(rows.nb, wcols.nb, rows.n))
-    chk.encode(t, w0)
+    w0 = chk.encode(t, w)  # the copy of alpha B that flagged segments are solved again from
     if inject is not None:
         inject.resolve(g.size, 1)
         inject.apply("A", g.rank, 0, t)
@@ -234,13 +269,7 @@ def ft_pdtrsm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alph
         B64.local_view(ib, jb, m, n)[...] = redistribute(W, 0, 0, True, B64.row_map(ib, m),
                                                          B64.col_map(jb, n))
     _store(B, B64, ib, jb, m, n)
-    if mode == "correct" and report.uncorrected:
-        raise ABFTError(f"ft_pdtrsm: {report.uncorrected} block(s) of the solution still disagree with the "
-                        "checksums after solving again: A itself is corrupted (solve from clean inputs)",
-                        report=report)
-    if unchecked_is_error and report.unchecked:
-        raise ABFTError(f"ft_pdtrsm: {report.unchecked} block(s) could not be checked (their checksums or "
-                        "bounds are not finite: Inf, NaN or overflowing values)", report=report)
+    _raise_if_failed("ft_pdtrsm", report, mode, unchecked_is_error, "solving again")
     return report
 
 

@@ -200,8 +200,13 @@ def _ft_gemm(
     exchange: PanelExchange | None,
     inject: InjectionPlan | None,
     unchecked_is_error: bool = False,
+    c_before: np.ndarray | None = None,
 ) -> ABFTReport:
-    """The checked product (arguments already validated): encode, multiply, verify, correct, report."""
+    """The checked product (arguments already validated): encode, multiply, verify, correct, report.
+
+    ``c_before``: a local array equal to C's submatrix before the call (its local part, same shape) that
+    the caller keeps unchanged during it; a recomputation then reads C0 from it instead of a copy taken here.
+    """
     grid = C.grid
     threshold = Threshold.parse(tol)
     if m == 0 or n == 0:
@@ -210,8 +215,11 @@ def _ft_gemm(
                                                                                                C.desc.nb, k))
     c = C.local_view(ic, jc, m, n)
     # C0's share of the expected sums (and a copy for recomputing blocks), before the beta scaling
-    c0 = c.copy(order="F") if beta != 0.0 and mode == "correct" else None
-    c0_sums = checksums.summarize_c0(c, seg.rb, seg.cb) if beta != 0.0 else None
+    c0 = copy = None
+    if beta != 0.0 and mode == "correct":
+        c0 = c_before if c_before is not None else np.empty(c.shape, order="F")
+        copy = c0 if c_before is None else None
+    c0_sums = checksums.summarize_c0(c, seg.rb, seg.cb, copy) if beta != 0.0 else None  # copy: same pass
     product = checksums.ChecksumProduct(seg.nr, seg.nc, threshold.kinds)  # squared sums: statistical only
     ops = _multiply_encoded(ta, tb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, seg, product,
                             width, exchange, inject)  # fmt: skip

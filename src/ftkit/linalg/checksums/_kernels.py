@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["encode_rows_into", "encode_cols_into", "copy_col_sums", "block_sums_into"]
+__all__ = ["encode_rows_into", "encode_cols_into", "copy_col_sums", "block_sums_into", "block_sums_copy_into"]
 
 # Reassociation lets LLVM vectorize the segment sums; the bounds hold for any summation order (the tree depth
 # stays below the segment length), and NaN/Inf semantics are kept (no nnan/ninf flags).
@@ -211,16 +211,18 @@ def block_sums_into(
     c: np.ndarray, rb: np.ndarray, cb: np.ndarray, wr: np.ndarray, wc: np.ndarray, out: np.ndarray
 ) -> None:  # pragma: no cover - compiled
     """Plain, row-, column- and doubly-weighted sums and the sum of squares of every block of ``c`` into
-    ``out`` (5, nr, nc).
+    ``out`` (5, nr, nc); with ``out`` of 6 planes also the sums of absolute values into ``out[5]``.
 
     Two stages, as the bounds assume: down each row segment of a column, then across the column segment.
-    (The squares cost nothing measurable in this memory-bound pass, so they are always taken.)
+    (The squares and absolute values cost nothing measurable in this memory-bound pass.)
     """
     nr = rb.shape[0] - 1
     nc = cb.shape[0] - 1
+    nq = out.shape[0]
+    ab_on = nq > 5
     for bj in range(nc):
         for bi in range(nr):
-            for q in range(5):
+            for q in range(nq):
                 out[q, bi, bj] = 0.0
         for j in range(cb[bj], cb[bj + 1]):
             wj = wc[j]
@@ -233,11 +235,63 @@ def block_sums_into(
                 e = 0.0
                 ws = 0.0
                 sq = 0.0
+                if ab_on:
+                    ab = 0.0
+                    for t in range(ln):
+                        v = x[t]
+                        e += v
+                        ws += ww[t] * v
+                        sq += v * v
+                        ab += abs(v)
+                    out[5, bi, bj] += ab
+                else:
+                    for t in range(ln):
+                        v = x[t]
+                        e += v
+                        ws += ww[t] * v
+                        sq += v * v
+                out[4, bi, bj] += sq
+                out[0, bi, bj] += e
+                out[1, bi, bj] += ws
+                out[2, bi, bj] += wj * e
+                out[3, bi, bj] += wj * ws
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
+def block_sums_copy_into(
+    c: np.ndarray, rb: np.ndarray, cb: np.ndarray, wr: np.ndarray, wc: np.ndarray, out: np.ndarray,
+    dst: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """:func:`block_sums_into` with six planes (the sums of absolute values too) and ``dst[...] = c`` in the
+    same pass (the segments must cover all of ``c``): the C before an update, summed and kept at once."""
+    nr = rb.shape[0] - 1
+    nc = cb.shape[0] - 1
+    for bj in range(nc):
+        for bi in range(nr):
+            for q in range(6):
+                out[q, bi, bj] = 0.0
+        for j in range(cb[bj], cb[bj + 1]):
+            wj = wc[j]
+            col = c[:, j]
+            dcol = dst[:, j]
+            for bi in range(nr):
+                lo = rb[bi]
+                ln = rb[bi + 1] - lo
+                x = col[lo : lo + ln]
+                d = dcol[lo : lo + ln]
+                ww = wr[lo : lo + ln]
+                e = 0.0
+                ws = 0.0
+                sq = 0.0
+                ab = 0.0
                 for t in range(ln):
                     v = x[t]
+                    d[t] = v
                     e += v
                     ws += ww[t] * v
                     sq += v * v
+                    ab += abs(v)
+                out[5, bi, bj] += ab
                 out[4, bi, bj] += sq
                 out[0, bi, bj] += e
                 out[1, bi, bj] += ws

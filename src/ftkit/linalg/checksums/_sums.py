@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ABFTArgumentError
-from ._kernels import block_sums_into, encode_cols_into, encode_rows_into
+from ._kernels import block_sums_copy_into, block_sums_into, encode_cols_into, encode_rows_into
 
 __all__ = ["U", "ETA", "NCHK", "gamma", "checksum_kinds", "segment_bounds", "dense_bounds", "segment_weights",
            "encode_rows", "encode_cols", "check_kinds", "block_sums", "block_sums_sq", "abs_block_sums",
@@ -160,11 +160,17 @@ def block_sums(
     return ee, we, ew, ww
 
 
-def block_sums_sq(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Return :func:`block_sums` plus every block's sum of squares (five ``(nr, nc)`` arrays, one pass)."""
+def block_sums_sq(c: np.ndarray, rb: np.ndarray, cb: np.ndarray, *, with_abs: bool = False,
+                  copy_to: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """Return :func:`block_sums` plus every block's sum of squares (five ``(nr, nc)`` arrays, one pass);
+    ``with_abs`` adds a sixth, the sums of absolute values (:func:`abs_block_sums`), in the same pass, and
+    ``copy_to`` (with ``with_abs``; the segments covering all of ``c``) receives a copy of ``c`` in it."""
     nr, nc = len(rb) - 1, len(cb) - 1
-    out = np.zeros((5, nr, nc))
-    if nr and nc:
+    out = np.zeros((6 if with_abs else 5, nr, nc))
+    if copy_to is not None and nr and nc:
+        block_sums_copy_into(c, np.asarray(rb, dtype=np.int64), np.asarray(cb, dtype=np.int64),
+                             segment_weights(rb), segment_weights(cb), out, copy_to)
+    elif nr and nc:
         block_sums_into(
             c,
             np.asarray(rb, dtype=np.int64),
@@ -173,7 +179,7 @@ def block_sums_sq(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> tuple[np.nda
             segment_weights(cb),
             out,
         )
-    return out[0], out[1], out[2], out[3], out[4]
+    return tuple(out)
 
 
 def abs_block_sums(c: np.ndarray, rb: np.ndarray, cb: np.ndarray) -> np.ndarray:

@@ -1,0 +1,146 @@
+"""The checked triangular multiply behind :func:`~ftkit.linalg.abft.level3.ft_pdtrmm`: the plain routine's
+sweep (only the triangle is multiplied) with the checksums of ``ft_pdgemm``'s blocks around it.
+
+``X = T W0`` (``T`` the ``ka x ka`` triangle as :mod:`ftkit.linalg.pblas._tri_sweep` lays it out, zeros in
+its excluded triangle and ones on a unit diagonal; ``W0 = alpha B`` or its transpose, ``ka x nw``) is a
+product like any other, so every block ``X_IJ`` of the result (row segment ``I`` of ``T``'s rows, column
+segment ``J`` of ``W``'s columns, as :class:`~ftkit.linalg.abft._blocks.BlockSegmentation` cuts them) has
+the expected sums ``(e^T T_I) (W0_J e)`` (plain, row-, column- and doubly-weighted) and the magnitude
+``(e^T |T_I|) (|W0_J| e)`` of :mod:`ftkit.linalg.checksums`. Before the sweep each process encodes its
+piece of ``T`` (checksum rows of its row segments over its columns) and of ``W0`` (checksum columns of its
+column segments over its rows, in the same pass as the copy a recomputation starts from); one all-reduce
+along the process row and one along the process column give every process the full checksum rows of its
+row segments and columns of its column segments, whose small product predicts its blocks. The sweep
+computes each element as a sum of ``ka`` products (in blocks, in any order), which is what the rigorous
+bound covers; the statistical one is ``ft_pdgemm``'s.
+
+After the sweep: a block with one wrong element is corrected in O(1) from its weighted sums (``"located"``);
+the column segments holding any other flagged block are computed again by a sweep of those columns of the
+saved ``W0`` with ``T`` rebuilt from A (a corrupted copy of the triangle is replaced too), then checked
+again (``"recomputed"``; still wrong: ``"uncorrected"``, A itself is corrupted). Cost beyond the plain
+routine: one pass over ``T`` and two over ``W`` (encoding with the copy, the block sums of the result),
+and checksum all-reduces of ``1/bs`` of the data.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+from mpi4py import MPI
+
+from ..._wait import wait_requests
+from ...inject import InjectionPlan
+from .. import checksums
+from ..checksums._kernels import encode_cols_into, encode_rows_into
+from ..descriptor import BlockCyclic1D
+from ..grid import ProcessGrid
+from ..pblas._tri_sweep import sweep
+from ._blocks import BlockSegmentation, Threshold
+from .product import _ratio, _reduce, _verify_and_correct
+from .report import ABFTReport, BlockEvent
+
+__all__ = ["checked_tri_multiply"]
+
+
+def _encode(g: ProcessGrid, t: np.ndarray, w: np.ndarray, seg: BlockSegmentation, rows: BlockCyclic1D,
+            cols: BlockCyclic1D, kinds: int) -> tuple[checksums.ChecksumProduct, np.ndarray]:
+    """The checksum product predicting this process's blocks of ``T W``, and a copy of ``w`` (F order)."""
+    ka, nr, nc, ncols = rows.n, seg.nr, seg.nc, w.shape[1]
+    achk = np.zeros((kinds * nr, ka), order="F")
+    if nr and t.shape[1]:
+        part = np.empty((kinds * nr, t.shape[1]), order="F")
+        encode_rows_into(t, seg.rb, checksums.segment_weights(seg.rb), part, False, kinds)
+        achk[:, cols.indices_on(g.mycol)] = part
+    wext = np.empty((w.shape[0], ncols + kinds * nc), order="F")
+    encode_cols_into(w, seg.cb, checksums.segment_weights(seg.cb), wext, True, kinds)
+    bchk = np.zeros((ka, kinds * nc), order="F")
+    bchk[rows.indices_on(g.myrow), :] = wext[:, ncols:]
+    # the process row's columns of T give full checksum rows, the process column's rows of W full checksum
+    # columns; both at once, waited by sleeping (a blocking collective busy-polls on the ranks that finish
+    # first, taking CPU from the slowest when ranks outnumber cores)
+    wait_requests([g.row_comm.Iallreduce(MPI.IN_PLACE, achk), g.col_comm.Iallreduce(MPI.IN_PLACE, bchk)])
+    product = checksums.ChecksumProduct(nr, nc, kinds)
+    product.add(achk, bchk)
+    return product, wext[:, :ncols]
+
+
+def _col_segment_ids(seg: BlockSegmentation) -> np.ndarray:
+    """Global column-segment id of each local column segment (the same cut on every process)."""
+    glob = checksums.segment_bounds(np.arange(seg.n), seg.jc, seg.nb, seg.bs)
+    starts = seg.cols_here[seg.cb[:-1]]
+    return np.searchsorted(glob, starts, side="right") - 1
+
+
+def checked_tri_multiply(g: ProcessGrid, t: np.ndarray, w: np.ndarray, rows: BlockCyclic1D,
+                         cols: BlockCyclic1D, lower: bool, seg: BlockSegmentation, threshold: Threshold,
+                         mode: str, inject: InjectionPlan | None, rebuild: Callable[[], np.ndarray],
+                         transposed: bool) -> ABFTReport:
+    """Overwrite ``w`` with ``T w`` by the sweep, checked and corrected as the module says; return the report.
+
+    ``seg`` segments ``w``'s local part (its rows follow ``rows``); ``rebuild`` makes ``T`` again from A;
+    ``transposed`` reports events with rows and columns swapped (side "R" works on ``B.T``). Collective.
+    Injection points as ``ft_pdtrsm``'s: ``"A"`` (T after its checksums), ``"B"`` (``W`` after its checksums),
+    ``"C"`` step 0 (before the sweep) or 1 (the product, before the check).
+    """
+    product, w0 = _encode(g, t, w, seg, rows, cols, threshold.kinds)
+    if inject is not None:
+        inject.resolve(g.size, 1)
+        inject.apply("A", g.rank, 0, t)
+        inject.apply("B", g.rank, 0, w)
+        inject.apply("C", g.rank, 0, w, seg.to_global)
+    sweep(g, t, w, rows, cols, lower, False)
+    if inject is not None:
+        inject.apply("C", g.rank, 1, w, seg.to_global)
+    pred = product.predict(1.0, 0.0)
+    sums = checksums.block_sums_sq(w, seg.rb, seg.cb)
+    thr = threshold.bounds(pred, seg, 1.0, 0.0, csq=sums[4])
+    v = checksums.verify_blocks(w, seg.rb, seg.cb, pred.expected, thr, sums)
+    events, rest, final, t_fix = _verify_and_correct(w, seg, v, pred.expected, thr, mode, g.rank)
+    n_unchecked = int(v.unchecked.sum())
+    (n_rest, checked, unchecked), _ = _reduce(g.comm, [len(rest), seg.nr * seg.nc - n_unchecked, n_unchecked],
+                                              [0.0])  # fmt: skip
+    if n_rest:
+        t0 = time.perf_counter()
+        ids = _col_segment_ids(seg)
+        mine = sorted({int(ids[bj]) for _, bj in rest})
+        again = set().union(*g.comm.allgather(mine))
+        sel = np.zeros(w.shape[1], bool)
+        for bj, gid in enumerate(ids):
+            if int(gid) in again:
+                sel[seg.cb[bj]:seg.cb[bj + 1]] = True
+        ws = np.array(w0[:, sel], order="F")
+        sweep(g, rebuild(), ws, rows, cols, lower, False)  # a corrupted copy of T is replaced too
+        w[:, sel] = ws
+        sums = checksums.block_sums_sq(w, seg.rb, seg.cb)
+        final = checksums.verify_blocks(w, seg.rb, seg.cb, pred.expected,
+                                        threshold.bounds(pred, seg, 1.0, 0.0, csq=sums[4]), sums)
+        rig = checksums.verify_blocks(w, seg.rb, seg.cb, pred.expected,
+                                      threshold.bounds(pred, seg, 1.0, 0.0, rigorous=True), sums)
+        for bi, bj in rest:
+            action = ("recomputed" if not final.flagged[bi, bj] else "rounding"
+                      if threshold.tol == "statistical" and not rig.flagged[bi, bj] else "uncorrected")
+            events.append(seg.event(bi, bj, g.rank, action))
+        t_fix += time.perf_counter() - t0
+    (n_events,), (max_ratio, t_max) = _reduce(g.comm, [len(events)], [_ratio(final), t_fix])
+    all_events = [e for evs in g.comm.allgather(events) for e in evs] if n_events else []
+    if transposed:
+        all_events = [_swap(e) for e in all_events]
+    all_events.sort(key=lambda e: (e.row_block, e.col_block))
+    return ABFTReport(
+        blocks_checked=int(checked),
+        detected=sum(e.action not in ("rounding", "unchecked") for e in all_events),
+        corrected=sum(e.action in ("located", "recomputed") for e in all_events),
+        rounding_alarms=sum(e.action == "rounding" for e in all_events),
+        events=tuple(all_events), max_ratio=float(max_ratio), correct_seconds=float(t_max),
+        threshold=threshold.name, bs=seg.bs, unchecked=int(unchecked),
+    )
+
+
+def _swap(e: BlockEvent) -> BlockEvent:
+    """The event of ``W = B.T``'s block in B's coordinates."""
+    el = None if e.element is None else (e.element[1], e.element[0])
+    return replace(e, row_block=e.col_block, col_block=e.row_block, row0=e.col0, col0=e.row0, rows=e.cols,
+                   cols=e.rows, element=el)
