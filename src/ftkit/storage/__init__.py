@@ -10,8 +10,11 @@ from .format.container import FileInfo, Header, Section, read_arrays, read_heade
 from .manifest import CheckpointEntry, Manifest, RankFile, read_manifest, write_manifest
 from .placement.global_dir import PFSLevel
 from .placement.level_storage import StorageLevel
+from .placement.dirstore import DirectoryStore
 from .placement.node_local import LocalLevel
+from .placement.store import Store
 
 __all__ = ["StorageLevel", "LocalLevel", "PFSLevel", "FileInfo", "Header", "Section", "read_arrays",
            "read_header", "verify_file", "write_file", "CheckpointEntry", "Manifest", "RankFile",
-           "read_manifest", "write_manifest", "AtomicWriter", "atomic_write_bytes", "set_group_access"]
+           "read_manifest", "write_manifest", "AtomicWriter", "atomic_write_bytes", "set_group_access",
+           "Store", "DirectoryStore"]
