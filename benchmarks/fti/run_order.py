@@ -1,7 +1,8 @@
 """Order-aware side-by-side of FTI 1.6, ftkit and each level's floor: every system measured after each system.
 
-    mpislot .venv/bin/python benchmarks/fti/run_order.py [--sizes 64,256] [--levels 1,2,3,4] [--rounds 4]
-                                                       [--settle full|sync|none] [--out FILE.jsonl]
+    mpislot .venv/bin/python benchmarks/fti/run_order.py [--sizes 64,256] [--levels 1,2,3,4] [--min-runs 10]
+                                                       [--rounds R] [--settle full|sync|none] [--out FILE.jsonl]
+                                                       [--fti-builds mpich=/tmp/ftkit-fti,ompi41=/tmp/ftkit-fti-ompi]
     .venv/bin/python benchmarks/fti/run_order.py --summarize FILE.jsonl...
 
 Why: a checkpoint call's cost may depend on what the job before it left (dirty pages, writeback in flight,
@@ -32,8 +33,17 @@ ftkit ÷ FTI as median ÷ median, p90 ÷ p90 and p90 ÷ FTI's median (issue 37's
 median). The MPI of each system is printed with the table (FTI runs under the MPI ``build_fti.sh`` compiled
 it with, ftkit under its own Open MPI 5).
 
-Time: about 8-12 s per run (launch, settle, the job); ``(9 * rounds + 1)`` runs per case with 3 systems:
-the default grid (2 sizes x 4 levels, 4 rounds) is 296 runs, about 45-60 minutes on a quiet machine.
+Systems: FTI (one build by ``build_fti.sh``, or with ``--fti-builds NAME=ROOT,...`` one system ``fti-NAME``
+per build, each launched with the mpirun of the MPI ``ROOT/ckpt_fti`` is linked to: ``mpirun.mpich`` or
+``mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none``), ftkit, ``base`` (``--baseline-src``)
+and the floor. The ratio table has one row per FTI system.
+
+Runs: with ``k`` systems, ``rounds * k`` runs per system and case, ``rounds * k**2 + 1`` per case (warm-up
+included); without ``--rounds``, the fewest rounds giving ``--min-runs`` (default 10) runs per system. The
+count and an estimate are printed before the first run (:data:`RUN_SECONDS` per run on a quiet machine:
+launch, settle, the job), and the time left after each case (from the runs so far); each run is killed
+after 900 s. The issue's table (2 FTI builds, ftkit, floor: k = 4, 3 rounds = 12 runs per system, 49 per
+case, 2 sizes x 4 levels = 392 runs) takes about 40-45 minutes on a quiet machine.
 """
 
 from __future__ import annotations
