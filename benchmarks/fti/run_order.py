@@ -1,8 +1,8 @@
 """Order-aware side-by-side of FTI 1.6, ftkit and each level's floor: every system measured after each system.
 
-    mpislot .venv/bin/python benchmarks/fti/run_order.py [--sizes 64,256] [--levels 1,2,3,4] [--min-runs 10]
-                                                       [--rounds R] [--settle full|sync|none] [--out FILE.jsonl]
-                                                       [--fti-builds mpich=/tmp/ftkit-fti,ompi41=/tmp/ftkit-fti-ompi]
+    mpislot .venv/bin/python benchmarks/fti/run_order.py [--sizes 64,256] [--levels 1,2,3,4]
+        [--min-runs 10] [--rounds R] [--settle full|sync|none] [--out FILE.jsonl]
+        [--fti-builds mpich=/tmp/ftkit-fti,ompi41=/tmp/ftkit-fti-ompi]
     .venv/bin/python benchmarks/fti/run_order.py --summarize FILE.jsonl...
 
 Why: a checkpoint call's cost may depend on what the job before it left (dirty pages, writeback in flight,
@@ -146,7 +146,7 @@ OMPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 
 def fti_launcher_for(binary: Path) -> tuple[list[str], list[str]]:
     """The mpirun of the MPI ``binary`` is linked to (``ldd``) and the command that prints its version:
-    ``mpirun.mpich`` (Hydra) for MPICH, ``mpirun.openmpi`` (with the flags of :data:`OMPI_FLAGS`) for Open MPI.
+    ``mpirun.mpich`` (Hydra) for MPICH, ``mpirun.openmpi`` (with :data:`OMPI_FLAGS`) for Open MPI.
 
     Raises
     ------
@@ -299,7 +299,8 @@ def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
             target = run_sbs.TARGETS[case[1]]
             fl = med.get("floor")
             ratio_lines.append(
-                f"| {case[0]} | L{case[1]} | {case[2]} | {fti} | **{med['ftkit'] / med[fti]:.2f}** ({target}) | "
+                f"| {case[0]} | L{case[1]} | {case[2]} | {fti} | "
+                f"**{med['ftkit'] / med[fti]:.2f}** ({target}) | "
                 f"**{p90['ftkit'] / p90[fti]:.2f}** | {p90['ftkit'] / med[fti]:.2f} | "
                 + " | ".join(per_pred)
                 + (f" | {med['ftkit'] / fl:.2f} | {p90['ftkit'] / fl:.2f} |" if fl else " | - | - |")
@@ -361,12 +362,13 @@ def main() -> int:
     sizes, levels = [int(x) for x in args.sizes.split(",")], [int(x) for x in args.levels.split(",")]
     per_case = args.rounds * k * k
     args.walls = {}
-    print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}; MPI {mpis}\n"
-          f"{k} systems ({' '.join(args.systems)}), {args.rounds} rounds: {args.rounds * k} runs per system and "
-          f"case, {per_case + 1} runs per case (warm-up included), {len(sizes) * len(levels)} cases; estimate "
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    per_run = ", ".join(f"{m} MiB {RUN_SECONDS.get(m, 4.0 + m / 64.0):.0f} s" for m in sizes)
+    print(f"uptime: {uptime}; MPI {mpis}\n{k} systems ({' '.join(args.systems)}), {args.rounds} rounds: "
+          f"{args.rounds * k} runs per system and case, {per_case + 1} runs per case (warm-up included), "
+          f"{len(sizes) * len(levels)} cases; estimate "
           f"{estimate_s(sizes, len(levels), per_case + 1, {}) / 60:.0f} min on a quiet machine "
-          f"(per run: {', '.join(f'{m} MiB {RUN_SECONDS.get(m, 4.0 + m / 64.0):.0f} s' for m in sizes)}; "
-          "each run is killed after 900 s)", flush=True)
+          f"(per run: {per_run}; each run is killed after 900 s)", flush=True)
     rng = random.Random(args.seed)
     t0 = time.monotonic()
     for ci, (mib, level) in enumerate([(m, lv) for m in sizes for lv in levels]):
