@@ -37,10 +37,19 @@ if [ ! -f "$ROOT/src/CMakeLists.txt" ]; then
   mkdir -p "$ROOT/src"
   tar -xf "$TARBALL" -C "$ROOT/src"       # a git archive: no top directory
 fi
+MPICC_PATH=$(command -v "$MPICC")
+MPICXX_PATH=$(command -v "$MPICXX")
+# CMake's FindMPI asks MPI_C_COMPILER (default: `mpicc`, MPICH here) for the headers and libraries, whatever
+# CMAKE_C_COMPILER is: without it, FTI_MPICC=mpicc.openmpi gave a libfti.so linked to MPICH and a ckpt_fti
+# linked to both. A build made with another wrapper is rebuilt.
+if [ -f "$ROOT/build/CMakeCache.txt" ] && ! grep -qx "MPI_C_COMPILER:FILEPATH=$MPICC_PATH" "$ROOT/build/CMakeCache.txt"; then
+  rm -rf "$ROOT/build" "$ROOT/install" "$ROOT/ckpt_fti"
+fi
 if [ ! -f "$ROOT/install/lib/libfti.so" ] && [ ! -f "$ROOT/install/lib64/libfti.so" ]; then
   cmake -S "$ROOT/src" -B "$ROOT/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$ROOT/install" \
         -DENABLE_EXAMPLES=OFF -DENABLE_FORTRAN=OFF -DENABLE_HDF5=OFF -DENABLE_TESTS=OFF \
-        -DCMAKE_C_COMPILER="$MPICC" -DCMAKE_CXX_COMPILER="$MPICXX" >"$ROOT/cmake.log" 2>&1
+        -DCMAKE_C_COMPILER="$MPICC" -DCMAKE_CXX_COMPILER="$MPICXX" \
+        -DMPI_C_COMPILER="$MPICC_PATH" -DMPI_CXX_COMPILER="$MPICXX_PATH" >"$ROOT/cmake.log" 2>&1
   cmake --build "$ROOT/build" -j2 >"$ROOT/make.log" 2>&1
   cmake --install "$ROOT/build" >>"$ROOT/make.log" 2>&1
 fi
@@ -48,5 +57,10 @@ LIBDIR=$ROOT/install/lib; [ -f "$LIBDIR/libfti.so" ] || LIBDIR=$ROOT/install/lib
 if [ ! -x "$ROOT/ckpt_fti" ] || [ "$HERE/ckpt_fti.c" -nt "$ROOT/ckpt_fti" ]; then
   "$MPICC" -O2 -std=gnu99 -o "$ROOT/ckpt_fti" "$HERE/ckpt_fti.c" -I"$ROOT/install/include" \
         -L"$LIBDIR" -Wl,-rpath,"$LIBDIR" -lfti -lm
+fi
+# One MPI library in the program and in libfti.so (two would mix ABIs: a wrong or crashing benchmark)
+if [ "$(ldd "$ROOT/ckpt_fti" | grep -cE 'libmpi\.so|libmpich\.so')" != 1 ]; then
+  echo "$ROOT/ckpt_fti links more than one MPI library ($(ldd "$ROOT/ckpt_fti" | grep -oE 'libmpi(ch)?\.so[.0-9]*' | tr '\n' ' ')): remove $ROOT/build and $ROOT/install and run again" >&2
+  exit 1
 fi
 echo "$ROOT/ckpt_fti"

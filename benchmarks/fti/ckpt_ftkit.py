@@ -16,8 +16,9 @@ timing. Times (MPI.Wtime, slowest application rank), the same keys as the C prog
 Where the checkpoint call's time went (slowest rank, as ckpt_fti.c): ``cpu_s`` (the calling thread on a
 CPU), ``runq_s`` (waiting for a CPU), ``blk_s`` (off CPU: I/O, sleeps), ``pcpu_s`` (all threads), ``wmib``
 (MiB all ranks sent to storage). ``phases``: the pipeline's stage marks (``after_write`` ..., seconds from
-the call's start) and the seconds spent in each function of :data:`PHASES`, slowest rank
-(``Checkpointer.last_timings`` too when the installed ftkit has it). Prints one line
+the call's start) and the seconds spent in each function of :data:`PHASES`, slowest rank, and L3's
+encoding phases (``l3_read``, ``l3_exchange``, ``l3_codec``, ``l3_write``, ``l3_commit``, ...: see
+:func:`time_encoding`) (``Checkpointer.last_timings`` too when the installed ftkit has it). Prints one line
 ``BENCHRESULT key=value ...``; exit status 1 on a wrong restart.
 """
 
@@ -67,7 +68,8 @@ def usage_now() -> tuple[float, float, float, float]:
 _P, _O, _L = "ftkit.checkpoint.pipeline", "ftkit.checkpoint.offload", "ftkit.checkpoint.levels."
 PHASES = [(_O, "PostManager.settle_syncs"), (_P, "write_primary"), (_P, "agree_written"),
           (_L + "partner", "group_comm"), (_L + "encoded", "group_comm"), (_L + "partner", "partner_copy"),
-          (_P, "settle_primary"), (_P, "agree"), (_P, "commit_gate"), (_P, "commit_manifest"),
+          (_P, "post_process"), (_P, "settle_primary"), (_P, "agree"), (_P, "commit_gate"),
+          (_P, "commit_manifest"),
           (_P, "remove_checkpoints"), (_O, "PostManager.start")]
 
 
@@ -98,6 +100,35 @@ def time_phases(spent: dict[str, float]) -> None:
         timed._timed = True  # type: ignore[attr-defined]
         functools.update_wrapper(timed, fn)
         setattr(owner, attr, timed)
+    time_encoding(spent)
+
+
+def time_encoding(spent: dict[str, float]) -> None:
+    """L3: add ``encode_group``'s own phase timers (``stats=``: read, exchange, codec, write, commit, ...) to
+    ``spent`` as ``l3_<phase>``, seconds (``l3_codec_cpu``: the codec thread's CPU)."""
+    import functools
+    import importlib
+
+    try:
+        owner = importlib.import_module(_L + "encoded")
+    except ImportError:
+        return
+    fn = getattr(owner, "encode_group", None)
+    if fn is None or getattr(fn, "_timed", False):
+        return
+
+    def timed(*a, _fn=fn, **k):
+        stats: dict[str, float] = {}
+        try:
+            return _fn(*a, **{**k, "stats": stats})
+        finally:
+            for key, v in stats.items():
+                if key not in ("chunk_bytes", "chunks"):
+                    spent["l3_" + key] = spent.get("l3_" + key, 0.0) + v
+
+    timed._timed = True  # type: ignore[attr-defined]
+    functools.update_wrapper(timed, fn)
+    owner.encode_group = timed
 
 
 def main() -> int:

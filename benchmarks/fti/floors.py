@@ -9,12 +9,18 @@ barrier (MPI.Wtime), with the MPI of ftkit's launch:
 * L2: L1 + one MPI transfer of the bytes to the partner (next member of the group) + its write + fsync;
 * L3: L1 + the group exchange (k - 1 sends and receives of 1/k of the bytes: member i gathers slice i of
   every member's bytes) + encoding RS(k, k) at the codec's measured speed (the slice of every parity row,
-  timed here with ``ftkit.codec``) + write + fsync of the rank's parity bytes (as many as its data);
+  timed here with ``ftkit.codec``) + a second exchange of 1/k pieces (member r keeps parity row r of every
+  slice) + write + fsync of the rank's parity bytes (as many as its data). The second exchange is what the
+  guarantee needs: if member i kept the k parity rows of its own slice i, losing its node would lose data
+  slice i of member i with every parity fragment of that slice (k - 1 of the 2k fragments left, k needed).
+  This layout moves 2 (k - 1) / k of the bytes per member; ftkit's and FTI's (member i computes parity row i
+  over all the data) move k - 1 times the bytes;
 * L4: write + fsync of the bytes to a file in ``DIR/global``.
 
 ``WRITEBACK`` = 1: each write hands every 16 MiB piece to the device at once (``sync_file_range``, as ftkit's
 writer does since issue 37) before the fsync; 0 (default): plain write + fsync. Prints
-``FLOORRESULT level=L mib=M floor_s=... parts=name:s,...``. Files are removed afterwards.
+``FLOORRESULT level=L mib=M floor_s=... cpu_s=... pcpu_s=... runq_s=... blk_s=... wmib=... parts=...`` (the
+CPU split and bytes to storage as :mod:`ckpt_ftkit` reports them, slowest rank). Files are removed afterwards.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ import numpy as np
 from mpi4py import MPI
 
 from ftkit.codec import RSCode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ckpt_ftkit import usage_now  # noqa: E402  (the same CPU / run-queue / bytes-to-storage split)
 
 try:
     from ftkit.storage._writeback import start_writeback
@@ -70,6 +79,7 @@ def main() -> int:
     if code is not None:  # load the codec's kernels outside the timing (ftkit warms up at start-up too)
         code.encode_into([np.zeros(4096, np.uint8)] * k, [np.empty(4096, np.uint8) for _ in range(k)])
     comm.Barrier()
+    u0 = usage_now()
     t0 = MPI.Wtime()
 
     def lap(name: str, since: float) -> float:
@@ -100,15 +110,25 @@ def main() -> int:
         parity = np.empty(s * k, np.uint8)
         code.encode_into(list(gathered.reshape(k, s)), list(parity.reshape(k, s)))
         t = lap("encode", t)
-        write_fsync(work / "local" / f"r{rank}.parity", parity)
+        stored = np.empty(s * k, np.uint8)
+        group.Alltoall(parity, stored)            # member r keeps parity row r of every slice
+        t = lap("parity_exchange", t)
+        write_fsync(work / "local" / f"r{rank}.parity", stored)
         t = lap("parity_write_fsync", t)
-    floor = comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+    elapsed = MPI.Wtime() - t0
+    used = [b - a for a, b in zip(u0, usage_now(), strict=True)]
+    floor = comm.allreduce(elapsed, op=MPI.MAX)
+    cpu_s, runq_s, pcpu_s = (comm.allreduce(x, op=MPI.MAX) for x in used[:3])
+    blk_s = comm.allreduce(elapsed - used[0] - used[1], op=MPI.MAX)
+    wmib = comm.allreduce(used[3], op=MPI.SUM) / 1048576
     parts = {name: comm.allreduce(v, op=MPI.MAX) for name, v in parts.items()}
     for f in list((work / "local").glob(f"r{rank}.*")) + list((work / "global").glob(f"r{rank}.*")):
         f.unlink()
     if rank == 0:
         text = ",".join(f"{name}:{v:.4f}" for name, v in parts.items())
-        print(f"FLOORRESULT level={level} mib={mib} ranks={comm.Get_size()} floor_s={floor:.4f} parts={text}",
+        print(f"FLOORRESULT level={level} mib={mib} ranks={comm.Get_size()} floor_s={floor:.4f} "
+              f"cpu_s={cpu_s:.4f} pcpu_s={pcpu_s:.4f} runq_s={runq_s:.4f} blk_s={blk_s:.4f} wmib={wmib:.1f} "
+              f"parts={text}",
               flush=True)
     group.Free()
     return 0

@@ -1,7 +1,8 @@
 """Order-aware side-by-side of FTI 1.6, ftkit and each level's floor: every system measured after each system.
 
-    mpislot .venv/bin/python benchmarks/fti/run_order.py [--sizes 64,256] [--levels 1,2,3,4] [--rounds 4]
-                                                       [--settle full|sync|none] [--out FILE.jsonl]
+    mpislot .venv/bin/python benchmarks/fti/run_order.py [--sizes 64,256] [--levels 1,2,3,4]
+        [--min-runs 10] [--rounds R] [--settle full|sync|none] [--out FILE.jsonl]
+        [--fti-builds mpich=/tmp/ftkit-fti,ompi41=/tmp/ftkit-fti-ompi]
     .venv/bin/python benchmarks/fti/run_order.py --summarize FILE.jsonl...
 
 Why: a checkpoint call's cost may depend on what the job before it left (dirty pages, writeback in flight,
@@ -32,8 +33,17 @@ ftkit ÷ FTI as median ÷ median, p90 ÷ p90 and p90 ÷ FTI's median (issue 37's
 median). The MPI of each system is printed with the table (FTI runs under the MPI ``build_fti.sh`` compiled
 it with, ftkit under its own Open MPI 5).
 
-Time: about 8-12 s per run (launch, settle, the job); ``(9 * rounds + 1)`` runs per case with 3 systems:
-the default grid (2 sizes x 4 levels, 4 rounds) is 296 runs, about 45-60 minutes on a quiet machine.
+Systems: FTI (one build by ``build_fti.sh``, or with ``--fti-builds NAME=ROOT,...`` one system ``fti-NAME``
+per build, each launched with the mpirun of the MPI ``ROOT/ckpt_fti`` is linked to: ``mpirun.mpich`` or
+``mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none``), ftkit, ``base`` (``--baseline-src``)
+and the floor. The ratio table has one row per FTI system.
+
+Runs: with ``k`` systems, ``rounds * k`` runs per system and case, ``rounds * k**2 + 1`` per case (warm-up
+included); without ``--rounds``, the fewest rounds giving ``--min-runs`` (default 10) runs per system. The
+count and an estimate are printed before the first run (:data:`RUN_SECONDS` per run on a quiet machine:
+launch, settle, the job), and the time left after each case (from the runs so far); each run is killed
+after 900 s. The issue's table (2 FTI builds, ftkit, floor: k = 4, 3 rounds = 12 runs per system, 49 per
+case, 2 sizes x 4 levels = 392 runs) takes about 40-45 minutes on a quiet machine.
 """
 
 from __future__ import annotations
@@ -123,10 +133,75 @@ def mpi_name(cmd: list[str]) -> str:
         line = line.strip()
         if line.startswith("Version:") and "HYDRA" in text:
             return "MPICH " + line.split()[-1]
+        if "(OpenRTE)" in line or "(Open MPI)" in line:   # mpirun.openmpi --version: "... (OpenRTE) 4.1.4"
+            return "Open MPI " + line.split()[-1]
         if "Open MPI" in line or "MPICH Version" in line:
             words = line.replace(",", " ").split()
             return " ".join(words[:3]) if "Open" in line else "MPICH " + words[-1]
     return text.strip().splitlines()[0] if text.strip() else "?"
+
+
+OMPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+
+
+def fti_launcher_for(binary: Path) -> tuple[list[str], list[str]]:
+    """The mpirun of the MPI ``binary`` is linked to (``ldd``) and the command that prints its version:
+    ``mpirun.mpich`` (Hydra) for MPICH, ``mpirun.openmpi`` (with :data:`OMPI_FLAGS`) for Open MPI.
+
+    Raises
+    ------
+    SystemExit
+        When ``binary`` links both or neither (a build mixing two MPIs cannot be measured: rebuild it).
+    """
+    libs = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
+    mpich, ompi = "libmpich.so" in libs, "libmpi.so" in libs
+    if mpich == ompi:
+        raise SystemExit(f"{binary} links {'both MPICH and Open MPI' if mpich else 'no MPI library'}: "
+                         "rebuild it with build_fti.sh (FTI_MPICC/FTI_MPICXX of one MPI)")
+    run = "/usr/bin/mpirun.mpich" if mpich else "/usr/bin/mpirun.openmpi"
+    return ([run] if mpich else [run, *OMPI_FLAGS]), [run, "--version"]
+
+
+def fti_systems(args: argparse.Namespace) -> dict[str, tuple[Path, list[str], list[str]]]:
+    """FTI systems to measure: name -> (ckpt_fti, mpirun command, version command).
+
+    ``--fti-builds mpich=/tmp/ftkit-fti,ompi41=/tmp/ftkit-fti-ompi``: system ``fti-NAME`` per build root
+    (``ROOT/ckpt_fti``, launched with the mpirun of the MPI it is linked to); otherwise one system ``fti``
+    built by ``build_fti.sh`` (none with ``--no-fti``).
+    """
+    if args.no_fti:
+        return {}
+    if not args.fti_builds:
+        binary = run_sbs.build_fti()
+        return {"fti": (binary, run_sbs.fti_launcher(), ["/usr/bin/mpirun", "--version"])} if binary else {}
+    out = {}
+    for item in args.fti_builds.split(","):
+        name, _, root = item.partition("=")
+        binary = Path(root) / "ckpt_fti"
+        if not name or not binary.is_file():
+            raise SystemExit(f"--fti-builds: {item!r} is not NAME=ROOT with ROOT/ckpt_fti built "
+                             "(build it: FTI_ROOT=ROOT FTI_MPICC=... bash benchmarks/fti/build_fti.sh)")
+        out["fti-" + name] = (binary, *fti_launcher_for(binary))
+    return out
+
+
+def is_fti(system: str) -> bool:
+    return system == "fti" or system.startswith("fti-")
+
+
+#: Seconds per run used for the estimate before any run (a quiet machine: launch, settle, the job).
+RUN_SECONDS = {64: 5.0, 256: 8.0}
+
+
+def estimate_s(sizes: list[int], nlevels: int, runs_per_case: int, measured: dict[int, list[float]]) -> float:
+    """Seconds the grid takes: runs per case x cases, at the median run time measured so far per size (or
+    :data:`RUN_SECONDS`, interpolated by size)."""
+    total = 0.0
+    for mib in sizes:
+        walls = measured.get(mib)
+        per = statistics.median(walls) if walls else RUN_SECONDS.get(mib, 4.0 + mib / 64.0)
+        total += per * runs_per_case * nlevels
+    return total
 
 
 def run_case(args: argparse.Namespace, mib: int, level: int, rng: random.Random) -> None:
@@ -137,16 +212,22 @@ def run_case(args: argparse.Namespace, mib: int, level: int, rng: random.Random)
         state = settle(args.settle, leftovers, args.settle_timeout)
         cfg = run_sbs.make_config(system, 0, args.group)
         load = run_sbs.load1()
-        src = args.baseline_src if system == "base" else args.src if system != "fti" else None
-        cmd = run_sbs.command(system, args, cfg, "floor" if system == "floor" else "ckpt", mib, level, 0)
+        src = args.baseline_src if system == "base" else args.src if not is_fti(system) else None
+        if is_fti(system):
+            binary, launcher, _ = args.fti[system]
+            cmd = [*launcher, "-n", str(args.ranks), str(binary), str(cfg), "ckpt", str(mib), str(level)]
+        else:
+            cmd = run_sbs.command(system, args, cfg, "floor" if system == "floor" else "ckpt", mib, level, 0)
+        t_run = time.monotonic()
         row = run_sbs.run_one(cmd, Path(args.out + ".log"), src, pycache=args.pycache)
+        args.walls.setdefault(mib, []).append(time.monotonic() - t_run + state["settle_s"])
         row.update(system=system, mode="ckpt", pred=pred, run=i - 1, mib=mib, level=level, head=0,
                    load_before=load, settle=args.settle, time=time.time(),
                    floor_writeback=args.floor_writeback, **state)
         with open(args.out, "a") as f:
             f.write(json.dumps(row) + "\n")
         value = row.get("floor_s") or row.get("ckpt_s", "-")
-        print(f"  {i - 1:3d} {pred:5s} -> {system:5s} exit={row['exit']} s={value} "
+        print(f"  {i - 1:3d} {pred:10s} -> {system:10s} exit={row['exit']} s={value} "
               f"cpu={row.get('cpu_s', '-')} runq={row.get('runq_s', '-')} blk={row.get('blk_s', '-')} "
               "dirty/wb found "
               f"{state['dirty_found']}/{state['wb_found']} load={load:.1f}", flush=True)
@@ -173,7 +254,9 @@ def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
     """Per case: each system's n, median, p90, median per predecessor, time split; the ratios."""
     good = [r for r in rows if r.get("run", -1) >= 0 and r["exit"] == 0 and str(r.get("ok", "1")) == "1"
             and (r.get("ckpt_s") or r.get("floor_s"))]
-    systems = [s for s in ("fti", "ftkit", "base", "floor") if any(r["system"] == s for r in good)]
+    names = {r["system"] for r in good}
+    ftis = sorted(s for s in names if is_fti(s))
+    systems = [*ftis, *(s for s in ("ftkit", "base", "floor") if s in names)]
     by = defaultdict(list)
     for r in good:
         by[(r["mib"], r["level"], r["settle"], r["system"])].append(r)
@@ -184,10 +267,10 @@ def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
     head = ["MiB", "level", "settle", "system", "n", "median s", "p90 s",
             *(f"median after {p}" for p in systems), "cpu / runq / blk s (median)", "to disk MiB"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    ratio_lines = ["| MiB | level | settle | ftkit ÷ FTI median | p90 ÷ p90 | ftkit p90 ÷ FTI median | "
+    ratio_lines = ["| MiB | level | settle | FTI | ftkit ÷ FTI median | p90 ÷ p90 | ftkit p90 ÷ FTI median | "
                    + " | ".join(f"÷ after {p}" for p in systems)
                    + " | ftkit ÷ floor median | p90 ÷ floor median | base ÷ FTI median / p90 |",
-                   "|" + "---|" * (9 + len(systems))]
+                   "|" + "---|" * (10 + len(systems))]
     for case in cases:
         med, p90 = {}, {}
         for s in systems:
@@ -198,16 +281,16 @@ def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
             med[s], p90[s] = statistics.median(xs), _q(xs, 0.9)
             after = {p: [_value(r) for r in rs if r["pred"] == p] for p in systems}
             split = " / ".join(f"{statistics.median(float(r.get(k, 'nan')) for r in rs):.3f}"
-                               for k in ("cpu_s", "runq_s", "blk_s")) if s != "floor" else "-"
+                               for k in ("cpu_s", "runq_s", "blk_s"))
             wmib = [float(r.get("wmib", "nan")) for r in rs]
-            disk = "-" if s == "floor" else f"{statistics.median(wmib):.0f}"
+            disk = f"{statistics.median(wmib):.0f}"
             cells = [str(case[0]), f"L{case[1]}", case[2], s, str(len(xs)), f"{med[s]:.3f}", f"{p90[s]:.3f}",
                      *(f"{statistics.median(a):.3f} ({len(a)})" if a else "-" for a in after.values()),
                      split, disk]
             lines.append("| " + " | ".join(cells) + " |")
-        if "ftkit" in med and "fti" in med:
+        for fti in [f for f in ftis if f in med] if "ftkit" in med else []:
             fk = by[(*case, "ftkit")]
-            ft = by[(*case, "fti")]
+            ft = by[(*case, fti)]
             per_pred = []
             for p in systems:
                 a = [_value(r) for r in fk if r["pred"] == p]
@@ -216,12 +299,17 @@ def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
             target = run_sbs.TARGETS[case[1]]
             fl = med.get("floor")
             ratio_lines.append(
-                f"| {case[0]} | L{case[1]} | {case[2]} | **{med['ftkit'] / med['fti']:.2f}** ({target}) | "
-                f"**{p90['ftkit'] / p90['fti']:.2f}** | {p90['ftkit'] / med['fti']:.2f} | "
+                f"| {case[0]} | L{case[1]} | {case[2]} | {fti} | "
+                f"**{med['ftkit'] / med[fti]:.2f}** ({target}) | "
+                f"**{p90['ftkit'] / p90[fti]:.2f}** | {p90['ftkit'] / med[fti]:.2f} | "
                 + " | ".join(per_pred)
                 + (f" | {med['ftkit'] / fl:.2f} | {p90['ftkit'] / fl:.2f} |" if fl else " | - | - |")
-                + (f" {med['base'] / med['fti']:.2f} / {p90['base'] / p90['fti']:.2f} |" if "base" in med
+                + (f" {med['base'] / med[fti]:.2f} / {p90['base'] / p90[fti]:.2f} |" if "base" in med
                    else " - |"))
+        if "ftkit" in med and not any(f in med for f in ftis) and "floor" in med:
+            ratio_lines.append(
+                f"| {case[0]} | L{case[1]} | {case[2]} | - | - | - | - | " + " | ".join("-" for _ in systems)
+                + f" | {med['ftkit'] / med['floor']:.2f} | {p90['ftkit'] / med['floor']:.2f} | - |")
     loads = [float(r["load_before"]) for r in good]
     foot = (f"\nload average before the runs: {min(loads):.1f}-{max(loads):.1f} "
             f"(median {_q(loads, 0.5):.1f}); "
@@ -234,7 +322,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="64,256", help="MiB per rank (comma-separated)")
     ap.add_argument("--levels", default="1,2,3,4")
-    ap.add_argument("--rounds", type=int, default=4, help="times each system runs after each system")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="times each system runs after each system (default: enough for --min-runs)")
+    ap.add_argument("--min-runs", type=int, default=10,
+                    help="runs per system and case when --rounds is not given (rounded up to k per round)")
+    ap.add_argument("--fti-builds", default=None, metavar="NAME=ROOT,...",
+                    help="FTI builds to measure as separate systems fti-NAME, e.g. "
+                         "mpich=/tmp/ftkit-fti,ompi41=/tmp/ftkit-fti-ompi (each under its own MPI's mpirun)")
     ap.add_argument("--settle", choices=("full", "sync", "none"), default="full")
     ap.add_argument("--settle-timeout", type=float, default=30.0)
     ap.add_argument("--seed", type=int, default=37)
@@ -257,20 +351,32 @@ def main() -> int:
         return 0
     run_sbs.ROOT.mkdir(parents=True, exist_ok=True)
     args.pycache = run_sbs.ROOT / "pycache"
-    args.fti_bin = None if args.no_fti else run_sbs.build_fti()
-    args.fti_mpirun = run_sbs.fti_launcher() if args.fti_bin else []
-    args.systems = [*(["fti"] if args.fti_bin else []), "ftkit", *(["base"] if args.baseline_src else []),
+    args.fti = fti_systems(args)
+    args.systems = [*args.fti, "ftkit", *(["base"] if args.baseline_src else []),
                     *([] if args.no_floor else ["floor"])]
-    mpis = {"fti": mpi_name(["/usr/bin/mpirun", "--version"]) if args.fti_bin else "-",
-            "ftkit": mpi_name([args.python, "-c",
-                               "from mpi4py import MPI; print(MPI.Get_library_version())"])}
-    print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}; MPI {mpis}",
-          flush=True)
+    k = len(args.systems)
+    if args.rounds is None:   # every system measured at least --min-runs times per case (k per round)
+        args.rounds = max(1, -(-args.min_runs // k))
+    mpis = {name: mpi_name(version) for name, (_, _, version) in args.fti.items()}
+    mpis["ftkit"] = mpi_name([args.python, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"])
+    sizes, levels = [int(x) for x in args.sizes.split(",")], [int(x) for x in args.levels.split(",")]
+    per_case = args.rounds * k * k
+    args.walls = {}
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    per_run = ", ".join(f"{m} MiB {RUN_SECONDS.get(m, 4.0 + m / 64.0):.0f} s" for m in sizes)
+    print(f"uptime: {uptime}; MPI {mpis}\n{k} systems ({' '.join(args.systems)}), {args.rounds} rounds: "
+          f"{args.rounds * k} runs per system and case, {per_case + 1} runs per case (warm-up included), "
+          f"{len(sizes) * len(levels)} cases; estimate "
+          f"{estimate_s(sizes, len(levels), per_case + 1, {}) / 60:.0f} min on a quiet machine "
+          f"(per run: {per_run}; each run is killed after 900 s)", flush=True)
     rng = random.Random(args.seed)
     t0 = time.monotonic()
-    for mib in map(int, args.sizes.split(",")):
-        for level in map(int, args.levels.split(",")):
-            run_case(args, mib, level, rng)
+    for ci, (mib, level) in enumerate([(m, lv) for m in sizes for lv in levels]):
+        run_case(args, mib, level, rng)
+        left = [(m, lv) for m in sizes for lv in levels][ci + 1:]
+        rest = sum(estimate_s([m], 1, per_case + 1, args.walls) for m, _ in left)
+        print(f"  {(time.monotonic() - t0) / 60:.1f} min so far; about {rest / 60:.0f} min left "
+              f"({len(left)} cases)", flush=True)
     print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}; "
           f"{(time.monotonic() - t0) / 60:.1f} min")
     print(summarize([json.loads(line) for line in open(args.out) if line.strip()], mpis))

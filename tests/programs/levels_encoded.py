@@ -9,7 +9,9 @@ Scenarios: ``none``, ``node<i>[<j>...]`` (lose data+parity of members i, j...), 
 (corrupt one byte), ``alldata`` (no data file left), ``allparity`` (every parity file lost), ``twice``
 (lose node 1, rebuild, then lose node 3, rebuild). Prints ``OK <scenario> <rank> lost=...`` or
 ``RECOVERYERROR <scenario> <rank> <message>``. A ``~off`` suffix (``node1~off``) makes rank 0 repair all
-files in one process with :mod:`ftkit.storage.groupcode.offline` instead of the collective rebuild.
+files in one process with :mod:`ftkit.storage.groupcode.offline` instead of the collective rebuild; ``~mem`` encodes
+each member's data from memory (``data_bytes``, as an inline L3 checkpoint does), ``~mixed`` only on even
+ranks (the members then all exchange through the file path's allgather).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ftkit.errors import RecoveryError
 from ftkit.inject import corrupt_file
 from ftkit.storage.groupcode.erasure import assess_group, encode_group, rebuild_group
 from ftkit.storage.groupcode.parity import read_parity_header
+from ftkit.storage.pending import MemorySource
 
 root, code, scenarios = Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(",")
 comm = MPI.COMM_WORLD
@@ -106,20 +109,37 @@ def recover(base: Path, data: Path, parity: Path, offline: bool) -> tuple[int, .
     return plan.lost_data + tuple(n + m for m in plan.lost_parity)
 
 
+def in_memory(m: int) -> MemorySource:
+    """Member m's data as two pieces of memory (a read-only and a writable one), the cut inside a chunk:
+    chunks inside a piece are sent and encoded where they lie, the one across the cut is copied."""
+    blob, cut = content(m), min(10_000, SIZES[m])
+    return MemorySource("memory", [(0, memoryview(blob[:cut])), (cut, memoryview(bytearray(blob[cut:])))])
+
+
 for scen in scenarios:
-    offline = scen.endswith("~off")
+    name, *mods = scen.split("~")   # ~off: offline repair; ~mem: encoded from memory (~mixed: even ranks)
+    offline = "off" in mods
     base = root / scen
     data, parity = files(base, r)
     data.parent.mkdir(parents=True, exist_ok=True)
     data.write_bytes(content(r))
     comm.Barrier()
-    h = encode_group(comm, data, parity, code=code, tag="t1", memory=MEMORY)
+    mem = in_memory(r) if "mem" in mods or ("mixed" in mods and r % 2 == 0) else None
+    stats: dict[str, float] = {}
+    h = encode_group(comm, data, parity, code=code, tag="t1", memory=MEMORY, data_bytes=mem, stats=stats)
+    viewed = comm.allgather(stats.get("viewed", 0.0))
+    if "mem" in mods:   # every chunk inside one piece of memory, none of the others
+        z = int(stats["chunk_bytes"])
+        ends = [(st, min(st + z, max(SIZES))) for st in range(0, max(SIZES), z)]
+        inside = sum(1 for st, end in ends if end <= SIZES[r] and not st < 10_000 < end)
+        assert viewed[r] == inside and sum(viewed) > 0, f"rank {r}: {viewed[r]} chunks viewed, not {inside}"
+    else:
+        assert viewed == [0.0] * n, f"chunks viewed with memory on some members only: {viewed}"
     original = parity.read_bytes()
     assert original[h.payload_offset:] == reference_parity(r), "streamed parity differs from whole-file one"
     assert read_parity_header(parity).sizes == tuple(SIZES)
     comm.Barrier()
     try:
-        name = scen.removesuffix("~off")
         steps = [("node1", "node3")] if name == "twice" else [(name,)]
         lost: list[tuple[int, ...]] = []
         for step in steps[0]:

@@ -38,6 +38,17 @@ def test_rs_group_of_four(tmp_path):
     assert all("rank 3 on node 3 (data+parity)" in line for line in out["node123"])
 
 
+def test_rs_encoded_from_memory(tmp_path):
+    """Encoding from the bytes in memory (each chunk sent and encoded where it lies, a chunk across two
+    pieces copied) writes the same parity as from the file (checked against a whole-file encoding), and
+    the group rebuilds from it; members that disagree on having memory fall back to the file path."""
+    recoverable = ["none~mem", "node12~mem", "node03~mem", "none~mixed", "node1~mixed"]
+    out = _run(tmp_path, 4, "rs", recoverable)
+    for s in recoverable:
+        assert all(line.startswith("OK ") for line in out[s]), out[s]
+    assert "lost=[(1, 2, 5, 6)]" in out["node12~mem"][0]
+
+
 def test_rs_uneven_group_of_five(tmp_path):
     out = _run(tmp_path, 5, "rs", ["node4", "node013", "node0123"])
     assert all(line.startswith("OK ") for s in ("node4",) for line in out[s])

@@ -24,6 +24,7 @@ from ..topology import detect_node_ids, plan_topology
 from . import _mpi, events, pipeline
 from .exitpolicy import ExitPolicy
 from .head import enter_head_mode
+from .levels._groups import group_comm
 from .online import spares
 from .online.appcomm import guard
 from .runlock import RunLock
@@ -108,6 +109,10 @@ def open_session(config: Config, world: Any, spare_ranks: int | None = None) -> 
             session, exit=ExitPolicy(icomm, config, state.exec_id))
         if state.fresh_manifest:
             pipeline.commit_manifest(session.ctx, "start-up: manifest commit")
+        if session.topology.groups and not config.head:
+            # The L2/L3 group communicator now (FTI makes its groups in FTI_Init), not in the first L2/L3
+            # call: its barrier and split cost that call 2-120 ms depending on the load (issue 37).
+            group_comm(session.ctx.comm, session.topology, session.ctx.timeout)
         _mpi.barrier(icomm, config.failure_timeout, "Checkpointer start")
     except BaseException:
         session.close()

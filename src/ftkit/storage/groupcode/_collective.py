@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from mpi4py import MPI
 
 __all__ = ["ErrorGuard", "agree_errors", "encode_message", "decode_message", "MESSAGE_BYTES", "member_names",
-           "open_or_none", "close_fd", "Worker", "allgather_in_place", "allgather_json", "wait_collective",
+           "open_or_none", "close_fd", "Worker", "allgather_in_place", "send_to_all", "allgather_json",
+           "wait_collective",
            "POLL_MAX_SLEEP"]
 
 PathLike = str | os.PathLike[str]
@@ -181,6 +182,30 @@ def allgather_in_place(comm: MPI.Comm, buf: np.ndarray, timeout: float | None, w
     from mpi4py import MPI
 
     wait_collective(comm.Iallgather(MPI.IN_PLACE, buf), (buf,), timeout, what)
+
+
+def send_to_all(comm: MPI.Comm, row: np.ndarray, gathered: np.ndarray, me: int, timeout: float | None,
+                what: str) -> None:
+    """Every member's ``row`` into its slot of ``gathered`` (``n`` rows), as an allgather, but sent from
+    ``row`` wherever it lies (e.g. the caller's own memory): this member's slot is left untouched.
+
+    An ``Alltoallv`` with every send displacement 0 (the one row to every other member), waited for as
+    :func:`wait_collective` does. ``row`` must not lie inside ``gathered``: Open MPI's non-blocking
+    collectives treat a send buffer at the receive buffer's address as ``IN_PLACE`` (they would send
+    ``gathered``'s other slots).
+
+    Raises
+    ------
+    TimeoutFailure
+        If some member does not take part within ``timeout`` seconds.
+    """
+    from mpi4py import MPI
+
+    n, lc = comm.Get_size(), row.nbytes
+    counts = [0 if m == me else lc for m in range(n)]
+    req = comm.Ialltoallv([row, (counts, [0] * n), MPI.BYTE],
+                          [gathered, (counts, [m * lc for m in range(n)]), MPI.BYTE])
+    wait_collective(req, (row, gathered), timeout, what)
 
 
 def allgather_json(comm: MPI.Comm, value: Any, timeout: float | None, what: str) -> list[Any]:

@@ -51,7 +51,7 @@ from .._stream import AtomicWriter, file_digest, file_size
 from ..format.source import ByteSource
 from ..placement.node_local import LocalLevel
 from ._collective import ErrorGuard, agree_errors, allgather_json, close_fd, member_names, open_or_none
-from ._rs_group import Timers, file_reader, rs_encode, rs_rebuild, source_reader
+from ._rs_group import Timers, file_reader, rs_encode, rs_rebuild, source_reader, source_viewer
 from ._xor_group import xor_encode, xor_rebuild
 from .parity import ParityHeader, payload_offset_for, verify_parity, write_parity_header
 from .partner_copy import DEFAULT_TIMEOUT
@@ -108,7 +108,8 @@ def encode_group(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, *, 
         If given, filled with where this member's time went, in seconds (``read``, ``data_hash``,
         ``exchange``: the collective, ``codec`` and ``codec_cpu``: the codec's wall and thread CPU time,
         ``parity_hash``, ``write``, ``wait``: the caller waiting for the worker thread, ``commit``: header,
-        fsync and rename, ``total``), plus ``chunk_bytes`` and ``chunks``.
+        fsync and rename, ``total``), plus ``chunk_bytes``, ``chunks`` and ``viewed`` (chunks of this
+        member's data sent and encoded from ``data_bytes`` without a copy).
     timeout
         Seconds to wait for the other members at each collective step (None: no deadline; default as L2,
         :data:`ftkit.storage.groupcode.partner_copy.DEFAULT_TIMEOUT`).
@@ -150,8 +151,10 @@ def _encode(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, code: st
     timers = Timers()
     n, i = comm.Get_size(), comm.Get_rank()
     my_size = data_bytes.size if data_bytes is not None else file_size(data_path)
-    sizes = tuple(int(x) for x in allgather_json(comm, my_size, timeout,
-                                                  "L3 encoding: sharing the data file sizes"))
+    mapped = data_bytes is not None and data_bytes.supports_map
+    shared = allgather_json(comm, [my_size, mapped], timeout, "L3 encoding: sharing the data file sizes")
+    sizes = tuple(int(x) for x, _ in shared)
+    mapped = all(m for _, m in shared)   # every member sends its chunks from memory, or none does
     if min(sizes) < 0:
         nm = member_names(names, n)
         raise StorageError("cannot encode the group: data file missing on "
@@ -169,8 +172,9 @@ def _encode(comm: MPI.Comm, data_path: PathLike, parity_path: PathLike, code: st
     try:
         if code == "rs":
             read = file_reader(fd, sizes[i]) if data_bytes is None else source_reader(data_bytes, sizes[i])
+            view = source_viewer(data_bytes, sizes[i]) if mapped and data_bytes is not None else None
             plen = rs_encode(comm, read, sizes, memory, writer, offset, data_hash, par_hash, guard, timers,
-                             timeout)
+                             timeout, view)
             my_digest = data_hash.hexdigest()
         else:
             plen = xor_encode(comm, fd, sizes, memory, writer, offset, par_hash, guard, timeout)
