@@ -9,9 +9,9 @@ Scenarios: ``none``, ``node<i>[<j>...]`` (lose data+parity of members i, j...), 
 (corrupt one byte), ``alldata`` (no data file left), ``allparity`` (every parity file lost), ``twice``
 (lose node 1, rebuild, then lose node 3, rebuild). Prints ``OK <scenario> <rank> lost=...`` or
 ``RECOVERYERROR <scenario> <rank> <message>``. A ``~off`` suffix (``node1~off``) makes rank 0 repair all
-files in one process with :mod:`ftkit.storage.groupcode.offline` instead of the collective rebuild; ``~mem`` encodes
-each member's data from memory (``data_bytes``, as an inline L3 checkpoint does), ``~mixed`` only on even
-ranks (the members then all exchange through the file path's allgather).
+files in one process with :mod:`ftkit.storage.groupcode.offline` instead of the collective rebuild;
+``~mem`` encodes each member's data from memory (``data_bytes``, as an inline L3 checkpoint does),
+``~mixed`` only on even ranks (the members then all exchange through the file path's allgather).
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ from __future__ import annotations
 from ._fsutil import AtomicWriter, atomic_write_bytes, set_group_access
 from .format.container import FileInfo, Header, Section, read_arrays, read_header, verify_file, write_file
 from .manifest import CheckpointEntry, Manifest, RankFile, read_manifest, write_manifest
+from .placement.dirstore import DirectoryStore
 from .placement.global_dir import PFSLevel
 from .placement.level_storage import StorageLevel
-from .placement.dirstore import DirectoryStore
 from .placement.node_local import LocalLevel
 from .placement.store import Store
 

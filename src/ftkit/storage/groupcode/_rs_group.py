@@ -77,8 +77,9 @@ def rs_encode(comm: MPI.Comm, read: Reader, sizes: tuple[int, ...], memory: int,
 
     ``view`` (the data in memory, e.g. the protected arrays of an inline L3 checkpoint; given on every member
     or on none): each chunk of this member's data is hashed, sent (an ``Alltoallv`` of the one row,
-    :func:`~ftkit.storage.groupcode._collective.send_to_all`, instead of an in-place ``Allgather``) and encoded where
-    it lies, without a copy into the exchange buffer (a chunk not in one piece of memory is still copied).
+    :func:`~ftkit.storage.groupcode._collective.send_to_all`, instead of an in-place ``Allgather``) and
+    encoded where it lies, without a copy into the exchange buffer (a chunk not in one piece of memory is
+    still copied).
 
     Length: one pipeline (read or view, hash, exchange, hand-off to the worker) with its timers.
     """
