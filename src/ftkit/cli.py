@@ -21,7 +21,7 @@ __all__ = ["main"]
 
 #: module -> the subcommands its ``add_parser`` registers (tests/test_cli_lazy.py checks the two agree).
 _SUBCOMMAND_MODULES = {
-    "ftkit.launch_cli": ("launch",),
+    "ftkit.launch_cli": ("launch", "job-status"),
     "ftkit.doctor": ("doctor",),
     "ftkit.storage.cli": ("ls", "verify", "rebuild", "export"),
     "ftkit.storage.jobctl_cli": ("halt", "flush"),
