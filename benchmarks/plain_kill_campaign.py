@@ -40,7 +40,7 @@ campaigns did, so their seeds replay):
     ``ended``: it ended non-zero within the bound and the relaunch ended with that digest.
 ``launcher``
     ``ftkit launch --grace 5`` itself gets SIGTERM, SIGINT, SIGHUP or SIGKILL at a random moment after the
-    first checkpoint, or runs under ``timeout -s TERM T`` (T random, 4-25 s). ``ended``: every process of
+    first checkpoint, or runs under ``timeout -s TERM T`` (T random, 3-10 s). ``ended``: every process of
     the job gone within the grace period + 30 s of the signal, the exit code the signal's (``128 + sig``,
     124 for ``timeout``, -9 for SIGKILL), and the relaunch recovered the newest committed checkpoint (read
     from the manifest) and ended with the failure-free digest; ``orphan``/``hang``/``wrong`` otherwise.
@@ -137,7 +137,7 @@ def draw(rng: random.Random, configs: tuple[str, ...] = CONFIGS, nprocs: int = 8
         sig = rng.choice(("TERM", "INT", "HUP", "KILL", "timeout"))
         return Trial(config=rng.choice(configs), head=rng.choice((0, 0, 1)), thread=rng.choice((0, 1)),
                      victim="launcher", sig=sig, rank=-1,
-                     delay=round(rng.uniform(0.0, 3.0) if sig != "timeout" else rng.uniform(4.0, 25.0), 2),
+                     delay=round(rng.uniform(0.0, 3.0) if sig != "timeout" else rng.uniform(3.0, 10.0), 2),
                      nprocs=nprocs, node_size=node_size, kind=kind)
     sig = rng.choice(("KILL", "KILL", "KILL", "STOP"))
     return Trial(config=rng.choice(configs), head=rng.choice((0, 0, 1)), thread=rng.choice((0, 1)),
