@@ -101,11 +101,23 @@ def digest(field: np.ndarray) -> str:
 
 
 def exchange_halos(comm: MPI.Comm, u: np.ndarray) -> None:
-    """Fill the halo rows of ``u`` from the neighbouring ranks."""
-    up = comm.rank - 1 if comm.rank > 0 else MPI.PROC_NULL
-    down = comm.rank + 1 if comm.rank < comm.size - 1 else MPI.PROC_NULL
-    comm.Sendrecv(u[1], dest=up, sendtag=1, recvbuf=u[-1], source=down, recvtag=1)
-    comm.Sendrecv(u[-2], dest=down, sendtag=2, recvbuf=u[0], source=up, recvtag=2)
+    """Fill the halo rows of ``u`` from the neighbouring ranks (real neighbours only, no ``MPI_PROC_NULL``:
+    Open MPI 5.0's ``MPI_Sendrecv`` with ``MPI_PROC_NULL`` on one side crashes when a failure reaches it)."""
+    up = comm.rank - 1 if comm.rank > 0 else None
+    down = comm.rank + 1 if comm.rank < comm.size - 1 else None
+    shift(comm, u[1], up, u[-1], down, tag=1)    # first rows go up, the halo below fills
+    shift(comm, u[-2], down, u[0], up, tag=2)    # last rows go down, the halo above fills
+
+
+def shift(comm: MPI.Comm, row: np.ndarray, dest: int | None, halo: np.ndarray, source: int | None,
+          tag: int) -> None:
+    """Send ``row`` to ``dest`` and receive ``halo`` from ``source``; None: no neighbour on that side."""
+    if dest is not None and source is not None:
+        comm.Sendrecv(row, dest=dest, sendtag=tag, recvbuf=halo, source=source, recvtag=tag)
+    elif dest is not None:
+        comm.Send(row, dest=dest, tag=tag)
+    elif source is not None:
+        comm.Recv(halo, source=source, tag=tag)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ def test_a_named_subcommand_builds_only_its_parser_and_no_name_builds_all():
     assert _registered(build_parser("--help")) == every
     assert _registered(build_parser("nosuchcommand")) == every
     assert _registered(build_parser("verify")) == {"ls", "verify", "rebuild", "export"}
-    assert _registered(build_parser("launch")) == {"launch"}
+    assert _registered(build_parser("launch")) == {"launch", "job-status"}
 
 
 def test_launch_imports_neither_numpy_nor_mpi_nor_other_subcommands():

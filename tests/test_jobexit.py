@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from ftkit.checkpoint.runlock import acquire_run_lock
+from ftkit.jobstatus import STATUS_ENV
 from ftkit.launch import build_mpirun_command
 from ftkit.storage.manifest import read_manifest
 
@@ -85,6 +86,39 @@ def test_plain_job_that_loses_a_rank_ends_and_the_relaunch_recovers_what_it_name
     outcome = campaign.run_trial(trial, tmp_path / "trial", campaign.reference_digest())
     assert outcome.outcome in ("ended", "late"), (trial, outcome)
     assert outcome.silent == [], (trial, outcome)  # every rank's end is accounted for
+
+
+def test_spare_trial_a_lost_node_is_replaced_online_and_the_result_is_bit_for_bit(tmp_path):
+    # The campaign's spare kind: 6 application ranks on 3 emulated nodes running ckpt.steps(), 2 spares; a
+    # whole node SIGKILLed from outside (its local directory deleted) -> replaced, ends 0 with the digest.
+    trial = campaign.Trial(config="l2", head=0, thread=1, victim="node", sig="KILL", rank=2, delay=0.3,
+                           nprocs=6, node_size=2, kind="spare", spares=2)
+    outcome = campaign.run_trial(trial, tmp_path / "trial", campaign.reference_digest())
+    assert outcome.outcome == "recovered", (trial, outcome)
+    assert "online recovery: ranks [2, 3] replaced" in outcome.detail, outcome
+
+
+def test_spare_trial_l1_the_checkpoint_the_job_names_is_still_there_for_the_relaunch(tmp_path):
+    # L1 only: a spare cannot read the dead rank's node-local file (not on a real cluster), so the online
+    # recovery fails and the job ends naming the checkpoint a relaunch recovers. The replacement used to
+    # delete that file (emulating "unreachable"), so the relaunch found no checkpoint (campaign seed 30,
+    # trials 19 and 20): now it is set aside and put back when the online recovery fails.
+    trial = campaign.Trial(config="l1", head=0, thread=0, victim="rank", sig="KILL", rank=3, delay=0.3,
+                           nprocs=6, node_size=2, kind="spare", spares=2)
+    outcome = campaign.run_trial(trial, tmp_path / "trial", campaign.reference_digest())
+    assert outcome.outcome == "ended", (trial, outcome)
+    assert outcome.recovered == outcome.reported is not None, outcome
+
+
+def test_launcher_trial_sigint_ends_everything_and_the_newest_checkpoint_is_recovered(tmp_path):
+    # The campaign's launcher kind: SIGINT to ftkit launch --grace 5 (L3, heads, FT thread off) -> every
+    # process gone within the grace period + 30 s, exit code 130, the relaunch recovers the newest committed
+    # checkpoint (read from the manifest) and ends bit for bit.
+    trial = campaign.Trial(config="l3", head=1, thread=0, victim="launcher", sig="INT", rank=-1, delay=0.5,
+                           kind="launcher")
+    outcome = campaign.run_trial(trial, tmp_path / "trial", campaign.reference_digest())
+    assert outcome.outcome == "ended", (trial, outcome)
+    assert outcome.rc == 128 + signal.SIGINT and outcome.recovered == outcome.reported is not None, outcome
 
 
 def test_heads_end_as_failed_processes_and_no_other_rank_is_killed_with_them(tmp_path):
@@ -157,10 +191,14 @@ def test_plain_mpirun_a_stopped_rank_is_killed_by_its_peers_and_the_job_ends(tmp
     # The detector must declare the stopped rank dead before failure_timeout (30 s) ends the survivors by
     # TimeoutFailure: a survivor kills only ranks it knows dead (15 s here; mpirun's command line would
     # otherwise carry ftkit's 60 s default, which overrides the environment).
+    # mpirun exits 0 under ULFM: the job is judged by `ftkit job-status` from the notes its ranks leave in
+    # $FTKIT_JOB_STATUS (exported to them).
+    status = tmp_path / "status"
+    status.mkdir()
     cmd = build_mpirun_command(4, [sys.executable, str(program), "--fti-loop", "--steps", "100000", "--size",
                                    "32", "--pause", "0.01", "--config", "ftkit.ini"], node_size=2,
-                               env=campaign.DETECTOR)
-    env = {k: v for k, v in os.environ.items() if k != "FTKIT_JOB_STATUS"}
+                               env={**campaign.DETECTOR, STATUS_ENV: str(status)})
+    env = {k: v for k, v in os.environ.items() if k != STATUS_ENV}
     proc = subprocess.Popen(cmd, cwd=d, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True, env={**env, **campaign.DETECTOR})
     try:
@@ -174,6 +212,11 @@ def test_plain_mpirun_a_stopped_rank_is_killed_by_its_peers_and_the_job_ends(tmp
     assert "after the failure of world rank(s) [2]" in err, err[-3000:]
     assert not campaign.is_running(stopped)
     assert _nothing_left(program.name)
+    judged = subprocess.run([sys.executable, "-m", "ftkit", "job-status", str(status)], text=True,
+                            capture_output=True, timeout=120)
+    assert judged.returncode == 1, (rc, judged)
+    assert judged.stderr.startswith("ftkit job-status: the job failed: rank 2 killed"), judged.stderr
+    assert "ranks 0,1,3 ended by ftkit's exit hook" in judged.stderr, judged.stderr
 
 
 # -- J2: ftkit launch owns its process tree --------------------------------------------------------------

@@ -239,3 +239,28 @@ def test_each_job_has_a_private_session_dir_removed_afterwards(tmp_path):
         assert not session.parent.exists(), f"{session.parent} was left behind"
         sessions.append(session.parent)
     assert len(set(sessions)) == len(sessions)
+
+
+def test_job_status_judges_a_finished_job_from_its_ranks_notes(tmp_path):
+    # `ftkit job-status DIR` after plain mpirun (which exits 0 under ULFM): notes as the ranks write them.
+    ok, failed = tmp_path / "ok", tmp_path / "failed"
+    for d, notes in ((ok, ["start.0.100", "exit.0.100", "start.1.101", "exit.1.101"]),
+                     (failed, ["start.0.100", "start.1.101", "hook.1.101"])):
+        d.mkdir()
+        for name in notes:
+            (d / name).write_text("exit hook: after the failure of world rank(s) [0]" if name[0] == "h" else "")
+    good = subprocess.run([sys.executable, "-m", "ftkit", "job-status", str(ok)], capture_output=True,
+                          text=True, timeout=120)
+    assert good.returncode == 0 and "every rank ended normally" in good.stdout, good
+    bad = subprocess.run([sys.executable, "-m", "ftkit", "job-status", str(failed)], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 1, bad
+    assert bad.stderr.strip() == ("ftkit job-status: the job failed: rank 0 killed (no exit seen: a signal, or "
+                                  "os._exit); rank 1 ended by ftkit's exit hook (exit hook: after the failure "
+                                  "of world rank(s) [0])"), bad.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    none = subprocess.run([sys.executable, "-m", "ftkit", "job-status", str(empty)], capture_output=True,
+                          text=True, timeout=120)
+    assert none.returncode != 0 and "no rank left a note in" in none.stderr and "FTKIT_JOB_STATUS" in \
+        none.stderr, none

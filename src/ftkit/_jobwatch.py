@@ -35,10 +35,11 @@ from ._jobproc import (
     session_members,
     watch_ranks,
 )
-from .jobstatus import Note, crash_summary, read_notes, world_rank
+from .errors import LaunchError
+from .jobstatus import STATUS_ENV, Note, crash_summary, read_notes, world_rank
 
-__all__ = ["RankWatch", "Signals", "run_job", "FORWARDED_SIGNALS", "ENDING_SIGNALS", "JOB_FAILED_EXIT",
-           "LOST_HOST_TEXT"]
+__all__ = ["RankWatch", "Signals", "run_job", "judge_notes", "FORWARDED_SIGNALS", "ENDING_SIGNALS",
+           "JOB_FAILED_EXIT", "LOST_HOST_TEXT"]
 
 #: Signals ``ftkit launch`` passes on to every rank.
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -185,6 +186,43 @@ class RankWatch:
             return False, (f"ftkit launch: {'; '.join(parts)}; the other ranks went on without them and "
                            "ended normally")
         return True, f"ftkit launch: the job failed: {'; '.join(parts)}"
+
+
+def judge_notes(status_dir: str | os.PathLike[str]) -> tuple[bool, str]:
+    """Judge a job that has ended from the notes its ranks left in ``status_dir`` alone.
+
+    For jobs started without ``ftkit launch`` (plain ``mpirun --with-ft ulfm``, ``srun``), whose launcher
+    exits 0 under ULFM although ranks were killed: export ``$FTKIT_JOB_STATUS`` naming an empty directory
+    to the ranks, then judge it once the launcher has returned (``ftkit job-status DIR``). The rules are
+    :meth:`RankWatch.verdict`'s, without what only a live watch sees (the exit statuses of processes that
+    never imported ftkit).
+
+    Parameters
+    ----------
+    status_dir
+        The directory exported to the ranks as ``$FTKIT_JOB_STATUS``.
+
+    Returns
+    -------
+    tuple[bool, str]
+        Whether any rank failed, and one line saying which ranks and how (empty when none failed).
+
+    Raises
+    ------
+    LaunchError
+        If ``status_dir`` is not a directory, or no rank left a ``start`` note there (the variable did not
+        reach the ranks).
+    """
+    if not Path(status_dir).is_dir():
+        raise LaunchError(f"{status_dir} is not a directory: make it (empty) before the job starts and "
+                          f"export it to the ranks as ${STATUS_ENV}")
+    watch = RankWatch(0, str(status_dir))
+    watch.notes = read_notes(status_dir)
+    if not any(n.kind == "start" for n in watch.notes):
+        raise LaunchError(f"no rank left a note in {status_dir}: export it to the ranks as ${STATUS_ENV} "
+                          f"(mpirun -x {STATUS_ENV}; srun exports the environment) and import ftkit in them")
+    failed, line = watch.verdict(0)
+    return failed, line.replace("ftkit launch:", "ftkit job-status:", 1)
 
 
 def _dead_named(text: str) -> int:

@@ -36,11 +36,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["STATUS_ENV", "KINDS", "Note", "note", "declare_dead", "world_rank", "register", "read_notes",
+__all__ = ["STATUS_ENV", "WATCHED_ENV", "KINDS", "Note", "note", "declare_dead", "world_rank", "register", "read_notes",
            "ended_by_hook", "watch_faults", "crash_summary"]
 
-#: Environment variable naming the job's status directory (set by ``ftkit launch`` for its ranks).
+#: Environment variable naming the job's status directory (set by ``ftkit launch`` for its ranks; for a
+#: plain mpirun/srun job, by the user: ``ftkit job-status DIR`` judges the job from it afterwards).
 STATUS_ENV = "FTKIT_JOB_STATUS"
+#: Set ("1") by ``ftkit launch`` for its ranks: a launcher watches the job and kills the ranks declared dead
+#: itself (without it, the survivors kill those on their host).
+WATCHED_ENV = "FTKIT_JOB_WATCHED"
 #: The kinds of note, in the order they happen.
 KINDS = ("start", "dead", "exit", "hook", "replaced", "fault")
 # Environment variables that carry a process's rank in the job's world, by launcher.

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ._jobwatch import run_job
 from .errors import LaunchError
-from .jobstatus import STATUS_ENV
+from .jobstatus import STATUS_ENV, WATCHED_ENV
 from .launchers import (
     LAUNCHER_ENV,
     LAUNCHERS,
@@ -338,7 +338,8 @@ def run_mpi(
         if status_base is None:
             os.mkdir(status, 0o700)
         name, cmd = build_launch_command(nprocs, program, launcher=launcher, node_size=node_size, ulfm=ulfm,
-                                         env={**(env or {}), STATUS_ENV: status}, spares=spares,
+                                         env={**(env or {}), STATUS_ENV: status, WATCHED_ENV: "1"},
+                                         spares=spares,
                                          session_base=session, hosts=hosts, exclude=exclude)
         start = time.monotonic()
         returncode, out, err, timed_out, ending = run_job(

@@ -23,7 +23,7 @@ __all__ = ["main"]
 
 #: module -> the subcommands its ``add_parser`` registers (tests/test_cli_lazy.py checks the two agree).
 _SUBCOMMAND_MODULES = {
-    "ftkit.cli.launch_cli": ("launch",),
+    "ftkit.cli.launch_cli": ("launch", "job-status"),
     "ftkit.doctor": ("doctor",),
     "ftkit.cli.storage_cli": ("ls", "verify", "rebuild", "export"),
     "ftkit.cli.jobctl_cli": ("halt", "flush"),

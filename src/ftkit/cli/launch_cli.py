@@ -23,7 +23,7 @@ from ..launch import (
 from ..relaunch import MIN_RECOVERY_S, RelaunchPlan, allocation_hosts, run_with_restarts
 from ..walltime import END_TIME_ENV, parse_end_time
 
-__all__ = ["add_parser", "run_launch"]
+__all__ = ["add_parser", "run_launch", "run_job_status"]
 
 
 def add_parser(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -83,6 +83,13 @@ def add_parser(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--dry-run", action="store_true", help="print the launch command and exit")
     p.add_argument("program", nargs="+", help="program and arguments (put them after --)")
     p.set_defaults(func=run_launch)
+    j = subparsers.add_parser(
+        "job-status", help="judge a job started without ftkit launch from its ranks' notes (exit code)",
+        description="After a job started by plain mpirun/srun with $FTKIT_JOB_STATUS (an empty directory) "
+                    "exported to its ranks: print one line naming the ranks that failed and how, and exit 1 "
+                    "when any did (mpirun exits 0 under ULFM although ranks were killed), else 0.")
+    j.add_argument("status_dir", help="the directory exported to the ranks as FTKIT_JOB_STATUS")
+    j.set_defaults(func=run_job_status)
 
 
 def _with_this_python(program: Sequence[str]) -> list[str]:
@@ -142,6 +149,15 @@ def run_launch(args) -> int:  # type: ignore[no-untyped-def]
               file=sys.stderr)
         return 128 + result.ending_signal
     return result.returncode
+
+
+def run_job_status(args) -> int:  # type: ignore[no-untyped-def]
+    """Carry out ``ftkit job-status DIR``: 1 (and a line naming them) when any rank of the job failed."""
+    from .._jobwatch import JOB_FAILED_EXIT, judge_notes
+
+    failed, line = judge_notes(args.status_dir)
+    print(line or "ftkit job-status: every rank ended normally", file=sys.stderr if failed else sys.stdout)
+    return JOB_FAILED_EXIT if failed else 0
 
 
 def _relaunch_plan(args, end_time: float | None) -> RelaunchPlan:  # type: ignore[no-untyped-def]

@@ -131,10 +131,25 @@ def _take_over_lock(meta_dir: Any) -> RunLock | None:
         return None  # the job goes on; only a second job on the same meta_dir is no longer kept out
 
 
-def forget_unreachable(session: Session) -> None:
-    """On a replacement: remove the dead rank's node-local files it could not reach on a real cluster."""
+#: Suffix of a dead rank's node-local file that its replacement must not read (see :func:`forget_unreachable`).
+UNREACHABLE = ".unreachable"
+
+
+def forget_unreachable(session: Session, how: str = "hide") -> None:
+    """On a replacement, the dead rank's node-local files, which it could not reach on a real cluster:
+    ``hide`` renames them with :data:`UNREACHABLE` (no reader looks for it); when the online recovery fails,
+    ``restore`` puts them back (a relaunch on the dead rank's node finds them there, so the checkpoint the
+    job's last line names stays recoverable: deleting them lost it on emulated nodes); once it succeeded,
+    ``drop`` deletes them."""
     ctx = session.ctx
     for entry in ctx.store.manifest.checkpoints:
         for lv in table.node_local():
             with contextlib.suppress(FtkitError, OSError, ValueError):
-                ctx.level(lv, entry.nodes).remove(entry.id, ctx.rank)
+                path = ctx.level(lv, entry.nodes).path(entry.id, ctx.rank)
+                aside = path.with_name(path.name + UNREACHABLE)
+                if how == "hide" and path.exists():
+                    path.replace(aside)
+                elif how == "restore" and aside.exists():
+                    aside.replace(path)
+                elif how == "drop":
+                    aside.unlink(missing_ok=True)

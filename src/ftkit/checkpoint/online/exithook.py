@@ -223,7 +223,7 @@ def _revoke_everything(session: Session | None) -> None:
 def _kill_dead_here(dead: list[int]) -> None:
     """Without ``ftkit launch`` (which kills them itself, and says so): SIGKILL the ranks of this job on this
     host that were declared dead, so one that only hangs (SIGSTOP) cannot hold the job (never raises)."""
-    if dead and not os.environ.get(jobstatus.STATUS_ENV):
+    if dead and not os.environ.get(jobstatus.WATCHED_ENV):
         kill_job_peers(dead)
 
 

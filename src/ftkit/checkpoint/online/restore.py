@@ -54,6 +54,8 @@ def restore(host: Host) -> int:
                 info, entry = host.restored(recover_newest)  # resizable arrays, state records
             except RecoveryError as exc:
                 assert state.rebuilt is not None
+                if state.fresh:
+                    forget_unreachable(session, "restore")  # the relaunch may need them
                 cannot_go_on(state.rebuilt, f"no checkpoint can be recovered by the new set of ranks ({exc})",
                              relaunch_verdict(session, state.report.dead))
             session.schedule.count = int(entry.extra.get("snapshots", 0))
@@ -69,6 +71,8 @@ def restore(host: Host) -> int:
         state.recoveries += 1
         report.number = state.recoveries
         state.history.append(report)
+        if state.fresh:
+            forget_unreachable(session, "drop")
         state.fenced = state.fresh = False
         events.restored_online(session.rank, report, entry)
         return int(entry.extra.get("next_step", 0))
