@@ -83,8 +83,8 @@ CONFIGS = ("l1", "l2", "l3", "l4")
 #: The ULFM detector's settings for the trials (a SIGSTOPped rank is declared dead after the timeout).
 DETECTOR = {"OMPI_MCA_mpi_ft_detector_period": "3", "OMPI_MCA_mpi_ft_detector_timeout": "15"}
 STEPS, SIZE = 300, 48
-#: ``--short-detector-relaunch``: relaunch with :data:`DETECTOR` too, as the campaigns before seed 3 did (seed 2
-#: trial 9: a rank of the relaunch was declared dead while it decoded a lost node's L3 group).
+#: ``--short-detector-relaunch``: relaunch with :data:`DETECTOR` too, as the campaigns before seed 3 did
+#: (seed 2 trial 9: a rank of the relaunch was declared dead while it decoded a lost node's L3 group).
 SHORT_DETECTOR_RELAUNCH = False
 
 
@@ -224,8 +224,8 @@ def launch(d: Path, program: Path, *args: str, t: Trial, detector: bool = True,
     opts += ["--grace", str(grace)] if grace is not None else []
     loop = [] if t.kind == "spare" else ["--fti-loop"]
     cmd = [*prefix, sys.executable, "-m", "ftkit", "launch", "-n", str(t.nprocs), "--node-size",
-           str(t.node_size), *opts, "--", sys.executable, str(program), *loop, "--steps", str(STEPS), "--size",
-           str(SIZE), "--config", "ftkit.ini", *args]
+           str(t.node_size), *opts, "--", sys.executable, str(program), *loop, "--steps", str(STEPS),
+           "--size", str(SIZE), "--config", "ftkit.ini", *args]
     return subprocess.Popen(cmd, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(DETECTOR if detector else {})}, start_new_session=True)
 
@@ -461,8 +461,8 @@ def _launcher_trial(t: Trial, workdir: Path, program: Path, expected: str) -> Ou
             return Outcome("late" if ok else "wrong", "finished before the signal" if ok else last, rc, None,
                            None, seconds)
         if rc != LAUNCHER_CODES[t.sig]:
-            return Outcome("wrong", f"exit code {rc}, expected {LAUNCHER_CODES[t.sig]}: {last[:300]}", rc, None,
-                           None, seconds)
+            return Outcome("wrong", f"exit code {rc}, expected {LAUNCHER_CODES[t.sig]}: {last[:300]}", rc,
+                           None, None, seconds)
         newest = newest_committed(workdir / "run" / "meta")
         problem, recovered = _relaunch(t, workdir, program, expected, newest)
         if problem is not None:
@@ -522,8 +522,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{key:41s} " + " ".join(f"{counts[key][o]:9d}" for o in OUTCOMES))
     print(f"{'total':41s} " + " ".join(f"{total[o]:9d}" for o in OUTCOMES))
     print(f"trials with a rank ended without a reason: {silent}")
-    print(json.dumps({"trials": sum(total.values()), "seed": args.seed, "kinds": args.kinds, **{o: total[o] for o in OUTCOMES},
-                      "silent": silent}))
+    print(json.dumps({"trials": sum(total.values()), "seed": args.seed, "kinds": args.kinds,
+                      **{o: total[o] for o in OUTCOMES}, "silent": silent}))
     return 0 if total["hang"] + total["orphan"] + total["wrong"] == 0 else 1
 
 

@@ -248,16 +248,17 @@ def test_job_status_judges_a_finished_job_from_its_ranks_notes(tmp_path):
                      (failed, ["start.0.100", "start.1.101", "hook.1.101"])):
         d.mkdir()
         for name in notes:
-            (d / name).write_text("exit hook: after the failure of world rank(s) [0]" if name[0] == "h" else "")
+            text = "exit hook: after the failure of world rank(s) [0]" if name[0] == "h" else ""
+            (d / name).write_text(text)
     good = subprocess.run([sys.executable, "-m", "ftkit", "job-status", str(ok)], capture_output=True,
                           text=True, timeout=120)
     assert good.returncode == 0 and "every rank ended normally" in good.stdout, good
     bad = subprocess.run([sys.executable, "-m", "ftkit", "job-status", str(failed)], capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 1, bad
-    assert bad.stderr.strip() == ("ftkit job-status: the job failed: rank 0 killed (no exit seen: a signal, or "
-                                  "os._exit); rank 1 ended by ftkit's exit hook (exit hook: after the failure "
-                                  "of world rank(s) [0])"), bad.stderr
+    assert bad.stderr.strip() == ("ftkit job-status: the job failed: rank 0 killed (no exit seen: a signal, "
+                                  "or os._exit); rank 1 ended by ftkit's exit hook (exit hook: after the "
+                                  "failure of world rank(s) [0])"), bad.stderr
     empty = tmp_path / "empty"
     empty.mkdir()
     none = subprocess.run([sys.executable, "-m", "ftkit", "job-status", str(empty)], capture_output=True,

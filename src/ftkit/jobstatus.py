@@ -36,8 +36,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["STATUS_ENV", "WATCHED_ENV", "KINDS", "Note", "note", "declare_dead", "world_rank", "register", "read_notes",
-           "ended_by_hook", "watch_faults", "crash_summary"]
+__all__ = ["STATUS_ENV", "WATCHED_ENV", "KINDS", "Note", "note", "declare_dead", "world_rank", "register",
+           "read_notes", "ended_by_hook", "watch_faults", "crash_summary"]
 
 #: Environment variable naming the job's status directory (set by ``ftkit launch`` for its ranks; for a
 #: plain mpirun/srun job, by the user: ``ftkit job-status DIR`` judges the job from it afterwards).

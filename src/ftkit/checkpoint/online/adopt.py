@@ -131,7 +131,7 @@ def _take_over_lock(meta_dir: Any) -> RunLock | None:
         return None  # the job goes on; only a second job on the same meta_dir is no longer kept out
 
 
-#: Suffix of a dead rank's node-local file that its replacement must not read (see :func:`forget_unreachable`).
+#: Suffix of a dead rank's node-local file that its replacement must not read (:func:`forget_unreachable`).
 UNREACHABLE = ".unreachable"
 
 
