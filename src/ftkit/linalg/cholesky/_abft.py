@@ -55,33 +55,34 @@ class UpdateChecks:
         ``None`` / ``"statistical"`` (rigorous bound) or a relative tolerance.
     bs
         Height of a checksum segment (rows; ``None``: the block size): each local row block is cut into
-        segments of at most ``bs`` rows, each with its own column sums.
+        segments of at most ``bs`` rows, each with its own plain and weighted column sums.
     """
 
     def __init__(self, steps: CholeskySteps, tol: float | str | None, bs: int | None = None) -> None:
         self.steps, self.tol = steps, tol
-        g, panels = steps.grid, steps.panels
-        self.rank, self.bs = g.rank, int(bs) if bs else steps.rows.nb
-        segs = [(k, lo) for k, (s, e) in enumerate(panels) if steps.rows.owners[s] == g.myrow
-                for lo in range(steps.rows.range_on(g.myrow, s, e).start, steps.rows.range_on(g.myrow, s, e).stop,
-                                self.bs)]
-        self.rblk = np.array([k for k, _ in segs], int)  # panel index of each local row segment
-        self.rlo = np.array([lo for _, lo in segs], int)  # its first local row
+        g, panels, rows = steps.grid, steps.panels, steps.rows
+        self.rank, self.bs = g.rank, int(bs) if bs else rows.nb
+        segs = [(k, lo, min(lo + self.bs, rows.range_on(g.myrow, s, e).stop))
+                for k, (s, e) in enumerate(panels) if rows.owners[s] == g.myrow
+                for lo in range(rows.range_on(g.myrow, s, e).start, rows.range_on(g.myrow, s, e).stop, self.bs)]
+        self.rblk = np.array([k for k, _, _ in segs], int)  # panel index of each local row segment
+        self.rlo = np.array([lo for _, lo, _ in segs] + [steps.w.shape[0]], int)  # first local rows (+ end)
         self.cblk = np.array([k for k, (s, _) in enumerate(panels) if steps.cols.owners[s] == g.mycol], int)
         self.clo = np.array([steps.cols.range_on(g.mycol, *panels[k]).start for k in self.cblk], int)
-        self.rglob, self.cglob = steps.rows.indices_on(g.myrow), steps.cols.indices_on(g.mycol)
-        nr, nc = steps.w.shape
-        self.chk = np.zeros((len(self.rblk), nc), order="F")  # e^T W_IJ, per local row block I
-        self.chk_m = np.zeros_like(self.chk)  # carried magnitudes M
-        self.rchk = np.zeros((nr, len(self.cblk)), order="F")  # W_IJ e, per local column block J
-        self.rchk_m = np.zeros_like(self.rchk)
-        n = steps.rows.n
-        self.gam_extra = 2 * n + len(panels) + 8
-        self.eta = 16.0 * (n + 8) * checksums.ETA
+        self.rglob, self.cglob = rows.indices_on(g.myrow), steps.cols.indices_on(g.mycol)
+        # encoder: columns (2i, 2i+1) are segment i's indicator and its 1-based row weights
+        self.enc = np.zeros((steps.w.shape[0], 2 * len(segs)), order="F")
+        for i, (_, lo, hi) in enumerate(segs):
+            self.enc[lo:hi, 2 * i] = 1.0
+            self.enc[lo:hi, 2 * i + 1] = np.arange(1, hi - lo + 1)
+        self.chk = np.zeros((2 * len(segs), steps.w.shape[1]), order="F")  # e^T W_IJ and w^T W_IJ
+        self.nu = np.zeros(rows.n)  # sum of squares of each row's factored part (bounds sum |P||P.T|)
+        self.gam_extra = 2 * rows.n + len(panels) + 8
+        self.eta = 16.0 * (rows.n + 8) * checksums.ETA
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The carried state (checkpointed with the work matrix: a resumed run continues to check)."""
-        return {"chk": self.chk, "chk_m": self.chk_m, "rchk": self.rchk, "rchk_m": self.rchk_m}
+        return {"chk": self.chk, "nu": self.nu}
 
     def init(self, start: int) -> None:
         """Take the checksums of the block columns from panel ``start`` on from the current ``W``."""
@@ -92,42 +93,29 @@ class UpdateChecks:
             cs, ce = st.panels[big_j]
             r = st.rows.range_on(st.grid.myrow, cs, st.rows.n)
             cl = slice(self.clo[jj], self.clo[jj] + ce - cs)
-            blk = st.w[r, cl]
-            if blk.shape[0] == 0:
-                continue
-            ii0 = int(np.searchsorted(self.rblk, big_j))
-            self.chk[ii0:, cl] = np.add.reduceat(blk, self.rlo[ii0:] - r.start, axis=0)
-            self.rchk[r, jj] = blk.sum(axis=1)
-            self.chk_m[ii0:, cl] = 0.0
-            self.rchk_m[r, jj] = 0.0
+            ii0 = 2 * int(np.searchsorted(self.rblk, big_j))
+            if r.stop > r.start:
+                gemm_update(1.0, self.enc[r, ii0:].T, st.w[r, cl], self.chk[ii0:, cl], 0.0)
 
-    def update(self, k: int, mine: np.ndarray, full: np.ndarray) -> None:
-        """Carry the checksums through panel ``k``'s update (``mine``: this process's rows of ``P``)."""
+    def update(self, k: int, mine: np.ndarray, full: np.ndarray, full_sq: np.ndarray) -> None:
+        """Carry the checksums through panel ``k``'s update (``mine``: this process's rows of ``P``,
+        ``full``: all of them, ``full_sq``: their sums of squares)."""
         st = self.steps
-        e = st.panels[k][1]
+        e, n = st.panels[k][1], st.rows.n
+        self.nu[e:] += full_sq
         ii0, jj0 = int(np.searchsorted(self.rblk, k + 1)), int(np.searchsorted(self.cblk, k + 1))
         if ii0 == len(self.rblk) or jj0 == len(self.cblk):
             return
-        below0 = st.rows.range_on(st.grid.myrow, e, st.rows.n).start
-        c0 = int(self.clo[jj0])
-        starts, cstarts = self.rlo[ii0:] - below0, self.clo[jj0:] - c0
-        fl = full[self.cglob[c0:] - e]  # P's rows of this process's trailing columns
-        amine, afl = np.abs(mine), np.abs(fl)
-        gemm_update(-1.0, np.add.reduceat(mine, starts, axis=0), fl.T, self.chk[ii0:, c0:])
-        gemm_update(1.0, np.add.reduceat(amine, starts, axis=0), afl.T, self.chk_m[ii0:, c0:])
-        gemm_update(-1.0, mine, np.add.reduceat(fl, cstarts, axis=0).T, self.rchk[below0:, jj0:])
-        gemm_update(1.0, amine, np.add.reduceat(afl, cstarts, axis=0).T, self.rchk_m[below0:, jj0:])
-
-    def _threshold(self, length: np.ndarray | int, absum: np.ndarray, mag: np.ndarray) -> np.ndarray:
-        scale = absum + 2.0 * mag
-        if self.tol is None or isinstance(self.tol, str):
-            return 4.0 * checksums.gamma(np.asarray(length) + self.gam_extra) * scale + self.eta
-        return float(self.tol) * scale
+        below0 = st.rows.range_on(st.grid.myrow, e, n).start
+        sums = self.enc[below0:, 2 * ii0:].T @ mine  # (e^T P_I; w^T P_I) of every trailing segment
+        for jj in range(jj0, len(self.cblk)):
+            cs, ce = st.panels[self.cblk[jj]]
+            gemm_update(-1.0, sums, full[cs - e:ce - e].T, self.chk[2 * ii0:, self.clo[jj]:self.clo[jj] + ce - cs])
 
     def verify(self, k: int) -> tuple[int, list[BlockEvent]]:
         """Check (and correct) this process's blocks of block column ``k`` before panel ``k`` reads them.
 
-        Returns the number of blocks checked and the events (local; gathered by the caller).
+        Returns the number of segments checked and the events (local; gathered by the caller).
         """
         st = self.steps
         s, e = st.panels[k]
@@ -139,85 +127,89 @@ class UpdateChecks:
             return 0, []
         cl = slice(self.clo[jj], self.clo[jj] + e - s)
         ii0 = int(np.searchsorted(self.rblk, k))
-        starts = self.rlo[ii0:] - r.start
         blk = st.w[r, cl]
-        flag_c, flag_r, bad = self._flags(blk, starts, slice(ii0, None), cl, r, jj)
-        if not bad.any():
-            return len(starts), []
+        flag, unchecked = self._flags(blk, r, cl, ii0, len(self.rblk))
+        if not (flag.any() or unchecked.any()):
+            return len(self.rblk) - ii0, []
         events = []
-        bounds = np.append(starts, blk.shape[0])
-        for b in np.flatnonzero(bad):
-            lo, hi = int(bounds[b]), int(bounds[b + 1])
-            events.append(self._fix_block(blk, lo, hi, ii0 + b, cl, r, jj, flag_c[b], flag_r[lo:hi], k))
-        return len(starts), events
+        for i in np.flatnonzero(flag.any(axis=1) | unchecked):
+            lo, hi = self.rlo[ii0 + i] - r.start, self.rlo[ii0 + i + 1] - r.start
+            seg = slice(self.rlo[ii0 + i], self.rlo[ii0 + i + 1])
+            event = BlockEvent(int(self.rblk[ii0 + i]), k, int(self.rglob[seg.start]), int(self.cglob[cl.start]),
+                               hi - lo, e - s, self.rank, "unchecked" if unchecked[i] else "uncorrected")
+            if not unchecked[i]:
+                event = self._fix(blk[lo:hi], seg, cl, ii0 + i, np.flatnonzero(flag[i]), event)
+            events.append(event)
+        return len(self.rblk) - ii0, events
 
-    def _flags(self, blk: np.ndarray, starts: np.ndarray, ib: slice, cl: slice, r: slice,
-               jj: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Flagged columns per row block, flagged rows, and which row blocks have any (or are unchecked)."""
-        absb = np.abs(blk)
-        lens = np.diff(np.append(starts, blk.shape[0]))
+    def _flags(self, blk: np.ndarray, r: slice, cl: slice, i0: int, i1: int) -> tuple[np.ndarray, np.ndarray]:
+        """Flagged columns of segments ``i0:i1`` (rows ``r`` of the block column ``cl``) and the segments
+        whose bound is not finite."""
+        enc = self.enc[r, 2 * i0:2 * i1]
         with np.errstate(invalid="ignore", over="ignore"):
-            res_c = np.abs(np.add.reduceat(blk, starts, axis=0) - self.chk[ib, cl])
-            thr_c = self._threshold(lens[:, None], np.add.reduceat(absb, starts, axis=0), self.chk_m[ib, cl])
-            res_r = np.abs(blk.sum(axis=1) - self.rchk[r, jj])
-            thr_r = self._threshold(blk.shape[1], absb.sum(axis=1), self.rchk_m[r, jj])
-        flag_c, flag_r = ~(res_c <= thr_c), ~(res_r <= thr_r)
-        bad = flag_c.any(axis=1) | np.logical_or.reduceat(flag_r, starts)
-        return flag_c, flag_r, bad
+            got = enc.T @ blk
+            absum = enc[:, ::2].T @ np.abs(blk)
+            root = np.sqrt(self.nu)
+            rs = enc[:, ::2].T @ root[self.rglob[r]]
+            mag = absum + 2.0 * (1.0 + 1e-8) * rs[:, None] * root[self.cglob[cl]][None, :]
+            lens = (self.rlo[i0 + 1:i1 + 1] - self.rlo[i0:i1])[:, None]
+            if self.tol is None or isinstance(self.tol, str):
+                thr = 4.0 * checksums.gamma(lens + self.gam_extra) * mag + self.eta
+            else:
+                thr = float(self.tol) * mag
+            res = np.abs(got - self.chk[2 * i0:2 * i1, cl])
+            flag = ~(res[::2] <= thr) | ~(res[1::2] <= thr * lens)
+        unchecked = ~np.all(np.isfinite(thr), axis=1)
+        return flag & ~unchecked[:, None], unchecked
 
-    def _fix_block(self, blk: np.ndarray, lo: int, hi: int, ii: int, cl: slice, r: slice, jj: int,
-                   fc: np.ndarray, fr: np.ndarray, k: int) -> BlockEvent:
-        """Locate and correct the flagged block (rows ``lo:hi`` of ``blk``); return its event."""
-        b = blk[lo:hi]
-        cols, rows = np.flatnonzero(fc), np.flatnonzero(fr)
-        exp_c, exp_r = self.chk[ii, cl], self.rchk[r, jj][lo:hi]
-        row0, col0 = int(self.rglob[r.start + lo]), int(self.cglob[cl.start])
-        event = BlockEvent(int(self.rblk[ii]), k, row0, col0, b.shape[0], b.shape[1], self.rank, "uncorrected")
-        if not (np.all(np.isfinite(self.chk_m[ii, cl])) and np.all(np.isfinite(self.rchk_m[r, jj][lo:hi]))):
-            return dataclasses.replace(event, action="unchecked")
-        if len(rows) == 1 and len(cols) >= 1:
-            i = int(rows[0])
-            for c in cols:
-                b[i, c] = exp_c[c] - (b[:i, c].sum() + b[i + 1:, c].sum())
-        elif len(cols) == 1 and len(rows) >= 1:
-            c = int(cols[0])
-            for i in rows:
-                b[i, c] = exp_r[i] - (b[i, :c].sum() + b[i, c + 1:].sum())
-        else:
-            return event
-        _, _, bad = self._flags(b, np.zeros(1, int), slice(ii, ii + 1), cl, slice(r.start + lo, r.start + hi), jj)
-        if bad.any():
-            return event
-        i, c = (int(rows[0]), int(cols[0]))
-        return dataclasses.replace(event, action="located", element=(row0 + i, col0 + c))
+    def _fix(self, b: np.ndarray, seg: slice, cl: slice, i: int, cols: np.ndarray, event: BlockEvent) -> BlockEvent:
+        """Locate the wrong element of each flagged column of segment ``i`` (rows ``seg``, view ``b``) from
+        its plain and weighted residuals, set it from the column's expected sum, and re-verify."""
+        got = self.enc[seg, 2 * i:2 * i + 2].T @ b[:, cols]
+        res = got - self.chk[2 * i:2 * i + 2, cl][:, cols]
+        where = None
+        for c, (r_e, r_w) in zip(cols, res.T, strict=True):
+            bad = np.flatnonzero(~np.isfinite(b[:, c]))
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                pos = bad[0] if len(bad) == 1 else int(np.rint(r_w / r_e)) - 1 if np.isfinite(r_w / r_e) else -1
+            if not 0 <= pos < b.shape[0]:
+                return event
+            b[pos, c] = self.chk[2 * i, cl][c] - (b[:pos, c].sum() + b[pos + 1:, c].sum())
+            where = (int(self.rglob[seg.start + pos]), int(self.cglob[cl.start + c]))
+        flag, _ = self._flags(b, seg, cl, i, i + 1)
+        return event if flag.any() else dataclasses.replace(event, action="located", element=where)
 
 
 # ---------------------------------------------------------------- the panel, encoded
-def _unpack(ext: np.ndarray, nloc: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The rows of ``P`` (F order), their row sums and their column sums in one flat buffer."""
-    return ext[:nloc * w].reshape((nloc, w), order="F"), ext[nloc * w:nloc * (w + 1)], ext[nloc * (w + 1):]
+def _unpack(ext: np.ndarray, nloc: int, w: int) -> tuple[np.ndarray, ...]:
+    """The rows of ``P`` (F order), their row sums, sums of squares and column sums in one flat buffer."""
+    m = nloc * w
+    return (ext[:m].reshape((nloc, w), order="F"), ext[m:m + nloc], ext[m + nloc:m + 2 * nloc],
+            ext[m + 2 * nloc:])
 
 
-def share_panel(steps: CholeskySteps, k: int, mine: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Broadcast the panel's process column's rows of ``P`` with their row and column sums along the process
-    row; return ``(buffer, rows, row sums, column sums)`` (views of the buffer, which travels on)."""
+def share_panel(steps: CholeskySteps, k: int, mine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Broadcast the panel's process column's rows of ``P`` with their row sums, sums of squares and column
+    sums along the process row; return ``(buffer, rows)`` (``rows`` a view of the buffer, which travels on)."""
     g, (s, _) = steps.grid, steps.panels[k]
     nloc, w = mine.shape
-    ext = np.empty(nloc * (w + 1) + w)
-    rows, rs, cs = _unpack(ext, nloc, w)
+    ext = np.empty(nloc * (w + 2) + w)
+    rows, rs, sq, cs = _unpack(ext, nloc, w)
     qk = int(steps.cols.owners[s])
     if g.mycol == qk:
         rows[...] = mine
         rs[...] = rows.sum(axis=1)
+        sq[...] = np.einsum("ij,ij->i", rows, rows)
         cs[...] = rows.sum(axis=0)
     if g.npcol > 1 and ext.size:
         g.row_comm.Bcast(ext, root=qk)
-    return ext, rows, rs, cs
+    return ext, rows
 
 
-def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray, list]:
-    """Gather the encoded pieces down the process column; return ``(P, its row sums, pieces)`` where each
-    piece is ``(global row indices - e, rows, row sums, column sums)``."""
+def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                         list]:
+    """Gather the encoded pieces down the process column; return ``(P, its row sums, its rows' sums of
+    squares, pieces)``, each piece ``(global row indices - e, rows, row sums, sums of squares, column sums)``."""
     s, e = steps.panels[k]
     w = e - s
     pieces = []
@@ -226,15 +218,16 @@ def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> tuple[np.ndar
         idx = idx[idx >= e] - e
         pieces.append((idx, *_unpack(buf, len(idx), w)))
     full = steps.assemble(k, [pc[1] for pc in pieces])
-    full_rs = np.empty(full.shape[0])
-    for idx, _, rs, _ in pieces:
+    full_rs, full_sq = np.empty(full.shape[0]), np.empty(full.shape[0])
+    for idx, _, rs, sq, _ in pieces:
         full_rs[idx] = rs
-    return full, full_rs, pieces
+        full_sq[idx] = sq
+    return full, full_rs, full_sq, pieces
 
 
 def piece_col_sums(full: np.ndarray, pieces: list, row: int) -> tuple[np.ndarray, np.ndarray]:
     """The sent and the present column sums of the piece of ``full`` holding ``row`` (same summation)."""
-    for idx, _, _, cs in pieces:
+    for idx, _, _, _, cs in pieces:
         if row in idx:
             return cs, np.asfortranarray(full[idx]).sum(axis=0)
     raise AssertionError(f"row {row} is in no piece")  # pragma: no cover - the pieces cover P

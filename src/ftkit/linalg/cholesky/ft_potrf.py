@@ -234,18 +234,21 @@ def _checked_update(steps: CholeskySteps, checks: UpdateChecks, k: int, mine: np
     (``"C"``, step 0 before the update, 1 after)."""
     g, (s, e) = steps.grid, steps.panels[k]
     n = steps.rows.n
-    ext, rows, rs, cs = share_panel(steps, k, mine)
+    ext, rows = share_panel(steps, k, mine)
     below0, c0 = steps.rows.range_on(g.myrow, e, n).start, steps.cols.range_on(g.mycol, e, n).start
     if plan is not None:
         plan.resolve(g.size, 1)
         plan.apply("A", g.rank, 0, rows)
-    for i, t, ok in repair_rows(rows, rs, lambda i: (cs, rows.sum(axis=0))):
-        tally.operand(k, int(checks.rglob[below0 + i]), s + t, ok)
-    full, full_rs, pieces = gather_panel(steps, k, ext)
+    full, full_rs, full_sq, pieces = gather_panel(steps, k, ext)
     if plan is not None:
         plan.apply("B", g.rank, 0, full)
+    # one check of what arrived covers this process's own rows too: they travelled in the gather
     for i, t, ok in repair_rows(full, full_rs, lambda i: piece_col_sums(full, pieces, i)):
         tally.operand(k, e + i, s + t, ok)
+        mine_rows = checks.rglob[below0:] - e
+        j = int(np.searchsorted(mine_rows, i))
+        if j < len(mine_rows) and mine_rows[j] == i:
+            rows[j] = full[i]
     trail = steps.w[below0:, c0:]
 
     def to_global(i: int, j: int) -> tuple[int, int]:
@@ -254,7 +257,7 @@ def _checked_update(steps: CholeskySteps, checks: UpdateChecks, k: int, mine: np
     if plan is not None:
         plan.apply("C", g.rank, 0, trail, to_global)
     steps.apply_update(k, rows, full)
-    checks.update(k, rows, full)
+    checks.update(k, rows, full, full_sq)
     if plan is not None:
         plan.apply("C", g.rank, 1, trail, to_global)
 
