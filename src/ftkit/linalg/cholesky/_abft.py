@@ -3,30 +3,31 @@ block column is read.
 
 Every trailing update ``W_{e:,e:} -= P P.T`` is the plain one (:meth:`CholeskySteps.apply_update`, the same
 BLAS calls as ``pdpotrf``, so an error-free ``ft_pdpotrf`` returns ``pdpotrf``'s factor bit for bit). Beside
-it, each process keeps, for each of its blocks ``W_IJ`` of the lower block trapezoid (``I``, ``J`` panel
-indices, ``I >= J``), the block's column sums ``e^T W_IJ`` (array ``chk``) and its row sums ``W_IJ e``
-(``rchk``), and updates them with the panel's own checksums: ``e^T W_IJ -= (e^T P_I) P_J.T`` and ``W_IJ e -=
-P_I (P_J.T e)`` -- small products (``1/nb`` of the update's flops). Sums are linear, so the relation holds
-after any number of updates: block column ``J`` is verified once, just before panel ``J`` reads it (an error
-made by any earlier update is still there, and nothing read the block before). A block is checked by O(its
-size) reductions, never by recomputation. Errors:
+it, each process keeps, for every segment ``I`` of its rows (at most ``bs`` rows of one block row) and every
+one of its columns, the plain and the index-weighted column sums of the lower block trapezoid, ``e^T W_IJ``
+and ``w^T W_IJ`` (``w = 1, 2, ...``), and carries them through each update with the panel's own sums:
+``(e^T; w^T) W_IJ -= (e^T P_I; w^T P_I) P_J.T``, one small product per block column (``2 / nb`` of the
+update's flops). Sums are linear, so the relation holds after any number of updates: block column ``J`` is
+verified once, just before panel ``J`` reads it (an error made by any earlier update is still there, and
+nothing read the block before), by O(its size) reductions, never by recomputation. In each flagged column the
+ratio of the weighted to the plain residual locates the wrong element (a non-finite element locates itself),
+which is set from the column's expected sum; a wrong row (an operand corrupted inside the product) is a
+located element in every column. Anything else is reported ``"uncorrected"`` (``ft_pdpotrf`` then raises
+:class:`~ftkit.errors.ABFTError`).
 
-- one wrong element (one flagged row and one flagged column): set from its row's expected sum in O(nb);
-- one wrong row (an operand element corrupted inside the product) or one wrong column: each element of it
-  set from its column's (row's) expected sum;
-- anything else is reported ``"uncorrected"`` (``ft_pdpotrf`` then raises :class:`~ftkit.errors.ABFTError`).
+The bound is rigorous (Higham's ``gamma``): an element of ``W`` after the updates is a sum of at most ``n +
+1`` products, so it errs by at most ``gamma_{n+1} (|A| + sum_t |L_it| |L_jt|)`` and, as ``|A| <= |W| + sum
+|L||L| + err``, by ``gamma (|W| + 2 sqrt(nu_i nu_j))`` (Cauchy-Schwarz), where ``nu_i`` is the sum of squares
+of row ``i``'s factored part, carried as a vector (the panel sends its rows' sums of squares). With the
+checksums' own rounding, the threshold of a segment column is ``4 gamma_{len + 2 n + panels + 8} (e^T |W| +
+2 sum_I sqrt(nu_i) sqrt(nu_j))`` (``len`` times that for the weighted sum) plus an underflow term: a correct
+factorization is never flagged, at any scale. A numeric ``tol`` ``t`` makes it ``t`` times the magnitudes;
+``"statistical"`` uses the rigorous bound here.
 
-The bound is rigorous (Higham's ``gamma``): an element of ``W`` after the updates is a sum of at most
-``n + 1`` products, so it errs by at most ``gamma_{n+1} (|A| + sum |P||P.T|)`` and, as ``|A| <= |W| +
-sum |P||P.T| + err``, by ``gamma (|W| + 2 M)``, where ``M = sum_k (e^T |P_I|) |P_J|.T`` is carried like the
-checksums; the sums add ``gamma_{len}`` each. The threshold is ``4 gamma_{len + 2 n + panels + 8} (e^T |W_IJ| +
-2 M)`` plus an underflow term: a correct factorization is never flagged, at any scale. A numeric ``tol``
-``t`` makes it ``t (e^T |W_IJ| + 2 M)``; ``"statistical"`` uses the rigorous bound here.
-
-The panel itself travels with its row sums and column sums (:meth:`UpdateChecks.encode`): after the row
-broadcast and after the gather down the columns, each process compares the row sums of what it received with
-the sender's (same summation order: equal unless a value changed), locates a wrong element's column from the
-column sums, and restores it from its row sum before the product uses it.
+The panel travels with its row sums, sums of squares and column sums (:func:`share_panel`,
+:func:`gather_panel`): each process compares the row sums of the panel it assembled with the senders' (same
+summation order: equal unless a value changed), locates a changed element's column from its piece's column
+sums and restores it from its row sum before the product uses it (:func:`repair_rows`).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class UpdateChecks:
         self.rank, self.bs = g.rank, int(bs) if bs else rows.nb
         segs = [(k, lo, min(lo + self.bs, rows.range_on(g.myrow, s, e).stop))
                 for k, (s, e) in enumerate(panels) if rows.owners[s] == g.myrow
-                for lo in range(rows.range_on(g.myrow, s, e).start, rows.range_on(g.myrow, s, e).stop, self.bs)]
+                for lo in range(*rows.range_on(g.myrow, s, e).indices(rows.n)[:2], self.bs)]
         self.rblk = np.array([k for k, _, _ in segs], int)  # panel index of each local row segment
         self.rlo = np.array([lo for _, lo, _ in segs] + [steps.w.shape[0]], int)  # first local rows (+ end)
         self.cblk = np.array([k for k, (s, _) in enumerate(panels) if steps.cols.owners[s] == g.mycol], int)
@@ -110,7 +111,8 @@ class UpdateChecks:
         sums = self.enc[below0:, 2 * ii0:].T @ mine  # (e^T P_I; w^T P_I) of every trailing segment
         for jj in range(jj0, len(self.cblk)):
             cs, ce = st.panels[self.cblk[jj]]
-            gemm_update(-1.0, sums, full[cs - e:ce - e].T, self.chk[2 * ii0:, self.clo[jj]:self.clo[jj] + ce - cs])
+            cl = slice(self.clo[jj], self.clo[jj] + ce - cs)
+            gemm_update(-1.0, sums, full[cs - e:ce - e].T, self.chk[2 * ii0:, cl])
 
     def verify(self, k: int) -> tuple[int, list[BlockEvent]]:
         """Check (and correct) this process's blocks of block column ``k`` before panel ``k`` reads them.
@@ -135,10 +137,11 @@ class UpdateChecks:
         for i in np.flatnonzero(flag.any(axis=1) | unchecked):
             lo, hi = self.rlo[ii0 + i] - r.start, self.rlo[ii0 + i + 1] - r.start
             seg = slice(self.rlo[ii0 + i], self.rlo[ii0 + i + 1])
-            event = BlockEvent(int(self.rblk[ii0 + i]), k, int(self.rglob[seg.start]), int(self.cglob[cl.start]),
-                               hi - lo, e - s, self.rank, "unchecked" if unchecked[i] else "uncorrected")
+            event = BlockEvent(int(self.rblk[ii0 + i]), k, int(self.rglob[seg.start]),
+                               int(self.cglob[cl.start]), hi - lo, e - s, self.rank,
+                               "unchecked" if unchecked[i] else "uncorrected")
             if not unchecked[i]:
-                event = self._fix(blk[lo:hi], seg, cl, ii0 + i, np.flatnonzero(flag[i]), event)
+                event = self._fix(blk[lo:hi], seg, cl, int(ii0 + i), np.flatnonzero(flag[i]), event)
             events.append(event)
         return len(self.rblk) - ii0, events
 
@@ -162,7 +165,8 @@ class UpdateChecks:
         unchecked = ~np.all(np.isfinite(thr), axis=1)
         return flag & ~unchecked[:, None], unchecked
 
-    def _fix(self, b: np.ndarray, seg: slice, cl: slice, i: int, cols: np.ndarray, event: BlockEvent) -> BlockEvent:
+    def _fix(self, b: np.ndarray, seg: slice, cl: slice, i: int, cols: np.ndarray,
+             event: BlockEvent) -> BlockEvent:
         """Locate the wrong element of each flagged column of segment ``i`` (rows ``seg``, view ``b``) from
         its plain and weighted residuals, set it from the column's expected sum, and re-verify."""
         got = self.enc[seg, 2 * i:2 * i + 2].T @ b[:, cols]
@@ -171,7 +175,8 @@ class UpdateChecks:
         for c, (r_e, r_w) in zip(cols, res.T, strict=True):
             bad = np.flatnonzero(~np.isfinite(b[:, c]))
             with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-                pos = bad[0] if len(bad) == 1 else int(np.rint(r_w / r_e)) - 1 if np.isfinite(r_w / r_e) else -1
+                ratio = r_w / r_e
+                pos = int(bad[0]) if len(bad) == 1 else int(np.rint(ratio)) - 1 if np.isfinite(ratio) else -1
             if not 0 <= pos < b.shape[0]:
                 return event
             b[pos, c] = self.chk[2 * i, cl][c] - (b[:pos, c].sum() + b[pos + 1:, c].sum())
@@ -190,7 +195,8 @@ def _unpack(ext: np.ndarray, nloc: int, w: int) -> tuple[np.ndarray, ...]:
 
 def share_panel(steps: CholeskySteps, k: int, mine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Broadcast the panel's process column's rows of ``P`` with their row sums, sums of squares and column
-    sums along the process row; return ``(buffer, rows)`` (``rows`` a view of the buffer, which travels on)."""
+    sums along the process row; return ``(buffer, rows)`` (``rows`` a view of the buffer, which travels
+    on)."""
     g, (s, _) = steps.grid, steps.panels[k]
     nloc, w = mine.shape
     ext = np.empty(nloc * (w + 2) + w)
@@ -209,7 +215,8 @@ def share_panel(steps: CholeskySteps, k: int, mine: np.ndarray) -> tuple[np.ndar
 def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                                          list]:
     """Gather the encoded pieces down the process column; return ``(P, its row sums, its rows' sums of
-    squares, pieces)``, each piece ``(global row indices - e, rows, row sums, sums of squares, column sums)``."""
+    squares, pieces)``, each piece ``(global row indices - e, rows, row sums, sums of squares, column
+    sums)``."""
     s, e = steps.panels[k]
     w = e - s
     pieces = []

@@ -131,7 +131,7 @@ class CholeskySteps:
     def apply_update(self, k: int, mine: np.ndarray, full: np.ndarray) -> None:
         """``W_{e:,e:} -= P P.T`` on this process's trailing block columns (lower block trapezoid), with
         ``mine`` its rows and ``full`` all rows of ``P``."""
-        g, (s, e) = self.grid, self.panels[k]
+        g, e = self.grid, self.panels[k][1]
         n = self.rows.n
         below0 = self.rows.range_on(g.myrow, e, n).start
         for cs, ce in self.panels[k + 1:]:

@@ -18,7 +18,8 @@ The factorization is :func:`~ftkit.linalg.pdpotrf`'s right-looking algorithm
 Given a checkpointer (duck-typed: anything with ``protect``, ``checkpoint``, ``recover`` and ``restarted``,
 such as :class:`ftkit.Checkpointer`; linalg does not import the checkpoint package), the factorization's
 state, the work matrix, the index of the next panel and the carried checksums, is protected under
-``ftkit.potrf.W`` / ``ftkit.potrf.state`` / ``ftkit.potrf.chk.*`` and checkpointed every ``ckpt_every`` panels. When the run is a restart
+``ftkit.potrf.W`` / ``ftkit.potrf.state`` / ``ftkit.potrf.chk.*`` and checkpointed every ``ckpt_every``
+panels. When the run is a restart
 (``ckpt.restarted``), ``ft_pdpotrf`` calls ``ckpt.recover()`` itself (which also fills every other array the
 application protected), checks that the stored state belongs to a factorization of the same order, offsets,
 ``uplo`` and layout, and resumes at the stored panel: a rank killed in panel ``k`` costs the panels since the
@@ -208,7 +209,8 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
         if bad >= 0:
             _finish(work, A, A64, uplo, n, ia, ja)
             raise FactorizationError(r, bad + 1, n)
-        mine = work.steps.solve_panel(k, low, broadcast=False, check=tally.check_panel)  # type: ignore[arg-type]
+        check = tally.check_panel
+        mine = work.steps.solve_panel(k, low, broadcast=False, check=check)  # type: ignore[arg-type]
         if panels[k][1] < n:
             _checked_update(work.steps, checks, k, mine, inject if k == inject_panel else None, tally)
         if ckpt is not None and (k + 1) % every == 0 and k + 1 < len(panels):
@@ -219,8 +221,9 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     report = tally.report(A.grid.comm, threshold, checks.bs)
     if report.uncorrected:
         bad_blocks = [(ev.row_block, ev.col_block) for ev in report.events if ev.action == "uncorrected"]
-        raise ABFTError(f"ft_pdpotrf: {len(bad_blocks)} block(s) {bad_blocks[:8]} (panel row, panel column) still "
-                        "disagree with their checksums after correction (several wrong elements in one block): "
+        raise ABFTError(f"ft_pdpotrf: {len(bad_blocks)} block(s) {bad_blocks[:8]} (panel row, panel column) "
+                        "still disagree with their checksums after correction (several wrong elements in one "
+                        "column of a block): "
                         "A is left unchanged; factor again (from the last checkpoint if one was taken)",
                         report=report)
     _finish(work, A, A64, uplo, n, ia, ja)
