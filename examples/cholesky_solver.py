@@ -14,7 +14,8 @@ Run (4 ranks, a 2 x 2 grid):
 
 Rank 0 prints what the checks found, where the factorization started (``resumed at panel k``), the residual
 ``||A x - b|| / (||A|| ||x||)`` and a digest of the solution: the clean and the killed-then-relaunched runs
-print the same digest; the flipped run's solution agrees to rounding (a corrected block is recomputed).
+print the same digest; the flipped run's solution agrees to rounding (the wrong element is set from its
+block's checksums).
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def main() -> None:
     a_glob, b_glob = problem(a.n, a.seed)
     A = linalg.DistributedMatrix.from_global(grid, a_glob, mb=a.nb, nb=a.nb)
     B = linalg.DistributedMatrix.from_global(grid, b_glob, mb=a.nb, nb=a.nb)
-    plan = InjectionPlan([BitFlip(target="C", rank=0, step=-1, bits=(56, 61))], seed=3) if a.flip else None
+    # an exponent bit of rank 0's last trailing row, first trailing column (below the diagonal: in the factor)
+    plan = (InjectionPlan([BitFlip(target="C", rank=0, step=-1, index=(-1, 0), bits=(56, 61))], seed=3)
+            if a.flip else None)
     seen: list[int] = []
 
     def on_panel(k: int) -> None:

@@ -12,7 +12,7 @@ import pytest
 from mpi4py import MPI
 
 from ftkit import linalg
-from ftkit.errors import PBLASArgumentError
+from ftkit.errors import ABFTError, PBLASArgumentError
 from ftkit.inject import BitFlip, InjectionPlan
 
 from ..conftest import run_python
@@ -100,3 +100,35 @@ def test_not_positive_definite_and_argument_positions(grid):
         with pytest.raises(PBLASArgumentError) as e:
             linalg.ft_pdpotrf("L", 20, A, 0, 0, **kw)
         assert e.value.position == pos
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_error_free_factor_is_pdpotrf_bit_for_bit(grid, uplo):
+    a = _spd(61, seed=3)
+    ref = linalg.DistributedMatrix.from_global(grid, a, mb=7, nb=7)
+    linalg.pdpotrf(uplo, 58, ref, 3, 3)
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=7, nb=7)
+    rep = linalg.ft_pdpotrf(uplo, 58, A, 3, 3)
+    assert rep.detected == 0 and rep.blocks_checked > 0
+    assert np.array_equal(A.to_global(), ref.to_global())
+
+
+def test_wrong_row_corrected_and_two_in_one_column_raise(grid):
+    a = _spd(48, seed=4)
+    ref = linalg.DistributedMatrix.from_global(grid, a, mb=8, nb=8)
+    linalg.pdpotrf("L", 48, ref, 0, 0)
+    # after panel 1 the local trailing piece starts at (16, 16): a wrong row in block (3, 3) = rows 24..31
+    row = [BitFlip(target="C", step=1, index=(10, c), bit=61) for c in (8, 9, 12)]
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=8, nb=8)
+    plan = InjectionPlan(row, seed=1)
+    rep = linalg.ft_pdpotrf("L", 48, A, 0, 0, inject=plan, inject_panel=1)
+    assert len(plan.records) == 3 and rep.detected == rep.corrected == 1
+    assert rep.events[0].action == "located" and rep.events[0].row_block == 3
+    assert np.max(np.abs(A.to_global() - ref.to_global())) <= 1e-13 * np.max(np.abs(a))
+    # two wrong elements in one column of one block cannot be located: ABFTError, A's triangle unchanged
+    col = [BitFlip(target="C", step=1, index=(i, 8), bit=61) for i in (9, 12)]
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=8, nb=8)
+    with pytest.raises(ABFTError, match="still disagree") as e:
+        linalg.ft_pdpotrf("L", 48, A, 0, 0, inject=InjectionPlan(col, seed=1), inject_panel=1)
+    assert e.value.report.uncorrected == 1
+    assert np.array_equal(A.to_global(), a)

@@ -112,13 +112,27 @@ class CholeskySteps:
 
     def update(self, k: int, mine: np.ndarray) -> None:
         """Subtract ``P P.T`` from this process's trailing block columns, on and below the diagonal."""
-        g, (s, e) = self.grid, self.panels[k]
-        n = self.rows.n
-        pieces = g.col_comm.allgather(mine) if g.nprow > 1 else [mine]
-        full = np.empty((n - e, e - s), self.w.dtype, order="F")
+        self.apply_update(k, mine, self.assemble(k, self.gather(mine)))
+
+    def gather(self, mine: np.ndarray) -> list[np.ndarray]:
+        """Return every process row's ``mine`` (gathered down the process column; any extra trailing data of
+        the flat buffers travels with it)."""
+        return self.grid.col_comm.allgather(mine) if self.grid.nprow > 1 else [mine]
+
+    def assemble(self, k: int, pieces: list[np.ndarray]) -> np.ndarray:
+        """Return ``P`` (all rows ``>= e`` of panel ``k``, F order) from the process rows' ``pieces``."""
+        s, e = self.panels[k]
+        full = np.empty((self.rows.n - e, e - s), self.w.dtype, order="F")
         for p, piece in enumerate(pieces):
             idx = self.rows.indices_on(p)
             full[idx[idx >= e] - e] = piece
+        return full
+
+    def apply_update(self, k: int, mine: np.ndarray, full: np.ndarray) -> None:
+        """``W_{e:,e:} -= P P.T`` on this process's trailing block columns (lower block trapezoid), with
+        ``mine`` its rows and ``full`` all rows of ``P``."""
+        g, e = self.grid, self.panels[k][1]
+        n = self.rows.n
         below0 = self.rows.range_on(g.myrow, e, n).start
         for cs, ce in self.panels[k + 1:]:
             if int(self.cols.owners[cs]) != g.mycol:

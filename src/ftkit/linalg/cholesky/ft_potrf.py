@@ -2,18 +2,24 @@
 relaunch after a process failure.
 
 The factorization is :func:`~ftkit.linalg.pdpotrf`'s right-looking algorithm
-(:mod:`ftkit.linalg.cholesky._steps`) with its work protected:
+(:mod:`ftkit.linalg.cholesky._steps`), the same BLAS calls (an error-free ``ft_pdpotrf`` returns
+``pdpotrf``'s factor bit for bit), with its work protected (:mod:`ftkit.linalg.cholesky._abft`):
 
-- the trailing update of every panel (``W_{e:,e:} -= P P.T``, nearly all the flops) is one checked product of
-  ``ft_pdgemm``'s machinery (checksums in the SUMMA panels, location and O(1) correction of a single wrong
-  element, block recomputation; the rigorous bound never flags a correct update);
+- the trailing updates (``W_{e:,e:} -= P P.T``, nearly all the flops): block checksums (column and row sums
+  of every block of the lower block trapezoid) carried through every update by small products with the
+  panel's own sums, and verified by O(block) reductions when a block column is about to be read (its
+  panel); a wrong element is located and corrected in O(nb), a wrong row or column element by element; the
+  rigorous bound never flags a correct factorization;
+- the panel travels with its row and column sums: a value changed between the sender and the product is
+  found and restored from its row sum before the product uses it;
 - every panel solve ``P L_kk^T = W_{e:,k}`` is checked row by row against row sums, ``P (L_kk^T e) =
   W_{e:,k} e``, with a rigorous bound, and solved again from the saved panel when a row disagrees.
 
 Given a checkpointer (duck-typed: anything with ``protect``, ``checkpoint``, ``recover`` and ``restarted``,
 such as :class:`ftkit.Checkpointer`; linalg does not import the checkpoint package), the factorization's
-state, the work matrix and the index of the next panel, is protected under ``ftkit.potrf.W`` /
-``ftkit.potrf.state`` and checkpointed every ``ckpt_every`` panels. When the run is a restart
+state, the work matrix, the index of the next panel and the carried checksums, is protected under
+``ftkit.potrf.W`` / ``ftkit.potrf.state`` / ``ftkit.potrf.chk.*`` and checkpointed every ``ckpt_every``
+panels. When the run is a restart
 (``ckpt.restarted``), ``ft_pdpotrf`` calls ``ckpt.recover()`` itself (which also fills every other array the
 application protected), checks that the stored state belongs to a factorization of the same order, offsets,
 ``uplo`` and layout, and resumes at the stored panel: a rank killed in panel ``k`` costs the panels since the
@@ -32,22 +38,23 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import PBLASArgumentError, RecoveryError
+from ...errors import ABFTError, PBLASArgumentError, RecoveryError
 from ...inject import InjectionPlan
 from .. import checksums
 from .._blas import trsm_left
 from ..abft._blocks import Threshold
 from ..abft.level3 import _as64
-from ..abft.product import _ft_gemm
 from ..abft.report import ABFTReport, BlockEvent, check_ft_args
 from ..matrix import DistributedMatrix
 from ..pblas.add import trapezoid_mask
+from ._abft import UpdateChecks, gather_panel, piece_col_sums, repair_rows, share_panel
+from ._steps import CholeskySteps
 from .potrf import CholeskyWork, FactorizationError, check_potrf_args
 
 __all__ = ["ft_pdpotrf", "CKPT_W", "CKPT_STATE"]
 
 #: Names under which the factorization's state is protected in the checkpointer.
-CKPT_W, CKPT_STATE = "ftkit.potrf.W", "ftkit.potrf.state"
+CKPT_W, CKPT_STATE, CKPT_CHK = "ftkit.potrf.W", "ftkit.potrf.state", "ftkit.potrf.chk"
 
 
 class _Tally:
@@ -56,12 +63,21 @@ class _Tally:
     def __init__(self, rank: int) -> None:
         self.rank = rank
         self.events: list[BlockEvent] = []
-        self.reports: list[ABFTReport] = []
-        self.panel_rows = 0
+        self.checked = 0
+
+    def add(self, checked: int, events: list[BlockEvent]) -> None:
+        """Count the blocks an update check verified and keep its events."""
+        self.checked += checked - sum(ev.action == "unchecked" for ev in events)
+        self.events.extend(events)
+
+    def operand(self, k: int, row: int, col: int, ok: bool) -> None:
+        """Record a panel element restored (``ok``) or not after it changed in transit."""
+        self.events.append(BlockEvent(k, -1, row, col, 1, 1, self.rank, "located" if ok else "uncorrected",
+                                      (row, col)))
 
     def check_panel(self, before: np.ndarray, panel: np.ndarray, low: np.ndarray) -> None:
         """Check ``panel low^T == before`` by row sums; solve again from ``before`` if a row disagrees."""
-        self.panel_rows += panel.shape[0]
+        self.checked += panel.shape[0]
         for attempt in range(2):
             e = np.ones(low.shape[0])
             with np.errstate(invalid="ignore", over="ignore"):
@@ -84,27 +100,24 @@ class _Tally:
             panel[...] = pt.T
 
     def report(self, comm: Any, threshold: Threshold, bs: int) -> ABFTReport:
-        """The report of the whole factorization (collective: panel events are gathered)."""
-        events = [ev for evs in comm.allgather(self.events) for ev in evs]
-        for rep in self.reports:
-            events.extend(rep.events)
+        """The report of the whole factorization (collective: events are gathered)."""
+        events = sorted((ev for evs in comm.allgather(self.events) for ev in evs),
+                        key=lambda ev: (ev.row_block, ev.col_block))
         acts = [ev.action for ev in events]
         return ABFTReport(
-            blocks_checked=sum(r.blocks_checked for r in self.reports) + int(comm.allreduce(self.panel_rows)),
+            blocks_checked=int(comm.allreduce(self.checked)),
             detected=sum(a not in ("rounding", "unchecked") for a in acts),
-            corrected=sum(a in ("located", "recomputed") for a in acts),
-            rounding_alarms=sum(a == "rounding" for a in acts), events=tuple(events),
-            max_ratio=max((r.max_ratio for r in self.reports), default=0.0),
-            correct_seconds=sum(r.correct_seconds for r in self.reports), threshold=threshold.name,
-            bs=max((r.bs for r in self.reports), default=bs or 0),
-            unchecked=sum(r.unchecked for r in self.reports))
+            corrected=sum(a in ("located", "recomputed") for a in acts), events=tuple(events),
+            threshold=threshold.name, bs=bs, unchecked=sum(a == "unchecked" for a in acts))
 
 
-def _resume(ckpt: Any, work: CholeskyWork, state: np.ndarray) -> int:
+def _resume(ckpt: Any, work: CholeskyWork, state: np.ndarray, checks: UpdateChecks) -> int:
     """Protect the state in ``ckpt``; on a restart recover it and return the panel to resume at."""
     flat = work.W.local.reshape(-1, order="F")  # a C-contiguous 1-D view of the F-order local array
     ckpt.protect(CKPT_W, flat)
     ckpt.protect(CKPT_STATE, state)
+    for name, arr in checks.arrays().items():
+        ckpt.protect(f"{CKPT_CHK}.{name}", arr.reshape(-1, order="F"))
     if not ckpt.restarted:
         return 0
     want = state.copy()
@@ -135,21 +148,28 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     ckpt
         A checkpointer (``protect``, ``checkpoint``, ``recover``, ``restarted``) or ``None``.
     bs, tol
-        Checksum block size and threshold of the update products, as in ``ft_pdgemm``.
+        Checksum block height (rows; default and at most the block size) and threshold (``None`` or
+        ``"statistical"``: the rigorous bound; a number ``t``: ``t`` times the magnitudes) of the update
+        checks.
     ckpt_every
         Checkpoint after every this many panels (default: about 8 checkpoints per factorization).
     ckpt_level
         Checkpoint level passed to ``ckpt.checkpoint``.
     inject, inject_panel
-        Bit flips (``ft_pdgemm``'s injection points) made in the update product of panel ``inject_panel``.
+        Bit flips made in the update of panel ``inject_panel``: ``"A"`` in this process's received rows of
+        the panel, ``"B"`` in the assembled panel, ``"C"`` in the local trailing matrix (step 0: before the
+        update, 1: after; a flip above the block diagonal hits scratch that nothing reads, and is not
+        reported).
     on_panel
         Called with the panel index after each panel (progress display; tests kill a rank there).
 
     Returns
     -------
     ABFTReport
-        Totals over all checks; panel-solve events have block coordinates ``(-1, -1)`` and their first
-        flagged local row as ``row0``; update events are those of the panel's product.
+        Totals over all checks: update events have the panel indices of the block (row, column) and its
+        first row / column (submatrix coordinates); events of a panel element restored in transit have block
+        ``(k, -1)`` for panel ``k``; panel-solve events have ``(-1, -1)`` and their first flagged local row
+        as ``row0``.
 
     Raises
     ------
@@ -177,30 +197,72 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     panels = work.steps.panels
     d = A.desc
     state = np.array([0, n, ia, ja, uplo == "U", len(panels), d.mb, d.nb], dtype=np.int64)
-    start = _resume(ckpt, work, state) if ckpt is not None else 0
+    checks = UpdateChecks(work.steps, threshold.tol, bs)
+    start = _resume(ckpt, work, state, checks) if ckpt is not None else 0
+    if start == 0:
+        checks.init(0)
     every = max(1, int(ckpt_every) if ckpt_every else len(panels) // 8)
     tally = _Tally(A.grid.rank)
-    W, wi, wj = work.W, work.wi, work.wj
     for k in range(start, len(panels)):
-        s, e = panels[k]
+        tally.add(*checks.verify(k))  # block column k, before its panel reads it
         bad, low = work.steps.factor_diagonal(k)
         if bad >= 0:
             _finish(work, A, A64, uplo, n, ia, ja)
             raise FactorizationError(r, bad + 1, n)
-        work.steps.solve_panel(k, low, broadcast=False, check=tally.check_panel)  # type: ignore[arg-type]
-        if e < n:
-            rep = _ft_gemm("N", "T", n - e, n - e, e - s, -1.0, W, wi + e, wj + s, W, wi + e, wj + s, 1.0, W,
-                           wi + e, wj + e, bs, tol, "correct", None, None,
-                           inject if k == inject_panel else None, False)
-            tally.reports.append(dataclasses.replace(rep, events=tuple(
-                dataclasses.replace(ev, row0=ev.row0 + e, col0=ev.col0 + e) for ev in rep.events)))
+        check = tally.check_panel
+        mine = work.steps.solve_panel(k, low, broadcast=False, check=check)  # type: ignore[arg-type]
+        if panels[k][1] < n:
+            _checked_update(work.steps, checks, k, mine, inject if k == inject_panel else None, tally)
         if ckpt is not None and (k + 1) % every == 0 and k + 1 < len(panels):
             state[0] = k + 1
             ckpt.checkpoint(level=ckpt_level)
         if on_panel is not None:
             on_panel(k)
+    report = tally.report(A.grid.comm, threshold, checks.bs)
+    if report.uncorrected:
+        bad_blocks = [(ev.row_block, ev.col_block) for ev in report.events if ev.action == "uncorrected"]
+        raise ABFTError(f"ft_pdpotrf: {len(bad_blocks)} block(s) {bad_blocks[:8]} (panel row, panel column) "
+                        "still disagree with their checksums after correction (several wrong elements in one "
+                        "column of a block): "
+                        "A is left unchanged; factor again (from the last checkpoint if one was taken)",
+                        report=report)
     _finish(work, A, A64, uplo, n, ia, ja)
-    return tally.report(A.grid.comm, threshold, int(bs or 0))
+    return report
+
+
+def _checked_update(steps: CholeskySteps, checks: UpdateChecks, k: int, mine: np.ndarray,
+                    plan: InjectionPlan | None, tally: _Tally) -> None:
+    """Panel ``k``'s trailing update with its panel checked in transit and its checksums carried; ``plan``'s
+    flips land in the received rows of P (``"A"``), the assembled P (``"B"``) and the trailing piece
+    (``"C"``, step 0 before the update, 1 after)."""
+    g, (s, e) = steps.grid, steps.panels[k]
+    n = steps.rows.n
+    ext, rows = share_panel(steps, k, mine)
+    below0, c0 = steps.rows.range_on(g.myrow, e, n).start, steps.cols.range_on(g.mycol, e, n).start
+    if plan is not None:
+        plan.resolve(g.size, 1)
+        plan.apply("A", g.rank, 0, rows)
+    full, full_rs, full_sq, pieces = gather_panel(steps, k, ext)
+    if plan is not None:
+        plan.apply("B", g.rank, 0, full)
+    # one check of what arrived covers this process's own rows too: they travelled in the gather
+    for i, t, ok in repair_rows(full, full_rs, lambda i: piece_col_sums(full, pieces, i)):
+        tally.operand(k, e + i, s + t, ok)
+        mine_rows = checks.rglob[below0:] - e
+        j = int(np.searchsorted(mine_rows, i))
+        if j < len(mine_rows) and mine_rows[j] == i:
+            rows[j] = full[i]
+    trail = steps.w[below0:, c0:]
+
+    def to_global(i: int, j: int) -> tuple[int, int]:
+        return int(checks.rglob[below0 + i % trail.shape[0]]), int(checks.cglob[c0 + j % trail.shape[1]])
+
+    if plan is not None:
+        plan.apply("C", g.rank, 0, trail, to_global)
+    steps.apply_update(k, rows, full)
+    checks.update(k, rows, full, full_sq)
+    if plan is not None:
+        plan.apply("C", g.rank, 1, trail, to_global)
 
 
 def _finish(work: CholeskyWork, A: DistributedMatrix, A64: DistributedMatrix, uplo: str, n: int, ia: int,

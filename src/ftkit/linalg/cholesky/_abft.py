@@ -1,0 +1,267 @@
+"""The checks of FT_PDPOTRF's trailing updates: checksums carried through the factorization, verified when a
+block column is read.
+
+Every trailing update ``W_{e:,e:} -= P P.T`` is the plain one (:meth:`CholeskySteps.apply_update`, the same
+BLAS calls as ``pdpotrf``, so an error-free ``ft_pdpotrf`` returns ``pdpotrf``'s factor bit for bit). Beside
+it, each process keeps, for every segment ``I`` of its rows (at most ``bs`` rows of one block row) and every
+one of its columns, the plain and the index-weighted column sums of the lower block trapezoid, ``e^T W_IJ``
+and ``w^T W_IJ`` (``w = 1, 2, ...``), and carries them through each update with the panel's own sums:
+``(e^T; w^T) W_IJ -= (e^T P_I; w^T P_I) P_J.T``, one small product per block column (``2 / nb`` of the
+update's flops). Sums are linear, so the relation holds after any number of updates: block column ``J`` is
+verified once, just before panel ``J`` reads it (an error made by any earlier update is still there, and
+nothing read the block before), by O(its size) reductions, never by recomputation. In each flagged column the
+ratio of the weighted to the plain residual locates the wrong element (a non-finite element locates itself),
+which is set from the column's expected sum; a wrong row (an operand corrupted inside the product) is a
+located element in every column. Anything else is reported ``"uncorrected"`` (``ft_pdpotrf`` then raises
+:class:`~ftkit.errors.ABFTError`).
+
+The bound is rigorous (Higham's ``gamma``): an element of ``W`` after the updates is a sum of at most ``n +
+1`` products, so it errs by at most ``gamma_{n+1} (|A| + sum_t |L_it| |L_jt|)`` and, as ``|A| <= |W| + sum
+|L||L| + err``, by ``gamma (|W| + 2 sqrt(nu_i nu_j))`` (Cauchy-Schwarz), where ``nu_i`` is the sum of squares
+of row ``i``'s factored part, carried as a vector (the panel sends its rows' sums of squares). With the
+checksums' own rounding, the threshold of a segment column is ``4 gamma_{len + 2 n + panels + 8} (e^T |W| +
+2 sum_I sqrt(nu_i) sqrt(nu_j))`` (``len`` times that for the weighted sum) plus an underflow term: a correct
+factorization is never flagged, at any scale. A numeric ``tol`` ``t`` makes it ``t`` times the magnitudes;
+``"statistical"`` uses the rigorous bound here.
+
+The panel travels with its row sums, sums of squares and column sums (:func:`share_panel`,
+:func:`gather_panel`): each process compares the row sums of the panel it assembled with the senders' (same
+summation order: equal unless a value changed), locates a changed element's column from its piece's column
+sums and restores it from its row sum before the product uses it (:func:`repair_rows`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from .. import checksums
+from .._blas import gemm_update
+from ..abft.report import BlockEvent
+from ._steps import CholeskySteps
+
+__all__ = ["UpdateChecks", "share_panel", "gather_panel", "piece_col_sums", "repair_rows"]
+
+
+class UpdateChecks:
+    """This process's carried checksums of the lower block trapezoid of ``steps.w`` and their checks.
+
+    Parameters
+    ----------
+    steps
+        The factorization's panel engine (its work matrix, maps and panels).
+    tol
+        ``None`` / ``"statistical"`` (rigorous bound) or a relative tolerance.
+    bs
+        Height of a checksum segment (rows; ``None``: the block size): each local row block is cut into
+        segments of at most ``bs`` rows, each with its own plain and weighted column sums.
+    """
+
+    def __init__(self, steps: CholeskySteps, tol: float | str | None, bs: int | None = None) -> None:
+        self.steps, self.tol = steps, tol
+        g, panels, rows = steps.grid, steps.panels, steps.rows
+        self.rank, self.bs = g.rank, int(bs) if bs else rows.nb
+        segs = [(k, lo, min(lo + self.bs, rows.range_on(g.myrow, s, e).stop))
+                for k, (s, e) in enumerate(panels) if rows.owners[s] == g.myrow
+                for lo in range(*rows.range_on(g.myrow, s, e).indices(rows.n)[:2], self.bs)]
+        self.rblk = np.array([k for k, _, _ in segs], int)  # panel index of each local row segment
+        self.rlo = np.array([lo for _, lo, _ in segs] + [steps.w.shape[0]], int)  # first local rows (+ end)
+        self.cblk = np.array([k for k, (s, _) in enumerate(panels) if steps.cols.owners[s] == g.mycol], int)
+        self.clo = np.array([steps.cols.range_on(g.mycol, *panels[k]).start for k in self.cblk], int)
+        self.rglob, self.cglob = rows.indices_on(g.myrow), steps.cols.indices_on(g.mycol)
+        # encoder: columns (2i, 2i+1) are segment i's indicator and its 1-based row weights
+        self.enc = np.zeros((steps.w.shape[0], 2 * len(segs)), order="F")
+        for i, (_, lo, hi) in enumerate(segs):
+            self.enc[lo:hi, 2 * i] = 1.0
+            self.enc[lo:hi, 2 * i + 1] = np.arange(1, hi - lo + 1)
+        self.chk = np.zeros((2 * len(segs), steps.w.shape[1]), order="F")  # e^T W_IJ and w^T W_IJ
+        self.nu = np.zeros(rows.n)  # sum of squares of each row's factored part (bounds sum |P||P.T|)
+        self.gam_extra = 2 * rows.n + len(panels) + 8
+        self.eta = 16.0 * (rows.n + 8) * checksums.ETA
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The carried state (checkpointed with the work matrix: a resumed run continues to check)."""
+        return {"chk": self.chk, "nu": self.nu}
+
+    def init(self, start: int) -> None:
+        """Take the checksums of the block columns from panel ``start`` on from the current ``W``."""
+        st = self.steps
+        for jj, big_j in enumerate(self.cblk):
+            if big_j < start:
+                continue
+            cs, ce = st.panels[big_j]
+            r = st.rows.range_on(st.grid.myrow, cs, st.rows.n)
+            cl = slice(self.clo[jj], self.clo[jj] + ce - cs)
+            ii0 = 2 * int(np.searchsorted(self.rblk, big_j))
+            if r.stop > r.start:
+                gemm_update(1.0, self.enc[r, ii0:].T, st.w[r, cl], self.chk[ii0:, cl], 0.0)
+
+    def update(self, k: int, mine: np.ndarray, full: np.ndarray, full_sq: np.ndarray) -> None:
+        """Carry the checksums through panel ``k``'s update (``mine``: this process's rows of ``P``,
+        ``full``: all of them, ``full_sq``: their sums of squares)."""
+        st = self.steps
+        e, n = st.panels[k][1], st.rows.n
+        self.nu[e:] += full_sq
+        ii0, jj0 = int(np.searchsorted(self.rblk, k + 1)), int(np.searchsorted(self.cblk, k + 1))
+        if ii0 == len(self.rblk) or jj0 == len(self.cblk):
+            return
+        below0 = st.rows.range_on(st.grid.myrow, e, n).start
+        sums = self.enc[below0:, 2 * ii0:].T @ mine  # (e^T P_I; w^T P_I) of every trailing segment
+        for jj in range(jj0, len(self.cblk)):
+            cs, ce = st.panels[self.cblk[jj]]
+            cl = slice(self.clo[jj], self.clo[jj] + ce - cs)
+            gemm_update(-1.0, sums, full[cs - e:ce - e].T, self.chk[2 * ii0:, cl])
+
+    def verify(self, k: int) -> tuple[int, list[BlockEvent]]:
+        """Check (and correct) this process's blocks of block column ``k`` before panel ``k`` reads them.
+
+        Returns the number of segments checked and the events (local; gathered by the caller).
+        """
+        st = self.steps
+        s, e = st.panels[k]
+        if int(st.cols.owners[s]) != st.grid.mycol:
+            return 0, []
+        jj = int(np.searchsorted(self.cblk, k))
+        r = st.rows.range_on(st.grid.myrow, s, st.rows.n)
+        if r.stop == r.start:
+            return 0, []
+        cl = slice(self.clo[jj], self.clo[jj] + e - s)
+        ii0 = int(np.searchsorted(self.rblk, k))
+        blk = st.w[r, cl]
+        flag, unchecked = self._flags(blk, r, cl, ii0, len(self.rblk))
+        if not (flag.any() or unchecked.any()):
+            return len(self.rblk) - ii0, []
+        events = []
+        for i in np.flatnonzero(flag.any(axis=1) | unchecked):
+            lo, hi = self.rlo[ii0 + i] - r.start, self.rlo[ii0 + i + 1] - r.start
+            seg = slice(self.rlo[ii0 + i], self.rlo[ii0 + i + 1])
+            event = BlockEvent(int(self.rblk[ii0 + i]), k, int(self.rglob[seg.start]),
+                               int(self.cglob[cl.start]), hi - lo, e - s, self.rank,
+                               "unchecked" if unchecked[i] else "uncorrected")
+            if not unchecked[i]:
+                event = self._fix(blk[lo:hi], seg, cl, int(ii0 + i), np.flatnonzero(flag[i]), event)
+            events.append(event)
+        return len(self.rblk) - ii0, events
+
+    def _flags(self, blk: np.ndarray, r: slice, cl: slice, i0: int, i1: int) -> tuple[np.ndarray, np.ndarray]:
+        """Flagged columns of segments ``i0:i1`` (rows ``r`` of the block column ``cl``) and the segments
+        whose bound is not finite."""
+        enc = self.enc[r, 2 * i0:2 * i1]
+        with np.errstate(invalid="ignore", over="ignore"):
+            got = enc.T @ blk
+            absum = enc[:, ::2].T @ np.abs(blk)
+            root = np.sqrt(self.nu)
+            rs = enc[:, ::2].T @ root[self.rglob[r]]
+            mag = absum + 2.0 * (1.0 + 1e-8) * rs[:, None] * root[self.cglob[cl]][None, :]
+            lens = (self.rlo[i0 + 1:i1 + 1] - self.rlo[i0:i1])[:, None]
+            if self.tol is None or isinstance(self.tol, str):
+                thr = 4.0 * checksums.gamma(lens + self.gam_extra) * mag + self.eta
+            else:
+                thr = float(self.tol) * mag
+            res = np.abs(got - self.chk[2 * i0:2 * i1, cl])
+            flag = ~(res[::2] <= thr) | ~(res[1::2] <= thr * lens)
+        unchecked = ~np.all(np.isfinite(thr), axis=1)
+        return flag & ~unchecked[:, None], unchecked
+
+    def _fix(self, b: np.ndarray, seg: slice, cl: slice, i: int, cols: np.ndarray,
+             event: BlockEvent) -> BlockEvent:
+        """Locate the wrong element of each flagged column of segment ``i`` (rows ``seg``, view ``b``) from
+        its plain and weighted residuals, set it from the column's expected sum, and re-verify."""
+        got = self.enc[seg, 2 * i:2 * i + 2].T @ b[:, cols]
+        res = got - self.chk[2 * i:2 * i + 2, cl][:, cols]
+        where = None
+        for c, (r_e, r_w) in zip(cols, res.T, strict=True):
+            bad = np.flatnonzero(~np.isfinite(b[:, c]))
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                ratio = r_w / r_e
+                pos = int(bad[0]) if len(bad) == 1 else int(np.rint(ratio)) - 1 if np.isfinite(ratio) else -1
+            if not 0 <= pos < b.shape[0]:
+                return event
+            b[pos, c] = self.chk[2 * i, cl][c] - (b[:pos, c].sum() + b[pos + 1:, c].sum())
+            where = (int(self.rglob[seg.start + pos]), int(self.cglob[cl.start + c]))
+        flag, _ = self._flags(b, seg, cl, i, i + 1)
+        return event if flag.any() else dataclasses.replace(event, action="located", element=where)
+
+
+# ---------------------------------------------------------------- the panel, encoded
+def _unpack(ext: np.ndarray, nloc: int, w: int) -> tuple[np.ndarray, ...]:
+    """The rows of ``P`` (F order), their row sums, sums of squares and column sums in one flat buffer."""
+    m = nloc * w
+    return (ext[:m].reshape((nloc, w), order="F"), ext[m:m + nloc], ext[m + nloc:m + 2 * nloc],
+            ext[m + 2 * nloc:])
+
+
+def share_panel(steps: CholeskySteps, k: int, mine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Broadcast the panel's process column's rows of ``P`` with their row sums, sums of squares and column
+    sums along the process row; return ``(buffer, rows)`` (``rows`` a view of the buffer, which travels
+    on)."""
+    g, (s, _) = steps.grid, steps.panels[k]
+    nloc, w = mine.shape
+    ext = np.empty(nloc * (w + 2) + w)
+    rows, rs, sq, cs = _unpack(ext, nloc, w)
+    qk = int(steps.cols.owners[s])
+    if g.mycol == qk:
+        rows[...] = mine
+        rs[...] = rows.sum(axis=1)
+        sq[...] = np.einsum("ij,ij->i", rows, rows)
+        cs[...] = rows.sum(axis=0)
+    if g.npcol > 1 and ext.size:
+        g.row_comm.Bcast(ext, root=qk)
+    return ext, rows
+
+
+def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                         list]:
+    """Gather the encoded pieces down the process column; return ``(P, its row sums, its rows' sums of
+    squares, pieces)``, each piece ``(global row indices - e, rows, row sums, sums of squares, column
+    sums)``."""
+    s, e = steps.panels[k]
+    w = e - s
+    pieces = []
+    for p, buf in enumerate(steps.gather(ext)):
+        idx = steps.rows.indices_on(p)
+        idx = idx[idx >= e] - e
+        pieces.append((idx, *_unpack(buf, len(idx), w)))
+    full = steps.assemble(k, [pc[1] for pc in pieces])
+    full_rs, full_sq = np.empty(full.shape[0]), np.empty(full.shape[0])
+    for idx, _, rs, sq, _ in pieces:
+        full_rs[idx] = rs
+        full_sq[idx] = sq
+    return full, full_rs, full_sq, pieces
+
+
+def piece_col_sums(full: np.ndarray, pieces: list, row: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sent and the present column sums of the piece of ``full`` holding ``row`` (same summation)."""
+    for idx, _, _, _, cs in pieces:
+        if row in idx:
+            return cs, np.asfortranarray(full[idx]).sum(axis=0)
+    raise AssertionError(f"row {row} is in no piece")  # pragma: no cover - the pieces cover P
+
+
+def repair_rows(x: np.ndarray, rs: np.ndarray,
+                col_sums: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> list[tuple[int, int, bool]]:
+    """Compare ``x``'s row sums with the sent ones ``rs``; restore a changed element from its row sum.
+
+    The sums are taken in the same order as the sender's, so they differ only if a value changed (a
+    difference within rounding of a reordered sum is accepted). The column comes from ``col_sums(i)`` (sent
+    and present column sums of the piece holding row ``i``). Returns ``(row, column, restored)`` per repair.
+    """
+    got = x.sum(axis=1)
+    out = []
+    for i in np.flatnonzero(~(got == rs)):
+        row = x[i]
+        with np.errstate(invalid="ignore", over="ignore"):
+            slack = 4.0 * checksums.gamma(len(row) + 2) * np.abs(row).sum() + 16 * len(row) * checksums.ETA
+            if np.isnan(rs[i]) or abs(got[i] - rs[i]) <= slack:
+                continue  # not finite at the sender (reported by the panel check), or a reordered sum
+            sent, now = col_sums(int(i))
+            diff = np.abs(now - sent)
+            diff[~np.isfinite(diff)] = np.inf
+            t = int(np.argmax(diff))
+            x[i, t] = rs[i] - (row[:t].sum() + row[t + 1:].sum())
+            ok = bool(abs(row.sum() - rs[i]) <= 4.0 * checksums.gamma(len(row) + 2) * np.abs(row).sum()
+                      + 16 * len(row) * checksums.ETA)
+        out.append((int(i), t, ok))
+    return out
