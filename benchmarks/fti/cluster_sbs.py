@@ -17,8 +17,8 @@ host the cluster, 3 where FTI cannot be built (``build_fti.sh``). The script bri
 3. both systems recover on the same hosts; each must get every byte back (``ok=1``).
 
 FTI runs under Debian's Open MPI 4.1 (``mpirun.openmpi``; FTI and ``ckpt_fti`` built with ``mpicc.openmpi``
-under ``$FTI_ROOT``, default ``/tmp/ftkit-fti-ompi``, by ``build_fti.sh``): ORTE starts its daemons through the
-cluster's ssh agent (``plm_rsh_agent``, no tree spawn), its out-of-band and MPI traffic on the cluster's
+under ``$FTI_ROOT``, default ``/tmp/ftkit-fti-ompi``, by ``build_fti.sh``): ORTE starts its daemons through
+the cluster's ssh agent (``plm_rsh_agent``, no tree spawn), its out-of-band and MPI traffic on the cluster's
 subnet (``oob_tcp_if_include``, ``btl_tcp_if_include``), ``pml ob1`` with ``btl tcp,self,vader`` (UCX would
 put the traffic between hosts on shared memory: one kernel). ftkit runs under the Open MPI 5 wheel's
 ``mpirun`` as ``ftkit launch`` builds it. Both move their L2/L3 data over the hosts' TCP links.
@@ -278,9 +278,9 @@ def main() -> int:
     try:
         fti = copy_fti(c, built) if "fti" in SYSTEMS else built
         print(f"{args.hosts} hosts x {args.per_host} rank(s), {args.mib} MiB per rank, {args.repeats} "
-              f"repeat(s); FTI under {MPIRUN41} (Open MPI 4.1), ftkit under the Open MPI 5 wheel; log: {LOG}\n"
-              "| level | run | first | disks lost | FTI | ftkit | FTI ckpt s | ftkit ckpt s | ftkit/FTI | "
-              "FTI restart s | ftkit restart s | ftkit/FTI |\n|---|---|---|---|---|---|---|---|---|---|---|---|",
+              f"repeat(s); FTI under {MPIRUN41} (Open MPI 4.1), ftkit under the Open MPI 5 wheel; "
+              f"log: {LOG}\n| level | run | first | disks lost | FTI | ftkit | FTI ckpt s | ftkit ckpt s | "
+              "ftkit/FTI | FTI restart s | ftkit restart s | ftkit/FTI |\n" + "|---" * 12 + "|",
               flush=True)
         for rep in range(args.repeats):
             for level in levels:
@@ -297,8 +297,8 @@ def main() -> int:
         if left:
             print(f"processes were left on the hosts: {left}")
             all_ok = False
-    print(f"\n{summary(samples, levels)}\n({time.monotonic() - t0:.0f} s; only the runs where both systems got "
-          "every byte back; on a busy machine the times are not measurements)")
+    print(f"\n{summary(samples, levels)}\n({time.monotonic() - t0:.0f} s; only the runs where both systems "
+          "got every byte back; on a busy machine the times are not measurements)")
     return 0 if all_ok else 1
 
 
