@@ -28,9 +28,15 @@ if [ ! -f "$TARBALL" ]; then
   echo "FTI source tarball not found: $TARBALL (set FTI_TARBALL); comparing with the floors only" >&2
   exit 3
 fi
-if ! command -v "$MPICC" >/dev/null || ! command -v cmake >/dev/null || [ ! -e /usr/include/openssl/md5.h ]; then
+# mpicc.openmpi comes with openmpi-bin, but links only with libopenmpi-dev: try a link
+if ! command -v "$MPICC" >/dev/null || ! command -v cmake >/dev/null || [ ! -e /usr/include/openssl/md5.h ] ||
+   ! echo 'int main(void) { return 0; }' | "$MPICC" -x c - -o /dev/null 2>/dev/null; then
+  was=$(update-alternatives --query mpi-x86_64-linux-gnu 2>/dev/null | awk '/^Value:/ {print $2}')
   apt-get update -q
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q libopenmpi-dev openmpi-bin cmake libssl-dev zlib1g-dev
+  # libopenmpi-dev takes over the system's libmpi.so and mpi.h (alternative mpi-x86_64-linux-gnu): give them
+  # back to the MPI that had them (MPICH here), so nothing else built afterwards changes MPI
+  if [ -n "$was" ]; then update-alternatives --set mpi-x86_64-linux-gnu "$was" >/dev/null; fi
 fi
 mkdir -p "$ROOT"
 if [ ! -f "$ROOT/src/CMakeLists.txt" ]; then

@@ -141,6 +141,23 @@ def test_kill_during_the_shrink_recovery_then_a_relaunch_recovers(tmp_path):
     _relaunch_recovers(tmp_path, 6)
 
 
+def test_survivor_that_never_joins_the_shrink_ends_it_within_failure_timeout(tmp_path):
+    # rank 5 dies at step 12; rank 2 stays out of the repair (alive, in MPI) until another has given up. The
+    # 6 others raise an error naming failure_timeout (before the fix they waited in the split for good: the
+    # job hung); rank 2, coming late, finds the repair given up and raises the same. Nothing hangs.
+    write_config(tmp_path, group_size=2, ckpt_l2=5, failure_timeout=20)
+    job = _job(tmp_path, 8, 0, "--steps", "30", "--late-rank", "2", "--killed", "5")
+    job.kill_at(12, [5])
+    r = job.done()
+    assert (tmp_path / "late").exists(), r.stdout + r.stderr
+    errors = _errors(tmp_path)
+    assert sorted(errors) == [f"rank{i}" for i in (0, 1, 2, 3, 4, 6, 7)], (errors, r.stdout + r.stderr)
+    assert len(set(errors.values())) == 1, errors
+    msg = next(iter(errors.values()))
+    assert "did not all take part in the recovery onto fewer ranks within failure_timeout (20 s)" in msg, msg
+    assert r.returncode != 0 and "digest" not in r.stdout
+
+
 def test_heat_example_continues_on_fewer_ranks(tmp_path):
     # examples/heat.py --shrink: 6 ranks, no spare, L1 every 5 steps; rank 4 kills itself at step 17.
     write_config(tmp_path, ckpt_l1=5)

@@ -261,19 +261,21 @@ def job_processes(c: Cluster, host: str) -> list[int]:
     return found
 
 
-def wait_no_job_processes(c: Cluster, job: Job, timeout: float = 60.0,
+def wait_no_job_processes(c: Cluster, job: Job | str, timeout: float = 60.0,
                           hosts: Sequence[str] | None = None) -> None:
     """Wait (bounded) until no process of the ended job is left on any host that is up (of ``hosts``,
-    default all).
+    default all); ``job`` is the job, or its output.
 
-    mpirun returns after its daemons; under SLURM the other nodes' slurmstepd end a few seconds after srun.
+    mpirun returns after its daemons; under SLURM the other nodes' slurmstepd end a few seconds after srun;
+    Hydra's proxies clean up the other hosts after mpiexec.mpich has returned.
     """
     deadline = time.monotonic() + timeout
     while True:
         left = {h: job_processes(c, h) for h in (hosts or c.all_hosts) if c.is_up(h)}
         if not any(left.values()):
             return
-        assert time.monotonic() < deadline, f"processes left running: {left}\n{job.output()}"
+        assert time.monotonic() < deadline, \
+            f"processes left running: {left}\n{job if isinstance(job, str) else job.output()}"
         time.sleep(0.1)
 
 

@@ -9,6 +9,7 @@ and print the failure-free run's digest.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -306,6 +307,8 @@ def test_mpich_online_recovery_is_refused_clearly(mpich4):
     cfg = _vc.heat_config(c, "online", ckpt_l2=10, spare_ranks=2)
     rc, out = _vc.run(c, c.all_hosts, 2, _vc.heat(*_vc._ARGS), cfg.parent, launch=_vc.mpich_launch)
     assert rc not in (0, -9), out
-    assert out.count("ULFMUnavailable") == 10 and "digest" not in out, out  # spares too
-    for h in c.all_hosts:
-        assert not _vc.job_processes(c, h), f"processes left on {h}:\n{out}"
+    # Every rank that reports ends the job with ULFMUnavailable (spares too). Not a count of 10: Hydra kills
+    # the ranks left as soon as the first one ends (SIGKILL), so a slow rank may go before it prints.
+    ends = re.findall(r"^ftkit: rank (\d+) ends the job \(.*?\): (\w+);", out, re.M)
+    assert ends and {e for _, e in ends} == {"ULFMUnavailable"} and "digest" not in out, out
+    _vc.wait_no_job_processes(c, out)  # Hydra's proxies end the ranks left after mpiexec returned

@@ -7,6 +7,10 @@ start, a promoted spare ``<dir>/pid.<rank>`` again; rank 0 (of the current commu
 ``--no-layout`` protects the band without its place in the plate (the shrink must then fail).
 ``--hold-rank R``: the process that was rank R at start writes ``<dir>/held`` and sleeps until it is
 killed from outside when it reaches the restore of a shrink (a kill during the shrink recovery itself).
+``--late-rank R``: the process that was rank R at start, when its repair is about to form the survivors'
+smaller communicator, writes ``<dir>/late`` and stays out of the repair (alive, progressing MPI) until
+another survivor (not R, not one of the ``--killed`` ranks) has written its ``online-error`` file (at most
+300 s), then goes on with its repair: a survivor that never comes must not hold the others.
 ``--bad-callback`` only prints ``R<rank> <error>`` of ``steps(1, on_shrink="x")``.
 
 Output on rank 0: ``shrink old=<n> new=<m> failed=[..] ckpt=<id> level=<L> number=<k>`` per shrink, ``recovery
@@ -30,12 +34,15 @@ import _online  # noqa: E402
 import heat  # noqa: E402
 
 import ftkit  # noqa: E402
+from ftkit.checkpoint.online import repair as online_repair  # noqa: E402
 from ftkit.checkpoint.online import restore as online_restore  # noqa: E402
 from ftkit.failure import exit_without_finalize  # noqa: E402
 
 p = _online.parser()
 p.add_argument("--no-layout", action="store_true")
 p.add_argument("--hold-rank", type=int, default=-1)
+p.add_argument("--late-rank", type=int, default=-1)
+p.add_argument("--killed", default="", help="with --late-rank: the ranks the driver kills (comma-separated)")
 p.add_argument("--bad-callback", action="store_true", help="print R<rank> <error> of steps(on_shrink='x')")
 a = p.parse_args()
 out = Path(a.dir)
@@ -70,7 +77,26 @@ def hold(fn):  # type: ignore[no-untyped-def]
     return call
 
 
+def late(fn):  # type: ignore[no-untyped-def]
+    def call(state, sh, rebuilt, *args):  # type: ignore[no-untyped-def]
+        if first_rank == a.late_rank and rebuilt.missing and not rebuilt.spares:
+            (out / "late.tmp").write_text(str(os.getpid()))
+            os.replace(out / "late.tmp", out / "late")
+            from mpi4py import MPI  # initialized by now (ftkit's settings first)
+
+            others = set(range(ckpt.nranks)) - {a.late_rank, *(int(r) for r in a.killed.split(","))}
+
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and not any((out / f"online-error.rank{r}").exists()
+                                                          for r in others):
+                MPI.COMM_SELF.Iprobe()  # in MPI: the failure detector sees this rank alive
+                time.sleep(0.05)
+        return fn(state, sh, rebuilt, *args)
+    return call
+
+
 online_restore.recover_newest = hold(online_restore.recover_newest)
+online_repair.shrink_world = late(online_repair.shrink_world)
 if a.bad_callback:
     try:
         ckpt.steps(1, on_shrink="x")  # type: ignore[arg-type]

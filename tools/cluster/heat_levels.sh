@@ -43,7 +43,9 @@ INI
     rs_rc=$?
     ref=$(grep -m1 '^digest' "$d/ref.out" | awk '{print $2}')
     got=$(grep -m1 '^digest' "$d/restart.out" | awk '{print $2}')
-    rec=$(grep -m1 'recovered' "$d/restart.out" | sed 's/^heat: //')
+    # heat's own line, not ftkit's log line "[ftkit ...] recovered checkpoint N from L<L>: ..." (the two
+    # streams are merged: either may come first)
+    rec=$(grep -m1 '^heat: recovered' "$d/restart.out" | sed 's/^heat: //')
     ok=yes
     [ $ref_rc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ] && [ $rs_rc -eq 0 ] || ok=no
     [ $kill_rc -ne 0 ] || ok=no                      # the killed run must not pass for a clean one

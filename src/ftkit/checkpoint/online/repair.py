@@ -17,10 +17,10 @@ from typing import Any
 from mpi4py import MPI
 
 from ...config import Config
-from ...errors import OnlineRecoveryError, ProcessFailure
+from ...errors import OnlineRecoveryError, ProcessFailure, TimeoutFailure
 from ...failure.detect import is_failure_error
 from ...failure.replace import Rebuilt, app_comm, attempt, rebuild
-from ...failure.ulfm import agree_flag, revoke
+from ...failure.ulfm import agree_within, revoke
 from .. import _mpi, events
 from ..handover import OnlineState, RepairReport, ShrinkReport, ShrinkState
 from ..session import Session
@@ -64,7 +64,8 @@ def repair(state: OnlineState, session: Session | None, config: Config, cause: B
     agreed = rebuild(state.world, state.rank, state.napp, config.failure_timeout)
     shrink = session.shrink if session is not None else None
     events.failure_seen(state.rank, agreed, shrink is not None and shrink.on_shrink is not None)
-    rebuilt = shrink_world(state, shrink, agreed) if shrink is not None else agreed
+    timeout = config.failure_timeout
+    rebuilt = shrink_world(state, shrink, agreed, timeout) if shrink is not None else agreed
     if state.fenced or state.fresh:  # a further failure before the data was restored: the same recovery
         state.report.dead = tuple(sorted({*state.report.dead, *rebuilt.dead}))
     else:
@@ -75,25 +76,44 @@ def repair(state: OnlineState, session: Session | None, config: Config, cause: B
     state.fenced = True
 
 
-def shrink_world(state: OnlineState, sh: ShrinkState, rebuilt: Rebuilt) -> Rebuilt:
+def shrink_world(state: OnlineState, sh: ShrinkState, rebuilt: Rebuilt, timeout: float) -> Rebuilt:
     """In the repair: if ranks died with no idle spare left and the application opted in
     (``steps(on_shrink=)``, :mod:`.shrink`), make the survivors' communicator (fault-tolerant collective over
-    ``rebuilt.world``); else return ``rebuilt``.
+    ``rebuilt.world``, within ``timeout`` seconds: ``failure_timeout``); else return ``rebuilt``.
+
+    The survivors first agree that every one of them is there (bounded), and only then split: a survivor
+    that is alive but never comes (stuck elsewhere, or later than ``timeout``) ends the repair on the others
+    instead of holding them in the split for good. The first to give up revokes ``rebuilt.world``: the others
+    and the latecomer, when it comes, find the repair over and raise the same error.
 
     Raises
     ------
     OnlineRecoveryError
         On every survivor, if a rank dies during a shrink recovery (before its restore ended) or while the
-        survivors' communicator is made.
+        survivors' communicator is made, or if some survivor does not take part within ``timeout``.
     """
     if not rebuilt.missing or rebuilt.spares or sh.on_shrink is None:
         return rebuilt
     if sh.pending is not None:
         cannot_go_on(rebuilt, "a further rank died during the recovery onto fewer ranks")
-    app, ok = attempt(app_comm, rebuilt.world, state.rank)
+    world = rebuilt.world
+    here, late = 0, False
     try:
-        ok = agree_flag(rebuilt.world, ok)
-    except ProcessFailure:
+        here = agree_within(world, 1, timeout, "continue with fewer ranks: every survivor in the repair")
+    except ProcessFailure as exc:  # a TimeoutFailure, or the world revoked by a survivor that timed out
+        late = isinstance(exc, TimeoutFailure) or world.Is_revoked()
+        if late:
+            with contextlib.suppress(Exception):
+                revoke(world)  # the others (and a latecomer) find the repair given up at once
+    if not here:
+        cannot_go_on(rebuilt, f"the survivors did not all take part in the recovery onto fewer ranks within "
+                     f"failure_timeout ({timeout:g} s): one of them is alive but elsewhere (stuck, or busy "
+                     "outside MPI); raise failure_timeout if the survivors are only slow" if late else
+                     "a further rank died while the survivors formed a smaller communicator")
+    app, ok = attempt(app_comm, world, state.rank)  # every survivor is here: the split ends or fails at once
+    try:
+        ok = agree_within(world, ok, timeout, "continue with fewer ranks: the smaller communicator")
+    except ProcessFailure:  # a TimeoutFailure too
         ok = 0
     if not ok:
         cannot_go_on(rebuilt, "a further rank died while the survivors formed a smaller communicator")
