@@ -122,7 +122,14 @@ try:
     reports, shrinks = ckpt.recoveries, ckpt.shrinks
     ckpt.finalize()
 except ftkit.OnlineRecoveryError as exc:
-    (out / f"online-error.rank{first_rank}").write_text(str(exc))
+    (out / f".tmp.rank{first_rank}").write_text(str(exc))  # whole, for the ranks waiting on it below
+    os.replace(out / f".tmp.rank{first_rank}", out / f"online-error.rank{first_rank}")
+    if a.late_rank >= 0 and first_rank != a.late_rank:
+        # Stay until the late rank has reported too: a rank that exits without MPI_Finalize makes PRRTE
+        # SIGKILL the job's other processes, which raced the late rank's own report (bounded wait).
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (out / f"online-error.rank{a.late_rank}").exists():
+            time.sleep(0.05)
     exit_without_finalize(None, 3)
 if comm.rank == 0:
     for s in shrinks:
