@@ -36,7 +36,7 @@ def test_a_named_subcommand_builds_only_its_parser_and_no_name_builds_all():
 def test_launch_imports_neither_numpy_nor_mpi_nor_other_subcommands():
     code = ("import sys; from ftkit.cli import main; main(['launch', '-n', '2', '--dry-run', '--', 'true']); "
             "print(sorted(m for m in ('numpy', 'mpi4py.MPI', 'ftkit.cli.storage_cli', "
-            "'ftkit.storage.export', 'ftkit.cli.models_cli', 'ftkit.doctor', 'ftkit.checkpoint') "
+            "'ftkit.storage.export', 'ftkit.cli.models_cli', 'ftkit.cli.doctor', 'ftkit.checkpoint') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          check=True)

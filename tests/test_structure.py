@@ -26,7 +26,7 @@ LAYERS: dict[str, int] = {
     "storage": 2, "models": 2,
     "failure": 3,
     "checkpoint": 4, "linalg": 4,
-    "cli": 5, "relaunch": 5, "doctor": 5, "__main__": 5, "__init__": 5,
+    "cli": 5, "relaunch": 5, "__main__": 5, "__init__": 5,
 }
 
 #: Packages of one layer that must not import each other.

@@ -1,6 +1,6 @@
 """The ``ftkit`` command: one subcommand per module, each owning its parser, all in this package
 (``launch_cli``, ``storage_cli``: ``ls``/``verify``/``rebuild``/``export``, ``jobctl_cli``: ``halt`` and
-``flush``, ``models_cli``, ``config_cli``) but ``ftkit doctor`` (its own module, :mod:`ftkit.doctor`).
+``flush``, ``models_cli``, ``config_cli``, ``doctor``).
 
 Each module listed in ``_SUBCOMMAND_MODULES`` provides ``add_parser(subparsers)``, which registers its
 subcommand(s) and sets ``func`` (called with the parsed arguments, returning the exit code). A command line
@@ -24,7 +24,7 @@ __all__ = ["main"]
 #: module -> the subcommands its ``add_parser`` registers (tests/test_cli_lazy.py checks the two agree).
 _SUBCOMMAND_MODULES = {
     "ftkit.cli.launch_cli": ("launch", "job-status"),
-    "ftkit.doctor": ("doctor",),
+    "ftkit.cli.doctor": ("doctor",),
     "ftkit.cli.storage_cli": ("ls", "verify", "rebuild", "export"),
     "ftkit.cli.jobctl_cli": ("halt", "flush"),
     "ftkit.cli.models_cli": ("model",),        # model reliability|encoding|interval

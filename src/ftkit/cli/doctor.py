@@ -81,10 +81,10 @@ def collect(config_path: str | None = None) -> tuple[list[str], list[str], dict[
     import mpi4py
     from mpi4py import MPI
 
-    from . import __version__ as ftkit_version
-    from .config import Config, load_config
-    from .errors import FtkitError
-    from .mpienv import describe_dir, launch_environment, launch_mismatch, mpi_library, probe_ulfm
+    from .. import __version__ as ftkit_version
+    from ..config import Config, load_config
+    from ..errors import FtkitError
+    from ..mpienv import describe_dir, launch_environment, launch_mismatch, mpi_library, probe_ulfm
 
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
