@@ -324,6 +324,19 @@ def _relaunch(t: Trial, workdir: Path, program: Path, expected: str,
     return None, recovered
 
 
+def _first_job(t: Trial, workdir: Path, program: Path, proc: subprocess.Popen[str]) -> tuple[
+        int | None, str, str]:
+    """Wait for the first commit, sleep the trial's delay, kill its victims and wait (bounded) for the job:
+    ``(rc, stdout, last line of stderr)``, rc None for a hang; both streams kept in ``workdir``."""
+    wait_until(lambda: proc.poll() is not None or committed(workdir / "run" / "meta"), 240)
+    time.sleep(t.delay)
+    _kill_victims(t, workdir, program)
+    rc, out, err = _finish(proc, 30 + 15 + 60 + 60, program.name)
+    (workdir / "first.out").write_text(out)
+    (workdir / "first.err").write_text(err)
+    return rc, out, err.strip().splitlines()[-1] if err.strip() else ""
+
+
 def _plain_trial(t: Trial, workdir: Path, program: Path, expected: str) -> Outcome:
     """A plain job loses a rank or a node: it ends non-zero naming the checkpoint the relaunch recovers.
 
@@ -332,19 +345,12 @@ def _plain_trial(t: Trial, workdir: Path, program: Path, expected: str) -> Outco
     start = time.monotonic()
     proc = launch(workdir, program, "--pause", "0.02", t=t)
     try:
-        wait_until(lambda: proc.poll() is not None or committed(workdir / "run" / "meta"), 240)
-        time.sleep(t.delay)
-        _kill_victims(t, workdir, program)
-        rc, out, err = _finish(proc, 30 + 15 + 60 + 60, program.name)
-        (workdir / "first.out").write_text(out)
-        (workdir / "first.err").write_text(err)
+        rc, out, last = _first_job(t, workdir, program, proc)
         seconds = time.monotonic() - start
         if rc is None:
-            return Outcome("hang", err.strip().splitlines()[-1:] and err.strip().splitlines()[-1] or "",
-                           None, None, None, seconds)
+            return Outcome("hang", last, None, None, None, seconds)
         if not wait_until(lambda: not marked_pids(program.name), 60):
             return Outcome("orphan", str(marked_pids(program.name)), rc, None, None, seconds)
-        last = err.strip().splitlines()[-1] if err.strip() else ""
         digest = re.search(r"^digest ([0-9a-f]{16})$", out, re.M)
         if rc == 0:
             ok = digest is not None and digest.group(1) == expected
@@ -382,14 +388,8 @@ def _spare_trial(t: Trial, workdir: Path, program: Path, expected: str) -> Outco
     start = time.monotonic()
     proc = launch(workdir, program, "--pause", "0.02", t=t)
     try:
-        wait_until(lambda: proc.poll() is not None or committed(workdir / "run" / "meta"), 240)
-        time.sleep(t.delay)
-        _kill_victims(t, workdir, program)
-        rc, out, err = _finish(proc, 30 + 15 + 60 + 60, program.name)
-        (workdir / "first.out").write_text(out)
-        (workdir / "first.err").write_text(err)
+        rc, out, last = _first_job(t, workdir, program, proc)
         seconds = time.monotonic() - start
-        last = err.strip().splitlines()[-1] if err.strip() else ""
         if rc is None:
             return Outcome("hang", last, None, None, None, seconds)
         if not wait_until(lambda: not marked_pids(program.name), 60):
