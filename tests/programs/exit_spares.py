@@ -14,8 +14,8 @@ step is done, else ``stopped <steps done>``; every rank prints ``R<rank> end <st
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -24,19 +24,8 @@ from mpi4py import MPI
 
 import ftkit
 
-_HEAT = Path(__file__).resolve().parents[2] / "examples" / "heat.py"
-_spec = importlib.util.spec_from_file_location("ftkit_example_heat", _HEAT)
-heat = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(heat)
-
-
-def _gate(comm: MPI.Comm) -> None:
-    if comm.rank == 0:
-        Path("gate").write_text("1")
-        deadline = time.monotonic() + 120.0
-        while not Path("release").exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-    comm.bcast(None, root=0)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from exit_app import _gate, heat  # noqa: E402  (the heat example and the release gate of exit_app.py)
 
 
 def main() -> int:
