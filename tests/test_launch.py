@@ -25,6 +25,9 @@ def test_command_has_ulfm_detector_and_oversubscribe():
     i = cmd.index("--with-ft")
     assert cmd[i + 1] == "ulfm"
     assert "mpi_ft_detector" in cmd
+    # No PMIx fence in MPI_Finalize (ULFM's own agreement there excludes dead ranks; the fence sometimes
+    # did not, and survivors of an early death hung in it: gdb showed ompi_mpi_finalize waiting on it).
+    assert cmd[cmd.index("async_mpi_finalize") + 1] == "1"
     assert "FTKIT_NODE_SIZE=2" in cmd
     assert ("--allow-run-as-root" in cmd) == (os.geteuid() == 0)
     assert cmd[-2:] == ["python", "x.py"]
@@ -196,6 +199,26 @@ def test_job_whose_rank_is_killed_ends_and_leaves_nothing(tmp_path):
     # Under ULFM a killed rank does not fail the job: the survivors carry on and finish.
     assert sorted(r.stdout.split("\n"))[1:] == ["survivor 0", "survivor 2"]
     assert _still_running_after(str(program)) == []
+
+
+def test_processes_a_rank_starts_are_not_taken_for_ranks(tmp_path):
+    # ctypes.util.find_library runs gcc, which runs collect2, which runs ld: each exits 1 with the rank's
+    # environment. A grandchild of a rank was once taken for the rank ("rank 7 exited 1") and failed a job
+    # that had ended well. Here rank 1 starts a Python child that starts a shell exiting 3 after 3 s and
+    # reaps it only 3 s later, so the watch sees the grandchild running and then its exit status.
+    program = tmp_path / "grandchild.py"
+    program.write_text(
+        "import subprocess, sys\n"
+        "from mpi4py import MPI\n"
+        "child = ('import subprocess, time; p = subprocess.Popen([\"sh\", \"-c\", \"sleep 3; exit 3\"]); '\n"
+        "         'time.sleep(6); p.wait()')\n"
+        "if MPI.COMM_WORLD.rank == 1:\n"
+        "    subprocess.run([sys.executable, '-c', child], check=False)\n"
+        "MPI.COMM_WORLD.Barrier()\n"
+        "print('done', MPI.COMM_WORLD.rank, flush=True)\n")
+    r = run_python(2, program, timeout=120)
+    assert r.returncode == 0 and not r.timed_out, r.stderr
+    assert "failed" not in r.stderr and sorted(r.stdout.split("\n"))[1:] == ["done 0", "done 1"]
 
 
 def test_session_dir_option():

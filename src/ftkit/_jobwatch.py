@@ -79,16 +79,27 @@ class RankWatch:
         self.killed: dict[int, str] = {}       # pid -> why the launcher killed it
         self.notes: list[Note] = []
         self._alone_since: float | None = None  # since when only stopped ranks are left running
+        self._started_by_ranks: set[int] = set()  # pids of processes the ranks started (not ranks)
 
     def poll(self) -> int:
         """Look at the job's processes and notes, kill the declared dead; return how many ranks run."""
         live = watch_ranks(self.sid, self.status)
         for pid in session_members(self.sid):
-            if pid != self.sid and pid not in self.ranks:
-                rank = _environ_rank(pid)
-                parent = proc_stat(pid)
-                if rank is not None and parent is not None and self.ranks.get(int(parent[1])) != rank:
-                    self.ranks[pid] = rank
+            if pid == self.sid or pid in self.ranks or pid in self._started_by_ranks:
+                continue
+            rank = _environ_rank(pid)
+            parent = proc_stat(pid)
+            if rank is None or parent is None:
+                continue
+            # A process whose parent carries a rank's environment was started by a rank (a shell, a compiler
+            # that ctypes.util.find_library runs, and the linker that compiler runs): not a rank, whatever
+            # its exit code. Its parent is asked directly, not looked up among the ranks seen, so a
+            # grandchild is not taken for a rank when the child in between was never one.
+            ppid = int(parent[1])
+            if ppid in self.ranks or ppid in self._started_by_ranks or _environ_rank(ppid) is not None:
+                self._started_by_ranks.add(pid)
+            else:
+                self.ranks[pid] = rank
         if self.status_dir is not None:
             self.notes = read_notes(self.status_dir)
             self._kill_declared_dead()

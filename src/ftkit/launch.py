@@ -52,6 +52,14 @@ _FORWARDED_ENV = ("PYTHONPATH", "NUMBA_CACHE_DIR", "OPENBLAS_NUM_THREADS", "OMP_
 
 # Failure-detector timings (seconds) used unless OMPI_MCA_<param> is set.
 _DETECTOR_DEFAULTS = {"mpi_ft_detector_period": "5", "mpi_ft_detector_timeout": "60"}
+# No PMIx fence in MPI_Finalize (Open MPI's ``async_mpi_finalize``). Under ULFM, MPI_Finalize first
+# agrees with the live ranks (a shrink of MPI_COMM_WORLD, which excludes the dead), then fences with every
+# rank of the job through the runtime. When a rank dies early (seen under load: killed right after
+# MPI_Init), the runtime sometimes keeps it in that fence, and the survivors, their work done, waited there
+# forever (gdb: ``ompi_mpi_finalize`` sleeping in the fence's wait; open-mpi/ompi#9434 and #11404 describe
+# the same). The agreement already synchronises the live ranks: the fence adds nothing a dead rank should
+# be able to stop.
+_ULFM_FINALIZE_DEFAULTS = {"async_mpi_finalize": "1"}
 # The runtime's own detector of a lost host (seconds), used unless PRTE_MCA_<param> is set: TCP keepalive on
 # the connections between mpirun and its daemons (PRRTE's defaults: 300 + 9 x 20 s). A host cut off the
 # network (no reset, no power-off) is otherwise never noticed: mpirun waits for its daemon, and the cut
@@ -127,6 +135,7 @@ def build_mpirun_command(
         # on an oversubscribed machine. A SIGKILLed rank is reported by the runtime at once whatever these
         # are, so longer values cost nothing there; the environment overrides them.
         cmd += _mca_defaults(_DETECTOR_DEFAULTS, env)
+        cmd += _mca_defaults(_ULFM_FINALIZE_DEFAULTS, env)
         cmd += _mca_defaults(RUNTIME_DETECTOR_DEFAULTS, env, prefix="PRTE_MCA_", option="--prtemca")
     for key, value in _exported_env(node_size, env, forward=True).items():
         cmd += ["-x", f"{key}={value}"]

@@ -10,7 +10,8 @@ the call, as the numba kernels do.
 Where the library comes from, first found wins:
 
 1. ``FTKIT_ISAL``: a path to a ``libisal`` shared library, or ``0`` to use ftkit's numba kernels;
-2. the system's ``libisal`` (``ctypes.util.find_library("isal")``, e.g. Debian's ``libisal2``);
+2. the system's ``libisal`` (``libisal.so.2`` or ``libisal.so`` where the dynamic linker finds it, e.g.
+   Debian's ``libisal2``);
 3. the copy bundled in the ``pyeclib`` wheel (``pyeclib.libs/libisal*.so*``; ``pip install pyeclib``).
 
 Without any, :func:`library` returns None and the numba kernels are used.
@@ -19,7 +20,6 @@ Without any, :func:`library` returns None and the numba kernels are used.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import glob
 import importlib.util
 import os
@@ -41,8 +41,10 @@ _lock = threading.Lock()
 
 
 def _candidates() -> list[str]:
-    found = ctypes.util.find_library("isal")
-    paths = [found] if found else []
+    # Sonames for dlopen, not ctypes.util.find_library: where ldconfig's cache lacks the library, that runs
+    # gcc, collect2 and ld in every process that loads the codec (~0.1 s each), and their exit code 1 was
+    # once taken for a rank's by the launcher.
+    paths = ["libisal.so.2", "libisal.so"]
     try:
         spec = importlib.util.find_spec("pyeclib")   # locates the package without importing it
     except (ImportError, ValueError):
