@@ -156,29 +156,71 @@ def link_durably(src: Path, dst: Path, *, fsync: bool = True) -> bool:
 
 
 def fsync_dir(path: Path) -> None:
-    """fsync directory ``path`` so a rename or creation inside it is durable."""
+    """fsync directory ``path`` so a rename or creation inside it is durable; then pay the parent fsyncs
+    ``path`` owes (:func:`make_dirs` with ``defer_parent_fsync``)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def make_dirs(path: Path) -> None:
-    """Create ``path`` and missing parents (mode :func:`dir_mode`), fsyncing the parent of each created."""
-    missing = []
-    p = Path(path)
-    while not p.exists():
-        missing.append(p)
-        if p.parent == p:
-            break
-        p = p.parent
-    for d in reversed(missing):
+    key = os.path.abspath(path)
+    with _owed_lock:
+        parent = _owed.pop(key, None)
+    if parent is not None:
         try:
-            d.mkdir(mode=dir_mode())
-        except FileExistsError:
-            continue
-        fsync_dir(d.parent)
+            fsync_dir(Path(parent))  # which pays the parent's own debt, up the chain of created directories
+        except BaseException:
+            with _owed_lock:
+                _owed.setdefault(key, parent)  # still owed: the next fsync of ``path`` tries again
+            raise
+
+
+#: Directories made by :func:`make_dirs` ``(defer_parent_fsync=True)`` → their parent, whose fsync (making
+#: the new directory's entry durable) is still owed; :func:`fsync_dir` of the directory pays it.
+_owed: dict[str, str] = {}
+_owed_lock = threading.Lock()
+#: Attempts of :func:`make_dirs` when a parent it found is removed meanwhile (an empty directory of a pruned
+#: checkpoint, removed by a background removal on this node).
+_MKDIR_TRIES = 8
+
+
+def make_dirs(path: Path, *, defer_parent_fsync: bool = False) -> None:
+    """Create ``path`` and missing parents (mode :func:`dir_mode`), fsyncing the parent of each created.
+
+    With ``defer_parent_fsync`` the parent's fsync is owed instead of paid now: the first :func:`fsync_dir`
+    of the new directory pays it (a file committed into the directory fsyncs it: its own fsync then has
+    already committed the file system's journal, so the owed fsync is cheap; paid now, it waited for
+    whatever the journal held, e.g. the previous checkpoint's removal: issue 37). Nothing may claim the
+    directory's contents durable before that fsync, which every committed file guarantees.
+
+    Raises
+    ------
+    OSError
+        If a directory cannot be created (also when parents keep being removed meanwhile).
+    """
+    for attempt in range(_MKDIR_TRIES):
+        missing = []
+        p = Path(path)
+        while not p.exists():
+            missing.append(p)
+            if p.parent == p:
+                break
+            p = p.parent
+        try:
+            for d in reversed(missing):
+                try:
+                    d.mkdir(mode=dir_mode())
+                except FileExistsError:
+                    continue
+                if defer_parent_fsync:
+                    with _owed_lock:
+                        _owed[os.path.abspath(d)] = os.path.abspath(d.parent)
+                else:
+                    fsync_dir(d.parent)
+            return
+        except FileNotFoundError:  # a parent found above was removed meanwhile (it was empty): walk again
+            if attempt == _MKDIR_TRIES - 1:
+                raise
 
 
 def write_all(fd: int, data: memoryview | bytes, offset: int | None = None) -> None:
