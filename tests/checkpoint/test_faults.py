@@ -54,7 +54,7 @@ def test_killed_between_commit_and_removal_recovers_the_new_checkpoint_bit_for_b
     assert not r.timed_out, r.stdout + r.stderr
     out = r.stdout + r.stderr
     assert "R1 wrote id=1" in out and "R0 wrote id=2" in out, out
-    if stage == "after_commit":  # killed in the call; else in the removal thread, maybe before the call's print
+    if stage == "after_commit":  # killed in the call; else in the removal thread (maybe before the print)
         assert "R1 wrote id=2" not in out, out
     assert "ftkit launch: rank 1 killed" in out, out
     assert "checkpoint error" not in out, out

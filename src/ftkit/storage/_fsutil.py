@@ -38,6 +38,7 @@ from types import TracebackType
 import numpy as np
 
 from ..errors import StorageError
+from ._dirsync import fsync_dir, owe_parent_fsync, remove_empty_dirs
 from ._writeback import WRITEBACK_MIN_BYTES, Writeback, start_writeback
 
 __all__ = ["AtomicWriter", "atomic_write_bytes", "open_temp", "set_group_access", "file_mode", "dir_mode",
@@ -155,30 +156,6 @@ def link_durably(src: Path, dst: Path, *, fsync: bool = True) -> bool:
     return True
 
 
-def fsync_dir(path: Path) -> None:
-    """fsync directory ``path`` so a rename or creation inside it is durable; then pay the parent fsyncs
-    ``path`` owes (:func:`make_dirs` with ``defer_parent_fsync``)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    key = os.path.abspath(path)
-    with _owed_lock:
-        parent = _owed.pop(key, None)
-    if parent is not None:
-        try:
-            fsync_dir(Path(parent))  # which pays the parent's own debt, up the chain of created directories
-        except BaseException:
-            with _owed_lock:
-                _owed.setdefault(key, parent)  # still owed: the next fsync of ``path`` tries again
-            raise
-
-
-#: Directories made by :func:`make_dirs` ``(defer_parent_fsync=True)`` → their parent, whose fsync (making
-#: the new directory's entry durable) is still owed; :func:`fsync_dir` of the directory pays it.
-_owed: dict[str, str] = {}
-_owed_lock = threading.Lock()
 #: Attempts of :func:`make_dirs` when a parent it found is removed meanwhile (an empty directory of a pruned
 #: checkpoint, removed by a background removal on this node).
 _MKDIR_TRIES = 8
@@ -213,8 +190,7 @@ def make_dirs(path: Path, *, defer_parent_fsync: bool = False) -> None:
                 except FileExistsError:
                     continue
                 if defer_parent_fsync:
-                    with _owed_lock:
-                        _owed[os.path.abspath(d)] = os.path.abspath(d.parent)
+                    owe_parent_fsync(d)
                 else:
                     fsync_dir(d.parent)
             return
@@ -464,18 +440,3 @@ def remove_file(path: Path) -> None:
             p.unlink()
         except FileNotFoundError:
             pass
-
-
-def remove_empty_dirs(path: Path, stop: Path) -> None:
-    """Remove ``path`` and its parents up to (not including) ``stop`` while they are empty."""
-    p = path
-    try:
-        p.relative_to(stop)
-    except ValueError:
-        return
-    while p != stop and p != p.parent:
-        try:
-            p.rmdir()
-        except OSError:
-            return
-        p = p.parent
