@@ -8,20 +8,19 @@ that does not answer within ``timeout`` seconds is a :class:`TimeoutFailure`. Th
 
 Values exchanged by :func:`allgather` and :func:`bcast` travel as JSON text (strings, numbers, booleans,
 None, lists; tuples arrive as lists): nothing received is unpickled. Each travels in one collective round
-when its text fits a :data:`SLOT` (its length included), in two otherwise (the rest, once every rank knows
-every length): the checkpoint call's agreements are one round each, not two (issue 37: every round is a
-sleeping poll on a loaded machine).
+when its text fits a slot, in two otherwise (:mod:`ftkit.storage._jsonslots`): the checkpoint call's
+agreements are one round each, not two (issue 37).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 
 from .._wait import deadline_after, wait_requests
 from ..errors import ProcessFailure
+from ..storage._jsonslots import allgather_values, bcast_value
 
 __all__ = ["internal_comm", "allreduce_int", "all_true", "any_true", "allgather", "bcast", "barrier",
            "as_failure", "DEFAULT_TIMEOUT"]
@@ -29,9 +28,6 @@ __all__ = ["internal_comm", "allreduce_int", "all_true", "any_true", "allgather"
 #: Deadline (s) of the exchanges whose caller gives none.
 DEFAULT_TIMEOUT = 600.0
 _MAX_SLEEP = 0.005  # s; poll back-off cap, as before the shared wait helper
-#: Bytes per rank of the first round of :func:`allgather` and :func:`bcast`: an 8-byte length, then the
-#: value's first ``SLOT - 8`` bytes of JSON text.
-SLOT = 256
 
 
 def internal_comm(comm: Any) -> Any:
@@ -104,72 +100,36 @@ def any_true(comm: Any, flag: bool, timeout: float, what: str = "agreement") -> 
     return allreduce_int(comm, int(bool(flag)), "max", timeout, what) == 1
 
 
-def _slot(text: bytes) -> np.ndarray:
-    """The first-round slot of ``text``: its length (int64), then its first ``SLOT - 8`` bytes."""
-    slot = np.zeros(SLOT, np.uint8)
-    slot[:8] = np.frombuffer(np.array([len(text)], np.int64).tobytes(), np.uint8)
-    head = text[:SLOT - 8]
-    slot[8:8 + len(head)] = np.frombuffer(head, np.uint8)
-    return slot
+def _waiter(comm: Any, timeout: float | None, what: str) -> Any:
+    """A ``wait(request, buffers)`` for :mod:`ftkit.storage._jsonslots`: :func:`_run` on one request."""
+    return lambda req, keep: _run(comm, lambda: [req], timeout, what)
 
 
 def allgather(comm: Any, obj: Any, what: str = "exchange", timeout: float | None = None) -> list[Any]:
     """Gather a small JSON-able value from every rank, within ``timeout`` seconds (default 600).
 
-    One round when every rank's text fits its :data:`SLOT`, else a second for the rest.
+    One round when every rank's text fits its slot, else a second for the rest
+    (:mod:`ftkit.storage._jsonslots`).
 
     Raises
     ------
     ProcessFailure, TimeoutFailure
         If a peer failed or did not take part in time.
     """
-    from mpi4py import MPI
-
-    text = json.dumps(obj).encode()
-    n = comm.Get_size()
-    mine = _slot(text)
-    slots = np.empty((n, SLOT), np.uint8)
-    _run(comm, lambda: [comm.Iallgather(mine, slots)], timeout, what)
-    lengths = [int(x) for x in slots[:, :8].copy().view(np.int64)[:, 0]]
-    counts = [max(0, length - (SLOT - 8)) for length in lengths]   # what did not fit, per rank
-    rest = b""
-    if any(counts):   # every rank knows every length: all take this round, or none
-        displs = [sum(counts[:i]) for i in range(n)]
-        tail = np.frombuffer(text[SLOT - 8:], np.uint8)
-        out = np.empty(sum(counts), np.uint8)
-        _run(comm, lambda: [comm.Iallgatherv([tail, MPI.BYTE], [out, (counts, displs), MPI.BYTE])], timeout,
-             what)
-        rest = out.tobytes()
-    values, at = [], 0
-    for r, (length, count) in enumerate(zip(lengths, counts, strict=True)):
-        values.append(json.loads(slots[r, 8:8 + length - count].tobytes() + rest[at:at + count]))
-        at += count
-    return values
+    return allgather_values(comm, obj, _waiter(comm, timeout, what))
 
 
 def bcast(comm: Any, obj: Any, root: int = 0, what: str = "broadcast", timeout: float | None = None) -> Any:
     """Broadcast a small JSON-able value from ``root`` within ``timeout`` seconds (default 600).
 
-    One round when its text fits a :data:`SLOT`, else a second for the rest.
+    One round when its text fits a slot, else a second for the rest (:mod:`ftkit.storage._jsonslots`).
 
     Raises
     ------
     ProcessFailure, TimeoutFailure
         If a peer failed or did not take part in time.
     """
-    from mpi4py import MPI
-
-    is_root = comm.Get_rank() == root
-    text = json.dumps(obj).encode() if is_root else b""
-    slot = _slot(text) if is_root else np.empty(SLOT, np.uint8)
-    _run(comm, lambda: [comm.Ibcast([slot, MPI.BYTE], root=root)], timeout, what)
-    length = int(slot[:8].copy().view(np.int64)[0])
-    if length <= SLOT - 8:
-        return obj if is_root else json.loads(slot[8:8 + length].tobytes())
-    tail = np.frombuffer(text[SLOT - 8:], np.uint8).copy() if is_root else np.empty(length - (SLOT - 8),
-                                                                                      np.uint8)
-    _run(comm, lambda: [comm.Ibcast([tail, MPI.BYTE], root=root)], timeout, what)
-    return obj if is_root else json.loads(slot[8:].tobytes() + tail.tobytes())
+    return bcast_value(comm, obj, root, _waiter(comm, timeout, what))
 
 
 def barrier(comm: Any, timeout: float, what: str = "barrier") -> None:
