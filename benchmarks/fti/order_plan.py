@@ -12,8 +12,12 @@ from collections import defaultdict
 import run_sbs
 
 #: Seconds per run used for the estimate before any run (a quiet machine: launch, settle, the job), unless
-#: ``--run-seconds-from`` gives saved rows to take them from (:func:`run_seconds_from`).
-RUN_SECONDS = {64: 5.0, 256: 8.0}
+#: ``--run-seconds-from`` gives saved rows to take them from (:func:`run_seconds_from`). The last quiet table
+#: (2026-12-05, load 0.2-4.4, settle full, FTI on MPICH, ftkit, floor) ran 1.3 s per run at 64 MiB and 2.3 s
+#: at 256; a busy-machine smoke with both FTI builds (load 19, settle sync) 2.8 s at 64: these values leave
+#: about 50 % for the Open MPI 4.1 build's slower launch. (They were 5 and 8 s: a 42-minute estimate for a
+#: 12-18 minute table.)
+RUN_SECONDS = {64: 2.0, 256: 3.5}
 #: Fewest runs per system and case a ``--budget`` plan may have (the table's p90 needs a few).
 BUDGET_MIN_RUNS = 6
 
@@ -70,29 +74,41 @@ def plan_cases(args: argparse.Namespace) -> list[tuple[int, int]]:
     return cases
 
 
-def plan_rounds(args: argparse.Namespace, k: int, cases: list[tuple[int, int]],
-                per_run: dict[int, float]) -> int:
-    """Rounds per case: ``--rounds``; else the fewest giving ``--min-runs`` runs per system; with
-    ``--budget`` at most that, as many as fit in the budget, never under :data:`BUDGET_MIN_RUNS` runs.
+def plan_rounds(k: int, cases: list[tuple[int, int]], per_run: dict[int, float], *, min_runs: int,
+                budget_s: float | None) -> int:
+    """Rounds per case for ``k`` systems: the fewest giving ``min_runs`` runs per system; with a budget
+    (seconds) at most that, as many as fit, never under :data:`BUDGET_MIN_RUNS` runs per system.
 
     Raises
     ------
     SystemExit
-        With ``--budget``, when even the fewest rounds do not fit (naming the estimate and what to drop).
+        With a budget, when even the fewest rounds do not fit (naming the estimate and what to drop).
     """
-    if args.rounds is not None:
-        return args.rounds
-    rounds = max(1, -(-args.min_runs // k))
-    if args.budget is None:
+    rounds = max(1, -(-min_runs // k))
+    if budget_s is None:
         return rounds
     fewest = max(1, -(-BUDGET_MIN_RUNS // k))
     for r in range(rounds, fewest - 1, -1):
-        if grid_estimate_s(cases, r * k * k + 1, per_run) <= args.budget * 60:
+        if grid_estimate_s(cases, r * k * k + 1, per_run) <= budget_s:
             return r
     need = grid_estimate_s(cases, fewest * k * k + 1, per_run) / 60
-    raise SystemExit(f"--budget {args.budget:g} min: even {fewest * k} runs per system and case take about "
-                     f"{need:.0f} min for {len(cases)} cases: measure fewer cases (--cases, --over-target "
-                     "FILE.jsonl) or fewer systems, or raise the budget")
+    raise SystemExit(f"a budget of {budget_s / 60:.0f} min: even {fewest * k} runs per system and case take "
+                     f"about {need:.0f} min for {len(cases)} cases: measure fewer cases (--cases, "
+                     "--over-target FILE.jsonl) or fewer systems, or raise the budget")
+
+
+def replan_rounds(args: argparse.Namespace, k: int, left: list[tuple[int, int]], spent_s: float,
+                  walls: dict[int, list[float]]) -> int:
+    """``--budget`` during the run: the rounds of the cases ``left``, at the pace measured so far (median
+    seconds per run by size), in the budget's remaining time; never more than now, never under
+    :data:`BUDGET_MIN_RUNS` runs per system (then over budget: said on stdout)."""
+    pace = {m: statistics.median(w) for m, w in walls.items() if w}
+    try:
+        return min(args.rounds, plan_rounds(k, left, pace, min_runs=args.min_runs,
+                                            budget_s=args.budget * 60 - spent_s))
+    except SystemExit as exc:
+        print(f"  over budget: {exc}; going on with the fewest rounds", flush=True)
+        return max(1, -(-BUDGET_MIN_RUNS // k))
 
 
 def grid_estimate_s(cases: list[tuple[int, int]], runs_per_case: int, per_run: dict[int, float]) -> float:

@@ -45,14 +45,15 @@ included); without ``--rounds``, the fewest rounds giving ``--min-runs`` (defaul
 count and an estimate are printed before the first run (:data:`RUN_SECONDS` per run on a quiet machine:
 launch, settle, the job), and the time left after each case (from the runs so far); each run is killed
 after 900 s. The issue's table (2 FTI builds, ftkit, floor: k = 4, 3 rounds = 12 runs per system, 49 per
-case, 2 sizes x 4 levels = 392 runs) takes about 40-45 minutes at :data:`RUN_SECONDS` (about 12 at the pace
-of the last quiet table: ``--run-seconds-from`` its rows for the estimate).
+case, 2 sizes x 4 levels = 392 runs) is estimated at 18 minutes (``order_plan.RUN_SECONDS``; about 12 at the
+pace of the last quiet table: ``--run-seconds-from`` its rows for the estimate).
 
 A window of a given length (:mod:`order_plan`): ``--budget MIN`` takes as many rounds as fit (at most those of
-``--min-runs``, never under 6 runs per system: 2 rounds with 4 systems) and stops before any run when even
-that does not fit; ``--cases MIB:LEVEL,...`` or ``--over-target OLD.jsonl`` (only the cases where ftkit
-missed a target on its 90th percentile in saved rows) measures fewer cases; ``--plan-only`` prints the plan
-and its estimate and runs nothing.
+``--min-runs``, never under 6 runs per system: 2 rounds with 4 systems), stops before any run when even that
+does not fit, and after each case fits the cases left at the pace measured so far (fewer rounds if
+needed); ``--cases MIB:LEVEL,...`` or ``--over-target OLD.jsonl`` (only the cases where ftkit missed a
+target on its 90th percentile in saved rows) measures fewer cases; ``--plan-only`` prints the plan and its
+estimate and runs nothing.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ from order_plan import (  # noqa: E402
     plan_cases,
     plan_rounds,
     quantile,
+    replan_rounds,
     row_value,
     run_seconds_from,
 )
@@ -366,7 +368,10 @@ def main() -> int:
     k = len(args.systems)
     cases = plan_cases(args)
     seconds = run_seconds_from(load_rows(args.run_seconds_from)) if args.run_seconds_from else {}
-    args.rounds = plan_rounds(args, k, cases, seconds)   # every system at least --min-runs times per case
+    fixed = args.rounds is not None
+    if not fixed:   # every system at least --min-runs times per case; with --budget, what fits
+        args.rounds = plan_rounds(k, cases, seconds, min_runs=args.min_runs,
+                                  budget_s=None if args.budget is None else args.budget * 60)
     mpis = {name: mpi_name(version) for name, (_, _, version) in args.fti.items()}
     mpis["ftkit"] = mpi_name([args.python, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"])
     per_case = args.rounds * k * k
@@ -387,6 +392,11 @@ def main() -> int:
     for ci, (mib, level) in enumerate(cases):
         run_case(args, mib, level, rng)
         left = cases[ci + 1:]
+        if args.budget is not None and not fixed and left:   # fit what is left, at the pace measured
+            rounds, args.rounds = args.rounds, replan_rounds(args, k, left, time.monotonic() - t0, args.walls)
+            per_case = args.rounds * k * k
+            if args.rounds != rounds:
+                print(f"  --budget: {args.rounds * k} runs per system from now on", flush=True)
         rest = sum(estimate_s([m], 1, per_case + 1, args.walls or seconds) for m, _ in left)
         print(f"  {(time.monotonic() - t0) / 60:.1f} min so far; about {rest / 60:.0f} min left "
               f"({len(left)} cases)", flush=True)
