@@ -3,6 +3,8 @@
     mpislot .venv/bin/python benchmarks/fti/run_order.py [--sizes 64,256] [--levels 1,2,3,4]
         [--min-runs 10] [--rounds R] [--settle full|sync|none] [--out FILE.jsonl]
         [--fti-builds mpich=/tmp/ftkit-fti,ompi41=/tmp/ftkit-fti-ompi]
+        [--cases 64:3,256:3] [--over-target OLD.jsonl...] [--budget MIN] [--run-seconds-from OLD.jsonl...]
+        [--plan-only]
     .venv/bin/python benchmarks/fti/run_order.py --summarize FILE.jsonl...
 
 Why: a checkpoint call's cost may depend on what the job before it left (dirty pages, writeback in flight,
@@ -43,7 +45,15 @@ included); without ``--rounds``, the fewest rounds giving ``--min-runs`` (defaul
 count and an estimate are printed before the first run (:data:`RUN_SECONDS` per run on a quiet machine:
 launch, settle, the job), and the time left after each case (from the runs so far); each run is killed
 after 900 s. The issue's table (2 FTI builds, ftkit, floor: k = 4, 3 rounds = 12 runs per system, 49 per
-case, 2 sizes x 4 levels = 392 runs) takes about 40-45 minutes on a quiet machine.
+case, 2 sizes x 4 levels = 392 runs) is estimated at 18 minutes (``order_plan.RUN_SECONDS``; about 12 at the
+pace of the last quiet table: ``--run-seconds-from`` its rows for the estimate).
+
+A window of a given length (:mod:`order_plan`): ``--budget MIN`` takes as many rounds as fit (at most those of
+``--min-runs``, never under 6 runs per system: 2 rounds with 4 systems), stops before any run when even that
+does not fit, and after each case fits the cases left at the pace measured so far (fewer rounds if
+needed); ``--cases MIB:LEVEL,...`` or ``--over-target OLD.jsonl`` (only the cases where ftkit missed a
+target on its 90th percentile in saved rows) measures fewer cases; ``--plan-only`` prints the plan and its
+estimate and runs nothing.
 """
 
 from __future__ import annotations
@@ -61,6 +71,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run_sbs  # noqa: E402  (the same launch commands, configuration and FTI build)
+from order_plan import (  # noqa: E402
+    BUDGET_MIN_RUNS,
+    RUN_SECONDS,
+    grid_estimate_s,
+    is_fti,
+    load_rows,
+    plan_cases,
+    plan_rounds,
+    quantile,
+    replan_rounds,
+    row_value,
+    run_seconds_from,
+)
 
 DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 DIRTY_QUIET_MIB = 16
@@ -185,14 +208,6 @@ def fti_systems(args: argparse.Namespace) -> dict[str, tuple[Path, list[str], li
     return out
 
 
-def is_fti(system: str) -> bool:
-    return system == "fti" or system.startswith("fti-")
-
-
-#: Seconds per run used for the estimate before any run (a quiet machine: launch, settle, the job).
-RUN_SECONDS = {64: 5.0, 256: 8.0}
-
-
 def estimate_s(sizes: list[int], nlevels: int, runs_per_case: int, measured: dict[int, list[float]]) -> float:
     """Seconds the grid takes: runs per case x cases, at the median run time measured so far per size (or
     :data:`RUN_SECONDS`, interpolated by size)."""
@@ -236,20 +251,6 @@ def run_case(args: argparse.Namespace, mib: int, level: int, rng: random.Random)
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _q(xs: list[float], q: float) -> float:
-    """Quantile ``q`` (linear interpolation between order statistics); nan for no data."""
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    pos = q * (len(xs) - 1)
-    lo = int(pos)
-    return xs[lo] + (xs[min(lo + 1, len(xs) - 1)] - xs[lo]) * (pos - lo)
-
-
-def _value(r: dict) -> float:
-    return float(r["floor_s"] if r["system"] == "floor" else r["ckpt_s"])
-
-
 def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
     """Per case: each system's n, median, p90, median per predecessor, time split; the ratios."""
     good = [r for r in rows if r.get("run", -1) >= 0 and r["exit"] == 0 and str(r.get("ok", "1")) == "1"
@@ -277,9 +278,9 @@ def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
             rs = by.get((*case, s), [])
             if not rs:
                 continue
-            xs = [_value(r) for r in rs]
-            med[s], p90[s] = statistics.median(xs), _q(xs, 0.9)
-            after = {p: [_value(r) for r in rs if r["pred"] == p] for p in systems}
+            xs = [row_value(r) for r in rs]
+            med[s], p90[s] = statistics.median(xs), quantile(xs, 0.9)
+            after = {p: [row_value(r) for r in rs if r["pred"] == p] for p in systems}
             split = " / ".join(f"{statistics.median(float(r.get(k, 'nan')) for r in rs):.3f}"
                                for k in ("cpu_s", "runq_s", "blk_s"))
             wmib = [float(r.get("wmib", "nan")) for r in rs]
@@ -293,8 +294,8 @@ def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
             ft = by[(*case, fti)]
             per_pred = []
             for p in systems:
-                a = [_value(r) for r in fk if r["pred"] == p]
-                b = [_value(r) for r in ft if r["pred"] == p]
+                a = [row_value(r) for r in fk if r["pred"] == p]
+                b = [row_value(r) for r in ft if r["pred"] == p]
                 per_pred.append(f"{statistics.median(a) / statistics.median(b):.2f}" if a and b else "-")
             target = run_sbs.TARGETS[case[1]]
             fl = med.get("floor")
@@ -312,7 +313,7 @@ def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
                 + f" | {med['ftkit'] / med['floor']:.2f} | {p90['ftkit'] / med['floor']:.2f} | - |")
     loads = [float(r["load_before"]) for r in good]
     foot = (f"\nload average before the runs: {min(loads):.1f}-{max(loads):.1f} "
-            f"(median {_q(loads, 0.5):.1f}); "
+            f"(median {quantile(loads, 0.5):.1f}); "
             "p90 = 90th percentile (linear interpolation); cpu = the calling thread on a CPU, runq = waiting "
             "for one (machine load), blk = off CPU (I/O, sleeps), slowest rank each" if loads else "")
     return "\n".join(lines) + "\n\n" + "\n".join(ratio_lines) + foot
@@ -345,6 +346,16 @@ def main() -> int:
     ap.add_argument("--baseline-src", default=None, help="src directory of an earlier ftkit: a fourth system "
                                                          "'base' (before/after a change in the same run)")
     ap.add_argument("--summarize", nargs="+", metavar="JSONL", help="print the tables of saved rows and exit")
+    ap.add_argument("--cases", default=None, metavar="MIB:LEVEL,...",
+                    help="only these cases instead of --sizes x --levels, e.g. 64:1,64:3,256:3")
+    ap.add_argument("--over-target", nargs="+", metavar="JSONL",
+                    help="only the cases where ftkit misses a target (on its p90) in these saved rows")
+    ap.add_argument("--budget", type=float, default=None, metavar="MIN",
+                    help="fit into MIN minutes: as many rounds as fit (at most --min-runs' rounds, at least "
+                         f"{BUDGET_MIN_RUNS} runs per system); exit before any run if even that does not fit")
+    ap.add_argument("--run-seconds-from", nargs="+", metavar="JSONL",
+                    help="seconds per run for the estimates from these saved rows (median gap per size)")
+    ap.add_argument("--plan-only", action="store_true", help="print the plan and its estimate, run nothing")
     args = ap.parse_args()
     if args.summarize:
         print(summarize([json.loads(line) for f in args.summarize for line in open(f) if line.strip()]))
@@ -355,26 +366,38 @@ def main() -> int:
     args.systems = [*args.fti, "ftkit", *(["base"] if args.baseline_src else []),
                     *([] if args.no_floor else ["floor"])]
     k = len(args.systems)
-    if args.rounds is None:   # every system measured at least --min-runs times per case (k per round)
-        args.rounds = max(1, -(-args.min_runs // k))
+    cases = plan_cases(args)
+    seconds = run_seconds_from(load_rows(args.run_seconds_from)) if args.run_seconds_from else {}
+    fixed = args.rounds is not None
+    if not fixed:   # every system at least --min-runs times per case; with --budget, what fits
+        args.rounds = plan_rounds(k, cases, seconds, min_runs=args.min_runs,
+                                  budget_s=None if args.budget is None else args.budget * 60)
     mpis = {name: mpi_name(version) for name, (_, _, version) in args.fti.items()}
     mpis["ftkit"] = mpi_name([args.python, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"])
-    sizes, levels = [int(x) for x in args.sizes.split(",")], [int(x) for x in args.levels.split(",")]
     per_case = args.rounds * k * k
     args.walls = {}
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    per_run = ", ".join(f"{m} MiB {RUN_SECONDS.get(m, 4.0 + m / 64.0):.0f} s" for m in sizes)
+    per_run = ", ".join(f"{m} MiB {seconds.get(m, RUN_SECONDS.get(m, 4.0 + m / 64.0)):.1f} s"
+                        for m in sorted({m for m, _ in cases}))
     print(f"uptime: {uptime}; MPI {mpis}\n{k} systems ({' '.join(args.systems)}), {args.rounds} rounds: "
           f"{args.rounds * k} runs per system and case, {per_case + 1} runs per case (warm-up included), "
-          f"{len(sizes) * len(levels)} cases; estimate "
-          f"{estimate_s(sizes, len(levels), per_case + 1, {}) / 60:.0f} min on a quiet machine "
-          f"(per run: {per_run}; each run is killed after 900 s)", flush=True)
+          f"{len(cases)} cases ({' '.join(f'{m}:L{lv}' for m, lv in cases)}); estimate "
+          f"{grid_estimate_s(cases, per_case + 1, seconds) / 60:.0f} min "
+          f"(per run: {per_run}{' from saved rows' if seconds else ' on a quiet machine'}; each run is "
+          "killed after 900 s)", flush=True)
+    if args.plan_only or not cases:
+        return 0
     rng = random.Random(args.seed)
     t0 = time.monotonic()
-    for ci, (mib, level) in enumerate([(m, lv) for m in sizes for lv in levels]):
+    for ci, (mib, level) in enumerate(cases):
         run_case(args, mib, level, rng)
-        left = [(m, lv) for m in sizes for lv in levels][ci + 1:]
-        rest = sum(estimate_s([m], 1, per_case + 1, args.walls) for m, _ in left)
+        left = cases[ci + 1:]
+        if args.budget is not None and not fixed and left:   # fit what is left, at the pace measured
+            rounds, args.rounds = args.rounds, replan_rounds(args, k, left, time.monotonic() - t0, args.walls)
+            per_case = args.rounds * k * k
+            if args.rounds != rounds:
+                print(f"  --budget: {args.rounds * k} runs per system from now on", flush=True)
+        rest = sum(estimate_s([m], 1, per_case + 1, args.walls or seconds) for m, _ in left)
         print(f"  {(time.monotonic() - t0) / 60:.1f} min so far; about {rest / 60:.0f} min left "
               f"({len(left)} cases)", flush=True)
     print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}; "

@@ -35,6 +35,8 @@ p.add_argument("--kill-how", choices=["kill", "raise"], default="kill",
 p.add_argument("--finalize", action="store_true")
 p.add_argument("--pause", type=float, default=0.0,
                help="write mode: seconds between checkpoints (the application computing)")
+p.add_argument("--wait-after", action="store_true",
+               help="write mode: ckpt.wait() after each checkpoint (where the removal of pruned ones ends)")
 p.add_argument("--then-levels", default="",
                help="recover mode: then checkpoint at these levels (data as write mode's, from the recovered "
                     "step + 1 on) and print 'R<rank> wrote id=..' for each")
@@ -85,6 +87,8 @@ if a.mode == "write":
             print(f"R{rank} checkpoint error {type(exc).__name__}: {exc}", flush=True)
             leave(4)
         print(f"R{rank} wrote id={cid} level={lv}", flush=True)
+        if a.wait_after:
+            ckpt.wait()
         time.sleep(a.pause)
     if a.finalize:
         ckpt.finalize()

@@ -7,18 +7,20 @@ that does not answer within ``timeout`` seconds is a :class:`TimeoutFailure`. Th
 :func:`ftkit._wait.wait_requests` (sleeping polls).
 
 Values exchanged by :func:`allgather` and :func:`bcast` travel as JSON text (strings, numbers, booleans,
-None, lists; tuples arrive as lists): nothing received is unpickled.
+None, lists; tuples arrive as lists): nothing received is unpickled. Each travels in one collective round
+when its text fits a slot, in two otherwise (:mod:`ftkit.storage._jsonslots`): the checkpoint call's
+agreements are one round each, not two (issue 37).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 
 from .._wait import deadline_after, wait_requests
 from ..errors import ProcessFailure
+from ..storage._jsonslots import allgather_values, bcast_value
 
 __all__ = ["internal_comm", "allreduce_int", "all_true", "any_true", "allgather", "bcast", "barrier",
            "as_failure", "DEFAULT_TIMEOUT"]
@@ -98,47 +100,36 @@ def any_true(comm: Any, flag: bool, timeout: float, what: str = "agreement") -> 
     return allreduce_int(comm, int(bool(flag)), "max", timeout, what) == 1
 
 
+def _waiter(comm: Any, timeout: float | None, what: str) -> Any:
+    """A ``wait(request, buffers)`` for :mod:`ftkit.storage._jsonslots`: :func:`_run` on one request."""
+    return lambda req, keep: _run(comm, lambda: [req], timeout, what)
+
+
 def allgather(comm: Any, obj: Any, what: str = "exchange", timeout: float | None = None) -> list[Any]:
     """Gather a small JSON-able value from every rank, within ``timeout`` seconds (default 600).
+
+    One round when every rank's text fits its slot, else a second for the rest
+    (:mod:`ftkit.storage._jsonslots`).
 
     Raises
     ------
     ProcessFailure, TimeoutFailure
         If a peer failed or did not take part in time.
     """
-    from mpi4py import MPI
-
-    data = np.frombuffer(json.dumps(obj).encode(), np.uint8)
-    n = comm.Get_size()
-    sizes = np.zeros(n, np.int64)
-    mine = np.array([data.size], np.int64)
-    _run(comm, lambda: [comm.Iallgather(mine, sizes)], timeout, what)
-    counts = [int(s) for s in sizes]
-    displs = [sum(counts[:i]) for i in range(n)]
-    out = np.empty(sum(counts), np.uint8)
-    _run(comm, lambda: [comm.Iallgatherv([data, MPI.BYTE], [out, (counts, displs), MPI.BYTE])], timeout,
-         what)
-    raw = out.tobytes()
-    return [json.loads(raw[d:d + c]) for d, c in zip(displs, counts, strict=True)]
+    return allgather_values(comm, obj, _waiter(comm, timeout, what))
 
 
 def bcast(comm: Any, obj: Any, root: int = 0, what: str = "broadcast", timeout: float | None = None) -> Any:
     """Broadcast a small JSON-able value from ``root`` within ``timeout`` seconds (default 600).
 
+    One round when its text fits a slot, else a second for the rest (:mod:`ftkit.storage._jsonslots`).
+
     Raises
     ------
     ProcessFailure, TimeoutFailure
         If a peer failed or did not take part in time.
     """
-    from mpi4py import MPI
-
-    is_root = comm.Get_rank() == root
-    data = np.frombuffer(json.dumps(obj).encode(), np.uint8) if is_root else None
-    size = np.array([data.size if data is not None else 0], np.int64)
-    _run(comm, lambda: [comm.Ibcast(size, root=root)], timeout, what)
-    buf = np.array(data) if data is not None else np.empty(int(size[0]), np.uint8)
-    _run(comm, lambda: [comm.Ibcast([buf, MPI.BYTE], root=root)], timeout, what)
-    return obj if is_root else json.loads(buf.tobytes())
+    return bcast_value(comm, obj, root, _waiter(comm, timeout, what))
 
 
 def barrier(comm: Any, timeout: float, what: str = "barrier") -> None:

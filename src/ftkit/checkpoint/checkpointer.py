@@ -270,7 +270,7 @@ class Checkpointer(appstate.StateAPI):
             if isinstance(exc, MPI.Exception):  # never a raw MPI.Exception to the application
                 raise _mpi.as_failure(exc, session.icomm, f"checkpoint {ckpt_id}") from exc
             raise
-        pipeline.remove_checkpoints(ctx, pruned)
+        session.post.remove_later(pruned)  # after the call returns: the commit made them garbage
         session.post.start(job)  # background post-processing starts only once the entry is committed
         session.schedule.checkpointed(job.level, seconds := time.perf_counter() - t0)
         session.exit.checkpointed(seconds)

@@ -16,6 +16,14 @@ only after that commit, and the level is marked complete (``pipeline.commit_leve
 on every rank. Every checkpoint call first waits for the previous post-processing (one in flight at most), so
 entries are never pruned while their files are still being read.
 
+Removal of pruned checkpoints: a checkpoint pruned by a commit is no longer in the committed manifest, so its
+files are garbage from that moment; :meth:`PostManager.remove_later` deletes them in a background thread
+after the call returns (the unlinks and directory removals cost tens of milliseconds on the critical path:
+issue 37). One removal runs at a time; :meth:`PostManager.wait` and :meth:`PostManager.close` (``wait()``,
+``finalize()``) wait for it, and the thread is not a daemon, so a process leaving normally finishes it. A
+crash during the removal leaves some of the pruned checkpoint's files behind: never read (no manifest lists
+them), removed with the run's directories by ``finalize()``.
+
 Durability of inline redundancy (``redundancy_sync = background``, the default, when no level runs in the
 background): the L2 partner copies and L3 parity files made in the checkpoint call are committed under their
 final names before their fsync, which a :class:`~ftkit.storage._fsutil.BackgroundSyncs` thread runs after the
@@ -29,11 +37,14 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import threading
 import time
+from collections.abc import Sequence
 
 from ..errors import FtkitError
 from ..storage import levels as table
 from ..storage._fsutil import BackgroundSyncs
+from ..storage.manifest import CheckpointEntry
 from . import _mpi, events, pipeline
 from .affinity import pin_application
 from .contract import CheckpointJob, PipelineContext
@@ -77,6 +88,8 @@ class PostManager:
         #: (instrumentation: a queue that never drains means the interval is shorter than the work).
         self.queue_wait_s = 0.0
         self.queue_waits = 0
+        #: The background removal of pruned checkpoints' files in flight (see :meth:`remove_later`).
+        self._removal: threading.Thread | None = None
         if self.client is not None:
             atexit.register(self.client.finish)  # heads must learn that this rank is gone, whatever happens
 
@@ -93,7 +106,7 @@ class PostManager:
         """
         busy, t0 = self.busy, time.perf_counter()
         try:
-            self.wait()
+            self._wait_post()  # not for the removal of pruned files: it overlaps this call
         finally:
             if busy:
                 self.queue_wait_s += time.perf_counter() - t0
@@ -153,8 +166,35 @@ class PostManager:
         rows = _mpi.allgather(self.ctx.comm, mine, f"checkpoint(s) {ids}: the background fsyncs",
                               self.ctx.timeout)
         durable = {ckpt_id: all(row[i] for row in rows) for i, ckpt_id in enumerate(ids)}
-        pruned = pipeline.commit_synced(self.ctx, durable)
-        pipeline.remove_checkpoints(self.ctx, pruned)
+        self.remove_later(pipeline.commit_synced(self.ctx, durable))
+
+    def remove_later(self, entries: Sequence[CheckpointEntry]) -> None:
+        """Delete this rank's files of ``entries`` in a background thread (not collective).
+
+        Only for entries pruned from the committed manifest (their files are garbage). Waits for the previous
+        removal first, so one runs at a time. The fault-injection stage ``"before_remove"`` runs in the
+        thread before anything is deleted.
+        """
+        self.wait_removal()
+        if not entries:
+            return
+        ctx, pruned = self.ctx, list(entries)
+
+        def run() -> None:
+            ctx.hook("before_remove")
+            pipeline.remove_checkpoints(ctx, pruned)
+
+        self._removal = threading.Thread(target=run, name="ftkit-prune", daemon=False)
+        self._removal.start()
+
+    def wait_removal(self) -> None:
+        """Block until the background removal of pruned checkpoints (if any) is over.
+
+        The wait is on this process's own unlinks (no peer): it has no deadline.
+        """
+        if self._removal is not None:
+            self._removal.join()
+            self._removal = None
 
     def _job(self, job: CheckpointJob, commit: bool = True) -> PostJob:
         client = self.client
@@ -216,12 +256,19 @@ class PostManager:
         return 1.0 if self.background is not None and self.background.failed else 0.0
 
     def wait(self, timeout: float | None = None) -> None:
-        """Block until no post-processing is in flight; raise its failure (the same on every rank)."""
+        """Block until no post-processing (and no removal of pruned checkpoints) is in flight; raise the
+        post-processing's failure (the same on every rank)."""
+        self.wait_removal()
+        self._wait_post(timeout)
+
+    def _wait_post(self, timeout: float | None = None) -> None:
         if self.background is not None:
             self.background.wait(timeout)
 
     def close(self) -> None:
-        """Release the executors and tell the head this rank is done. Never raises."""
+        """Finish the removal of pruned checkpoints, release the executors and tell the head this rank is
+        done. Never raises."""
+        self.wait_removal()
         if self.background is not None:
             try:
                 self.background.close()

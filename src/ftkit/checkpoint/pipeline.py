@@ -87,7 +87,7 @@ def write_primary(ctx: PipelineContext, job: CheckpointJob, arrays: Sequence[tup
     """
     storage = ctx.level(job.primary, job.nodes)
     if _from_buffers(ctx, job):
-        for lv in job.post_levels:  # directory fsyncs now, not queued behind the file's fsync later
+        for lv in job.post_levels:  # directories made now (their parents' fsyncs paid at the files' commits)
             ctx.level(lv, job.nodes).prepare_dir(job.ckpt_id, ctx.rank)
         for lv in job.post_levels:  # e.g. the RS code matrices, built while the L1 file is written
             warm = LEVELS[lv].warm
@@ -355,7 +355,8 @@ def remove_checkpoints(ctx: PipelineContext, entries: Sequence[CheckpointEntry])
     """Delete this rank's files of ``entries`` at every level (not collective; missing files are fine).
 
     A checkpoint written by another rank count (before an elastic restart) has its old ranks' files removed
-    by ranks ``r, r + nranks, ...``."""
+    by ranks ``r, r + nranks, ...``. The fault-injection stage ``"removed_level"`` follows each level's
+    removal (tests kill a rank with the removal half done)."""
     for e in entries:
         for lv in table.numbers():
             for old in range(ctx.rank, max(len(e.nodes), ctx.rank + 1), ctx.nranks):
@@ -363,6 +364,7 @@ def remove_checkpoints(ctx: PipelineContext, entries: Sequence[CheckpointEntry])
                     ctx.level(lv, e.nodes).remove(e.id, old)
                 except (FtkitError, OSError, IndexError):
                     pass  # best effort: an unremovable old file must not fail a good checkpoint
+            ctx.hook("removed_level")
 
 
 def remove_job_files(ctx: PipelineContext, job: CheckpointJob) -> None:

@@ -38,6 +38,7 @@ from types import TracebackType
 import numpy as np
 
 from ..errors import StorageError
+from ._dirsync import fsync_dir, owe_parent_fsync, remove_empty_dirs
 from ._writeback import WRITEBACK_MIN_BYTES, Writeback, start_writeback
 
 __all__ = ["AtomicWriter", "atomic_write_bytes", "open_temp", "set_group_access", "file_mode", "dir_mode",
@@ -155,30 +156,47 @@ def link_durably(src: Path, dst: Path, *, fsync: bool = True) -> bool:
     return True
 
 
-def fsync_dir(path: Path) -> None:
-    """fsync directory ``path`` so a rename or creation inside it is durable."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+#: Attempts of :func:`make_dirs` when a parent it found is removed meanwhile (an empty directory of a pruned
+#: checkpoint, removed by a background removal on this node).
+_MKDIR_TRIES = 8
 
 
-def make_dirs(path: Path) -> None:
-    """Create ``path`` and missing parents (mode :func:`dir_mode`), fsyncing the parent of each created."""
-    missing = []
-    p = Path(path)
-    while not p.exists():
-        missing.append(p)
-        if p.parent == p:
-            break
-        p = p.parent
-    for d in reversed(missing):
+def make_dirs(path: Path, *, defer_parent_fsync: bool = False) -> None:
+    """Create ``path`` and missing parents (mode :func:`dir_mode`), fsyncing the parent of each created.
+
+    With ``defer_parent_fsync`` the parent's fsync is owed instead of paid now: the first :func:`fsync_dir`
+    of the new directory pays it (a file committed into the directory fsyncs it: its own fsync then has
+    already committed the file system's journal, so the owed fsync is cheap; paid now, it waited for
+    whatever the journal held, e.g. the previous checkpoint's removal: issue 37). Nothing may claim the
+    directory's contents durable before that fsync, which every committed file guarantees.
+
+    Raises
+    ------
+    OSError
+        If a directory cannot be created (also when parents keep being removed meanwhile).
+    """
+    for attempt in range(_MKDIR_TRIES):
+        missing = []
+        p = Path(path)
+        while not p.exists():
+            missing.append(p)
+            if p.parent == p:
+                break
+            p = p.parent
         try:
-            d.mkdir(mode=dir_mode())
-        except FileExistsError:
-            continue
-        fsync_dir(d.parent)
+            for d in reversed(missing):
+                try:
+                    d.mkdir(mode=dir_mode())
+                except FileExistsError:
+                    continue
+                if defer_parent_fsync:
+                    owe_parent_fsync(d)
+                else:
+                    fsync_dir(d.parent)
+            return
+        except FileNotFoundError:  # a parent found above was removed meanwhile (it was empty): walk again
+            if attempt == _MKDIR_TRIES - 1:
+                raise
 
 
 def write_all(fd: int, data: memoryview | bytes, offset: int | None = None) -> None:
@@ -422,18 +440,3 @@ def remove_file(path: Path) -> None:
             p.unlink()
         except FileNotFoundError:
             pass
-
-
-def remove_empty_dirs(path: Path, stop: Path) -> None:
-    """Remove ``path`` and its parents up to (not including) ``stop`` while they are empty."""
-    p = path
-    try:
-        p.relative_to(stop)
-    except ValueError:
-        return
-    while p != stop and p != p.parent:
-        try:
-            p.rmdir()
-        except OSError:
-            return
-        p = p.parent

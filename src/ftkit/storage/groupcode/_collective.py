@@ -17,7 +17,6 @@ collectives are out of step after a TimeoutFailure: it must not be used for grou
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -28,6 +27,7 @@ import numpy as np
 
 from ..._wait import deadline_after, wait_requests
 from ...errors import FtkitError, StorageError, TimeoutFailure
+from .._jsonslots import allgather_values
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -211,26 +211,16 @@ def send_to_all(comm: MPI.Comm, row: np.ndarray, gathered: np.ndarray, me: int, 
 def allgather_json(comm: MPI.Comm, value: Any, timeout: float | None, what: str) -> list[Any]:
     """Every member's ``value`` (JSON: numbers, strings, lists, dicts, None), in member order (collective).
 
-    Two non-blocking collectives (the lengths, then the text), each waited for at most ``timeout``
-    seconds; what peers send is only ever parsed as JSON.
+    One non-blocking collective when every member's text fits its slot, else two
+    (:mod:`ftkit.storage._jsonslots`), each waited for at most ``timeout`` seconds; what peers send is only
+    ever parsed as JSON.
 
     Raises
     ------
     TimeoutFailure
         If some member does not take part in time.
     """
-    from mpi4py import MPI
-
-    n = comm.Get_size()
-    blob = np.frombuffer(json.dumps(value, separators=(",", ":")).encode(), np.uint8).copy()
-    mine, lengths = np.array([blob.size], np.int64), np.zeros(n, np.int64)
-    wait_collective(comm.Iallgather(mine, lengths), (mine, lengths), timeout, what)
-    counts = [int(x) for x in lengths]
-    displs = [sum(counts[:m]) for m in range(n)]
-    every = np.empty(max(1, sum(counts)), np.uint8)
-    req = comm.Iallgatherv(blob, [every, (counts, displs), MPI.BYTE])
-    wait_collective(req, (blob, every), timeout, what)
-    return [json.loads(bytes(every[d:d + c]).decode()) for d, c in zip(displs, counts, strict=True)]
+    return allgather_values(comm, value, lambda req, keep: wait_collective(req, keep, timeout, what))
 
 
 class Worker:

@@ -46,7 +46,8 @@ class DirectoryStore(Store):
         return self.root / key if key else self.root
 
     def prepare(self, key: str, what: str = "") -> None:
-        """Create ``key``'s directory durably, after checking (before and after) that it stays in the root.
+        """Create ``key``'s directory, after checking (before and after) that it stays in the root. Its entry
+        becomes durable with the first fsync of the directory (the commit of a file put there), not before.
 
         Raises
         ------
@@ -57,7 +58,9 @@ class DirectoryStore(Store):
         """
         path, what = self.local_path(key), what or key
         check_inside(path, self.root, what)
-        make_dirs(path.parent)
+        # The new directory's entry is made durable by the fsync of the directory that commits a file into
+        # it (before any manifest claims the file), not now, on the checkpoint's critical path (issue 37).
+        make_dirs(path.parent, defer_parent_fsync=self.fsync)
         check_inside(path, self.root, what)
 
     def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:

@@ -216,8 +216,8 @@ class StorageLevel(ABC):
         self.store.delete(self.key(ckpt_id, rank), self.stop_key(ckpt_id, rank), self._what(rank))
 
     def prepare_dir(self, ckpt_id: int, rank: int) -> Path:
-        """Create (durably) the directory of ``rank``'s file of ``ckpt_id`` ahead of writing it; return the
-        file's path.
+        """Create the directory of ``rank``'s file of ``ckpt_id`` ahead of writing it; return the file's path.
+        The directory's entry is durable once the file is committed (its directory fsync pays the parent's).
 
         Raises
         ------
