@@ -12,6 +12,9 @@ The factorization is :func:`~ftkit.linalg.pdpotrf`'s right-looking algorithm
   rigorous bound never flags a correct factorization;
 - the panel travels with its row and column sums: a value changed between the sender and the product is
   found and restored from its row sum before the product uses it;
+- a block column whose errors cannot be located (two wrong elements in one column of a segment) is
+  recomputed from A and the factored panels before its panel reads it (:mod:`._recompute`: the same BLAS
+  calls as the plain updates, so the factor is still ``pdpotrf``'s bit for bit; only on detection);
 - every panel solve ``P L_kk^T = W_{e:,k}`` is checked row by row against row sums, ``P (L_kk^T e) =
   W_{e:,k} e``, with a rigorous bound, and solved again from the saved panel when a row disagrees.
 
@@ -48,6 +51,7 @@ from ..abft.report import ABFTReport, BlockEvent, check_ft_args
 from ..matrix import DistributedMatrix
 from ..pblas.add import trapezoid_mask
 from ._abft import UpdateChecks, gather_panel, piece_col_sums, repair_rows, share_panel
+from ._recompute import needs_recompute, recompute_column
 from ._steps import CholeskySteps
 from .potrf import CholeskyWork, FactorizationError, check_potrf_args
 
@@ -178,7 +182,8 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     FactorizationError
         If a leading minor is not positive definite.
     ABFTError
-        If an update could not be corrected (A's triangle is then left unchanged).
+        If an update could not be corrected, not even by recomputing its block column (A's triangle is then
+        left unchanged).
     RecoveryError
         If the restart's checkpoint holds another factorization.
     """
@@ -204,7 +209,10 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     every = max(1, int(ckpt_every) if ckpt_every else len(panels) // 8)
     tally = _Tally(A.grid.rank)
     for k in range(start, len(panels)):
-        tally.add(*checks.verify(k))  # block column k, before its panel reads it
+        checked, events = checks.verify(k)  # block column k, before its panel reads it
+        if needs_recompute(A.grid.comm, events):  # an error the checks could not locate: compute it again
+            events = recompute_column(checks, k, events, work.original)
+        tally.add(checked, events)
         bad, low = work.steps.factor_diagonal(k)
         if bad >= 0:
             _finish(work, A, A64, uplo, n, ia, ja)
@@ -222,8 +230,8 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     if report.uncorrected:
         bad_blocks = [(ev.row_block, ev.col_block) for ev in report.events if ev.action == "uncorrected"]
         raise ABFTError(f"ft_pdpotrf: {len(bad_blocks)} block(s) {bad_blocks[:8]} (panel row, panel column) "
-                        "still disagree with their checksums after correction (several wrong elements in one "
-                        "column of a block): "
+                        "still disagree with their checksums after correction and recomputation (a factored "
+                        "panel or a carried checksum is wrong too): "
                         "A is left unchanged; factor again (from the last checkpoint if one was taken)",
                         report=report)
     _finish(work, A, A64, uplo, n, ia, ja)
