@@ -12,9 +12,9 @@ verified once, just before panel ``J`` reads it (an error made by any earlier up
 nothing read the block before), by O(its size) reductions, never by recomputation. In each flagged column the
 ratio of the weighted to the plain residual locates the wrong element (a non-finite element locates itself),
 which is set from the column's expected sum; a wrong row (an operand corrupted inside the product) is a
-located element in every column. Anything else is reported ``"uncorrected"`` (``ft_pdpotrf`` then recomputes
-the block column, :mod:`ftkit.linalg.cholesky._recompute`, and raises :class:`~ftkit.errors.ABFTError` only if
-that does not agree either).
+located element in every column. Anything else is reported ``"uncorrected"`` (``ft_pdpotrf`` then
+recomputes the block column, :mod:`ftkit.linalg.cholesky._column_recompute`, and raises
+:class:`~ftkit.errors.ABFTError` only if that does not agree either).
 
 The bound is rigorous (Higham's ``gamma``): an element of ``W`` after the updates is a sum of at most ``n +
 1`` products, so it errs by at most ``gamma_{n+1} (|A| + sum_t |L_it| |L_jt|)`` and, as ``|A| <= |W| + sum

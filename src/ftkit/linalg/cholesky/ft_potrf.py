@@ -13,8 +13,8 @@ The factorization is :func:`~ftkit.linalg.pdpotrf`'s right-looking algorithm
 - the panel travels with its row and column sums: a value changed between the sender and the product is
   found and restored from its row sum before the product uses it;
 - a block column whose errors cannot be located (two wrong elements in one column of a segment) is
-  recomputed from A and the factored panels before its panel reads it (:mod:`._recompute`: the same BLAS
-  calls as the plain updates, so the factor is still ``pdpotrf``'s bit for bit; only on detection);
+  recomputed from A and the factored panels before its panel reads it (:mod:`._column_recompute`: the same
+  BLAS calls as the plain updates, so the factor is still ``pdpotrf``'s bit for bit; only on detection);
 - every panel solve ``P L_kk^T = W_{e:,k}`` is checked row by row against row sums, ``P (L_kk^T e) =
   W_{e:,k} e``, with a rigorous bound, and solved again from the saved panel when a row disagrees.
 
@@ -51,7 +51,7 @@ from ..abft.report import ABFTReport, BlockEvent, check_ft_args
 from ..matrix import DistributedMatrix
 from ..pblas.add import trapezoid_mask
 from ._abft import UpdateChecks, gather_panel, piece_col_sums, repair_rows, share_panel
-from ._recompute import needs_recompute, recompute_column
+from ._column_recompute import needs_recompute, recompute_column
 from ._steps import CholeskySteps
 from .potrf import CholeskyWork, FactorizationError, check_potrf_args
 
