@@ -50,6 +50,21 @@ def test_flip_corrected_and_killed_rank_resumes_bit_for_bit(tmp_path):
     assert np.array_equal(np.load(tmp_path / "kill" / "x.npy"), x_clean)
 
 
+@pytest.mark.mpi
+def test_killed_rank_resumes_from_factored_columns_only(tmp_path):
+    """U and a redistributed work matrix: the checkpoint holds the factored columns only (no trailing
+    matrix), the relaunch rebuilds the trailing matrix and ends with pdpotrf's factor bit for bit."""
+    prog, d = PROGRAMS / "ft_potrf_resume.py", str(tmp_path / "run")
+    killed = run_python(4, prog, "--dir", d, "--kill-rank", "2", "--kill-panel", "7", timeout=300)
+    assert "rank 2 killing itself after panel 7" in killed.stdout, killed.stdout + killed.stderr
+    assert "bitwise" not in killed.stdout, "the killed run must not finish"
+    again = run_python(4, prog, "--dir", d, timeout=300).check()
+    # checkpoints after panels 2 and 5 (every 3): the relaunch resumes at panel 6 with columns < 48 read back
+    assert "resumed at panel 6" in again.stdout, again.stdout
+    assert "stored L 4320\n" in again.stdout and "factored 4320\n" in again.stdout, again.stdout
+    assert "bitwise True" in again.stdout, again.stdout
+
+
 @pytest.fixture(scope="module")
 def grid():
     g = linalg.ProcessGrid(MPI.COMM_SELF, 1, 1)

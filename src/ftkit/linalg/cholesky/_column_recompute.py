@@ -25,14 +25,51 @@ import numpy as np
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
 from ._abft import UpdateChecks
+from ._steps import CholeskySteps
 
-__all__ = ["needs_recompute", "recompute_column"]
+__all__ = ["needs_recompute", "recompute_column", "rebuild_trailing", "factored_rows", "replay_updates"]
 
 
 def needs_recompute(comm: object, events: list[BlockEvent]) -> bool:
     """Whether any process has an ``"uncorrected"`` event (collective on ``comm``, every process agrees)."""
     mine = int(any(ev.action == "uncorrected" for ev in events))
     return bool(comm.allreduce(mine))  # type: ignore[attr-defined]
+
+
+def factored_rows(steps: CholeskySteps, k: int, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(need, L[need, :s])``: the rows ``need`` (the sorted union of every process's ``want`` and
+    panel ``k``'s rows ``[s, e)``) of the factored columns ``< s``, on every process.
+
+    Collective on the grid: one allgather of the requests and one of the pieces.
+    """
+    g, (s, e) = steps.grid, steps.panels[k]
+    rglob, cglob = steps.rows.indices_on(g.myrow), steps.cols.indices_on(g.mycol)
+    need = np.union1d(np.concatenate(g.comm.allgather(np.asarray(want, np.int64))), np.arange(s, e))
+    sel, csel = np.flatnonzero(np.isin(rglob, need)), np.flatnonzero(cglob < s)
+    piece = (rglob[sel], cglob[csel], np.ascontiguousarray(steps.w[np.ix_(sel, csel)]))
+    low = np.zeros((len(need), s))
+    for rows_g, cols_g, vals in g.comm.allgather(piece):
+        low[np.ix_(np.searchsorted(need, rows_g), cols_g)] = vals
+    return need, low
+
+
+def replay_updates(steps: CholeskySteps, k: int, big_j: int, need: np.ndarray, low: np.ndarray,
+                   base: np.ndarray) -> None:
+    """Set this process's rows of block column ``big_j`` (rows ``>= `` its first) to ``base``'s minus the
+    updates of panels ``0 .. k-1``, with the plain updates' ``gemm`` calls (shapes, order), from ``low`` =
+    ``L[need, :s_k]`` (:func:`factored_rows`)."""
+    g, (cs, ce) = steps.grid, steps.panels[big_j]
+    r = steps.rows.range_on(g.myrow, cs, steps.rows.n)
+    if r.stop == r.start:
+        return
+    cl = steps.cols.range_on(g.mycol, cs, ce)
+    blk = np.array(base[r, cl], order="F")
+    mine_rows = np.searchsorted(need, steps.rows.indices_on(g.myrow)[r])
+    j_rows = np.searchsorted(need, np.arange(cs, ce))
+    for ts, te in steps.panels[:k]:  # P_t's rows >= cs times P_t's rows of the block column, in order
+        gemm_update(-1.0, np.asfortranarray(low[mine_rows, ts:te]), np.asfortranarray(low[j_rows, ts:te]).T,
+                    blk)
+    steps.w[r, cl] = blk
 
 
 def recompute_column(checks: UpdateChecks, k: int, events: list[BlockEvent],
@@ -59,31 +96,30 @@ def recompute_column(checks: UpdateChecks, k: int, events: list[BlockEvent],
         checksums, unchanged otherwise.
     """
     st = checks.steps
-    g, (s, e), n = st.grid, st.panels[k], st.rows.n
-    r = st.rows.range_on(g.myrow, s, n)
-    rglob, cglob = checks.rglob, checks.cglob
     mine = any(ev.action == "uncorrected" for ev in events)
-    want = rglob[r] if mine else np.empty(0, np.int64)
-    need = np.union1d(np.concatenate(g.comm.allgather(want)), np.arange(s, e))
-    # this process's piece of the factored rows L[need, :s]
-    sel = np.flatnonzero(np.isin(rglob, need))
-    csel = np.flatnonzero(cglob < s)
-    piece = (rglob[sel], cglob[csel], np.ascontiguousarray(st.w[np.ix_(sel, csel)]))
-    low = np.zeros((len(need), s))
-    for rows_g, cols_g, vals in g.comm.allgather(piece):
-        low[np.ix_(np.searchsorted(need, rows_g), cols_g)] = vals
+    r = st.rows.range_on(st.grid.myrow, st.panels[k][0], st.rows.n)
+    need, low = factored_rows(st, k, checks.rglob[r] if mine else np.empty(0, np.int64))
     orig = original()
     if not mine:
         return events
-    cl = st.cols.range_on(g.mycol, s, e)
-    blk = np.array(orig[r, cl], order="F")
-    mine_rows, j_rows = np.searchsorted(need, rglob[r]), np.searchsorted(need, np.arange(s, e))
-    for ts, te in st.panels[:k]:  # the plain updates, in their order: P_t's rows >= s times P_t's rows of J
-        gemm_update(-1.0, np.asfortranarray(low[mine_rows, ts:te]), np.asfortranarray(low[j_rows, ts:te]).T,
-                    blk)
-    st.w[r, cl] = blk
+    replay_updates(st, k, k, need, low, orig)
     _, still = checks.verify(k)
     if any(ev.action == "uncorrected" for ev in still):
         return events
     return [dataclasses.replace(ev, action="recomputed") if ev.action == "uncorrected" else ev
             for ev in events]
+
+
+def rebuild_trailing(steps: CholeskySteps, k: int) -> None:
+    """Compute the trailing block columns ``>= k`` of ``steps.w`` (holding A's values there) from the factored
+    columns, as the updates of panels ``0 .. k-1`` left them (bit for bit: the same ``gemm`` calls).
+
+    Collective on the grid; what a resumed factorization runs instead of reading its trailing matrix from a
+    checkpoint.
+    """
+    g, s = steps.grid, steps.panels[k][0]
+    rglob, cglob = steps.rows.indices_on(g.myrow), steps.cols.indices_on(g.mycol)
+    need, low = factored_rows(steps, k, np.union1d(rglob[rglob >= s], cglob[cglob >= s]))
+    for big_j, (cs, _) in enumerate(steps.panels):
+        if big_j >= k and int(steps.cols.owners[cs]) == g.mycol:
+            replay_updates(steps, k, big_j, need, low, steps.w)
