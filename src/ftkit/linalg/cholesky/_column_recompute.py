@@ -7,7 +7,8 @@ where ``P_t`` is panel ``t`` below its diagonal block, now stored in ``W``'s fac
 (verified when each was a panel). A process whose segments of ``J`` are ``"uncorrected"`` asks for the
 factored rows it needs (its rows ``>= s`` and the rows of ``J``); every process sends its piece of them (one
 allgather of the requests, one of the pieces). This runs only on detection: the error-free cost is one small
-reduction per panel telling every process whether any recomputation is needed. The process then repeats the
+reduction in the block column's process column, whose answer travels in the broadcast of ``L_kk``
+(:meth:`CholeskySteps.factor_diagonal`'s ``hold``). The process then repeats the
 plain updates of its rows of ``J`` from A's values: the same ``gemm`` calls, operand shapes and order as
 :meth:`CholeskySteps.apply_update`, so the recomputed block equals the error-free one bit for bit (the same
 BLAS calls on the same values). The block column is verified again against its carried checksums (which
@@ -27,13 +28,21 @@ from ..abft.report import BlockEvent
 from ._abft import UpdateChecks
 from ._steps import CholeskySteps
 
-__all__ = ["needs_recompute", "recompute_column", "rebuild_trailing", "factored_rows", "replay_updates"]
+__all__ = ["column_flag", "recompute_column", "rebuild_trailing", "factored_rows", "replay_updates"]
 
 
-def needs_recompute(comm: object, events: list[BlockEvent]) -> bool:
-    """Whether any process has an ``"uncorrected"`` event (collective on ``comm``, every process agrees)."""
+def column_flag(steps: CholeskySteps, k: int, events: list[BlockEvent]) -> bool:
+    """Whether any process of block column ``k`` has an ``"uncorrected"`` event: the answer on the owner of
+    diagonal block ``k`` (``False`` elsewhere), which passes it on in its broadcast of ``L_kk``.
+
+    Collective on the process column of block column ``k`` only (a reduction to the diagonal's owner).
+    """
+    g, s = steps.grid, steps.panels[k][0]
+    if g.mycol != int(steps.cols.owners[s]):
+        return False
     mine = int(any(ev.action == "uncorrected" for ev in events))
-    return bool(comm.allreduce(mine))  # type: ignore[attr-defined]
+    got = g.col_comm.reduce(mine, root=int(steps.rows.owners[s])) if g.nprow > 1 else mine
+    return bool(got)
 
 
 def factored_rows(steps: CholeskySteps, k: int, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -76,7 +85,8 @@ def recompute_column(checks: UpdateChecks, k: int, events: list[BlockEvent],
                      original: Callable[[], np.ndarray]) -> list[BlockEvent]:
     """Recompute this process's rows of block column ``k`` if its ``events`` hold an uncorrected block.
 
-    Collective on the grid (call it on every process when :func:`needs_recompute` said so).
+    Collective on the grid (call it on every process when the diagonal's owner said so, see
+    :func:`column_flag`).
 
     Parameters
     ----------

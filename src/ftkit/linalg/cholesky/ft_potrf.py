@@ -56,8 +56,8 @@ from ..abft.report import ABFTReport, BlockEvent, check_ft_args
 from ..matrix import DistributedMatrix
 from ..pblas.add import trapezoid_mask
 from ._abft import UpdateChecks, gather_panel, piece_col_sums, repair_rows, share_panel
-from ._column_recompute import needs_recompute, rebuild_trailing, recompute_column
-from ._steps import CholeskySteps
+from ._column_recompute import column_flag, rebuild_trailing, recompute_column
+from ._steps import HOLD, CholeskySteps
 from .potrf import CholeskyWork, FactorizationError, check_potrf_args
 
 __all__ = ["ft_pdpotrf", "CKPT_L", "CKPT_STATE"]
@@ -232,10 +232,11 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     tally = _Tally(A.grid.rank)
     for k in range(start, len(panels)):
         checked, events = checks.verify(k)  # block column k, before its panel reads it
-        if needs_recompute(A.grid.comm, events):  # an error the checks could not locate: compute it again
+        bad, low = work.steps.factor_diagonal(k, hold=column_flag(work.steps, k, events))
+        if bad == HOLD:  # an error the checks could not locate: compute the block column again
             events = recompute_column(checks, k, events, work.original)
+            bad, low = work.steps.factor_diagonal(k)
         tally.add(checked, events)
-        bad, low = work.steps.factor_diagonal(k)
         if bad >= 0:
             _finish(work, A, A64, uplo, n, ia, ja)
             raise FactorizationError(r, bad + 1, n)
