@@ -22,7 +22,7 @@ from mpi4py import MPI
 import ftkit
 from ftkit import linalg
 from ftkit.errors import ProcessFailure
-from ftkit.failure import exit_without_finalize
+from ftkit.failure import exit_without_finalize, revoke
 from ftkit.inject import kill_self
 from ftkit.linalg.cholesky.ft_potrf import CKPT_L
 
@@ -57,12 +57,9 @@ def main() -> None:
 
     try:
         linalg.ft_pdpotrf("U", N, A, OFF, OFF, ckpt=ckpt, ckpt_every=3, on_panel=on_panel)
-    except (MPI.Exception, ProcessFailure):
-        for c in (grid.comm, ckpt.comm):
-            try:
-                c.Revoke()
-            except (NotImplementedError, MPI.Exception):
-                pass
+    except (MPI.Exception, ProcessFailure):  # a peer died: make every blocked survivor fail too, and leave
+        revoke(grid.comm)
+        revoke(ckpt.comm)
         exit_without_finalize(None, 3)
     start = seen[0] if seen else -1
     total = grid.comm.allreduce(sum(stored))
