@@ -12,12 +12,13 @@ import pytest
 from mpi4py import MPI
 
 from ftkit import linalg
-from ftkit.errors import ABFTError, PBLASArgumentError
+from ftkit.errors import PBLASArgumentError
 from ftkit.inject import BitFlip, InjectionPlan
 
 from ..conftest import run_python
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cholesky_solver.py"
+PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 
 def _digest(out: str) -> str | None:
@@ -47,6 +48,21 @@ def test_flip_corrected_and_killed_rank_resumes_bit_for_bit(tmp_path):
     assert "resumed at panel 6" in again.stdout, again.stdout
     assert _digest(again.stdout) == _digest(clean.stdout)
     assert np.array_equal(np.load(tmp_path / "kill" / "x.npy"), x_clean)
+
+
+@pytest.mark.mpi
+def test_killed_rank_resumes_from_factored_columns_only(tmp_path):
+    """U and a redistributed work matrix: the checkpoint holds the factored columns only (no trailing
+    matrix), the relaunch rebuilds the trailing matrix and ends with pdpotrf's factor bit for bit."""
+    prog, d = PROGRAMS / "ft_potrf_resume.py", str(tmp_path / "run")
+    killed = run_python(4, prog, "--dir", d, "--kill-rank", "2", "--kill-panel", "7", timeout=300)
+    assert "rank 2 killing itself after panel 7" in killed.stdout, killed.stdout + killed.stderr
+    assert "bitwise" not in killed.stdout, "the killed run must not finish"
+    again = run_python(4, prog, "--dir", d, timeout=300).check()
+    # checkpoints after panels 2 and 5 (every 3): the relaunch resumes at panel 6 with columns < 48 read back
+    assert "resumed at panel 6" in again.stdout, again.stdout
+    assert "stored L 4320\n" in again.stdout and "factored 4320\n" in again.stdout, again.stdout
+    assert "bitwise True" in again.stdout, again.stdout
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +129,7 @@ def test_error_free_factor_is_pdpotrf_bit_for_bit(grid, uplo):
     assert np.array_equal(A.to_global(), ref.to_global())
 
 
-def test_wrong_row_corrected_and_two_in_one_column_raise(grid):
+def test_wrong_row_corrected_and_two_in_one_column_recomputed(grid):
     a = _spd(48, seed=4)
     ref = linalg.DistributedMatrix.from_global(grid, a, mb=8, nb=8)
     linalg.pdpotrf("L", 48, ref, 0, 0)
@@ -125,10 +141,21 @@ def test_wrong_row_corrected_and_two_in_one_column_raise(grid):
     assert len(plan.records) == 3 and rep.detected == rep.corrected == 1
     assert rep.events[0].action == "located" and rep.events[0].row_block == 3
     assert np.max(np.abs(A.to_global() - ref.to_global())) <= 1e-13 * np.max(np.abs(a))
-    # two wrong elements in one column of one block cannot be located: ABFTError, A's triangle unchanged
+    # two wrong elements in one column of diagonal block (3, 3) cannot be located: the block column is
+    # recomputed (the plain updates again, so the factor is pdpotrf's bit for bit)
     col = [BitFlip(target="C", step=1, index=(i, 8), bit=61) for i in (9, 12)]
     A = linalg.DistributedMatrix.from_global(grid, a, mb=8, nb=8)
-    with pytest.raises(ABFTError, match="still disagree") as e:
-        linalg.ft_pdpotrf("L", 48, A, 0, 0, inject=InjectionPlan(col, seed=1), inject_panel=1)
-    assert e.value.report.uncorrected == 1
-    assert np.array_equal(A.to_global(), a)
+    plan = InjectionPlan(col, seed=1)
+    rep = linalg.ft_pdpotrf("L", 48, A, 0, 0, inject=plan, inject_panel=1)
+    assert len(plan.records) == 2 and rep.detected == rep.corrected == 1 and rep.uncorrected == 0
+    ev = rep.events[0]
+    assert ev.action == "recomputed" and (ev.row_block, ev.col_block) == (3, 3)
+    assert np.array_equal(A.to_global(), ref.to_global())
+
+
+@pytest.mark.mpi
+def test_two_flips_in_one_block_column_recomputed_on_2x2():
+    """Aligned and redistributed work matrices, L and U, one and two processes recomputing at once."""
+    res = run_python(4, PROGRAMS / "ft_potrf_recompute.py", timeout=300).check()
+    assert "DONE failures=0" in res.stdout, res.stdout + res.stderr
+    assert res.stdout.count("CASE ") == 8 and "FAIL" not in res.stdout, res.stdout

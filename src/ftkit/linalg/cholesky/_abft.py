@@ -12,8 +12,9 @@ verified once, just before panel ``J`` reads it (an error made by any earlier up
 nothing read the block before), by O(its size) reductions, never by recomputation. In each flagged column the
 ratio of the weighted to the plain residual locates the wrong element (a non-finite element locates itself),
 which is set from the column's expected sum; a wrong row (an operand corrupted inside the product) is a
-located element in every column. Anything else is reported ``"uncorrected"`` (``ft_pdpotrf`` then raises
-:class:`~ftkit.errors.ABFTError`).
+located element in every column. Anything else is reported ``"uncorrected"`` (``ft_pdpotrf`` then
+recomputes the block column, :mod:`ftkit.linalg.cholesky._column_recompute`, and raises
+:class:`~ftkit.errors.ABFTError` only if that does not agree either).
 
 The bound is rigorous (Higham's ``gamma``): an element of ``W`` after the updates is a sum of at most ``n +
 1`` products, so it errs by at most ``gamma_{n+1} (|A| + sum_t |L_it| |L_jt|)`` and, as ``|A| <= |W| + sum
@@ -71,11 +72,10 @@ class UpdateChecks:
         self.cblk = np.array([k for k, (s, _) in enumerate(panels) if steps.cols.owners[s] == g.mycol], int)
         self.clo = np.array([steps.cols.range_on(g.mycol, *panels[k]).start for k in self.cblk], int)
         self.rglob, self.cglob = rows.indices_on(g.myrow), steps.cols.indices_on(g.mycol)
-        # encoder: columns (2i, 2i+1) are segment i's indicator and its 1-based row weights
-        self.enc = np.zeros((steps.w.shape[0], 2 * len(segs)), order="F")
-        for i, (_, lo, hi) in enumerate(segs):
-            self.enc[lo:hi, 2 * i] = 1.0
-            self.enc[lo:hi, 2 * i + 1] = np.arange(1, hi - lo + 1)
+        # the weight of every local row: its 1-based index in its segment
+        self.wts = np.zeros(steps.w.shape[0])
+        for _, lo, hi in segs:
+            self.wts[lo:hi] = np.arange(1, hi - lo + 1)
         self.chk = np.zeros((2 * len(segs), steps.w.shape[1]), order="F")  # e^T W_IJ and w^T W_IJ
         self.nu = np.zeros(rows.n)  # sum of squares of each row's factored part (bounds sum |P||P.T|)
         self.gam_extra = 2 * rows.n + len(panels) + 8
@@ -96,19 +96,18 @@ class UpdateChecks:
             cl = slice(self.clo[jj], self.clo[jj] + ce - cs)
             ii0 = 2 * int(np.searchsorted(self.rblk, big_j))
             if r.stop > r.start:
-                gemm_update(1.0, self.enc[r, ii0:].T, st.w[r, cl], self.chk[ii0:, cl], 0.0)
+                self.chk[ii0:, cl] = self._sums(st.w[r, cl], ii0 // 2, len(self.rblk))
 
     def update(self, k: int, mine: np.ndarray, full: np.ndarray, full_sq: np.ndarray) -> None:
         """Carry the checksums through panel ``k``'s update (``mine``: this process's rows of ``P``,
         ``full``: all of them, ``full_sq``: their sums of squares)."""
         st = self.steps
-        e, n = st.panels[k][1], st.rows.n
+        e = st.panels[k][1]
         self.nu[e:] += full_sq
         ii0, jj0 = int(np.searchsorted(self.rblk, k + 1)), int(np.searchsorted(self.cblk, k + 1))
         if ii0 == len(self.rblk) or jj0 == len(self.cblk):
             return
-        below0 = st.rows.range_on(st.grid.myrow, e, n).start
-        sums = self.enc[below0:, 2 * ii0:].T @ mine  # (e^T P_I; w^T P_I) of every trailing segment
+        sums = self._sums(mine, ii0, len(self.rblk))  # (e^T P_I; w^T P_I) of every trailing segment
         for jj in range(jj0, len(self.cblk)):
             cs, ce = st.panels[self.cblk[jj]]
             cl = slice(self.clo[jj], self.clo[jj] + ce - cs)
@@ -145,15 +144,35 @@ class UpdateChecks:
             events.append(event)
         return len(self.rblk) - ii0, events
 
+    def _sums(self, x: np.ndarray, i0: int, i1: int) -> np.ndarray:
+        """``(e^T x_I; w^T x_I)`` of segments ``i0:i1`` (rows interleaved: plain, weighted), ``x`` holding
+        exactly their local rows: one pass over ``x`` (one small product when the segments are all ``bs``
+        rows, segment reductions otherwise)."""
+        lo, nseg, w = self.rlo[i0], i1 - i0, x.shape[1]
+        out = np.empty((2 * nseg, w), order="F")
+        if nseg == 0:
+            return out
+        if x.shape[0] == nseg * self.bs:  # every segment bs rows: one (2 x bs) (bs x nseg w) product
+            enc = np.empty((self.bs, 2), order="F")
+            enc[:, 0], enc[:, 1] = 1.0, np.arange(1, self.bs + 1)
+            both = enc.T @ x.reshape((self.bs, nseg * w), order="F")
+            out[::2] = both[0].reshape((nseg, w), order="F")
+            out[1::2] = both[1].reshape((nseg, w), order="F")
+            return out
+        starts = self.rlo[i0:i1] - lo
+        out[::2] = np.add.reduceat(x, starts, axis=0)
+        out[1::2] = np.add.reduceat(x * self.wts[lo:lo + x.shape[0], None], starts, axis=0)
+        return out
+
     def _flags(self, blk: np.ndarray, r: slice, cl: slice, i0: int, i1: int) -> tuple[np.ndarray, np.ndarray]:
         """Flagged columns of segments ``i0:i1`` (rows ``r`` of the block column ``cl``) and the segments
         whose bound is not finite."""
-        enc = self.enc[r, 2 * i0:2 * i1]
         with np.errstate(invalid="ignore", over="ignore"):
-            got = enc.T @ blk
-            absum = enc[:, ::2].T @ np.abs(blk)
+            got = self._sums(blk, i0, i1)
+            starts = self.rlo[i0:i1] - self.rlo[i0]
+            absum = np.add.reduceat(np.abs(blk), starts, axis=0)
             root = np.sqrt(self.nu)
-            rs = enc[:, ::2].T @ root[self.rglob[r]]
+            rs = np.add.reduceat(root[self.rglob[r]], starts)
             mag = absum + 2.0 * (1.0 + 1e-8) * rs[:, None] * root[self.cglob[cl]][None, :]
             lens = (self.rlo[i0 + 1:i1 + 1] - self.rlo[i0:i1])[:, None]
             if self.tol is None or isinstance(self.tol, str):
@@ -169,7 +188,7 @@ class UpdateChecks:
              event: BlockEvent) -> BlockEvent:
         """Locate the wrong element of each flagged column of segment ``i`` (rows ``seg``, view ``b``) from
         its plain and weighted residuals, set it from the column's expected sum, and re-verify."""
-        got = self.enc[seg, 2 * i:2 * i + 2].T @ b[:, cols]
+        got = self._sums(b[:, cols], i, i + 1)
         res = got - self.chk[2 * i:2 * i + 2, cl][:, cols]
         where = None
         for c, (r_e, r_w) in zip(cols, res.T, strict=True):

@@ -27,7 +27,10 @@ from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from ..pblas._tri_sweep import diagonal_blocks
 
-__all__ = ["CholeskySteps", "first_bad_minor"]
+__all__ = ["CholeskySteps", "first_bad_minor", "HOLD"]
+
+#: What :meth:`CholeskySteps.factor_diagonal` broadcasts instead of a minor when told to hold.
+HOLD = -2
 
 
 def first_bad_minor(a: np.ndarray) -> int:
@@ -63,13 +66,18 @@ class CholeskySteps:
         self.grid, self.w, self.rows, self.cols = grid, w, rows, cols
         self.panels = diagonal_blocks(rows)
 
-    def factor_diagonal(self, k: int) -> tuple[int, np.ndarray | None]:
+    def factor_diagonal(self, k: int, hold: bool = False) -> tuple[int, np.ndarray | None]:
         """Factor diagonal block ``k`` on its owner and broadcast ``(bad, L_kk)``: ``bad`` is the 0-based
-        submatrix index of the failing minor (``-1`` if none), ``L_kk`` is ``None`` when ``bad >= 0``."""
+        submatrix index of the failing minor (``-1`` if none), ``L_kk`` is ``None`` when ``bad >= 0``.
+
+        ``hold`` (read on the owner): factor nothing and broadcast ``(HOLD, None)`` instead, so every process
+        learns, in the same message, that block column ``k`` must be recomputed first (``ft_pdpotrf``)."""
         g, (s, e) = self.grid, self.panels[k]
         pk, qk = int(self.rows.owners[s]), int(self.cols.owners[s])
         msg: tuple[int, np.ndarray | None] | None = None
-        if (g.myrow, g.mycol) == (pk, qk):
+        if hold and (g.myrow, g.mycol) == (pk, qk):
+            msg = (HOLD, None)
+        elif (g.myrow, g.mycol) == (pk, qk):
             blk = self.w[self.rows.range_on(pk, s, e), self.cols.range_on(qk, s, e)]
             try:
                 low = np.linalg.cholesky(blk)  # reads the lower triangle only

@@ -12,22 +12,30 @@ The factorization is :func:`~ftkit.linalg.pdpotrf`'s right-looking algorithm
   rigorous bound never flags a correct factorization;
 - the panel travels with its row and column sums: a value changed between the sender and the product is
   found and restored from its row sum before the product uses it;
+- a block column whose errors cannot be located (two wrong elements in one column of a segment) is
+  recomputed from A and the factored panels before its panel reads it (:mod:`._column_recompute`: the same
+  BLAS calls as the plain updates, so the factor is still ``pdpotrf``'s bit for bit; only on detection);
 - every panel solve ``P L_kk^T = W_{e:,k}`` is checked row by row against row sums, ``P (L_kk^T e) =
   W_{e:,k} e``, with a rigorous bound, and solved again from the saved panel when a row disagrees.
 
-Given a checkpointer (duck-typed: anything with ``protect``, ``checkpoint``, ``recover`` and ``restarted``,
-such as :class:`ftkit.Checkpointer`; linalg does not import the checkpoint package), the factorization's
-state, the work matrix, the index of the next panel and the carried checksums, is protected under
-``ftkit.potrf.W`` / ``ftkit.potrf.state`` / ``ftkit.potrf.chk.*`` and checkpointed every ``ckpt_every``
-panels. When the run is a restart
-(``ckpt.restarted``), ``ft_pdpotrf`` calls ``ckpt.recover()`` itself (which also fills every other array the
-application protected), checks that the stored state belongs to a factorization of the same order, offsets,
-``uplo`` and layout, and resumes at the stored panel: a rank killed in panel ``k`` costs the panels since the
-last checkpoint, not the factorization, and the factor is bit for bit the failure-free one (same grid, same
+Given a checkpointer (duck-typed: anything with ``protect``, ``checkpoint``, ``recover``, ``restarted`` and
+``array``, such as :class:`ftkit.Checkpointer`; linalg does not import the checkpoint package), the
+factorization's state is checkpointed every ``ckpt_every`` panels: the factored columns of the work matrix
+(``ftkit.potrf.L``, a resizable prefix of each process's local array that grows with the panels, so a
+checkpoint costs the factored part, not the whole matrix), the index of the next panel (``ftkit.potrf.state``)
+and the carried checksums (``ftkit.potrf.chk.*``, ``2 / bs`` of the matrix). The trailing matrix is not
+written: on a restart (``ckpt.restarted``) ``ft_pdpotrf`` calls ``ckpt.recover()`` itself (which also fills
+every other array the application protected), checks that the stored state belongs to a factorization of the
+same order, offsets, ``uplo`` and layout, puts the factored columns back and rebuilds the trailing matrix from
+A's values and the factored panels (:func:`._column_recompute.rebuild_trailing`: the updates again, the same
+BLAS calls, so bit for bit what the killed run had); the rebuilt matrix is then checked against the carried
+checksums like any other. A must therefore hold the same matrix as in the first run (a different one is
+reported by those checks). A rank killed in panel ``k`` costs a recovery plus the panels since the last
+checkpoint, not the factorization, and the factor is bit for bit the failure-free one (same grid, same
 operations). A restart without any checkpoint of it starts from the beginning. Call it before any other
 ``recover()`` of the same checkpointer, on a grid of all the checkpointer's ranks (``ckpt.checkpoint`` is
-collective on its communicator). The work matrix stays protected after the call (a later ``protect`` of the
-same names releases it). Recovery is by relaunch; online recovery with spare ranks is not wired in.
+collective on its communicator). The factored part stays protected after the call (a later ``protect`` of
+the same names releases it). Recovery is by relaunch; online recovery with spare ranks is not wired in.
 """
 
 from __future__ import annotations
@@ -48,13 +56,14 @@ from ..abft.report import ABFTReport, BlockEvent, check_ft_args
 from ..matrix import DistributedMatrix
 from ..pblas.add import trapezoid_mask
 from ._abft import UpdateChecks, gather_panel, piece_col_sums, repair_rows, share_panel
-from ._steps import CholeskySteps
+from ._column_recompute import column_flag, rebuild_trailing, recompute_column
+from ._steps import HOLD, CholeskySteps
 from .potrf import CholeskyWork, FactorizationError, check_potrf_args
 
-__all__ = ["ft_pdpotrf", "CKPT_W", "CKPT_STATE"]
+__all__ = ["ft_pdpotrf", "CKPT_L", "CKPT_STATE"]
 
 #: Names under which the factorization's state is protected in the checkpointer.
-CKPT_W, CKPT_STATE, CKPT_CHK = "ftkit.potrf.W", "ftkit.potrf.state", "ftkit.potrf.chk"
+CKPT_L, CKPT_STATE, CKPT_CHK = "ftkit.potrf.L", "ftkit.potrf.state", "ftkit.potrf.chk"
 
 
 class _Tally:
@@ -111,10 +120,19 @@ class _Tally:
             threshold=threshold.name, bs=bs, unchecked=sum(a == "unchecked" for a in acts))
 
 
+def _factored_part(work: CholeskyWork, e: int) -> np.ndarray:
+    """The columns ``< e`` of this process's work array (the factored part once panel ``e`` is done): a prefix
+    of the F-order flat local array, a view (columns before the submatrix included)."""
+    W, mycol = work.W, work.W.grid.mycol
+    c0 = W.col_map(work.wj, work.n).local_range(mycol).start
+    ncol = c0 + int(np.searchsorted(work.cols.indices_on(mycol), e))
+    return W.local.reshape(-1, order="F")[:W.local.shape[0] * ncol]  # a C-contiguous 1-D view
+
+
 def _resume(ckpt: Any, work: CholeskyWork, state: np.ndarray, checks: UpdateChecks) -> int:
-    """Protect the state in ``ckpt``; on a restart recover it and return the panel to resume at."""
-    flat = work.W.local.reshape(-1, order="F")  # a C-contiguous 1-D view of the F-order local array
-    ckpt.protect(CKPT_W, flat)
+    """Protect the state in ``ckpt``; on a restart recover it, rebuild the trailing matrix and return the
+    panel to resume at."""
+    ckpt.protect(CKPT_L, _factored_part(work, 0), resizable=True)
     ckpt.protect(CKPT_STATE, state)
     for name, arr in checks.arrays().items():
         ckpt.protect(f"{CKPT_CHK}.{name}", arr.reshape(-1, order="F"))
@@ -130,7 +148,15 @@ def _resume(ckpt: Any, work: CholeskyWork, state: np.ndarray, checks: UpdateChec
         raise RecoveryError(f"ft_pdpotrf: the checkpointed factorization ({state[1:].tolist()}: order, "
                             f"offsets, uplo, panels) is not this one ({want[1:].tolist()}); use a fresh "
                             "checkpoint directory (or exec_id) for a different matrix")
-    return int(state[0])
+    k = int(state[0])
+    part, got = _factored_part(work, work.steps.panels[k][0]), ckpt.array(CKPT_L)
+    if got.shape != part.shape:
+        raise RecoveryError(f"ft_pdpotrf: the checkpoint holds {got.size} values of this process's factored "
+                            f"columns, the layout needs {part.size}: resume on the same grid and layout")
+    if got is not part:
+        part[...] = got
+    rebuild_trailing(work.steps, k)  # A's values (the work copy's) minus the checkpointed panels' updates
+    return k
 
 
 def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: Any = None,
@@ -178,17 +204,18 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     FactorizationError
         If a leading minor is not positive definite.
     ABFTError
-        If an update could not be corrected (A's triangle is then left unchanged).
+        If an update could not be corrected, not even by recomputing its block column (A's triangle is then
+        left unchanged).
     RecoveryError
         If the restart's checkpoint holds another factorization.
     """
     r = "FT_PDPOTRF"
     uplo, n, ia, ja = check_potrf_args(r, uplo, n, A, ia, ja)
     check_ft_args(r, 8, bs, tol, "correct", inject)
-    needs = ("protect", "checkpoint", "recover", "restarted")
+    needs = ("protect", "checkpoint", "recover", "restarted", "array")
     if ckpt is not None and not all(hasattr(ckpt, a) for a in needs):
-        raise PBLASArgumentError(r, 7, f"ckpt must be a Checkpointer (protect/checkpoint/recover/restarted), "
-                                 f"got {type(ckpt).__name__}")
+        raise PBLASArgumentError(r, 7, "ckpt must be a Checkpointer (protect/checkpoint/recover/restarted/"
+                                 f"array), got {type(ckpt).__name__}")
     threshold = Threshold.parse(tol)
     if n == 0:
         return ABFTReport(threshold=threshold.name)
@@ -204,8 +231,12 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     every = max(1, int(ckpt_every) if ckpt_every else len(panels) // 8)
     tally = _Tally(A.grid.rank)
     for k in range(start, len(panels)):
-        tally.add(*checks.verify(k))  # block column k, before its panel reads it
-        bad, low = work.steps.factor_diagonal(k)
+        checked, events = checks.verify(k)  # block column k, before its panel reads it
+        bad, low = work.steps.factor_diagonal(k, hold=column_flag(work.steps, k, events))
+        if bad == HOLD:  # an error the checks could not locate: compute the block column again
+            events = recompute_column(checks, k, events, work.original)
+            bad, low = work.steps.factor_diagonal(k)
+        tally.add(checked, events)
         if bad >= 0:
             _finish(work, A, A64, uplo, n, ia, ja)
             raise FactorizationError(r, bad + 1, n)
@@ -215,6 +246,7 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
             _checked_update(work.steps, checks, k, mine, inject if k == inject_panel else None, tally)
         if ckpt is not None and (k + 1) % every == 0 and k + 1 < len(panels):
             state[0] = k + 1
+            ckpt.protect(CKPT_L, _factored_part(work, panels[k][1]), resizable=True)  # the factored columns
             ckpt.checkpoint(level=ckpt_level)
         if on_panel is not None:
             on_panel(k)
@@ -222,8 +254,8 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     if report.uncorrected:
         bad_blocks = [(ev.row_block, ev.col_block) for ev in report.events if ev.action == "uncorrected"]
         raise ABFTError(f"ft_pdpotrf: {len(bad_blocks)} block(s) {bad_blocks[:8]} (panel row, panel column) "
-                        "still disagree with their checksums after correction (several wrong elements in one "
-                        "column of a block): "
+                        "still disagree with their checksums after correction and recomputation (a factored "
+                        "panel or a carried checksum is wrong too): "
                         "A is left unchanged; factor again (from the last checkpoint if one was taken)",
                         report=report)
     _finish(work, A, A64, uplo, n, ia, ja)

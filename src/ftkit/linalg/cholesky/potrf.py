@@ -65,6 +65,15 @@ class CholeskyWork:
         self.w = self.W.local_view(self.wi, self.wj, n, n)
         self.steps = CholeskySteps(g, self.w, self.rows, self.cols)
 
+    def original(self) -> np.ndarray:
+        """Return this process's piece of the work matrix as it was before the factorization (A's values).
+
+        Collective on A's grid when the work matrix is a redistributed copy (it is redistributed again).
+        """
+        if self.aligned:
+            return self.A.local_view(self.ia, self.ja, self.n, self.n)
+        return redistribute(self.A, self.ia, self.ja, self.uplo == "U", self.rows, self.cols)
+
     def write_back(self) -> None:
         """Copy the factor (W's lower triangle, transposed for "U") into A's ``uplo`` triangle."""
         A, n = self.A, self.n

@@ -1,0 +1,77 @@
+"""FT_PDPOTRF checkpointed, a rank SIGKILLed, the relaunch resumes: on a 2x2 grid, ``uplo="U"`` with ``mb !=
+nb`` and offsets (the work matrix is a redistributed copy of A).
+
+usage: ft_potrf_resume.py --dir D [--kill-rank R --kill-panel K]
+
+The matrix (order 90 at offset (2, 2) of a 96 x 96 A, ``mb = 6``, ``nb = 8``: 12 panels) is factored with a
+level-1 checkpoint every 3 panels. With ``--kill-rank`` that rank SIGKILLs itself after panel ``K``; the
+survivors leave when they notice. A relaunch with the same ``--dir`` resumes from the last checkpoint. Rank 0
+prints ``resumed at panel k``, ``stored L <values>`` (the factored columns read back from the checkpoint,
+over all ranks: ``0`` for a fresh start), ``factored <n * s_k>`` (what the factored columns ``< s_k`` of the
+90 x 90 work matrix hold) and ``bitwise True|False`` (the factor against ``pdpotrf``'s).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from mpi4py import MPI
+
+import ftkit
+from ftkit import linalg
+from ftkit.errors import ProcessFailure
+from ftkit.failure import exit_without_finalize, revoke
+from ftkit.inject import kill_self
+from ftkit.linalg.cholesky.ft_potrf import CKPT_L
+
+N, OFF, MB, NB = 90, 2, 6, 8
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--dir", required=True)
+    p.add_argument("--kill-rank", type=int, default=-1)
+    p.add_argument("--kill-panel", type=int, default=-1)
+    a = p.parse_args()
+    root = Path(a.dir)
+    ckpt = ftkit.Checkpointer(config=ftkit.Config(ckpt_dir=root / "local", glbl_dir=root / "global",
+                                                  meta_dir=root / "meta"), comm=MPI.COMM_WORLD)
+    grid = linalg.ProcessGrid(ckpt.comm, 2, 2)
+    r = np.random.default_rng(5).standard_normal((N + 2 * OFF, N + 2 * OFF))
+    a_glob = r @ r.T / N + np.eye(N + 2 * OFF)
+    ref = linalg.DistributedMatrix.from_global(grid, a_glob, mb=MB, nb=NB)
+    linalg.pdpotrf("U", N, ref, OFF, OFF)
+    A = linalg.DistributedMatrix.from_global(grid, a_glob, mb=MB, nb=NB)
+    seen: list[int] = []
+    stored: list[int] = []
+
+    def on_panel(k: int) -> None:
+        if not seen and ckpt.restarted and k > 0:  # the factored columns as recovered (no checkpoint since)
+            stored.append(ckpt.array(CKPT_L).size)
+        seen.append(k)
+        if k == a.kill_panel and grid.rank == a.kill_rank:
+            print(f"rank {grid.rank} killing itself after panel {k}", flush=True)
+            kill_self()
+
+    try:
+        linalg.ft_pdpotrf("U", N, A, OFF, OFF, ckpt=ckpt, ckpt_every=3, on_panel=on_panel)
+    except (MPI.Exception, ProcessFailure):  # a peer died: make every blocked survivor fail too, and leave
+        revoke(grid.comm)
+        revoke(ckpt.comm)
+        exit_without_finalize(None, 3)
+    start = seen[0] if seen else -1
+    total = grid.comm.allreduce(sum(stored))
+    same = grid.comm.allreduce(int(np.array_equal(A.local, ref.local)), op=MPI.MIN)
+    if grid.rank == 0:
+        print(f"resumed at panel {start}")
+        print(f"stored L {total}")
+        print(f"factored {N * NB * start}")  # panels are nb wide: s_k = nb * k
+        print(f"bitwise {bool(same)}", flush=True)
+    grid.free()
+    ckpt.finalize()
+
+
+if __name__ == "__main__":
+    main()
