@@ -145,3 +145,21 @@ def test_describe_dir_of_a_tmpfs_and_of_a_dir_not_yet_made(small_disk):
     assert info.fstype == "tmpfs" and info.mount_point == str(disk)
     assert info.locality == "node-local"
     assert info.free_bytes is not None and 0 < info.free_bytes <= 1 << 20
+
+
+def test_internal_communicators_keep_open_mpi_5s_han_off(tmp_path):
+    """Checkpointer()'s own communicators carry the hint that keeps Open MPI 5's coll/han off them (HAN builds
+    sub-communicators at each multi-host communicator's first blocking collective: seconds across hosts);
+    Open MPI's selection log shows HAN refused for the info key on every rank."""
+    from ftkit.mpienv import mpi_library
+
+    if "Open MPI v5" not in mpi_library():
+        pytest.skip(f"the hint is Open MPI 5's; mpi4py loaded {mpi_library()!r}")
+    ini = _config(tmp_path)
+    prog = tmp_path / "ckpt.py"
+    prog.write_text(CKPT_PROGRAM)
+    r = run_python(2, prog, str(ini), cwd=tmp_path, env={"OMPI_MCA_coll_base_verbose": "10"}).check()
+    assert r.stdout.count("STARTED") == 2
+    refused = [line.split("]")[0] for line in (r.stdout + r.stderr).splitlines()
+               if "component disqualified: han (due to communicator info key)" in line]
+    assert len(set(refused)) == 2, r.stdout[-2000:] + r.stderr[-2000:]  # both ranks ([host:pid] prefixes)

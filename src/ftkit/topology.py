@@ -242,12 +242,18 @@ def detect_node_ids(comm, node_size: int | None = None) -> list[int]:  # type: i
     size = comm.Get_size()
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     try:
-        leader = comm.allgather(comm.Get_rank() if local.Get_rank() == 0 else -1)
-        my_leader = local.bcast(comm.Get_rank(), root=0)
+        # A node's leader is its lowest rank (local rank 0: the split's key is the rank), found from the
+        # groups without a message; one exchange then gives every rank's node (each collective is ~0.1 s of
+        # start-up on a loaded machine, so the former leaders' allgather and the node's bcast are gone).
+        groups = local.Get_group(), comm.Get_group()
+        my_leader = MPI.Group.Translate_ranks(groups[0], [0], groups[1])[0]
+        for g in groups:
+            g.Free()
     finally:
         local.Free()
-    leaders = sorted(x for x in leader if x >= 0)
-    real_ids = [leaders.index(x) for x in comm.allgather(my_leader)]
+    every = comm.allgather(my_leader)
+    leaders = sorted(set(every))
+    real_ids = [leaders.index(x) for x in every]
     if node_size is None:
         return real_ids
     if node_size < 1 or size % node_size != 0:

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -49,8 +50,13 @@ Launch = Callable[[Cluster, Sequence[str], int, Sequence[str], "dict[str, str] |
 
 def mpirun_launch(c: Cluster, hosts: Sequence[str], per_host: int, program: Sequence[str],
                   env: dict[str, str] | None) -> list[str]:
-    """Open MPI's ``mpirun --host node1:2,...`` as ``ftkit launch`` builds it (ULFM on)."""
-    cmd = build_mpirun_command(len(hosts) * per_host, list(program), env=env)
+    """Open MPI's ``mpirun --host node1:2,...`` as ``ftkit launch`` builds it (ULFM on), with a private
+    runtime session directory under the cluster's state directory (removed by ``down``): the login node's
+    ``/tmp`` is the machine's, where a killed mpirun's stale session directory made a later one fail at
+    start ("The PMIx server's listener thread failed to start", 1 case in 32 of a matrix run)."""
+    (c.base / "sessions").mkdir(exist_ok=True)
+    session = tempfile.mkdtemp(prefix="job-", dir=c.base / "sessions")
+    cmd = build_mpirun_command(len(hosts) * per_host, list(program), env=env, session_base=session)
     cmd[1:1] = ["--host", c.hostlist(list(hosts), per_host)]
     return cmd
 

@@ -31,10 +31,20 @@ _MAX_SLEEP = 0.005  # s; poll back-off cap, as before the shared wait helper
 
 
 def internal_comm(comm: Any) -> Any:
-    """Return a duplicate of ``comm`` whose errors raise (``MPI.ERRORS_RETURN``) instead of aborting."""
+    """Return a duplicate of ``comm`` whose errors raise (``MPI.ERRORS_RETURN``) instead of aborting.
+
+    The duplicate carries :data:`ftkit.mpienv.INTERNAL_COMM_INFO` (Open MPI 5: no ``coll/han`` on it; other
+    MPIs ignore the hint): see :func:`ftkit.mpienv.internal_info`.
+    """
     from mpi4py import MPI
 
-    dup = comm.Dup()
+    from ..mpienv import internal_info
+
+    info = internal_info()
+    try:
+        dup = comm.Dup(info)
+    finally:
+        info.Free()
     dup.Set_errhandler(MPI.ERRORS_RETURN)
     return dup
 

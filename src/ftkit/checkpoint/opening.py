@@ -48,7 +48,7 @@ def open_session(config: Config, world: Any, spare_ranks: int | None = None) -> 
     RunLockedError
         If another live job uses the same ``meta_dir`` (on every rank; see :mod:`.runlock`).
     """
-    mpienv.check_start(world, config)  # a mis-launched job fails here, before any directory
+    mpienv.check_launch()  # a mis-launched job fails here, before any directory (local: no MPI traffic)
     uncaught.install(world)  # an ftkit error every rank raises is printed once (collective: a Dup)
     set_group_access(bool(config.group_access))  # 0600/0700, or 0640/0750 with group_access = 1
     config = spares.with_spares(config, spare_ranks)
@@ -63,6 +63,9 @@ def open_session(config: Config, world: Any, spare_ranks: int | None = None) -> 
     try:
         # Every later start-up collective follows one with a deadline: a missing rank is reported.
         _mpi.barrier(icomm, config.failure_timeout, "Checkpointer start-up")
+        # On the internal communicator, not on world: a first blocking collective on world would build Open
+        # MPI 5's HAN sub-communicators there (mpienv.INTERNAL_COMM_INFO), seconds across hosts.
+        mpienv.warn_if_l1_shared(icomm, config.ckpt_dir, config.glbl_dir)
         node_ids = detect_node_ids(icomm, config.node_size or None)
         topology = plan_topology(
             node_ids, icomm.Get_rank(), head=config.head, group_size=config.group_size,
