@@ -23,7 +23,9 @@ pieces and compares them with numpy.
 
 ``--routine trmm|syrk|syr2k`` (issue 33) runs ``resilient_pdtrmm`` (``--trans`` is SIDE UPLO TRANSA DIAG,
 e.g. ``LUNN``; the result is B), ``resilient_pdsyrk`` or ``resilient_pdsyr2k`` (``--trans`` is UPLO TRANS,
-e.g. ``LT``) instead, on the whole n x n matrices, ``--mode store`` only. Rank 0 writes numpy's expected
+e.g. ``LT``) instead, on the whole n x n matrices; ``--mode protect`` protects their fixed operands first with
+``protect_pdtrmm`` / ``protect_pdsyrk`` / ``protect_pdsyr2k`` (``protect_pdtrsm``, ``protect_pdsymm``
+likewise; the additions take ``--mode store`` only). Rank 0 writes numpy's expected
 result to ``<dir>/ref.npz`` (``ref``, and ``fixed``: the entries that must equal the input bit for bit, the
 triangle a rank-k update does not touch), which the driver compares the pieces with.
 
@@ -48,7 +50,13 @@ from ftkit.errors import ProcessFailure
 from ftkit.failure import Fenced, exit_without_finalize
 from ftkit.linalg import DistributedMatrix, ProcessGrid
 from ftkit.linalg.resilient import (
+    ProtectedOperands,
     _call_state,
+    protect_pdsymm,
+    protect_pdsyr2k,
+    protect_pdsyrk,
+    protect_pdtrmm,
+    protect_pdtrsm,
     resilient_pdgeadd,
     resilient_pdgemm,
     resilient_pdsymm,
@@ -83,8 +91,8 @@ p.add_argument("--setup", choices=["before", "in-call"], default="before",
 p.add_argument("--timeout", type=float, default=None)
 p.add_argument("--dir", required=True)
 a = p.parse_args()
-if a.routine != "gemm" and a.mode == "protect":
-    p.error("--mode protect serves --routine gemm only (the other routines build their operands per call)")
+if a.routine in ("geadd", "tradd", "tran") and a.mode == "protect":
+    p.error("--mode protect serves the multiplying routines only (the additions take no protected operands)")
 
 world = MPI.COMM_WORLD
 rank = world.Get_rank()
@@ -176,6 +184,21 @@ def on_step(step: int) -> None:
         time.sleep(a.step_pause)
 
 
+def protect(store: Path) -> ProtectedOperands:
+    """The routine's operands protected once, before the call (``--mode protect``)."""
+    kw = {"store": store, "timeout": a.timeout}
+    if a.routine in ("trmm", "trsm"):
+        fn = protect_pdtrmm if a.routine == "trmm" else protect_pdtrsm
+        return fn(*a.trans, n, n, A, 0, 0, B, 0, 0, **kw)  # type: ignore[arg-type]
+    if a.routine == "symm":
+        return protect_pdsymm(*a.trans[:2], n, n, A, 0, 0, B, 0, 0, C, 0, 0, **kw)  # type: ignore[arg-type]
+    if a.routine == "syrk":
+        return protect_pdsyrk(*a.trans, n, n, A, 0, 0, C, 0, 0, **kw)  # type: ignore[arg-type]
+    if a.routine == "syr2k":
+        return protect_pdsyr2k(*a.trans, n, n, A, 0, 0, B, 0, 0, C, 0, 0, **kw)  # type: ignore[arg-type]
+    return protect_operands(ta, tb, n, n, n, A, 0, 0, B, 0, 0, C, 0, 0, **kw)  # type: ignore[arg-type]
+
+
 _call_state.fault_hook = at_stage
 try:
     if not in_call:
@@ -185,8 +208,7 @@ try:
     mark("protect")
     where = store
     if a.mode == "protect":
-        where = protect_operands(ta, tb, n, n, n, A, 0, 0, B, 0, 0, C, 0, 0, store=store,  # type: ignore[assignment]
-                                 timeout=a.timeout)  # fmt: skip
+        where = protect(store)  # type: ignore[assignment]
     hold("multiply")
     if in_call:
         if rank == 0 and not a.start_at_step and a.hold_rank < 0:
