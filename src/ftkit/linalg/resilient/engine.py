@@ -173,7 +173,9 @@ def resilient_call(
     dead = _agree(call)
     if not dead and not lost_any:  # the common case: one quick barrier and Agree are all the extra
         exchange.release()  # every transfer completed (with a failure, sends to the dead may be pending)
-        state = record_failures(grid.shape, set(), writer=det.rank == 0)
+        known = get_state_table()  # all alive (checked on entry): write the persisted table only when new
+        fresh = known is None or known.shape != grid.shape
+        state = record_failures(grid.shape, set(), writer=det.rank == 0 and fresh)
         if det.rank == 0 and call.saved:
             where.remove(prefix)
         record_phases(stats, t0, t1, t2)
