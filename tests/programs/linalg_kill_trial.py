@@ -11,7 +11,8 @@ rank writes ``started`` and sleeps until it is killed, just before the set-up or
 
 Prints, per surviving rank, one of ``DONE rank=.. failed=[..]`` (a result was returned, and
 ``<dir>/out.<rank>.npz`` holds this rank's piece of it: global rows, global columns, values, failed ranks),
-``PROCESSFAILURE rank=.. failed_ranks=[..]`` or ``FENCED rank=..``.
+``PROCESSFAILURE rank=.. failed_ranks=[..]`` or ``FENCED rank=..``, then writes ``<dir>/end.<rank>`` and
+exits once every other rank has ended or is gone (:func:`leave`).
 
 ``--setup in-call`` (issue 33) measures a kill at any moment of the call itself: nothing builds the detector
 beforehand (in ``--mode protect``, ``protect_operands`` does, and the call reuses it), ``started`` is written
@@ -199,6 +200,38 @@ def protect(store: Path) -> ProtectedOperands:
     return protect_operands(ta, tb, n, n, n, A, 0, 0, B, 0, 0, C, 0, 0, **kw)  # type: ignore[arg-type]
 
 
+def leave(limit: float = 60.0) -> None:
+    """Exit without ``MPI_Finalize`` (it may wait for the dead: open-mpi/ompi#11404) once every other rank has
+    ended its call too (written ``<dir>/end.<rank>``) or is gone (its pid no longer exists), at most
+    ``limit`` seconds, driving MPI's progress meanwhile.
+
+    A survivor that leaves is a failure to MPI: if all the others left at once, one still finishing the
+    call's last agreement would be left without a peer holding its outcome (a trial of issue 33 ended with 4
+    survivors returning and the fifth naming them all dead). Real applications go on computing after a call;
+    this keeps the trial's survivors alive as long as that.
+    """
+    Path(a.dir, f"end.{rank}").write_text("")
+    others = [r for r in range(world.Get_size()) if r != rank]
+    deadline = time.monotonic() + limit
+
+    def over(r: int) -> bool:
+        if Path(a.dir, f"end.{r}").exists():
+            return True
+        try:
+            os.kill(int(Path(a.dir, f"pid.{r}").read_text()), 0)
+        except (ProcessLookupError, ValueError, FileNotFoundError):
+            return True
+        return False
+
+    while time.monotonic() < deadline and not all(over(r) for r in others):
+        try:
+            world.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)  # progress: a peer's agreement may still need this rank
+        except MPI.Exception:
+            pass
+        time.sleep(0.01)
+    exit_without_finalize()
+
+
 _call_state.fault_hook = at_stage
 try:
     if not in_call:
@@ -236,15 +269,15 @@ try:
     mark("returned")
 except Fenced:
     print(f"FENCED rank={rank}", flush=True)
-    exit_without_finalize()
+    leave()
 except ProcessFailure as exc:
     why = str(exc).replace("\n", " ")  # for diagnosis; the driver parses failed_ranks only
     print(f"PROCESSFAILURE rank={rank} failed_ranks={sorted(exc.failed_ranks)} why={why}", flush=True)
-    exit_without_finalize()
+    leave()
 # No MPI after the call: a kill that lands after it returned must not make the check itself hang. Each rank
 # writes its piece of the result (global rows, columns, values); the driver assembles and checks them.
 np.savez(Path(a.dir, f"out.{rank}.tmp.npz"), rows=res.C.global_rows(), cols=res.C.global_cols(),
          c=res.C.local, failed=np.array(res.failed_ranks, dtype=np.int64))  # fmt: skip
 os.replace(Path(a.dir, f"out.{rank}.tmp.npz"), Path(a.dir, f"out.{rank}.npz"))
 print(f"DONE rank={rank} failed={list(res.failed_ranks)}", flush=True)
-exit_without_finalize()  # MPI_Finalize may wait for the dead (open-mpi/ompi#11404)
+leave()
