@@ -21,9 +21,13 @@ Each case ``N,NB``: N x N matrices with NB x NB blocks (RSRC = CSRC = 0, ScaLAPA
 data (the triangular and SPD operands made well conditioned). Routines: ``pdtrsm`` / ``pdtrmm`` (side L,
 lower, no transpose, non-unit, alpha 1), ``pdsyrk`` / ``pdsyr2k`` (lower, "N", k = N, beta 1), ``pdpotrf``
 (lower), their ``ft_`` versions (rigorous threshold), ``ft_pdpotrf_ckpt`` (ft_pdpotrf with a level-1
-checkpoint every 4 panels, into ``--ckpt-dir``), and the ``resilient_`` versions of the four level-3 routines
-(their inputs saved to a store directory under ``--ckpt-dir`` by every call: they take no
-``protect_operands``, whose operands they build per call), each compared with its plain ftkit routine.
+checkpoint every 4 panels, into ``--ckpt-dir``), and the ``resilient_`` versions of the four level-3 routines,
+each compared with its plain ftkit routine: ``resilient_pdtrsm`` etc. with their fixed operands protected once
+per case before the timed calls (``protect_pdtrsm`` ..., untimed; its time printed as ``PROTECT`` lines), the
+issue's measure, and ``resilient_pdtrsm_store`` etc. given a store directory under ``--ckpt-dir`` (every call
+builds and saves its operands). Each ``resilient_`` call also fills its phase times, printed per rank as
+``PHASE sys=ftkit routine=.. rank=.. protect_s=.. iterate_s=.. settle_s=.. cpu=..`` (the profile per phase
+and rank; ``cpu`` that rank's CPU seconds in the call).
 After the warm-up calls the timed calls are interleaved (every routine once per repetition), so a variant
 and its plain routine run under the same load; the table gives the ratio of CPU-second medians beside the
 wall-time ones. Timing as in the ScaLAPACK anchor programs
@@ -59,16 +63,38 @@ if TYPE_CHECKING:  # the ScaLAPACK worker and the driver must not load mpi4py (a
 FLOPS = {"pdtrsm": 1.0, "pdtrmm": 1.0, "pdsyrk": 1.0, "pdsyr2k": 2.0, "pdpotrf": 1.0 / 3.0}
 ALL = ["pdtrsm", "ft_pdtrsm", "pdtrmm", "ft_pdtrmm", "pdsyrk", "ft_pdsyrk", "pdsyr2k", "ft_pdsyr2k",
        "pdpotrf", "ft_pdpotrf", "ft_pdpotrf_ckpt", "resilient_pdtrsm", "resilient_pdtrmm", "resilient_pdsyrk",
-       "resilient_pdsyr2k"]
-#: The variants of a plain routine: ABFT (``ft_``), checkpointed (``_ckpt``), process-failure tolerant.
-PREFIXES, SUFFIX = ("ft_", "resilient_"), "_ckpt"
+       "resilient_pdsyr2k", "resilient_pdtrsm_store", "resilient_pdtrmm_store", "resilient_pdsyrk_store",
+       "resilient_pdsyr2k_store"]
+#: The variants of a plain routine: ABFT (``ft_``), checkpointed (``_ckpt``), process-failure tolerant
+#: (``resilient_``: with protected operands; ``_store``: given a store directory, saving operands per call).
+PREFIXES, SUFFIXES = ("ft_", "resilient_"), ("_ckpt", "_store")
 
 
 def base_of(routine: str) -> str:
     """The plain routine a variant is compared with."""
     for p in PREFIXES:
         routine = routine.removeprefix(p)
-    return routine.removesuffix(SUFFIX)
+    for s in SUFFIXES:
+        routine = routine.removesuffix(s)
+    return routine
+
+
+def protected(routine: str) -> bool:
+    """Whether ``routine`` is a ``resilient_`` one run with protected operands."""
+    return routine.startswith("resilient_") and not routine.endswith("_store")
+
+
+def protect(routine: str, n: int, ops: Mats, store: str) -> Any:
+    """Protect the fixed operands of ``routine``'s benchmark call (:func:`call`) once (collective)."""
+    from ftkit import linalg
+
+    base = base_of(routine)
+    fn = getattr(linalg, base.replace("pd", "protect_pd", 1))
+    if base in ("pdtrsm", "pdtrmm"):
+        return fn("L", "L", "N", "N", n, n, ops["T"], 0, 0, ops["B"], 0, 0, store=store)
+    if base == "pdsyrk":
+        return fn("L", "N", n, n, ops["B"], 0, 0, ops["C"], 0, 0, store=store)
+    return fn("L", "N", n, n, ops["B"], 0, 0, ops["T"], 0, 0, ops["C"], 0, 0, store=store)
 Mats = dict[str, "linalg.DistributedMatrix"]
 RES_LINE = re.compile(r"RES sys=(\S+) routine=(\S+) grid=\S+ n=(\d+) nb=(\d+) rep=\d+ t=([\d.]+) "
                       r"gflops=\S+ cpu=([\d.]+)")
@@ -92,9 +118,10 @@ def operands(grid: linalg.ProcessGrid, n: int, nb: int) -> Mats:
     return {"T": T, "S": sym, "B": B, "C": C}
 
 
-def call(routine: str, n: int, ops: Mats, ckpt: object, store: str | None = None) -> linalg.DistributedMatrix:
+def call(routine: str, n: int, ops: Mats, ckpt: object, store: Any = None) -> linalg.DistributedMatrix:
     """Run ``routine`` on fresh copies of its operands; return the matrix it wrote. ``store``: the input
-    store directory of the ``resilient_`` routines."""
+    store directory or protected operands of the ``resilient_`` routines (their phase times in
+    ``call.stats``)."""
     import functools
 
     from mpi4py import MPI
@@ -103,9 +130,11 @@ def call(routine: str, n: int, ops: Mats, ckpt: object, store: str | None = None
 
     T, S, B, C = ops["T"], ops["S"].copy(), ops["B"].copy(), ops["C"].copy()
     base = base_of(routine)
-    fn = getattr(linalg, routine.removesuffix(SUFFIX))
+    fn = getattr(linalg, routine.removesuffix("_ckpt").removesuffix("_store"))
+    stats: dict[str, float] = {}
+    call.stats = stats  # type: ignore[attr-defined]
     if routine.startswith("resilient_"):
-        fn = functools.partial(fn, store=store)
+        fn = functools.partial(fn, store=store, stats=stats)
     comm = T.grid.comm
     comm.Barrier()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -170,7 +199,7 @@ def ftkit_worker(args: argparse.Namespace) -> None:
                                                 else None))
         ckpt = ftkit.Checkpointer(config=ftkit.Config(ckpt_dir=root / "local", glbl_dir=root / "global",
                                                       meta_dir=root / "meta"), comm=comm)
-    store = None
+    store: str | None = None
     if any(r.startswith("resilient_") for r in args.routines):
         root = args.ckpt_dir or comm.bcast(tempfile.mkdtemp(prefix="bench_pblas3_") if comm.rank == 0
                                            else None)
@@ -178,8 +207,17 @@ def ftkit_worker(args: argparse.Namespace) -> None:
     for case in args.cases:
         n, nb = map(int, case.split(","))
         ops = operands(grid, n, nb)
+        handles: dict[str, Any] = {}
+        for routine in filter(protected, args.routines):  # once per case, before (and apart from) the calls
+            comm.Barrier()
+            t0 = time.perf_counter()
+            handles[routine] = protect(routine, n, ops, store)  # type: ignore[arg-type]
+            t = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+            if comm.rank == 0:
+                print(f"PROTECT sys=ftkit routine={routine} grid={args.grid} n={n} nb={nb} t={t:.4f}",
+                      flush=True)
         for routine in args.routines:
-            out = call(routine, n, ops, ckpt, store)  # warm-up (untimed)
+            out = call(routine, n, ops, ckpt, handles.get(routine, store))  # warm-up (untimed)
             if args.check:
                 verdict = check(routine, n, ops, out)
                 if comm.rank == 0:
@@ -187,14 +225,29 @@ def ftkit_worker(args: argparse.Namespace) -> None:
                           flush=True)
         for rep in range(args.reps):  # interleaved: a variant and its plain routine see the same load
             for routine in args.routines:
-                call(routine, n, ops, ckpt, store)
+                c0 = time.process_time()
+                call(routine, n, ops, ckpt, handles.get(routine, store))
                 t, cpu = call.last  # type: ignore[attr-defined]
                 flops = FLOPS[base_of(routine)] * n**3
                 if comm.rank == 0:
                     print(f"RES sys=ftkit routine={routine} grid={args.grid} n={n} nb={nb} rep={rep} "
                           f"t={t:.4f} gflops={flops / t / 1e9:.2f} cpu={cpu:.3f}", flush=True)
+                if routine.startswith("resilient_"):
+                    _print_phases(comm, routine, rep, call.stats, time.process_time() - c0)  # type: ignore[attr-defined]
+        for handle in handles.values():
+            handle.release()
     if ckpt is not None:
         ckpt.finalize()
+
+
+def _print_phases(comm: Any, routine: str, rep: int, stats: dict[str, float], cpu: float) -> None:
+    """Print every rank's phase times and CPU seconds of one call on rank 0 (``PHASE`` lines; collective)."""
+    rows = comm.gather((comm.rank, stats, cpu), root=0)
+    if comm.rank == 0:
+        for rank, st, c in rows:
+            print(f"PHASE sys=ftkit routine={routine} rep={rep} rank={rank} "
+                  + " ".join(f"{k}={st.get(k, 0.0):.4f}" for k in ("protect_s", "iterate_s", "settle_s"))
+                  + f" cpu={c:.3f}", flush=True)
 
 
 # ---------------------------------------------------------------- the ScaLAPACK side (ctypes, no mpi4py)
@@ -368,7 +421,7 @@ def side_by_side(args: argparse.Namespace) -> int:
                     key = (f"{m.group(3)},{m.group(4)}", m.group(1), m.group(2))
                     times[key].append(float(m.group(5)))
                     cpus[key].append(float(m.group(6)))
-                if line.startswith(("RES", "INFO", "CHECK")):
+                if line.startswith(("RES", "INFO", "CHECK", "PROTECT", "PHASE")):
                     print(f"r{rnd} {line}", flush=True)
             if r.returncode != 0 or "illegal value" in r.stderr:  # PXERBLA prints and returns
                 failed += 1

@@ -22,13 +22,14 @@ the window). Early kills: ``--setup in-call --max-delay 0.4``. A kill before the
 (the first milliseconds of a ``store``-mode call, or of a ``beta != 0`` call, which saves C) cannot be
 survived: nothing holds the victim's data; such trials end in ``failure`` with phase ``entry``.
 ``--routine trmm|syrk|syr2k`` (issue 33) runs ``resilient_pdtrmm`` (random SIDE UPLO TRANSA DIAG),
-``resilient_pdsyrk`` or ``resilient_pdsyr2k`` (random UPLO TRANS) instead, in ``store`` mode (they take no
-protected operands); the job's rank 0 writes numpy's result, and the rank-k updates' untouched triangle
-must equal the input bit for bit. ``symm`` (random SIDE UPLO), ``trsm`` (as trmm), ``geadd`` (TRANS),
-``tradd`` (UPLO TRANS) and ``tran`` likewise; the additions' results must equal numpy's bit for bit
-(rounded as pdgeadd rounds), not only to within rounding. Their ``prepare`` step (building the multiplied
-operands, a plain collective) cannot survive a death: a kill there ends in ``failure`` with phase
-``entry``/``setup``. Outcomes:
+``resilient_pdsyrk`` or ``resilient_pdsyr2k`` (random UPLO TRANS) instead, in ``store`` or ``protect`` mode
+(``protect_pdtrmm``, ``protect_pdsyrk``, ... before the call; so also ``symm`` and ``trsm``; the additions
+``geadd``, ``tradd`` and ``tran`` run in ``store`` mode only); the job's rank 0 writes numpy's result, and the
+rank-k updates' untouched triangle must equal the input bit for bit. ``symm`` (random SIDE UPLO), ``trsm`` (as
+trmm), ``geadd`` (TRANS), ``tradd`` (UPLO TRANS) and ``tran`` likewise; the additions' results must equal
+numpy's bit for bit (rounded as pdgeadd rounds), not only to within rounding. Their ``prepare`` step (building
+the multiplied operands, a plain collective) cannot survive a death: a kill there ends in ``failure`` with
+phase ``entry``/``setup``. Outcomes:
 
 ``exact``
     every survivor returned, and the result pieces they wrote, assembled, equal numpy's product (within
@@ -84,6 +85,8 @@ FLAGS = {
     "tradd": tuple(u + t for u in "UL" for t in "NT"),
     "tran": ("-",),
 }
+#: The routines that take no protected operands (``store`` mode only).
+ADDITIONS = ("geadd", "tradd", "tran")
 OUTCOMES = ("exact", "failure", "late", "wrong", "hang")
 PHASES = ("setup", "protect", "entry", "multiply", "settle", "after", "none")
 
@@ -128,7 +131,7 @@ def draw_trial(rng: random.Random, grid: str | None = None, max_delay: float = 1
     """Return a random trial (on ``grid`` if given) with a kill delay uniform in [0, ``max_delay``] s."""
     grid = grid or rng.choice(GRIDS)
     p, q = (int(x) for x in grid.split("x"))
-    mode = rng.choice(modes) if routine == "gemm" else "store"
+    mode = rng.choice(modes) if routine not in ADDITIONS else "store"
     return Trial(grid, rng.choice(FLAGS[routine]), rng.choice(betas), mode,
                  rng.randrange(p * q), round(rng.uniform(0.0, max_delay), 3), setup=setup,
                  routine=routine)  # fmt: skip
@@ -282,7 +285,7 @@ def call_duration(grid: str, timeout: float, setup: str = "before", routine: str
     RuntimeError
         If the failure-free trial does not give the exact product.
     """
-    trial = Trial(grid, FLAGS[routine][-1], 0.5, "protect" if routine == "gemm" else "store", 0, 0.0,
+    trial = Trial(grid, FLAGS[routine][-1], 0.5, "store" if routine in ADDITIONS else "protect", 0, 0.0,
                   setup=setup, routine=routine)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="ftkit-warmup-") as tmp:
         res = run_trial(trial, Path(tmp), timeout, kill=False)

@@ -1,7 +1,9 @@
 """resilient_pdtrsm, resilient_pdtrmm, resilient_pdsyrk, resilient_pdsyr2k, resilient_pdgeadd,
 resilient_pdtradd and resilient_pdtran (issue 33) with a rank SIGKILLed from outside at a random moment of the
 multiply on non-square grids: the survivors return numpy's result (the additions bit for bit: rounded as
-pdgeadd rounds), and the part of C a routine does not touch is bit for bit the input."""
+pdgeadd rounds), and the part of C a routine does not touch is bit for bit the input; the multiplying ones
+also with their operands protected before the call (protect_pdtrsm, protect_pdtrmm, protect_pdsyrk,
+protect_pdsyr2k, protect_pdsymm)."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ def _killer(tmp_path: Path, victim: int, delay: float, over: threading.Event) ->
 
 
 def _run(tmp_path: Path, grid: str, routine: str, flags: str, victim: int | None, delay: float = 0.0,
-         hold: str | None = None):
+         hold: str | None = None, mode: str = "store"):
     p, q = (int(x) for x in grid.split("x"))
     over = threading.Event()
     killer = _killer(tmp_path, victim, delay, over) if victim is not None else None
@@ -45,7 +47,7 @@ def _run(tmp_path: Path, grid: str, routine: str, flags: str, victim: int | None
         killer.start()
     try:
         r = run_python(p * q, PROGRAM, "--grid", grid, "--n", str(N), "--nb", str(NB), "--routine", routine,
-                       "--trans", flags, "--beta", "0.5", "--mode", "store", "--step-pause", str(STEP_PAUSE),
+                       "--trans", flags, "--beta", "0.5", "--mode", mode, "--step-pause", str(STEP_PAUSE),
                        "--dir", str(tmp_path),
                        *(["--hold-rank", str(victim), "--hold-at", hold] if hold else ["--start-at-step"]),
                        timeout=JOB_TIMEOUT)  # fmt: skip
@@ -98,6 +100,25 @@ def test_a_rank_killed_at_a_random_moment_of_the_multiply_is_survived(tmp_path, 
     rng = random.Random(f"{routine}{flags}{grid}")
     victim, delay = rng.randrange(p * q), rng.uniform(0.0, 6 * STEP_PAUSE)
     r, nprocs = _run(tmp_path, grid, routine, flags, victim, delay)
+    _check(tmp_path, r, nprocs, [victim])
+
+
+# (routine, flags, grid) with the operands protected before the call (protect_pdtrsm, ...)
+PROTECTED = [
+    ("trsm", "LUNN", "2x3"), ("trsm", "RLTU", "3x2"), ("trmm", "RUTN", "2x3"), ("trmm", "LLNU", "3x2"),
+    ("syrk", "LT", "2x3"), ("syrk", "UN", "3x2"), ("syr2k", "UT", "3x2"), ("syr2k", "LN", "2x3"),
+    ("symm", "LU", "2x3"), ("symm", "RL", "3x2"),
+]
+
+
+@pytest.mark.parametrize("routine,flags,grid", PROTECTED)
+def test_with_protected_operands_a_rank_killed_mid_call_is_survived(tmp_path, routine, flags, grid):
+    # the kill comes 0-0.15 s after the first step began: the steps take 8 x 0.05 s at least (16 for SYR2K),
+    # so it lands inside the call, after the protection
+    p, q = (int(x) for x in grid.split("x"))
+    rng = random.Random(f"protected{routine}{flags}{grid}")
+    victim, delay = rng.randrange(p * q), rng.uniform(0.0, 3 * STEP_PAUSE)
+    r, nprocs = _run(tmp_path, grid, routine, flags, victim, delay, mode="protect")
     _check(tmp_path, r, nprocs, [victim])
 
 

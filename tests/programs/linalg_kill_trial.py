@@ -11,7 +11,8 @@ rank writes ``started`` and sleeps until it is killed, just before the set-up or
 
 Prints, per surviving rank, one of ``DONE rank=.. failed=[..]`` (a result was returned, and
 ``<dir>/out.<rank>.npz`` holds this rank's piece of it: global rows, global columns, values, failed ranks),
-``PROCESSFAILURE rank=.. failed_ranks=[..]`` or ``FENCED rank=..``.
+``PROCESSFAILURE rank=.. failed_ranks=[..]`` or ``FENCED rank=..``, then writes ``<dir>/end.<rank>`` and
+exits once every other rank has ended or is gone (:func:`leave`).
 
 ``--setup in-call`` (issue 33) measures a kill at any moment of the call itself: nothing builds the detector
 beforehand (in ``--mode protect``, ``protect_operands`` does, and the call reuses it), ``started`` is written
@@ -23,7 +24,9 @@ pieces and compares them with numpy.
 
 ``--routine trmm|syrk|syr2k`` (issue 33) runs ``resilient_pdtrmm`` (``--trans`` is SIDE UPLO TRANSA DIAG,
 e.g. ``LUNN``; the result is B), ``resilient_pdsyrk`` or ``resilient_pdsyr2k`` (``--trans`` is UPLO TRANS,
-e.g. ``LT``) instead, on the whole n x n matrices, ``--mode store`` only. Rank 0 writes numpy's expected
+e.g. ``LT``) instead, on the whole n x n matrices; ``--mode protect`` protects their fixed operands first with
+``protect_pdtrmm`` / ``protect_pdsyrk`` / ``protect_pdsyr2k`` (``protect_pdtrsm``, ``protect_pdsymm``
+likewise; the additions take ``--mode store`` only). Rank 0 writes numpy's expected
 result to ``<dir>/ref.npz`` (``ref``, and ``fixed``: the entries that must equal the input bit for bit, the
 triangle a rank-k update does not touch), which the driver compares the pieces with.
 
@@ -48,7 +51,13 @@ from ftkit.errors import ProcessFailure
 from ftkit.failure import Fenced, exit_without_finalize
 from ftkit.linalg import DistributedMatrix, ProcessGrid
 from ftkit.linalg.resilient import (
+    ProtectedOperands,
     _call_state,
+    protect_pdsymm,
+    protect_pdsyr2k,
+    protect_pdsyrk,
+    protect_pdtrmm,
+    protect_pdtrsm,
     resilient_pdgeadd,
     resilient_pdgemm,
     resilient_pdsymm,
@@ -83,8 +92,8 @@ p.add_argument("--setup", choices=["before", "in-call"], default="before",
 p.add_argument("--timeout", type=float, default=None)
 p.add_argument("--dir", required=True)
 a = p.parse_args()
-if a.routine != "gemm" and a.mode == "protect":
-    p.error("--mode protect serves --routine gemm only (the other routines build their operands per call)")
+if a.routine in ("geadd", "tradd", "tran") and a.mode == "protect":
+    p.error("--mode protect serves the multiplying routines only (the additions take no protected operands)")
 
 world = MPI.COMM_WORLD
 rank = world.Get_rank()
@@ -176,6 +185,53 @@ def on_step(step: int) -> None:
         time.sleep(a.step_pause)
 
 
+def protect(store: Path) -> ProtectedOperands:
+    """The routine's operands protected once, before the call (``--mode protect``)."""
+    kw = {"store": store, "timeout": a.timeout}
+    if a.routine in ("trmm", "trsm"):
+        fn = protect_pdtrmm if a.routine == "trmm" else protect_pdtrsm
+        return fn(*a.trans, n, n, A, 0, 0, B, 0, 0, **kw)  # type: ignore[arg-type]
+    if a.routine == "symm":
+        return protect_pdsymm(*a.trans[:2], n, n, A, 0, 0, B, 0, 0, C, 0, 0, **kw)  # type: ignore[arg-type]
+    if a.routine == "syrk":
+        return protect_pdsyrk(*a.trans, n, n, A, 0, 0, C, 0, 0, **kw)  # type: ignore[arg-type]
+    if a.routine == "syr2k":
+        return protect_pdsyr2k(*a.trans, n, n, A, 0, 0, B, 0, 0, C, 0, 0, **kw)  # type: ignore[arg-type]
+    return protect_operands(ta, tb, n, n, n, A, 0, 0, B, 0, 0, C, 0, 0, **kw)  # type: ignore[arg-type]
+
+
+def leave(limit: float = 60.0) -> None:
+    """Exit without ``MPI_Finalize`` (it may wait for the dead: open-mpi/ompi#11404) once every other rank has
+    ended its call too (written ``<dir>/end.<rank>``) or is gone (its pid no longer exists), at most
+    ``limit`` seconds, driving MPI's progress meanwhile.
+
+    A survivor that leaves is a failure to MPI: if all the others left at once, one still finishing the
+    call's last agreement would be left without a peer holding its outcome (a trial of issue 33 ended with 4
+    survivors returning and the fifth naming them all dead). Real applications go on computing after a call;
+    this keeps the trial's survivors alive as long as that.
+    """
+    Path(a.dir, f"end.{rank}").write_text("")
+    others = [r for r in range(world.Get_size()) if r != rank]
+    deadline = time.monotonic() + limit
+
+    def over(r: int) -> bool:
+        if Path(a.dir, f"end.{r}").exists():
+            return True
+        try:
+            os.kill(int(Path(a.dir, f"pid.{r}").read_text()), 0)
+        except (ProcessLookupError, ValueError, FileNotFoundError):
+            return True
+        return False
+
+    while time.monotonic() < deadline and not all(over(r) for r in others):
+        try:
+            world.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)  # progress: a peer's agreement may still need this rank
+        except MPI.Exception:
+            pass
+        time.sleep(0.01)
+    exit_without_finalize()
+
+
 _call_state.fault_hook = at_stage
 try:
     if not in_call:
@@ -185,8 +241,7 @@ try:
     mark("protect")
     where = store
     if a.mode == "protect":
-        where = protect_operands(ta, tb, n, n, n, A, 0, 0, B, 0, 0, C, 0, 0, store=store,  # type: ignore[assignment]
-                                 timeout=a.timeout)  # fmt: skip
+        where = protect(store)  # type: ignore[assignment]
     hold("multiply")
     if in_call:
         if rank == 0 and not a.start_at_step and a.hold_rank < 0:
@@ -214,15 +269,15 @@ try:
     mark("returned")
 except Fenced:
     print(f"FENCED rank={rank}", flush=True)
-    exit_without_finalize()
+    leave()
 except ProcessFailure as exc:
     why = str(exc).replace("\n", " ")  # for diagnosis; the driver parses failed_ranks only
     print(f"PROCESSFAILURE rank={rank} failed_ranks={sorted(exc.failed_ranks)} why={why}", flush=True)
-    exit_without_finalize()
+    leave()
 # No MPI after the call: a kill that lands after it returned must not make the check itself hang. Each rank
 # writes its piece of the result (global rows, columns, values); the driver assembles and checks them.
 np.savez(Path(a.dir, f"out.{rank}.tmp.npz"), rows=res.C.global_rows(), cols=res.C.global_cols(),
          c=res.C.local, failed=np.array(res.failed_ranks, dtype=np.int64))  # fmt: skip
 os.replace(Path(a.dir, f"out.{rank}.tmp.npz"), Path(a.dir, f"out.{rank}.npz"))
 print(f"DONE rank={rank} failed={list(res.failed_ranks)}", flush=True)
-exit_without_finalize()  # MPI_Finalize may wait for the dead (open-mpi/ompi#11404)
+leave()

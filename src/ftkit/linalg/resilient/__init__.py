@@ -8,7 +8,8 @@
 - :mod:`.multiply`: ``resilient_pdgemm`` and ``resilient_pdsymm`` (the scheme described there);
 - :mod:`.routines`: PDTRSM, PDTRMM, PDSYRK and PDSYR2K as product forms; :mod:`.additions`: PDGEADD,
   PDTRADD and PDTRAN as products with the identity;
-- :mod:`.protected`: ``protect_operands``, inputs saved ahead of the calls, and the grid's failure detector.
+- :mod:`.protected`: ``protect_operands``, inputs saved ahead of the calls, and the grid's failure detector;
+  :mod:`.form_protection`: the same for every product form (``protect_pdsymm``, ``protect_pdtrsm``, ...).
 """
 
 from __future__ import annotations
@@ -16,12 +17,22 @@ from __future__ import annotations
 from ._call_state import ResilientResult
 from .additions import resilient_pdgeadd, resilient_pdtradd, resilient_pdtran
 from .engine import ProductForm, resilient_call
-from .multiply import resilient_pdgemm, resilient_pdsymm
+from .multiply import protect_pdsymm, resilient_pdgemm, resilient_pdsymm
 from .protected import ProtectedOperands, protect_operands
-from .routines import resilient_pdsyr2k, resilient_pdsyrk, resilient_pdtrmm, resilient_pdtrsm
+from .routines import (
+    protect_pdsyr2k,
+    protect_pdsyrk,
+    protect_pdtrmm,
+    protect_pdtrsm,
+    resilient_pdsyr2k,
+    resilient_pdsyrk,
+    resilient_pdtrmm,
+    resilient_pdtrsm,
+)
 
 __all__ = [
     "resilient_pdgemm", "resilient_pdsymm", "resilient_pdtrsm", "resilient_pdtrmm", "resilient_pdsyrk",
     "resilient_pdsyr2k", "resilient_pdgeadd", "resilient_pdtradd", "resilient_pdtran", "resilient_call",
-    "ProductForm", "ResilientResult", "protect_operands", "ProtectedOperands",
+    "ProductForm", "ResilientResult", "protect_operands", "ProtectedOperands", "protect_pdsymm",
+    "protect_pdtrsm", "protect_pdtrmm", "protect_pdsyrk", "protect_pdsyr2k",
 ]

@@ -125,10 +125,14 @@ class ResilientCall:
         whole = (self.ic, self.jc, self.m, self.n) == (0, 0, d.m, d.n)
         return self.keep is not None or not self.multiply or self.beta != 0.0 or not whole
 
+    def saves(self, side: str) -> bool:
+        """Whether this call saves its aligned operand ``side`` (``"a"``, ``"b"``) itself (not protected)."""
+        return self.multiply and self.prefixes[side] == self.prefix
+
     @property
     def save_ops(self) -> bool:
-        """Whether this call saves A and B itself (not protected beforehand)."""
-        return self.multiply and self.prefixes["a"] == self.prefix
+        """Whether this call saves A or B itself (not both protected beforehand)."""
+        return self.saves("a") or self.saves("b")
 
     @property
     def saved(self) -> bool:

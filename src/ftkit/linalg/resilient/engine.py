@@ -31,7 +31,6 @@ from ...failure import (
     get_state_table,
     record_failures,
     repair,
-    revoke,
 )
 from ...failure.ulfm import agree_flag, require_ulfm
 from ...storage.inputs import InputStore, open_store
@@ -44,15 +43,18 @@ from ._call_state import PhaseTimer, ResilientCall, ResilientResult, at_stage, r
 from ._failure_exchange import FailureAwareExchange, run_cannon
 from ._settle import Tile, plan_tiles, prefetch, settle_up
 from .protected import (
+    Built,
+    Operands,
     ProtectedOperands,
     call_name,
     detector_for,
     forget_detector,
     reusable_detector,
+    revoke_grid,
     save_failed,
 )
 
-__all__ = ["ProductForm", "resilient_call"]
+__all__ = ["ProductForm", "resilient_call", "build_operands"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,13 @@ class ProductForm:
         with submatrix row and column indices (0-based int arrays), returns the boolean matrix of the entries
         updated; every other entry keeps its value bit for bit (restored after the steps, and in a dead
         process's recomputed tiles from its stored C, which is then always saved).
+    fixed
+        The sides of the product (``"a"``, ``"b"``) whose operands stay the same between calls, which
+        :func:`protect_form` saves once: ``"ab"``, or the triangle's side of PDTRSM and PDTRMM (B is their
+        output). With only one side fixed, ``prepare`` takes the operands it built when the form was
+        protected and builds the other side only (``prepare(previous)``).
+    flags
+        The routine's flags the built operands depend on (side, uplo, trans, diag), for the protection's key.
     """
 
     routine: str
@@ -95,8 +104,10 @@ class ProductForm:
     C: DistributedMatrix
     ic: int
     jc: int
-    prepare: Callable[[], tuple[DistributedMatrix, int, int, DistributedMatrix, int, int]] | None = None
+    prepare: Callable[..., Operands] | None = None
     keep: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+    fixed: str = "ab"
+    flags: tuple[str, ...] = ()
 
 
 def resilient_call(
@@ -132,6 +143,7 @@ def resilient_call(
     check_width(f.routine, width)
     _check_state_table(grid)
     protected = store if isinstance(store, ProtectedOperands) else None
+    sides = protected.sides if protected is not None else ""
     name = f"resilient_{f.routine.lower()}"
     # Phase 1 (protect) starts here: capability checks (ULFM support) come first, before the detector (whose
     # set-up already uses ULFM's agreement) and before anything is saved.
@@ -140,9 +152,9 @@ def resilient_call(
     where = (protected.store if protected is not None
              else open_store(store, rank=grid.rank, nranks=grid.size))  # type: ignore[arg-type]  # fmt: skip
     prefix = call_name(grid, f.routine.lower())
-    ops_prefix = protected.prefix if protected is not None else prefix
+    prefixes = {s: protected.prefix if s in sides else prefix for s in "ab"}  # type: ignore[union-attr]
     call = ResilientCall(f.ta, f.tb, f.m, f.n, f.k, f.alpha, f.beta, f.C, f.ic, f.jc, where, prefix,
-                 {"a": ops_prefix, "b": ops_prefix, "c": prefix}, algorithm, width, on_step,
+                 {**prefixes, "c": prefix}, algorithm, width, on_step,
                  f.C.row_map(f.ic, f.m), f.C.col_map(f.jc, f.n), routine=f.routine, keep=f.keep)  # fmt: skip
     det = detector or reusable_detector(grid, timeout)
     if call.multiply:
@@ -161,7 +173,9 @@ def resilient_call(
     dead = _agree(call)
     if not dead and not lost_any:  # the common case: one quick barrier and Agree are all the extra
         exchange.release()  # every transfer completed (with a failure, sends to the dead may be pending)
-        state = record_failures(grid.shape, set(), writer=det.rank == 0)
+        known = get_state_table()  # all alive (checked on entry): write the persisted table only when new
+        fresh = known is None or known.shape != grid.shape
+        state = record_failures(grid.shape, set(), writer=det.rank == 0 and fresh)
         if det.rank == 0 and call.saved:
             where.remove(prefix)
         record_phases(stats, t0, t1, t2)
@@ -202,31 +216,42 @@ def _take_operands(call: ResilientCall, protected: ProtectedOperands | None, for
     every survivor fails the call alike. The ``"prepare"`` stage of :data:`~._call_state.fault_hook` comes
     just before a form's ``prepare``.
     """
-    if protected is not None and protected.operands is not None:
-        call.ops = protected.operands
+    saved = protected.operands if protected is not None else None
+    if saved is not None and protected.sides == "ab":  # type: ignore[union-attr]
+        call.ops = saved
     else:
         try:
-            if form.prepare is not None:
-                at_stage("prepare")
-            A, ia, ja, B, ib, jb = (form.prepare() if form.prepare is not None
-                                    else (form.A, form.ia, form.ja, form.B, form.ib, form.jb))  # fmt: skip
-            call.ops = aligned_operands(call.ta, call.tb, call.m, call.n, call.k, A, ia, ja, B, ib, jb,
-                                        call.C, call.ic, call.jc,
-                                        same_kmap=call.algorithm == "cannon")  # fmt: skip
+            call.ops = build_operands(form, call.algorithm,
+                                      protected.prepared if protected is not None else None)[0]  # fmt: skip
         except MPI.Exception:  # ULFM reports a peer's death here as MPI_ERR_PROC_FAILED or MPI_ERR_OTHER
-            grid = call.grid  # a live peer still inside the redistribution must not wait for this one
-            for comm in (grid.comm, grid.row_comm, grid.col_comm):
-                if comm != MPI.COMM_NULL:
-                    revoke(comm)
+            revoke_grid(call.grid)  # a live peer still inside the redistribution must not wait for this one
             if det is not None:  # else the detector's set-up, which comes later, finds the dead
                 det.check_failures()
             call.lost = True
             return
+        if saved is not None:  # the saved side is computed with exactly the pieces that were saved
+            for side in protected.sides:  # type: ignore[union-attr]
+                setattr(call.ops, side, getattr(saved, side))
     grid, ops = call.grid, call.ops
     for r in range(grid.size):  # every rank's piece shapes are pure index arithmetic
         p, q = grid.coords(r)
         call.shapes[("a", r)] = (ops.crows.count(p), ops.ka.count(q))
         call.shapes[("b", r)] = (ops.kb.count(p), ops.ccols.count(q))
+
+
+def build_operands(form: ProductForm, algorithm: str, previous: Operands | None = None) -> Built:
+    """The form's aligned operands built now (collective), and the operands they were aligned from: its
+    ``prepare`` step (given ``previous``, the operands built when the form was protected, whose fixed side
+    it reuses), then the redistribution. The ``"prepare"`` stage of :data:`~._call_state.fault_hook` comes
+    just before ``prepare``."""
+    if form.prepare is not None:
+        at_stage("prepare")
+    built = (form.prepare(previous) if form.prepare is not None and previous is not None
+             else form.prepare() if form.prepare is not None
+             else (form.A, form.ia, form.ja, form.B, form.ib, form.jb))  # fmt: skip
+    A, ia, ja, B, ib, jb = built
+    return aligned_operands(form.ta, form.tb, form.m, form.n, form.k, A, ia, ja, B, ib, jb, form.C, form.ic,
+                            form.jc, same_kmap=algorithm == "cannon"), built  # fmt: skip
 
 
 def _save(call: ResilientCall) -> None:
@@ -239,9 +264,9 @@ def _save(call: ResilientCall) -> None:
     try:
         if call.save_c:
             where.save(f"{call.prefix}/c.{me}", call.C.local)
-        if call.save_ops and call.ops is not None:
-            where.save(f"{call.prefix}/a.{me}", np.asfortranarray(call.ops.a))
-            where.save(f"{call.prefix}/b.{me}", np.asfortranarray(call.ops.b))
+        for side in "ab":
+            if call.saves(side) and call.ops is not None:
+                where.save(f"{call.prefix}/{side}.{me}", np.asfortranarray(getattr(call.ops, side)))
     except StorageError as exc:  # e.g. a full disk: said at the barrier, raised alike everywhere later
         call.store_errno = exc.errno or getattr(exc.__cause__, "errno", None) or 0
 

@@ -68,6 +68,7 @@ and it raises its error after the agreements, so nobody waits for it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from ...failure import FailureDetector
@@ -76,9 +77,11 @@ from ..matrix import DistributedMatrix
 from ..pblas.gemm import _symmetric_copy, check_gemm_args, check_symm_args
 from ._call_state import ResilientResult
 from .engine import ProductForm, resilient_call
-from .protected import ProtectedOperands, check_algorithm, check_store, operands_key
+from .form_protection import check_protected, protect_form
+from .protected import ProtectedOperands, check_algorithm, operands_key
 
-__all__ = ["ProductForm", "ResilientResult", "resilient_call", "resilient_pdgemm", "resilient_pdsymm"]
+__all__ = ["ProductForm", "ResilientResult", "resilient_call", "resilient_pdgemm", "resilient_pdsymm",
+           "protect_pdsymm"]
 
 
 def resilient_pdgemm(
@@ -172,6 +175,21 @@ def resilient_pdgemm(
                           stats=stats, algorithm=algorithm)  # fmt: skip
 
 
+def _symm_form(side: str, uplo: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
+               B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int,
+               jc: int) -> ProductForm:
+    """PDSYMM as a product: the symmetric matrix built from A's ``uplo`` triangle, times B (or B times it)."""
+    side, uplo, m, n, alpha, ia, ja, ib, jb, beta, ic, jc, na = check_symm_args(
+        "PDSYMM", side, uplo, m, n, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
+
+    def prepare() -> tuple[DistributedMatrix, int, int, DistributedMatrix, int, int]:
+        W = _symmetric_copy(A, ia, ja, na, uplo)
+        return (W, ia, ja, B, ib, jb) if side == "L" else (B, ib, jb, W, ia, ja)
+
+    return ProductForm("PDSYMM", "N", "N", m, n, na, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, prepare,
+                       flags=(side, uplo))  # fmt: skip
+
+
 def resilient_pdsymm(
     side: str,
     uplo: str,
@@ -189,7 +207,7 @@ def resilient_pdsymm(
     ic: int,
     jc: int,
     *,
-    store: InputStore | str,
+    store: InputStore | str | ProtectedOperands,
     timeout: float | None = None,
     width: int | None = None,
     detector: FailureDetector | None = None,
@@ -203,23 +221,38 @@ def resilient_pdsymm(
     triangle of A is read), the keyword arguments and the result as :func:`resilient_pdgemm`. The
     symmetric matrix is built from its triangle first (a collective, as pdsymm does): a process that fails
     then fails the call alike on every survivor; from the moment the inputs are saved, a failure is survived.
+    ``store=`` may be the handle of :func:`protect_pdsymm` for these A, B and arguments: the symmetric matrix
+    is then built, and both operands saved, once.
 
     Raises
     ------
     PBLASArgumentError
-        For illegal arguments (as pdsymm), or ``store=`` protected operands (the multiplied operand is built
-        by every call: pass a store).
+        For illegal arguments (as pdsymm), or protected operands that do not belong to this call
+        (position 18).
     ProcessFailure, Fenced, ABFTError, StorageError
         As :func:`resilient_pdgemm`.
     """
-    side, uplo, m, n, alpha, ia, ja, ib, jb, beta, ic, jc, na = check_symm_args(
-        "PDSYMM", side, uplo, m, n, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
-    check_store("PDSYMM", 18, store)
-
-    def prepare() -> tuple[DistributedMatrix, int, int, DistributedMatrix, int, int]:
-        W = _symmetric_copy(A, ia, ja, na, uplo)
-        return (W, ia, ja, B, ib, jb) if side == "L" else (B, ib, jb, W, ia, ja)
-
-    form = ProductForm("PDSYMM", "N", "N", m, n, na, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, prepare)
+    form = _symm_form(side, uplo, m, n, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
+    check_protected(form, store, 18)
     return resilient_call(form, store=store, timeout=timeout, width=width, detector=detector, on_step=on_step,
                           stats=stats)  # fmt: skip
+
+
+def protect_pdsymm(side: str, uplo: str, m: int, n: int, A: DistributedMatrix, ia: int, ja: int,
+                   B: DistributedMatrix, ib: int, jb: int, C: DistributedMatrix, ic: int, jc: int, *,
+                   store: InputStore | str | os.PathLike[str],
+                   timeout: float | None = None) -> ProtectedOperands:
+    """Build the symmetric matrix once and save it and B aligned, for later :func:`resilient_pdsymm` calls.
+
+    Collective on C's grid. Arguments as :func:`resilient_pdsymm` without alpha and beta; contract, release
+    and errors as :func:`~ftkit.linalg.protect_operands` (A and B must not change while the handle is in use).
+
+    Raises
+    ------
+    PBLASArgumentError
+        For illegal arguments (as pdsymm).
+    StorageError, ProcessFailure
+        As :func:`~ftkit.linalg.protect_operands`.
+    """
+    return protect_form(_symm_form(side, uplo, m, n, 1.0, A, ia, ja, B, ib, jb, 0.0, C, ic, jc), store=store,
+                        timeout=timeout)  # fmt: skip

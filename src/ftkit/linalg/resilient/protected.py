@@ -12,6 +12,13 @@ survivors read back; a changed operand would make a recovered product silently w
 protect again. C is saved by the multiply itself when it is needed (``beta != 0``, or the multiply updates
 only part of C): it changes with every call.
 
+The other Level-3 routines take the same handle, made by their own protector (``protect_pdsymm``,
+``protect_pdtrsm``, ``protect_pdtrmm``, ``protect_pdsyrk``, ``protect_pdsyr2k``; all through
+:func:`protect_pieces`): it saves the operands of the routine's product that do not change between calls,
+after building them once (PDSYMM's symmetric matrix, PDTRSM's inverse triangle, PDTRMM's triangle, PDSYR2K's
+concatenated operands, PDSYRK's transposed A). For PDTRSM and PDTRMM that is the triangle's side only: B is
+their output, so each call still saves its B.
+
 This module also keeps the failure detectors that resilient calls on a grid share, and names the calls'
 files in a store (:func:`call_name`).
 
@@ -26,6 +33,7 @@ inputs, so a process killed during the set-up is one whose inputs the survivors 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,11 +48,14 @@ from ..matrix import DistributedMatrix
 from ..pblas._operands import AlignedOperands, aligned_operands
 from ..pblas.gemm import check_gemm_args
 
-__all__ = ["ProtectedOperands", "protect_operands", "detector_for", "reusable_detector", "call_name",
-           "check_algorithm"]
+__all__ = ["ProtectedOperands", "protect_operands", "protect_pieces", "detector_for", "reusable_detector",
+           "call_name", "check_algorithm", "revoke_grid"]
 
 _detectors: dict[int, FailureDetector] = {}
 _calls: dict[int, int] = {}
+#: A product's built operands ``(A, ia, ja, B, ib, jb)``; with the aligned operands, what a protector builds.
+Operands = tuple[DistributedMatrix, int, int, DistributedMatrix, int, int]
+Built = tuple[AlignedOperands, Operands | None]
 
 
 def call_name(grid: ProcessGrid, kind: str) -> str:
@@ -141,17 +152,31 @@ def operands_key(
 
 
 def check_store(routine: str, position: int, store: object) -> None:
-    """Check ``store=`` of a failure-tolerant routine other than PDGEMM (PBLAS argument number ``position``).
+    """Check ``store=`` of a failure-tolerant routine that takes no protected operands (PDGEADD, PDTRADD,
+    PDTRAN; PBLAS argument number ``position``).
 
     Raises
     ------
     PBLASArgumentError
-        If ``store`` is :class:`ProtectedOperands`: those are PDGEMM's aligned operands, and the other
-        routines build the operands they multiply in every call.
+        If ``store`` is :class:`ProtectedOperands`: these routines multiply by an identity built per call
+        and by the operand they add, whose cost is the addition itself; there is nothing to save ahead.
     """
     if isinstance(store, ProtectedOperands):
-        raise PBLASArgumentError(routine, position, "store= must be an input store or a directory: operands "
-                                 "protected with protect_operands() serve resilient_pdgemm only")  # fmt: skip
+        raise PBLASArgumentError(routine, position, "store= must be an input store or a directory: protected "
+                                 "operands serve the multiplying routines (resilient_pdgemm, pdsymm, pdtrsm, "
+                                 "pdtrmm, pdsyrk, pdsyr2k) only")  # fmt: skip
+
+
+def revoke_grid(grid: ProcessGrid) -> None:
+    """Revoke ``grid``'s communicators, its row and column communicators too (local).
+
+    For a rank where a plain collective (an operand's redistribution, a routine's ``prepare``) failed: a live
+    peer still inside it, or blocked in a row broadcast whose root left with the error, must not wait for
+    this one.
+    """
+    for comm in (grid.comm, grid.row_comm, grid.col_comm):
+        if comm != MPI.COMM_NULL:
+            revoke(comm)
 
 
 @dataclass
@@ -165,7 +190,8 @@ class ProtectedOperands:
     prefix
         The keys' common prefix: ``<prefix>/a.<rank>``, ``<prefix>/b.<rank>``.
     A, B
-        The protected matrices (the multiply must be given these very objects).
+        The protected matrices (the call must be given these very objects); ``B`` is ``None`` for the routines
+        whose other operand is not protected (PDTRSM's and PDTRMM's B, their output) or is A itself (PDSYRK).
     key
         The multiply's other arguments the saved pieces depend on (see :func:`operands_key`).
     rank
@@ -174,43 +200,64 @@ class ProtectedOperands:
         This process's aligned pieces, as saved: the multiply computes with exactly these (it never
         redistributes A or B again; that would be a collective a failure could interrupt on some ranks and
         not on others). They are views of A and B where no redistribution was needed, else copies.
+    routine
+        The routine the pieces serve (``"PDGEMM"``, ``"PDTRSM"``, ...).
+    sides
+        The saved sides of the routine's product: ``"ab"``, or ``"a"`` / ``"b"`` where the other operand
+        changes between calls and each call saves it (PDTRSM and PDTRMM).
+    prepared
+        The built operands ``(A, ia, ja, B, ib, jb)`` of the product, for a partial handle: a call rebuilds
+        only the unsaved side from them (its ``prepare`` step reuses the saved side's matrix).
     """
 
     store: InputStore
     prefix: str
     A: DistributedMatrix
-    B: DistributedMatrix
+    B: DistributedMatrix | None
     key: tuple[object, ...]
     rank: int
     released: bool = False
     operands: AlignedOperands | None = None
+    routine: str = "PDGEMM"
+    sides: str = "ab"
+    prepared: Operands | None = None
 
-    def check(self, A: DistributedMatrix, B: DistributedMatrix, key: tuple[object, ...]) -> None:
-        """Check that a multiply of ``A`` and ``B`` with arguments ``key`` may use these saved pieces.
+    def check(self, A: DistributedMatrix, B: DistributedMatrix | None, key: tuple[object, ...],
+              routine: str = "PDGEMM", position: int = 17) -> None:
+        """Check that a call of ``routine`` on ``A`` and ``B`` with arguments ``key`` may use these pieces.
+
+        ``position`` is the PBLAS argument number of ``store=`` in that routine, for the error.
 
         Raises
         ------
         PBLASArgumentError
-            If the handle was released, or belongs to other matrices or other arguments.
+            If the handle was released, or belongs to another routine, other matrices or other arguments.
         """
+        fix = "protect_operands()" if routine == "PDGEMM" else f"protect_{routine.lower()}()"
         if self.released:
-            raise PBLASArgumentError("PDGEMM", 17, "the protected operands were released: protect them again")
+            raise PBLASArgumentError(routine, position, "the protected operands were released: protect them "
+                                     f"again with {fix}")  # fmt: skip
+        if self.routine != routine:
+            raise PBLASArgumentError(
+                routine, position, f"store= holds operands protected for {self.routine}, not {routine}: call "
+                f"{fix} for this call")  # fmt: skip
         if A is not self.A or B is not self.B:
             raise PBLASArgumentError(
-                "PDGEMM", 17, "store= holds operands protected for other matrices A, B: pass the same "
-                "DistributedMatrix objects, or protect_operands() for these")  # fmt: skip
+                routine, position, "store= holds operands protected for other matrices: pass the same "
+                f"DistributedMatrix objects, or {fix} for these")  # fmt: skip
         if key != self.key:
             raise PBLASArgumentError(
-                "PDGEMM", 17, "store= holds operands protected for other arguments (transpositions, sizes, "
-                "offsets, C's layout or grid, or algorithm): call protect_operands() with this call's "
-                "arguments")  # fmt: skip
+                routine, position, "store= holds operands protected for other arguments (flags, "
+                "transpositions, sizes, offsets, C's layout or grid, or algorithm): call "
+                f"{fix} with this call's arguments")  # fmt: skip
 
     def release(self) -> None:
         """Delete this process's saved pieces (local: call it on every rank that protected them)."""
-        for what in ("a", "b"):
+        for what in self.sides:
             self.store.remove(f"{self.prefix}/{what}.{self.rank}")
         self.released = True
         self.operands = None
+        self.prepared = None
 
     def __enter__(self) -> ProtectedOperands:
         return self
@@ -270,27 +317,70 @@ def protect_operands(
     """
     ta, tb, m, n, k, _, ia, ja, ib, jb, _, ic, jc = check_gemm_args(
         "PDGEMM", transa, transb, m, n, k, 1.0, A, ia, ja, B, ib, jb, 0.0, C, ic, jc)  # fmt: skip
-    grid = C.grid
-    check_algorithm(grid, algorithm, 15)
+    check_algorithm(C.grid, algorithm, 15)
+
+    def build() -> tuple[AlignedOperands, None]:
+        return aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc,
+                                same_kmap=algorithm == "cannon"), None  # fmt: skip
+
+    key = operands_key(ta, tb, m, n, k, ia, ja, ib, jb, C, ic, jc, algorithm)
+    return protect_pieces(C.grid, "PDGEMM", build if m and n and k else None, "ab", A, B, key, store=store,
+                          timeout=timeout)  # fmt: skip
+
+
+def protect_pieces(
+    grid: ProcessGrid,
+    routine: str,
+    build: Callable[[], Built] | None,
+    sides: str,
+    A: DistributedMatrix,
+    B: DistributedMatrix | None,
+    key: tuple[object, ...],
+    *,
+    store: InputStore | str | os.PathLike[str],
+    timeout: float | None = None,
+) -> ProtectedOperands:
+    """Build a routine's aligned operands once and save their ``sides`` (collective on ``grid``): the work of
+    :func:`protect_operands` and of every routine's protector, with the same guarantees.
+
+    Parameters
+    ----------
+    build
+        Builds the aligned operands and, for a partial handle, the product's built operands (a plain
+        collective: a failure in it fails the protection alike on every live process); ``None`` when the
+        product is empty.
+    sides
+        ``"ab"``, ``"a"`` or ``"b"``: which aligned operands are saved.
+    A, B, key
+        What a call must pass to use the handle (:meth:`ProtectedOperands.check`).
+
+    Raises
+    ------
+    StorageError
+        If a piece cannot be written (on every process alike).
+    ProcessFailure
+        If a process fails or misses the deadline while the operands are built or saved: the same on every
+        live process (they agree on it).
+    """
     det = detector_for(grid, timeout)
     me = det.rank
     where = open_store(store, rank=me, nranks=grid.size)
     prefix = call_name(grid, "operands")
     ops = None
+    prepared = None
     ok = True
     errno: int | None = None
-    if m and n and k:
+    if build is not None:
         try:
-            ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc,
-                                   same_kmap=algorithm == "cannon")  # fmt: skip
+            ops, prepared = build()
         except MPI.Exception:  # a peer died in the redistribution (ULFM: PROC_FAILED or ERR_OTHER)
-            revoke(grid.comm)  # a live peer still inside the redistribution must not wait for this one
+            revoke_grid(grid)
             det.check_failures()
             ok = False
         try:
             if ops is not None:
-                where.save(f"{prefix}/a.{me}", np.asfortranarray(ops.a))
-                where.save(f"{prefix}/b.{me}", np.asfortranarray(ops.b))
+                for side in sides:
+                    where.save(f"{prefix}/{side}.{me}", np.asfortranarray(getattr(ops, side)))
         except StorageError as exc:  # e.g. a full disk: every rank raises it, after the agreement below
             errno = exc.errno or getattr(exc.__cause__, "errno", None) or 0
             ok = False
@@ -315,5 +405,5 @@ def protect_operands(
             f"continue on the survivors (ftkit.failure.repair) and protect again",
             dead,
         )
-    key = operands_key(ta, tb, m, n, k, ia, ja, ib, jb, C, ic, jc, algorithm)
-    return ProtectedOperands(where, prefix, A, B, key, me, operands=ops)
+    return ProtectedOperands(where, prefix, A, B, key, me, operands=ops, routine=routine, sides=sides,
+                             prepared=prepared)  # fmt: skip

@@ -15,14 +15,18 @@ exchange with deadlines and recompute (and verify with block checksums) from:
 
 The full square product costs the rank-k updates twice the flops of their triangle (the plain routines
 compute about ``1 + 1/slabs`` times it); what it buys is one product the scheme already survives failures in.
-Operands saved beforehand with :func:`~ftkit.linalg.protect_operands` are not taken (the multiplied
-operands are built by every call, or, for PDSYRK, are not PDGEMM's): pass a store. ``prepare`` is a plain
+Each has a protector with :func:`~ftkit.linalg.protect_operands`' contract (``protect_pdtrsm``,
+``protect_pdtrmm``, ``protect_pdsyrk``, ``protect_pdsyr2k``: the routine's arguments without alpha and
+beta): it builds the operands that do not change between calls once and saves them; its handle, passed as
+``store=``, makes a call skip that ``prepare`` work, its redistribution and its saving (for PDTRSM and PDTRMM
+the triangle's side: B is their output, each call still copies and saves it). ``prepare`` is a plain
 collective: a process that dies in it fails the call alike on every survivor (:class:`ProcessFailure`); from
 the moment the inputs are saved, a failure is survived.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -35,11 +39,13 @@ from ..pblas.rank_k import check_rank_args
 from ..pblas.triangular import check_tri_args, pdtrsm
 from ._call_state import ResilientResult
 from .engine import ProductForm, resilient_call
-from .protected import check_store
+from .form_protection import check_protected, protect_form
+from .protected import Operands, ProtectedOperands
 
-__all__ = ["resilient_pdtrsm", "resilient_pdtrmm", "resilient_pdsyrk", "resilient_pdsyr2k"]
+__all__ = ["resilient_pdtrsm", "resilient_pdtrmm", "resilient_pdsyrk", "resilient_pdsyr2k", "protect_pdtrsm",
+           "protect_pdtrmm", "protect_pdsyrk", "protect_pdsyr2k"]
 
-Operands = tuple[DistributedMatrix, int, int, DistributedMatrix, int, int]
+Store = InputStore | str | os.PathLike[str]
 
 
 def _triangle_copy(A: DistributedMatrix, ia: int, ja: int, na: int, uplo: str,
@@ -73,9 +79,49 @@ def triangle_keep(uplo: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     return lambda r, c: r[:, None] >= c[None, :]
 
 
+def _trmm_form(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float,
+               A: DistributedMatrix, ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int) -> ProductForm:
+    """PDTRMM as a product: the ``uplo`` triangle of A (built once when protected) times a copy of B."""
+    side, uplo, transa, diag, m, n, alpha, ia, ja, ib, jb = check_tri_args(
+        "PDTRMM", side, uplo, transa, diag, m, n, alpha, A, ia, ja, B, ib, jb)
+    na = m if side == "L" else n
+
+    def prepare(previous: Operands | None = None) -> Operands:
+        if previous is None:
+            T = _triangle_copy(A, ia, ja, na, uplo, diag == "U")
+        else:  # the triangle built when the form was protected
+            T = previous[0] if side == "L" else previous[3]
+        X = B.copy()  # B is the output: the multiplied B must not change under the steps
+        return (T, ia, ja, X, ib, jb) if side == "L" else (X, ib, jb, T, ia, ja)
+
+    ta, tb = (transa, "N") if side == "L" else ("N", transa)
+    return ProductForm("PDTRMM", ta, tb, m, n, na, alpha, A, ia, ja, B, ib, jb, 0.0, B, ib, jb, prepare,
+                       fixed="a" if side == "L" else "b", flags=(side, uplo, transa, diag))  # fmt: skip
+
+
+def _trsm_form(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float,
+               A: DistributedMatrix, ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int) -> ProductForm:
+    """PDTRSM as a product: ``inv(op(T))`` (built once when protected) times a copy of B."""
+    side, uplo, transa, diag, m, n, alpha, ia, ja, ib, jb = check_tri_args(
+        "PDTRSM", side, uplo, transa, diag, m, n, alpha, A, ia, ja, B, ib, jb)
+    na = m if side == "L" else n
+
+    def prepare(previous: Operands | None = None) -> Operands:
+        if previous is None:
+            X = identity_like(B, na, A.desc.mb, A.desc.nb)  # on B's grid (A's), of B's dtype
+            pdtrsm(side, uplo, transa, diag, na, na, 1.0, A, ia, ja, X, 0, 0)  # X = inv(op(T))
+        else:
+            X = previous[0] if side == "L" else previous[3]  # the inverse built when protected
+        Y = B.copy()  # B is the output: the multiplied B must not change under the steps
+        return (X, 0, 0, Y, ib, jb) if side == "L" else (Y, ib, jb, X, 0, 0)
+
+    return ProductForm("PDTRSM", "N", "N", m, n, na, alpha, A, ia, ja, B, ib, jb, 0.0, B, ib, jb, prepare,
+                       fixed="a" if side == "L" else "b", flags=(side, uplo, transa, diag))  # fmt: skip
+
+
 def resilient_pdtrmm(
     side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float, A: DistributedMatrix,
-    ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, *, store: InputStore | str,
+    ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, *, store: InputStore | str | ProtectedOperands,
     timeout: float | None = None, width: int | None = None, detector: FailureDetector | None = None,
     on_step: Callable[[int], None] | None = None, stats: dict[str, float] | None = None,
 ) -> ResilientResult:
@@ -85,34 +131,26 @@ def resilient_pdtrmm(
     Collective on B's grid; arguments and semantics as :func:`ftkit.linalg.pdtrmm` (only the ``uplo``
     triangle of A is read, not its diagonal for ``diag="U"``; nothing of B outside its submatrix changes),
     the keyword arguments and the result as :func:`~ftkit.linalg.resilient.resilient_pdgemm`: after a
-    failure, :attr:`ResilientResult.C` is the whole B on the survivors' grid.
+    failure, :attr:`ResilientResult.C` is the whole B on the survivors' grid. ``store=`` may be the handle
+    of :func:`protect_pdtrmm` for this A and these arguments (A's triangle built and saved once).
 
     Raises
     ------
     PBLASArgumentError
-        For illegal arguments (as pdtrmm), or ``store=`` protected operands (position 16).
+        For illegal arguments (as pdtrmm), or protected operands that do not belong to this call
+        (position 16).
     ProcessFailure, Fenced, ABFTError, StorageError
         As :func:`~ftkit.linalg.resilient.resilient_pdgemm`.
     """
-    side, uplo, transa, diag, m, n, alpha, ia, ja, ib, jb = check_tri_args(
-        "PDTRMM", side, uplo, transa, diag, m, n, alpha, A, ia, ja, B, ib, jb)
-    check_store("PDTRMM", 16, store)
-    na = m if side == "L" else n
-
-    def prepare() -> Operands:
-        T = _triangle_copy(A, ia, ja, na, uplo, diag == "U")
-        X = B.copy()  # B is the output: the multiplied B must not change under the steps
-        return (T, ia, ja, X, ib, jb) if side == "L" else (X, ib, jb, T, ia, ja)
-
-    ta, tb = (transa, "N") if side == "L" else ("N", transa)
-    form = ProductForm("PDTRMM", ta, tb, m, n, na, alpha, A, ia, ja, B, ib, jb, 0.0, B, ib, jb, prepare)
+    form = _trmm_form(side, uplo, transa, diag, m, n, alpha, A, ia, ja, B, ib, jb)
+    check_protected(form, store, 16)
     return resilient_call(form, store=store, timeout=timeout, width=width, detector=detector, on_step=on_step,
                           stats=stats)  # fmt: skip
 
 
 def resilient_pdtrsm(
     side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float, A: DistributedMatrix,
-    ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, *, store: InputStore | str,
+    ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, *, store: InputStore | str | ProtectedOperands,
     timeout: float | None = None, width: int | None = None, detector: FailureDetector | None = None,
     on_step: Callable[[int], None] | None = None, stats: dict[str, float] | None = None,
 ) -> ResilientResult:
@@ -129,29 +167,61 @@ def resilient_pdtrsm(
     B; the scheme then survives failures in the product ``B := alpha inv(op(T)) B`` (or ``alpha B
     inv(op(T))``) as in :func:`resilient_pdtrmm`. The result is the solve's to within the rounding of an
     explicit inverse (``cond(T)`` times the unit roundoff, relative), not bit for bit the plain solve's; a
-    process that dies in ``prepare`` fails the call alike on every survivor.
+    process that dies in ``prepare`` fails the call alike on every survivor. ``store=`` may be the handle of
+    :func:`protect_pdtrsm` for this A and these arguments: the inverse is then built and saved once, and
+    every call solving with it is the product alone.
 
     Raises
     ------
     PBLASArgumentError
-        For illegal arguments (as pdtrsm), or ``store=`` protected operands (position 16).
+        For illegal arguments (as pdtrsm), or protected operands that do not belong to this call
+        (position 16).
     ProcessFailure, Fenced, ABFTError, StorageError
         As :func:`~ftkit.linalg.resilient_pdgemm`.
     """
-    side, uplo, transa, diag, m, n, alpha, ia, ja, ib, jb = check_tri_args(
-        "PDTRSM", side, uplo, transa, diag, m, n, alpha, A, ia, ja, B, ib, jb)
-    check_store("PDTRSM", 16, store)
-    na = m if side == "L" else n
-
-    def prepare() -> Operands:
-        X = identity_like(B, na, A.desc.mb, A.desc.nb)  # on B's grid (A's), of B's dtype
-        pdtrsm(side, uplo, transa, diag, na, na, 1.0, A, ia, ja, X, 0, 0)  # X = inv(op(T))
-        Y = B.copy()  # B is the output: the multiplied B must not change under the steps
-        return (X, 0, 0, Y, ib, jb) if side == "L" else (Y, ib, jb, X, 0, 0)
-
-    form = ProductForm("PDTRSM", "N", "N", m, n, na, alpha, A, ia, ja, B, ib, jb, 0.0, B, ib, jb, prepare)
+    form = _trsm_form(side, uplo, transa, diag, m, n, alpha, A, ia, ja, B, ib, jb)
+    check_protected(form, store, 16)
     return resilient_call(form, store=store, timeout=timeout, width=width, detector=detector, on_step=on_step,
                           stats=stats)  # fmt: skip
+
+
+def protect_pdtrmm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, A: DistributedMatrix,
+                   ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, *, store: Store,
+                   timeout: float | None = None) -> ProtectedOperands:
+    """Build A's triangle once and save its aligned pieces, for later :func:`resilient_pdtrmm` calls.
+
+    Collective on B's grid. Arguments as :func:`resilient_pdtrmm` without alpha (B gives the layout; its
+    values are not saved: each call saves its own B). The contract, the release and the errors are
+    :func:`~ftkit.linalg.protect_operands`': A must not change while the handle is in use.
+
+    Raises
+    ------
+    PBLASArgumentError
+        For illegal arguments (as pdtrmm).
+    StorageError, ProcessFailure
+        As :func:`~ftkit.linalg.protect_operands`.
+    """
+    return protect_form(_trmm_form(side, uplo, transa, diag, m, n, 1.0, A, ia, ja, B, ib, jb), store=store,
+                        timeout=timeout)  # fmt: skip
+
+
+def protect_pdtrsm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, A: DistributedMatrix,
+                   ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, *, store: Store,
+                   timeout: float | None = None) -> ProtectedOperands:
+    """Build ``inv(op(T))`` once and save its aligned pieces, for later :func:`resilient_pdtrsm` calls.
+
+    Collective on B's grid; arguments and contract as :func:`protect_pdtrmm` (A must not change while the
+    handle is in use).
+
+    Raises
+    ------
+    PBLASArgumentError
+        For illegal arguments (as pdtrsm).
+    StorageError, ProcessFailure
+        As :func:`~ftkit.linalg.protect_operands`.
+    """
+    return protect_form(_trsm_form(side, uplo, transa, diag, m, n, 1.0, A, ia, ja, B, ib, jb), store=store,
+                        timeout=timeout)  # fmt: skip
 
 
 def _concatenated(trans: str, n: int, k: int, A: DistributedMatrix, ia: int, ja: int, B: DistributedMatrix,
@@ -179,20 +249,20 @@ def _rank_form(routine: str, uplo: str, trans: str, n: int, k: int, alpha: float
     ta, tb = ("N", "T") if trans == "N" else ("T", "N")
     if B is None:
         return ProductForm(routine, ta, tb, n, n, k, alpha, A, ia, ja, A, ia, ja, beta, C, ic, jc,
-                           keep=triangle_keep(uplo))  # fmt: skip
+                           keep=triangle_keep(uplo), flags=(uplo, trans))  # fmt: skip
     Bm = B
 
     def prepare() -> Operands:
         return _concatenated(trans, n, k, A, ia, ja, Bm, ib, jb, C)
 
     return ProductForm(routine, ta, tb, n, n, 2 * k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, prepare,
-                       keep=triangle_keep(uplo))  # fmt: skip
+                       keep=triangle_keep(uplo), flags=(uplo, trans))  # fmt: skip
 
 
 def resilient_pdsyrk(
     uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int, beta: float,
-    C: DistributedMatrix, ic: int, jc: int, *, store: InputStore | str, timeout: float | None = None,
-    width: int | None = None, detector: FailureDetector | None = None,
+    C: DistributedMatrix, ic: int, jc: int, *, store: InputStore | str | ProtectedOperands,
+    timeout: float | None = None, width: int | None = None, detector: FailureDetector | None = None,
     on_step: Callable[[int], None] | None = None, stats: dict[str, float] | None = None,
 ) -> ResilientResult:
     """Compute ``C = alpha op(A) op(A).T + beta C`` on the ``uplo`` triangle of ``C(ic:ic+n, jc:jc+n)``,
@@ -200,19 +270,19 @@ def resilient_pdsyrk(
 
     Collective on C's grid; arguments and semantics as :func:`ftkit.linalg.pdsyrk` (the other triangle of C
     stays bit for bit, also after a failure), the keyword arguments and the result as
-    :func:`~ftkit.linalg.resilient.resilient_pdgemm`.
+    :func:`~ftkit.linalg.resilient.resilient_pdgemm`. ``store=`` may be the handle of :func:`protect_pdsyrk`
+    for this A and these arguments (op(A) and its transpose aligned and saved once; each call saves C).
 
     Raises
     ------
     PBLASArgumentError
-        For illegal arguments (as pdsyrk), or ``store=`` protected operands (position 15).
+        For illegal arguments (as pdsyrk), or protected operands that do not belong to this call
+        (position 15).
     ProcessFailure, Fenced, ABFTError, StorageError
         As :func:`~ftkit.linalg.resilient.resilient_pdgemm`.
     """
-    uplo, trans, n, k, alpha, ia, ja, _, _, beta, ic, jc = check_rank_args(
-        "PDSYRK", uplo, trans, n, k, alpha, A, ia, ja, None, 0, 0, beta, C, ic, jc)
-    check_store("PDSYRK", 15, store)
-    form = _rank_form("PDSYRK", uplo, trans, n, k, alpha, A, ia, ja, None, 0, 0, beta, C, ic, jc)
+    form = _syrk_form(uplo, trans, n, k, alpha, A, ia, ja, beta, C, ic, jc)
+    check_protected(form, store, 15)
     return resilient_call(form, store=store, timeout=timeout, width=width, detector=detector, on_step=on_step,
                           stats=stats)  # fmt: skip
 
@@ -220,7 +290,7 @@ def resilient_pdsyrk(
 def resilient_pdsyr2k(
     uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
     B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int, jc: int, *,
-    store: InputStore | str, timeout: float | None = None, width: int | None = None,
+    store: InputStore | str | ProtectedOperands, timeout: float | None = None, width: int | None = None,
     detector: FailureDetector | None = None, on_step: Callable[[int], None] | None = None,
     stats: dict[str, float] | None = None,
 ) -> ResilientResult:
@@ -229,18 +299,73 @@ def resilient_pdsyr2k(
 
     Collective on C's grid; arguments and semantics as :func:`ftkit.linalg.pdsyr2k`, the keyword arguments
     and the result as :func:`resilient_pdsyrk`. The product runs with inner dimension ``2k`` on operands
-    built first (a collective: a failure in it fails the call alike on every survivor).
+    built first (a collective: a failure in it fails the call alike on every survivor), or once by
+    :func:`protect_pdsyr2k`, whose handle ``store=`` may be (A and B must not change while it is in use).
 
     Raises
     ------
     PBLASArgumentError
-        For illegal arguments (as pdsyr2k), or ``store=`` protected operands (position 19).
+        For illegal arguments (as pdsyr2k), or protected operands that do not belong to this call
+        (position 19).
     ProcessFailure, Fenced, ABFTError, StorageError
         As :func:`~ftkit.linalg.resilient.resilient_pdgemm`.
     """
-    uplo, trans, n, k, alpha, ia, ja, ib, jb, beta, ic, jc = check_rank_args(
-        "PDSYR2K", uplo, trans, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
-    check_store("PDSYR2K", 19, store)
-    form = _rank_form("PDSYR2K", uplo, trans, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
+    form = _syr2k_form(uplo, trans, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
+    check_protected(form, store, 19)
     return resilient_call(form, store=store, timeout=timeout, width=width, detector=detector, on_step=on_step,
                           stats=stats)  # fmt: skip
+
+
+def _syrk_form(uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
+               beta: float, C: DistributedMatrix, ic: int, jc: int) -> ProductForm:
+    uplo, trans, n, k, alpha, ia, ja, _, _, beta, ic, jc = check_rank_args(
+        "PDSYRK", uplo, trans, n, k, alpha, A, ia, ja, None, 0, 0, beta, C, ic, jc)
+    return _rank_form("PDSYRK", uplo, trans, n, k, alpha, A, ia, ja, None, 0, 0, beta, C, ic, jc)
+
+
+def _syr2k_form(uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
+                B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int,
+                jc: int) -> ProductForm:
+    uplo, trans, n, k, alpha, ia, ja, ib, jb, beta, ic, jc = check_rank_args(
+        "PDSYR2K", uplo, trans, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
+    return _rank_form("PDSYR2K", uplo, trans, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
+
+
+def protect_pdsyrk(uplo: str, trans: str, n: int, k: int, A: DistributedMatrix, ia: int, ja: int,
+                   C: DistributedMatrix, ic: int, jc: int, *, store: Store,
+                   timeout: float | None = None) -> ProtectedOperands:
+    """Align op(A) and op(A).T once and save them, for later :func:`resilient_pdsyrk` calls.
+
+    Collective on C's grid. Arguments as :func:`resilient_pdsyrk` without alpha and beta (C gives the
+    layout; each call saves its own C). Contract, release and errors as
+    :func:`~ftkit.linalg.protect_operands`: A must not change while the handle is in use.
+
+    Raises
+    ------
+    PBLASArgumentError
+        For illegal arguments (as pdsyrk).
+    StorageError, ProcessFailure
+        As :func:`~ftkit.linalg.protect_operands`.
+    """
+    return protect_form(_syrk_form(uplo, trans, n, k, 1.0, A, ia, ja, 0.0, C, ic, jc), store=store,
+                        timeout=timeout)  # fmt: skip
+
+
+def protect_pdsyr2k(uplo: str, trans: str, n: int, k: int, A: DistributedMatrix, ia: int, ja: int,
+                    B: DistributedMatrix, ib: int, jb: int, C: DistributedMatrix, ic: int, jc: int, *,
+                    store: Store, timeout: float | None = None) -> ProtectedOperands:
+    """Build ``[op(A) op(B)]`` and ``[op(B) op(A)]`` once and save them, for later :func:`resilient_pdsyr2k`
+    calls.
+
+    Collective on C's grid; arguments and contract as :func:`protect_pdsyrk` (A and B must not change while
+    the handle is in use).
+
+    Raises
+    ------
+    PBLASArgumentError
+        For illegal arguments (as pdsyr2k).
+    StorageError, ProcessFailure
+        As :func:`~ftkit.linalg.protect_operands`.
+    """
+    form = _syr2k_form(uplo, trans, n, k, 1.0, A, ia, ja, B, ib, jb, 0.0, C, ic, jc)
+    return protect_form(form, store=store, timeout=timeout)
