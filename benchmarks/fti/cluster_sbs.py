@@ -61,7 +61,7 @@ os.environ.setdefault("FTI_ROOT", "/tmp/ftkit-fti-ompi")
 os.environ.setdefault("FTI_MPICC", "mpicc.openmpi")
 os.environ.setdefault("FTI_MPICXX", "mpicxx.openmpi")
 
-from run_order import _q  # noqa: E402  (this directory's quantile: linear interpolation)
+from order_plan import quantile as _q  # noqa: E402  (this directory's quantile: linear interpolation)
 from run_sbs import ROOT, SYSTEM_PATH, TARGETS, build_fti  # noqa: E402  (FTI's build, the targets)
 from tools.cluster.vcluster import ClusterUnavailable, down, faults, up  # noqa: E402
 from tools.cluster.vcluster._sys import check_capable  # noqa: E402
