@@ -71,6 +71,20 @@ def test_a_located_flip_is_reported_where_it_is_in_c(grid, seed):
     assert (e.row_block, e.col_block) == (e.element[0] // BS, e.element[1] // BS)  # segments of 4 from 0
 
 
+@pytest.mark.parametrize("target", ["A", "B", "C"])
+@pytest.mark.parametrize("seed", range(4))
+def test_syr2k_flip_in_either_term_or_c_is_corrected(grid, target, seed):
+    """Both terms go into one prediction per piece: a flip in an operand of the first term's panels or in
+    C is found and corrected, and the triangle is numpy's."""
+    a, b, c, A, B, C = _mats(grid, "N")
+    plan = InjectionPlan([BitFlip(target=target, bits=(52, 61), persistent=False)], seed=seed)
+    rep = linalg.ft_pdsyr2k("L", "N", N, K, 1.0, A, 0, 0, B, 0, 0, 1.0, C, 0, 0, bs=BS, inject=plan)
+    assert len(plan.records) == 1
+    assert rep.detected >= 1 and rep.corrected == rep.detected and rep.uncorrected == 0, rep.events
+    tri = np.tril(np.ones((N, N), bool))
+    np.testing.assert_allclose(C.to_global()[tri], (a @ b.T + b @ a.T + c)[tri], rtol=1e-12, atol=1e-12)
+
+
 def test_slab_bounds_land_on_block_boundaries_when_near():
     assert slab_bounds(48, 0, 12) == [0, 12, 24, 36, 48]
     assert slab_bounds(50, 3, 8) == [0, 13, 29, 37, 50]  # global 16, 32, 40: multiples of 8

@@ -4,9 +4,9 @@ usage: ft_pblas3_campaign.py NPROW NPCOL --seed S --trials N
 
 Each trial takes one random case of ``pblas3_conformance`` (random flags, sizes, offsets, layouts, hard
 families: tiny, huge, graded, Hilbert, cancelling, ill-conditioned triangles; float64 or float32) and runs the
-ft_ routine instead of the plain one, with a random checksum block size. Odd trials are clean, with the
-rigorous or the statistical threshold: any detected block is a false positive, and the result must pass the
-conformance check. Even trials flip one exponent or high mantissa bit at a random injection point (A, B or C,
+ft_ routine instead of the plain one, with a random checksum block size. The trials take the four routines
+in turn, every other round clean, with the rigorous or the statistical threshold: any detected block is a false positive, and the result must pass the
+conformance check. The other rounds flip one exponent or high mantissa bit at a random injection point (A, B or C,
 random step and rank): the result must still pass the check with the block-wise bound a checksum guarantees
 (``bs^2`` times the largest magnitude; an error below it can be invisible to the block's sums), so a flip
 that mattered was found and corrected. Rank 0 prints ``FAIL ...`` and
@@ -45,7 +45,7 @@ def main() -> int:
             flags = [str(rng.choice(list(x))) for x in (("LR", "UL", "NTC", "UN") if nflags == 4 else
                                                           ("UL", "NTC"))]
             dtype = np.float32 if rng.random() < 0.25 else np.float64
-            clean = trial % 2 == 1
+            clean = trial // 4 % 2 == 1  # every routine both clean and flipped, in turn
             plan = None
             if not clean:
                 target = str(rng.choice(["A", "B", "C"]))

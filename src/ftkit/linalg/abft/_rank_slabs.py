@@ -21,6 +21,7 @@ describes the flips of one call.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -31,7 +32,7 @@ from .. import checksums
 from ..matrix import DistributedMatrix
 from ..pblas.add import trapezoid_mask
 from ..pblas.rank_k import SLABS
-from .product import _ft_gemm
+from .product import Term, _ft_gemm
 from .report import ABFTReport, BlockEvent
 
 __all__ = ["checked_rank_update", "slab_bounds"]
@@ -108,18 +109,27 @@ def _merge(reports: list[tuple[Piece, ABFTReport]], C: DistributedMatrix, ic: in
     )
 
 
+def _shift(term: Term, trans: str, r0: int, c0: int) -> Term:
+    """The term's operands of the piece at submatrix rows ``r0:`` and columns ``c0:`` of the product."""
+    X, ix, jx, Y, iy, jy = term
+    return (X, ix + r0, jx, Y, iy + c0, jy) if trans == "N" else (X, ix, jx + r0, Y, iy, jy + c0)
+
+
 def checked_rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, X: DistributedMatrix, ix: int,
                         jx: int, Y: DistributedMatrix, iy: int, jy: int, beta: float, C64: DistributedMatrix,
                         ic: int, jc: int, bs: int | None, tol: float | str | None, mode: str,
                         inject: InjectionPlan | None, unchecked_is_error: bool, C: DistributedMatrix,
-                        ) -> ABFTReport:
+                        more: Sequence[Term] = ()) -> ABFTReport:
     """``alpha op(X) op(Y).T + beta C`` on the ``uplo`` triangle of ``C64(ic:ic+n, jc:jc+n)``, checked, into
     ``C`` (``C64`` itself, or C when ``C64`` is its float64 copy); returns the merged report (collective).
+    ``more``: further terms ``(X, ix, jx, Y, iy, jy)`` added to every piece's product (PDSYR2K's second).
     Blocks left uncorrected or unchecked are in the report, never raised here."""
     g = C64.grid
     d = C64.desc
     work = DistributedMatrix.zeros(g, d.m, d.n, mb=d.mb, nb=d.nb, rsrc=d.rsrc, csrc=d.csrc)  # the squares
     ta, tb = ("N", "T") if trans == "N" else ("T", "N")
+    if bs is None:  # chosen for the whole inner dimension: every term's k adds to the rounding
+        bs = checksums.choose_bs(d.mb, d.nb, k * (1 + len(more)))
     pieces = _pieces(uplo, n, slab_bounds(n, jc, d.nb))
     masks = {}
     for r0, _, c0, c1 in pieces:
@@ -130,11 +140,11 @@ def checked_rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, X: 
     target = _injected_piece(pieces, C64, ic, jc, inject.seed) if inject is not None else -1
     reports = []
     for p, (r0, r1, c0, c1) in enumerate(pieces):
-        xi, xj, yi, yj = (ix + r0, jx, iy + c0, jy) if trans == "N" else (ix, jx + r0, iy, jy + c0)
+        shifted = [_shift(term, trans, r0, c0) for term in [(X, ix, jx, Y, iy, jy), *more]]
         try:  # a rectangle inside the triangle goes into C64 itself, a square into the work copy
-            rep = _ft_gemm(ta, tb, r1 - r0, c1 - c0, k, alpha, X, xi, xj, Y, yi, yj, beta,
+            rep = _ft_gemm(ta, tb, r1 - r0, c1 - c0, k, alpha, *shifted[0], beta,
                            work if r0 == c0 else C64, ic + r0, jc + c0, bs, tol, mode, None, None,
-                           inject if p == target else None, False)  # fmt: skip
+                           inject if p == target else None, False, more_terms=shifted[1:])  # fmt: skip
         except ABFTError as exc:  # the same on every process: the other pieces are still done
             rep = exc.report  # type: ignore[assignment]
         reports.append(((r0, r1, c0, c1), rep))

@@ -5,7 +5,7 @@ column only."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ def _gather_full(comm: MPI.Comm, piece: np.ndarray, kmap: BlockCyclic1D, axis: i
 
 def recompute_blocks(
     grid: ProcessGrid,
-    ops: Any,
+    ops: Sequence[Any],
     rest: list[tuple[int, int]],
     c: np.ndarray,
     c0: np.ndarray | None,
@@ -50,7 +50,8 @@ def recompute_blocks(
     tol: float | str | None,
     event: Callable[..., BlockEvent],
 ) -> tuple[list[BlockEvent], float]:
-    """Recompute the ``rest`` blocks from op(A) rows / op(B) columns fetched within my process row / column.
+    """Recompute the ``rest`` blocks from op(A) rows / op(B) columns fetched within my process row / column
+    (``ops``: the aligned operands of every term of the product, summed; none: only ``beta C0``).
 
     Collective over the row and column communicators (every process takes part, most with nothing to ask).
     Returns the events and the seconds spent after the request exchange (fetching, recomputing, checking).
@@ -61,13 +62,16 @@ def recompute_blocks(
     row_req = sorted(set().union(*grid.row_comm.allgather(my_rows)))
     col_req = sorted(set().union(*grid.col_comm.allgather(my_cols)))
     t0 = time.perf_counter()  # timed from here: the request exchange above is a synchronisation, not work
-    a_rows = b_cols = None
-    if row_req and ops is not None:
-        ridx = np.concatenate([np.arange(rb[bi], rb[bi + 1]) for bi in row_req])
-        a_rows = _gather_full(grid.row_comm, ops.a[ridx, :], ops.ka, axis=1)
-    if col_req and ops is not None:
-        cidx = np.concatenate([np.arange(cbnd[bj], cbnd[bj + 1]) for bj in col_req])
-        b_cols = _gather_full(grid.col_comm, ops.b[:, cidx], ops.kb, axis=0)
+    fetched = []  # per term: (rows of op(A), columns of op(B)) of the requested blocks
+    for op in ops:
+        a_rows = b_cols = None
+        if row_req:
+            ridx = np.concatenate([np.arange(rb[bi], rb[bi + 1]) for bi in row_req])
+            a_rows = _gather_full(grid.row_comm, op.a[ridx, :], op.ka, axis=1)
+        if col_req:
+            cidx = np.concatenate([np.arange(cbnd[bj], cbnd[bj + 1]) for bj in col_req])
+            b_cols = _gather_full(grid.col_comm, op.b[:, cidx], op.kb, axis=0)
+        fetched.append((a_rows, b_cols))
     if not rest:
         return [], time.perf_counter() - t0
     rpos = {bi: p for p, bi in enumerate(row_req)}
@@ -81,10 +85,11 @@ def recompute_blocks(
         new = np.zeros(blk.shape, order="F")
         if beta != 0.0 and c0 is not None:
             new[...] = beta * c0[rb[bi] : rb[bi + 1], cbnd[bj] : cbnd[bj + 1]]
-        if a_rows is not None and b_cols is not None:
-            ar = a_rows[roff[rpos[bi]] : roff[rpos[bi] + 1]]
-            bc = b_cols[:, coff[cpos[bj]] : coff[cpos[bj] + 1]]
-            new += alpha * (ar @ bc)
+        for a_rows, b_cols in fetched:
+            if a_rows is not None and b_cols is not None:
+                ar = a_rows[roff[rpos[bi]] : roff[rpos[bi] + 1]]
+                bc = b_cols[:, coff[cpos[bj]] : coff[cpos[bj] + 1]]
+                new += alpha * (ar @ bc)
         sub_rb = np.array([0, blk.shape[0]])
         sub_cb = np.array([0, blk.shape[1]])
         exp = [np.array([[e[bi, bj]]]) for e in expected]

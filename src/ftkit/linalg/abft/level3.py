@@ -10,9 +10,9 @@ Each takes its plain routine's arguments (:mod:`ftkit.linalg.pblas.triangular`,
   single wrong element, the flagged column segments computed again. Injection points as ``ft_pdtrsm``'s.
 - ``ft_pdsyrk`` and ``ft_pdsyr2k`` compute only C's ``uplo`` triangle, as the plain routines do: checked
   products of the slabs' off-diagonal parts and diagonal squares (:mod:`ftkit.linalg.abft._rank_slabs`),
-  ``alpha op(A) op(A).T + beta C`` and ``alpha [op(A) op(B)] [op(B) op(A)].T + beta C`` (both terms'
-  operands side by side, local copies where the layouts agree); the squares go into a work copy whose
-  excluded triangle is zero, the rest into C itself. Event coordinates are those of the product (B's or C's
+  ``alpha op(A) op(A).T + beta C`` and ``alpha op(A) op(B).T + alpha op(B) op(A).T + beta C`` (both
+  terms multiplied into the same piece, their checksums into one prediction, C verified once); the squares
+  go into a work copy whose excluded triangle is zero, the rest into C itself. Event coordinates are those of the product (B's or C's
   submatrix).
 - ``ft_pdtrsm`` runs the plain solve and checks the checksums the solution must satisfy, per block
   (:mod:`ftkit.linalg.abft._solve_sums`): a single wrong element of the solution is located from them and
@@ -41,6 +41,7 @@ from ._blocks import BlockSegmentation, Threshold
 from ._rank_slabs import checked_rank_update
 from ._solve_sums import SolveChecksums
 from ._tri_product import checked_tri_multiply
+from .product import Term
 from .report import ABFTReport, BlockEvent, check_ft_args
 
 __all__ = ["ft_pdtrsm", "ft_pdtrmm", "ft_pdsyrk", "ft_pdsyr2k"]
@@ -135,10 +136,12 @@ def _raise_if_failed(name: str, report: ABFTReport, mode: str, unchecked_is_erro
 def _rank_checked(r: str, uplo: str, trans: str, n: int, k: int, alpha: float, X: DistributedMatrix, ix: int,
                   jx: int, Y: DistributedMatrix, iy: int, jy: int, beta: float, C: DistributedMatrix,
                   ic: int, jc: int, bs: int | None, tol: float | str | None, mode: str,
-                  inject: InjectionPlan | None, unchecked_is_error: bool) -> ABFTReport:
-    """``C_uplo = alpha op(X) op(Y).T + beta C_uplo``, only the triangle computed (:mod:`._rank_slabs`)."""
+                  inject: InjectionPlan | None, unchecked_is_error: bool, more: list[Term] | None = None,
+                  ) -> ABFTReport:
+    """``C_uplo = alpha op(X) op(Y).T (+ the ``more`` terms) + beta C_uplo``, only the triangle computed
+    (:mod:`._rank_slabs`)."""
     report = checked_rank_update(uplo, trans, n, k, alpha, X, ix, jx, Y, iy, jy, beta, _as64(C), ic, jc, bs,
-                                 tol, mode, inject, unchecked_is_error, C)  # fmt: skip
+                                 tol, mode, inject, unchecked_is_error, C, more or [])  # fmt: skip
     _raise_if_failed(r.lower(), report, mode, unchecked_is_error, "recomputation")
     return report
 
@@ -167,34 +170,13 @@ def ft_pdsyrk(uplo: str, trans: str, n: int, k: int, alpha: float, A: Distribute
                          mode, inject, unchecked_is_error)
 
 
-def _side_by_side(grid, first: DistributedMatrix, i1: int, j1: int, second: DistributedMatrix, i2: int,
-                  j2: int, trans: str, n: int, k: int, like: DistributedMatrix) -> DistributedMatrix:  # type: ignore[no-untyped-def]
-    """The ``op`` operand of both terms at once: ``[first second]`` (``n x 2k``, trans "N") or ``[first;
-    second]`` (``2k x n``, trans "T"), laid out with ``like``'s blocks and sources.
-
-    A part laid out as the matrix it comes from (the usual case: operands distributed alike, offsets on
-    block boundaries) is a local copy; any other is redistributed.
-    """
-    d = like.desc
-    shape = (n, 2 * k) if trans == "N" else (2 * k, n)
-    X = DistributedMatrix.zeros(grid, *shape, mb=d.mb, nb=d.nb, rsrc=d.rsrc, csrc=d.csrc)
-    for part, (M, i, j) in enumerate(((first, i1, j1), (second, i2, j2))):
-        xi, xj, m_, n_ = (0, part * k, n, k) if trans == "N" else (part * k, 0, k, n)
-        rows, cols = X.row_map(xi, m_), X.col_map(xj, n_)
-        dst = X.local_view(xi, xj, m_, n_)
-        if M.row_map(i, m_).aligned_with(rows) and M.col_map(j, n_).aligned_with(cols):
-            dst[...] = M.local_view(i, j, m_, n_)
-        else:
-            dst[...] = redistribute(M, i, j, False, rows, cols)
-    return X
-
-
 def ft_pdsyr2k(uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
                B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int, jc: int,
                *, bs: int | None = None, tol: float | str | None = None, mode: str = "correct",
                inject: InjectionPlan | None = None, unchecked_is_error: bool = False) -> ABFTReport:
-    """Compute :func:`~ftkit.linalg.pdsyr2k` (C's ``uplo`` triangle only), checked, as one product
-    ``alpha [op(A) op(B)] [op(B) op(A)].T + beta C``.
+    """Compute :func:`~ftkit.linalg.pdsyr2k` (C's ``uplo`` triangle only), checked: both terms go into
+    each piece of the triangle with one prediction and one verification of the piece, as PDSYR2K's two
+    PDGEMMs do, without copying the operands.
 
     Raises
     ------
@@ -210,10 +192,8 @@ def ft_pdsyr2k(uplo: str, trans: str, n: int, k: int, alpha: float, A: Distribut
     if n == 0:
         return ABFTReport(threshold=Threshold.parse(tol).name)
     A64, B64 = _as64(A), _as64(B)
-    X = _side_by_side(C.grid, A64, ia, ja, B64, ib, jb, trans, n, k, C)
-    Y = _side_by_side(C.grid, B64, ib, jb, A64, ia, ja, trans, n, k, C)
-    return _rank_checked(r, uplo, trans, n, 2 * k, alpha, X, 0, 0, Y, 0, 0, beta, C, ic, jc, bs, tol, mode,
-                         inject, unchecked_is_error)
+    return _rank_checked(r, uplo, trans, n, k, alpha, A64, ia, ja, B64, ib, jb, beta, C, ic, jc, bs, tol, mode,
+                         inject, unchecked_is_error, [(B64, ib, jb, A64, ia, ja)])
 
 
 def ft_pdtrsm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float,

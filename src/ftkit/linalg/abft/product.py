@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,9 @@ from ._recompute import recompute_blocks
 from .report import ABFTReport, BlockEvent, check_ft_args, threshold_name
 
 __all__ = ["ft_pdgemm", "ft_pdsymm"]
+
+#: One more term ``op(A) op(B)`` of a checked product: ``(A, ia, ja, B, ib, jb)``.
+Term = tuple[DistributedMatrix, int, int, DistributedMatrix, int, int]
 
 
 # ---------------------------------------------------------------- public routines
@@ -201,11 +205,16 @@ def _ft_gemm(
     inject: InjectionPlan | None,
     unchecked_is_error: bool = False,
     c_before: np.ndarray | None = None,
+    more_terms: Sequence[Term] = (),
 ) -> ABFTReport:
     """The checked product (arguments already validated): encode, multiply, verify, correct, report.
 
     ``c_before``: a local array equal to C's submatrix before the call (its local part, same shape) that
     the caller keeps unchanged during it; a recomputation then reads C0 from it instead of a copy taken here.
+    ``more_terms``: further ``(A, ia, ja, B, ib, jb)`` whose ``alpha op(A) op(B)`` (same ``ta``, ``tb``,
+    sizes) is added to C after the first by SUMMA runs of their own; their checksums go into the same
+    prediction (inner dimension ``k`` per term), so C is verified once, and a recomputation sums every term
+    (PDSYR2K's two terms without copying its operands side by side).
     """
     grid = C.grid
     threshold = Threshold.parse(tol)
@@ -221,8 +230,8 @@ def _ft_gemm(
         copy = c0 if c_before is None else None
     c0_sums = checksums.summarize_c0(c, seg.rb, seg.cb, copy) if beta != 0.0 else None  # copy: same pass
     product = checksums.ChecksumProduct(seg.nr, seg.nc, threshold.kinds)  # squared sums: statistical only
-    ops = _multiply_encoded(ta, tb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, seg, product,
-                            width, exchange, inject)  # fmt: skip
+    ops = _multiply_encoded(ta, tb, m, n, k, alpha, [(A, ia, ja, B, ib, jb), *more_terms], beta, C, ic, jc,
+                            seg, product, width, exchange, inject)  # fmt: skip
     pred = product.predict(alpha, beta, c0_sums)
     sums = checksums.block_sums_sq(c, seg.rb, seg.cb)
     thr = threshold.bounds(pred, seg, alpha, beta, csq=sums[4])
@@ -265,14 +274,13 @@ def _ft_gemm(
 
 
 def _multiply_encoded(
-    ta: str, tb: str, m: int, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
-    B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int, jc: int,
-    seg: BlockSegmentation, product: checksums.ChecksumProduct, width: int | None,
-    exchange: PanelExchange | None,
-    inject: InjectionPlan | None,
-) -> Any:
-    """Scale C by beta and add ``alpha op(A) op(B)`` by SUMMA with the checksums in the panels (collective);
-    return the aligned operands (``None`` if nothing was multiplied), which a recomputation needs."""
+    ta: str, tb: str, m: int, n: int, k: int, alpha: float, terms: Sequence[Term], beta: float,
+    C: DistributedMatrix, ic: int, jc: int, seg: BlockSegmentation, product: checksums.ChecksumProduct,
+    width: int | None, exchange: PanelExchange | None, inject: InjectionPlan | None,
+) -> list[Any]:
+    """Scale C by beta and add ``alpha op(A) op(B)`` of every term by SUMMA with the checksums in the panels
+    (collective); return the terms' aligned operands (empty if nothing was multiplied), which a recomputation
+    needs. An injection plan's steps are the first term's; its last "C" step comes after every term."""
     grid = C.grid
     c = C.local_view(ic, jc, m, n)
     # beta == 0 without injections: left to the first local GEMM, as pdgemm does (one pass over C fewer,
@@ -284,23 +292,28 @@ def _multiply_encoded(
         if inject is not None:
             inject.resolve(grid.size, 0)
             inject.apply("C", grid.rank, 0, c, seg.to_global)
-        return None
-    ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc)
-    steps = plan_summa(ops.ka, ops.kb, width)
+        return []
+    all_ops, last = [], 0
+    for t, (A, ia, ja, B, ib, jb) in enumerate(terms):
+        ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc)
+        steps = plan_summa(ops.ka, ops.kb, width)
+        plan = inject if t == 0 else None
+        if plan is not None:
+            plan.resolve(grid.size, len(steps))
+            last = len(steps)
+        own = AllgatherExchange() if exchange is None else None
+        inner: PanelExchange = exchange if exchange is not None else own  # type: ignore[assignment]
+        chk = _ChecksumExchange(inner, c.shape[0], c.shape[1], seg.rb, seg.cb, product, c, plan, grid.rank,
+                                seg.to_global)  # fmt: skip
+        run_summa(grid, ops.a, ops.b, ops.c, ops.ka, ops.kb, alpha, exchange=chk, steps=steps,
+                  beta=0.0 if fused_beta0 and t == 0 else 1.0)  # fmt: skip
+        chk.release()  # extended-piece and panel buffers back to the pool, as pdgemm does
+        if own is not None:
+            own.release()
+        all_ops.append(ops)
     if inject is not None:
-        inject.resolve(grid.size, len(steps))
-    own = AllgatherExchange() if exchange is None else None
-    inner: PanelExchange = exchange if exchange is not None else own  # type: ignore[assignment]
-    chk = _ChecksumExchange(inner, c.shape[0], c.shape[1], seg.rb, seg.cb, product, c, inject, grid.rank,
-                            seg.to_global)  # fmt: skip
-    run_summa(grid, ops.a, ops.b, ops.c, ops.ka, ops.kb, alpha, exchange=chk, steps=steps,
-              beta=0.0 if fused_beta0 else 1.0)  # fmt: skip
-    chk.release()  # extended-piece and panel buffers back to the pool, as pdgemm does
-    if own is not None:
-        own.release()
-    if inject is not None:
-        inject.apply("C", grid.rank, len(steps), c, seg.to_global)
-    return ops
+        inject.apply("C", grid.rank, last, c, seg.to_global)
+    return all_ops
 
 
 def _verify_and_correct(
