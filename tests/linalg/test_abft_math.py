@@ -93,6 +93,35 @@ def test_encoding_equals_explicit_sums():
     np.testing.assert_allclose(bchk, chk.T, rtol=1e-13, atol=1e-12)
 
 
+@pytest.mark.parametrize("lower", [True, False])
+def test_kept_rows_are_summed_and_copied_with_zeros_elsewhere(lower):
+    # a square's triangle (NaN in the other one, never read): the sums and the copy equal those of the
+    # square with its other triangle zero, in one pass; copy_kept moves the triangle back alone
+    from ftkit.linalg.checksums._kernels import copy_kept
+
+    rng = np.random.default_rng(3)
+    n = 23
+    c = np.asfortranarray(rng.standard_normal((n, n)))
+    tri = np.tril(np.ones((n, n), bool)) if lower else np.triu(np.ones((n, n), bool))
+    c[~tri] = np.nan
+    j = np.arange(n)
+    keep = np.array([j, np.full(n, n)] if lower else [np.zeros(n, int), j + 1], dtype=np.int64)
+    rb, cb = np.array([0, 4, 12, 23]), np.array([0, 8, 16, 23])
+    masked = np.where(tri, c, 0.0)
+    copy = np.full((n, n), 7.0, order="F")
+    got = checksums.block_sums_sq(c, rb, cb, with_abs=True, copy_to=copy, keep=keep)
+    want = checksums.block_sums_sq(masked, rb, cb, with_abs=True)
+    for g, w in zip(got, want, strict=True):  # other summation order (vectorized), same bounds
+        np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-13)
+    np.testing.assert_array_equal(copy, masked)
+    (s0, a0) = checksums.summarize_c0(c, rb, cb, keep=keep)
+    np.testing.assert_allclose(a0, want[5], rtol=1e-13)
+    dst = np.asfortranarray(rng.standard_normal((n, n)))
+    before = dst.copy()
+    copy_kept(masked, dst, keep)
+    np.testing.assert_array_equal(dst, np.where(tri, masked, before))
+
+
 def test_integer_products_have_exactly_zero_residual():
     # every product and sum is exact: any algebra slip in the checksum bookkeeping would show up as != 0
     rng = np.random.default_rng(1)

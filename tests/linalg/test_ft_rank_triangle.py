@@ -85,6 +85,26 @@ def test_syr2k_flip_in_either_term_or_c_is_corrected(grid, target, seed):
     np.testing.assert_allclose(C.to_global()[tri], (a @ b.T + b @ a.T + c)[tri], rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("uplo,seed", [("L", 0), ("L", 2), ("U", 0), ("U", 1)])
+def test_a_diagonal_square_is_recomputed_from_its_triangle_alone(grid, uplo, seed):
+    """A flip in an operand's panel spoils a row of a diagonal square's blocks: they are recomputed with C0
+    read from the square's triangle (the other triangle holds NaN and is never read) and stay NaN."""
+    rng = np.random.default_rng(7)
+    a, c = rng.standard_normal((N, K)), rng.standard_normal((N, N))
+    tri = np.tril(np.ones((N, N), bool)) if uplo == "L" else np.triu(np.ones((N, N), bool))
+    c[~tri] = np.nan
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=NB, nb=NB)
+    C = linalg.DistributedMatrix.from_global(grid, c, mb=NB, nb=NB)
+    plan = InjectionPlan([BitFlip(target="A", bits=(52, 61), persistent=False)], seed=seed)
+    rep = linalg.ft_pdsyrk(uplo, "N", N, K, 1.0, A, 0, 0, 1.0, C, 0, 0, bs=BS, inject=plan)
+    again = [e for e in rep.events if e.action == "recomputed"]
+    assert again and rep.corrected == rep.detected == len(again) and rep.uncorrected == 0, rep.events
+    assert all(e.row0 // NB == e.col0 // NB for e in again)  # blocks of a diagonal square
+    got = C.to_global()
+    np.testing.assert_allclose(got[tri], (a @ a.T + c)[tri], rtol=1e-12, atol=1e-12)
+    assert np.isnan(got[~tri]).all()
+
+
 def test_slab_bounds_land_on_block_boundaries_when_near():
     assert slab_bounds(48, 0, 12) == [0, 12, 24, 36, 48]
     assert slab_bounds(50, 3, 8) == [0, 13, 29, 37, 50]  # global 16, 32, 40: multiples of 8

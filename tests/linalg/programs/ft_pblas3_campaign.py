@@ -5,12 +5,12 @@ usage: ft_pblas3_campaign.py NPROW NPCOL --seed S --trials N
 Each trial takes one random case of ``pblas3_conformance`` (random flags, sizes, offsets, layouts, hard
 families: tiny, huge, graded, Hilbert, cancelling, ill-conditioned triangles; float64 or float32) and runs the
 ft_ routine instead of the plain one, with a random checksum block size. The trials take the four routines
-in turn, every other round clean, with the rigorous or the statistical threshold: any detected block is a false positive, and the result must pass the
-conformance check. The other rounds flip one exponent or high mantissa bit at a random injection point (A, B or C,
-random step and rank): the result must still pass the check with the block-wise bound a checksum guarantees
-(``bs^2`` times the largest magnitude; an error below it can be invisible to the block's sums), so a flip
-that mattered was found and corrected. Rank 0 prints ``FAIL ...`` and
-``DONE trials=T failures=F false_positives=P flips=X detected=D corrected=K``.
+in turn, every other round clean, with the rigorous or the statistical threshold: any detected block is a
+false positive, and the result must pass the conformance check. The other rounds flip one exponent or high
+mantissa bit at a random injection point (A, B or C, random step and rank): the result must still pass the
+check with the block-wise bound a checksum guarantees (``bs^2`` times the largest magnitude; an error below
+it can be invisible to the block's sums), so a flip that mattered was found and corrected. Rank 0 prints
+``FAIL ...`` and ``DONE trials=T failures=F false_positives=P flips=X detected=D corrected=K``.
 """
 
 from __future__ import annotations

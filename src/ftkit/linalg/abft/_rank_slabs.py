@@ -29,13 +29,13 @@ import numpy as np
 from ...errors import ABFTError
 from ...inject import InjectionPlan
 from .. import checksums
+from ..checksums._kernels import copy_kept
 from ..matrix import DistributedMatrix
-from ..pblas.add import trapezoid_mask
 from ..pblas.rank_k import SLABS
 from .product import Term, _ft_gemm
 from .report import ABFTReport, BlockEvent
 
-__all__ = ["checked_rank_update", "slab_bounds"]
+__all__ = ["checked_rank_update", "slab_bounds", "kept_rows"]
 
 #: A piece of the triangle: submatrix rows ``r0:r1`` and columns ``c0:c1``.
 Piece = tuple[int, int, int, int]
@@ -109,6 +109,17 @@ def _merge(reports: list[tuple[Piece, ABFTReport]], C: DistributedMatrix, ic: in
     )
 
 
+def kept_rows(C: DistributedMatrix, i: int, j: int, w: int, uplo: str) -> np.ndarray:
+    """The ``uplo`` triangle of this process's part of the square ``C(i:i+w, j:j+w)`` as row ranges:
+    ``(2, ncols)`` int64, rows ``[0, q]:[1, q]`` of local column ``q`` (as ``trapezoid_mask``: ``r >= c`` for
+    "L", ``r <= c`` for "U", in square indices)."""
+    r = C.row_map(i, w).indices_on(C.grid.myrow)
+    c = C.col_map(j, w).indices_on(C.grid.mycol)
+    if uplo == "L":
+        return np.array([np.searchsorted(r, c, side="left"), np.full(len(c), len(r))], dtype=np.int64)
+    return np.array([np.zeros(len(c), np.int64), np.searchsorted(r, c, side="right")], dtype=np.int64)
+
+
 def _shift(term: Term, trans: str, r0: int, c0: int) -> Term:
     """The term's operands of the piece at submatrix rows ``r0:`` and columns ``c0:`` of the product."""
     X, ix, jx, Y, iy, jy = term
@@ -131,27 +142,27 @@ def checked_rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, X: 
     if bs is None:  # chosen for the whole inner dimension: every term's k adds to the rounding
         bs = checksums.choose_bs(d.mb, d.nb, k * (1 + len(more)))
     pieces = _pieces(uplo, n, slab_bounds(n, jc, d.nb))
-    masks = {}
-    for r0, _, c0, c1 in pieces:
-        if r0 == c0:  # a diagonal square: its excluded triangle is not read, zero so its blocks check too
-            masks[c0] = trapezoid_mask(C64, ic + c0, jc + c0, c1 - c0, c1 - c0, uplo)
-            work.local_view(ic + c0, jc + c0, c1 - c0, c1 - c0)[...] = np.where(
-                masks[c0], C64.local_view(ic + c0, jc + c0, c1 - c0, c1 - c0), 0.0)
+    # a diagonal square's excluded triangle is never read: zero in the work copy, so its blocks check too
+    keeps = {c0: kept_rows(C64, ic + c0, jc + c0, c1 - c0, uplo) for r0, _, c0, c1 in pieces if r0 == c0}
     target = _injected_piece(pieces, C64, ic, jc, inject.seed) if inject is not None else -1
     reports = []
     for p, (r0, r1, c0, c1) in enumerate(pieces):
         shifted = [_shift(term, trans, r0, c0) for term in [(X, ix, jx, Y, iy, jy), *more]]
-        try:  # a rectangle inside the triangle goes into C64 itself, a square into the work copy
+        # a rectangle inside the triangle goes into C64 itself, a square into the work copy, which is filled
+        # from C64's square (unchanged until the end) in the pass that sums it
+        fill = (C64.local_view(ic + c0, jc + c0, c1 - c0, c1 - c0), keeps[c0]) if r0 == c0 else None
+        try:
             rep = _ft_gemm(ta, tb, r1 - r0, c1 - c0, k, alpha, *shifted[0], beta,
                            work if r0 == c0 else C64, ic + r0, jc + c0, bs, tol, mode, None, None,
-                           inject if p == target else None, False, more_terms=shifted[1:])  # fmt: skip
+                           inject if p == target else None, False, more_terms=shifted[1:],
+                           c_fill=fill)  # fmt: skip
         except ABFTError as exc:  # the same on every process: the other pieces are still done
             rep = exc.report  # type: ignore[assignment]
         reports.append(((r0, r1, c0, c1), rep))
     for r0, r1, c0, c1 in pieces:  # the squares' triangles (and, for a float32 C, everything) into C
         dst = C.local_view(ic + r0, jc + c0, r1 - r0, c1 - c0)
         if r0 == c0:
-            dst[...] = np.where(masks[c0], work.local_view(ic + r0, jc + c0, r1 - r0, c1 - c0), dst)
+            copy_kept(work.local_view(ic + r0, jc + c0, r1 - r0, c1 - c0), dst, keeps[c0])
         elif C is not C64:
             dst[...] = C64.local_view(ic + r0, jc + c0, r1 - r0, c1 - c0)
     return _merge(reports, C64, ic, jc, n)

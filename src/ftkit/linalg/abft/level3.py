@@ -12,8 +12,8 @@ Each takes its plain routine's arguments (:mod:`ftkit.linalg.pblas.triangular`,
   products of the slabs' off-diagonal parts and diagonal squares (:mod:`ftkit.linalg.abft._rank_slabs`),
   ``alpha op(A) op(A).T + beta C`` and ``alpha op(A) op(B).T + alpha op(B) op(A).T + beta C`` (both
   terms multiplied into the same piece, their checksums into one prediction, C verified once); the squares
-  go into a work copy whose excluded triangle is zero, the rest into C itself. Event coordinates are those of the product (B's or C's
-  submatrix).
+  go into a work copy whose excluded triangle is zero (filled in the pass that sums C0), the rest into C
+  itself. Event coordinates are those of the product (B's or C's submatrix).
 - ``ft_pdtrsm`` runs the plain solve and checks the checksums the solution must satisfy, per block
   (:mod:`ftkit.linalg.abft._solve_sums`): a single wrong element of the solution is located from them and
   fixed in O(1) (``"located"``); otherwise the flagged column segments are solved again (``"recomputed"``).
@@ -192,8 +192,8 @@ def ft_pdsyr2k(uplo: str, trans: str, n: int, k: int, alpha: float, A: Distribut
     if n == 0:
         return ABFTReport(threshold=Threshold.parse(tol).name)
     A64, B64 = _as64(A), _as64(B)
-    return _rank_checked(r, uplo, trans, n, k, alpha, A64, ia, ja, B64, ib, jb, beta, C, ic, jc, bs, tol, mode,
-                         inject, unchecked_is_error, [(B64, ib, jb, A64, ia, ja)])
+    return _rank_checked(r, uplo, trans, n, k, alpha, A64, ia, ja, B64, ib, jb, beta, C, ic, jc, bs, tol,
+                         mode, inject, unchecked_is_error, [(B64, ib, jb, A64, ia, ja)])
 
 
 def ft_pdtrsm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float,

@@ -27,7 +27,7 @@ from ..pblas.gemm import (
 from ..resilient.multiply import resilient_pdgemm
 from ._blocks import BlockSegmentation, Threshold
 from ._encoded_exchange import _ChecksumExchange
-from ._recompute import recompute_blocks
+from ._recompute import KeptRows, recompute_blocks
 from .report import ABFTReport, BlockEvent, check_ft_args, threshold_name
 
 __all__ = ["ft_pdgemm", "ft_pdsymm"]
@@ -206,6 +206,7 @@ def _ft_gemm(
     unchecked_is_error: bool = False,
     c_before: np.ndarray | None = None,
     more_terms: Sequence[Term] = (),
+    c_fill: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> ABFTReport:
     """The checked product (arguments already validated): encode, multiply, verify, correct, report.
 
@@ -215,6 +216,9 @@ def _ft_gemm(
     sizes) is added to C after the first by SUMMA runs of their own; their checksums go into the same
     prediction (inner dimension ``k`` per term), so C is verified once, and a recomputation sums every term
     (PDSYR2K's two terms without copying its operands side by side).
+    ``c_fill``: ``(src, keep)``, C0 is ``src``'s rows ``keep[0, j]:keep[1, j]`` of each column ``j`` and zero
+    elsewhere (a diagonal square's triangle); C's local view is filled with it in the pass that sums it, and
+    ``src``, which the caller keeps unchanged during the call, is read again only to recompute blocks.
     """
     grid = C.grid
     threshold = Threshold.parse(tol)
@@ -224,11 +228,18 @@ def _ft_gemm(
                                                                                                C.desc.nb, k))
     c = C.local_view(ic, jc, m, n)
     # C0's share of the expected sums (and a copy for recomputing blocks), before the beta scaling
-    c0 = copy = None
-    if beta != 0.0 and mode == "correct":
-        c0 = c_before if c_before is not None else np.empty(c.shape, order="F")
-        copy = c0 if c_before is None else None
-    c0_sums = checksums.summarize_c0(c, seg.rb, seg.cb, copy) if beta != 0.0 else None  # copy: same pass
+    c0: Any = None
+    c0_sums: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None
+    if c_fill is not None and beta != 0.0:  # C0 read from src, C filled in the same pass
+        c0_sums = checksums.summarize_c0(c_fill[0], seg.rb, seg.cb, c, keep=c_fill[1])
+        c0 = KeptRows(*c_fill) if mode == "correct" else None
+    else:
+        copy = None
+        if beta != 0.0 and mode == "correct":
+            c0 = c_before if c_before is not None else np.empty(c.shape, order="F")
+            copy = c0 if c_before is None else None
+        if beta != 0.0:
+            c0_sums = checksums.summarize_c0(c, seg.rb, seg.cb, copy)  # the copy in the same pass
     product = checksums.ChecksumProduct(seg.nr, seg.nc, threshold.kinds)  # squared sums: statistical only
     ops = _multiply_encoded(ta, tb, m, n, k, alpha, [(A, ia, ja, B, ib, jb), *more_terms], beta, C, ic, jc,
                             seg, product, width, exchange, inject)  # fmt: skip

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["encode_rows_into", "encode_cols_into", "copy_col_sums", "block_sums_into", "block_sums_copy_into"]
+__all__ = ["encode_rows_into", "encode_cols_into", "copy_col_sums", "block_sums_into", "copy_kept"]
 
 # Reassociation lets LLVM vectorize the segment sums; the bounds hold for any summation order (the tree depth
 # stays below the segment length), and NaN/Inf semantics are kept (no nnan/ninf flags).
@@ -208,10 +208,16 @@ def encode_cols_into(
 
 @njit(cache=True, nogil=True, fastmath=_FM)
 def block_sums_into(
-    c: np.ndarray, rb: np.ndarray, cb: np.ndarray, wr: np.ndarray, wc: np.ndarray, out: np.ndarray
+    c: np.ndarray, rb: np.ndarray, cb: np.ndarray, wr: np.ndarray, wc: np.ndarray, out: np.ndarray,
+    dst: np.ndarray, keep: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
     """Plain, row-, column- and doubly-weighted sums and the sum of squares of every block of ``c`` into
     ``out`` (5, nr, nc); with ``out`` of 6 planes also the sums of absolute values into ``out[5]``.
+
+    ``keep`` (``(2, ncols)``, or ``(2, 0)`` for all of ``c``): only rows ``keep[0, j] <= i < keep[1, j]`` of
+    column ``j`` are ``c``'s, the others count as zero (a triangle of a square: its other triangle never
+    read). ``dst`` (shaped like ``c``, or ``(0, 0)``): receives that ``c``, zeros included, in the same pass
+    (the segments must then cover all of ``c``): the C before an update, summed and kept at once.
 
     Two stages, as the bounds assume: down each row segment of a column, then across the column segment.
     (The squares and absolute values cost nothing measurable in this memory-bound pass.)
@@ -220,6 +226,10 @@ def block_sums_into(
     nc = cb.shape[0] - 1
     nq = out.shape[0]
     ab_on = nq > 5
+    copy = dst.shape[0] > 0
+    masked = keep.shape[1] > 0
+    r0 = rb[0]
+    r1 = rb[nr]
     for bj in range(nc):
         for bi in range(nr):
             for q in range(nq):
@@ -227,29 +237,52 @@ def block_sums_into(
         for j in range(cb[bj], cb[bj + 1]):
             wj = wc[j]
             col = c[:, j]
+            k0 = r0
+            k1 = r1
+            if masked:
+                k0 = max(r0, keep[0, j])
+                k1 = max(k0, min(r1, keep[1, j]))
+            dcol = dst[:, j] if copy else col
+            if copy and masked:  # the rows outside the kept range are zero in the copy
+                z = dcol[r0:k0]
+                for t in range(k0 - r0):
+                    z[t] = 0.0
+                z = dcol[k1:r1]
+                for t in range(r1 - k1):
+                    z[t] = 0.0
             for bi in range(nr):
-                lo = rb[bi]
-                ln = rb[bi + 1] - lo
+                lo = max(rb[bi], k0)
+                ln = max(0, min(rb[bi + 1], k1) - lo)
                 x = col[lo : lo + ln]
                 ww = wr[lo : lo + ln]
                 e = 0.0
                 ws = 0.0
                 sq = 0.0
-                if ab_on:
-                    ab = 0.0
+                ab = 0.0
+                if copy:
+                    d = dcol[lo : lo + ln]
+                    for t in range(ln):
+                        v = x[t]
+                        d[t] = v
+                        e += v
+                        ws += ww[t] * v
+                        sq += v * v
+                        ab += abs(v)
+                elif ab_on:
                     for t in range(ln):
                         v = x[t]
                         e += v
                         ws += ww[t] * v
                         sq += v * v
                         ab += abs(v)
-                    out[5, bi, bj] += ab
                 else:
                     for t in range(ln):
                         v = x[t]
                         e += v
                         ws += ww[t] * v
                         sq += v * v
+                if ab_on:
+                    out[5, bi, bj] += ab
                 out[4, bi, bj] += sq
                 out[0, bi, bj] += e
                 out[1, bi, bj] += ws
@@ -257,43 +290,15 @@ def block_sums_into(
                 out[3, bi, bj] += wj * ws
 
 
-@njit(cache=True, nogil=True, fastmath=_FM)
-def block_sums_copy_into(
-    c: np.ndarray, rb: np.ndarray, cb: np.ndarray, wr: np.ndarray, wc: np.ndarray, out: np.ndarray,
-    dst: np.ndarray,
-) -> None:  # pragma: no cover - compiled
-    """:func:`block_sums_into` with six planes (the sums of absolute values too) and ``dst[...] = c`` in the
-    same pass (the segments must cover all of ``c``): the C before an update, summed and kept at once."""
-    nr = rb.shape[0] - 1
-    nc = cb.shape[0] - 1
-    for bj in range(nc):
-        for bi in range(nr):
-            for q in range(6):
-                out[q, bi, bj] = 0.0
-        for j in range(cb[bj], cb[bj + 1]):
-            wj = wc[j]
-            col = c[:, j]
-            dcol = dst[:, j]
-            for bi in range(nr):
-                lo = rb[bi]
-                ln = rb[bi + 1] - lo
-                x = col[lo : lo + ln]
-                d = dcol[lo : lo + ln]
-                ww = wr[lo : lo + ln]
-                e = 0.0
-                ws = 0.0
-                sq = 0.0
-                ab = 0.0
-                for t in range(ln):
-                    v = x[t]
-                    d[t] = v
-                    e += v
-                    ws += ww[t] * v
-                    sq += v * v
-                    ab += abs(v)
-                out[5, bi, bj] += ab
-                out[4, bi, bj] += sq
-                out[0, bi, bj] += e
-                out[1, bi, bj] += ws
-                out[2, bi, bj] += wj * e
-                out[3, bi, bj] += wj * ws
+@njit(cache=True, nogil=True)
+def copy_kept(src: np.ndarray, dst: np.ndarray, keep: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``dst[i, j] = src[i, j]`` for the rows ``keep[0, j] <= i < keep[1, j]`` of every column ``j``; the
+    other elements of ``dst`` stay as they are (a triangle copied into a square, in one pass)."""
+    for j in range(src.shape[1]):
+        lo = keep[0, j]
+        ln = keep[1, j] - lo
+        if ln > 0:
+            x = src[lo : lo + ln, j]
+            d = dst[lo : lo + ln, j]
+            for t in range(ln):
+                d[t] = x[t]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ABFTArgumentError
-from ._kernels import block_sums_copy_into, block_sums_into, encode_cols_into, encode_rows_into
+from ._kernels import block_sums_into, encode_cols_into, encode_rows_into
 
 __all__ = ["U", "ETA", "NCHK", "gamma", "checksum_kinds", "segment_bounds", "dense_bounds", "segment_weights",
            "encode_rows", "encode_cols", "check_kinds", "block_sums", "block_sums_sq", "abs_block_sums",
@@ -160,25 +160,25 @@ def block_sums(
     return ee, we, ew, ww
 
 
+#: "No copy" and "all rows kept" for :func:`~ftkit.linalg.checksums._kernels.block_sums_into`.
+_NO_COPY = np.empty((0, 0), order="F")
+_ALL_ROWS = np.empty((2, 0), dtype=np.int64)
+
+
 def block_sums_sq(c: np.ndarray, rb: np.ndarray, cb: np.ndarray, *, with_abs: bool = False,
-                  copy_to: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+                  copy_to: np.ndarray | None = None, keep: np.ndarray | None = None,
+                  ) -> tuple[np.ndarray, ...]:
     """Return :func:`block_sums` plus every block's sum of squares (five ``(nr, nc)`` arrays, one pass);
-    ``with_abs`` adds a sixth, the sums of absolute values (:func:`abs_block_sums`), in the same pass, and
-    ``copy_to`` (with ``with_abs``; the segments covering all of ``c``) receives a copy of ``c`` in it."""
+    ``with_abs`` adds a sixth, the sums of absolute values (:func:`abs_block_sums`), in the same pass;
+    ``keep`` (``(2, ncols)`` int64) takes only rows ``keep[0, j]:keep[1, j]`` of column ``j`` as ``c``'s,
+    the others as zero (never read); ``copy_to`` (the segments covering all of ``c``) receives that ``c``,
+    zeros included, in the same pass."""
     nr, nc = len(rb) - 1, len(cb) - 1
     out = np.zeros((6 if with_abs else 5, nr, nc))
-    if copy_to is not None and nr and nc:
-        block_sums_copy_into(c, np.asarray(rb, dtype=np.int64), np.asarray(cb, dtype=np.int64),
-                             segment_weights(rb), segment_weights(cb), out, copy_to)
-    elif nr and nc:
-        block_sums_into(
-            c,
-            np.asarray(rb, dtype=np.int64),
-            np.asarray(cb, dtype=np.int64),
-            segment_weights(rb),
-            segment_weights(cb),
-            out,
-        )
+    if nr and nc:
+        block_sums_into(c, np.asarray(rb, dtype=np.int64), np.asarray(cb, dtype=np.int64),
+                        segment_weights(rb), segment_weights(cb), out,
+                        _NO_COPY if copy_to is None else copy_to, _ALL_ROWS if keep is None else keep)
     return tuple(out)
 
 
