@@ -228,18 +228,7 @@ def _ft_gemm(
                                                                                                C.desc.nb, k))
     c = C.local_view(ic, jc, m, n)
     # C0's share of the expected sums (and a copy for recomputing blocks), before the beta scaling
-    c0: Any = None
-    c0_sums: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None
-    if c_fill is not None and beta != 0.0:  # C0 read from src, C filled in the same pass
-        c0_sums = checksums.summarize_c0(c_fill[0], seg.rb, seg.cb, c, keep=c_fill[1])
-        c0 = KeptRows(*c_fill) if mode == "correct" else None
-    else:
-        copy = None
-        if beta != 0.0 and mode == "correct":
-            c0 = c_before if c_before is not None else np.empty(c.shape, order="F")
-            copy = c0 if c_before is None else None
-        if beta != 0.0:
-            c0_sums = checksums.summarize_c0(c, seg.rb, seg.cb, copy)  # the copy in the same pass
+    c0, c0_sums = _summarize_c0(c, seg, beta, mode, c_before, c_fill)
     product = checksums.ChecksumProduct(seg.nr, seg.nc, threshold.kinds)  # squared sums: statistical only
     ops = _multiply_encoded(ta, tb, m, n, k, alpha, [(A, ia, ja, B, ib, jb), *more_terms], beta, C, ic, jc,
                             seg, product, width, exchange, inject)  # fmt: skip
@@ -282,6 +271,21 @@ def _ft_gemm(
     )
     _raise_if_failed(report, mode, unchecked_is_error)
     return report
+
+
+def _summarize_c0(c: np.ndarray, seg: BlockSegmentation, beta: float, mode: str, c_before: np.ndarray | None,
+                  c_fill: tuple[np.ndarray, np.ndarray] | None) -> tuple[Any, Any]:
+    """C0's block sums (``None`` if ``beta == 0``) and what a recomputation reads C0 from (``None`` if none
+    will): ``c_before``, a copy taken in the same pass, or ``c_fill``'s kept rows (C filled from them)."""
+    if beta == 0.0:
+        return None, None
+    if c_fill is not None:
+        sums = checksums.summarize_c0(c_fill[0], seg.rb, seg.cb, c, keep=c_fill[1])
+        return (KeptRows(*c_fill) if mode == "correct" else None), sums
+    if mode != "correct" or c_before is not None:
+        return c_before if mode == "correct" else None, checksums.summarize_c0(c, seg.rb, seg.cb)
+    c0 = np.empty(c.shape, order="F")
+    return c0, checksums.summarize_c0(c, seg.rb, seg.cb, c0)  # the copy in the same pass
 
 
 def _multiply_encoded(
