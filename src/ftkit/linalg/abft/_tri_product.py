@@ -18,8 +18,8 @@ After the sweep: a block with one wrong element is corrected in O(1) from its we
 the column segments holding any other flagged block are computed again by a sweep of those columns of the
 saved ``W0`` with ``T`` rebuilt from A (a corrupted copy of the triangle is replaced too), then checked
 again (``"recomputed"``; still wrong: ``"uncorrected"``, A itself is corrupted). Cost beyond the plain
-routine: one pass over ``T`` and two over ``W`` (encoding with the copy, the block sums of the result),
-and checksum all-reduces of ``1/bs`` of the data.
+routine: one pass over ``T`` and two over ``W`` (encoding with the copy, into a buffer kept between calls;
+the block sums of the result), and checksum all-reduces of ``1/bs`` of the data.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from .. import checksums
 from ..checksums._kernels import encode_cols_into, encode_rows_into
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
+from ..pblas._summa import pooled_buffer, release_pool
 from ..pblas._tri_sweep import sweep
 from ._blocks import BlockSegmentation, Threshold
 from .product import _ratio, _reduce, _verify_and_correct
@@ -46,15 +47,18 @@ __all__ = ["checked_tri_multiply"]
 
 
 def _encode(g: ProcessGrid, t: np.ndarray, w: np.ndarray, seg: BlockSegmentation, rows: BlockCyclic1D,
-            cols: BlockCyclic1D, kinds: int) -> tuple[checksums.ChecksumProduct, np.ndarray]:
-    """The checksum product predicting this process's blocks of ``T W``, and a copy of ``w`` (F order)."""
+            cols: BlockCyclic1D, kinds: int, pool: dict[object, np.ndarray],
+            ) -> tuple[checksums.ChecksumProduct, np.ndarray]:
+    """The checksum product predicting this process's blocks of ``T W``, and a copy of ``w`` (F order), in
+    a buffer of ``pool`` (the panel buffers kept between calls: a fresh array of ``w``'s size costs page
+    faults and the kernel's zeroing, as much as the copy itself)."""
     ka, nr, nc, ncols = rows.n, seg.nr, seg.nc, w.shape[1]
     achk = np.zeros((kinds * nr, ka), order="F")
     if nr and t.shape[1]:
         part = np.empty((kinds * nr, t.shape[1]), order="F")
         encode_rows_into(t, seg.rb, checksums.segment_weights(seg.rb), part, False, kinds)
         achk[:, cols.indices_on(g.mycol)] = part
-    wext = np.empty((w.shape[0], ncols + kinds * nc), order="F")
+    wext = pooled_buffer(pool, "w0", (w.shape[0], ncols + kinds * nc))
     encode_cols_into(w, seg.cb, checksums.segment_weights(seg.cb), wext, True, kinds)
     bchk = np.zeros((ka, kinds * nc), order="F")
     bchk[rows.indices_on(g.myrow), :] = wext[:, ncols:]
@@ -85,7 +89,20 @@ def checked_tri_multiply(g: ProcessGrid, t: np.ndarray, w: np.ndarray, rows: Blo
     Injection points as ``ft_pdtrsm``'s: ``"A"`` (T after its checksums), ``"B"`` (``W`` after its checksums),
     ``"C"`` step 0 (before the sweep) or 1 (the product, before the check).
     """
-    product, w0 = _encode(g, t, w, seg, rows, cols, threshold.kinds)
+    pool: dict[object, np.ndarray] = {}
+    try:
+        return _multiply_checked(g, t, w, rows, cols, lower, seg, threshold, mode, inject, rebuild,
+                                 transposed, pool)
+    finally:
+        release_pool(pool)
+
+
+def _multiply_checked(g: ProcessGrid, t: np.ndarray, w: np.ndarray, rows: BlockCyclic1D, cols: BlockCyclic1D,
+                      lower: bool, seg: BlockSegmentation, threshold: Threshold, mode: str,
+                      inject: InjectionPlan | None, rebuild: Callable[[], np.ndarray], transposed: bool,
+                      pool: dict[object, np.ndarray]) -> ABFTReport:
+    """:func:`checked_tri_multiply` with the copy of ``W0`` in a buffer of ``pool``."""
+    product, w0 = _encode(g, t, w, seg, rows, cols, threshold.kinds, pool)
     if inject is not None:
         inject.resolve(g.size, 1)
         inject.apply("A", g.rank, 0, t)
