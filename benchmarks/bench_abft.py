@@ -1,7 +1,7 @@
 """Benchmark ABFT-checked ft_pdgemm against plain pdgemm (4 ranks, 2 x 2 grid), in the same run.
 
 usage: python benchmarks/bench_abft.py [--quick] [--n 4096] [--nb 256] [--repeats 3] [--bs B ...]
-       [--phases | --kernels]
+       [--phases [--level3] | --kernels]
 
 The script relaunches itself under mpirun (4 ranks, OPENBLAS_NUM_THREADS=1 per rank). Inside the one job, per
 repeat and in rotating order: ``pdgemm``, ``ft_pdgemm(tol=None)`` (rigorous bound) and
@@ -23,7 +23,10 @@ Where the overhead goes:
 
 - ``--phases``: under mpirun, cProfile on the CPU clock of ``--repeats`` pdgemm and ft_pdgemm calls (rigorous
   and statistical), summed over the ranks: per-function CPU ms per call, pdgemm vs ft_pdgemm, largest
-  differences first (the encoding kernels replace pdgemm's own copies of the pieces into the panels).
+  differences first (the encoding kernels replace pdgemm's own copies of the pieces into the panels), and
+  every rank's CPU seconds per call (median); the calls interleaved, in alternating order. With ``--level3``
+  the same for pdtrmm, pdsyrk and pdsyr2k against ft_pdtrmm, ft_pdsyrk and ft_pdsyr2k (rigorous bound;
+  ``bench_pblas3.py``'s flags, each call on fresh copies of B / C, copies not profiled).
 - ``--kernels``: one process, no MPI: the per-rank pieces of the 2 x 2 run (local ``n/2 x n/2``, pieces of
   ``n/2 x 512``): the plain copy pdgemm makes of an A / B piece, the fused copy + checksum kernels (3 kinds:
   rigorous / numeric thresholds; 4 kinds: statistical), the verification pass over C, and one SUMMA step's
@@ -33,12 +36,14 @@ Where the overhead goes:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def parse() -> argparse.Namespace:
@@ -50,6 +55,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--bs", type=int, nargs="+", default=[0], help="checksum block sizes (0 = automatic)")
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--phases", action="store_true", help="per-function CPU profile, pdgemm vs ft_pdgemm")
+    ap.add_argument("--level3", action="store_true",
+                    help="--phases of pdtrmm, pdsyrk, pdsyr2k vs their ft_ versions instead of pdgemm")
     ap.add_argument("--kernels", action="store_true", help="in-process kernel timings (no MPI)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -81,6 +88,7 @@ def launch(args: argparse.Namespace) -> int:
         "--bs",
         *map(str, args.bs),
         *(["--phases"] if args.phases else []),
+        *(["--level3"] if args.level3 else []),
     ]
     cmd = build_mpirun_command(
         args.ranks, worker, ulfm=False, env={"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -251,39 +259,70 @@ def work(args: argparse.Namespace) -> int:
     return 0
 
 
+def _phase_calls(args: argparse.Namespace, grid: Any) -> dict[str, dict[str, Any]]:
+    """``{plain: {variant: (fresh, call)}}`` for ``--phases``: pdgemm / ft_pdgemm (rigorous and statistical),
+    or with ``--level3`` pdtrmm, pdsyrk, pdsyr2k and their ``ft_`` versions (rigorous) on
+    ``bench_pblas3.py``'s operands and flags (side L, lower, no transpose; lower "N", k = n, beta 1).
+    ``fresh()`` makes the copy of the matrix a call writes (not profiled), ``call(x)`` runs on it."""
+    import numpy as np
+
+    from ftkit import linalg
+    from ftkit.linalg.abft import ft_pdgemm
+
+    n, nb = args.n, args.nb
+    A = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=1)
+    B = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=2)
+    C = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=3)
+    if not args.level3:
+        def same() -> Any:
+            return C
+
+        return {"pdgemm": {
+            "pdgemm": (same, lambda c: linalg.pdgemm("N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.0, c, 0, 0)),
+            "rigorous": (same, lambda c: ft_pdgemm("N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.0, c, 0, 0)),
+            "statistical": (same, lambda c: ft_pdgemm("N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.0, c, 0, 0,
+                                                      tol="statistical")),
+        }}  # fmt: skip
+    rows, cols = A.global_rows()[:, None], A.global_cols()[None, :]
+    A.local[...] = np.where(rows == cols, n + np.abs(A.local), A.local)  # T: well conditioned
+    shapes = {
+        "pdtrmm": (B.copy, lambda fn, x: fn("L", "L", "N", "N", n, n, 1.0, A, 0, 0, x, 0, 0)),
+        "pdsyrk": (C.copy, lambda fn, x: fn("L", "N", n, n, 1.0, B, 0, 0, 1.0, x, 0, 0)),
+        "pdsyr2k": (C.copy, lambda fn, x: fn("L", "N", n, n, 1.0, B, 0, 0, A, 0, 0, 1.0, x, 0, 0)),
+    }
+    return {name: {v: (fresh, functools.partial(call, getattr(linalg, v))) for v in (name, "ft_" + name)}
+            for name, (fresh, call) in shapes.items()}
+
+
 def phases(args: argparse.Namespace) -> int:
-    """``--phases``: cProfile (CPU clock) of pdgemm and ft_pdgemm, per function, summed over the ranks."""
+    """``--phases``: cProfile (CPU clock) of each plain routine and its checked variants, interleaved in one
+    job, per function, summed over the ranks; and every rank's CPU seconds per call."""
     import cProfile
     import pstats
 
     from mpi4py import MPI
 
     from ftkit import linalg
-    from ftkit.linalg.abft import ft_pdgemm
     from ftkit.linalg.pblas._summa import wait_requests
 
     comm = MPI.COMM_WORLD
     grid = linalg.ProcessGrid.square(comm)
-    n, nb = args.n, args.nb
-    A = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=1)
-    B = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=2)
-    C = linalg.DistributedMatrix.zeros(grid, n, n, mb=nb, nb=nb)
-    calls = {
-        "pdgemm": lambda: linalg.pdgemm("N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.0, C, 0, 0),
-        "rigorous": lambda: ft_pdgemm("N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.0, C, 0, 0),
-        "statistical": lambda: ft_pdgemm(
-            "N", "N", n, n, n, 1.0, A, 0, 0, B, 0, 0, 0.0, C, 0, 0, tol="statistical"
-        ),
-    }
-    for fn in calls.values():
-        fn()  # warm-up
+    pairs = _phase_calls(args, grid)
+    calls = {name: fn for variants in pairs.values() for name, fn in variants.items()}
+    for fresh, fn in calls.values():
+        fn(fresh())  # warm-up
     prof = {name: cProfile.Profile(time.process_time) for name in calls}
-    for _ in range(args.repeats):
-        for name, fn in calls.items():
+    cpu: dict[str, list[float]] = {name: [] for name in calls}
+    for rep in range(args.repeats):
+        for name in list(calls)[:: 1 if rep % 2 == 0 else -1]:  # alternating order: the same load for both
+            fresh, fn = calls[name]
+            x = fresh()
             wait_requests([comm.Ibarrier()], max_sleep=5e-3)
+            c0 = time.process_time()
             prof[name].enable()
-            fn()
+            fn(x)
             prof[name].disable()
+            cpu[name].append(time.process_time() - c0)
     mine: dict[str, dict[str, float]] = {}
     for name, pr in prof.items():
         per: dict[str, float] = {}
@@ -291,28 +330,38 @@ def phases(args: argparse.Namespace) -> int:
             key = f"{Path(file).name}:{func}"
             per[key] = per.get(key, 0.0) + tt * 1e3 / args.repeats
         mine[name] = per
-    every = comm.gather(mine)
+    every = comm.gather((mine, {name: statistics.median(v) for name, v in cpu.items()}))
     if comm.rank == 0:
-        tot = {name: {} for name in calls}  # type: ignore[var-annotated]
-        for rank_data in every:
-            for name, per in rank_data.items():
-                for key, ms in per.items():
-                    tot[name][key] = tot[name].get(key, 0.0) + ms
-        base = sum(tot["pdgemm"].values())
-        print(
-            f"n={n} nb={nb}, {comm.size} ranks: CPU ms per call summed over the ranks (own time per function)"
-        )
-        for name in ("rigorous", "statistical"):
-            total = sum(tot[name].values())
-            print(f"  ft_pdgemm {name}: {total:.1f} vs pdgemm {base:.1f} ({100 * (total / base - 1):+.2f} %)")
-            keys = set(tot[name]) | set(tot["pdgemm"])
-            diff = sorted(keys, key=lambda k: -abs(tot[name].get(k, 0.0) - tot["pdgemm"].get(k, 0.0)))
-            for key in diff[:16]:
-                a, b = tot["pdgemm"].get(key, 0.0), tot[name].get(key, 0.0)
-                print(
-                    f"    {key:46s} pdgemm {a:8.2f} ft {b:8.2f} ({b - a:+7.2f}: {100 * (b - a) / base:+.2f}%)"
-                )
+        _print_phases(args, comm.size, pairs, every)
     return 0
+
+
+def _print_phases(args: argparse.Namespace, size: int, pairs: dict[str, dict[str, Any]],
+                  every: list[Any]) -> None:
+    """Rank 0's table of :func:`phases`."""
+    tot: dict[str, dict[str, float]] = {}
+    for rank_data, _ in every:
+        for name, per in rank_data.items():
+            for key, ms in per.items():
+                tot.setdefault(name, {})[key] = tot.setdefault(name, {}).get(key, 0.0) + ms
+    print(f"n={args.n} nb={args.nb}, {size} ranks: CPU ms per call summed over the ranks (own time per "
+          "function)")
+    for plain, variants in pairs.items():
+        base = sum(tot[plain].values())
+        print(f"  {plain}: CPU s per call per rank (median) "
+              + " ".join(f"{c[plain]:.3f}" for _, c in every))
+        for name in variants:
+            if name == plain:
+                continue
+            total = sum(tot[name].values())
+            print(f"  {name}: {total:.1f} vs {plain} {base:.1f} ({100 * (total / base - 1):+.2f} %); "
+                  "CPU s per call per rank (median) " + " ".join(f"{c[name]:.3f}" for _, c in every))
+            keys = set(tot[name]) | set(tot[plain])
+            diff = sorted(keys, key=lambda k: -abs(tot[name].get(k, 0.0) - tot[plain].get(k, 0.0)))
+            for key in diff[:16]:
+                a, b = tot[plain].get(key, 0.0), tot[name].get(key, 0.0)
+                print(f"    {key:46s} {plain} {a:8.2f} ft {b:8.2f} ({b - a:+7.2f}: "
+                      f"{100 * (b - a) / base:+.2f}%)")
 
 
 def kernels(args: argparse.Namespace) -> int:
