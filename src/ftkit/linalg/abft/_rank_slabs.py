@@ -89,9 +89,10 @@ def _merge(reports: list[tuple[Piece, ABFTReport]], C: DistributedMatrix, ic: in
     """One report for the whole triangle: totals summed, events moved to the whole product's coordinates."""
     first = reports[0][1]
     d = C.desc
-    rows = checksums.segment_bounds(np.arange(n), ic, d.mb, max(first.bs, 1))
-    cols = checksums.segment_bounds(np.arange(n), jc, d.nb, max(first.bs, 1))
     events: list[BlockEvent] = []
+    if any(rep.events for _, rep in reports):  # the whole product's segments: only to place events
+        rows = checksums.segment_bounds(np.arange(n), ic, d.mb, max(first.bs, 1))
+        cols = checksums.segment_bounds(np.arange(n), jc, d.nb, max(first.bs, 1))
     for (r0, _, c0, _), rep in reports:
         for e in rep.events:
             i, j = r0 + e.row0, c0 + e.col0
