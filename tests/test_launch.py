@@ -218,8 +218,8 @@ def test_job_whose_rank_ends_before_mpi_init_ends_and_leaves_nothing(tmp_path, h
     assert not r.timed_out and r.returncode != 0, r.stderr
     assert "never" not in r.stdout
     assert r.stderr.strip().splitlines()[-1] == (
-        "ftkit launch: the job failed: rank 1 ended before MPI_Init had completed on any rank; the other "
-        "ranks, waiting in MPI_Init for it, were killed by ftkit launch 5 s later")
+        "ftkit launch: the job failed: rank 1 ended (or never started) before MPI_Init had completed on any "
+        "rank; the other ranks, waiting in MPI_Init for it, were killed by ftkit launch 5 s later")
     assert _still_running_after(str(program)) == []
 
 

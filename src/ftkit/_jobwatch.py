@@ -72,10 +72,12 @@ def _how(status: int | None) -> str:
 class RankWatch:
     """What the launcher knows about the ranks of the job running in session ``sid``."""
 
-    def __init__(self, sid: int, status_dir: str | None, start_bound: float | None = None) -> None:
+    def __init__(self, sid: int, status_dir: str | None, start_bound: float | None = None,
+                 start_ranks: int = 0) -> None:
         self.sid = sid
         self.status_dir = status_dir
         self.start_bound = start_bound  # seconds ranks may wait in MPI_Init for one that ended (None: ever)
+        self.start_ranks = start_ranks  # how many ranks the job starts on this host (0: not known)
         self.start_failure = ""         # why the launcher ended ranks that waited in MPI_Init
         self._mpi_up = False            # some rank has completed MPI_Init
         self._ended_before_up: float | None = None  # since when a rank has ended before MPI_Init completed
@@ -124,8 +126,10 @@ class RankWatch:
         if not noted:  # the ranks cannot say when MPI_Init completes (not Python, or `python -I`)
             return
         known = {**self.ranks, **noted}
-        ended = sorted({rank for pid, rank in known.items() if not is_running(pid)})
-        waiting = [pid for pid, rank in known.items() if is_running(pid) and rank not in ended]
+        waiting = {pid: rank for pid, rank in known.items() if is_running(pid)}
+        # A rank killed within a poll of its start left no note and was never seen: it is missing too.
+        ended = sorted(set(range(self.start_ranks)) - set(waiting.values()) if self.start_ranks else
+                       {rank for rank in known.values()} - set(waiting.values()))
         if not ended or not waiting:
             self._ended_before_up = None
             return
@@ -133,7 +137,8 @@ class RankWatch:
         self._ended_before_up = self._ended_before_up or now
         if now - self._ended_before_up < self.start_bound:  # type: ignore[operator]
             return
-        self.start_failure = (f"{_ranks_text(ended)} ended before MPI_Init had completed on any rank; the "
+        self.start_failure = (f"{_ranks_text(ended)} ended (or never started) before MPI_Init had completed "
+                              "on any rank; the "
                               f"other ranks, waiting in MPI_Init for {'them' if len(ended) > 1 else 'it'}, "
                               f"were killed by ftkit launch {self.start_bound:.0f} s later")
         for pid in waiting:
@@ -325,7 +330,7 @@ def _start_watchdog(sid: int) -> tuple[subprocess.Popen[bytes] | None, int | Non
 
 def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | os.PathLike[str] | None,
             capture: bool, status_dir: str | None, *, grace: float, forward_signals: bool,
-            start_bound: float | None = None) -> tuple[int, str, str, bool, int | None]:
+            start_bound: float | None = None, start_ranks: int = 0) -> tuple[int, str, str, bool, int | None]:
     """Run ``cmd`` (launcher ``name``) to its end; return ``(returncode, stdout, stderr, timed_out,
     ending_signal)``. See :func:`ftkit.launch.run_mpi`.
 
@@ -343,7 +348,7 @@ def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | o
     )
     dog, dog_pipe = _start_watchdog(proc.pid)
     readers = [PipeReader(proc.stdout), PipeReader(proc.stderr, echo=None if capture else sys.stderr)]
-    watch = RankWatch(proc.pid, status_dir, start_bound)
+    watch = RankWatch(proc.pid, status_dir, start_bound, start_ranks)
     timed_out = stuck = False
     grace_end: float | None = None
     all_exited_since: float | None = None

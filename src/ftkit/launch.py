@@ -371,7 +371,8 @@ def run_mpi(
         start = time.monotonic()
         returncode, out, err, timed_out, ending = run_job(
             name, cmd, nprocs, timeout, cwd, capture, status if name == "openmpi" else None, grace=grace,
-            forward_signals=forward_signals, start_bound=_detector_timeout(env) if hosts is None else None)
+            forward_signals=forward_signals, start_bound=_detector_timeout(env) if hosts is None else None,
+            start_ranks=nprocs + spares)
         return MPIResult(returncode, out, err, time.monotonic() - start, timed_out, cmd, ending)
     finally:
         shutil.rmtree(session, ignore_errors=True)
