@@ -30,8 +30,15 @@ after ``mpi_ft_detector_timeout``, set to 15 s here). Outcomes:
 ``wrong``
     exit code 0 after a failure, no or another checkpoint recovered than announced, or a wrong digest.
 
-``--kinds`` adds two more kinds of trial to these ``plain`` ones (``plain`` alone draws as the earlier
+``--kinds`` adds three more kinds of trial to these ``plain`` ones (``plain`` alone draws as the earlier
 campaigns did, so their seeds replay):
+
+``start``
+    one rank SIGKILLed during the job's start-up, a random 0-2.5 s after its process appeared (before,
+    inside or just after ``MPI_Init``, before any checkpoint). ``ended``: ``ftkit launch`` exited non-zero
+    within the bound, no process left, its last line saying the rank ended before ``MPI_Init`` had
+    completed (the other ranks would wait there for good) or naming the checkpoint a relaunch uses (none),
+    and the relaunch ended with the failure-free digest.
 
 ``spare``
     ``--nprocs`` minus one node of application ranks running ``ckpt.steps()`` and one node's worth of
@@ -101,8 +108,9 @@ class Trial:
     delay: float
     nprocs: int = 8
     node_size: int = 2
-    #: "plain" (no spares, the job ends), "spare" (spares configured: online recovery) or "launcher" (a
-    #: signal to ftkit launch itself; ``sig`` is TERM, INT, HUP, KILL or "timeout": ``timeout -s TERM``)
+    #: "plain" (no spares, the job ends), "start" (a plain job whose rank is killed during its start-up),
+    #: "spare" (spares configured: online recovery) or "launcher" (a signal to ftkit launch itself; ``sig``
+    #: is TERM, INT, HUP, KILL or "timeout": ``timeout -s TERM``)
     kind: str = "plain"
     #: Spare ranks (kind "spare"): started after the ``nprocs`` application ranks.
     spares: int = 0
@@ -126,6 +134,10 @@ def draw(rng: random.Random, configs: tuple[str, ...] = CONFIGS, nprocs: int = 8
     """A random trial of one of ``kinds`` (with ``("plain",)`` alone: the draws of the earlier campaigns, so
     their seeds replay)."""
     kind = "plain" if kinds == ("plain",) else rng.choice(kinds)
+    if kind == "start":
+        return Trial(config=rng.choice(configs), head=rng.choice((0, 0, 1)), thread=rng.choice((0, 1)),
+                     victim="rank", sig="KILL", rank=rng.randrange(nprocs),
+                     delay=round(rng.uniform(0.0, 2.5), 2), nprocs=nprocs, node_size=node_size, kind=kind)
     if kind == "spare":
         # 6 application ranks on 3 emulated nodes and one node's worth of spares (8 processes); no heads
         sig = rng.choice(("KILL", "KILL", "STOP"))
@@ -287,7 +299,8 @@ def run_trial(t: Trial, workdir: Path, expected: str) -> Outcome:
     write_config(workdir, t)
     program = workdir / f"heat_{os.getpid()}_{time.monotonic_ns()}.py"  # a marker no other job has
     program.write_text(HEAT.read_text())
-    run = {"plain": _plain_trial, "spare": _spare_trial, "launcher": _launcher_trial}[t.kind]
+    run = {"plain": _plain_trial, "start": _plain_trial, "spare": _spare_trial,
+           "launcher": _launcher_trial}[t.kind]
     return run(t, workdir, program, expected)
 
 
@@ -326,9 +339,13 @@ def _relaunch(t: Trial, workdir: Path, program: Path, expected: str,
 
 def _first_job(t: Trial, workdir: Path, program: Path, proc: subprocess.Popen[str]) -> tuple[
         int | None, str, str]:
-    """Wait for the first commit, sleep the trial's delay, kill its victims and wait (bounded) for the job:
-    ``(rc, stdout, last line of stderr)``, rc None for a hang; both streams kept in ``workdir``."""
-    wait_until(lambda: proc.poll() is not None or committed(workdir / "run" / "meta"), 240)
+    """Wait for the first commit (a ``start`` trial: for the victim's process), sleep the trial's delay,
+    kill its victims and wait (bounded) for the job: ``(rc, stdout, last line of stderr)``, rc None for a
+    hang; both streams kept in ``workdir``."""
+    if t.kind == "start":
+        wait_until(lambda: proc.poll() is not None or t.rank in rank_pids(program.name), 240)
+    else:
+        wait_until(lambda: proc.poll() is not None or committed(workdir / "run" / "meta"), 240)
     time.sleep(t.delay)
     _kill_victims(t, workdir, program)
     rc, out, err = _finish(proc, 30 + 15 + 60 + 60, program.name)
@@ -362,7 +379,8 @@ def _plain_trial(t: Trial, workdir: Path, program: Path, expected: str) -> Outco
             # The application finished (right result); a rank was ended after it (a hung head, killed).
             return Outcome("ended", f"finished, then: {last[:1000]}", rc, None, None, seconds, silent)
         m = re.search(r"recovers from checkpoint (\d+)", last)
-        none = "no checkpoint is committed" in last
+        none = "no checkpoint is committed" in last or (
+            t.kind == "start" and "before MPI_Init had completed on any rank" in last)
         if not last.startswith("ftkit launch: the job failed") or not (m or none):
             return Outcome("wrong", f"last line: {last[:300]}", rc, None, None, seconds)
         reported = int(m.group(1)) if m else None
@@ -482,8 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="append one JSON line per trial here")
     p.add_argument("--configs", default=",".join(CONFIGS))
     p.add_argument("--kinds", default="plain",
-                   help="trial kinds, comma-separated: plain, spare, launcher (plain alone: the draws of the "
-                        "earlier campaigns)")
+                   help="trial kinds, comma-separated: plain, start, spare, launcher (plain alone: the draws "
+                        "of the earlier campaigns)")
     p.add_argument("--nprocs", type=int, default=8)
     p.add_argument("--node-size", type=int, default=2)
     p.add_argument("--only", type=int, action="append", default=None,

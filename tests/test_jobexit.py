@@ -88,6 +88,21 @@ def test_plain_job_that_loses_a_rank_ends_and_the_relaunch_recovers_what_it_name
     assert outcome.silent == [], (trial, outcome)  # every rank's end is accounted for
 
 
+def test_a_rank_killed_as_checkpointer_starts_ends_the_job(tmp_path):
+    # Checkpointer()'s first collective (a Dup) fails on the survivors; their exit hook then probed ULFM,
+    # which creates a communicator, and Open MPI 5 queued that creation behind the failed Dup for good: the
+    # survivors hung inside their exit hook (found by the campaign's start kind). The probe now runs when
+    # the hook is installed.
+    program = _copy(PROGRAMS / "dies_at_start.py", tmp_path)
+    proc = _launch("-n", "4", "--", sys.executable, str(program), str(tmp_path), cwd=tmp_path)
+    rc, out, err = _end(proc, program.name)
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    assert rc is not None, f"the job hung: {err[-2000:]}"
+    assert rc != 0 and last.startswith("ftkit launch: the job failed"), (rc, last)
+    assert "opened" not in out
+    assert _nothing_left(program.name)
+
+
 def test_spare_trial_a_lost_node_is_replaced_online_and_the_result_is_bit_for_bit(tmp_path):
     # The campaign's spare kind: 6 application ranks on 3 emulated nodes running ckpt.steps(), 2 spares; a
     # whole node SIGKILLed from outside (its local directory deleted) -> replaced, ends 0 with the digest.

@@ -201,6 +201,56 @@ def test_job_whose_rank_is_killed_ends_and_leaves_nothing(tmp_path):
     assert _still_running_after(str(program)) == []
 
 
+@pytest.mark.parametrize("how", ["SIGKILL", "exit 3"])
+def test_job_whose_rank_ends_before_mpi_init_ends_and_leaves_nothing(tmp_path, how):
+    # MPI_Init waits for every rank: without the launcher, the other ranks would wait there for good (the
+    # program imports mpi4py before ftkit, so only ftkit launch's sitecustomize can tell it a rank is up).
+    program = tmp_path / "dies_early.py"
+    end = "os.kill(os.getpid(), signal.SIGKILL)" if how == "SIGKILL" else "sys.exit(3)"
+    program.write_text(
+        "import os, signal, sys\n"
+        "if os.environ['OMPI_COMM_WORLD_RANK'] == '1':\n"
+        f"    {end}\n"
+        "from mpi4py import MPI\n"
+        "MPI.COMM_WORLD.Barrier()\n"
+        "print('never', flush=True)\n")
+    r = run_python(3, program, timeout=200, env={"OMPI_MCA_mpi_ft_detector_timeout": "5"})
+    assert not r.timed_out and r.returncode != 0, r.stderr
+    assert "never" not in r.stdout
+    assert r.stderr.strip().splitlines()[-1] == (
+        "ftkit launch: the job failed: rank 1 ended (or never started) before MPI_Init had completed on any "
+        "rank; the other ranks, waiting in MPI_Init for it, were killed by ftkit launch 5 s later")
+    assert _still_running_after(str(program)) == []
+
+
+def test_rank_that_ends_after_mpi_init_does_not_end_the_others(tmp_path):
+    # The other side of the rule above: once MPI_Init has completed, a rank that leaves early (normally)
+    # does not make the launcher end the ranks that still work, however long after the bound they run.
+    program = tmp_path / "leaves_early.py"
+    program.write_text(
+        "import os, sys, time\n"
+        "from mpi4py import MPI\n"
+        "if MPI.COMM_WORLD.rank == 1:\n"
+        "    open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+        "    sys.exit(0)\n"
+        "deadline = time.monotonic() + 120\n"
+        "while time.monotonic() < deadline:\n"
+        "    try:\n"
+        "        pid = int(open(sys.argv[1]).read())\n"
+        "        state = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0]\n"
+        "    except (OSError, ValueError):\n"
+        "        break\n"
+        "    if state in ('Z', 'X'):\n"
+        "        break\n"
+        "    time.sleep(0.1)\n"
+        "time.sleep(8)  # past the launcher's bound (3 s) after rank 1 has ended\n"
+        "print('done', MPI.COMM_WORLD.rank, flush=True)\n")
+    r = run_python(2, program, str(tmp_path / "pid"), timeout=200,
+                   env={"OMPI_MCA_mpi_ft_detector_timeout": "3"})
+    assert r.returncode == 0 and not r.timed_out, r.stderr
+    assert r.stdout.split() == ["done", "0"] and "MPI_Init" not in r.stderr
+
+
 def test_processes_a_rank_starts_are_not_taken_for_ranks(tmp_path):
     # ctypes.util.find_library runs gcc, which runs collect2, which runs ld: each exits 1 with the rank's
     # environment. A grandchild of a rank was once taken for the rank ("rank 7 exited 1") and failed a job

@@ -29,6 +29,7 @@ from ._jobproc import (
     PipeReader,
     combined_status,
     end_srun,
+    is_running,
     kill_session,
     proc_stat,
     process_environ,
@@ -71,9 +72,15 @@ def _how(status: int | None) -> str:
 class RankWatch:
     """What the launcher knows about the ranks of the job running in session ``sid``."""
 
-    def __init__(self, sid: int, status_dir: str | None) -> None:
+    def __init__(self, sid: int, status_dir: str | None, start_bound: float | None = None,
+                 start_ranks: int = 0) -> None:
         self.sid = sid
         self.status_dir = status_dir
+        self.start_bound = start_bound  # seconds ranks may wait in MPI_Init for one that ended (None: ever)
+        self.start_ranks = start_ranks  # how many ranks the job starts on this host (0: not known)
+        self.start_failure = ""         # why the launcher ended ranks that waited in MPI_Init
+        self._mpi_up = False            # some rank has completed MPI_Init
+        self._ended_before_up: float | None = None  # since when a rank has ended before MPI_Init completed
         self.ranks: dict[int, int] = {}        # pid -> world rank, for every rank process seen
         self.status: dict[int, int] = {}       # pid -> waitpid status (zombies seen), -2 while running
         self.killed: dict[int, str] = {}       # pid -> why the launcher killed it
@@ -103,8 +110,43 @@ class RankWatch:
         if self.status_dir is not None:
             self.notes = read_notes(self.status_dir)
             self._kill_declared_dead()
+            if self.start_bound is not None and not self._mpi_up:
+                self._end_failed_start()
         self._kill_stopped_alone()
         return live
+
+    def _end_failed_start(self) -> None:
+        """SIGKILL the ranks that still wait in ``MPI_Init`` :attr:`start_bound` seconds after a rank ended
+        before any rank had completed it (its ``up`` note): ``MPI_Init`` waits for every rank of the job, so
+        they would wait for good (Open MPI's and MPICH's runtimes do not end the job)."""
+        if any(n.kind == "up" for n in self.notes):
+            self._mpi_up, self._ended_before_up = True, None
+            return
+        noted = {n.pid: n.rank for n in self.notes if n.kind in ("begin", "start")}
+        if not noted:  # the ranks cannot say when MPI_Init completes (not Python, or `python -I`)
+            return
+        known = {**self.ranks, **noted}
+        waiting = {pid: rank for pid, rank in known.items() if is_running(pid)}
+        # A rank killed within a poll of its start left no note and was never seen: it is missing too.
+        ended = sorted(set(range(self.start_ranks)) - set(waiting.values()) if self.start_ranks else
+                       {rank for rank in known.values()} - set(waiting.values()))
+        if not ended or not waiting:
+            self._ended_before_up = None
+            return
+        now = time.monotonic()
+        self._ended_before_up = self._ended_before_up or now
+        if now - self._ended_before_up < self.start_bound:  # type: ignore[operator]
+            return
+        self.start_failure = (f"{_ranks_text(ended)} ended (or never started) before MPI_Init had completed "
+                              "on any rank; the "
+                              f"other ranks, waiting in MPI_Init for {'them' if len(ended) > 1 else 'it'}, "
+                              f"were killed by ftkit launch {self.start_bound:.0f} s later")
+        for pid in waiting:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                self.killed[pid] = "waiting in MPI_Init for a rank that had ended: killed by ftkit launch"
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def _kill_stopped_alone(self) -> None:
         """SIGKILL the ranks still stopped (SIGSTOP, a debugger) :data:`RUNTIME_EXIT_GRACE` seconds after
@@ -188,6 +230,8 @@ class RankWatch:
         went_on = bool(vanished) and not hooked and not other and normal > 0
         failed = returncode != 0 or bool(hooked) or bool(other) or (bool(vanished) and not went_on)
         parts = _grouped(vanished + other)
+        if self.start_failure:
+            parts, failed = [self.start_failure], True
         if hooked:
             reason = max((text for _, text in hooked), key=_dead_named)  # the one that knows the most dead
             parts.append(f"{_ranks_text([r for r, _ in hooked])} ended by ftkit's exit hook ({reason})")
@@ -285,8 +329,8 @@ def _start_watchdog(sid: int) -> tuple[subprocess.Popen[bytes] | None, int | Non
 
 
 def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | os.PathLike[str] | None,
-            capture: bool, status_dir: str | None, *, grace: float,
-            forward_signals: bool) -> tuple[int, str, str, bool, int | None]:
+            capture: bool, status_dir: str | None, *, grace: float, forward_signals: bool,
+            start_bound: float | None = None, start_ranks: int = 0) -> tuple[int, str, str, bool, int | None]:
     """Run ``cmd`` (launcher ``name``) to its end; return ``(returncode, stdout, stderr, timed_out,
     ending_signal)``. See :func:`ftkit.launch.run_mpi`.
 
@@ -304,7 +348,7 @@ def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | o
     )
     dog, dog_pipe = _start_watchdog(proc.pid)
     readers = [PipeReader(proc.stdout), PipeReader(proc.stderr, echo=None if capture else sys.stderr)]
-    watch = RankWatch(proc.pid, status_dir)
+    watch = RankWatch(proc.pid, status_dir, start_bound, start_ranks)
     timed_out = stuck = False
     grace_end: float | None = None
     all_exited_since: float | None = None

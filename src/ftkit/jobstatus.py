@@ -3,8 +3,15 @@
 ``ftkit launch`` (:func:`ftkit.launch.run_mpi`) makes a private directory per job and exports it to the
 ranks as ``$FTKIT_JOB_STATUS``. A rank that imports ftkit writes notes there (nothing without the variable):
 
+``begin``
+    when the rank's Python starts (written by the ``sitecustomize`` that ``ftkit launch`` puts first on the
+    ranks' ``PYTHONPATH``, :func:`begin`): the rank exists, whether or not it imports ftkit;
 ``start``
     at ``import ftkit``: the rank's pid, so the launcher knows it will say how it ends;
+``up``
+    once ``mpi4py.MPI`` is imported and MPI initialized: ``MPI_Init`` waits for every rank of the job, so
+    until some rank wrote ``up``, a rank that ended leaves the others waiting there for good (the launcher
+    ends such a job: :class:`ftkit._jobwatch.RankWatch`);
 ``exit``
     when the process ends normally (interpreter exit, :func:`ftkit.failure.exit_without_finalize`, a spare
     released at the job's end);
@@ -33,11 +40,17 @@ from __future__ import annotations
 import atexit
 import faulthandler
 import os
+import sys
 from dataclasses import dataclass
+from importlib.abc import Loader, MetaPathFinder
+from importlib.machinery import ModuleSpec
+from importlib.util import find_spec
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 __all__ = ["STATUS_ENV", "WATCHED_ENV", "KINDS", "Note", "note", "declare_dead", "world_rank", "register",
-           "read_notes", "ended_by_hook", "watch_faults", "crash_summary"]
+           "begin", "read_notes", "ended_by_hook", "watch_faults", "crash_summary"]
 
 #: Environment variable naming the job's status directory (set by ``ftkit launch`` for its ranks; for a
 #: plain mpirun/srun job, by the user: ``ftkit job-status DIR`` judges the job from it afterwards).
@@ -46,7 +59,7 @@ STATUS_ENV = "FTKIT_JOB_STATUS"
 #: itself (without it, the survivors kill those on their host).
 WATCHED_ENV = "FTKIT_JOB_WATCHED"
 #: The kinds of note, in the order they happen.
-KINDS = ("start", "dead", "exit", "hook", "replaced", "fault")
+KINDS = ("begin", "start", "up", "dead", "exit", "hook", "replaced", "fault")
 # Environment variables that carry a process's rank in the job's world, by launcher.
 _RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 _REGISTERED: list[bool] = []
@@ -102,13 +115,78 @@ def declare_dead(ranks: set[int] | list[int]) -> None:
 
 
 def register() -> None:
-    """Write this process's ``start`` note and its ``exit`` note at interpreter exit (once; at ``import
-    ftkit``)."""
+    """Write this process's ``start`` note and its ``exit`` note at interpreter exit, and its ``up`` note
+    once MPI is initialized (once; at ``import ftkit``)."""
     if _REGISTERED or not os.environ.get(STATUS_ENV) or world_rank() is None:
         return
     _REGISTERED.append(True)
     note("start")
     atexit.register(note, "exit")
+    _note_when_mpi_up()
+
+
+def begin() -> None:
+    """Write this process's ``begin`` note, and its ``up`` note once MPI is initialized (never raises).
+
+    Called at interpreter start by the ``sitecustomize`` of ``ftkit launch`` (from a private copy of this
+    module: it runs before the rank's program imports anything), so that the launcher learns of a rank that
+    ends before ``MPI_Init`` has completed even when the program imports ``mpi4py`` before ftkit.
+    """
+    if not os.environ.get(STATUS_ENV) or world_rank() is None:
+        return
+    note("begin")
+    _note_when_mpi_up()
+
+
+def _note_when_mpi_up() -> None:
+    """Write the ``up`` note now if MPI is initialized, else right after ``mpi4py.MPI`` is imported."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None:
+        _note_up(mpi)
+    elif not any(getattr(finder, "ftkit_mpi_watch", False) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _MPIImportWatch())
+
+
+def _note_up(mpi: Any) -> None:
+    try:
+        if mpi.Is_initialized():
+            note("up")
+    except Exception:  # noqa: BLE001 - a courtesy to the launcher, never a reason to fail
+        pass
+
+
+class _MPIImportWatch(MetaPathFinder):
+    """Finds ``mpi4py.MPI`` as the other finders do, and has its loader write the ``up`` note after the
+    module has run (importing it initializes MPI, unless ``mpi4py.rc.initialize`` is off). Removes itself
+    at that import."""
+
+    ftkit_mpi_watch = True
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
+        if fullname != "mpi4py.MPI":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _NotingLoader(spec.loader)
+        return spec
+
+
+class _NotingLoader(Loader):
+    def __init__(self, loader: Loader) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        # The module gets its own loader back, whatever happens: nothing of this watch stays behind.
+        module.__loader__ = self.loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        _note_up(module)
 
 
 def watch_faults() -> None:

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ._jobwatch import run_job
+from ._ranksite import write_rank_site
 from .errors import LaunchError
 from .jobstatus import STATUS_ENV, WATCHED_ENV
 from .launchers import (
@@ -299,6 +300,17 @@ class MPIResult:
         return self
 
 
+def _detector_timeout(env: Mapping[str, str] | None) -> float:
+    """The ULFM detector's timeout the job runs with (seconds): how long the launcher gives ranks waiting in
+    ``MPI_Init`` for a rank that has ended (:class:`ftkit._jobwatch.RankWatch`)."""
+    key = "OMPI_MCA_mpi_ft_detector_timeout"
+    value = (env or {}).get(key, os.environ.get(key, _DETECTOR_DEFAULTS["mpi_ft_detector_timeout"]))
+    try:
+        return max(float(value), 1.0)
+    except ValueError:
+        return float(_DETECTOR_DEFAULTS["mpi_ft_detector_timeout"])
+
+
 def run_mpi(
     nprocs: int,
     program: Sequence[str],
@@ -331,7 +343,10 @@ def run_mpi(
     private runtime session directory (``session_base``), removed when the job has ended.
 
     Ranks tell the launcher how they ended (:mod:`ftkit.jobstatus`, ``$FTKIT_JOB_STATUS`` in that directory);
-    a rank declared dead by the others is SIGKILLed, and when mpirun exits 0 although a rank failed (ULFM)
+    a rank declared dead by the others is SIGKILLed; when the ranks run on this host (no ``hosts``), a
+    ``sitecustomize`` first on their ``PYTHONPATH`` (:mod:`ftkit._ranksite`) tells when ``MPI_Init`` has
+    completed, and ranks still waiting there the detector's timeout after a rank ended before it completed
+    are SIGKILLed (they would wait for good); when mpirun exits 0 although a rank failed (ULFM)
     the return code is :data:`~ftkit._jobwatch.JOB_FAILED_EXIT`; the last line of ``stderr`` then says which
     ranks failed and how. With ``forward_signals`` (``ftkit launch``; main thread only) SIGTERM, SIGINT,
     SIGHUP, SIGUSR1 and SIGUSR2 are passed on to every rank, and after one of the first three whatever runs
@@ -346,14 +361,18 @@ def run_mpi(
     try:
         if status_base is None:
             os.mkdir(status, 0o700)
+        job_env = {**(env or {}), STATUS_ENV: status, WATCHED_ENV: "1"}
+        if hosts is None:  # the ranks run here: they can tell the launcher when MPI_Init has completed
+            python_path = job_env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
+            job_env["PYTHONPATH"] = os.pathsep.join([write_rank_site(session), *filter(None, [python_path])])
         name, cmd = build_launch_command(nprocs, program, launcher=launcher, node_size=node_size, ulfm=ulfm,
-                                         env={**(env or {}), STATUS_ENV: status, WATCHED_ENV: "1"},
-                                         spares=spares,
+                                         env=job_env, spares=spares,
                                          session_base=session, hosts=hosts, exclude=exclude)
         start = time.monotonic()
         returncode, out, err, timed_out, ending = run_job(
             name, cmd, nprocs, timeout, cwd, capture, status if name == "openmpi" else None, grace=grace,
-            forward_signals=forward_signals)
+            forward_signals=forward_signals, start_bound=_detector_timeout(env) if hosts is None else None,
+            start_ranks=nprocs + spares)
         return MPIResult(returncode, out, err, time.monotonic() - start, timed_out, cmd, ending)
     finally:
         shutil.rmtree(session, ignore_errors=True)

@@ -101,6 +101,10 @@ def install(world: Any, config: Config, current: Callable[[], Session | None]) -
     wait for it."""
     if (MPI.COMM_WORLD if world is None else world).Get_size() < 2:
         return
+    # Probed now, while nothing has failed: the probe creates a communicator, and after a failure in a
+    # communicator creation (Checkpointer()'s first Dup) Open MPI 5 queues every later creation behind the
+    # failed one for good, so a probe made first in the hook would hang the process it must end.
+    probe_ulfm()
     jobstatus.watch_faults()  # a crash (SIGSEGV in MPI) is named to ftkit launch, not a silent vanishing
     served = Served(config, current)
 
