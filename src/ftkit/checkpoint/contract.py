@@ -102,10 +102,6 @@ class CheckpointJob:
     # The primary file is removed as soon as the post levels are committed (finalize() keeping the last
     # checkpoint at L4): L4 may then take it by a hard link instead of a copy.
     primary_removed: bool = False
-    # The last post-processing level's outcome, left for the commit gate to agree on with the commit (one
-    # round instead of two, issue 37): what was agreed on (None: nothing left) and this rank's error.
-    gate_what: str | None = None
-    gate_error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)   # goes to the manifest entry
 
     @property

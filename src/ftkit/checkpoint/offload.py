@@ -131,16 +131,15 @@ class PostManager:
         return {}
 
     def _post_now(self, job: CheckpointJob) -> dict[int, bool]:
-        """Run ``job``'s post-processing in this call (its last level agreed by the call's commit gate:
-        :func:`pipeline.commit_gate`). With ``redundancy_sync = background`` and no background
+        """Run ``job``'s post-processing in this call. With ``redundancy_sync = background`` and no background
         executor (whose commits :meth:`settle_syncs` must not cross), the fsyncs of the levels with
         ``background_fsync`` go to a background batch and those levels are committed as ``unsynced``."""
         deferred = [lv for lv in job.post_levels if LEVELS[lv].background_fsync]
         if not deferred or self.background is not None or self.ctx.config.redundancy_sync != "background":
-            return pipeline.post_process(self.ctx, job, gate=True)  # the checkpoint call's commit gate follows
+            return pipeline.post_process(self.ctx, job)
         job.syncs = BackgroundSyncs()
         try:
-            done = pipeline.post_process(self.ctx, job, gate=True)
+            done = pipeline.post_process(self.ctx, job)
         except BaseException:
             job.syncs.seal()
             raise

@@ -188,17 +188,13 @@ def prepare_job(ctx: PipelineContext, job: CheckpointJob) -> None:
             prepare(ctx, job)
 
 
-def post_process(ctx: PipelineContext, job: CheckpointJob, gate: bool = False) -> dict[int, bool]:
+def post_process(ctx: PipelineContext, job: CheckpointJob) -> dict[int, bool]:
     """Run the post-processing steps of ``job`` (collective); return the levels completed.
-
-    With ``gate``, the last level's outcome is not agreed here but left in ``job`` (``gate_what``,
-    ``gate_error``) for :func:`commit_gate`, which agrees on it and on the commit in one round; the caller
-    must then call :func:`commit_gate` (or fail before it, as after any step).
 
     Raises
     ------
     CheckpointError
-        On every rank if a step failed on any rank (with ``gate``: a step before the last).
+        On every rank if a step failed on any rank.
     """
     done: dict[int, bool] = {}
     try:
@@ -218,11 +214,7 @@ def post_process(ctx: PipelineContext, job: CheckpointJob, gate: bool = False) -
             except (FtkitError, OSError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
             error = error or settle_primary(job)  # the primary file is durable before any level is agreed
-            what = f"checkpoint {job.ckpt_id}: L{lv} post-processing"
-            if gate and lv == job.post_levels[-1]:
-                job.gate_what, job.gate_error = what, error  # agreed by commit_gate, with the commit
-            else:
-                agree(ctx, error, what)
+            agree(ctx, error, f"checkpoint {job.ckpt_id}: L{lv} post-processing")
             done[lv] = True
     except BaseException:
         _abort_pending(job)
@@ -285,9 +277,6 @@ def commit_gate(ctx: PipelineContext, job: CheckpointJob) -> bool | None:
     rank took part: a rank that saw a failure before the gate never enters it (it calls
     :func:`leave_commit_gate` instead), so nobody passes without it, and its files of ``job`` are garbage.
 
-    The outcome of the last post-processing level left by :func:`post_process` (``gate=True``) is agreed in
-    the same agreement (bit 2: every rank's step succeeded), one round instead of two (issue 37).
-
     Returns
     -------
     bool or None
@@ -295,36 +284,13 @@ def commit_gate(ctx: PipelineContext, job: CheckpointJob) -> bool | None:
         the answer could not be learnt (a peer revoked the communicator or did not come within
         ``failure_timeout``): commit nothing and keep this rank's files, the manifest on disk decides. Without
         ULFM (no agreement possible): True, the plain collectives before decide.
-
-    Raises
-    ------
-    CheckpointError
-        On every rank, naming the ranks, if the last post-processing level left by :func:`post_process`
-        failed on any rank (nothing is committed).
     """
-    what, error = job.gate_what, job.gate_error
-    job.gate_what = job.gate_error = None
     if ctx.nranks < 2 or not probe_ulfm().available:
-        if what is not None:
-            _agree_or_abort(ctx, job, error, what)
         return True
     try:
-        answer = agree_within(ctx.comm, 1 | (2 if error is None else 0), ctx.timeout,
-                              f"checkpoint {job.ckpt_id}: commit decision")
+        return agree_within(ctx.comm, 1, ctx.timeout, f"checkpoint {job.ckpt_id}: commit decision") == 1
     except (ProcessFailure, TimeoutFailure):
         return None
-    if answer & 1 and not answer & 2 and what is not None:  # every rank here, some step failed: name them
-        _abort_pending(job)
-        _raise_errors(_mpi.allgather(ctx.comm, error, what, ctx.timeout), what)
-    return answer & 3 == 3
-
-
-def _agree_or_abort(ctx: PipelineContext, job: CheckpointJob, error: str | None, what: str) -> None:
-    try:
-        agree(ctx, error, what)
-    except BaseException:
-        _abort_pending(job)
-        raise
 
 
 def leave_commit_gate(ctx: PipelineContext, exc: BaseException) -> None:
