@@ -97,7 +97,9 @@ def time_phases(spent: dict[str, float]) -> None:
         fn = getattr(owner, attr, None) if owner is not None else None
         if fn is None or getattr(fn, "_timed", False):
             continue
-        def timed(*a, _fn=fn, _key=attr if name.startswith("PostManager.") or "." not in name else name, **k):
+        key = attr if name.startswith("PostManager.") or "." not in name else name  # AtomicWriter.commit
+
+        def timed(*a, _fn=fn, _key=key, **k):
             t = time.perf_counter()
             try:
                 return _fn(*a, **k)

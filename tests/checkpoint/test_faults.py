@@ -106,8 +106,8 @@ def test_an_inline_level_failing_on_some_ranks_fails_on_every_rank_and_commits_n
     r = run_app(d, N, "--mode", "write", "--levels", "1,2", "--n", str(n))
     assert not r.timed_out, r.stdout + r.stderr
     for rank, line in rank_lines(r.stdout, N).items():     # each rank's last line
-        assert re.match(r"checkpoint error CheckpointError: checkpoint 2: L2 post-processing failed on \d rank",
-                        line), f"rank {rank}: {line}"
+        assert re.match(r"checkpoint error CheckpointError: checkpoint 2: L2 post-processing failed on "
+                        r"\d rank", line), f"rank {rank}: {line}"
         assert "No space left on device" in line, line
     assert "wrote id=2" not in r.stdout, r.stdout
     manifest = json.loads((d / "run" / "meta" / "manifest.json").read_text())
