@@ -193,7 +193,10 @@ class PostManager:
             ctx.hook("before_remove")
             pipeline.remove_checkpoints(ctx, pruned)
 
-        self._removals.append(self._remover.submit(run))
+        try:
+            self._removals.append(self._remover.submit(run))
+        except RuntimeError:  # the interpreter is shutting down (no new threads): remove them now, here
+            run()
 
     def wait_removal(self) -> None:
         """Block until every queued removal of pruned checkpoints is over.
