@@ -77,7 +77,9 @@ PHASES = [(_O, "PostManager.settle_syncs"), (_P, "write_primary"), (_P, "agree_w
           # inside write_primary and the commit: what the floor does (write, fsync) and what it does not
           (_S + "format.filewrite", "write_uncommitted"), (_S + "_fsutil", "AtomicWriter.commit"),
           (_S + "_fsutil", "fsync_dir"), (_S + "_fsutil", "Writeback.close"),
-          (_S + "manifest", "ManifestStore.commit")]
+          (_S + "manifest", "ManifestStore.commit"), ("ftkit.checkpoint.events", "checkpoint_taken"),
+          ("ftkit.checkpoint.schedule", "SnapshotSchedule.checkpointed"), (_P, "commit"),
+          (_P, "plan_job"), ("ftkit.checkpoint.session", "Session.agree_id")]
 
 
 def time_phases(spent: dict[str, float]) -> None:
