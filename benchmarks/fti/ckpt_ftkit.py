@@ -68,11 +68,18 @@ def usage_now() -> tuple[float, float, float, float]:
 
 #: Functions of the checkpoint call timed by :func:`time_phases` (module, name): where the call's time goes.
 _P, _O, _L = "ftkit.checkpoint.pipeline", "ftkit.checkpoint.offload", "ftkit.checkpoint.levels."
+_S = "ftkit.storage."
 PHASES = [(_O, "PostManager.settle_syncs"), (_P, "write_primary"), (_P, "agree_written"),
           (_L + "partner", "group_comm"), (_L + "encoded", "group_comm"), (_L + "partner", "partner_copy"),
           (_P, "post_process"), (_P, "settle_primary"), (_P, "agree"), (_P, "commit_gate"),
           (_P, "commit_manifest"),
-          (_O, "PostManager.remove_later"), (_P, "remove_checkpoints"), (_O, "PostManager.start")]
+          (_O, "PostManager.remove_later"), (_P, "remove_checkpoints"), (_O, "PostManager.start"),
+          # inside write_primary and the commit: what the floor does (write, fsync) and what it does not
+          (_S + "format.filewrite", "write_uncommitted"), (_S + "_fsutil", "AtomicWriter.commit"),
+          (_S + "_fsutil", "fsync_dir"), (_S + "_fsutil", "Writeback.close"),
+          (_S + "manifest", "ManifestStore.commit"), ("ftkit.checkpoint.events", "checkpoint_taken"),
+          ("ftkit.checkpoint.schedule", "SnapshotSchedule.checkpointed"), (_P, "commit"),
+          (_P, "plan_job"), ("ftkit.checkpoint.session", "Session.agree_id")]
 
 
 def time_phases(spent: dict[str, float]) -> None:
@@ -92,7 +99,9 @@ def time_phases(spent: dict[str, float]) -> None:
         fn = getattr(owner, attr, None) if owner is not None else None
         if fn is None or getattr(fn, "_timed", False):
             continue
-        def timed(*a, _fn=fn, _key=attr, **k):
+        key = attr if name.startswith("PostManager.") or "." not in name else name  # AtomicWriter.commit
+
+        def timed(*a, _fn=fn, _key=key, **k):
             t = time.perf_counter()
             try:
                 return _fn(*a, **k)

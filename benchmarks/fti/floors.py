@@ -1,6 +1,6 @@
 """The floor of each checkpoint level: the least work that level's guarantee needs, on the same bytes.
 
-    ftkit launch -n P --node-size 1 -- python floors.py DIR MIB LEVEL GROUP_SIZE [WRITEBACK]
+    ftkit launch -n P --node-size 1 -- python floors.py DIR MIB LEVEL GROUP_SIZE [WRITEBACK [COMMIT]]
 
 Per application rank, MIB MiB from memory (the same array as the benchmark programs), slowest rank, from a
 barrier (MPI.Wtime), with the MPI of ftkit's launch:
@@ -18,7 +18,15 @@ barrier (MPI.Wtime), with the MPI of ftkit's launch:
 * L4: write + fsync of the bytes to a file in ``DIR/global``.
 
 ``WRITEBACK`` = 1: each write hands every 16 MiB piece to the device at once (``sync_file_range``, as ftkit's
-writer does since issue 37) before the fsync; 0 (default): plain write + fsync. Prints
+writer does since issue 37) before the fsync; 0 (default): plain write + fsync.
+
+``COMMIT`` = 1: what durability needs beyond the bytes, which the default floor omits and ftkit (and any
+checkpoint a restart can trust) must do: each file is written under a temporary name and renamed after its
+fsync, and its directory fsynced (the name is durable: without it a power loss may leave the file nameless);
+then the ranks exchange their file sizes (one allgather) and rank 0 writes a small manifest naming every
+file durably (write, fsync, rename, directory fsync), the outcome broadcast (one round). ftkit does all that,
+plus a digest of the bytes (integrity, read at recovery) and a fault-tolerant agreement before the manifest
+(the commit gate). 0 (default): the bare floor. Prints
 ``FLOORRESULT level=L mib=M floor_s=... cpu_s=... pcpu_s=... runq_s=... blk_s=... wmib=... parts=...`` (the
 CPU split and bytes to storage as :mod:`ckpt_ftkit` reports them, slowest rank). Files are removed afterwards.
 """
@@ -45,13 +53,25 @@ except ImportError:   # an ftkit from before issue 37 (--baseline-src): plain wr
 
 
 WRITEBACK = [False]   # argv[5]: early writeback of each piece (see the module doc)
+COMMIT = [False]      # argv[6]: durable names and a manifest (see the module doc)
 PIECE = 16 << 20
 
 
-def write_fsync(path: Path, data: np.ndarray) -> None:
-    """Write ``data`` to a new file and fsync it (no rename: a floor)."""
+def fsync_dir(path: Path) -> None:
+    """fsync directory ``path`` (a creation or rename inside it is then durable)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_fsync(path: Path, data: np.ndarray | bytes) -> None:
+    """Write ``data`` to a new file and fsync it; with COMMIT under a temporary name, then rename it and
+    fsync its directory (else no rename: a floor)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    target = path.with_name(path.name + ".tmp") if COMMIT[0] else path
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         view, done = memoryview(data).cast("B"), 0
         while done < len(view):
@@ -62,11 +82,25 @@ def write_fsync(path: Path, data: np.ndarray) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+    if COMMIT[0]:
+        os.replace(target, path)
+        fsync_dir(path.parent)
+
+
+def commit_manifest(comm: MPI.Intracomm, work: Path, nbytes: int) -> None:
+    """COMMIT: every rank's file size to every rank, then rank 0 names them in a durable manifest and tells
+    the others it did (the least a restartable checkpoint's commit needs)."""
+    sizes = comm.allgather(nbytes)
+    ok = True
+    if comm.Get_rank() == 0:
+        write_fsync(work / "meta" / "floor_manifest.json", repr(sizes).encode())
+    comm.bcast(ok, root=0)
 
 
 def main() -> int:
     work, mib, level, k = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     WRITEBACK[0] = len(sys.argv) > 5 and sys.argv[5] == "1"
+    COMMIT[0] = len(sys.argv) > 6 and sys.argv[6] == "1"
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     n = (mib << 20) // 8
@@ -115,6 +149,9 @@ def main() -> int:
         t = lap("parity_exchange", t)
         write_fsync(work / "local" / f"r{rank}.parity", stored)
         t = lap("parity_write_fsync", t)
+    if COMMIT[0]:
+        commit_manifest(comm, work, raw.nbytes)
+        t = lap("commit", t)
     elapsed = MPI.Wtime() - t0
     used = [b - a for a, b in zip(u0, usage_now(), strict=True)]
     floor = comm.allreduce(elapsed, op=MPI.MAX)
@@ -125,8 +162,11 @@ def main() -> int:
     for f in list((work / "local").glob(f"r{rank}.*")) + list((work / "global").glob(f"r{rank}.*")):
         f.unlink()
     if rank == 0:
+        (work / "meta" / "floor_manifest.json").unlink(missing_ok=True)
+    if rank == 0:
         text = ",".join(f"{name}:{v:.4f}" for name, v in parts.items())
-        print(f"FLOORRESULT level={level} mib={mib} ranks={comm.Get_size()} floor_s={floor:.4f} "
+        print(f"FLOORRESULT level={level} mib={mib} ranks={comm.Get_size()} commit={int(COMMIT[0])} "
+              f"floor_s={floor:.4f} "
               f"cpu_s={cpu_s:.4f} pcpu_s={pcpu_s:.4f} runq_s={runq_s:.4f} blk_s={blk_s:.4f} wmib={wmib:.1f} "
               f"parts={text}",
               flush=True)

@@ -238,7 +238,7 @@ def run_case(args: argparse.Namespace, mib: int, level: int, rng: random.Random)
         args.walls.setdefault(mib, []).append(time.monotonic() - t_run + state["settle_s"])
         row.update(system=system, mode="ckpt", pred=pred, run=i - 1, mib=mib, level=level, head=0,
                    load_before=load, settle=args.settle, time=time.time(),
-                   floor_writeback=args.floor_writeback, **state)
+                   floor_writeback=args.floor_writeback, floor_commit=args.floor_commit, **state)
         with open(args.out, "a") as f:
             f.write(json.dumps(row) + "\n")
         value = row.get("floor_s") or row.get("ckpt_s", "-")
@@ -339,6 +339,9 @@ def main() -> int:
     ap.add_argument("--no-floor", action="store_true", help="FTI and ftkit only")
     ap.add_argument("--floor-writeback", action="store_true",
                     help="the floors hand each 16 MiB piece to the device as they write it (as ftkit does)")
+    ap.add_argument("--floor-commit", action="store_true",
+                    help="the floors also make their files' names durable and commit a manifest on rank 0 "
+                         "(what a restartable checkpoint needs beyond the bytes: floors.py COMMIT)")
     ap.add_argument("--out", default=str(run_sbs.ROOT / "order.jsonl"))
     ap.add_argument("--python", default=str(run_sbs.REPO / ".venv" / "bin" / "python"), help="ftkit's python")
     ap.add_argument("--src", default=None, help="ftkit's src directory to measure (PYTHONPATH; default: the "

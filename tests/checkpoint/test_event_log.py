@@ -51,6 +51,8 @@ def test_checkpoint_and_recovery_lines_once_on_rank_0(tmp_path):
     assert [t for _, t in lines if t.startswith("finalize")] == [
         "finalize: checkpoint 3 kept at L4; node-local files removed"], r.stderr
     assert "WARNING" not in r.stderr and "Warning" not in r.stderr, r.stderr
+    # Writing the lines loads nothing heavy: ftkit.models cost rank 0's first checkpoint call 20-80 ms.
+    assert r.stdout.count("models_imported=False") == 4, r.stdout
 
     r = _run(tmp_path, "--levels", "")
     assert r.stdout.count("recovered 3") == 4, r.stdout

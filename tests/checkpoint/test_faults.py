@@ -94,6 +94,29 @@ def test_a_failure_seen_by_one_rank_before_the_commit_commits_nothing(tmp_path):
     assert all(v["id"] == "1" and v["step"] == "0" for v in got.values()), r.stdout
 
 
+def test_an_inline_level_failing_on_some_ranks_fails_on_every_rank_and_commits_nothing(tmp_path, small_disk):
+    # The node-local disk fills up with checkpoint 2's partner copies (ENOSPC on some ranks only, in the
+    # inline L2 step). That step's outcome is agreed in the commit gate's agreement, with the commit
+    # (issue 37: one round instead of two): every rank raises the same CheckpointError naming the failed
+    # ranks, checkpoint 2 is committed nowhere and its files are gone, and checkpoint 1 is recovered.
+    d = tmp_path / "run"
+    n = 200_000                                            # 1.6 MB per rank's file
+    local = small_disk(10 * n * 8)                         # 8 L1 files fit, not the 4 partner copies too
+    write_config(d, group_size=2, ckpt_dir=local)
+    r = run_app(d, N, "--mode", "write", "--levels", "1,2", "--n", str(n))
+    assert not r.timed_out, r.stdout + r.stderr
+    for rank, line in rank_lines(r.stdout, N).items():     # each rank's last line
+        assert re.match(r"checkpoint error CheckpointError: checkpoint 2: L2 post-processing failed on "
+                        r"\d rank", line), f"rank {rank}: {line}"
+        assert "No space left on device" in line, line
+    assert "wrote id=2" not in r.stdout, r.stdout
+    manifest = json.loads((d / "run" / "meta" / "manifest.json").read_text())
+    assert [e["id"] for e in manifest["checkpoints"]] == [1], manifest
+    assert not list(local.glob("node*/*/l*/ckpt2/*.ftk")), "the failed checkpoint's files are left"
+    got = _recovered(rank_lines(run_app(d, N, "--mode", "recover", "--n", str(n)).check().stdout, N))
+    assert all(v["id"] == "1" and v["step"] == "0" for v in got.values()), got
+
+
 def test_corrupted_l1_falls_back_to_l4(tmp_path):
     d = tmp_path / "run"
     write_config(d, inline_l4=0)          # L4 through L1 + flush: checkpoint 1 exists at L1 and L4

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import Config
 from ..config import load_config as _load_config
-from ..eventlog import configure, get_logger, warn_once
+from ..eventlog import configure, format_size, get_logger, warn_once
 from ..storage.manifest import CheckpointEntry
 from .contract import CheckpointJob, PipelineContext
 
@@ -38,14 +38,6 @@ def start(config: Config, rank: int) -> None:
     """Set the event log's level from ``config`` (and ``FTKIT_LOG``) and the rank its handler shows (the
     application rank; again after a head split or an online recovery). Not collective."""
     configure(config.verbosity, config.log_level, rank, verbosity_set="verbosity" in config.present)
-
-
-def format_size(nbytes: float) -> str:
-    """:func:`ftkit.models.units.format_size`, imported when a line is written (``ftkit.models`` is not
-    loaded by ``import ftkit.checkpoint``: its first use pays for it)."""
-    from ..models.units import format_size as _format
-
-    return _format(nbytes)
 
 
 def _rate(nbytes: int, seconds: float) -> str:

@@ -17,12 +17,13 @@ on every rank. Every checkpoint call first waits for the previous post-processin
 entries are never pruned while their files are still being read.
 
 Removal of pruned checkpoints: a checkpoint pruned by a commit is no longer in the committed manifest, so its
-files are garbage from that moment; :meth:`PostManager.remove_later` deletes them in a background thread
-after the call returns (the unlinks and directory removals cost tens of milliseconds on the critical path:
-issue 37). One removal runs at a time; :meth:`PostManager.wait` and :meth:`PostManager.close` (``wait()``,
-``finalize()``) wait for it, and the thread is not a daemon, so a process leaving normally finishes it. A
-crash during the removal leaves some of the pruned checkpoint's files behind: never read (no manifest lists
-them), removed with the run's directories by ``finalize()``.
+files are garbage from that moment; :meth:`PostManager.remove_later` hands them to a removal thread kept for
+the run (the unlinks and directory removals cost tens of milliseconds on the critical path, and starting a
+thread per call 4-13 ms on a loaded machine: issue 37) and returns at once. Removals run one at a time, in
+order; :meth:`PostManager.wait` and :meth:`PostManager.close` (``wait()``, ``finalize()``) wait for them, and
+a process leaving normally finishes them first (the thread pool of :mod:`concurrent.futures` drains its
+queue at interpreter exit). A crash during the removal leaves some of the pruned checkpoint's files behind:
+never read (no manifest lists them), removed with the run's directories by ``finalize()``.
 
 Durability of inline redundancy (``redundancy_sync = background``, the default, when no level runs in the
 background): the L2 partner copies and L3 parity files made in the checkpoint call are committed under their
@@ -37,9 +38,10 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import threading
 import time
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from ..errors import FtkitError
 from ..storage import levels as table
@@ -88,8 +90,10 @@ class PostManager:
         #: (instrumentation: a queue that never drains means the interval is shorter than the work).
         self.queue_wait_s = 0.0
         self.queue_waits = 0
-        #: The background removal of pruned checkpoints' files in flight (see :meth:`remove_later`).
-        self._removal: threading.Thread | None = None
+        #: The removal thread of pruned checkpoints' files, started by the first removal and kept (see
+        #: :meth:`remove_later`), and the removals queued to it and not yet known to be over.
+        self._remover: ThreadPoolExecutor | None = None
+        self._removals: deque[Future[None]] = deque()
         if self.client is not None:
             atexit.register(self.client.finish)  # heads must learn that this rank is gone, whatever happens
 
@@ -169,32 +173,38 @@ class PostManager:
         self.remove_later(pipeline.commit_synced(self.ctx, durable))
 
     def remove_later(self, entries: Sequence[CheckpointEntry]) -> None:
-        """Delete this rank's files of ``entries`` in a background thread (not collective).
+        """Delete this rank's files of ``entries`` in the background, after the previous removals (not
+        collective); returns at once unless two removals are already queued (then waits for the older).
 
-        Only for entries pruned from the committed manifest (their files are garbage). Waits for the previous
-        removal first, so one runs at a time. The fault-injection stage ``"before_remove"`` runs in the
-        thread before anything is deleted.
+        Only for entries pruned from the committed manifest (their files are garbage). The fault-injection
+        stage ``"before_remove"`` runs in the removal thread before anything is deleted.
         """
-        self.wait_removal()
+        while self._removals and self._removals[0].done():
+            self._removals.popleft()
         if not entries:
             return
+        if len(self._removals) >= 2:  # removals slower than checkpoints: do not let them pile up
+            self._removals.popleft().exception()  # waits; a removal never fails a checkpoint (best effort)
+        if self._remover is None:
+            self._remover = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ftkit-prune")
         ctx, pruned = self.ctx, list(entries)
 
         def run() -> None:
             ctx.hook("before_remove")
             pipeline.remove_checkpoints(ctx, pruned)
 
-        self._removal = threading.Thread(target=run, name="ftkit-prune", daemon=False)
-        self._removal.start()
+        try:
+            self._removals.append(self._remover.submit(run))
+        except RuntimeError:  # the interpreter is shutting down (no new threads): remove them now, here
+            run()
 
     def wait_removal(self) -> None:
-        """Block until the background removal of pruned checkpoints (if any) is over.
+        """Block until every queued removal of pruned checkpoints is over.
 
         The wait is on this process's own unlinks (no peer): it has no deadline.
         """
-        if self._removal is not None:
-            self._removal.join()
-            self._removal = None
+        while self._removals:
+            self._removals.popleft().exception()  # waits; a removal is best effort: nothing to raise
 
     def _job(self, job: CheckpointJob, commit: bool = True) -> PostJob:
         client = self.client
@@ -269,6 +279,9 @@ class PostManager:
         """Finish the removal of pruned checkpoints, release the executors and tell the head this rank is
         done. Never raises."""
         self.wait_removal()
+        if self._remover is not None:
+            self._remover.shutdown(wait=True)
+            self._remover = None
         if self.background is not None:
             try:
                 self.background.close()

@@ -10,6 +10,7 @@ import math
 import re
 
 from ..errors import ModelError
+from ..eventlog import format_size  # noqa: F401 - re-exported: the one implementation is the event log's
 
 __all__ = ["parse_duration", "parse_size", "format_duration", "format_size"]
 
@@ -118,11 +119,3 @@ def format_duration(seconds: float) -> str:
     if seconds >= 1:
         return f"{seconds:.3g} s"
     return f"{seconds * 1e3:.3g} ms"
-
-
-def format_size(nbytes: float) -> str:
-    """Return ``nbytes`` in binary units (``"64 MiB"``)."""
-    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if nbytes >= factor:
-            return f"{nbytes / factor:.4g} {unit}"
-    return f"{nbytes:.0f} B"

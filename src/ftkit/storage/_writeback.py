@@ -6,12 +6,15 @@ the dirty pages of a range are submitted now, so the disk works while the caller
 waits only for what is left. It makes nothing durable (no metadata, no flush of the device's cache).
 Submitting can itself wait when the device's queue is full, so :class:`Writeback` submits from a helper
 thread: the writer goes on copying the next piece into the page cache meanwhile (measured, issue 37: done in
-the writer's own thread, it delayed the L2 partner exchange that follows the L1 write).
+the writer's own thread, it delayed the L2 partner exchange that follows the L1 write). That thread is one per
+process, started once and kept (:class:`_Submitter`): starting a thread per file cost its writer 4-13 ms on a
+loaded machine, where ``Thread.start`` waits until the new thread is scheduled (issue 37).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import queue
 import threading
 
@@ -48,17 +51,58 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> bool:
     return fn is not None and fn(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE) == 0
 
 
+class _Submitter:
+    """The process's one writeback thread: runs ``(writeback, offset, nbytes)`` items in the order queued.
+
+    Started on first use and kept (a daemon: it holds no data of its own, only ranges of files whose owners
+    wait for them); started anew in a forked child, where the parent's thread does not exist.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[tuple[Writeback, int, int] | threading.Event] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._pid = -1
+
+    def put(self, item: tuple[Writeback, int, int] | threading.Event) -> None:
+        """Queue a range to submit, or an event to set once every item queued before it is done."""
+        with self._lock:
+            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+                self._queue = queue.SimpleQueue()
+                self._thread = threading.Thread(target=self._run, args=(self._queue,), name="ftkit-writeback",
+                                                daemon=True)
+                self._thread.start()
+                self._pid = os.getpid()
+            self._queue.put(item)
+
+    @staticmethod
+    def _run(items: queue.SimpleQueue[tuple[Writeback, int, int] | threading.Event]) -> None:
+        while True:
+            item = items.get()
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            owner, offset, nbytes = item
+            if owner.working:
+                try:
+                    owner.working = start_writeback(owner.fd, offset, nbytes)
+                except BaseException:  # never: start_writeback does not raise; the thread must live on
+                    owner.working = False
+
+
+_SUBMITTER = _Submitter()
+
+
 class Writeback:
-    """Submit written ranges of one open file to the device from a helper thread, in the order given.
+    """Submit written ranges of one open file to the device from the process's writeback thread, in order.
 
     The owner calls :meth:`add` after each write and :meth:`close` before it fsyncs or closes the descriptor
     (the thread never touches the descriptor afterwards). Not thread-safe: one writer thread.
     """
 
     def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._queue: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self.fd = fd
+        self._queued = False
         self.working = True   # False once the system refused (then :meth:`add` does nothing)
 
     def add(self, offset: int, nbytes: int) -> None:
@@ -66,19 +110,16 @@ class Writeback:
         left to the fsync)."""
         if not self.working or nbytes < WRITEBACK_MIN_BYTES:
             return
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="ftkit-writeback", daemon=True)
-            self._thread.start()
-        self._queue.put((offset, nbytes))
-
-    def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            if self.working:
-                self.working = start_writeback(self._fd, *item)
+        self._queued = True
+        _SUBMITTER.put((self, offset, nbytes))
 
     def close(self) -> None:
-        """Wait until every range added is submitted (not written) and end the thread. Idempotent."""
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join()
-            self._thread = None
+        """Wait until every range added is submitted (not written). Idempotent.
+
+        The wait is on this process's own thread (no peer), which ends each submission: no deadline.
+        """
+        if self._queued:
+            done = threading.Event()
+            _SUBMITTER.put(done)
+            done.wait()
+            self._queued = False
