@@ -2,7 +2,7 @@
 
 usage: python benchmarks/plain_kill_campaign.py [--trials 40] [--seed 1] [--out results.jsonl]
        [--configs l1,l2,l3,l4] [--kinds plain,spare,launcher] [--nprocs 8] [--node-size 2] [--only 9]
-       [--keep DIR]
+       [--keep DIR] [--keep-failed DIR]
 
 ``--only I`` replays trial ``I`` of the seed alone (the trials before it are drawn, not run); ``--keep DIR``
 keeps each trial's directory and output there (``DIR/<i>/``) for a look afterwards.
@@ -507,6 +507,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", type=int, action="append", default=None,
                    help="run only trial I of the seed (repeatable); the others are drawn, not run")
     p.add_argument("--keep", default=None, help="keep each trial's directory and output in KEEP/<i>")
+    p.add_argument("--keep-failed", default=os.path.join(tempfile.gettempdir(), "ftkit-campaign-failed"),
+                   help="where a hung, orphaned or wrong trial's output, configuration and metadata go "
+                        "(without the checkpoint data) when --keep is not given (default: %(default)s)")
     p.add_argument("--short-detector-relaunch", action="store_true",
                    help="relaunch with the first job's 15 s detector timeout (as before seed 3)")
     args = p.parse_args(argv)
@@ -524,6 +527,12 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             workdir = Path(args.keep) / str(i) if args.keep else Path(tmp) / "trial"
             o = run_trial(t, workdir, expected)
+            if o.outcome in ("hang", "orphan", "wrong") and not args.keep:
+                kept = Path(args.keep_failed) / f"seed{args.seed}-trial{i}"
+                shutil.rmtree(kept, ignore_errors=True)
+                shutil.copytree(workdir, kept, ignore=shutil.ignore_patterns("local", "global"),
+                                dirs_exist_ok=True)
+                print(f"     (its output, configuration and metadata are kept in {kept})", flush=True)
             counts.setdefault(f"{t.kind} {t.config} head={t.head} thread={t.thread}",
                               Counter())[o.outcome] += 1
             silent += bool(o.silent)

@@ -81,6 +81,7 @@ class RankWatch:
         self.start_failure = ""         # why the launcher ended ranks that waited in MPI_Init
         self._mpi_up = False            # some rank has completed MPI_Init
         self._ended_before_up: float | None = None  # since when a rank has ended before MPI_Init completed
+        self._gone_before_up: set[int] = set()  # the ranks first seen ended while others waited in MPI_Init
         self.ranks: dict[int, int] = {}        # pid -> world rank, for every rank process seen
         self.status: dict[int, int] = {}       # pid -> waitpid status (zombies seen), -2 while running
         self.killed: dict[int, str] = {}       # pid -> why the launcher killed it
@@ -133,14 +134,17 @@ class RankWatch:
         if not ended or not waiting:
             self._ended_before_up = None
             return
+        # The first seen gone (the others fail or wait in MPI_Init after it): the verdict names them.
+        if not self._gone_before_up:
+            self._gone_before_up = {r for r in known.values() if r not in waiting.values()}
         now = time.monotonic()
         self._ended_before_up = self._ended_before_up or now
         if now - self._ended_before_up < self.start_bound:  # type: ignore[operator]
             return
         self.start_failure = (f"{_ranks_text(ended)} ended (or never started) before MPI_Init had completed "
-                              "on any rank; the "
-                              f"other ranks, waiting in MPI_Init for {'them' if len(ended) > 1 else 'it'}, "
-                              f"were killed by ftkit launch {self.start_bound:.0f} s later")
+                              f"on any rank; the other ranks, waiting in MPI_Init for "
+                              f"{'them' if len(ended) > 1 else 'it'}, were killed by ftkit launch "
+                              f"{self.start_bound:.0f} s later")
         for pid in waiting:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -232,6 +236,9 @@ class RankWatch:
         parts = _grouped(vanished + other)
         if self.start_failure:
             parts, failed = [self.start_failure], True
+        elif self._gone_before_up and failed:  # MPI_Init failed on the others (Open MPI: "Unreachable")
+            first = _ranks_text(sorted(self._gone_before_up))
+            parts.insert(0, f"{first} ended before MPI_Init had completed on any rank")
         if hooked:
             reason = max((text for _, text in hooked), key=_dead_named)  # the one that knows the most dead
             parts.append(f"{_ranks_text([r for r, _ in hooked])} ended by ftkit's exit hook ({reason})")
