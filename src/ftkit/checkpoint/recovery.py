@@ -123,6 +123,10 @@ def _summarise(ctx: PipelineContext, entry: CheckpointEntry, reasons: list[str] 
             f"usable copy: " + "; ".join(parts) + more)
 
 
+#: What a rank with a damaged state record sends in the last agreement (more than any level).
+_DAMAGED_RECORD = 1 << 30
+
+
 def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
                    steps: list[RecoveryStep] | None = None,
                    layouts: Mapping[str, Layout] | None = None,
@@ -175,9 +179,11 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
                     found = answer
                 else:
                     reasons.append(f"L{step.level}: {answer.reason or 'no copy'}")
-        if not _mpi.all_true(ctx.comm, found.ok, ctx.timeout, "recovery"):
+        everywhere = _mpi.all_true(ctx.comm, found.ok, ctx.timeout, "recovery")
+        if not everywhere:
             found = _fetch(ctx, entry, found, reasons)
-        if not _mpi.all_true(ctx.comm, found.ok, ctx.timeout, "recovery"):
+            everywhere = _mpi.all_true(ctx.comm, found.ok, ctx.timeout, "recovery")
+        if not everywhere:
             skipped.append(_summarise(ctx, entry, None if found.ok else reasons))
             continue
         assert found.header is not None and found.storage is not None
@@ -205,11 +211,13 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
             continue
         _read_located(ctx, entry, found, per_rank)
         bad_record = None if adapt is None else adapt.decode(fitted)
-        if not _mpi.all_true(ctx.comm, bad_record is None, ctx.timeout, "recovery state records"):
+        used = max((found.level, *(stats.source_levels if stats else ())))
+        # One round: the highest level used, or _DAMAGED_RECORD if a state record is damaged on some rank.
+        level = _mpi.allreduce_int(ctx.comm, used if bad_record is None else _DAMAGED_RECORD, "max",
+                                   ctx.timeout, "recovery state records")
+        if level == _DAMAGED_RECORD:
             skipped.append(_summarise(ctx, entry, None if bad_record is None else [bad_record]))
             continue
-        used = max((found.level, *(stats.source_levels if stats else ())))
-        level = _mpi.allreduce_int(ctx.comm, used, "max", ctx.timeout, "recovery")
         return RecoveryInfo(entry.id, level, found.level, tuple(skipped), stats), entry
     raise RecoveryError(f"no checkpoint of run {ctx.exec_id} can be recovered: " + " | ".join(skipped))
 
