@@ -4,13 +4,14 @@
                                           [--src-a /work/main/src] [--src-b src]
 
 Brings up its own virtual cluster (prefix ``rp<pid>``, removed at the end, whatever happens), takes one
-checkpoint at ``--level`` with ``benchmarks/fti/ckpt_ftkit.py`` and then restarts from it ``--repeats``
-times with each of the two source trees (``--src-a`` / ``--src-b``, put first on every rank's ``PYTHONPATH``: an A/B of
-old and new code in one loop, alternating which goes first). Each restart job is this file in job mode: the
-functions of :data:`PHASES` are wrapped with timers, and rank 0 prints, per phase, the slowest rank's
-seconds in it and when (from the barrier before ``Checkpointer()``) the slowest rank left it, then
-``restart_s`` as ``ckpt_ftkit.py`` measures it (``Checkpointer()`` + ``protect`` + ``recover()``, from a
-barrier). A summary prints each tree's median ``restart_s`` and its phases' medians.
+checkpoint at ``--level`` (its hosts' disks lost before each restart as ``cluster_sbs.py`` loses them: L2
+node2, L3 node2 and node4, L4 every host) with ``benchmarks/fti/ckpt_ftkit.py`` and then restarts from it ``--repeats`` times
+with each of the two source trees (``--src-a`` / ``--src-b``, put first on every rank's ``PYTHONPATH``: an A/B
+of old and new code in one loop, alternating which goes first). Each restart job is this file in job mode: the
+functions of :data:`PHASES` are wrapped with timers, and rank 0 prints, per phase, the slowest rank's seconds
+in it and when (from the barrier before ``Checkpointer()``) the slowest rank left it, then ``restart_s`` as
+``ckpt_ftkit.py`` measures it (``Checkpointer()`` + ``protect`` + ``recover()``, from a barrier). A summary
+prints each tree's median ``restart_s`` and its phases' medians.
 
 Root and network namespaces are needed (exit 77 otherwise). Timings on a busy machine are indicative only.
 """
@@ -149,13 +150,14 @@ def driver(a: argparse.Namespace) -> int:
     try:
         cfg = cluster_sbs.make_config(c, "ftkit", a.level, a.per_host, "probe")
         env = {**os.environ, **c.mpi_env()}
-        ck = cluster_sbs.run(c, cluster_sbs.ftkit_command(c, a.per_host, [str(cfg), "ckpt", str(a.mib),
-                                                                             str(a.level)]), "probe ckpt", env)
+        argv = [str(cfg), "ckpt", str(a.mib), str(a.level)]
+        ck = cluster_sbs.run(c, cluster_sbs.ftkit_command(c, a.per_host, argv), "probe ckpt", env)
         if ck.get("ok") != "1":
             print(f"the checkpoint failed: {ck}")
             return 1
         for rep in range(a.repeats):
             for name in ("AB" if rep % 2 == 0 else "BA"):
+                cluster_sbs.lose_disks(c, a.level)  # the hosts the level must survive losing (L1: none)
                 env_t = {**env, "PYTHONPATH": trees[name]}
                 cmd = cluster_sbs.build_mpirun_command(
                     a.hosts * a.per_host, [sys.executable, __file__, "--job", str(cfg), "--mib", str(a.mib)])

@@ -22,8 +22,8 @@ from .._wait import deadline_after, wait_requests
 from ..errors import ProcessFailure
 from ..storage._jsonslots import allgather_values, bcast_value
 
-__all__ = ["internal_comm", "internal_comms", "allreduce_int", "all_true", "any_true", "allgather", "bcast", "barrier",
-           "as_failure", "DEFAULT_TIMEOUT"]
+__all__ = ["internal_comm", "internal_comms", "allreduce_int", "all_true", "any_true", "allgather", "bcast",
+           "barrier", "as_failure", "DEFAULT_TIMEOUT"]
 
 #: Deadline (s) of the exchanges whose caller gives none.
 DEFAULT_TIMEOUT = 600.0

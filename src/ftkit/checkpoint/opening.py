@@ -20,7 +20,7 @@ from .. import mpienv, uncaught
 from ..config import Config
 from ..storage import set_group_access
 from ..storage.manifest import Manifest, ManifestStore
-from ..topology import node_ids_from_leaders, node_leader, plan_topology
+from ..topology import node_ids_from_hosts, plan_topology
 from . import _mpi, events, pipeline
 from .exitpolicy import ExitPolicy
 from .head import enter_head_mode
@@ -71,12 +71,11 @@ def open_session(config: Config, world: Any, spare_ranks: int | None = None) -> 
             _mpi.barrier(icomm, config.failure_timeout, "Checkpointer start-up")
         # On the internal communicator, not on world: a first blocking collective on world would build Open
         # MPI 5's HAN sub-communicators there (mpienv.INTERNAL_COMM_INFO), seconds across hosts. One
-        # exchange gives the node map and the L1-sharing check.
-        seen = _mpi.allgather(icomm, [node_leader(icomm), *mpienv.l1_placement(config.ckpt_dir, config.glbl_dir)],
-                              "start-up: nodes", config.failure_timeout)
-        mpienv.warn_l1_shared([s[1:] for s in seen], icomm.Get_rank(), config.ckpt_dir, config.glbl_dir,
-                              stacklevel=4)
-        node_ids = node_ids_from_leaders([int(s[0]) for s in seen], config.node_size or None)
+        # exchange of host names gives the node map (as FTI makes it) and the L1-sharing check.
+        seen = _mpi.allgather(icomm, mpienv.l1_placement(config.ckpt_dir, config.glbl_dir), "start-up: nodes",
+                              config.failure_timeout)
+        mpienv.warn_l1_shared(seen, icomm.Get_rank(), config.ckpt_dir, config.glbl_dir, stacklevel=4)
+        node_ids = node_ids_from_hosts([str(s[0]) for s in seen], config.node_size or None)
         topology = plan_topology(
             node_ids, icomm.Get_rank(), head=config.head, group_size=config.group_size,
             ckpt_dir=config.ckpt_dir,
@@ -128,9 +127,11 @@ def open_session(config: Config, world: Any, spare_ranks: int | None = None) -> 
             pipeline.commit_manifest(session.ctx, "start-up: manifest commit")
         if session.topology.groups and not config.head:
             # The L2/L3 group communicator now (FTI makes its groups in FTI_Init), not in the first L2/L3
-            # call: its barrier and split cost that call 2-120 ms depending on the load (issue 37).
+            # call: its barrier and split cost that call 2-120 ms depending on the load (issue 37). The
+            # split has every rank: it ends the start-up as the barrier below would.
             group_comm(session.ctx.comm, session.topology, session.ctx.timeout)
-        _mpi.barrier(icomm, config.failure_timeout, "Checkpointer start")
+        else:
+            _mpi.barrier(icomm, config.failure_timeout, "Checkpointer start")
     except BaseException:
         session.close()
         raise

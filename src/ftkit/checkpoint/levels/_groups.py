@@ -17,8 +17,8 @@ from ...topology import Topology, plan_node_sets, plan_topology
 from .. import _mpi
 from ..contract import DAMAGED, CheckpointJob, Located, PipelineContext, RecoveryStep
 
-__all__ = ["group_comm", "cached_group_comm", "group_names", "describe_group", "require_groups", "level_paths", "GroupStep",
-           "record_group_size"]
+__all__ = ["group_comm", "cached_group_comm", "group_names", "describe_group", "require_groups",
+           "level_paths", "GroupStep", "record_group_size"]
 
 # Group communicators split off a pipeline communicator, by id of that communicator (split once per job).
 _GROUP_COMMS: dict[int, tuple[Any, tuple[tuple[int, ...], ...], Any]] = {}
