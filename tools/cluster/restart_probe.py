@@ -5,13 +5,13 @@
 
 Brings up its own virtual cluster (prefix ``rp<pid>``, removed at the end, whatever happens), takes one
 checkpoint at ``--level`` (its hosts' disks lost before each restart as ``cluster_sbs.py`` loses them: L2
-node2, L3 node2 and node4, L4 every host) with ``benchmarks/fti/ckpt_ftkit.py`` and then restarts from it ``--repeats`` times
-with each of the two source trees (``--src-a`` / ``--src-b``, put first on every rank's ``PYTHONPATH``: an A/B
-of old and new code in one loop, alternating which goes first). Each restart job is this file in job mode: the
-functions of :data:`PHASES` are wrapped with timers, and rank 0 prints, per phase, the slowest rank's seconds
-in it and when (from the barrier before ``Checkpointer()``) the slowest rank left it, then ``restart_s`` as
-``ckpt_ftkit.py`` measures it (``Checkpointer()`` + ``protect`` + ``recover()``, from a barrier). A summary
-prints each tree's median ``restart_s`` and its phases' medians.
+node2, L3 node2 and node4, L4 every host) with ``benchmarks/fti/ckpt_ftkit.py`` and then restarts from it
+``--repeats`` times with each of the two source trees (``--src-a`` / ``--src-b``, put first on every rank's
+``PYTHONPATH``: an A/B of old and new code in one loop, alternating which goes first). Each restart job is
+this file in job mode: the functions of :data:`PHASES` are wrapped with timers, and rank 0 prints, per phase,
+the slowest rank's seconds in it and when (from the barrier before ``Checkpointer()``) the slowest rank left
+it, then ``restart_s`` as ``ckpt_ftkit.py`` measures it (``Checkpointer()`` + ``protect`` + ``recover()``,
+from a barrier). A summary prints each tree's median ``restart_s`` and its phases' medians.
 
 Root and network namespaces are needed (exit 77 otherwise). Timings on a busy machine are indicative only.
 """
