@@ -1,4 +1,5 @@
-"""Checkpointer()'s start-up communicators, made in one round (``_mpi.internal_comms``), on real MPI jobs."""
+"""Checkpointer()'s start-up communicators made in one round (``_mpi.internal_comms``), and recovery's merged
+last agreement, on real MPI jobs."""
 
 from __future__ import annotations
 
@@ -47,3 +48,20 @@ def test_internal_comms_report_a_missing_rank_within_the_deadline(tmp_path):
     prog.write_text(PROGRAM)
     r = run_python(2, prog, "missing", cwd=tmp_path)
     assert "TIMEOUT test start-up: no answer before the deadline" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_read_failing_on_one_rank_is_raised_on_every_rank(tmp_path):
+    """Recovery's last agreement (read, state records and level in one round): a file changed between its
+    verification and its read on rank 1 makes every rank raise the same RecoveryError naming rank 1."""
+    from ..conftest import REPO
+    from ._util import write_config
+
+    cfg = write_config(tmp_path)
+    prog = REPO / "tests" / "programs" / "read_changed.py"
+    run_python(2, prog, str(cfg), "ckpt", cwd=tmp_path).check()
+    r = run_python(2, prog, str(cfg), "recover", cwd=tmp_path).check()
+    lines = sorted(line for line in r.stdout.splitlines() if line.startswith("READ"))
+    assert len(lines) == 2, r.stdout + r.stderr
+    for rank, line in enumerate(lines):
+        assert line.startswith(f"READ {rank} refused: checkpoint 1 verified but could not be read"), line
+        assert "rank 1:" in line and "rank 0:" not in line, line

@@ -215,13 +215,8 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
             continue
         error = _read_located(found, entry.id, ctx.rank, per_rank)
         bad_record = None if adapt is None or error is not None else adapt.decode(fitted)
-        used = max((found.level, *(stats.source_levels if stats else ())))
-        # One round: the highest level used, or above every level when some rank's read failed or one of
-        # its state records is damaged.
-        mine = _READ_FAILED if error is not None else _DAMAGED_RECORD if bad_record is not None else used
-        level = _mpi.allreduce_int(ctx.comm, mine, "max", ctx.timeout, "recovery read")
-        if level == _READ_FAILED:
-            _raise_read_errors(ctx, entry, error)
+        level = _agree_read(ctx, entry, error, bad_record,
+                            max((found.level, *(stats.source_levels if stats else ()))))
         if level == _DAMAGED_RECORD:
             skipped.append(_summarise(ctx, entry, None if bad_record is None else [bad_record]))
             continue
@@ -277,7 +272,7 @@ def _check_located(ctx: PipelineContext, entry: CheckpointEntry, header: Header,
 
 def _read_located(found: Located, ckpt_id: int, rank: int, targets: Mapping[str, np.ndarray]) -> str | None:
     """Read ``targets`` from this rank's located file (local); return the error, None if it was read. The
-    caller agrees on it (:func:`_raise_read_errors` when any rank failed)."""
+    caller agrees on it (:func:`_agree_read`)."""
     assert found.storage is not None
     try:
         found.storage.read_into(ckpt_id, rank, targets, found.header)
@@ -288,12 +283,25 @@ def _read_located(found: Located, ckpt_id: int, rank: int, targets: Mapping[str,
     return None
 
 
-def _raise_read_errors(ctx: PipelineContext, entry: CheckpointEntry, error: str | None) -> None:
-    """Collective, once some rank's read failed: raise on every rank, naming the ranks and their errors."""
-    errors = _mpi.allgather(ctx.comm, error, "recovery read", ctx.timeout)
-    bad = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
-    raise RecoveryError(f"checkpoint {entry.id} verified but could not be read (was it changed during "
-                        "recovery?): " + "; ".join(bad[:3]))
+def _agree_read(ctx: PipelineContext, entry: CheckpointEntry, error: str | None, bad_record: str | None,
+                used: int) -> int:
+    """Collective, one round: the highest level used on any rank (``used``: this rank's), or
+    :data:`_DAMAGED_RECORD` when some rank's state record is damaged; when some rank's read failed
+    (``error``), raise on every rank, naming the ranks and their errors.
+
+    Raises
+    ------
+    RecoveryError
+        On every rank, if the read failed on some rank.
+    """
+    mine = _READ_FAILED if error is not None else _DAMAGED_RECORD if bad_record is not None else used
+    level = _mpi.allreduce_int(ctx.comm, mine, "max", ctx.timeout, "recovery read")
+    if level == _READ_FAILED:
+        errors = _mpi.allgather(ctx.comm, error, "recovery read", ctx.timeout)
+        bad = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
+        raise RecoveryError(f"checkpoint {entry.id} verified but could not be read (was it changed during "
+                            "recovery?): " + "; ".join(bad[:3]))
+    return level
 
 
 def _moved(header: Header, targets: Mapping[str, np.ndarray], layouts: Mapping[str, Layout]) -> bool:
