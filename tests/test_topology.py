@@ -74,3 +74,27 @@ def test_detect_emulated_nodes_under_mpirun():
     r = run_python(6, PROGRAMS / "topology_nodes.py", node_size=2, timeout=120).check()
     lines = sorted(line for line in r.stdout.splitlines() if line.startswith("rank"))
     assert lines == [f"rank {w} node {w // 2}" for w in range(6)]
+
+
+@pytest.mark.parametrize("hosts, node_size, ids", [
+    (["b", "b", "a", "a"], None, [0, 0, 1, 1]),            # a node's id: the order of its lowest rank
+    (["a", "b", "a", "b"], None, [0, 1, 0, 1]),            # round-robin placement
+    (["h"] * 6, 2, [0, 0, 1, 1, 2, 2]),                    # one host: node_size emulates the nodes
+    (["a", "a", "b", "b"], 2, [0, 0, 1, 1]),               # real nodes that agree with node_size
+])
+def test_node_ids_from_host_names(hosts, node_size, ids):
+    """Checkpointer() takes the node map from the host names of its start-up exchange (FTI's way)."""
+    from ftkit.topology import node_ids_from_hosts
+
+    assert node_ids_from_hosts(hosts, node_size) == ids
+
+
+@pytest.mark.parametrize("hosts, node_size, what", [
+    (["a", "a", "b"], 2, "must divide"),
+    (["a", "a", "a", "b"], 2, "hold \\[3, 1\\] ranks"),
+])
+def test_node_ids_from_host_names_check_node_size(hosts, node_size, what):
+    from ftkit.topology import node_ids_from_hosts
+
+    with pytest.raises(TopologyError, match=what):
+        node_ids_from_hosts(hosts, node_size)

@@ -39,6 +39,8 @@ __all__ = [
     "mpi_library",
     "describe_dir",
     "warn_if_l1_shared",
+    "l1_placement",
+    "warn_l1_shared",
     "internal_info",
     "INTERNAL_COMM_INFO",
     "SHARED_FS_TYPES",
@@ -316,21 +318,34 @@ def warn_if_l1_shared(comm: Any, ckpt_dir: str | os.PathLike[str],
     L1 checkpoints then go to the shared file system: they survive nothing L4 would not, and cost its
     bandwidth. Returns whether the warning was given (on every rank).
     """
+    return warn_l1_shared(comm.allgather(l1_placement(ckpt_dir, glbl_dir)), comm.Get_rank(), ckpt_dir,
+                          glbl_dir, stacklevel=4)
+
+
+def l1_placement(ckpt_dir: str | os.PathLike[str], glbl_dir: str | os.PathLike[str]) -> list[Any]:
+    """This rank's part of :func:`warn_if_l1_shared`'s exchange (local): ``[hostname, whether ckpt_dir and
+    glbl_dir are one file system here, ckpt_dir's file-system type]`` (JSON-able)."""
     a, b = _nearest_existing(Path(ckpt_dir)), _nearest_existing(Path(glbl_dir))
     try:
         same = os.stat(a).st_dev == os.stat(b).st_dev
     except OSError:
         same = False
-    seen = comm.allgather((socket.gethostname(), same, describe_dir(ckpt_dir).fstype))
+    return [socket.gethostname(), same, describe_dir(ckpt_dir).fstype]
+
+
+def warn_l1_shared(seen: list[Any], rank: int, ckpt_dir: str | os.PathLike[str],
+                   glbl_dir: str | os.PathLike[str], *, stacklevel: int = 3) -> bool:
+    """Warn on ``rank`` 0 if every rank's :func:`l1_placement` (``seen``) says ``ckpt_dir`` shares
+    ``glbl_dir``'s file system on several hosts (local); return whether it does."""
     hosts = {h for h, _, _ in seen}
     shared = len(hosts) > 1 and any(s for _, s, _ in seen)
-    if shared and comm.Get_rank() == 0:
+    if shared and rank == 0:
         fstypes = sorted({t for _, s, t in seen if s and t})
         warnings.warn(
             f"ckpt_dir {str(ckpt_dir)!r} is on the same file system as glbl_dir {str(glbl_dir)!r} "
             f"({', '.join(fstypes) or 'unknown type'}) on a job spanning {len(hosts)} hosts: L1 checkpoints "
             "are not node-local. Set ckpt_dir to a node-local directory (e.g. $SLURM_TMPDIR/ckpt or "
-            "/tmp/...)", RuntimeWarning, stacklevel=3)
+            "/tmp/...)", RuntimeWarning, stacklevel=stacklevel)
     return shared
 
 

@@ -54,7 +54,8 @@ _wait = DEFAULT_WAIT
 _end: Callable[[], None] | None = None
 
 
-def install(comm: Any, *, wait: float = DEFAULT_WAIT, end: Callable[[], None] | None = None) -> None:
+def install(comm: Any, *, wait: float = DEFAULT_WAIT, end: Callable[[], None] | None = None,
+            dup: Any = None) -> None:
     """Make :func:`hook` this process's ``sys.excepthook`` for the ranks of ``comm`` (collective over
     ``comm``: it is duplicated, unless the last call had the same communicator).
 
@@ -69,14 +70,17 @@ def install(comm: Any, *, wait: float = DEFAULT_WAIT, end: Callable[[], None] | 
         Seconds a rank waits for the others' errors (bounded: an error on some ranks never hangs).
     end
         Called to end the process when not every rank raised (default :func:`end_process`).
+    dup
+        A duplicate of ``comm`` made by the caller (``Checkpointer()`` makes its start-up communicators in
+        one round): used instead of duplicating here (not collective then).
     """
     global _comm, _source, _wait, _end
     if comm.Get_size() < 2:
         return
-    if _source is None or _source != comm:
+    if dup is not None or _source is None or _source != comm:
         from mpi4py import MPI
 
-        dup = comm.Dup()
+        dup = comm.Dup() if dup is None else dup
         dup.Set_errhandler(MPI.ERRORS_RETURN)
         _comm, _source = dup, comm  # the previous duplicate is not freed: freeing it would be collective
     _wait, _end = float(wait), end

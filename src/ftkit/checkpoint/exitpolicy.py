@@ -104,6 +104,9 @@ class ExitPolicy:
         The run's id (recorded in an honoured halt request).
     enabled
         False with online recovery: no agreement, no handlers.
+    dup
+        The agreement's communicator, a duplicate of ``comm`` made by the caller (as
+        :func:`._mpi.internal_comms` makes them; ``comm`` is then not duplicated here: not collective).
 
     Raises
     ------
@@ -116,12 +119,12 @@ class ExitPolicy:
     _watch: HaltWatch | None
 
     def __init__(self, comm: Any, config: Config, exec_id: str, enabled: bool = True, *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, dup: Any = None) -> None:
         self._reset(config, exec_id, clock)
         self.enabled = enabled
         self._place(comm.Get_rank())
         if enabled:
-            self._comm = _mpi.internal_comm(comm)
+            self._comm = _mpi.internal_comm(comm) if dup is None else dup
             self._install()
 
     def _reset(self, config: Config, exec_id: str, clock: Callable[[], float]) -> None:

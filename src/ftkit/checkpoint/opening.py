@@ -20,7 +20,7 @@ from .. import mpienv, uncaught
 from ..config import Config
 from ..storage import set_group_access
 from ..storage.manifest import Manifest, ManifestStore
-from ..topology import detect_node_ids, plan_topology
+from ..topology import node_ids_from_hosts, plan_topology
 from . import _mpi, events, pipeline
 from .exitpolicy import ExitPolicy
 from .head import enter_head_mode
@@ -49,24 +49,33 @@ def open_session(config: Config, world: Any, spare_ranks: int | None = None) -> 
         If another live job uses the same ``meta_dir`` (on every rank; see :mod:`.runlock`).
     """
     mpienv.check_launch()  # a mis-launched job fails here, before any directory (local: no MPI traffic)
-    uncaught.install(world)  # an ftkit error every rank raises is printed once (collective: a Dup)
     set_group_access(bool(config.group_access))  # 0600/0700, or 0640/0750 with group_access = 1
     config = spares.with_spares(config, spare_ranks)
+    # Without spares and heads, every communicator of the session is made in one round (each creation is
+    # ~0.2 s across hosts however many are made together): uncaught's, ftkit's internal one, the exit
+    # policy's and ckpt.comm, within the deadline (every later start-up collective follows it).
+    early = (_mpi.internal_comms(world, 3, 1, config.failure_timeout, "Checkpointer start-up")
+             if not config.spare_ranks and not config.head else None)
+    uncaught.install(world, dup=early[0] if early else None)  # ftkit errors printed once (collective)
     app, online = spares.split_spares(config, world)
     if app is None:
         assert online is not None
         return spares.promoted(config, online)  # a promoted spare: set up as the dead rank it replaces
     uncaught.install(app)  # with spares: errors are compared among the application ranks
     config.validate_for(app.Get_size())
-    icomm = _mpi.internal_comm(app)
+    icomm = early[1] if early else _mpi.internal_comm(app)
     lock: RunLock | None = None
     try:
-        # Every later start-up collective follows one with a deadline: a missing rank is reported.
-        _mpi.barrier(icomm, config.failure_timeout, "Checkpointer start-up")
+        if not early:
+            # Every later start-up collective follows one with a deadline: a missing rank is reported.
+            _mpi.barrier(icomm, config.failure_timeout, "Checkpointer start-up")
         # On the internal communicator, not on world: a first blocking collective on world would build Open
-        # MPI 5's HAN sub-communicators there (mpienv.INTERNAL_COMM_INFO), seconds across hosts.
-        mpienv.warn_if_l1_shared(icomm, config.ckpt_dir, config.glbl_dir)
-        node_ids = detect_node_ids(icomm, config.node_size or None)
+        # MPI 5's HAN sub-communicators there (mpienv.INTERNAL_COMM_INFO), seconds across hosts. One
+        # exchange of host names gives the node map (as FTI makes it) and the L1-sharing check.
+        seen = _mpi.allgather(icomm, mpienv.l1_placement(config.ckpt_dir, config.glbl_dir), "start-up: nodes",
+                              config.failure_timeout)
+        mpienv.warn_l1_shared(seen, icomm.Get_rank(), config.ckpt_dir, config.glbl_dir, stacklevel=4)
+        node_ids = node_ids_from_hosts([str(s[0]) for s in seen], config.node_size or None)
         topology = plan_topology(
             node_ids, icomm.Get_rank(), head=config.head, group_size=config.group_size,
             ckpt_dir=config.ckpt_dir,
@@ -83,7 +92,7 @@ def open_session(config: Config, world: Any, spare_ranks: int | None = None) -> 
             icomm = _mpi.internal_comm(links.app)
             comm = links.app
         else:
-            comm = app.Dup()
+            comm = early[3] if early else app.Dup()
         nranks = comm.Get_size()
         prepare_dirs(config, topology, icomm)
         lock = take_run_lock(config, icomm)
@@ -91,8 +100,9 @@ def open_session(config: Config, world: Any, spare_ranks: int | None = None) -> 
     except BaseException as exc:
         if lock is not None:
             lock.release()
-        with contextlib.suppress(MPI.Exception):
-            icomm.Free()
+        for made in (icomm, *(early[2:] if early else ())):
+            with contextlib.suppress(MPI.Exception):
+                made.Free()
         if isinstance(exc, MPI.Exception):
             raise _mpi.as_failure(exc, app, "Checkpointer start-up") from exc
         raise
@@ -106,17 +116,22 @@ def open_session(config: Config, world: Any, spare_ranks: int | None = None) -> 
                                 lock=lock, links=links, online=online)
     except BaseException:
         release(icomm, lock, online, config.failure_timeout)
+        if early:
+            with contextlib.suppress(MPI.Exception):
+                early[2].Free()
         raise
     try:
         session = dataclasses.replace(
-            session, exit=ExitPolicy(icomm, config, state.exec_id))
+            session, exit=ExitPolicy(icomm, config, state.exec_id, dup=early[2] if early else None))
         if state.fresh_manifest:
             pipeline.commit_manifest(session.ctx, "start-up: manifest commit")
         if session.topology.groups and not config.head:
             # The L2/L3 group communicator now (FTI makes its groups in FTI_Init), not in the first L2/L3
-            # call: its barrier and split cost that call 2-120 ms depending on the load (issue 37).
+            # call: its barrier and split cost that call 2-120 ms depending on the load (issue 37). The
+            # split has every rank: it ends the start-up as the barrier below would.
             group_comm(session.ctx.comm, session.topology, session.ctx.timeout)
-        _mpi.barrier(icomm, config.failure_timeout, "Checkpointer start")
+        else:
+            _mpi.barrier(icomm, config.failure_timeout, "Checkpointer start")
     except BaseException:
         session.close()
         raise

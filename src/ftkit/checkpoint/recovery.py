@@ -123,6 +123,12 @@ def _summarise(ctx: PipelineContext, entry: CheckpointEntry, reasons: list[str] 
             f"usable copy: " + "; ".join(parts) + more)
 
 
+#: What a rank with a damaged state record, or a failed read, sends in the last agreement (more than any
+#: level; a failed read outranks a damaged record: it raises).
+_DAMAGED_RECORD = 1 << 30
+_READ_FAILED = 1 << 31
+
+
 def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
                    steps: list[RecoveryStep] | None = None,
                    layouts: Mapping[str, Layout] | None = None,
@@ -163,11 +169,13 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
                 continue
         found = Located()
         reasons: list[str] = []
+        everywhere = False  # every rank located its file (agreed)
         for step in steps:
             if not step.applies(entry):
                 continue
             need = not found.ok
             if not _mpi.any_true(ctx.comm, need, ctx.timeout, "recovery"):
+                everywhere = True
                 break
             answer = step.locate(ctx, entry, need)
             if need:
@@ -175,9 +183,11 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
                     found = answer
                 else:
                     reasons.append(f"L{step.level}: {answer.reason or 'no copy'}")
-        if not _mpi.all_true(ctx.comm, found.ok, ctx.timeout, "recovery"):
+        everywhere = everywhere or _mpi.all_true(ctx.comm, found.ok, ctx.timeout, "recovery")
+        if not everywhere:
             found = _fetch(ctx, entry, found, reasons)
-        if not _mpi.all_true(ctx.comm, found.ok, ctx.timeout, "recovery"):
+            everywhere = _mpi.all_true(ctx.comm, found.ok, ctx.timeout, "recovery")
+        if not everywhere:
             skipped.append(_summarise(ctx, entry, None if found.ok else reasons))
             continue
         assert found.header is not None and found.storage is not None
@@ -203,13 +213,13 @@ def recover_newest(ctx: PipelineContext, targets: Mapping[str, np.ndarray],
         except reshard.MissingCopyError as exc:
             skipped.append(str(exc))
             continue
-        _read_located(ctx, entry, found, per_rank)
-        bad_record = None if adapt is None else adapt.decode(fitted)
-        if not _mpi.all_true(ctx.comm, bad_record is None, ctx.timeout, "recovery state records"):
+        error = _read_located(found, entry.id, ctx.rank, per_rank)
+        bad_record = None if adapt is None or error is not None else adapt.decode(fitted)
+        level = _agree_read(ctx, entry, error, bad_record,
+                            max((found.level, *(stats.source_levels if stats else ()))))
+        if level == _DAMAGED_RECORD:
             skipped.append(_summarise(ctx, entry, None if bad_record is None else [bad_record]))
             continue
-        used = max((found.level, *(stats.source_levels if stats else ())))
-        level = _mpi.allreduce_int(ctx.comm, used, "max", ctx.timeout, "recovery")
         return RecoveryInfo(entry.id, level, found.level, tuple(skipped), stats), entry
     raise RecoveryError(f"no checkpoint of run {ctx.exec_id} can be recovered: " + " | ".join(skipped))
 
@@ -260,22 +270,38 @@ def _check_located(ctx: PipelineContext, entry: CheckpointEntry, header: Header,
                                  "was overwritten): " + "; ".join(bad[:3]))
 
 
-def _read_located(ctx: PipelineContext, entry: CheckpointEntry, found: Located,
-                  targets: Mapping[str, np.ndarray]) -> None:
-    """Collective: read ``targets`` from this rank's located file; a read error on any rank raises on all."""
+def _read_located(found: Located, ckpt_id: int, rank: int, targets: Mapping[str, np.ndarray]) -> str | None:
+    """Read ``targets`` from this rank's located file (local); return the error, None if it was read. The
+    caller agrees on it (:func:`_agree_read`)."""
     assert found.storage is not None
-    error = None
     try:
-        found.storage.read_into(entry.id, ctx.rank, targets, found.header)
+        found.storage.read_into(ckpt_id, rank, targets, found.header)
     except ProcessFailure:
         raise
     except DAMAGED as exc:
-        error = str(exc)
-    if not _mpi.all_true(ctx.comm, error is None, ctx.timeout, "recovery read"):
+        return str(exc)
+    return None
+
+
+def _agree_read(ctx: PipelineContext, entry: CheckpointEntry, error: str | None, bad_record: str | None,
+                used: int) -> int:
+    """Collective, one round: the highest level used on any rank (``used``: this rank's), or
+    :data:`_DAMAGED_RECORD` when some rank's state record is damaged; when some rank's read failed
+    (``error``), raise on every rank, naming the ranks and their errors.
+
+    Raises
+    ------
+    RecoveryError
+        On every rank, if the read failed on some rank.
+    """
+    mine = _READ_FAILED if error is not None else _DAMAGED_RECORD if bad_record is not None else used
+    level = _mpi.allreduce_int(ctx.comm, mine, "max", ctx.timeout, "recovery read")
+    if level == _READ_FAILED:
         errors = _mpi.allgather(ctx.comm, error, "recovery read", ctx.timeout)
         bad = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
         raise RecoveryError(f"checkpoint {entry.id} verified but could not be read (was it changed during "
                             "recovery?): " + "; ".join(bad[:3]))
+    return level
 
 
 def _moved(header: Header, targets: Mapping[str, np.ndarray], layouts: Mapping[str, Layout]) -> bool:

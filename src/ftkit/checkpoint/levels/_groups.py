@@ -17,8 +17,8 @@ from ...topology import Topology, plan_node_sets, plan_topology
 from .. import _mpi
 from ..contract import DAMAGED, CheckpointJob, Located, PipelineContext, RecoveryStep
 
-__all__ = ["group_comm", "group_names", "describe_group", "require_groups", "level_paths", "GroupStep",
-           "record_group_size"]
+__all__ = ["group_comm", "cached_group_comm", "group_names", "describe_group", "require_groups",
+           "level_paths", "GroupStep", "record_group_size"]
 
 # Group communicators split off a pipeline communicator, by id of that communicator (split once per job).
 _GROUP_COMMS: dict[int, tuple[Any, tuple[tuple[int, ...], ...], Any]] = {}
@@ -54,9 +54,9 @@ def group_comm(comm: Any, topology: Topology, timeout: float) -> Any:
         If a rank of ``comm`` failed.
     """
     key = id(comm)
-    cached = _GROUP_COMMS.get(key)
-    if cached is not None and cached[0] is comm and cached[1] == topology.groups:
-        return cached[2]
+    cached = cached_group_comm(comm, topology)
+    if cached is not None:
+        return cached
     gi = topology.group_index()
     try:
         # Split has no deadline: first make sure, within one, that every rank is here to split.
@@ -66,6 +66,15 @@ def group_comm(comm: Any, topology: Topology, timeout: float) -> Any:
         raise _mpi.as_failure(exc, comm, "L2/L3 group set-up") from exc
     _GROUP_COMMS[key] = (comm, topology.groups, sub)
     return sub
+
+
+def cached_group_comm(comm: Any, topology: Topology) -> Any:
+    """The group communicator :func:`group_comm` split for ``comm`` and ``topology``'s groups, or None if it
+    split none for them (local: nothing is created)."""
+    cached = _GROUP_COMMS.get(id(comm))
+    if cached is not None and cached[0] is comm and cached[1] == topology.groups:
+        return cached[2]
+    return None
 
 
 def level_paths(ctx: PipelineContext, nodes: list[int], ckpt_id: int, level: int) -> tuple[Path, Path]:
@@ -89,10 +98,15 @@ class GroupStep(RecoveryStep):
         except DAMAGED as exc:
             # The same on every rank (it depends on the entry only): nobody enters a collective below.
             return Located(reason=f"L{self.level}: {exc}", level=self.level)
+        # The groups of the session's topology: its communicator, split at start-up (a split costs ~0.3 s
+        # across hosts); another layout (the checkpoint's nodes or group size differ): split now.
+        comm = cached_group_comm(ctx.comm, topo)
+        own = comm is None
         try:
-            # Split has no deadline: first make sure, within one, that every rank is here to split.
-            _mpi.barrier(ctx.comm, ctx.timeout, f"L{self.level} recovery")
-            comm = ctx.comm.Split(gi, topo.group_of().index(ctx.rank))
+            if own:
+                # Split has no deadline: first make sure, within one, that every rank is here to split.
+                _mpi.barrier(ctx.comm, ctx.timeout, f"L{self.level} recovery")
+                comm = ctx.comm.Split(gi, topo.group_of().index(ctx.rank))
         except MPI.Exception as exc:
             raise _mpi.as_failure(exc, ctx.comm, f"L{self.level} recovery") from exc
         reason = ""
@@ -106,7 +120,8 @@ class GroupStep(RecoveryStep):
         except DAMAGED as exc:
             reason = f"{describe_group(topo, gi)}: {exc}"
         finally:
-            _free(comm)
+            if own:
+                _free(comm)
         if not need:
             return Located()
         if reason:
