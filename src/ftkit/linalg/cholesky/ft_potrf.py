@@ -15,8 +15,11 @@ The factorization is :func:`~ftkit.linalg.pdpotrf`'s right-looking algorithm
 - a block column whose errors cannot be located (two wrong elements in one column of a segment) is
   recomputed from A and the factored panels before its panel reads it (:mod:`._column_recompute`: the same
   BLAS calls as the plain updates, so the factor is still ``pdpotrf``'s bit for bit; only on detection);
-- every panel solve ``P L_kk^T = W_{e:,k}`` is checked row by row against row sums, ``P (L_kk^T e) =
-  W_{e:,k} e``, with a rigorous bound, and solved again from the saved panel when a row disagrees.
+- every panel solve ``P L_kk^T = W_{e:,k}`` is checked against block column ``k``'s carried checksums,
+  which the panel's values were just verified against: ``(e^T P_I) L_kk^T = e^T W_I`` for every segment
+  ``I`` (plain and index-weighted sums, a rigorous bound; O(nb) per segment column, no pass over the panel
+  beyond its sums), before the solution overwrites the panel, and solved again from the panel when a segment
+  disagrees.
 
 Given a checkpointer (duck-typed: anything with ``protect``, ``checkpoint``, ``recover``, ``restarted`` and
 ``array``, such as :class:`ftkit.Checkpointer`; linalg does not import the checkpoint package), the
@@ -49,7 +52,6 @@ import numpy as np
 
 from ...errors import ABFTError, PBLASArgumentError, RecoveryError
 from ...inject import InjectionPlan
-from .. import checksums
 from .._blas import trsm_left
 from ..abft._blocks import Threshold
 from ..abft.level3 import _as64
@@ -87,8 +89,9 @@ class _Tally:
 
     def check_panel(self, checks: UpdateChecks, k: int, before: np.ndarray, pt: np.ndarray,
                     low: np.ndarray) -> None:
-        """Check panel ``k``'s solve ``pt`` (``P.T``) by the carried checksums (:meth:`UpdateChecks.check_solve`);
-        solve again from ``before`` (the panel, not yet overwritten) if a segment disagrees."""
+        """Check panel ``k``'s solve ``pt`` (``P.T``) by the carried checksums
+        (:meth:`UpdateChecks.check_solve`); solve again from ``before`` (the panel, not yet overwritten) if a
+        segment disagrees."""
         for attempt in range(2):
             checked, bad = checks.check_solve(k, pt, low)
             self.checked += checked
