@@ -153,6 +153,37 @@ def test_wrong_row_corrected_and_two_in_one_column_recomputed(grid):
     assert np.array_equal(A.to_global(), ref.to_global())
 
 
+@pytest.mark.parametrize("where", ["element", "row"])
+def test_wrong_panel_solve_found_and_solved_again(grid, monkeypatch, where):
+    """A silent error in a panel's triangular solve (its result changed after BLAS returned) is found by the
+    panel's checksums, the panel is solved again from its unchanged values: the factor is pdpotrf's bit for
+    bit."""
+    from ftkit.linalg.cholesky import _steps
+
+    a = _spd(45, seed=6)
+    ref = linalg.DistributedMatrix.from_global(grid, a, mb=6, nb=6)
+    linalg.pdpotrf("L", 43, ref, 1, 1)
+    real, calls = _steps.trsm_left, []
+
+    def faulty(lower, t, w):
+        real(lower, t, w)
+        calls.append(w.shape)
+        if len(calls) == 3:  # panel 2: P.T is (6, rows below); corrupt P's row 4 (a column of P.T)
+            if where == "element":
+                w[2, 4] = -w[2, 4] * 1e3 if w[2, 4] else 1.0
+            else:
+                w[:, 4] *= 1.5
+
+    monkeypatch.setattr(_steps, "trsm_left", faulty)
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=6, nb=6)
+    rep = linalg.ft_pdpotrf("L", 43, A, 1, 1, bs=4)
+    assert len(calls) >= 3
+    ev = [e for e in rep.events if (e.row_block, e.col_block) == (-1, -1)]
+    assert [e.action for e in ev] == ["recomputed"], rep.events
+    assert rep.detected == rep.corrected == 1 and rep.uncorrected == 0
+    assert np.array_equal(A.to_global(), ref.to_global())
+
+
 @pytest.mark.mpi
 def test_two_flips_in_one_block_column_recomputed_on_2x2():
     """Aligned and redistributed work matrices, L and U, one and two processes recomputing at once."""

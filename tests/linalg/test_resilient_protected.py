@@ -124,3 +124,22 @@ def test_a_handle_is_refused_for_other_flags_other_routines_and_the_additions(tm
         with pytest.raises(PBLASArgumentError, match="other matrices"):
             linalg.resilient_pdsyr2k("U", "N", N, N - 2, 1.0, A, 0, 0, B.copy(), 0, 0, 1.0, C.copy(), 0, 0,
                                      store=ops)
+
+
+@pytest.mark.mpi
+def test_ranks_leaving_right_after_a_call_are_not_taken_for_failures(tmp_path):
+    """Every rank exits (without MPI_Finalize: to MPI, a failure) the moment its last call returns: a rank
+    the last agreement's decision reached later must still return the product, not raise (the call holds
+    everyone until every live rank has the decision). Repeated calls and 6 ranks widen the window; in the
+    second job rank 2 is SIGKILLed in the last call, whose survivors end it through the settle phase."""
+    prog = Path(__file__).parent / "programs" / "resilient_exit_after_call.py"
+    for run, victim in enumerate((None, 2)):
+        store = tmp_path / f"store{run}"
+        store.mkdir()
+        extra = ("--kill-rank", str(victim)) if victim is not None else ()
+        r = run_python(6, prog, "--dir", str(store), "--calls", "4", *extra, timeout=300)
+        out = r.stdout + r.stderr
+        assert not r.timed_out, out
+        assert "PROCESSFAILURE" not in r.stdout and "WRONG" not in r.stdout, out
+        done = sorted(int(x) for x in re.findall(r"DONE rank=(\d+) call=3", r.stdout))
+        assert done == [i for i in range(6) if i != victim], out

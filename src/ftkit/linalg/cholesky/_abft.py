@@ -80,6 +80,9 @@ class UpdateChecks:
         self.nu = np.zeros(rows.n)  # sum of squares of each row's factored part (bounds sum |P||P.T|)
         self.gam_extra = 2 * rows.n + len(panels) + 8
         self.eta = 16.0 * (rows.n + 8) * checksums.ETA
+        self._enc = np.empty((self.bs, 2), order="F")  # the segment encoder: plain and index-weighted sums
+        self._enc[:, 0], self._enc[:, 1] = 1.0, np.arange(1, self.bs + 1)
+        self._thr: tuple[int, np.ndarray] | None = None  # (k, thresholds) of block column k's last check
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The carried state (checkpointed with the work matrix: a resumed run continues to check)."""
@@ -108,10 +111,8 @@ class UpdateChecks:
         if ii0 == len(self.rblk) or jj0 == len(self.cblk):
             return
         sums = self._sums(mine, ii0, len(self.rblk))  # (e^T P_I; w^T P_I) of every trailing segment
-        for jj in range(jj0, len(self.cblk)):
-            cs, ce = st.panels[self.cblk[jj]]
-            cl = slice(self.clo[jj], self.clo[jj] + ce - cs)
-            gemm_update(-1.0, sums, full[cs - e:ce - e].T, self.chk[2 * ii0:, cl])
+        c0 = int(self.clo[jj0])  # the trailing block columns' local columns run from c0 to the end
+        gemm_update(-1.0, sums, full[self.cglob[c0:] - e].T, self.chk[2 * ii0:, c0:])
 
     def verify(self, k: int) -> tuple[int, list[BlockEvent]]:
         """Check (and correct) this process's blocks of block column ``k`` before panel ``k`` reads them.
@@ -129,7 +130,8 @@ class UpdateChecks:
         cl = slice(self.clo[jj], self.clo[jj] + e - s)
         ii0 = int(np.searchsorted(self.rblk, k))
         blk = st.w[r, cl]
-        flag, unchecked = self._flags(blk, r, cl, ii0, len(self.rblk))
+        flag, unchecked, thr = self._flags(blk, r, cl, ii0, len(self.rblk))
+        self._thr = (k, thr)  # what the panel solve's check of these rows starts from
         if not (flag.any() or unchecked.any()):
             return len(self.rblk) - ii0, []
         events = []
@@ -142,7 +144,36 @@ class UpdateChecks:
             if not unchecked[i]:
                 event = self._fix(blk[lo:hi], seg, cl, int(ii0 + i), np.flatnonzero(flag[i]), event)
             events.append(event)
+        self._thr = (k, self._flags(blk, r, cl, ii0, len(self.rblk))[2])  # from the corrected values
         return len(self.rblk) - ii0, events
+
+    def check_solve(self, k: int, pt: np.ndarray, low: np.ndarray) -> tuple[int, np.ndarray]:
+        """Check panel ``k``'s solve ``P L_kk^T = W_{e:,k}`` against block column ``k``'s carried checksums.
+
+        ``pt`` is this process's ``P.T`` (F order, its rows ``>= e`` of the panel). The segment sums of the
+        solution times ``L_kk^T`` must give the checksums :meth:`verify` just checked the panel's values
+        against: ``(e^T P_I) L^T = e^T W_I`` (plain and index-weighted), O(nb) per segment column, no pass
+        over ``W`` (the solve's and the sums' rounding bounded by ``gamma`` and Cauchy-Schwarz with the rows'
+        norms). Returns the number of segments checked and which of them disagree.
+        """
+        ii0, ii1 = int(np.searchsorted(self.rblk, k)), int(np.searchsorted(self.rblk, k + 1))
+        nseg, w = len(self.rblk) - ii1, low.shape[0]
+        if nseg == 0 or self._thr is None or self._thr[0] != k or pt.shape[1] == 0:
+            return 0, np.zeros(nseg, bool)
+        jj = int(np.searchsorted(self.cblk, k))
+        cl = slice(self.clo[jj], self.clo[jj] + w)
+        lens = (self.rlo[ii1 + 1:] - self.rlo[ii1:-1])[:, None]
+        with np.errstate(invalid="ignore", over="ignore"):
+            res = np.abs(self._sums(pt.T, ii1, len(self.rblk)) @ low.T - self.chk[2 * ii1:, cl])
+            norms = np.add.reduceat(np.sqrt(np.einsum("ti,ti->i", pt, pt)), self.rlo[ii1:-1] - self.rlo[ii1])
+            pterm = (1.0 + 1e-8) * norms[:, None] * np.sqrt(np.einsum("jt,jt->j", low, low))[None, :]
+            if self.tol is None or isinstance(self.tol, str):
+                pterm = 4.0 * checksums.gamma(lens + w + 8) * pterm
+            else:
+                pterm = float(self.tol) * pterm
+            thr = 2.0 * self._thr[1][ii1 - ii0:] + pterm + self.eta
+            flag = ~(res[::2] <= thr) | ~(res[1::2] <= thr * lens)
+        return nseg, flag.any(axis=1)
 
     def _sums(self, x: np.ndarray, i0: int, i1: int) -> np.ndarray:
         """``(e^T x_I; w^T x_I)`` of segments ``i0:i1`` (rows interleaved: plain, weighted), ``x`` holding
@@ -152,21 +183,19 @@ class UpdateChecks:
         out = np.empty((2 * nseg, w), order="F")
         if nseg == 0:
             return out
-        if x.shape[0] == nseg * self.bs:  # every segment bs rows: one (2 x bs) (bs x nseg w) product
-            enc = np.empty((self.bs, 2), order="F")
-            enc[:, 0], enc[:, 1] = 1.0, np.arange(1, self.bs + 1)
-            both = enc.T @ x.reshape((self.bs, nseg * w), order="F")
-            out[::2] = both[0].reshape((nseg, w), order="F")
-            out[1::2] = both[1].reshape((nseg, w), order="F")
+        if x.shape[0] == nseg * self.bs:  # every segment bs rows: (w x bs) (bs x 2) products, no copy of x
+            both = np.matmul(x.reshape((self.bs, nseg, w), order="F").transpose(1, 2, 0), self._enc)
+            out[::2], out[1::2] = both[:, :, 0], both[:, :, 1]
             return out
         starts = self.rlo[i0:i1] - lo
         out[::2] = np.add.reduceat(x, starts, axis=0)
         out[1::2] = np.add.reduceat(x * self.wts[lo:lo + x.shape[0], None], starts, axis=0)
         return out
 
-    def _flags(self, blk: np.ndarray, r: slice, cl: slice, i0: int, i1: int) -> tuple[np.ndarray, np.ndarray]:
-        """Flagged columns of segments ``i0:i1`` (rows ``r`` of the block column ``cl``) and the segments
-        whose bound is not finite."""
+    def _flags(self, blk: np.ndarray, r: slice, cl: slice, i0: int,
+               i1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Flagged columns of segments ``i0:i1`` (rows ``r`` of the block column ``cl``), the segments whose
+        bound is not finite, and the thresholds of the plain sums."""
         with np.errstate(invalid="ignore", over="ignore"):
             got = self._sums(blk, i0, i1)
             starts = self.rlo[i0:i1] - self.rlo[i0]
@@ -182,7 +211,7 @@ class UpdateChecks:
             res = np.abs(got - self.chk[2 * i0:2 * i1, cl])
             flag = ~(res[::2] <= thr) | ~(res[1::2] <= thr * lens)
         unchecked = ~np.all(np.isfinite(thr), axis=1)
-        return flag & ~unchecked[:, None], unchecked
+        return flag & ~unchecked[:, None], unchecked, thr
 
     def _fix(self, b: np.ndarray, seg: slice, cl: slice, i: int, cols: np.ndarray,
              event: BlockEvent) -> BlockEvent:
@@ -200,7 +229,7 @@ class UpdateChecks:
                 return event
             b[pos, c] = self.chk[2 * i, cl][c] - (b[:pos, c].sum() + b[pos + 1:, c].sum())
             where = (int(self.rglob[seg.start + pos]), int(self.cglob[cl.start + c]))
-        flag, _ = self._flags(b, seg, cl, i, i + 1)
+        flag, _, _ = self._flags(b, seg, cl, i, i + 1)
         return event if flag.any() else dataclasses.replace(event, action="located", element=where)
 
 

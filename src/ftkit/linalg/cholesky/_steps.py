@@ -97,7 +97,9 @@ class CholeskySteps:
         """Overwrite panel ``k`` below the diagonal with ``P = W_{e:,k} L_kk^{-T}`` (its process column) and
         return this process's rows of ``P`` (global rows ``>= e`` of its process row), broadcast along the
         process row (unless not ``broadcast``: then only the panel's process column has them). ``check``, if
-        given, is called on the panel's process column as ``check(before, panel, low)`` after the solve."""
+        given, is called on the panel's process column as ``check(before, pt, low)`` after the solve and
+        before the panel is overwritten: ``before`` is the panel (``W_{e:,k}``, unchanged), ``pt`` the
+        solution ``P.T`` (F order), which ``check`` may solve again in place."""
         g, (s, e) = self.grid, self.panels[k]
         qk = int(self.cols.owners[s])
         below = self.rows.range_on(g.myrow, e, self.rows.n)
@@ -106,13 +108,12 @@ class CholeskySteps:
         mine = flat.reshape((nloc, e - s), order="F")
         if g.mycol == qk:
             panel = self.w[below, self.cols.range_on(qk, s, e)]
-            before = panel.copy() if check is not None else None
             if nloc:
                 pt = np.asfortranarray(panel.T)
                 trsm_left(True, low, pt)  # X L^T = P  <=>  L X^T = P^T
+                if check is not None:
+                    check(panel, pt, low)
                 panel[...] = pt.T
-            if check is not None:
-                check(before, panel, low)  # type: ignore[arg-type]
             mine[...] = panel
         if broadcast and g.npcol > 1 and flat.size:
             g.row_comm.Bcast(flat, root=qk)

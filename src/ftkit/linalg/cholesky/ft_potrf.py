@@ -15,8 +15,11 @@ The factorization is :func:`~ftkit.linalg.pdpotrf`'s right-looking algorithm
 - a block column whose errors cannot be located (two wrong elements in one column of a segment) is
   recomputed from A and the factored panels before its panel reads it (:mod:`._column_recompute`: the same
   BLAS calls as the plain updates, so the factor is still ``pdpotrf``'s bit for bit; only on detection);
-- every panel solve ``P L_kk^T = W_{e:,k}`` is checked row by row against row sums, ``P (L_kk^T e) =
-  W_{e:,k} e``, with a rigorous bound, and solved again from the saved panel when a row disagrees.
+- every panel solve ``P L_kk^T = W_{e:,k}`` is checked against block column ``k``'s carried checksums,
+  which the panel's values were just verified against: ``(e^T P_I) L_kk^T = e^T W_I`` for every segment
+  ``I`` (plain and index-weighted sums, a rigorous bound; O(nb) per segment column, no pass over the panel
+  beyond its sums), before the solution overwrites the panel, and solved again from the panel when a segment
+  disagrees.
 
 Given a checkpointer (duck-typed: anything with ``protect``, ``checkpoint``, ``recover``, ``restarted`` and
 ``array``, such as :class:`ftkit.Checkpointer`; linalg does not import the checkpoint package), the
@@ -41,6 +44,7 @@ the same names releases it). Recovery is by relaunch; online recovery with spare
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -48,7 +52,6 @@ import numpy as np
 
 from ...errors import ABFTError, PBLASArgumentError, RecoveryError
 from ...inject import InjectionPlan
-from .. import checksums
 from .._blas import trsm_left
 from ..abft._blocks import Threshold
 from ..abft.level3 import _as64
@@ -84,29 +87,27 @@ class _Tally:
         self.events.append(BlockEvent(k, -1, row, col, 1, 1, self.rank, "located" if ok else "uncorrected",
                                       (row, col)))
 
-    def check_panel(self, before: np.ndarray, panel: np.ndarray, low: np.ndarray) -> None:
-        """Check ``panel low^T == before`` by row sums; solve again from ``before`` if a row disagrees."""
-        self.checked += panel.shape[0]
+    def check_panel(self, checks: UpdateChecks, k: int, before: np.ndarray, pt: np.ndarray,
+                    low: np.ndarray) -> None:
+        """Check panel ``k``'s solve ``pt`` (``P.T``) by the carried checksums
+        (:meth:`UpdateChecks.check_solve`); solve again from ``before`` (the panel, not yet overwritten) if a
+        segment disagrees."""
         for attempt in range(2):
-            e = np.ones(low.shape[0])
-            with np.errstate(invalid="ignore", over="ignore"):
-                res = np.abs(panel @ (low.T @ e) - before @ e)
-                mag = np.abs(panel) @ (np.abs(low.T) @ e) + np.abs(before) @ e
-            n_ops = 2 * low.shape[0] + 8
-            thr = 2.0 * checksums.gamma(n_ops) * mag + 4.0 * n_ops * low.shape[0] * checksums.ETA
-            bad = np.flatnonzero(~(res <= thr))
-            if bad.size == 0:
+            checked, bad = checks.check_solve(k, pt, low)
+            self.checked += checked
+            if not bad.any():
                 if attempt:
                     self.events[-1] = dataclasses.replace(self.events[-1], action="recomputed")
                 return
             if attempt:
                 self.events[-1] = dataclasses.replace(self.events[-1], action="uncorrected")
                 return
-            self.events.append(BlockEvent(-1, -1, int(bad[0]), 0, panel.shape[0], panel.shape[1], self.rank,
-                                          "detected"))
-            pt = np.asfortranarray(before.T)
+            first = int(np.flatnonzero(bad)[0])
+            ii1 = int(np.searchsorted(checks.rblk, k + 1))
+            self.events.append(BlockEvent(-1, -1, int(checks.rlo[ii1 + first] - checks.rlo[ii1]), 0,
+                                          pt.shape[1], pt.shape[0], self.rank, "detected"))
+            pt[...] = before.T
             trsm_left(True, low, pt)
-            panel[...] = pt.T
 
     def report(self, comm: Any, threshold: Threshold, bs: int) -> ABFTReport:
         """The report of the whole factorization (collective: events are gathered)."""
@@ -240,7 +241,7 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
         if bad >= 0:
             _finish(work, A, A64, uplo, n, ia, ja)
             raise FactorizationError(r, bad + 1, n)
-        check = tally.check_panel
+        check = functools.partial(tally.check_panel, checks, k)
         mine = work.steps.solve_panel(k, low, broadcast=False, check=check)  # type: ignore[arg-type]
         if panels[k][1] < n:
             _checked_update(work.steps, checks, k, mine, inject if k == inject_panel else None, tally)

@@ -17,7 +17,7 @@ from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
 from ..pblas._operands import AlignedOperands
 
-__all__ = ["ResilientResult", "ResilientCall", "PhaseTimer", "record_phases", "at_stage"]
+__all__ = ["ResilientResult", "ResilientCall", "PhaseTimer", "record_phases", "at_stage", "hold_decision"]
 
 #: Private test seam: if set, called with the name of each stage of the end game as this process reaches
 #: it (``"setup"``: the call sets up its failure detector, after saving its inputs; ``"repair"``: after
@@ -32,6 +32,23 @@ def at_stage(stage: str) -> None:
     """Call :data:`fault_hook` (if set) with ``stage``."""
     if fault_hook is not None:
         fault_hook(stage)
+
+
+def hold_decision(comm: MPI.Comm, decided: int) -> None:
+    """Return only once every live process of ``comm`` holds the decision ``decided`` of an agreement that
+    just ended (fault-tolerant collective: one more ULFM ``Agree``, whose failures are ignored).
+
+    ULFM's ``Agree`` can return on one process before the decision has reached another (it travels on after
+    the first returns, in the background of MPI's progress): a process that then leaves (returns from the
+    call, exits) is, to one still waiting for the decision, a failure during the agreement, which it would
+    repeat without the leavers and decide differently. No process can leave this second ``Agree`` before
+    every live process has entered it, i.e. has the first decision; a failure (or a departure) during it is
+    then harmless: the decision it was about is already everyone's.
+    """
+    try:
+        comm.Agree(int(decided))
+    except MPI.Exception:
+        pass  # a process failed or left after deciding: the decision stands
 
 
 @dataclass

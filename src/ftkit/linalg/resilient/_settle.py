@@ -22,7 +22,7 @@ from ..descriptor import BlockCyclic1D, indxg2l, indxg2p, indxl2g
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
 from ..pblas.gemm import _scale
-from ._call_state import PhaseTimer, ResilientCall, ResilientResult, at_stage
+from ._call_state import PhaseTimer, ResilientCall, ResilientResult, at_stage, hold_decision
 from ._failure_exchange import FailureAwareExchange
 
 __all__ = ["Tile", "plan_tiles", "prefetch", "settle_up", "global_indices", "recompute_verified",
@@ -241,12 +241,14 @@ def settle_up(
         revoke(new_comm)  # a survivor still inside the redistribution must not wait for this one
         why = f" ({type(exc).__name__}: {exc})"
     at_stage("settle_agree")
-    # The result check every survivor takes part in, and the last operation of the call: one ULFM Agree, so
-    # every survivor leaves with the same decision (a survivor that returns and exits can never look like a
-    # failure to one still inside, as a closing barrier could). No result unless every dead block was
-    # verified and the whole result reached the survivors' grid; a failure during it counts as "no".
+    # The result check every survivor takes part in: one ULFM Agree, so every survivor leaves with the same
+    # decision. No result unless every dead block was verified and the whole result reached the survivors'
+    # grid; a failure during it counts as "no". The last operation of the call then holds everyone until
+    # every survivor has that decision: a survivor that returns and exits right away can never look like a
+    # failure during the agreement to one the decision has not reached yet (hold_decision).
     decided = agree_flag(new_comm, _MOVED * (moved is not None) | _VERIFIED * (not failure),
                          clear_on_failure=True)  # fmt: skip
+    hold_decision(new_comm, decided)
     tick("redistribute_s")
     if not decided & _MOVED:
         survivors = [r for r in range(call.grid.size) if r not in dead]

@@ -39,7 +39,7 @@ from ..matrix import DistributedMatrix
 from ..pblas._operands import aligned_operands
 from ..pblas._summa import plan_summa, run_summa
 from ..pblas.gemm import _scale, check_width
-from ._call_state import PhaseTimer, ResilientCall, ResilientResult, at_stage, record_phases
+from ._call_state import PhaseTimer, ResilientCall, ResilientResult, at_stage, hold_decision, record_phases
 from ._failure_exchange import FailureAwareExchange, run_cannon
 from ._settle import Tile, plan_tiles, prefetch, settle_up
 from .protected import (
@@ -171,7 +171,8 @@ def resilient_call(
     own = _iterate(call, exchange) if not lost_any and not det.fenced else None
     t2 = time.perf_counter()
     dead = _agree(call)
-    if not dead and not lost_any:  # the common case: one quick barrier and Agree are all the extra
+    if not dead and not lost_any:  # the common case: one quick barrier and two Agrees are all the extra
+        hold_decision(det.comm, 1)  # nobody returns (and maybe exits) before every peer knows it may return
         exchange.release()  # every transfer completed (with a failure, sends to the dead may be pending)
         known = get_state_table()  # all alive (checked on entry): write the persisted table only when new
         fresh = known is None or known.shape != grid.shape
@@ -394,6 +395,7 @@ def _agree_and_repair(
     flag = (_WHOLE * whole | _INPUTS * (not lost_any and not exchange.unrecoverable)
             | _STORED * (call.store_errno is None) | (~errno & 0xFF) << _ERRNO_SHIFT)  # fmt: skip
     decided = agree_flag(det.comm, flag, clear_on_failure=True)
+    hold_decision(det.comm, decided)  # those that raise below may leave: not before everyone has decided
     tick("agree_s")
     if not decided & _WHOLE:
         # Name the same ranks everywhere: agree on them (the fenced take part, then leave as fenced).

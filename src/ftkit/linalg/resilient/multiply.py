@@ -20,8 +20,11 @@
    survivors (not all on one), recomputed from the stored operands, and every block of every tile is verified
    with the block checksums and rigorous bound of :mod:`ftkit.linalg.checksums`
    (:mod:`ftkit.linalg.resilient._settle`). The call ends with one ``Agree`` (never a plain collective), so
-   every survivor leaves with the same decision: a survivor that returns and exits cannot look like a failure
-   to one still inside.
+   every survivor leaves with the same decision, and one more ``Agree`` whose failures are ignored
+   (:func:`~ftkit.linalg.resilient._call_state.hold_decision`, also after the error-free path's agreement):
+   ULFM's ``Agree`` may return on one process before its decision has reached another, so without it a
+   survivor that returns and exits at once could look like a failure during the agreement to one the
+   decision has not reached yet, which would then decide differently.
 
 The phases are run by :func:`resilient_call` (:mod:`ftkit.linalg.resilient.engine`) on a
 :class:`ProductForm`: what the routine computes, as a product of operands the scheme can save, exchange with
