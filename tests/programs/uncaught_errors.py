@@ -4,12 +4,17 @@
 two different errors. ``--mode one``: only rank 1 raises; the others wait in a barrier on ``ckpt.comm``,
 print ``R<rank> saw the failure`` when rank 1's process ends, and exit (status 0). ``--mode app``: every
 rank raises a ValueError (not an ftkit error: printed as Python prints it). Each rank prints
-``R<rank> raising`` before it raises.
+``R<rank> raising`` before it raises. Except in ``--mode one``, no rank raises before every rank has
+left ``Checkpointer()`` (a rendezvous through files beside the config, outside MPI): a rank that raised ends
+through ftkit's exit hook, which revokes ``ckpt``'s communicators, and a slower rank still completing the
+constructor's last collective would end by that revocation (``ProcessFailure``), not by its own error.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
+from pathlib import Path
 
 from mpi4py import MPI
 
@@ -30,6 +35,12 @@ if a.mode == "one" and rank != 1:
     except MPI.Exception:
         print(f"R{rank} saw the failure", flush=True)
     exit_without_finalize()  # MPI_Finalize after a failure may wait for the dead rank (open-mpi/ompi#11404)
+if a.mode != "one":
+    here = Path(a.config).resolve().parent
+    (here / f"past-checkpointer.{rank}").touch()
+    deadline = time.monotonic() + 120
+    while len(list(here.glob("past-checkpointer.*"))) < ckpt.comm.Get_size() and time.monotonic() < deadline:
+        time.sleep(0.02)
 print(f"R{rank} raising", flush=True)
 if a.mode == "app":
     raise ValueError("an application error")
