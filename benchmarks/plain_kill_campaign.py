@@ -351,6 +351,7 @@ def _first_job(t: Trial, workdir: Path, program: Path, proc: subprocess.Popen[st
     rc, out, err = _finish(proc, 30 + 15 + 60 + 60, program.name)
     (workdir / "first.out").write_text(out)
     (workdir / "first.err").write_text(err)
+    err = err.replace("\0", "")  # Open MPI ends some of its messages with a NUL, before the launcher's line
     return rc, out, err.strip().splitlines()[-1] if err.strip() else ""
 
 
@@ -465,6 +466,7 @@ def _launcher_trial(t: Trial, workdir: Path, program: Path, expected: str) -> Ou
         rc, out, err = _finish(proc, GRACE + 60 + (t.delay if t.sig == "timeout" else 0), program.name)
         (workdir / "first.out").write_text(out)
         (workdir / "first.err").write_text(err)
+        err = err.replace("\0", "")
         last = err.strip().splitlines()[-1] if err.strip() else ""
         if rc is None:
             return Outcome("hang", last, None, None, None, time.monotonic() - start)

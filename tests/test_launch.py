@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -220,6 +221,28 @@ def test_job_whose_rank_ends_before_mpi_init_ends_and_leaves_nothing(tmp_path, h
     assert r.stderr.strip().splitlines()[-1] == (
         "ftkit launch: the job failed: rank 1 ended (or never started) before MPI_Init had completed on any "
         "rank; the other ranks, waiting in MPI_Init for it, were killed by ftkit launch 5 s later")
+    assert _still_running_after(str(program)) == []
+
+
+@pytest.mark.parametrize("where", ["before MPI_Init", "after MPI_Init"])
+def test_job_whose_every_rank_dies_without_ftkit_fails(tmp_path, where):
+    # Every rank killed by a signal in a program that never imports ftkit (in the campaign: a peer killed
+    # during MPI_Init, and Open MPI then crashing in every other rank's MPI_Init). Under ULFM mpirun exits
+    # 0; the launcher exited 0 too, as if the job had succeeded: only the sitecustomize's notes tell.
+    program = tmp_path / "all_die.py"
+    mpi = "from mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\n" if where == "after MPI_Init" else ""
+    program.write_text(f"import os, signal\n{mpi}os.kill(os.getpid(), signal.SIGKILL)\n")
+    r = run_python(2, program, timeout=120)
+    assert not r.timed_out and r.returncode != 0, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    # First the rank(s) seen gone first (either, or both if seen in one look), when MPI_Init never completed.
+    first = r"(rank [01]|ranks 0,1) ended before MPI_Init had completed on any rank; "
+    head = re.match("ftkit launch: the job failed: " + (first if where == "before MPI_Init" else ""), last)
+    assert head, last
+    # Each rank named as killed: by SIGKILL when the watch saw its exit status, else without one.
+    how = r"killed (by SIGKILL|\(no exit seen: a signal, or os\._exit\))"
+    killed = [re.fullmatch(rf"ranks? ([\d,]+) {how}", part) for part in last[head.end():].split("; ")]
+    assert all(killed) and sorted(int(r) for m in killed for r in m.group(1).split(",")) == [0, 1], last
     assert _still_running_after(str(program)) == []
 
 

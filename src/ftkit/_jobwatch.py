@@ -188,6 +188,12 @@ class RankWatch:
                 except (ProcessLookupError, PermissionError):
                     pass
 
+    def _never_up(self) -> bool:
+        """Whether the ranks' Python said it started (``begin``: ``ftkit launch``'s sitecustomize) and no rank
+        ever completed ``MPI_Init`` (``up``)."""
+        kinds = {n.kind for n in self.notes}
+        return "begin" in kinds and "up" not in kinds
+
     def signal_ranks(self, signum: int) -> None:
         """Send ``signum`` to every rank process still running."""
         for pid in self.ranks:
@@ -201,9 +207,10 @@ class RankWatch:
     def verdict(self, returncode: int) -> tuple[bool, str]:
         """``(failed, line)``: whether any rank failed (or the launcher returned non-zero) and how.
 
-        A rank that wrote its ``start`` note failed if ftkit's exit hook ended it, or if it vanished without
-        an ``exit`` note (a signal, ``os._exit``) unless every other such rank ended normally (the job went on
-        without it: online recovery, a shrink, a failure-aware multiply). A rank that crashed (a ``fault``
+        A rank that wrote its ``begin`` or ``start`` note failed if ftkit's exit hook ended it, or if it
+        vanished without an ``exit`` note (a signal, ``os._exit``, a C ``exit()``) unless every other such
+        rank ended normally (the job went on without it: online recovery, a shrink, a failure-aware
+        multiply). A rank that crashed (a ``fault``
         note) or that the launcher killed as stopped and alone failed. Other ranks failed if seen ending
         by a signal or a non-zero exit.
         """
@@ -211,7 +218,8 @@ class RankWatch:
         for n in self.notes:
             by_pid[n.pid][n.kind] = n
         rank_of = {pid: rank for pid, rank in self.ranks.items()}
-        rank_of.update({pid: kinds["start"].rank for pid, kinds in by_pid.items() if "start" in kinds})
+        rank_of.update({pid: (kinds.get("start") or kinds["begin"]).rank for pid, kinds in by_pid.items()
+                        if ("start" in kinds or "begin" in kinds) and pid not in self._started_by_ranks})
         hooked, vanished, other = [], [], []
         normal = 0
         for pid, rank in sorted(rank_of.items(), key=lambda item: item[1]):
@@ -227,7 +235,7 @@ class RankWatch:
                                        f"({kinds['replaced'].text})"))
             elif pid in self.killed and self.killed[pid].startswith("stopped"):
                 other.append((rank, self.killed[pid]))  # the job could not end by itself
-            elif "start" in kinds:
+            elif "start" in kinds or "begin" in kinds:  # no exit note: a signal, os._exit, exit() in C
                 vanished.append((rank, self.killed.get(pid) or _how(self.status.get(pid))))
             elif pid in self.status and self.status[pid] >= 0 and self.status[pid] != 0:
                 other.append((rank, _how(self.status[pid])))
@@ -236,9 +244,10 @@ class RankWatch:
         parts = _grouped(vanished + other)
         if self.start_failure:
             parts, failed = [self.start_failure], True
-        elif self._gone_before_up and failed:  # MPI_Init failed on the others (Open MPI: "Unreachable")
-            first = _ranks_text(sorted(self._gone_before_up))
-            parts.insert(0, f"{first} ended before MPI_Init had completed on any rank")
+        elif failed and (self._gone_before_up or vanished) and self._never_up():
+            # MPI_Init failed on the others (Open MPI: "Unreachable", or a crash in its failure handling)
+            first = self._gone_before_up or {rank for rank, _ in vanished}
+            parts.insert(0, f"{_ranks_text(sorted(first))} ended before MPI_Init had completed on any rank")
         if hooked:
             reason = max((text for _, text in hooked), key=_dead_named)  # the one that knows the most dead
             parts.append(f"{_ranks_text([r for r, _ in hooked])} ended by ftkit's exit hook ({reason})")
@@ -417,6 +426,9 @@ def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | o
         failed, line = True, (line or "ftkit launch: the job failed") + (
             "; mpirun lost a host (\"" + LOST_HOST_TEXT + "\") and ended the job")
     if line:
+        # On a line of its own, even after a rank's unfinished line (Open MPI's messages also end in NULs).
+        if err.replace("\0", "") and not err.replace("\0", "").endswith("\n"):
+            line = "\n" + line
         err += line + "\n"
         if not capture:
             print(line, file=sys.stderr, flush=True)

@@ -14,7 +14,7 @@ ranks as ``$FTKIT_JOB_STATUS``. A rank that imports ftkit writes notes there (no
     ends such a job: :class:`ftkit._jobwatch.RankWatch`);
 ``exit``
     when the process ends normally (interpreter exit, :func:`ftkit.failure.exit_without_finalize`, a spare
-    released at the job's end);
+    released at the job's end; registered at ``begin`` too, so a rank that never imports ftkit writes it);
 ``hook``
     when ftkit's exit hook ends it (an uncaught exception: :mod:`ftkit.checkpoint.online.exithook`), with the
     reason and the checkpoint a relaunch will use;
@@ -28,11 +28,12 @@ ranks as ``$FTKIT_JOB_STATUS``. A rank that imports ftkit writes notes there (no
     Python traceback of the crash (:func:`watch_faults`; empty while the process has not crashed). Open
     MPI 5.0's ``MPI_Sendrecv`` with ``MPI_PROC_NULL`` on one side crashes so when a failure reaches it.
 
-A rank that vanishes after its ``start`` note with no ``exit`` or ``hook`` note was killed by a signal (or
-left by ``os._exit``). Each note is one small file written atomically (``<kind>.<rank>.<pid>``), so a rank
-killed in the middle of a write leaves no half note. Writing never raises: the notes are a courtesy to the
-launcher, never a reason for a rank to fail (the ``fault`` note is the one file written in place: by
-faulthandler, at the crash). This module imports nothing of ftkit and no MPI.
+A rank that vanishes after its ``begin`` or ``start`` note with no ``exit`` or ``hook`` note was killed by a
+signal (or left by ``os._exit``, or by a C ``exit()`` inside MPI). Each note is one small file written
+atomically (``<kind>.<rank>.<pid>``), so a rank killed in the middle of a write leaves no half note. Writing
+never raises: the notes are a courtesy to the launcher, never a reason for a rank to fail (the ``fault``
+note is the one file written in place: by faulthandler, at the crash). This module imports nothing of ftkit
+and no MPI.
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ def register() -> None:
 
 
 def begin() -> None:
-    """Write this process's ``begin`` note, and its ``up`` note once MPI is initialized (never raises).
+    """Write this process's ``begin`` note, its ``up`` note once MPI is initialized and its ``exit`` note at
+    interpreter exit (never raises).
 
     Called at interpreter start by the ``sitecustomize`` of ``ftkit launch`` (from a private copy of this
     module: it runs before the rank's program imports anything), so that the launcher learns of a rank that
@@ -135,6 +137,7 @@ def begin() -> None:
     if not os.environ.get(STATUS_ENV) or world_rank() is None:
         return
     note("begin")
+    atexit.register(note, "exit")
     _note_when_mpi_up()
 
 
