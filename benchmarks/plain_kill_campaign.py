@@ -381,7 +381,7 @@ def _plain_trial(t: Trial, workdir: Path, program: Path, expected: str) -> Outco
             return Outcome("ended", f"finished, then: {last[:1000]}", rc, None, None, seconds, silent)
         m = re.search(r"recovers from checkpoint (\d+)", last)
         none = "no checkpoint is committed" in last or (
-            t.kind == "start" and "before MPI_Init had completed on any rank" in last)
+            t.kind == "start" and "before MPI_Init had completed" in last)
         if not last.startswith("ftkit launch: the job failed") or not (m or none):
             return Outcome("wrong", f"last line: {last[:300]}", rc, None, None, seconds)
         reported = int(m.group(1)) if m else None

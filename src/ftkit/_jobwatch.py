@@ -188,12 +188,6 @@ class RankWatch:
                 except (ProcessLookupError, PermissionError):
                     pass
 
-    def _never_up(self) -> bool:
-        """Whether the ranks' Python said it started (``begin``: ``ftkit launch``'s sitecustomize) and no rank
-        ever completed ``MPI_Init`` (``up``)."""
-        kinds = {n.kind for n in self.notes}
-        return "begin" in kinds and "up" not in kinds
-
     def signal_ranks(self, signum: int) -> None:
         """Send ``signum`` to every rank process still running."""
         for pid in self.ranks:
@@ -221,6 +215,7 @@ class RankWatch:
         rank_of.update({pid: (kinds.get("start") or kinds["begin"]).rank for pid, kinds in by_pid.items()
                         if ("start" in kinds or "begin" in kinds) and pid not in self._started_by_ranks})
         hooked, vanished, other = [], [], []
+        early: set[int] = set()
         normal = 0
         for pid, rank in sorted(rank_of.items(), key=lambda item: item[1]):
             kinds = by_pid.get(pid, {})
@@ -237,6 +232,8 @@ class RankWatch:
                 other.append((rank, self.killed[pid]))  # the job could not end by itself
             elif "start" in kinds or "begin" in kinds:  # no exit note: a signal, os._exit, exit() in C
                 vanished.append((rank, self.killed.get(pid) or _how(self.status.get(pid))))
+                if "begin" in kinds and "up" not in kinds:
+                    early.add(rank)  # gone before its MPI_Init had completed
             elif pid in self.status and self.status[pid] >= 0 and self.status[pid] != 0:
                 other.append((rank, _how(self.status[pid])))
         went_on = bool(vanished) and not hooked and not other and normal > 0
@@ -244,10 +241,11 @@ class RankWatch:
         parts = _grouped(vanished + other)
         if self.start_failure:
             parts, failed = [self.start_failure], True
-        elif failed and (self._gone_before_up or vanished) and self._never_up():
-            # MPI_Init failed on the others (Open MPI: "Unreachable", or a crash in its failure handling)
-            first = self._gone_before_up or {rank for rank, _ in vanished}
-            parts.insert(0, f"{_ranks_text(sorted(first))} ended before MPI_Init had completed on any rank")
+        elif failed and (self._gone_before_up or early):
+            # A rank ended during start-up, and MPI_Init failed on others (Open MPI: "Unreachable", or a crash
+            # in its failure handling): first the ranks seen gone first, while no rank had completed it.
+            first, where = (self._gone_before_up, " on any rank") if self._gone_before_up else (early, "")
+            parts.insert(0, f"{_ranks_text(sorted(first))} ended before MPI_Init had completed{where}")
         if hooked:
             reason = max((text for _, text in hooked), key=_dead_named)  # the one that knows the most dead
             parts.append(f"{_ranks_text([r for r, _ in hooked])} ended by ftkit's exit hook ({reason})")
