@@ -36,7 +36,7 @@ def value(rank: int, i: int) -> np.ndarray:
 
 
 def wait_for_interrupt(root: Path, note: str) -> None:
-    """Write ``root/note`` and wait for the SIGINT (its KeyboardInterrupt leaves this call); exit 7 without."""
+    """Write ``root/note``, wait for the SIGINT (its KeyboardInterrupt leaves this call); exit 7 without."""
     (root / note).write_text(str(os.getpid()))
     try:
         poll_until(lambda: False, deadline_after(WAIT), "the test's SIGINT", max_sleep=0.05)
