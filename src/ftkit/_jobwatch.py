@@ -201,11 +201,11 @@ class RankWatch:
     def verdict(self, returncode: int) -> tuple[bool, str]:
         """``(failed, line)``: whether any rank failed (or the launcher returned non-zero) and how.
 
-        A rank that wrote its ``start`` note failed if ftkit's exit hook ended it, or if it vanished without
-        an ``exit`` note (a signal, ``os._exit``) unless every other such rank ended normally (the job went on
-        without it: online recovery, a shrink, a failure-aware multiply). A rank that crashed (a ``fault``
-        note) or that the launcher killed as stopped and alone failed. Other ranks failed if seen ending
-        by a signal or a non-zero exit.
+        A rank that wrote its ``start`` (or ``begin``) note failed if ftkit's exit hook ended it, or if it
+        vanished without an ``exit`` note (a signal, ``os._exit``) unless every other such rank ended normally
+        (the job went on without it: online recovery, a shrink, a failure-aware multiply). A rank that crashed
+        (a ``fault`` note) or that the launcher killed as stopped and alone failed. Other ranks failed if seen
+        ending by a signal or a non-zero exit.
         """
         by_pid: dict[int, dict[str, Note]] = defaultdict(dict)
         for n in self.notes:
@@ -227,7 +227,7 @@ class RankWatch:
                                        f"({kinds['replaced'].text})"))
             elif pid in self.killed and self.killed[pid].startswith("stopped"):
                 other.append((rank, self.killed[pid]))  # the job could not end by itself
-            elif "start" in kinds:
+            elif "start" in kinds or "begin" in kinds:
                 vanished.append((rank, self.killed.get(pid) or _how(self.status.get(pid))))
             elif pid in self.status and self.status[pid] >= 0 and self.status[pid] != 0:
                 other.append((rank, _how(self.status[pid])))

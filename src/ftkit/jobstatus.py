@@ -130,11 +130,15 @@ def begin() -> None:
 
     Called at interpreter start by the ``sitecustomize`` of ``ftkit launch`` (from a private copy of this
     module: it runs before the rank's program imports anything), so that the launcher learns of a rank that
-    ends before ``MPI_Init`` has completed even when the program imports ``mpi4py`` before ftkit.
+    ends before ``MPI_Init`` has completed even when the program imports ``mpi4py`` before ftkit. Its
+    ``exit`` note is written at interpreter exit too, so a rank that never imports ftkit and ends by a
+    signal or ``os._exit`` (every rank crashed in ``MPI_Init``: the campaign's seed 53 trial 13) is known
+    to have failed: the launcher exited 0 for such a job.
     """
     if not os.environ.get(STATUS_ENV) or world_rank() is None:
         return
     note("begin")
+    atexit.register(note, "exit")
     _note_when_mpi_up()
 
 
