@@ -16,16 +16,24 @@ from .test_jobexit import PROGRAMS, _copy, _end, _launch, _nothing_left
 pytestmark = pytest.mark.mpi
 
 
-@pytest.mark.parametrize("how", ["sigkill", "return"])
+@pytest.mark.parametrize("how", ["sigkill", "sigkill_before_init", "return"])
 def test_ranks_without_ftkit_that_die_by_a_signal_fail_the_job(how, tmp_path):
     program = _copy(PROGRAMS / "ranks_end_unnoted.py", tmp_path)
     proc = _launch("-n", "4", "--", sys.executable, str(program), how, cwd=tmp_path)
     rc, out, err = _end(proc, program.name)
     assert _nothing_left(program.name)
-    assert sorted(out.splitlines()) == [f"rank {r} ends by {how}" for r in range(4)], (out, err[-2000:])
+    ended = [f"rank {r} ends by {how}" for r in range(4)] if how != "sigkill_before_init" else \
+        [f"a rank ends by {how}"] * 4
+    assert sorted(out.splitlines()) == ended, (out, err[-2000:])
     last = err.strip().splitlines()[-1] if err.strip() else ""
     if how == "return":
         assert rc == 0 and "ftkit launch" not in err, (rc, err[-2000:])
-    else:
+    elif how == "sigkill":
         assert rc == 1, (rc, err[-2000:])  # was 0
         assert last.startswith("ftkit launch: the job failed: ranks 0,1,2,3 killed"), last
+        assert "before its MPI_Init had completed" not in last  # their up notes were written
+    else:
+        assert rc != 0, (rc, err[-2000:])  # was 0
+        # A rank gone within a poll of its start is named only as "ended before MPI_Init had completed on any
+        # rank"; the ones seen, as killed before their MPI_Init had completed.
+        assert last.startswith("ftkit launch: the job failed: ") and "MPI_Init had completed" in last, last

@@ -212,6 +212,11 @@ class RankWatch:
             by_pid[n.pid][n.kind] = n
         rank_of = {pid: rank for pid, rank in self.ranks.items()}
         rank_of.update({pid: kinds["start"].rank for pid, kinds in by_pid.items() if "start" in kinds})
+        # A rank gone within a poll of its start was never seen: its begin note stands for it (not the begin
+        # note of a process that a rank known here started: it carries that rank's number).
+        known = set(rank_of.values())
+        rank_of.update({pid: kinds["begin"].rank for pid, kinds in by_pid.items()
+                        if "begin" in kinds and kinds["begin"].rank not in known})
         hooked, vanished, other = [], [], []
         normal = 0
         for pid, rank in sorted(rank_of.items(), key=lambda item: item[1]):
@@ -228,7 +233,9 @@ class RankWatch:
             elif pid in self.killed and self.killed[pid].startswith("stopped"):
                 other.append((rank, self.killed[pid]))  # the job could not end by itself
             elif "start" in kinds or "begin" in kinds:
-                vanished.append((rank, self.killed.get(pid) or _how(self.status.get(pid))))
+                how = self.killed.get(pid) or _how(self.status.get(pid))
+                early = not {"start", "up"} & set(kinds)  # only the ranksite's begin note: in MPI_Init
+                vanished.append((rank, f"{how} before its MPI_Init had completed" if early else how))
             elif pid in self.status and self.status[pid] >= 0 and self.status[pid] != 0:
                 other.append((rank, _how(self.status[pid])))
         went_on = bool(vanished) and not hooked and not other and normal > 0
