@@ -218,7 +218,7 @@ class RankWatch:
         rank_of.update({pid: kinds["begin"].rank for pid, kinds in by_pid.items()
                         if "begin" in kinds and kinds["begin"].rank not in known})
         hooked, vanished, other = [], [], []
-        normal = 0
+        normal, up = 0, any(n.kind == "up" for n in self.notes)
         for pid, rank in sorted(rank_of.items(), key=lambda item: item[1]):
             kinds = by_pid.get(pid, {})
             if "fault" in kinds:  # a crash (SIGSEGV...): its traceback says where
@@ -234,8 +234,10 @@ class RankWatch:
                 other.append((rank, self.killed[pid]))  # the job could not end by itself
             elif "start" in kinds or "begin" in kinds:
                 how = self.killed.get(pid) or _how(self.status.get(pid))
-                early = not {"start", "up"} & set(kinds)  # only the ranksite's begin note: in MPI_Init
-                vanished.append((rank, f"{how} before its MPI_Init had completed" if early else how))
+                if not {"start", "up"} & set(kinds):  # only the ranksite's begin note: MPI was not up
+                    how += " before " + ("its MPI_Init had completed" if up else
+                                         "MPI_Init had completed on any rank")
+                vanished.append((rank, how))
             elif pid in self.status and self.status[pid] >= 0 and self.status[pid] != 0:
                 other.append((rank, _how(self.status[pid])))
         went_on = bool(vanished) and not hooked and not other and normal > 0
