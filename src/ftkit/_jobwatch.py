@@ -204,16 +204,19 @@ class RankWatch:
         A rank that wrote its ``begin`` or ``start`` note failed if ftkit's exit hook ended it, or if it
         vanished without an ``exit`` note (a signal, ``os._exit``, a C ``exit()``) unless every other such
         rank ended normally (the job went on without it: online recovery, a shrink, a failure-aware
-        multiply). A rank that crashed (a ``fault``
-        note) or that the launcher killed as stopped and alone failed. Other ranks failed if seen ending
-        by a signal or a non-zero exit.
+        multiply). A rank that crashed (a ``fault`` note) or that the launcher killed as stopped and alone
+        failed. Other ranks failed if seen ending by a signal or a non-zero exit.
         """
         by_pid: dict[int, dict[str, Note]] = defaultdict(dict)
         for n in self.notes:
             by_pid[n.pid][n.kind] = n
         rank_of = {pid: rank for pid, rank in self.ranks.items()}
-        rank_of.update({pid: (kinds.get("start") or kinds["begin"]).rank for pid, kinds in by_pid.items()
-                        if ("start" in kinds or "begin" in kinds) and pid not in self._started_by_ranks})
+        rank_of.update({pid: kinds["start"].rank for pid, kinds in by_pid.items() if "start" in kinds})
+        # A rank gone within a poll of its start was never seen: its begin note stands for it (not the begin
+        # note of a process that a rank known here started: it carries that rank's number).
+        known = set(rank_of.values())
+        rank_of.update({pid: kinds["begin"].rank for pid, kinds in by_pid.items()
+                        if "begin" in kinds and kinds["begin"].rank not in known})
         hooked, vanished, other = [], [], []
         early: set[int] = set()
         normal = 0
@@ -244,7 +247,8 @@ class RankWatch:
         elif failed and (self._gone_before_up or early):
             # A rank ended during start-up, and MPI_Init failed on others (Open MPI: "Unreachable", or a crash
             # in its failure handling): first the ranks seen gone first, while no rank had completed it.
-            first, where = (self._gone_before_up, " on any rank") if self._gone_before_up else (early, "")
+            first = self._gone_before_up or early
+            where = "" if any(n.kind == "up" for n in self.notes) else " on any rank"
             parts.insert(0, f"{_ranks_text(sorted(first))} ended before MPI_Init had completed{where}")
         if hooked:
             reason = max((text for _, text in hooked), key=_dead_named)  # the one that knows the most dead

@@ -132,7 +132,9 @@ def begin() -> None:
 
     Called at interpreter start by the ``sitecustomize`` of ``ftkit launch`` (from a private copy of this
     module: it runs before the rank's program imports anything), so that the launcher learns of a rank that
-    ends before ``MPI_Init`` has completed even when the program imports ``mpi4py`` before ftkit.
+    ends before ``MPI_Init`` has completed even when the program imports ``mpi4py`` before ftkit. With its
+    ``exit`` note, a rank that never imports ftkit and ends by a signal or ``os._exit`` (every rank crashed
+    in ``MPI_Init``) is known to have failed.
     """
     if not os.environ.get(STATUS_ENV) or world_rank() is None:
         return

@@ -254,8 +254,8 @@ class Checkpointer(appstate.StateAPI):
             except Exception as exc:
                 pipeline.leave_commit_gate(ctx, exc)  # nobody passes the gate without this rank
                 raise
-            decided = pipeline.commit_gate(ctx, job)
-            if not decided:
+            decided = None  # interrupted in the gate (SIGINT) after a yes, peers may commit: keep the files
+            if not (decided := pipeline.commit_gate(ctx, job)):
                 raise ProcessFailure(f"checkpoint {ckpt_id}: no commit: a peer failed or did not answer")
             pruned = pipeline.commit(ctx, job, levels)
         except BaseException as exc:

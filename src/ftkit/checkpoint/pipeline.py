@@ -283,14 +283,19 @@ def commit_gate(ctx: PipelineContext, job: CheckpointJob) -> bool | None:
         True: commit. False: surely not committed, on every survivor (a failure struck during the gate). None:
         the answer could not be learnt (a peer revoked the communicator or did not come within
         ``failure_timeout``): commit nothing and keep this rank's files, the manifest on disk decides. Without
-        ULFM (no agreement possible): True, the plain collectives before decide.
+        ULFM (no agreement possible): True, the plain collectives before decide. A rank interrupted inside
+        the gate (a ``KeyboardInterrupt`` after its yes: its peers may commit) is a None too: the caller keeps
+        its files (``tests/test_interrupted_checkpoint.py``; the fault-injection stage ``"gate_agreed"``
+        follows the agreement).
     """
     if ctx.nranks < 2 or not probe_ulfm().available:
         return True
     try:
-        return agree_within(ctx.comm, 1, ctx.timeout, f"checkpoint {job.ckpt_id}: commit decision") == 1
+        agreed = agree_within(ctx.comm, 1, ctx.timeout, f"checkpoint {job.ckpt_id}: commit decision") == 1
     except (ProcessFailure, TimeoutFailure):
         return None
+    ctx.hook("gate_agreed")  # tests interrupt a rank here: its peers may have committed already
+    return agreed
 
 
 def leave_commit_gate(ctx: PipelineContext, exc: BaseException) -> None:
