@@ -28,11 +28,15 @@ from __future__ import annotations
 
 import resource
 import sys
+from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
 
 from ftkit import Checkpointer  # imports ftkit.checkpoint now, before the timings (see above)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from devstat import device_now, device_text  # noqa: E402  (the device's counters over the call)
 
 CHUNK = 1 << 20   # elements: the expected values are made and compared in 8 MiB pieces
 
@@ -162,6 +166,7 @@ def main() -> int:
     marks: dict[str, float] = {}
     spent: dict[str, float] = {}
     calls_s: list[float] = []
+    dev = ""
     if mode == "ckpt":
         fill_expected(buf, 0, rank)
         time_phases(spent)
@@ -169,6 +174,7 @@ def main() -> int:
             marks.clear()
             spent.clear()
             app.Barrier()
+            d0 = device_now(config) if rank == 0 else None
             u0 = usage_now()
             t1 = MPI.Wtime()
             ctx = getattr(getattr(ck, "_session", None), "ctx", None) or getattr(ck, "_ctx", None)
@@ -177,6 +183,7 @@ def main() -> int:
             ck.checkpoint(level=level)
             ckpt_s = MPI.Wtime() - t1
             used = [b - a for a, b in zip(u0, usage_now(), strict=True)]
+            dev = device_text(d0, device_now(config)) if d0 is not None else ""
             calls_s.append(app.allreduce(ckpt_s, op=MPI.MAX))
             if ctx is not None and ctx.fault_hook is not None:
                 ctx.fault_hook = None
@@ -206,7 +213,7 @@ def main() -> int:
         print(f"BENCHRESULT mode={mode} ranks={app.Get_size()} mib={mib} level={level} ok={int(ok)} "
               f"init_s={slowest[0]:.4f} ckpt_s={slowest[1]:.4f} restart_s={slowest[2]:.4f} "
               f"final_s={slowest[3]:.4f} cpu_s={cpu_s:.4f} pcpu_s={pcpu_s:.4f} runq_s={runq_s:.4f} "
-              f"blk_s={blk_s:.4f} wmib={wmib:.1f} phases={phase_text}"
+              f"blk_s={blk_s:.4f} wmib={wmib:.1f} {dev} phases={phase_text}"
               + (f" calls_s={','.join(f'{c:.4f}' for c in calls_s)}" if calls > 1 else ""), flush=True)
     app.Free()
     return 0 if ok else 1

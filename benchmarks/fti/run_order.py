@@ -71,6 +71,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run_sbs  # noqa: E402  (the same launch commands, configuration and FTI build)
+from devstat import device_now  # noqa: E402  (the device's counters)
 from order_plan import (  # noqa: E402
     BUDGET_MIN_RUNS,
     RUN_SECONDS,
@@ -102,8 +103,10 @@ def meminfo_mib() -> dict[str, int]:
 
 def settle(mode: str, leftovers: list[Path], timeout: float) -> dict:
     """Remove the previous run's files and bring the machine to the state ``mode`` asks; return what it found
-    (Dirty/Writeback before and after, seconds it took, whether the clean cache was dropped)."""
+    (Dirty/Writeback before and after, seconds it took, whether the clean cache was dropped, MiB the device
+    discarded meanwhile: the removed files' blocks, on a file system mounted with ``discard``)."""
     t0 = time.monotonic()
+    disc0 = device_now(str(run_sbs.ROOT))[1]
     for d in leftovers:
         shutil.rmtree(d, ignore_errors=True)
     found = meminfo_mib()
@@ -123,7 +126,8 @@ def settle(mode: str, leftovers: list[Path], timeout: float) -> dict:
             time.sleep(0.05)
     now = meminfo_mib()
     return {"dirty_found": found["Dirty"], "wb_found": found["Writeback"], "dirty_before": now["Dirty"],
-            "wb_before": now["Writeback"], "settle_s": round(time.monotonic() - t0, 3), "dropped": dropped}
+            "wb_before": now["Writeback"], "settle_s": round(time.monotonic() - t0, 3), "dropped": dropped,
+            "settle_discmib": round(device_now(str(run_sbs.ROOT))[1] - disc0, 1)}
 
 
 def eulerian_order(systems: list[str], rounds: int, rng: random.Random) -> list[str]:
