@@ -73,7 +73,8 @@ def usage_now() -> tuple[float, float, float, float]:
 #: Functions of the checkpoint call timed by :func:`time_phases` (module, name): where the call's time goes.
 _P, _O, _L = "ftkit.checkpoint.pipeline", "ftkit.checkpoint.offload", "ftkit.checkpoint.levels."
 _S = "ftkit.storage."
-PHASES = [(_O, "PostManager.settle_syncs"), (_P, "write_primary"), (_P, "agree_written"),
+PHASES = [(_O, "PostManager.settle_syncs"), (_O, "PostManager.sync_flags"), (_P, "write_primary"),
+          (_P, "agree_written"),
           (_L + "partner", "group_comm"), (_L + "encoded", "group_comm"), (_L + "partner", "partner_copy"),
           (_P, "post_process"), (_P, "settle_primary"), (_P, "agree"), (_P, "commit_gate"),
           (_P, "commit_manifest"),

@@ -16,7 +16,8 @@ def device_now(path: str) -> tuple[float, float, float, float]:
     dirty = 0.0
     try:
         with open("/proc/meminfo") as f:
-            dirty = sum(int(line.split()[1]) for line in f if line.startswith(("Dirty:", "Writeback:"))) / 1024
+            dirty = sum(int(line.split()[1]) for line in f
+                        if line.startswith(("Dirty:", "Writeback:"))) / 1024
         dev = os.stat(path).st_dev
         with open(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat") as f:
             v = [int(x) for x in f.read().split()]

@@ -127,12 +127,13 @@ def test_a_restarted_run_does_not_vouch_for_copies_it_did_not_sync(tmp_path):
     assert sorted(_manifest(d)) == [1, 4], _manifest(d)
 
 
-@pytest.mark.parametrize("stage,newest", [("before_commit", 2), ("after_commit", 3)])
-def test_a_rank_killed_at_the_commit_that_settles_the_copies_leaves_the_newest_recoverable(tmp_path, stage,
-                                                                                           newest):
+@pytest.mark.parametrize("stage,newest", [("after_write", 2), ("before_commit", 3), ("after_commit", 3)])
+def test_a_rank_killed_in_the_call_whose_commit_settles_the_copies_leaves_the_newest_recoverable(
+        tmp_path, stage, newest):
     # The third call's commit settles checkpoint 2 (its copies durable: 1 pruned) in the same manifest write
-    # that adds checkpoint 3; rank 1 is SIGKILLed just before or just after rank 0 writes it. Either manifest
-    # on disk leads to its newest checkpoint: 2 (with 1 still kept) or 3 (2 settled, 1 pruned).
+    # that adds checkpoint 3. Rank 1 is SIGKILLed once its file of 3 is written (no commit: the manifest
+    # still names 1, kept, and 2, unsynced), or just before or after its part of the commit (every rank
+    # passed the commit gate: rank 0 writes it). Either manifest on disk leads to its newest checkpoint.
     d = tmp_path / "run"
     write_config(d, group_size=2, failure_timeout=60)
     r = run_app(d, N, "--mode", "write", "--levels", "2,2,2", "--kill-rank", "1", "--kill-stage", stage,

@@ -53,7 +53,7 @@ from ..errors import FtkitError
 from ..storage import levels as table
 from ..storage._fsutil import BackgroundSyncs
 from ..storage.manifest import CheckpointEntry
-from . import _mpi, events, pipeline
+from . import events, pipeline
 from .affinity import pin_application
 from .contract import CheckpointJob, PipelineContext
 from .head import HeadClient, HeadLinks, head_request
@@ -138,8 +138,8 @@ class PostManager:
 
     def _post_now(self, job: CheckpointJob) -> dict[int, bool]:
         """Run ``job``'s post-processing in this call. With ``redundancy_sync = background`` and no background
-        executor (whose commits the settling of ``unsynced`` levels must not cross), the fsyncs of the levels with
-        ``background_fsync`` go to a background batch and those levels are committed as ``unsynced``."""
+        executor (whose commits the settling of ``unsynced`` levels must not cross), the fsyncs of the levels
+        with ``background_fsync`` go to a background batch and those levels are committed as ``unsynced``."""
         deferred = [lv for lv in job.post_levels if LEVELS[lv].background_fsync]
         if not deferred or self.background is not None or self.ctx.config.redundancy_sync != "background":
             return pipeline.post_process(self.ctx, job)

@@ -169,8 +169,10 @@ def agree_written(ctx: PipelineContext, job: CheckpointJob, error: str | None,
         On every rank, naming the ranks whose write failed.
     """
     what = f"checkpoint {job.ckpt_id}: writing the L{job.primary} files"
-    flags = {int(i): bool(ok) for i, ok in (synced or {}).items()}
-    mine: tuple[str | None, int, str, dict[int, bool]]
+    synced = synced or {}
+    ids = sorted(synced)
+    flags = [int(bool(synced[i])) for i in ids]   # a list in the order of the ids: JSON has no int keys
+    mine: tuple[str | None, int, str, list[int]]
     if error is not None or job.file is None:
         mine = (error or "no file was written", -1, "", flags)
     else:
@@ -182,7 +184,8 @@ def agree_written(ctx: PipelineContext, job: CheckpointJob, error: str | None,
         _abort_pending(job)
         raise
     job.files = [RankFile(int(s), str(d)) for _, s, d, _ in rows]
-    job.settle = {i: all(row[3].get(i, False) for row in rows) for i in flags}
+    job.settle = {i: all(len(row[3]) == len(ids) and row[3][k] == 1 for row in rows)
+                  for k, i in enumerate(ids)}
     return job.files
 
 
