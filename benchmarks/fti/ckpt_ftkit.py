@@ -17,11 +17,12 @@ timing. Times (MPI.Wtime, slowest application rank), the same keys as the C prog
 
 Where the checkpoint call's time went (slowest rank, as ckpt_fti.c): ``cpu_s`` (the calling thread on a
 CPU), ``runq_s`` (waiting for a CPU), ``blk_s`` (off CPU: I/O, sleeps), ``pcpu_s`` (all threads), ``wmib``
-(MiB all ranks sent to storage). ``phases``: the pipeline's stage marks (``after_write`` ..., seconds from
-the call's start) and the seconds spent in each function of :data:`PHASES`, slowest rank, and L3's
-encoding phases (``l3_read``, ``l3_exchange``, ``l3_codec``, ``l3_write``, ``l3_commit``, ...: see
-:func:`time_encoding`) (``Checkpointer.last_timings`` too when the installed ftkit has it). Prints one line
-``BENCHRESULT key=value ...``; exit status 1 on a wrong restart.
+(MiB all ranks sent to storage), and the whole disk's counters over the call, read by rank 0
+(``dev_wmib``, ``dev_discmib``, ``dev_ms``, ``dirty0``: :mod:`devstat`). ``phases``: the pipeline's stage
+marks (``after_write`` ..., seconds from the call's start) and the seconds spent in each function of
+:data:`PHASES`, slowest rank, and L3's encoding phases (``l3_read``, ``l3_exchange``, ``l3_codec``,
+``l3_write``, ``l3_commit``, ...: see :func:`time_encoding`) (``Checkpointer.last_timings`` too when the
+installed ftkit has it). Prints one line ``BENCHRESULT key=value ...``; exit status 1 on a wrong restart.
 """
 
 from __future__ import annotations
