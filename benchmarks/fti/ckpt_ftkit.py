@@ -17,22 +17,27 @@ timing. Times (MPI.Wtime, slowest application rank), the same keys as the C prog
 
 Where the checkpoint call's time went (slowest rank, as ckpt_fti.c): ``cpu_s`` (the calling thread on a
 CPU), ``runq_s`` (waiting for a CPU), ``blk_s`` (off CPU: I/O, sleeps), ``pcpu_s`` (all threads), ``wmib``
-(MiB all ranks sent to storage). ``phases``: the pipeline's stage marks (``after_write`` ..., seconds from
-the call's start) and the seconds spent in each function of :data:`PHASES`, slowest rank, and L3's
-encoding phases (``l3_read``, ``l3_exchange``, ``l3_codec``, ``l3_write``, ``l3_commit``, ...: see
-:func:`time_encoding`) (``Checkpointer.last_timings`` too when the installed ftkit has it). Prints one line
-``BENCHRESULT key=value ...``; exit status 1 on a wrong restart.
+(MiB all ranks sent to storage), and the whole disk's counters over the call, read by rank 0
+(``dev_wmib``, ``dev_discmib``, ``dev_ms``, ``dirty0``: :mod:`devstat`). ``phases``: the pipeline's stage
+marks (``after_write`` ..., seconds from the call's start) and the seconds spent in each function of
+:data:`PHASES`, slowest rank, and L3's encoding phases (``l3_read``, ``l3_exchange``, ``l3_codec``,
+``l3_write``, ``l3_commit``, ...: see :func:`time_encoding`) (``Checkpointer.last_timings`` too when the
+installed ftkit has it). Prints one line ``BENCHRESULT key=value ...``; exit status 1 on a wrong restart.
 """
 
 from __future__ import annotations
 
 import resource
 import sys
+from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
 
 from ftkit import Checkpointer  # imports ftkit.checkpoint now, before the timings (see above)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from devstat import device_now, device_text  # noqa: E402  (the device's counters over the call)
 
 CHUNK = 1 << 20   # elements: the expected values are made and compared in 8 MiB pieces
 
@@ -69,7 +74,8 @@ def usage_now() -> tuple[float, float, float, float]:
 #: Functions of the checkpoint call timed by :func:`time_phases` (module, name): where the call's time goes.
 _P, _O, _L = "ftkit.checkpoint.pipeline", "ftkit.checkpoint.offload", "ftkit.checkpoint.levels."
 _S = "ftkit.storage."
-PHASES = [(_O, "PostManager.settle_syncs"), (_P, "write_primary"), (_P, "agree_written"),
+PHASES = [(_O, "PostManager.settle_syncs"), (_O, "PostManager.sync_flags"), (_P, "write_primary"),
+          (_P, "agree_written"),
           (_L + "partner", "group_comm"), (_L + "encoded", "group_comm"), (_L + "partner", "partner_copy"),
           (_P, "post_process"), (_P, "settle_primary"), (_P, "agree"), (_P, "commit_gate"),
           (_P, "commit_manifest"),
@@ -162,6 +168,7 @@ def main() -> int:
     marks: dict[str, float] = {}
     spent: dict[str, float] = {}
     calls_s: list[float] = []
+    dev = ""
     if mode == "ckpt":
         fill_expected(buf, 0, rank)
         time_phases(spent)
@@ -169,6 +176,7 @@ def main() -> int:
             marks.clear()
             spent.clear()
             app.Barrier()
+            d0 = device_now(config) if rank == 0 else None
             u0 = usage_now()
             t1 = MPI.Wtime()
             ctx = getattr(getattr(ck, "_session", None), "ctx", None) or getattr(ck, "_ctx", None)
@@ -177,6 +185,7 @@ def main() -> int:
             ck.checkpoint(level=level)
             ckpt_s = MPI.Wtime() - t1
             used = [b - a for a, b in zip(u0, usage_now(), strict=True)]
+            dev = device_text(d0, device_now(config)) if d0 is not None else ""
             calls_s.append(app.allreduce(ckpt_s, op=MPI.MAX))
             if ctx is not None and ctx.fault_hook is not None:
                 ctx.fault_hook = None
@@ -206,7 +215,7 @@ def main() -> int:
         print(f"BENCHRESULT mode={mode} ranks={app.Get_size()} mib={mib} level={level} ok={int(ok)} "
               f"init_s={slowest[0]:.4f} ckpt_s={slowest[1]:.4f} restart_s={slowest[2]:.4f} "
               f"final_s={slowest[3]:.4f} cpu_s={cpu_s:.4f} pcpu_s={pcpu_s:.4f} runq_s={runq_s:.4f} "
-              f"blk_s={blk_s:.4f} wmib={wmib:.1f} phases={phase_text}"
+              f"blk_s={blk_s:.4f} wmib={wmib:.1f} {dev} phases={phase_text}"
               + (f" calls_s={','.join(f'{c:.4f}' for c in calls_s)}" if calls > 1 else ""), flush=True)
     app.Free()
     return 0 if ok else 1

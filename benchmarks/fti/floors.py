@@ -44,6 +44,7 @@ from ftkit.codec import RSCode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ckpt_ftkit import usage_now  # noqa: E402  (the same CPU / run-queue / bytes-to-storage split)
+from devstat import device_now, device_text  # noqa: E402  (the device's counters over the call)
 
 try:
     from ftkit.storage._writeback import start_writeback
@@ -113,6 +114,7 @@ def main() -> int:
     if code is not None:  # load the codec's kernels outside the timing (ftkit warms up at start-up too)
         code.encode_into([np.zeros(4096, np.uint8)] * k, [np.empty(4096, np.uint8) for _ in range(k)])
     comm.Barrier()
+    d0 = device_now(str(work)) if rank == 0 else None
     u0 = usage_now()
     t0 = MPI.Wtime()
 
@@ -154,6 +156,7 @@ def main() -> int:
         t = lap("commit", t)
     elapsed = MPI.Wtime() - t0
     used = [b - a for a, b in zip(u0, usage_now(), strict=True)]
+    dev = device_text(d0, device_now(str(work))) if d0 is not None else ""
     floor = comm.allreduce(elapsed, op=MPI.MAX)
     cpu_s, runq_s, pcpu_s = (comm.allreduce(x, op=MPI.MAX) for x in used[:3])
     blk_s = comm.allreduce(elapsed - used[0] - used[1], op=MPI.MAX)
@@ -168,7 +171,7 @@ def main() -> int:
         print(f"FLOORRESULT level={level} mib={mib} ranks={comm.Get_size()} commit={int(COMMIT[0])} "
               f"floor_s={floor:.4f} "
               f"cpu_s={cpu_s:.4f} pcpu_s={pcpu_s:.4f} runq_s={runq_s:.4f} blk_s={blk_s:.4f} wmib={wmib:.1f} "
-              f"parts={text}",
+              f"{dev} parts={text}",
               flush=True)
     group.Free()
     return 0

@@ -71,6 +71,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run_sbs  # noqa: E402  (the same launch commands, configuration and FTI build)
+from devstat import device_now  # noqa: E402  (the device's counters)
 from order_plan import (  # noqa: E402
     BUDGET_MIN_RUNS,
     RUN_SECONDS,
@@ -102,8 +103,10 @@ def meminfo_mib() -> dict[str, int]:
 
 def settle(mode: str, leftovers: list[Path], timeout: float) -> dict:
     """Remove the previous run's files and bring the machine to the state ``mode`` asks; return what it found
-    (Dirty/Writeback before and after, seconds it took, whether the clean cache was dropped)."""
+    (Dirty/Writeback before and after, seconds it took, whether the clean cache was dropped, MiB the device
+    discarded meanwhile: the removed files' blocks, on a file system mounted with ``discard``)."""
     t0 = time.monotonic()
+    disc0 = device_now(str(run_sbs.ROOT))[1]
     for d in leftovers:
         shutil.rmtree(d, ignore_errors=True)
     found = meminfo_mib()
@@ -123,7 +126,8 @@ def settle(mode: str, leftovers: list[Path], timeout: float) -> dict:
             time.sleep(0.05)
     now = meminfo_mib()
     return {"dirty_found": found["Dirty"], "wb_found": found["Writeback"], "dirty_before": now["Dirty"],
-            "wb_before": now["Writeback"], "settle_s": round(time.monotonic() - t0, 3), "dropped": dropped}
+            "wb_before": now["Writeback"], "settle_s": round(time.monotonic() - t0, 3), "dropped": dropped,
+            "settle_discmib": round(device_now(str(run_sbs.ROOT))[1] - disc0, 1)}
 
 
 def eulerian_order(systems: list[str], rounds: int, rng: random.Random) -> list[str]:
@@ -237,7 +241,7 @@ def run_case(args: argparse.Namespace, mib: int, level: int, rng: random.Random)
         row = run_sbs.run_one(cmd, Path(args.out + ".log"), src, pycache=args.pycache)
         args.walls.setdefault(mib, []).append(time.monotonic() - t_run + state["settle_s"])
         row.update(system=system, mode="ckpt", pred=pred, run=i - 1, mib=mib, level=level, head=0,
-                   load_before=load, settle=args.settle, time=time.time(),
+                   load_before=load, settle=args.settle, time=time.time(), calls=args.calls,
                    floor_writeback=args.floor_writeback, floor_commit=args.floor_commit, **state)
         with open(args.out, "a") as f:
             f.write(json.dumps(row) + "\n")
@@ -342,6 +346,9 @@ def main() -> int:
     ap.add_argument("--floor-commit", action="store_true",
                     help="the floors also make their files' names durable and commit a manifest on rank 0 "
                          "(what a restartable checkpoint needs beyond the bytes: floors.py COMMIT)")
+    ap.add_argument("--calls", type=int, default=1,
+                    help="checkpoint calls per ftkit job, one barrier apart; the row's figures are the last "
+                         "call's (a repeated L2/L3 call settles the previous one's copies: issue 37)")
     ap.add_argument("--out", default=str(run_sbs.ROOT / "order.jsonl"))
     ap.add_argument("--python", default=str(run_sbs.REPO / ".venv" / "bin" / "python"), help="ftkit's python")
     ap.add_argument("--src", default=None, help="ftkit's src directory to measure (PYTHONPATH; default: the "

@@ -101,8 +101,9 @@ def command(system: str, args: argparse.Namespace, cfg: Path, mode: str, mib: in
     program = HERE / ("floors.py" if system == "floor" else "ckpt_ftkit.py")
     writeback = str(int(getattr(args, "floor_writeback", False)))   # run_order.py --floor-writeback
     durable = str(int(getattr(args, "floor_commit", False)))        # run_order.py --floor-commit
-    extra = [str(cfg), mode, str(mib), str(level)] if system != "floor" else [
-        str(cfg.parent), str(mib), str(level), str(args.group), writeback, durable]
+    calls = int(getattr(args, "calls", 1) or 1)                       # run_order.py --calls
+    extra = [str(cfg), mode, str(mib), str(level), *([str(calls)] if calls > 1 else [])] \
+        if system != "floor" else [str(cfg.parent), str(mib), str(level), str(args.group), writeback, durable]
     return [args.python, "-m", "ftkit", "launch", "-n", str(nprocs), "--node-size", str(node),
             "--timeout", "900", "--", args.python, str(program), *extra]
 

@@ -127,17 +127,26 @@ def test_a_restarted_run_does_not_vouch_for_copies_it_did_not_sync(tmp_path):
     assert sorted(_manifest(d)) == [1, 4], _manifest(d)
 
 
-@pytest.mark.parametrize("stage", ["before_commit", "after_commit"])
-def test_a_rank_killed_while_the_next_call_settles_the_copies_leaves_the_newest_recoverable(tmp_path, stage):
-    # The third call first settles checkpoint 2 (its copies durable: 1 pruned) in one manifest update; rank 1
-    # is SIGKILLed just before or just after rank 0 writes it. Either manifest leads to checkpoint 2.
+@pytest.mark.parametrize("stage,newest", [("after_write", 2), ("before_commit", 3), ("after_commit", 3)])
+def test_a_rank_killed_in_the_call_whose_commit_settles_the_copies_leaves_the_newest_recoverable(
+        tmp_path, stage, newest):
+    # The third call's commit settles checkpoint 2 (its copies durable: 1 pruned) in the same manifest write
+    # that adds checkpoint 3. Rank 1 is SIGKILLed once its file of 3 is written (no commit: the manifest
+    # still names 1, kept, and 2, unsynced), or just before or after its part of the commit (every rank
+    # passed the commit gate: rank 0 writes it). Either manifest on disk leads to its newest checkpoint.
     d = tmp_path / "run"
     write_config(d, group_size=2, failure_timeout=60)
     r = run_app(d, N, "--mode", "write", "--levels", "2,2,2", "--kill-rank", "1", "--kill-stage", stage,
                 "--kill-index", "2")
-    assert "R1 wrote id=2" in r.stdout and "wrote id=3" not in r.stdout, r.stdout + r.stderr
+    assert "R1 wrote id=2" in r.stdout and "R1 wrote id=3" not in r.stdout, r.stdout + r.stderr
+    m = _manifest(d)
+    if newest == 2:
+        assert sorted(m) == [1, 2] and m[2]["extra"]["unsynced"] == [2], m
+    else:
+        assert sorted(m) == [2, 3] and "unsynced" not in m[2]["extra"] and m[2]["levels"]["2"] is True, m
+        assert m[3]["extra"]["unsynced"] == [2], m
     got = _recovered(run_app(d, N, "--mode", "recover").check().stdout)
-    assert all(v["id"] == "2" and v["step"] == "1" for v in got.values()), got
+    assert all(v["id"] == str(newest) and v["step"] == str(newest - 1) for v in got.values()), got
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -103,3 +103,21 @@ def test_a_file_whose_fsync_runs_beside_the_next_step_is_not_written_back_early(
     assert pending._writer.writeback is False and pending._writer._wb is None
     pending.finish()
     assert (tmp_path / "f.ftk").stat().st_size > 2 * PIECE
+
+
+def test_only_whole_pages_are_handed_over_each_once_and_never_the_header_rewritten_at_the_end():
+    # Issue 37: a checkpoint file's pieces start after its header, off page boundaries; handing each piece's
+    # own range over sent the page shared with the next piece half written (the fsync wrote it again) and the
+    # header's page, rewritten with the digests at the end, too. The ranges planned for the writes of
+    # write_uncommitted (header, three 16 MiB pieces, the header again) and for writes elsewhere in a file.
+    page, piece, head = os.sysconf("SC_PAGE_SIZE"), 16 << 20, 309
+    wb = Writeback(-1)                                        # plan() touches no descriptor
+    spans = [wb.plan(0, head)] + [wb.plan(head + k * piece, piece) for k in range(3)] + [wb.plan(0, head)]
+    assert spans[0] is None and spans[-1] is None              # the header's page: left to the fsync
+    ranges = [s for s in spans if s is not None]
+    assert ranges == [(page, piece - page), (piece, piece), (2 * piece, piece)]
+    assert all(start % page == 0 and length % page == 0 for start, length in ranges)
+    # the last, partial page of the last piece: left to the fsync too (its bytes are all there by then)
+    lone = Writeback(-1)                                      # a write that continues nothing: its own pages
+    assert lone.plan(5 * piece + 1, piece) == (5 * piece + page, piece - page)
+    assert lone.plan(5 * piece + 1 + piece, WRITEBACK_MIN_BYTES // 2) is None   # small: left to the fsync

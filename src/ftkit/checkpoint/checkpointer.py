@@ -233,7 +233,6 @@ class Checkpointer(appstate.StateAPI):
         ctx = session.ctx
         job = pipeline.plan_job(ctx, level, 0, session.store.manifest.next_seq)  # checks the level first
         ckpt_id = job.ckpt_id = session.agree_id(id)
-        session.post.settle_syncs()  # the last one's L2/L3 durable: prune the one kept
         job.extra["snapshots"] = session.schedule.count
         job.extra.update(online_loop.step_extra(self._position))
         error = None
@@ -246,7 +245,8 @@ class Checkpointer(appstate.StateAPI):
         decided: bool | None = False  # False: committed nowhere, this rank's files of it are garbage
         try:
             try:
-                pipeline.agree_written(ctx, job, error)
+                # with whether the last one's L2/L3 files are durable: this commit prunes the one kept
+                pipeline.agree_written(ctx, job, error, session.post.sync_flags())
                 levels = {job.primary: True}
                 ctx.hook("before_post")
                 levels.update(session.post.run_post(job))  # inline, or staged (see .offload)

@@ -102,6 +102,9 @@ class CheckpointJob:
     # The primary file is removed as soon as the post levels are committed (finalize() keeping the last
     # checkpoint at L4): L4 may then take it by a hard link instead of a copy.
     primary_removed: bool = False
+    # Earlier checkpoints whose ``unsynced`` levels this job's commit settles: id → durable on every rank
+    # (agreed by agree_written; see ftkit.checkpoint.offload).
+    settle: dict[int, bool] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)   # goes to the manifest entry
 
     @property

@@ -29,9 +29,15 @@ Durability of inline redundancy (``redundancy_sync = background``, the default, 
 background): the L2 partner copies and L3 parity files made in the checkpoint call are committed under their
 final names before their fsync, which a :class:`~ftkit.storage._fsutil.BackgroundSyncs` thread runs after the
 call; the entry lists those levels as ``unsynced``, so the previous checkpoint complete at them is not pruned.
-The next checkpoint call starts with :meth:`PostManager.settle_syncs`: every rank says whether its files of
-that checkpoint are durable, and the levels are cleared (or, if a rank cannot vouch for them, marked
-incomplete) in one manifest update, which prunes the checkpoint kept meanwhile.
+The next checkpoint call settles them in its own commit: once its primary file is written, every rank waits
+for its batches (:meth:`PostManager.sync_flags`: by then they ran beside the call's write, so the wait is
+short or none) and says whether its files are durable, with its file's size and digest
+(:func:`~ftkit.checkpoint.pipeline.agree_written`); the manifest write that commits the new checkpoint clears
+those levels (or, if a rank cannot vouch for them, marks them incomplete) and prunes the checkpoint kept
+meanwhile. The commit of the new checkpoint needs nothing of the old one's fsyncs; it only prunes what they
+allowed. (Until issue 37 the call started by waiting for them and writing the manifest once more for them,
+130-170 ms of an L2/L3 call repeated at once.) A crash before that commit leaves the previous manifest: the
+older checkpoint is still kept.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from ..errors import FtkitError
 from ..storage import levels as table
 from ..storage._fsutil import BackgroundSyncs
 from ..storage.manifest import CheckpointEntry
-from . import _mpi, events, pipeline
+from . import events, pipeline
 from .affinity import pin_application
 from .contract import CheckpointJob, PipelineContext
 from .head import HeadClient, HeadLinks, head_request
@@ -84,7 +90,7 @@ class PostManager:
             warm_up_codec(ctx.topology.group_size)  # heads warm up themselves (serve_as_head)
         self.inline = InlineExecutor(PostComms(ctx.comm), timeout)
         self._staged: CheckpointJob | None = None
-        #: Background fsync batches of this rank's L2/L3 files, by checkpoint id (see :meth:`settle_syncs`).
+        #: Background fsync batches of this rank's L2/L3 files, by checkpoint id (see :meth:`sync_flags`).
         self._syncs: dict[int, BackgroundSyncs] = {}
         #: Seconds checkpoint calls spent waiting for the previous post-processing, and how many waited
         #: (instrumentation: a queue that never drains means the interval is shorter than the work).
@@ -132,8 +138,8 @@ class PostManager:
 
     def _post_now(self, job: CheckpointJob) -> dict[int, bool]:
         """Run ``job``'s post-processing in this call. With ``redundancy_sync = background`` and no background
-        executor (whose commits :meth:`settle_syncs` must not cross), the fsyncs of the levels with
-        ``background_fsync`` go to a background batch and those levels are committed as ``unsynced``."""
+        executor (whose commits the settling of ``unsynced`` levels must not cross), the fsyncs of the levels
+        with ``background_fsync`` go to a background batch and those levels are committed as ``unsynced``."""
         deferred = [lv for lv in job.post_levels if LEVELS[lv].background_fsync]
         if not deferred or self.background is not None or self.ctx.config.redundancy_sync != "background":
             return pipeline.post_process(self.ctx, job)
@@ -147,30 +153,17 @@ class PostManager:
         self._syncs[job.ckpt_id] = job.syncs
         return done
 
-    def settle_syncs(self) -> None:
-        """Settle the ``unsynced`` levels of the manifest's checkpoints (collective; see the module doc).
+    def sync_flags(self) -> dict[int, bool]:
+        """Whether this rank's files of each checkpoint of the manifest with ``unsynced`` levels are durable
+        (id → flag), for the current call's commit to settle them (see the module doc). Not collective.
 
-        Called at the start of every checkpoint call; does nothing (and no communication: every rank holds the
-        same manifest) when no entry has such levels. A rank without the fsync batch of an entry (a restarted
-        or replacement process) cannot vouch for its files: the entry's levels are then marked incomplete.
-
-        Raises
-        ------
-        CheckpointError
-            On every rank if the manifest could not be written (nothing is removed).
-        ProcessFailure, TimeoutFailure
-            If a peer failed or did not take part within ``failure_timeout``.
+        Waits for this rank's fsync batches of those checkpoints (its own fsyncs, no peer: no deadline). A
+        rank without the batch of an entry (a restarted or replacement process) cannot vouch for its files:
+        False. Batches of checkpoints no longer listed (pruned, settled) are forgotten.
         """
         ids = sorted(e.id for e in self.ctx.store.manifest.checkpoints if e.unsynced_levels)
-        batches = [self._syncs.pop(i, None) for i in ids]
-        self._syncs.clear()  # batches of checkpoints already pruned: sealed, their threads end by themselves
-        if not ids:
-            return
-        mine = [int(b is not None and b.wait() is None) for b in batches]
-        rows = _mpi.allgather(self.ctx.comm, mine, f"checkpoint(s) {ids}: the background fsyncs",
-                              self.ctx.timeout)
-        durable = {ckpt_id: all(row[i] for row in rows) for i, ckpt_id in enumerate(ids)}
-        self.remove_later(pipeline.commit_synced(self.ctx, durable))
+        self._syncs = {i: b for i, b in self._syncs.items() if i in ids}  # the others are sealed: they end
+        return {i: (b := self._syncs.get(i)) is not None and b.wait() is None for i in ids}
 
     def remove_later(self, entries: Sequence[CheckpointEntry]) -> None:
         """Delete this rank's files of ``entries`` in the background, after the previous removals (not

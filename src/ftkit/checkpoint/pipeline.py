@@ -46,7 +46,7 @@ from .contract import CheckpointJob, PipelineContext
 from .levels import LEVELS, level
 
 __all__ = ["plan_job", "write_primary", "settle_primary", "agree", "agree_written", "post_process",
-           "prepare_job", "commit", "commit_levels", "commit_synced", "commit_manifest", "remove_checkpoints",
+           "prepare_job", "commit", "commit_levels", "commit_manifest", "remove_checkpoints",
            "remove_job_files", "remove_run_dir"]
 
 
@@ -154,10 +154,14 @@ def _raise_errors(errors: Sequence[str | None], what: str) -> None:
                               + (" ..." if len(bad) > 4 else ""))
 
 
-def agree_written(ctx: PipelineContext, job: CheckpointJob, error: str | None) -> list[RankFile]:
+def agree_written(ctx: PipelineContext, job: CheckpointJob, error: str | None,
+                  synced: Mapping[int, bool] | None = None) -> list[RankFile]:
     """Collectively check that every rank wrote its file; fill and return ``job.files``.
 
-    One collective round: every rank's outcome, size and digest travel together.
+    One collective round: every rank's outcome, size and digest travel together, and with them ``synced``:
+    whether this rank's files of each earlier checkpoint with ``unsynced`` levels are durable (the same ids
+    on every rank: the manifest's). ``job.settle`` then says, per id, whether they are on every rank; the
+    commit of ``job`` settles those levels (:func:`commit`).
 
     Raises
     ------
@@ -165,18 +169,23 @@ def agree_written(ctx: PipelineContext, job: CheckpointJob, error: str | None) -
         On every rank, naming the ranks whose write failed.
     """
     what = f"checkpoint {job.ckpt_id}: writing the L{job.primary} files"
-    mine: tuple[str | None, int, str]
+    synced = synced or {}
+    ids = sorted(synced)
+    flags = [int(bool(synced[i])) for i in ids]   # a list in the order of the ids: JSON has no int keys
+    mine: tuple[str | None, int, str, list[int]]
     if error is not None or job.file is None:
-        mine = (error or "no file was written", -1, "")
+        mine = (error or "no file was written", -1, "", flags)
     else:
-        mine = (None, job.file.size, job.file.digest)
+        mine = (None, job.file.size, job.file.digest, flags)
     try:
         rows = _mpi.allgather(ctx.comm, mine, what, ctx.timeout)
-        _raise_errors([e for e, _, _ in rows], what)
+        _raise_errors([e for e, _, _, _ in rows], what)
     except BaseException:
         _abort_pending(job)
         raise
-    job.files = [RankFile(int(s), str(d)) for _, s, d in rows]
+    job.files = [RankFile(int(s), str(d)) for _, s, d, _ in rows]
+    job.settle = {i: all(len(row[3]) == len(ids) and row[3][k] == 1 for row in rows)
+                  for k, i in enumerate(ids)}
     return job.files
 
 
@@ -223,7 +232,9 @@ def post_process(ctx: PipelineContext, job: CheckpointJob) -> dict[int, bool]:
 
 
 def commit(ctx: PipelineContext, job: CheckpointJob, levels: dict[int, bool]) -> list[CheckpointEntry]:
-    """Add ``job`` to the manifest with per-level completion ``levels``, prune, and commit (collective).
+    """Add ``job`` to the manifest with per-level completion ``levels``, settle the ``unsynced`` levels of
+    the earlier checkpoints ``job.settle`` names (cleared when durable on every rank, else marked
+    incomplete), prune, and commit (collective): one manifest write.
 
     Returns the pruned entries; the caller removes their files (after this returned, i.e. after the commit).
 
@@ -237,7 +248,12 @@ def commit(ctx: PipelineContext, job: CheckpointJob, levels: dict[int, bool]) ->
     entry = CheckpointEntry(id=job.ckpt_id, seq=job.seq, level=job.level, time=time.time(),
                             levels={lv: bool(levels.get(lv, False)) for lv in job.levels},
                             nodes=list(job.nodes), files=list(job.files), extra=dict(job.extra))
-    return _change_and_commit(ctx, lambda: ctx.store.add(entry), f"checkpoint {job.ckpt_id}: manifest commit")
+
+    def change() -> None:
+        _settle_unsynced(ctx, job.settle)
+        ctx.store.add(entry)
+
+    return _change_and_commit(ctx, change, f"checkpoint {job.ckpt_id}: manifest commit")
 
 
 def commit_levels(ctx: PipelineContext, ckpt_id: int, levels: dict[int, bool]) -> list[CheckpointEntry]:
@@ -250,21 +266,17 @@ def commit_levels(ctx: PipelineContext, ckpt_id: int, levels: dict[int, bool]) -
                               f"checkpoint {ckpt_id}: manifest update")
 
 
-def commit_synced(ctx: PipelineContext, durable: Mapping[int, bool]) -> list[CheckpointEntry]:
-    """Settle the ``unsynced`` levels of checkpoints ``durable`` (id → whether every rank saw their files
-    durable, agreed): cleared when durable, else marked incomplete; prune and commit (collective).
-
-    Returns the pruned entries (remove their files afterwards); on failure the in-memory manifest is kept.
-    """
-    def settle() -> None:
-        for ckpt_id, ok in durable.items():
+def _settle_unsynced(ctx: PipelineContext, durable: Mapping[int, bool]) -> None:
+    """In the in-memory manifest: clear the ``unsynced`` levels of checkpoints ``durable`` (id → whether every
+    rank saw their files durable, agreed) when durable, else mark those levels incomplete."""
+    for ckpt_id, ok in durable.items():
+        try:
             entry = ctx.store.manifest.entry(ckpt_id)
-            for lv in entry.unsynced_levels:
-                entry.levels[lv] = entry.levels.get(lv, False) and ok
-            entry.extra.pop("unsynced", None)
-
-    return _change_and_commit(ctx, settle, "the manifest update after the background fsyncs of checkpoint(s) "
-                                           f"{sorted(durable)}")
+        except KeyError:  # pruned meanwhile: nothing left to settle
+            continue
+        for lv in entry.unsynced_levels:
+            entry.levels[lv] = entry.levels.get(lv, False) and ok
+        entry.extra.pop("unsynced", None)
 
 
 def commit_gate(ctx: PipelineContext, job: CheckpointJob) -> bool | None:

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import StorageError
 from ._dirsync import fsync_dir, owe_parent_fsync, remove_empty_dirs
-from ._writeback import WRITEBACK_MIN_BYTES, Writeback, start_writeback
+from ._writeback import WRITEBACK_MIN_BYTES, KeptThread, Writeback, start_writeback
 
 __all__ = ["AtomicWriter", "atomic_write_bytes", "open_temp", "set_group_access", "file_mode", "dir_mode",
            "fsync_dir", "write_all", "make_dirs", "remove_file", "remove_empty_dirs", "stale_temps",
@@ -348,8 +348,8 @@ class AtomicWriter:
 
 
 class BackgroundSyncs:
-    """The fsyncs of files already under their final names, run one after the other by a background thread
-    once the batch is sealed.
+    """The fsyncs of files already under their final names, run one after the other by the process's kept
+    background fsync thread (:class:`~ftkit.storage._writeback.KeptThread`) once the batch is sealed.
 
     A checkpoint level whose copies may reach the disk after the checkpoint is committed (L2 partner copies,
     L3 parity files: the files are readable at once, from the page cache, by any process of the node) commits
@@ -361,7 +361,7 @@ class BackgroundSyncs:
     def __init__(self) -> None:
         self._files: list[tuple[int, Path]] = []
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._done: threading.Event | None = None   # set once the sealed batch's fsyncs are over
         self._sealed = False
         self._error: OSError | None = None
 
@@ -382,11 +382,15 @@ class BackgroundSyncs:
         _sync_and_close(fd, directory)
 
     def _run(self) -> None:
-        for fd, directory in self._files:
-            try:
-                _sync_and_close(fd, directory)
-            except OSError as exc:
-                self._error = self._error or exc
+        try:
+            for fd, directory in self._files:
+                try:
+                    _sync_and_close(fd, directory)
+                except OSError as exc:
+                    self._error = self._error or exc
+        finally:
+            assert self._done is not None
+            self._done.set()
 
     def seal(self) -> None:
         """Accept no more files and start the fsyncs of those added, in the background. Idempotent."""
@@ -395,8 +399,8 @@ class BackgroundSyncs:
                 return
             self._sealed = True
             if self._files:
-                self._thread = threading.Thread(target=self._run, name="ftkit-redundancy-fsync", daemon=True)
-                self._thread.start()
+                self._done = threading.Event()
+                _SYNC_THREAD.put(self._run)
 
     def wait(self) -> OSError | None:
         """Seal, wait until every file added is durable, and return the first failure (None: all are).
@@ -404,9 +408,12 @@ class BackgroundSyncs:
         The wait is on this process's own fsyncs (no peer): it has no deadline.
         """
         self.seal()
-        if self._thread is not None:
-            self._thread.join()
+        if self._done is not None:
+            self._done.wait()
         return self._error
+
+
+_SYNC_THREAD = KeptThread("ftkit-redundancy-fsync")
 
 
 def _sync_and_close(fd: int, directory: Path) -> None:

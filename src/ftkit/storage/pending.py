@@ -2,10 +2,11 @@
 
 An inline L2/L3 checkpoint sends (L2) or encodes (L3) exactly the bytes its L1 file holds, while the
 protected arrays cannot change (the application is inside the checkpoint call). :func:`start_write` writes the
-L1 file, starts its fsync in a background thread and returns a :class:`PendingFile`: the post-processing
-reads the file's bytes from memory (:meth:`PendingFile.source`, no re-read of the file) while the disk
-flushes it, and :meth:`PendingFile.finish` (before the ranks agree that the level is done, hence before any
-manifest commit) waits for the fsync, then renames the file to its final name and fsyncs the directory.
+L1 file, starts its fsync in the process's kept L1 fsync thread and returns a :class:`PendingFile`: the
+post-processing reads the file's bytes from memory (:meth:`PendingFile.source`, no re-read of the file) while
+the disk flushes it, and :meth:`PendingFile.finish` (before the ranks agree that the level is done, hence
+before any manifest commit) waits for the fsync, then renames the file to its final name and fsyncs the
+directory.
 
 Rules a caller relies on:
 
@@ -30,6 +31,7 @@ import numpy as np
 
 from ..errors import StorageError
 from ._fsutil import AtomicWriter
+from ._writeback import KeptThread
 from .format.container import DEFAULT_CHUNK, FileInfo, write_uncommitted
 from .format.global_layout import Layout
 from .format.source import ByteSource
@@ -99,14 +101,16 @@ class PendingFile:
             if sec.nbytes:
                 pieces.append((sec.offset, memoryview(arr.reshape(-1).view(np.uint8))))  # type: ignore[arg-type]
         self._source = MemorySource(f"{self.path} (from the protected arrays)", pieces)
-        self._thread = threading.Thread(target=self._sync, name="ftkit-l1-fsync", daemon=True)
-        self._thread.start()
+        self._synced = threading.Event()
+        _L1_SYNC_THREAD.put(self._sync)   # the process's kept thread (one per call cost 4-13 ms: issue 37)
 
     def _sync(self) -> None:
         try:
             self._writer.sync()
         except BaseException as exc:  # raised by finish() in the caller's thread
             self._error = exc
+        finally:
+            self._synced.set()
 
     def source(self) -> MemorySource:
         """The file's bytes, served from the arrays it was written from (valid while they are unchanged)."""
@@ -129,7 +133,7 @@ class PendingFile:
         """
         if self._finished:
             return
-        self._thread.join()
+        self._synced.wait()
         if self._error is not None:
             self._writer.abort()
             err = self._error
@@ -140,8 +144,11 @@ class PendingFile:
 
     def abort(self) -> None:
         """Drop the temporary file once the fsync is over (the final name is untouched). Never raises."""
-        self._thread.join()
+        self._synced.wait()
         self._writer.abort()
+
+
+_L1_SYNC_THREAD = KeptThread("ftkit-l1-fsync")
 
 
 def start_write(path: str | os.PathLike[str], arrays: Sequence[tuple[str, np.ndarray]], *, rank: int,

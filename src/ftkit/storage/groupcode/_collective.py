@@ -17,6 +17,7 @@ collectives are out of step after a TimeoutFailure: it must not be used for grou
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ import numpy as np
 from ..._wait import deadline_after, wait_requests
 from ...errors import FtkitError, StorageError, TimeoutFailure
 from .._jsonslots import allgather_values
+from .._writeback import KeptThread
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -224,7 +226,9 @@ def allgather_json(comm: MPI.Comm, value: Any, timeout: float | None, what: str)
 
 
 class Worker:
-    """One thread running jobs in submission order; :meth:`wait` waits for the job of one buffer set.
+    """Jobs run in submission order by the process's kept thread of that name
+    (:class:`~ftkit.storage._writeback.KeptThread`: a thread started per call cost the call 4-13 ms on a
+    loaded machine, issue 37); :meth:`wait` waits for the job of one buffer set.
 
     Jobs run in order (the parity hash is fed chunk by chunk). An exception in a job is re-raised by the
     caller's next :meth:`wait`; later jobs are skipped.
@@ -232,26 +236,18 @@ class Worker:
 
     def __init__(self, name: str = "ftkit-l3-encode") -> None:
         self._cv = threading.Condition()
-        self._jobs: list[tuple[int, Callable[..., None], tuple[Any, ...]]] = []
         self._busy: set[int] = set()
         self._error: BaseException | None = None
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        with _KEPT_LOCK:
+            self._thread = _KEPT.setdefault(name, KeptThread(name))
 
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._jobs and not self._closed:
-                    self._cv.wait()
-                if not self._jobs:
-                    return
-                b, fn, args = self._jobs.pop(0)
-            try:
-                if self._error is None:
-                    fn(*args)
-            except BaseException as exc:  # handed to the caller by wait()
-                self._error = exc
+    def _job(self, b: int, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+        try:
+            if self._error is None:
+                fn(*args)
+        except BaseException as exc:  # handed to the caller by wait()
+            self._error = exc
+        finally:
             with self._cv:
                 self._busy.discard(b)
                 self._cv.notify_all()
@@ -260,8 +256,7 @@ class Worker:
         """Queue ``fn(*args)`` as the job of buffer set ``b``."""
         with self._cv:
             self._busy.add(b)
-            self._jobs.append((b, fn, args))
-            self._cv.notify_all()
+        self._thread.put(functools.partial(self._job, b, fn, args))
 
     def wait(self, b: int) -> None:
         """Wait until buffer set ``b`` is free; re-raise a job's exception."""
@@ -280,8 +275,12 @@ class Worker:
             raise self._error
 
     def close(self) -> None:
-        """Stop the thread once the queue is empty, and join it."""
+        """Wait until every queued job is done (the buffers are free); never raises. The thread is kept."""
         with self._cv:
-            self._closed = True
-            self._cv.notify_all()
-        self._thread.join()
+            while self._busy:
+                self._cv.wait()
+
+
+#: The kept worker threads, by name (see :class:`Worker`).
+_KEPT: dict[str, KeptThread] = {}
+_KEPT_LOCK = threading.Lock()
