@@ -15,7 +15,7 @@ from ...errors import ABFTError, PBLASArgumentError
 from ...inject import InjectionPlan
 from .. import checksums
 from ..matrix import DistributedMatrix
-from ..pblas._operands import aligned_operands
+from ..pblas._operands import AlignedOperands, aligned_operands
 from ..pblas._summa import AllgatherExchange, PanelExchange, plan_summa, run_summa
 from ..pblas.gemm import (
     _scale,
@@ -207,6 +207,7 @@ def _ft_gemm(
     c_before: np.ndarray | None = None,
     more_terms: Sequence[Term] = (),
     c_fill: tuple[np.ndarray, np.ndarray] | None = None,
+    aligned: Sequence[AlignedOperands] | None = None,
 ) -> ABFTReport:
     """The checked product (arguments already validated): encode, multiply, verify, correct, report.
 
@@ -219,6 +220,8 @@ def _ft_gemm(
     ``c_fill``: ``(src, keep)``, C0 is ``src``'s rows ``keep[0, j]:keep[1, j]`` of each column ``j`` and zero
     elsewhere (a diagonal square's triangle); C's local view is filled with it in the pass that sums it, and
     ``src``, which the caller keeps unchanged during the call, is read again only to recompute blocks.
+    ``aligned``: the terms' operands already aligned with C's submatrix (one per term, in order; views of
+    operands the caller aligned once for several pieces), used instead of aligning them here.
     """
     grid = C.grid
     threshold = Threshold.parse(tol)
@@ -231,7 +234,7 @@ def _ft_gemm(
     c0, c0_sums = _summarize_c0(c, seg, beta, mode, c_before, c_fill)
     product = checksums.ChecksumProduct(seg.nr, seg.nc, threshold.kinds)  # squared sums: statistical only
     ops = _multiply_encoded(ta, tb, m, n, k, alpha, [(A, ia, ja, B, ib, jb), *more_terms], beta, C, ic, jc,
-                            seg, product, width, exchange, inject)  # fmt: skip
+                            seg, product, width, exchange, inject, aligned)  # fmt: skip
     pred = product.predict(alpha, beta, c0_sums)
     sums = checksums.block_sums_sq(c, seg.rb, seg.cb)
     thr = threshold.bounds(pred, seg, alpha, beta, csq=sums[4])
@@ -292,6 +295,7 @@ def _multiply_encoded(
     ta: str, tb: str, m: int, n: int, k: int, alpha: float, terms: Sequence[Term], beta: float,
     C: DistributedMatrix, ic: int, jc: int, seg: BlockSegmentation, product: checksums.ChecksumProduct,
     width: int | None, exchange: PanelExchange | None, inject: InjectionPlan | None,
+    aligned: Sequence[AlignedOperands] | None = None,
 ) -> list[Any]:
     """Scale C by beta and add ``alpha op(A) op(B)`` of every term by SUMMA with the checksums in the panels
     (collective); return the terms' aligned operands (empty if nothing was multiplied), which a recomputation
@@ -310,7 +314,8 @@ def _multiply_encoded(
         return []
     all_ops, last = [], 0
     for t, (A, ia, ja, B, ib, jb) in enumerate(terms):
-        ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc)
+        ops = aligned[t] if aligned is not None else aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C,
+                                                                       ic, jc)
         steps = plan_summa(ops.ka, ops.kb, width)
         plan = inject if t == 0 else None
         if plan is not None:

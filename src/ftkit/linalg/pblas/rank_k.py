@@ -6,9 +6,11 @@ C stays bit for bit. ``op(X)`` is ``X`` (``n x k``, trans "N") or ``X.T`` (X is 
 ``alpha == 0`` or ``k == 0`` scales the triangle by ``beta`` without reading A or B; ``beta == 0`` does not
 read C. float64 or float32 (A and B of C's dtype).
 
-How: C's columns are cut into a few slabs. The part of a slab strictly inside the triangle (below its diagonal
-square for "L", above it for "U") is a plain PDGEMM into C; the diagonal square is computed by PDGEMM into a
-work copy of C and only its triangle is copied back. So at most ``1/slabs`` of the product is computed twice.
+How: each operand is brought into C's layout once per call (a transposed one redistributed once, not once per
+slab), then C's columns are cut into a few slabs (at distribution-block boundaries where near): each slab's
+part inside the triangle, its diagonal square included, is one SUMMA product into C, and the square's other
+triangle, computed over with it, is put back bit for bit. So at most ``1/slabs`` of the product is computed
+in vain.
 
 Argument positions in the PBLAS calling sequence (errors: :class:`~ftkit.errors.PBLASArgumentError`):
 
@@ -24,16 +26,22 @@ import numpy as np
 from ...errors import PBLASArgumentError
 from ..matrix import DistributedMatrix
 from .add import trapezoid_mask
-from .gemm import _check_dim, _check_flag, _check_matrix, _check_scalar, _gemm, _scale
+from ._operands import AlignedOperands, aligned_operands
+from ._summa import run_summa
+from .gemm import _check_dim, _check_flag, _check_matrix, _check_scalar, _scale
 from .triangular import check_dtype
 
-__all__ = ["pdsyrk", "pdsyr2k", "check_rank_args", "rank_update"]
+__all__ = ["pdsyrk", "pdsyr2k", "check_rank_args", "rank_update", "slab_bounds", "slab_pieces", "aligned_terms",
+           "piece_operands", "excluded_triangle"]
 
 #: Most slabs C's columns are cut into (more slabs: fewer duplicated flops, more PDGEMM calls).
 SLABS = 4
 
 #: One term ``op(X) op(Y).T`` of the update: ``(X, ix, jx, Y, iy, jy)``.
 Term = tuple[DistributedMatrix, int, int, DistributedMatrix, int, int]
+
+#: A piece of the triangle: submatrix rows ``r0:r1`` and columns ``c0:c1``.
+Piece = tuple[int, int, int, int]
 
 
 def check_rank_args(routine, uplo, trans, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc):  # type: ignore[no-untyped-def]
@@ -64,18 +72,60 @@ def check_rank_args(routine, uplo, trans, n, k, alpha, A, ia, ja, B, ib, jb, bet
     return uplo, trans, n, k, alpha, ia, ja, ib, jb, beta, ic, jc
 
 
-def _products(trans: str, terms: list[Term], k: int, alpha: float, beta: float, C: DistributedMatrix,
-              ic: int, jc: int, r0: int, r1: int, c0: int, c1: int) -> None:
-    """``C[r0:r1, c0:c1] = alpha * sum(op(X)[r0:r1] op(Y)[c0:c1].T) + beta C[...]`` (submatrix indices)."""
-    m, n = r1 - r0, c1 - c0
-    for i, (X, ix, jx, Y, iy, jy) in enumerate(terms):
-        b = beta if i == 0 else 1.0
-        if trans == "N":
-            _gemm("N", "T", m, n, k, alpha, X, ix + r0, jx, Y, iy + c0, jy, b, C, ic + r0, jc + c0,
-                  "summa", None, None)
-        else:
-            _gemm("T", "N", m, n, k, alpha, X, ix, jx + r0, Y, iy, jy + c0, b, C, ic + r0, jc + c0,
-                  "summa", None, None)
+def slab_bounds(n: int, offset: int, nb: int, slabs: int = SLABS) -> list[int]:
+    """Column bounds ``0 = b0 < b1 < ... = n`` of at most ``slabs`` slabs, each inner bound moved to the
+    nearest distribution-block boundary (global index ``offset + b`` a multiple of ``nb``) when one is
+    closer than half a slab."""
+    nslab = max(1, min(slabs, n))
+    width = -(-n // nslab)
+    bounds = [0]
+    for b in range(width, n, width):
+        aligned = b - (offset + b) % nb
+        if (offset + b) % nb * 2 > nb:
+            aligned += nb
+        if 2 * abs(aligned - b) < width and bounds[-1] < aligned < n:
+            b = aligned
+        if b > bounds[-1]:
+            bounds.append(b)
+    return bounds + [n]
+
+
+def slab_pieces(uplo: str, n: int, bounds: list[int]) -> list[Piece]:
+    """One piece per slab: its diagonal square with the part of the slab inside the triangle (below the
+    square for "L", above it for "U"), as submatrix rows ``r0:r1`` and columns ``c0:c1``."""
+    return [(c0, n, c0, c1) if uplo == "L" else (0, c1, c0, c1)
+            for c0, c1 in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def aligned_terms(trans: str, terms: list[Term], n: int, k: int, C: DistributedMatrix, ic: int,
+                  jc: int) -> list[AlignedOperands]:
+    """Every term's operands of the whole ``n x n`` product ``op(X) op(Y).T``, aligned with
+    ``C(ic:ic+n, jc:jc+n)`` (collective): each operand is moved at most once per call, and every piece
+    takes its rows and columns from them (:func:`piece_operands`)."""
+    ta, tb = ("N", "T") if trans == "N" else ("T", "N")
+    return [aligned_operands(ta, tb, n, n, k, X, ix, jx, Y, iy, jy, C, ic, jc)
+            for X, ix, jx, Y, iy, jy in terms]
+
+
+def piece_operands(ops: AlignedOperands, C: DistributedMatrix, ic: int, jc: int,
+                   piece: Piece) -> AlignedOperands:
+    """The aligned operands of the piece ``C(ic+r0:ic+r1, jc+c0:jc+c1)``: views of ``ops``'s rows of op(X)
+    and columns of op(Y) (local index ranges, no copy)."""
+    r0, r1, c0, c1 = piece
+    g = C.grid
+    rs, cs = ops.crows.range_on(g.myrow, r0, r1), ops.ccols.range_on(g.mycol, c0, c1)
+    return AlignedOperands(ops.a[rs], ops.b[:, cs], C.local_view(ic + r0, jc + c0, r1 - r0, c1 - c0),
+                           ops.ka, ops.kb, C.row_map(ic + r0, r1 - r0), C.col_map(jc + c0, c1 - c0),
+                           ops.redistributed)
+
+
+def excluded_triangle(C: DistributedMatrix, ic: int, jc: int, uplo: str,
+                      piece: Piece) -> tuple[np.ndarray, np.ndarray]:
+    """The local view of the piece's diagonal square and the mask of its part outside the ``uplo``
+    triangle (the part the routine must leave bit for bit)."""
+    _, _, c0, c1 = piece
+    w = c1 - c0
+    return C.local_view(ic + c0, jc + c0, w, w), ~trapezoid_mask(C, ic + c0, jc + c0, w, w, uplo)
 
 
 def rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, terms: list[Term], beta: float,
@@ -89,20 +139,17 @@ def rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, terms: list
         _scale(scaled, beta)
         view[...] = np.where(trapezoid_mask(C, ic, jc, n, n, uplo), scaled, view)
         return
-    work = C.copy()
-    nslab = max(1, min(slabs, n))
-    width = -(-n // nslab)
-    for c0 in range(0, n, width):
-        c1 = min(n, c0 + width)
-        if uplo == "L" and c1 < n:
-            _products(trans, terms, k, alpha, beta, C, ic, jc, c1, n, c0, c1)
-        if uplo == "U" and c0 > 0:
-            _products(trans, terms, k, alpha, beta, C, ic, jc, 0, c0, c0, c1)
-        _products(trans, terms, k, alpha, beta, work, ic, jc, c0, c1, c0, c1)
-        w = c1 - c0
-        view = C.local_view(ic + c0, jc + c0, w, w)
-        view[...] = np.where(trapezoid_mask(C, ic + c0, jc + c0, w, w, uplo),
-                             work.local_view(ic + c0, jc + c0, w, w), view)
+    ops = aligned_terms(trans, terms, n, k, C, ic, jc)
+    for piece in slab_pieces(uplo, n, slab_bounds(n, jc, C.desc.nb, slabs)):
+        square, outside = excluded_triangle(C, ic, jc, uplo, piece)
+        kept = square[outside]  # computed over with the square, then put back bit for bit
+        for t, whole in enumerate(ops):
+            p = piece_operands(whole, C, ic, jc, piece)
+            b = beta if t == 0 else 1.0
+            if b != 0.0:  # beta == 0: left to the first local GEMM, as pdgemm does
+                _scale(p.c, b)
+            run_summa(C.grid, p.a, p.b, p.c, p.ka, p.kb, alpha, beta=0.0 if b == 0.0 else 1.0)
+        square[outside] = kept
 
 
 def pdsyrk(uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
