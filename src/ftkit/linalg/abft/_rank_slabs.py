@@ -109,7 +109,8 @@ def checked_rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, X: 
         shifted = [_shift(term, trans, r0, c0) for term in terms]
         try:
             rep = _ft_gemm(ta, tb, r1 - r0, c1 - c0, k, alpha, *shifted[0], beta, C64, ic + r0, jc + c0, bs,
-                           tol, mode, None, None, inject if p == target else None, False, more_terms=shifted[1:],
+                           tol, mode, None, None, inject if p == target else None, False,
+                           more_terms=shifted[1:],
                            aligned=[piece_operands(w, C64, ic, jc, piece) for w in whole])  # fmt: skip
         except ABFTError as exc:  # the same on every process: the other pieces are still done
             rep = exc.report  # type: ignore[assignment]

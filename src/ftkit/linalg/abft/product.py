@@ -16,7 +16,14 @@ from ...inject import InjectionPlan
 from .. import checksums
 from ..matrix import DistributedMatrix
 from ..pblas._operands import AlignedOperands, aligned_operands
-from ..pblas._summa import AllgatherExchange, PanelExchange, plan_summa, run_summa
+from ..pblas._summa import (
+    AllgatherExchange,
+    PanelExchange,
+    plan_summa,
+    pooled_buffer,
+    release_pool,
+    run_summa,
+)
 from ..pblas.gemm import (
     _scale,
     _symmetric_copy,
@@ -230,56 +237,64 @@ def _ft_gemm(
     seg = BlockSegmentation.of(C, ic, jc, m, n, int(bs) if bs is not None else checksums.choose_bs(C.desc.mb,
                                                                                                C.desc.nb, k))
     c = C.local_view(ic, jc, m, n)
-    # C0's share of the expected sums (and a copy for recomputing blocks), before the beta scaling
-    c0, c0_sums = _summarize_c0(c, seg, beta, mode, c_before, c_fill)
-    product = checksums.ChecksumProduct(seg.nr, seg.nc, threshold.kinds)  # squared sums: statistical only
-    ops = _multiply_encoded(ta, tb, m, n, k, alpha, [(A, ia, ja, B, ib, jb), *more_terms], beta, C, ic, jc,
-                            seg, product, width, exchange, inject, aligned)  # fmt: skip
-    pred = product.predict(alpha, beta, c0_sums)
-    sums = checksums.block_sums_sq(c, seg.rb, seg.cb)
-    thr = threshold.bounds(pred, seg, alpha, beta, csq=sums[4])
-    v = checksums.verify_blocks(c, seg.rb, seg.cb, pred.expected, thr, sums)
-    events, rest, final, t_fix = _verify_and_correct(c, seg, v, pred.expected, thr, mode, grid.rank)
-    # One non-blocking reduction (waited without spinning: ranks that finish first sleep instead of polling
-    # for the slowest) tells every process the report's totals and whether any block must be recomputed;
-    # the collective recomputation and the exchange of events only run when there is something to share.
-    n_unchecked = int(v.unchecked.sum())
-    (n_rest, n_events, checked, unchecked), (max_ratio, t_max) = _reduce(
-        grid.comm, [len(rest), len(events), seg.nr * seg.nc - n_unchecked, n_unchecked],
-        [_ratio(final), t_fix],
-    )
-    if n_rest:
-        more, t_re = recompute_blocks(
-            grid, ops, rest, c, c0, seg.rb, seg.cb, alpha, beta, pred.expected, thr, pred, threshold.tol,
-            lambda bi, bj, action: seg.event(bi, bj, grid.rank, action),
+    pool: dict[object, np.ndarray] = {}  # the copy of C0 in a buffer kept between calls, as panels are
+    try:
+        # C0's share of the expected sums (and a copy for recomputing blocks), before the beta scaling
+        c0, c0_sums = _summarize_c0(c, seg, beta, mode, c_before, c_fill, pool)
+        product = checksums.ChecksumProduct(seg.nr, seg.nc, threshold.kinds)  # squared sums: statistical only
+        ops = _multiply_encoded(ta, tb, m, n, k, alpha, [(A, ia, ja, B, ib, jb), *more_terms], beta, C, ic,
+                                jc, seg, product, width, exchange, inject, aligned)  # fmt: skip
+        pred = product.predict(alpha, beta, c0_sums)
+        sums = checksums.block_sums_sq(c, seg.rb, seg.cb)
+        thr = threshold.bounds(pred, seg, alpha, beta, csq=sums[4])
+        v = checksums.verify_blocks(c, seg.rb, seg.cb, pred.expected, thr, sums)
+        events, rest, final, t_fix = _verify_and_correct(c, seg, v, pred.expected, thr, mode, grid.rank)
+        # One non-blocking reduction (waited without spinning: ranks that finish first sleep instead of
+        # polling for the slowest) tells every process the report's totals and whether any block must be
+        # recomputed; the collective recomputation and the exchange of events only run when there is
+        # something to share.
+        n_unchecked = int(v.unchecked.sum())
+        (n_rest, n_events, checked, unchecked), (max_ratio, t_max) = _reduce(
+            grid.comm, [len(rest), len(events), seg.nr * seg.nc - n_unchecked, n_unchecked],
+            [_ratio(final), t_fix],
         )
-        events += more
-        t0 = time.perf_counter()
-        final = checksums.verify_blocks(c, seg.rb, seg.cb, pred.expected, thr) if events else v
-        t_fix += t_re + time.perf_counter() - t0
-        (n_events,), (max_ratio, t_max) = _reduce(grid.comm, [len(events)], [_ratio(final), t_fix])
-    all_events = [e for evs in grid.comm.allgather(events) for e in evs] if n_events else []
-    all_events.sort(key=lambda e: (e.row_block, e.col_block))
-    report = ABFTReport(
-        blocks_checked=int(checked),
-        detected=sum(e.action not in ("rounding", "unchecked") for e in all_events),
-        corrected=sum(e.action in ("located", "recomputed") for e in all_events),
-        rounding_alarms=sum(e.action == "rounding" for e in all_events),
-        events=tuple(all_events),
-        max_ratio=float(max_ratio),
-        correct_seconds=float(t_max),
-        threshold=threshold.name,
-        bs=seg.bs,
-        unchecked=int(unchecked),
-    )
-    _raise_if_failed(report, mode, unchecked_is_error)
-    return report
+        if n_rest:
+            more, t_re = recompute_blocks(
+                grid, ops, rest, c, c0, seg.rb, seg.cb, alpha, beta, pred.expected, thr, pred, threshold.tol,
+                lambda bi, bj, action: seg.event(bi, bj, grid.rank, action),
+            )
+            events += more
+            t0 = time.perf_counter()
+            final = checksums.verify_blocks(c, seg.rb, seg.cb, pred.expected, thr) if events else v
+            t_fix += t_re + time.perf_counter() - t0
+            (n_events,), (max_ratio, t_max) = _reduce(grid.comm, [len(events)], [_ratio(final), t_fix])
+        all_events = [e for evs in grid.comm.allgather(events) for e in evs] if n_events else []
+        all_events.sort(key=lambda e: (e.row_block, e.col_block))
+        report = ABFTReport(
+            blocks_checked=int(checked),
+            detected=sum(e.action not in ("rounding", "unchecked") for e in all_events),
+            corrected=sum(e.action in ("located", "recomputed") for e in all_events),
+            rounding_alarms=sum(e.action == "rounding" for e in all_events),
+            events=tuple(all_events),
+            max_ratio=float(max_ratio),
+            correct_seconds=float(t_max),
+            threshold=threshold.name,
+            bs=seg.bs,
+            unchecked=int(unchecked),
+        )
+        _raise_if_failed(report, mode, unchecked_is_error)
+        return report
+    finally:
+        release_pool(pool)
 
 
 def _summarize_c0(c: np.ndarray, seg: BlockSegmentation, beta: float, mode: str, c_before: np.ndarray | None,
-                  c_fill: tuple[np.ndarray, np.ndarray] | None) -> tuple[Any, Any]:
+                  c_fill: tuple[np.ndarray, np.ndarray] | None,
+                  pool: dict[object, np.ndarray]) -> tuple[Any, Any]:
     """C0's block sums (``None`` if ``beta == 0``) and what a recomputation reads C0 from (``None`` if none
-    will): ``c_before``, a copy taken in the same pass, or ``c_fill``'s kept rows (C filled from them)."""
+    will): ``c_before``, a copy taken in the same pass (into a buffer of ``pool``: a fresh array of C's size
+    costs page faults and the kernel's zeroing, a pass of its own), or ``c_fill``'s kept rows (C filled from
+    them)."""
     if beta == 0.0:
         return None, None
     if c_fill is not None:
@@ -287,7 +302,7 @@ def _summarize_c0(c: np.ndarray, seg: BlockSegmentation, beta: float, mode: str,
         return (KeptRows(*c_fill) if mode == "correct" else None), sums
     if mode != "correct" or c_before is not None:
         return c_before if mode == "correct" else None, checksums.summarize_c0(c, seg.rb, seg.cb)
-    c0 = np.empty(c.shape, order="F")
+    c0 = pooled_buffer(pool, "c0", c.shape)
     return c0, checksums.summarize_c0(c, seg.rb, seg.cb, c0)  # the copy in the same pass
 
 
@@ -314,8 +329,8 @@ def _multiply_encoded(
         return []
     all_ops, last = [], 0
     for t, (A, ia, ja, B, ib, jb) in enumerate(terms):
-        ops = aligned[t] if aligned is not None else aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C,
-                                                                       ic, jc)
+        ops = (aligned[t] if aligned is not None
+               else aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc))
         steps = plan_summa(ops.ka, ops.kb, width)
         plan = inject if t == 0 else None
         if plan is not None:

@@ -25,14 +25,14 @@ import numpy as np
 
 from ...errors import PBLASArgumentError
 from ..matrix import DistributedMatrix
-from .add import trapezoid_mask
 from ._operands import AlignedOperands, aligned_operands
 from ._summa import run_summa
+from .add import trapezoid_mask
 from .gemm import _check_dim, _check_flag, _check_matrix, _check_scalar, _scale
 from .triangular import check_dtype
 
-__all__ = ["pdsyrk", "pdsyr2k", "check_rank_args", "rank_update", "slab_bounds", "slab_pieces", "aligned_terms",
-           "piece_operands", "excluded_triangle"]
+__all__ = ["pdsyrk", "pdsyr2k", "check_rank_args", "rank_update", "slab_bounds", "slab_pieces",
+           "aligned_terms", "piece_operands", "excluded_triangle"]
 
 #: Most slabs C's columns are cut into (more slabs: fewer duplicated flops, more PDGEMM calls).
 SLABS = 4
