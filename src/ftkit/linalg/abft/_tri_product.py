@@ -60,7 +60,7 @@ def _encode(g: ProcessGrid, t: np.ndarray, w: np.ndarray, seg: BlockSegmentation
         achk[:, cols.indices_on(g.mycol)] = part
     wext = pooled_buffer(pool, "w0", (w.shape[0], ncols + kinds * nc))
     encode_cols_into(w, seg.cb, checksums.segment_weights(seg.cb), wext, True, kinds)
-    bchk = np.zeros((ka, kinds * nc), order="F")
+    bchk = np.zeros((ka, kinds * nc))  # C order: its rows are scattered (3x faster than into F order)
     bchk[rows.indices_on(g.myrow), :] = wext[:, ncols:]
     # the process row's columns of T give full checksum rows, the process column's rows of W full checksum
     # columns; both at once, waited by sleeping (a blocking collective busy-polls on the ranks that finish
