@@ -277,22 +277,24 @@ def _ft_gemm(
             (n_events,), (max_ratio, t_max) = _reduce(grid.comm, [len(events)], [_ratio(final), t_fix])
         all_events = [e for evs in grid.comm.allgather(events) for e in evs] if n_events else []
         all_events.sort(key=lambda e: (e.row_block, e.col_block))
-        report = ABFTReport(
-            blocks_checked=int(checked),
-            detected=sum(e.action not in ("rounding", "unchecked") for e in all_events),
-            corrected=sum(e.action in ("located", "recomputed") for e in all_events),
-            rounding_alarms=sum(e.action == "rounding" for e in all_events),
-            events=tuple(all_events),
-            max_ratio=float(max_ratio),
-            correct_seconds=float(t_max),
-            threshold=threshold.name,
-            bs=seg.bs,
-            unchecked=int(unchecked),
-        )
+        report = _report_of(all_events, checked, unchecked, max_ratio, t_max, threshold.name, seg.bs)
         _raise_if_failed(report, mode, unchecked_is_error)
         return report
     finally:
         release_pool(pool)
+
+
+def _report_of(events: list[BlockEvent], checked: float, unchecked: float, max_ratio: float, seconds: float,
+              threshold: str, bs: int) -> ABFTReport:
+    """The report of a checked product from every process's ``events`` (sorted) and the reduced totals."""
+    return ABFTReport(
+        blocks_checked=int(checked),
+        detected=sum(e.action not in ("rounding", "unchecked") for e in events),
+        corrected=sum(e.action in ("located", "recomputed") for e in events),
+        rounding_alarms=sum(e.action == "rounding" for e in events),
+        events=tuple(events), max_ratio=float(max_ratio), correct_seconds=float(seconds), threshold=threshold,
+        bs=bs, unchecked=int(unchecked),
+    )
 
 
 def _summarize_c0(c: np.ndarray, seg: BlockSegmentation, beta: float, mode: str, c_before: np.ndarray | None,
