@@ -40,7 +40,7 @@ from ..grid import ProcessGrid
 from ..pblas._summa import pooled_buffer, release_pool
 from ..pblas._tri_sweep import sweep
 from ._blocks import BlockSegmentation, Threshold
-from .product import _ratio, _reduce, _verify_and_correct, _report_of
+from .product import _ratio, _reduce, _report_of, _verify_and_correct
 from .report import ABFTReport, BlockEvent
 
 __all__ = ["checked_tri_multiply"]
