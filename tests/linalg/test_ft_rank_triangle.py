@@ -1,7 +1,7 @@
 """ft_pdsyrk / ft_pdsyr2k compute only the referenced triangle (issue 33), on a 1 x 1 grid in process: the
-checked blocks are those of the slabs' off-diagonal parts and diagonal squares (not the whole square), the
-result is numpy's on the triangle and the input elsewhere, and a located flip is reported at its position in
-C's submatrix."""
+checked blocks are those of the triangle's tiles (per distribution block column, the rows from its diagonal
+block on: not the whole square), the result is numpy's on the triangle and the input elsewhere, a located
+flip is reported at its position in C's submatrix, and the tiles cover the triangle exactly once."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 from ftkit import linalg
 from ftkit.inject import BitFlip, InjectionPlan
-from ftkit.linalg.abft._rank_slabs import slab_bounds
+from ftkit.linalg.pblas.rank_k import block_runs, staircase
 
 N, K, NB, BS = 48, 10, 12, 4
 
@@ -30,8 +30,8 @@ def _mats(grid, trans):
 
 
 def _triangle_blocks() -> int:
-    """Checksum blocks of the pieces the slab cut computes: per slab its diagonal square and the rectangle
-    strictly inside the triangle (4 slabs of 12 columns, 3 x 3 blocks of 4 per 12 x 12 square)."""
+    """Checksum blocks of the tiles: per distribution block column (4 of 12 columns) the blocks of 12 x 12
+    from its diagonal one down (3 x 3 blocks of 4 each)."""
     per_square = (NB // BS) ** 2
     slabs = N // NB
     return slabs * per_square + sum(range(slabs)) * per_square
@@ -99,14 +99,30 @@ def test_a_diagonal_square_is_recomputed_from_its_triangle_alone(grid, uplo, see
     rep = linalg.ft_pdsyrk(uplo, "N", N, K, 1.0, A, 0, 0, 1.0, C, 0, 0, bs=BS, inject=plan)
     again = [e for e in rep.events if e.action == "recomputed"]
     assert again and rep.corrected == rep.detected == len(again) and rep.uncorrected == 0, rep.events
-    assert all(e.row0 // NB == e.col0 // NB for e in again)  # blocks of a diagonal square
+    assert any(e.row0 // NB == e.col0 // NB for e in again)  # among them blocks of a diagonal square
     got = C.to_global()
     np.testing.assert_allclose(got[tri], (a @ a.T + c)[tri], rtol=1e-12, atol=1e-12)
     assert np.isnan(got[~tri]).all()
 
 
-def test_slab_bounds_land_on_block_boundaries_when_near():
-    assert slab_bounds(48, 0, 12) == [0, 12, 24, 36, 48]
-    assert slab_bounds(50, 3, 8) == [0, 13, 29, 37, 50]  # global 16, 32, 40: multiples of 8
-    assert slab_bounds(3, 0, 2) == [0, 1, 2, 3]
-    assert slab_bounds(1, 0, 4) == [0, 1]
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("n,nb,ic,jc", [(48, 12, 0, 0), (37, 4, 3, 3), (20, 3, 1, 5), (9, 16, 0, 2),
+                                        (40, 2, 1, 0)])
+def test_tiles_cover_the_triangle_once_and_edges_are_what_lies_outside(grid, uplo, n, nb, ic, jc):
+    """Every triangle element is in exactly one tile; a tile's elements outside the triangle are exactly its
+    edges' masks; ``inner`` lies inside the triangle; ``keep`` names the tile rows of every column."""
+    C = linalg.DistributedMatrix.zeros(grid, n + ic + 1, n + jc + 1, mb=nb, nb=nb)
+    rows, cols = C.row_map(ic, n).indices_on(0), C.col_map(jc, n).indices_on(0)
+    st = staircase(C, ic, jc, n, uplo, block_runs(rows, ic, nb), block_runs(cols, jc, nb))
+    tri = (rows[:, None] >= cols[None, :]) if uplo == "L" else (rows[:, None] <= cols[None, :])
+    count = np.zeros((n, n), int)
+    for rs, cs in st.tiles:
+        count[rs, cs] += 1
+        assert (st.keep[0, cs] == rs.start).all() and (st.keep[1, cs] == rs.stop).all()
+    assert (count[tri] == 1).all() and (count <= 1).all()
+    outside = np.zeros((n, n), bool)
+    for rs, cs, mask in st.edges:
+        outside[rs, cs] |= mask
+    assert np.array_equal(outside, (count == 1) & ~tri)
+    rs, cs = st.inner
+    assert tri[rs, cs].all() and (rs.stop - rs.start) * (cs.stop - cs.start) > 0

@@ -16,22 +16,7 @@ from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from .report import BlockEvent
 
-__all__ = ["KeptRows", "recompute_blocks"]
-
-
-class KeptRows:
-    """C0 given as ``src``'s rows ``keep[0, j]:keep[1, j]`` of each column ``j``, zero elsewhere (a diagonal
-    square's triangle, the other one never read): a block of it is built only when a recomputation asks."""
-
-    def __init__(self, src: np.ndarray, keep: np.ndarray) -> None:
-        self.src, self.keep = src, keep
-
-    def __getitem__(self, where: tuple[slice, slice]) -> np.ndarray:
-        rs, cs = where
-        blk = np.array(self.src[rs, cs], order="F")
-        rows = np.arange(blk.shape[0])[:, None] + (rs.start or 0)
-        blk[(rows < self.keep[0, cs][None, :]) | (rows >= self.keep[1, cs][None, :])] = 0.0
-        return blk
+__all__ = ["recompute_blocks"]
 
 
 def _gather_full(comm: MPI.Comm, piece: np.ndarray, kmap: BlockCyclic1D, axis: int) -> np.ndarray:
@@ -54,7 +39,7 @@ def recompute_blocks(
     ops: Sequence[Any],
     rest: list[tuple[int, int]],
     c: np.ndarray,
-    c0: np.ndarray | KeptRows | None,
+    c0: np.ndarray | None,
     rb: np.ndarray,
     cbnd: np.ndarray,
     alpha: float,

@@ -40,7 +40,7 @@ from ..grid import ProcessGrid
 from ..pblas._summa import pooled_buffer, release_pool
 from ..pblas._tri_sweep import sweep
 from ._blocks import BlockSegmentation, Threshold
-from .product import _ratio, _reduce, _verify_and_correct
+from .product import _ratio, _reduce, _report_of, _verify_and_correct
 from .report import ABFTReport, BlockEvent
 
 __all__ = ["checked_tri_multiply"]
@@ -60,7 +60,7 @@ def _encode(g: ProcessGrid, t: np.ndarray, w: np.ndarray, seg: BlockSegmentation
         achk[:, cols.indices_on(g.mycol)] = part
     wext = pooled_buffer(pool, "w0", (w.shape[0], ncols + kinds * nc))
     encode_cols_into(w, seg.cb, checksums.segment_weights(seg.cb), wext, True, kinds)
-    bchk = np.zeros((ka, kinds * nc), order="F")
+    bchk = np.zeros((ka, kinds * nc))  # C order: its rows are scattered (3x faster than into F order)
     bchk[rows.indices_on(g.myrow), :] = wext[:, ncols:]
     # the process row's columns of T give full checksum rows, the process column's rows of W full checksum
     # columns; both at once, waited by sleeping (a blocking collective busy-polls on the ranks that finish
@@ -146,14 +146,7 @@ def _multiply_checked(g: ProcessGrid, t: np.ndarray, w: np.ndarray, rows: BlockC
     if transposed:
         all_events = [_swap(e) for e in all_events]
     all_events.sort(key=lambda e: (e.row_block, e.col_block))
-    return ABFTReport(
-        blocks_checked=int(checked),
-        detected=sum(e.action not in ("rounding", "unchecked") for e in all_events),
-        corrected=sum(e.action in ("located", "recomputed") for e in all_events),
-        rounding_alarms=sum(e.action == "rounding" for e in all_events),
-        events=tuple(all_events), max_ratio=float(max_ratio), correct_seconds=float(t_max),
-        threshold=threshold.name, bs=seg.bs, unchecked=int(unchecked),
-    )
+    return _report_of(all_events, checked, unchecked, max_ratio, t_max, threshold.name, seg.bs)
 
 
 def _swap(e: BlockEvent) -> BlockEvent:

@@ -8,12 +8,12 @@ Each takes its plain routine's arguments (:mod:`ftkit.linalg.pblas.triangular`,
 - ``ft_pdtrmm`` runs the plain sweep (only the triangle is multiplied) and checks the result's blocks with
   ``ft_pdgemm``'s checksums (:mod:`ftkit.linalg.abft._tri_product`): location and O(1) correction of a
   single wrong element, the flagged column segments computed again. Injection points as ``ft_pdtrsm``'s.
-- ``ft_pdsyrk`` and ``ft_pdsyr2k`` compute only C's ``uplo`` triangle, as the plain routines do: checked
-  products of the slabs' off-diagonal parts and diagonal squares (:mod:`ftkit.linalg.abft._rank_slabs`),
-  ``alpha op(A) op(A).T + beta C`` and ``alpha op(A) op(B).T + alpha op(B) op(A).T + beta C`` (both
-  terms multiplied into the same piece, their checksums into one prediction, C verified once); the squares
-  go into a work copy whose excluded triangle is zero (filled in the pass that sums C0), the rest into C
-  itself. Event coordinates are those of the product (B's or C's submatrix).
+- ``ft_pdsyrk`` and ``ft_pdsyr2k`` compute only C's ``uplo`` triangle, as the plain routines do: one
+  checked SUMMA whose panels are multiplied only into each process's tiles of the triangle
+  (:mod:`ftkit.linalg.abft._rank_tiles`), ``alpha op(A) op(A).T + beta C`` and
+  ``alpha op(A) op(B).T + alpha op(B) op(A).T + beta C`` (both terms into the same tiles, their checksums
+  into one prediction, C verified once, only the tiles' blocks read). Event coordinates are those of the
+  product (B's or C's submatrix).
 - ``ft_pdtrsm`` runs the plain solve and checks the checksums the solution must satisfy, per block
   (:mod:`ftkit.linalg.abft._solve_sums`): a single wrong element of the solution is located from them and
   fixed in O(1) (``"located"``); otherwise the flagged column segments are solved again (``"recomputed"``).
@@ -38,7 +38,7 @@ from ..pblas._tri_sweep import sweep, tri_cols, triangle_operand
 from ..pblas.rank_k import check_rank_args
 from ..pblas.triangular import check_tri_args
 from ._blocks import BlockSegmentation, Threshold
-from ._rank_slabs import checked_rank_update
+from ._rank_tiles import checked_rank_update
 from ._solve_sums import SolveChecksums
 from ._tri_product import checked_tri_multiply
 from .product import Term
@@ -138,8 +138,8 @@ def _rank_checked(r: str, uplo: str, trans: str, n: int, k: int, alpha: float, X
                   ic: int, jc: int, bs: int | None, tol: float | str | None, mode: str,
                   inject: InjectionPlan | None, unchecked_is_error: bool, more: list[Term] | None = None,
                   ) -> ABFTReport:
-    """``C_uplo = alpha op(X) op(Y).T (+ the ``more`` terms) + beta C_uplo``, only the triangle computed
-    (:mod:`._rank_slabs`)."""
+    """``C_uplo = alpha op(X) op(Y).T (+ the ``more`` terms) + beta C_uplo``, only the triangle's tiles
+    computed (:mod:`._rank_tiles`)."""
     report = checked_rank_update(uplo, trans, n, k, alpha, X, ix, jx, Y, iy, jy, beta, _as64(C), ic, jc, bs,
                                  tol, mode, inject, unchecked_is_error, C, more or [])  # fmt: skip
     _raise_if_failed(r.lower(), report, mode, unchecked_is_error, "recomputation")

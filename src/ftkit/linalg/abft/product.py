@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -15,8 +16,15 @@ from ...errors import ABFTError, PBLASArgumentError
 from ...inject import InjectionPlan
 from .. import checksums
 from ..matrix import DistributedMatrix
-from ..pblas._operands import aligned_operands
-from ..pblas._summa import AllgatherExchange, PanelExchange, plan_summa, run_summa
+from ..pblas._operands import AlignedOperands, aligned_operands
+from ..pblas._summa import (
+    AllgatherExchange,
+    PanelExchange,
+    plan_summa,
+    pooled_buffer,
+    release_pool,
+    run_summa,
+)
 from ..pblas.gemm import (
     _scale,
     _symmetric_copy,
@@ -24,10 +32,11 @@ from ..pblas.gemm import (
     check_symm_args,
     check_width,
 )
+from ..pblas.rank_k import Staircase
 from ..resilient.multiply import resilient_pdgemm
 from ._blocks import BlockSegmentation, Threshold
 from ._encoded_exchange import _ChecksumExchange
-from ._recompute import KeptRows, recompute_blocks
+from ._recompute import recompute_blocks
 from .report import ABFTReport, BlockEvent, check_ft_args, threshold_name
 
 __all__ = ["ft_pdgemm", "ft_pdsymm"]
@@ -206,7 +215,8 @@ def _ft_gemm(
     unchecked_is_error: bool = False,
     c_before: np.ndarray | None = None,
     more_terms: Sequence[Term] = (),
-    c_fill: tuple[np.ndarray, np.ndarray] | None = None,
+    aligned: Sequence[AlignedOperands] | None = None,
+    stairs: Staircase | None = None,
 ) -> ABFTReport:
     """The checked product (arguments already validated): encode, multiply, verify, correct, report.
 
@@ -216,9 +226,11 @@ def _ft_gemm(
     sizes) is added to C after the first by SUMMA runs of their own; their checksums go into the same
     prediction (inner dimension ``k`` per term), so C is verified once, and a recomputation sums every term
     (PDSYR2K's two terms without copying its operands side by side).
-    ``c_fill``: ``(src, keep)``, C0 is ``src``'s rows ``keep[0, j]:keep[1, j]`` of each column ``j`` and zero
-    elsewhere (a diagonal square's triangle); C's local view is filled with it in the pass that sums it, and
-    ``src``, which the caller keeps unchanged during the call, is read again only to recompute blocks.
+    ``aligned``: the terms' operands already aligned with C's submatrix (one per term, in order), used
+    instead of aligning them here.
+    ``stairs``: a triangle of C's submatrix (:class:`~ftkit.linalg.pblas.rank_k.Staircase`): only its tiles
+    are scaled, multiplied, read and verified (the blocks outside are neither checked nor counted); its
+    elements outside the triangle must be zero in C (the caller puts them back); a "C" flip lands inside it.
     """
     grid = C.grid
     threshold = Threshold.parse(tol)
@@ -227,71 +239,99 @@ def _ft_gemm(
     seg = BlockSegmentation.of(C, ic, jc, m, n, int(bs) if bs is not None else checksums.choose_bs(C.desc.mb,
                                                                                                C.desc.nb, k))
     c = C.local_view(ic, jc, m, n)
-    # C0's share of the expected sums (and a copy for recomputing blocks), before the beta scaling
-    c0, c0_sums = _summarize_c0(c, seg, beta, mode, c_before, c_fill)
-    product = checksums.ChecksumProduct(seg.nr, seg.nc, threshold.kinds)  # squared sums: statistical only
-    ops = _multiply_encoded(ta, tb, m, n, k, alpha, [(A, ia, ja, B, ib, jb), *more_terms], beta, C, ic, jc,
-                            seg, product, width, exchange, inject)  # fmt: skip
-    pred = product.predict(alpha, beta, c0_sums)
-    sums = checksums.block_sums_sq(c, seg.rb, seg.cb)
-    thr = threshold.bounds(pred, seg, alpha, beta, csq=sums[4])
-    v = checksums.verify_blocks(c, seg.rb, seg.cb, pred.expected, thr, sums)
-    events, rest, final, t_fix = _verify_and_correct(c, seg, v, pred.expected, thr, mode, grid.rank)
-    # One non-blocking reduction (waited without spinning: ranks that finish first sleep instead of polling
-    # for the slowest) tells every process the report's totals and whether any block must be recomputed;
-    # the collective recomputation and the exchange of events only run when there is something to share.
-    n_unchecked = int(v.unchecked.sum())
-    (n_rest, n_events, checked, unchecked), (max_ratio, t_max) = _reduce(
-        grid.comm, [len(rest), len(events), seg.nr * seg.nc - n_unchecked, n_unchecked],
-        [_ratio(final), t_fix],
-    )
-    if n_rest:
-        more, t_re = recompute_blocks(
-            grid, ops, rest, c, c0, seg.rb, seg.cb, alpha, beta, pred.expected, thr, pred, threshold.tol,
-            lambda bi, bj, action: seg.event(bi, bj, grid.rank, action),
+    pool: dict[object, np.ndarray] = {}  # the copy of C0 in a buffer kept between calls, as panels are
+    try:
+        # C0's share of the expected sums (and a copy for recomputing blocks), before the beta scaling
+        keep = stairs.keep if stairs is not None else None
+        inside = _inside(seg, keep)
+        c0, c0_sums = _summarize_c0(c, seg, beta, mode, c_before, keep, pool)
+        product = checksums.ChecksumProduct(seg.nr, seg.nc, threshold.kinds)  # squared sums: statistical only
+        ops = _multiply_encoded(ta, tb, m, n, k, alpha, [(A, ia, ja, B, ib, jb), *more_terms], beta, C, ic,
+                                jc, seg, product, width, exchange, inject, aligned, stairs)  # fmt: skip
+        pred = product.predict(alpha, beta, c0_sums)
+        sums = checksums.block_sums_sq(c, seg.rb, seg.cb, keep=keep)
+        thr = threshold.bounds(pred, seg, alpha, beta, csq=sums[4])
+        v = _only(checksums.verify_blocks(c, seg.rb, seg.cb, pred.expected, thr, sums), inside)
+        events, rest, final, t_fix = _verify_and_correct(c, seg, v, pred.expected, thr, mode, grid.rank,
+                                                         inside)
+        # One non-blocking reduction (waited without spinning: ranks that finish first sleep instead of
+        # polling for the slowest) tells every process the report's totals and whether any block must be
+        # recomputed; the collective recomputation and the exchange of events only run when there is
+        # something to share.
+        n_unchecked = int(v.unchecked.sum())
+        (n_rest, n_events, checked, unchecked), (max_ratio, t_max) = _reduce(
+            grid.comm, [len(rest), len(events), (seg.nr * seg.nc if inside is None else int(inside.sum()))
+                        - n_unchecked, n_unchecked],
+            [_ratio(final), t_fix],
         )
-        events += more
-        t0 = time.perf_counter()
-        final = checksums.verify_blocks(c, seg.rb, seg.cb, pred.expected, thr) if events else v
-        t_fix += t_re + time.perf_counter() - t0
-        (n_events,), (max_ratio, t_max) = _reduce(grid.comm, [len(events)], [_ratio(final), t_fix])
-    all_events = [e for evs in grid.comm.allgather(events) for e in evs] if n_events else []
-    all_events.sort(key=lambda e: (e.row_block, e.col_block))
-    report = ABFTReport(
+        if n_rest:
+            more, t_re = recompute_blocks(
+                grid, ops, rest, c, c0, seg.rb, seg.cb, alpha, beta, pred.expected, thr, pred, threshold.tol,
+                lambda bi, bj, action: seg.event(bi, bj, grid.rank, action),
+            )
+            events += more
+            t0 = time.perf_counter()
+            final = (_only(checksums.verify_blocks(c, seg.rb, seg.cb, pred.expected, thr), inside) if events
+                     else v)
+            t_fix += t_re + time.perf_counter() - t0
+            (n_events,), (max_ratio, t_max) = _reduce(grid.comm, [len(events)], [_ratio(final), t_fix])
+        all_events = [e for evs in grid.comm.allgather(events) for e in evs] if n_events else []
+        all_events.sort(key=lambda e: (e.row_block, e.col_block))
+        report = _report_of(all_events, checked, unchecked, max_ratio, t_max, threshold.name, seg.bs)
+        _raise_if_failed(report, mode, unchecked_is_error)
+        return report
+    finally:
+        release_pool(pool)
+
+
+def _report_of(events: list[BlockEvent], checked: float, unchecked: float, max_ratio: float, seconds: float,
+              threshold: str, bs: int) -> ABFTReport:
+    """The report of a checked product from every process's ``events`` (sorted) and the reduced totals."""
+    return ABFTReport(
         blocks_checked=int(checked),
-        detected=sum(e.action not in ("rounding", "unchecked") for e in all_events),
-        corrected=sum(e.action in ("located", "recomputed") for e in all_events),
-        rounding_alarms=sum(e.action == "rounding" for e in all_events),
-        events=tuple(all_events),
-        max_ratio=float(max_ratio),
-        correct_seconds=float(t_max),
-        threshold=threshold.name,
-        bs=seg.bs,
-        unchecked=int(unchecked),
+        detected=sum(e.action not in ("rounding", "unchecked") for e in events),
+        corrected=sum(e.action in ("located", "recomputed") for e in events),
+        rounding_alarms=sum(e.action == "rounding" for e in events),
+        events=tuple(events), max_ratio=float(max_ratio), correct_seconds=float(seconds), threshold=threshold,
+        bs=bs, unchecked=int(unchecked),
     )
-    _raise_if_failed(report, mode, unchecked_is_error)
-    return report
 
 
 def _summarize_c0(c: np.ndarray, seg: BlockSegmentation, beta: float, mode: str, c_before: np.ndarray | None,
-                  c_fill: tuple[np.ndarray, np.ndarray] | None) -> tuple[Any, Any]:
+                  keep: np.ndarray | None, pool: dict[object, np.ndarray]) -> tuple[Any, Any]:
     """C0's block sums (``None`` if ``beta == 0``) and what a recomputation reads C0 from (``None`` if none
-    will): ``c_before``, a copy taken in the same pass, or ``c_fill``'s kept rows (C filled from them)."""
+    will): ``c_before``, or a copy taken in the same pass (into a buffer of ``pool``: a fresh array of C's
+    size costs page faults and the kernel's zeroing, a pass of its own). ``keep``: only the rows
+    ``keep[0, j]:keep[1, j]`` of column ``j`` are read (and copied)."""
     if beta == 0.0:
         return None, None
-    if c_fill is not None:
-        sums = checksums.summarize_c0(c_fill[0], seg.rb, seg.cb, c, keep=c_fill[1])
-        return (KeptRows(*c_fill) if mode == "correct" else None), sums
     if mode != "correct" or c_before is not None:
-        return c_before if mode == "correct" else None, checksums.summarize_c0(c, seg.rb, seg.cb)
-    c0 = np.empty(c.shape, order="F")
-    return c0, checksums.summarize_c0(c, seg.rb, seg.cb, c0)  # the copy in the same pass
+        return c_before if mode == "correct" else None, checksums.summarize_c0(c, seg.rb, seg.cb, keep=keep)
+    c0 = pooled_buffer(pool, "c0", c.shape)
+    return c0, checksums.summarize_c0(c, seg.rb, seg.cb, c0, keep=keep, zero_rest=False)  # copy in the pass
+
+
+def _inside(seg: BlockSegmentation, keep: np.ndarray | None) -> np.ndarray | None:
+    """Which blocks lie in the kept rows (``None``: all of them); a block is wholly in or out."""
+    if keep is None:
+        return None
+    k0, k1 = keep[0, seg.cb[:-1]][None, :], keep[1, seg.cb[:-1]][None, :]
+    return (seg.rb[:-1, None] >= k0) & (seg.rb[1:, None] <= k1) & (k1 > k0)
+
+
+def _only(v: checksums.Verification, inside: np.ndarray | None) -> checksums.Verification:
+    """``v`` with the blocks outside ``inside`` neither flagged nor unchecked, their residuals zero."""
+    if inside is None:
+        return v
+    res = {f: np.where(inside, getattr(v, f), 0.0) for f in ("res_ee", "res_we", "res_ew", "res_ww")}
+    return dataclasses.replace(v, **res, flagged=v.flagged & inside, unchecked=v.unchecked & inside)
 
 
 def _multiply_encoded(
     ta: str, tb: str, m: int, n: int, k: int, alpha: float, terms: Sequence[Term], beta: float,
     C: DistributedMatrix, ic: int, jc: int, seg: BlockSegmentation, product: checksums.ChecksumProduct,
     width: int | None, exchange: PanelExchange | None, inject: InjectionPlan | None,
+    aligned: Sequence[AlignedOperands] | None = None, stairs: Staircase | None = None,
 ) -> list[Any]:
     """Scale C by beta and add ``alpha op(A) op(B)`` of every term by SUMMA with the checksums in the panels
     (collective); return the terms' aligned operands (empty if nothing was multiplied), which a recomputation
@@ -302,15 +342,22 @@ def _multiply_encoded(
     # same bits); a C flip planned before the first update must land in a C that is then read, so not then
     fused_beta0 = beta == 0.0 and inject is None and alpha != 0.0 and k > 0
     if not fused_beta0:
-        _scale(c, beta)
+        for rs, cs in [(slice(None), slice(None))] if stairs is None else stairs.tiles:
+            _scale(c[rs, cs], beta)
+    c_inj, to_global = c, seg.to_global  # where a C flip may land: inside the triangle, given stairs
+    if stairs is not None:
+        rs, cs = stairs.inner
+        c_inj, r0, q0 = c[rs, cs], rs.start, cs.start
+        to_global = lambda i, j: seg.to_global(i + r0, j + q0)  # noqa: E731
     if alpha == 0.0 or k == 0:
         if inject is not None:
             inject.resolve(grid.size, 0)
-            inject.apply("C", grid.rank, 0, c, seg.to_global)
+            inject.apply("C", grid.rank, 0, c_inj, to_global)
         return []
     all_ops, last = [], 0
     for t, (A, ia, ja, B, ib, jb) in enumerate(terms):
-        ops = aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc)
+        ops = (aligned[t] if aligned is not None
+               else aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc))
         steps = plan_summa(ops.ka, ops.kb, width)
         plan = inject if t == 0 else None
         if plan is not None:
@@ -318,22 +365,23 @@ def _multiply_encoded(
             last = len(steps)
         own = AllgatherExchange() if exchange is None else None
         inner: PanelExchange = exchange if exchange is not None else own  # type: ignore[assignment]
-        chk = _ChecksumExchange(inner, c.shape[0], c.shape[1], seg.rb, seg.cb, product, c, plan, grid.rank,
-                                seg.to_global)  # fmt: skip
+        chk = _ChecksumExchange(inner, c.shape[0], c.shape[1], seg.rb, seg.cb, product, c_inj, plan,
+                                grid.rank, to_global)  # fmt: skip
         run_summa(grid, ops.a, ops.b, ops.c, ops.ka, ops.kb, alpha, exchange=chk, steps=steps,
-                  beta=0.0 if fused_beta0 and t == 0 else 1.0)  # fmt: skip
+                  beta=0.0 if fused_beta0 and t == 0 else 1.0,
+                  tiles=None if stairs is None else stairs.tiles)  # fmt: skip
         chk.release()  # extended-piece and panel buffers back to the pool, as pdgemm does
         if own is not None:
             own.release()
         all_ops.append(ops)
     if inject is not None:
-        inject.apply("C", grid.rank, last, c, seg.to_global)
+        inject.apply("C", grid.rank, last, c_inj, to_global)
     return all_ops
 
 
 def _verify_and_correct(
     c: np.ndarray, seg: BlockSegmentation, v: checksums.Verification, expected: list[np.ndarray],
-    thr: np.ndarray, mode: str, rank: int,
+    thr: np.ndarray, mode: str, rank: int, inside: np.ndarray | None = None,
 ) -> tuple[list[BlockEvent], list[tuple[int, int]], checksums.Verification, float]:
     """Local part of the check: events of the unchecked and flagged blocks, blocks a single-element
     correction fixed in place (``mode="correct"``), and the blocks left to recompute.
@@ -352,7 +400,7 @@ def _verify_and_correct(
     for bi, bj, i, j in fixed:
         element = (int(seg.rows_here[seg.rb[bi]]) + i, int(seg.cols_here[seg.cb[bj]]) + j)
         events.append(seg.event(bi, bj, rank, "located", element))
-    final = checksums.verify_blocks(c, seg.rb, seg.cb, expected, thr) if fixed else v
+    final = _only(checksums.verify_blocks(c, seg.rb, seg.cb, expected, thr), inside) if fixed else v
     return events, rest, final, time.perf_counter() - t0
 
 

@@ -192,12 +192,13 @@ class ChecksumProduct:
 
 
 def summarize_c0(c0: np.ndarray, rb: np.ndarray, cb: np.ndarray, copy_to: np.ndarray | None = None,
-                 keep: np.ndarray | None = None) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+                 keep: np.ndarray | None = None, zero_rest: bool = True,
+                 ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """Return what a prediction needs from the C before the update: its block sums (with squares) and
     absolute block sums (one pass over ``c0``, which also copies it into ``copy_to`` if given: the segments
     must then cover all of ``c0``). ``keep``: only the rows ``keep[0, j]:keep[1, j]`` of column ``j`` are
-    C0's, the others are zero (:func:`block_sums_sq`)."""
-    *sums, absum = block_sums_sq(c0, rb, cb, with_abs=True, copy_to=copy_to, keep=keep)
+    C0's, the others are zero (:func:`block_sums_sq`; ``zero_rest``: whether the copy gets those zeros)."""
+    *sums, absum = block_sums_sq(c0, rb, cb, with_abs=True, copy_to=copy_to, keep=keep, zero_rest=zero_rest)
     return tuple(sums), absum
 
 

@@ -209,7 +209,7 @@ def encode_cols_into(
 @njit(cache=True, nogil=True, fastmath=_FM)
 def block_sums_into(
     c: np.ndarray, rb: np.ndarray, cb: np.ndarray, wr: np.ndarray, wc: np.ndarray, out: np.ndarray,
-    dst: np.ndarray, keep: np.ndarray,
+    dst: np.ndarray, keep: np.ndarray, zero: bool = True,
 ) -> None:  # pragma: no cover - compiled
     """Plain, row-, column- and doubly-weighted sums and the sum of squares of every block of ``c`` into
     ``out`` (5, nr, nc); with ``out`` of 6 planes also the sums of absolute values into ``out[5]``.
@@ -217,7 +217,8 @@ def block_sums_into(
     ``keep`` (``(2, ncols)``, or ``(2, 0)`` for all of ``c``): only rows ``keep[0, j] <= i < keep[1, j]`` of
     column ``j`` are ``c``'s, the others count as zero (a triangle of a square: its other triangle never
     read). ``dst`` (shaped like ``c``, or ``(0, 0)``): receives that ``c``, zeros included, in the same pass
-    (the segments must then cover all of ``c``): the C before an update, summed and kept at once.
+    (the segments must then cover all of ``c``): the C before an update, summed and kept at once; with
+    ``zero`` false the rows outside ``keep`` are left as they are in ``dst`` (nobody reads them).
 
     Two stages, as the bounds assume: down each row segment of a column, then across the column segment.
     (The squares and absolute values cost nothing measurable in this memory-bound pass.)
@@ -243,7 +244,7 @@ def block_sums_into(
                 k0 = max(r0, keep[0, j])
                 k1 = max(k0, min(r1, keep[1, j]))
             dcol = dst[:, j] if copy else col
-            if copy and masked:  # the rows outside the kept range are zero in the copy
+            if copy and masked and zero:  # the rows outside the kept range are zero in the copy
                 z = dcol[r0:k0]
                 for t in range(k0 - r0):
                     z[t] = 0.0

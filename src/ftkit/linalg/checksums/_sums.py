@@ -167,18 +167,19 @@ _ALL_ROWS = np.empty((2, 0), dtype=np.int64)
 
 def block_sums_sq(c: np.ndarray, rb: np.ndarray, cb: np.ndarray, *, with_abs: bool = False,
                   copy_to: np.ndarray | None = None, keep: np.ndarray | None = None,
-                  ) -> tuple[np.ndarray, ...]:
+                  zero_rest: bool = True) -> tuple[np.ndarray, ...]:
     """Return :func:`block_sums` plus every block's sum of squares (five ``(nr, nc)`` arrays, one pass);
     ``with_abs`` adds a sixth, the sums of absolute values (:func:`abs_block_sums`), in the same pass;
     ``keep`` (``(2, ncols)`` int64) takes only rows ``keep[0, j]:keep[1, j]`` of column ``j`` as ``c``'s,
     the others as zero (never read); ``copy_to`` (the segments covering all of ``c``) receives that ``c``,
-    zeros included, in the same pass."""
+    zeros included, in the same pass (without ``zero_rest``, only the kept rows)."""
     nr, nc = len(rb) - 1, len(cb) - 1
     out = np.zeros((6 if with_abs else 5, nr, nc))
     if nr and nc:
         block_sums_into(c, np.asarray(rb, dtype=np.int64), np.asarray(cb, dtype=np.int64),
                         segment_weights(rb), segment_weights(cb), out,
-                        _NO_COPY if copy_to is None else copy_to, _ALL_ROWS if keep is None else keep)
+                        _NO_COPY if copy_to is None else copy_to, _ALL_ROWS if keep is None else keep,
+                        zero_rest)
     return tuple(out)
 
 

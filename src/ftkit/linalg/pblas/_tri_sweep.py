@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._wait import wait_requests
 from .._blas import gemm_update, trsm_left
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
@@ -72,8 +73,8 @@ def _bcast(comm, root: int, shape: tuple[int, int], dtype: np.dtype, data: np.nd
     out = flat.reshape(shape, order="F")
     if comm.Get_rank() == root and data is not None:
         out[...] = data
-    if comm.Get_size() > 1 and flat.size:
-        comm.Bcast(flat, root=root)
+    if comm.Get_size() > 1 and flat.size:  # waited by sleeping: a blocking Bcast busy-polls on the ranks
+        wait_requests([comm.Ibcast(flat, root=root)])  # that wait, taking CPU from the one they wait for
     return out
 
 

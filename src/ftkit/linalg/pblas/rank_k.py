@@ -6,9 +6,10 @@ C stays bit for bit. ``op(X)`` is ``X`` (``n x k``, trans "N") or ``X.T`` (X is 
 ``alpha == 0`` or ``k == 0`` scales the triangle by ``beta`` without reading A or B; ``beta == 0`` does not
 read C. float64 or float32 (A and B of C's dtype).
 
-How: C's columns are cut into a few slabs. The part of a slab strictly inside the triangle (below its diagonal
-square for "L", above it for "U") is a plain PDGEMM into C; the diagonal square is computed by PDGEMM into a
-work copy of C and only its triangle is copied back. So at most ``1/slabs`` of the product is computed twice.
+How: each operand is brought into C's layout once per call (a transposed one redistributed once), and one
+SUMMA over the inner dimension sends every panel once; each process multiplies a panel only into its tiles of
+the triangle (:func:`staircase`: per distribution block column, the rows from its diagonal block on), so only
+the diagonal blocks' other triangle is computed in vain, and that is put back bit for bit.
 
 Argument positions in the PBLAS calling sequence (errors: :class:`~ftkit.errors.PBLASArgumentError`):
 
@@ -19,18 +20,24 @@ Argument positions in the PBLAS calling sequence (errors: :class:`~ftkit.errors.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ...errors import PBLASArgumentError
 from ..matrix import DistributedMatrix
+from ._operands import AlignedOperands, aligned_operands
+from ._summa import run_summa
 from .add import trapezoid_mask
-from .gemm import _check_dim, _check_flag, _check_matrix, _check_scalar, _gemm, _scale
+from .gemm import _check_dim, _check_flag, _check_matrix, _check_scalar, _scale
 from .triangular import check_dtype
 
-__all__ = ["pdsyrk", "pdsyr2k", "check_rank_args", "rank_update"]
+__all__ = ["pdsyrk", "pdsyr2k", "check_rank_args", "rank_update", "Staircase", "staircase", "block_runs",
+           "aligned_terms"]
 
-#: Most slabs C's columns are cut into (more slabs: fewer duplicated flops, more PDGEMM calls).
-SLABS = 4
+#: Fewest columns of a tile (:func:`staircase`) when distribution blocks are narrower: more, smaller GEMMs
+#: beyond that cost more in calls than the few elements outside the triangle they skip.
+MIN_TILE = 16
 
 #: One term ``op(X) op(Y).T`` of the update: ``(X, ix, jx, Y, iy, jy)``.
 Term = tuple[DistributedMatrix, int, int, DistributedMatrix, int, int]
@@ -64,45 +71,134 @@ def check_rank_args(routine, uplo, trans, n, k, alpha, A, ia, ja, B, ib, jb, bet
     return uplo, trans, n, k, alpha, ia, ja, ib, jb, beta, ic, jc
 
 
-def _products(trans: str, terms: list[Term], k: int, alpha: float, beta: float, C: DistributedMatrix,
-              ic: int, jc: int, r0: int, r1: int, c0: int, c1: int) -> None:
-    """``C[r0:r1, c0:c1] = alpha * sum(op(X)[r0:r1] op(Y)[c0:c1].T) + beta C[...]`` (submatrix indices)."""
-    m, n = r1 - r0, c1 - c0
-    for i, (X, ix, jx, Y, iy, jy) in enumerate(terms):
-        b = beta if i == 0 else 1.0
-        if trans == "N":
-            _gemm("N", "T", m, n, k, alpha, X, ix + r0, jx, Y, iy + c0, jy, b, C, ic + r0, jc + c0,
-                  "summa", None, None)
+@dataclass
+class Staircase:
+    """This process's part of the ``uplo`` triangle of ``C(ic:ic+n, jc:jc+n)`` as rectangles of its local
+    view: ``tiles`` ``(rows, cols)`` slices the update computes (every triangle element is in one; a tile
+    spans whole row and column segments of the bounds it was cut by), ``edges`` ``(rows, cols, mask)`` the
+    parts of tiles with elements outside the triangle (``mask`` True there: computed over, then put back),
+    ``keep`` ``(2, ncols)`` int64, the tile rows ``keep[0, j]:keep[1, j]`` of local column ``j``, and
+    ``inner`` the largest part of a tile wholly inside the triangle (``(rows, cols)``, possibly empty)."""
+
+    tiles: list[tuple[slice, slice]]
+    edges: list[tuple[slice, slice, np.ndarray]]
+    keep: np.ndarray
+    inner: tuple[slice, slice]
+
+    def save(self, c: np.ndarray) -> list[np.ndarray]:
+        """Copies of ``c``'s edges (``c`` shaped like the local view)."""
+        return [c[rs, cs].copy() for rs, cs, _ in self.edges]
+
+    def restore(self, c: np.ndarray, saved: list[np.ndarray]) -> None:
+        """Put back the elements outside the triangle from :meth:`save`'s copies, bit for bit."""
+        for (rs, cs, mask), old in zip(self.edges, saved, strict=True):
+            np.copyto(c[rs, cs], old, where=mask)
+
+    def zero(self, c: np.ndarray) -> None:
+        """Set the elements outside the triangle to zero (so a C0 there counts as zero: never read)."""
+        for rs, cs, mask in self.edges:
+            np.copyto(c[rs, cs], 0.0, where=mask)
+
+
+def block_runs(idx: np.ndarray, offset: int, nb: int) -> np.ndarray:
+    """Bounds of the runs of ``idx`` (increasing submatrix indices, global ``offset + idx``) inside one
+    distribution block of size ``nb``: local positions ``b[s]:b[s+1]``."""
+    if idx.size == 0:
+        return np.zeros(1, np.int64)
+    g = idx + offset
+    new = np.ones(idx.size, bool)
+    new[1:] = (g[1:] // nb != g[:-1] // nb) | (np.diff(idx) != 1)
+    return np.append(np.flatnonzero(new), idx.size).astype(np.int64)
+
+
+def _column_groups(ci: np.ndarray, cb: np.ndarray, runs: np.ndarray, span: int) -> list[tuple[int, int]]:
+    """Local column ranges of the tiles: whole segments of ``cb``; a tile takes the next distribution block
+    (``runs``: their local bounds) while it would span fewer than ``span`` submatrix indices."""
+    ends = {int(s): int(e) for s, e in zip(runs[:-1], runs[1:], strict=True)}
+    groups: list[list[int]] = []
+    for s in range(len(cb) - 1):
+        q0, q1 = int(cb[s]), int(cb[s + 1])
+        if groups and (q0 not in ends or ci[ends[q0] - 1] - ci[groups[-1][0]] < span):
+            groups[-1][1] = q1
         else:
-            _gemm("T", "N", m, n, k, alpha, X, ix, jx + r0, Y, iy, jy + c0, b, C, ic + r0, jc + c0,
-                  "summa", None, None)
+            groups.append([q0, q1])
+    return [(q0, q1) for q0, q1 in groups]
+
+
+def staircase(C: DistributedMatrix, ic: int, jc: int, n: int, uplo: str, rb: np.ndarray,
+              cb: np.ndarray) -> Staircase:
+    """Cut this process's part of C's ``uplo`` triangle into tiles by the row and column segment bounds
+    ``rb`` / ``cb`` of its local view (segments never straddle distribution blocks).
+
+    The columns of a tile are whole distribution blocks spanning fewer than ``max(nb, MIN_TILE)`` submatrix
+    indices; its rows run from the segment holding its first column's diagonal to the end ("L"), or from
+    the start to the segment holding its last column's diagonal ("U"). Only the elements of those diagonal
+    segments beyond the diagonal are computed in vain.
+    """
+    g = C.grid
+    ri = C.row_map(ic, n).indices_on(g.myrow)
+    ci = C.col_map(jc, n).indices_on(g.mycol)
+    nloc = len(ri)
+    tiles, edges = [], []
+    keep = np.zeros((2, len(ci)), np.int64)
+    inner, area = (slice(0, 0), slice(0, 0)), 0
+    for q0, q1 in _column_groups(ci, cb, block_runs(ci, jc, C.desc.nb), max(C.desc.nb, MIN_TILE)):
+        cols = slice(q0, q1)
+        if uplo == "L":
+            first = int(np.searchsorted(ri, ci[q0]))
+            r0 = int(rb[np.searchsorted(rb, first, side="right") - 1]) if first < nloc else nloc
+            r1, e0, e1 = nloc, r0, max(r0, int(np.searchsorted(ri, ci[q1 - 1])))
+            mask = ri[e0:e1, None] < ci[None, q0:q1]
+        else:
+            last = int(np.searchsorted(ri, ci[q1 - 1], side="right"))
+            r0, r1 = 0, int(rb[np.searchsorted(rb, last, side="left")]) if last > 0 else 0
+            e1 = r1
+            e0 = min(e1, int(np.searchsorted(ri, ci[q0], side="right")))
+            mask = ri[e0:e1, None] > ci[None, q0:q1]
+        keep[:, q0:q1] = [[r0], [r1]]
+        rows = slice(e1, r1) if uplo == "L" else slice(r0, e0)  # every row on or past every diagonal
+        if (rows.stop - rows.start) * (q1 - q0) > area:
+            inner, area = (rows, cols), (rows.stop - rows.start) * (q1 - q0)
+        if r1 > r0:
+            tiles.append((slice(r0, r1), cols))
+        if mask.any():
+            edges.append((slice(e0, e1), cols, mask))
+    return Staircase(tiles, edges, keep, inner)
+
+
+def aligned_terms(trans: str, terms: list[Term], n: int, k: int, C: DistributedMatrix, ic: int,
+                  jc: int) -> list[AlignedOperands]:
+    """Every term's operands of the whole ``n x n`` product ``op(X) op(Y).T``, aligned with
+    ``C(ic:ic+n, jc:jc+n)`` (collective): each operand is moved at most once per call."""
+    ta, tb = ("N", "T") if trans == "N" else ("T", "N")
+    return [aligned_operands(ta, tb, n, n, k, X, ix, jx, Y, iy, jy, C, ic, jc)
+            for X, ix, jx, Y, iy, jy in terms]
 
 
 def rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, terms: list[Term], beta: float,
-                C: DistributedMatrix, ic: int, jc: int, slabs: int = SLABS) -> None:
+                C: DistributedMatrix, ic: int, jc: int) -> None:
     """Update the ``uplo`` triangle of ``C(ic:ic+n, jc:jc+n)`` by the ``terms`` (checked arguments)."""
     if n == 0 or ((alpha == 0.0 or k == 0) and beta == 1.0):
         return
+    c = C.local_view(ic, jc, n, n)
     if alpha == 0.0 or k == 0:
-        view = C.local_view(ic, jc, n, n)
-        scaled = view.copy()
+        scaled = c.copy()
         _scale(scaled, beta)
-        view[...] = np.where(trapezoid_mask(C, ic, jc, n, n, uplo), scaled, view)
+        c[...] = np.where(trapezoid_mask(C, ic, jc, n, n, uplo), scaled, c)
         return
-    work = C.copy()
-    nslab = max(1, min(slabs, n))
-    width = -(-n // nslab)
-    for c0 in range(0, n, width):
-        c1 = min(n, c0 + width)
-        if uplo == "L" and c1 < n:
-            _products(trans, terms, k, alpha, beta, C, ic, jc, c1, n, c0, c1)
-        if uplo == "U" and c0 > 0:
-            _products(trans, terms, k, alpha, beta, C, ic, jc, 0, c0, c0, c1)
-        _products(trans, terms, k, alpha, beta, work, ic, jc, c0, c1, c0, c1)
-        w = c1 - c0
-        view = C.local_view(ic + c0, jc + c0, w, w)
-        view[...] = np.where(trapezoid_mask(C, ic + c0, jc + c0, w, w, uplo),
-                             work.local_view(ic + c0, jc + c0, w, w), view)
+    ops = aligned_terms(trans, terms, n, k, C, ic, jc)
+    g, d = C.grid, C.desc
+    st = staircase(C, ic, jc, n, uplo, block_runs(C.row_map(ic, n).indices_on(g.myrow), ic, d.mb),
+                   block_runs(C.col_map(jc, n).indices_on(g.mycol), jc, d.nb))
+    saved = st.save(c)
+    for t, whole in enumerate(ops):
+        b = beta if t == 0 else 1.0
+        if b != 0.0:  # beta == 0: left to the first local GEMM of each tile, as pdgemm does
+            for rs, cs in st.tiles:
+                _scale(c[rs, cs], b)
+        run_summa(g, whole.a, whole.b, c, whole.ka, whole.kb, alpha, beta=0.0 if b == 0.0 else 1.0,
+                  tiles=st.tiles)
+    st.restore(c, saved)
 
 
 def pdsyrk(uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,

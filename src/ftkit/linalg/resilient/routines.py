@@ -14,7 +14,8 @@ exchange with deadlines and recompute (and verify with block checksums) from:
   ``2k`` (the two concatenated operands are built by ``prepare``), with the same ``keep`` mask.
 
 The full square product costs the rank-k updates twice the flops of their triangle (the plain routines
-compute about ``1 + 1/slabs`` times it); what it buys is one product the scheme already survives failures in.
+compute the triangle and the other half of its diagonal blocks); what it buys is one product the scheme
+already survives failures in.
 Each has a protector with :func:`~ftkit.linalg.protect_operands`' contract (``protect_pdtrsm``,
 ``protect_pdtrmm``, ``protect_pdsyrk``, ``protect_pdsyr2k``: the routine's arguments without alpha and
 beta): it builds the operands that do not change between calls once and saves them; its handle, passed as

@@ -1,0 +1,64 @@
+"""The checked rank-k update behind :func:`~ftkit.linalg.abft.ft_pdsyrk` and ``ft_pdsyr2k``: only the
+referenced triangle is computed.
+
+As the plain routines (:mod:`ftkit.linalg.pblas.rank_k`): every operand is brought into C's layout once per
+call, and one SUMMA over the inner dimension sends each panel once, with ``ft_pdgemm``'s checksums inside
+(checksum rows of every row segment of op(X), columns of every column segment of op(Y).T: one prediction of
+every block). Each process multiplies the panels only into its tiles of the triangle
+(:func:`~ftkit.linalg.pblas.rank_k.staircase`, cut along the checked blocks, so a block is wholly computed or
+not at all); only the blocks in the tiles are summed, verified, located, corrected or recomputed (C0 read and
+copied there alone). The diagonal blocks' elements outside the triangle are set to zero first (they are never
+read, so C0 counts as zero there and those blocks check too) and put back bit for bit afterwards. A block
+left uncorrected is in the report, never raised here (C then holds the whole, flagged, result; the caller
+raises). A "C" flip of an injection plan lands inside the triangle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ...errors import ABFTError
+from ...inject import InjectionPlan
+from .. import checksums
+from ..matrix import DistributedMatrix
+from ..pblas.rank_k import aligned_terms, staircase
+from ._blocks import BlockSegmentation
+from .product import Term, _ft_gemm
+from .report import ABFTReport
+
+__all__ = ["checked_rank_update"]
+
+
+def checked_rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, X: DistributedMatrix, ix: int,
+                        jx: int, Y: DistributedMatrix, iy: int, jy: int, beta: float, C64: DistributedMatrix,
+                        ic: int, jc: int, bs: int | None, tol: float | str | None, mode: str,
+                        inject: InjectionPlan | None, unchecked_is_error: bool, C: DistributedMatrix,
+                        more: Sequence[Term] = ()) -> ABFTReport:
+    """``alpha op(X) op(Y).T + beta C`` on the ``uplo`` triangle of ``C64(ic:ic+n, jc:jc+n)``, checked, into
+    ``C`` (``C64`` itself, or C when ``C64`` is its float64 copy); returns the report (collective).
+    ``more``: further terms ``(X, ix, jx, Y, iy, jy)`` added to the product (PDSYR2K's second).
+    Blocks left uncorrected or unchecked are in the report, never raised here."""
+    d = C64.desc
+    ta, tb = ("N", "T") if trans == "N" else ("T", "N")
+    if bs is None:  # chosen for the whole inner dimension: every term's k adds to the rounding
+        bs = checksums.choose_bs(d.mb, d.nb, k * (1 + len(more)))
+    terms = [(X, ix, jx, Y, iy, jy), *more]
+    seg = BlockSegmentation.of(C64, ic, jc, n, n, bs)
+    stairs = staircase(C64, ic, jc, n, uplo, seg.rb, seg.cb)
+    c = C64.local_view(ic, jc, n, n)
+    saved = stairs.save(c)
+    out = C.local_view(ic, jc, n, n)
+    saved_out = saved if C is C64 else stairs.save(out)
+    stairs.zero(c)
+    try:
+        return _ft_gemm(ta, tb, n, n, k, alpha, *terms[0], beta, C64, ic, jc, bs, tol, mode, None, None,
+                        inject, False, more_terms=terms[1:],
+                        aligned=aligned_terms(trans, terms, n, k, C64, ic, jc), stairs=stairs)  # fmt: skip
+    except ABFTError as exc:  # the same on every process: the caller raises it with its own name
+        return exc.report  # type: ignore[return-value]
+    finally:
+        stairs.restore(c, saved)
+        if C is not C64:  # the triangle rounded into C, C's own values outside it
+            for rs, cs in stairs.tiles:
+                out[rs, cs] = c[rs, cs]
+            stairs.restore(out, saved_out)
