@@ -43,7 +43,8 @@ from .._blas import gemm_update
 from ..abft.report import BlockEvent
 from ._steps import CholeskySteps
 
-__all__ = ["UpdateChecks", "share_panel", "gather_panel", "piece_col_sums", "repair_rows"]
+__all__ = ["UpdateChecks", "panel_buffer", "encode_panel", "panel_segment_sums", "share_panel", "gather_panel", "piece_col_sums",
+           "repair_rows"]
 
 
 class UpdateChecks:
@@ -83,6 +84,8 @@ class UpdateChecks:
         self._enc = np.empty((self.bs, 2), order="F")  # the segment encoder: plain and index-weighted sums
         self._enc[:, 0], self._enc[:, 1] = 1.0, np.arange(1, self.bs + 1)
         self._thr: tuple[int, np.ndarray] | None = None  # (k, thresholds) of block column k's last check
+        self._psums: tuple[int, np.ndarray] | None = None  # (k, segment sums of the last checked solve)
+        self.seg0 = np.searchsorted(self.rblk, np.arange(len(panels) + 1))  # first segment of each block row
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The carried state (checkpointed with the work matrix: a resumed run continues to check)."""
@@ -101,18 +104,30 @@ class UpdateChecks:
             if r.stop > r.start:
                 self.chk[ii0:, cl] = self._sums(st.w[r, cl], ii0 // 2, len(self.rblk))
 
-    def update(self, k: int, mine: np.ndarray, full: np.ndarray, full_sq: np.ndarray) -> None:
-        """Carry the checksums through panel ``k``'s update (``mine``: this process's rows of ``P``,
-        ``full``: all of them, ``full_sq``: their sums of squares)."""
+    def panel_sums(self, k: int, pt: np.ndarray) -> np.ndarray:
+        """``(e^T P_I; w^T P_I)`` of this process's trailing segments (block rows ``> k``), ``pt`` its rows of
+        panel ``k``'s ``P.T``: the sums :meth:`check_solve` took of the same solution if it checked it."""
+        if self._psums is not None and self._psums[0] == k:
+            return self._psums[1]
+        return self._sums(pt.T, int(self.seg0[k + 1]), len(self.rblk))
+
+    def update(self, k: int, sums: np.ndarray, full: np.ndarray, full_sq: np.ndarray) -> None:
+        """Carry the checksums through panel ``k``'s update: ``sums`` are the segment sums of this process's
+        rows of ``P`` (:meth:`panel_sums`, computed where the panel was solved), ``full`` all rows of ``P``,
+        ``full_sq`` their sums of squares. One small product per trailing block column, on its segments on
+        and below the diagonal, with the column's rows of ``P`` as they are (no copy)."""
         st = self.steps
         e = st.panels[k][1]
         self.nu[e:] += full_sq
-        ii0, jj0 = int(np.searchsorted(self.rblk, k + 1)), int(np.searchsorted(self.cblk, k + 1))
-        if ii0 == len(self.rblk) or jj0 == len(self.cblk):
-            return
-        sums = self._sums(mine, ii0, len(self.rblk))  # (e^T P_I; w^T P_I) of every trailing segment
-        c0 = int(self.clo[jj0])  # the trailing block columns' local columns run from c0 to the end
-        gemm_update(-1.0, sums, full[self.cglob[c0:] - e].T, self.chk[2 * ii0:, c0:])
+        ii0 = int(self.seg0[k + 1])
+        for jj in range(int(np.searchsorted(self.cblk, k + 1)), len(self.cblk)):
+            big_j = int(self.cblk[jj])
+            sj = int(self.seg0[big_j])
+            if sj == len(self.rblk):
+                break  # no rows on or below this block column's diagonal here (nor further right)
+            cs, ce = st.panels[big_j]
+            gemm_update(-1.0, sums[2 * (sj - ii0):], full[cs - e:ce - e].T,
+                        self.chk[2 * sj:, self.clo[jj]:self.clo[jj] + ce - cs])
 
     def verify(self, k: int) -> tuple[int, list[BlockEvent]]:
         """Check (and correct) this process's blocks of block column ``k`` before panel ``k`` reads them.
@@ -164,7 +179,9 @@ class UpdateChecks:
         cl = slice(self.clo[jj], self.clo[jj] + w)
         lens = (self.rlo[ii1 + 1:] - self.rlo[ii1:-1])[:, None]
         with np.errstate(invalid="ignore", over="ignore"):
-            res = np.abs(self._sums(pt.T, ii1, len(self.rblk)) @ low.T - self.chk[2 * ii1:, cl])
+            sums = self._sums(pt.T, ii1, len(self.rblk))
+            self._psums = (k, sums)  # what the update carries the checksums with (:meth:`panel_sums`)
+            res = np.abs(sums @ low.T - self.chk[2 * ii1:, cl])
             norms = np.add.reduceat(np.sqrt(np.einsum("ti,ti->i", pt, pt)), self.rlo[ii1:-1] - self.rlo[ii1])
             pterm = (1.0 + 1e-8) * norms[:, None] * np.sqrt(np.einsum("jt,jt->j", low, low))[None, :]
             if self.tol is None or isinstance(self.tol, str):
@@ -235,49 +252,71 @@ class UpdateChecks:
 
 # ---------------------------------------------------------------- the panel, encoded
 def _unpack(ext: np.ndarray, nloc: int, w: int) -> tuple[np.ndarray, ...]:
-    """The rows of ``P`` (F order), their row sums, sums of squares and column sums in one flat buffer."""
-    m = nloc * w
-    return (ext[:m].reshape((nloc, w), order="F"), ext[m:m + nloc], ext[m + nloc:m + 2 * nloc],
-            ext[m + 2 * nloc:])
+    """The views of an encoded panel buffer: ``(flag, rows of P (F order), their row sums, sums of squares,
+    column sums, segment sums)``; the segment sums (``2 x`` trailing segments rows, F order) come last and
+    travel only along the process row."""
+    m = 1 + nloc * w
+    sums = ext[m + 2 * nloc + w:]
+    return (ext[:1], ext[1:m].reshape((nloc, w), order="F"), ext[m:m + nloc], ext[m + nloc:m + 2 * nloc],
+            ext[m + 2 * nloc:m + 2 * nloc + w], sums.reshape((sums.size // w if w else 0, w), order="F"))
 
 
-def share_panel(steps: CholeskySteps, k: int, mine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Broadcast the panel's process column's rows of ``P`` with their row sums, sums of squares and column
-    sums along the process row; return ``(buffer, rows)`` (``rows`` a view of the buffer, which travels
-    on)."""
-    g, (s, _) = steps.grid, steps.panels[k]
-    nloc, w = mine.shape
-    ext = np.empty(nloc * (w + 2) + w)
-    rows, rs, sq, cs = _unpack(ext, nloc, w)
-    qk = int(steps.cols.owners[s])
-    if g.mycol == qk:
-        rows[...] = mine
-        rs[...] = rows.sum(axis=1)
-        sq[...] = np.einsum("ij,ij->i", rows, rows)
-        cs[...] = rows.sum(axis=0)
+def panel_buffer(steps: CholeskySteps, k: int, checks: UpdateChecks) -> tuple[np.ndarray, np.ndarray]:
+    """An empty encoded buffer of panel ``k`` for this process row; return ``(buffer, its rows of P)``."""
+    g, (s, e) = steps.grid, steps.panels[k]
+    below = steps.rows.range_on(g.myrow, e, steps.rows.n)
+    nloc, w = below.stop - below.start, e - s
+    nsums = 2 * (len(checks.rblk) - int(checks.seg0[k + 1]))
+    ext = np.empty(1 + nloc * (w + 2) + w + nsums * w)
+    return ext, _unpack(ext, nloc, w)[1]
+
+
+def encode_panel(ext: np.ndarray, rows: np.ndarray, sums: np.ndarray, flag: bool) -> None:
+    """Fill the buffer around ``rows`` (its view of P, solved): row sums, sums of squares, column sums, the
+    segment sums ``sums`` and ``flag`` (block column rows still to be recomputed here). On the panel's
+    process column."""
+    f, _, rs, sq, cs, out = _unpack(ext, *rows.shape)
+    f[0] = float(flag)
+    rs[...] = rows.sum(axis=1)
+    sq[...] = np.einsum("ij,ij->i", rows, rows)
+    cs[...] = rows.sum(axis=0)
+    out[...] = sums
+
+
+def panel_segment_sums(ext: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The segment sums in an encoded buffer (``rows``: its view of P)."""
+    return _unpack(ext, *rows.shape)[5]
+
+
+def share_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> None:
+    """Broadcast the encoded panel buffer from the panel's process column along the process row."""
+    g = steps.grid
     if g.npcol > 1 and ext.size:
-        g.row_comm.Bcast(ext, root=qk)
-    return ext, rows
+        g.row_comm.Bcast(ext, root=int(steps.cols.owners[steps.panels[k][0]]))
 
 
 def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                         list]:
-    """Gather the encoded pieces down the process column; return ``(P, its row sums, its rows' sums of
-    squares, pieces)``, each piece ``(global row indices - e, rows, row sums, sums of squares, column
-    sums)``."""
+                                                                         list, bool]:
+    """Gather the encoded pieces (without their segment sums) down the process column; return ``(P, its row
+    sums, its rows' sums of squares, pieces, flagged)``, each piece ``(global row indices - e, rows, row
+    sums, sums of squares, column sums)``, ``flagged`` whether any process of the panel's process column
+    has block column rows to recompute (every process gets the same answer)."""
     s, e = steps.panels[k]
     w = e - s
-    pieces = []
-    for p, buf in enumerate(steps.gather(ext)):
+    mine = steps.rows.range_on(steps.grid.myrow, e, steps.rows.n)
+    pieces, flagged = [], False
+    for p, buf in enumerate(steps.gather(ext[:1 + (mine.stop - mine.start) * (w + 2) + w])):
         idx = steps.rows.indices_on(p)
         idx = idx[idx >= e] - e
-        pieces.append((idx, *_unpack(buf, len(idx), w)))
+        flag, *rest = _unpack(buf, len(idx), w)[:5]
+        flagged |= bool(flag[0])
+        pieces.append((idx, *rest))
     full = steps.assemble(k, [pc[1] for pc in pieces])
     full_rs, full_sq = np.empty(full.shape[0]), np.empty(full.shape[0])
     for idx, _, rs, sq, _ in pieces:
         full_rs[idx] = rs
         full_sq[idx] = sq
-    return full, full_rs, full_sq, pieces
+    return full, full_rs, full_sq, pieces, flagged
 
 
 def piece_col_sums(full: np.ndarray, pieces: list, row: int) -> tuple[np.ndarray, np.ndarray]:

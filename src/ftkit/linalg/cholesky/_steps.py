@@ -93,19 +93,21 @@ class CholeskySteps:
         return g.comm.bcast(msg, root=g.rank_of(pk, qk))
 
     def solve_panel(self, k: int, low: np.ndarray, broadcast: bool = True,
-                    check: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None) -> np.ndarray:
+                    check: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+                    out: np.ndarray | None = None) -> np.ndarray:
         """Overwrite panel ``k`` below the diagonal with ``P = W_{e:,k} L_kk^{-T}`` (its process column) and
         return this process's rows of ``P`` (global rows ``>= e`` of its process row), broadcast along the
         process row (unless not ``broadcast``: then only the panel's process column has them). ``check``, if
         given, is called on the panel's process column as ``check(before, pt, low)`` after the solve and
         before the panel is overwritten: ``before`` is the panel (``W_{e:,k}``, unchanged), ``pt`` the
-        solution ``P.T`` (F order), which ``check`` may solve again in place."""
+        solution ``P.T`` (F order), which ``check`` may solve again in place. ``out`` (with ``broadcast``
+        false): the array the rows are written into and returned as (``ft_pdpotrf``'s encoded buffer)."""
         g, (s, e) = self.grid, self.panels[k]
         qk = int(self.cols.owners[s])
         below = self.rows.range_on(g.myrow, e, self.rows.n)
         nloc = below.stop - below.start
-        flat = np.empty(nloc * (e - s), self.w.dtype)
-        mine = flat.reshape((nloc, e - s), order="F")
+        flat = np.empty(nloc * (e - s) if out is None else 0, self.w.dtype)
+        mine = flat.reshape((nloc, e - s), order="F") if out is None else out
         if g.mycol == qk:
             panel = self.w[below, self.cols.range_on(qk, s, e)]
             if nloc:
@@ -114,7 +116,7 @@ class CholeskySteps:
                 if check is not None:
                     check(panel, pt, low)
                 panel[...] = pt.T
-            mine[...] = panel
+                mine[...] = pt.T
         if broadcast and g.npcol > 1 and flat.size:
             g.row_comm.Bcast(flat, root=qk)
         return mine
