@@ -77,7 +77,10 @@ class UpdateChecks:
         self.wts = np.zeros(steps.w.shape[0])
         for _, lo, hi in segs:
             self.wts[lo:hi] = np.arange(1, hi - lo + 1)
-        self.chk = np.zeros((2 * len(segs), steps.w.shape[1]), order="F")  # e^T W_IJ and w^T W_IJ
+        # e^T W_IJ and w^T W_IJ, stored transposed (local columns x segment sums, F order) so that an update
+        # carries them by one product with P's rows of this process's columns as its left operand
+        self.chk_t = np.zeros((steps.w.shape[1], 2 * len(segs)), order="F")
+        self.chk = self.chk_t.T
         self.nu = np.zeros(rows.n)  # sum of squares of each row's factored part (bounds sum |P||P.T|)
         self.gam_extra = 2 * rows.n + len(panels) + 8
         self.eta = 16.0 * (rows.n + 8) * checksums.ETA
@@ -89,7 +92,7 @@ class UpdateChecks:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The carried state (checkpointed with the work matrix: a resumed run continues to check)."""
-        return {"chk": self.chk, "nu": self.nu}
+        return {"chk": self.chk_t, "nu": self.nu}
 
     def init(self, start: int) -> None:
         """Take the checksums of the block columns from panel ``start`` on from the current ``W``."""
@@ -111,23 +114,22 @@ class UpdateChecks:
             return self._psums[1]
         return self._sums(pt.T, int(self.seg0[k + 1]), len(self.rblk))
 
-    def update(self, k: int, sums: np.ndarray, full: np.ndarray, full_sq: np.ndarray) -> None:
+    def update(self, k: int, sums: np.ndarray, full: np.ndarray, full_sq: np.ndarray,
+               col_rows: np.ndarray | None = None) -> None:
         """Carry the checksums through panel ``k``'s update: ``sums`` are the segment sums of this process's
         rows of ``P`` (:meth:`panel_sums`, computed where the panel was solved), ``full`` all rows of ``P``,
-        ``full_sq`` their sums of squares. One small product per trailing block column, on its segments on
-        and below the diagonal, with the column's rows of ``P`` as they are (no copy)."""
+        ``full_sq`` their sums of squares; ``col_rows``, if given, the rows of ``P`` of this process's
+        trailing columns in their order (else copied out of ``full``). One product for all trailing columns
+        and segments."""
         st = self.steps
         e = st.panels[k][1]
         self.nu[e:] += full_sq
-        ii0 = int(self.seg0[k + 1])
-        for jj in range(int(np.searchsorted(self.cblk, k + 1)), len(self.cblk)):
-            big_j = int(self.cblk[jj])
-            sj = int(self.seg0[big_j])
-            if sj == len(self.rblk):
-                break  # no rows on or below this block column's diagonal here (nor further right)
-            cs, ce = st.panels[big_j]
-            gemm_update(-1.0, sums[2 * (sj - ii0):], full[cs - e:ce - e].T,
-                        self.chk[2 * sj:, self.clo[jj]:self.clo[jj] + ce - cs])
+        ii0, jj0 = int(self.seg0[k + 1]), int(np.searchsorted(self.cblk, k + 1))
+        if ii0 == len(self.rblk) or jj0 == len(self.cblk):
+            return
+        c0 = int(self.clo[jj0])  # the trailing block columns' local columns run from c0 to the end
+        left = full[self.cglob[c0:] - e] if col_rows is None else col_rows
+        gemm_update(-1.0, left, sums.T, self.chk_t[c0:, 2 * ii0:])
 
     def verify(self, k: int) -> tuple[int, list[BlockEvent]]:
         """Check (and correct) this process's blocks of block column ``k`` before panel ``k`` reads them.

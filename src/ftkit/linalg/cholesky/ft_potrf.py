@@ -292,7 +292,8 @@ def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, ev
     n = steps.rows.n
     below0, c0 = steps.rows.range_on(g.myrow, e, n).start, steps.cols.range_on(g.mycol, e, n).start
     # one check of what arrived covers this process's own rows too: they travelled in the gather
-    for i, t, ok in repair_rows(full, full_rs, lambda i: piece_col_sums(full, pieces, i)):
+    repairs = repair_rows(full, full_rs, lambda i: piece_col_sums(full, pieces, i))
+    for i, t, ok in repairs:
         tally.operand(k, e + i, s + t, ok)
         mine_rows = checks.rglob[below0:] - e
         j = int(np.searchsorted(mine_rows, i))
@@ -306,10 +307,21 @@ def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, ev
     if plan is not None:
         plan.apply("C", g.rank, 0, trail, to_global)
     steps.apply_update(k, rows, full)
-    checks.update(k, panel_segment_sums(ext, rows), full, full_sq)
+    checks.update(k, panel_segment_sums(ext, rows), full, full_sq, _column_rows(checks, pieces, e, c0, repairs))
     if plan is not None:
         plan.apply("C", g.rank, 1, trail, to_global)
     return events
+
+
+def _column_rows(checks: UpdateChecks, pieces: list, e: int, c0: int, repairs: list) -> np.ndarray | None:
+    """The received rows of P (rows ``>= e``) of this process's trailing columns (local ``c0`` on), in their
+    order, when one process row's piece holds exactly those (rows and columns cut alike: a square grid) and
+    no row was repaired (the pieces are as received); else ``None``."""
+    q = checks.steps.grid.mycol
+    if repairs or q >= len(pieces):
+        return None
+    idx, rows = pieces[q][0], pieces[q][1]
+    return rows if np.array_equal(idx, checks.cglob[c0:] - e) else None
 
 
 def _solve(steps: CholeskySteps, checks: UpdateChecks, k: int, low: np.ndarray, ext: np.ndarray,
