@@ -41,6 +41,7 @@ import numpy as np
 from .. import checksums
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
+from ..checksums._kernels import encode_rows_into
 from ._steps import CholeskySteps
 
 __all__ = ["UpdateChecks", "panel_buffer", "encode_panel", "panel_segment_sums", "share_panel", "gather_panel", "piece_col_sums",
@@ -87,7 +88,7 @@ class UpdateChecks:
         self._enc = np.empty((self.bs, 2), order="F")  # the segment encoder: plain and index-weighted sums
         self._enc[:, 0], self._enc[:, 1] = 1.0, np.arange(1, self.bs + 1)
         self._thr: tuple[int, np.ndarray] | None = None  # (k, thresholds) of block column k's last check
-        self._psums: tuple[int, np.ndarray] | None = None  # (k, segment sums of the last checked solve)
+        self._psums: tuple[int, np.ndarray, np.ndarray] | None = None  # (k, segment sums, row sums of squares)
         self.seg0 = np.searchsorted(self.rblk, np.arange(len(panels) + 1))  # first segment of each block row
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -107,12 +108,13 @@ class UpdateChecks:
             if r.stop > r.start:
                 self.chk[ii0:, cl] = self._sums(st.w[r, cl], ii0 // 2, len(self.rblk))
 
-    def panel_sums(self, k: int, pt: np.ndarray) -> np.ndarray:
-        """``(e^T P_I; w^T P_I)`` of this process's trailing segments (block rows ``> k``), ``pt`` its rows of
-        panel ``k``'s ``P.T``: the sums :meth:`check_solve` took of the same solution if it checked it."""
+    def panel_sums(self, k: int, pt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(e^T P_I; w^T P_I)`` of this process's trailing segments (block rows ``> k``) and the sums of
+        squares of its rows, ``pt`` its rows of panel ``k``'s ``P.T``: those :meth:`check_solve` took of the
+        same solution if it checked it."""
         if self._psums is not None and self._psums[0] == k:
-            return self._psums[1]
-        return self._sums(pt.T, int(self.seg0[k + 1]), len(self.rblk))
+            return self._psums[1], self._psums[2]
+        return self._sums(pt.T, int(self.seg0[k + 1]), len(self.rblk)), np.einsum("ti,ti->i", pt, pt)
 
     def update(self, k: int, sums: np.ndarray, full: np.ndarray, full_sq: np.ndarray,
                col_rows: np.ndarray | None = None) -> None:
@@ -181,10 +183,10 @@ class UpdateChecks:
         cl = slice(self.clo[jj], self.clo[jj] + w)
         lens = (self.rlo[ii1 + 1:] - self.rlo[ii1:-1])[:, None]
         with np.errstate(invalid="ignore", over="ignore"):
-            sums = self._sums(pt.T, ii1, len(self.rblk))
-            self._psums = (k, sums)  # what the update carries the checksums with (:meth:`panel_sums`)
+            sums, sq = self._sums(pt.T, ii1, len(self.rblk)), np.einsum("ti,ti->i", pt, pt)
+            self._psums = (k, sums, sq)  # what the panel is sent with (:meth:`panel_sums`)
             res = np.abs(sums @ low.T - self.chk[2 * ii1:, cl])
-            norms = np.add.reduceat(np.sqrt(np.einsum("ti,ti->i", pt, pt)), self.rlo[ii1:-1] - self.rlo[ii1])
+            norms = np.add.reduceat(np.sqrt(sq), self.rlo[ii1:-1] - self.rlo[ii1])
             pterm = (1.0 + 1e-8) * norms[:, None] * np.sqrt(np.einsum("jt,jt->j", low, low))[None, :]
             if self.tol is None or isinstance(self.tol, str):
                 pterm = 4.0 * checksums.gamma(lens + w + 8) * pterm
@@ -216,19 +218,20 @@ class UpdateChecks:
         """Flagged columns of segments ``i0:i1`` (rows ``r`` of the block column ``cl``), the segments whose
         bound is not finite, and the thresholds of the plain sums."""
         with np.errstate(invalid="ignore", over="ignore"):
-            got = self._sums(blk, i0, i1)
-            starts = self.rlo[i0:i1] - self.rlo[i0]
-            absum = np.add.reduceat(np.abs(blk), starts, axis=0)
+            nr, bounds = i1 - i0, self.rlo[i0:i1 + 1] - self.rlo[i0]
+            got = np.empty((3 * nr, blk.shape[1]))  # plain, weighted and absolute sums: one pass over blk
+            encode_rows_into(blk, bounds, self.wts[r], got, False, 3)
             root = np.sqrt(self.nu)
-            rs = np.add.reduceat(root[self.rglob[r]], starts)
-            mag = absum + 2.0 * (1.0 + 1e-8) * rs[:, None] * root[self.cglob[cl]][None, :]
+            rs = np.add.reduceat(root[self.rglob[r]], bounds[:-1])
+            mag = got[2 * nr:] + 2.0 * (1.0 + 1e-8) * rs[:, None] * root[self.cglob[cl]][None, :]
             lens = (self.rlo[i0 + 1:i1 + 1] - self.rlo[i0:i1])[:, None]
             if self.tol is None or isinstance(self.tol, str):
                 thr = 4.0 * checksums.gamma(lens + self.gam_extra) * mag + self.eta
             else:
                 thr = float(self.tol) * mag
-            res = np.abs(got - self.chk[2 * i0:2 * i1, cl])
-            flag = ~(res[::2] <= thr) | ~(res[1::2] <= thr * lens)
+            res_e = np.abs(got[:nr] - self.chk[2 * i0:2 * i1:2, cl])
+            res_w = np.abs(got[nr:2 * nr] - self.chk[2 * i0 + 1:2 * i1:2, cl])
+            flag = ~(res_e <= thr) | ~(res_w <= thr * lens)
         unchecked = ~np.all(np.isfinite(thr), axis=1)
         return flag & ~unchecked[:, None], unchecked, thr
 
@@ -273,16 +276,15 @@ def panel_buffer(steps: CholeskySteps, k: int, checks: UpdateChecks) -> tuple[np
     return ext, _unpack(ext, nloc, w)[1]
 
 
-def encode_panel(ext: np.ndarray, rows: np.ndarray, sums: np.ndarray, flag: bool) -> None:
-    """Fill the buffer around ``rows`` (its view of P, solved): row sums, sums of squares, column sums, the
-    segment sums ``sums`` and ``flag`` (block column rows still to be recomputed here). On the panel's
-    process column."""
+def encode_panel(ext: np.ndarray, rows: np.ndarray, sums: tuple[np.ndarray, np.ndarray], flag: bool) -> None:
+    """Fill the buffer around ``rows`` (its view of P, solved): row sums, the sums of squares and segment
+    sums ``sums`` (:meth:`UpdateChecks.panel_sums`), column sums and ``flag`` (block column rows still to be
+    recomputed here). On the panel's process column."""
     f, _, rs, sq, cs, out = _unpack(ext, *rows.shape)
     f[0] = float(flag)
     rs[...] = rows.sum(axis=1)
-    sq[...] = np.einsum("ij,ij->i", rows, rows)
+    out[...], sq[...] = sums
     cs[...] = rows.sum(axis=0)
-    out[...] = sums
 
 
 def panel_segment_sums(ext: np.ndarray, rows: np.ndarray) -> np.ndarray:

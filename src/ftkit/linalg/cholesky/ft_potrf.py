@@ -112,11 +112,11 @@ class _Tally:
 
     def report(self, comm: Any, threshold: Threshold, bs: int) -> ABFTReport:
         """The report of the whole factorization (collective: events are gathered)."""
-        events = sorted((ev for evs in comm.allgather(self.events) for ev in evs),
-                        key=lambda ev: (ev.row_block, ev.col_block))
+        every = comm.allgather((self.checked, self.events))  # one collective for the counts and events
+        events = sorted((ev for _, evs in every for ev in evs), key=lambda ev: (ev.row_block, ev.col_block))
         acts = [ev.action for ev in events]
         return ABFTReport(
-            blocks_checked=int(comm.allreduce(self.checked)),
+            blocks_checked=int(sum(c for c, _ in every)),
             detected=sum(a not in ("rounding", "unchecked") for a in acts),
             corrected=sum(a in ("located", "recomputed") for a in acts), events=tuple(events),
             threshold=threshold.name, bs=bs, unchecked=sum(a == "unchecked" for a in acts))
