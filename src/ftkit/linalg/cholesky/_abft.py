@@ -133,8 +133,10 @@ class UpdateChecks:
         left = full[self.cglob[c0:] - e] if col_rows is None else col_rows
         gemm_update(-1.0, left, sums.T, self.chk_t[c0:, 2 * ii0:])
 
-    def verify(self, k: int) -> tuple[int, list[BlockEvent]]:
-        """Check (and correct) this process's blocks of block column ``k`` before panel ``k`` reads them.
+    def verify(self, k: int, part: str = "all") -> tuple[int, list[BlockEvent]]:
+        """Check (and correct) this process's blocks of block column ``k`` before panel ``k`` reads them:
+        ``part`` ``"all"`` of its rows, ``"diagonal"`` those of diagonal block ``k`` only (what its owner
+        needs before it factors the block) or ``"below"`` the others.
 
         Returns the number of segments checked and the events (local; gathered by the caller).
         """
@@ -142,29 +144,30 @@ class UpdateChecks:
         s, e = st.panels[k]
         if int(st.cols.owners[s]) != st.grid.mycol:
             return 0, []
-        jj = int(np.searchsorted(self.cblk, k))
-        r = st.rows.range_on(st.grid.myrow, s, st.rows.n)
-        if r.stop == r.start:
+        i0 = int(self.seg0[k + 1] if part == "below" else self.seg0[k])
+        i1 = int(self.seg0[k + 1]) if part == "diagonal" else len(self.rblk)
+        if i1 == i0:
             return 0, []
+        jj = int(np.searchsorted(self.cblk, k))
+        r = slice(int(self.rlo[i0]), int(self.rlo[i1]))
         cl = slice(self.clo[jj], self.clo[jj] + e - s)
-        ii0 = int(np.searchsorted(self.rblk, k))
         blk = st.w[r, cl]
-        flag, unchecked, thr = self._flags(blk, r, cl, ii0, len(self.rblk))
-        self._thr = (k, thr)  # what the panel solve's check of these rows starts from
-        if not (flag.any() or unchecked.any()):
-            return len(self.rblk) - ii0, []
+        flag, unchecked, thr = self._flags(blk, r, cl, i0, i1)
         events = []
         for i in np.flatnonzero(flag.any(axis=1) | unchecked):
-            lo, hi = self.rlo[ii0 + i] - r.start, self.rlo[ii0 + i + 1] - r.start
-            seg = slice(self.rlo[ii0 + i], self.rlo[ii0 + i + 1])
-            event = BlockEvent(int(self.rblk[ii0 + i]), k, int(self.rglob[seg.start]),
+            lo, hi = self.rlo[i0 + i] - r.start, self.rlo[i0 + i + 1] - r.start
+            seg = slice(self.rlo[i0 + i], self.rlo[i0 + i + 1])
+            event = BlockEvent(int(self.rblk[i0 + i]), k, int(self.rglob[seg.start]),
                                int(self.cglob[cl.start]), hi - lo, e - s, self.rank,
                                "unchecked" if unchecked[i] else "uncorrected")
             if not unchecked[i]:
-                event = self._fix(blk[lo:hi], seg, cl, int(ii0 + i), np.flatnonzero(flag[i]), event)
+                event = self._fix(blk[lo:hi], seg, cl, int(i0 + i), np.flatnonzero(flag[i]), event)
             events.append(event)
-        self._thr = (k, self._flags(blk, r, cl, ii0, len(self.rblk))[2])  # from the corrected values
-        return len(self.rblk) - ii0, events
+        if events:
+            thr = self._flags(blk, r, cl, i0, i1)[2]  # from the corrected values
+        if part != "diagonal":  # what the panel solve's check of the rows below the diagonal starts from
+            self._thr = (k, thr[int(self.seg0[k + 1]) - i0:])
+        return i1 - i0, events
 
     def check_solve(self, k: int, pt: np.ndarray, low: np.ndarray) -> tuple[int, np.ndarray]:
         """Check panel ``k``'s solve ``P L_kk^T = W_{e:,k}`` against block column ``k``'s carried checksums.
@@ -175,7 +178,7 @@ class UpdateChecks:
         over ``W`` (the solve's and the sums' rounding bounded by ``gamma`` and Cauchy-Schwarz with the rows'
         norms). Returns the number of segments checked and which of them disagree.
         """
-        ii0, ii1 = int(np.searchsorted(self.rblk, k)), int(np.searchsorted(self.rblk, k + 1))
+        ii1 = int(self.seg0[k + 1])
         nseg, w = len(self.rblk) - ii1, low.shape[0]
         if nseg == 0 or self._thr is None or self._thr[0] != k or pt.shape[1] == 0:
             return 0, np.zeros(nseg, bool)
@@ -192,7 +195,7 @@ class UpdateChecks:
                 pterm = 4.0 * checksums.gamma(lens + w + 8) * pterm
             else:
                 pterm = float(self.tol) * pterm
-            thr = 2.0 * self._thr[1][ii1 - ii0:] + pterm + self.eta
+            thr = 2.0 * self._thr[1] + pterm + self.eta
             flag = ~(res[::2] <= thr) | ~(res[1::2] <= thr * lens)
         return nseg, flag.any(axis=1)
 

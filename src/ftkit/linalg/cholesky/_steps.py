@@ -66,6 +66,17 @@ class CholeskySteps:
         self.grid, self.w, self.rows, self.cols = grid, w, rows, cols
         self.panels = diagonal_blocks(rows)
 
+    def owns_diagonal(self, k: int) -> bool:
+        """Whether this process holds diagonal block ``k``."""
+        s, g = self.panels[k][0], self.grid
+        return (g.myrow, g.mycol) == (int(self.rows.owners[s]), int(self.cols.owners[s]))
+
+    def diagonal_block(self, k: int) -> np.ndarray:
+        """The view of diagonal block ``k`` in ``w`` (on its owner)."""
+        s, e = self.panels[k]
+        g = self.grid
+        return self.w[self.rows.range_on(g.myrow, s, e), self.cols.range_on(g.mycol, s, e)]
+
     def factor_diagonal(self, k: int, hold: bool = False) -> tuple[int, np.ndarray | None]:
         """Factor diagonal block ``k`` on its owner and broadcast ``(bad, L_kk)``: ``bad`` is the 0-based
         submatrix index of the failing minor (``-1`` if none), ``L_kk`` is ``None`` when ``bad >= 0``.
@@ -75,10 +86,10 @@ class CholeskySteps:
         g, (s, e) = self.grid, self.panels[k]
         pk, qk = int(self.rows.owners[s]), int(self.cols.owners[s])
         msg: tuple[int, np.ndarray | None] | None = None
-        if hold and (g.myrow, g.mycol) == (pk, qk):
+        if hold and self.owns_diagonal(k):
             msg = (HOLD, None)
-        elif (g.myrow, g.mycol) == (pk, qk):
-            blk = self.w[self.rows.range_on(pk, s, e), self.cols.range_on(qk, s, e)]
+        elif self.owns_diagonal(k):
+            blk = self.diagonal_block(k)
             try:
                 low = np.linalg.cholesky(blk)  # reads the lower triangle only
                 ok = bool(np.all(np.isfinite(low)))

@@ -122,6 +122,11 @@ class _Tally:
             threshold=threshold.name, bs=bs, unchecked=sum(a == "unchecked" for a in acts))
 
 
+def _uncorrected(events: list[BlockEvent]) -> bool:
+    """Whether ``events`` hold a block the checks could not correct."""
+    return any(ev.action == "uncorrected" for ev in events)
+
+
 def _factored_part(work: CholeskyWork, e: int) -> np.ndarray:
     """The columns ``< e`` of this process's work array (the factored part once panel ``e`` is done): a prefix
     of the F-order flat local array, a view (columns before the submatrix included)."""
@@ -233,12 +238,17 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     every = max(1, int(ckpt_every) if ckpt_every else len(panels) // 8)
     tally = _Tally(A.grid.rank)
     for k in range(start, len(panels)):
-        checked, events = checks.verify(k)  # block column k, before its panel reads it
-        pending = any(ev.action == "uncorrected" for ev in events)  # rows here the checks could not correct
+        # block column k, before its panel reads it (the diagonal's owner: its diagonal block first)
+        owner = work.steps.owns_diagonal(k)
+        checked, events = checks.verify(k, "diagonal" if owner else "all")
+        pending = _uncorrected(events)  # rows here that the checks could not correct
         bad, low = work.steps.factor_diagonal(k, hold=pending)  # (hold read on the diagonal's owner only)
-        if bad == HOLD:  # the owner's rows: every process joins the recomputation of the block column now
+        if bad == HOLD:  # the diagonal block: every process joins the recomputation of the block column now
             events, pending = recompute_column(checks, k, events, work.original), False
             bad, low = work.steps.factor_diagonal(k)
+        elif owner:  # the owner's rows below the diagonal, checked while the others receive L_kk
+            more, below = checks.verify(k, "below")
+            checked, events, pending = checked + more, events + below, _uncorrected(below)
         if bad >= 0:
             tally.add(checked, events)
             _finish(work, A, A64, uplo, n, ia, ja)
@@ -282,6 +292,8 @@ def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, ev
     full, full_rs, full_sq, pieces, flagged = gather_panel(steps, k, ext)
     if flagged:  # rows the checks could not correct: recomputed from A, solved and shared again
         events = recompute_column(checks, k, events, work.original)
+        if steps.owns_diagonal(k):  # the recomputation set the block's unfactored values again
+            steps.diagonal_block(k)[...] = low
         if pending:
             _solve(steps, checks, k, low, ext, rows, False, tally)
         share_panel(steps, k, ext)
