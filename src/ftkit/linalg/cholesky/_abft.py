@@ -131,7 +131,15 @@ class UpdateChecks:
             return
         c0 = int(self.clo[jj0])  # the trailing block columns' local columns run from c0 to the end
         left = full[self.cglob[c0:] - e] if col_rows is None else col_rows
-        gemm_update(-1.0, left, sums.T, self.chk_t[c0:, 2 * ii0:])
+        # the segments on and below each block column's diagonal: two products (the second half of the
+        # block columns needs only the segments from its first block row on), not the whole rectangle
+        jm = (jj0 + len(self.cblk)) // 2
+        parts = [(jj0, jm), (jm, len(self.cblk))] if jm > jj0 else [(jj0, len(self.cblk))]
+        for ja, jb in parts:
+            ca, cb = int(self.clo[ja]) - c0, (int(self.clo[jb]) if jb < len(self.cblk) else len(self.cglob)) - c0
+            sa = int(self.seg0[self.cblk[ja]])
+            if sa < len(self.rblk):
+                gemm_update(-1.0, left[ca:cb], sums[2 * (sa - ii0):].T, self.chk_t[c0 + ca:c0 + cb, 2 * sa:])
 
     def verify(self, k: int, part: str = "all") -> tuple[int, list[BlockEvent]]:
         """Check (and correct) this process's blocks of block column ``k`` before panel ``k`` reads them:
