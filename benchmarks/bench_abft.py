@@ -58,7 +58,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--phases", action="store_true", help="per-function CPU profile, pdgemm vs ft_pdgemm")
     ap.add_argument("--level3", action="store_true",
                     help="--phases of pdtrmm, pdsyrk, pdsyr2k vs their ft_ versions instead of pdgemm")
-    ap.add_argument("--potrf", action="store_true", help="--phases of pdpotrf vs ft_pdpotrf instead of pdgemm")
+    ap.add_argument("--potrf", action="store_true",
+                    help="--phases of pdpotrf vs ft_pdpotrf instead of pdgemm")
     ap.add_argument("--kernels", action="store_true", help="in-process kernel timings (no MPI)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -280,7 +281,10 @@ def _phase_calls(args: argparse.Namespace, grid: Any) -> dict[str, dict[str, Any
         from bench_pblas3 import operands  # the same SPD matrix as the timed side-by-side runs
 
         S = operands(grid, n, nb)["S"]
-        return {"pdpotrf": {v: (S.copy, functools.partial(lambda fn, x: fn("L", n, x, 0, 0), getattr(linalg, v)))
+        def factor(fn: Any, x: Any) -> None:
+            fn("L", n, x, 0, 0)
+
+        return {"pdpotrf": {v: (S.copy, functools.partial(factor, getattr(linalg, v)))
                             for v in ("pdpotrf", "ft_pdpotrf")}}
     if not args.level3:
         def same() -> Any:

@@ -55,7 +55,8 @@ def main() -> int:
                 ok, line = _case(grid, uplo, flips, want)
                 failures += not ok
                 if grid.rank == 0:
-                    print(("CASE " if ok else "FAIL ") + f"grid={shape} uplo={uplo} {name}: {line}", flush=True)
+                    tag = "CASE " if ok else "FAIL "
+                    print(f"{tag}grid={shape} uplo={uplo} {name}: {line}", flush=True)
         grid.free()
     if MPI.COMM_WORLD.rank == 0:
         print(f"DONE failures={failures}", flush=True)

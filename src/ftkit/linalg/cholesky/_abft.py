@@ -44,8 +44,8 @@ from ..abft.report import BlockEvent
 from ..checksums._kernels import encode_rows_into
 from ._steps import CholeskySteps
 
-__all__ = ["UpdateChecks", "panel_buffer", "encode_panel", "panel_segment_sums", "share_panel", "gather_panel", "piece_col_sums",
-           "repair_rows"]
+__all__ = ["UpdateChecks", "panel_buffer", "encode_panel", "panel_segment_sums", "share_panel",
+           "gather_panel", "piece_col_sums", "repair_rows"]
 
 
 class UpdateChecks:
@@ -88,7 +88,8 @@ class UpdateChecks:
         self._enc = np.empty((self.bs, 2), order="F")  # the segment encoder: plain and index-weighted sums
         self._enc[:, 0], self._enc[:, 1] = 1.0, np.arange(1, self.bs + 1)
         self._thr: tuple[int, np.ndarray] | None = None  # (k, thresholds) of block column k's last check
-        self._psums: tuple[int, np.ndarray, np.ndarray] | None = None  # (k, segment sums, row sums of squares)
+        # (k, segment sums, rows' sums of squares) of the last checked panel solve
+        self._psums: tuple[int, np.ndarray, np.ndarray] | None = None
         self.seg0 = np.searchsorted(self.rblk, np.arange(len(panels) + 1))  # first segment of each block row
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -136,7 +137,8 @@ class UpdateChecks:
         jm = (jj0 + len(self.cblk)) // 2
         parts = [(jj0, jm), (jm, len(self.cblk))] if jm > jj0 else [(jj0, len(self.cblk))]
         for ja, jb in parts:
-            ca, cb = int(self.clo[ja]) - c0, (int(self.clo[jb]) if jb < len(self.cblk) else len(self.cglob)) - c0
+            cb = int(self.clo[jb]) if jb < len(self.cblk) else len(self.cglob)
+            ca, cb = int(self.clo[ja]) - c0, cb - c0
             sa = int(self.seg0[self.cblk[ja]])
             if sa < len(self.rblk):
                 gemm_update(-1.0, left[ca:cb], sums[2 * (sa - ii0):].T, self.chk_t[c0 + ca:c0 + cb, 2 * sa:])

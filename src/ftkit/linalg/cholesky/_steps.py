@@ -83,7 +83,7 @@ class CholeskySteps:
 
         ``hold`` (read on the owner): factor nothing and broadcast ``(HOLD, None)`` instead, so every process
         learns, in the same message, that block column ``k`` must be recomputed first (``ft_pdpotrf``)."""
-        g, (s, e) = self.grid, self.panels[k]
+        g, s = self.grid, self.panels[k][0]
         pk, qk = int(self.rows.owners[s]), int(self.cols.owners[s])
         msg: tuple[int, np.ndarray | None] | None = None
         if hold and self.owns_diagonal(k):

@@ -58,8 +58,16 @@ from ..abft.level3 import _as64
 from ..abft.report import ABFTReport, BlockEvent, check_ft_args
 from ..matrix import DistributedMatrix
 from ..pblas.add import trapezoid_mask
-from ._abft import (UpdateChecks, encode_panel, gather_panel, panel_buffer, panel_segment_sums, piece_col_sums,
-                    repair_rows, share_panel)
+from ._abft import (
+    UpdateChecks,
+    encode_panel,
+    gather_panel,
+    panel_buffer,
+    panel_segment_sums,
+    piece_col_sums,
+    repair_rows,
+    share_panel,
+)
 from ._column_recompute import rebuild_trailing, recompute_column
 from ._steps import HOLD, CholeskySteps
 from .potrf import CholeskyWork, FactorizationError, check_potrf_args
@@ -254,7 +262,9 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
             _finish(work, A, A64, uplo, n, ia, ja)
             raise FactorizationError(r, bad + 1, n)
         if panels[k][1] < n:
-            events = _panel(work, checks, k, low, events, pending, inject if k == inject_panel else None, tally)
+            assert low is not None
+            plan = inject if k == inject_panel else None
+            events = _panel(work, checks, k, low, events, pending, plan, tally)
         tally.add(checked, events)
         if ckpt is not None and (k + 1) % every == 0 and k + 1 < len(panels):
             state[0] = k + 1
@@ -319,7 +329,8 @@ def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, ev
     if plan is not None:
         plan.apply("C", g.rank, 0, trail, to_global)
     steps.apply_update(k, rows, full)
-    checks.update(k, panel_segment_sums(ext, rows), full, full_sq, _column_rows(checks, pieces, e, c0, repairs))
+    col_rows = _column_rows(checks, pieces, e, c0, repairs)
+    checks.update(k, panel_segment_sums(ext, rows), full, full_sq, col_rows)
     if plan is not None:
         plan.apply("C", g.rank, 1, trail, to_global)
     return events
