@@ -6,10 +6,14 @@ BLAS calls as ``pdpotrf``, so an error-free ``ft_pdpotrf`` returns ``pdpotrf``'s
 it, each process keeps, for every segment ``I`` of its rows (at most ``bs`` rows of one block row) and every
 one of its columns, the plain and the index-weighted column sums of the lower block trapezoid, ``e^T W_IJ``
 and ``w^T W_IJ`` (``w = 1, 2, ...``), and carries them through each update with the panel's own sums:
-``(e^T; w^T) W_IJ -= (e^T P_I; w^T P_I) P_J.T``, one small product per block column (``2 / nb`` of the
-update's flops). Sums are linear, so the relation holds after any number of updates: block column ``J`` is
-verified once, just before panel ``J`` reads it (an error made by any earlier update is still there, and
-nothing read the block before), by O(its size) reductions, never by recomputation. In each flagged column the
+``(e^T; w^T) W_IJ -= (e^T P_I; w^T P_I) P_J.T``: the segment sums of ``P`` are taken once, where the panel
+is solved (those its solve check takes), and travel with it; the checksums are stored transposed, so one
+product per panel carries them all, with the received rows of ``P`` of the process's columns as its left
+operand (no copy on a square grid), in two parts that skip most of the segments above the block diagonal
+(about ``1.5 / nb`` of the update's flops). Sums are linear, so the relation holds after any number of
+updates: block column ``J`` is verified once, just before panel ``J`` reads it (an error made by any earlier
+update is still there, and nothing read the block before), by one pass over it (plain, weighted and absolute
+segment sums in one kernel), never by recomputation. In each flagged column the
 ratio of the weighted to the plain residual locates the wrong element (a non-finite element locates itself),
 which is set from the column's expected sum; a wrong row (an operand corrupted inside the product) is a
 located element in every column. Anything else is reported ``"uncorrected"`` (``ft_pdpotrf`` then
@@ -25,8 +29,9 @@ checksums' own rounding, the threshold of a segment column is ``4 gamma_{len + 2
 factorization is never flagged, at any scale. A numeric ``tol`` ``t`` makes it ``t`` times the magnitudes;
 ``"statistical"`` uses the rigorous bound here.
 
-The panel travels with its row sums, sums of squares and column sums (:func:`share_panel`,
-:func:`gather_panel`): each process compares the row sums of the panel it assembled with the senders' (same
+The panel travels with its row sums, sums of squares, column sums, segment sums and a flag (rows of its
+block column that its sender could not correct: :func:`panel_buffer`, :func:`encode_panel`,
+:func:`share_panel`, :func:`gather_panel`): each process compares the row sums of the panel it assembled with the senders' (same
 summation order: equal unless a value changed), locates a changed element's column from its piece's column
 sums and restores it from its row sum before the product uses it (:func:`repair_rows`).
 """
