@@ -31,9 +31,10 @@ factorization is never flagged, at any scale. A numeric ``tol`` ``t`` makes it `
 
 The panel travels with its row sums, sums of squares, column sums, segment sums and a flag (rows of its
 block column that its sender could not correct: :func:`panel_buffer`, :func:`encode_panel`,
-:func:`share_panel`, :func:`gather_panel`): each process compares the row sums of the panel it assembled with the senders' (same
-summation order: equal unless a value changed), locates a changed element's column from its piece's column
-sums and restores it from its row sum before the product uses it (:func:`repair_rows`).
+:func:`share_panel`, :func:`gather_panel`): each process compares the row sums of the panel it assembled
+with the senders' (same summation order: equal unless a value changed), locates a changed element's column
+from its piece's column sums and restores it from its row sum before the product uses it
+(:func:`repair_rows`).
 """
 
 from __future__ import annotations
