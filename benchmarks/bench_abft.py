@@ -1,7 +1,7 @@
 """Benchmark ABFT-checked ft_pdgemm against plain pdgemm (4 ranks, 2 x 2 grid), in the same run.
 
 usage: python benchmarks/bench_abft.py [--quick] [--n 4096] [--nb 256] [--repeats 3] [--bs B ...]
-       [--phases [--level3] | --kernels]
+       [--phases [--level3 | --potrf] | --kernels]
 
 The script relaunches itself under mpirun (4 ranks, OPENBLAS_NUM_THREADS=1 per rank). Inside the one job, per
 repeat and in rotating order: ``pdgemm``, ``ft_pdgemm(tol=None)`` (rigorous bound) and
@@ -26,7 +26,8 @@ Where the overhead goes:
   differences first (the encoding kernels replace pdgemm's own copies of the pieces into the panels), and
   every rank's CPU seconds per call (median); the calls interleaved, in alternating order. With ``--level3``
   the same for pdtrmm, pdsyrk and pdsyr2k against ft_pdtrmm, ft_pdsyrk and ft_pdsyr2k (rigorous bound;
-  ``bench_pblas3.py``'s flags, each call on fresh copies of B / C, copies not profiled).
+  ``bench_pblas3.py``'s flags, each call on fresh copies of B / C, copies not profiled). With ``--potrf``
+  pdpotrf against ft_pdpotrf (lower, no checkpoint, rigorous bound) on ``bench_pblas3.py``'s SPD matrix.
 - ``--kernels``: one process, no MPI: the per-rank pieces of the 2 x 2 run (local ``n/2 x n/2``, pieces of
   ``n/2 x 512``): the plain copy pdgemm makes of an A / B piece, the fused copy + checksum kernels (3 kinds:
   rigorous / numeric thresholds; 4 kinds: statistical), the verification pass over C, and one SUMMA step's
@@ -57,6 +58,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--phases", action="store_true", help="per-function CPU profile, pdgemm vs ft_pdgemm")
     ap.add_argument("--level3", action="store_true",
                     help="--phases of pdtrmm, pdsyrk, pdsyr2k vs their ft_ versions instead of pdgemm")
+    ap.add_argument("--potrf", action="store_true",
+                    help="--phases of pdpotrf vs ft_pdpotrf instead of pdgemm")
     ap.add_argument("--kernels", action="store_true", help="in-process kernel timings (no MPI)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -89,6 +92,7 @@ def launch(args: argparse.Namespace) -> int:
         *map(str, args.bs),
         *(["--phases"] if args.phases else []),
         *(["--level3"] if args.level3 else []),
+        *(["--potrf"] if args.potrf else []),
     ]
     cmd = build_mpirun_command(
         args.ranks, worker, ulfm=False, env={"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -273,6 +277,15 @@ def _phase_calls(args: argparse.Namespace, grid: Any) -> dict[str, dict[str, Any
     A = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=1)
     B = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=2)
     C = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=3)
+    if args.potrf:
+        from bench_pblas3 import operands  # the same SPD matrix as the timed side-by-side runs
+
+        S = operands(grid, n, nb)["S"]
+        def factor(fn: Any, x: Any) -> None:
+            fn("L", n, x, 0, 0)
+
+        return {"pdpotrf": {v: (S.copy, functools.partial(factor, getattr(linalg, v)))
+                            for v in ("pdpotrf", "ft_pdpotrf")}}
     if not args.level3:
         def same() -> Any:
             return C
@@ -358,7 +371,7 @@ def _print_phases(args: argparse.Namespace, size: int, pairs: dict[str, dict[str
                   "CPU s per call per rank (median) " + " ".join(f"{c[name]:.3f}" for _, c in every))
             keys = set(tot[name]) | set(tot[plain])
             diff = sorted(keys, key=lambda k: -abs(tot[name].get(k, 0.0) - tot[plain].get(k, 0.0)))
-            for key in diff[:16]:
+            for key in diff[:int(os.environ.get("BENCH_PHASE_ROWS", "16"))]:
                 a, b = tot[plain].get(key, 0.0), tot[name].get(key, 0.0)
                 print(f"    {key:46s} {plain} {a:8.2f} ft {b:8.2f} ({b - a:+7.2f}: "
                       f"{100 * (b - a) / base:+.2f}%)")

@@ -190,3 +190,21 @@ def test_two_flips_in_one_block_column_recomputed_on_2x2():
     res = run_python(4, PROGRAMS / "ft_potrf_recompute.py", timeout=300).check()
     assert "DONE failures=0" in res.stdout, res.stdout + res.stderr
     assert res.stdout.count("CASE ") == 8 and "FAIL" not in res.stdout, res.stdout
+
+
+@pytest.mark.mpi
+def test_non_square_grids_checked_and_recomputed():
+    """2x3 and 3x2: error-free bit for bit, a flip located, two flips in one column recomputed on a process
+    that owns the diagonal block and on one that does not (its flag travels with the shared panel)."""
+    res = run_python(6, PROGRAMS / "ft_potrf_grids.py", timeout=300).check()
+    assert "DONE failures=0" in res.stdout, res.stdout + res.stderr
+    assert res.stdout.count("CASE ") == 16 and "FAIL" not in res.stdout, res.stdout
+
+
+@pytest.mark.mpi
+def test_hard_families_no_false_positive_on_2x2():
+    """Tiny, huge, graded, Hilbert and cancelling SPD matrices: nothing flagged, pdpotrf's factor bit for
+    bit (rigorous and statistical thresholds, offsets, aligned and redistributed layouts)."""
+    res = run_python(4, PROGRAMS / "ft_potrf_families.py", timeout=300).check()
+    assert "DONE failures=0" in res.stdout, res.stdout + res.stderr
+    assert res.stdout.count("CASE ") == 18 and "FAIL" not in res.stdout, res.stdout

@@ -6,10 +6,14 @@ BLAS calls as ``pdpotrf``, so an error-free ``ft_pdpotrf`` returns ``pdpotrf``'s
 it, each process keeps, for every segment ``I`` of its rows (at most ``bs`` rows of one block row) and every
 one of its columns, the plain and the index-weighted column sums of the lower block trapezoid, ``e^T W_IJ``
 and ``w^T W_IJ`` (``w = 1, 2, ...``), and carries them through each update with the panel's own sums:
-``(e^T; w^T) W_IJ -= (e^T P_I; w^T P_I) P_J.T``, one small product per block column (``2 / nb`` of the
-update's flops). Sums are linear, so the relation holds after any number of updates: block column ``J`` is
-verified once, just before panel ``J`` reads it (an error made by any earlier update is still there, and
-nothing read the block before), by O(its size) reductions, never by recomputation. In each flagged column the
+``(e^T; w^T) W_IJ -= (e^T P_I; w^T P_I) P_J.T``: the segment sums of ``P`` are taken once, where the panel
+is solved (those its solve check takes), and travel with it; the checksums are stored transposed, so one
+product per panel carries them all, with the received rows of ``P`` of the process's columns as its left
+operand (no copy on a square grid), in two parts that skip most of the segments above the block diagonal
+(about ``1.5 / nb`` of the update's flops). Sums are linear, so the relation holds after any number of
+updates: block column ``J`` is verified once, just before panel ``J`` reads it (an error made by any earlier
+update is still there, and nothing read the block before), by one pass over it (plain, weighted and absolute
+segment sums in one kernel), never by recomputation. In each flagged column the
 ratio of the weighted to the plain residual locates the wrong element (a non-finite element locates itself),
 which is set from the column's expected sum; a wrong row (an operand corrupted inside the product) is a
 located element in every column. Anything else is reported ``"uncorrected"`` (``ft_pdpotrf`` then
@@ -25,10 +29,12 @@ checksums' own rounding, the threshold of a segment column is ``4 gamma_{len + 2
 factorization is never flagged, at any scale. A numeric ``tol`` ``t`` makes it ``t`` times the magnitudes;
 ``"statistical"`` uses the rigorous bound here.
 
-The panel travels with its row sums, sums of squares and column sums (:func:`share_panel`,
-:func:`gather_panel`): each process compares the row sums of the panel it assembled with the senders' (same
-summation order: equal unless a value changed), locates a changed element's column from its piece's column
-sums and restores it from its row sum before the product uses it (:func:`repair_rows`).
+The panel travels with its row sums, sums of squares, column sums, segment sums and a flag (rows of its
+block column that its sender could not correct: :func:`panel_buffer`, :func:`encode_panel`,
+:func:`share_panel`, :func:`gather_panel`): each process compares the row sums of the panel it assembled
+with the senders' (same summation order: equal unless a value changed), locates a changed element's column
+from its piece's column sums and restores it from its row sum before the product uses it
+(:func:`repair_rows`).
 """
 
 from __future__ import annotations
@@ -41,9 +47,11 @@ import numpy as np
 from .. import checksums
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
+from ..checksums._kernels import encode_rows_into
 from ._steps import CholeskySteps
 
-__all__ = ["UpdateChecks", "share_panel", "gather_panel", "piece_col_sums", "repair_rows"]
+__all__ = ["UpdateChecks", "panel_buffer", "encode_panel", "panel_segment_sums", "share_panel",
+           "gather_panel", "piece_col_sums", "repair_rows"]
 
 
 class UpdateChecks:
@@ -76,17 +84,23 @@ class UpdateChecks:
         self.wts = np.zeros(steps.w.shape[0])
         for _, lo, hi in segs:
             self.wts[lo:hi] = np.arange(1, hi - lo + 1)
-        self.chk = np.zeros((2 * len(segs), steps.w.shape[1]), order="F")  # e^T W_IJ and w^T W_IJ
+        # e^T W_IJ and w^T W_IJ, stored transposed (local columns x segment sums, F order) so that an update
+        # carries them by one product with P's rows of this process's columns as its left operand
+        self.chk_t = np.zeros((steps.w.shape[1], 2 * len(segs)), order="F")
+        self.chk = self.chk_t.T
         self.nu = np.zeros(rows.n)  # sum of squares of each row's factored part (bounds sum |P||P.T|)
         self.gam_extra = 2 * rows.n + len(panels) + 8
         self.eta = 16.0 * (rows.n + 8) * checksums.ETA
         self._enc = np.empty((self.bs, 2), order="F")  # the segment encoder: plain and index-weighted sums
         self._enc[:, 0], self._enc[:, 1] = 1.0, np.arange(1, self.bs + 1)
         self._thr: tuple[int, np.ndarray] | None = None  # (k, thresholds) of block column k's last check
+        # (k, segment sums, rows' sums of squares) of the last checked panel solve
+        self._psums: tuple[int, np.ndarray, np.ndarray] | None = None
+        self.seg0 = np.searchsorted(self.rblk, np.arange(len(panels) + 1))  # first segment of each block row
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The carried state (checkpointed with the work matrix: a resumed run continues to check)."""
-        return {"chk": self.chk, "nu": self.nu}
+        return {"chk": self.chk_t, "nu": self.nu}
 
     def init(self, start: int) -> None:
         """Take the checksums of the block columns from panel ``start`` on from the current ``W``."""
@@ -101,21 +115,44 @@ class UpdateChecks:
             if r.stop > r.start:
                 self.chk[ii0:, cl] = self._sums(st.w[r, cl], ii0 // 2, len(self.rblk))
 
-    def update(self, k: int, mine: np.ndarray, full: np.ndarray, full_sq: np.ndarray) -> None:
-        """Carry the checksums through panel ``k``'s update (``mine``: this process's rows of ``P``,
-        ``full``: all of them, ``full_sq``: their sums of squares)."""
+    def panel_sums(self, k: int, pt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(e^T P_I; w^T P_I)`` of this process's trailing segments (block rows ``> k``) and the sums of
+        squares of its rows, ``pt`` its rows of panel ``k``'s ``P.T``: those :meth:`check_solve` took of the
+        same solution if it checked it."""
+        if self._psums is not None and self._psums[0] == k:
+            return self._psums[1], self._psums[2]
+        return self._sums(pt.T, int(self.seg0[k + 1]), len(self.rblk)), np.einsum("ti,ti->i", pt, pt)
+
+    def update(self, k: int, sums: np.ndarray, full: np.ndarray, full_sq: np.ndarray,
+               col_rows: np.ndarray | None = None) -> None:
+        """Carry the checksums through panel ``k``'s update: ``sums`` are the segment sums of this process's
+        rows of ``P`` (:meth:`panel_sums`, computed where the panel was solved), ``full`` all rows of ``P``,
+        ``full_sq`` their sums of squares; ``col_rows``, if given, the rows of ``P`` of this process's
+        trailing columns in their order (else copied out of ``full``). One product for all trailing columns
+        and segments."""
         st = self.steps
         e = st.panels[k][1]
         self.nu[e:] += full_sq
-        ii0, jj0 = int(np.searchsorted(self.rblk, k + 1)), int(np.searchsorted(self.cblk, k + 1))
+        ii0, jj0 = int(self.seg0[k + 1]), int(np.searchsorted(self.cblk, k + 1))
         if ii0 == len(self.rblk) or jj0 == len(self.cblk):
             return
-        sums = self._sums(mine, ii0, len(self.rblk))  # (e^T P_I; w^T P_I) of every trailing segment
         c0 = int(self.clo[jj0])  # the trailing block columns' local columns run from c0 to the end
-        gemm_update(-1.0, sums, full[self.cglob[c0:] - e].T, self.chk[2 * ii0:, c0:])
+        left = full[self.cglob[c0:] - e] if col_rows is None else col_rows
+        # the segments on and below each block column's diagonal: two products (the second half of the
+        # block columns needs only the segments from its first block row on), not the whole rectangle
+        jm = (jj0 + len(self.cblk)) // 2
+        parts = [(jj0, jm), (jm, len(self.cblk))] if jm > jj0 else [(jj0, len(self.cblk))]
+        for ja, jb in parts:
+            cb = int(self.clo[jb]) if jb < len(self.cblk) else len(self.cglob)
+            ca, cb = int(self.clo[ja]) - c0, cb - c0
+            sa = int(self.seg0[self.cblk[ja]])
+            if sa < len(self.rblk):
+                gemm_update(-1.0, left[ca:cb], sums[2 * (sa - ii0):].T, self.chk_t[c0 + ca:c0 + cb, 2 * sa:])
 
-    def verify(self, k: int) -> tuple[int, list[BlockEvent]]:
-        """Check (and correct) this process's blocks of block column ``k`` before panel ``k`` reads them.
+    def verify(self, k: int, part: str = "all") -> tuple[int, list[BlockEvent]]:
+        """Check (and correct) this process's blocks of block column ``k`` before panel ``k`` reads them:
+        ``part`` ``"all"`` of its rows, ``"diagonal"`` those of diagonal block ``k`` only (what its owner
+        needs before it factors the block) or ``"below"`` the others.
 
         Returns the number of segments checked and the events (local; gathered by the caller).
         """
@@ -123,29 +160,30 @@ class UpdateChecks:
         s, e = st.panels[k]
         if int(st.cols.owners[s]) != st.grid.mycol:
             return 0, []
-        jj = int(np.searchsorted(self.cblk, k))
-        r = st.rows.range_on(st.grid.myrow, s, st.rows.n)
-        if r.stop == r.start:
+        i0 = int(self.seg0[k + 1] if part == "below" else self.seg0[k])
+        i1 = int(self.seg0[k + 1]) if part == "diagonal" else len(self.rblk)
+        if i1 == i0:
             return 0, []
+        jj = int(np.searchsorted(self.cblk, k))
+        r = slice(int(self.rlo[i0]), int(self.rlo[i1]))
         cl = slice(self.clo[jj], self.clo[jj] + e - s)
-        ii0 = int(np.searchsorted(self.rblk, k))
         blk = st.w[r, cl]
-        flag, unchecked, thr = self._flags(blk, r, cl, ii0, len(self.rblk))
-        self._thr = (k, thr)  # what the panel solve's check of these rows starts from
-        if not (flag.any() or unchecked.any()):
-            return len(self.rblk) - ii0, []
+        flag, unchecked, thr = self._flags(blk, r, cl, i0, i1)
         events = []
         for i in np.flatnonzero(flag.any(axis=1) | unchecked):
-            lo, hi = self.rlo[ii0 + i] - r.start, self.rlo[ii0 + i + 1] - r.start
-            seg = slice(self.rlo[ii0 + i], self.rlo[ii0 + i + 1])
-            event = BlockEvent(int(self.rblk[ii0 + i]), k, int(self.rglob[seg.start]),
+            lo, hi = self.rlo[i0 + i] - r.start, self.rlo[i0 + i + 1] - r.start
+            seg = slice(self.rlo[i0 + i], self.rlo[i0 + i + 1])
+            event = BlockEvent(int(self.rblk[i0 + i]), k, int(self.rglob[seg.start]),
                                int(self.cglob[cl.start]), hi - lo, e - s, self.rank,
                                "unchecked" if unchecked[i] else "uncorrected")
             if not unchecked[i]:
-                event = self._fix(blk[lo:hi], seg, cl, int(ii0 + i), np.flatnonzero(flag[i]), event)
+                event = self._fix(blk[lo:hi], seg, cl, int(i0 + i), np.flatnonzero(flag[i]), event)
             events.append(event)
-        self._thr = (k, self._flags(blk, r, cl, ii0, len(self.rblk))[2])  # from the corrected values
-        return len(self.rblk) - ii0, events
+        if events:
+            thr = self._flags(blk, r, cl, i0, i1)[2]  # from the corrected values
+        if part != "diagonal":  # what the panel solve's check of the rows below the diagonal starts from
+            self._thr = (k, thr[int(self.seg0[k + 1]) - i0:])
+        return i1 - i0, events
 
     def check_solve(self, k: int, pt: np.ndarray, low: np.ndarray) -> tuple[int, np.ndarray]:
         """Check panel ``k``'s solve ``P L_kk^T = W_{e:,k}`` against block column ``k``'s carried checksums.
@@ -156,7 +194,7 @@ class UpdateChecks:
         over ``W`` (the solve's and the sums' rounding bounded by ``gamma`` and Cauchy-Schwarz with the rows'
         norms). Returns the number of segments checked and which of them disagree.
         """
-        ii0, ii1 = int(np.searchsorted(self.rblk, k)), int(np.searchsorted(self.rblk, k + 1))
+        ii1 = int(self.seg0[k + 1])
         nseg, w = len(self.rblk) - ii1, low.shape[0]
         if nseg == 0 or self._thr is None or self._thr[0] != k or pt.shape[1] == 0:
             return 0, np.zeros(nseg, bool)
@@ -164,14 +202,16 @@ class UpdateChecks:
         cl = slice(self.clo[jj], self.clo[jj] + w)
         lens = (self.rlo[ii1 + 1:] - self.rlo[ii1:-1])[:, None]
         with np.errstate(invalid="ignore", over="ignore"):
-            res = np.abs(self._sums(pt.T, ii1, len(self.rblk)) @ low.T - self.chk[2 * ii1:, cl])
-            norms = np.add.reduceat(np.sqrt(np.einsum("ti,ti->i", pt, pt)), self.rlo[ii1:-1] - self.rlo[ii1])
+            sums, sq = self._sums(pt.T, ii1, len(self.rblk)), np.einsum("ti,ti->i", pt, pt)
+            self._psums = (k, sums, sq)  # what the panel is sent with (:meth:`panel_sums`)
+            res = np.abs(sums @ low.T - self.chk[2 * ii1:, cl])
+            norms = np.add.reduceat(np.sqrt(sq), self.rlo[ii1:-1] - self.rlo[ii1])
             pterm = (1.0 + 1e-8) * norms[:, None] * np.sqrt(np.einsum("jt,jt->j", low, low))[None, :]
             if self.tol is None or isinstance(self.tol, str):
                 pterm = 4.0 * checksums.gamma(lens + w + 8) * pterm
             else:
                 pterm = float(self.tol) * pterm
-            thr = 2.0 * self._thr[1][ii1 - ii0:] + pterm + self.eta
+            thr = 2.0 * self._thr[1] + pterm + self.eta
             flag = ~(res[::2] <= thr) | ~(res[1::2] <= thr * lens)
         return nseg, flag.any(axis=1)
 
@@ -197,19 +237,20 @@ class UpdateChecks:
         """Flagged columns of segments ``i0:i1`` (rows ``r`` of the block column ``cl``), the segments whose
         bound is not finite, and the thresholds of the plain sums."""
         with np.errstate(invalid="ignore", over="ignore"):
-            got = self._sums(blk, i0, i1)
-            starts = self.rlo[i0:i1] - self.rlo[i0]
-            absum = np.add.reduceat(np.abs(blk), starts, axis=0)
+            nr, bounds = i1 - i0, self.rlo[i0:i1 + 1] - self.rlo[i0]
+            got = np.empty((3 * nr, blk.shape[1]))  # plain, weighted and absolute sums: one pass over blk
+            encode_rows_into(blk, bounds, self.wts[r], got, False, 3)
             root = np.sqrt(self.nu)
-            rs = np.add.reduceat(root[self.rglob[r]], starts)
-            mag = absum + 2.0 * (1.0 + 1e-8) * rs[:, None] * root[self.cglob[cl]][None, :]
+            rs = np.add.reduceat(root[self.rglob[r]], bounds[:-1])
+            mag = got[2 * nr:] + 2.0 * (1.0 + 1e-8) * rs[:, None] * root[self.cglob[cl]][None, :]
             lens = (self.rlo[i0 + 1:i1 + 1] - self.rlo[i0:i1])[:, None]
             if self.tol is None or isinstance(self.tol, str):
                 thr = 4.0 * checksums.gamma(lens + self.gam_extra) * mag + self.eta
             else:
                 thr = float(self.tol) * mag
-            res = np.abs(got - self.chk[2 * i0:2 * i1, cl])
-            flag = ~(res[::2] <= thr) | ~(res[1::2] <= thr * lens)
+            res_e = np.abs(got[:nr] - self.chk[2 * i0:2 * i1:2, cl])
+            res_w = np.abs(got[nr:2 * nr] - self.chk[2 * i0 + 1:2 * i1:2, cl])
+            flag = ~(res_e <= thr) | ~(res_w <= thr * lens)
         unchecked = ~np.all(np.isfinite(thr), axis=1)
         return flag & ~unchecked[:, None], unchecked, thr
 
@@ -235,49 +276,70 @@ class UpdateChecks:
 
 # ---------------------------------------------------------------- the panel, encoded
 def _unpack(ext: np.ndarray, nloc: int, w: int) -> tuple[np.ndarray, ...]:
-    """The rows of ``P`` (F order), their row sums, sums of squares and column sums in one flat buffer."""
-    m = nloc * w
-    return (ext[:m].reshape((nloc, w), order="F"), ext[m:m + nloc], ext[m + nloc:m + 2 * nloc],
-            ext[m + 2 * nloc:])
+    """The views of an encoded panel buffer: ``(flag, rows of P (F order), their row sums, sums of squares,
+    column sums, segment sums)``; the segment sums (``2 x`` trailing segments rows, F order) come last and
+    travel only along the process row."""
+    m = 1 + nloc * w
+    sums = ext[m + 2 * nloc + w:]
+    return (ext[:1], ext[1:m].reshape((nloc, w), order="F"), ext[m:m + nloc], ext[m + nloc:m + 2 * nloc],
+            ext[m + 2 * nloc:m + 2 * nloc + w], sums.reshape((sums.size // w if w else 0, w), order="F"))
 
 
-def share_panel(steps: CholeskySteps, k: int, mine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Broadcast the panel's process column's rows of ``P`` with their row sums, sums of squares and column
-    sums along the process row; return ``(buffer, rows)`` (``rows`` a view of the buffer, which travels
-    on)."""
-    g, (s, _) = steps.grid, steps.panels[k]
-    nloc, w = mine.shape
-    ext = np.empty(nloc * (w + 2) + w)
-    rows, rs, sq, cs = _unpack(ext, nloc, w)
-    qk = int(steps.cols.owners[s])
-    if g.mycol == qk:
-        rows[...] = mine
-        rs[...] = rows.sum(axis=1)
-        sq[...] = np.einsum("ij,ij->i", rows, rows)
-        cs[...] = rows.sum(axis=0)
+def panel_buffer(steps: CholeskySteps, k: int, checks: UpdateChecks) -> tuple[np.ndarray, np.ndarray]:
+    """An empty encoded buffer of panel ``k`` for this process row; return ``(buffer, its rows of P)``."""
+    g, (s, e) = steps.grid, steps.panels[k]
+    below = steps.rows.range_on(g.myrow, e, steps.rows.n)
+    nloc, w = below.stop - below.start, e - s
+    nsums = 2 * (len(checks.rblk) - int(checks.seg0[k + 1]))
+    ext = np.empty(1 + nloc * (w + 2) + w + nsums * w)
+    return ext, _unpack(ext, nloc, w)[1]
+
+
+def encode_panel(ext: np.ndarray, rows: np.ndarray, sums: tuple[np.ndarray, np.ndarray], flag: bool) -> None:
+    """Fill the buffer around ``rows`` (its view of P, solved): row sums, the sums of squares and segment
+    sums ``sums`` (:meth:`UpdateChecks.panel_sums`), column sums and ``flag`` (block column rows still to be
+    recomputed here). On the panel's process column."""
+    f, _, rs, sq, cs, out = _unpack(ext, *rows.shape)
+    f[0] = float(flag)
+    rs[...] = rows.sum(axis=1)
+    out[...], sq[...] = sums
+    cs[...] = rows.sum(axis=0)
+
+
+def panel_segment_sums(ext: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The segment sums in an encoded buffer (``rows``: its view of P)."""
+    return _unpack(ext, *rows.shape)[5]
+
+
+def share_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> None:
+    """Broadcast the encoded panel buffer from the panel's process column along the process row."""
+    g = steps.grid
     if g.npcol > 1 and ext.size:
-        g.row_comm.Bcast(ext, root=qk)
-    return ext, rows
+        g.row_comm.Bcast(ext, root=int(steps.cols.owners[steps.panels[k][0]]))
 
 
 def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                         list]:
-    """Gather the encoded pieces down the process column; return ``(P, its row sums, its rows' sums of
-    squares, pieces)``, each piece ``(global row indices - e, rows, row sums, sums of squares, column
-    sums)``."""
+                                                                         list, bool]:
+    """Gather the encoded pieces (without their segment sums) down the process column; return ``(P, its row
+    sums, its rows' sums of squares, pieces, flagged)``, each piece ``(global row indices - e, rows, row
+    sums, sums of squares, column sums)``, ``flagged`` whether any process of the panel's process column
+    has block column rows to recompute (every process gets the same answer)."""
     s, e = steps.panels[k]
     w = e - s
-    pieces = []
-    for p, buf in enumerate(steps.gather(ext)):
+    mine = steps.rows.range_on(steps.grid.myrow, e, steps.rows.n)
+    pieces, flagged = [], False
+    for p, buf in enumerate(steps.gather(ext[:1 + (mine.stop - mine.start) * (w + 2) + w])):
         idx = steps.rows.indices_on(p)
         idx = idx[idx >= e] - e
-        pieces.append((idx, *_unpack(buf, len(idx), w)))
+        flag, *rest = _unpack(buf, len(idx), w)[:5]
+        flagged |= bool(flag[0])
+        pieces.append((idx, *rest))
     full = steps.assemble(k, [pc[1] for pc in pieces])
     full_rs, full_sq = np.empty(full.shape[0]), np.empty(full.shape[0])
     for idx, _, rs, sq, _ in pieces:
         full_rs[idx] = rs
         full_sq[idx] = sq
-    return full, full_rs, full_sq, pieces
+    return full, full_rs, full_sq, pieces, flagged
 
 
 def piece_col_sums(full: np.ndarray, pieces: list, row: int) -> tuple[np.ndarray, np.ndarray]:

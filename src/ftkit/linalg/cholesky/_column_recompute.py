@@ -6,9 +6,11 @@ At panel ``k`` the block column ``J = [s, e)`` of the work matrix is ``A_{:,J} -
 where ``P_t`` is panel ``t`` below its diagonal block, now stored in ``W``'s factored columns ``< s``
 (verified when each was a panel). A process whose segments of ``J`` are ``"uncorrected"`` asks for the
 factored rows it needs (its rows ``>= s`` and the rows of ``J``); every process sends its piece of them (one
-allgather of the requests, one of the pieces). This runs only on detection: the error-free cost is one small
-reduction in the block column's process column, whose answer travels in the broadcast of ``L_kk``
-(:meth:`CholeskySteps.factor_diagonal`'s ``hold``). The process then repeats the
+allgather of the requests, one of the pieces). This runs only on detection, and the error-free run sends no
+extra message for it: the diagonal block's owner says so in its broadcast of ``L_kk``
+(:meth:`CholeskySteps.factor_diagonal`'s ``hold``), before the panel is solved; any other process of the
+block column in the flag of its shared panel (``ft_pdpotrf`` then recomputes, solves the panel again and
+shares it again, before any update reads it). The process then repeats the
 plain updates of its rows of ``J`` from A's values: the same ``gemm`` calls, operand shapes and order as
 :meth:`CholeskySteps.apply_update`, so the recomputed block equals the error-free one bit for bit (the same
 BLAS calls on the same values). The block column is verified again against its carried checksums (which
@@ -28,21 +30,7 @@ from ..abft.report import BlockEvent
 from ._abft import UpdateChecks
 from ._steps import CholeskySteps
 
-__all__ = ["column_flag", "recompute_column", "rebuild_trailing", "factored_rows", "replay_updates"]
-
-
-def column_flag(steps: CholeskySteps, k: int, events: list[BlockEvent]) -> bool:
-    """Whether any process of block column ``k`` has an ``"uncorrected"`` event: the answer on the owner of
-    diagonal block ``k`` (``False`` elsewhere), which passes it on in its broadcast of ``L_kk``.
-
-    Collective on the process column of block column ``k`` only (a reduction to the diagonal's owner).
-    """
-    g, s = steps.grid, steps.panels[k][0]
-    if g.mycol != int(steps.cols.owners[s]):
-        return False
-    mine = int(any(ev.action == "uncorrected" for ev in events))
-    got = g.col_comm.reduce(mine, root=int(steps.rows.owners[s])) if g.nprow > 1 else mine
-    return bool(got)
+__all__ = ["recompute_column", "rebuild_trailing", "factored_rows", "replay_updates"]
 
 
 def factored_rows(steps: CholeskySteps, k: int, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -85,8 +73,7 @@ def recompute_column(checks: UpdateChecks, k: int, events: list[BlockEvent],
                      original: Callable[[], np.ndarray]) -> list[BlockEvent]:
     """Recompute this process's rows of block column ``k`` if its ``events`` hold an uncorrected block.
 
-    Collective on the grid (call it on every process when the diagonal's owner said so, see
-    :func:`column_flag`).
+    Collective on the grid (call it on every process when a process of the block column said so).
 
     Parameters
     ----------

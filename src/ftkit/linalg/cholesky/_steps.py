@@ -66,19 +66,30 @@ class CholeskySteps:
         self.grid, self.w, self.rows, self.cols = grid, w, rows, cols
         self.panels = diagonal_blocks(rows)
 
+    def owns_diagonal(self, k: int) -> bool:
+        """Whether this process holds diagonal block ``k``."""
+        s, g = self.panels[k][0], self.grid
+        return (g.myrow, g.mycol) == (int(self.rows.owners[s]), int(self.cols.owners[s]))
+
+    def diagonal_block(self, k: int) -> np.ndarray:
+        """The view of diagonal block ``k`` in ``w`` (on its owner)."""
+        s, e = self.panels[k]
+        g = self.grid
+        return self.w[self.rows.range_on(g.myrow, s, e), self.cols.range_on(g.mycol, s, e)]
+
     def factor_diagonal(self, k: int, hold: bool = False) -> tuple[int, np.ndarray | None]:
         """Factor diagonal block ``k`` on its owner and broadcast ``(bad, L_kk)``: ``bad`` is the 0-based
         submatrix index of the failing minor (``-1`` if none), ``L_kk`` is ``None`` when ``bad >= 0``.
 
         ``hold`` (read on the owner): factor nothing and broadcast ``(HOLD, None)`` instead, so every process
         learns, in the same message, that block column ``k`` must be recomputed first (``ft_pdpotrf``)."""
-        g, (s, e) = self.grid, self.panels[k]
+        g, s = self.grid, self.panels[k][0]
         pk, qk = int(self.rows.owners[s]), int(self.cols.owners[s])
         msg: tuple[int, np.ndarray | None] | None = None
-        if hold and (g.myrow, g.mycol) == (pk, qk):
+        if hold and self.owns_diagonal(k):
             msg = (HOLD, None)
-        elif (g.myrow, g.mycol) == (pk, qk):
-            blk = self.w[self.rows.range_on(pk, s, e), self.cols.range_on(qk, s, e)]
+        elif self.owns_diagonal(k):
+            blk = self.diagonal_block(k)
             try:
                 low = np.linalg.cholesky(blk)  # reads the lower triangle only
                 ok = bool(np.all(np.isfinite(low)))
@@ -93,19 +104,21 @@ class CholeskySteps:
         return g.comm.bcast(msg, root=g.rank_of(pk, qk))
 
     def solve_panel(self, k: int, low: np.ndarray, broadcast: bool = True,
-                    check: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None) -> np.ndarray:
+                    check: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+                    out: np.ndarray | None = None) -> np.ndarray:
         """Overwrite panel ``k`` below the diagonal with ``P = W_{e:,k} L_kk^{-T}`` (its process column) and
         return this process's rows of ``P`` (global rows ``>= e`` of its process row), broadcast along the
         process row (unless not ``broadcast``: then only the panel's process column has them). ``check``, if
         given, is called on the panel's process column as ``check(before, pt, low)`` after the solve and
         before the panel is overwritten: ``before`` is the panel (``W_{e:,k}``, unchanged), ``pt`` the
-        solution ``P.T`` (F order), which ``check`` may solve again in place."""
+        solution ``P.T`` (F order), which ``check`` may solve again in place. ``out`` (with ``broadcast``
+        false): the array the rows are written into and returned as (``ft_pdpotrf``'s encoded buffer)."""
         g, (s, e) = self.grid, self.panels[k]
         qk = int(self.cols.owners[s])
         below = self.rows.range_on(g.myrow, e, self.rows.n)
         nloc = below.stop - below.start
-        flat = np.empty(nloc * (e - s), self.w.dtype)
-        mine = flat.reshape((nloc, e - s), order="F")
+        flat = np.empty(nloc * (e - s) if out is None else 0, self.w.dtype)
+        mine = flat.reshape((nloc, e - s), order="F") if out is None else out
         if g.mycol == qk:
             panel = self.w[below, self.cols.range_on(qk, s, e)]
             if nloc:
@@ -114,7 +127,7 @@ class CholeskySteps:
                 if check is not None:
                     check(panel, pt, low)
                 panel[...] = pt.T
-            mine[...] = panel
+                mine[...] = pt.T
         if broadcast and g.npcol > 1 and flat.size:
             g.row_comm.Bcast(flat, root=qk)
         return mine

@@ -58,8 +58,17 @@ from ..abft.level3 import _as64
 from ..abft.report import ABFTReport, BlockEvent, check_ft_args
 from ..matrix import DistributedMatrix
 from ..pblas.add import trapezoid_mask
-from ._abft import UpdateChecks, gather_panel, piece_col_sums, repair_rows, share_panel
-from ._column_recompute import column_flag, rebuild_trailing, recompute_column
+from ._abft import (
+    UpdateChecks,
+    encode_panel,
+    gather_panel,
+    panel_buffer,
+    panel_segment_sums,
+    piece_col_sums,
+    repair_rows,
+    share_panel,
+)
+from ._column_recompute import rebuild_trailing, recompute_column
 from ._steps import HOLD, CholeskySteps
 from .potrf import CholeskyWork, FactorizationError, check_potrf_args
 
@@ -111,14 +120,19 @@ class _Tally:
 
     def report(self, comm: Any, threshold: Threshold, bs: int) -> ABFTReport:
         """The report of the whole factorization (collective: events are gathered)."""
-        events = sorted((ev for evs in comm.allgather(self.events) for ev in evs),
-                        key=lambda ev: (ev.row_block, ev.col_block))
+        every = comm.allgather((self.checked, self.events))  # one collective for the counts and events
+        events = sorted((ev for _, evs in every for ev in evs), key=lambda ev: (ev.row_block, ev.col_block))
         acts = [ev.action for ev in events]
         return ABFTReport(
-            blocks_checked=int(comm.allreduce(self.checked)),
+            blocks_checked=int(sum(c for c, _ in every)),
             detected=sum(a not in ("rounding", "unchecked") for a in acts),
             corrected=sum(a in ("located", "recomputed") for a in acts), events=tuple(events),
             threshold=threshold.name, bs=bs, unchecked=sum(a == "unchecked" for a in acts))
+
+
+def _uncorrected(events: list[BlockEvent]) -> bool:
+    """Whether ``events`` hold a block the checks could not correct."""
+    return any(ev.action == "uncorrected" for ev in events)
 
 
 def _factored_part(work: CholeskyWork, e: int) -> np.ndarray:
@@ -232,19 +246,26 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     every = max(1, int(ckpt_every) if ckpt_every else len(panels) // 8)
     tally = _Tally(A.grid.rank)
     for k in range(start, len(panels)):
-        checked, events = checks.verify(k)  # block column k, before its panel reads it
-        bad, low = work.steps.factor_diagonal(k, hold=column_flag(work.steps, k, events))
-        if bad == HOLD:  # an error the checks could not locate: compute the block column again
-            events = recompute_column(checks, k, events, work.original)
+        # block column k, before its panel reads it (the diagonal's owner: its diagonal block first)
+        owner = work.steps.owns_diagonal(k)
+        checked, events = checks.verify(k, "diagonal" if owner else "all")
+        pending = _uncorrected(events)  # rows here that the checks could not correct
+        bad, low = work.steps.factor_diagonal(k, hold=pending)  # (hold read on the diagonal's owner only)
+        if bad == HOLD:  # the diagonal block: every process joins the recomputation of the block column now
+            events, pending = recompute_column(checks, k, events, work.original), False
             bad, low = work.steps.factor_diagonal(k)
-        tally.add(checked, events)
+        elif owner:  # the owner's rows below the diagonal, checked while the others receive L_kk
+            more, below = checks.verify(k, "below")
+            checked, events, pending = checked + more, events + below, _uncorrected(below)
         if bad >= 0:
+            tally.add(checked, events)
             _finish(work, A, A64, uplo, n, ia, ja)
             raise FactorizationError(r, bad + 1, n)
-        check = functools.partial(tally.check_panel, checks, k)
-        mine = work.steps.solve_panel(k, low, broadcast=False, check=check)  # type: ignore[arg-type]
         if panels[k][1] < n:
-            _checked_update(work.steps, checks, k, mine, inject if k == inject_panel else None, tally)
+            assert low is not None
+            plan = inject if k == inject_panel else None
+            events = _panel(work, checks, k, low, events, pending, plan, tally)
+        tally.add(checked, events)
         if ckpt is not None and (k + 1) % every == 0 and k + 1 < len(panels):
             state[0] = k + 1
             ckpt.protect(CKPT_L, _factored_part(work, panels[k][1]), resizable=True)  # the factored columns
@@ -263,23 +284,38 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     return report
 
 
-def _checked_update(steps: CholeskySteps, checks: UpdateChecks, k: int, mine: np.ndarray,
-                    plan: InjectionPlan | None, tally: _Tally) -> None:
-    """Panel ``k``'s trailing update with its panel checked in transit and its checksums carried; ``plan``'s
-    flips land in the received rows of P (``"A"``), the assembled P (``"B"``) and the trailing piece
-    (``"C"``, step 0 before the update, 1 after)."""
-    g, (s, e) = steps.grid, steps.panels[k]
-    n = steps.rows.n
-    ext, rows = share_panel(steps, k, mine)
-    below0, c0 = steps.rows.range_on(g.myrow, e, n).start, steps.cols.range_on(g.mycol, e, n).start
+def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, events: list[BlockEvent],
+           pending: bool, plan: InjectionPlan | None, tally: _Tally) -> list[BlockEvent]:
+    """Solve panel ``k`` (checked), share it with its checksums and update the trailing matrix; return the
+    block column's ``events``, recomputed first if a process other than the diagonal's owner found rows it
+    could not correct (``pending``: its flag travels in the shared panel, so the error-free run makes no
+    extra message). ``plan``'s flips land in the received rows of P (``"A"``), the assembled P (``"B"``) and
+    the trailing piece (``"C"``, step 0 before the update, 1 after)."""
+    steps = work.steps
+    g = steps.grid
+    ext, rows = panel_buffer(steps, k, checks)
+    _solve(steps, checks, k, low, ext, rows, pending, tally)
+    share_panel(steps, k, ext)
     if plan is not None:
         plan.resolve(g.size, 1)
         plan.apply("A", g.rank, 0, rows)
-    full, full_rs, full_sq, pieces = gather_panel(steps, k, ext)
+    full, full_rs, full_sq, pieces, flagged = gather_panel(steps, k, ext)
+    if flagged:  # rows the checks could not correct: recomputed from A, solved and shared again
+        events = recompute_column(checks, k, events, work.original)
+        if steps.owns_diagonal(k):  # the recomputation set the block's unfactored values again
+            steps.diagonal_block(k)[...] = low
+        if pending:
+            _solve(steps, checks, k, low, ext, rows, False, tally)
+        share_panel(steps, k, ext)
+        full, full_rs, full_sq, pieces, _ = gather_panel(steps, k, ext)
     if plan is not None:
         plan.apply("B", g.rank, 0, full)
+    s, e = steps.panels[k]
+    n = steps.rows.n
+    below0, c0 = steps.rows.range_on(g.myrow, e, n).start, steps.cols.range_on(g.mycol, e, n).start
     # one check of what arrived covers this process's own rows too: they travelled in the gather
-    for i, t, ok in repair_rows(full, full_rs, lambda i: piece_col_sums(full, pieces, i)):
+    repairs = repair_rows(full, full_rs, lambda i: piece_col_sums(full, pieces, i))
+    for i, t, ok in repairs:
         tally.operand(k, e + i, s + t, ok)
         mine_rows = checks.rglob[below0:] - e
         j = int(np.searchsorted(mine_rows, i))
@@ -293,9 +329,32 @@ def _checked_update(steps: CholeskySteps, checks: UpdateChecks, k: int, mine: np
     if plan is not None:
         plan.apply("C", g.rank, 0, trail, to_global)
     steps.apply_update(k, rows, full)
-    checks.update(k, rows, full, full_sq)
+    col_rows = _column_rows(checks, pieces, e, c0, repairs)
+    checks.update(k, panel_segment_sums(ext, rows), full, full_sq, col_rows)
     if plan is not None:
         plan.apply("C", g.rank, 1, trail, to_global)
+    return events
+
+
+def _column_rows(checks: UpdateChecks, pieces: list, e: int, c0: int, repairs: list) -> np.ndarray | None:
+    """The received rows of P (rows ``>= e``) of this process's trailing columns (local ``c0`` on), in their
+    order, when one process row's piece holds exactly those (rows and columns cut alike: a square grid) and
+    no row was repaired (the pieces are as received); else ``None``."""
+    q = checks.steps.grid.mycol
+    if repairs or q >= len(pieces):
+        return None
+    idx, rows = pieces[q][0], pieces[q][1]
+    return rows if np.array_equal(idx, checks.cglob[c0:] - e) else None
+
+
+def _solve(steps: CholeskySteps, checks: UpdateChecks, k: int, low: np.ndarray, ext: np.ndarray,
+           rows: np.ndarray, pending: bool, tally: _Tally) -> None:
+    """Solve panel ``k`` into ``rows`` (checked unless ``pending``: rows to be recomputed) and, on the
+    panel's process column, encode the buffer around them."""
+    check = None if pending else functools.partial(tally.check_panel, checks, k)
+    steps.solve_panel(k, low, broadcast=False, check=check, out=rows)
+    if steps.grid.mycol == int(steps.cols.owners[steps.panels[k][0]]):
+        encode_panel(ext, rows, checks.panel_sums(k, rows.T), pending)
 
 
 def _finish(work: CholeskyWork, A: DistributedMatrix, A64: DistributedMatrix, uplo: str, n: int, ia: int,

@@ -1,0 +1,67 @@
+"""FT_PDPOTRF on non-square grids (2 x 3 and 3 x 2 from 6 ranks): the rows of P that carry a process's
+checksums are copied out of the panel (no process row's piece matches its columns there), and a block column
+that a process cannot correct is recomputed, whether that process owns the diagonal block or not.
+
+usage: ft_potrf_grids.py (6 ranks)
+
+Cases, per grid and ``uplo``: error-free (the factor is PDPOTRF's bit for bit, no event); one flip after
+panel 1's update (located and corrected); two flips in one column of a segment (local trailing rows 9 and 12,
+column 0, after panel 1: nb = 8, so global rows of block row 4 or later) on each of two ranks, one at a time:
+the block column is recomputed and the factor is PDPOTRF's bit for bit. Rank 0 prints ``CASE ...`` /
+``FAIL ...`` lines and ``DONE failures=F``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from ftkit import linalg
+from ftkit.inject import BitFlip, InjectionPlan
+
+N = 96
+
+
+def _case(grid: linalg.ProcessGrid, uplo: str, flips: list[BitFlip], want: list[str]) -> tuple[bool, str]:
+    r = np.random.default_rng(5).standard_normal((N, N))
+    a = r @ r.T / N + np.eye(N)
+    ref = linalg.DistributedMatrix.from_global(grid, a, mb=8, nb=8)
+    linalg.pdpotrf(uplo, N, ref, 0, 0)
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=8, nb=8)
+    plan = InjectionPlan(flips, seed=1)
+    rep = linalg.ft_pdpotrf(uplo, N, A, 0, 0, inject=plan if flips else None, inject_panel=1)
+    made = grid.comm.allreduce(len(plan.records)) if flips else 0
+    acts = sorted(ev.action for ev in rep.events)
+    diff = float(np.max(np.abs(A.to_global() - ref.to_global())))
+    exact = want != ["located"]  # a located element is set from its sum: equal up to rounding
+    ok = made == len(flips) and acts == want and rep.uncorrected == 0 and rep.blocks_checked > 0
+    ok = ok and (diff == 0.0 if exact else diff <= 1e-12 * np.max(np.abs(a)))
+    blocks = sorted((ev.row_block, ev.col_block) for ev in rep.events)
+    return ok, f"flips={made} events={acts} blocks={blocks} max_diff={diff:.1e}"
+
+
+def main() -> int:
+    failures = 0
+    for shape, ranks in (((2, 3), (0, 3)), ((3, 2), (1, 3))):
+        grid = linalg.ProcessGrid(MPI.COMM_WORLD, *shape)
+        for uplo in "LU":
+            cases = [("error-free", [], []),
+                     ("one flip", [BitFlip(target="C", rank=ranks[0], step=1, index=(9, 2), bit=61)],
+                      ["located"])]
+            cases += [(f"two flips on rank {rk}",
+                       [BitFlip(target="C", rank=rk, step=1, index=(i, 0), bit=61) for i in (9, 12)],
+                       ["recomputed"]) for rk in ranks]
+            for name, flips, want in cases:
+                ok, line = _case(grid, uplo, flips, want)
+                failures += not ok
+                if grid.rank == 0:
+                    tag = "CASE " if ok else "FAIL "
+                    print(f"{tag}grid={shape} uplo={uplo} {name}: {line}", flush=True)
+        grid.free()
+    if MPI.COMM_WORLD.rank == 0:
+        print(f"DONE failures={failures}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
