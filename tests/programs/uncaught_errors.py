@@ -19,6 +19,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 import ftkit
+from ftkit import uncaught
 from ftkit.errors import CheckpointError
 from ftkit.failure import exit_without_finalize
 
@@ -41,6 +42,9 @@ if a.mode != "one":
     deadline = time.monotonic() + 120
     while len(list(here.glob("past-checkpointer.*"))) < ckpt.comm.Get_size() and time.monotonic() < deadline:
         time.sleep(0.02)
+    # Every rank raises here: the exchange ends once all are heard, so an ample window costs nothing, and on a
+    # loaded machine a rank can reach its hook more than the default 2 s after another (seen in CI).
+    uncaught.install(ckpt.comm, wait=60)
 print(f"R{rank} raising", flush=True)
 if a.mode == "app":
     raise ValueError("an application error")
