@@ -382,15 +382,11 @@ class BackgroundSyncs:
         _sync_and_close(fd, directory)
 
     def _run(self) -> None:
-        try:
-            for fd, directory in self._files:
-                try:
-                    _sync_and_close(fd, directory)
-                except OSError as exc:
-                    self._error = self._error or exc
-        finally:
-            assert self._done is not None
-            self._done.set()
+        for fd, directory in self._files:
+            try:
+                _sync_and_close(fd, directory)
+            except OSError as exc:
+                self._error = self._error or exc
 
     def seal(self) -> None:
         """Accept no more files and start the fsyncs of those added, in the background. Idempotent."""
@@ -399,8 +395,7 @@ class BackgroundSyncs:
                 return
             self._sealed = True
             if self._files:
-                self._done = threading.Event()
-                _SYNC_THREAD.put(self._run)
+                self._done = _SYNC_THREAD.put(self._run)
 
     def wait(self) -> OSError | None:
         """Seal, wait until every file added is durable, and return the first failure (None: all are).

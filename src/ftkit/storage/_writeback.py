@@ -63,7 +63,9 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> bool:
 class KeptThread:
     """A daemon thread of the process, started on first use and kept, running the callables queued to it one
     after the other, in order (:meth:`put`); started anew in a forked child, where the parent's thread does
-    not exist. A callable must not raise (it keeps its own outcome); one that does is ignored.
+    not exist. A callable must not raise (it keeps its own outcome); one that does is ignored. :meth:`put`
+    returns an event set once the callable has run, so a caller waits for its own work without one of its
+    own.
 
     Used for the early writeback here, and for the background fsyncs of
     :class:`~ftkit.storage._fsutil.BackgroundSyncs` and :mod:`ftkit.storage.pending` (each their own: an
@@ -74,12 +76,14 @@ class KeptThread:
     def __init__(self, name: str) -> None:
         self.name = name
         self._lock = threading.Lock()
-        self._queue: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Callable[[], object], threading.Event]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._pid = -1
 
-    def put(self, work: Callable[[], object]) -> None:
-        """Run ``work()`` in the thread after everything queued before it."""
+    def put(self, work: Callable[[], object]) -> threading.Event:
+        """Run ``work()`` in the thread after everything queued before it; return an event set once it has run
+        (raised or not)."""
+        done = threading.Event()
         with self._lock:
             if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
                 self._queue = queue.SimpleQueue()
@@ -87,22 +91,23 @@ class KeptThread:
                                                 daemon=True)
                 self._thread.start()
                 self._pid = os.getpid()
-            self._queue.put(work)
+            self._queue.put((work, done))
+        return done
 
     def wait_queued(self) -> None:
         """Return once everything queued before this call has run (the thread's own work: no deadline)."""
-        done = threading.Event()
-        self.put(done.set)
-        done.wait()
+        self.put(lambda: None).wait()
 
     @staticmethod
-    def _run(items: queue.SimpleQueue[Callable[[], object]]) -> None:
+    def _run(items: queue.SimpleQueue[tuple[Callable[[], object], threading.Event]]) -> None:
         while True:
-            work = items.get()
+            work, done = items.get()
             try:
                 work()
             except BaseException:  # noqa: BLE001, S110 - never expected; the thread must live on
                 pass
+            finally:
+                done.set()
 
 
 _SUBMITTER = KeptThread("ftkit-writeback")

@@ -22,7 +22,6 @@ Rules a caller relies on:
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -101,16 +100,14 @@ class PendingFile:
             if sec.nbytes:
                 pieces.append((sec.offset, memoryview(arr.reshape(-1).view(np.uint8))))  # type: ignore[arg-type]
         self._source = MemorySource(f"{self.path} (from the protected arrays)", pieces)
-        self._synced = threading.Event()
-        _L1_SYNC_THREAD.put(self._sync)   # the process's kept thread (one per call cost 4-13 ms: issue 37)
+        # the process's kept thread (one per call cost 4-13 ms: issue 37); the event is set once it synced
+        self._synced = _L1_SYNC_THREAD.put(self._sync)
 
     def _sync(self) -> None:
         try:
             self._writer.sync()
         except BaseException as exc:  # raised by finish() in the caller's thread
             self._error = exc
-        finally:
-            self._synced.set()
 
     def source(self) -> MemorySource:
         """The file's bytes, served from the arrays it was written from (valid while they are unchanged)."""
