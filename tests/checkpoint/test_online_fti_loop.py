@@ -73,6 +73,20 @@ def test_fti_loop_with_a_node_killed_while_it_runs_ends_bit_for_bit(tmp_path):
     assert [(dead, lv) for dead, _, lv in rec] == [("2, 3", "2")], r.stdout
 
 
+def test_fti_loop_with_a_node_dead_in_the_halo_exchange_ends_bit_for_bit(tmp_path):
+    # Node 1 (ranks 2 and 3) dies at the top of step 12: rank 1's halo exchange fails and it starts the
+    # repair, while rank 0, whose exchange with rank 1 completed, waits in the allreduce for rank 1's value.
+    # mpi4py's object allreduce runs point to point on a hidden duplicate of ckpt.comm that the repair's
+    # revoke did not reach: rank 0 waited there forever and rank 1 in the shrink for rank 0 (CI hang).
+    write_config(tmp_path, group_size=2, ckpt_l2=5)
+    job = Job(tmp_path, 4, 2, *ARGS, "--die-at", "12", "--die-ranks", "2,3", program=PROGRAM)
+    r = job.done()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _same_as_failure_free(r.stdout) == 49
+    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
+    assert [(dead, lv) for dead, _, lv in rec] == [("2, 3", "2")], r.stdout
+
+
 def test_fti_loop_relaunched_resumes_at_the_step_of_its_top_snapshot(tmp_path):
     # No spares: every rank ends at the top of step 17, after its snapshot (L1 every 5 steps: the last
     # checkpoint holds the state before step 15's work). The relaunch must run step 15 again, not skip it.

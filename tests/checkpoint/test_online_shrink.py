@@ -188,3 +188,17 @@ def test_edge_sendrecv_on_a_revoked_comm_raises_instead_of_crashing(tmp_path):
     r = run_python(2, REPO / "tests" / "programs" / "appcomm_sendrecv.py", cwd=tmp_path, timeout=120)
     assert "R0 alive" in r.stdout and "R1 alive" in r.stdout, r.stdout + r.stderr
     assert re.search(r"^sendrecv raised \d+$", r.stdout, re.M), r.stdout
+
+
+def test_object_reductions_are_in_rank_order_and_a_revoke_ends_them(tmp_path):
+    # mpi4py's lowercase allreduce/reduce/scan/exscan run point to point on a hidden duplicate of the
+    # communicator: a rank waiting there for a survivor that had started the repair waited forever (the
+    # node-killed FTI loop hung in CI). AppComm's gather on the communicator itself, which the revoke ends.
+    r = run_python(3, REPO / "tests" / "programs" / "appcomm_reductions.py", cwd=tmp_path, timeout=120)
+    assert all(f"R{i} alive" in r.stdout for i in range(3)), r.stdout + r.stderr
+    assert re.search(r"^allreduce raised \d+$", r.stdout, re.M), r.stdout + r.stderr
+    want = {0: "allreduce=[0, 1, 2] reduce=None scan=[0] exscan=None max=2",
+            1: "allreduce=[0, 1, 2] reduce=[0, 1, 2] scan=[0, 1] exscan=[0] max=2",
+            2: "allreduce=[0, 1, 2] reduce=None scan=[0, 1, 2] exscan=[0, 1] max=2"}
+    for rank, text in want.items():
+        assert f"R{rank} {text}" in r.stdout, r.stdout

@@ -7,6 +7,8 @@ allreduce it passed). ``--wait-at S --wait-for FILE``: every original rank waits
 and before the allreduce, until FILE exists (at most 120 s), so the driver can kill a rank there.
 ``--crash-at S``: every rank ends without finalize at the top of step S, after the snapshot (a relaunch
 recovers).
+``--die-at S --die-ranks R,..``: those original ranks SIGKILL themselves at the top of step S, after the
+snapshot (their neighbours' halo exchange fails, the other ranks reach the allreduce).
 ``--pause S``: sleep S seconds per step. ``--nan-converges``: the test is written
 ``if not globalerror >= PRECISION: break``, which a NaN passes.
 
@@ -19,6 +21,7 @@ with 3.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -39,6 +42,8 @@ p.add_argument("--wait-at", type=int, default=-1)
 p.add_argument("--wait-for", default=None)
 p.add_argument("--crash-at", type=int, default=-1)
 p.add_argument("--nan-converges", action="store_true")
+p.add_argument("--die-at", type=int, default=-1)
+p.add_argument("--die-ranks", default="")
 a = p.parse_args()
 out = Path(a.dir)
 
@@ -68,6 +73,8 @@ try:
         ckpt.snapshot()                              # FTI_Snapshot(), at the top of the body
         if step == a.crash_at:
             exit_without_finalize(ckpt.comm, 0)
+        if step == a.die_at and original and str(ckpt.comm.rank) in a.die_ranks.split(","):
+            os.kill(os.getpid(), signal.SIGKILL)
         comm = ckpt.comm
         heat.exchange_halos(comm, u)
         old = u[1:-1].copy()

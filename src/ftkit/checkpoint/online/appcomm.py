@@ -7,6 +7,7 @@ Each AppComm belongs to one session (:func:`guard`): a failure in one of its cal
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -42,8 +43,36 @@ def _sendrecv(comm: Any, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any
     return None
 
 
+# mpi4py's object reductions (lowercase ``allreduce``, ``reduce``, ``scan``, ``exscan``) run point to point on
+# a duplicate of the communicator that mpi4py keeps hidden, which a repair's revoke of ckpt.comm cannot reach:
+# a rank waiting there for a survivor that had started the repair waited forever (the survivor waited for it
+# in the shrink). These gather the objects on ckpt.comm itself and reduce them in rank order.
+
+
+def _allreduce(comm: Any, sendobj: Any, op: Any = MPI.SUM) -> Any:
+    return functools.reduce(op, MPI.Intracomm.allgather(comm, sendobj))
+
+
+def _reduce(comm: Any, sendobj: Any, op: Any = MPI.SUM, root: int = 0) -> Any:
+    objs = MPI.Intracomm.gather(comm, sendobj, root)
+    return None if objs is None else functools.reduce(op, objs)
+
+
+def _scan(comm: Any, sendobj: Any, op: Any = MPI.SUM) -> Any:
+    return functools.reduce(op, MPI.Intracomm.allgather(comm, sendobj)[:comm.Get_rank() + 1])
+
+
+def _exscan(comm: Any, sendobj: Any, op: Any = MPI.SUM) -> Any:
+    below = MPI.Intracomm.allgather(comm, sendobj)[:comm.Get_rank()]
+    return functools.reduce(op, below) if below else None
+
+
+_ON_COMM: dict[str, Callable[..., Any]] = {"Sendrecv": _sendrecv, "allreduce": _allreduce, "reduce": _reduce,
+                                            "scan": _scan, "exscan": _exscan}
+
+
 def _guarded(name: str) -> Callable[..., Any]:
-    base = _sendrecv if name == "Sendrecv" else getattr(MPI.Intracomm, name)
+    base = _ON_COMM.get(name) or getattr(MPI.Intracomm, name)
     agreed = name in _COLL
 
     def method(self: AppComm, *args: Any, **kwargs: Any) -> Any:
@@ -77,7 +106,9 @@ class AppComm(MPI.Intracomm):
     Inside ``ckpt.steps()``, a call that fails because a process died starts the repair and returns; the
     rest of the iteration's calls return at once (fenced: neutral results, NaN for numbers, see
     :mod:`.fence`) and the next iteration restores the data. Collectives are followed by an agreement,
-    so a result returned on one rank was returned on every rank. Outside the loop the failure is raised as
+    so a result returned on one rank was returned on every rank. The object reductions (``allreduce``,
+    ``reduce``, ``scan``, ``exscan``) gather the objects and reduce them in rank order (mpi4py's own run on a
+    hidden communicator that a repair cannot interrupt). Outside the loop the failure is raised as
     :class:`~ftkit.errors.ProcessFailure`. Nonblocking calls and communicators derived from this one
     (``Dup``, ``Split``) are not guarded: use blocking calls on ``ckpt.comm`` in the loop.
     """
