@@ -23,6 +23,8 @@ if r == 0:
         print("allreduce returned", flush=True)
     except MPI.Exception as exc:
         print(f"allreduce raised {exc.Get_error_class()}", flush=True)
+    for peer in (1, 2):
+        MPI.COMM_WORLD.send("done", dest=peer)
 else:
     if r == 1:
         app.Revoke()
@@ -30,5 +32,6 @@ else:
         app.Barrier()  # returns in error once the revoke is seen
     except MPI.Exception:
         pass
+    MPI.COMM_WORLD.recv(source=0)  # alive until rank 0 is out (its exit would end that wait)
 print(f"R{r} alive", flush=True)
 exit_without_finalize(None, 0)
