@@ -202,3 +202,14 @@ def test_object_reductions_are_in_rank_order_and_a_revoke_ends_them(tmp_path):
             2: "allreduce=[0, 1, 2] reduce=None scan=[0, 1, 2] exscan=[0, 1] max=2"}
     for rank, text in want.items():
         assert f"R{rank} {text}" in r.stdout, r.stdout
+
+
+def test_a_repair_whose_shrink_never_completes_ends_the_job(tmp_path):
+    # Open MPI 5 stayed in MPI_Comm_shrink (ompi_comm_nextcid) for good when a second rank died during a
+    # repair: the blocking ULFM calls of the repair now end their process after failure_timeout. A live
+    # rank that never takes part holds a Shrink the same way, deterministically.
+    r = run_python(3, REPO / "tests" / "programs" / "stuck_repair.py", cwd=tmp_path, timeout=120)
+    assert not r.timed_out and r.returncode != 0, r.stdout + r.stderr
+    assert "returned" not in r.stdout and "R2 saw rank 0 gone" in r.stdout, r.stdout + r.stderr
+    want = "ftkit: MPI_Comm_shrink in the repair did not return within failure_timeout (3 s)"
+    assert r.stderr.count(want) == 2, r.stderr

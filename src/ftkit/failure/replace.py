@@ -29,7 +29,7 @@ from .. import jobstatus
 from .._wait import deadline_after, wait_requests
 from ..errors import ProcessFailure
 from .detect import is_failure_error
-from .ulfm import agree_flag, revoke
+from .ulfm import agree_flag, bounded, revoke
 
 T = TypeVar("T")
 
@@ -129,7 +129,8 @@ def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
     napp
         Number of application ranks.
     timeout
-        Seconds a plain collective of the repair may take (the roster exchange).
+        Seconds a collective of the repair may take (``failure_timeout``); a blocking ULFM call (``Shrink``,
+        ``Agree``, the ``Split``) still waiting then ends the process (:func:`~ftkit.failure.ulfm.bounded`).
     max_rounds
         Rounds (one per further failure during the repair) before giving up; default: the world's size.
 
@@ -148,10 +149,13 @@ def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
     comm = world
     rounds = comm.Get_size() + 1 if max_rounds is None else max_rounds
     for _ in range(rounds):
-        shrunk = _shrink(comm)
+        with bounded(timeout, "MPI_Comm_shrink in the repair"):
+            shrunk = _shrink(comm)
         got, ok = attempt(_roster, shrunk, role, timeout)
         roster: list[int] = got or []
-        if not agree_flag(shrunk, ok):
+        with bounded(timeout, "MPI_Comm_agree on the roster in the repair"):
+            agreed = agree_flag(shrunk, ok)
+        if not agreed:
             revoke(shrunk)
             comm = shrunk
             continue
@@ -165,8 +169,10 @@ def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
             return Rebuilt(shrunk, None, -1 if role == SPARE else role, {}, dead, missing, survivors, spares,
                            tuple(roster))
         new_rank = role if role != SPARE else next((r for r, pos in replaced.items() if pos == me), -1)
-        app, ok = attempt(app_comm, shrunk, new_rank)
-        if not agree_flag(shrunk, ok):
+        with bounded(timeout, "the new application communicator's MPI_Comm_split in the repair"):
+            app, ok = attempt(app_comm, shrunk, new_rank)
+            agreed = agree_flag(shrunk, ok)
+        if not agreed:
             if app is not None and app != MPI.COMM_NULL:
                 app.Free()
             revoke(shrunk)

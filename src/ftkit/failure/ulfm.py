@@ -11,10 +11,13 @@ number of times (each retry needs a new failure). If a plain collective on the r
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import sys
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 import numpy as np
@@ -36,6 +39,7 @@ __all__ = [
     "repair",
     "guarded",
     "agree_to_leave",
+    "bounded",
     "LEAVE_TIMEOUT",
     "exit_without_finalize",
 ]
@@ -278,6 +282,39 @@ def guarded(comm: MPI.Comm, what: str, fn: Callable[[], T]) -> T:
         except MPI.Exception:
             ranks = set()
         raise ProcessFailure(f"process failure during {what}: {exc}", sorted(ranks)) from exc
+
+
+@contextlib.contextmanager
+def bounded(timeout: float, what: str) -> Iterator[None]:
+    """End this process if the blocking MPI call inside the ``with`` block has not returned within
+    ``timeout`` seconds: print why, write the ``hook`` note for ``ftkit launch``, SIGKILL itself.
+
+    For the blocking ULFM calls of a repair (``Shrink``, ``Agree``, the ``Split`` after them), which have no
+    deadline of their own: a live process that never takes part (stuck elsewhere) holds them for good, and
+    Open MPI 5 can stay in ``ompi_comm_nextcid`` inside ``Shrink`` when a communicator creation failed
+    before it (seen with a second rank killed during a repair). The other processes stuck in the same call
+    end the same way at their own deadline, so the job ends with a non-zero exit code instead of hanging,
+    and its newest checkpoint stays for a relaunch. ``timeout`` is ``failure_timeout``.
+    """
+    done = threading.Event()
+
+    def expire() -> None:
+        if done.wait(timeout):
+            return
+        line = (f"ftkit: {what} did not return within failure_timeout ({timeout:g} s): a live process "
+                "did not take part, or MPI is stuck in it after a further failure; this process ends so the "
+                "job does not hang (relaunch the job: it recovers from its newest checkpoint)")
+        jobstatus.note("hook", line.removeprefix("ftkit: "))
+        print(line, file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    guard = threading.Thread(target=expire, name="ftkit-bounded-call", daemon=True)
+    guard.start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 def agree_to_leave(comm: MPI.Comm, timeout: float = LEAVE_TIMEOUT) -> bool:
