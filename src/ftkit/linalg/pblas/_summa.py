@@ -42,8 +42,11 @@ __all__ = ["SummaStep", "plan_summa", "default_width", "PanelExchange", "Pending
 #: Message tags of the default exchange (A pieces on the row communicator, B pieces on the column one).
 TAG_A, TAG_B = 601, 602
 
-#: Panel buffers kept for reuse between multiplies, per process (bytes).
-BUFFER_CACHE_BYTES = 128 * 2**20
+#: Panel buffers kept for reuse between multiplies, per process (bytes). The checked routines keep a copy
+#: of C0 (``ft_pdsyrk``) or of ``alpha B`` (``ft_pdtrmm``) beside two sets of panels: 137 MB per rank at
+#: n = 4096 on 2 x 2 (nb = 128). With 128 MiB the copy was dropped after every call and its pages faulted in
+#: again by the next one (huge pages zeroed by the kernel: ~5 ms of CPU per call and rank, 1 % of PDSYRK).
+BUFFER_CACHE_BYTES = 192 * 2**20
 
 #: Smallest k width of a SUMMA step by default: local GEMMs narrower than this run well below BLAS peak.
 MIN_WIDTH = 1024

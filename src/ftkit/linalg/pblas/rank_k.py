@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import PBLASArgumentError
-from ..matrix import DistributedMatrix
+from ..matrix import DistributedMatrix, segment_bounds
 from ._operands import AlignedOperands, aligned_operands
 from ._summa import run_summa
 from .add import trapezoid_mask
@@ -102,13 +102,9 @@ class Staircase:
 
 def block_runs(idx: np.ndarray, offset: int, nb: int) -> np.ndarray:
     """Bounds of the runs of ``idx`` (increasing submatrix indices, global ``offset + idx``) inside one
-    distribution block of size ``nb``: local positions ``b[s]:b[s+1]``."""
-    if idx.size == 0:
-        return np.zeros(1, np.int64)
-    g = idx + offset
-    new = np.ones(idx.size, bool)
-    new[1:] = (g[1:] // nb != g[:-1] // nb) | (np.diff(idx) != 1)
-    return np.append(np.flatnonzero(new), idx.size).astype(np.int64)
+    distribution block of size ``nb``: local positions ``b[s]:b[s+1]``. The name kept for its callers:
+    :func:`ftkit.linalg.matrix.segment_bounds` with whole blocks."""
+    return segment_bounds(idx, offset, nb)
 
 
 def _column_groups(ci: np.ndarray, cb: np.ndarray, runs: np.ndarray, span: int) -> list[tuple[int, int]]:
@@ -142,7 +138,7 @@ def staircase(C: DistributedMatrix, ic: int, jc: int, n: int, uplo: str, rb: np.
     tiles, edges = [], []
     keep = np.zeros((2, len(ci)), np.int64)
     inner, area = (slice(0, 0), slice(0, 0)), 0
-    for q0, q1 in _column_groups(ci, cb, block_runs(ci, jc, C.desc.nb), max(C.desc.nb, MIN_TILE)):
+    for q0, q1 in _column_groups(ci, cb, segment_bounds(ci, jc, C.desc.nb), max(C.desc.nb, MIN_TILE)):
         cols = slice(q0, q1)
         if uplo == "L":
             first = int(np.searchsorted(ri, ci[q0]))
@@ -188,8 +184,8 @@ def rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, terms: list
         return
     ops = aligned_terms(trans, terms, n, k, C, ic, jc)
     g, d = C.grid, C.desc
-    st = staircase(C, ic, jc, n, uplo, block_runs(C.row_map(ic, n).indices_on(g.myrow), ic, d.mb),
-                   block_runs(C.col_map(jc, n).indices_on(g.mycol), jc, d.nb))
+    st = staircase(C, ic, jc, n, uplo, segment_bounds(C.row_map(ic, n).indices_on(g.myrow), ic, d.mb),
+                   segment_bounds(C.col_map(jc, n).indices_on(g.mycol), jc, d.nb))
     saved = st.save(c)
     for t, whole in enumerate(ops):
         b = beta if t == 0 else 1.0
