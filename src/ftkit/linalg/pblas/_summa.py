@@ -42,10 +42,8 @@ __all__ = ["SummaStep", "plan_summa", "default_width", "PanelExchange", "Pending
 #: Message tags of the default exchange (A pieces on the row communicator, B pieces on the column one).
 TAG_A, TAG_B = 601, 602
 
-#: Panel buffers kept for reuse between multiplies, per process (bytes). The checked routines keep a copy
-#: of C0 (``ft_pdsyrk``) or of ``alpha B`` (``ft_pdtrmm``) beside two sets of panels: 137 MB per rank at
-#: n = 4096 on 2 x 2 (nb = 128). With 128 MiB the copy was dropped after every call and its pages faulted in
-#: again by the next one (huge pages zeroed by the kernel: ~5 ms of CPU per call and rank, 1 % of PDSYRK).
+#: Panel buffers kept for reuse between multiplies, per process (bytes): ft_pdsyrk's copy of C0 beside two
+#: panel sets is 137 MB per rank at n = 4096, nb = 128 on 2 x 2 (128 MiB dropped it after every call).
 BUFFER_CACHE_BYTES = 192 * 2**20
 
 #: Smallest k width of a SUMMA step by default: local GEMMs narrower than this run well below BLAS peak.
