@@ -32,7 +32,8 @@ from .add import trapezoid_mask
 from .gemm import _check_dim, _check_flag, _check_matrix, _check_scalar, _scale
 from .triangular import check_dtype
 
-__all__ = ["pdsyrk", "pdsyr2k", "check_rank_args", "rank_update", "Staircase", "staircase", "block_runs",
+__all__ = ["pdsyrk", "pdsyr2k", "check_rank_args", "rank_update", "Staircase", "staircase", "triangle_tiles",
+           "block_runs",
            "aligned_terms"]
 
 #: Fewest columns of a tile (:func:`staircase`) when distribution blocks are narrower: more, smaller GEMMs
@@ -162,6 +163,15 @@ def staircase(C: DistributedMatrix, ic: int, jc: int, n: int, uplo: str, rb: np.
     return Staircase(tiles, edges, keep, inner)
 
 
+def triangle_tiles(C: DistributedMatrix, ic: int, jc: int, n: int, uplo: str) -> Staircase:
+    """The tiles PDSYRK and PDSYR2K multiply into: :func:`staircase` cut by distribution blocks (whole
+    runs of a block on this process). ``ft_pdsyrk`` / ``ft_pdsyr2k`` use the same tiles, so their local
+    GEMMs are the plain routines' and an error-free result is the plain one bit for bit."""
+    g, d = C.grid, C.desc
+    return staircase(C, ic, jc, n, uplo, segment_bounds(C.row_map(ic, n).indices_on(g.myrow), ic, d.mb),
+                     segment_bounds(C.col_map(jc, n).indices_on(g.mycol), jc, d.nb))
+
+
 def aligned_terms(trans: str, terms: list[Term], n: int, k: int, C: DistributedMatrix, ic: int,
                   jc: int) -> list[AlignedOperands]:
     """Every term's operands of the whole ``n x n`` product ``op(X) op(Y).T``, aligned with
@@ -183,16 +193,14 @@ def rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, terms: list
         c[...] = np.where(trapezoid_mask(C, ic, jc, n, n, uplo), scaled, c)
         return
     ops = aligned_terms(trans, terms, n, k, C, ic, jc)
-    g, d = C.grid, C.desc
-    st = staircase(C, ic, jc, n, uplo, segment_bounds(C.row_map(ic, n).indices_on(g.myrow), ic, d.mb),
-                   segment_bounds(C.col_map(jc, n).indices_on(g.mycol), jc, d.nb))
+    st = triangle_tiles(C, ic, jc, n, uplo)
     saved = st.save(c)
     for t, whole in enumerate(ops):
         b = beta if t == 0 else 1.0
         if b != 0.0:  # beta == 0: left to the first local GEMM of each tile, as pdgemm does
             for rs, cs in st.tiles:
                 _scale(c[rs, cs], b)
-        run_summa(g, whole.a, whole.b, c, whole.ka, whole.kb, alpha, beta=0.0 if b == 0.0 else 1.0,
+        run_summa(C.grid, whole.a, whole.b, c, whole.ka, whole.kb, alpha, beta=0.0 if b == 0.0 else 1.0,
                   tiles=st.tiles)
     st.restore(c, saved)
 
