@@ -10,9 +10,8 @@ theirs bit for bit; cut by distribution blocks, which checked blocks never strad
 computed or not at all); only the blocks in the tiles are summed, verified, located, corrected or
 recomputed (C0 read and copied there alone). The diagonal blocks' elements outside the triangle are set to
 zero first (they are never read, so C0 counts as zero there and those blocks check too) and put back bit
-for bit afterwards. A block
-left uncorrected is in the report, never raised here (C then holds the whole, flagged, result; the caller
-raises). A "C" flip of an injection plan lands inside the triangle.
+for bit afterwards. A block left uncorrected is in the report, never raised here (C then holds the whole,
+flagged, result; the caller raises). A "C" flip of an injection plan lands inside the triangle.
 """
 
 from __future__ import annotations

@@ -33,8 +33,7 @@ from .gemm import _check_dim, _check_flag, _check_matrix, _check_scalar, _scale
 from .triangular import check_dtype
 
 __all__ = ["pdsyrk", "pdsyr2k", "check_rank_args", "rank_update", "Staircase", "staircase", "triangle_tiles",
-           "block_runs",
-           "aligned_terms"]
+           "block_runs", "aligned_terms"]
 
 #: Fewest columns of a tile (:func:`staircase`) when distribution blocks are narrower: more, smaller GEMMs
 #: beyond that cost more in calls than the few elements outside the triangle they skip.
