@@ -26,7 +26,8 @@ Where the overhead goes:
   differences first (the encoding kernels replace pdgemm's own copies of the pieces into the panels), and
   every rank's CPU seconds per call (median); the calls interleaved, in alternating order. With ``--level3``
   the same for pdtrmm, pdsyrk and pdsyr2k against ft_pdtrmm, ft_pdsyrk and ft_pdsyr2k (rigorous bound;
-  ``bench_pblas3.py``'s flags, each call on fresh copies of B / C, copies not profiled). With ``--potrf``
+  ``bench_pblas3.py``'s flags, each call on fresh copies of B / C, copies not profiled; ``--only pdsyrk``
+  for some of them; ``--nb 128`` is the issue's case). With ``--potrf``
   pdpotrf against ft_pdpotrf (lower, no checkpoint, rigorous bound) on ``bench_pblas3.py``'s SPD matrix.
 - ``--kernels``: one process, no MPI: the per-rank pieces of the 2 x 2 run (local ``n/2 x n/2``, pieces of
   ``n/2 x 512``): the plain copy pdgemm makes of an A / B piece, the fused copy + checksum kernels (3 kinds:
@@ -58,6 +59,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--phases", action="store_true", help="per-function CPU profile, pdgemm vs ft_pdgemm")
     ap.add_argument("--level3", action="store_true",
                     help="--phases of pdtrmm, pdsyrk, pdsyr2k vs their ft_ versions instead of pdgemm")
+    ap.add_argument("--only", nargs="+", default=None, choices=("pdtrmm", "pdsyrk", "pdsyr2k"),
+                    help="with --level3: profile only these routines (and their ft_ versions)")
     ap.add_argument("--potrf", action="store_true",
                     help="--phases of pdpotrf vs ft_pdpotrf instead of pdgemm")
     ap.add_argument("--kernels", action="store_true", help="in-process kernel timings (no MPI)")
@@ -92,6 +95,7 @@ def launch(args: argparse.Namespace) -> int:
         *map(str, args.bs),
         *(["--phases"] if args.phases else []),
         *(["--level3"] if args.level3 else []),
+        *(["--only", *args.only] if args.only else []),
         *(["--potrf"] if args.potrf else []),
     ]
     cmd = build_mpirun_command(
@@ -304,7 +308,7 @@ def _phase_calls(args: argparse.Namespace, grid: Any) -> dict[str, dict[str, Any
         "pdsyr2k": (C.copy, lambda fn, x: fn("L", "N", n, n, 1.0, B, 0, 0, A, 0, 0, 1.0, x, 0, 0)),
     }
     return {name: {v: (fresh, functools.partial(call, getattr(linalg, v))) for v in (name, "ft_" + name)}
-            for name, (fresh, call) in shapes.items()}
+            for name, (fresh, call) in shapes.items() if not args.only or name in args.only}
 
 
 def phases(args: argparse.Namespace) -> int:

@@ -11,9 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ftkit.errors import DescriptorError
 from ftkit.inject import BitFlip, InjectionPlan
 from ftkit.linalg import checksums
 from ftkit.linalg._blas import gemm_update
+from ftkit.linalg.matrix import segment_bounds
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "programs"))
 from linalg_abft_cases import FAMILIES, make_case  # noqa: E402
@@ -76,6 +78,29 @@ def test_segments_cover_and_never_straddle_a_distribution_block(n, nb, bs, offse
         seg = idx[bounds[s] : bounds[s + 1]] + offset
         assert len(set(seg // nb)) == 1  # one distribution block: one owner
         assert np.all(np.diff(seg) == 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(0, 300), nb=st.integers(1, 64), offset=st.integers(0, 200), nprocs=st.integers(1, 4),
+       p=st.integers(0, 3))
+def test_whole_block_segments_are_this_process_s_part_of_each_distribution_block(n, nb, offset, nprocs, p):
+    # bs=None (PDSYRK's tiles): one segment per distribution block the process holds, all of its part
+    p = p % nprocs
+    g = np.arange(offset, offset + n)
+    idx = np.flatnonzero((g // nb) % nprocs == p)
+    bounds = segment_bounds(idx, offset, nb)
+    blocks = [idx[bounds[s] : bounds[s + 1]] + offset for s in range(len(bounds) - 1)]
+    assert [int(b[0] // nb) for b in blocks] == sorted(set((idx + offset) // nb))
+    for b in blocks:
+        assert np.array_equal(b, np.arange(b[0], b[-1] + 1)) and len(set(b // nb)) == 1
+    # the checksums' name is the same function; bs = nb cuts the same segments
+    assert checksums.segment_bounds is segment_bounds
+    assert np.array_equal(bounds, segment_bounds(idx, offset, nb, nb))
+
+
+def test_segment_length_below_one_is_refused_naming_the_fix():
+    with pytest.raises(DescriptorError, match="bs must be >= 1.*positive length or None"):
+        segment_bounds(np.arange(4), 0, 2, 0)
 
 
 def test_encoding_equals_explicit_sums():

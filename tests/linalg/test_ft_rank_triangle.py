@@ -11,7 +11,8 @@ from mpi4py import MPI
 
 from ftkit import linalg
 from ftkit.inject import BitFlip, InjectionPlan
-from ftkit.linalg.pblas.rank_k import block_runs, staircase
+from ftkit.linalg.matrix import segment_bounds
+from ftkit.linalg.pblas.rank_k import staircase
 
 N, K, NB, BS = 48, 10, 12, 4
 
@@ -113,7 +114,7 @@ def test_tiles_cover_the_triangle_once_and_edges_are_what_lies_outside(grid, upl
     edges' masks; ``inner`` lies inside the triangle; ``keep`` names the tile rows of every column."""
     C = linalg.DistributedMatrix.zeros(grid, n + ic + 1, n + jc + 1, mb=nb, nb=nb)
     rows, cols = C.row_map(ic, n).indices_on(0), C.col_map(jc, n).indices_on(0)
-    st = staircase(C, ic, jc, n, uplo, block_runs(rows, ic, nb), block_runs(cols, jc, nb))
+    st = staircase(C, ic, jc, n, uplo, segment_bounds(rows, ic, nb), segment_bounds(cols, jc, nb))
     tri = (rows[:, None] >= cols[None, :]) if uplo == "L" else (rows[:, None] <= cols[None, :])
     count = np.zeros((n, n), int)
     for rs, cs in st.tiles:

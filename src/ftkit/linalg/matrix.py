@@ -14,7 +14,50 @@ from ..errors import DescriptorError, GridError
 from .descriptor import BlockCyclic1D, Descriptor, indxg2l, indxg2p, indxl2g
 from .grid import ProcessGrid
 
-__all__ = ["DistributedMatrix"]
+__all__ = ["DistributedMatrix", "segment_bounds"]
+
+
+def segment_bounds(indices: np.ndarray, offset: int, nb: int, bs: int | None = None) -> np.ndarray:
+    """Cut this process's local indices of a distributed dimension into segments.
+
+    A segment is a run of consecutive indices inside one distribution block, at most ``bs`` long (the
+    checksum blocks of :mod:`ftkit.linalg.checksums`; ``bs=None``: whole runs of a distribution block, as
+    PDSYRK's tiles take them).
+
+    Parameters
+    ----------
+    indices
+        Increasing submatrix indices this process owns (``BlockCyclic1D.indices_on(p)``).
+    offset
+        Global index of submatrix index 0 (``ia`` / ``ic``).
+    nb
+        Distribution block size of the dimension.
+    bs
+        Longest segment (>= 1), or ``None`` for ``nb``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``bounds`` (int64, length ``nseg + 1``): segment ``s`` is local positions ``bounds[s]:bounds[s+1]``.
+
+    Raises
+    ------
+    DescriptorError
+        If ``bs < 1`` (pass a positive segment length, or None for whole distribution blocks).
+    """
+    bs = nb if bs is None else bs
+    if bs < 1:
+        raise DescriptorError(f"segment length bs must be >= 1, got {bs}: pass a positive length or None")
+    idx = np.asarray(indices, dtype=np.int64)
+    if idx.size == 0:
+        return np.zeros(1, dtype=np.int64)
+    g = idx + int(offset)
+    key = (g // nb) * (nb // bs + 2) + (g % nb) // bs
+    # A new segment starts where the key changes or the indices jump (a gap means another owner in between).
+    new = np.empty(idx.size, dtype=bool)
+    new[0] = True
+    new[1:] = (key[1:] != key[:-1]) | (np.diff(idx) != 1)
+    return np.append(np.flatnonzero(new), idx.size).astype(np.int64)
 
 
 class DistributedMatrix:

@@ -9,13 +9,15 @@ in turn, every other round clean, with the rigorous or the statistical threshold
 false positive, and the result must pass the conformance check. The other rounds flip one exponent or high
 mantissa bit at a random injection point (A, B or C, random step and rank): the result must still pass the
 check with the block-wise bound a checksum guarantees (``bs^2`` times the largest magnitude; an error below
-it can be invisible to the block's sums), so a flip that mattered was found and corrected. Rank 0 prints
+it can be invisible to the block's sums), so a flip that mattered was found and corrected. A clean float64
+FT_PDSYRK / FT_PDSYR2K must also equal the plain routine's result bit for bit. Rank 0 prints
 ``FAIL ...`` and ``DONE trials=T failures=F false_positives=P flips=X detected=D corrected=K``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
 import numpy as np
@@ -54,8 +56,9 @@ def main() -> int:
             kw = dict(bs=int(rng.integers(2, 9)), tol=None if rng.random() < 0.5 else "statistical",
                       inject=plan)
             reports: list = []
-            conf.OVERRIDE[routine] = lambda *a, r=routine, kw=kw, out=reports: out.append(
-                getattr(linalg, "ft_" + r)(*a, **kw))
+            unequal: list | None = [] if clean and dtype == np.float64 else None
+            conf.OVERRIDE[routine] = functools.partial(_ft_call, routine, kw=kw, reports=reports,
+                                                       unequal=unequal)
             case = conf.Case(grid, rng, dtype)
             case.flip_bs = None if clean else kw["bs"]
             problems = fn(case, routine, *flags)
@@ -64,6 +67,8 @@ def main() -> int:
             flips += made
             detected += rep.detected
             corrected += rep.corrected
+            if grid.comm.allreduce(len(unequal or [])):
+                problems.append("error-free result differs from the plain routine's (not bit for bit)")
             if clean and rep.detected:
                 false_pos += 1
                 problems.append(f"false positive: {rep.detected} block(s) {rep.detected_blocks[:4]}")
@@ -76,6 +81,29 @@ def main() -> int:
         print(f"DONE trials={args.trials} failures={failures} false_positives={false_pos} flips={flips} "
               f"detected={detected} corrected={corrected}", flush=True)
     return 0
+
+
+#: Position of C, the matrix the rank-k routines write, in their calls.
+OUTPUT = {"pdsyrk": 9, "pdsyr2k": 12}
+
+
+def _ft_call(routine: str, *args: object, kw: dict, reports: list, unequal: list | None) -> None:
+    """Run the ft_ routine on ``args``; with ``unequal`` (clean float64 trials of the rank-k routines, whose
+    error-free result is the plain routine's bit for bit) run the plain routine on a copy first and note a
+    difference on this process in ``unequal``."""
+    plain = None
+    if unequal is not None and routine in ("pdsyrk", "pdsyr2k"):
+        out = OUTPUT[routine]
+        mine = args[out]
+        # the copy with the very strides of C's local array (a one-row array may be C-ordered), which decide
+        # whether BLAS or numpy multiplies into it
+        plain = linalg.DistributedMatrix(mine.grid, mine.desc, np.empty_like(mine.local))
+        plain.local[...] = mine.local
+        assert plain.local.strides == mine.local.strides
+        getattr(linalg, routine)(*args[:out], plain, *args[out + 1:])
+    reports.append(getattr(linalg, "ft_" + routine)(*args, **kw))
+    if plain is not None and not np.array_equal(plain.local, args[OUTPUT[routine]].local, equal_nan=True):
+        unequal.append(routine)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,13 @@ As the plain routines (:mod:`ftkit.linalg.pblas.rank_k`): every operand is broug
 call, and one SUMMA over the inner dimension sends each panel once, with ``ft_pdgemm``'s checksums inside
 (checksum rows of every row segment of op(X), columns of every column segment of op(Y).T: one prediction of
 every block). Each process multiplies the panels only into its tiles of the triangle
-(:func:`~ftkit.linalg.pblas.rank_k.staircase`, cut along the checked blocks, so a block is wholly computed or
-not at all); only the blocks in the tiles are summed, verified, located, corrected or recomputed (C0 read and
-copied there alone). The diagonal blocks' elements outside the triangle are set to zero first (they are never
-read, so C0 counts as zero there and those blocks check too) and put back bit for bit afterwards. A block
-left uncorrected is in the report, never raised here (C then holds the whole, flagged, result; the caller
-raises). A "C" flip of an injection plan lands inside the triangle.
+(:func:`~ftkit.linalg.pblas.rank_k.triangle_tiles`: the plain routines' tiles, so an error-free result is
+theirs bit for bit; cut by distribution blocks, which checked blocks never straddle, so a block is wholly
+computed or not at all); only the blocks in the tiles are summed, verified, located, corrected or
+recomputed (C0 read and copied there alone). The diagonal blocks' elements outside the triangle are set to
+zero first (they are never read, so C0 counts as zero there and those blocks check too) and put back bit
+for bit afterwards. A block left uncorrected is in the report, never raised here (C then holds the whole,
+flagged, result; the caller raises). A "C" flip of an injection plan lands inside the triangle.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from ...errors import ABFTError
 from ...inject import InjectionPlan
 from .. import checksums
 from ..matrix import DistributedMatrix
-from ..pblas.rank_k import aligned_terms, staircase
-from ._blocks import BlockSegmentation
+from ..pblas.rank_k import aligned_terms, triangle_tiles
 from .product import Term, _ft_gemm
 from .report import ABFTReport
 
@@ -43,8 +43,7 @@ def checked_rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, X: 
     if bs is None:  # chosen for the whole inner dimension: every term's k adds to the rounding
         bs = checksums.choose_bs(d.mb, d.nb, k * (1 + len(more)))
     terms = [(X, ix, jx, Y, iy, jy), *more]
-    seg = BlockSegmentation.of(C64, ic, jc, n, n, bs)
-    stairs = staircase(C64, ic, jc, n, uplo, seg.rb, seg.cb)
+    stairs = triangle_tiles(C64, ic, jc, n, uplo)  # the plain routine's tiles: unions of checked blocks
     c = C64.local_view(ic, jc, n, n)
     saved = stairs.save(c)
     out = C.local_view(ic, jc, n, n)

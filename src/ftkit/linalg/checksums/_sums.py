@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ABFTArgumentError
+from ..matrix import segment_bounds  # the one segmentation (layer 0), re-exported as checksums'
 from ._kernels import block_sums_into, encode_cols_into, encode_rows_into
 
 __all__ = ["U", "ETA", "NCHK", "gamma", "checksum_kinds", "segment_bounds", "dense_bounds", "segment_weights",
@@ -45,39 +46,6 @@ def checksum_kinds(tol: float | str | None) -> int:
 
 
 # ------------------------------------------------------------------ segmentation
-def segment_bounds(indices: np.ndarray, offset: int, nb: int, bs: int) -> np.ndarray:
-    """Cut this process's local indices of a distributed dimension into checksum segments.
-
-    Parameters
-    ----------
-    indices
-        Increasing submatrix indices this process owns (``BlockCyclic1D.indices_on(p)``).
-    offset
-        Global index of submatrix index 0 (``ia`` / ``ic``).
-    nb
-        Distribution block size of the dimension.
-    bs
-        Checksum block size (>= 1); segments are at most ``bs`` long and never straddle a distribution block.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``bounds`` (int64, length ``nseg + 1``): segment ``s`` is local positions ``bounds[s]:bounds[s+1]``.
-    """
-    if bs < 1:
-        raise ABFTArgumentError(f"bs must be >= 1, got {bs}")
-    idx = np.asarray(indices, dtype=np.int64)
-    if idx.size == 0:
-        return np.zeros(1, dtype=np.int64)
-    g = idx + int(offset)
-    key = (g // nb) * (nb // bs + 2) + (g % nb) // bs
-    # A new segment starts where the key changes or the indices jump (a gap means another owner in between).
-    new = np.empty(idx.size, dtype=bool)
-    new[0] = True
-    new[1:] = (key[1:] != key[:-1]) | (np.diff(idx) != 1)
-    return np.append(np.flatnonzero(new), idx.size).astype(np.int64)
-
-
 def dense_bounds(n: int, bs: int) -> np.ndarray:
     """Return the segment bounds of an undistributed dimension of length ``n``: ``0, bs, 2 bs, ..., n``."""
     return np.append(np.arange(0, n, bs, dtype=np.int64), n).astype(np.int64)

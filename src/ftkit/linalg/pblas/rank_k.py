@@ -25,15 +25,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import PBLASArgumentError
-from ..matrix import DistributedMatrix
+from ..matrix import DistributedMatrix, segment_bounds
 from ._operands import AlignedOperands, aligned_operands
 from ._summa import run_summa
 from .add import trapezoid_mask
 from .gemm import _check_dim, _check_flag, _check_matrix, _check_scalar, _scale
 from .triangular import check_dtype
 
-__all__ = ["pdsyrk", "pdsyr2k", "check_rank_args", "rank_update", "Staircase", "staircase", "block_runs",
-           "aligned_terms"]
+__all__ = ["pdsyrk", "pdsyr2k", "check_rank_args", "rank_update", "Staircase", "staircase", "triangle_tiles",
+           "block_runs", "aligned_terms"]
 
 #: Fewest columns of a tile (:func:`staircase`) when distribution blocks are narrower: more, smaller GEMMs
 #: beyond that cost more in calls than the few elements outside the triangle they skip.
@@ -102,13 +102,9 @@ class Staircase:
 
 def block_runs(idx: np.ndarray, offset: int, nb: int) -> np.ndarray:
     """Bounds of the runs of ``idx`` (increasing submatrix indices, global ``offset + idx``) inside one
-    distribution block of size ``nb``: local positions ``b[s]:b[s+1]``."""
-    if idx.size == 0:
-        return np.zeros(1, np.int64)
-    g = idx + offset
-    new = np.ones(idx.size, bool)
-    new[1:] = (g[1:] // nb != g[:-1] // nb) | (np.diff(idx) != 1)
-    return np.append(np.flatnonzero(new), idx.size).astype(np.int64)
+    distribution block of size ``nb``: local positions ``b[s]:b[s+1]``. The name kept for its callers:
+    :func:`ftkit.linalg.matrix.segment_bounds` with whole blocks."""
+    return segment_bounds(idx, offset, nb)
 
 
 def _column_groups(ci: np.ndarray, cb: np.ndarray, runs: np.ndarray, span: int) -> list[tuple[int, int]]:
@@ -142,7 +138,7 @@ def staircase(C: DistributedMatrix, ic: int, jc: int, n: int, uplo: str, rb: np.
     tiles, edges = [], []
     keep = np.zeros((2, len(ci)), np.int64)
     inner, area = (slice(0, 0), slice(0, 0)), 0
-    for q0, q1 in _column_groups(ci, cb, block_runs(ci, jc, C.desc.nb), max(C.desc.nb, MIN_TILE)):
+    for q0, q1 in _column_groups(ci, cb, segment_bounds(ci, jc, C.desc.nb), max(C.desc.nb, MIN_TILE)):
         cols = slice(q0, q1)
         if uplo == "L":
             first = int(np.searchsorted(ri, ci[q0]))
@@ -166,6 +162,15 @@ def staircase(C: DistributedMatrix, ic: int, jc: int, n: int, uplo: str, rb: np.
     return Staircase(tiles, edges, keep, inner)
 
 
+def triangle_tiles(C: DistributedMatrix, ic: int, jc: int, n: int, uplo: str) -> Staircase:
+    """The tiles PDSYRK and PDSYR2K multiply into: :func:`staircase` cut by distribution blocks (whole
+    runs of a block on this process). ``ft_pdsyrk`` / ``ft_pdsyr2k`` use the same tiles, so their local
+    GEMMs are the plain routines' and an error-free result is the plain one bit for bit."""
+    g, d = C.grid, C.desc
+    return staircase(C, ic, jc, n, uplo, segment_bounds(C.row_map(ic, n).indices_on(g.myrow), ic, d.mb),
+                     segment_bounds(C.col_map(jc, n).indices_on(g.mycol), jc, d.nb))
+
+
 def aligned_terms(trans: str, terms: list[Term], n: int, k: int, C: DistributedMatrix, ic: int,
                   jc: int) -> list[AlignedOperands]:
     """Every term's operands of the whole ``n x n`` product ``op(X) op(Y).T``, aligned with
@@ -187,16 +192,14 @@ def rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, terms: list
         c[...] = np.where(trapezoid_mask(C, ic, jc, n, n, uplo), scaled, c)
         return
     ops = aligned_terms(trans, terms, n, k, C, ic, jc)
-    g, d = C.grid, C.desc
-    st = staircase(C, ic, jc, n, uplo, block_runs(C.row_map(ic, n).indices_on(g.myrow), ic, d.mb),
-                   block_runs(C.col_map(jc, n).indices_on(g.mycol), jc, d.nb))
+    st = triangle_tiles(C, ic, jc, n, uplo)
     saved = st.save(c)
     for t, whole in enumerate(ops):
         b = beta if t == 0 else 1.0
         if b != 0.0:  # beta == 0: left to the first local GEMM of each tile, as pdgemm does
             for rs, cs in st.tiles:
                 _scale(c[rs, cs], b)
-        run_summa(g, whole.a, whole.b, c, whole.ka, whole.kb, alpha, beta=0.0 if b == 0.0 else 1.0,
+        run_summa(C.grid, whole.a, whole.b, c, whole.ka, whole.kb, alpha, beta=0.0 if b == 0.0 else 1.0,
                   tiles=st.tiles)
     st.restore(c, saved)
 
