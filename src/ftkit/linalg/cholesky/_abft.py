@@ -44,6 +44,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..._wait import wait_requests
 from .. import checksums
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
@@ -315,7 +316,7 @@ def share_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> None:
     """Broadcast the encoded panel buffer from the panel's process column along the process row."""
     g = steps.grid
     if g.npcol > 1 and ext.size:
-        g.row_comm.Bcast(ext, root=int(steps.cols.owners[steps.panels[k][0]]))
+        wait_requests([g.row_comm.Ibcast(ext, root=int(steps.cols.owners[steps.panels[k][0]]))])
 
 
 def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
@@ -328,7 +329,7 @@ def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> tuple[np.ndar
     w = e - s
     mine = steps.rows.range_on(steps.grid.myrow, e, steps.rows.n)
     pieces, flagged = [], False
-    for p, buf in enumerate(steps.gather(ext[:1 + (mine.stop - mine.start) * (w + 2) + w])):
+    for p, buf in enumerate(steps.gather(ext[:1 + (mine.stop - mine.start) * (w + 2) + w], k, w + 2, w + 1)):
         idx = steps.rows.indices_on(p)
         idx = idx[idx >= e] - e
         flag, *rest = _unpack(buf, len(idx), w)[:5]

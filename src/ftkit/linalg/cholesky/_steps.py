@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..._wait import wait_requests
 from .._blas import gemm_update, trsm_left
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
@@ -83,25 +84,30 @@ class CholeskySteps:
 
         ``hold`` (read on the owner): factor nothing and broadcast ``(HOLD, None)`` instead, so every process
         learns, in the same message, that block column ``k`` must be recomputed first (``ft_pdpotrf``)."""
-        g, s = self.grid, self.panels[k][0]
+        g, (s, e) = self.grid, self.panels[k]
         pk, qk = int(self.rows.owners[s]), int(self.cols.owners[s])
-        msg: tuple[int, np.ndarray | None] | None = None
+        # one flat buffer (the minor, then L_kk in F order) broadcast without pickling, waited by sleeping
+        flat = np.empty(1 + (e - s) ** 2, self.w.dtype)
+        low = flat[1:].reshape((e - s, e - s), order="F")
         if hold and self.owns_diagonal(k):
-            msg = (HOLD, None)
+            flat[0] = HOLD
         elif self.owns_diagonal(k):
             blk = self.diagonal_block(k)
             try:
-                low = np.linalg.cholesky(blk)  # reads the lower triangle only
-                ok = bool(np.all(np.isfinite(low)))
+                chol = np.linalg.cholesky(blk)  # reads the lower triangle only
+                ok = bool(np.all(np.isfinite(chol)))
             except np.linalg.LinAlgError:
                 ok = False
             if ok:
-                blk[...] = low
-                msg = (-1, np.asfortranarray(low))
+                blk[...] = chol
+                flat[0], low[...] = -1, chol
             else:
                 j = first_bad_minor(blk)
-                msg = (s + (j if j >= 0 else 0), None)
-        return g.comm.bcast(msg, root=g.rank_of(pk, qk))
+                flat[0] = s + (j if j >= 0 else 0)
+        if g.size > 1:
+            wait_requests([g.comm.Ibcast(flat, root=g.rank_of(pk, qk))])
+        bad = int(flat[0])
+        return bad, (low if bad == -1 else None)
 
     def solve_panel(self, k: int, low: np.ndarray, broadcast: bool = True,
                     check: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
@@ -129,17 +135,29 @@ class CholeskySteps:
                 panel[...] = pt.T
                 mine[...] = pt.T
         if broadcast and g.npcol > 1 and flat.size:
-            g.row_comm.Bcast(flat, root=qk)
+            wait_requests([g.row_comm.Ibcast(flat, root=qk)])  # sleeping: a blocking Bcast busy-polls
         return mine
 
     def update(self, k: int, mine: np.ndarray) -> None:
         """Subtract ``P P.T`` from this process's trailing block columns, on and below the diagonal."""
-        self.apply_update(k, mine, self.assemble(k, self.gather(mine)))
+        w = mine.shape[1]
+        pieces = self.gather(mine.reshape(-1, order="F"), k, w)
+        full = self.assemble(k, [pc.reshape((pc.size // w, w), order="F") for pc in pieces])
+        self.apply_update(k, mine, full)
 
-    def gather(self, mine: np.ndarray) -> list[np.ndarray]:
-        """Return every process row's ``mine`` (gathered down the process column; any extra trailing data of
-        the flat buffers travels with it)."""
-        return self.grid.col_comm.allgather(mine) if self.grid.nprow > 1 else [mine]
+    def gather(self, flat: np.ndarray, k: int, per_row: int, extra: int = 0) -> list[np.ndarray]:
+        """Return every process row's flat buffer ``flat`` (gathered down the process column, one
+        ``Iallgatherv`` waited by sleeping): process row ``p``'s holds ``per_row`` values per row of it
+        below panel ``k`` plus ``extra``."""
+        g, e, n = self.grid, self.panels[k][1], self.rows.n
+        if g.nprow == 1:
+            return [flat]
+        spans = [self.rows.range_on(p, e, n) for p in range(g.nprow)]
+        counts = [per_row * (r.stop - r.start) + extra for r in spans]
+        displs = np.concatenate(([0], np.cumsum(counts)[:-1])).tolist()
+        out = np.empty(sum(counts), flat.dtype)
+        wait_requests([g.col_comm.Iallgatherv(flat, [out, (counts, displs)])])
+        return [out[d:d + c] for d, c in zip(displs, counts, strict=True)]
 
     def assemble(self, k: int, pieces: list[np.ndarray]) -> np.ndarray:
         """Return ``P`` (all rows ``>= e`` of panel ``k``, F order) from the process rows' ``pieces``."""
