@@ -124,13 +124,11 @@ class UpdateChecks:
             return self._psums[1], self._psums[2]
         return self._sums(pt.T, int(self.seg0[k + 1]), len(self.rblk)), np.einsum("ti,ti->i", pt, pt)
 
-    def update(self, k: int, sums: np.ndarray, full: np.ndarray, full_sq: np.ndarray,
-               col_rows: np.ndarray | None = None) -> None:
+    def update(self, k: int, sums: np.ndarray, colp: np.ndarray, full_sq: np.ndarray) -> None:
         """Carry the checksums through panel ``k``'s update: ``sums`` are the segment sums of this process's
-        rows of ``P`` (:meth:`panel_sums`, computed where the panel was solved), ``full`` all rows of ``P``,
-        ``full_sq`` their sums of squares; ``col_rows``, if given, the rows of ``P`` of this process's
-        trailing columns in their order (else copied out of ``full``). One product for all trailing columns
-        and segments."""
+        rows of ``P`` (:meth:`panel_sums`, computed where the panel was solved), ``colp`` the rows of ``P``
+        of this process's trailing columns in their order (:meth:`CholeskySteps.column_rows`), ``full_sq``
+        the sums of squares of all rows of ``P``. One product for all trailing columns and segments."""
         st = self.steps
         e = st.panels[k][1]
         self.nu[e:] += full_sq
@@ -138,7 +136,7 @@ class UpdateChecks:
         if ii0 == len(self.rblk) or jj0 == len(self.cblk):
             return
         c0 = int(self.clo[jj0])  # the trailing block columns' local columns run from c0 to the end
-        left = full[self.cglob[c0:] - e] if col_rows is None else col_rows
+        left = colp
         # the segments on and below each block column's diagonal: two products (the second half of the
         # block columns needs only the segments from its first block row on), not the whole rectangle
         jm = (jj0 + len(self.cblk)) // 2
@@ -321,33 +319,37 @@ def share_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> None:
 
 def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                                          list, bool]:
-    """Gather the encoded pieces (without their segment sums) down the process column; return ``(P, its row
-    sums, its rows' sums of squares, pieces, flagged)``, each piece ``(global row indices - e, rows, row
-    sums, sums of squares, column sums)``, ``flagged`` whether any process of the panel's process column
-    has block column rows to recompute (every process gets the same answer)."""
+    """Gather the encoded pieces (without their segment sums) down the process column; return ``(colp, its
+    row sums, the sums of squares of all rows of P, pieces, flagged)``: ``colp`` the rows of ``P`` this
+    process's trailing columns multiply (:meth:`CholeskySteps.column_rows`), each piece ``(global row
+    indices - e, rows, row sums, sums of squares, column sums)``, ``flagged`` whether any process of the
+    panel's process column has block column rows to recompute (every process gets the same answer)."""
     s, e = steps.panels[k]
-    w = e - s
-    mine = steps.rows.range_on(steps.grid.myrow, e, steps.rows.n)
+    w, n = e - s, steps.rows.n
+    mine = steps.rows.range_on(steps.grid.myrow, e, n)
     pieces, flagged = [], False
     for p, buf in enumerate(steps.gather(ext[:1 + (mine.stop - mine.start) * (w + 2) + w], k, w + 2, w + 1)):
-        idx = steps.rows.indices_on(p)
-        idx = idx[idx >= e] - e
+        idx = steps.rows.indices_on(p)[steps.rows.range_on(p, e, n)] - e
         flag, *rest = _unpack(buf, len(idx), w)[:5]
         flagged |= bool(flag[0])
         pieces.append((idx, *rest))
-    full = steps.assemble(k, [pc[1] for pc in pieces])
-    full_rs, full_sq = np.empty(full.shape[0]), np.empty(full.shape[0])
-    for idx, _, rs, sq, _ in pieces:
-        full_rs[idx] = rs
+    colp = steps.column_rows(k, [pc[1] for pc in pieces])
+    col_rs = steps.column_rows(k, [pc[2][:, None] for pc in pieces])[:, 0]
+    full_sq = np.empty(n - e)
+    for idx, _, _, sq, _ in pieces:
         full_sq[idx] = sq
-    return full, full_rs, full_sq, pieces, flagged
+    return colp, col_rs, full_sq, pieces, flagged
 
 
-def piece_col_sums(full: np.ndarray, pieces: list, row: int) -> tuple[np.ndarray, np.ndarray]:
-    """The sent and the present column sums of the piece of ``full`` holding ``row`` (same summation)."""
-    for idx, _, _, _, cs in pieces:
+def piece_col_sums(colp: np.ndarray, need: np.ndarray, pieces: list, row: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sent and the present column sums of the piece holding ``row`` of ``P`` (``colp`` holds the rows
+    ``need``; the piece's rows not among them as received), in the sender's summation order."""
+    for idx, rows, _, _, cs in pieces:
         if row in idx:
-            return cs, np.asfortranarray(full[idx]).sum(axis=0)
+            now = np.array(rows, order="F")
+            sel = np.isin(need, idx)
+            now[np.searchsorted(idx, need[sel])] = colp[sel]
+            return cs, now.sum(axis=0)
     raise AssertionError(f"row {row} is in no piece")  # pragma: no cover - the pieces cover P
 
 

@@ -66,6 +66,7 @@ class CholeskySteps:
     def __init__(self, grid: ProcessGrid, w: np.ndarray, rows: BlockCyclic1D, cols: BlockCyclic1D) -> None:
         self.grid, self.w, self.rows, self.cols = grid, w, rows, cols
         self.panels = diagonal_blocks(rows)
+        self.square = rows.aligned_with(cols)  # process row p holds the rows of process column p's columns
 
     def owns_diagonal(self, k: int) -> bool:
         """Whether this process holds diagonal block ``k``."""
@@ -142,8 +143,8 @@ class CholeskySteps:
         """Subtract ``P P.T`` from this process's trailing block columns, on and below the diagonal."""
         w = mine.shape[1]
         pieces = self.gather(mine.reshape(-1, order="F"), k, w)
-        full = self.assemble(k, [pc.reshape((pc.size // w, w), order="F") for pc in pieces])
-        self.apply_update(k, mine, full)
+        self.apply_update(k, mine, self.column_rows(k, [pc.reshape((pc.size // w, w), order="F")
+                                                        for pc in pieces]))
 
     def gather(self, flat: np.ndarray, k: int, per_row: int, extra: int = 0) -> list[np.ndarray]:
         """Return every process row's flat buffer ``flat`` (gathered down the process column, one
@@ -159,28 +160,38 @@ class CholeskySteps:
         wait_requests([g.col_comm.Iallgatherv(flat, [out, (counts, displs)])])
         return [out[d:d + c] for d, c in zip(displs, counts, strict=True)]
 
-    def assemble(self, k: int, pieces: list[np.ndarray]) -> np.ndarray:
-        """Return ``P`` (all rows ``>= e`` of panel ``k``, F order) from the process rows' ``pieces``."""
-        s, e = self.panels[k]
-        full = np.empty((self.rows.n - e, e - s), self.w.dtype, order="F")
+    def column_rows(self, k: int, pieces: list[np.ndarray]) -> np.ndarray:
+        """Return the rows of ``P`` (panel ``k`` below its diagonal block) that this process's trailing
+        columns multiply, in the order of those columns (F order), from the process rows' ``pieces``: on a
+        grid whose process row ``p`` holds the rows of process column ``p``'s columns, that piece itself (no
+        copy); else the rows copied out of the pieces (never all of ``P``)."""
+        g, e, n = self.grid, self.panels[k][1], self.rows.n
+        if self.square:
+            return pieces[g.mycol]
+        need = self.cols.indices_on(g.mycol)[self.cols.range_on(g.mycol, e, n)]
+        own = self.rows.owners[need]
+        out = np.empty((len(need), pieces[0].shape[1]), pieces[0].dtype, order="F")
         for p, piece in enumerate(pieces):
-            idx = self.rows.indices_on(p)
-            full[idx[idx >= e] - e] = piece
-        return full
+            sel = own == p
+            if sel.any():
+                idx = self.rows.indices_on(p)[self.rows.range_on(p, e, n)]
+                out[sel] = piece[np.searchsorted(idx, need[sel])]
+        return out
 
-    def apply_update(self, k: int, mine: np.ndarray, full: np.ndarray) -> None:
+    def apply_update(self, k: int, mine: np.ndarray, colp: np.ndarray) -> None:
         """``W_{e:,e:} -= P P.T`` on this process's trailing block columns (lower block trapezoid), with
-        ``mine`` its rows and ``full`` all rows of ``P``."""
+        ``mine`` its rows of ``P`` and ``colp`` the rows of its trailing columns (:meth:`column_rows`)."""
         g, e = self.grid, self.panels[k][1]
         n = self.rows.n
         below0 = self.rows.range_on(g.myrow, e, n).start
+        c0 = self.cols.range_on(g.mycol, e, n).start
         for cs, ce in self.panels[k + 1:]:
             if int(self.cols.owners[cs]) != g.mycol:
                 continue
             r = self.rows.range_on(g.myrow, cs, n)
             if r.stop > r.start:
-                gemm_update(-1.0, mine[r.start - below0:], full[cs - e:ce - e].T,
-                            self.w[r, self.cols.range_on(g.mycol, cs, ce)])
+                cl = self.cols.range_on(g.mycol, cs, ce)
+                gemm_update(-1.0, mine[r.start - below0:], colp[cl.start - c0:cl.stop - c0].T, self.w[r, cl])
 
     def step(self, k: int) -> int:
         """Factor panel ``k`` and update the trailing matrix; return ``-1``, or the 0-based index of the

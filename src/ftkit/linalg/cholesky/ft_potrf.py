@@ -299,7 +299,7 @@ def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, ev
     if plan is not None:
         plan.resolve(g.size, 1)
         plan.apply("A", g.rank, 0, rows)
-    full, full_rs, full_sq, pieces, flagged = gather_panel(steps, k, ext)
+    colp, col_rs, full_sq, pieces, flagged = gather_panel(steps, k, ext)
     if flagged:  # rows the checks could not correct: recomputed from A, solved and shared again
         events = recompute_column(checks, k, events, work.original)
         if steps.owns_diagonal(k):  # the recomputation set the block's unfactored values again
@@ -307,20 +307,18 @@ def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, ev
         if pending:
             _solve(steps, checks, k, low, ext, rows, False, tally)
         share_panel(steps, k, ext)
-        full, full_rs, full_sq, pieces, _ = gather_panel(steps, k, ext)
+        colp, col_rs, full_sq, pieces, _ = gather_panel(steps, k, ext)
     if plan is not None:
-        plan.apply("B", g.rank, 0, full)
+        plan.apply("B", g.rank, 0, colp)
     s, e = steps.panels[k]
     n = steps.rows.n
     below0, c0 = steps.rows.range_on(g.myrow, e, n).start, steps.cols.range_on(g.mycol, e, n).start
-    # one check of what arrived covers this process's own rows too: they travelled in the gather
-    repairs = repair_rows(full, full_rs, lambda i: piece_col_sums(full, pieces, i))
-    for i, t, ok in repairs:
-        tally.operand(k, e + i, s + t, ok)
-        mine_rows = checks.rglob[below0:] - e
-        j = int(np.searchsorted(mine_rows, i))
-        if j < len(mine_rows) and mine_rows[j] == i:
-            rows[j] = full[i]
+    # the rows of P this process's columns multiply, against their senders' row sums: a changed value is
+    # restored before the product reads it (a change in this process's own rows, the product's left
+    # operand, is left to the carried checksums: their sums were taken before the panel travelled)
+    need = checks.cglob[c0:] - e
+    for i, t, ok in repair_rows(colp, col_rs, lambda i: piece_col_sums(colp, need, pieces, int(need[i]))):
+        tally.operand(k, e + int(need[i]), s + t, ok)
     trail = steps.w[below0:, c0:]
 
     def to_global(i: int, j: int) -> tuple[int, int]:
@@ -328,23 +326,11 @@ def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, ev
 
     if plan is not None:
         plan.apply("C", g.rank, 0, trail, to_global)
-    steps.apply_update(k, rows, full)
-    col_rows = _column_rows(checks, pieces, e, c0, repairs)
-    checks.update(k, panel_segment_sums(ext, rows), full, full_sq, col_rows)
+    steps.apply_update(k, rows, colp)
+    checks.update(k, panel_segment_sums(ext, rows), colp, full_sq)
     if plan is not None:
         plan.apply("C", g.rank, 1, trail, to_global)
     return events
-
-
-def _column_rows(checks: UpdateChecks, pieces: list, e: int, c0: int, repairs: list) -> np.ndarray | None:
-    """The received rows of P (rows ``>= e``) of this process's trailing columns (local ``c0`` on), in their
-    order, when one process row's piece holds exactly those (rows and columns cut alike: a square grid) and
-    no row was repaired (the pieces are as received); else ``None``."""
-    q = checks.steps.grid.mycol
-    if repairs or q >= len(pieces):
-        return None
-    idx, rows = pieces[q][0], pieces[q][1]
-    return rows if np.array_equal(idx, checks.cglob[c0:] - e) else None
 
 
 def _solve(steps: CholeskySteps, checks: UpdateChecks, k: int, low: np.ndarray, ext: np.ndarray,
