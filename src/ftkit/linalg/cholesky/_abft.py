@@ -49,9 +49,10 @@ from .. import checksums
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
 from ..checksums._kernels import encode_rows_into
+from ._kernels import col_sums, panel_pass, row_sums
 from ._steps import CholeskySteps
 
-__all__ = ["UpdateChecks", "panel_buffer", "encode_panel", "panel_segment_sums", "share_panel",
+__all__ = ["UpdateChecks", "panel_buffer", "panel_views", "share_panel",
            "gather_panel", "piece_col_sums", "repair_rows"]
 
 
@@ -95,8 +96,6 @@ class UpdateChecks:
         self._enc = np.empty((self.bs, 2), order="F")  # the segment encoder: plain and index-weighted sums
         self._enc[:, 0], self._enc[:, 1] = 1.0, np.arange(1, self.bs + 1)
         self._thr: tuple[int, np.ndarray] | None = None  # (k, thresholds) of block column k's last check
-        # (k, segment sums, rows' sums of squares) of the last checked panel solve
-        self._psums: tuple[int, np.ndarray, np.ndarray] | None = None
         self.seg0 = np.searchsorted(self.rblk, np.arange(len(panels) + 1))  # first segment of each block row
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -116,13 +115,13 @@ class UpdateChecks:
             if r.stop > r.start:
                 self.chk[ii0:, cl] = self._sums(st.w[r, cl], ii0 // 2, len(self.rblk))
 
-    def panel_sums(self, k: int, pt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(e^T P_I; w^T P_I)`` of this process's trailing segments (block rows ``> k``) and the sums of
-        squares of its rows, ``pt`` its rows of panel ``k``'s ``P.T``: those :meth:`check_solve` took of the
-        same solution if it checked it."""
-        if self._psums is not None and self._psums[0] == k:
-            return self._psums[1], self._psums[2]
-        return self._sums(pt.T, int(self.seg0[k + 1]), len(self.rblk)), np.einsum("ti,ti->i", pt, pt)
+    def encode(self, k: int, pt: np.ndarray, views: tuple[np.ndarray, ...]) -> None:
+        """Fill panel ``k``'s encoded buffer (``views``: :func:`panel_views`) from ``pt``, this process's rows
+        of ``P.T``: the rows, their sums and sums of squares, the column sums and the segment sums of its
+        trailing segments (block rows ``> k``), in one pass (:func:`._kernels.panel_pass`)."""
+        below0 = int(self.rlo[self.seg0[k + 1]])
+        _, rows, rs, sq, cs, segs = views
+        panel_pass(pt, self.rlo[self.seg0[k + 1]:] - below0, self.wts[below0:], rows, segs, rs, sq, cs)
 
     def update(self, k: int, sums: np.ndarray, colp: np.ndarray, full_sq: np.ndarray) -> None:
         """Carry the checksums through panel ``k``'s update: ``sums`` are the segment sums of this process's
@@ -184,15 +183,18 @@ class UpdateChecks:
             self._thr = (k, thr[int(self.seg0[k + 1]) - i0:])
         return i1 - i0, events
 
-    def check_solve(self, k: int, pt: np.ndarray, low: np.ndarray) -> tuple[int, np.ndarray]:
+    def check_solve(self, k: int, pt: np.ndarray, low: np.ndarray,
+                    views: tuple[np.ndarray, ...]) -> tuple[int, np.ndarray]:
         """Check panel ``k``'s solve ``P L_kk^T = W_{e:,k}`` against block column ``k``'s carried checksums.
 
         ``pt`` is this process's ``P.T`` (F order, its rows ``>= e`` of the panel). The segment sums of the
         solution times ``L_kk^T`` must give the checksums :meth:`verify` just checked the panel's values
         against: ``(e^T P_I) L^T = e^T W_I`` (plain and index-weighted), O(nb) per segment column, no pass
         over ``W`` (the solve's and the sums' rounding bounded by ``gamma`` and Cauchy-Schwarz with the rows'
-        norms). Returns the number of segments checked and which of them disagree.
+        norms). The sums are those the panel travels with: ``views`` (:func:`panel_views`) is filled first
+        (:meth:`encode`). Returns the number of segments checked and which of them disagree.
         """
+        self.encode(k, pt, views)
         ii1 = int(self.seg0[k + 1])
         nseg, w = len(self.rblk) - ii1, low.shape[0]
         if nseg == 0 or self._thr is None or self._thr[0] != k or pt.shape[1] == 0:
@@ -201,8 +203,7 @@ class UpdateChecks:
         cl = slice(self.clo[jj], self.clo[jj] + w)
         lens = (self.rlo[ii1 + 1:] - self.rlo[ii1:-1])[:, None]
         with np.errstate(invalid="ignore", over="ignore"):
-            sums, sq = self._sums(pt.T, ii1, len(self.rblk)), np.einsum("ti,ti->i", pt, pt)
-            self._psums = (k, sums, sq)  # what the panel is sent with (:meth:`panel_sums`)
+            sums, sq = views[5], views[3]
             res = np.abs(sums @ low.T - self.chk[2 * ii1:, cl])
             norms = np.add.reduceat(np.sqrt(sq), self.rlo[ii1:-1] - self.rlo[ii1])
             pterm = (1.0 + 1e-8) * norms[:, None] * np.sqrt(np.einsum("jt,jt->j", low, low))[None, :]
@@ -294,20 +295,10 @@ def panel_buffer(steps: CholeskySteps, k: int, checks: UpdateChecks) -> tuple[np
     return ext, _unpack(ext, nloc, w)[1]
 
 
-def encode_panel(ext: np.ndarray, rows: np.ndarray, sums: tuple[np.ndarray, np.ndarray], flag: bool) -> None:
-    """Fill the buffer around ``rows`` (its view of P, solved): row sums, the sums of squares and segment
-    sums ``sums`` (:meth:`UpdateChecks.panel_sums`), column sums and ``flag`` (block column rows still to be
-    recomputed here). On the panel's process column."""
-    f, _, rs, sq, cs, out = _unpack(ext, *rows.shape)
-    f[0] = float(flag)
-    rs[...] = rows.sum(axis=1)
-    out[...], sq[...] = sums
-    cs[...] = rows.sum(axis=0)
-
-
-def panel_segment_sums(ext: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The segment sums in an encoded buffer (``rows``: its view of P)."""
-    return _unpack(ext, *rows.shape)[5]
+def panel_views(ext: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The views of an encoded buffer (``rows``: its view of P): ``(flag, rows, row sums, sums of squares,
+    column sums, segment sums)``."""
+    return _unpack(ext, *rows.shape)
 
 
 def share_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> None:
@@ -349,7 +340,9 @@ def piece_col_sums(colp: np.ndarray, need: np.ndarray, pieces: list, row: int) -
             now = np.array(rows, order="F")
             sel = np.isin(need, idx)
             now[np.searchsorted(idx, need[sel])] = colp[sel]
-            return cs, now.sum(axis=0)
+            got = np.empty(now.shape[1])
+            col_sums(now, got)
+            return cs, got
     raise AssertionError(f"row {row} is in no piece")  # pragma: no cover - the pieces cover P
 
 
@@ -361,7 +354,8 @@ def repair_rows(x: np.ndarray, rs: np.ndarray,
     difference within rounding of a reordered sum is accepted). The column comes from ``col_sums(i)`` (sent
     and present column sums of the piece holding row ``i``). Returns ``(row, column, restored)`` per repair.
     """
-    got = x.sum(axis=1)
+    got = np.empty(x.shape[0])
+    row_sums(x, got)
     out = []
     for i in np.flatnonzero(~(got == rs)):
         row = x[i]

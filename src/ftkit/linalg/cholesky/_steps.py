@@ -111,14 +111,15 @@ class CholeskySteps:
         return bad, (low if bad == -1 else None)
 
     def solve_panel(self, k: int, low: np.ndarray, broadcast: bool = True,
-                    check: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+                    check: Callable[[np.ndarray, np.ndarray, np.ndarray], bool] | None = None,
                     out: np.ndarray | None = None) -> np.ndarray:
         """Overwrite panel ``k`` below the diagonal with ``P = W_{e:,k} L_kk^{-T}`` (its process column) and
         return this process's rows of ``P`` (global rows ``>= e`` of its process row), broadcast along the
         process row (unless not ``broadcast``: then only the panel's process column has them). ``check``, if
         given, is called on the panel's process column as ``check(before, pt, low)`` after the solve and
         before the panel is overwritten: ``before`` is the panel (``W_{e:,k}``, unchanged), ``pt`` the
-        solution ``P.T`` (F order), which ``check`` may solve again in place. ``out`` (with ``broadcast``
+        solution ``P.T`` (F order), which ``check`` may solve again in place; it returns whether it wrote the
+        solution into the returned rows (``out``) itself. ``out`` (with ``broadcast``
         false): the array the rows are written into and returned as (``ft_pdpotrf``'s encoded buffer)."""
         g, (s, e) = self.grid, self.panels[k]
         qk = int(self.cols.owners[s])
@@ -131,10 +132,9 @@ class CholeskySteps:
             if nloc:
                 pt = np.asfortranarray(panel.T)
                 trsm_left(True, low, pt)  # X L^T = P  <=>  L X^T = P^T
-                if check is not None:
-                    check(panel, pt, low)
-                panel[...] = pt.T
-                mine[...] = pt.T
+                if check is None or not check(panel, pt, low):
+                    mine[...] = pt.T
+                panel[...] = mine  # same layout: a plain copy
         if broadcast and g.npcol > 1 and flat.size:
             wait_requests([g.row_comm.Ibcast(flat, root=qk)])  # sleeping: a blocking Bcast busy-polls
         return mine

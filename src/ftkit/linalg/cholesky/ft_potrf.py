@@ -60,10 +60,9 @@ from ..matrix import DistributedMatrix
 from ..pblas.add import trapezoid_mask
 from ._abft import (
     UpdateChecks,
-    encode_panel,
     gather_panel,
     panel_buffer,
-    panel_segment_sums,
+    panel_views,
     piece_col_sums,
     repair_rows,
     share_panel,
@@ -96,27 +95,29 @@ class _Tally:
         self.events.append(BlockEvent(k, -1, row, col, 1, 1, self.rank, "located" if ok else "uncorrected",
                                       (row, col)))
 
-    def check_panel(self, checks: UpdateChecks, k: int, before: np.ndarray, pt: np.ndarray,
-                    low: np.ndarray) -> None:
+    def check_panel(self, checks: UpdateChecks, k: int, views: tuple[np.ndarray, ...], before: np.ndarray,
+                    pt: np.ndarray, low: np.ndarray) -> bool:
         """Check panel ``k``'s solve ``pt`` (``P.T``) by the carried checksums
-        (:meth:`UpdateChecks.check_solve`); solve again from ``before`` (the panel, not yet overwritten) if a
-        segment disagrees."""
+        (:meth:`UpdateChecks.check_solve`, which fills the encoded buffer ``views`` with the rows and their
+        sums); solve again from ``before`` (the panel, not yet overwritten) if a segment disagrees. Returns
+        true: the rows are in the buffer."""
         for attempt in range(2):
-            checked, bad = checks.check_solve(k, pt, low)
+            checked, bad = checks.check_solve(k, pt, low, views)
             self.checked += checked
             if not bad.any():
                 if attempt:
                     self.events[-1] = dataclasses.replace(self.events[-1], action="recomputed")
-                return
+                return True
             if attempt:
                 self.events[-1] = dataclasses.replace(self.events[-1], action="uncorrected")
-                return
+                return True
             first = int(np.flatnonzero(bad)[0])
             ii1 = int(np.searchsorted(checks.rblk, k + 1))
             self.events.append(BlockEvent(-1, -1, int(checks.rlo[ii1 + first] - checks.rlo[ii1]), 0,
                                           pt.shape[1], pt.shape[0], self.rank, "detected"))
             pt[...] = before.T
             trsm_left(True, low, pt)
+        return True  # pragma: no cover - the loop returns
 
     def report(self, comm: Any, threshold: Threshold, bs: int) -> ABFTReport:
         """The report of the whole factorization (collective: events are gathered)."""
@@ -327,7 +328,7 @@ def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, ev
     if plan is not None:
         plan.apply("C", g.rank, 0, trail, to_global)
     steps.apply_update(k, rows, colp)
-    checks.update(k, panel_segment_sums(ext, rows), colp, full_sq)
+    checks.update(k, panel_views(ext, rows)[5], colp, full_sq)
     if plan is not None:
         plan.apply("C", g.rank, 1, trail, to_global)
     return events
@@ -337,10 +338,13 @@ def _solve(steps: CholeskySteps, checks: UpdateChecks, k: int, low: np.ndarray, 
            rows: np.ndarray, pending: bool, tally: _Tally) -> None:
     """Solve panel ``k`` into ``rows`` (checked unless ``pending``: rows to be recomputed) and, on the
     panel's process column, encode the buffer around them."""
-    check = None if pending else functools.partial(tally.check_panel, checks, k)
+    views = panel_views(ext, rows)
+    check = None if pending else functools.partial(tally.check_panel, checks, k, views)
     steps.solve_panel(k, low, broadcast=False, check=check, out=rows)
     if steps.grid.mycol == int(steps.cols.owners[steps.panels[k][0]]):
-        encode_panel(ext, rows, checks.panel_sums(k, rows.T), pending)
+        if check is None or not rows.shape[0]:  # not filled by the check
+            checks.encode(k, rows.T, views)
+        views[0][0] = float(pending)
 
 
 def _finish(work: CholeskyWork, A: DistributedMatrix, A64: DistributedMatrix, uplo: str, n: int, ia: int,
