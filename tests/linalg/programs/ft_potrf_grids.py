@@ -5,11 +5,12 @@ that a process cannot correct is recomputed, whether that process owns the diago
 usage: ft_potrf_grids.py (6 ranks)
 
 Cases, per grid and ``uplo``: error-free (the factor is PDPOTRF's bit for bit, no event); one flip after
-panel 1's update (located and corrected); a flip in the rows of panel 1 a process's columns multiply (restored
-from its row sum before the product) and in the rows it received along its process row (the product's left
-operand: each element it spoiled located by the carried checksums); two flips in one column of a segment (local trailing rows 9 and 12,
-column 0, after panel 1: nb = 8, so global rows of block row 4 or later) on each of two ranks, one at a time:
-the block column is recomputed and the factor is PDPOTRF's bit for bit. Rank 0 prints ``CASE ...`` /
+panel 1's update (located and corrected); a flip in the rows of panel 1 a process's columns multiply
+(restored from its row sum before the product) and in the rows it received along its process row (the
+product's left operand: each element it spoiled located by the carried checksums); two flips in one column
+of a segment (local trailing rows 9 and 12, column 0, after panel 1: nb = 8, so global rows of block row 4
+or later) on each of two ranks, one at a time: the block column is recomputed and the factor is PDPOTRF's
+bit for bit. Rank 0 prints ``CASE ...`` /
 ``FAIL ...`` lines and ``DONE failures=F``.
 """
 
@@ -57,10 +58,10 @@ def main() -> int:
                       ["located"])]
             # in transit: in the rows of P a process's columns multiply (copied out of the pieces here), and
             # in the rows it received along its process row (the product's left operand)
-            cases += [("received rows of P flipped", [BitFlip(target="B", rank=ranks[0], index=(3, 2), bit=62)],
-                       ["located"]),
-                      ("own rows of P flipped", [BitFlip(target="A", rank=ranks[1], index=(3, 2), bit=62)],
-                       None)]
+            cases += [("received rows of P flipped",
+                       [BitFlip(target="B", rank=ranks[0], index=(3, 2), bit=62)], ["located"]),
+                      ("own rows of P flipped",
+                       [BitFlip(target="A", rank=ranks[1], index=(3, 2), bit=62)], None)]
             cases += [(f"two flips on rank {rk}",
                        [BitFlip(target="C", rank=rk, step=1, index=(i, 0), bit=61) for i in (9, 12)],
                        ["recomputed"]) for rk in ranks]

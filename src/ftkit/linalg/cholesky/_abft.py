@@ -30,11 +30,14 @@ factorization is never flagged, at any scale. A numeric ``tol`` ``t`` makes it `
 ``"statistical"`` uses the rigorous bound here.
 
 The panel travels with its row sums, sums of squares, column sums, segment sums and a flag (rows of its
-block column that its sender could not correct: :func:`panel_buffer`, :func:`encode_panel`,
-:func:`share_panel`, :func:`gather_panel`): each process compares the row sums of the panel it assembled
-with the senders' (same summation order: equal unless a value changed), locates a changed element's column
-from its piece's column sums and restores it from its row sum before the product uses it
-(:func:`repair_rows`).
+block column that its sender could not correct: :func:`panel_buffer`, :meth:`UpdateChecks.encode`, one
+compiled pass over the solved panel, :func:`share_panel`, :func:`gather_panel`): each process compares the
+row sums of the rows of ``P`` its columns multiply (the product's right operand, and the carry's) with the
+senders' (same summation order, :mod:`._kernels`: equal unless a value changed), locates a changed
+element's column from its piece's column sums and restores it from its row sum before the product uses it
+(:func:`repair_rows`). A value changed in a process's own received rows (the product's left operand) needs
+no such check: the checksums are carried with the segment sums its sender took, so the elements it spoils
+are located and corrected when their block column is verified.
 """
 
 from __future__ import annotations
@@ -125,7 +128,7 @@ class UpdateChecks:
 
     def update(self, k: int, sums: np.ndarray, colp: np.ndarray, full_sq: np.ndarray) -> None:
         """Carry the checksums through panel ``k``'s update: ``sums`` are the segment sums of this process's
-        rows of ``P`` (:meth:`panel_sums`, computed where the panel was solved), ``colp`` the rows of ``P``
+        rows of ``P`` (:meth:`encode`, taken where the panel was solved), ``colp`` the rows of ``P``
         of this process's trailing columns in their order (:meth:`CholeskySteps.column_rows`), ``full_sq``
         the sums of squares of all rows of ``P``. One product for all trailing columns and segments."""
         st = self.steps
@@ -332,7 +335,8 @@ def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> tuple[np.ndar
     return colp, col_rs, full_sq, pieces, flagged
 
 
-def piece_col_sums(colp: np.ndarray, need: np.ndarray, pieces: list, row: int) -> tuple[np.ndarray, np.ndarray]:
+def piece_col_sums(colp: np.ndarray, need: np.ndarray, pieces: list,
+                   row: int) -> tuple[np.ndarray, np.ndarray]:
     """The sent and the present column sums of the piece holding ``row`` of ``P`` (``colp`` holds the rows
     ``need``; the piece's rows not among them as received), in the sender's summation order."""
     for idx, rows, _, _, cs in pieces:

@@ -7,7 +7,8 @@ rows) and columns ``cols`` (over the process columns), two maps with one block p
 1. the owner of the diagonal block factors it (LAPACK's ``potrf`` through numpy) and broadcasts ``L_kk`` (or
    the order of the leading minor that is not positive definite) to every process;
 2. the processes of the panel's process column solve their rows below it: ``P = W_{e:,k} L_kk^{-T}``;
-3. ``P`` is broadcast along the process rows and gathered down the process columns, and every process
+3. ``P`` is broadcast along the process rows and gathered down the process columns (each process keeps the
+   rows its columns multiply: :meth:`CholeskySteps.column_rows`; every wait sleeps), and every process
    updates its trailing block columns on and below the diagonal: ``W_{e:,e:} -= P P.T`` (lower block
    trapezoid: diagonal blocks are updated whole, their strict upper part is scratch).
 

@@ -10,8 +10,9 @@ The factorization is :func:`~ftkit.linalg.pdpotrf`'s right-looking algorithm
   panel's own sums, and verified by O(block) reductions when a block column is about to be read (its
   panel); a wrong element is located and corrected in O(nb), a wrong row or column element by element; the
   rigorous bound never flags a correct factorization;
-- the panel travels with its row and column sums: a value changed between the sender and the product is
-  found and restored from its row sum before the product uses it;
+- the panel travels with its row and column sums: a value changed between the sender and the product in
+  the rows a process's columns multiply is found and restored from its row sum before the product uses it
+  (one changed in its own rows, the left operand, spoils elements that the carried checksums locate);
 - a block column whose errors cannot be located (two wrong elements in one column of a segment) is
   recomputed from A and the factored panels before its panel reads it (:mod:`._column_recompute`: the same
   BLAS calls as the plain updates, so the factor is still ``pdpotrf``'s bit for bit; only on detection);
@@ -199,9 +200,9 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
         Checkpoint level passed to ``ckpt.checkpoint``.
     inject, inject_panel
         Bit flips made in the update of panel ``inject_panel``: ``"A"`` in this process's received rows of
-        the panel, ``"B"`` in the assembled panel, ``"C"`` in the local trailing matrix (step 0: before the
-        update, 1: after; a flip above the block diagonal hits scratch that nothing reads, and is not
-        reported).
+        the panel, ``"B"`` in the rows of the panel its columns multiply, ``"C"`` in the local trailing
+        matrix (step 0: before the update, 1: after; a flip above the block diagonal hits scratch that
+        nothing reads, and is not reported).
     on_panel
         Called with the panel index after each panel (progress display; tests kill a rank there).
 
@@ -290,8 +291,8 @@ def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, ev
     """Solve panel ``k`` (checked), share it with its checksums and update the trailing matrix; return the
     block column's ``events``, recomputed first if a process other than the diagonal's owner found rows it
     could not correct (``pending``: its flag travels in the shared panel, so the error-free run makes no
-    extra message). ``plan``'s flips land in the received rows of P (``"A"``), the assembled P (``"B"``) and
-    the trailing piece (``"C"``, step 0 before the update, 1 after)."""
+    extra message). ``plan``'s flips land in the received rows of P (``"A"``), the rows its columns
+    multiply (``"B"``) and the trailing piece (``"C"``, step 0 before the update, 1 after)."""
     steps = work.steps
     g = steps.grid
     ext, rows = panel_buffer(steps, k, checks)

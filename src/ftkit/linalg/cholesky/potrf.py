@@ -26,8 +26,8 @@ import numpy as np
 from ...errors import FactorizationError, PBLASArgumentError
 from ..matrix import DistributedMatrix
 from ..pblas._redistribute import redistribute
-from ..pblas.add import trapezoid_mask
 from ..pblas._tri_sweep import diagonal_blocks
+from ..pblas.add import trapezoid_mask
 from ..pblas.gemm import _check_dim, _check_flag, _check_matrix
 from ..pblas.triangular import apply_triangle, check_dtype
 from ._steps import CholeskySteps
@@ -57,7 +57,8 @@ class CholeskyWork:
         d, g = A.desc, A.grid
         self.aligned = uplo == "L" and d.mb == d.nb and ia % d.mb == ja % d.nb
         if self.aligned:  # only the lower block trapezoid is read: the rest of the copy stays zero
-            self.W, self.wi, self.wj = DistributedMatrix(g, d, np.zeros_like(A.local, order="F")), ia, ja
+            zero = np.zeros(A.local.shape, A.dtype, order="F")  # fresh pages: the untouched ones cost nothing
+            self.W, self.wi, self.wj = DistributedMatrix(g, d, zero), ia, ja
             self.rows, self.cols = A.row_map(ia, n), A.col_map(ja, n)
             self._copy_lower(A.local_view(ia, ja, n, n), self.W.local_view(ia, ja, n, n), True)
         else:
