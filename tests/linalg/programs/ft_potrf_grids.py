@@ -5,9 +5,12 @@ that a process cannot correct is recomputed, whether that process owns the diago
 usage: ft_potrf_grids.py (6 ranks)
 
 Cases, per grid and ``uplo``: error-free (the factor is PDPOTRF's bit for bit, no event); one flip after
-panel 1's update (located and corrected); two flips in one column of a segment (local trailing rows 9 and 12,
-column 0, after panel 1: nb = 8, so global rows of block row 4 or later) on each of two ranks, one at a time:
-the block column is recomputed and the factor is PDPOTRF's bit for bit. Rank 0 prints ``CASE ...`` /
+panel 1's update (located and corrected); a flip in the rows of panel 1 a process's columns multiply
+(restored from its row sum before the product) and in the rows it received along its process row (the
+product's left operand: each element it spoiled located by the carried checksums); two flips in one column
+of a segment (local trailing rows 9 and 12, column 0, after panel 1: nb = 8, so global rows of block row 4
+or later) on each of two ranks, one at a time: the block column is recomputed and the factor is PDPOTRF's
+bit for bit. Rank 0 prints ``CASE ...`` /
 ``FAIL ...`` lines and ``DONE failures=F``.
 """
 
@@ -22,7 +25,8 @@ from ftkit.inject import BitFlip, InjectionPlan
 N = 96
 
 
-def _case(grid: linalg.ProcessGrid, uplo: str, flips: list[BitFlip], want: list[str]) -> tuple[bool, str]:
+def _case(grid: linalg.ProcessGrid, uplo: str, flips: list[BitFlip],
+          want: list[str] | None) -> tuple[bool, str]:
     r = np.random.default_rng(5).standard_normal((N, N))
     a = r @ r.T / N + np.eye(N)
     ref = linalg.DistributedMatrix.from_global(grid, a, mb=8, nb=8)
@@ -33,8 +37,12 @@ def _case(grid: linalg.ProcessGrid, uplo: str, flips: list[BitFlip], want: list[
     made = grid.comm.allreduce(len(plan.records)) if flips else 0
     acts = sorted(ev.action for ev in rep.events)
     diff = float(np.max(np.abs(A.to_global() - ref.to_global())))
-    exact = want != ["located"]  # a located element is set from its sum: equal up to rounding
-    ok = made == len(flips) and acts == want and rep.uncorrected == 0 and rep.blocks_checked > 0
+    exact = want is not None and "located" not in want  # a located element is set from its sum: rounding
+    if want is None:  # a flip in the product's left operand: a located element per column it reached
+        ok = bool(acts) and set(acts) == {"located"}
+    else:
+        ok = acts == want
+    ok = ok and made == len(flips) and rep.uncorrected == 0 and rep.blocks_checked > 0
     ok = ok and (diff == 0.0 if exact else diff <= 1e-12 * np.max(np.abs(a)))
     blocks = sorted((ev.row_block, ev.col_block) for ev in rep.events)
     return ok, f"flips={made} events={acts} blocks={blocks} max_diff={diff:.1e}"
@@ -48,6 +56,12 @@ def main() -> int:
             cases = [("error-free", [], []),
                      ("one flip", [BitFlip(target="C", rank=ranks[0], step=1, index=(9, 2), bit=61)],
                       ["located"])]
+            # in transit: in the rows of P a process's columns multiply (copied out of the pieces here), and
+            # in the rows it received along its process row (the product's left operand)
+            cases += [("received rows of P flipped",
+                       [BitFlip(target="B", rank=ranks[0], index=(3, 2), bit=62)], ["located"]),
+                      ("own rows of P flipped",
+                       [BitFlip(target="A", rank=ranks[1], index=(3, 2), bit=62)], None)]
             cases += [(f"two flips on rank {rk}",
                        [BitFlip(target="C", rank=rk, step=1, index=(i, 0), bit=61) for i in (9, 12)],
                        ["recomputed"]) for rk in ranks]

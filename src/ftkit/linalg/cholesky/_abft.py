@@ -9,8 +9,8 @@ and ``w^T W_IJ`` (``w = 1, 2, ...``), and carries them through each update with 
 ``(e^T; w^T) W_IJ -= (e^T P_I; w^T P_I) P_J.T``: the segment sums of ``P`` are taken once, where the panel
 is solved (those its solve check takes), and travel with it; the checksums are stored transposed, so one
 product per panel carries them all, with the received rows of ``P`` of the process's columns as its left
-operand (no copy on a square grid), in two parts that skip most of the segments above the block diagonal
-(about ``1.5 / nb`` of the update's flops). Sums are linear, so the relation holds after any number of
+operand (no copy on a square grid), in four parts that skip most of the segments above the block diagonal
+(about ``1.25 / nb`` of the update's flops). Sums are linear, so the relation holds after any number of
 updates: block column ``J`` is verified once, just before panel ``J`` reads it (an error made by any earlier
 update is still there, and nothing read the block before), by one pass over it (plain, weighted and absolute
 segment sums in one kernel), never by recomputation. In each flagged column the
@@ -30,11 +30,14 @@ factorization is never flagged, at any scale. A numeric ``tol`` ``t`` makes it `
 ``"statistical"`` uses the rigorous bound here.
 
 The panel travels with its row sums, sums of squares, column sums, segment sums and a flag (rows of its
-block column that its sender could not correct: :func:`panel_buffer`, :func:`encode_panel`,
-:func:`share_panel`, :func:`gather_panel`): each process compares the row sums of the panel it assembled
-with the senders' (same summation order: equal unless a value changed), locates a changed element's column
-from its piece's column sums and restores it from its row sum before the product uses it
-(:func:`repair_rows`).
+block column that its sender could not correct: :func:`panel_buffer`, :meth:`UpdateChecks.encode`, one
+compiled pass over the solved panel, :func:`share_panel`, :func:`gather_panel`): each process compares the
+row sums of the rows of ``P`` its columns multiply (the product's right operand, and the carry's) with the
+senders' (same summation order, :mod:`._kernels`: equal unless a value changed), locates a changed
+element's column from its piece's column sums and restores it from its row sum before the product uses it
+(:func:`repair_rows`). A value changed in a process's own received rows (the product's left operand) needs
+no such check: the checksums are carried with the segment sums its sender took, so the elements it spoils
+are located and corrected when their block column is verified.
 """
 
 from __future__ import annotations
@@ -44,13 +47,15 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..._wait import wait_requests
 from .. import checksums
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
 from ..checksums._kernels import encode_rows_into
+from ._kernels import col_sums, panel_pass, row_sums
 from ._steps import CholeskySteps
 
-__all__ = ["UpdateChecks", "panel_buffer", "encode_panel", "panel_segment_sums", "share_panel",
+__all__ = ["UpdateChecks", "panel_buffer", "panel_views", "share_panel",
            "gather_panel", "piece_col_sums", "repair_rows"]
 
 
@@ -94,8 +99,6 @@ class UpdateChecks:
         self._enc = np.empty((self.bs, 2), order="F")  # the segment encoder: plain and index-weighted sums
         self._enc[:, 0], self._enc[:, 1] = 1.0, np.arange(1, self.bs + 1)
         self._thr: tuple[int, np.ndarray] | None = None  # (k, thresholds) of block column k's last check
-        # (k, segment sums, rows' sums of squares) of the last checked panel solve
-        self._psums: tuple[int, np.ndarray, np.ndarray] | None = None
         self.seg0 = np.searchsorted(self.rblk, np.arange(len(panels) + 1))  # first segment of each block row
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -115,21 +118,19 @@ class UpdateChecks:
             if r.stop > r.start:
                 self.chk[ii0:, cl] = self._sums(st.w[r, cl], ii0 // 2, len(self.rblk))
 
-    def panel_sums(self, k: int, pt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(e^T P_I; w^T P_I)`` of this process's trailing segments (block rows ``> k``) and the sums of
-        squares of its rows, ``pt`` its rows of panel ``k``'s ``P.T``: those :meth:`check_solve` took of the
-        same solution if it checked it."""
-        if self._psums is not None and self._psums[0] == k:
-            return self._psums[1], self._psums[2]
-        return self._sums(pt.T, int(self.seg0[k + 1]), len(self.rblk)), np.einsum("ti,ti->i", pt, pt)
+    def encode(self, k: int, pt: np.ndarray, views: tuple[np.ndarray, ...]) -> None:
+        """Fill panel ``k``'s encoded buffer (``views``: :func:`panel_views`) from ``pt``, this process's rows
+        of ``P.T``: the rows, their sums and sums of squares, the column sums and the segment sums of its
+        trailing segments (block rows ``> k``), in one pass (:func:`._kernels.panel_pass`)."""
+        below0 = int(self.rlo[self.seg0[k + 1]])
+        _, rows, rs, sq, cs, segs = views
+        panel_pass(pt, self.rlo[self.seg0[k + 1]:] - below0, self.wts[below0:], rows, segs, rs, sq, cs)
 
-    def update(self, k: int, sums: np.ndarray, full: np.ndarray, full_sq: np.ndarray,
-               col_rows: np.ndarray | None = None) -> None:
+    def update(self, k: int, sums: np.ndarray, colp: np.ndarray, full_sq: np.ndarray) -> None:
         """Carry the checksums through panel ``k``'s update: ``sums`` are the segment sums of this process's
-        rows of ``P`` (:meth:`panel_sums`, computed where the panel was solved), ``full`` all rows of ``P``,
-        ``full_sq`` their sums of squares; ``col_rows``, if given, the rows of ``P`` of this process's
-        trailing columns in their order (else copied out of ``full``). One product for all trailing columns
-        and segments."""
+        rows of ``P`` (:meth:`encode`, taken where the panel was solved), ``colp`` the rows of ``P``
+        of this process's trailing columns in their order (:meth:`CholeskySteps.column_rows`), ``full_sq``
+        the sums of squares of all rows of ``P``. One product for all trailing columns and segments."""
         st = self.steps
         e = st.panels[k][1]
         self.nu[e:] += full_sq
@@ -137,12 +138,13 @@ class UpdateChecks:
         if ii0 == len(self.rblk) or jj0 == len(self.cblk):
             return
         c0 = int(self.clo[jj0])  # the trailing block columns' local columns run from c0 to the end
-        left = full[self.cglob[c0:] - e] if col_rows is None else col_rows
-        # the segments on and below each block column's diagonal: two products (the second half of the
-        # block columns needs only the segments from its first block row on), not the whole rectangle
-        jm = (jj0 + len(self.cblk)) // 2
-        parts = [(jj0, jm), (jm, len(self.cblk))] if jm > jj0 else [(jj0, len(self.cblk))]
-        for ja, jb in parts:
+        left = colp
+        # the segments on and below each block column's diagonal: four products (each quarter of the block
+        # columns needs only the segments from its first block row on; each element is one product's, so
+        # the split changes no sum), not the whole rectangle: 5/8 of it instead of 1/2 (two parts: 3/4)
+        nj = len(self.cblk) - jj0
+        cuts = sorted({jj0 + nj * p // 4 for p in range(4)} | {len(self.cblk)})
+        for ja, jb in zip(cuts[:-1], cuts[1:], strict=True):
             cb = int(self.clo[jb]) if jb < len(self.cblk) else len(self.cglob)
             ca, cb = int(self.clo[ja]) - c0, cb - c0
             sa = int(self.seg0[self.cblk[ja]])
@@ -185,15 +187,18 @@ class UpdateChecks:
             self._thr = (k, thr[int(self.seg0[k + 1]) - i0:])
         return i1 - i0, events
 
-    def check_solve(self, k: int, pt: np.ndarray, low: np.ndarray) -> tuple[int, np.ndarray]:
+    def check_solve(self, k: int, pt: np.ndarray, low: np.ndarray,
+                    views: tuple[np.ndarray, ...]) -> tuple[int, np.ndarray]:
         """Check panel ``k``'s solve ``P L_kk^T = W_{e:,k}`` against block column ``k``'s carried checksums.
 
         ``pt`` is this process's ``P.T`` (F order, its rows ``>= e`` of the panel). The segment sums of the
         solution times ``L_kk^T`` must give the checksums :meth:`verify` just checked the panel's values
         against: ``(e^T P_I) L^T = e^T W_I`` (plain and index-weighted), O(nb) per segment column, no pass
         over ``W`` (the solve's and the sums' rounding bounded by ``gamma`` and Cauchy-Schwarz with the rows'
-        norms). Returns the number of segments checked and which of them disagree.
+        norms). The sums are those the panel travels with: ``views`` (:func:`panel_views`) is filled first
+        (:meth:`encode`). Returns the number of segments checked and which of them disagree.
         """
+        self.encode(k, pt, views)
         ii1 = int(self.seg0[k + 1])
         nseg, w = len(self.rblk) - ii1, low.shape[0]
         if nseg == 0 or self._thr is None or self._thr[0] != k or pt.shape[1] == 0:
@@ -202,8 +207,7 @@ class UpdateChecks:
         cl = slice(self.clo[jj], self.clo[jj] + w)
         lens = (self.rlo[ii1 + 1:] - self.rlo[ii1:-1])[:, None]
         with np.errstate(invalid="ignore", over="ignore"):
-            sums, sq = self._sums(pt.T, ii1, len(self.rblk)), np.einsum("ti,ti->i", pt, pt)
-            self._psums = (k, sums, sq)  # what the panel is sent with (:meth:`panel_sums`)
+            sums, sq = views[5], views[3]
             res = np.abs(sums @ low.T - self.chk[2 * ii1:, cl])
             norms = np.add.reduceat(np.sqrt(sq), self.rlo[ii1:-1] - self.rlo[ii1])
             pterm = (1.0 + 1e-8) * norms[:, None] * np.sqrt(np.einsum("jt,jt->j", low, low))[None, :]
@@ -295,58 +299,55 @@ def panel_buffer(steps: CholeskySteps, k: int, checks: UpdateChecks) -> tuple[np
     return ext, _unpack(ext, nloc, w)[1]
 
 
-def encode_panel(ext: np.ndarray, rows: np.ndarray, sums: tuple[np.ndarray, np.ndarray], flag: bool) -> None:
-    """Fill the buffer around ``rows`` (its view of P, solved): row sums, the sums of squares and segment
-    sums ``sums`` (:meth:`UpdateChecks.panel_sums`), column sums and ``flag`` (block column rows still to be
-    recomputed here). On the panel's process column."""
-    f, _, rs, sq, cs, out = _unpack(ext, *rows.shape)
-    f[0] = float(flag)
-    rs[...] = rows.sum(axis=1)
-    out[...], sq[...] = sums
-    cs[...] = rows.sum(axis=0)
-
-
-def panel_segment_sums(ext: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The segment sums in an encoded buffer (``rows``: its view of P)."""
-    return _unpack(ext, *rows.shape)[5]
+def panel_views(ext: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The views of an encoded buffer (``rows``: its view of P): ``(flag, rows, row sums, sums of squares,
+    column sums, segment sums)``."""
+    return _unpack(ext, *rows.shape)
 
 
 def share_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> None:
     """Broadcast the encoded panel buffer from the panel's process column along the process row."""
     g = steps.grid
     if g.npcol > 1 and ext.size:
-        g.row_comm.Bcast(ext, root=int(steps.cols.owners[steps.panels[k][0]]))
+        wait_requests([g.row_comm.Ibcast(ext, root=int(steps.cols.owners[steps.panels[k][0]]))])
 
 
 def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                                          list, bool]:
-    """Gather the encoded pieces (without their segment sums) down the process column; return ``(P, its row
-    sums, its rows' sums of squares, pieces, flagged)``, each piece ``(global row indices - e, rows, row
-    sums, sums of squares, column sums)``, ``flagged`` whether any process of the panel's process column
-    has block column rows to recompute (every process gets the same answer)."""
+    """Gather the encoded pieces (without their segment sums) down the process column; return ``(colp, its
+    row sums, the sums of squares of all rows of P, pieces, flagged)``: ``colp`` the rows of ``P`` this
+    process's trailing columns multiply (:meth:`CholeskySteps.column_rows`), each piece ``(global row
+    indices - e, rows, row sums, sums of squares, column sums)``, ``flagged`` whether any process of the
+    panel's process column has block column rows to recompute (every process gets the same answer)."""
     s, e = steps.panels[k]
-    w = e - s
-    mine = steps.rows.range_on(steps.grid.myrow, e, steps.rows.n)
+    w, n = e - s, steps.rows.n
+    mine = steps.rows.range_on(steps.grid.myrow, e, n)
     pieces, flagged = [], False
-    for p, buf in enumerate(steps.gather(ext[:1 + (mine.stop - mine.start) * (w + 2) + w])):
-        idx = steps.rows.indices_on(p)
-        idx = idx[idx >= e] - e
+    for p, buf in enumerate(steps.gather(ext[:1 + (mine.stop - mine.start) * (w + 2) + w], k, w + 2, w + 1)):
+        idx = steps.rows.indices_on(p)[steps.rows.range_on(p, e, n)] - e
         flag, *rest = _unpack(buf, len(idx), w)[:5]
         flagged |= bool(flag[0])
         pieces.append((idx, *rest))
-    full = steps.assemble(k, [pc[1] for pc in pieces])
-    full_rs, full_sq = np.empty(full.shape[0]), np.empty(full.shape[0])
-    for idx, _, rs, sq, _ in pieces:
-        full_rs[idx] = rs
+    colp = steps.column_rows(k, [pc[1] for pc in pieces])
+    col_rs = steps.column_rows(k, [pc[2][:, None] for pc in pieces])[:, 0]
+    full_sq = np.empty(n - e)
+    for idx, _, _, sq, _ in pieces:
         full_sq[idx] = sq
-    return full, full_rs, full_sq, pieces, flagged
+    return colp, col_rs, full_sq, pieces, flagged
 
 
-def piece_col_sums(full: np.ndarray, pieces: list, row: int) -> tuple[np.ndarray, np.ndarray]:
-    """The sent and the present column sums of the piece of ``full`` holding ``row`` (same summation)."""
-    for idx, _, _, _, cs in pieces:
+def piece_col_sums(colp: np.ndarray, need: np.ndarray, pieces: list,
+                   row: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sent and the present column sums of the piece holding ``row`` of ``P`` (``colp`` holds the rows
+    ``need``; the piece's rows not among them as received), in the sender's summation order."""
+    for idx, rows, _, _, cs in pieces:
         if row in idx:
-            return cs, np.asfortranarray(full[idx]).sum(axis=0)
+            now = np.array(rows, order="F")
+            sel = np.isin(need, idx)
+            now[np.searchsorted(idx, need[sel])] = colp[sel]
+            got = np.empty(now.shape[1])
+            col_sums(now, got)
+            return cs, got
     raise AssertionError(f"row {row} is in no piece")  # pragma: no cover - the pieces cover P
 
 
@@ -358,7 +359,8 @@ def repair_rows(x: np.ndarray, rs: np.ndarray,
     difference within rounding of a reordered sum is accepted). The column comes from ``col_sums(i)`` (sent
     and present column sums of the piece holding row ``i``). Returns ``(row, column, restored)`` per repair.
     """
-    got = x.sum(axis=1)
+    got = np.empty(x.shape[0])
+    row_sums(x, got)
     out = []
     for i in np.flatnonzero(~(got == rs)):
         row = x[i]

@@ -7,7 +7,8 @@ rows) and columns ``cols`` (over the process columns), two maps with one block p
 1. the owner of the diagonal block factors it (LAPACK's ``potrf`` through numpy) and broadcasts ``L_kk`` (or
    the order of the leading minor that is not positive definite) to every process;
 2. the processes of the panel's process column solve their rows below it: ``P = W_{e:,k} L_kk^{-T}``;
-3. ``P`` is broadcast along the process rows and gathered down the process columns, and every process
+3. ``P`` is broadcast along the process rows and gathered down the process columns (each process keeps the
+   rows its columns multiply: :meth:`CholeskySteps.column_rows`; every wait sleeps), and every process
    updates its trailing block columns on and below the diagonal: ``W_{e:,e:} -= P P.T`` (lower block
    trapezoid: diagonal blocks are updated whole, their strict upper part is scratch).
 
@@ -22,6 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..._wait import wait_requests
 from .._blas import gemm_update, trsm_left
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
@@ -65,6 +67,7 @@ class CholeskySteps:
     def __init__(self, grid: ProcessGrid, w: np.ndarray, rows: BlockCyclic1D, cols: BlockCyclic1D) -> None:
         self.grid, self.w, self.rows, self.cols = grid, w, rows, cols
         self.panels = diagonal_blocks(rows)
+        self.square = rows.aligned_with(cols)  # process row p holds the rows of process column p's columns
 
     def owns_diagonal(self, k: int) -> bool:
         """Whether this process holds diagonal block ``k``."""
@@ -83,35 +86,41 @@ class CholeskySteps:
 
         ``hold`` (read on the owner): factor nothing and broadcast ``(HOLD, None)`` instead, so every process
         learns, in the same message, that block column ``k`` must be recomputed first (``ft_pdpotrf``)."""
-        g, s = self.grid, self.panels[k][0]
+        g, (s, e) = self.grid, self.panels[k]
         pk, qk = int(self.rows.owners[s]), int(self.cols.owners[s])
-        msg: tuple[int, np.ndarray | None] | None = None
+        # one flat buffer (the minor, then L_kk in F order) broadcast without pickling, waited by sleeping
+        flat = np.empty(1 + (e - s) ** 2, self.w.dtype)
+        low = flat[1:].reshape((e - s, e - s), order="F")
         if hold and self.owns_diagonal(k):
-            msg = (HOLD, None)
+            flat[0] = HOLD
         elif self.owns_diagonal(k):
             blk = self.diagonal_block(k)
             try:
-                low = np.linalg.cholesky(blk)  # reads the lower triangle only
-                ok = bool(np.all(np.isfinite(low)))
+                chol = np.linalg.cholesky(blk)  # reads the lower triangle only
+                ok = bool(np.all(np.isfinite(chol)))
             except np.linalg.LinAlgError:
                 ok = False
             if ok:
-                blk[...] = low
-                msg = (-1, np.asfortranarray(low))
+                blk[...] = chol
+                flat[0], low[...] = -1, chol
             else:
                 j = first_bad_minor(blk)
-                msg = (s + (j if j >= 0 else 0), None)
-        return g.comm.bcast(msg, root=g.rank_of(pk, qk))
+                flat[0] = s + (j if j >= 0 else 0)
+        if g.size > 1:
+            wait_requests([g.comm.Ibcast(flat, root=g.rank_of(pk, qk))])
+        bad = int(flat[0])
+        return bad, (low if bad == -1 else None)
 
     def solve_panel(self, k: int, low: np.ndarray, broadcast: bool = True,
-                    check: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+                    check: Callable[[np.ndarray, np.ndarray, np.ndarray], bool] | None = None,
                     out: np.ndarray | None = None) -> np.ndarray:
         """Overwrite panel ``k`` below the diagonal with ``P = W_{e:,k} L_kk^{-T}`` (its process column) and
         return this process's rows of ``P`` (global rows ``>= e`` of its process row), broadcast along the
         process row (unless not ``broadcast``: then only the panel's process column has them). ``check``, if
         given, is called on the panel's process column as ``check(before, pt, low)`` after the solve and
         before the panel is overwritten: ``before`` is the panel (``W_{e:,k}``, unchanged), ``pt`` the
-        solution ``P.T`` (F order), which ``check`` may solve again in place. ``out`` (with ``broadcast``
+        solution ``P.T`` (F order), which ``check`` may solve again in place; it returns whether it wrote the
+        solution into the returned rows (``out``) itself. ``out`` (with ``broadcast``
         false): the array the rows are written into and returned as (``ft_pdpotrf``'s encoded buffer)."""
         g, (s, e) = self.grid, self.panels[k]
         qk = int(self.cols.owners[s])
@@ -124,45 +133,66 @@ class CholeskySteps:
             if nloc:
                 pt = np.asfortranarray(panel.T)
                 trsm_left(True, low, pt)  # X L^T = P  <=>  L X^T = P^T
-                if check is not None:
-                    check(panel, pt, low)
-                panel[...] = pt.T
-                mine[...] = pt.T
+                if check is None or not check(panel, pt, low):
+                    mine[...] = pt.T
+                panel[...] = mine  # same layout: a plain copy
         if broadcast and g.npcol > 1 and flat.size:
-            g.row_comm.Bcast(flat, root=qk)
+            wait_requests([g.row_comm.Ibcast(flat, root=qk)])  # sleeping: a blocking Bcast busy-polls
         return mine
 
     def update(self, k: int, mine: np.ndarray) -> None:
         """Subtract ``P P.T`` from this process's trailing block columns, on and below the diagonal."""
-        self.apply_update(k, mine, self.assemble(k, self.gather(mine)))
+        w = mine.shape[1]
+        pieces = self.gather(mine.reshape(-1, order="F"), k, w)
+        self.apply_update(k, mine, self.column_rows(k, [pc.reshape((pc.size // w, w), order="F")
+                                                        for pc in pieces]))
 
-    def gather(self, mine: np.ndarray) -> list[np.ndarray]:
-        """Return every process row's ``mine`` (gathered down the process column; any extra trailing data of
-        the flat buffers travels with it)."""
-        return self.grid.col_comm.allgather(mine) if self.grid.nprow > 1 else [mine]
+    def gather(self, flat: np.ndarray, k: int, per_row: int, extra: int = 0) -> list[np.ndarray]:
+        """Return every process row's flat buffer ``flat`` (gathered down the process column, one
+        ``Iallgatherv`` waited by sleeping): process row ``p``'s holds ``per_row`` values per row of it
+        below panel ``k`` plus ``extra``."""
+        g, e, n = self.grid, self.panels[k][1], self.rows.n
+        if g.nprow == 1:
+            return [flat]
+        spans = [self.rows.range_on(p, e, n) for p in range(g.nprow)]
+        counts = [per_row * (r.stop - r.start) + extra for r in spans]
+        displs = np.concatenate(([0], np.cumsum(counts)[:-1])).tolist()
+        out = np.empty(sum(counts), flat.dtype)
+        wait_requests([g.col_comm.Iallgatherv(flat, [out, (counts, displs)])])
+        return [out[d:d + c] for d, c in zip(displs, counts, strict=True)]
 
-    def assemble(self, k: int, pieces: list[np.ndarray]) -> np.ndarray:
-        """Return ``P`` (all rows ``>= e`` of panel ``k``, F order) from the process rows' ``pieces``."""
-        s, e = self.panels[k]
-        full = np.empty((self.rows.n - e, e - s), self.w.dtype, order="F")
+    def column_rows(self, k: int, pieces: list[np.ndarray]) -> np.ndarray:
+        """Return the rows of ``P`` (panel ``k`` below its diagonal block) that this process's trailing
+        columns multiply, in the order of those columns (F order), from the process rows' ``pieces``: on a
+        grid whose process row ``p`` holds the rows of process column ``p``'s columns, that piece itself (no
+        copy); else the rows copied out of the pieces (never all of ``P``)."""
+        g, e, n = self.grid, self.panels[k][1], self.rows.n
+        if self.square:
+            return pieces[g.mycol]
+        need = self.cols.indices_on(g.mycol)[self.cols.range_on(g.mycol, e, n)]
+        own = self.rows.owners[need]
+        out = np.empty((len(need), pieces[0].shape[1]), pieces[0].dtype, order="F")
         for p, piece in enumerate(pieces):
-            idx = self.rows.indices_on(p)
-            full[idx[idx >= e] - e] = piece
-        return full
+            sel = own == p
+            if sel.any():
+                idx = self.rows.indices_on(p)[self.rows.range_on(p, e, n)]
+                out[sel] = piece[np.searchsorted(idx, need[sel])]
+        return out
 
-    def apply_update(self, k: int, mine: np.ndarray, full: np.ndarray) -> None:
+    def apply_update(self, k: int, mine: np.ndarray, colp: np.ndarray) -> None:
         """``W_{e:,e:} -= P P.T`` on this process's trailing block columns (lower block trapezoid), with
-        ``mine`` its rows and ``full`` all rows of ``P``."""
+        ``mine`` its rows of ``P`` and ``colp`` the rows of its trailing columns (:meth:`column_rows`)."""
         g, e = self.grid, self.panels[k][1]
         n = self.rows.n
         below0 = self.rows.range_on(g.myrow, e, n).start
+        c0 = self.cols.range_on(g.mycol, e, n).start
         for cs, ce in self.panels[k + 1:]:
             if int(self.cols.owners[cs]) != g.mycol:
                 continue
             r = self.rows.range_on(g.myrow, cs, n)
             if r.stop > r.start:
-                gemm_update(-1.0, mine[r.start - below0:], full[cs - e:ce - e].T,
-                            self.w[r, self.cols.range_on(g.mycol, cs, ce)])
+                cl = self.cols.range_on(g.mycol, cs, ce)
+                gemm_update(-1.0, mine[r.start - below0:], colp[cl.start - c0:cl.stop - c0].T, self.w[r, cl])
 
     def step(self, k: int) -> int:
         """Factor panel ``k`` and update the trailing matrix; return ``-1``, or the 0-based index of the

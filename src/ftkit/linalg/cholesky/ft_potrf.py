@@ -10,8 +10,9 @@ The factorization is :func:`~ftkit.linalg.pdpotrf`'s right-looking algorithm
   panel's own sums, and verified by O(block) reductions when a block column is about to be read (its
   panel); a wrong element is located and corrected in O(nb), a wrong row or column element by element; the
   rigorous bound never flags a correct factorization;
-- the panel travels with its row and column sums: a value changed between the sender and the product is
-  found and restored from its row sum before the product uses it;
+- the panel travels with its row and column sums: a value changed between the sender and the product in
+  the rows a process's columns multiply is found and restored from its row sum before the product uses it
+  (one changed in its own rows, the left operand, spoils elements that the carried checksums locate);
 - a block column whose errors cannot be located (two wrong elements in one column of a segment) is
   recomputed from A and the factored panels before its panel reads it (:mod:`._column_recompute`: the same
   BLAS calls as the plain updates, so the factor is still ``pdpotrf``'s bit for bit; only on detection);
@@ -60,10 +61,9 @@ from ..matrix import DistributedMatrix
 from ..pblas.add import trapezoid_mask
 from ._abft import (
     UpdateChecks,
-    encode_panel,
     gather_panel,
     panel_buffer,
-    panel_segment_sums,
+    panel_views,
     piece_col_sums,
     repair_rows,
     share_panel,
@@ -96,27 +96,29 @@ class _Tally:
         self.events.append(BlockEvent(k, -1, row, col, 1, 1, self.rank, "located" if ok else "uncorrected",
                                       (row, col)))
 
-    def check_panel(self, checks: UpdateChecks, k: int, before: np.ndarray, pt: np.ndarray,
-                    low: np.ndarray) -> None:
+    def check_panel(self, checks: UpdateChecks, k: int, views: tuple[np.ndarray, ...], before: np.ndarray,
+                    pt: np.ndarray, low: np.ndarray) -> bool:
         """Check panel ``k``'s solve ``pt`` (``P.T``) by the carried checksums
-        (:meth:`UpdateChecks.check_solve`); solve again from ``before`` (the panel, not yet overwritten) if a
-        segment disagrees."""
+        (:meth:`UpdateChecks.check_solve`, which fills the encoded buffer ``views`` with the rows and their
+        sums); solve again from ``before`` (the panel, not yet overwritten) if a segment disagrees. Returns
+        true: the rows are in the buffer."""
         for attempt in range(2):
-            checked, bad = checks.check_solve(k, pt, low)
+            checked, bad = checks.check_solve(k, pt, low, views)
             self.checked += checked
             if not bad.any():
                 if attempt:
                     self.events[-1] = dataclasses.replace(self.events[-1], action="recomputed")
-                return
+                return True
             if attempt:
                 self.events[-1] = dataclasses.replace(self.events[-1], action="uncorrected")
-                return
+                return True
             first = int(np.flatnonzero(bad)[0])
             ii1 = int(np.searchsorted(checks.rblk, k + 1))
             self.events.append(BlockEvent(-1, -1, int(checks.rlo[ii1 + first] - checks.rlo[ii1]), 0,
                                           pt.shape[1], pt.shape[0], self.rank, "detected"))
             pt[...] = before.T
             trsm_left(True, low, pt)
+        return True  # pragma: no cover - the loop returns
 
     def report(self, comm: Any, threshold: Threshold, bs: int) -> ABFTReport:
         """The report of the whole factorization (collective: events are gathered)."""
@@ -198,9 +200,9 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
         Checkpoint level passed to ``ckpt.checkpoint``.
     inject, inject_panel
         Bit flips made in the update of panel ``inject_panel``: ``"A"`` in this process's received rows of
-        the panel, ``"B"`` in the assembled panel, ``"C"`` in the local trailing matrix (step 0: before the
-        update, 1: after; a flip above the block diagonal hits scratch that nothing reads, and is not
-        reported).
+        the panel, ``"B"`` in the rows of the panel its columns multiply, ``"C"`` in the local trailing
+        matrix (step 0: before the update, 1: after; a flip above the block diagonal hits scratch that
+        nothing reads, and is not reported).
     on_panel
         Called with the panel index after each panel (progress display; tests kill a rank there).
 
@@ -289,8 +291,8 @@ def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, ev
     """Solve panel ``k`` (checked), share it with its checksums and update the trailing matrix; return the
     block column's ``events``, recomputed first if a process other than the diagonal's owner found rows it
     could not correct (``pending``: its flag travels in the shared panel, so the error-free run makes no
-    extra message). ``plan``'s flips land in the received rows of P (``"A"``), the assembled P (``"B"``) and
-    the trailing piece (``"C"``, step 0 before the update, 1 after)."""
+    extra message). ``plan``'s flips land in the received rows of P (``"A"``), the rows its columns
+    multiply (``"B"``) and the trailing piece (``"C"``, step 0 before the update, 1 after)."""
     steps = work.steps
     g = steps.grid
     ext, rows = panel_buffer(steps, k, checks)
@@ -299,7 +301,7 @@ def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, ev
     if plan is not None:
         plan.resolve(g.size, 1)
         plan.apply("A", g.rank, 0, rows)
-    full, full_rs, full_sq, pieces, flagged = gather_panel(steps, k, ext)
+    colp, col_rs, full_sq, pieces, flagged = gather_panel(steps, k, ext)
     if flagged:  # rows the checks could not correct: recomputed from A, solved and shared again
         events = recompute_column(checks, k, events, work.original)
         if steps.owns_diagonal(k):  # the recomputation set the block's unfactored values again
@@ -307,20 +309,18 @@ def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, ev
         if pending:
             _solve(steps, checks, k, low, ext, rows, False, tally)
         share_panel(steps, k, ext)
-        full, full_rs, full_sq, pieces, _ = gather_panel(steps, k, ext)
+        colp, col_rs, full_sq, pieces, _ = gather_panel(steps, k, ext)
     if plan is not None:
-        plan.apply("B", g.rank, 0, full)
+        plan.apply("B", g.rank, 0, colp)
     s, e = steps.panels[k]
     n = steps.rows.n
     below0, c0 = steps.rows.range_on(g.myrow, e, n).start, steps.cols.range_on(g.mycol, e, n).start
-    # one check of what arrived covers this process's own rows too: they travelled in the gather
-    repairs = repair_rows(full, full_rs, lambda i: piece_col_sums(full, pieces, i))
-    for i, t, ok in repairs:
-        tally.operand(k, e + i, s + t, ok)
-        mine_rows = checks.rglob[below0:] - e
-        j = int(np.searchsorted(mine_rows, i))
-        if j < len(mine_rows) and mine_rows[j] == i:
-            rows[j] = full[i]
+    # the rows of P this process's columns multiply, against their senders' row sums: a changed value is
+    # restored before the product reads it (a change in this process's own rows, the product's left
+    # operand, is left to the carried checksums: their sums were taken before the panel travelled)
+    need = checks.cglob[c0:] - e
+    for i, t, ok in repair_rows(colp, col_rs, lambda i: piece_col_sums(colp, need, pieces, int(need[i]))):
+        tally.operand(k, e + int(need[i]), s + t, ok)
     trail = steps.w[below0:, c0:]
 
     def to_global(i: int, j: int) -> tuple[int, int]:
@@ -328,33 +328,24 @@ def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, ev
 
     if plan is not None:
         plan.apply("C", g.rank, 0, trail, to_global)
-    steps.apply_update(k, rows, full)
-    col_rows = _column_rows(checks, pieces, e, c0, repairs)
-    checks.update(k, panel_segment_sums(ext, rows), full, full_sq, col_rows)
+    steps.apply_update(k, rows, colp)
+    checks.update(k, panel_views(ext, rows)[5], colp, full_sq)
     if plan is not None:
         plan.apply("C", g.rank, 1, trail, to_global)
     return events
-
-
-def _column_rows(checks: UpdateChecks, pieces: list, e: int, c0: int, repairs: list) -> np.ndarray | None:
-    """The received rows of P (rows ``>= e``) of this process's trailing columns (local ``c0`` on), in their
-    order, when one process row's piece holds exactly those (rows and columns cut alike: a square grid) and
-    no row was repaired (the pieces are as received); else ``None``."""
-    q = checks.steps.grid.mycol
-    if repairs or q >= len(pieces):
-        return None
-    idx, rows = pieces[q][0], pieces[q][1]
-    return rows if np.array_equal(idx, checks.cglob[c0:] - e) else None
 
 
 def _solve(steps: CholeskySteps, checks: UpdateChecks, k: int, low: np.ndarray, ext: np.ndarray,
            rows: np.ndarray, pending: bool, tally: _Tally) -> None:
     """Solve panel ``k`` into ``rows`` (checked unless ``pending``: rows to be recomputed) and, on the
     panel's process column, encode the buffer around them."""
-    check = None if pending else functools.partial(tally.check_panel, checks, k)
+    views = panel_views(ext, rows)
+    check = None if pending else functools.partial(tally.check_panel, checks, k, views)
     steps.solve_panel(k, low, broadcast=False, check=check, out=rows)
     if steps.grid.mycol == int(steps.cols.owners[steps.panels[k][0]]):
-        encode_panel(ext, rows, checks.panel_sums(k, rows.T), pending)
+        if check is None or not rows.shape[0]:  # not filled by the check
+            checks.encode(k, rows.T, views)
+        views[0][0] = float(pending)
 
 
 def _finish(work: CholeskyWork, A: DistributedMatrix, A64: DistributedMatrix, uplo: str, n: int, ia: int,

@@ -26,6 +26,7 @@ import numpy as np
 from ...errors import FactorizationError, PBLASArgumentError
 from ..matrix import DistributedMatrix
 from ..pblas._redistribute import redistribute
+from ..pblas._tri_sweep import diagonal_blocks
 from ..pblas.add import trapezoid_mask
 from ..pblas.gemm import _check_dim, _check_flag, _check_matrix
 from ..pblas.triangular import apply_triangle, check_dtype
@@ -55,8 +56,11 @@ class CholeskyWork:
         self.uplo, self.n, self.A, self.ia, self.ja = uplo, n, A, ia, ja
         d, g = A.desc, A.grid
         self.aligned = uplo == "L" and d.mb == d.nb and ia % d.mb == ja % d.nb
-        if self.aligned:
-            self.W, self.wi, self.wj = A.copy(), ia, ja
+        if self.aligned:  # only the lower block trapezoid is read: the rest of the copy stays zero
+            zero = np.zeros(A.local.shape, A.dtype, order="F")  # fresh pages: the untouched ones cost nothing
+            self.W, self.wi, self.wj = DistributedMatrix(g, d, zero), ia, ja
+            self.rows, self.cols = A.row_map(ia, n), A.col_map(ja, n)
+            self._copy_lower(A.local_view(ia, ja, n, n), self.W.local_view(ia, ja, n, n), True)
         else:
             self.W, self.wi, self.wj = DistributedMatrix.zeros(g, n, n, mb=d.nb, nb=d.nb, dtype=A.dtype), 0, 0
             self.W.local[...] = redistribute(A, ia, ja, uplo == "U", self.W.row_map(0, n),
@@ -79,10 +83,28 @@ class CholeskyWork:
         A, n = self.A, self.n
         view = A.local_view(self.ia, self.ja, n, n)
         if self.aligned:
-            src = self.w
-        else:
-            src = redistribute(self.W, 0, 0, self.uplo == "U", A.row_map(self.ia, n), A.col_map(self.ja, n))
-        view[...] = np.where(trapezoid_mask(A, self.ia, self.ja, n, n, self.uplo), src, view)
+            self._copy_lower(self.w, view, False)
+            return
+        src = redistribute(self.W, 0, 0, self.uplo == "U", A.row_map(self.ia, n), A.col_map(self.ja, n))
+        np.copyto(view, src, where=trapezoid_mask(A, self.ia, self.ja, n, n, self.uplo))
+
+    def _copy_lower(self, src: np.ndarray, dst: np.ndarray, whole_diagonal: bool) -> None:
+        """Copy this process's blocks of the lower block trapezoid from ``src`` to ``dst`` (pieces of the
+        aligned submatrix): the blocks below the diagonal whole, the diagonal blocks whole or (not
+        ``whole_diagonal``) their lower triangle only. Block by block: no mask over the whole piece."""
+        g, rows, cols = self.A.grid, self.rows, self.cols
+        for s, e in diagonal_blocks(rows):
+            if int(cols.owners[s]) != g.mycol:
+                continue
+            cl = cols.range_on(g.mycol, s, e)
+            below = rows.range_on(g.myrow, e, rows.n)
+            dst[below, cl] = src[below, cl]
+            if int(rows.owners[s]) == g.myrow:
+                d = rows.range_on(g.myrow, s, e)
+                if whole_diagonal:
+                    dst[d, cl] = src[d, cl]
+                else:
+                    np.copyto(dst[d, cl], src[d, cl], where=np.tri(e - s, dtype=bool))
 
     def factor(self, routine: str, start: int = 0,
                after_panel: Callable[[int], None] | None = None) -> None:

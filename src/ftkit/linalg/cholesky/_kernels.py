@@ -1,0 +1,106 @@
+"""Compiled passes of FT_PDPOTRF's panel checks: everything the sender of a panel needs from the solved
+panel in one pass over it, and the receivers' sums in the sender's summation order.
+
+:func:`panel_pass` reads the solved panel once (as ``P.T``, the layout the triangular solve leaves) and
+writes its rows into the buffer that travels, with their row sums and sums of squares, the column sums and
+the plain and index-weighted segment sums the checksums are carried with: one transposing copy and two
+passes over it (numpy took six passes: two transposing copies, the segment products, the squares and two
+reductions). The row and column sums are compared with the receivers' :func:`row_sums` / :func:`col_sums`
+for equality, so both sides add in one fixed order, without fastmath (left to right along a row; eight
+interleaved partial sums down a column).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["panel_pass", "row_sums", "col_sums"]
+
+
+# reassociation for the segment sums only (their bound holds for any order); never for the compared sums
+_FM = {"reassoc", "contract"}
+
+
+def panel_pass(pt: np.ndarray, bounds: np.ndarray, wts: np.ndarray, rows: np.ndarray, segs: np.ndarray,
+               rs: np.ndarray, sq: np.ndarray, cs: np.ndarray) -> None:
+    """From ``pt`` (``w x m``, the transposed rows of P): ``rows = pt.T`` (``m x w``, F order), ``rs[i]`` /
+    ``sq[i]`` the sum / sum of squares of row ``i``, ``cs[t]`` the sum of column ``t``, ``segs[2 s]`` /
+    ``segs[2 s + 1]`` the plain / ``wts``-weighted column sums of the rows ``bounds[s]:bounds[s + 1]``: one
+    transposing copy and two passes over the copy, column by column."""
+    if rows.ctypes.data != pt.ctypes.data:
+        rows[...] = pt.T
+    _exact_sums(rows, rs, sq, cs)
+    _segment_sums(rows, bounds, wts, segs)
+
+
+@njit(cache=True, nogil=True)
+def _exact_sums(x: np.ndarray, rs: np.ndarray, sq: np.ndarray, cs: np.ndarray) -> None:  # pragma: no cover
+    """Row sums (left to right, as :func:`row_sums`), sums of squares and column sums (as :func:`col_sums`)
+    of ``x`` (F order), column by column."""
+    m, w = x.shape
+    rs[:] = 0.0
+    sq[:] = 0.0
+    for t in range(w):
+        for i in range(m):
+            v = x[i, t]
+            rs[i] += v
+            sq[i] += v * v
+        cs[t] = _col_sum(x, t)
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
+def _segment_sums(x: np.ndarray, bounds: np.ndarray, wts: np.ndarray,
+                  segs: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``segs[2 s, t]`` / ``segs[2 s + 1, t]``: plain / weighted sums of column ``t`` over segment ``s``."""
+    w = x.shape[1]
+    for t in range(w):
+        for s in range(bounds.shape[0] - 1):
+            e = 0.0
+            ws = 0.0
+            for i in range(bounds[s], bounds[s + 1]):
+                v = x[i, t]
+                e += v
+                ws += wts[i] * v
+            segs[2 * s, t] = e
+            segs[2 * s + 1, t] = ws
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _col_sum(x: np.ndarray, t: int) -> float:  # pragma: no cover - compiled
+    """The sum of column ``t`` of ``x`` in one fixed order: eight interleaved partial sums, then a tree."""
+    m = x.shape[0]
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+    i = 0
+    while i + 8 <= m:
+        a0 += x[i, t]
+        a1 += x[i + 1, t]
+        a2 += x[i + 2, t]
+        a3 += x[i + 3, t]
+        a4 += x[i + 4, t]
+        a5 += x[i + 5, t]
+        a6 += x[i + 6, t]
+        a7 += x[i + 7, t]
+        i += 8
+    tail = 0.0
+    while i < m:
+        tail += x[i, t]
+        i += 1
+    return (((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))) + tail
+
+
+@njit(cache=True, nogil=True)
+def row_sums(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``out[i]`` = the sum of row ``i`` of ``x``, left to right (:func:`panel_pass`'s order)."""
+    m, w = x.shape
+    out[:] = 0.0
+    for t in range(w):
+        for i in range(m):
+            out[i] += x[i, t]
+
+
+@njit(cache=True, nogil=True)
+def col_sums(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``out[t]`` = the sum of column ``t`` of ``x`` (:func:`panel_pass`'s order)."""
+    for t in range(x.shape[1]):
+        out[t] = _col_sum(x, t)
