@@ -144,7 +144,7 @@ def redistribute_result(
     """
     d = C.desc
     result = DistributedMatrix.zeros(
-        grid, d.m, d.n, mb=d.mb, nb=d.nb, rsrc=d.rsrc % grid.nprow, csrc=d.csrc % grid.npcol
+        grid, d.m, d.n, mb=d.mb, nb=d.nb, rsrc=d.rsrc % grid.nprow, csrc=d.csrc % grid.npcol, dtype=C.dtype
     )
     rd = result.desc
     outgoing: list[list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in range(grid.size)]

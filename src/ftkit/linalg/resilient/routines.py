@@ -250,14 +250,14 @@ def _rank_form(routine: str, uplo: str, trans: str, n: int, k: int, alpha: float
     ta, tb = ("N", "T") if trans == "N" else ("T", "N")
     if B is None:
         return ProductForm(routine, ta, tb, n, n, k, alpha, A, ia, ja, A, ia, ja, beta, C, ic, jc,
-                           keep=triangle_keep(uplo), flags=(uplo, trans))  # fmt: skip
+                           keep=triangle_keep(uplo), flags=(uplo, trans), triangle=uplo)  # fmt: skip
     Bm = B
 
     def prepare() -> Operands:
         return _concatenated(trans, n, k, A, ia, ja, Bm, ib, jb, C)
 
     return ProductForm(routine, ta, tb, n, n, 2 * k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, prepare,
-                       keep=triangle_keep(uplo), flags=(uplo, trans))  # fmt: skip
+                       keep=triangle_keep(uplo), flags=(uplo, trans), triangle=uplo)  # fmt: skip
 
 
 def resilient_pdsyrk(
