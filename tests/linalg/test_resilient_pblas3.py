@@ -3,7 +3,10 @@ resilient_pdtradd and resilient_pdtran (issue 33) with a rank SIGKILLed from out
 multiply on non-square grids: the survivors return numpy's result (the additions bit for bit: rounded as
 pdgeadd rounds), and the part of C a routine does not touch is bit for bit the input; the multiplying ones
 also with their operands protected before the call (protect_pdtrsm, protect_pdtrmm, protect_pdsyrk,
-protect_pdsyr2k, protect_pdsymm)."""
+protect_pdsyr2k, protect_pdsymm). Without failures, resilient_pdsyrk and resilient_pdsyr2k pass the plain
+routines' conformance cases (every flag, float64 and float32, offsets, alpha or k zero, the hard families) on
+every grid of the issue, and resilient_pdsyrk's result is pdsyrk's bit for bit (the same tiles of the
+triangle, multiplied the same way)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from ftkit import inject
 from ..conftest import run_python
 
 PROGRAM = Path(__file__).parents[1] / "programs" / "linalg_kill_trial.py"
+CONFORMANCE = Path(__file__).parent / "programs" / "resilient_rank_conformance.py"
 JOB_TIMEOUT = 150  # s, hard limit per job
 N, NB, STEP_PAUSE = 48, 6, 0.05  # 8 SUMMA steps of 0.05 s each: a window of ~0.4 s for the kill
 
@@ -141,3 +145,17 @@ def test_a_rank_killed_in_trsm_s_prepare_fails_the_call_alike_and_nobody_hangs(t
     failures = dict(re.findall(r"PROCESSFAILURE rank=(\d+) failed_ranks=(\[.*?\])", r.stdout))
     assert sorted(int(k) for k in failures) == [x for x in range(nprocs) if x != victim], r.stdout + r.stderr
     assert set(failures.values()) == {str([victim])}, r.stdout
+
+
+RANK_GRIDS = [(1, 1, 41), (2, 2, 42), (2, 3, 43), (3, 2, 44), (1, 4, 45), (4, 1, 46)]
+
+
+@pytest.mark.parametrize("nprow,npcol,seed", RANK_GRIDS, ids=[f"{g[0]}x{g[1]}" for g in RANK_GRIDS])
+def test_rank_k_updates_conform_and_syrk_is_pdsyrk_bit_for_bit(tmp_path, nprow, npcol, seed):
+    repeat = 2
+    r = run_python(nprow * npcol, CONFORMANCE, str(nprow), str(npcol), "--seed", str(seed), "--repeat",
+                   str(repeat), "--dir", str(tmp_path), timeout=JOB_TIMEOUT * 2).check()
+    fails = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
+    assert not fails, "\n".join(fails[:20])
+    # 2 dtypes x 2 routines x 2 UPLO x 3 TRANS per repeat, every other case with protected operands
+    assert f"DONE cases={repeat * 24} failures=0 protected={repeat * 12}" in r.stdout, r.stdout + r.stderr

@@ -42,7 +42,7 @@ def resilient(routine: str, store: Path, protect: bool, problems: list[str]):  #
             fn(*args, store=store)
         same = C.local.tobytes() == plain.local.tobytes()
         if routine == "pdsyrk" and not C.grid.comm.allreduce(same, op=MPI.LAND):
-            problems.append("not the plain routine's result bit for bit")
+            problems.append(f"{C.dtype} n={args[2]} k={args[3]}: not the plain routine's result bit for bit")
 
     return run
 

@@ -129,13 +129,18 @@ class FailureAwareExchange:
         a_slots = _slots([s.stop - s.start for s in step.a_cols])
         b_slots = _slots([s.stop - s.start for s in step.b_rows])
         parity = step.index % 2  # two buffer sets: a panel stays valid until the second-next start()
-        a_panel = self._buffer(("a", parity), (a_piece.shape[0], step.width))
-        a_panel[:, a_slots[g.mycol]] = a_piece
+        # Alone in the process row (column), the piece itself is the A (B) panel, as in pdgemm's exchange
+        # (:class:`~ftkit.linalg.pblas._summa.AllgatherExchange`): the same GEMMs, bit for bit its result.
+        a_panel = a_piece if g.npcol == 1 else self._buffer(("a", parity), (a_piece.shape[0], step.width))
+        if g.npcol > 1:
+            a_panel[:, a_slots[g.mycol]] = a_piece
         mine_a = a_panel[:, a_slots[g.mycol]]
         recv_a = {g.rank_of(g.myrow, q): a_panel[:, a_slots[q]] for q in range(g.npcol) if q != g.mycol}
-        b_panel = self._buffer(("b", parity), (step.width, b_piece.shape[1]))
-        b_panel[b_slots[g.myrow], :] = b_piece
-        mine_b = np.asfortranarray(b_piece, dtype=np.float64)  # float32 operands travel as float64 too
+        b_panel = b_piece if g.nprow == 1 else self._buffer(("b", parity), (step.width, b_piece.shape[1]))
+        mine_b = b_piece
+        if g.nprow > 1:
+            b_panel[b_slots[g.myrow], :] = b_piece
+            mine_b = np.asfortranarray(b_piece, dtype=np.float64)  # float32 operands travel as float64 too
         recv_b = {
             g.rank_of(p, g.mycol): self._buffer(
                 ("bs", p, parity), (b_slots[p].stop - b_slots[p].start, b_piece.shape[1])
