@@ -2,14 +2,14 @@
 
 usage: resilient_rank_conformance.py NPROW NPCOL --seed S --repeat R --dir DIR
 
-Every UPLO x TRANS combination x {float64, float32} runs ``R`` seeded cases of ``pblas3_conformance.case_rank``
-(sizes 1..19, k including 0, offsets, a block size and source process per matrix, alpha including 0, beta
-including 0, the hard families, NaN wherever the routine must not read, the other triangle of C compared bit
-for bit). Each case runs the plain routine on a copy of C first, then the resilient one on C, given the
-store directory ``DIR/store`` or (every other case) a handle of ``protect_pdsyrk`` / ``protect_pdsyr2k``.
-The result is checked against numpy as the plain routine's is; a PDSYRK result must also equal the plain
-routine's bit for bit (the same tiles multiplied by the same GEMMs). Rank 0 prints ``FAIL ...`` per bad case
-and ``DONE cases=N failures=F protected=P``.
+Every UPLO x TRANS combination x {float64, float32} runs ``R`` seeded cases of
+``pblas3_conformance.case_rank`` (sizes 1..19, k including 0, offsets, a block size and source process per
+matrix, alpha including 0, beta including 0, the hard families, NaN wherever the routine must not read, the
+other triangle of C compared bit for bit). Each case runs the plain routine on a copy of C first, then the
+resilient one on C, given the store directory ``DIR/store`` or (every other case) a handle of
+``protect_pdsyrk`` / ``protect_pdsyr2k``. The result is checked against numpy as the plain routine's is; a
+PDSYRK result must also equal the plain routine's bit for bit (the same tiles multiplied by the same GEMMs).
+Rank 0 prints ``FAIL ...`` per bad case and ``DONE cases=N failures=F protected=P``.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def main() -> int:
                     failures += bool(problems)
                     if grid.rank == 0:
                         for pr in problems:
-                            print(f"FAIL resilient_{routine} {uplo}{trans} protect={protect} {pr}", flush=True)
+                            print(f"FAIL resilient_{routine} {uplo}{trans} protect={protect} {pr}",
+                                  flush=True)
     if grid.rank == 0:
         print(f"DONE cases={cases} failures={failures} protected={protected}", flush=True)
     return 0
