@@ -126,6 +126,17 @@ def test_with_protected_operands_a_rank_killed_mid_call_is_survived(tmp_path, ro
     _check(tmp_path, r, nprocs, [victim])
 
 
+def test_a_dead_rank_s_blocks_outside_the_triangle_are_not_recomputed(tmp_path):
+    # rank 2 is process (0, 2) of the 2x3 grid: row blocks 0, 2, 4, 6 and column blocks 2, 5 of the 48 x 48 C
+    # (6 x 6 blocks). Its piece is dealt to the 5 survivors in bands of one block row; 4 of its 8 blocks hold
+    # entries of the lower triangle, and the bands' boxes of blocks holding them are exactly those 4: the
+    # survivors recompute and verify them, not the 4 blocks wholly above the diagonal (kept as stored)
+    r, nprocs = _run(tmp_path, "2x3", "syrk", "LN", 2, 2 * STEP_PAUSE)
+    _check(tmp_path, r, nprocs, [2])
+    verified = [int(v) for v in re.findall(r"DONE rank=\d+ failed=\[2\] verified=(\d+)", r.stdout)]
+    assert len(verified) == 5 and sum(verified) == 4, r.stdout
+
+
 @pytest.mark.parametrize("routine,flags", [
     ("trmm", "RUNN"), ("syrk", "UN"), ("syr2k", "LN"), ("trsm", "LLNN"), ("geadd", "T"), ("tradd", "LT"),
     ("tran", "-"),
