@@ -3,7 +3,10 @@ resilient_pdtradd and resilient_pdtran (issue 33) with a rank SIGKILLed from out
 multiply on non-square grids: the survivors return numpy's result (the additions bit for bit: rounded as
 pdgeadd rounds), and the part of C a routine does not touch is bit for bit the input; the multiplying ones
 also with their operands protected before the call (protect_pdtrsm, protect_pdtrmm, protect_pdsyrk,
-protect_pdsyr2k, protect_pdsymm)."""
+protect_pdsyr2k, protect_pdsymm). Without failures, resilient_pdsyrk and resilient_pdsyr2k pass the plain
+routines' conformance cases (every flag, float64 and float32, offsets, alpha or k zero, the hard families) on
+every grid of the issue, and resilient_pdsyrk's result is pdsyrk's bit for bit (the same tiles of the
+triangle, multiplied the same way)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from ftkit import inject
 from ..conftest import run_python
 
 PROGRAM = Path(__file__).parents[1] / "programs" / "linalg_kill_trial.py"
+CONFORMANCE = Path(__file__).parent / "programs" / "resilient_rank_conformance.py"
 JOB_TIMEOUT = 150  # s, hard limit per job
 N, NB, STEP_PAUSE = 48, 6, 0.05  # 8 SUMMA steps of 0.05 s each: a window of ~0.4 s for the kill
 
@@ -122,6 +126,17 @@ def test_with_protected_operands_a_rank_killed_mid_call_is_survived(tmp_path, ro
     _check(tmp_path, r, nprocs, [victim])
 
 
+def test_a_dead_rank_s_blocks_outside_the_triangle_are_not_recomputed(tmp_path):
+    # rank 2 is process (0, 2) of the 2x3 grid: row blocks 0, 2, 4, 6 and column blocks 2, 5 of the 48 x 48 C
+    # (6 x 6 blocks). Its piece is dealt to the 5 survivors in bands of one block row; 4 of its 8 blocks hold
+    # entries of the lower triangle, and the bands' boxes of blocks holding them are exactly those 4: the
+    # survivors recompute and verify them, not the 4 blocks wholly above the diagonal (kept as stored)
+    r, nprocs = _run(tmp_path, "2x3", "syrk", "LN", 2, 2 * STEP_PAUSE)
+    _check(tmp_path, r, nprocs, [2])
+    verified = [int(v) for v in re.findall(r"DONE rank=\d+ failed=\[2\] verified=(\d+)", r.stdout)]
+    assert len(verified) == 5 and sum(verified) == 4, r.stdout
+
+
 @pytest.mark.parametrize("routine,flags", [
     ("trmm", "RUNN"), ("syrk", "UN"), ("syr2k", "LN"), ("trsm", "LLNN"), ("geadd", "T"), ("tradd", "LT"),
     ("tran", "-"),
@@ -141,3 +156,17 @@ def test_a_rank_killed_in_trsm_s_prepare_fails_the_call_alike_and_nobody_hangs(t
     failures = dict(re.findall(r"PROCESSFAILURE rank=(\d+) failed_ranks=(\[.*?\])", r.stdout))
     assert sorted(int(k) for k in failures) == [x for x in range(nprocs) if x != victim], r.stdout + r.stderr
     assert set(failures.values()) == {str([victim])}, r.stdout
+
+
+RANK_GRIDS = [(1, 1, 41), (2, 2, 42), (2, 3, 43), (3, 2, 44), (1, 4, 45), (4, 1, 46)]
+
+
+@pytest.mark.parametrize("nprow,npcol,seed", RANK_GRIDS, ids=[f"{g[0]}x{g[1]}" for g in RANK_GRIDS])
+def test_rank_k_updates_conform_and_syrk_is_pdsyrk_bit_for_bit(tmp_path, nprow, npcol, seed):
+    repeat = 2
+    r = run_python(nprow * npcol, CONFORMANCE, str(nprow), str(npcol), "--seed", str(seed), "--repeat",
+                   str(repeat), "--dir", str(tmp_path), timeout=JOB_TIMEOUT * 2).check()
+    fails = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
+    assert not fails, "\n".join(fails[:20])
+    # 2 dtypes x 2 routines x 2 UPLO x 3 TRANS per repeat, every other case with protected operands
+    assert f"DONE cases={repeat * 24} failures=0 protected={repeat * 12}" in r.stdout, r.stdout + r.stderr

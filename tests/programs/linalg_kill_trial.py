@@ -9,7 +9,8 @@ lines to ``<dir>/marks`` as it goes (``setup``, ``protect``, ``step`` per step, 
 driver can tell in which phase a kill landed (as rank 0 saw it). ``--hold-rank`` with ``--hold-at``: that
 rank writes ``started`` and sleeps until it is killed, just before the set-up or just before the multiply.
 
-Prints, per surviving rank, one of ``DONE rank=.. failed=[..]`` (a result was returned, and
+Prints, per surviving rank, one of ``DONE rank=.. failed=[..] verified=..`` (a result was returned, with the
+number of a dead rank's blocks this rank recomputed and verified, and
 ``<dir>/out.<rank>.npz`` holds this rank's piece of it: global rows, global columns, values, failed ranks),
 ``PROCESSFAILURE rank=.. failed_ranks=[..]`` or ``FENCED rank=..``, then writes ``<dir>/end.<rank>`` and
 exits once every other rank has ended or is gone (:func:`leave`).
@@ -279,5 +280,5 @@ except ProcessFailure as exc:
 np.savez(Path(a.dir, f"out.{rank}.tmp.npz"), rows=res.C.global_rows(), cols=res.C.global_cols(),
          c=res.C.local, failed=np.array(res.failed_ranks, dtype=np.int64))  # fmt: skip
 os.replace(Path(a.dir, f"out.{rank}.tmp.npz"), Path(a.dir, f"out.{rank}.npz"))
-print(f"DONE rank={rank} failed={list(res.failed_ranks)}", flush=True)
+print(f"DONE rank={rank} failed={list(res.failed_ranks)} verified={res.tiles_verified}", flush=True)
 leave()

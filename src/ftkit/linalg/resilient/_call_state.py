@@ -119,6 +119,8 @@ class ResilientCall:
     routine: str = "PDGEMM"  # the PBLAS routine whose form this call runs (for its errors)
     #: The entries of C's submatrix the routine updates (``ProductForm.keep``); ``None``: all of them.
     keep: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+    #: The triangle of C whose tiles alone are multiplied (``ProductForm.triangle``); ``None``: all of C.
+    triangle: str | None = None
     #: Set once the inputs are saved: the detector is set up after them (a death in its set-up is survived).
     det: FailureDetector = field(init=False)
 

@@ -83,8 +83,10 @@ class FailureAwareExchange:
         prefixes: dict[str, str],
         shapes: dict[tuple[str, int], tuple[int, int]],
         on_step: Callable[[int], None] | None,
+        dtype: np.dtype | type = np.float64,
     ) -> None:
         self.det, self.grid, self.store, self.prefixes = det, grid, store, prefixes
+        self.dtype = np.dtype(dtype)  # C's: its stored pieces (and float32 operands saved as they are)
         self.shapes, self.on_step = shapes, on_step
         self.cache: dict[tuple[str, int], np.ndarray] = {}
         self.storage_reads = 0
@@ -111,7 +113,7 @@ class FailureAwareExchange:
         if key not in self.cache:
             try:
                 piece = self.store.load(f"{self.prefixes[what]}/{what}.{rank}")
-                if piece.shape != self.shapes[key] or piece.dtype != np.float64:
+                if piece.shape != self.shapes[key] or piece.dtype not in (np.float64, self.dtype):
                     raise FtkitError(f"stored {what}.{rank} is {piece.dtype} {piece.shape}")
                 self.cache[key] = piece
             except FtkitError:
@@ -127,13 +129,18 @@ class FailureAwareExchange:
         a_slots = _slots([s.stop - s.start for s in step.a_cols])
         b_slots = _slots([s.stop - s.start for s in step.b_rows])
         parity = step.index % 2  # two buffer sets: a panel stays valid until the second-next start()
-        a_panel = self._buffer(("a", parity), (a_piece.shape[0], step.width))
-        a_panel[:, a_slots[g.mycol]] = a_piece
+        # Alone in the process row (column), the piece itself is the A (B) panel, as in pdgemm's exchange
+        # (:class:`~ftkit.linalg.pblas._summa.AllgatherExchange`): the same GEMMs, bit for bit its result.
+        a_panel = a_piece if g.npcol == 1 else self._buffer(("a", parity), (a_piece.shape[0], step.width))
+        if g.npcol > 1:
+            a_panel[:, a_slots[g.mycol]] = a_piece
         mine_a = a_panel[:, a_slots[g.mycol]]
         recv_a = {g.rank_of(g.myrow, q): a_panel[:, a_slots[q]] for q in range(g.npcol) if q != g.mycol}
-        b_panel = self._buffer(("b", parity), (step.width, b_piece.shape[1]))
-        b_panel[b_slots[g.myrow], :] = b_piece
-        mine_b = np.asfortranarray(b_piece)
+        b_panel = b_piece if g.nprow == 1 else self._buffer(("b", parity), (step.width, b_piece.shape[1]))
+        mine_b = b_piece
+        if g.nprow > 1:
+            b_panel[b_slots[g.myrow], :] = b_piece
+            mine_b = np.asfortranarray(b_piece, dtype=np.float64)  # float32 operands travel as float64 too
         recv_b = {
             g.rank_of(p, g.mycol): self._buffer(
                 ("bs", p, parity), (b_slots[p].stop - b_slots[p].start, b_piece.shape[1])
@@ -181,7 +188,7 @@ def run_cannon(
             x.storage_reads += 1
         return new_a, new_b
 
-    cur_a, cur_b = np.asfortranarray(a), np.asfortranarray(b)
+    cur_a, cur_b = np.asfortranarray(a, dtype=np.float64), np.asfortranarray(b, dtype=np.float64)
     if P > 1:  # initial skew: my pieces go to whoever multiplies them first; mine come from owner src(0)
         cur_a, cur_b = finish(
             *shift(cur_a, cur_b, 0, (j - i) % P, src(0), (i - j) % P, src(0), 2 * TAG_SPAN)

@@ -144,7 +144,7 @@ def redistribute_result(
     """
     d = C.desc
     result = DistributedMatrix.zeros(
-        grid, d.m, d.n, mb=d.mb, nb=d.nb, rsrc=d.rsrc % grid.nprow, csrc=d.csrc % grid.npcol
+        grid, d.m, d.n, mb=d.mb, nb=d.nb, rsrc=d.rsrc % grid.nprow, csrc=d.csrc % grid.npcol, dtype=C.dtype
     )
     rd = result.desc
     outgoing: list[list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in range(grid.size)]
@@ -221,7 +221,7 @@ def settle_up(
             piece = _recompute_tile(call, exchange, t)
             if piece is not None:
                 pieces.append(piece[0])
-                verified, unchecked = verified + piece[1], unchecked + piece[2]
+                verified, unchecked, due = verified + piece[1], unchecked + piece[2], due - piece[3]
             if t.rows is not None and t.cols is not None and call.ops is not None:
                 due += tile_blocks(t.rows, t.cols, C.desc.mb, C.desc.nb)
     except ABFTError as exc:
@@ -277,13 +277,26 @@ def settle_up(
                            exchange.storage_reads, call.det.timeout, unchecked)  # fmt: skip
 
 
+def _kept_box(mask: np.ndarray, mb: int, nb: int) -> tuple[slice, slice]:
+    """The smallest box of whole ``mb x nb`` blocks of a tile (blocks counted from its first row and column)
+    holding every entry of ``mask`` (the entries the routine updates); empty if there is none."""
+    rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
+    if rows.size == 0:
+        return slice(0, 0), slice(0, 0)
+    r1 = min(mask.shape[0], -(-(int(rows[-1]) + 1) // mb) * mb)
+    c1 = min(mask.shape[1], -(-(int(cols[-1]) + 1) // nb) * nb)
+    return slice(int(rows[0]) // mb * mb, r1), slice(int(cols[0]) // nb * nb, c1)
+
+
 def _recompute_tile(
     call: ResilientCall, exchange: FailureAwareExchange, t: Tile
-) -> tuple[tuple[int, np.ndarray, np.ndarray, np.ndarray], int, int] | None:
-    """Return ``(piece, verified, unchecked)`` for tile ``t`` (``None`` if it carries nothing).
+) -> tuple[tuple[int, np.ndarray, np.ndarray, np.ndarray], int, int, int] | None:
+    """Return ``(piece, verified, unchecked, skipped)`` for tile ``t`` (``None`` if it carries nothing).
 
     A tile without slices carries the dead process's whole stored C (priority 1); a tile with slices is
-    recomputed from the stored operands and verified (priority 2, it overwrites the stored C).
+    recomputed from the stored operands and verified (priority 2, it overwrites the stored C). With a
+    ``keep`` mask (a rank-k update's triangle) only the box of the tile's blocks holding updated entries is
+    recomputed; the ``skipped`` blocks outside it keep their stored values, bit for bit, and need no check.
     """
     C, grid, me = call.C, call.grid, call.det.rank
     d = C.desc
@@ -291,7 +304,7 @@ def _recompute_tile(
     rows_g = global_indices(d.mb, pd, d.rsrc, grid.nprow, call.shapes[("c", t.dead)][0])
     cols_g = global_indices(d.nb, qd, d.csrc, grid.npcol, call.shapes[("c", t.dead)][1])
     if t.rows is None or t.cols is None:
-        return ((1, rows_g, cols_g, exchange.stored("c", t.dead)), 0, 0) if call.save_c else None
+        return ((1, rows_g, cols_g, exchange.stored("c", t.dead)), 0, 0, 0) if call.save_c else None
     r0, c0 = call.crows.local_start(pd), call.ccols.local_start(qd)
     lr = slice(r0 + t.rows.start, r0 + t.rows.stop)
     lc = slice(c0 + t.cols.start, c0 + t.cols.stop)
@@ -301,21 +314,28 @@ def _recompute_tile(
         _scale(tile, call.beta)
     else:  # beta == 0 over all of C: nothing of the old C survives
         tile = np.zeros((lr.stop - lr.start, lc.stop - lc.start), order="F")
+    mask = call.keep(rows_g[lr] - call.ic, cols_g[lc] - call.jc) if call.keep is not None else None
+    box = (slice(0, tile.shape[0]), slice(0, tile.shape[1]))
+    if mask is not None and entry is not None:
+        box = _kept_box(mask, d.mb, d.nb)
+    rows = slice(t.rows.start + box[0].start, t.rows.start + box[0].stop)
+    cols = slice(t.cols.start + box[1].start, t.cols.start + box[1].stop)
+    skipped = tile_blocks(t.rows, t.cols, d.mb, d.nb) - tile_blocks(rows, cols, d.mb, d.nb)
     verified = unchecked = 0
     ops = call.ops
-    if ops is not None:
-        a_rows = np.empty((t.rows.stop - t.rows.start, call.k), order="F")
+    if ops is not None and rows.stop > rows.start and cols.stop > cols.start:
+        a_rows = np.empty((rows.stop - rows.start, call.k), order="F")
         for q in range(grid.npcol):
             owner = grid.rank_of(pd, q)
             a_piece = ops.a if owner == me else exchange.stored("a", owner)
-            a_rows[:, ops.ka.indices_on(q)] = a_piece[t.rows, :]
-        b_cols = np.empty((call.k, t.cols.stop - t.cols.start), order="F")
+            a_rows[:, ops.ka.indices_on(q)] = a_piece[rows, :]
+        b_cols = np.empty((call.k, cols.stop - cols.start), order="F")
         for p in range(grid.nprow):
             owner = grid.rank_of(p, qd)
             b_piece = ops.b if owner == me else exchange.stored("b", owner)
-            b_cols[ops.kb.indices_on(p), :] = b_piece[:, t.cols]
-        tile, verified, unchecked = recompute_verified(call.alpha, a_rows, b_cols, tile, d.mb, d.nb)
-    if call.keep is not None and entry is not None:  # entries the routine does not update: as on entry
-        mask = call.keep(rows_g[lr] - call.ic, cols_g[lc] - call.jc)
+            b_cols[ops.kb.indices_on(p), :] = b_piece[:, cols]
+        tile = np.asfortranarray(tile, dtype=np.float64)
+        tile[box], verified, unchecked = recompute_verified(call.alpha, a_rows, b_cols, tile[box], d.mb, d.nb)
+    if mask is not None and entry is not None:  # entries the routine does not update: as on entry
         tile = np.asfortranarray(np.where(mask, tile, entry))
-    return (2, rows_g[lr], cols_g[lc], tile), verified, unchecked
+    return (2, rows_g[lr], cols_g[lc], tile), verified, unchecked, skipped if ops is not None else 0

@@ -41,6 +41,7 @@ from ..pblas._summa import plan_summa, run_summa
 from ..pblas.gemm import _scale, check_width
 from ._call_state import PhaseTimer, ResilientCall, ResilientResult, at_stage, hold_decision, record_phases
 from ._failure_exchange import FailureAwareExchange, run_cannon
+from ._part import UpdatedPart
 from ._settle import Tile, plan_tiles, prefetch, settle_up
 from .protected import (
     Built,
@@ -85,6 +86,9 @@ class ProductForm:
         protected and builds the other side only (``prepare(previous)``).
     flags
         The routine's flags the built operands depend on (side, uplo, trans, diag), for the protection's key.
+    triangle
+        ``"U"`` or ``"L"`` (with ``keep`` that triangle's mask, and ``m == n``): only this triangle's tiles
+        of C are multiplied, cut as the plain rank-k updates cut them (:mod:`~._part`).
     """
 
     routine: str
@@ -108,6 +112,7 @@ class ProductForm:
     keep: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
     fixed: str = "ab"
     flags: tuple[str, ...] = ()
+    triangle: str | None = None
 
 
 def resilient_call(
@@ -155,7 +160,8 @@ def resilient_call(
     prefixes = {s: protected.prefix if s in sides else prefix for s in "ab"}  # type: ignore[union-attr]
     call = ResilientCall(f.ta, f.tb, f.m, f.n, f.k, f.alpha, f.beta, f.C, f.ic, f.jc, where, prefix,
                  {**prefixes, "c": prefix}, algorithm, width, on_step,
-                 f.C.row_map(f.ic, f.m), f.C.col_map(f.jc, f.n), routine=f.routine, keep=f.keep)  # fmt: skip
+                 f.C.row_map(f.ic, f.m), f.C.col_map(f.jc, f.n), routine=f.routine, keep=f.keep,
+                 triangle=f.triangle)  # fmt: skip
     det = detector or reusable_detector(grid, timeout)
     if call.multiply:
         _take_operands(call, protected, form, det)
@@ -280,7 +286,7 @@ def _synchronize(call: ResilientCall) -> tuple[FailureAwareExchange, bool]:
     (``lost``: the same answer on every live process, which then all skip the iterate phase).
     """
     grid, det, where = call.grid, call.det, call.where
-    exchange = FailureAwareExchange(det, grid, where, call.prefixes, call.shapes, call.on_step)
+    exchange = FailureAwareExchange(det, grid, where, call.prefixes, call.shapes, call.on_step, call.C.dtype)
     bad = call.lost or call.store_errno is not None
     lost_any = bad
     if call.saved or bad:  # everyone's pieces are readable before anyone can need them
@@ -300,29 +306,28 @@ def _iterate(call: ResilientCall, exchange: FailureAwareExchange) -> Exception |
     part in the agreements that follow and then raises that error. Returns it (``None`` if there was none).
     """
     c = call.C.local_view(call.ic, call.jc, call.m, call.n)
-    entry = c.copy() if call.keep is not None else None
+    part = UpdatedPart(call, c)  # what the routine updates: a triangle's tiles, or all of c (then masked)
     try:
         if not call.multiply:
             if call.m and call.n:
-                _scale(c, call.beta)
-            return None
-        ops = call.ops
-        assert ops is not None
-        if call.algorithm == "cannon":
+                part.scale(c, call.beta)
+        elif call.algorithm == "cannon":
+            ops = call.ops
+            assert ops is not None
             _scale(c, call.beta)
             run_cannon(exchange, ops.a, ops.b, c, ops.ka, call.alpha)
         else:  # beta is applied by the first local GEMM, as pdgemm does (no separate pass over C)
+            ops = call.ops
+            assert ops is not None
             run_summa(call.grid, ops.a, ops.b, c, ops.ka, ops.kb, call.alpha, exchange=exchange,
-                      steps=plan_summa(ops.ka, ops.kb, call.width), beta=call.beta)  # fmt: skip
+                      steps=plan_summa(ops.ka, ops.kb, call.width), beta=part.first_beta(c, call.beta),
+                      tiles=part.tiles)  # fmt: skip
     except Fenced:
         pass
     except Exception as exc:  # noqa: BLE001 - any error of our own: withdraw, re-raised after the agreements
         call.det.withdraw(f"{type(exc).__name__}: {exc}")
         return exc
-    if entry is not None:  # the entries the routine does not update get their values back, bit for bit
-        grid = call.grid
-        mask = call.keep(call.crows.indices_on(grid.myrow), call.ccols.indices_on(grid.mycol))  # type: ignore[misc]
-        c[...] = np.where(mask, c, entry)
+    part.restore(c)  # the entries the routine does not update get their values back, bit for bit
     return None
 
 

@@ -8,14 +8,14 @@ exchange with deadlines and recompute (and verify with block checksums) from:
   the ``uplo`` triangle of A (the other triangle zeroed, a unit diagonal written for ``diag="U"``; neither is
   read) and the multiplied B is a copy of B's submatrix: the product's output is B itself, with ``beta = 0``.
   Both are built by the form's ``prepare`` step.
-- ``resilient_pdsyrk``: ``C := alpha op(A) op(A).T + beta C``, the full square product with a ``keep`` mask
-  for the ``uplo`` triangle (the other triangle of C stays bit for bit, also in a dead process's tiles).
+- ``resilient_pdsyrk``: ``C := alpha op(A) op(A).T + beta C`` on the ``uplo`` triangle (``triangle=`` of
+  the form, with its ``keep`` mask): each process multiplies the panels only into its tiles of the triangle,
+  cut as the plain :func:`~ftkit.linalg.pdsyrk` cuts them (:func:`~ftkit.linalg.pblas.rank_k.staircase`), so
+  the error-free result is the plain routine's bit for bit; the other triangle of C stays bit for bit, also
+  in a dead process's tiles (recomputed whole from the stored operands, then masked).
 - ``resilient_pdsyr2k``: ``alpha [op(A) op(B)] [op(B) op(A)].T + beta C``: one product of inner dimension
-  ``2k`` (the two concatenated operands are built by ``prepare``), with the same ``keep`` mask.
-
-The full square product costs the rank-k updates twice the flops of their triangle (the plain routines
-compute the triangle and the other half of its diagonal blocks); what it buys is one product the scheme
-already survives failures in.
+  ``2k`` (the two concatenated operands are built by ``prepare``) on the same tiles: the flops of the plain
+  routine's two products, rounded in another order.
 Each has a protector with :func:`~ftkit.linalg.protect_operands`' contract (``protect_pdtrsm``,
 ``protect_pdtrmm``, ``protect_pdsyrk``, ``protect_pdsyr2k``: the routine's arguments without alpha and
 beta): it builds the operands that do not change between calls once and saves them; its handle, passed as
@@ -246,18 +246,18 @@ def _concatenated(trans: str, n: int, k: int, A: DistributedMatrix, ia: int, ja:
 def _rank_form(routine: str, uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix,
                ia: int, ja: int, B: DistributedMatrix | None, ib: int, jb: int, beta: float,
                C: DistributedMatrix, ic: int, jc: int) -> ProductForm:
-    """PDSYRK (``B is None``) or PDSYR2K as one product with the ``uplo`` triangle's keep mask."""
+    """PDSYRK (``B is None``) or PDSYR2K as one product on the ``uplo`` triangle's tiles (and keep mask)."""
     ta, tb = ("N", "T") if trans == "N" else ("T", "N")
     if B is None:
         return ProductForm(routine, ta, tb, n, n, k, alpha, A, ia, ja, A, ia, ja, beta, C, ic, jc,
-                           keep=triangle_keep(uplo), flags=(uplo, trans))  # fmt: skip
+                           keep=triangle_keep(uplo), flags=(uplo, trans), triangle=uplo)  # fmt: skip
     Bm = B
 
     def prepare() -> Operands:
         return _concatenated(trans, n, k, A, ia, ja, Bm, ib, jb, C)
 
     return ProductForm(routine, ta, tb, n, n, 2 * k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, prepare,
-                       keep=triangle_keep(uplo), flags=(uplo, trans))  # fmt: skip
+                       keep=triangle_keep(uplo), flags=(uplo, trans), triangle=uplo)  # fmt: skip
 
 
 def resilient_pdsyrk(
