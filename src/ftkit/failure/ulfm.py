@@ -242,6 +242,7 @@ def repair(comm: MPI.Comm, dead: Iterable[int]) -> MPI.Intracomm | None:
     """
     dead = set(dead)
     me = comm.Get_rank()
+    release_cid_allocator()
     try:
         shrunk = comm.Shrink()
         try:
@@ -292,7 +293,7 @@ def release_cid_allocator() -> None:
     agreement failed (a process died during a ``Dup``/``Split``) returns without clearing that mark, so every
     later creation from a communicator with a higher id, ``Shrink`` included, waits for good inside
     ``ompi_comm_nextcid``. A creation that succeeds clears it: a ``Dup`` of ``MPI_COMM_SELF`` (the lowest id
-    but ``COMM_WORLD``'s, and local) always does. Called before every ``Shrink`` of a repair.
+    but ``COMM_WORLD``'s, and local) always does. Called before every ``Shrink`` of ftkit.
     """
     with contextlib.suppress(MPI.Exception):
         MPI.COMM_SELF.Dup().Free()
