@@ -213,3 +213,15 @@ def test_a_repair_whose_shrink_never_completes_ends_the_job(tmp_path):
     assert "returned" not in r.stdout and "R2 saw rank 0 gone" in r.stdout, r.stdout + r.stderr
     want = "ftkit: MPI_Comm_shrink in the repair did not return within failure_timeout (3 s)"
     assert r.stderr.count(want) == 2, r.stderr
+
+
+def test_a_repair_after_a_creation_that_failed_with_the_death_completes(tmp_path):
+    # Open MPI 5 keeps its context-id allocator marked by a communicator creation that failed (a rank died
+    # during a Dup), so the repair's Shrink from a communicator with a higher id waited for good (a second
+    # rank killed during the FTI loop's repair). rebuild() releases the allocator first.
+    r = run_python(4, REPO / "tests" / "programs" / "shrink_after_failed_creation.py", "30", cwd=tmp_path,
+                   timeout=120)
+    assert not r.timed_out, r.stdout + r.stderr
+    for rank in range(3):
+        assert f"R{rank} dup raised" in r.stdout, r.stdout + r.stderr
+        assert f"R{rank} rebuilt dead=[3] size=3" in r.stdout, r.stdout + r.stderr

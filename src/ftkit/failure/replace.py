@@ -29,7 +29,7 @@ from .. import jobstatus
 from .._wait import deadline_after, wait_requests
 from ..errors import ProcessFailure
 from .detect import is_failure_error
-from .ulfm import agree_flag, bounded, revoke
+from .ulfm import agree_flag, bounded, release_cid_allocator, revoke
 
 T = TypeVar("T")
 
@@ -149,6 +149,7 @@ def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
     comm = world
     rounds = comm.Get_size() + 1 if max_rounds is None else max_rounds
     for _ in range(rounds):
+        release_cid_allocator()  # a creation that failed with the death would hold the Shrink for good
         with bounded(timeout, "MPI_Comm_shrink in the repair"):
             shrunk = _shrink(comm)
         got, ok = attempt(_roster, shrunk, role, timeout)

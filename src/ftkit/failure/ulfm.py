@@ -40,6 +40,7 @@ __all__ = [
     "guarded",
     "agree_to_leave",
     "bounded",
+    "release_cid_allocator",
     "LEAVE_TIMEOUT",
     "exit_without_finalize",
 ]
@@ -241,6 +242,7 @@ def repair(comm: MPI.Comm, dead: Iterable[int]) -> MPI.Intracomm | None:
     """
     dead = set(dead)
     me = comm.Get_rank()
+    release_cid_allocator()
     try:
         shrunk = comm.Shrink()
         try:
@@ -282,6 +284,19 @@ def guarded(comm: MPI.Comm, what: str, fn: Callable[[], T]) -> T:
         except MPI.Exception:
             ranks = set()
         raise ProcessFailure(f"process failure during {what}: {exc}", sorted(ranks)) from exc
+
+
+def release_cid_allocator() -> None:
+    """Let this process create communicators again after a creation that failed (Open MPI 5; never raises).
+
+    Open MPI's context-id allocator lets the creation with the lowest parent id go first; one whose
+    agreement failed (a process died during a ``Dup``/``Split``) returns without clearing that mark, so every
+    later creation from a communicator with a higher id, ``Shrink`` included, waits for good inside
+    ``ompi_comm_nextcid``. A creation that succeeds clears it: a ``Dup`` of ``MPI_COMM_SELF`` (the lowest id
+    but ``COMM_WORLD``'s, and local) always does. Called before every ``Shrink`` of ftkit.
+    """
+    with contextlib.suppress(MPI.Exception):
+        MPI.COMM_SELF.Dup().Free()
 
 
 @contextlib.contextmanager
