@@ -29,7 +29,7 @@ from .. import jobstatus
 from .._wait import deadline_after, wait_requests
 from ..errors import ProcessFailure
 from .detect import is_failure_error
-from .ulfm import agree_flag, bounded, release_cid_allocator, revoke
+from .ulfm import agree_flag, bounded, revoke, shrink
 
 T = TypeVar("T")
 
@@ -107,12 +107,6 @@ def _roster(comm: MPI.Intracomm, role: int, timeout: float) -> list[int]:
     return [int(x) for x in out]
 
 
-def _shrink(comm: MPI.Intracomm) -> MPI.Intracomm:
-    shrunk = MPI.Intracomm(comm.Shrink())
-    shrunk.Set_errhandler(MPI.ERRORS_RETURN)
-    return shrunk
-
-
 def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
             *, max_rounds: int | None = None) -> Rebuilt:
     """Replace the dead application ranks of ``world`` with spares (fault-tolerant collective).
@@ -149,9 +143,8 @@ def rebuild(world: MPI.Intracomm, role: int, napp: int, timeout: float,
     comm = world
     rounds = comm.Get_size() + 1 if max_rounds is None else max_rounds
     for _ in range(rounds):
-        release_cid_allocator()  # a creation that failed with the death would hold the Shrink for good
         with bounded(timeout, "MPI_Comm_shrink in the repair"):
-            shrunk = _shrink(comm)
+            shrunk = shrink(comm)
         got, ok = attempt(_roster, shrunk, role, timeout)
         roster: list[int] = got or []
         with bounded(timeout, "MPI_Comm_agree on the roster in the repair"):

@@ -34,7 +34,7 @@ from mpi4py import MPI
 from .._wait import deadline_after
 from ..errors import Fenced, ProcessFailure
 from ._p2p import SETUP_TAGS, is_failure_error, ring_round_trip, spread
-from .ulfm import agree_flag, agree_on_dead, release_cid_allocator, require_ulfm
+from .ulfm import agree_flag, agree_on_dead, require_ulfm, shrink
 
 __all__ = ["Link", "set_up_link"]
 
@@ -133,14 +133,12 @@ def _link(private: MPI.Comm, heard: dict[int, np.ndarray], dead: frozenset[int])
 def _shrink(comm: MPI.Comm) -> MPI.Comm:
     """ULFM ``Shrink`` of ``comm``, error-returning; raise the same ProcessFailure on every survivor if a
     process of ``comm`` has failed (the shrunk group is the same on all of them)."""
-    release_cid_allocator()  # a creation that failed with a death before would hold the Shrink for good
     try:
-        private = comm.Shrink()
+        private = shrink(comm)
     except MPI.Exception as exc:  # only a revoked communicator makes Shrink fail
         if not is_failure_error(exc):
             raise
         raise ProcessFailure(f"ftkit's failure detector cannot be set up: {exc}") from exc
-    private.Set_errhandler(MPI.ERRORS_RETURN)
     if private.Get_size() == comm.Get_size():
         return private
     mine, theirs = private.Get_group(), comm.Get_group()

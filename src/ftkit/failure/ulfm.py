@@ -41,6 +41,7 @@ __all__ = [
     "agree_to_leave",
     "bounded",
     "release_cid_allocator",
+    "shrink",
     "LEAVE_TIMEOUT",
     "exit_without_finalize",
 ]
@@ -242,11 +243,9 @@ def repair(comm: MPI.Comm, dead: Iterable[int]) -> MPI.Intracomm | None:
     """
     dead = set(dead)
     me = comm.Get_rank()
-    release_cid_allocator()
     try:
-        shrunk = comm.Shrink()
+        shrunk = shrink(comm)
         try:
-            shrunk.Set_errhandler(MPI.ERRORS_RETURN)
             new = shrunk.Split(MPI.UNDEFINED if me in dead else 0, me)
         finally:
             shrunk.Free()
@@ -293,10 +292,25 @@ def release_cid_allocator() -> None:
     agreement failed (a process died during a ``Dup``/``Split``) returns without clearing that mark, so every
     later creation from a communicator with a higher id, ``Shrink`` included, waits for good inside
     ``ompi_comm_nextcid``. A creation that succeeds clears it: a ``Dup`` of ``MPI_COMM_SELF`` (the lowest id
-    but ``COMM_WORLD``'s, and local) always does. Called before every ``Shrink`` of ftkit.
+    but ``COMM_WORLD``'s, and local) always does. :func:`shrink` calls it first.
     """
     with contextlib.suppress(MPI.Exception):
         MPI.COMM_SELF.Dup().Free()
+
+
+def shrink(comm: MPI.Comm) -> MPI.Intracomm:
+    """ULFM ``Shrink`` of ``comm`` (every live process calls it), error-returning; the context-id allocator
+    released first (:func:`release_cid_allocator`). Every ``Shrink`` of ftkit goes through here.
+
+    Raises
+    ------
+    MPI.Exception
+        As ``Shrink`` raises it (a revoked communicator can make it fail).
+    """
+    release_cid_allocator()
+    shrunk = MPI.Intracomm(comm.Shrink())
+    shrunk.Set_errhandler(MPI.ERRORS_RETURN)
+    return shrunk
 
 
 @contextlib.contextmanager
