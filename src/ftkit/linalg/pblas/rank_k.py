@@ -33,7 +33,7 @@ from .gemm import _check_dim, _check_flag, _check_matrix, _check_scalar, _scale
 from .triangular import check_dtype
 
 __all__ = ["pdsyrk", "pdsyr2k", "check_rank_args", "rank_update", "Staircase", "staircase", "triangle_tiles",
-           "block_runs", "aligned_terms"]
+           "aligned_terms"]
 
 #: Fewest columns of a tile (:func:`staircase`) when distribution blocks are narrower: more, smaller GEMMs
 #: beyond that cost more in calls than the few elements outside the triangle they skip.
@@ -98,13 +98,6 @@ class Staircase:
         """Set the elements outside the triangle to zero (so a C0 there counts as zero: never read)."""
         for rs, cs, mask in self.edges:
             np.copyto(c[rs, cs], 0.0, where=mask)
-
-
-def block_runs(idx: np.ndarray, offset: int, nb: int) -> np.ndarray:
-    """Bounds of the runs of ``idx`` (increasing submatrix indices, global ``offset + idx``) inside one
-    distribution block of size ``nb``: local positions ``b[s]:b[s+1]``. The name kept for its callers:
-    :func:`ftkit.linalg.matrix.segment_bounds` with whole blocks."""
-    return segment_bounds(idx, offset, nb)
 
 
 def _column_groups(ci: np.ndarray, cb: np.ndarray, runs: np.ndarray, span: int) -> list[tuple[int, int]]:

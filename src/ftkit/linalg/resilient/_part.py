@@ -4,8 +4,8 @@ A routine that updates all of ``C(ic:ic+m, jc:jc+n)`` (PDGEMM, PDSYMM, ...) mult
 view. One that updates only part of it keeps the rest bit for bit, in one of two ways:
 
 - a triangle (``ProductForm.triangle``: PDSYRK, PDSYR2K) is cut into the tiles of the plain rank-k updates
-  (:func:`~ftkit.linalg.pblas.rank_k.staircase`): only those are multiplied (half the square's flops), and
-  only their elements outside the triangle (in the diagonal blocks) are copied first and put back after;
+  (:func:`~ftkit.linalg.pblas.rank_k.triangle_tiles`): only those are multiplied (half the square's flops),
+  and only their elements outside the triangle (in the diagonal blocks) are copied first and put back after;
 - any other ``keep`` mask (PDTRADD's trapezoid) is applied to the whole product: C is copied on entry and
   the entries not updated are put back from that copy.
 
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..pblas.gemm import _scale
-from ..pblas.rank_k import Staircase, block_runs, staircase
+from ..pblas.rank_k import Staircase, triangle_tiles
 from ._call_state import ResilientCall
 
 __all__ = ["UpdatedPart"]
@@ -37,15 +37,13 @@ class UpdatedPart:
         self._saved: list[np.ndarray] = []
         self._entry: np.ndarray | None = None
         self._mask: np.ndarray | None = None
-        grid, d = call.grid, call.C.desc
-        rows, cols = call.crows.indices_on(grid.myrow), call.ccols.indices_on(grid.mycol)
         if call.triangle is not None:  # the tiles of the plain rank-k update, cut the same way
-            self._stairs = staircase(call.C, call.ic, call.jc, call.n, call.triangle,
-                                     block_runs(rows, call.ic, d.mb), block_runs(cols, call.jc, d.nb))
+            self._stairs = triangle_tiles(call.C, call.ic, call.jc, call.n, call.triangle)
             self._saved = self._stairs.save(c)
         elif call.keep is not None:
+            grid = call.grid
             self._entry = c.copy()
-            self._mask = call.keep(rows, cols)
+            self._mask = call.keep(call.crows.indices_on(grid.myrow), call.ccols.indices_on(grid.mycol))
 
     @property
     def tiles(self) -> Sequence[tuple[slice, slice]] | None:
