@@ -316,7 +316,8 @@ def shrink(comm: MPI.Comm) -> MPI.Intracomm:
 @contextlib.contextmanager
 def bounded(timeout: float, what: str) -> Iterator[None]:
     """End this process if the blocking MPI call inside the ``with`` block has not returned within
-    ``timeout`` seconds: print why, write the ``hook`` note for ``ftkit launch``, SIGKILL itself.
+    ``timeout`` seconds: write why in the ``hook`` note (``ftkit launch`` prints it once for all the ranks it
+    ends; without it, each such process prints it), SIGKILL itself.
 
     For the blocking ULFM calls of a repair (``Shrink``, ``Agree``, the ``Split`` after them), which have no
     deadline of their own: a live process that never takes part (stuck elsewhere) holds them for good, and
@@ -334,7 +335,8 @@ def bounded(timeout: float, what: str) -> Iterator[None]:
                 "did not take part, or MPI is stuck in it after a further failure; this process ends so the "
                 "job does not hang (relaunch the job: it recovers from its newest checkpoint)")
         jobstatus.note("hook", line.removeprefix("ftkit: "))
-        print(line, file=sys.stderr, flush=True)
+        if not os.environ.get(jobstatus.WATCHED_ENV):  # ftkit launch prints the note once, for every rank
+            print(line, file=sys.stderr, flush=True)
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
