@@ -250,12 +250,17 @@ def test_sigkill_of_the_launcher_kills_the_ranks(tmp_path):
     proc = _launch("-n", "3", "--", sys.executable, str(program), str(tmp_path), cwd=tmp_path)
     try:
         assert campaign.wait_until(lambda: len(list(tmp_path.glob("ready.*"))) == 3, BOUND)
+        # The job's private directory (Open MPI's session files, the ranks' status notes).
+        session = Path(campaign.process_environ(campaign.rank_pids(program.name)[0])[STATUS_ENV]).parent
+        assert session.name.startswith("ftkit-mpi-") and session.is_dir(), session
         proc.kill()
         proc.wait(timeout=60)
         gone = campaign.wait_until(lambda: not campaign.marked_pids(program.name), 60)
     finally:
         campaign.kill_left(program.name)
     assert gone, "ranks outlived a SIGKILLed ftkit launch"
+    # The watchdog removes it once the ranks are gone (the launcher, killed, could not).
+    assert campaign.wait_until(lambda: not session.exists(), 60), f"{session} was left behind"
 
 
 def test_signals_reach_every_rank_and_the_grace_period_ends_the_job(tmp_path):

@@ -15,12 +15,14 @@ itself dies, even by SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 from ._jobproc import (
@@ -36,6 +38,7 @@ from ._jobproc import (
     session_members,
     watch_ranks,
 )
+from ._watchdog import CLEANING
 from .errors import LaunchError
 from .jobstatus import STATUS_ENV, Note, crash_summary, read_notes, world_rank
 
@@ -331,12 +334,13 @@ class Signals:
             signal.signal(sig, old)  # type: ignore[arg-type]
 
 
-def _start_watchdog(sid: int) -> tuple[subprocess.Popen[bytes] | None, int | None]:
-    """Start the watchdog of session ``sid``; return it and the write end of its pipe."""
+def _start_watchdog(sid: int, leftovers: Sequence[str]) -> tuple[subprocess.Popen[bytes] | None, int | None]:
+    """Start the watchdog of session ``sid`` (it removes ``leftovers`` if this process dies); return it and
+    the write end of its pipe."""
     read_end, write_end = os.pipe()
     try:
         dog = subprocess.Popen([sys.executable, "-I", "-S", str(Path(__file__).with_name("_watchdog.py")),
-                                str(sid)], stdin=read_end, stdout=subprocess.DEVNULL,
+                                str(sid), *leftovers], stdin=read_end, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
         os.close(write_end)
@@ -348,9 +352,11 @@ def _start_watchdog(sid: int) -> tuple[subprocess.Popen[bytes] | None, int | Non
 
 def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | os.PathLike[str] | None,
             capture: bool, status_dir: str | None, *, grace: float, forward_signals: bool,
-            start_bound: float | None = None, start_ranks: int = 0) -> tuple[int, str, str, bool, int | None]:
+            start_bound: float | None = None, start_ranks: int = 0,
+            leftovers: Sequence[str] = ()) -> tuple[int, str, str, bool, int | None]:
     """Run ``cmd`` (launcher ``name``) to its end; return ``(returncode, stdout, stderr, timed_out,
-    ending_signal)``. See :func:`ftkit.launch.run_mpi`.
+    ending_signal)``. See :func:`ftkit.launch.run_mpi`. ``leftovers``: the job's directories, which the
+    caller removes after this returns; if the caller is killed first, the watchdog removes them.
 
     Length: one loop that watches the ranks, forwards signals and enforces the timeout and grace period,
     and one ``finally`` that always kills the whole session; split, the exits would be hard to follow.
@@ -364,7 +370,7 @@ def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | o
         stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if read_err else None,
         text=True,
     )
-    dog, dog_pipe = _start_watchdog(proc.pid)
+    dog, dog_pipe = _start_watchdog(proc.pid, leftovers)
     readers = [PipeReader(proc.stdout), PipeReader(proc.stderr, echo=None if capture else sys.stderr)]
     watch = RankWatch(proc.pid, status_dir, start_bound, start_ranks)
     timed_out = stuck = False
@@ -405,6 +411,8 @@ def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | o
         proc.wait()
         catcher.restore()
         if dog_pipe is not None:
+            with contextlib.suppress(OSError):
+                os.write(dog_pipe, CLEANING)
             os.close(dog_pipe)
         if dog is not None:
             try:

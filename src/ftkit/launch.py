@@ -351,7 +351,8 @@ def run_mpi(
     ranks failed and how. With ``forward_signals`` (``ftkit launch``; main thread only) SIGTERM, SIGINT,
     SIGHUP, SIGUSR1 and SIGUSR2 are passed on to every rank, and after one of the first three whatever runs
     ``grace`` seconds later is killed (``ending_signal`` of the result). A watchdog process kills the job when
-    the caller dies, even by SIGKILL. ``hosts`` and ``exclude`` place the ranks (:func:`host_arguments`);
+    the caller dies, even by SIGKILL, and then removes the job's private directories. ``hosts`` and
+    ``exclude`` place the ranks (:func:`host_arguments`);
     ``status_base`` is where the status directory is made (default: the private session directory on this
     host): ranks on other hosts can leave their notes only in a directory they see too (a shared one).
     """
@@ -372,7 +373,7 @@ def run_mpi(
         returncode, out, err, timed_out, ending = run_job(
             name, cmd, nprocs, timeout, cwd, capture, status if name == "openmpi" else None, grace=grace,
             forward_signals=forward_signals, start_bound=_detector_timeout(env) if hosts is None else None,
-            start_ranks=nprocs + spares)
+            start_ranks=nprocs + spares, leftovers=[session, *([status] if status_base is not None else [])])
         return MPIResult(returncode, out, err, time.monotonic() - start, timed_out, cmd, ending)
     finally:
         shutil.rmtree(session, ignore_errors=True)
