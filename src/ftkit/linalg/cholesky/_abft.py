@@ -84,7 +84,7 @@ class UpdateChecks:
         self.rlo = np.array([lo for _, lo, _ in segs] + [steps.w.shape[0]], int)  # first local rows (+ end)
         self.cblk = np.array([k for k, (s, _) in enumerate(panels) if steps.cols.owners[s] == g.mycol], int)
         self.clo = np.array([steps.cols.range_on(g.mycol, *panels[k]).start for k in self.cblk], int)
-        self.rglob, self.cglob = rows.indices_on(g.myrow), steps.cols.indices_on(g.mycol)
+        self.rglob, self.cglob = steps.row_indices[g.myrow], steps.col_indices
         # the weight of every local row: its 1-based index in its segment
         self.wts = np.zeros(steps.w.shape[0])
         for _, lo, hi in segs:
@@ -95,6 +95,10 @@ class UpdateChecks:
         self.chk = self.chk_t.T
         self.nu = np.zeros(rows.n)  # sum of squares of each row's factored part (bounds sum |P||P.T|)
         self.gam_extra = 2 * rows.n + len(panels) + 8
+        self.seglen = np.diff(self.rlo)  # rows of each local segment
+        # 4 gamma_{len + 2n + panels + 8} per segment: the verification bound's factor (fixed per segment)
+        self._gam_verify = 4.0 * checksums.gamma(self.seglen + self.gam_extra) if len(segs) else np.zeros(0)
+        self._gam_solve: dict[int, np.ndarray] = {}  # 4 gamma_{len + w + 8} per segment, by panel width w
         self.eta = 16.0 * (rows.n + 8) * checksums.ETA
         self._enc = np.empty((self.bs, 2), order="F")  # the segment encoder: plain and index-weighted sums
         self._enc[:, 0], self._enc[:, 1] = 1.0, np.arange(1, self.bs + 1)
@@ -205,14 +209,17 @@ class UpdateChecks:
             return 0, np.zeros(nseg, bool)
         jj = int(np.searchsorted(self.cblk, k))
         cl = slice(self.clo[jj], self.clo[jj] + w)
-        lens = (self.rlo[ii1 + 1:] - self.rlo[ii1:-1])[:, None]
+        lens = self.seglen[ii1:, None]
         with np.errstate(invalid="ignore", over="ignore"):
             sums, sq = views[5], views[3]
             res = np.abs(sums @ low.T - self.chk[2 * ii1:, cl])
             norms = np.add.reduceat(np.sqrt(sq), self.rlo[ii1:-1] - self.rlo[ii1])
             pterm = (1.0 + 1e-8) * norms[:, None] * np.sqrt(np.einsum("jt,jt->j", low, low))[None, :]
             if self.tol is None or isinstance(self.tol, str):
-                pterm = 4.0 * checksums.gamma(lens + w + 8) * pterm
+                gam = self._gam_solve.get(w)
+                if gam is None:
+                    gam = self._gam_solve[w] = 4.0 * checksums.gamma(self.seglen + w + 8)
+                pterm = gam[ii1:, None] * pterm
             else:
                 pterm = float(self.tol) * pterm
             thr = 2.0 * self._thr[1] + pterm + self.eta
@@ -247,9 +254,9 @@ class UpdateChecks:
             root = np.sqrt(self.nu)
             rs = np.add.reduceat(root[self.rglob[r]], bounds[:-1])
             mag = got[2 * nr:] + 2.0 * (1.0 + 1e-8) * rs[:, None] * root[self.cglob[cl]][None, :]
-            lens = (self.rlo[i0 + 1:i1 + 1] - self.rlo[i0:i1])[:, None]
+            lens = self.seglen[i0:i1, None]
             if self.tol is None or isinstance(self.tol, str):
-                thr = 4.0 * checksums.gamma(lens + self.gam_extra) * mag + self.eta
+                thr = self._gam_verify[i0:i1, None] * mag + self.eta
             else:
                 thr = float(self.tol) * mag
             res_e = np.abs(got[:nr] - self.chk[2 * i0:2 * i1:2, cl])
@@ -324,7 +331,7 @@ def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> tuple[np.ndar
     mine = steps.rows.range_on(steps.grid.myrow, e, n)
     pieces, flagged = [], False
     for p, buf in enumerate(steps.gather(ext[:1 + (mine.stop - mine.start) * (w + 2) + w], k, w + 2, w + 1)):
-        idx = steps.rows.indices_on(p)[steps.rows.range_on(p, e, n)] - e
+        idx = steps.row_indices[p][steps.rows.range_on(p, e, n)] - e
         flag, *rest = _unpack(buf, len(idx), w)[:5]
         flagged |= bool(flag[0])
         pieces.append((idx, *rest))
