@@ -221,7 +221,8 @@ def test_panel_pass_sums_match_the_receivers_order(m, w, bs):
     rng = np.random.default_rng(m + w)
     pt = np.asfortranarray(rng.standard_normal((w, m)) * 10.0 ** rng.integers(-8, 8, (w, m)))
     bounds = np.unique(np.r_[np.arange(0, m, bs), m]).astype(np.int64)
-    wts = np.concatenate([np.arange(1.0, b - a + 1) for a, b in zip(bounds[:-1], bounds[1:], strict=True)] or [[]])
+    spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+    wts = np.concatenate([np.arange(1.0, b - a + 1) for a, b in spans] or [[]])
     for copy in (True, False):
         rows = np.empty((m, w), order="F") if copy else np.array(pt.T, order="F")
         segs = np.empty((2 * (len(bounds) - 1), w), order="F")
@@ -232,6 +233,6 @@ def test_panel_pass_sums_match_the_receivers_order(m, w, bs):
         assert np.array_equal(rows, pt.T) and np.array_equal(rs, want_rs) and np.array_equal(cs, want_cs)
         scale = np.abs(pt).sum() if m else 0.0
         np.testing.assert_allclose(sq, (pt.T ** 2).sum(axis=1), rtol=1e-12)
-        for s, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        for s, (a, b) in enumerate(spans):
             np.testing.assert_allclose(segs[2 * s], pt.T[a:b].sum(axis=0), rtol=0, atol=1e-12 * scale)
             np.testing.assert_allclose(segs[2 * s + 1], wts[a:b] @ pt.T[a:b], rtol=0, atol=1e-10 * scale)
