@@ -3,11 +3,11 @@ panel in one pass over it, and the receivers' sums in the sender's summation ord
 
 :func:`panel_pass` reads the solved panel once (as ``P.T``, the layout the triangular solve leaves) and
 writes its rows into the buffer that travels, with their row sums and sums of squares, the column sums and
-the plain and index-weighted segment sums the checksums are carried with: one pass, a few rows at a time
-(numpy took six passes: two transposing copies, the segment products, the squares and two reductions; a
-transposing copy and two passes over the copy after it). The row and column sums are compared with the
-receivers' :func:`row_sums` / :func:`col_sums` for equality, so both sides add in one fixed order, without
-fastmath (left to right along a row; eight interleaved partial sums down a column).
+the plain and index-weighted segment sums the checksums are carried with: one transposing copy and two
+passes over it (numpy took six passes: two transposing copies, the segment products, the squares and two
+reductions). The row and column sums are compared with the receivers' :func:`row_sums` / :func:`col_sums`
+for equality, so both sides add in one fixed order, without fastmath (left to right along a row; eight
+interleaved partial sums down a column).
 """
 
 from __future__ import annotations
@@ -18,61 +18,52 @@ from numba import njit
 __all__ = ["panel_pass", "row_sums", "col_sums"]
 
 
+# reassociation for the segment sums only (their bound holds for any order); never for the compared sums
+_FM = {"reassoc", "contract"}
+
+
 def panel_pass(pt: np.ndarray, bounds: np.ndarray, wts: np.ndarray, rows: np.ndarray, segs: np.ndarray,
                rs: np.ndarray, sq: np.ndarray, cs: np.ndarray) -> None:
     """From ``pt`` (``w x m``, the transposed rows of P): ``rows = pt.T`` (``m x w``, F order), ``rs[i]`` /
     ``sq[i]`` the sum / sum of squares of row ``i``, ``cs[t]`` the sum of column ``t``, ``segs[2 s]`` /
     ``segs[2 s + 1]`` the plain / ``wts``-weighted column sums of the rows ``bounds[s]:bounds[s + 1]``: one
-    pass over ``pt``, a few rows at a time (each chunk is read twice while it is in the first-level cache:
-    down the rows for the copy and the row sums, along them for the column and segment sums)."""
-    _panel_pass(pt, bounds, wts, rows, segs, rs, sq, cs, rows.ctypes.data != pt.ctypes.data)
-
-
-#: rows of P per chunk of :func:`_panel_pass` (a multiple of 8: the column sums' interleaving)
-_CHUNK = 16
+    transposing copy and two passes over the copy, column by column."""
+    if rows.ctypes.data != pt.ctypes.data:
+        rows[...] = pt.T
+    _exact_sums(rows, rs, sq, cs)
+    _segment_sums(rows, bounds, wts, segs)
 
 
 @njit(cache=True, nogil=True)
-def _panel_pass(pt: np.ndarray, bounds: np.ndarray, wts: np.ndarray, rows: np.ndarray, segs: np.ndarray,
-                rs: np.ndarray, sq: np.ndarray, cs: np.ndarray, copy: bool) -> None:  # pragma: no cover
-    """:func:`panel_pass`. Every sum is added in :func:`row_sums` / :func:`col_sums`' order (row sums left to
-    right; column sums in eight interleaved partial sums, rows ``i % 8``, then the tail), the segment sums
-    row by row (any order would do), all without reassociation: the loops run along whichever axis keeps
-    each sum's order and lets the additions of different sums go side by side."""
-    w, m = pt.shape
-    m8 = m - m % 8
-    part = np.zeros((8, w))
-    tail = np.zeros(w)
-    segs[:, :] = 0.0
-    s = 0
-    for c0 in range(0, m, _CHUNK):
-        c1 = min(c0 + _CHUNK, m)
-        for i in range(c0, c1):
-            rs[i] = 0.0
-            sq[i] = 0.0
-        for t in range(w):  # down the rows: the copy, row sums and squares (side by side over the rows)
-            for i in range(c0, c1):
-                v = pt[t, i]
-                if copy:
-                    rows[i, t] = v
-                rs[i] += v
-                sq[i] += v * v
-        for i in range(c0, c1):  # along the rows: column and segment sums (side by side over the columns)
-            while i >= bounds[s + 1]:
-                s += 1
-            wt = wts[i]
-            if i < m8:
-                acc = part[i % 8]
-            else:
-                acc = tail
-            for t in range(w):
-                v = pt[t, i]
-                acc[t] += v
-                segs[2 * s, t] += v
-                segs[2 * s + 1, t] += wt * v
+def _exact_sums(x: np.ndarray, rs: np.ndarray, sq: np.ndarray, cs: np.ndarray) -> None:  # pragma: no cover
+    """Row sums (left to right, as :func:`row_sums`), sums of squares and column sums (as :func:`col_sums`)
+    of ``x`` (F order), column by column."""
+    m, w = x.shape
+    rs[:] = 0.0
+    sq[:] = 0.0
     for t in range(w):
-        cs[t] = (((part[0, t] + part[1, t]) + (part[2, t] + part[3, t]))
-                 + ((part[4, t] + part[5, t]) + (part[6, t] + part[7, t]))) + tail[t]
+        for i in range(m):
+            v = x[i, t]
+            rs[i] += v
+            sq[i] += v * v
+        cs[t] = _col_sum(x, t)
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
+def _segment_sums(x: np.ndarray, bounds: np.ndarray, wts: np.ndarray,
+                  segs: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``segs[2 s, t]`` / ``segs[2 s + 1, t]``: plain / weighted sums of column ``t`` over segment ``s``."""
+    w = x.shape[1]
+    for t in range(w):
+        for s in range(bounds.shape[0] - 1):
+            e = 0.0
+            ws = 0.0
+            for i in range(bounds[s], bounds[s + 1]):
+                v = x[i, t]
+                e += v
+                ws += wts[i] * v
+            segs[2 * s, t] = e
+            segs[2 * s + 1, t] = ws
 
 
 @njit(cache=True, nogil=True, inline="always")
