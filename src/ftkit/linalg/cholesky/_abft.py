@@ -52,7 +52,7 @@ from .. import checksums
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
 from ..checksums._kernels import encode_rows_into
-from ._kernels import col_sums, panel_pass, row_sums
+from ._kernels import col_sums, panel_pass, row_sums, segment_flags
 from ._steps import CholeskySteps
 
 __all__ = ["UpdateChecks", "panel_buffer", "panel_views", "share_panel",
@@ -95,11 +95,14 @@ class UpdateChecks:
         self.chk = self.chk_t.T
         self.nu = np.zeros(rows.n)  # sum of squares of each row's factored part (bounds sum |P||P.T|)
         self.gam_extra = 2 * rows.n + len(panels) + 8
+        self.eta = 16.0 * (rows.n + 8) * checksums.ETA
         self.seglen = np.diff(self.rlo)  # rows of each local segment
         # 4 gamma_{len + 2n + panels + 8} per segment: the verification bound's factor (fixed per segment)
         self._gam_verify = 4.0 * checksums.gamma(self.seglen + self.gam_extra) if len(segs) else np.zeros(0)
         self._gam_solve: dict[int, np.ndarray] = {}  # 4 gamma_{len + w + 8} per segment, by panel width w
-        self.eta = 16.0 * (rows.n + 8) * checksums.ETA
+        rigorous = tol is None or isinstance(tol, str)  # the verification bound: fac * magnitude + add
+        self._fac = self._gam_verify if rigorous else np.full(len(segs), float(tol))  # type: ignore[arg-type]
+        self._add = self.eta if rigorous else 0.0
         self._enc = np.empty((self.bs, 2), order="F")  # the segment encoder: plain and index-weighted sums
         self._enc[:, 0], self._enc[:, 1] = 1.0, np.arange(1, self.bs + 1)
         self._thr: tuple[int, np.ndarray] | None = None  # (k, thresholds) of block column k's last check
@@ -247,23 +250,14 @@ class UpdateChecks:
                i1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Flagged columns of segments ``i0:i1`` (rows ``r`` of the block column ``cl``), the segments whose
         bound is not finite, and the thresholds of the plain sums."""
-        with np.errstate(invalid="ignore", over="ignore"):
-            nr, bounds = i1 - i0, self.rlo[i0:i1 + 1] - self.rlo[i0]
-            got = np.empty((3 * nr, blk.shape[1]))  # plain, weighted and absolute sums: one pass over blk
-            encode_rows_into(blk, bounds, self.wts[r], got, False, 3)
-            root = np.sqrt(self.nu)
-            rs = np.add.reduceat(root[self.rglob[r]], bounds[:-1])
-            mag = got[2 * nr:] + 2.0 * (1.0 + 1e-8) * rs[:, None] * root[self.cglob[cl]][None, :]
-            lens = self.seglen[i0:i1, None]
-            if self.tol is None or isinstance(self.tol, str):
-                thr = self._gam_verify[i0:i1, None] * mag + self.eta
-            else:
-                thr = float(self.tol) * mag
-            res_e = np.abs(got[:nr] - self.chk[2 * i0:2 * i1:2, cl])
-            res_w = np.abs(got[nr:2 * nr] - self.chk[2 * i0 + 1:2 * i1:2, cl])
-            flag = ~(res_e <= thr) | ~(res_w <= thr * lens)
-        unchecked = ~np.all(np.isfinite(thr), axis=1)
-        return flag & ~unchecked[:, None], unchecked, thr
+        nr, bounds = i1 - i0, self.rlo[i0:i1 + 1] - self.rlo[i0]
+        got = np.empty((3 * nr, blk.shape[1]))  # plain, weighted and absolute sums: one pass over blk
+        encode_rows_into(blk, bounds, self.wts[r], got, False, 3)
+        flag, thr = np.empty((nr, blk.shape[1]), bool), np.empty((nr, blk.shape[1]))
+        unchecked = np.empty(nr, bool)
+        segment_flags(got, self.chk[2 * i0:2 * i1, cl], bounds, self.nu, self.rglob[r], self.cglob[cl],
+                      self._fac[i0:i1], self._add, flag, thr, unchecked)
+        return flag, unchecked, thr
 
     def _fix(self, b: np.ndarray, seg: slice, cl: slice, i: int, cols: np.ndarray,
              event: BlockEvent) -> BlockEvent:
