@@ -52,7 +52,7 @@ from .. import checksums
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
 from ..checksums._kernels import encode_rows_into
-from ._kernels import col_sums, panel_pass, row_sums, segment_flags
+from ._kernels import col_sums, panel_pass, row_sums, segment_flags, solve_flags
 from ._steps import CholeskySteps
 
 __all__ = ["UpdateChecks", "panel_buffer", "panel_views", "share_panel",
@@ -212,22 +212,19 @@ class UpdateChecks:
             return 0, np.zeros(nseg, bool)
         jj = int(np.searchsorted(self.cblk, k))
         cl = slice(self.clo[jj], self.clo[jj] + w)
-        lens = self.seglen[ii1:, None]
+        if self.tol is None or isinstance(self.tol, str):
+            fac = self._gam_solve.get(w)
+            if fac is None:
+                fac = self._gam_solve[w] = 4.0 * checksums.gamma(self.seglen + w + 8)
+            fac, eta = fac[ii1:], self.eta
+        else:
+            fac, eta = self._fac[ii1:], self.eta  # the numeric tolerance per segment
         with np.errstate(invalid="ignore", over="ignore"):
-            sums, sq = views[5], views[3]
-            res = np.abs(sums @ low.T - self.chk[2 * ii1:, cl])
-            norms = np.add.reduceat(np.sqrt(sq), self.rlo[ii1:-1] - self.rlo[ii1])
-            pterm = (1.0 + 1e-8) * norms[:, None] * np.sqrt(np.einsum("jt,jt->j", low, low))[None, :]
-            if self.tol is None or isinstance(self.tol, str):
-                gam = self._gam_solve.get(w)
-                if gam is None:
-                    gam = self._gam_solve[w] = 4.0 * checksums.gamma(self.seglen + w + 8)
-                pterm = gam[ii1:, None] * pterm
-            else:
-                pterm = float(self.tol) * pterm
-            thr = 2.0 * self._thr[1] + pterm + self.eta
-            flag = ~(res[::2] <= thr) | ~(res[1::2] <= thr * lens)
-        return nseg, flag.any(axis=1)
+            prod = views[5] @ low.T
+        flag = np.empty(nseg, bool)
+        solve_flags(prod, self.chk[2 * ii1:, cl], views[3], self.rlo[ii1:] - self.rlo[ii1], low, fac,
+                    self._thr[1], eta, flag)
+        return nseg, flag
 
     def _sums(self, x: np.ndarray, i0: int, i1: int) -> np.ndarray:
         """``(e^T x_I; w^T x_I)`` of segments ``i0:i1`` (rows interleaved: plain, weighted), ``x`` holding
