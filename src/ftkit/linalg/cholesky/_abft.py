@@ -98,7 +98,7 @@ class UpdateChecks:
         self.eta = 16.0 * (rows.n + 8) * checksums.ETA
         self.seglen = np.diff(self.rlo)  # rows of each local segment
         # 4 gamma_{len + 2n + panels + 8} per segment: the verification bound's factor (fixed per segment)
-        self._gam_verify = 4.0 * checksums.gamma(self.seglen + self.gam_extra) if len(segs) else np.zeros(0)
+        self._gam_verify = 4.0 * np.asarray(checksums.gamma(self.seglen + self.gam_extra))
         self._gam_solve: dict[int, np.ndarray] = {}  # 4 gamma_{len + w + 8} per segment, by panel width w
         rigorous = tol is None or isinstance(tol, str)  # the verification bound: fac * magnitude + add
         self._fac = self._gam_verify if rigorous else np.full(len(segs), float(tol))  # type: ignore[arg-type]
@@ -213,17 +213,16 @@ class UpdateChecks:
         jj = int(np.searchsorted(self.cblk, k))
         cl = slice(self.clo[jj], self.clo[jj] + w)
         if self.tol is None or isinstance(self.tol, str):
-            fac = self._gam_solve.get(w)
-            if fac is None:
-                fac = self._gam_solve[w] = 4.0 * checksums.gamma(self.seglen + w + 8)
-            fac, eta = fac[ii1:], self.eta
+            if w not in self._gam_solve:
+                self._gam_solve[w] = 4.0 * np.asarray(checksums.gamma(self.seglen + w + 8))
+            fac = self._gam_solve[w][ii1:]
         else:
-            fac, eta = self._fac[ii1:], self.eta  # the numeric tolerance per segment
+            fac = self._fac[ii1:]  # the numeric tolerance per segment
         with np.errstate(invalid="ignore", over="ignore"):
             prod = views[5] @ low.T
         flag = np.empty(nseg, bool)
         solve_flags(prod, self.chk[2 * ii1:, cl], views[3], self.rlo[ii1:] - self.rlo[ii1], low, fac,
-                    self._thr[1], eta, flag)
+                    self._thr[1], self.eta, flag)
         return nseg, flag
 
     def _sums(self, x: np.ndarray, i0: int, i1: int) -> np.ndarray:
