@@ -209,3 +209,30 @@ def test_hard_families_no_false_positive_on_2x2():
     res = run_python(4, PROGRAMS / "ft_potrf_families.py", timeout=300).check()
     assert "DONE failures=0" in res.stdout, res.stdout + res.stderr
     assert res.stdout.count("CASE ") == 18 and "FAIL" not in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize("m, w, bs", [(0, 4, 4), (7, 5, 4), (37, 16, 5), (300, 24, 64)])
+def test_panel_pass_sums_match_the_receivers_order(m, w, bs):
+    """The sender's one-pass kernel: the rows copied, row and column sums equal bit for bit to the receivers'
+    :func:`row_sums` / :func:`col_sums` of those rows (a transit check compares them for equality), sums of
+    squares and segment sums as numpy's (up to rounding), with and without the copy."""
+    from ftkit.linalg.cholesky._kernels import col_sums, panel_pass, row_sums
+
+    rng = np.random.default_rng(m + w)
+    pt = np.asfortranarray(rng.standard_normal((w, m)) * 10.0 ** rng.integers(-8, 8, (w, m)))
+    bounds = np.unique(np.r_[np.arange(0, m, bs), m]).astype(np.int64)
+    spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+    wts = np.concatenate([np.arange(1.0, b - a + 1) for a, b in spans] or [[]])
+    for copy in (True, False):
+        rows = np.empty((m, w), order="F") if copy else np.array(pt.T, order="F")
+        segs = np.empty((2 * (len(bounds) - 1), w), order="F")
+        rs, sq, cs, want_rs, want_cs = np.empty(m), np.empty(m), np.empty(w), np.empty(m), np.empty(w)
+        panel_pass(pt if copy else rows.T, bounds, wts, rows, segs, rs, sq, cs)
+        row_sums(rows, want_rs)
+        col_sums(rows, want_cs)
+        assert np.array_equal(rows, pt.T) and np.array_equal(rs, want_rs) and np.array_equal(cs, want_cs)
+        scale = np.abs(pt).sum() if m else 0.0
+        np.testing.assert_allclose(sq, (pt.T ** 2).sum(axis=1), rtol=1e-12)
+        for s, (a, b) in enumerate(spans):
+            np.testing.assert_allclose(segs[2 * s], pt.T[a:b].sum(axis=0), rtol=0, atol=1e-12 * scale)
+            np.testing.assert_allclose(segs[2 * s + 1], wts[a:b] @ pt.T[a:b], rtol=0, atol=1e-10 * scale)

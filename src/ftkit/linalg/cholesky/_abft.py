@@ -52,7 +52,7 @@ from .. import checksums
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
 from ..checksums._kernels import encode_rows_into
-from ._kernels import col_sums, panel_pass, row_sums
+from ._kernels import col_sums, panel_pass, row_sums, segment_flags, solve_flags
 from ._steps import CholeskySteps
 
 __all__ = ["UpdateChecks", "panel_buffer", "panel_views", "share_panel",
@@ -84,7 +84,7 @@ class UpdateChecks:
         self.rlo = np.array([lo for _, lo, _ in segs] + [steps.w.shape[0]], int)  # first local rows (+ end)
         self.cblk = np.array([k for k, (s, _) in enumerate(panels) if steps.cols.owners[s] == g.mycol], int)
         self.clo = np.array([steps.cols.range_on(g.mycol, *panels[k]).start for k in self.cblk], int)
-        self.rglob, self.cglob = rows.indices_on(g.myrow), steps.cols.indices_on(g.mycol)
+        self.rglob, self.cglob = steps.row_indices[g.myrow], steps.col_indices
         # the weight of every local row: its 1-based index in its segment
         self.wts = np.zeros(steps.w.shape[0])
         for _, lo, hi in segs:
@@ -96,6 +96,13 @@ class UpdateChecks:
         self.nu = np.zeros(rows.n)  # sum of squares of each row's factored part (bounds sum |P||P.T|)
         self.gam_extra = 2 * rows.n + len(panels) + 8
         self.eta = 16.0 * (rows.n + 8) * checksums.ETA
+        self.seglen = np.diff(self.rlo)  # rows of each local segment
+        # 4 gamma_{len + 2n + panels + 8} per segment: the verification bound's factor (fixed per segment)
+        self._gam_verify = 4.0 * np.asarray(checksums.gamma(self.seglen + self.gam_extra))
+        self._gam_solve: dict[int, np.ndarray] = {}  # 4 gamma_{len + w + 8} per segment, by panel width w
+        rigorous = tol is None or isinstance(tol, str)  # the verification bound: fac * magnitude + add
+        self._fac = self._gam_verify if rigorous else np.full(len(segs), float(tol))  # type: ignore[arg-type]
+        self._add = self.eta if rigorous else 0.0
         self._enc = np.empty((self.bs, 2), order="F")  # the segment encoder: plain and index-weighted sums
         self._enc[:, 0], self._enc[:, 1] = 1.0, np.arange(1, self.bs + 1)
         self._thr: tuple[int, np.ndarray] | None = None  # (k, thresholds) of block column k's last check
@@ -205,19 +212,18 @@ class UpdateChecks:
             return 0, np.zeros(nseg, bool)
         jj = int(np.searchsorted(self.cblk, k))
         cl = slice(self.clo[jj], self.clo[jj] + w)
-        lens = (self.rlo[ii1 + 1:] - self.rlo[ii1:-1])[:, None]
+        if self.tol is None or isinstance(self.tol, str):
+            if w not in self._gam_solve:
+                self._gam_solve[w] = 4.0 * np.asarray(checksums.gamma(self.seglen + w + 8))
+            fac = self._gam_solve[w][ii1:]
+        else:
+            fac = self._fac[ii1:]  # the numeric tolerance per segment
         with np.errstate(invalid="ignore", over="ignore"):
-            sums, sq = views[5], views[3]
-            res = np.abs(sums @ low.T - self.chk[2 * ii1:, cl])
-            norms = np.add.reduceat(np.sqrt(sq), self.rlo[ii1:-1] - self.rlo[ii1])
-            pterm = (1.0 + 1e-8) * norms[:, None] * np.sqrt(np.einsum("jt,jt->j", low, low))[None, :]
-            if self.tol is None or isinstance(self.tol, str):
-                pterm = 4.0 * checksums.gamma(lens + w + 8) * pterm
-            else:
-                pterm = float(self.tol) * pterm
-            thr = 2.0 * self._thr[1] + pterm + self.eta
-            flag = ~(res[::2] <= thr) | ~(res[1::2] <= thr * lens)
-        return nseg, flag.any(axis=1)
+            prod = views[5] @ low.T
+        flag = np.empty(nseg, bool)
+        solve_flags(prod, self.chk[2 * ii1:, cl], views[3], self.rlo[ii1:] - self.rlo[ii1], low, fac,
+                    self._thr[1], self.eta, flag)
+        return nseg, flag
 
     def _sums(self, x: np.ndarray, i0: int, i1: int) -> np.ndarray:
         """``(e^T x_I; w^T x_I)`` of segments ``i0:i1`` (rows interleaved: plain, weighted), ``x`` holding
@@ -240,23 +246,14 @@ class UpdateChecks:
                i1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Flagged columns of segments ``i0:i1`` (rows ``r`` of the block column ``cl``), the segments whose
         bound is not finite, and the thresholds of the plain sums."""
-        with np.errstate(invalid="ignore", over="ignore"):
-            nr, bounds = i1 - i0, self.rlo[i0:i1 + 1] - self.rlo[i0]
-            got = np.empty((3 * nr, blk.shape[1]))  # plain, weighted and absolute sums: one pass over blk
-            encode_rows_into(blk, bounds, self.wts[r], got, False, 3)
-            root = np.sqrt(self.nu)
-            rs = np.add.reduceat(root[self.rglob[r]], bounds[:-1])
-            mag = got[2 * nr:] + 2.0 * (1.0 + 1e-8) * rs[:, None] * root[self.cglob[cl]][None, :]
-            lens = (self.rlo[i0 + 1:i1 + 1] - self.rlo[i0:i1])[:, None]
-            if self.tol is None or isinstance(self.tol, str):
-                thr = 4.0 * checksums.gamma(lens + self.gam_extra) * mag + self.eta
-            else:
-                thr = float(self.tol) * mag
-            res_e = np.abs(got[:nr] - self.chk[2 * i0:2 * i1:2, cl])
-            res_w = np.abs(got[nr:2 * nr] - self.chk[2 * i0 + 1:2 * i1:2, cl])
-            flag = ~(res_e <= thr) | ~(res_w <= thr * lens)
-        unchecked = ~np.all(np.isfinite(thr), axis=1)
-        return flag & ~unchecked[:, None], unchecked, thr
+        nr, bounds = i1 - i0, self.rlo[i0:i1 + 1] - self.rlo[i0]
+        got = np.empty((3 * nr, blk.shape[1]))  # plain, weighted and absolute sums: one pass over blk
+        encode_rows_into(blk, bounds, self.wts[r], got, False, 3)
+        flag, thr = np.empty((nr, blk.shape[1]), bool), np.empty((nr, blk.shape[1]))
+        unchecked = np.empty(nr, bool)
+        segment_flags(got, self.chk[2 * i0:2 * i1, cl], bounds, self.nu, self.rglob[r], self.cglob[cl],
+                      self._fac[i0:i1], self._add, flag, thr, unchecked)
+        return flag, unchecked, thr
 
     def _fix(self, b: np.ndarray, seg: slice, cl: slice, i: int, cols: np.ndarray,
              event: BlockEvent) -> BlockEvent:
@@ -324,7 +321,7 @@ def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> tuple[np.ndar
     mine = steps.rows.range_on(steps.grid.myrow, e, n)
     pieces, flagged = [], False
     for p, buf in enumerate(steps.gather(ext[:1 + (mine.stop - mine.start) * (w + 2) + w], k, w + 2, w + 1)):
-        idx = steps.rows.indices_on(p)[steps.rows.range_on(p, e, n)] - e
+        idx = steps.row_indices[p][steps.rows.range_on(p, e, n)] - e
         flag, *rest = _unpack(buf, len(idx), w)[:5]
         flagged |= bool(flag[0])
         pieces.append((idx, *rest))

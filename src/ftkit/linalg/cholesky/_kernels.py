@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["panel_pass", "row_sums", "col_sums"]
+__all__ = ["panel_pass", "row_sums", "col_sums", "segment_flags", "solve_flags"]
 
 
 # reassociation for the segment sums only (their bound holds for any order); never for the compared sums
@@ -104,3 +104,69 @@ def col_sums(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - comp
     """``out[t]`` = the sum of column ``t`` of ``x`` (:func:`panel_pass`'s order)."""
     for t in range(x.shape[1]):
         out[t] = _col_sum(x, t)
+
+
+@njit(cache=True, nogil=True)
+def segment_flags(got: np.ndarray, chk: np.ndarray, bounds: np.ndarray, nu: np.ndarray, rglob: np.ndarray,
+                  cglob: np.ndarray, fac: np.ndarray, add: float, flag: np.ndarray, thr: np.ndarray,
+                  unchecked: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Compare a block column's segment sums with their checksums (``UpdateChecks._flags``' bound).
+
+    ``got`` holds the ``nr`` segments' plain, weighted and absolute column sums (``3 nr x w``, in that order
+    of row blocks), ``chk`` the expected plain and weighted sums (``2 nr x w``, interleaved), ``bounds`` the
+    segments' rows (``nr + 1``, from 0), ``nu`` the rows' carried sums of squares, indexed by the global row
+    ``rglob[i]`` of local row ``i`` and ``cglob[t]`` of column ``t``. The threshold of segment ``s``, column
+    ``t`` is ``fac[s] * (|sums| + 2 (1 + 1e-8) sum_i sqrt(nu_i) sqrt(nu_t)) + add`` (``len`` times that for
+    the weighted sum); ``flag`` says which exceed it, ``unchecked`` which segments have a bound that is not
+    finite (their ``flag`` is false)."""
+    nr, w = flag.shape
+    for s in range(nr):
+        rs = 0.0
+        for i in range(bounds[s], bounds[s + 1]):
+            rs += np.sqrt(nu[rglob[i]])
+        c = 2.0 * (1.0 + 1e-8) * rs
+        ln = float(bounds[s + 1] - bounds[s])
+        bad = False
+        for t in range(w):
+            th = fac[s] * (got[2 * nr + s, t] + c * np.sqrt(nu[cglob[t]])) + add
+            thr[s, t] = th
+            flag[s, t] = (not abs(got[s, t] - chk[2 * s, t]) <= th) or \
+                (not abs(got[nr + s, t] - chk[2 * s + 1, t]) <= th * ln)
+            if not np.isfinite(th):
+                bad = True
+        unchecked[s] = bad
+        if bad:
+            for t in range(w):
+                flag[s, t] = False
+
+
+@njit(cache=True, nogil=True)
+def solve_flags(prod: np.ndarray, chk: np.ndarray, sq: np.ndarray, bounds: np.ndarray, low: np.ndarray,
+                fac: np.ndarray, thr0: np.ndarray, eta: float, flag: np.ndarray) -> None:  # pragma: no cover
+    """Compare a solved panel's segment sums times ``L^T`` with their checksums (the bound of
+    ``UpdateChecks.check_solve``).
+
+    ``prod`` (``2 nseg x w``) holds ``(e^T P_I; w^T P_I) L^T`` of the ``nseg`` segments, interleaved, ``chk``
+    their checksums, ``sq`` the sums of squares of the panel's rows (segments ``bounds``, from 0), ``low``
+    ``L``, ``thr0`` the thresholds the panel's values were verified with. The threshold of segment ``s``,
+    column ``t`` is ``2 thr0 + fac[s] (1 + 1e-8) |P_I|_rows |L_t| + eta`` (``len`` times that for the
+    weighted sum); ``flag[s]`` says whether any column of segment ``s`` exceeds it."""
+    nseg, w = thr0.shape
+    lroot = np.empty(w)
+    for t in range(w):
+        acc = 0.0
+        for u in range(low.shape[1]):
+            acc += low[t, u] * low[t, u]
+        lroot[t] = np.sqrt(acc)
+    for s in range(nseg):
+        norm = 0.0
+        for i in range(bounds[s], bounds[s + 1]):
+            norm += np.sqrt(sq[i])
+        ln = float(bounds[s + 1] - bounds[s])
+        bad = False
+        for t in range(w):
+            th = 2.0 * thr0[s, t] + fac[s] * (((1.0 + 1e-8) * norm) * lroot[t]) + eta
+            if (not abs(prod[2 * s, t] - chk[2 * s, t]) <= th) or \
+                    (not abs(prod[2 * s + 1, t] - chk[2 * s + 1, t]) <= th * ln):
+                bad = True
+        flag[s] = bad

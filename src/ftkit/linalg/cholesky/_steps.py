@@ -68,6 +68,9 @@ class CholeskySteps:
         self.grid, self.w, self.rows, self.cols = grid, w, rows, cols
         self.panels = diagonal_blocks(rows)
         self.square = rows.aligned_with(cols)  # process row p holds the rows of process column p's columns
+        #: the global indices of every process row's rows and of this process's columns (increasing)
+        self.row_indices = [rows.indices_on(p) for p in range(grid.nprow)]
+        self.col_indices = cols.indices_on(grid.mycol)
 
     def owns_diagonal(self, k: int) -> bool:
         """Whether this process holds diagonal block ``k``."""
@@ -169,13 +172,13 @@ class CholeskySteps:
         g, e, n = self.grid, self.panels[k][1], self.rows.n
         if self.square:
             return pieces[g.mycol]
-        need = self.cols.indices_on(g.mycol)[self.cols.range_on(g.mycol, e, n)]
+        need = self.col_indices[self.cols.range_on(g.mycol, e, n)]
         own = self.rows.owners[need]
         out = np.empty((len(need), pieces[0].shape[1]), pieces[0].dtype, order="F")
         for p, piece in enumerate(pieces):
             sel = own == p
             if sel.any():
-                idx = self.rows.indices_on(p)[self.rows.range_on(p, e, n)]
+                idx = self.row_indices[p][self.rows.range_on(p, e, n)]
                 out[sel] = piece[np.searchsorted(idx, need[sel])]
         return out
 
