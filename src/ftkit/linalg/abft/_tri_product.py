@@ -64,6 +64,8 @@ def triangle_with_checksums(A: DistributedMatrix, ia: int, ja: int, transpose: b
     """
     g = A.grid
     t = redistribute(A, ia, ja, transpose, rows, cols)
+    if not t.flags.f_contiguous or np.may_share_memory(t, A.local):  # made in place: never A's own memory
+        t = np.array(t, order="F")
     r, c = rows.indices_on(g.myrow), cols.indices_on(g.mycol)
     nloc = len(r)
     keep = np.empty((2, len(c)), np.int64)
