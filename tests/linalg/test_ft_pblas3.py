@@ -14,6 +14,11 @@ from mpi4py import MPI
 from ftkit import linalg
 from ftkit.errors import PBLASArgumentError
 from ftkit.inject import BitFlip, InjectionPlan
+from ftkit.linalg import checksums
+from ftkit.linalg.abft._blocks import BlockSegmentation
+from ftkit.linalg.abft._tri_product import triangle_with_checksums
+from ftkit.linalg.checksums._kernels import encode_rows_into
+from ftkit.linalg.pblas._tri_sweep import tri_cols, triangle_operand
 
 from ..conftest import run_python
 
@@ -101,6 +106,31 @@ def test_trmm_side_r_located_event_is_in_b_coordinates(grid):
     assert [e.action for e in rep.events] == ["located"]
     assert rep.events[0].element == (9, 3)  # the flip hit B.T's (3, 9)
     np.testing.assert_allclose(B.to_global(), ref.to_global(), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("lower", [False, True])
+@pytest.mark.parametrize("unit", [False, True])
+def test_trmm_triangle_and_checksums_in_one_pass_are_triangle_operand_s(grid, transpose, lower, unit):
+    # ft_pdtrmm makes T in place in the redistributed piece and sums it in that pass: the very T the plain
+    # routine multiplies by (NaN in the excluded triangle and on a unit diagonal never read), A untouched
+    rng = np.random.default_rng(9)
+    a = rng.uniform(-1, 1, (29, 31))
+    a[rng.random(a.shape) < 0.2] = np.nan
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=5, nb=5)
+    B = linalg.DistributedMatrix.zeros(grid, 23, 4, mb=5, nb=5)
+    rows = B.row_map(2, 21)
+    cols = tri_cols(rows, grid.npcol)
+    seg = BlockSegmentation.of(B, 2, 0, 21, 4, 3)
+    ref = triangle_operand(A, 3, 4, transpose, lower, unit, rows, cols)
+    t, achk = triangle_with_checksums(A, 3, 4, transpose, lower, unit, rows, cols, seg, 3)
+    assert np.array_equal(t, ref, equal_nan=True) and t.flags.f_contiguous
+    assert np.array_equal(A.to_global(), a, equal_nan=True)
+    want = np.zeros((3 * seg.nr, 21), order="F")
+    encode_rows_into(ref, seg.rb, checksums.segment_weights(seg.rb), want, False, 3)
+    finite = np.isfinite(want)
+    assert np.array_equal(finite, np.isfinite(achk))  # a NaN the triangle keeps reaches its segment's sums
+    np.testing.assert_allclose(achk[finite], want[finite], rtol=1e-13, atol=1e-14)
 
 
 def test_trsm_detect_mode_reports_and_leaves_the_result(grid):

@@ -7,8 +7,9 @@ product like any other, so every block ``X_IJ`` of the result (row segment ``I``
 segment ``J`` of ``W``'s columns, as :class:`~ftkit.linalg.abft._blocks.BlockSegmentation` cuts them) has
 the expected sums ``(e^T T_I) (W0_J e)`` (plain, row-, column- and doubly-weighted) and the magnitude
 ``(e^T |T_I|) (|W0_J| e)`` of :mod:`ftkit.linalg.checksums`. Before the sweep each process encodes its
-piece of ``T`` (checksum rows of its row segments over its columns) and of ``W0`` (checksum columns of its
-column segments over its rows, in the same pass as the copy a recomputation starts from); one all-reduce
+piece of ``T`` (checksum rows of its row segments over its columns, in the pass that makes the triangle in
+the redistributed piece, :func:`triangle_with_checksums`) and of ``W0`` (checksum columns of its column
+segments over its rows, in the same pass as the copy a recomputation starts from); one all-reduce
 along the process row and one along the process column give every process the full checksum rows of its
 row segments and columns of its column segments, whose small product predicts its blocks. The sweep
 computes each element as a sum of ``ka`` products (in blocks, in any order), which is what the rigorous
@@ -18,8 +19,10 @@ After the sweep: a block with one wrong element is corrected in O(1) from its we
 the column segments holding any other flagged block are computed again by a sweep of those columns of the
 saved ``W0`` with ``T`` rebuilt from A (a corrupted copy of the triangle is replaced too), then checked
 again (``"recomputed"``; still wrong: ``"uncorrected"``, A itself is corrupted). Cost beyond the plain
-routine: one pass over ``T`` and two over ``W`` (encoding with the copy, into a buffer kept between calls;
-the block sums of the result), and checksum all-reduces of ``1/bs`` of the data.
+routine: the sums in the pass over ``T`` (which the plain routine makes with ``np.where`` copies: here
+in place, the excluded triangle neither read nor summed), two passes over ``W`` (encoding with the copy,
+into a buffer kept between calls; the block sums of the result), and checksum all-reduces of ``1/bs`` of
+the data.
 """
 
 from __future__ import annotations
@@ -34,41 +37,79 @@ from mpi4py import MPI
 from ..._wait import wait_requests
 from ...inject import InjectionPlan
 from .. import checksums
-from ..checksums._kernels import encode_cols_into, encode_rows_into
+from ..checksums._kernels import encode_cols_into, triangle_rows_into
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
+from ..matrix import DistributedMatrix
+from ..pblas._redistribute import redistribute
 from ..pblas._summa import pooled_buffer, release_pool
 from ..pblas._tri_sweep import sweep
 from ._blocks import BlockSegmentation, Threshold
 from .product import _ratio, _reduce, _report_of, _verify_and_correct
 from .report import ABFTReport, BlockEvent
 
-__all__ = ["checked_tri_multiply"]
+__all__ = ["checked_tri_multiply", "triangle_with_checksums"]
 
 
-def _encode(g: ProcessGrid, t: np.ndarray, w: np.ndarray, seg: BlockSegmentation, rows: BlockCyclic1D,
-            cols: BlockCyclic1D, kinds: int, pool: dict[object, np.ndarray],
-            ) -> tuple[checksums.ChecksumProduct, np.ndarray]:
-    """The checksum product predicting this process's blocks of ``T W``, and a copy of ``w`` (F order), in
-    a buffer of ``pool`` (the panel buffers kept between calls: a fresh array of ``w``'s size costs page
-    faults and the kernel's zeroing, as much as the copy itself)."""
-    ka, nr, nc, ncols = rows.n, seg.nr, seg.nc, w.shape[1]
-    achk = np.zeros((kinds * nr, ka), order="F")
-    if nr and t.shape[1]:
-        part = np.empty((kinds * nr, t.shape[1]), order="F")
-        encode_rows_into(t, seg.rb, checksums.segment_weights(seg.rb), part, False, kinds)
-        achk[:, cols.indices_on(g.mycol)] = part
+def triangle_with_checksums(A: DistributedMatrix, ia: int, ja: int, transpose: bool, lower: bool, unit: bool,
+                            rows: BlockCyclic1D, cols: BlockCyclic1D, seg: BlockSegmentation,
+                            kinds: int) -> tuple[np.ndarray, np.ndarray]:
+    """This process's piece of ``T`` (what :func:`~ftkit.linalg.pblas._tri_sweep.triangle_operand` returns,
+    bit for bit) and its checksum rows, in one pass over the redistributed piece (collective on A's grid).
+
+    The triangle is made in place in the array the redistribution returns, instead of ``np.where``
+    copies, and the checksums are summed in the same pass, from the kept rows only. Returns ``(t, achk)``:
+    ``achk`` is ``(kinds nr, ka)`` (F order), this process's columns of ``T``'s checksum rows of every row
+    segment of ``seg``, zero in the other columns (the process row's all-reduce fills them).
+    """
+    g = A.grid
+    t = redistribute(A, ia, ja, transpose, rows, cols)
+    if not t.flags.f_contiguous or np.may_share_memory(t, A.local):  # made in place: never A's own memory
+        t = np.array(t, order="F")
+    r, c = rows.indices_on(g.myrow), cols.indices_on(g.mycol)
+    nloc = len(r)
+    keep = np.empty((2, len(c)), np.int64)
+    if lower:  # rows on or below the diagonal
+        keep[0], keep[1] = np.searchsorted(r, c, side="left"), nloc
+    else:
+        keep[0], keep[1] = 0, np.searchsorted(r, c, side="right")
+    pos = np.searchsorted(r, c)
+    hit = pos < nloc
+    hit[hit] = r[pos[hit]] == c[hit]
+    diag = np.where(hit, pos, -1).astype(np.int64)
+    achk = np.zeros((kinds * seg.nr, rows.n), order="F")
+    triangle_rows_into(t, keep, diag, unit, seg.rb, checksums.segment_weights(seg.rb), achk,
+                       c.astype(np.int64), kinds)
+    return t, achk
+
+
+def _encode(g: ProcessGrid, achk: np.ndarray, w: np.ndarray, seg: BlockSegmentation, rows: BlockCyclic1D,
+            kinds: int, pool: dict[object, np.ndarray]) -> tuple[Callable[[], checksums.ChecksumProduct],
+                                                                  np.ndarray]:
+    """Start the checksum all-reduces and copy ``w`` (F order) into a buffer of ``pool`` (the panel buffers
+    kept between calls: a fresh array of ``w``'s size costs page faults and the kernel's zeroing, as much as
+    the copy itself), taking its checksum columns in the same pass. ``achk``: this process's part of ``T``'s
+    checksum rows (:func:`triangle_with_checksums`). Returns ``(finish, w0)``: ``finish()`` waits for the
+    all-reduces and returns the checksum product predicting this process's blocks of ``T W``."""
+    ka, nc, ncols = rows.n, seg.nc, w.shape[1]
     wext = pooled_buffer(pool, "w0", (w.shape[0], ncols + kinds * nc))
     encode_cols_into(w, seg.cb, checksums.segment_weights(seg.cb), wext, True, kinds)
     bchk = np.zeros((ka, kinds * nc))  # C order: its rows are scattered (3x faster than into F order)
     bchk[rows.indices_on(g.myrow), :] = wext[:, ncols:]
     # the process row's columns of T give full checksum rows, the process column's rows of W full checksum
-    # columns; both at once, waited by sleeping (a blocking collective busy-polls on the ranks that finish
-    # first, taking CPU from the slowest when ranks outnumber cores)
-    wait_requests([g.row_comm.Iallreduce(MPI.IN_PLACE, achk), g.col_comm.Iallreduce(MPI.IN_PLACE, bchk)])
-    product = checksums.ChecksumProduct(nr, nc, kinds)
-    product.add(achk, bchk)
-    return product, wext[:, :ncols]
+    # columns: both in flight during the sweep (whose own waits progress them), waited by sleeping after it,
+    # where the prediction is first needed (waiting before the sweep made every rank wait for the slowest
+    # one's encoding, and a blocking collective busy-polls, taking CPU from the slowest when ranks outnumber
+    # cores)
+    reqs = [g.row_comm.Iallreduce(MPI.IN_PLACE, achk), g.col_comm.Iallreduce(MPI.IN_PLACE, bchk)]
+
+    def finish() -> checksums.ChecksumProduct:
+        wait_requests(reqs)
+        product = checksums.ChecksumProduct(seg.nr, nc, kinds)
+        product.add(achk, bchk)
+        return product
+
+    return finish, wext[:, :ncols]
 
 
 def _col_segment_ids(seg: BlockSegmentation) -> np.ndarray:
@@ -78,31 +119,34 @@ def _col_segment_ids(seg: BlockSegmentation) -> np.ndarray:
     return np.searchsorted(glob, starts, side="right") - 1
 
 
-def checked_tri_multiply(g: ProcessGrid, t: np.ndarray, w: np.ndarray, rows: BlockCyclic1D,
+def checked_tri_multiply(g: ProcessGrid, t: np.ndarray, achk: np.ndarray, w: np.ndarray, rows: BlockCyclic1D,
                          cols: BlockCyclic1D, lower: bool, seg: BlockSegmentation, threshold: Threshold,
                          mode: str, inject: InjectionPlan | None, rebuild: Callable[[], np.ndarray],
                          transposed: bool) -> ABFTReport:
     """Overwrite ``w`` with ``T w`` by the sweep, checked and corrected as the module says; return the report.
 
-    ``seg`` segments ``w``'s local part (its rows follow ``rows``); ``rebuild`` makes ``T`` again from A;
+    ``t`` and ``achk`` come from :func:`triangle_with_checksums` (``achk`` is summed over the process row
+    here, in place); ``seg`` segments ``w``'s local part (its rows follow ``rows``); ``rebuild`` makes ``T``
+    again from A;
     ``transposed`` reports events with rows and columns swapped (side "R" works on ``B.T``). Collective.
     Injection points as ``ft_pdtrsm``'s: ``"A"`` (T after its checksums), ``"B"`` (``W`` after its checksums),
     ``"C"`` step 0 (before the sweep) or 1 (the product, before the check).
     """
     pool: dict[object, np.ndarray] = {}
     try:
-        return _multiply_checked(g, t, w, rows, cols, lower, seg, threshold, mode, inject, rebuild,
+        return _multiply_checked(g, t, achk, w, rows, cols, lower, seg, threshold, mode, inject, rebuild,
                                  transposed, pool)
     finally:
         release_pool(pool)
 
 
-def _multiply_checked(g: ProcessGrid, t: np.ndarray, w: np.ndarray, rows: BlockCyclic1D, cols: BlockCyclic1D,
+def _multiply_checked(g: ProcessGrid, t: np.ndarray, achk: np.ndarray, w: np.ndarray, rows: BlockCyclic1D,
+                      cols: BlockCyclic1D,
                       lower: bool, seg: BlockSegmentation, threshold: Threshold, mode: str,
                       inject: InjectionPlan | None, rebuild: Callable[[], np.ndarray], transposed: bool,
                       pool: dict[object, np.ndarray]) -> ABFTReport:
     """:func:`checked_tri_multiply` with the copy of ``W0`` in a buffer of ``pool``."""
-    product, w0 = _encode(g, t, w, seg, rows, cols, threshold.kinds, pool)
+    finish, w0 = _encode(g, achk, w, seg, rows, threshold.kinds, pool)
     if inject is not None:
         inject.resolve(g.size, 1)
         inject.apply("A", g.rank, 0, t)
@@ -111,6 +155,7 @@ def _multiply_checked(g: ProcessGrid, t: np.ndarray, w: np.ndarray, rows: BlockC
     sweep(g, t, w, rows, cols, lower, False)
     if inject is not None:
         inject.apply("C", g.rank, 1, w, seg.to_global)
+    product = finish()
     pred = product.predict(1.0, 0.0)
     sums = checksums.block_sums_sq(w, seg.rb, seg.cb)
     thr = threshold.bounds(pred, seg, 1.0, 0.0, csq=sums[4])

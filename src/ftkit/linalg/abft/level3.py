@@ -40,7 +40,7 @@ from ..pblas.triangular import check_tri_args
 from ._blocks import BlockSegmentation, Threshold
 from ._rank_tiles import checked_rank_update
 from ._solve_sums import SolveChecksums
-from ._tri_product import checked_tri_multiply
+from ._tri_product import checked_tri_multiply, triangle_with_checksums
 from .product import Term
 from .report import ABFTReport, BlockEvent, check_ft_args
 
@@ -94,10 +94,11 @@ def ft_pdtrmm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alph
     size = int(bs) if bs is not None else checksums.choose_bs(rows.nb, wcols.nb, rows.n)
     seg = BlockSegmentation.of(B64, ib, jb, m, n, size) if W is None else BlockSegmentation.of(W, 0, 0, n, m,
                                                                                                 size)
-    t = triangle_operand(A64, ia, ja, transpose, lower, diag == "U", rows, cols)
+    t, achk = triangle_with_checksums(A64, ia, ja, transpose, lower, diag == "U", rows, cols, seg,
+                                      threshold.kinds)
     if alpha != 1.0:
         w *= alpha
-    report = checked_tri_multiply(B.grid, t, w, rows, cols, lower, seg, threshold, mode, inject, lambda:
+    report = checked_tri_multiply(B.grid, t, achk, w, rows, cols, lower, seg, threshold, mode, inject, lambda:
                                   triangle_operand(A64, ia, ja, transpose, lower, diag == "U", rows, cols),
                                   side == "R")  # fmt: skip
     if W is not None:

@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["encode_rows_into", "encode_cols_into", "copy_col_sums", "block_sums_into", "copy_kept"]
+__all__ = ["encode_rows_into", "encode_cols_into", "copy_col_sums", "block_sums_into", "copy_kept",
+           "triangle_rows_into"]
 
 # Reassociation lets LLVM vectorize the segment sums; the bounds hold for any summation order (the tree depth
 # stays below the segment length), and NaN/Inf semantics are kept (no nnan/ninf flags).
@@ -303,3 +304,64 @@ def copy_kept(src: np.ndarray, dst: np.ndarray, keep: np.ndarray) -> None:  # pr
             d = dst[lo : lo + ln, j]
             for t in range(ln):
                 d[t] = x[t]
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
+def triangle_rows_into(
+    t: np.ndarray, keep: np.ndarray, diag: np.ndarray, unit: bool, bounds: np.ndarray, w: np.ndarray,
+    ext: np.ndarray, cidx: np.ndarray, kinds: int,
+) -> None:  # pragma: no cover - compiled
+    """Make ``t`` (F order, in place) a triangle and take its checksum rows in the same pass.
+
+    The rows outside ``keep[0, j]:keep[1, j]`` of column ``j`` are set to zero (whatever they held: NaN
+    or Inf there never reach later arithmetic), and ``t[diag[j], j] = 1`` where ``unit`` and
+    ``diag[j] >= 0``. With ``kinds`` 3 or 4, the plain, weighted, absolute (and squared) sums of every
+    row segment (``bounds``) of the result go into column ``cidx[j]`` of ``ext`` (``kinds * nr`` rows,
+    laid out as :func:`encode_rows_into` lays them out), read from the kept rows only (the others are
+    zero); with ``kinds`` 0 only the triangle is made.
+    """
+    nrow, ncol = t.shape
+    nr = bounds.shape[0] - 1
+    sq_on = kinds >= 4
+    for j in range(ncol):
+        col = t[:, j]
+        k0 = keep[0, j]
+        k1 = keep[1, j]
+        z = col[0:k0]
+        for i in range(k0):
+            z[i] = 0.0
+        z = col[k1:nrow]
+        for i in range(nrow - k1):
+            z[i] = 0.0
+        if unit and diag[j] >= 0:
+            col[diag[j]] = 1.0
+        if kinds == 0:
+            continue
+        q = cidx[j]
+        for s in range(nr):
+            lo = max(bounds[s], k0)
+            ln = max(0, min(bounds[s + 1], k1) - lo)
+            x = col[lo : lo + ln]
+            ww = w[lo : lo + ln]
+            e = 0.0
+            ws = 0.0
+            ab = 0.0
+            sq = 0.0
+            if sq_on:
+                for i in range(ln):
+                    v = x[i]
+                    e += v
+                    ws += ww[i] * v
+                    ab += abs(v)
+                    sq += v * v
+            else:
+                for i in range(ln):
+                    v = x[i]
+                    e += v
+                    ws += ww[i] * v
+                    ab += abs(v)
+            ext[s, q] = e
+            ext[nr + s, q] = ws
+            ext[2 * nr + s, q] = ab
+            if sq_on:
+                ext[3 * nr + s, q] = sq
