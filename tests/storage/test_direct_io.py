@@ -191,3 +191,14 @@ def test_on_a_tmpfs_the_bytes_are_right_whichever_way_the_kernel_takes(mounted):
     w = _write_like_a_checkpoint(tmpfs / "f.bin", data, 200, 1 << 20, direct=True)
     assert w.direct is takes_direct
     assert (tmpfs / "f.bin").read_bytes() == data
+
+
+def test_a_large_first_write_is_streamed_not_kept_whole(tmp_path):
+    # The head kept for rewriting is the first write's pages up to one staging buffer, never a file's copy.
+    data = os.urandom(3 * DIRECT_CHUNK + 5)
+    w = AtomicWriter(tmp_path / "f.bin", direct=True)
+    w.pwrite(data, 0)
+    assert w._direct is not None and len(w._direct._head) == DIRECT_CHUNK
+    w.pwrite(b"new", 1)                                     # a rewrite inside the kept head
+    w.commit()
+    assert (tmp_path / "f.bin").read_bytes() == data[:1] + b"new" + data[4:]

@@ -10,10 +10,11 @@ byte once into a buffer the device reads from, and leaves no dirty pages behind 
 
 Rules a caller may rely on (:class:`DirectStream`):
 
-* The first write is at offset 0: the file's head (that write rounded up to :data:`ALIGN`) is kept in memory
-  until :meth:`DirectStream.finish`, so it may be rewritten at any time (the container's header, rewritten
-  with the digests once the data is written). Every other write continues the file where the last one
-  ended; anything else raises :class:`~ftkit.errors.StorageError` (a caller error, nothing is lost).
+* The first write is at offset 0: the file's head (that write rounded up to :data:`ALIGN`, at most
+  :data:`DIRECT_CHUNK` bytes) is kept in memory until :meth:`DirectStream.finish`, so it may be rewritten at
+  any time (the container's header, rewritten with the digests once the data is written). Every other
+  write continues the file where the last one ended; anything else raises
+  :class:`~ftkit.errors.StorageError` (a caller error, nothing is lost).
 * At most two staging buffers of :data:`DIRECT_CHUNK` bytes per file: this thread fills one while the
   process's direct-write thread (:class:`~ftkit.storage._writeback.KeptThread`) writes the other. No copy of
   the whole file is ever made.
@@ -111,7 +112,7 @@ class DirectStream:
         if self._head is None:
             if offset != 0:
                 raise StorageError(f"{self.what}: a direct write starts at offset 0, not {offset}")
-            self._head = mmap.mmap(-1, _align_up(max(n, 1)))
+            self._head = mmap.mmap(-1, _align_up(min(max(n, 1), DIRECT_CHUNK)))
             self._start = len(self._head)
         head = len(self._head)
         if offset + n <= head and offset <= self._end:   # inside the kept head (a rewrite, or its first fill)

@@ -19,7 +19,7 @@ import numpy as np
 import xxhash
 
 from ...errors import StorageError
-from .._direct import DIRECT_MIN_BYTES
+from .._direct import DIRECT_CHUNK, DIRECT_MIN_BYTES
 from .._fsutil import AtomicWriter
 from .compressed import ChunkWriter, chunk_step
 from .global_layout import Layout
@@ -215,8 +215,10 @@ def write_uncommitted(
     """
     path = Path(path)
     fields_, placeholder, sections = _plan_file(arrays, rank, level, ckpt_id, exec_id, nranks, meta, layouts)
+    head_bytes = PREAMBLE.size + len(placeholder)   # kept in memory by a direct writer, to be rewritten
     writer = AtomicWriter(path, fsync=fsync, writeback=writeback,
-                          direct=direct and fields_["file_size"] >= DIRECT_MIN_BYTES)
+                          direct=direct and fields_["file_size"] >= DIRECT_MIN_BYTES
+                          and head_bytes <= DIRECT_CHUNK)
     try:
         writer.pwrite(_preamble(placeholder) + placeholder, 0)
         final = _stream_sections(arrays, sections, lambda piece, at: writer.pwrite(piece, at),
