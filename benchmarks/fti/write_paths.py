@@ -43,7 +43,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from devstat import device_now  # noqa: E402
 from order_plan import quantile  # noqa: E402
-from run_order import meminfo_mib, settle  # noqa: E402
 
 from ftkit.storage._writeback import start_writeback  # noqa: E402
 
@@ -61,10 +60,11 @@ def _write_buffered(fd: int, view: memoryview, piece: int | None) -> None:
         done += n
 
 
-def _write_direct(fd: int, view: memoryview, threads: int, stage: int = STAGE) -> None:
-    """Aligned pieces of ``stage`` bytes through ``threads`` staging buffers (1: copy then write; 2: a thread
-    writes one while this thread fills the other). The tail is padded to the next 4 KiB and the file
-    truncated."""
+def write_direct(fd: int, view: memoryview, threads: int, stage: int = STAGE) -> None:
+    """Write ``view`` from offset 0 of ``fd`` (opened ``O_DIRECT``) in aligned pieces of ``stage`` bytes
+    through ``threads`` staging buffers (1: copy then write; 2: a thread writes one while this thread fills
+    the other). The tail is padded to the next 4 KiB and the file truncated. Also the direct floor of
+    :mod:`floors` (no fsync here)."""
     bufs = [mmap.mmap(-1, stage) for _ in range(threads)]
     arrays = [np.frombuffer(b, np.uint8) for b in bufs]
     src = np.frombuffer(view, np.uint8)
@@ -138,9 +138,9 @@ def write_one(path: Path, view: memoryview, method: str) -> None:
             os.posix_fallocate(fd, 0, len(view))
             _write_buffered(fd, view, PIECE)
         elif method == "direct":
-            _write_direct(fd, view, 1, stage)
+            write_direct(fd, view, 1, stage)
         elif method == "direct2":
-            _write_direct(fd, view, 2, stage)
+            write_direct(fd, view, 2, stage)
         else:
             raise ValueError(method)
         os.fsync(fd)
@@ -169,6 +169,8 @@ def worker(index: int, mib: int, directory: Path, conn, barrier) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from run_order import meminfo_mib, settle  # the driver's settle (imported here: floors.py imports us)
+
     directory = Path(args.dir)
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
