@@ -28,22 +28,15 @@ SIZES = [0, 1, ALIGN - 1, ALIGN, ALIGN + 5, DIRECT_CHUNK - 3, DIRECT_CHUNK, 2 * 
 
 
 @pytest.fixture
-def mounted(tmp_path):
-    """Return ``make(fstype) -> Path``: a real file system of that type mounted in ``tmp_path`` (root)."""
+def ramfs(tmp_path):
+    """A real ramfs (no direct I/O at all) mounted in ``tmp_path`` (root), unmounted at teardown."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a ramfs/tmpfs needs root")
-    points = []
-
-    def make(fstype: str):
-        point = tmp_path / f"{fstype}{len(points)}"
-        point.mkdir()
-        subprocess.run(["mount", "-t", fstype, fstype, str(point)], check=True, timeout=30)
-        points.append(point)
-        return point
-
-    yield make
-    for point in reversed(points):
-        subprocess.run(["umount", "-l", str(point)], check=False, timeout=30)
+        pytest.skip("mounting a ramfs needs root")
+    point = tmp_path / "ramfs"
+    point.mkdir()
+    subprocess.run(["mount", "-t", "ramfs", "ramfs", str(point)], check=True, timeout=30)
+    yield point
+    subprocess.run(["umount", "-l", str(point)], check=False, timeout=30)
 
 
 def _cached_fraction(path) -> float:
@@ -159,8 +152,7 @@ def test_a_writer_killed_mid_file_leaves_the_previous_file_whole(tmp_path):
     assert np.array_equal(read_arrays(path)["u"], old + np.uint64(1))
 
 
-def test_a_file_system_refusing_direct_io_is_a_clear_error_and_the_writers_fall_back(mounted):
-    ramfs = mounted("ramfs")                            # ramfs has no direct I/O at all
+def test_a_file_system_refusing_direct_io_is_a_clear_error_and_the_writers_fall_back(ramfs):
     fd = os.open(ramfs / "probe", os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         with pytest.raises(DirectIOUnsupported, match="refuses direct I/O"):
@@ -179,9 +171,9 @@ def test_a_file_system_refusing_direct_io_is_a_clear_error_and_the_writers_fall_
     assert np.array_equal(read_arrays(level.path(1, 0))["u"], arrays[0][1])
 
 
-def test_on_a_tmpfs_the_bytes_are_right_whichever_way_the_kernel_takes(mounted):
-    # tmpfs refused O_DIRECT before Linux 6.6 and takes it since: the writer follows what this kernel does.
-    tmpfs = mounted("tmpfs")
+def test_on_a_tmpfs_the_bytes_are_right_whichever_way_the_kernel_takes(small_disk):
+    # Older kernels refuse O_DIRECT on tmpfs (EINVAL), recent ones take it: the writer follows this kernel.
+    tmpfs = small_disk(4 * DIRECT_CHUNK)
     try:
         os.close(os.open(tmpfs / "probe", os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600))
         takes_direct = True
@@ -202,3 +194,18 @@ def test_a_large_first_write_is_streamed_not_kept_whole(tmp_path):
     w.pwrite(b"new", 1)                                     # a rewrite inside the kept head
     w.commit()
     assert (tmp_path / "f.bin").read_bytes() == data[:1] + b"new" + data[4:]
+
+
+def test_a_full_disk_during_a_direct_write_is_a_storage_error_and_keeps_the_previous_file(small_disk):
+    disk = small_disk(DIRECT_MIN_BYTES + 6 * DIRECT_CHUNK)           # room for one file, not for two
+    level = PFSLevel(disk / "global", "exec", [0])
+    arrays = [("u", np.arange(DIRECT_MIN_BYTES // 8 + 99, dtype=np.float64))]
+    first = level.write(1, 0, arrays, level=4, nranks=1)
+    path = level.path(1, 0)
+    before = path.read_bytes()
+    arrays[0][1][:] += 1.0
+    with pytest.raises(StorageError, match="No space left"):
+        level.write(1, 0, arrays, level=4, nranks=1)               # the same name: replaces it if it can
+    assert path.read_bytes() == before
+    verify_file(path, expect_digest=first.digest)
+    assert os.listdir(path.parent) == [path.name]                   # the partial temporary file is gone
