@@ -221,8 +221,11 @@ def write_uncommitted(
                           and head_bytes <= DIRECT_CHUNK)
     try:
         writer.pwrite(_preamble(placeholder) + placeholder, 0)
+        # Direct: hashed and handed over one staging buffer at a time. xxh3 and the copy hold the GIL, which
+        # the direct-write thread needs between two writes: a 16 MiB piece left the device idle meanwhile.
+        step = min(chunk_bytes, DIRECT_CHUNK) if writer.direct else chunk_bytes
         final = _stream_sections(arrays, sections, lambda piece, at: writer.pwrite(piece, at),
-                                 lambda _item: chunk_bytes)
+                                 lambda _item: step)
         head = _final_head(fields_, final, placeholder)
         writer.pwrite(head, 0)
     except OSError as exc:
