@@ -1,6 +1,6 @@
 """The floor of each checkpoint level: the least work that level's guarantee needs, on the same bytes.
 
-    ftkit launch -n P --node-size 1 -- python floors.py DIR MIB LEVEL GROUP_SIZE [WRITEBACK [COMMIT]]
+    ftkit launch -n P --node-size 1 -- python floors.py DIR MIB LEVEL GROUP_SIZE [WRITEBACK [COMMIT [DIRECT]]]
 
 Per application rank, MIB MiB from memory (the same array as the benchmark programs), slowest rank, from a
 barrier (MPI.Wtime), with the MPI of ftkit's launch:
@@ -19,6 +19,12 @@ barrier (MPI.Wtime), with the MPI of ftkit's launch:
 
 ``WRITEBACK`` = 1: each write hands every 16 MiB piece to the device at once (``sync_file_range``, as ftkit's
 writer does since issue 37) before the fsync; 0 (default): plain write + fsync.
+
+``DIRECT`` = 1 (7th argument): the L4 file is written with direct I/O (``O_DIRECT``), each 4 MiB copied into
+one of two aligned staging buffers while a thread writes the other (copy included), then fsynced: the path
+ftkit's L4 writer takes for files of 64 MiB or more since issue 37 (:mod:`ftkit.storage._direct`);
+``WRITEBACK`` then applies to the other levels' files only. ``run_order.py --floor-direct`` measures this
+floor as a system of its own (``floor-direct``) beside the buffered one, and the ratios take the better.
 
 ``COMMIT`` = 1: what durability needs beyond the bytes, which the default floor omits and ftkit (and any
 checkpoint a restart can trust) must do: each file is written under a temporary name and renamed after its
@@ -45,6 +51,7 @@ from ftkit.codec import RSCode
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ckpt_ftkit import usage_now  # noqa: E402  (the same CPU / run-queue / bytes-to-storage split)
 from devstat import device_now, device_text  # noqa: E402  (the device's counters over the call)
+from write_paths import write_direct  # noqa: E402  (O_DIRECT through two aligned staging buffers)
 
 try:
     from ftkit.storage._writeback import start_writeback
@@ -55,6 +62,7 @@ except ImportError:   # an ftkit from before issue 37 (--baseline-src): plain wr
 
 WRITEBACK = [False]   # argv[5]: early writeback of each piece (see the module doc)
 COMMIT = [False]      # argv[6]: durable names and a manifest (see the module doc)
+DIRECT = [False]      # argv[7]: the L4 file with direct I/O (see the module doc)
 PIECE = 16 << 20
 
 
@@ -67,14 +75,17 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_fsync(path: Path, data: np.ndarray | bytes) -> None:
-    """Write ``data`` to a new file and fsync it; with COMMIT under a temporary name, then rename it and
-    fsync its directory (else no rename: a floor)."""
+def write_fsync(path: Path, data: np.ndarray | bytes, direct: bool = False) -> None:
+    """Write ``data`` to a new file and fsync it (``direct``: with ``O_DIRECT``); with COMMIT under a
+    temporary name, then rename it and fsync its directory (else no rename: a floor)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     target = path.with_name(path.name + ".tmp") if COMMIT[0] else path
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DIRECT if direct else 0), 0o600)
     try:
         view, done = memoryview(data).cast("B"), 0
+        if direct:
+            write_direct(fd, view, 2)
+            done = len(view)
         while done < len(view):
             n = os.write(fd, view[done:done + PIECE] if WRITEBACK[0] else view[done:])
             if WRITEBACK[0]:
@@ -102,6 +113,7 @@ def main() -> int:
     work, mib, level, k = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     WRITEBACK[0] = len(sys.argv) > 5 and sys.argv[5] == "1"
     COMMIT[0] = len(sys.argv) > 6 and sys.argv[6] == "1"
+    DIRECT[0] = len(sys.argv) > 7 and sys.argv[7] == "1"
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     n = (mib << 20) // 8
@@ -125,7 +137,7 @@ def main() -> int:
 
     t = t0
     if level == 4:
-        write_fsync(work / "global" / f"r{rank}.bin", raw)
+        write_fsync(work / "global" / f"r{rank}.bin", raw, direct=DIRECT[0])
         t = lap("write_fsync", t)
     else:
         write_fsync(work / "local" / f"r{rank}.bin", raw)
@@ -169,6 +181,7 @@ def main() -> int:
     if rank == 0:
         text = ",".join(f"{name}:{v:.4f}" for name, v in parts.items())
         print(f"FLOORRESULT level={level} mib={mib} ranks={comm.Get_size()} commit={int(COMMIT[0])} "
+              f"direct={int(DIRECT[0])} "
               f"floor_s={floor:.4f} "
               f"cpu_s={cpu_s:.4f} pcpu_s={pcpu_s:.4f} runq_s={runq_s:.4f} blk_s={blk_s:.4f} wmib={wmib:.1f} "
               f"{dev} parts={text}",

@@ -32,8 +32,9 @@ program), ``blk_s`` (off CPU: I/O and sleeps), ``pcpu_s`` (CPU of all the proces
 The table: per case and system, n, median and 90th percentile of the call; per predecessor the median;
 ftkit ÷ FTI as median ÷ median, p90 ÷ p90 and p90 ÷ FTI's median (issue 37's check), per predecessor
 (median ÷ median of the runs after the same predecessor); ftkit ÷ floor (median and p90 over the floor's
-median). The MPI of each system is printed with the table (FTI runs under the MPI ``build_fti.sh`` compiled
-it with, ftkit under its own Open MPI 5).
+median; with ``--floor-direct`` over the better of the two floors' medians, buffered and direct L4). The
+MPI of each system is printed with the table (FTI runs under the MPI ``build_fti.sh`` compiled it with,
+ftkit under its own Open MPI 5).
 
 Systems: FTI (one build by ``build_fti.sh``, or with ``--fti-builds NAME=ROOT,...`` one system ``fti-NAME``
 per build, each launched with the mpirun of the MPI ``ROOT/ckpt_fti`` is linked to: ``mpirun.mpich`` or
@@ -76,6 +77,7 @@ from order_plan import (  # noqa: E402
     BUDGET_MIN_RUNS,
     RUN_SECONDS,
     grid_estimate_s,
+    is_floor,
     is_fti,
     load_rows,
     plan_cases,
@@ -236,7 +238,7 @@ def run_case(args: argparse.Namespace, mib: int, level: int, rng: random.Random)
             binary, launcher, _ = args.fti[system]
             cmd = [*launcher, "-n", str(args.ranks), str(binary), str(cfg), "ckpt", str(mib), str(level)]
         else:
-            cmd = run_sbs.command(system, args, cfg, "floor" if system == "floor" else "ckpt", mib, level, 0)
+            cmd = run_sbs.command(system, args, cfg, "floor" if is_floor(system) else "ckpt", mib, level, 0)
         t_run = time.monotonic()
         row = run_sbs.run_one(cmd, Path(args.out + ".log"), src, pycache=args.pycache)
         args.walls.setdefault(mib, []).append(time.monotonic() - t_run + state["settle_s"])
@@ -255,13 +257,19 @@ def run_case(args: argparse.Namespace, mib: int, level: int, rng: random.Random)
         shutil.rmtree(d, ignore_errors=True)
 
 
+def best_floor(med: dict[str, float]) -> float | None:
+    """The lower median of the floors measured (``floor``, ``floor-direct``): ftkit ÷ floor divides by it."""
+    floors = [v for s, v in med.items() if is_floor(s)]
+    return min(floors) if floors else None
+
+
 def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
     """Per case: each system's n, median, p90, median per predecessor, time split; the ratios."""
     good = [r for r in rows if r.get("run", -1) >= 0 and r["exit"] == 0 and str(r.get("ok", "1")) == "1"
             and (r.get("ckpt_s") or r.get("floor_s"))]
     names = {r["system"] for r in good}
     ftis = sorted(s for s in names if is_fti(s))
-    systems = [*ftis, *(s for s in ("ftkit", "base", "floor") if s in names)]
+    systems = [*ftis, *(s for s in ("ftkit", "base", "floor", "floor-direct") if s in names)]
     by = defaultdict(list)
     for r in good:
         by[(r["mib"], r["level"], r["settle"], r["system"])].append(r)
@@ -302,7 +310,7 @@ def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
                 b = [row_value(r) for r in ft if r["pred"] == p]
                 per_pred.append(f"{statistics.median(a) / statistics.median(b):.2f}" if a and b else "-")
             target = run_sbs.TARGETS[case[1]]
-            fl = med.get("floor")
+            fl = best_floor(med)
             ratio_lines.append(
                 f"| {case[0]} | L{case[1]} | {case[2]} | {fti} | "
                 f"**{med['ftkit'] / med[fti]:.2f}** ({target}) | "
@@ -311,10 +319,11 @@ def summarize(rows: list[dict], mpis: dict[str, str] | None = None) -> str:
                 + (f" | {med['ftkit'] / fl:.2f} | {p90['ftkit'] / fl:.2f} |" if fl else " | - | - |")
                 + (f" {med['base'] / med[fti]:.2f} / {p90['base'] / p90[fti]:.2f} |" if "base" in med
                    else " - |"))
-        if "ftkit" in med and not any(f in med for f in ftis) and "floor" in med:
+        fl = best_floor(med)
+        if "ftkit" in med and not any(f in med for f in ftis) and fl:
             ratio_lines.append(
                 f"| {case[0]} | L{case[1]} | {case[2]} | - | - | - | - | " + " | ".join("-" for _ in systems)
-                + f" | {med['ftkit'] / med['floor']:.2f} | {p90['ftkit'] / med['floor']:.2f} | - |")
+                + f" | {med['ftkit'] / fl:.2f} | {p90['ftkit'] / fl:.2f} | - |")
     loads = [float(r["load_before"]) for r in good]
     foot = (f"\nload average before the runs: {min(loads):.1f}-{max(loads):.1f} "
             f"(median {quantile(loads, 0.5):.1f}); "
@@ -343,6 +352,9 @@ def main() -> int:
     ap.add_argument("--no-floor", action="store_true", help="FTI and ftkit only")
     ap.add_argument("--floor-writeback", action="store_true",
                     help="the floors hand each 16 MiB piece to the device as they write it (as ftkit does)")
+    ap.add_argument("--floor-direct", action="store_true",
+                    help="also the floor whose L4 file is written with direct I/O (system floor-direct, as "
+                         "ftkit's L4 writer for 64 MiB or more); ftkit ÷ floor takes the better floor")
     ap.add_argument("--floor-commit", action="store_true",
                     help="the floors also make their files' names durable and commit a manifest on rank 0 "
                          "(what a restartable checkpoint needs beyond the bytes: floors.py COMMIT)")
@@ -374,7 +386,8 @@ def main() -> int:
     args.pycache = run_sbs.ROOT / "pycache"
     args.fti = fti_systems(args)
     args.systems = [*args.fti, "ftkit", *(["base"] if args.baseline_src else []),
-                    *([] if args.no_floor else ["floor"])]
+                    *([] if args.no_floor else ["floor"]),
+                    *(["floor-direct"] if args.floor_direct and not args.no_floor else [])]
     k = len(args.systems)
     cases = plan_cases(args)
     seconds = run_seconds_from(load_rows(args.run_seconds_from)) if args.run_seconds_from else {}

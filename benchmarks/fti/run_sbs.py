@@ -98,12 +98,14 @@ def command(system: str, args: argparse.Namespace, cfg: Path, mode: str, mib: in
     nprocs, node = (2 * args.ranks, 2) if head else (args.ranks, 1)
     if system == "fti":
         return [*args.fti_mpirun, "-n", str(nprocs), str(args.fti_bin), str(cfg), mode, str(mib), str(level)]
-    program = HERE / ("floors.py" if system == "floor" else "ckpt_ftkit.py")
+    floor = system in ("floor", "floor-direct")                       # run_order.py --floor-direct
+    program = HERE / ("floors.py" if floor else "ckpt_ftkit.py")
     writeback = str(int(getattr(args, "floor_writeback", False)))   # run_order.py --floor-writeback
     durable = str(int(getattr(args, "floor_commit", False)))        # run_order.py --floor-commit
     calls = int(getattr(args, "calls", 1) or 1)                       # run_order.py --calls
     extra = [str(cfg), mode, str(mib), str(level), *([str(calls)] if calls > 1 else [])] \
-        if system != "floor" else [str(cfg.parent), str(mib), str(level), str(args.group), writeback, durable]
+        if not floor else [str(cfg.parent), str(mib), str(level), str(args.group), writeback, durable,
+                           str(int(system == "floor-direct"))]
     return [args.python, "-m", "ftkit", "launch", "-n", str(nprocs), "--node-size", str(node),
             "--timeout", "900", "--", args.python, str(program), *extra]
 

@@ -15,6 +15,7 @@ __all__ = [
     "LaunchError",
     "CodecError",
     "StorageError",
+    "DirectIOUnsupported",
     "FormatError",
     "CorruptionError",
     "CheckpointError",
@@ -68,6 +69,12 @@ class CodecError(FtkitError, ValueError):
 
 class StorageError(FtkitError, OSError):
     """A checkpoint file or directory could not be written, read or committed."""
+
+
+class DirectIOUnsupported(StorageError):
+    """The file system refuses direct I/O (``O_DIRECT``: tmpfs on older kernels, ramfs, some NFS and FUSE
+    mounts). ftkit's writers then write through the page cache; only a caller that asked for direct I/O
+    alone sees it."""
 
 
 class FormatError(StorageError):

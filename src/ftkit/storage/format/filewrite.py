@@ -19,6 +19,7 @@ import numpy as np
 import xxhash
 
 from ...errors import StorageError
+from .._direct import DIRECT_CHUNK, DIRECT_MIN_BYTES
 from .._fsutil import AtomicWriter
 from .compressed import ChunkWriter, chunk_step
 from .global_layout import Layout
@@ -141,6 +142,7 @@ def write_file(
     chunk_bytes: int = DEFAULT_CHUNK,
     fsync: bool = True,
     layouts: Mapping[str, Layout] | None = None,
+    direct: bool = False,
 ) -> FileInfo:
     """Write ``arrays`` to a checkpoint file at ``path`` atomically (temp name, fsync, rename, fsync dir).
 
@@ -160,6 +162,10 @@ def write_file(
         fsync the file and its directory (durability); tests of the format may turn it off.
     layouts
         Global layout of some arrays, by name (stored with per-chunk digests; see the module docstring).
+    direct
+        Write a file of :data:`~ftkit.storage._direct.DIRECT_MIN_BYTES` or more with direct I/O, bypassing
+        the page cache (:class:`~ftkit.storage._fsutil.AtomicWriter`'s ``direct``: buffered where the file
+        system refuses it). The bytes written are the same.
 
     Returns
     -------
@@ -173,7 +179,7 @@ def write_file(
     """
     writer, info, _ = write_uncommitted(path, arrays, rank=rank, level=level, ckpt_id=ckpt_id,
                                         exec_id=exec_id, nranks=nranks, meta=meta, chunk_bytes=chunk_bytes,
-                                        fsync=fsync, layouts=layouts)
+                                        fsync=fsync, layouts=layouts, direct=direct)
     writer.commit()
     return info
 
@@ -192,9 +198,11 @@ def write_uncommitted(
     fsync: bool = True,
     layouts: Mapping[str, Layout] | None = None,
     writeback: bool | None = None,
+    direct: bool = False,
 ) -> tuple[AtomicWriter, FileInfo, bytes]:
     """:func:`write_file` up to, not including, the commit: every byte is written under the temporary name.
-    ``writeback``: as :class:`AtomicWriter`'s (default: on when ``fsync`` is).
+    ``writeback``: as :class:`AtomicWriter`'s (default: on when ``fsync`` is); ``direct``: as
+    :func:`write_file`'s.
 
     Returns the writer (the caller commits or aborts it: see :mod:`ftkit.storage.pending`), the file's
     :class:`FileInfo`, and the file's first ``data_offset`` bytes (preamble and final header): the rest of
@@ -207,11 +215,17 @@ def write_uncommitted(
     """
     path = Path(path)
     fields_, placeholder, sections = _plan_file(arrays, rank, level, ckpt_id, exec_id, nranks, meta, layouts)
-    writer = AtomicWriter(path, fsync=fsync, writeback=writeback)
+    head_bytes = PREAMBLE.size + len(placeholder)   # kept in memory by a direct writer, to be rewritten
+    writer = AtomicWriter(path, fsync=fsync, writeback=writeback,
+                          direct=direct and fields_["file_size"] >= DIRECT_MIN_BYTES
+                          and head_bytes <= DIRECT_CHUNK)
     try:
         writer.pwrite(_preamble(placeholder) + placeholder, 0)
+        # Direct: hashed and handed over one staging buffer at a time. xxh3 and the copy hold the GIL, which
+        # the direct-write thread needs between two writes: a 16 MiB piece left the device idle meanwhile.
+        step = min(chunk_bytes, DIRECT_CHUNK) if writer.direct else chunk_bytes
         final = _stream_sections(arrays, sections, lambda piece, at: writer.pwrite(piece, at),
-                                 lambda _item: chunk_bytes)
+                                 lambda _item: step)
         head = _final_head(fields_, final, placeholder)
         writer.pwrite(head, 0)
     except OSError as exc:

@@ -82,6 +82,10 @@ class StorageLevel(ABC):
     supports_direct_write: ClassVar[bool] = False
     #: True if the level's file of a rank is the checkpoint file itself (readable with read_into).
     supports_read: ClassVar[bool] = True
+    #: True if large files written straight from the arrays bypass the page cache (direct I/O, where the
+    #: file system allows it: :func:`ftkit.storage.format.container.write_file`'s ``direct``). For files
+    #: nobody on the node reads back soon (L4); node-local levels keep the page cache, where L2/L3 read back.
+    bypass_page_cache: ClassVar[bool] = False
 
     def __init__(self, root: str | os.PathLike[str], exec_id: str, nodes: Sequence[int],
                  chunk_bytes: int = fmt.DEFAULT_CHUNK, fsync: bool = True,
@@ -146,7 +150,7 @@ class StorageLevel(ABC):
                                             layouts=layouts)
             return fmt.write_file(dst, arrays, rank=rank, level=level, ckpt_id=ckpt_id, exec_id=self.exec_id,
                                   nranks=nranks, meta=meta, chunk_bytes=self.chunk_bytes, fsync=fsync,
-                                  layouts=layouts)
+                                  layouts=layouts, direct=self.bypass_page_cache and fsync)
 
         if not self.store.supports_local_path:
             with self._staged(ckpt_id, rank) as dst:
