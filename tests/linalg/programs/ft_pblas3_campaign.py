@@ -10,7 +10,7 @@ false positive, and the result must pass the conformance check. The other rounds
 mantissa bit at a random injection point (A, B or C, random step and rank): the result must still pass the
 check with the block-wise bound a checksum guarantees (``bs^2`` times the largest magnitude; an error below
 it can be invisible to the block's sums), so a flip that mattered was found and corrected. A clean float64
-FT_PDSYRK / FT_PDSYR2K must also equal the plain routine's result bit for bit. Rank 0 prints
+FT_PDTRSM / FT_PDSYRK / FT_PDSYR2K must also equal the plain routine's result bit for bit. Rank 0 prints
 ``FAIL ...`` and ``DONE trials=T failures=F false_positives=P flips=X detected=D corrected=K``.
 """
 
@@ -83,16 +83,16 @@ def main() -> int:
     return 0
 
 
-#: Position of C, the matrix the rank-k routines write, in their calls.
-OUTPUT = {"pdsyrk": 9, "pdsyr2k": 12}
+#: Position of the matrix the routines whose error-free result is the plain one's bit for bit write.
+OUTPUT = {"pdtrsm": 10, "pdsyrk": 9, "pdsyr2k": 12}
 
 
 def _ft_call(routine: str, *args: object, kw: dict, reports: list, unequal: list | None) -> None:
-    """Run the ft_ routine on ``args``; with ``unequal`` (clean float64 trials of the rank-k routines, whose
-    error-free result is the plain routine's bit for bit) run the plain routine on a copy first and note a
-    difference on this process in ``unequal``."""
+    """Run the ft_ routine on ``args``; with ``unequal`` (clean float64 trials of the routines in
+    :data:`OUTPUT`, whose error-free result is the plain routine's bit for bit) run the plain routine on a
+    copy first and note a difference on this process in ``unequal``."""
     plain = None
-    if unequal is not None and routine in ("pdsyrk", "pdsyr2k"):
+    if unequal is not None and routine in OUTPUT:
         out = OUTPUT[routine]
         mine = args[out]
         # the copy with the very strides of C's local array (a one-row array may be C-ordered), which decide
