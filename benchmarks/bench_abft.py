@@ -59,7 +59,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--phases", action="store_true", help="per-function CPU profile, pdgemm vs ft_pdgemm")
     ap.add_argument("--level3", action="store_true",
                     help="--phases of pdtrmm, pdsyrk, pdsyr2k vs their ft_ versions instead of pdgemm")
-    ap.add_argument("--only", nargs="+", default=None, choices=("pdtrmm", "pdsyrk", "pdsyr2k"),
+    ap.add_argument("--only", nargs="+", default=None, choices=("pdtrmm", "pdtrsm", "pdsyrk", "pdsyr2k"),
                     help="with --level3: profile only these routines (and their ft_ versions)")
     ap.add_argument("--potrf", action="store_true",
                     help="--phases of pdpotrf vs ft_pdpotrf instead of pdgemm")
@@ -304,6 +304,7 @@ def _phase_calls(args: argparse.Namespace, grid: Any) -> dict[str, dict[str, Any
     A.local[...] = np.where(rows == cols, n + np.abs(A.local), A.local)  # T: well conditioned
     shapes = {
         "pdtrmm": (B.copy, lambda fn, x: fn("L", "L", "N", "N", n, n, 1.0, A, 0, 0, x, 0, 0)),
+        "pdtrsm": (B.copy, lambda fn, x: fn("L", "L", "N", "N", n, n, 1.0, A, 0, 0, x, 0, 0)),
         "pdsyrk": (C.copy, lambda fn, x: fn("L", "N", n, n, 1.0, B, 0, 0, 1.0, x, 0, 0)),
         "pdsyr2k": (C.copy, lambda fn, x: fn("L", "N", n, n, 1.0, B, 0, 0, A, 0, 0, 1.0, x, 0, 0)),
     }
