@@ -58,9 +58,12 @@ __all__ = ["SolveChecksums", "segments"]
 _KINDS = 3
 
 
-def segments(m: BlockCyclic1D, p: int, bs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Return ``(global bounds, local bounds, global id of each local segment)`` of ``m`` on process ``p``."""
-    gb = checksums.segment_bounds(np.arange(m.n), m.offset, m.nb, bs)
+def segments(m: BlockCyclic1D, p: int, bs: int, gb: np.ndarray | None = None,
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return ``(global bounds, local bounds, global id of each local segment)`` of ``m`` on process ``p``
+    (``gb``: the global bounds, if known)."""
+    if gb is None:
+        gb = checksums.segment_bounds(np.arange(m.n), m.offset, m.nb, bs)
     here = m.indices_on(p)
     lb = checksums.segment_bounds(here, m.offset, m.nb, bs)
     ids = np.searchsorted(gb, here[lb[:-1]], side="right") - 1 if here.size else np.zeros(0, np.int64)
@@ -101,6 +104,7 @@ class SolveChecksums:
     cols: BlockCyclic1D
     wcols: BlockCyclic1D
     bs: int
+    lower: bool
 
     def __post_init__(self) -> None:
         g = self.grid
@@ -114,10 +118,10 @@ class SolveChecksums:
         self.rmax = float(np.diff(self.rg).max(initial=1))
         self.cmax = float(np.diff(self.cg).max(initial=1))
         # the row / column segments every process row / column holds (the layouts of what they send)
-        self.rid_of = [segments(self.rows, p, self.bs)[2] for p in range(g.nprow)]
-        self.cid_of = [segments(self.wcols, q, self.bs)[2] for q in range(g.npcol)]
+        self.rid_of = [segments(self.rows, p, self.bs, self.rg)[2] for p in range(g.nprow)]
+        self.cid_of = [segments(self.wcols, q, self.bs, self.cg)[2] for q in range(g.npcol)]
         self._t_exchange: tuple[Any, ...] | None = None
-        self._t_rows: np.ndarray | None = None
+        self._t_blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
     def _sum(self, parts: list[np.ndarray]) -> list[np.ndarray]:
         flat = np.concatenate([p.ravel() for p in parts])
@@ -139,11 +143,8 @@ class SolveChecksums:
         page faults and the kernel's zeroing, more than the copy itself). ``T``'s sums start on their way to
         the process rows that multiply them (non-blocking; :meth:`residuals` waits).
         """
-        nr, nc = len(self.rl) - 1, len(self.cl) - 1
-        text = np.zeros((_KINDS * nr, t.shape[1]), order="F")
-        if nr and t.shape[1]:
-            encode_rows_into(t, self.rl, self.rw[:, 0], text, False, _KINDS)
-        self._send_t_sums(text)
+        nc = len(self.cl) - 1
+        self._send_t_sums(self._t_sums(t))
         ncols = w.shape[1]
         wext = pooled_buffer(pool, "w0", (w.shape[0], ncols + _KINDS * nc))
         encode_cols_into(w, self.cl, self.cw, wext, True, _KINDS)
@@ -152,6 +153,32 @@ class SolveChecksums:
         # in the order of the residuals' products: plain, column-weighted, row-weighted, absolute
         self.w_sums = np.stack([_seg_sums(x, self.rl, 0) for x in (plain, colw, plain * self.rw, absw)])
         return w0
+
+    def _t_sums(self, t: np.ndarray) -> np.ndarray:
+        """Return the column sums of ``T``'s local row segments (kinds x segments by local columns), read
+        only where ``T``'s triangle can be non-zero: per distribution block of columns, from the row
+        segment of its diagonal block on (lower; up to it, upper). The rest of ``T`` is zero
+        (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_operand`)."""
+        nr, nloc = len(self.rl) - 1, self.rows_here.size
+        text = np.zeros((_KINDS * nr, t.shape[1]), order="F")
+        if not (nr and t.shape[1]):
+            return text
+        # T's columns and rows share their block partition (``tri_cols``): a block's first and last index
+        # fall on row-block, hence row-segment, bounds
+        cb = checksums.segment_bounds(self.cols_t, self.cols.offset, self.cols.nb)
+        for c0, c1 in zip(cb[:-1].tolist(), cb[1:].tolist(), strict=True):
+            if self.lower:
+                r0, r1 = int(np.searchsorted(self.rows_here, self.cols_t[c0])), nloc
+            else:
+                r0, r1 = 0, int(np.searchsorted(self.rows_here, self.cols_t[c1 - 1] + 1))
+            s0, s1 = int(np.searchsorted(self.rl, r0)), int(np.searchsorted(self.rl, r1))
+            if s1 <= s0:
+                continue
+            part = np.empty((_KINDS * (s1 - s0), c1 - c0), order="F")
+            encode_rows_into(t[r0:r1, c0:c1], self.rl[s0:s1 + 1] - r0, self.rw[r0:r1, 0], part, False, _KINDS)
+            for q in range(_KINDS):
+                text[q * nr + s0:q * nr + s1, c0:c1] = part[q * (s1 - s0):(q + 1) * (s1 - s0)]
+        return text
 
     def _send_t_sums(self, text: np.ndarray) -> None:
         """Start sending each process the column sums of ``T`` (``text``: kinds x local row segments by local
@@ -175,24 +202,22 @@ class SolveChecksums:
                                 [rbuf, (rcounts, _displs(rcounts)), MPI.DOUBLE])
         self._t_exchange = (req, sbuf, rbuf, layout, rcounts)
 
-    def t_rows(self) -> np.ndarray:
-        """Return ``T``'s column sums at this process row's indices (``kinds x nI x`` local rows of ``X``:
-        plain, row-weighted, absolute), waiting for :meth:`encode`'s exchange the first time."""
-        if self._t_rows is None:
+    def t_blocks(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Return ``T``'s column sums at this process row's indices of ``X``'s rows, as received from each
+        process: ``(row segment ids, local rows of X, sums)``, the sums ``kinds x segments x rows`` (plain,
+        row-weighted, absolute). Waits for :meth:`encode`'s exchange the first time."""
+        if self._t_blocks is None:
             assert self._t_exchange is not None, "encode() first"
             req, _sbuf, rbuf, layout, rcounts = self._t_exchange
             wait_requests([req])  # waited by sleeping
-            tr = np.zeros((_KINDS, self.nI, self.rows_here.size))
-            off = 0
+            blocks, off = [], 0
             for (ps, nrow, pos), cnt in zip(layout, rcounts, strict=True):
-                if cnt:
-                    # rows kind-major (kind q, segment s at q * nr + s), F order
+                if cnt:  # rows kind-major (kind q, segment s at q * nr + s), F order
                     blk = rbuf[off:off + cnt].reshape((nrow // _KINDS, _KINDS, pos.size), order="F")
-                    blk = blk.transpose(1, 0, 2)
-                    tr[:, self.rid_of[ps][:, None], pos[None, :]] = blk
+                    blocks.append((self.rid_of[ps], pos, blk.transpose(1, 0, 2)))
                 off += cnt
-            self._t_rows, self._t_exchange = tr, None
-        return self._t_rows
+            self._t_blocks, self._t_exchange = blocks, None
+        return self._t_blocks
 
     def residuals(self, x: np.ndarray, tol: float | str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return ``(residual, threshold, rigorous threshold)`` per block (``nI x nJ``, the same bit for bit
@@ -202,14 +227,15 @@ class SolveChecksums:
         largest weight (their bounds are that weight times the plain one's): a block is flagged if any of
         the three disagrees. The signed residuals are kept for :meth:`locate`.
         """
-        ts, tw, ta = self.t_rows()
         nc = len(self.cl) - 1
         xext = np.zeros((x.shape[0], _KINDS * nc), order="F")
         if nc and x.shape[0]:
             encode_cols_into(x, self.cl, self.cw, xext, False, _KINDS)  # plain, weighted, absolute
-        xs, xw, xa = (xext[:, q * nc:(q + 1) * nc] for q in range(_KINDS))
+        part = np.zeros((4, self.nI, nc))  # this process row's share of the sums
         with np.errstate(invalid="ignore", over="ignore"):
-            part = np.stack([ts @ xs, ts @ xw, tw @ xs, ta @ xa])  # this process row's share of the sums
+            for rid, pos, (ts, tw, ta) in self.t_blocks():
+                xs, xw, xa = (xx for xx in np.split(xext[pos], _KINDS, axis=1))
+                part[:, rid] += np.stack([ts @ xs, ts @ xw, tw @ xs, ta @ xa])
         prod, w0 = self._gather(part)
         with np.errstate(invalid="ignore", over="ignore"):
             self.res_e, self.res_w, self.res_r = prod[0] - w0[0], prod[1] - w0[1], prod[2] - w0[2]
@@ -257,11 +283,11 @@ class SolveChecksums:
     def gather_t_sums(self) -> None:
         """Collect all of ``T``'s column sums (plain and row-weighted, ``nI x ka``) that :meth:`locate`
         reads (collective; only when a block is flagged)."""
-        tr = self.t_rows()
-        parts = [np.zeros((self.nI, self.ka)) for _ in range(2)]
+        parts = np.zeros((2, self.nI, self.ka))
         if self.grid.mycol == 0:  # each process row's sums once (every process column holds them)
-            parts[0][:, self.rows_here], parts[1][:, self.rows_here] = tr[0], tr[1]
-        self.ts, self.tw = self._sum(parts)  # one non-zero term per entry: exact
+            for rid, pos, blk in self.t_blocks():
+                parts[:, rid[:, None], self.rows_here[pos][None, :]] = blk[:2]
+        self.ts, self.tw = self._sum([parts[0], parts[1]])  # one non-zero term per entry: exact
 
     def locate(self, bj: int, thr: np.ndarray) -> tuple[int, int, float] | None:
         """Locate a single wrong element of column segment ``bj`` from the last residuals: ``(row, column,

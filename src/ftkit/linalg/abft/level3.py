@@ -234,7 +234,7 @@ def ft_pdtrsm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alph
     if alpha != 1.0:
         w *= alpha
     chk = SolveChecksums(g, rows, cols, wcols, int(bs) if bs is not None else
-                         checksums.choose_bs(rows.nb, wcols.nb, rows.n))
+                         checksums.choose_bs(rows.nb, wcols.nb, rows.n), lower)
     pool: dict[object, np.ndarray] = {}
     try:
         w0 = chk.encode(t, w, pool)  # the copy of alpha B that flagged segments are solved again from
