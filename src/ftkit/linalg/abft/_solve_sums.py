@@ -58,16 +58,20 @@ __all__ = ["SolveChecksums", "segments"]
 _KINDS = 3
 
 
-def segments(m: BlockCyclic1D, p: int, bs: int, gb: np.ndarray | None = None,
+def _cut(m: BlockCyclic1D, bs: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return the global segment bounds of ``m`` and the process owning each segment (a segment never
+    straddles a distribution block)."""
+    gb = checksums.segment_bounds(np.arange(m.n), m.offset, m.nb, bs)
+    return gb, m.owners[gb[:-1]] if m.n else np.zeros(0, np.int64)
+
+
+def segments(m: BlockCyclic1D, p: int, bs: int, cut: tuple[np.ndarray, np.ndarray] | None = None,
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return ``(global bounds, local bounds, global id of each local segment)`` of ``m`` on process ``p``
-    (``gb``: the global bounds, if known)."""
-    if gb is None:
-        gb = checksums.segment_bounds(np.arange(m.n), m.offset, m.nb, bs)
-    here = m.indices_on(p)
-    lb = checksums.segment_bounds(here, m.offset, m.nb, bs)
-    ids = np.searchsorted(gb, here[lb[:-1]], side="right") - 1 if here.size else np.zeros(0, np.int64)
-    return gb, lb, ids
+    (``cut``: :func:`_cut` of ``m``, if known): process ``p``'s local indices are its segments, in order."""
+    gb, owner = _cut(m, bs) if cut is None else cut
+    ids = np.flatnonzero(owner == p)
+    return gb, np.concatenate(([0], np.cumsum(np.diff(gb)[ids]))).astype(np.int64), ids
 
 
 def _seg_sums(x: np.ndarray, lb: np.ndarray, axis: int) -> np.ndarray:
@@ -81,10 +85,7 @@ def _seg_sums(x: np.ndarray, lb: np.ndarray, axis: int) -> np.ndarray:
 
 def _weights(here: np.ndarray, lb: np.ndarray, ids: np.ndarray, gb: np.ndarray) -> np.ndarray:
     """1-based index of each local index inside its segment (the weights of the weighted checksums)."""
-    w = np.ones(here.size)
-    for s, gid in enumerate(ids):
-        w[lb[s]:lb[s + 1]] = here[lb[s]:lb[s + 1]] - gb[gid] + 1
-    return w
+    return (here - np.repeat(gb[ids], np.diff(lb)) + 1).astype(np.float64)
 
 
 def _displs(counts: list[int]) -> list[int]:
@@ -108,8 +109,9 @@ class SolveChecksums:
 
     def __post_init__(self) -> None:
         g = self.grid
-        self.rg, self.rl, self.rid = segments(self.rows, g.myrow, self.bs)
-        self.cg, self.cl, self.cid = segments(self.wcols, g.mycol, self.bs)
+        rcut, ccut = _cut(self.rows, self.bs), _cut(self.wcols, self.bs)
+        self.rg, self.rl, self.rid = segments(self.rows, g.myrow, self.bs, rcut)
+        self.cg, self.cl, self.cid = segments(self.wcols, g.mycol, self.bs, ccut)
         self.rows_here = self.rows.indices_on(g.myrow)
         self.cols_t = self.cols.indices_on(g.mycol)
         self.nI, self.nJ, self.ka = len(self.rg) - 1, len(self.cg) - 1, self.rows.n
@@ -118,8 +120,8 @@ class SolveChecksums:
         self.rmax = float(np.diff(self.rg).max(initial=1))
         self.cmax = float(np.diff(self.cg).max(initial=1))
         # the row / column segments every process row / column holds (the layouts of what they send)
-        self.rid_of = [segments(self.rows, p, self.bs, self.rg)[2] for p in range(g.nprow)]
-        self.cid_of = [segments(self.wcols, q, self.bs, self.cg)[2] for q in range(g.npcol)]
+        self.rid_of = [np.flatnonzero(rcut[1] == p) for p in range(g.nprow)]
+        self.cid_of = [np.flatnonzero(ccut[1] == q) for q in range(g.npcol)]
         self._t_exchange: tuple[Any, ...] | None = None
         self._t_blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
@@ -175,7 +177,8 @@ class SolveChecksums:
             if s1 <= s0:
                 continue
             part = np.empty((_KINDS * (s1 - s0), c1 - c0), order="F")
-            encode_rows_into(t[r0:r1, c0:c1], self.rl[s0:s1 + 1] - r0, self.rw[r0:r1, 0], part, False, _KINDS)
+            # whole columns (F-contiguous, as the kernel is compiled for), only the segments s0..s1 read
+            encode_rows_into(t[:, c0:c1], self.rl[s0:s1 + 1], self.rw[:, 0], part, False, _KINDS)
             for q in range(_KINDS):
                 text[q * nr + s0:q * nr + s1, c0:c1] = part[q * (s1 - s0):(q + 1) * (s1 - s0)]
         return text
