@@ -25,9 +25,12 @@ Where the overhead goes:
   and statistical), summed over the ranks: per-function CPU ms per call, pdgemm vs ft_pdgemm, largest
   differences first (the encoding kernels replace pdgemm's own copies of the pieces into the panels), and
   every rank's CPU seconds per call (median); the calls interleaved, in alternating order. With ``--level3``
-  the same for pdtrmm, pdsyrk and pdsyr2k against ft_pdtrmm, ft_pdsyrk and ft_pdsyr2k (rigorous bound;
+  the same for pdtrmm, pdtrsm, pdsyrk and pdsyr2k against their ft_ versions (rigorous bound;
   ``bench_pblas3.py``'s flags, each call on fresh copies of B / C, copies not profiled; ``--only pdsyrk``
-  for some of them; ``--nb 128`` is the issue's case). With ``--potrf``
+  for some of them; ``--nb 128`` is the issue's case). ``--cumulative FILE:FUNC ...`` adds the CPU of those
+  functions including what they call (per call and rank, and as a share of the plain routine's CPU): the
+  cost of the checks alone, e.g. ``_solve_sums.py:encode level3.py:_check_solution`` for ft_pdtrsm, which
+  the calls' own CPU, noisy on a shared machine, cannot resolve to a percent. With ``--potrf``
   pdpotrf against ft_pdpotrf (lower, no checkpoint, rigorous bound) on ``bench_pblas3.py``'s SPD matrix.
 - ``--kernels``: one process, no MPI: the per-rank pieces of the 2 x 2 run (local ``n/2 x n/2``, pieces of
   ``n/2 x 512``): the plain copy pdgemm makes of an A / B piece, the fused copy + checksum kernels (3 kinds:
@@ -58,9 +61,12 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--phases", action="store_true", help="per-function CPU profile, pdgemm vs ft_pdgemm")
     ap.add_argument("--level3", action="store_true",
-                    help="--phases of pdtrmm, pdsyrk, pdsyr2k vs their ft_ versions instead of pdgemm")
-    ap.add_argument("--only", nargs="+", default=None, choices=("pdtrmm", "pdsyrk", "pdsyr2k"),
+                    help="--phases of pdtrmm, pdtrsm, pdsyrk, pdsyr2k vs their ft_ versions, not pdgemm")
+    ap.add_argument("--only", nargs="+", default=None, choices=("pdtrmm", "pdtrsm", "pdsyrk", "pdsyr2k"),
                     help="with --level3: profile only these routines (and their ft_ versions)")
+    ap.add_argument("--cumulative", nargs="+", default=[], metavar="FILE:FUNC",
+                    help="with --phases: also each of these functions' CPU including what it calls, per call "
+                         "and rank, and its share of the plain routine's (e.g. level3.py:_check_solution)")
     ap.add_argument("--potrf", action="store_true",
                     help="--phases of pdpotrf vs ft_pdpotrf instead of pdgemm")
     ap.add_argument("--kernels", action="store_true", help="in-process kernel timings (no MPI)")
@@ -96,6 +102,7 @@ def launch(args: argparse.Namespace) -> int:
         *(["--phases"] if args.phases else []),
         *(["--level3"] if args.level3 else []),
         *(["--only", *args.only] if args.only else []),
+        *(["--cumulative", *args.cumulative] if args.cumulative else []),
         *(["--potrf"] if args.potrf else []),
     ]
     cmd = build_mpirun_command(
@@ -269,7 +276,7 @@ def work(args: argparse.Namespace) -> int:
 
 def _phase_calls(args: argparse.Namespace, grid: Any) -> dict[str, dict[str, Any]]:
     """``{plain: {variant: (fresh, call)}}`` for ``--phases``: pdgemm / ft_pdgemm (rigorous and statistical),
-    or with ``--level3`` pdtrmm, pdsyrk, pdsyr2k and their ``ft_`` versions (rigorous) on
+    or with ``--level3`` pdtrmm, pdtrsm, pdsyrk, pdsyr2k and their ``ft_`` versions (rigorous) on
     ``bench_pblas3.py``'s operands and flags (side L, lower, no transpose; lower "N", k = n, beta 1).
     ``fresh()`` makes the copy of the matrix a call writes (not profiled), ``call(x)`` runs on it."""
     import numpy as np
@@ -304,6 +311,7 @@ def _phase_calls(args: argparse.Namespace, grid: Any) -> dict[str, dict[str, Any
     A.local[...] = np.where(rows == cols, n + np.abs(A.local), A.local)  # T: well conditioned
     shapes = {
         "pdtrmm": (B.copy, lambda fn, x: fn("L", "L", "N", "N", n, n, 1.0, A, 0, 0, x, 0, 0)),
+        "pdtrsm": (B.copy, lambda fn, x: fn("L", "L", "N", "N", n, n, 1.0, A, 0, 0, x, 0, 0)),
         "pdsyrk": (C.copy, lambda fn, x: fn("L", "N", n, n, 1.0, B, 0, 0, 1.0, x, 0, 0)),
         "pdsyr2k": (C.copy, lambda fn, x: fn("L", "N", n, n, 1.0, B, 0, 0, A, 0, 0, 1.0, x, 0, 0)),
     }
@@ -343,9 +351,11 @@ def phases(args: argparse.Namespace) -> int:
     mine: dict[str, dict[str, float]] = {}
     for name, pr in prof.items():
         per: dict[str, float] = {}
-        for (file, _line, func), (_cc, _nc, tt, _ct, _callers) in pstats.Stats(pr).stats.items():  # type: ignore[attr-defined]
+        for (file, _line, func), (_cc, _nc, tt, ct, _callers) in pstats.Stats(pr).stats.items():  # type: ignore[attr-defined]
             key = f"{Path(file).name}:{func}"
             per[key] = per.get(key, 0.0) + tt * 1e3 / args.repeats
+            if key in args.cumulative:  # inclusive time, under its own key
+                per["cumulative " + key] = per.get("cumulative " + key, 0.0) + ct * 1e3 / args.repeats
         mine[name] = per
     every = comm.gather((mine, {name: statistics.median(v) for name, v in cpu.items()}))
     if comm.rank == 0:
@@ -357,10 +367,12 @@ def _print_phases(args: argparse.Namespace, size: int, pairs: dict[str, dict[str
                   every: list[Any]) -> None:
     """Rank 0's table of :func:`phases`."""
     tot: dict[str, dict[str, float]] = {}
+    cum: dict[str, dict[str, float]] = {}
     for rank_data, _ in every:
         for name, per in rank_data.items():
             for key, ms in per.items():
-                tot.setdefault(name, {})[key] = tot.setdefault(name, {}).get(key, 0.0) + ms
+                into = cum if key.startswith("cumulative ") else tot
+                into.setdefault(name, {})[key] = into.setdefault(name, {}).get(key, 0.0) + ms
     print(f"n={args.n} nb={args.nb}, {size} ranks: CPU ms per call summed over the ranks (own time per "
           "function)")
     for plain, variants in pairs.items():
@@ -373,6 +385,9 @@ def _print_phases(args: argparse.Namespace, size: int, pairs: dict[str, dict[str
             total = sum(tot[name].values())
             print(f"  {name}: {total:.1f} vs {plain} {base:.1f} ({100 * (total / base - 1):+.2f} %); "
                   "CPU s per call per rank (median) " + " ".join(f"{c[name]:.3f}" for _, c in every))
+            for key, ms in sorted(cum.get(name, {}).items()):
+                print(f"    {key} (with what it calls): {ms / size:.2f} ms per call per rank, "
+                      f"{100 * ms / base:.2f} % of {plain}'s CPU")
             keys = set(tot[name]) | set(tot[plain])
             diff = sorted(keys, key=lambda k: -abs(tot[name].get(k, 0.0) - tot[plain].get(k, 0.0)))
             for key in diff[:int(os.environ.get("BENCH_PHASE_ROWS", "16"))]:

@@ -42,6 +42,17 @@ def test_flips_corrected_and_no_false_positives(nprow, npcol, seed):
     assert detected > 0 and corrected == detected
 
 
+@pytest.mark.mpi
+def test_trsm_on_non_square_grids():
+    """2x3 and 3x2, every flag combination, offsets and block sizes that do not divide the sizes (the solve's
+    checksums are multiplied where the solution's rows are): error-free PDTRSM's result bit for bit; a flip
+    in the solution located at its element and fixed; one in the triangle and one in alpha B solved again,
+    PDTRSM's result bit for bit."""
+    res = run_python(6, PROGRAMS / "ft_trsm_grids.py", timeout=300).check()
+    assert "DONE failures=0" in res.stdout, res.stdout + res.stderr
+    assert res.stdout.count("CASE ") == 2 * 16 * 4 and "FAIL" not in res.stdout, res.stdout
+
+
 @pytest.fixture(scope="module")
 def grid():
     g = linalg.ProcessGrid(MPI.COMM_SELF, 1, 1)

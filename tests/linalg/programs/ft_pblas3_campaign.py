@@ -10,8 +10,8 @@ false positive, and the result must pass the conformance check. The other rounds
 mantissa bit at a random injection point (A, B or C, random step and rank): the result must still pass the
 check with the block-wise bound a checksum guarantees (``bs^2`` times the largest magnitude; an error below
 it can be invisible to the block's sums), so a flip that mattered was found and corrected. A clean float64
-FT_PDTRMM / FT_PDSYRK / FT_PDSYR2K must also equal the plain routine's result bit for bit. Rank 0 prints
-``FAIL ...`` and ``DONE trials=T failures=F false_positives=P flips=X detected=D corrected=K``.
+FT_PDTRSM / FT_PDTRMM / FT_PDSYRK / FT_PDSYR2K must also equal the plain routine's result bit for bit.
+Rank 0 prints ``FAIL ...`` and ``DONE trials=T failures=F false_positives=P flips=X detected=D corrected=K``.
 """
 
 from __future__ import annotations
@@ -83,13 +83,12 @@ def main() -> int:
     return 0
 
 
-#: Position of the matrix a routine writes (B, C) in its calls, for the routines whose clean float64 result is
-#: checked bit for bit against the plain routine's.
-OUTPUT = {"pdtrmm": 10, "pdsyrk": 9, "pdsyr2k": 12}
+#: Position of the matrix the routines whose error-free result is the plain one's bit for bit write.
+OUTPUT = {"pdtrsm": 10, "pdtrmm": 10, "pdsyrk": 9, "pdsyr2k": 12}
 
 
 def _ft_call(routine: str, *args: object, kw: dict, reports: list, unequal: list | None) -> None:
-    """Run the ft_ routine on ``args``; with ``unequal`` (clean float64 trials of the routines of
+    """Run the ft_ routine on ``args``; with ``unequal`` (clean float64 trials of the routines in
     :data:`OUTPUT`, whose error-free result is the plain routine's bit for bit) run the plain routine on a
     copy first and note a difference on this process in ``unequal``."""
     plain = None

@@ -9,47 +9,69 @@ with ``X = inv(T) W0``, every block ``(I, J)`` (row segment ``I`` of ``T``'s row
 Both sides come from checksums: the column sums of ``T``'s row segments (plain, absolute and row-weighted,
 ``nI x ka``, taken when ``T`` is built, before it is used), the row sums of ``X``'s column segments (plain,
 absolute, column-weighted, ``ka x nJ``) and the block sums of ``W0`` (``nI x nJ``), all of them ``1/bs`` of
-the data; every process adds its local part and one all-reduce gives every process all of them, so every
-process decides the same without further messages. The plain, row-weighted (``w_I^T T X e_J = w_I^T W0
-e_J``) and column-weighted equations are checked; the rigorous threshold of the plain one is
-``2 gamma(2 ka + r + c + 8) (e_I^T |T| |X| e_J + e_I^T |W0| e_J)`` plus an underflow floor (a computed
-substitution satisfies ``|T X - W0| <= gamma_ka |T||X|`` componentwise, in any summation order; the rest
-covers the rounding of the checksums), the weighted ones get the largest weight times it.
-``"statistical"`` uses ``STAT_LAMBDA u sqrt(2 ka + r + c)`` instead (never above the rigorous one); a
-relative ``tol`` ``t`` uses ``t``.
+the data. The plain, row-weighted (``w_I^T T X e_J = w_I^T W0 e_J``) and column-weighted equations are
+checked; the rigorous threshold of the plain one is ``2 gamma(2 ka + r + c + 8) (e_I^T |T| |X| e_J +
+e_I^T |W0| e_J)`` plus an underflow floor (a computed substitution satisfies ``|T X - W0| <= gamma_ka |T||X|``
+componentwise, in any summation order; the rest covers the rounding of the checksums), the weighted ones get
+the largest weight times it. ``"statistical"`` uses ``STAT_LAMBDA u sqrt(2 ka + r + c)`` instead (never above
+the rigorous one); a relative ``tol`` ``t`` uses ``t``.
+
+Where the products are taken. The sum over ``k`` in ``e_I^T T X e_J`` is cut by the process row that owns
+``X``'s row ``k``: process ``(p, q)`` multiplies the ``T`` column sums of *its* rows' indices, for every row
+segment (``nI x ka/nprow``, sent to it by :meth:`SolveChecksums.encode` while the solve runs: they depend
+on ``T`` only), by the row sums of its own piece of ``X``, and the processes exchange only these partial
+products and ``W0``'s block sums (``nI x nJ`` each, one ``Iallgatherv``). Every process adds the partial
+products in grid-rank order, so every process holds the same residuals bit for bit and decides alike
+without a broadcast. (Reducing all of ``T``'s and ``X``'s checksums over the grid instead moves
+``nI x ka + ka x nJ`` values per kind to every process, after the solve, in collectives whose latency grows
+with the grid.)
 
 Correction. A wrong element ``X_ij + d`` makes the plain residuals of column segment ``J(j)`` equal to
 ``(e_I^T T)_i d`` in every row segment, the row-weighted ones ``(w_I^T T)_i d``, the column-weighted ones
 ``(j - j0 + 1)`` times the plain ones: the column comes from that ratio, the row is the only one whose two
 checksum columns predict every segment's residuals, and ``d`` follows (O(1) per block on the data; see
-:meth:`SolveChecksums.locate`). Anything else (a wrong right-hand side or triangle makes many elements
-wrong; a pattern several rows explain; one row segment only) is corrected by solving the flagged column
-segments again from the saved ``W0``, with ``T`` rebuilt from A (so a corrupted copy of ``T`` is replaced
-too); then everything is checked again. A block still inconsistent means A itself is corrupted.
+:meth:`SolveChecksums.locate`, which reads all of ``T``'s column sums: :meth:`SolveChecksums.gather_t_sums`
+collects them, only when a block is flagged). Anything else (a wrong right-hand side or triangle makes many
+elements wrong; a pattern several rows explain; one row segment only) is corrected by solving the flagged
+column segments again from the saved ``W0``, with ``T`` rebuilt from A (so a corrupted copy of ``T`` is
+replaced too); then everything is checked again. A block still inconsistent means A itself is corrupted.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from mpi4py import MPI
 
 from ..._wait import wait_requests
 from .. import checksums
 from ..checksums._kernels import encode_cols_into, encode_rows_into
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
+from ..pblas._summa import pooled_buffer
 
 __all__ = ["SolveChecksums", "segments"]
 
+#: The checksum kinds of ``T`` (rows of :func:`encode_rows_into`'s output) and of ``X`` (its columns).
+_KINDS = 3
 
-def segments(m: BlockCyclic1D, p: int, bs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Return ``(global bounds, local bounds, global id of each local segment)`` of ``m`` on process ``p``."""
+
+def _cut(m: BlockCyclic1D, bs: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return the global segment bounds of ``m`` and the process owning each segment (a segment never
+    straddles a distribution block)."""
     gb = checksums.segment_bounds(np.arange(m.n), m.offset, m.nb, bs)
-    here = m.indices_on(p)
-    lb = checksums.segment_bounds(here, m.offset, m.nb, bs)
-    ids = np.searchsorted(gb, here[lb[:-1]], side="right") - 1 if here.size else np.zeros(0, np.int64)
-    return gb, lb, ids
+    return gb, m.owners[gb[:-1]] if m.n else np.zeros(0, np.int64)
+
+
+def segments(m: BlockCyclic1D, p: int, bs: int, cut: tuple[np.ndarray, np.ndarray] | None = None,
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return ``(global bounds, local bounds, global id of each local segment)`` of ``m`` on process ``p``
+    (``cut``: :func:`_cut` of ``m``, if known): process ``p``'s local indices are its segments, in order."""
+    gb, owner = _cut(m, bs) if cut is None else cut
+    ids = np.flatnonzero(owner == p)
+    return gb, np.concatenate(([0], np.cumsum(np.diff(gb)[ids]))).astype(np.int64), ids
 
 
 def _seg_sums(x: np.ndarray, lb: np.ndarray, axis: int) -> np.ndarray:
@@ -63,18 +85,19 @@ def _seg_sums(x: np.ndarray, lb: np.ndarray, axis: int) -> np.ndarray:
 
 def _weights(here: np.ndarray, lb: np.ndarray, ids: np.ndarray, gb: np.ndarray) -> np.ndarray:
     """1-based index of each local index inside its segment (the weights of the weighted checksums)."""
-    w = np.ones(here.size)
-    for s, gid in enumerate(ids):
-        w[lb[s]:lb[s + 1]] = here[lb[s]:lb[s + 1]] - gb[gid] + 1
-    return w
+    return (here - np.repeat(gb[ids], np.diff(lb)) + 1).astype(np.float64)
+
+
+def _displs(counts: list[int]) -> list[int]:
+    return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(int).tolist()
 
 
 @dataclass
 class SolveChecksums:
-    """The checksums of one solve on this process's pieces, summed over the grid by :meth:`allreduce`.
+    """The checksums of one solve on this process's pieces.
 
     ``t`` is the local piece of ``T`` (rows by ``rows``, columns by ``cols``), ``w0`` of ``W0``
-    (rows by ``rows``, columns by ``wcols``).
+    (rows by ``rows``, columns by ``wcols``). :meth:`encode` and :meth:`residuals` are collective on the grid.
     """
 
     grid: ProcessGrid
@@ -82,11 +105,13 @@ class SolveChecksums:
     cols: BlockCyclic1D
     wcols: BlockCyclic1D
     bs: int
+    lower: bool
 
     def __post_init__(self) -> None:
         g = self.grid
-        self.rg, self.rl, self.rid = segments(self.rows, g.myrow, self.bs)
-        self.cg, self.cl, self.cid = segments(self.wcols, g.mycol, self.bs)
+        rcut, ccut = _cut(self.rows, self.bs), _cut(self.wcols, self.bs)
+        self.rg, self.rl, self.rid = segments(self.rows, g.myrow, self.bs, rcut)
+        self.cg, self.cl, self.cid = segments(self.wcols, g.mycol, self.bs, ccut)
         self.rows_here = self.rows.indices_on(g.myrow)
         self.cols_t = self.cols.indices_on(g.mycol)
         self.nI, self.nJ, self.ka = len(self.rg) - 1, len(self.cg) - 1, self.rows.n
@@ -94,6 +119,11 @@ class SolveChecksums:
         self.rw = _weights(self.rows_here, self.rl, self.rid, self.rg)[:, None]
         self.rmax = float(np.diff(self.rg).max(initial=1))
         self.cmax = float(np.diff(self.cg).max(initial=1))
+        # the row / column segments every process row / column holds (the layouts of what they send)
+        self.rid_of = [np.flatnonzero(rcut[1] == p) for p in range(g.nprow)]
+        self.cid_of = [np.flatnonzero(ccut[1] == q) for q in range(g.npcol)]
+        self._t_exchange: tuple[Any, ...] | None = None
+        self._t_blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
     def _sum(self, parts: list[np.ndarray]) -> list[np.ndarray]:
         flat = np.concatenate([p.ravel() for p in parts])
@@ -105,53 +135,116 @@ class SolveChecksums:
             o += p.size
         return res
 
-    def encode(self, t: np.ndarray, w: np.ndarray) -> np.ndarray:
+    def encode(self, t: np.ndarray, w: np.ndarray, pool: dict[object, np.ndarray]) -> np.ndarray:
         """Take the checksums of ``T`` (plain, row-weighted and absolute column sums per row segment) and of
-        ``W0 = w`` (its block sums: plain, absolute, column- and row-weighted); return a copy of ``w``.
+        ``W0 = w`` (its block sums: plain, column- and row-weighted, absolute); return a copy of ``w``.
 
         One pass over each (the compiled kernels of :mod:`ftkit.linalg.checksums`): ``w``'s copy, which the
-        re-solve of flagged column segments starts from, is made in the same pass as its sums.
+        re-solve of flagged column segments starts from, is made in the same pass as its sums, into a buffer
+        of ``pool`` (:func:`~ftkit.linalg.pblas._summa.pooled_buffer`: a fresh array of ``w``'s size costs
+        page faults and the kernel's zeroing, more than the copy itself). ``T``'s sums start on their way to
+        the process rows that multiply them (non-blocking; :meth:`residuals` waits).
         """
-        nr, nc = len(self.rl) - 1, len(self.cl) - 1
-        text = np.zeros((3 * nr, t.shape[1]), order="F")
-        if nr and t.shape[1]:
-            encode_rows_into(t, self.rl, self.rw[:, 0], text, False, 3)
-        ts, tw, ta = (np.zeros((self.nI, self.ka)) for _ in range(3))
-        for q, out in enumerate((ts, tw, ta)):
-            out[np.ix_(self.rid, self.cols_t)] = text[q * nr:(q + 1) * nr]
+        nc = len(self.cl) - 1
+        self._send_t_sums(self._t_sums(t))
         ncols = w.shape[1]
-        wext = np.empty((w.shape[0], ncols + 3 * nc), order="F")
-        encode_cols_into(w, self.cl, self.cw, wext, True, 3)
+        wext = pooled_buffer(pool, "w0", (w.shape[0], ncols + _KINDS * nc))
+        encode_cols_into(w, self.cl, self.cw, wext, True, _KINDS)
         w0 = wext[:, :ncols]
-        plain, colw, absw = (wext[:, ncols + q * nc:ncols + (q + 1) * nc] for q in range(3))
-        bsum, babs, bw, bwr = (np.zeros((self.nI, self.nJ)) for _ in range(4))
-        for out, x in ((bsum, plain), (babs, absw), (bw, colw), (bwr, plain * self.rw)):
-            out[np.ix_(self.rid, self.cid)] = _seg_sums(x, self.rl, 0)
-        self.ts, self.ta, self.tw, self.bsum, self.babs, self.bw, self.bwr = self._sum(
-            [ts, ta, tw, bsum, babs, bw, bwr])
+        plain, colw, absw = (wext[:, ncols + q * nc:ncols + (q + 1) * nc] for q in range(_KINDS))
+        # in the order of the residuals' products: plain, column-weighted, row-weighted, absolute
+        self.w_sums = np.stack([_seg_sums(x, self.rl, 0) for x in (plain, colw, plain * self.rw, absw)])
         return w0
 
+    def _t_sums(self, t: np.ndarray) -> np.ndarray:
+        """Return the column sums of ``T``'s local row segments (kinds x segments by local columns), read
+        only where ``T``'s triangle can be non-zero: per distribution block of columns, from the row
+        segment of its diagonal block on (lower; up to it, upper). The rest of ``T`` is zero
+        (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_operand`)."""
+        nr, nloc = len(self.rl) - 1, self.rows_here.size
+        text = np.zeros((_KINDS * nr, t.shape[1]), order="F")
+        if not (nr and t.shape[1]):
+            return text
+        # T's columns and rows share their block partition (``tri_cols``): a block's first and last index
+        # fall on row-block, hence row-segment, bounds
+        cb = checksums.segment_bounds(self.cols_t, self.cols.offset, self.cols.nb)
+        for c0, c1 in zip(cb[:-1].tolist(), cb[1:].tolist(), strict=True):
+            if self.lower:
+                r0, r1 = int(np.searchsorted(self.rows_here, self.cols_t[c0])), nloc
+            else:
+                r0, r1 = 0, int(np.searchsorted(self.rows_here, self.cols_t[c1 - 1] + 1))
+            s0, s1 = int(np.searchsorted(self.rl, r0)), int(np.searchsorted(self.rl, r1))
+            if s1 <= s0:
+                continue
+            part = np.empty((_KINDS * (s1 - s0), c1 - c0), order="F")
+            # whole columns (F-contiguous, as the kernel is compiled for), only the segments s0..s1 read
+            encode_rows_into(t[:, c0:c1], self.rl[s0:s1 + 1], self.rw[:, 0], part, False, _KINDS)
+            for q in range(_KINDS):
+                text[q * nr + s0:q * nr + s1, c0:c1] = part[q * (s1 - s0):(q + 1) * (s1 - s0)]
+        return text
+
+    def _send_t_sums(self, text: np.ndarray) -> None:
+        """Start sending each process the column sums of ``T`` (``text``: kinds x local row segments by local
+        columns) at the indices its process row holds of ``X``'s rows (one ``Ialltoallv``)."""
+        g = self.grid
+        dest_row = self.rows.owners[self.cols_t] if self.cols_t.size else np.zeros(0, np.int64)
+        by_row = [text[:, dest_row == p].ravel(order="F") for p in range(g.nprow)]
+        parts = [by_row[g.coords(d)[0]] for d in range(g.size)]
+        scounts = [x.size for x in parts]
+        sbuf = np.concatenate(parts) if parts else np.zeros(0)
+        layout, rcounts = [], []
+        for s in range(g.size):
+            ps, qs = g.coords(s)
+            k = self.cols.indices_on(qs)
+            k = k[self.rows.owners[k] == g.myrow] if k.size else k
+            nrow = _KINDS * len(self.rid_of[ps])
+            layout.append((ps, nrow, np.searchsorted(self.rows_here, k)))
+            rcounts.append(nrow * k.size)
+        rbuf = np.empty(sum(rcounts))
+        req = g.comm.Ialltoallv([sbuf, (scounts, _displs(scounts)), MPI.DOUBLE],
+                                [rbuf, (rcounts, _displs(rcounts)), MPI.DOUBLE])
+        self._t_exchange = (req, sbuf, rbuf, layout, rcounts)
+
+    def t_blocks(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Return ``T``'s column sums at this process row's indices of ``X``'s rows, as received from each
+        process: ``(row segment ids, local rows of X, sums)``, the sums ``kinds x segments x rows`` (plain,
+        row-weighted, absolute). Waits for :meth:`encode`'s exchange the first time."""
+        if self._t_blocks is None:
+            assert self._t_exchange is not None, "encode() first"
+            req, _sbuf, rbuf, layout, rcounts = self._t_exchange
+            wait_requests([req])  # waited by sleeping
+            blocks, off = [], 0
+            for (ps, nrow, pos), cnt in zip(layout, rcounts, strict=True):
+                if cnt:  # rows kind-major (kind q, segment s at q * nr + s), F order
+                    blk = rbuf[off:off + cnt].reshape((nrow // _KINDS, _KINDS, pos.size), order="F")
+                    blocks.append((self.rid_of[ps], pos, blk.transpose(1, 0, 2)))
+                off += cnt
+            self._t_blocks, self._t_exchange = blocks, None
+        return self._t_blocks
+
     def residuals(self, x: np.ndarray, tol: float | str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Return ``(residual, threshold, rigorous threshold)`` per block (``nI x nJ``, same everywhere).
+        """Return ``(residual, threshold, rigorous threshold)`` per block (``nI x nJ``, the same bit for bit
+        on every process).
 
         The residual is the largest of the plain one and the row- and column-weighted ones divided by the
         largest weight (their bounds are that weight times the plain one's): a block is flagged if any of
         the three disagrees. The signed residuals are kept for :meth:`locate`.
         """
         nc = len(self.cl) - 1
-        xext = np.zeros((x.shape[0], 3 * nc), order="F")
+        xext = np.zeros((x.shape[0], _KINDS * nc), order="F")
         if nc and x.shape[0]:
-            encode_cols_into(x, self.cl, self.cw, xext, False, 3)  # plain, weighted, absolute
-        xs, xw, xa = (np.zeros((self.ka, self.nJ)) for _ in range(3))
-        for q, out in enumerate((xs, xw, xa)):
-            out[np.ix_(self.rows_here, self.cid)] = xext[:, q * nc:(q + 1) * nc]
-        xs, xa, xw = self._sum([xs, xa, xw])
+            encode_cols_into(x, self.cl, self.cw, xext, False, _KINDS)  # plain, weighted, absolute
+        part = np.zeros((4, self.nI, nc))  # this process row's share of the sums
         with np.errstate(invalid="ignore", over="ignore"):
-            self.res_e, self.res_w = self.ts @ xs - self.bsum, self.ts @ xw - self.bw
-            self.res_r = self.tw @ xs - self.bwr
+            for rid, pos, (ts, tw, ta) in self.t_blocks():
+                xs, xw, xa = (xx for xx in np.split(xext[pos], _KINDS, axis=1))
+                part[:, rid] += np.stack([ts @ xs, ts @ xw, tw @ xs, ta @ xa])
+        prod, w0 = self._gather(part)
+        with np.errstate(invalid="ignore", over="ignore"):
+            self.res_e, self.res_w, self.res_r = prod[0] - w0[0], prod[1] - w0[1], prod[2] - w0[2]
             res = np.maximum(np.abs(self.res_e), np.maximum(np.abs(self.res_w) / self.cmax,
                                                             np.abs(self.res_r) / self.rmax))
-            mag = self.ta @ xa + self.babs
+            mag = prod[3] + w0[3]
         r = np.diff(self.rg).max(initial=1)
         c = np.diff(self.cg).max(initial=1)
         n_ops = 2 * self.ka + r + c + 8
@@ -165,6 +258,40 @@ class SolveChecksums:
             thr = float(tol) * mag
         return res, thr, rig
 
+    def _gather(self, part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Gather every process's partial products (``part``: 4 x nI x its column segments) and ``W0``'s
+        block sums (one ``Iallgatherv``); return their totals over the process rows, added in grid-rank order
+        (the same on every process), and the block sums, both ``4 x nI x nJ``."""
+        g = self.grid
+        mine = np.concatenate([part.ravel(order="F"), self.w_sums.ravel(order="F")])
+        shapes = []
+        for s in range(g.size):
+            ps, qs = g.coords(s)
+            nc = len(self.cid_of[qs])
+            shapes.append(((4, self.nI, nc), (4, len(self.rid_of[ps]), nc)))
+        counts = [int(np.prod(a) + np.prod(b)) for a, b in shapes]
+        displs = _displs(counts)
+        out = np.empty(sum(counts))
+        wait_requests([g.comm.Iallgatherv(mine, [out, (counts, displs), MPI.DOUBLE])])  # waited by sleeping
+        prod, w0 = np.zeros((4, self.nI, self.nJ)), np.zeros((4, self.nI, self.nJ))
+        for s, ((pa, pb), off) in enumerate(zip(shapes, displs, strict=True)):
+            ps, qs = g.coords(s)
+            cid, rid = self.cid_of[qs], self.rid_of[ps]
+            na = int(np.prod(pa))
+            with np.errstate(invalid="ignore", over="ignore"):
+                prod[:, :, cid] += out[off:off + na].reshape(pa, order="F")
+            w0[:, rid[:, None], cid[None, :]] = out[off + na:off + counts[s]].reshape(pb, order="F")
+        return prod, w0
+
+    def gather_t_sums(self) -> None:
+        """Collect all of ``T``'s column sums (plain and row-weighted, ``nI x ka``) that :meth:`locate`
+        reads (collective; only when a block is flagged)."""
+        parts = np.zeros((2, self.nI, self.ka))
+        if self.grid.mycol == 0:  # each process row's sums once (every process column holds them)
+            for rid, pos, blk in self.t_blocks():
+                parts[:, rid[:, None], self.rows_here[pos][None, :]] = blk[:2]
+        self.ts, self.tw = self._sum([parts[0], parts[1]])  # one non-zero term per entry: exact
+
     def locate(self, bj: int, thr: np.ndarray) -> tuple[int, int, float] | None:
         """Locate a single wrong element of column segment ``bj`` from the last residuals: ``(row, column,
         error)`` in submatrix indices, or ``None`` if they do not look like one error.
@@ -173,7 +300,7 @@ class SolveChecksums:
         ``ts[I, i] d``, the row-weighted one ``tw[I, i] d`` and the column-weighted one ``(j - j0 + 1)``
         times the plain one: the column-weighted ratio gives the column, and the row is the only one whose
         columns of ``ts`` and ``tw`` predict every segment's residuals within their thresholds (``thr``,
-        ``nI`` values). O(``nI * ka``) on the checksums, nothing on the data.
+        ``nI`` values). O(``nI * ka``) on the checksums, nothing on the data; :meth:`gather_t_sums` first.
         """
         re, rw, rr = self.res_e[:, bj], self.res_w[:, bj], self.res_r[:, bj]
         i0 = int(np.argmax(np.abs(re)))

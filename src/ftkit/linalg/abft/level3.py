@@ -34,6 +34,7 @@ from ...inject import InjectionPlan
 from .. import checksums
 from ..matrix import DistributedMatrix
 from ..pblas._redistribute import redistribute
+from ..pblas._summa import release_pool
 from ..pblas._tri_sweep import sweep, tri_cols, triangle_operand
 from ..pblas.rank_k import check_rank_args
 from ..pblas.triangular import check_tri_args
@@ -234,18 +235,22 @@ def ft_pdtrsm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alph
     if alpha != 1.0:
         w *= alpha
     chk = SolveChecksums(g, rows, cols, wcols, int(bs) if bs is not None else
-                         checksums.choose_bs(rows.nb, wcols.nb, rows.n))
-    w0 = chk.encode(t, w)  # the copy of alpha B that flagged segments are solved again from
-    if inject is not None:
-        inject.resolve(g.size, 1)
-        inject.apply("A", g.rank, 0, t)
-        inject.apply("B", g.rank, 0, w)
-        inject.apply("C", g.rank, 0, w)
-    sweep(g, t, w, rows, cols, lower, True)
-    if inject is not None:
-        inject.apply("C", g.rank, 1, w)
-    report = _check_solution(chk, w, w0, threshold, mode, lambda: triangle_operand(
-        A64, ia, ja, transpose, lower, diag == "U", rows, cols), lower, side == "R")
+                         checksums.choose_bs(rows.nb, wcols.nb, rows.n), lower)
+    pool: dict[object, np.ndarray] = {}
+    try:
+        w0 = chk.encode(t, w, pool)  # the copy of alpha B that flagged segments are solved again from
+        if inject is not None:
+            inject.resolve(g.size, 1)
+            inject.apply("A", g.rank, 0, t)
+            inject.apply("B", g.rank, 0, w)
+            inject.apply("C", g.rank, 0, w)
+        sweep(g, t, w, rows, cols, lower, True)
+        if inject is not None:
+            inject.apply("C", g.rank, 1, w)
+        report = _check_solution(chk, w, w0, threshold, mode, lambda: triangle_operand(
+            A64, ia, ja, transpose, lower, diag == "U", rows, cols), lower, side == "R")
+    finally:
+        release_pool(pool)
     if W is not None:
         B64.local_view(ib, jb, m, n)[...] = redistribute(W, 0, 0, True, B64.row_map(ib, m),
                                                          B64.col_map(jb, n))
@@ -260,12 +265,13 @@ def _check_solution(chk: SolveChecksums, w: np.ndarray, w0: np.ndarray, threshol
     g = chk.grid
     res, thr, rig = chk.residuals(w, threshold.tol)
     finite = np.isfinite(res) & np.isfinite(thr)
+    # the residuals are the same bit for bit everywhere (chk.residuals), so is this decision
     flagged = [(int(i), int(j)) for i, j in zip(*np.nonzero(finite & (res > thr)), strict=True)]
-    flagged = g.comm.bcast(flagged, root=0)  # one decision for the collective re-solve below
     actions = {b: "detected" for b in flagged}
     elements: dict[int, tuple[int, int]] = {}
     if flagged and mode == "correct":
         segs = sorted({bj for _, bj in flagged})
+        chk.gather_t_sums()
         # one wrong element per column segment: located and fixed in O(1) from the checksums
         fixes = [(bj, loc) for bj in segs if (loc := chk.locate(bj, thr[:, bj])) is not None] \
             if g.rank == 0 else None
