@@ -83,3 +83,26 @@ def test_public_names_resolve():
         getattr(linalg, name)
     with pytest.raises(AttributeError):
         linalg.no_such_routine  # noqa: B018
+
+
+
+@pytest.mark.parametrize("m,k,n", [(3, 5, 1), (2, 9, 1), (1, 9, 3), (1, 9, 1)])
+@pytest.mark.parametrize("one_column_c", [False, True])
+def test_gemm_update_bits_do_not_depend_on_the_operands_layout(m, k, n, one_column_c):
+    """A vector-shaped product gives the same bits from a bare operand and from a slice of a larger buffer:
+    ft_pdsyrk's A panels carry checksum rows under a tile's rows, pdsyrk's do not (issue 33)."""
+    rng = np.random.default_rng(5)
+    for trial in range(20):
+        a = rng.standard_normal((m, k)) * 10.0 ** rng.integers(-3, 8, (m, k))
+        b = np.asfortranarray(rng.standard_normal((k, n)))
+        results = []
+        for pad in (0, 8):
+            buf = np.zeros((m + pad, k + pad), order="F")
+            buf[:m, :k] = a
+            if one_column_c and n == 1:  # a one-column local array: its column stride is one element
+                c = np.lib.stride_tricks.as_strided(np.ones(m), (m, 1), (8, 8))
+            else:
+                c = np.ones((m + 2, n), order="F")[:m]
+            gemm_update(0.5, buf[:m, :k], b, c, 1.0)
+            results.append(c.copy())
+        assert np.array_equal(results[0], results[1]), (trial, results[0] - results[1])

@@ -74,7 +74,8 @@ def gemm_update(alpha: float, a: np.ndarray, b: np.ndarray, c: np.ndarray, beta:
     alpha, beta
         Scalars; with ``beta == 0`` ``c`` is not read (NaNs are overwritten), as in BLAS.
     a, b
-        ``(m, k)`` and ``(k, n)`` float64 arrays, any memory order (strided views allowed).
+        ``(m, k)`` and ``(k, n)`` float64 arrays, any memory order (strided views allowed); the result
+        depends on their values, not on their layout.
     c
         ``(m, n)`` float64 array updated in place; column-major views are used as they are, others go
         through the numpy fallback.
@@ -91,7 +92,10 @@ def gemm_update(alpha: float, a: np.ndarray, b: np.ndarray, c: np.ndarray, beta:
         return
     c_ok = c.dtype == np.float64 and c.strides[0] == 8 and c.strides[1] % 8 == 0 and c.strides[1] >= 8 * m
     if _dgemm is None or not c_ok:
-        prod = a @ b
+        # numpy's matmul rounds a matrix-vector product differently by the operands' strides (a panel's rows
+        # above checksum rows vs the bare panel: ft_pdsyrk's one-column tiles), BLAS's dgemm does not: one
+        # layout, so the result depends on the values alone
+        prod = np.asfortranarray(a) @ np.asfortranarray(b)
         if alpha != 1.0:
             prod *= alpha
         if beta == 0.0:
