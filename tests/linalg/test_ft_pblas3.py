@@ -53,6 +53,17 @@ def test_trsm_on_non_square_grids():
     assert res.stdout.count("CASE ") == 2 * 16 * 4 and "FAIL" not in res.stdout, res.stdout
 
 
+@pytest.mark.mpi
+def test_rank_update_with_one_column_tiles_is_plain_s_bit_for_bit():
+    """Campaign seed 103 on 1 x 4, trial 390: a process holding one column of C multiplies a 3 x 1 tile,
+    through numpy's matrix-vector product, whose rounding followed the A panel's row stride (checksum rows
+    under the tile's rows in ft_pdsyrk): every flag combination of ft_pdsyrk and ft_pdsyr2k, error-free,
+    equals the plain routine's result bit for bit."""
+    res = run_python(4, PROGRAMS / "ft_rank_one_column.py", timeout=300).check()
+    assert "DONE cases=36 failures=0" in res.stdout, res.stdout + res.stderr
+    assert res.stdout.count("CASE ") == 36 and "FAIL" not in res.stdout, res.stdout
+
+
 @pytest.fixture(scope="module")
 def grid():
     g = linalg.ProcessGrid(MPI.COMM_SELF, 1, 1)
