@@ -27,6 +27,8 @@ def triangle_in_place(t: np.ndarray, keep: np.ndarray, diag: np.ndarray,
 @njit(cache=True, nogil=True)
 def triangle_column(col: np.ndarray, k0: int, k1: int, diag: int, unit: bool) -> None:  # pragma: no cover
     """One column of :func:`triangle_in_place` (also called, inlined, by ``ft_pdtrmm``'s checksum kernel)."""
+    # numba's on-disk cache of a caller in another file does not notice a change here: after editing this
+    # function, touch checksums/_kernels.py too (or its cached triangle_rows_into keeps the old code)
     nrow = col.shape[0]
     z = col[0:k0]
     for i in range(k0):
