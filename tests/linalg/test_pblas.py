@@ -87,3 +87,17 @@ def test_bad_arguments_raise_on_every_rank_without_hang(nprow, npcol):
     # Messages name the argument and say what to do.
     assert "argument 8 is illegal: ia=1" in r.stdout
     assert "different process grid" in r.stdout
+
+
+@pytest.mark.parametrize("nprow,npcol", [(1, 1), (2, 2), (2, 3)], ids=["1x1", "2x2", "2x3"])
+def test_redistribute_same_layout_matches_general_path(nprow, npcol):
+    """The no-message path of ``redistribute`` is taken exactly when the layouts agree and returns the
+    ``Alltoallv`` path's bytes; the in-place triangle returns the ``np.where`` formula's bytes (NaN, Inf and
+    -0.0 in A), and A is left unchanged."""
+    program = Path(__file__).resolve().parent / "programs" / "redistribute_same_layout.py"
+    r = run_python(nprow * npcol, program, str(nprow), str(npcol), timeout=240).check()
+    fails = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
+    assert not fails, "\n".join(fails[:20])
+    # 2 dtypes x (24 layouts + 24 triangles); local: 9 layouts per dtype (on 1 x 1 all 20 untransposed)
+    fast = 18 if nprow * npcol > 1 else 40
+    assert f"DONE cases=96 fast={fast} failures=0" in r.stdout

@@ -19,8 +19,8 @@ After the sweep: a block with one wrong element is corrected in O(1) from its we
 the column segments holding any other flagged block are computed again by a sweep of those columns of the
 saved ``W0`` with ``T`` rebuilt from A (a corrupted copy of the triangle is replaced too), then checked
 again (``"recomputed"``; still wrong: ``"uncorrected"``, A itself is corrupted). Cost beyond the plain
-routine: the sums in the pass over ``T`` (which the plain routine makes with ``np.where`` copies: here
-in place, the excluded triangle neither read nor summed), two passes over ``W`` (encoding with the copy,
+routine: the sums in the pass over ``T`` (made in place, as the plain routine makes it, the excluded
+triangle neither read nor summed), two passes over ``W`` (encoding with the copy,
 into a buffer kept between calls; the block sums of the result), and checksum all-reduces of ``1/bs`` of
 the data.
 """
@@ -41,9 +41,8 @@ from ..checksums._kernels import encode_cols_into, triangle_rows_into
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
-from ..pblas._redistribute import redistribute
 from ..pblas._summa import pooled_buffer, release_pool
-from ..pblas._tri_sweep import sweep
+from ..pblas._tri_sweep import sweep, triangle_extent, triangle_piece
 from ._blocks import BlockSegmentation, Threshold
 from .product import _ratio, _reduce, _report_of, _verify_and_correct
 from .report import ABFTReport, BlockEvent
@@ -57,26 +56,16 @@ def triangle_with_checksums(A: DistributedMatrix, ia: int, ja: int, transpose: b
     """This process's piece of ``T`` (what :func:`~ftkit.linalg.pblas._tri_sweep.triangle_operand` returns,
     bit for bit) and its checksum rows, in one pass over the redistributed piece (collective on A's grid).
 
-    The triangle is made in place in the array the redistribution returns, instead of ``np.where``
-    copies, and the checksums are summed in the same pass, from the kept rows only. Returns ``(t, achk)``:
+    The triangle is made in place in the array the redistribution returns (the plain routine's piece and
+    extent, :func:`~ftkit.linalg.pblas._tri_sweep.triangle_extent`), and the checksums are summed in the same
+    pass, from the kept rows only. Returns ``(t, achk)``:
     ``achk`` is ``(kinds nr, ka)`` (F order), this process's columns of ``T``'s checksum rows of every row
     segment of ``seg``, zero in the other columns (the process row's all-reduce fills them).
     """
     g = A.grid
-    t = redistribute(A, ia, ja, transpose, rows, cols)
-    if not t.flags.f_contiguous or np.may_share_memory(t, A.local):  # made in place: never A's own memory
-        t = np.array(t, order="F")
-    r, c = rows.indices_on(g.myrow), cols.indices_on(g.mycol)
-    nloc = len(r)
-    keep = np.empty((2, len(c)), np.int64)
-    if lower:  # rows on or below the diagonal
-        keep[0], keep[1] = np.searchsorted(r, c, side="left"), nloc
-    else:
-        keep[0], keep[1] = 0, np.searchsorted(r, c, side="right")
-    pos = np.searchsorted(r, c)
-    hit = pos < nloc
-    hit[hit] = r[pos[hit]] == c[hit]
-    diag = np.where(hit, pos, -1).astype(np.int64)
+    t = triangle_piece(A, ia, ja, transpose, rows, cols)
+    keep, diag = triangle_extent(rows, cols, g.myrow, g.mycol, lower)
+    c = cols.indices_on(g.mycol)
     achk = np.zeros((kinds * seg.nr, rows.n), order="F")
     triangle_rows_into(t, keep, diag, unit, seg.rb, checksums.segment_weights(seg.rb), achk,
                        c.astype(np.int64), kinds)

@@ -25,6 +25,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..pblas._tri_kernel import triangle_column
+
 __all__ = ["encode_rows_into", "encode_cols_into", "copy_col_sums", "block_sums_into", "copy_kept",
            "triangle_rows_into"]
 
@@ -320,21 +322,14 @@ def triangle_rows_into(
     laid out as :func:`encode_rows_into` lays them out), read from the kept rows only (the others are
     zero); with ``kinds`` 0 only the triangle is made.
     """
-    nrow, ncol = t.shape
+    ncol = t.shape[1]
     nr = bounds.shape[0] - 1
     sq_on = kinds >= 4
     for j in range(ncol):
         col = t[:, j]
         k0 = keep[0, j]
         k1 = keep[1, j]
-        z = col[0:k0]
-        for i in range(k0):
-            z[i] = 0.0
-        z = col[k1:nrow]
-        for i in range(nrow - k1):
-            z[i] = 0.0
-        if unit and diag[j] >= 0:
-            col[diag[j]] = 1.0
+        triangle_column(col, k0, k1, diag[j], unit)  # the plain routine's triangle, then the sums
         if kinds == 0:
             continue
         q = cidx[j]

@@ -3,6 +3,10 @@
 Used when op(A)'s rows are not distributed like C's rows (a transpose, other block sizes or sources, other
 offsets), and by PDSYMM to mirror a triangle. One ``Alltoallv`` on the grid communicator; every process
 derives what it sends and receives from the index maps alone, so no index lists travel.
+
+When the target layout is the source's (no transpose, both maps aligned: :func:`same_layout`), every process
+already holds its piece: it is copied out of the local array, with no message. The test reads only the maps,
+which every process has, so all take the same branch and the collective stays matched.
 """
 
 from __future__ import annotations
@@ -13,13 +17,32 @@ from mpi4py import MPI
 from ..descriptor import BlockCyclic1D
 from ..matrix import DistributedMatrix
 
-__all__ = ["redistribute"]
+__all__ = ["redistribute", "same_layout", "exchange"]
 
 
 def _relative(m: BlockCyclic1D) -> np.ndarray:
     """Position of each index inside its owner's part of the submatrix."""
     starts = np.array([m.local_start(p) for p in range(m.nprocs)], dtype=np.int64)
     return m.local - starts[m.owners] if m.n else np.zeros(0, dtype=np.int64)
+
+
+def same_layout(src: DistributedMatrix, i0: int, j0: int, trans: bool, rows: BlockCyclic1D,
+                cols: BlockCyclic1D) -> bool:
+    """Return whether ``rows`` x ``cols`` lay out ``op(src[i0:, j0:])`` as ``src`` does (the same on every
+    process: only the maps are read).
+
+    Parameters
+    ----------
+    src, i0, j0, trans, rows, cols
+        As for :func:`redistribute`.
+
+    Returns
+    -------
+    bool
+        True when there is no transpose and every index stays on its process at its relative position.
+    """
+    return (not trans and rows.aligned_with(src.row_map(i0, rows.n))
+            and cols.aligned_with(src.col_map(j0, cols.n)))
 
 
 def redistribute(src: DistributedMatrix, i0: int, j0: int, trans: bool, rows: BlockCyclic1D,
@@ -42,7 +65,20 @@ def redistribute(src: DistributedMatrix, i0: int, j0: int, trans: bool, rows: Bl
     -------
     numpy.ndarray
         F-order ``(rows.count(myrow), cols.count(mycol))`` array in the target's local order, of ``src``'s
-        dtype.
+        dtype, never sharing memory with ``src.local`` (callers may work in it in place).
+    """
+    if same_layout(src, i0, j0, trans, rows, cols):
+        g = src.grid
+        return np.array(src.local[src.row_map(i0, rows.n).local_range(g.myrow),
+                                  src.col_map(j0, cols.n).local_range(g.mycol)], order="F")
+    return exchange(src, i0, j0, trans, rows, cols)
+
+
+def exchange(src: DistributedMatrix, i0: int, j0: int, trans: bool, rows: BlockCyclic1D,
+             cols: BlockCyclic1D) -> np.ndarray:
+    """:func:`redistribute` by one ``Alltoallv``, whatever the layouts (the general path; collective).
+
+    Parameters and return value as :func:`redistribute`'s.
     """
     g = src.grid
     p, q = (cols.n, rows.n) if trans else (rows.n, cols.n)

@@ -5,7 +5,9 @@ the left to ``W`` (``ka x nw``), whose rows follow a block-cyclic map ``rows`` o
 materialized with its rows on ``rows`` and its columns on the same block partition over the process columns
 (``tri_cols``), so block ``k`` of ``T``'s diagonal lines up with block ``k`` of ``W``'s rows. The triangle
 ``T`` excludes is zero there and a unit diagonal is one: the excluded triangle of the user's matrix is never
-used in arithmetic (NaNs there do not leak), it is only moved.
+used in arithmetic (NaNs there do not leak), it is only moved. The triangle is made in place in the
+redistributed piece (:func:`triangle_extent` gives each local column's kept rows, a compiled pass writes the
+rest); ``ft_pdtrmm`` uses the same extent with a kernel that also takes the checksums.
 
 The sweep visits the diagonal blocks in the order the recurrence needs (right-looking, as ScaLAPACK's):
 
@@ -30,7 +32,7 @@ from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
 from ._redistribute import redistribute
 
-__all__ = ["tri_cols", "triangle_operand", "diagonal_blocks", "sweep"]
+__all__ = ["tri_cols", "triangle_extent", "triangle_piece", "triangle_operand", "diagonal_blocks", "sweep"]
 
 
 def tri_cols(rows: BlockCyclic1D, npcol: int) -> BlockCyclic1D:
@@ -38,23 +40,98 @@ def tri_cols(rows: BlockCyclic1D, npcol: int) -> BlockCyclic1D:
     return BlockCyclic1D(rows.n, rows.nb, rows.offset, rows.src % npcol, npcol)
 
 
+def triangle_piece(A: DistributedMatrix, ia: int, ja: int, transpose: bool, rows: BlockCyclic1D,
+                   cols: BlockCyclic1D) -> np.ndarray:
+    """Return this process's piece of ``op(A)(ia:, ja:)`` laid out by ``rows`` x ``cols``, to be made a
+    triangle in place (collective on A's grid).
+
+    Parameters
+    ----------
+    A, ia, ja, transpose, rows, cols
+        As for :func:`triangle_operand`.
+
+    Returns
+    -------
+    numpy.ndarray
+        F-order array sharing no memory with ``A.local``.
+    """
+    t = redistribute(A, ia, ja, transpose, rows, cols)
+    if not t.flags.f_contiguous or np.may_share_memory(t, A.local):  # made in place: never A's own memory
+        t = np.array(t, order="F")
+    return t
+
+
+def triangle_extent(rows: BlockCyclic1D, cols: BlockCyclic1D, myrow: int, mycol: int,
+                    lower: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Return, for this process's piece of ``T`` (``rows`` x ``cols``), the rows each local column keeps.
+
+    Parameters
+    ----------
+    rows, cols
+        ``T``'s row and column maps.
+    myrow, mycol
+        This process's grid coordinates.
+    lower
+        Whether ``T`` is lower triangular (rows on or below the diagonal kept) or upper (on or above).
+
+    Returns
+    -------
+    keep : numpy.ndarray
+        ``(2, ncols)`` int64: local column ``j`` keeps the local rows ``keep[0, j]:keep[1, j]`` (the
+        diagonal included).
+    diag : numpy.ndarray
+        ``(ncols,)`` int64: the local row of column ``j``'s diagonal element, or -1 if another process row
+        holds it.
+    """
+    r, c = rows.indices_on(myrow), cols.indices_on(mycol)
+    nloc = len(r)
+    keep = np.empty((2, len(c)), np.int64)
+    if lower:
+        keep[0], keep[1] = np.searchsorted(r, c, side="left"), nloc
+    else:
+        keep[0], keep[1] = 0, np.searchsorted(r, c, side="right")
+    pos = np.searchsorted(r, c)
+    hit = pos < nloc
+    hit[hit] = r[pos[hit]] == c[hit]
+    diag = np.where(hit, pos, -1).astype(np.int64)
+    return keep, diag
+
+
 def triangle_operand(A: DistributedMatrix, ia: int, ja: int, transpose: bool, lower: bool, unit: bool,
                      rows: BlockCyclic1D, cols: BlockCyclic1D) -> np.ndarray:
     """Return this process's piece of ``T = tri(op(A)(ia:, ja:))`` laid out by ``rows`` x ``cols``.
 
     ``op`` transposes when ``transpose``; ``lower`` names ``T``'s triangle (after the transpose). The other
-    triangle is set to zero with ``np.where`` (NaN or Inf there never reach the arithmetic) and, if ``unit``,
-    the diagonal to one (the user's diagonal is not read). Collective on A's grid.
+    triangle is written with zeros, never read (NaN or Inf there never reach the arithmetic) and, if
+    ``unit``, the diagonal with ones (the user's diagonal is not read). Collective on A's grid.
+
+    Parameters
+    ----------
+    A
+        The matrix holding ``T``'s triangle; its memory is not modified.
+    ia, ja
+        Offset of the submatrix of A.
+    transpose
+        Whether ``T`` is made from the transposed submatrix.
+    lower
+        Whether ``T`` is lower triangular.
+    unit
+        Whether ``T``'s diagonal is taken as ones.
+    rows, cols
+        ``T``'s row and column maps (:func:`tri_cols`).
+
+    Returns
+    -------
+    numpy.ndarray
+        F-order ``(rows.count(myrow), cols.count(mycol))`` array.
     """
+    from ._tri_kernel import triangle_in_place  # numba: imported at the first use, not with the package
+
     g = A.grid
-    t = redistribute(A, ia, ja, transpose, rows, cols)
-    r = rows.indices_on(g.myrow)[:, None]
-    c = cols.indices_on(g.mycol)[None, :]
-    keep = (r > c) if lower else (r < c)
-    diag = r == c
-    one = np.ones((), t.dtype)
-    t = np.where(keep, t, np.where(diag, one if unit else t, np.zeros((), t.dtype)))
-    return np.asfortranarray(t)
+    t = triangle_piece(A, ia, ja, transpose, rows, cols)
+    keep, diag = triangle_extent(rows, cols, g.myrow, g.mycol, lower)
+    triangle_in_place(t, keep, diag, unit)
+    return t
 
 
 def diagonal_blocks(rows: BlockCyclic1D) -> list[tuple[int, int]]:

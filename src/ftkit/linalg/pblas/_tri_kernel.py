@@ -1,0 +1,40 @@
+"""Compiled pass that makes a triangle in place: one write per excluded element, instead of the ``np.where``
+copies (which read every element three times and write two whole arrays).
+
+Each column keeps one contiguous range of rows (the local rows of a block-cyclic piece are in increasing
+global order, so the rows on the kept side of the diagonal are contiguous); the rest is written with zeros,
+never read, so NaN or Inf there never reach later arithmetic. The loops run over slices from index 0, as
+:mod:`ftkit.linalg.checksums._kernels` explains (numba's wraparound otherwise stays in the loop).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["triangle_in_place", "triangle_column"]
+
+
+@njit(cache=True, nogil=True)
+def triangle_in_place(t: np.ndarray, keep: np.ndarray, diag: np.ndarray,
+                      unit: bool) -> None:  # pragma: no cover - compiled
+    """Zero the rows of column ``j`` of ``t`` (F order) outside ``keep[0, j]:keep[1, j]``; where ``unit``
+    and ``diag[j] >= 0``, set ``t[diag[j], j] = 1``."""
+    for j in range(t.shape[1]):
+        triangle_column(t[:, j], keep[0, j], keep[1, j], diag[j], unit)
+
+
+@njit(cache=True, nogil=True)
+def triangle_column(col: np.ndarray, k0: int, k1: int, diag: int, unit: bool) -> None:  # pragma: no cover
+    """One column of :func:`triangle_in_place` (also called, inlined, by ``ft_pdtrmm``'s checksum kernel)."""
+    # numba's on-disk cache of a caller in another file does not notice a change here: after editing this
+    # function, touch checksums/_kernels.py too (or its cached triangle_rows_into keeps the old code)
+    nrow = col.shape[0]
+    z = col[0:k0]
+    for i in range(k0):
+        z[i] = 0.0
+    z = col[k1:nrow]
+    for i in range(nrow - k1):
+        z[i] = 0.0
+    if unit and diag >= 0:
+        col[diag] = 1.0
