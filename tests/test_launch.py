@@ -337,6 +337,29 @@ def test_each_job_has_a_private_session_dir_removed_afterwards(tmp_path):
     assert len(set(sessions)) == len(sessions)
 
 
+def test_the_ranks_shared_memory_files_go_with_the_job(tmp_path):
+    # Open MPI's shared-memory transport maps a file per rank (in /dev/shm by default), which a killed rank
+    # never removes: every killed rank of every job left 16 MiB of memory there for good.
+    program = tmp_path / "shm.py"
+    program.write_text(
+        "import os, signal\n"
+        "from mpi4py import MPI\n"
+        "c = MPI.COMM_WORLD\n"
+        "c.Barrier()\n"
+        "d = os.environ['OMPI_MCA_btl_sm_backing_directory']\n"
+        "if c.rank == 0:\n"
+        "    print('SHM', d, sorted(os.listdir(d)), flush=True)\n"
+        "c.Barrier()\n"
+        "if c.rank == 1:\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "c.Barrier()\n")
+    r = run_python(2, program, timeout=120)
+    assert r.returncode != 0 and not r.timed_out, r.stdout + r.stderr
+    shm, files = r.stdout.split("SHM ", 1)[1].splitlines()[0].split(" ", 1)
+    assert shm.startswith("/dev/shm/ftkit-mpi-") and "sm_segment" in files, (shm, files)
+    assert not Path(shm).exists(), f"{shm} was left behind"
+
+
 def test_job_status_judges_a_finished_job_from_its_ranks_notes(tmp_path):
     # `ftkit job-status DIR` after plain mpirun (which exits 0 under ULFM): notes as the ranks write them.
     ok, failed = tmp_path / "ok", tmp_path / "failed"

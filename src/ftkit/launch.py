@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ._jobwatch import run_job
 from ._ranksite import write_rank_site
-from .errors import LaunchError
+from .errors import LaunchError, ULFMUnavailable
 from .jobstatus import STATUS_ENV, WATCHED_ENV
 from .launchers import (
     LAUNCHER_ENV,
@@ -340,7 +340,8 @@ def run_mpi(
     the ranks' own (non-zero if any rank failed or could not be seen). Arguments as in
     :func:`build_launch_command` (``launcher="auto"`` with ULFM on is the Open MPI wheel's mpirun);
     ``timeout`` is in seconds; ``spares`` as in :func:`build_launch_command`. Each Open MPI job gets a
-    private runtime session directory (``session_base``), removed when the job has ended.
+    private runtime session directory (``session_base``) and, when its ranks all run here, a private
+    directory in ``/dev/shm`` for their shared-memory files, both removed when the job has ended.
 
     Ranks tell the launcher how they ended (:mod:`ftkit.jobstatus`, ``$FTKIT_JOB_STATUS`` in that directory);
     a rank declared dead by the others is SIGKILLed; when the ranks run on this host (no ``hosts``), a
@@ -359,10 +360,13 @@ def run_mpi(
     session = tempfile.mkdtemp(prefix="ftkit-mpi-")
     status = tempfile.mkdtemp(prefix=".ftkit-status-", dir=status_base) if status_base is not None else \
         os.path.join(session, "status")
+    shm = _shared_memory_dir(launcher, ulfm, env, hosts)
     try:
         if status_base is None:
             os.mkdir(status, 0o700)
         job_env = {**(env or {}), STATUS_ENV: status, WATCHED_ENV: "1"}
+        if shm is not None:  # the ranks' shared-memory files: a killed rank leaves its own behind
+            job_env[SHM_DIR_ENV] = shm
         if hosts is None:  # the ranks run here: they can tell the launcher when MPI_Init has completed
             python_path = job_env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
             job_env["PYTHONPATH"] = os.pathsep.join([write_rank_site(session), *filter(None, [python_path])])
@@ -373,9 +377,47 @@ def run_mpi(
         returncode, out, err, timed_out, ending = run_job(
             name, cmd, nprocs, timeout, cwd, capture, status if name == "openmpi" else None, grace=grace,
             forward_signals=forward_signals, start_bound=_detector_timeout(env) if hosts is None else None,
-            start_ranks=nprocs + spares, leftovers=[session, *([status] if status_base is not None else [])])
+            start_ranks=nprocs + spares,
+            leftovers=[session, *([status] if status_base is not None else []), *([shm] if shm else [])])
         return MPIResult(returncode, out, err, time.monotonic() - start, timed_out, cmd, ending)
     finally:
         shutil.rmtree(session, ignore_errors=True)
+        if shm is not None:
+            shutil.rmtree(shm, ignore_errors=True)
         if status_base is not None:
             shutil.rmtree(status, ignore_errors=True)
+
+#: Open MPI's parameter for where its shared-memory transport puts its files (default ``/dev/shm``).
+SHM_DIR_ENV = "OMPI_MCA_btl_sm_backing_directory"
+#: Set when mpirun may place ranks on hosts of a batch allocation or a host file.
+_MULTI_HOST_ENV = ("PBS_NODEFILE", "LSB_HOSTS", "LSB_MCPU_HOSTS", "OMPI_MCA_orte_default_hostfile",
+                   "PRTE_MCA_prte_default_hostfile", "OMPI_MCA_rmaps_default_hostfile")
+
+
+def _shared_memory_dir(launcher: str, ulfm: bool | None, env: Mapping[str, str] | None,
+                       hosts: Sequence[str] | None) -> str | None:
+    """A private directory in ``/dev/shm`` for an Open MPI job whose ranks all run here, or None.
+
+    Each rank's shared-memory transport maps a file of its own there (16 MiB, in memory); a rank that is
+    killed never removes it, so every killed rank left one in ``/dev/shm`` for good. In a directory of the
+    job's own they go with the directory when the job ends (or when the watchdog cleans up). Not made when
+    the user chose the directory (``$OMPI_MCA_btl_sm_backing_directory``), when ranks may run on other hosts
+    (a host list, or an allocation of several nodes that mpirun spreads them over: the directory would not
+    exist there and each rank would warn), or under another launcher.
+    """
+    if hosts is not None or SHM_DIR_ENV in (env or {}) or SHM_DIR_ENV in os.environ:
+        return None
+    nodes = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or "1"
+    if any(os.environ.get(v) for v in _MULTI_HOST_ENV) or not nodes.isdigit() or int(nodes) > 1:
+        return None
+    try:
+        name, _ = resolve_launcher(launcher, ulfm=ulfm)
+    except (LaunchError, ULFMUnavailable):
+        return None  # build_launch_command raises the error with its message
+    if name != "openmpi" or not os.path.isdir("/dev/shm"):
+        return None
+    try:
+        return tempfile.mkdtemp(prefix="ftkit-mpi-", dir="/dev/shm")
+    except OSError:
+        return None
+
