@@ -29,6 +29,14 @@ def _manifest(d):
     return {e["id"]: e for e in json.loads((d / "run" / "meta" / "manifest.json").read_text())["checkpoints"]}
 
 
+def _committed(d) -> bool:
+    """True once the manifest on disk lists a checkpoint."""
+    try:
+        return bool(_manifest(d))
+    except (OSError, ValueError):  # not written yet (it is replaced whole, never seen half written)
+        return False
+
+
 def _ckpt_dirs(d, ckpt_id: int, level: int) -> list:
     return sorted((d / "run" / "local").glob(f"node*/*/l{level}/ckpt{ckpt_id}"))
 
@@ -165,9 +173,8 @@ def test_every_rank_killed_from_outside_at_a_random_moment_loses_nothing(tmp_pat
     job = threading.Thread(target=lambda: box.append(
         run_app(d, N, "--mode", "write", "--levels", ",".join(["2"] * 12), "--n", str(n), "--pause", "0.2")))
     job.start()
-    manifest = d / "run" / "meta" / "manifest.json"
     deadline = time.monotonic() + TIMEOUT
-    while not manifest.exists() and job.is_alive():
+    while not _committed(d) and job.is_alive():  # the job writes an empty manifest when it starts
         assert time.monotonic() < deadline, "the job never committed a checkpoint"
         time.sleep(0.005)
     time.sleep(delay)
