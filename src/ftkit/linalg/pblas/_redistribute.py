@@ -96,34 +96,30 @@ def exchange(src: DistributedMatrix, i0: int, j0: int, trans: bool, rows: BlockC
             return i_s[src_row_dest[i_s] == dc], j_s[src_col_dest[j_s] == dr]
         return i_s[src_row_dest[i_s] == dr], j_s[src_col_dest[j_s] == dc]
 
+    from ._pack_kernels import gather_into, scatter_into  # numba: imported at the first use
+
     nranks = g.size
-    send_parts: list[np.ndarray] = []
-    for rank in range(nranks):
-        dr, dc = g.coords(rank)
-        isel, jsel = selection(g.myrow, g.mycol, dr, dc)
-        block = src.local[np.ix_(srm.local[isel], scm.local[jsel])]
-        send_parts.append(block.ravel(order="F"))
-    recv_sel = []
-    for rank in range(nranks):
-        sr, sc = g.coords(rank)
-        recv_sel.append(selection(sr, sc, g.myrow, g.mycol))
-    scounts = [x.size for x in send_parts]
+    send_sel = [selection(g.myrow, g.mycol, *g.coords(rank)) for rank in range(nranks)]
+    recv_sel = [selection(*g.coords(rank), g.myrow, g.mycol) for rank in range(nranks)]
+    scounts = [i.size * j.size for i, j in send_sel]
     rcounts = [i.size * j.size for i, j in recv_sel]
     dtype = src.local.dtype
     mpitype = MPI.FLOAT if dtype == np.float32 else MPI.DOUBLE
-    sbuf = np.concatenate(send_parts) if send_parts else np.zeros(0, dtype)
-    rbuf = np.empty(sum(rcounts), dtype)
     sdispl = np.concatenate([[0], np.cumsum(scounts)[:-1]]).astype(int).tolist()
     rdispl = np.concatenate([[0], np.cumsum(rcounts)[:-1]]).astype(int).tolist()
+    sbuf = np.empty(sum(scounts), dtype)
+    for (isel, jsel), off, cnt in zip(send_sel, sdispl, scounts, strict=True):
+        if cnt:
+            gather_into(src.local, srm.local[isel], scm.local[jsel], sbuf[off:off + cnt])
+    rbuf = np.empty(sum(rcounts), dtype)
     g.comm.Alltoallv([sbuf, scounts, sdispl, mpitype], [rbuf, rcounts, rdispl, mpitype])
 
     out = np.zeros((rows.count(g.myrow), cols.count(g.mycol)), dtype, order="F")
     for (isel, jsel), off, cnt in zip(recv_sel, rdispl, rcounts, strict=True):
         if cnt == 0:
             continue
-        block = rbuf[off:off + cnt].reshape((isel.size, jsel.size), order="F")
         if trans:
-            out[np.ix_(rel_rows[jsel], rel_cols[isel])] = block.T
+            scatter_into(out, rel_rows[jsel], rel_cols[isel], rbuf[off:off + cnt], True)
         else:
-            out[np.ix_(rel_rows[isel], rel_cols[jsel])] = block
+            scatter_into(out, rel_rows[isel], rel_cols[jsel], rbuf[off:off + cnt], False)
     return out
