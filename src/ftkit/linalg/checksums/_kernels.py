@@ -35,6 +35,31 @@ __all__ = ["encode_rows_into", "encode_cols_into", "copy_col_sums", "block_sums_
 _FM = {"reassoc", "contract"}
 
 
+@njit(cache=True, nogil=True, fastmath=_FM, inline="always")
+def _segment_sums(x: np.ndarray, ww: np.ndarray,
+                  sq_on: bool) -> tuple[float, float, float, float]:  # pragma: no cover - compiled
+    """Plain, weighted, absolute and (with ``sq_on``, else 0) squared sums of one segment ``x`` (weights
+    ``ww``): the loop :func:`encode_rows_into` and :func:`triangle_rows_into` share."""
+    e = 0.0
+    ws = 0.0
+    ab = 0.0
+    sq = 0.0
+    if sq_on:
+        for t in range(x.shape[0]):
+            v = x[t]
+            e += v
+            ws += ww[t] * v
+            ab += abs(v)
+            sq += v * v
+    else:
+        for t in range(x.shape[0]):
+            v = x[t]
+            e += v
+            ws += ww[t] * v
+            ab += abs(v)
+    return e, ws, ab, sq
+
+
 @njit(cache=True, nogil=True, fastmath=_FM)
 def encode_rows_into(
     a: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray, copy: bool, kinds: int = 4
@@ -75,19 +100,8 @@ def encode_rows_into(
                         e += v
                         ws += ww[t] * v
                         ab += abs(v)
-            elif sq_on:
-                for t in range(ln):
-                    v = x[t]
-                    e += v
-                    ws += ww[t] * v
-                    ab += abs(v)
-                    sq += v * v
             else:
-                for t in range(ln):
-                    v = x[t]
-                    e += v
-                    ws += ww[t] * v
-                    ab += abs(v)
+                e, ws, ab, sq = _segment_sums(x, ww, sq_on)
             ext[base + s, kk] = e
             ext[base + nr + s, kk] = ws
             ext[base + 2 * nr + s, kk] = ab
@@ -320,7 +334,7 @@ def triangle_rows_into(
     ``diag[j] >= 0``. With ``kinds`` 3 or 4, the plain, weighted, absolute (and squared) sums of every
     row segment (``bounds``) of the result go into column ``cidx[j]`` of ``ext`` (``kinds * nr`` rows,
     laid out as :func:`encode_rows_into` lays them out), read from the kept rows only (the others are
-    zero); with ``kinds`` 0 only the triangle is made.
+    zero).
     """
     ncol = t.shape[1]
     nr = bounds.shape[0] - 1
@@ -330,31 +344,11 @@ def triangle_rows_into(
         k0 = keep[0, j]
         k1 = keep[1, j]
         triangle_column(col, k0, k1, diag[j], unit)  # the plain routine's triangle, then the sums
-        if kinds == 0:
-            continue
         q = cidx[j]
         for s in range(nr):
             lo = max(bounds[s], k0)
             ln = max(0, min(bounds[s + 1], k1) - lo)
-            x = col[lo : lo + ln]
-            ww = w[lo : lo + ln]
-            e = 0.0
-            ws = 0.0
-            ab = 0.0
-            sq = 0.0
-            if sq_on:
-                for i in range(ln):
-                    v = x[i]
-                    e += v
-                    ws += ww[i] * v
-                    ab += abs(v)
-                    sq += v * v
-            else:
-                for i in range(ln):
-                    v = x[i]
-                    e += v
-                    ws += ww[i] * v
-                    ab += abs(v)
+            e, ws, ab, sq = _segment_sums(col[lo : lo + ln], w[lo : lo + ln], sq_on)
             ext[s, q] = e
             ext[nr + s, q] = ws
             ext[2 * nr + s, q] = ab
