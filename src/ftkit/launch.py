@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ._jobwatch import run_job
 from ._ranksite import write_rank_site
-from .errors import LaunchError, ULFMUnavailable
+from .errors import LaunchError
 from .jobstatus import STATUS_ENV, WATCHED_ENV
 from .launchers import (
     LAUNCHER_ENV,
@@ -357,10 +357,11 @@ def run_mpi(
     ``status_base`` is where the status directory is made (default: the private session directory on this
     host): ranks on other hosts can leave their notes only in a directory they see too (a shared one).
     """
+    name, ulfm = resolve_launcher(launcher, ulfm=ulfm)  # once: the command and the directories follow it
     session = tempfile.mkdtemp(prefix="ftkit-mpi-")
     status = tempfile.mkdtemp(prefix=".ftkit-status-", dir=status_base) if status_base is not None else \
         os.path.join(session, "status")
-    shm = _shared_memory_dir(launcher, ulfm, env, hosts)
+    shm = _shared_memory_dir(name, env, hosts)
     try:
         if status_base is None:
             os.mkdir(status, 0o700)
@@ -370,7 +371,7 @@ def run_mpi(
         if hosts is None:  # the ranks run here: they can tell the launcher when MPI_Init has completed
             python_path = job_env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
             job_env["PYTHONPATH"] = os.pathsep.join([write_rank_site(session), *filter(None, [python_path])])
-        name, cmd = build_launch_command(nprocs, program, launcher=launcher, node_size=node_size, ulfm=ulfm,
+        name, cmd = build_launch_command(nprocs, program, launcher=name, node_size=node_size, ulfm=ulfm,
                                          env=job_env, spares=spares,
                                          session_base=session, hosts=hosts, exclude=exclude)
         start = time.monotonic()
@@ -394,9 +395,10 @@ _MULTI_HOST_ENV = ("PBS_NODEFILE", "LSB_HOSTS", "LSB_MCPU_HOSTS", "OMPI_MCA_orte
                    "PRTE_MCA_prte_default_hostfile", "OMPI_MCA_rmaps_default_hostfile")
 
 
-def _shared_memory_dir(launcher: str, ulfm: bool | None, env: Mapping[str, str] | None,
+def _shared_memory_dir(launcher: str, env: Mapping[str, str] | None,
                        hosts: Sequence[str] | None) -> str | None:
-    """A private directory in ``/dev/shm`` for an Open MPI job whose ranks all run here, or None.
+    """A private directory in ``/dev/shm`` for an Open MPI job (``launcher``, resolved) whose ranks all run
+    here, or None.
 
     Each rank's shared-memory transport maps a file of its own there (16 MiB, in memory); a rank that is
     killed never removes it, so every killed rank left one in ``/dev/shm`` for good. In a directory of the
@@ -410,11 +412,7 @@ def _shared_memory_dir(launcher: str, ulfm: bool | None, env: Mapping[str, str] 
     nodes = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or "1"
     if any(os.environ.get(v) for v in _MULTI_HOST_ENV) or not nodes.isdigit() or int(nodes) > 1:
         return None
-    try:
-        name, _ = resolve_launcher(launcher, ulfm=ulfm)
-    except (LaunchError, ULFMUnavailable):
-        return None  # build_launch_command raises the error with its message
-    if name != "openmpi" or not os.path.isdir("/dev/shm"):
+    if launcher != "openmpi" or not os.path.isdir("/dev/shm"):
         return None
     try:
         return tempfile.mkdtemp(prefix="ftkit-mpi-", dir="/dev/shm")

@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
+from . import _shm_segments
 from .errors import FtkitError
 
 __all__ = ["DEFAULT_WAIT", "EXIT_CODE", "install", "hook", "report", "exchange", "format_ranks",
@@ -205,6 +206,7 @@ def format_ranks(ranks: Sequence[int]) -> str:
 def end_process() -> None:
     """End this process without ``MPI_Finalize`` (which would wait for ranks still inside MPI calls): a
     SIGKILL of itself, so the other ranks of a ULFM job see a process failure at once."""
+    _shm_segments.remove_leftovers()  # a singleton's files (MPI_Finalize would not remove them either)
     sys.stdout.flush()
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGKILL)

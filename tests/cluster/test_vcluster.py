@@ -51,6 +51,14 @@ def test_hosts_have_own_name_disk_and_tcp(cluster2):
     assert not (c.local / "mine").exists()                        # nothing on the login node
     r = _on(c, "node1", f"import os; print(os.path.exists('{c.disk('node2')}'))")
     assert r.stdout.strip() == "False", "a host can see another host's disk"
+    shm = f"/dev/shm/vcluster-test-{os.getpid()}"  # MPI's shared-memory files stay on their host
+    assert _on(c, "node1", f"open('{shm}', 'w').write('x'); import os; print(os.path.exists('{shm}'))"
+               ).stdout.strip() == "True"
+    try:
+        assert not os.path.exists(shm), "a host's /dev/shm is the machine's"
+        assert _on(c, "node2", f"import os; print(os.path.exists('{shm}'))").stdout.strip() == "False"
+    finally:
+        Path(shm).unlink(missing_ok=True)
     server = subprocess.Popen(c.on("node2", [PY, "-c", SERVER]), stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout.readline().strip() == "listening"

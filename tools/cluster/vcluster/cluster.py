@@ -4,6 +4,7 @@ Each host is a network namespace ``<prefix>-<host>`` (its own TCP/IP stack, addr
 into the bridge ``<prefix>br0``) plus a *holder* process that owns the host's UTS and mount namespaces
 (``unshare --uts --mount``): its own hostname, its own node-local disk (a size-limited tmpfs bind-mounted on
 one common path, :attr:`Cluster.local`, so "disk full" can be rehearsed), its own ``/tmp`` (on that disk), its
+own ``/dev/shm`` (a tmpfs of :attr:`Cluster.shm_mb`: MPI's shared-memory files stay on the host), its
 own ``/etc/hosts`` (every host and the bridge address, ``gateway`` below) and ``/etc/resolv.conf``
 (``nameserver 127.0.0.1``, ``timeout:1 attempts:1``: the machine's resolver is unreachable from a namespace
 and every unknown name would hang). The other hosts' disks are hidden inside a host. One plain directory,
@@ -61,6 +62,7 @@ class Cluster:
     spares: list[str] = field(default_factory=list)
     disk_mb: int = 256
     creator: int = 0
+    shm_mb: int = 512                      # each host's /dev/shm (a limit: memory is used only when written)
 
     # -- layout -------------------------------------------------------------------------------------------
     @property
@@ -205,6 +207,8 @@ class Cluster:
             f"mount --rbind {disk / 'tmp'} /tmp",
             f"mount --bind {etc / 'hosts'} /etc/hosts",
             f"mount --bind {etc / 'resolv.conf'} /etc/resolv.conf",
+            # a /dev/shm of its own (MPI's shared-memory files), gone with the host like a reboot's
+            f"mount -t tmpfs -o size={self.shm_mb}m,mode=1777 {self.prefix}-{host}-shm /dev/shm",
             f"mount -t tmpfs -o size=64k {self.prefix}-hide {self.base / 'hosts'}",  # the others' disks
             "echo ready", "exec sleep infinity"])
         log = open(self.base / "run" / f"{host}.holder.log", "w")

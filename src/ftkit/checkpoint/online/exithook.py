@@ -252,10 +252,7 @@ def end_on_uncaught(served: Served, kind: type[BaseException], exc: BaseExceptio
     if not replace:
         _revoke_everything(served.session)
     _kill_dead_here(dead)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.kill(os.getpid(), signal.SIGKILL)
-    os._exit(EXIT_CODE)
+    uncaught.end_process()
 
 
 def at_exit(served: Served) -> None:
