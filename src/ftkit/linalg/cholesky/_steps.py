@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..._wait import wait_requests
-from .._blas import gemm_update, trsm_left
+from .._blas import gemm_update, trsm_right_lower_t
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from ..pblas._tri_sweep import diagonal_blocks
@@ -115,16 +115,17 @@ class CholeskySteps:
         return bad, (low if bad == -1 else None)
 
     def solve_panel(self, k: int, low: np.ndarray, broadcast: bool = True,
-                    check: Callable[[np.ndarray, np.ndarray, np.ndarray], bool] | None = None,
+                    check: Callable[[np.ndarray, np.ndarray, np.ndarray], object] | None = None,
                     out: np.ndarray | None = None) -> np.ndarray:
         """Overwrite panel ``k`` below the diagonal with ``P = W_{e:,k} L_kk^{-T}`` (its process column) and
         return this process's rows of ``P`` (global rows ``>= e`` of its process row), broadcast along the
-        process row (unless not ``broadcast``: then only the panel's process column has them). ``check``, if
-        given, is called on the panel's process column as ``check(before, pt, low)`` after the solve and
-        before the panel is overwritten: ``before`` is the panel (``W_{e:,k}``, unchanged), ``pt`` the
-        solution ``P.T`` (F order), which ``check`` may solve again in place; it returns whether it wrote the
-        solution into the returned rows (``out``) itself. ``out`` (with ``broadcast``
-        false): the array the rows are written into and returned as (``ft_pdpotrf``'s encoded buffer)."""
+        process row (unless not ``broadcast``: then only the panel's process column has them). The rows are
+        solved in place in the returned array (F order, the panel's own layout: no transposed copies).
+        ``check``, if given, is called on the panel's process column as ``check(before, p, low)`` after the
+        solve and before the panel is overwritten: ``before`` is the panel (``W_{e:,k}``, unchanged), ``p``
+        the solution (the returned rows), which ``check`` may solve again in place. ``out`` (with
+        ``broadcast`` false): the array the rows are solved in and returned as (``ft_pdpotrf``'s encoded
+        buffer)."""
         g, (s, e) = self.grid, self.panels[k]
         qk = int(self.cols.owners[s])
         below = self.rows.range_on(g.myrow, e, self.rows.n)
@@ -134,10 +135,10 @@ class CholeskySteps:
         if g.mycol == qk:
             panel = self.w[below, self.cols.range_on(qk, s, e)]
             if nloc:
-                pt = np.asfortranarray(panel.T)
-                trsm_left(True, low, pt)  # X L^T = P  <=>  L X^T = P^T
-                if check is None or not check(panel, pt, low):
-                    mine[...] = pt.T
+                mine[...] = panel
+                trsm_right_lower_t(low, mine)  # P = W_{e:,k} L^{-T}
+                if check is not None:
+                    check(panel, mine, low)
                 panel[...] = mine  # same layout: a plain copy
         if broadcast and g.npcol > 1 and flat.size:
             wait_requests([g.row_comm.Ibcast(flat, root=qk)])  # sleeping: a blocking Bcast busy-polls
