@@ -71,6 +71,7 @@ class CholeskySteps:
         #: the global indices of every process row's rows and of this process's columns (increasing)
         self.row_indices = [rows.indices_on(p) for p in range(grid.nprow)]
         self.col_indices = cols.indices_on(grid.mycol)
+        self._blocks: list[tuple[int, int, int, int] | None] | None = None  # column_rows' table (lazy)
 
     def owns_diagonal(self, k: int) -> bool:
         """Whether this process holds diagonal block ``k``."""
@@ -169,18 +170,24 @@ class CholeskySteps:
         """Return the rows of ``P`` (panel ``k`` below its diagonal block) that this process's trailing
         columns multiply, in the order of those columns (F order), from the process rows' ``pieces``: on a
         grid whose process row ``p`` holds the rows of process column ``p``'s columns, that piece itself (no
-        copy); else the rows copied out of the pieces (never all of ``P``)."""
+        copy); else the rows copied out of the pieces (never all of ``P``), one slice per trailing block
+        column: rows and columns share one block partition, so block column ``J``'s rows are one contiguous
+        run of the piece of the process row that holds block row ``J``."""
         g, e, n = self.grid, self.panels[k][1], self.rows.n
         if self.square:
             return pieces[g.mycol]
-        need = self.col_indices[self.cols.range_on(g.mycol, e, n)]
-        own = self.rows.owners[need]
-        out = np.empty((len(need), pieces[0].shape[1]), pieces[0].dtype, order="F")
-        for p, piece in enumerate(pieces):
-            sel = own == p
-            if sel.any():
-                idx = self.row_indices[p][self.rows.range_on(p, e, n)]
-                out[sel] = piece[np.searchsorted(idx, need[sel])]
+        if self._blocks is None:  # (first local column, last + 1, process row, its first local row) per block
+            self._blocks = [(*self.cols.range_on(g.mycol, cs, ce).indices(n)[:2], int(self.rows.owners[cs]),
+                             self.rows.range_on(int(self.rows.owners[cs]), cs, ce).start)
+                            if int(self.cols.owners[cs]) == g.mycol else None for cs, ce in self.panels]
+        trail = self.cols.range_on(g.mycol, e, n)
+        c0 = trail.start
+        out = np.empty((trail.stop - c0, pieces[0].shape[1]), pieces[0].dtype, order="F")
+        first = [self.rows.range_on(p, e, n).start for p in range(g.nprow)]  # each piece's first local row
+        for blk in self._blocks[k + 1:]:
+            if blk is not None:
+                ca, cb, p, r0 = blk
+                out[ca - c0:cb - c0] = pieces[p][r0 - first[p]:r0 - first[p] + cb - ca]
         return out
 
     def apply_update(self, k: int, mine: np.ndarray, colp: np.ndarray) -> None:
