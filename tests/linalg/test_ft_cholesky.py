@@ -163,18 +163,18 @@ def test_wrong_panel_solve_found_and_solved_again(grid, monkeypatch, where):
     a = _spd(45, seed=6)
     ref = linalg.DistributedMatrix.from_global(grid, a, mb=6, nb=6)
     linalg.pdpotrf("L", 43, ref, 1, 1)
-    real, calls = _steps.trsm_left, []
+    real, calls = _steps.trsm_right_lower_t, []
 
-    def faulty(lower, t, w):
-        real(lower, t, w)
+    def faulty(t, w):
+        real(t, w)
         calls.append(w.shape)
-        if len(calls) == 3:  # panel 2: P.T is (6, rows below); corrupt P's row 4 (a column of P.T)
+        if len(calls) == 3:  # panel 2: P is (rows below, 6); corrupt its row 4
             if where == "element":
-                w[2, 4] = -w[2, 4] * 1e3 if w[2, 4] else 1.0
+                w[4, 2] = -w[4, 2] * 1e3 if w[4, 2] else 1.0
             else:
-                w[:, 4] *= 1.5
+                w[4, :] *= 1.5
 
-    monkeypatch.setattr(_steps, "trsm_left", faulty)
+    monkeypatch.setattr(_steps, "trsm_right_lower_t", faulty)
     A = linalg.DistributedMatrix.from_global(grid, a, mb=6, nb=6)
     rep = linalg.ft_pdpotrf("L", 43, A, 1, 1, bs=4)
     assert len(calls) >= 3

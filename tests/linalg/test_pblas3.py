@@ -170,3 +170,25 @@ def test_factorization_error_names_the_minor(grid):
     with pytest.raises(linalg.FactorizationError) as e:
         linalg.pdpotrf("U", 4, A, 0, 0)
     assert e.value.minor == 3 and "minor of order 3" in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_panel_solve_kernel_matches_numpy(dtype):
+    """The Cholesky panel's solve ``P = W L^{-T}`` in place on a column-major view (a block column's rows,
+    leading dimension larger than the view) and on a row-major array (the fallback), against numpy; the
+    strict upper triangle of L is not read."""
+    from ftkit.linalg._blas import trsm_right_lower_t
+
+    rng = np.random.default_rng(5)
+    low = np.tril(rng.standard_normal((7, 7))) + 8.0 * np.eye(7)
+    junk = low + np.triu(np.full((7, 7), np.nan), 1)  # only the lower triangle may be read
+    big = np.asfortranarray(rng.standard_normal((30, 12))).astype(dtype)
+    want = np.linalg.solve(low, big[5:25, 2:9].T.astype(np.float64)).T
+    view = big[5:25, 2:9]
+    trsm_right_lower_t(junk.astype(dtype), view)
+    tol = 1e-12 if dtype == np.float64 else 1e-4
+    assert np.allclose(view, want, rtol=tol, atol=tol)
+    c_order = np.ascontiguousarray(rng.standard_normal((20, 7)).astype(dtype))
+    want = np.linalg.solve(low, c_order.T.astype(np.float64)).T
+    trsm_right_lower_t(low.astype(dtype), c_order)
+    assert np.allclose(c_order, want, rtol=tol, atol=tol)

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-__all__ = ["gemm_update", "HAVE_CBLAS"]
+__all__ = ["gemm_update", "trsm_left", "trsm_right_lower_t", "HAVE_CBLAS"]
 
 _COL_MAJOR, _NO_TRANS, _TRANS = 102, 111, 112
 
@@ -112,7 +112,7 @@ def gemm_update(alpha: float, a: np.ndarray, b: np.ndarray, c: np.ndarray, beta:
            float(beta), c.ctypes.data, ldc)
 
 
-_LEFT, _UPPER, _LOWER, _NON_UNIT = 141, 121, 122, 131
+_LEFT, _RIGHT, _UPPER, _LOWER, _NON_UNIT = 141, 142, 121, 122, 131
 
 
 def _load_trsm(prefix: str, real: type) -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
@@ -150,3 +150,25 @@ def trsm_left(lower: bool, t: np.ndarray, w: np.ndarray) -> None:
        t.ctypes.data, max(1, n), x.ctypes.data, ldb)
     if x is not w:
         w[...] = x
+
+
+def trsm_right_lower_t(t: np.ndarray, w: np.ndarray) -> None:
+    """Overwrite ``w`` with ``w @ inv(t).T`` by substitution; ``t`` is square lower triangular.
+
+    Only ``t``'s lower triangle and diagonal are read. ``w`` (``m x n``, ``n`` the order of ``t``) must be
+    column-major (any leading dimension) and share ``t``'s dtype (float64 or float32). BLAS's ``?trsm``
+    (right side, transposed) when available: no transposed copies of ``w``, the layout a block column's
+    rows below a Cholesky panel already have; else numpy's solve (same solution up to rounding).
+    """
+    m, n = w.shape
+    if m == 0 or n == 0:
+        return
+    fn = _trsm.get(w.dtype)
+    t = np.asfortranarray(t, dtype=w.dtype)
+    if fn is None or not (w.strides[0] == w.itemsize and w.strides[1] % w.itemsize == 0 and
+                          w.strides[1] >= w.itemsize * m):
+        w[...] = np.linalg.solve(np.tril(t), w.T).T
+        return
+    ldb = max(1, w.strides[1] // w.itemsize) if n > 1 else max(1, m)
+    fn(_COL_MAJOR, _RIGHT, _LOWER, _TRANS, _NON_UNIT, m, n, 1.0, t.ctypes.data, max(1, n), w.ctypes.data,
+       ldb)

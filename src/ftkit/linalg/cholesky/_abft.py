@@ -198,7 +198,8 @@ class UpdateChecks:
                     views: tuple[np.ndarray, ...]) -> tuple[int, np.ndarray]:
         """Check panel ``k``'s solve ``P L_kk^T = W_{e:,k}`` against block column ``k``'s carried checksums.
 
-        ``pt`` is this process's ``P.T`` (F order, its rows ``>= e`` of the panel). The segment sums of the
+        ``pt`` is this process's ``P.T`` (its rows ``>= e`` of the panel; the transposed view of the rows in
+        the encoded buffer, where the panel is solved, costs no copy). The segment sums of the
         solution times ``L_kk^T`` must give the checksums :meth:`verify` just checked the panel's values
         against: ``(e^T P_I) L^T = e^T W_I`` (plain and index-weighted), O(nb) per segment column, no pass
         over ``W`` (the solve's and the sums' rounding bounded by ``gamma`` and Cauchy-Schwarz with the rows'

@@ -1,13 +1,13 @@
 """Compiled passes of FT_PDPOTRF's panel checks: everything the sender of a panel needs from the solved
 panel in one pass over it, and the receivers' sums in the sender's summation order.
 
-:func:`panel_pass` reads the solved panel once (as ``P.T``, the layout the triangular solve leaves) and
-writes its rows into the buffer that travels, with their row sums and sums of squares, the column sums and
-the plain and index-weighted segment sums the checksums are carried with: one transposing copy and two
-passes over it (numpy took six passes: two transposing copies, the segment products, the squares and two
-reductions). The row and column sums are compared with the receivers' :func:`row_sums` / :func:`col_sums`
-for equality, so both sides add in one fixed order, without fastmath (left to right along a row; eight
-interleaved partial sums down a column).
+:func:`panel_pass` reads the solved panel once (as ``P.T``: the transposed view of the rows the panel is
+solved in, inside the buffer that travels, so no copy; any other ``P.T`` is copied in first) and takes their
+row sums and sums of squares, the column sums and the plain and index-weighted segment sums the checksums are
+carried with: two passes over the rows (numpy took six passes: two transposing copies, the segment
+products, the squares and two reductions). The row and column sums are compared with the receivers'
+:func:`row_sums` / :func:`col_sums` for equality, so both sides add in one fixed order, without fastmath
+(left to right along a row; eight interleaved partial sums down a column).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def panel_pass(pt: np.ndarray, bounds: np.ndarray, wts: np.ndarray, rows: np.nda
     """From ``pt`` (``w x m``, the transposed rows of P): ``rows = pt.T`` (``m x w``, F order), ``rs[i]`` /
     ``sq[i]`` the sum / sum of squares of row ``i``, ``cs[t]`` the sum of column ``t``, ``segs[2 s]`` /
     ``segs[2 s + 1]`` the plain / ``wts``-weighted column sums of the rows ``bounds[s]:bounds[s + 1]``: one
-    transposing copy and two passes over the copy, column by column."""
+    transposing copy unless ``pt`` is ``rows.T``, then two passes over ``rows``, column by column."""
     if rows.ctypes.data != pt.ctypes.data:
         rows[...] = pt.T
     _exact_sums(rows, rs, sq, cs)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..._wait import wait_requests
-from .._blas import gemm_update, trsm_left
+from .._blas import gemm_update, trsm_right_lower_t
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from ..pblas._tri_sweep import diagonal_blocks
@@ -71,6 +71,7 @@ class CholeskySteps:
         #: the global indices of every process row's rows and of this process's columns (increasing)
         self.row_indices = [rows.indices_on(p) for p in range(grid.nprow)]
         self.col_indices = cols.indices_on(grid.mycol)
+        self._blocks: list[tuple[int, int, int, int] | None] | None = None  # column_rows' table (lazy)
 
     def owns_diagonal(self, k: int) -> bool:
         """Whether this process holds diagonal block ``k``."""
@@ -115,16 +116,17 @@ class CholeskySteps:
         return bad, (low if bad == -1 else None)
 
     def solve_panel(self, k: int, low: np.ndarray, broadcast: bool = True,
-                    check: Callable[[np.ndarray, np.ndarray, np.ndarray], bool] | None = None,
+                    check: Callable[[np.ndarray, np.ndarray, np.ndarray], object] | None = None,
                     out: np.ndarray | None = None) -> np.ndarray:
         """Overwrite panel ``k`` below the diagonal with ``P = W_{e:,k} L_kk^{-T}`` (its process column) and
         return this process's rows of ``P`` (global rows ``>= e`` of its process row), broadcast along the
-        process row (unless not ``broadcast``: then only the panel's process column has them). ``check``, if
-        given, is called on the panel's process column as ``check(before, pt, low)`` after the solve and
-        before the panel is overwritten: ``before`` is the panel (``W_{e:,k}``, unchanged), ``pt`` the
-        solution ``P.T`` (F order), which ``check`` may solve again in place; it returns whether it wrote the
-        solution into the returned rows (``out``) itself. ``out`` (with ``broadcast``
-        false): the array the rows are written into and returned as (``ft_pdpotrf``'s encoded buffer)."""
+        process row (unless not ``broadcast``: then only the panel's process column has them). The rows are
+        solved in place in the returned array (F order, the panel's own layout: no transposed copies).
+        ``check``, if given, is called on the panel's process column as ``check(before, p, low)`` after the
+        solve and before the panel is overwritten: ``before`` is the panel (``W_{e:,k}``, unchanged), ``p``
+        the solution (the returned rows), which ``check`` may solve again in place. ``out`` (with
+        ``broadcast`` false): the array the rows are solved in and returned as (``ft_pdpotrf``'s encoded
+        buffer)."""
         g, (s, e) = self.grid, self.panels[k]
         qk = int(self.cols.owners[s])
         below = self.rows.range_on(g.myrow, e, self.rows.n)
@@ -134,10 +136,10 @@ class CholeskySteps:
         if g.mycol == qk:
             panel = self.w[below, self.cols.range_on(qk, s, e)]
             if nloc:
-                pt = np.asfortranarray(panel.T)
-                trsm_left(True, low, pt)  # X L^T = P  <=>  L X^T = P^T
-                if check is None or not check(panel, pt, low):
-                    mine[...] = pt.T
+                mine[...] = panel
+                trsm_right_lower_t(low, mine)  # P = W_{e:,k} L^{-T}
+                if check is not None:
+                    check(panel, mine, low)
                 panel[...] = mine  # same layout: a plain copy
         if broadcast and g.npcol > 1 and flat.size:
             wait_requests([g.row_comm.Ibcast(flat, root=qk)])  # sleeping: a blocking Bcast busy-polls
@@ -168,18 +170,24 @@ class CholeskySteps:
         """Return the rows of ``P`` (panel ``k`` below its diagonal block) that this process's trailing
         columns multiply, in the order of those columns (F order), from the process rows' ``pieces``: on a
         grid whose process row ``p`` holds the rows of process column ``p``'s columns, that piece itself (no
-        copy); else the rows copied out of the pieces (never all of ``P``)."""
+        copy); else the rows copied out of the pieces (never all of ``P``), one slice per trailing block
+        column: rows and columns share one block partition, so block column ``J``'s rows are one contiguous
+        run of the piece of the process row that holds block row ``J``."""
         g, e, n = self.grid, self.panels[k][1], self.rows.n
         if self.square:
             return pieces[g.mycol]
-        need = self.col_indices[self.cols.range_on(g.mycol, e, n)]
-        own = self.rows.owners[need]
-        out = np.empty((len(need), pieces[0].shape[1]), pieces[0].dtype, order="F")
-        for p, piece in enumerate(pieces):
-            sel = own == p
-            if sel.any():
-                idx = self.row_indices[p][self.rows.range_on(p, e, n)]
-                out[sel] = piece[np.searchsorted(idx, need[sel])]
+        if self._blocks is None:  # (first local column, last + 1, process row, its first local row) per block
+            self._blocks = [(*self.cols.range_on(g.mycol, cs, ce).indices(n)[:2], int(self.rows.owners[cs]),
+                             self.rows.range_on(int(self.rows.owners[cs]), cs, ce).start)
+                            if int(self.cols.owners[cs]) == g.mycol else None for cs, ce in self.panels]
+        trail = self.cols.range_on(g.mycol, e, n)
+        c0 = trail.start
+        out = np.empty((trail.stop - c0, pieces[0].shape[1]), pieces[0].dtype, order="F")
+        first = [self.rows.range_on(p, e, n).start for p in range(g.nprow)]  # each piece's first local row
+        for blk in self._blocks[k + 1:]:
+            if blk is not None:
+                ca, cb, p, r0 = blk
+                out[ca - c0:cb - c0] = pieces[p][r0 - first[p]:r0 - first[p] + cb - ca]
         return out
 
     def apply_update(self, k: int, mine: np.ndarray, colp: np.ndarray) -> None:

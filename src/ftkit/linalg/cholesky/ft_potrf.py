@@ -53,7 +53,7 @@ import numpy as np
 
 from ...errors import ABFTError, PBLASArgumentError, RecoveryError
 from ...inject import InjectionPlan
-from .._blas import trsm_left
+from .._blas import trsm_right_lower_t
 from ..abft._blocks import Threshold
 from ..abft.level3 import _as64
 from ..abft.report import ABFTReport, BlockEvent, check_ft_args
@@ -97,28 +97,26 @@ class _Tally:
                                       (row, col)))
 
     def check_panel(self, checks: UpdateChecks, k: int, views: tuple[np.ndarray, ...], before: np.ndarray,
-                    pt: np.ndarray, low: np.ndarray) -> bool:
-        """Check panel ``k``'s solve ``pt`` (``P.T``) by the carried checksums
-        (:meth:`UpdateChecks.check_solve`, which fills the encoded buffer ``views`` with the rows and their
-        sums); solve again from ``before`` (the panel, not yet overwritten) if a segment disagrees. Returns
-        true: the rows are in the buffer."""
+                    p: np.ndarray, low: np.ndarray) -> None:
+        """Check panel ``k``'s solve ``p`` (``P``, its rows in the encoded buffer ``views``) by the carried
+        checksums (:meth:`UpdateChecks.check_solve`, which fills the buffer with the rows' sums); solve again
+        from ``before`` (the panel, not yet overwritten) if a segment disagrees."""
         for attempt in range(2):
-            checked, bad = checks.check_solve(k, pt, low, views)
+            checked, bad = checks.check_solve(k, p.T, low, views)
             self.checked += checked
             if not bad.any():
                 if attempt:
                     self.events[-1] = dataclasses.replace(self.events[-1], action="recomputed")
-                return True
+                return
             if attempt:
                 self.events[-1] = dataclasses.replace(self.events[-1], action="uncorrected")
-                return True
+                return
             first = int(np.flatnonzero(bad)[0])
             ii1 = int(np.searchsorted(checks.rblk, k + 1))
             self.events.append(BlockEvent(-1, -1, int(checks.rlo[ii1 + first] - checks.rlo[ii1]), 0,
-                                          pt.shape[1], pt.shape[0], self.rank, "detected"))
-            pt[...] = before.T
-            trsm_left(True, low, pt)
-        return True  # pragma: no cover - the loop returns
+                                          p.shape[0], p.shape[1], self.rank, "detected"))
+            p[...] = before
+            trsm_right_lower_t(low, p)
 
     def report(self, comm: Any, threshold: Threshold, bs: int) -> ABFTReport:
         """The report of the whole factorization (collective: events are gathered)."""
