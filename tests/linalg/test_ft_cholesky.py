@@ -211,11 +211,13 @@ def test_hard_families_no_false_positive_on_2x2():
     assert res.stdout.count("CASE ") == 18 and "FAIL" not in res.stdout, res.stdout
 
 
-@pytest.mark.parametrize("m, w, bs", [(0, 4, 4), (7, 5, 4), (37, 16, 5), (300, 24, 64)])
+@pytest.mark.parametrize("m, w, bs", [(0, 4, 4), (7, 5, 4), (37, 16, 5), (300, 24, 64), (256, 32, 128),
+                                      (130, 7, 3)])
 def test_panel_pass_sums_match_the_receivers_order(m, w, bs):
     """The sender's one-pass kernel: the rows copied, row and column sums equal bit for bit to the receivers'
     :func:`row_sums` / :func:`col_sums` of those rows (a transit check compares them for equality), sums of
-    squares and segment sums as numpy's (up to rounding), with and without the copy."""
+    squares and segment sums as numpy's (up to rounding), with and without the copy (the copy's fused pass:
+    tiles of eight rows in one segment, segments ending inside a tile, a tail of fewer than eight rows)."""
     from ftkit.linalg.cholesky._kernels import col_sums, panel_pass, row_sums
 
     rng = np.random.default_rng(m + w)
