@@ -196,12 +196,21 @@ def _col_sum(x: np.ndarray, t: int) -> float:  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True)
 def row_sums(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """``out[i]`` = the sum of row ``i`` of ``x``, left to right (:func:`panel_pass`'s order)."""
+    """``out[i]`` = the sum of row ``i`` of ``x``, left to right (:func:`panel_pass`'s order): eight columns
+    per sweep down the rows (each row's sum still takes them one after the other), so ``out`` is read and
+    written once per eight columns, not once per column."""
     m, w = x.shape
     out[:] = 0.0
-    for t in range(w):
+    t = 0
+    while t + 8 <= w:
+        for i in range(m):
+            out[i] = (((((((out[i] + x[i, t]) + x[i, t + 1]) + x[i, t + 2]) + x[i, t + 3]) + x[i, t + 4])
+                       + x[i, t + 5]) + x[i, t + 6]) + x[i, t + 7]
+        t += 8
+    while t < w:
         for i in range(m):
             out[i] += x[i, t]
+        t += 1
 
 
 @njit(cache=True, nogil=True)
