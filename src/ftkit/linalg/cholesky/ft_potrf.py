@@ -110,7 +110,7 @@ class _Tally:
         checked, bad, unchecked = checks.check_solve(k, pt, low, views)
         self.checked += checked
         ii1 = int(checks.seg0[k + 1])
-        in_values = set()  # segments whose values are not finite: reported by their verification
+        in_values: set[int] = set()  # segments whose values are not finite: reported by their verification
         if (bad | unchecked).any():
             fixed = []
             for i in np.flatnonzero(bad | unchecked):
