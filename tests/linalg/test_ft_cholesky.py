@@ -153,6 +153,30 @@ def test_wrong_row_corrected_and_two_in_one_column_recomputed(grid):
     assert np.array_equal(A.to_global(), ref.to_global())
 
 
+@pytest.mark.parametrize("row, action", [(16, "located"), (11, "recomputed")])
+def test_huge_wrong_value_whose_solution_overflows_is_corrected(grid, row, action):
+    """A flip that makes a value of a block column ~1e307 where ``L_kk`` is ~0.1: the panel's solution
+    overflows, so the solve check's bound is not finite there; the segment is then verified in the panel's
+    values (finite), where the value is located or, when the huge residual hides its row, the block column
+    recomputed. Either way the factor is pdpotrf's (bit for bit for the recomputation)."""
+    n = 32
+    r = np.random.default_rng(4).standard_normal((n, n))
+    d = np.where(np.arange(n) // 8 == 1, 0.1, 30.0)  # block row 1 small: L_11 ~ 0.1
+    a = d[:, None] * (r @ r.T / n + np.eye(n)) * d[None, :]
+    ref = linalg.DistributedMatrix.from_global(grid, a, mb=8, nb=8)
+    linalg.pdpotrf("L", n, ref, 0, 0)
+    # after panel 0 the trailing piece starts at (8, 8): (row, 1) is global (8 + row, 9), a value in
+    # [0.25, 1) of block column 1 that bit 62 makes ~4.5e307 or more
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=8, nb=8)
+    plan = InjectionPlan([BitFlip(target="C", step=1, index=(row, 1), bit=62)], seed=1)
+    rep = linalg.ft_pdpotrf("L", n, A, 0, 0, inject=plan, inject_panel=0)
+    assert len(plan.records) == 1 and abs(plan.records[0].after) > 1e307
+    assert [(ev.col_block, ev.action) for ev in rep.events] == [(1, action)]
+    assert rep.detected == rep.corrected == 1 and rep.uncorrected == 0
+    diff = np.max(np.abs(A.to_global() - ref.to_global()))
+    assert diff == 0.0 if action == "recomputed" else diff <= 1e-13 * np.max(np.abs(a))
+
+
 @pytest.mark.parametrize("where", ["element", "row"])
 def test_wrong_panel_solve_found_and_solved_again(grid, monkeypatch, where):
     """A silent error in a panel's triangular solve (its result changed after BLAS returned) is found by the

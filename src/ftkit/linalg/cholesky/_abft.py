@@ -279,8 +279,9 @@ class UpdateChecks:
              event: BlockEvent) -> BlockEvent:
         """Locate the wrong element of each flagged column of segment ``i`` (rows ``seg``, view ``b``) from
         its plain and weighted residuals, set it from the column's expected sum, and re-verify."""
-        got = self._sums(b[:, cols], i, i + 1)
-        res = got - self.chk[2 * i:2 * i + 2, cl][:, cols]
+        with np.errstate(over="ignore", invalid="ignore"):  # a huge wrong value: its sums may overflow
+            got = self._sums(b[:, cols], i, i + 1)
+            res = got - self.chk[2 * i:2 * i + 2, cl][:, cols]
         where = None
         for c, (r_e, r_w) in zip(cols, res.T, strict=True):
             bad = np.flatnonzero(~np.isfinite(b[:, c]))
