@@ -15,8 +15,9 @@ The factorization is :func:`~ftkit.linalg.pdpotrf`'s right-looking algorithm
   the rows a process's columns multiply is found and restored from its row sum before the product uses it
   (one changed in its own rows, the left operand, spoils elements that the carried checksums locate);
 - a block column whose errors cannot be located (two wrong elements in one column of a segment) is
-  recomputed from A and the factored panels before its panel reads it (:mod:`._column_recompute`: the same
-  BLAS calls as the plain updates, so the factor is still ``pdpotrf``'s bit for bit; only on detection);
+  recomputed from A and the factored panels before the diagonal block is factored or the panel used in
+  an update (:mod:`._column_recompute`: the same BLAS calls as the plain updates, so the factor is still
+  ``pdpotrf``'s bit for bit; only on detection);
 - every panel solve ``P L_kk^T = W_{e:,k}`` is checked against block column ``k``'s carried checksums:
   ``(e^T P_I) L_kk^T = e^T W_I`` for every segment ``I`` (plain and index-weighted sums, a rigorous bound;
   O(nb) per segment column, no pass over the panel beyond its sums), before the solution overwrites the
