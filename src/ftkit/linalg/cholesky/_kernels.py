@@ -47,6 +47,21 @@ def _flush(segs: np.ndarray, s: int, se: np.ndarray, sw: np.ndarray) -> None:  #
         sw[t] = 0.0
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _add_rows(rows: np.ndarray, wts: np.ndarray, bounds: np.ndarray, segs: np.ndarray, se: np.ndarray,
+              sw: np.ndarray, s: int, i0: int, i1: int) -> int:  # pragma: no cover - compiled
+    """Add rows ``i0:i1`` of ``rows`` to the running segment sums ``se`` / ``sw`` of segment ``s``, storing
+    (:func:`_flush`) each segment that ends before a row; return the segment of row ``i1 - 1``."""
+    for i in range(i0, i1):
+        while i >= bounds[s + 1]:
+            _flush(segs, s, se, sw)
+            s += 1
+        for t in range(se.shape[0]):
+            se[t] += rows[i, t]
+            sw[t] += wts[i] * rows[i, t]
+    return s
+
+
 @njit(cache=True, nogil=True)
 def _copy_with_sums(pt: np.ndarray, bounds: np.ndarray, wts: np.ndarray, rows: np.ndarray, segs: np.ndarray,
                     rs: np.ndarray, sq: np.ndarray, cs: np.ndarray) -> None:  # pragma: no cover - compiled
@@ -105,20 +120,11 @@ def _copy_with_sums(pt: np.ndarray, bounds: np.ndarray, wts: np.ndarray, rows: n
         sq[i0], sq[i0 + 1], sq[i0 + 2], sq[i0 + 3] = q0, q1, q2, q3
         sq[i0 + 4], sq[i0 + 5], sq[i0 + 6], sq[i0 + 7] = q4, q5, q6, q7
         if not one:  # a segment ends inside the tile: its rows one by one, from the copy (in cache)
-            for i in range(i0, i0 + 8):
-                while i >= bounds[s + 1]:
-                    _flush(segs, s, se, sw)
-                    s += 1
-                for t in range(w):
-                    se[t] += rows[i, t]
-                    sw[t] += wts[i] * rows[i, t]
+            s = _add_rows(rows, wts, bounds, segs, se, sw, s, i0, i0 + 8)
         while s < nseg and i0 + 8 >= bounds[s + 1]:
             _flush(segs, s, se, sw)
             s += 1
     for i in range(m8, m):
-        while i >= bounds[s + 1]:
-            _flush(segs, s, se, sw)
-            s += 1
         r = 0.0
         q = 0.0
         for t in range(w):
@@ -127,10 +133,9 @@ def _copy_with_sums(pt: np.ndarray, bounds: np.ndarray, wts: np.ndarray, rows: n
             r += v
             q += v * v
             tail[t] += v
-            se[t] += v
-            sw[t] += wts[i] * v
         rs[i] = r
         sq[i] = q
+    s = _add_rows(rows, wts, bounds, segs, se, sw, s, m8, m)
     while s < nseg:
         _flush(segs, s, se, sw)
         s += 1
