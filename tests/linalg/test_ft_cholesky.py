@@ -153,6 +153,30 @@ def test_wrong_row_corrected_and_two_in_one_column_recomputed(grid):
     assert np.array_equal(A.to_global(), ref.to_global())
 
 
+@pytest.mark.parametrize("row, action", [(16, "located"), (11, "recomputed")])
+def test_huge_wrong_value_whose_solution_overflows_is_corrected(grid, row, action):
+    """A flip that makes a value of a block column ~1e307 where ``L_kk`` is ~0.1: the panel's solution
+    overflows, so the solve check's bound is not finite there; the segment is then verified in the panel's
+    values (finite), where the value is located or, when the huge residual hides its row, the block column
+    recomputed. Either way the factor is pdpotrf's (bit for bit for the recomputation)."""
+    n = 32
+    r = np.random.default_rng(4).standard_normal((n, n))
+    d = np.where(np.arange(n) // 8 == 1, 0.1, 30.0)  # block row 1 small: L_11 ~ 0.1
+    a = d[:, None] * (r @ r.T / n + np.eye(n)) * d[None, :]
+    ref = linalg.DistributedMatrix.from_global(grid, a, mb=8, nb=8)
+    linalg.pdpotrf("L", n, ref, 0, 0)
+    # after panel 0 the trailing piece starts at (8, 8): (row, 1) is global (8 + row, 9), a value in
+    # [0.25, 1) of block column 1 that bit 62 makes ~4.5e307 or more
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=8, nb=8)
+    plan = InjectionPlan([BitFlip(target="C", step=1, index=(row, 1), bit=62)], seed=1)
+    rep = linalg.ft_pdpotrf("L", n, A, 0, 0, inject=plan, inject_panel=0)
+    assert len(plan.records) == 1 and abs(plan.records[0].after) > 1e307
+    assert [(ev.col_block, ev.action) for ev in rep.events] == [(1, action)]
+    assert rep.detected == rep.corrected == 1 and rep.uncorrected == 0
+    diff = np.max(np.abs(A.to_global() - ref.to_global()))
+    assert diff == 0.0 if action == "recomputed" else diff <= 1e-13 * np.max(np.abs(a))
+
+
 @pytest.mark.parametrize("where", ["element", "row"])
 def test_wrong_panel_solve_found_and_solved_again(grid, monkeypatch, where):
     """A silent error in a panel's triangular solve (its result changed after BLAS returned) is found by the
@@ -211,11 +235,13 @@ def test_hard_families_no_false_positive_on_2x2():
     assert res.stdout.count("CASE ") == 18 and "FAIL" not in res.stdout, res.stdout
 
 
-@pytest.mark.parametrize("m, w, bs", [(0, 4, 4), (7, 5, 4), (37, 16, 5), (300, 24, 64)])
+@pytest.mark.parametrize("m, w, bs", [(0, 4, 4), (7, 5, 4), (37, 16, 5), (300, 24, 64), (256, 32, 128),
+                                      (130, 7, 3)])
 def test_panel_pass_sums_match_the_receivers_order(m, w, bs):
     """The sender's one-pass kernel: the rows copied, row and column sums equal bit for bit to the receivers'
     :func:`row_sums` / :func:`col_sums` of those rows (a transit check compares them for equality), sums of
-    squares and segment sums as numpy's (up to rounding), with and without the copy."""
+    squares and segment sums as numpy's (up to rounding), with and without the copy (the copy's fused pass:
+    tiles of eight rows in one segment, segments ending inside a tile, a tail of fewer than eight rows)."""
     from ftkit.linalg.cholesky._kernels import col_sums, panel_pass, row_sums
 
     rng = np.random.default_rng(m + w)

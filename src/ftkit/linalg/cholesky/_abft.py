@@ -11,9 +11,14 @@ is solved (those its solve check takes), and travel with it; the checksums are s
 product per panel carries them all, with the received rows of ``P`` of the process's columns as its left
 operand (no copy on a square grid), in four parts that skip most of the segments above the block diagonal
 (about ``1.25 / nb`` of the update's flops). Sums are linear, so the relation holds after any number of
-updates: block column ``J`` is verified once, just before panel ``J`` reads it (an error made by any earlier
-update is still there, and nothing read the block before), by one pass over it (plain, weighted and absolute
-segment sums in one kernel), never by recomputation. In each flagged column the
+updates: block column ``J`` is verified once, when panel ``J`` reads it (an error made by any earlier
+update is still there, and nothing read the block before), never by recomputation. Its diagonal block is
+verified before its owner factors it, by one pass over it (plain, weighted and absolute segment sums in one
+kernel, :meth:`UpdateChecks.verify`); the rows below are not read for the check: the panel's solve check
+(:meth:`UpdateChecks.check_solve`) compares the segment sums of the solution times ``L_JJ^T`` (``= e^T W_I``,
+whatever the values were) with the checksums, so it finds a wrong value of the block column as well as a
+wrong solve, and only a flagged segment is then read (:meth:`UpdateChecks.verify_segments`: wrong values
+are located there; none means the solve was wrong). In each flagged column the
 ratio of the weighted to the plain residual locates the wrong element (a non-finite element locates itself),
 which is set from the column's expected sum; a wrong row (an operand corrupted inside the product) is a
 located element in every column. Anything else is reported ``"uncorrected"`` (``ft_pdpotrf`` then
@@ -26,8 +31,10 @@ The bound is rigorous (Higham's ``gamma``): an element of ``W`` after the update
 of row ``i``'s factored part, carried as a vector (the panel sends its rows' sums of squares). With the
 checksums' own rounding, the threshold of a segment column is ``4 gamma_{len + 2 n + panels + 8} (e^T |W| +
 2 sum_I sqrt(nu_i) sqrt(nu_j))`` (``len`` times that for the weighted sum) plus an underflow term: a correct
-factorization is never flagged, at any scale. A numeric ``tol`` ``t`` makes it ``t`` times the magnitudes;
-``"statistical"`` uses the rigorous bound here.
+factorization is never flagged, at any scale. The solve check uses the same bound with ``e^T |W_I|``
+bounded by the solution's rows instead of read from ``W``: ``|W_it| <= (1 + gamma_w) |P_i| |L_t|`` (the
+solve's backward error, Cauchy-Schwarz), plus the solve's and the sums' own rounding. A numeric ``tol`` ``t``
+makes it ``t`` times the magnitudes; ``"statistical"`` uses the rigorous bound here.
 
 The panel travels with its row sums, sums of squares, column sums, segment sums and a flag (rows of its
 block column that its sender could not correct: :func:`panel_buffer`, :meth:`UpdateChecks.encode`, one
@@ -105,7 +112,6 @@ class UpdateChecks:
         self._add = self.eta if rigorous else 0.0
         self._enc = np.empty((self.bs, 2), order="F")  # the segment encoder: plain and index-weighted sums
         self._enc[:, 0], self._enc[:, 1] = 1.0, np.arange(1, self.bs + 1)
-        self._thr: tuple[int, np.ndarray] | None = None  # (k, thresholds) of block column k's last check
         self.seg0 = np.searchsorted(self.rblk, np.arange(len(panels) + 1))  # first segment of each block row
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -165,19 +171,25 @@ class UpdateChecks:
 
         Returns the number of segments checked and the events (local; gathered by the caller).
         """
-        st = self.steps
-        s, e = st.panels[k]
-        if int(st.cols.owners[s]) != st.grid.mycol:
+        if int(self.steps.cols.owners[self.steps.panels[k][0]]) != self.steps.grid.mycol:
             return 0, []
         i0 = int(self.seg0[k + 1] if part == "below" else self.seg0[k])
         i1 = int(self.seg0[k + 1]) if part == "diagonal" else len(self.rblk)
+        return self.verify_segments(k, i0, i1)
+
+    def verify_segments(self, k: int, i0: int, i1: int) -> tuple[int, list[BlockEvent]]:
+        """:meth:`verify` of this process's segments ``i0:i1`` of block column ``k`` (on its process column):
+        one pass over them (plain, weighted and absolute sums), each flagged column's element located and
+        corrected."""
+        st = self.steps
+        s, e = st.panels[k]
         if i1 == i0:
             return 0, []
         jj = int(np.searchsorted(self.cblk, k))
         r = slice(int(self.rlo[i0]), int(self.rlo[i1]))
         cl = slice(self.clo[jj], self.clo[jj] + e - s)
         blk = st.w[r, cl]
-        flag, unchecked, thr = self._flags(blk, r, cl, i0, i1)
+        flag, unchecked = self._flags(blk, r, cl, i0, i1)
         events = []
         for i in np.flatnonzero(flag.any(axis=1) | unchecked):
             lo, hi = self.rlo[i0 + i] - r.start, self.rlo[i0 + i + 1] - r.start
@@ -188,29 +200,38 @@ class UpdateChecks:
             if not unchecked[i]:
                 event = self._fix(blk[lo:hi], seg, cl, int(i0 + i), np.flatnonzero(flag[i]), event)
             events.append(event)
-        if events:
-            thr = self._flags(blk, r, cl, i0, i1)[2]  # from the corrected values
-        if part != "diagonal":  # what the panel solve's check of the rows below the diagonal starts from
-            self._thr = (k, thr[int(self.seg0[k + 1]) - i0:])
         return i1 - i0, events
 
+    def unchecked_event(self, k: int, i: int) -> BlockEvent:
+        """The ``"unchecked"`` event of this process's segment ``i`` of block column ``k`` (a bound that is
+        not finite: non-finite values)."""
+        s, e = self.steps.panels[k]
+        jj = int(np.searchsorted(self.cblk, k))
+        return BlockEvent(int(self.rblk[i]), k, int(self.rglob[self.rlo[i]]), int(self.cglob[self.clo[jj]]),
+                          int(self.rlo[i + 1] - self.rlo[i]), e - s, self.rank, "unchecked")
+
     def check_solve(self, k: int, pt: np.ndarray, low: np.ndarray,
-                    views: tuple[np.ndarray, ...]) -> tuple[int, np.ndarray]:
-        """Check panel ``k``'s solve ``P L_kk^T = W_{e:,k}`` against block column ``k``'s carried checksums.
+                    views: tuple[np.ndarray, ...]) -> tuple[int, np.ndarray, np.ndarray]:
+        """Check panel ``k``'s solve ``P L_kk^T = W_{e:,k}`` and the panel's values against block column
+        ``k``'s carried checksums.
 
         ``pt`` is this process's ``P.T`` (its rows ``>= e`` of the panel; the transposed view of the rows in
         the encoded buffer, where the panel is solved, costs no copy). The segment sums of the
-        solution times ``L_kk^T`` must give the checksums :meth:`verify` just checked the panel's values
-        against: ``(e^T P_I) L^T = e^T W_I`` (plain and index-weighted), O(nb) per segment column, no pass
-        over ``W`` (the solve's and the sums' rounding bounded by ``gamma`` and Cauchy-Schwarz with the rows'
-        norms). The sums are those the panel travels with: ``views`` (:func:`panel_views`) is filled first
-        (:meth:`encode`). Returns the number of segments checked and which of them disagree.
+        solution times ``L_kk^T`` must give the checksums: ``(e^T P_I) L^T = e^T W_I`` (plain and
+        index-weighted), O(nb) per segment column, no pass over ``W``: the bound is the verification's
+        (:meth:`verify`) with the magnitudes ``e^T |W_I|`` bounded from the solution's rows' norms, plus the
+        solve's and the sums' rounding (``gamma``, Cauchy-Schwarz), so a wrong value of the panel (an
+        update's error) and a wrong solve are both flagged, and a correct one never is. The sums are those
+        the panel travels with: ``views`` (:func:`panel_views`) is filled first (:meth:`encode`). Returns
+        the number of segments checked, which of them disagree and which have a bound that is not finite
+        (non-finite values: not checked).
         """
         self.encode(k, pt, views)
         ii1 = int(self.seg0[k + 1])
         nseg, w = len(self.rblk) - ii1, low.shape[0]
-        if nseg == 0 or self._thr is None or self._thr[0] != k or pt.shape[1] == 0:
-            return 0, np.zeros(nseg, bool)
+        flag, unchecked = np.zeros(nseg, bool), np.zeros(nseg, bool)
+        if nseg == 0 or pt.shape[1] == 0:
+            return 0, flag, unchecked
         jj = int(np.searchsorted(self.cblk, k))
         cl = slice(self.clo[jj], self.clo[jj] + w)
         if self.tol is None or isinstance(self.tol, str):
@@ -221,10 +242,10 @@ class UpdateChecks:
             fac = self._fac[ii1:]  # the numeric tolerance per segment
         with np.errstate(invalid="ignore", over="ignore"):
             prod = views[5] @ low.T
-        flag = np.empty(nseg, bool)
-        solve_flags(prod, self.chk[2 * ii1:, cl], views[3], self.rlo[ii1:] - self.rlo[ii1], low, fac,
-                    self._thr[1], self.eta, flag)
-        return nseg, flag
+        r0 = int(self.rlo[ii1])
+        solve_flags(prod, self.chk[2 * ii1:, cl], views[3], self.rlo[ii1:] - r0, low, fac, self._fac[ii1:],
+                    self.nu, self.rglob[r0:], self.cglob[cl], self._add, self.eta, flag, unchecked)
+        return nseg, flag, unchecked
 
     def _sums(self, x: np.ndarray, i0: int, i1: int) -> np.ndarray:
         """``(e^T x_I; w^T x_I)`` of segments ``i0:i1`` (rows interleaved: plain, weighted), ``x`` holding
@@ -243,10 +264,9 @@ class UpdateChecks:
         out[1::2] = np.add.reduceat(x * self.wts[lo:lo + x.shape[0], None], starts, axis=0)
         return out
 
-    def _flags(self, blk: np.ndarray, r: slice, cl: slice, i0: int,
-               i1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Flagged columns of segments ``i0:i1`` (rows ``r`` of the block column ``cl``), the segments whose
-        bound is not finite, and the thresholds of the plain sums."""
+    def _flags(self, blk: np.ndarray, r: slice, cl: slice, i0: int, i1: int) -> tuple[np.ndarray, np.ndarray]:
+        """Flagged columns of segments ``i0:i1`` (rows ``r`` of the block column ``cl``) and the segments
+        whose bound is not finite."""
         nr, bounds = i1 - i0, self.rlo[i0:i1 + 1] - self.rlo[i0]
         got = np.empty((3 * nr, blk.shape[1]))  # plain, weighted and absolute sums: one pass over blk
         encode_rows_into(blk, bounds, self.wts[r], got, False, 3)
@@ -254,14 +274,15 @@ class UpdateChecks:
         unchecked = np.empty(nr, bool)
         segment_flags(got, self.chk[2 * i0:2 * i1, cl], bounds, self.nu, self.rglob[r], self.cglob[cl],
                       self._fac[i0:i1], self._add, flag, thr, unchecked)
-        return flag, unchecked, thr
+        return flag, unchecked
 
     def _fix(self, b: np.ndarray, seg: slice, cl: slice, i: int, cols: np.ndarray,
              event: BlockEvent) -> BlockEvent:
         """Locate the wrong element of each flagged column of segment ``i`` (rows ``seg``, view ``b``) from
         its plain and weighted residuals, set it from the column's expected sum, and re-verify."""
-        got = self._sums(b[:, cols], i, i + 1)
-        res = got - self.chk[2 * i:2 * i + 2, cl][:, cols]
+        with np.errstate(over="ignore", invalid="ignore"):  # a huge wrong value: its sums may overflow
+            got = self._sums(b[:, cols], i, i + 1)
+            res = got - self.chk[2 * i:2 * i + 2, cl][:, cols]
         where = None
         for c, (r_e, r_w) in zip(cols, res.T, strict=True):
             bad = np.flatnonzero(~np.isfinite(b[:, c]))
@@ -272,7 +293,7 @@ class UpdateChecks:
                 return event
             b[pos, c] = self.chk[2 * i, cl][c] - (b[:pos, c].sum() + b[pos + 1:, c].sum())
             where = (int(self.rglob[seg.start + pos]), int(self.cglob[cl.start + c]))
-        flag, _, _ = self._flags(b, seg, cl, i, i + 1)
+        flag, _ = self._flags(b, seg, cl, i, i + 1)
         return event if flag.any() else dataclasses.replace(event, action="located", element=where)
 
 

@@ -1,16 +1,17 @@
 """Block recomputation for FT_PDPOTRF: a block column whose checks found errors they could not locate (two
 wrong elements in one column of a segment, say) is computed again from the original matrix and the factored
-panels, before its panel reads it.
+panels, before its diagonal block is factored or its panel used in an update.
 
 At panel ``k`` the block column ``J = [s, e)`` of the work matrix is ``A_{:,J} - sum_{t<k} P_t P_{t,J}.T``,
 where ``P_t`` is panel ``t`` below its diagonal block, now stored in ``W``'s factored columns ``< s``
 (verified when each was a panel). A process whose segments of ``J`` are ``"uncorrected"`` asks for the
 factored rows it needs (its rows ``>= s`` and the rows of ``J``); every process sends its piece of them (one
 allgather of the requests, one of the pieces). This runs only on detection, and the error-free run sends no
-extra message for it: the diagonal block's owner says so in its broadcast of ``L_kk``
-(:meth:`CholeskySteps.factor_diagonal`'s ``hold``), before the panel is solved; any other process of the
-block column in the flag of its shared panel (``ft_pdpotrf`` then recomputes, solves the panel again and
-shares it again, before any update reads it). The process then repeats the
+extra message for it: the diagonal block's owner, for that block, says so in its broadcast of ``L_kk``
+(:meth:`CholeskySteps.factor_diagonal`'s ``hold``), before the panel is solved; a process whose rows below
+the diagonal block its panel solve's check found wrong and could not correct, in the flag of its shared
+panel (``ft_pdpotrf`` then recomputes, solves the panel again and shares it again, before any update reads
+it). The process then repeats the
 plain updates of its rows of ``J`` from A's values: the same ``gemm`` calls, operand shapes and order as
 :meth:`CholeskySteps.apply_update`, so the recomputed block equals the error-free one bit for bit (the same
 BLAS calls on the same values). The block column is verified again against its carried checksums (which

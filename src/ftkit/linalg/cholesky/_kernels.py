@@ -1,13 +1,14 @@
 """Compiled passes of FT_PDPOTRF's panel checks: everything the sender of a panel needs from the solved
 panel in one pass over it, and the receivers' sums in the sender's summation order.
 
-:func:`panel_pass` reads the solved panel once (as ``P.T``: the transposed view of the rows the panel is
-solved in, inside the buffer that travels, so no copy; any other ``P.T`` is copied in first) and takes their
-row sums and sums of squares, the column sums and the plain and index-weighted segment sums the checksums are
-carried with: two passes over the rows (numpy took six passes: two transposing copies, the segment
-products, the squares and two reductions). The row and column sums are compared with the receivers'
-:func:`row_sums` / :func:`col_sums` for equality, so both sides add in one fixed order, without fastmath
-(left to right along a row; eight interleaved partial sums down a column).
+:func:`panel_pass` takes, from the solved panel, its rows' sums and sums of squares, the column sums and the
+plain and index-weighted segment sums the checksums are carried with. The panel is solved inside the buffer
+that travels (``P.T`` is the transposed view of its rows): two passes over the rows, no copy. Any other
+``P.T`` is copied into the buffer with the sums taken in the same pass, eight rows at a time while they are in
+registers (a copy then two passes over it was ~2.7x that on 1024 x 128 panels; numpy took six passes: two
+transposing copies, the segment products, the squares and two reductions). The row and column sums are
+compared with the receivers' :func:`row_sums` / :func:`col_sums` for equality, so both sides add in one fixed
+order, without fastmath (left to right along a row; eight interleaved partial sums down a column).
 """
 
 from __future__ import annotations
@@ -26,12 +27,121 @@ def panel_pass(pt: np.ndarray, bounds: np.ndarray, wts: np.ndarray, rows: np.nda
                rs: np.ndarray, sq: np.ndarray, cs: np.ndarray) -> None:
     """From ``pt`` (``w x m``, the transposed rows of P): ``rows = pt.T`` (``m x w``, F order), ``rs[i]`` /
     ``sq[i]`` the sum / sum of squares of row ``i``, ``cs[t]`` the sum of column ``t``, ``segs[2 s]`` /
-    ``segs[2 s + 1]`` the plain / ``wts``-weighted column sums of the rows ``bounds[s]:bounds[s + 1]``: one
-    transposing copy unless ``pt`` is ``rows.T``, then two passes over ``rows``, column by column."""
+    ``segs[2 s + 1]`` the plain / ``wts``-weighted column sums of the rows ``bounds[s]:bounds[s + 1]``
+    (``bounds`` from 0 to ``m``): the copy and the sums in one pass (:func:`_copy_with_sums`), or, when
+    ``pt`` is ``rows.T`` already, two passes over ``rows``."""
     if rows.ctypes.data != pt.ctypes.data:
-        rows[...] = pt.T
+        _copy_with_sums(pt, bounds, wts, rows, segs, rs, sq, cs)
+        return
     _exact_sums(rows, rs, sq, cs)
     _segment_sums(rows, bounds, wts, segs)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _flush(segs: np.ndarray, s: int, se: np.ndarray, sw: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Store segment ``s``'s plain and weighted sums ``se`` / ``sw`` in ``segs`` and zero them."""
+    for t in range(se.shape[0]):
+        segs[2 * s, t] = se[t]
+        segs[2 * s + 1, t] = sw[t]
+        se[t] = 0.0
+        sw[t] = 0.0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _add_rows(rows: np.ndarray, wts: np.ndarray, bounds: np.ndarray, segs: np.ndarray, se: np.ndarray,
+              sw: np.ndarray, s: int, i0: int, i1: int) -> int:  # pragma: no cover - compiled
+    """Add rows ``i0:i1`` of ``rows`` to the running segment sums ``se`` / ``sw`` of segment ``s``, storing
+    (:func:`_flush`) each segment that ends before a row; return the segment of row ``i1 - 1``."""
+    for i in range(i0, i1):
+        while i >= bounds[s + 1]:
+            _flush(segs, s, se, sw)
+            s += 1
+        for t in range(se.shape[0]):
+            se[t] += rows[i, t]
+            sw[t] += wts[i] * rows[i, t]
+    return s
+
+
+@njit(cache=True, nogil=True)
+def _copy_with_sums(pt: np.ndarray, bounds: np.ndarray, wts: np.ndarray, rows: np.ndarray, segs: np.ndarray,
+                    rs: np.ndarray, sq: np.ndarray, cs: np.ndarray) -> None:  # pragma: no cover - compiled
+    """:func:`panel_pass` with ``rows`` a separate array: eight rows at a time, each value read once from
+    ``pt`` (where it is contiguous along the row) and used for the copy and every sum. The row sums run
+    left to right and the column sums keep :func:`_col_sum`'s eight partial sums (row ``i`` into partial
+    ``i % 8`` up to the last multiple of 8, the rest into the tail), so both equal the receivers' bit for
+    bit; the segment sums add a tile's eight rows pairwise first (their bound holds for any order)."""
+    w, m = pt.shape
+    nseg = bounds.shape[0] - 1
+    acc = np.zeros((8, w))  # acc[j, t]: column t's partial sum over the rows i = j (mod 8) below m8
+    tail = np.zeros(w)
+    se = np.zeros(w)  # the current segment's plain and weighted column sums
+    sw = np.zeros(w)
+    m8 = m - m % 8
+    s = 0
+    for i0 in range(0, m8, 8):
+        one = bounds[s + 1] >= i0 + 8  # the eight rows in one segment: their sums go in with the copy
+        r0 = r1 = r2 = r3 = r4 = r5 = r6 = r7 = 0.0
+        q0 = q1 = q2 = q3 = q4 = q5 = q6 = q7 = 0.0
+        for t in range(w):
+            v0, v1, v2, v3 = pt[t, i0], pt[t, i0 + 1], pt[t, i0 + 2], pt[t, i0 + 3]
+            v4, v5, v6, v7 = pt[t, i0 + 4], pt[t, i0 + 5], pt[t, i0 + 6], pt[t, i0 + 7]
+            rows[i0, t], rows[i0 + 1, t], rows[i0 + 2, t], rows[i0 + 3, t] = v0, v1, v2, v3
+            rows[i0 + 4, t], rows[i0 + 5, t], rows[i0 + 6, t], rows[i0 + 7, t] = v4, v5, v6, v7
+            r0 += v0
+            r1 += v1
+            r2 += v2
+            r3 += v3
+            r4 += v4
+            r5 += v5
+            r6 += v6
+            r7 += v7
+            q0 += v0 * v0
+            q1 += v1 * v1
+            q2 += v2 * v2
+            q3 += v3 * v3
+            q4 += v4 * v4
+            q5 += v5 * v5
+            q6 += v6 * v6
+            q7 += v7 * v7
+            acc[0, t] += v0
+            acc[1, t] += v1
+            acc[2, t] += v2
+            acc[3, t] += v3
+            acc[4, t] += v4
+            acc[5, t] += v5
+            acc[6, t] += v6
+            acc[7, t] += v7
+            if one:
+                se[t] += ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7))
+                sw[t] += ((wts[i0] * v0 + wts[i0 + 1] * v1) + (wts[i0 + 2] * v2 + wts[i0 + 3] * v3)) + \
+                    ((wts[i0 + 4] * v4 + wts[i0 + 5] * v5) + (wts[i0 + 6] * v6 + wts[i0 + 7] * v7))
+        rs[i0], rs[i0 + 1], rs[i0 + 2], rs[i0 + 3] = r0, r1, r2, r3
+        rs[i0 + 4], rs[i0 + 5], rs[i0 + 6], rs[i0 + 7] = r4, r5, r6, r7
+        sq[i0], sq[i0 + 1], sq[i0 + 2], sq[i0 + 3] = q0, q1, q2, q3
+        sq[i0 + 4], sq[i0 + 5], sq[i0 + 6], sq[i0 + 7] = q4, q5, q6, q7
+        if not one:  # a segment ends inside the tile: its rows one by one, from the copy (in cache)
+            s = _add_rows(rows, wts, bounds, segs, se, sw, s, i0, i0 + 8)
+        while s < nseg and i0 + 8 >= bounds[s + 1]:
+            _flush(segs, s, se, sw)
+            s += 1
+    for i in range(m8, m):
+        r = 0.0
+        q = 0.0
+        for t in range(w):
+            v = pt[t, i]
+            rows[i, t] = v
+            r += v
+            q += v * v
+            tail[t] += v
+        rs[i] = r
+        sq[i] = q
+    s = _add_rows(rows, wts, bounds, segs, se, sw, s, m8, m)
+    while s < nseg:
+        _flush(segs, s, se, sw)
+        s += 1
+    for t in range(w):
+        cs[t] = (((acc[0, t] + acc[1, t]) + (acc[2, t] + acc[3, t]))
+                 + ((acc[4, t] + acc[5, t]) + (acc[6, t] + acc[7, t]))) + tail[t]
 
 
 @njit(cache=True, nogil=True)
@@ -91,12 +201,21 @@ def _col_sum(x: np.ndarray, t: int) -> float:  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True)
 def row_sums(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """``out[i]`` = the sum of row ``i`` of ``x``, left to right (:func:`panel_pass`'s order)."""
+    """``out[i]`` = the sum of row ``i`` of ``x``, left to right (:func:`panel_pass`'s order): eight columns
+    per sweep down the rows (each row's sum still takes them one after the other), so ``out`` is read and
+    written once per eight columns, not once per column."""
     m, w = x.shape
     out[:] = 0.0
-    for t in range(w):
+    t = 0
+    while t + 8 <= w:
+        for i in range(m):
+            out[i] = (((((((out[i] + x[i, t]) + x[i, t + 1]) + x[i, t + 2]) + x[i, t + 3]) + x[i, t + 4])
+                       + x[i, t + 5]) + x[i, t + 6]) + x[i, t + 7]
+        t += 8
+    while t < w:
         for i in range(m):
             out[i] += x[i, t]
+        t += 1
 
 
 @njit(cache=True, nogil=True)
@@ -142,31 +261,48 @@ def segment_flags(got: np.ndarray, chk: np.ndarray, bounds: np.ndarray, nu: np.n
 
 @njit(cache=True, nogil=True)
 def solve_flags(prod: np.ndarray, chk: np.ndarray, sq: np.ndarray, bounds: np.ndarray, low: np.ndarray,
-                fac: np.ndarray, thr0: np.ndarray, eta: float, flag: np.ndarray) -> None:  # pragma: no cover
+                fac: np.ndarray, vfac: np.ndarray, nu: np.ndarray, rglob: np.ndarray, cglob: np.ndarray,
+                add: float, eta: float, flag: np.ndarray, unchecked: np.ndarray) -> None:  # pragma: no cover
     """Compare a solved panel's segment sums times ``L^T`` with their checksums (the bound of
     ``UpdateChecks.check_solve``).
 
     ``prod`` (``2 nseg x w``) holds ``(e^T P_I; w^T P_I) L^T`` of the ``nseg`` segments, interleaved, ``chk``
     their checksums, ``sq`` the sums of squares of the panel's rows (segments ``bounds``, from 0), ``low``
-    ``L``, ``thr0`` the thresholds the panel's values were verified with. The threshold of segment ``s``,
-    column ``t`` is ``2 thr0 + fac[s] (1 + 1e-8) |P_I|_rows |L_t| + eta`` (``len`` times that for the
-    weighted sum); ``flag[s]`` says whether any column of segment ``s`` exceeds it."""
-    nseg, w = thr0.shape
+    ``L``; ``nu``, ``rglob`` (of the panel's rows), ``cglob`` (of its columns), ``vfac`` and ``add`` as
+    :func:`segment_flags`' ``nu``, ``rglob``, ``cglob``, ``fac``, ``add``. With ``m = (1 + 1e-8) |P_I|_rows
+    |L_t|`` (the sum of the rows' norms times row ``t``'s norm: by Cauchy-Schwarz and the solve's backward
+    error, a bound of ``e^T |W_I|`` in column ``t``), the threshold of segment ``s``, column ``t`` is ``2 thr0
+    + fac[s] m + eta``, ``thr0 = vfac[s] (m + 2 (1 + 1e-8) sum_i sqrt(nu_i) sqrt(nu_t)) + add``
+    (:func:`segment_flags`' bound of the panel's values with ``m`` for their magnitudes; ``len`` times the
+    threshold for the weighted sum); ``flag[s]`` says whether any column of segment ``s`` exceeds it,
+    ``unchecked[s]`` whether its threshold is not finite (its ``flag`` is then false)."""
+    nseg = flag.shape[0]
+    w = low.shape[0]
     lroot = np.empty(w)
+    root_nu = np.empty(w)
     for t in range(w):
         acc = 0.0
         for u in range(low.shape[1]):
             acc += low[t, u] * low[t, u]
         lroot[t] = np.sqrt(acc)
+        root_nu[t] = np.sqrt(nu[cglob[t]])
     for s in range(nseg):
         norm = 0.0
+        rn = 0.0
         for i in range(bounds[s], bounds[s + 1]):
             norm += np.sqrt(sq[i])
+            rn += np.sqrt(nu[rglob[i]])
+        c = 2.0 * (1.0 + 1e-8) * rn
         ln = float(bounds[s + 1] - bounds[s])
         bad = False
+        inf = False
         for t in range(w):
-            th = 2.0 * thr0[s, t] + fac[s] * (((1.0 + 1e-8) * norm) * lroot[t]) + eta
+            mag = ((1.0 + 1e-8) * norm) * lroot[t]
+            th = 2.0 * (vfac[s] * (mag + c * root_nu[t]) + add) + fac[s] * mag + eta
+            if not np.isfinite(th):
+                inf = True
             if (not abs(prod[2 * s, t] - chk[2 * s, t]) <= th) or \
                     (not abs(prod[2 * s + 1, t] - chk[2 * s + 1, t]) <= th * ln):
                 bad = True
-        flag[s] = bad
+        unchecked[s] = inf
+        flag[s] = bad and not inf

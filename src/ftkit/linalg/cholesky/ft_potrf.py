@@ -7,20 +7,23 @@ The factorization is :func:`~ftkit.linalg.pdpotrf`'s right-looking algorithm
 
 - the trailing updates (``W_{e:,e:} -= P P.T``, nearly all the flops): block checksums (column and row sums
   of every block of the lower block trapezoid) carried through every update by small products with the
-  panel's own sums, and verified by O(block) reductions when a block column is about to be read (its
-  panel); a wrong element is located and corrected in O(nb), a wrong row or column element by element; the
-  rigorous bound never flags a correct factorization;
+  panel's own sums, and verified when a block column is read (its panel): the diagonal block by O(block)
+  reductions before it is factored, the rows below through the panel solve's check (below), read again
+  only where that check flags a segment; a wrong element is located and corrected in O(nb), a wrong row
+  or column element by element; the rigorous bound never flags a correct factorization;
 - the panel travels with its row and column sums: a value changed between the sender and the product in
   the rows a process's columns multiply is found and restored from its row sum before the product uses it
   (one changed in its own rows, the left operand, spoils elements that the carried checksums locate);
 - a block column whose errors cannot be located (two wrong elements in one column of a segment) is
-  recomputed from A and the factored panels before its panel reads it (:mod:`._column_recompute`: the same
-  BLAS calls as the plain updates, so the factor is still ``pdpotrf``'s bit for bit; only on detection);
-- every panel solve ``P L_kk^T = W_{e:,k}`` is checked against block column ``k``'s carried checksums,
-  which the panel's values were just verified against: ``(e^T P_I) L_kk^T = e^T W_I`` for every segment
-  ``I`` (plain and index-weighted sums, a rigorous bound; O(nb) per segment column, no pass over the panel
-  beyond its sums), before the solution overwrites the panel, and solved again from the panel when a segment
-  disagrees.
+  recomputed from A and the factored panels before the diagonal block is factored or the panel used in
+  an update (:mod:`._column_recompute`: the same BLAS calls as the plain updates, so the factor is still
+  ``pdpotrf``'s bit for bit; only on detection);
+- every panel solve ``P L_kk^T = W_{e:,k}`` is checked against block column ``k``'s carried checksums:
+  ``(e^T P_I) L_kk^T = e^T W_I`` for every segment ``I`` (plain and index-weighted sums, a rigorous bound;
+  O(nb) per segment column, no pass over the panel beyond its sums), before the solution overwrites the
+  panel. A flagged segment is verified in the panel: wrong values are located and corrected (or the block
+  column recomputed) and the panel solved again; if the values agree, the solve was wrong and is done
+  again.
 
 Given a checkpointer (duck-typed: anything with ``protect``, ``checkpoint``, ``recover``, ``restarted`` and
 ``array``, such as :class:`ftkit.Checkpointer`; linalg does not import the checkpoint package), the
@@ -96,14 +99,35 @@ class _Tally:
         self.events.append(BlockEvent(k, -1, row, col, 1, 1, self.rank, "located" if ok else "uncorrected",
                                       (row, col)))
 
-    def check_panel(self, checks: UpdateChecks, k: int, views: tuple[np.ndarray, ...], before: np.ndarray,
-                    p: np.ndarray, low: np.ndarray) -> None:
-        """Check panel ``k``'s solve ``p`` (``P``, its rows in the encoded buffer ``views``) by the carried
-        checksums (:meth:`UpdateChecks.check_solve`, which fills the buffer with the rows' sums); solve again
-        from ``before`` (the panel, not yet overwritten) if a segment disagrees."""
-        for attempt in range(2):
-            checked, bad = checks.check_solve(k, p.T, low, views)
-            self.checked += checked
+    def check_panel(self, checks: UpdateChecks, k: int, views: tuple[np.ndarray, ...],
+                    found: list[BlockEvent], before: np.ndarray, p: np.ndarray, low: np.ndarray) -> None:
+        """Check panel ``k``'s values and solve ``p`` (``P``, its rows in the encoded buffer ``views``) by the
+        carried checksums (:meth:`UpdateChecks.check_solve`, which fills the buffer with the rows' sums). A
+        segment flagged, or with a bound that is not finite (a huge wrong value can overflow in the
+        solution), is verified in ``before`` (the panel, not yet overwritten): a wrong value there is located
+        and corrected (or found uncorrectable: its rows are then recomputed, see :func:`_panel`), and its
+        events go to ``found``; the panel is then solved again, as it is when the values agree and the solve
+        does not."""
+        checked, bad, unchecked = checks.check_solve(k, p.T, low, views)
+        self.checked += checked
+        ii1 = int(checks.seg0[k + 1])
+        in_values: set[int] = set()  # segments whose values are not finite: reported by their verification
+        if (bad | unchecked).any():
+            fixed = []
+            for i in np.flatnonzero(bad | unchecked):
+                evs = checks.verify_segments(k, ii1 + int(i), ii1 + int(i) + 1)[1]
+                in_values.update(int(i) for ev in evs if ev.action == "unchecked")
+                fixed += evs
+            found.extend(fixed)
+            if _uncorrected(fixed):
+                return  # the block column is recomputed before anything reads these rows
+            if any(ev.action == "located" for ev in fixed):  # the values were wrong: solve the corrected ones
+                p[...] = before
+                trsm_right_lower_t(low, p)
+                _, bad, unchecked = checks.check_solve(k, p.T, low, views)
+        found.extend(checks.unchecked_event(k, ii1 + int(i)) for i in np.flatnonzero(unchecked)
+                     if int(i) not in in_values)
+        for attempt in range(2):  # the values agree: the solve was wrong
             if not bad.any():
                 if attempt:
                     self.events[-1] = dataclasses.replace(self.events[-1], action="recomputed")
@@ -112,11 +136,11 @@ class _Tally:
                 self.events[-1] = dataclasses.replace(self.events[-1], action="uncorrected")
                 return
             first = int(np.flatnonzero(bad)[0])
-            ii1 = int(np.searchsorted(checks.rblk, k + 1))
             self.events.append(BlockEvent(-1, -1, int(checks.rlo[ii1 + first] - checks.rlo[ii1]), 0,
                                           p.shape[0], p.shape[1], self.rank, "detected"))
             p[...] = before
             trsm_right_lower_t(low, p)
+            bad = checks.check_solve(k, p.T, low, views)[1]
 
     def report(self, comm: Any, threshold: Threshold, bs: int) -> ABFTReport:
         """The report of the whole factorization (collective: events are gathered)."""
@@ -246,17 +270,12 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     every = max(1, int(ckpt_every) if ckpt_every else len(panels) // 8)
     tally = _Tally(A.grid.rank)
     for k in range(start, len(panels)):
-        # block column k, before its panel reads it (the diagonal's owner: its diagonal block first)
-        owner = work.steps.owns_diagonal(k)
-        checked, events = checks.verify(k, "diagonal" if owner else "all")
-        pending = _uncorrected(events)  # rows here that the checks could not correct
-        bad, low = work.steps.factor_diagonal(k, hold=pending)  # (hold read on the diagonal's owner only)
+        # diagonal block k, before its owner factors it (the rows below: checked with the panel's solve)
+        checked, events = checks.verify(k, "diagonal")
+        bad, low = work.steps.factor_diagonal(k, hold=_uncorrected(events))  # (hold read on the owner only)
         if bad == HOLD:  # the diagonal block: every process joins the recomputation of the block column now
-            events, pending = recompute_column(checks, k, events, work.original), False
+            events = recompute_column(checks, k, events, work.original)
             bad, low = work.steps.factor_diagonal(k)
-        elif owner:  # the owner's rows below the diagonal, checked while the others receive L_kk
-            more, below = checks.verify(k, "below")
-            checked, events, pending = checked + more, events + below, _uncorrected(below)
         if bad >= 0:
             tally.add(checked, events)
             _finish(work, A, A64, uplo, n, ia, ja)
@@ -264,7 +283,7 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
         if panels[k][1] < n:
             assert low is not None
             plan = inject if k == inject_panel else None
-            events = _panel(work, checks, k, low, events, pending, plan, tally)
+            events = _panel(work, checks, k, low, events, plan, tally)
         tally.add(checked, events)
         if ckpt is not None and (k + 1) % every == 0 and k + 1 < len(panels):
             state[0] = k + 1
@@ -285,16 +304,17 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
 
 
 def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, events: list[BlockEvent],
-           pending: bool, plan: InjectionPlan | None, tally: _Tally) -> list[BlockEvent]:
+           plan: InjectionPlan | None, tally: _Tally) -> list[BlockEvent]:
     """Solve panel ``k`` (checked), share it with its checksums and update the trailing matrix; return the
-    block column's ``events``, recomputed first if a process other than the diagonal's owner found rows it
-    could not correct (``pending``: its flag travels in the shared panel, so the error-free run makes no
-    extra message). ``plan``'s flips land in the received rows of P (``"A"``), the rows its columns
-    multiply (``"B"``) and the trailing piece (``"C"``, step 0 before the update, 1 after)."""
+    block column's ``events``, recomputed first if a process of the block column found rows it could not
+    correct (its flag travels in the shared panel, so the error-free run makes no extra message). ``plan``'s
+    flips land in the received rows of P (``"A"``), the rows its columns multiply (``"B"``) and the trailing
+    piece (``"C"``, step 0 before the update, 1 after)."""
     steps = work.steps
     g = steps.grid
     ext, rows = panel_buffer(steps, k, checks)
-    _solve(steps, checks, k, low, ext, rows, pending, tally)
+    found = _solve(steps, checks, k, low, ext, rows, tally)
+    events, pending = events + found, _uncorrected(found)
     share_panel(steps, k, ext)
     if plan is not None:
         plan.resolve(g.size, 1)
@@ -305,7 +325,7 @@ def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, ev
         if steps.owns_diagonal(k):  # the recomputation set the block's unfactored values again
             steps.diagonal_block(k)[...] = low
         if pending:
-            _solve(steps, checks, k, low, ext, rows, False, tally)
+            events += _solve(steps, checks, k, low, ext, rows, tally)
         share_panel(steps, k, ext)
         colp, col_rs, full_sq, pieces, _ = gather_panel(steps, k, ext)
     if plan is not None:
@@ -334,16 +354,19 @@ def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, ev
 
 
 def _solve(steps: CholeskySteps, checks: UpdateChecks, k: int, low: np.ndarray, ext: np.ndarray,
-           rows: np.ndarray, pending: bool, tally: _Tally) -> None:
-    """Solve panel ``k`` into ``rows`` (checked unless ``pending``: rows to be recomputed) and, on the
-    panel's process column, encode the buffer around them."""
+           rows: np.ndarray, tally: _Tally) -> list[BlockEvent]:
+    """Solve panel ``k`` into ``rows``, checked (:meth:`_Tally.check_panel`), and, on the panel's process
+    column, encode the buffer around them, its flag set if rows are left to recompute; return the events of
+    the panel's values (this process's rows below the diagonal block)."""
     views = panel_views(ext, rows)
-    check = None if pending else functools.partial(tally.check_panel, checks, k, views)
+    found: list[BlockEvent] = []
+    check = functools.partial(tally.check_panel, checks, k, views, found)
     steps.solve_panel(k, low, broadcast=False, check=check, out=rows)
     if steps.grid.mycol == int(steps.cols.owners[steps.panels[k][0]]):
-        if check is None or not rows.shape[0]:  # not filled by the check
+        if not rows.shape[0]:  # not filled by the check
             checks.encode(k, rows.T, views)
-        views[0][0] = float(pending)
+        views[0][0] = float(_uncorrected(found))
+    return found
 
 
 def _finish(work: CholeskyWork, A: DistributedMatrix, A64: DistributedMatrix, uplo: str, n: int, ia: int,

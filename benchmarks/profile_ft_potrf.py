@@ -1,0 +1,120 @@
+"""Per-phase CPU and wall seconds of ``pdpotrf`` and ``ft_pdpotrf``, per rank, interleaved.
+
+usage: ftkit launch -n 4 -- python benchmarks/profile_ft_potrf.py --grid 2x2 --n 4096 --nb 128 [--reps 3]
+
+Wraps the phases of the factorization (the panel engine's and the checks' methods) with timers that count
+exclusive time (a phase nested in another is subtracted from it), runs the two routines alternately
+(``--reps`` times each after one untimed warm-up of each), and prints, per routine and rank, the median over
+the repetitions of each phase's CPU seconds (``time.process_time``) and wall seconds, then the sum over ranks.
+The timers cost ~1 us per phase call (a few hundred calls per factorization): compare routines within one
+run, not with the benchmark's figures. A profile, not a benchmark: use ``bench_pblas3.py`` for the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import time
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from ftkit import linalg
+from ftkit.linalg.cholesky import _abft, _steps, ft_potrf, potrf
+
+_STACK: list[list[float]] = []  # per open phase: [cpu spent in nested phases, wall spent in nested phases]
+_TOTALS: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+
+
+def _timed(name: str, fn: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        c0, w0 = time.process_time(), time.perf_counter()
+        _STACK.append([0.0, 0.0])
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            inner = _STACK.pop()
+            dc, dw = time.process_time() - c0, time.perf_counter() - w0
+            tot = _TOTALS[name]
+            tot[0] += dc - inner[0]
+            tot[1] += dw - inner[1]
+            if _STACK:
+                _STACK[-1][0] += dc
+                _STACK[-1][1] += dw
+    return wrapper
+
+
+def _install() -> None:
+    for cls, names in ((_abft.UpdateChecks, ("verify", "check_solve", "encode", "update", "init")),
+                       (_steps.CholeskySteps, ("factor_diagonal", "solve_panel", "apply_update", "gather",
+                                               "column_rows")),
+                       (potrf.CholeskyWork, ("__init__", "write_back")),
+                       (ft_potrf._Tally, ("report",))):
+        for name in names:
+            setattr(cls, name, _timed(f"{cls.__name__}.{name}", getattr(cls, name)))
+    for name in ("share_panel", "gather_panel", "repair_rows", "_finish", "panel_buffer"):
+        setattr(ft_potrf, name, _timed(name, getattr(ft_potrf, name)))
+
+
+def _spd(grid: linalg.ProcessGrid, n: int, nb: int) -> linalg.DistributedMatrix:
+    """The benchmark's SPD matrix: (R + R.T) / 2 + 2n I, R uniform."""
+    S = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=1)
+    rows, cols = S.global_rows()[:, None], S.global_cols()[None, :]
+    S.local[...] = np.where(rows == cols, 2.0 * n, S.local + 0.0)
+    sym = linalg.DistributedMatrix.zeros(grid, n, n, mb=nb, nb=nb)
+    linalg.pdtran(n, n, 0.5, S, 0, 0, 0.0, sym, 0, 0)
+    linalg.pdgeadd("N", n, n, 0.5, S, 0, 0, 1.0, sym, 0, 0)
+    return sym
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--grid", default="2x2")
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--nb", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    pr, pc = map(int, args.grid.split("x"))
+    comm = MPI.COMM_WORLD
+    grid = linalg.ProcessGrid(comm, pr, pc)
+    S = _spd(grid, args.n, args.nb)
+    _install()
+    runs: dict[str, list[dict[str, list[float]]]] = defaultdict(list)
+    for rep in range(args.reps + 1):
+        for routine in ("pdpotrf", "ft_pdpotrf"):
+            A = S.copy()
+            _TOTALS.clear()
+            comm.Barrier()
+            c0, w0 = time.process_time(), time.perf_counter()
+            getattr(linalg, routine)("L", args.n, A, 0, 0)
+            total = [time.process_time() - c0, time.perf_counter() - w0]
+            comm.Barrier()
+            if rep:
+                got = {k: list(v) for k, v in _TOTALS.items()}
+                got["(rest)"] = [total[0] - sum(v[0] for v in got.values()),
+                                 total[1] - sum(v[1] for v in got.values())]
+                got["TOTAL"] = total
+                runs[routine].append(got)
+    med: dict[str, dict[str, tuple[float, float]]] = {}
+    for routine, reps in runs.items():
+        names = sorted({k for r in reps for k in r})
+        med[routine] = {k: (float(np.median([r.get(k, [0, 0])[0] for r in reps])),
+                            float(np.median([r.get(k, [0, 0])[1] for r in reps]))) for k in names}
+    every = comm.gather(med, root=0)
+    if comm.rank == 0:
+        for routine in ("pdpotrf", "ft_pdpotrf"):
+            names = sorted({k for m in every for k in m[routine]}, key=lambda k: (k == "TOTAL", k))
+            print(f"\n{routine} grid={args.grid} n={args.n} nb={args.nb} reps={args.reps}: median ms "
+                  "(cpu/wall) per rank, sum of cpu")
+            print(f"{'phase':>34} " + " ".join(f"{'r' + str(r):>13}" for r in range(comm.size)) + "  cpu sum")
+            for k in names:
+                vals = [m[routine].get(k, (0.0, 0.0)) for m in every]
+                print(f"{k:>34} " + " ".join(f"{c * 1e3:6.1f}/{w * 1e3:6.1f}" for c, w in vals)
+                      + f"  {sum(c for c, _ in vals) * 1e3:7.1f}")
+
+
+if __name__ == "__main__":
+    main()
