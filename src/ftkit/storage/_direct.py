@@ -40,15 +40,36 @@ import threading
 from ..errors import DirectIOUnsupported, StorageError
 from ._writeback import KeptThread
 
-__all__ = ["ALIGN", "DIRECT_CHUNK", "DIRECT_MIN_BYTES", "DirectStream", "enable_direct"]
+__all__ = ["ALIGN", "DIRECT_CHUNK", "DIRECT_MIN_BYTES", "DIRECT_MIN_BYTES_ENV", "DirectStream",
+           "enable_direct"]
 
 #: Offset and length alignment of every direct write (the page size: enough for 512 B and 4 KiB sectors).
 ALIGN = 4096
 #: Bytes per staging buffer (two per open file).
 DIRECT_CHUNK = 4 << 20
-#: Files smaller than this are written buffered (for them the page cache costs little, and a small file
-#: read right back, e.g. a manifest, is served from it).
-DIRECT_MIN_BYTES = 64 << 20
+#: The environment variable that sets :data:`DIRECT_MIN_BYTES` (a number of bytes, read once, when this
+#: module is imported): tests lower it to kill jobs while they write direct L4 files of a few MiB.
+DIRECT_MIN_BYTES_ENV = "FTKIT_DIRECT_MIN_BYTES"
+
+
+def _min_bytes() -> int:
+    text = os.environ.get(DIRECT_MIN_BYTES_ENV, "").strip()
+    if not text:
+        return 64 << 20
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise StorageError(f"{DIRECT_MIN_BYTES_ENV}={text!r}: give the file size (bytes, an integer >= 0) "
+                           "from which files are written with direct I/O, or unset it (64 MiB)")
+    return value
+
+
+#: Files smaller than this (bytes; 64 MiB unless :data:`DIRECT_MIN_BYTES_ENV` says otherwise) are written
+#: buffered (for them the page cache costs little, and a small file read right back, e.g. a manifest, is
+#: served from it).
+DIRECT_MIN_BYTES = _min_bytes()
 
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 _WRITER = KeptThread("ftkit-direct-write")
