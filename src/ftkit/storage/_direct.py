@@ -185,8 +185,8 @@ class DirectStream:
             raise self._error
 
     def _write_out(self, buf: mmap.mmap, at: int, n: int) -> None:
-        """Write ``buf[:n]`` at ``at`` (``at`` aligned); in the writer thread or the caller's. Direct: the whole
-        pages now, a last partial page is kept for :meth:`finish` to write through the page cache.
+        """Write ``buf[:n]`` at ``at`` (aligned), in the writer thread or the caller's. Direct: the whole
+        pages now; a last partial page is kept for :meth:`finish` to write through the page cache.
 
         Keeps a failure for the caller instead of raising (the writer thread must live on).
         """
