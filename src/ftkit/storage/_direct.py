@@ -37,6 +37,8 @@ import mmap
 import os
 import threading
 
+import numpy as np
+
 from ..errors import DirectIOUnsupported, StorageError
 from ._writeback import KeptThread
 
@@ -77,6 +79,14 @@ _WRITER = KeptThread("ftkit-direct-write")
 
 def _align_up(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
+
+
+def _copy_into(buf: mmap.mmap, at: int, data: memoryview) -> None:
+    """``buf[at:at + len(data)] = data``, with the GIL released during the copy (numpy's copy loop releases
+    it; an mmap slice assignment holds it). The direct-write thread needs the GIL between two writes: held
+    by a 4 MiB copy, it waited 5.7 ms median to get it on a loaded machine (0.1 ms with numpy's copy), the
+    device idle meanwhile (issue 37)."""
+    np.frombuffer(buf, np.uint8, len(data), at)[:] = np.frombuffer(data, np.uint8)
 
 
 def enable_direct(fd: int, what: object) -> None:
@@ -155,8 +165,7 @@ class DirectStream:
         done = 0
         while done < n:
             k = min(n - done, DIRECT_CHUNK - self._fill)
-            buf = self._bufs[self._cur]
-            buf[self._fill:self._fill + k] = data[done:done + k]
+            _copy_into(self._bufs[self._cur], self._fill, data[done:done + k])
             self._fill += k
             done += k
             if self._fill == DIRECT_CHUNK:
