@@ -84,6 +84,9 @@ PHASES = [(_O, "PostManager.settle_syncs"), (_O, "PostManager.sync_flags"), (_P,
           (_S + "format.filewrite", "write_uncommitted"), (_S + "_fsutil", "AtomicWriter.commit"),
           (_S + "_fsutil", "fsync_dir"), (_S + "_fsutil", "Writeback.close"),
           (_S + "manifest", "ManifestStore.commit"), ("ftkit.checkpoint.events", "checkpoint_taken"),
+          # the L4 writer's own steps: before the first byte, and the end of a direct file (tail, head, size)
+          (_S + "_fsutil", "AtomicWriter.__init__"), (_S + "format.filewrite", "_plan_file"),
+          (_S + "_direct", "DirectStream.finish"),
           ("ftkit.checkpoint.schedule", "SnapshotSchedule.checkpointed"), (_P, "commit"),
           (_P, "plan_job"), ("ftkit.checkpoint.session", "Session.agree_id")]
 

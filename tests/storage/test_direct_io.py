@@ -17,6 +17,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from ftkit.checkpoint.levels.pfs import pfs_work
 from ftkit.errors import DirectIOUnsupported, StorageError
 from ftkit.storage._direct import ALIGN, DIRECT_CHUNK, DIRECT_MIN_BYTES, enable_direct
 from ftkit.storage._fsutil import AtomicWriter, is_temp_name
@@ -209,3 +210,24 @@ def test_a_full_disk_during_a_direct_write_is_a_storage_error_and_keeps_the_prev
     assert path.read_bytes() == before
     verify_file(path, expect_digest=first.digest)
     assert os.listdir(path.parent) == [path.name]                   # the partial temporary file is gone
+
+
+def test_the_post_processing_l4_copy_of_a_large_file_is_written_direct(tmp_path):
+    # inline_l4 = 0: the L1 file is copied into L4 after the call (a thread: PFSLevel.put_file; a head:
+    # pfs_work). Both go through the direct writer for a large file; a small one stays buffered.
+    n = DIRECT_MIN_BYTES // 8 + 4321                       # just over the threshold, not page-aligned
+    arrays = [("u", np.arange(n, dtype=np.float64) * 0.25), ("step", np.array([3], np.int64))]
+    src = tmp_path / "l1.ftk"
+    info = write_file(src, arrays, rank=0, level=4, ckpt_id=5, exec_id="exec", nranks=1)
+    level = PFSLevel(tmp_path / "global", "exec", [0])
+    assert level.put_file(5, 0, src) == os.path.getsize(src)
+    head_dst = tmp_path / "head" / "rank0.ftk"
+    pfs_work({"src": str(src), "dst": str(head_dst), "chunk": 1 << 20, "rank": 0, "id": 5}, None)
+    for path in (level.path(5, 0), head_dst):
+        assert _cached_fraction(path) < 0.01, path            # bypassed the page cache
+        assert path.read_bytes() == src.read_bytes()
+        verify_file(path, expect_digest=info.digest)
+    small = tmp_path / "small.ftk"
+    write_file(small, [("u", np.arange(1000.0))], rank=1, level=4, ckpt_id=5, exec_id="exec", nranks=2)
+    level.put_file(5, 1, small)
+    assert _cached_fraction(level.path(5, 1)) > 0.5          # below the threshold: buffered, as before

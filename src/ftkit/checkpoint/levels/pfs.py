@@ -166,7 +166,7 @@ def pfs_work(req: dict[str, Any], head_set: Any) -> None:
             codecs = {str(k): str(v) for k, v in codecs.items()}
             compress_copy(req["src"], dst, str(codec), int(level), codecs)
         else:
-            copy_file(req["src"], dst, chunk_bytes=int(req["chunk"]))
+            copy_file(req["src"], dst, chunk_bytes=int(req["chunk"]), direct=True)   # as PFSLevel.put_file
 
 
 #: Level 4 in the level table (dCP's recovery step first: it applies only to differential entries).

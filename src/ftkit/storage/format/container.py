@@ -42,6 +42,7 @@ import numpy as np
 import xxhash
 
 from ...errors import CheckpointNotFoundError, CorruptionError, FormatError, StorageError
+from .._direct import DIRECT_CHUNK, DIRECT_MIN_BYTES
 from .._fsutil import AtomicWriter
 from .compressed import open_source
 from .filewrite import (
@@ -240,8 +241,13 @@ def read_arrays(path: str | os.PathLike[str], *, chunk_bytes: int = DEFAULT_CHUN
 
 
 def copy_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, chunk_bytes: int = DEFAULT_CHUNK,
-              fsync: bool = True) -> int:
+              fsync: bool = True, direct: bool = False) -> int:
     """Copy ``src`` to ``dst`` atomically (temporary name, fsync, rename, fsync dir) with one chunk buffer.
+
+    With ``direct`` (and ``fsync``), a ``src`` of :data:`~ftkit.storage._direct.DIRECT_MIN_BYTES` or more is
+    written with direct I/O, bypassing the page cache, as :func:`write_file`'s ``direct`` (the same
+    :class:`~ftkit.storage._fsutil.AtomicWriter`; buffered where the file system refuses it), one staging
+    buffer per read. The bytes are the same.
 
     Returns the number of bytes copied. Missing directories of ``dst`` are created; on any error the
     temporary file is removed and ``dst`` is left as it was.
@@ -261,8 +267,11 @@ def copy_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, chunk
     except OSError as exc:
         raise StorageError(f"cannot open {src} to copy it: {exc.strerror or exc}") from exc
     try:
-        with AtomicWriter(dst, fsync=fsync) as writer:
-            view = memoryview(bytearray(chunk_bytes))
+        direct = direct and fsync and os.fstat(sfd).st_size >= DIRECT_MIN_BYTES
+        with AtomicWriter(dst, fsync=fsync, direct=direct) as writer:
+            # Direct: a read per staging buffer, so the direct-write thread gets the GIL between two (as
+            # write_uncommitted hands over its pieces).
+            view = memoryview(bytearray(min(chunk_bytes, DIRECT_CHUNK) if writer.direct else chunk_bytes))
             total = 0
             while n := os.readv(sfd, [view]):
                 writer.pwrite(view[:n], total)

@@ -82,9 +82,10 @@ class StorageLevel(ABC):
     supports_direct_write: ClassVar[bool] = False
     #: True if the level's file of a rank is the checkpoint file itself (readable with read_into).
     supports_read: ClassVar[bool] = True
-    #: True if large files written straight from the arrays bypass the page cache (direct I/O, where the
-    #: file system allows it: :func:`ftkit.storage.format.container.write_file`'s ``direct``). For files
-    #: nobody on the node reads back soon (L4); node-local levels keep the page cache, where L2/L3 read back.
+    #: True if large files written straight from the arrays or copied in (:meth:`put_file`) bypass the page
+    #: cache (direct I/O, where the file system allows it: :func:`ftkit.storage.format.container.write_file`'s
+    #: and ``copy_file``'s ``direct``). For files nobody on the node reads back soon (L4); node-local levels
+    #: keep the page cache, where L2/L3 read back.
     bypass_page_cache: ClassVar[bool] = False
 
     def __init__(self, root: str | os.PathLike[str], exec_id: str, nodes: Sequence[int],
@@ -192,7 +193,8 @@ class StorageLevel(ABC):
         dst = self._writable(ckpt_id, rank)
         if link and link_durably(Path(src), dst, fsync=self.fsync):
             return dst.stat().st_size
-        return fmt.copy_file(src, dst, chunk_bytes=self.chunk_bytes, fsync=self.fsync)
+        return fmt.copy_file(src, dst, chunk_bytes=self.chunk_bytes, fsync=self.fsync,
+                             direct=self.bypass_page_cache)
 
     def verify(self, ckpt_id: int, rank: int, expect_digest: str | None = None) -> fmt.Header:
         """Check ``rank``'s file completely (header, size, every section digest); return its header.
