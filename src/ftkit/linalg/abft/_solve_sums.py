@@ -151,10 +151,16 @@ class SolveChecksums:
         g = self.grid
         t = triangle_piece(A, ia, ja, transpose, self.rows, self.cols)
         keep, diag = triangle_extent(self.rows, self.cols, g.myrow, g.mycol, self.lower)
+        # the process row that multiplies each local column's sums (it holds X's row of that index); the
+        # kernel writes each process row's columns side by side, in local order: one slice of text each
+        dest_row = self.rows.owners[self.cols_t] if self.cols_t.size else np.zeros(0, np.int64)
+        order = np.argsort(dest_row, kind="stable")
+        place = np.empty(order.size, np.int64)
+        place[order] = np.arange(order.size)
         text = np.zeros((_KINDS * (len(self.rl) - 1), t.shape[1]), order="F")
-        triangle_rows_into(t, keep, diag, unit, self.rl, np.ascontiguousarray(self.rw[:, 0]), text,
-                           np.arange(t.shape[1], dtype=np.int64), _KINDS)
-        self._send_t_sums(text)
+        triangle_rows_into(t, keep, diag, unit, self.rl, np.ascontiguousarray(self.rw[:, 0]), text, place,
+                           _KINDS)
+        self._send_t_sums(text, np.searchsorted(dest_row[order], np.arange(g.nprow + 1)))
         return t
 
     def encode(self, w: np.ndarray, pool: dict[object, np.ndarray]) -> np.ndarray:
@@ -176,12 +182,12 @@ class SolveChecksums:
         self.w_sums = np.stack([_seg_sums(x, self.rl, 0) for x in (plain, colw, plain * self.rw, absw)])
         return w0
 
-    def _send_t_sums(self, text: np.ndarray) -> None:
-        """Start sending each process the column sums of ``T`` (``text``: kinds x local row segments by local
-        columns) at the indices its process row holds of ``X``'s rows (one ``Ialltoallv``)."""
+    def _send_t_sums(self, text: np.ndarray, bounds: np.ndarray) -> None:
+        """Start sending each process the column sums of ``T`` at the indices its process row holds of ``X``'s
+        rows (one ``Ialltoallv``). ``text``: kinds x local row segments by local columns, those of process
+        row ``p`` in columns ``bounds[p]:bounds[p + 1]`` (in local order)."""
         g = self.grid
-        dest_row = self.rows.owners[self.cols_t] if self.cols_t.size else np.zeros(0, np.int64)
-        by_row = [text[:, dest_row == p].ravel(order="F") for p in range(g.nprow)]
+        by_row = [text[:, bounds[p]:bounds[p + 1]].ravel(order="F") for p in range(g.nprow)]  # views
         parts = [by_row[g.coords(d)[0]] for d in range(g.size)]
         scounts = [x.size for x in parts]
         sbuf = np.concatenate(parts) if parts else np.zeros(0)
