@@ -16,6 +16,7 @@ from ftkit.errors import PBLASArgumentError
 from ftkit.inject import BitFlip, InjectionPlan
 from ftkit.linalg import checksums
 from ftkit.linalg.abft._blocks import BlockSegmentation
+from ftkit.linalg.abft._solve_sums import SolveChecksums
 from ftkit.linalg.abft._tri_product import triangle_with_checksums
 from ftkit.linalg.checksums._kernels import encode_rows_into
 from ftkit.linalg.pblas._tri_sweep import tri_cols, triangle_operand
@@ -153,6 +154,35 @@ def test_trmm_triangle_and_checksums_in_one_pass_are_triangle_operand_s(grid, tr
     finite = np.isfinite(want)
     assert np.array_equal(finite, np.isfinite(achk))  # a NaN the triangle keeps reaches its segment's sums
     np.testing.assert_allclose(achk[finite], want[finite], rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("lower", [False, True])
+@pytest.mark.parametrize("unit", [False, True])
+def test_trsm_triangle_and_its_sums_in_one_pass_are_triangle_operand_s(grid, transpose, lower, unit):
+    # ft_pdtrsm makes T and takes its column sums per row segment in one pass: the very T the plain routine
+    # solves with (NaN in the excluded triangle and on a unit diagonal never read), A untouched, and the
+    # sums a separate pass over that T gives (NaN kept where the triangle keeps one)
+    rng = np.random.default_rng(10)
+    a = rng.uniform(-1, 1, (29, 31))
+    a[rng.random(a.shape) < 0.2] = np.nan
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=5, nb=5)
+    B = linalg.DistributedMatrix.zeros(grid, 23, 4, mb=5, nb=5)
+    rows, wcols = B.row_map(2, 21), B.col_map(0, 4)
+    cols = tri_cols(rows, grid.npcol)
+    ref = triangle_operand(A, 3, 4, transpose, lower, unit, rows, cols)
+    chk = SolveChecksums(grid, rows, cols, wcols, 3, lower)
+    t = chk.make_triangle(A, 3, 4, transpose, unit)
+    assert np.array_equal(t, ref, equal_nan=True) and t.flags.f_contiguous
+    assert np.array_equal(A.to_global(), a, equal_nan=True)
+    want = np.zeros((3 * (len(chk.rl) - 1), 21), order="F")
+    encode_rows_into(ref, chk.rl, np.ascontiguousarray(chk.rw[:, 0]), want, False, 3)
+    ((rid, pos, got),) = chk.t_blocks()  # 1 x 1: every sum comes from this process
+    assert np.array_equal(rid, np.arange(len(chk.rl) - 1)) and np.array_equal(pos, np.arange(21))
+    got = np.concatenate(list(got), axis=0)  # kind-major rows, as the kernels lay them out
+    finite = np.isfinite(want)
+    assert np.array_equal(finite, np.isfinite(got))
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-13, atol=1e-14)
 
 
 def test_trsm_detect_mode_reports_and_leaves_the_result(grid):

@@ -7,21 +7,21 @@ with ``X = inv(T) W0``, every block ``(I, J)`` (row segment ``I`` of ``T``'s row
     ``e_I^T T X e_J = e_I^T W0 e_J``.
 
 Both sides come from checksums: the column sums of ``T``'s row segments (plain, absolute and row-weighted,
-``nI x ka``, taken when ``T`` is built, before it is used), the row sums of ``X``'s column segments (plain,
-absolute, column-weighted, ``ka x nJ``) and the block sums of ``W0`` (``nI x nJ``), all of them ``1/bs`` of
-the data. The plain, row-weighted (``w_I^T T X e_J = w_I^T W0 e_J``) and column-weighted equations are
-checked; the rigorous threshold of the plain one is ``2 gamma(2 ka + r + c + 8) (e_I^T |T| |X| e_J +
-e_I^T |W0| e_J)`` plus an underflow floor (a computed substitution satisfies ``|T X - W0| <= gamma_ka |T||X|``
-componentwise, in any summation order; the rest covers the rounding of the checksums), the weighted ones get
-the largest weight times it. ``"statistical"`` uses ``STAT_LAMBDA u sqrt(2 ka + r + c)`` instead (never above
-the rigorous one); a relative ``tol`` ``t`` uses ``t``.
+``nI x ka``, taken in the pass that makes ``T``, before it is used), the row sums of ``X``'s column segments
+(plain, absolute, column-weighted, ``ka x nJ``) and the block sums of ``W0`` (``nI x nJ``), all of them
+``1/bs`` of the data. The plain, row-weighted (``w_I^T T X e_J = w_I^T W0 e_J``) and column-weighted
+equations are checked; the rigorous threshold of the plain one is ``2 gamma(2 ka + r + c + 8) (e_I^T |T|
+|X| e_J + e_I^T |W0| e_J)`` plus an underflow floor (a computed substitution satisfies ``|T X - W0| <=
+gamma_ka |T||X|`` componentwise, in any summation order; the rest covers the rounding of the checksums), the
+weighted ones get the largest weight times it. ``"statistical"`` uses ``STAT_LAMBDA u sqrt(2 ka + r + c)``
+instead (never above the rigorous one); a relative ``tol`` ``t`` uses ``t``.
 
 Where the products are taken. The sum over ``k`` in ``e_I^T T X e_J`` is cut by the process row that owns
 ``X``'s row ``k``: process ``(p, q)`` multiplies the ``T`` column sums of *its* rows' indices, for every row
-segment (``nI x ka/nprow``, sent to it by :meth:`SolveChecksums.encode` while the solve runs: they depend
-on ``T`` only), by the row sums of its own piece of ``X``, and the processes exchange only these partial
-products and ``W0``'s block sums (``nI x nJ`` each, one ``Iallgatherv``). Every process adds the partial
-products in grid-rank order, so every process holds the same residuals bit for bit and decides alike
+segment (``nI x ka/nprow``, sent to it by :meth:`SolveChecksums.make_triangle` while the solve runs: they
+depend on ``T`` only), by the row sums of its own piece of ``X``, and the processes exchange only these
+partial products and ``W0``'s block sums (``nI x nJ`` each, one ``Iallgatherv``). Every process adds the
+partial products in grid-rank order, so every process holds the same residuals bit for bit and decides alike
 without a broadcast. (Reducing all of ``T``'s and ``X``'s checksums over the grid instead moves
 ``nI x ka + ka x nJ`` values per kind to every process, after the solve, in collectives whose latency grows
 with the grid.)
@@ -47,14 +47,16 @@ from mpi4py import MPI
 
 from ..._wait import wait_requests
 from .. import checksums
-from ..checksums._kernels import encode_cols_into, encode_rows_into
+from ..checksums._kernels import encode_cols_into, triangle_rows_into
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
+from ..matrix import DistributedMatrix
 from ..pblas._summa import pooled_buffer
+from ..pblas._tri_sweep import triangle_extent, triangle_piece
 
 __all__ = ["SolveChecksums", "segments"]
 
-#: The checksum kinds of ``T`` (rows of :func:`encode_rows_into`'s output) and of ``X`` (its columns).
+#: The checksum kinds of ``T`` (rows of :func:`triangle_rows_into`'s output) and of ``X`` (its columns).
 _KINDS = 3
 
 
@@ -97,7 +99,8 @@ class SolveChecksums:
     """The checksums of one solve on this process's pieces.
 
     ``t`` is the local piece of ``T`` (rows by ``rows``, columns by ``cols``), ``w0`` of ``W0``
-    (rows by ``rows``, columns by ``wcols``). :meth:`encode` and :meth:`residuals` are collective on the grid.
+    (rows by ``rows``, columns by ``wcols``). :meth:`make_triangle` and :meth:`residuals` are collective on
+    the grid.
     """
 
     grid: ProcessGrid
@@ -135,18 +138,41 @@ class SolveChecksums:
             o += p.size
         return res
 
-    def encode(self, t: np.ndarray, w: np.ndarray, pool: dict[object, np.ndarray]) -> np.ndarray:
-        """Take the checksums of ``T`` (plain, row-weighted and absolute column sums per row segment) and of
-        ``W0 = w`` (its block sums: plain, column- and row-weighted, absolute); return a copy of ``w``.
+    def make_triangle(self, A: DistributedMatrix, ia: int, ja: int, transpose: bool,
+                      unit: bool) -> np.ndarray:
+        """Return this process's piece of ``T`` (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_operand`'s,
+        bit for bit) and start sending its checksums (collective on A's grid).
 
-        One pass over each (the compiled kernels of :mod:`ftkit.linalg.checksums`): ``w``'s copy, which the
-        re-solve of flagged column segments starts from, is made in the same pass as its sums, into a buffer
-        of ``pool`` (:func:`~ftkit.linalg.pblas._summa.pooled_buffer`: a fresh array of ``w``'s size costs
-        page faults and the kernel's zeroing, more than the copy itself). ``T``'s sums start on their way to
-        the process rows that multiply them (non-blocking; :meth:`residuals` waits).
+        The triangle is made in place in the redistributed piece and its column sums per row segment
+        (plain, row-weighted, absolute) are taken in the same pass, from the kept rows only
+        (:func:`~ftkit.linalg.checksums._kernels.triangle_rows_into`, as ``ft_pdtrmm`` takes them); they
+        start on their way to the process rows that multiply them (non-blocking; :meth:`residuals` waits).
+        """
+        g = self.grid
+        t = triangle_piece(A, ia, ja, transpose, self.rows, self.cols)
+        keep, diag = triangle_extent(self.rows, self.cols, g.myrow, g.mycol, self.lower)
+        # the process row that multiplies each local column's sums (it holds X's row of that index); the
+        # kernel writes each process row's columns side by side, in local order: one slice of text each
+        dest_row = self.rows.owners[self.cols_t] if self.cols_t.size else np.zeros(0, np.int64)
+        order = np.argsort(dest_row, kind="stable")
+        place = np.empty(order.size, np.int64)
+        place[order] = np.arange(order.size)
+        text = np.zeros((_KINDS * (len(self.rl) - 1), t.shape[1]), order="F")
+        triangle_rows_into(t, keep, diag, unit, self.rl, np.ascontiguousarray(self.rw[:, 0]), text, place,
+                           _KINDS)
+        self._send_t_sums(text, np.searchsorted(dest_row[order], np.arange(g.nprow + 1)))
+        return t
+
+    def encode(self, w: np.ndarray, pool: dict[object, np.ndarray]) -> np.ndarray:
+        """Take the checksums of ``W0 = w`` (its block sums: plain, column- and row-weighted, absolute);
+        return a copy of ``w`` (:meth:`make_triangle` first).
+
+        One pass (the compiled kernels of :mod:`ftkit.linalg.checksums`): ``w``'s copy, which the re-solve of
+        flagged column segments starts from, is made in the same pass as its sums, into a buffer of ``pool``
+        (:func:`~ftkit.linalg.pblas._summa.pooled_buffer`: a fresh array of ``w``'s size costs page faults
+        and the kernel's zeroing, more than the copy itself).
         """
         nc = len(self.cl) - 1
-        self._send_t_sums(self._t_sums(t))
         ncols = w.shape[1]
         wext = pooled_buffer(pool, "w0", (w.shape[0], ncols + _KINDS * nc))
         encode_cols_into(w, self.cl, self.cw, wext, True, _KINDS)
@@ -156,39 +182,12 @@ class SolveChecksums:
         self.w_sums = np.stack([_seg_sums(x, self.rl, 0) for x in (plain, colw, plain * self.rw, absw)])
         return w0
 
-    def _t_sums(self, t: np.ndarray) -> np.ndarray:
-        """Return the column sums of ``T``'s local row segments (kinds x segments by local columns), read
-        only where ``T``'s triangle can be non-zero: per distribution block of columns, from the row
-        segment of its diagonal block on (lower; up to it, upper). The rest of ``T`` is zero
-        (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_operand`)."""
-        nr, nloc = len(self.rl) - 1, self.rows_here.size
-        text = np.zeros((_KINDS * nr, t.shape[1]), order="F")
-        if not (nr and t.shape[1]):
-            return text
-        # T's columns and rows share their block partition (``tri_cols``): a block's first and last index
-        # fall on row-block, hence row-segment, bounds
-        cb = checksums.segment_bounds(self.cols_t, self.cols.offset, self.cols.nb)
-        for c0, c1 in zip(cb[:-1].tolist(), cb[1:].tolist(), strict=True):
-            if self.lower:
-                r0, r1 = int(np.searchsorted(self.rows_here, self.cols_t[c0])), nloc
-            else:
-                r0, r1 = 0, int(np.searchsorted(self.rows_here, self.cols_t[c1 - 1] + 1))
-            s0, s1 = int(np.searchsorted(self.rl, r0)), int(np.searchsorted(self.rl, r1))
-            if s1 <= s0:
-                continue
-            part = np.empty((_KINDS * (s1 - s0), c1 - c0), order="F")
-            # whole columns (F-contiguous, as the kernel is compiled for), only the segments s0..s1 read
-            encode_rows_into(t[:, c0:c1], self.rl[s0:s1 + 1], self.rw[:, 0], part, False, _KINDS)
-            for q in range(_KINDS):
-                text[q * nr + s0:q * nr + s1, c0:c1] = part[q * (s1 - s0):(q + 1) * (s1 - s0)]
-        return text
-
-    def _send_t_sums(self, text: np.ndarray) -> None:
-        """Start sending each process the column sums of ``T`` (``text``: kinds x local row segments by local
-        columns) at the indices its process row holds of ``X``'s rows (one ``Ialltoallv``)."""
+    def _send_t_sums(self, text: np.ndarray, bounds: np.ndarray) -> None:
+        """Start sending each process the column sums of ``T`` at the indices its process row holds of ``X``'s
+        rows (one ``Ialltoallv``). ``text``: kinds x local row segments by local columns, those of process
+        row ``p`` in columns ``bounds[p]:bounds[p + 1]`` (in local order)."""
         g = self.grid
-        dest_row = self.rows.owners[self.cols_t] if self.cols_t.size else np.zeros(0, np.int64)
-        by_row = [text[:, dest_row == p].ravel(order="F") for p in range(g.nprow)]
+        by_row = [text[:, bounds[p]:bounds[p + 1]].ravel(order="F") for p in range(g.nprow)]  # views
         parts = [by_row[g.coords(d)[0]] for d in range(g.size)]
         scounts = [x.size for x in parts]
         sbuf = np.concatenate(parts) if parts else np.zeros(0)
@@ -208,9 +207,9 @@ class SolveChecksums:
     def t_blocks(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Return ``T``'s column sums at this process row's indices of ``X``'s rows, as received from each
         process: ``(row segment ids, local rows of X, sums)``, the sums ``kinds x segments x rows`` (plain,
-        row-weighted, absolute). Waits for :meth:`encode`'s exchange the first time."""
+        row-weighted, absolute). Waits for :meth:`make_triangle`'s exchange the first time."""
         if self._t_blocks is None:
-            assert self._t_exchange is not None, "encode() first"
+            assert self._t_exchange is not None, "make_triangle() first"
             req, _sbuf, rbuf, layout, rcounts = self._t_exchange
             wait_requests([req])  # waited by sleeping
             blocks, off = [], 0

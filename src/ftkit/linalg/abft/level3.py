@@ -231,14 +231,14 @@ def ft_pdtrsm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alph
     W, w, rows, wcols, transpose = _work(B64, ib, jb, m, n, side, transa)
     lower = (uplo == "L") != transpose
     cols = tri_cols(rows, g.npcol)
-    t = triangle_operand(A64, ia, ja, transpose, lower, diag == "U", rows, cols)
-    if alpha != 1.0:
-        w *= alpha
     chk = SolveChecksums(g, rows, cols, wcols, int(bs) if bs is not None else
                          checksums.choose_bs(rows.nb, wcols.nb, rows.n), lower)
+    t = chk.make_triangle(A64, ia, ja, transpose, diag == "U")
+    if alpha != 1.0:
+        w *= alpha
     pool: dict[object, np.ndarray] = {}
     try:
-        w0 = chk.encode(t, w, pool)  # the copy of alpha B that flagged segments are solved again from
+        w0 = chk.encode(w, pool)  # the copy of alpha B that flagged segments are solved again from
         if inject is not None:
             inject.resolve(g.size, 1)
             inject.apply("A", g.rank, 0, t)
