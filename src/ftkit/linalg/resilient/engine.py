@@ -83,7 +83,8 @@ class ProductForm:
         The sides of the product (``"a"``, ``"b"``) whose operands stay the same between calls, which
         :func:`protect_form` saves once: ``"ab"``, or the triangle's side of PDTRSM and PDTRMM (B is their
         output). With only one side fixed, ``prepare`` takes the operands it built when the form was
-        protected and builds the other side only (``prepare(previous)``).
+        protected and builds the other side only (``prepare(previous)``; ``align`` likewise takes the
+        saved aligned operands).
     flags
         The routine's flags the built operands depend on (side, uplo, trans, diag), for the protection's key.
     triangle
