@@ -1,4 +1,5 @@
-"""protect_operands on a 1 x 1 grid, in process: the handle's contract (reuse, misuse, what is written)."""
+"""protect_operands on a 1 x 1 grid, in process: the handle's contract (reuse, misuse, what is written); and
+resilient_pdtrmm's steps multiplying only the band of B their part of the triangle reaches."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import pytest
 from mpi4py import MPI
 
 from ftkit.errors import PBLASArgumentError
-from ftkit.linalg import DistributedMatrix, ProcessGrid, pdgemm
-from ftkit.linalg.resilient import resilient_pdgemm
+from ftkit.linalg import DistributedMatrix, ProcessGrid, pdgemm, pdtrmm
+from ftkit.linalg.resilient import resilient_pdgemm, resilient_pdtrmm
 from ftkit.linalg.resilient.protected import protect_operands
 
 
@@ -68,3 +69,31 @@ def test_misused_handles_are_refused_with_the_fix(tmp_path, mats):
         resilient_pdgemm("N", "N", 24, 20, 16, 1.0, A, 0, 0, B, 0, 0, 0.0, C, 0, 0, store=ops)
     with pytest.raises(PBLASArgumentError, match="algorithm"):
         protect_operands("N", "N", 24, 20, 16, A, 0, 0, B, 0, 0, C, 0, 0, store=tmp_path, algorithm="x")
+
+
+# (side, uplo, where B's Inf is: the row (side L) or column (side R) index k, the indices of the result
+# the step holding k must not reach): T is lower for ("L", "L") and ("R", "L"), upper otherwise
+BANDS = [("L", "L", 23, slice(0, 20)), ("L", "U", 0, slice(4, 24)), ("R", "L", 0, slice(4, 24)),
+         ("R", "U", 23, slice(0, 20))]
+
+
+@pytest.mark.parametrize("side,uplo,k,unreached", BANDS)
+def test_trmm_multiplies_each_step_only_into_the_band_its_part_of_the_triangle_reaches(
+        tmp_path, side, uplo, k, unreached):
+    # An Inf in B at k meets only T's column (side L) or row (side R) k, whose entries outside the triangle
+    # are zeros: multiplied anyway (the square's flops), 0 * Inf would put NaN in the whole result. Steps of
+    # 4 (one block): the step holding k reaches its own block and one side of it, as the plain sweep does.
+    grid = ProcessGrid(MPI.COMM_WORLD, 1, 1)
+    A = DistributedMatrix.random(grid, 24, 24, mb=4, nb=4, seed=1)
+    B = DistributedMatrix.random(grid, 24, 24, mb=4, nb=4, seed=2)
+    if side == "L":
+        B.local[k, :] = np.inf
+    else:
+        B.local[:, k] = np.inf
+    ref, got = B.copy(), B.copy()
+    pdtrmm(side, uplo, "N", "N", 24, 24, 1.5, A, 0, 0, ref, 0, 0)
+    resilient_pdtrmm(side, uplo, "N", "N", 24, 24, 1.5, A, 0, 0, got, 0, 0, store=tmp_path, width=4)
+    part = (unreached, slice(None)) if side == "L" else (slice(None), unreached)
+    assert np.isfinite(ref.local[part]).all()
+    assert np.isfinite(got.local[part]).all()
+    np.testing.assert_allclose(got.local[part], ref.local[part], rtol=1e-13, atol=1e-13)

@@ -121,6 +121,8 @@ class ResilientCall:
     keep: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
     #: The triangle of C whose tiles alone are multiplied (``ProductForm.triangle``); ``None``: all of C.
     triangle: str | None = None
+    #: The triangular operand of the product and its triangle (``ProductForm.triangular``); ``None``: none.
+    triangular: tuple[str, str] | None = None
     #: Set once the inputs are saved: the detector is set up after them (a death in its set-up is survived).
     det: FailureDetector = field(init=False)
 

@@ -11,6 +11,12 @@ view. One that updates only part of it keeps the rest bit for bit, in one of two
 
 The dead processes' tiles are recomputed in the settle phase with the ``keep`` mask either way
 (:mod:`ftkit.linalg.resilient._settle`).
+
+A product whose operand is triangular (``ProductForm.triangular``: PDTRMM's ``T``) updates all of C, but a
+SUMMA step over the k range ``[k0, k1)`` reaches only a band of it (:class:`TriangularBands`): with a lower
+``T`` on the left, row ``i`` of C takes ``T[i, k]`` for ``k <= i`` only, so the rows before ``k0`` get zeros
+from the step. Multiplying each step into its band alone does the triangle's flops (plus the part of the
+step's diagonal square beyond the diagonal), not the square's, as the plain routine's sweep does.
 """
 
 from __future__ import annotations
@@ -19,11 +25,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..descriptor import BlockCyclic1D
+from ..pblas._summa import SummaStep
 from ..pblas.gemm import _scale
 from ..pblas.rank_k import Staircase, triangle_tiles
 from ._call_state import ResilientCall
 
-__all__ = ["UpdatedPart"]
+__all__ = ["UpdatedPart", "TriangularBands", "band_width"]
+
+#: Per triangular operand ``(side, uplo)``: whether a step reaches the C indices from its first k on (a lower
+#: left operand: ``T[i, k] = 0`` for ``k > i``; an upper right one: ``T[k, j] = 0`` for ``k > j``), or those
+#: before its end (an upper left operand, a lower right one).
+_FROM_K0 = {("a", "L"): True, ("b", "U"): True, ("a", "U"): False, ("b", "L"): False}
 
 
 class UpdatedPart:
@@ -70,3 +83,50 @@ class UpdatedPart:
             self._stairs.restore(c, self._saved)
         elif self._entry is not None:
             c[...] = np.where(self._mask, c, self._entry)  # type: ignore[arg-type]
+
+
+def band_width(ka: BlockCyclic1D, kb: BlockCyclic1D) -> int:
+    """The default k width of a step with a triangular operand: one round of blocks over every owner.
+
+    A step multiplies its band whole, the part of its ``width x width`` diagonal square beyond the diagonal
+    included: ``width / k`` more than the triangle's flops (6 % at k = 4096 with 128-blocks on 2 x 2, whose
+    round is 256 wide); pdgemm's wider default (:func:`~ftkit.linalg.pblas._summa.default_width`, 1024)
+    would cost 25 % there.
+    """
+    return max(ka.nb * ka.nprocs, kb.nb * kb.nprocs)
+
+
+class TriangularBands:
+    """The band of this process's piece ``c`` of C that each SUMMA step reaches, for a product whose operand
+    ``call.triangular`` is triangular (the module docstring): rows of ``c`` for the left operand, columns
+    for the right one, a contiguous run of local indices (they follow the global order)."""
+
+    def __init__(self, call: ResilientCall) -> None:
+        assert call.triangular is not None
+        side, uplo = call.triangular
+        g = call.grid
+        self._rows = side == "a"
+        self._index = call.crows.indices_on(g.myrow) if self._rows else call.ccols.indices_on(g.mycol)
+        self._from_k0 = _FROM_K0[side, uplo]
+
+    def _band(self, step: SummaStep) -> slice:
+        if self._from_k0:
+            return slice(int(np.searchsorted(self._index, step.k0)), len(self._index))
+        return slice(0, int(np.searchsorted(self._index, step.k1)))
+
+    def tiles(self, step: SummaStep) -> list[tuple[slice, slice]]:
+        """The ``(rows, cols)`` slice of ``c`` ``step`` multiplies into (none if its band is empty here)."""
+        band = self._band(step)
+        if band.stop <= band.start:
+            return []
+        return [(band, slice(None))] if self._rows else [(slice(None), band)]
+
+    def first_beta(self, c: np.ndarray, first: SummaStep, beta: float) -> float:
+        """Scale the part of ``c`` the ``first`` step does not reach by ``beta`` (0: set to zero, NaN
+        included); return the beta of that step's GEMM (``beta``: it scales the rest)."""
+        band = self._band(first)
+        rest = [slice(0, band.start), slice(band.stop, len(self._index))]
+        for part in rest:
+            if part.stop > part.start:
+                _scale(c[part] if self._rows else c[:, part], beta)
+        return beta

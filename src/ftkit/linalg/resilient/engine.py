@@ -36,12 +36,12 @@ from ...failure.ulfm import agree_flag, require_ulfm
 from ...storage.inputs import InputStore, open_store
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
-from ..pblas._operands import aligned_operands
+from ..pblas._operands import AlignedOperands, aligned_operands
 from ..pblas._summa import plan_summa, run_summa
 from ..pblas.gemm import _scale, check_width
 from ._call_state import PhaseTimer, ResilientCall, ResilientResult, at_stage, hold_decision, record_phases
 from ._failure_exchange import FailureAwareExchange, run_cannon
-from ._part import UpdatedPart
+from ._part import TriangularBands, UpdatedPart, band_width
 from ._settle import Tile, plan_tiles, prefetch, settle_up
 from .protected import (
     Built,
@@ -83,12 +83,22 @@ class ProductForm:
         The sides of the product (``"a"``, ``"b"``) whose operands stay the same between calls, which
         :func:`protect_form` saves once: ``"ab"``, or the triangle's side of PDTRSM and PDTRMM (B is their
         output). With only one side fixed, ``prepare`` takes the operands it built when the form was
-        protected and builds the other side only (``prepare(previous)``).
+        protected and builds the other side only (``prepare(previous)``; ``align`` likewise takes the
+        saved aligned operands).
     flags
         The routine's flags the built operands depend on (side, uplo, trans, diag), for the protection's key.
     triangle
         ``"U"`` or ``"L"`` (with ``keep`` that triangle's mask, and ``m == n``): only this triangle's tiles
         of C are multiplied, cut as the plain rank-k updates cut them (:mod:`~._part`).
+    align
+        If given, a collective step run in place of ``prepare`` and the redistribution: it returns the
+        aligned operands themselves (PDTRMM's triangle made in the layout the product needs, by the plain
+        routine's :func:`~ftkit.linalg.pblas._tri_sweep.triangle_operand`). Given the operands saved when the
+        form was protected, it reuses their ``fixed`` side and builds the other one only.
+    triangular
+        ``(side, uplo)``: the operand ``side`` (``"a"`` or ``"b"``) of the product is zero outside its
+        ``uplo`` triangle (in its (row, k) or (k, column) indices, which are C's submatrix indices): each
+        step multiplies only into the band of C its k range reaches (:class:`~._part.TriangularBands`).
     """
 
     routine: str
@@ -113,6 +123,8 @@ class ProductForm:
     fixed: str = "ab"
     flags: tuple[str, ...] = ()
     triangle: str | None = None
+    align: Callable[[AlignedOperands | None], AlignedOperands] | None = None
+    triangular: tuple[str, str] | None = None
 
 
 def resilient_call(
@@ -161,7 +173,7 @@ def resilient_call(
     call = ResilientCall(f.ta, f.tb, f.m, f.n, f.k, f.alpha, f.beta, f.C, f.ic, f.jc, where, prefix,
                  {**prefixes, "c": prefix}, algorithm, width, on_step,
                  f.C.row_map(f.ic, f.m), f.C.col_map(f.jc, f.n), routine=f.routine, keep=f.keep,
-                 triangle=f.triangle)  # fmt: skip
+                 triangle=f.triangle, triangular=f.triangular)  # fmt: skip
     det = detector or reusable_detector(grid, timeout)
     if call.multiply:
         _take_operands(call, protected, form, det)
@@ -228,8 +240,7 @@ def _take_operands(call: ResilientCall, protected: ProtectedOperands | None, for
         call.ops = saved
     else:
         try:
-            call.ops = build_operands(form, call.algorithm,
-                                      protected.prepared if protected is not None else None)[0]  # fmt: skip
+            call.ops = build_operands(form, call.algorithm, protected)[0]
         except MPI.Exception:  # ULFM reports a peer's death here as MPI_ERR_PROC_FAILED or MPI_ERR_OTHER
             revoke_grid(call.grid)  # a live peer still inside the redistribution must not wait for this one
             if det is not None:  # else the detector's set-up, which comes later, finds the dead
@@ -246,13 +257,16 @@ def _take_operands(call: ResilientCall, protected: ProtectedOperands | None, for
         call.shapes[("b", r)] = (ops.kb.count(p), ops.ccols.count(q))
 
 
-def build_operands(form: ProductForm, algorithm: str, previous: Operands | None = None) -> Built:
+def build_operands(form: ProductForm, algorithm: str, protected: ProtectedOperands | None = None) -> Built:
     """The form's aligned operands built now (collective), and the operands they were aligned from: its
-    ``prepare`` step (given ``previous``, the operands built when the form was protected, whose fixed side
-    it reuses), then the redistribution. The ``"prepare"`` stage of :data:`~._call_state.fault_hook` comes
-    just before ``prepare``."""
-    if form.prepare is not None:
+    ``align`` step, or its ``prepare`` step then the redistribution (given ``protected``, the handle of a
+    partial protection, whose fixed side they reuse). The ``"prepare"`` stage of
+    :data:`~._call_state.fault_hook` comes just before ``align`` or ``prepare``."""
+    if form.prepare is not None or form.align is not None:
         at_stage("prepare")
+    if form.align is not None:
+        return form.align(protected.operands if protected is not None else None), None
+    previous = protected.prepared if protected is not None else None
     built = (form.prepare(previous) if form.prepare is not None and previous is not None
              else form.prepare() if form.prepare is not None
              else (form.A, form.ia, form.ja, form.B, form.ib, form.jb))  # fmt: skip
@@ -316,12 +330,14 @@ def _iterate(call: ResilientCall, exchange: FailureAwareExchange) -> Exception |
             assert ops is not None
             _scale(c, call.beta)
             run_cannon(exchange, ops.a, ops.b, c, ops.ka, call.alpha)
-        else:  # beta is applied by the first local GEMM, as pdgemm does (no separate pass over C)
+        elif call.triangular is None:  # beta is applied by the first local GEMM, as pdgemm does
             ops = call.ops
             assert ops is not None
             run_summa(call.grid, ops.a, ops.b, c, ops.ka, ops.kb, call.alpha, exchange=exchange,
                       steps=plan_summa(ops.ka, ops.kb, call.width), beta=part.first_beta(c, call.beta),
                       tiles=part.tiles)  # fmt: skip
+        else:
+            _iterate_banded(call, exchange, c)
     except Fenced:
         pass
     except Exception as exc:  # noqa: BLE001 - any error of our own: withdraw, re-raised after the agreements
@@ -329,6 +345,21 @@ def _iterate(call: ResilientCall, exchange: FailureAwareExchange) -> Exception |
         return exc
     part.restore(c)  # the entries the routine does not update get their values back, bit for bit
     return None
+
+
+def _iterate_banded(call: ResilientCall, exchange: FailureAwareExchange, c: np.ndarray) -> None:
+    """The steps of a product with a triangular operand: one SUMMA step at a time, each multiplied only into
+    the band of ``c`` it reaches (:class:`~._part.TriangularBands`; the band changes from step to step, the
+    tiles of one :func:`~ftkit.linalg.pblas._summa.run_summa` call do not)."""
+    ops = call.ops
+    assert ops is not None
+    bands = TriangularBands(call)
+    steps = plan_summa(ops.ka, ops.kb, call.width or band_width(ops.ka, ops.kb))
+    beta = bands.first_beta(c, steps[0], call.beta)
+    for step in steps:
+        run_summa(call.grid, ops.a, ops.b, c, ops.ka, ops.kb, call.alpha, exchange=exchange, steps=[step],
+                  beta=beta, tiles=bands.tiles(step))  # fmt: skip
+        beta = 1.0
 
 
 def _agree(call: ResilientCall) -> frozenset[int]:

@@ -206,8 +206,9 @@ class ProtectedOperands:
         The saved sides of the routine's product: ``"ab"``, or ``"a"`` / ``"b"`` where the other operand
         changes between calls and each call saves it (PDTRSM and PDTRMM).
     prepared
-        The built operands ``(A, ia, ja, B, ib, jb)`` of the product, for a partial handle: a call rebuilds
-        only the unsaved side from them (its ``prepare`` step reuses the saved side's matrix).
+        The built operands ``(A, ia, ja, B, ib, jb)`` of the product, for a partial handle of a form with a
+        ``prepare`` step (PDTRSM): a call rebuilds only the unsaved side from them (its ``prepare`` step
+        reuses the saved side's matrix; a form's ``align`` step reuses ``operands`` instead).
     """
 
     store: InputStore

@@ -4,10 +4,13 @@
 Each routine says what it computes as one product ``C = alpha op(A) op(B) + beta C`` the scheme can save,
 exchange with deadlines and recompute (and verify with block checksums) from:
 
-- ``resilient_pdtrmm``: ``B := alpha op(T) B`` (side "L") or ``alpha B op(T)`` (side "R"), where ``T`` is
-  the ``uplo`` triangle of A (the other triangle zeroed, a unit diagonal written for ``diag="U"``; neither is
-  read) and the multiplied B is a copy of B's submatrix: the product's output is B itself, with ``beta = 0``.
-  Both are built by the form's ``prepare`` step.
+- ``resilient_pdtrmm``: ``B := alpha T B`` (side "L") or ``alpha B T`` (side "R"), where ``T`` is the
+  triangle of ``op(A)`` (the other triangle zeroed, a unit diagonal written for ``diag="U"``; neither is
+  read), made as the plain :func:`~ftkit.linalg.pdtrmm` makes it
+  (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_operand`) straight in the layout the product needs, and
+  the multiplied B is a copy of B's submatrix: the product's output is B itself, with ``beta = 0``. Both are
+  built by the form's ``align`` step; each step multiplies only into the band of B its part of ``T``
+  reaches (``triangular=`` of the form), so the flops are the triangle's, not the square's.
 - ``resilient_pdsyrk``: ``C := alpha op(A) op(A).T + beta C`` on the ``uplo`` triangle (``triangle=`` of
   the form, with its ``keep`` mask): each process multiplies the panels only into its tiles of the triangle,
   cut as the plain :func:`~ftkit.linalg.pdsyrk` cuts them (:func:`~ftkit.linalg.pblas.rank_k.staircase`), so
@@ -35,6 +38,8 @@ import numpy as np
 from ...failure import FailureDetector
 from ...storage.inputs import InputStore
 from ..matrix import DistributedMatrix
+from ..pblas._operands import AlignedOperands
+from ..pblas._tri_sweep import tri_cols, triangle_operand
 from ..pblas.add import pdgeadd
 from ..pblas.rank_k import check_rank_args
 from ..pblas.triangular import check_tri_args, pdtrsm
@@ -47,23 +52,6 @@ __all__ = ["resilient_pdtrsm", "resilient_pdtrmm", "resilient_pdsyrk", "resilien
            "protect_pdtrmm", "protect_pdsyrk", "protect_pdsyr2k"]
 
 Store = InputStore | str | os.PathLike[str]
-
-
-def _triangle_copy(A: DistributedMatrix, ia: int, ja: int, na: int, uplo: str,
-                   unit: bool) -> DistributedMatrix:
-    """Return a copy of A whose ``na x na`` submatrix at (ia, ja) holds only its ``uplo`` triangle (the other
-    zeroed; for ``unit`` the diagonal set to 1 without being read). Local, no communication."""
-    W = A.copy()
-    if na == 0:
-        return W
-    view = W.local_view(ia, ja, na, na)
-    rows = A.row_map(ia, na).indices_on(A.grid.myrow)[:, None]
-    cols = A.col_map(ja, na).indices_on(A.grid.mycol)[None, :]
-    strict = (rows < cols) if uplo == "U" else (rows > cols)
-    view[...] = np.where(strict | (~unit & (rows == cols)), view, 0.0)
-    if unit:
-        view[...] = np.where(rows == cols, 1.0, view)
-    return W
 
 
 def identity_like(M: DistributedMatrix, n: int, mb: int, nb: int) -> DistributedMatrix:
@@ -82,22 +70,35 @@ def triangle_keep(uplo: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
 
 def _trmm_form(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float,
                A: DistributedMatrix, ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int) -> ProductForm:
-    """PDTRMM as a product: the ``uplo`` triangle of A (built once when protected) times a copy of B."""
+    """PDTRMM as a product: the triangle ``T = tri(op(A))`` (made once when protected) times a copy of B,
+    each step multiplied into the band of B the triangle reaches."""
     side, uplo, transa, diag, m, n, alpha, ia, ja, ib, jb = check_tri_args(
         "PDTRMM", side, uplo, transa, diag, m, n, alpha, A, ia, ja, B, ib, jb)
     na = m if side == "L" else n
+    lower = (uplo == "L") != (transa == "T")  # T's triangle, after the transposition
 
-    def prepare(previous: Operands | None = None) -> Operands:
-        if previous is None:
-            T = _triangle_copy(A, ia, ja, na, uplo, diag == "U")
-        else:  # the triangle built when the form was protected
-            T = previous[0] if side == "L" else previous[3]
-        X = B.copy()  # B is the output: the multiplied B must not change under the steps
-        return (T, ia, ja, X, ib, jb) if side == "L" else (X, ib, jb, T, ia, ja)
+    def align(saved: AlignedOperands | None) -> AlignedOperands:
+        # T is made as the plain pdtrmm makes it (redistributed straight into the layout the product needs,
+        # the triangle written in place by one compiled pass), on B's rows (side "L") or columns ("R") and
+        # the same blocks over the other grid axis; B's own piece is then the other operand, copied (B is the
+        # output: the multiplied B must not change under the steps).
+        g = B.grid
+        c = B.local_view(ib, jb, m, n)
+        x = np.array(c, order="F")
+        crows, ccols = B.row_map(ib, m), B.col_map(jb, n)
+        if side == "L":
+            tcols = tri_cols(crows, g.npcol)
+            t = saved.a if saved is not None else triangle_operand(A, ia, ja, transa == "T", lower,
+                                                                   diag == "U", crows, tcols)  # fmt: skip
+            return AlignedOperands(t, x, c, tcols, crows, crows, ccols, ("A",))
+        trows = tri_cols(ccols, g.nprow)
+        t = saved.b if saved is not None else triangle_operand(A, ia, ja, transa == "T", lower, diag == "U",
+                                                               trows, ccols)  # fmt: skip
+        return AlignedOperands(x, t, c, ccols, trows, crows, ccols, ("B",))
 
-    ta, tb = (transa, "N") if side == "L" else ("N", transa)
-    return ProductForm("PDTRMM", ta, tb, m, n, na, alpha, A, ia, ja, B, ib, jb, 0.0, B, ib, jb, prepare,
-                       fixed="a" if side == "L" else "b", flags=(side, uplo, transa, diag))  # fmt: skip
+    return ProductForm("PDTRMM", "N", "N", m, n, na, alpha, A, ia, ja, B, ib, jb, 0.0, B, ib, jb,
+                       fixed="a" if side == "L" else "b", flags=(side, uplo, transa, diag), align=align,
+                       triangular=("a" if side == "L" else "b", "L" if lower else "U"))  # fmt: skip
 
 
 def _trsm_form(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float,
