@@ -26,7 +26,7 @@ import numpy as np
 
 from ...errors import PBLASArgumentError
 from ..matrix import DistributedMatrix, segment_bounds
-from ._operands import AlignedOperands, aligned_operands
+from ._operands import AlignedOperands, aligned_operands_many
 from ._summa import run_summa
 from .add import trapezoid_mask
 from .gemm import _check_dim, _check_flag, _check_matrix, _check_scalar, _scale
@@ -167,10 +167,11 @@ def triangle_tiles(C: DistributedMatrix, ic: int, jc: int, n: int, uplo: str) ->
 def aligned_terms(trans: str, terms: list[Term], n: int, k: int, C: DistributedMatrix, ic: int,
                   jc: int) -> list[AlignedOperands]:
     """Every term's operands of the whole ``n x n`` product ``op(X) op(Y).T``, aligned with
-    ``C(ic:ic+n, jc:jc+n)`` (collective): each operand is moved at most once per call."""
+    ``C(ic:ic+n, jc:jc+n)`` (collective): each operand is moved at most once per call, all the terms' moves
+    in one message round."""
     ta, tb = ("N", "T") if trans == "N" else ("T", "N")
-    return [aligned_operands(ta, tb, n, n, k, X, ix, jx, Y, iy, jy, C, ic, jc)
-            for X, ix, jx, Y, iy, jy in terms]
+    return aligned_operands_many([(ta, tb, n, n, k, X, ix, jx, Y, iy, jy, C, ic, jc)
+                                  for X, ix, jx, Y, iy, jy in terms])
 
 
 def rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, terms: list[Term], beta: float,
