@@ -1,10 +1,11 @@
 """Move a (possibly transposed) submatrix into another block-cyclic layout on the same grid (like PxGEMR2D).
 
 Used when op(A)'s rows are not distributed like C's rows (a transpose, other block sizes or sources, other
-offsets), and by PDSYMM to mirror a triangle. One ``Alltoallv`` on the grid communicator; every process
-derives what it sends and receives from the index maps alone, so no index lists travel. Several moves of one
-call (PDSYR2K's two transposed operands) go in one ``Alltoallv`` (:func:`redistribute_many`): one message
-round, one wait for the slowest process, instead of one per operand.
+offsets), and by PDSYMM to mirror a triangle. One message round on the grid communicator (an ``Alltoallv``
+by non-blocking sends and receives: a process that is early waits sleeping, not spinning in a blocking
+collective, and each piece is on its way as soon as it is packed); every process derives what it sends and
+receives from the index maps alone, so no index lists travel. Several moves of one call (PDSYR2K's two
+transposed operands) go in one round (:func:`redistribute_many`), not one per operand.
 
 When the target layout is the source's (no transpose, both maps aligned: :func:`same_layout`), every process
 already holds its piece: it is copied out of the local array, with no message. The test reads only the maps,
@@ -19,8 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
+from ..._wait import wait_requests
 from ..descriptor import BlockCyclic1D
 from ..matrix import DistributedMatrix
+
+#: Message tag of the moves' pieces on the grid communicator.
+TAG_MOVE = 603
 
 __all__ = ["Move", "redistribute", "redistribute_many", "same_layout", "exchange", "exchange_many"]
 
@@ -89,7 +94,7 @@ def redistribute(src: DistributedMatrix, i0: int, j0: int, trans: bool, rows: Bl
 
 def redistribute_many(moves: Sequence[Move]) -> list[np.ndarray]:
     """Do every move of ``moves`` (sources on one grid): :func:`redistribute` of each, with the moves that
-    need messages in one ``Alltoallv`` per dtype (collective; every process passes the same moves).
+    need messages in one round per dtype (collective; every process passes the same moves).
 
     Parameters
     ----------
@@ -118,7 +123,7 @@ def redistribute_many(moves: Sequence[Move]) -> list[np.ndarray]:
 
 def exchange(src: DistributedMatrix, i0: int, j0: int, trans: bool, rows: BlockCyclic1D,
              cols: BlockCyclic1D) -> np.ndarray:
-    """:func:`redistribute` by one ``Alltoallv``, whatever the layouts (the general path; collective).
+    """:func:`redistribute` by one message round, whatever the layouts (the general path; collective).
 
     Parameters and return value as :func:`redistribute`'s.
     """
@@ -152,7 +157,7 @@ class _Plan:
 
 
 def exchange_many(moves: Sequence[Move]) -> list[np.ndarray]:
-    """:func:`exchange` of every move of ``moves`` in one ``Alltoallv`` (collective).
+    """:func:`exchange` of every move of ``moves`` in one message round (collective).
 
     Parameters
     ----------
@@ -180,34 +185,46 @@ def exchange_many(moves: Sequence[Move]) -> list[np.ndarray]:
     scounts = [sum(pl.sends[r][0].size * pl.sends[r][1].size for pl in plans) for r in range(g.size)]
     rcounts = [sum(pl.recvs[r][0].size * pl.recvs[r][1].size for pl in plans) for r in range(g.size)]
     mpitype = MPI.FLOAT if dtype == np.float32 else MPI.DOUBLE
-    sdispl = np.concatenate([[0], np.cumsum(scounts)[:-1]]).astype(int).tolist()
     rdispl = np.concatenate([[0], np.cumsum(rcounts)[:-1]]).astype(int).tolist()
 
     from ._pack_kernels import gather_into, scatter_into  # numba: imported at the first use
 
-    sbuf = np.empty(sum(scounts), dtype)
-    for r in range(g.size):
-        off = sdispl[r]
+    comm, me = g.comm, g.comm.Get_rank()
+    rbuf = np.empty(sum(rcounts), dtype)
+    requests = [comm.Irecv([rbuf[rdispl[r]:rdispl[r] + rcounts[r]], mpitype], source=r, tag=TAG_MOVE)
+                for r in range(g.size) if r != me and rcounts[r]]
+    sbuf = np.empty(sum(scounts) - scounts[me], dtype)
+    off = 0
+    for r in [*(r for r in range(g.size) if r != me), me]:  # our own piece last, straight into rbuf
+        piece = rbuf[rdispl[me]:rdispl[me] + rcounts[me]] if r == me else sbuf[off:off + scounts[r]]
+        at = 0
         for mv, pl in zip(moves, plans, strict=True):
             isel, jsel = pl.sends[r]
             cnt = isel.size * jsel.size
             if cnt:
-                gather_into(mv.src.local, pl.srm.local[isel], pl.scm.local[jsel], sbuf[off:off + cnt])
-            off += cnt
-    rbuf = np.empty(sum(rcounts), dtype)
-    g.comm.Alltoallv([sbuf, scounts, sdispl, mpitype], [rbuf, rcounts, rdispl, mpitype])
-
+                gather_into(mv.src.local, pl.srm.local[isel], pl.scm.local[jsel], piece[at:at + cnt])
+            at += cnt
+        if r != me and scounts[r]:
+            requests.append(comm.Isend([piece, mpitype], dest=r, tag=TAG_MOVE))
+            off += scounts[r]
     outs = [np.zeros(pl.shape, dtype, order="F") for pl in plans]
-    for r in range(g.size):
-        off = rdispl[r]
+
+    def unpack(r: int) -> None:
+        at = rdispl[r]
         for out, pl in zip(outs, plans, strict=True):
             isel, jsel = pl.recvs[r]
             cnt = isel.size * jsel.size
             if cnt == 0:
                 continue
             if pl.trans:
-                scatter_into(out, pl.rel_rows[jsel], pl.rel_cols[isel], rbuf[off:off + cnt], True)
+                scatter_into(out, pl.rel_rows[jsel], pl.rel_cols[isel], rbuf[at:at + cnt], True)
             else:
-                scatter_into(out, pl.rel_rows[isel], pl.rel_cols[jsel], rbuf[off:off + cnt], False)
-            off += cnt
+                scatter_into(out, pl.rel_rows[isel], pl.rel_cols[jsel], rbuf[at:at + cnt], False)
+            at += cnt
+
+    unpack(me)  # while the others' pieces travel
+    wait_requests(requests, what="redistribution")
+    for r in range(g.size):
+        if r != me:
+            unpack(r)
     return outs
