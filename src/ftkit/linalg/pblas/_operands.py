@@ -8,15 +8,16 @@ views of the local arrays, with no copy and no communication; otherwise the oper
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..descriptor import BlockCyclic1D
 from ..matrix import DistributedMatrix
-from ._redistribute import redistribute
+from ._redistribute import Move, redistribute_many
 
-__all__ = ["AlignedOperands", "aligned_operands"]
+__all__ = ["AlignedOperands", "aligned_operands", "aligned_operands_many"]
 
 
 @dataclass
@@ -57,14 +58,70 @@ def aligned_operands(transa: str, transb: str, m: int, n: int, k: int, A: Distri
         Require ``ka`` and ``kb`` to put every k index on the same process number at the same position (what
         Cannon's algorithm needs); B is redistributed if they do not.
     """
+    return aligned_operands_many([(transa, transb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc)],
+                                 same_kmap=same_kmap)[0]
+
+
+#: The arguments of one :func:`aligned_operands` call, ``(transa, transb, m, n, k, A, ia, ja, B, ib, jb, C,
+#: ic, jc)``.
+Product = tuple[str, str, int, int, int, DistributedMatrix, int, int, DistributedMatrix, int, int,
+                DistributedMatrix, int, int]
+
+
+def aligned_operands_many(products: Sequence[Product], *, same_kmap: bool = False) -> list[AlignedOperands]:
+    """Return :func:`aligned_operands` of every product of ``products``, with all the operands that must be
+    moved redistributed together (:func:`~ftkit.linalg.pblas._redistribute.redistribute_many`: one message
+    round for, e.g., PDSYR2K's two transposed operands; collective).
+
+    Parameters
+    ----------
+    products
+        Each product's arguments, as :func:`aligned_operands` takes them.
+    same_kmap
+        As :func:`aligned_operands`, for every product.
+
+    Returns
+    -------
+    list of AlignedOperands
+        One per product, in order.
+    """
+    plans = [_plan(*pr, same_kmap=same_kmap) for pr in products]
+    moves = [mv for plan in plans for mv in (plan.a, plan.b) if isinstance(mv, Move)]
+    moved = iter(redistribute_many(moves))
+    out = []
+    for plan in plans:
+        a = next(moved) if isinstance(plan.a, Move) else plan.a
+        b = next(moved) if isinstance(plan.b, Move) else plan.b
+        names = tuple(name for name, x in (("A", plan.a), ("B", plan.b)) if isinstance(x, Move))
+        out.append(AlignedOperands(a, b, plan.c, plan.ka, plan.kb, plan.crows, plan.ccols, names))
+    return out
+
+
+@dataclass
+class _Plan:
+    """One product's operands before any data moves: a local view, or the :class:`Move` that makes it."""
+
+    a: np.ndarray | Move
+    b: np.ndarray | Move
+    c: np.ndarray
+    ka: BlockCyclic1D
+    kb: BlockCyclic1D
+    crows: BlockCyclic1D
+    ccols: BlockCyclic1D
+
+
+def _plan(transa: str, transb: str, m: int, n: int, k: int, A: DistributedMatrix, ia: int, ja: int,
+          B: DistributedMatrix, ib: int, jb: int, C: DistributedMatrix, ic: int, jc: int, *,
+          same_kmap: bool) -> _Plan:
+    """Decide, from the maps alone (the same on every process), which operands are used in place and how
+    the others are moved."""
     g = C.grid
     nprow, npcol = g.nprow, g.npcol
     crows, ccols = C.row_map(ic, m), C.col_map(jc, n)
     c = C.local_view(ic, jc, m, n)
-    moved: list[str] = []
 
     # op(B): columns must follow C's columns (process-column axis), rows (k) go over process rows.
-    b: np.ndarray | None = None
+    b: np.ndarray | Move | None = None
     kb: BlockCyclic1D | None = None
     if transb == "N":
         if B.col_map(jb, n).aligned_with(ccols):
@@ -72,7 +129,7 @@ def aligned_operands(transa: str, transb: str, m: int, n: int, k: int, A: Distri
     elif nprow == 1 and npcol == 1:
         b, kb = B.local_view(ib, jb, n, k).T, B.col_map(jb, k)
     # op(A): rows must follow C's rows (process-row axis), columns (k) go over process columns.
-    a: np.ndarray | None = None
+    a: np.ndarray | Move | None = None
     ka: BlockCyclic1D | None = None
     if transa == "N":
         if A.row_map(ia, m).aligned_with(crows):
@@ -87,13 +144,11 @@ def aligned_operands(transa: str, transb: str, m: int, n: int, k: int, A: Distri
         else:
             kblock = A.desc.nb if transa == "N" else A.desc.mb
             ka = BlockCyclic1D(k, kblock, 0, 0, npcol)
-        a = redistribute(A, ia, ja, transa == "T", crows, ka)
+        a = Move(A, ia, ja, transa == "T", crows, ka)
         ka = BlockCyclic1D(ka.n, ka.nb, ka.offset, ka.src, npcol)
-        moved.append("A")
     assert ka is not None
     if b is None or (same_kmap and not kb.aligned_with(_with_nprocs(ka, nprow))):  # type: ignore[union-attr]
         kb = _with_nprocs(ka, nprow)
-        b = redistribute(B, ib, jb, transb == "T", kb, ccols)
-        moved.append("B")
-    assert b is not None and kb is not None
-    return AlignedOperands(a, b, c, ka, kb, crows, ccols, tuple(moved))
+        b = Move(B, ib, jb, transb == "T", kb, ccols)
+    assert kb is not None
+    return _Plan(a, b, c, ka, kb, crows, ccols)

@@ -1,8 +1,11 @@
 """Move a (possibly transposed) submatrix into another block-cyclic layout on the same grid (like PxGEMR2D).
 
 Used when op(A)'s rows are not distributed like C's rows (a transpose, other block sizes or sources, other
-offsets), and by PDSYMM to mirror a triangle. One ``Alltoallv`` on the grid communicator; every process
-derives what it sends and receives from the index maps alone, so no index lists travel.
+offsets), and by PDSYMM to mirror a triangle. One message round on the grid communicator (an ``Alltoallv``
+by non-blocking sends and receives: a process that is early waits sleeping, not spinning in a blocking
+collective, and each piece is on its way as soon as it is packed); every process derives what it sends and
+receives from the index maps alone, so no index lists travel. Several moves of one call (PDSYR2K's two
+transposed operands) go in one round (:func:`redistribute_many`), not one per operand.
 
 When the target layout is the source's (no transpose, both maps aligned: :func:`same_layout`), every process
 already holds its piece: it is copied out of the local array, with no message. The test reads only the maps,
@@ -11,13 +14,20 @@ which every process has, so all take the same branch and the collective stays ma
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 from mpi4py import MPI
 
+from ..._wait import wait_requests
 from ..descriptor import BlockCyclic1D
 from ..matrix import DistributedMatrix
 
-__all__ = ["redistribute", "same_layout", "exchange"]
+#: Message tag of the moves' pieces on the grid communicator.
+TAG_MOVE = 603
+
+__all__ = ["Move", "redistribute", "redistribute_many", "same_layout", "exchange", "exchange_many"]
 
 
 def _relative(m: BlockCyclic1D) -> np.ndarray:
@@ -45,6 +55,18 @@ def same_layout(src: DistributedMatrix, i0: int, j0: int, trans: bool, rows: Blo
             and cols.aligned_with(src.col_map(j0, cols.n)))
 
 
+@dataclass(frozen=True)
+class Move:
+    """One redistribution: ``op(src[i0:, j0:])`` laid out by ``rows`` x ``cols`` (as :func:`redistribute`)."""
+
+    src: DistributedMatrix
+    i0: int
+    j0: int
+    trans: bool
+    rows: BlockCyclic1D
+    cols: BlockCyclic1D
+
+
 def redistribute(src: DistributedMatrix, i0: int, j0: int, trans: bool, rows: BlockCyclic1D,
                  cols: BlockCyclic1D) -> np.ndarray:
     """Return this process's piece of ``op(src[i0:, j0:])`` laid out by ``rows`` x ``cols`` (collective).
@@ -67,59 +89,142 @@ def redistribute(src: DistributedMatrix, i0: int, j0: int, trans: bool, rows: Bl
         F-order ``(rows.count(myrow), cols.count(mycol))`` array in the target's local order, of ``src``'s
         dtype, never sharing memory with ``src.local`` (callers may work in it in place).
     """
-    if same_layout(src, i0, j0, trans, rows, cols):
-        g = src.grid
-        return np.array(src.local[src.row_map(i0, rows.n).local_range(g.myrow),
-                                  src.col_map(j0, cols.n).local_range(g.mycol)], order="F")
-    return exchange(src, i0, j0, trans, rows, cols)
+    return redistribute_many([Move(src, i0, j0, trans, rows, cols)])[0]
+
+
+def redistribute_many(moves: Sequence[Move]) -> list[np.ndarray]:
+    """Do every move of ``moves`` (sources on one grid): :func:`redistribute` of each, with the moves that
+    need messages in one round per dtype (collective; every process passes the same moves).
+
+    Parameters
+    ----------
+    moves
+        The redistributions, in any order.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        Each move's piece, as :func:`redistribute` returns it, in the order of ``moves``.
+    """
+    out: list[np.ndarray | None] = [None] * len(moves)
+    by_dtype: dict[np.dtype, list[int]] = {}
+    for i, mv in enumerate(moves):
+        if same_layout(mv.src, mv.i0, mv.j0, mv.trans, mv.rows, mv.cols):
+            g = mv.src.grid
+            out[i] = np.array(mv.src.local[mv.src.row_map(mv.i0, mv.rows.n).local_range(g.myrow),
+                                           mv.src.col_map(mv.j0, mv.cols.n).local_range(g.mycol)], order="F")
+        else:
+            by_dtype.setdefault(mv.src.local.dtype, []).append(i)
+    for _, idx in sorted(by_dtype.items(), key=lambda kv: kv[0].str):  # the same order on every process
+        for i, piece in zip(idx, exchange_many([moves[i] for i in idx]), strict=True):
+            out[i] = piece
+    return [piece for piece in out if piece is not None]
 
 
 def exchange(src: DistributedMatrix, i0: int, j0: int, trans: bool, rows: BlockCyclic1D,
              cols: BlockCyclic1D) -> np.ndarray:
-    """:func:`redistribute` by one ``Alltoallv``, whatever the layouts (the general path; collective).
+    """:func:`redistribute` by one message round, whatever the layouts (the general path; collective).
 
     Parameters and return value as :func:`redistribute`'s.
     """
-    g = src.grid
-    p, q = (cols.n, rows.n) if trans else (rows.n, cols.n)
-    srm, scm = src.row_map(i0, p), src.col_map(j0, q)
-    # For each source index, the target process coordinate it goes to (along the target axis it lands on).
-    if trans:
-        src_row_dest, src_col_dest = cols.owners, rows.owners  # source rows become target columns
-    else:
-        src_row_dest, src_col_dest = rows.owners, cols.owners
-    rel_rows, rel_cols = _relative(rows), _relative(cols)
+    return exchange_many([Move(src, i0, j0, trans, rows, cols)])[0]
 
-    def selection(sr: int, sc: int, dr: int, dc: int) -> tuple[np.ndarray, np.ndarray]:
-        i_s, j_s = srm.indices_on(sr), scm.indices_on(sc)
-        if trans:
-            return i_s[src_row_dest[i_s] == dc], j_s[src_col_dest[j_s] == dr]
-        return i_s[src_row_dest[i_s] == dr], j_s[src_col_dest[j_s] == dc]
+
+Selection = tuple[np.ndarray, np.ndarray]
+
+
+class _Plan:
+    """What this process sends to and receives from every rank for one move (from the maps alone)."""
+
+    def __init__(self, mv: Move) -> None:
+        g = mv.src.grid
+        rows, cols, trans = mv.rows, mv.cols, mv.trans
+        p, q = (cols.n, rows.n) if trans else (rows.n, cols.n)
+        self.srm, self.scm = mv.src.row_map(mv.i0, p), mv.src.col_map(mv.j0, q)
+        # For each source index, the target process coordinate it goes to (along the target axis it lands on).
+        self.row_dest, self.col_dest = (cols.owners, rows.owners) if trans else (rows.owners, cols.owners)
+        self.trans = trans
+        self.rel_rows, self.rel_cols = _relative(rows), _relative(cols)
+        self.shape = (rows.count(g.myrow), cols.count(g.mycol))
+        self.sends = [self._selection(g.myrow, g.mycol, *g.coords(r)) for r in range(g.size)]
+        self.recvs = [self._selection(*g.coords(r), g.myrow, g.mycol) for r in range(g.size)]
+
+    def _selection(self, sr: int, sc: int, dr: int, dc: int) -> Selection:
+        i_s, j_s = self.srm.indices_on(sr), self.scm.indices_on(sc)
+        if self.trans:
+            return i_s[self.row_dest[i_s] == dc], j_s[self.col_dest[j_s] == dr]
+        return i_s[self.row_dest[i_s] == dr], j_s[self.col_dest[j_s] == dc]
+
+
+def exchange_many(moves: Sequence[Move]) -> list[np.ndarray]:
+    """:func:`exchange` of every move of ``moves`` in one message round (collective).
+
+    Parameters
+    ----------
+    moves
+        Redistributions of sources on one grid, all of one dtype; every process passes the same moves.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        Each move's piece, as :func:`redistribute` returns it, in the order of ``moves``.
+
+    Raises
+    ------
+    ValueError
+        If the sources differ in dtype.
+    """
+    if not moves:
+        return []
+    dtype = moves[0].src.local.dtype
+    if any(mv.src.local.dtype != dtype for mv in moves):
+        raise ValueError("exchange_many: the sources differ in dtype")
+    g = moves[0].src.grid
+    plans = [_Plan(mv) for mv in moves]
+    # Rank r's message: the moves' pieces for r one after the other.
+    scounts = [sum(pl.sends[r][0].size * pl.sends[r][1].size for pl in plans) for r in range(g.size)]
+    rcounts = [sum(pl.recvs[r][0].size * pl.recvs[r][1].size for pl in plans) for r in range(g.size)]
+    mpitype = MPI.FLOAT if dtype == np.float32 else MPI.DOUBLE
+    rdispl = np.concatenate([[0], np.cumsum(rcounts)[:-1]]).astype(int).tolist()
 
     from ._pack_kernels import gather_into, scatter_into  # numba: imported at the first use
 
-    nranks = g.size
-    send_sel = [selection(g.myrow, g.mycol, *g.coords(rank)) for rank in range(nranks)]
-    recv_sel = [selection(*g.coords(rank), g.myrow, g.mycol) for rank in range(nranks)]
-    scounts = [i.size * j.size for i, j in send_sel]
-    rcounts = [i.size * j.size for i, j in recv_sel]
-    dtype = src.local.dtype
-    mpitype = MPI.FLOAT if dtype == np.float32 else MPI.DOUBLE
-    sdispl = np.concatenate([[0], np.cumsum(scounts)[:-1]]).astype(int).tolist()
-    rdispl = np.concatenate([[0], np.cumsum(rcounts)[:-1]]).astype(int).tolist()
-    sbuf = np.empty(sum(scounts), dtype)
-    for (isel, jsel), off, cnt in zip(send_sel, sdispl, scounts, strict=True):
-        if cnt:
-            gather_into(src.local, srm.local[isel], scm.local[jsel], sbuf[off:off + cnt])
+    comm, me = g.comm, g.comm.Get_rank()
     rbuf = np.empty(sum(rcounts), dtype)
-    g.comm.Alltoallv([sbuf, scounts, sdispl, mpitype], [rbuf, rcounts, rdispl, mpitype])
+    requests = [comm.Irecv([rbuf[rdispl[r]:rdispl[r] + rcounts[r]], mpitype], source=r, tag=TAG_MOVE)
+                for r in range(g.size) if r != me and rcounts[r]]
+    sbuf = np.empty(sum(scounts) - scounts[me], dtype)
+    off = 0
+    for r in [*(r for r in range(g.size) if r != me), me]:  # our own piece last, straight into rbuf
+        piece = rbuf[rdispl[me]:rdispl[me] + rcounts[me]] if r == me else sbuf[off:off + scounts[r]]
+        at = 0
+        for mv, pl in zip(moves, plans, strict=True):
+            isel, jsel = pl.sends[r]
+            cnt = isel.size * jsel.size
+            if cnt:
+                gather_into(mv.src.local, pl.srm.local[isel], pl.scm.local[jsel], piece[at:at + cnt])
+            at += cnt
+        if r != me and scounts[r]:
+            requests.append(comm.Isend([piece, mpitype], dest=r, tag=TAG_MOVE))
+            off += scounts[r]
+    outs = [np.zeros(pl.shape, dtype, order="F") for pl in plans]
 
-    out = np.zeros((rows.count(g.myrow), cols.count(g.mycol)), dtype, order="F")
-    for (isel, jsel), off, cnt in zip(recv_sel, rdispl, rcounts, strict=True):
-        if cnt == 0:
-            continue
-        if trans:
-            scatter_into(out, rel_rows[jsel], rel_cols[isel], rbuf[off:off + cnt], True)
-        else:
-            scatter_into(out, rel_rows[isel], rel_cols[jsel], rbuf[off:off + cnt], False)
-    return out
+    def unpack(r: int) -> None:
+        at = rdispl[r]
+        for out, pl in zip(outs, plans, strict=True):
+            isel, jsel = pl.recvs[r]
+            cnt = isel.size * jsel.size
+            if cnt == 0:
+                continue
+            if pl.trans:
+                scatter_into(out, pl.rel_rows[jsel], pl.rel_cols[isel], rbuf[at:at + cnt], True)
+            else:
+                scatter_into(out, pl.rel_rows[isel], pl.rel_cols[jsel], rbuf[at:at + cnt], False)
+            at += cnt
+
+    unpack(me)  # while the others' pieces travel
+    wait_requests(requests, what="redistribution")
+    for r in range(g.size):
+        if r != me:
+            unpack(r)
+    return outs

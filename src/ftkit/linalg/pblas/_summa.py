@@ -367,7 +367,8 @@ def run_summa(grid: ProcessGrid, a: np.ndarray, b: np.ndarray, c: np.ndarray, ka
               kb: BlockCyclic1D, alpha: float, *, width: int | None = None,
               exchange: PanelExchange | None = None, steps: list[SummaStep] | None = None,
               stats: dict[str, float] | None = None, lookahead: int | None = None, beta: float = 1.0,
-              tiles: Sequence[tuple[slice, slice]] | None = None) -> None:
+              tiles: Sequence[tuple[slice, slice]] | None = None,
+              more: Sequence[tuple[np.ndarray, np.ndarray, BlockCyclic1D, BlockCyclic1D]] = ()) -> None:
     """Compute ``c += alpha * op(A) @ op(B)`` by SUMMA on aligned local operands (collective on the grid).
 
     Parameters
@@ -403,9 +404,17 @@ def run_summa(grid: ProcessGrid, a: np.ndarray, b: np.ndarray, c: np.ndarray, ka
     tiles
         If given, ``(rows, cols)`` slices of ``c``: only these parts of ``c`` are updated (one local GEMM per
         tile and step; PDSYRK's triangle), the rest of ``c`` is neither read nor written.
+    more
+        Further products ``(a, b, ka, kb)`` (as ``a``, ``b``, ``ka``, ``kb``; steps of ``width``) added to
+        ``c`` after the first, in order, through the same pipeline: the next product's first exchange is in
+        flight during the previous one's last GEMM (PDSYR2K's second term). The local GEMMs, and so the
+        result, are those of one call per product.
     """
     steps = steps if steps is not None else plan_summa(ka, kb, width)
-    if not steps:
+    work = [(a, b, step) for step in steps]
+    for a2, b2, ka2, kb2 in more:
+        work += [(a2, b2, step) for step in plan_summa(ka2, kb2, width)]
+    if not work:
         for rs, cs in tiles if tiles is not None else [(slice(None), slice(None))]:
             cc = c[rs, cs]
             gemm_update(0.0, np.zeros((cc.shape[0], 0)), np.zeros((0, cc.shape[1])), cc, beta)
@@ -420,15 +429,15 @@ def run_summa(grid: ProcessGrid, a: np.ndarray, b: np.ndarray, c: np.ndarray, ka
 
     def fill() -> None:
         nonlocal started
-        while started < len(steps) and len(in_flight) < depth:
-            step = steps[started]
-            in_flight.append(exchange.start(grid, step, extract_a_piece(a, step, me_c),
-                                            extract_b_piece(b, step, me_r)))
+        while started < len(work) and len(in_flight) < depth:
+            wa, wb, step = work[started]
+            in_flight.append(exchange.start(grid, step, extract_a_piece(wa, step, me_c),
+                                            extract_b_piece(wb, step, me_r)))
             started += 1
 
     t_gemm = t_wait = 0.0
     fill()
-    for i, step in enumerate(steps):
+    for i, (_, _, step) in enumerate(work):
         t0 = time.perf_counter()
         a_panel, b_panel = in_flight.popleft().wait()
         t1 = time.perf_counter()
@@ -447,4 +456,4 @@ def run_summa(grid: ProcessGrid, a: np.ndarray, b: np.ndarray, c: np.ndarray, ka
     if stats is not None:
         stats["gemm_s"] = stats.get("gemm_s", 0.0) + t_gemm
         stats["wait_s"] = stats.get("wait_s", 0.0) + t_wait
-        stats["steps"] = stats.get("steps", 0.0) + len(steps)
+        stats["steps"] = stats.get("steps", 0.0) + len(work)

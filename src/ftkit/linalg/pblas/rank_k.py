@@ -6,8 +6,9 @@ C stays bit for bit. ``op(X)`` is ``X`` (``n x k``, trans "N") or ``X.T`` (X is 
 ``alpha == 0`` or ``k == 0`` scales the triangle by ``beta`` without reading A or B; ``beta == 0`` does not
 read C. float64 or float32 (A and B of C's dtype).
 
-How: each operand is brought into C's layout once per call (a transposed one redistributed once), and one
-SUMMA over the inner dimension sends every panel once; each process multiplies a panel only into its tiles of
+How: each operand is brought into C's layout once per call (a transposed one redistributed once; PDSYR2K's
+two in one message round), and one SUMMA pipeline over the inner dimension of every term sends every panel
+once; each process multiplies a panel only into its tiles of
 the triangle (:func:`staircase`: per distribution block column, the rows from its diagonal block on), so only
 the diagonal blocks' other triangle is computed in vain, and that is put back bit for bit.
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from ...errors import PBLASArgumentError
 from ..matrix import DistributedMatrix, segment_bounds
-from ._operands import AlignedOperands, aligned_operands
+from ._operands import AlignedOperands, aligned_operands_many
 from ._summa import run_summa
 from .add import trapezoid_mask
 from .gemm import _check_dim, _check_flag, _check_matrix, _check_scalar, _scale
@@ -167,10 +168,11 @@ def triangle_tiles(C: DistributedMatrix, ic: int, jc: int, n: int, uplo: str) ->
 def aligned_terms(trans: str, terms: list[Term], n: int, k: int, C: DistributedMatrix, ic: int,
                   jc: int) -> list[AlignedOperands]:
     """Every term's operands of the whole ``n x n`` product ``op(X) op(Y).T``, aligned with
-    ``C(ic:ic+n, jc:jc+n)`` (collective): each operand is moved at most once per call."""
+    ``C(ic:ic+n, jc:jc+n)`` (collective): each operand is moved at most once per call, all the terms' moves
+    in one message round."""
     ta, tb = ("N", "T") if trans == "N" else ("T", "N")
-    return [aligned_operands(ta, tb, n, n, k, X, ix, jx, Y, iy, jy, C, ic, jc)
-            for X, ix, jx, Y, iy, jy in terms]
+    return aligned_operands_many([(ta, tb, n, n, k, X, ix, jx, Y, iy, jy, C, ic, jc)
+                                  for X, ix, jx, Y, iy, jy in terms])
 
 
 def rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, terms: list[Term], beta: float,
@@ -187,13 +189,12 @@ def rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, terms: list
     ops = aligned_terms(trans, terms, n, k, C, ic, jc)
     st = triangle_tiles(C, ic, jc, n, uplo)
     saved = st.save(c)
-    for t, whole in enumerate(ops):
-        b = beta if t == 0 else 1.0
-        if b != 0.0:  # beta == 0: left to the first local GEMM of each tile, as pdgemm does
-            for rs, cs in st.tiles:
-                _scale(c[rs, cs], b)
-        run_summa(C.grid, whole.a, whole.b, c, whole.ka, whole.kb, alpha, beta=0.0 if b == 0.0 else 1.0,
-                  tiles=st.tiles)
+    if beta != 0.0:  # beta == 0: left to the first local GEMM of each tile, as pdgemm does
+        for rs, cs in st.tiles:
+            _scale(c[rs, cs], beta)
+    first, rest = ops[0], ops[1:]
+    run_summa(C.grid, first.a, first.b, c, first.ka, first.kb, alpha, beta=0.0 if beta == 0.0 else 1.0,
+              tiles=st.tiles, more=[(op.a, op.b, op.ka, op.kb) for op in rest])
     st.restore(c, saved)
 
 
