@@ -20,7 +20,8 @@ from ...inject import InjectionPlan
 from .. import checksums
 from ..checksums._kernels import encode_cols_into, encode_rows_into
 from ..grid import ProcessGrid
-from ..pblas._summa import PanelExchange, PendingPanels, SummaStep, pooled_buffer, release_pool
+from ..pblas._panel_buffers import pooled_buffer, release_pool
+from ..pblas._summa import PanelExchange, PendingPanels, SummaStep
 
 #: Rotating buffer sets for the extended (data + checksum) pieces: SUMMA keeps one exchange in flight
 #: beside the step being multiplied, and an exchange may hold a piece until its panel is consumed.

@@ -51,7 +51,7 @@ from ..checksums._kernels import encode_cols_into, triangle_rows_into
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
-from ..pblas._summa import pooled_buffer
+from ..pblas._panel_buffers import pooled_buffer
 from ..pblas._tri_sweep import triangle_extent, triangle_piece
 
 __all__ = ["SolveChecksums", "segments"]

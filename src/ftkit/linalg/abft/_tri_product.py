@@ -41,7 +41,7 @@ from ..checksums._kernels import encode_cols_into, triangle_rows_into
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
-from ..pblas._summa import pooled_buffer, release_pool
+from ..pblas._panel_buffers import pooled_buffer, release_pool
 from ..pblas._tri_sweep import sweep, triangle_extent, triangle_piece
 from ._blocks import BlockSegmentation, Threshold
 from .product import _ratio, _reduce, _report_of, _verify_and_correct

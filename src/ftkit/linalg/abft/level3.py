@@ -33,8 +33,8 @@ from ...errors import ABFTError
 from ...inject import InjectionPlan
 from .. import checksums
 from ..matrix import DistributedMatrix
+from ..pblas._panel_buffers import release_pool
 from ..pblas._redistribute import redistribute
-from ..pblas._summa import release_pool
 from ..pblas._tri_sweep import sweep, tri_cols, triangle_operand
 from ..pblas.rank_k import check_rank_args
 from ..pblas.triangular import check_tri_args

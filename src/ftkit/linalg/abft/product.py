@@ -17,14 +17,8 @@ from ...inject import InjectionPlan
 from .. import checksums
 from ..matrix import DistributedMatrix
 from ..pblas._operands import AlignedOperands, aligned_operands
-from ..pblas._summa import (
-    AllgatherExchange,
-    PanelExchange,
-    plan_summa,
-    pooled_buffer,
-    release_pool,
-    run_summa,
-)
+from ..pblas._panel_buffers import pooled_buffer, release_pool
+from ..pblas._summa import AllgatherExchange, PanelExchange, plan_summa, run_summa
 from ..pblas.gemm import (
     _scale,
     _symmetric_copy,

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from ._call_state import ResilientResult
 from .additions import resilient_pdgeadd, resilient_pdtradd, resilient_pdtran
-from .engine import ProductForm, resilient_call
+from .engine import resilient_call
+from .form import ProductForm
 from .multiply import protect_pdsymm, resilient_pdgemm, resilient_pdsymm
 from .protected import ProtectedOperands, protect_operands
 from .routines import (

@@ -21,16 +21,12 @@ from ...storage.inputs import InputStore
 from .._blas import gemm_update
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
-from ..pblas._summa import SummaStep, extract_a_piece, extract_b_piece, pooled_buffer, release_pool
+from ..pblas._panel_buffers import panel_slots, pooled_buffer, release_pool
+from ..pblas._summa import SummaStep, extract_a_piece, extract_b_piece
 
 __all__ = ["FailureAwareExchange", "run_cannon", "TAG_SPAN"]
 
 TAG_SPAN = 15000  # data tags wrap below the detector's notice tags
-
-
-def _slots(widths: list[int]) -> list[slice]:
-    ends = np.cumsum([0, *widths]).tolist()
-    return [slice(int(ends[i]), int(ends[i + 1])) for i in range(len(widths))]
 
 
 class _Pending:
@@ -49,8 +45,8 @@ class _Pending:
     def wait(self) -> tuple[np.ndarray, np.ndarray]:
         x, step, g = self.x, self.step, self.x.grid
         x.det.finish_exchange(self.ex)
-        a_slots = _slots([s.stop - s.start for s in step.a_cols])
-        b_slots = _slots([s.stop - s.start for s in step.b_rows])
+        a_slots = panel_slots([s.stop - s.start for s in step.a_cols])
+        b_slots = panel_slots([s.stop - s.start for s in step.b_rows])
         for q in range(g.npcol):  # A pieces of dead owners in my process row come from the store
             owner = g.rank_of(g.myrow, q)
             if q != g.mycol and not x.det.alive(owner):
@@ -126,8 +122,8 @@ class FailureAwareExchange:
         if self.on_step is not None:
             self.on_step(step.index)
         g, det = grid, self.det
-        a_slots = _slots([s.stop - s.start for s in step.a_cols])
-        b_slots = _slots([s.stop - s.start for s in step.b_rows])
+        a_slots = panel_slots([s.stop - s.start for s in step.a_cols])
+        b_slots = panel_slots([s.stop - s.start for s in step.b_rows])
         parity = step.index % 2  # two buffer sets: a panel stays valid until the second-next start()
         # Alone in the process row (column), the piece itself is the A (B) panel, as in pdgemm's exchange
         # (:class:`~ftkit.linalg.pblas._summa.AllgatherExchange`): the same GEMMs, bit for bit its result.

@@ -32,7 +32,8 @@ from ...storage.inputs import InputStore
 from ..matrix import DistributedMatrix
 from ..pblas.add import check_add_args, pdgeadd, trapezoid_mask
 from ._call_state import ResilientResult
-from .engine import ProductForm, resilient_call
+from .engine import resilient_call
+from .form import ProductForm
 from .protected import check_store
 from .routines import identity_like, triangle_keep
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 
 from ...storage.inputs import InputStore
-from .engine import ProductForm, build_operands
+from .engine import build_operands
+from .form import ProductForm
 from .protected import Built, ProtectedOperands, operands_key, protect_pieces
 
 __all__ = ["protect_form", "check_protected", "form_key"]

@@ -79,7 +79,8 @@ from ...storage.inputs import InputStore
 from ..matrix import DistributedMatrix
 from ..pblas.gemm import _symmetric_copy, check_gemm_args, check_symm_args
 from ._call_state import ResilientResult
-from .engine import ProductForm, resilient_call
+from .engine import resilient_call
+from .form import ProductForm
 from .form_protection import check_protected, protect_form
 from .protected import ProtectedOperands, check_algorithm, operands_key
 

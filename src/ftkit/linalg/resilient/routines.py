@@ -44,7 +44,8 @@ from ..pblas.add import pdgeadd
 from ..pblas.rank_k import check_rank_args
 from ..pblas.triangular import check_tri_args, pdtrsm
 from ._call_state import ResilientResult
-from .engine import ProductForm, resilient_call
+from .engine import resilient_call
+from .form import ProductForm
 from .form_protection import check_protected, protect_form
 from .protected import Operands, ProtectedOperands
 
