@@ -31,7 +31,7 @@ fi
 # mpicc.openmpi comes with openmpi-bin, but links only with libopenmpi-dev: try a link
 if ! command -v "$MPICC" >/dev/null || ! command -v cmake >/dev/null || [ ! -e /usr/include/openssl/md5.h ] ||
    ! echo 'int main(void) { return 0; }' | "$MPICC" -x c - -o /dev/null 2>/dev/null; then
-  was=$(update-alternatives --query mpi-x86_64-linux-gnu 2>/dev/null | awk '/^Value:/ {print $2}')
+  was=$(update-alternatives --query mpi-x86_64-linux-gnu 2>/dev/null | awk '/^Value:/ {print $2}' || true)  # none: no MPI had them
   apt-get update -q
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q libopenmpi-dev openmpi-bin cmake libssl-dev zlib1g-dev
   # libopenmpi-dev takes over the system's libmpi.so and mpi.h (alternative mpi-x86_64-linux-gnu): give them
