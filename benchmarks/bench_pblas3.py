@@ -47,6 +47,7 @@ import argparse
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -192,18 +193,24 @@ def ftkit_worker(args: argparse.Namespace) -> None:
     comm = MPI.COMM_WORLD
     grid = linalg.ProcessGrid(comm, pr, pc)
     ckpt = None
+    made: list[str] = []  # directories this run made (removed at its end; not a given --ckpt-dir)
+
+    def scratch() -> str:
+        if args.ckpt_dir:
+            return str(args.ckpt_dir)
+        if not made:
+            made.append(comm.bcast(tempfile.mkdtemp(prefix="bench_pblas3_") if comm.rank == 0 else None))
+        return made[0]
+
     if "ft_pdpotrf_ckpt" in args.routines:
         import ftkit  # the checkpoint layer: only this variant needs it
 
-        root = Path(args.ckpt_dir or comm.bcast(tempfile.mkdtemp(prefix="bench_pblas3_") if comm.rank == 0
-                                                else None))
+        root = Path(scratch())
         ckpt = ftkit.Checkpointer(config=ftkit.Config(ckpt_dir=root / "local", glbl_dir=root / "global",
                                                       meta_dir=root / "meta"), comm=comm)
     store: str | None = None
     if any(r.startswith("resilient_") for r in args.routines):
-        root = args.ckpt_dir or comm.bcast(tempfile.mkdtemp(prefix="bench_pblas3_") if comm.rank == 0
-                                           else None)
-        store = str(Path(root) / "inputs")
+        store = str(Path(scratch()) / "inputs")
     for case in args.cases:
         n, nb = map(int, case.split(","))
         ops = operands(grid, n, nb)
@@ -238,6 +245,9 @@ def ftkit_worker(args: argparse.Namespace) -> None:
             handle.release()
     if ckpt is not None:
         ckpt.finalize()
+    comm.Barrier()
+    if made and comm.rank == 0:
+        shutil.rmtree(made[0], ignore_errors=True)
 
 
 def _print_phases(comm: Any, routine: str, rep: int, stats: dict[str, float], cpu: float) -> None:
