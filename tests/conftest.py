@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,20 @@ def run_python(nprocs: int, script: str | os.PathLike[str], *args: str, timeout:
     """Run ``python script args`` on ``nprocs`` ranks under the ftkit launcher (ULFM on)."""
     return run_mpi(nprocs, [sys.executable, str(script), *args], timeout=timeout, node_size=node_size,
                    env=env, cwd=cwd)
+
+
+def wait_for_int(path: Path, timeout: float) -> int | None:
+    """The integer a program writes into ``path`` once it is there whole, or None after ``timeout`` seconds.
+
+    ``Path.write_text`` creates the file before it writes: a reader that only waits for the file to exist can
+    read it empty (seen once in CI: the killer thread of a test read "" and the rank was never killed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return int(path.read_text())
+        except (OSError, ValueError):  # not there yet, or not written yet
+            time.sleep(0.05)
+    return None
 
 
 @pytest.fixture

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from ftkit import inject
 
-from ..conftest import run_python
+from ..conftest import run_python, wait_for_int
 
 PROGRAM = Path(__file__).parents[1] / "programs" / "failure_exchange.py"
 TIMEOUT = 150  # s, hard limit per job
@@ -62,11 +61,9 @@ def test_sigkill_from_inside_is_agreed_on_and_repaired(tmp_path, step):
 
 def test_sigkill_from_outside_by_pid(tmp_path):
     def killer() -> None:
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline and not (tmp_path / "ready").exists():
-            time.sleep(0.05)
-        victim = int((tmp_path / "ready").read_text())
-        inject.kill_pid(int((tmp_path / f"pid.{victim}").read_text()))
+        victim = wait_for_int(tmp_path / "ready", TIMEOUT)
+        if victim is not None:
+            inject.kill_pid(int((tmp_path / f"pid.{victim}").read_text()))
 
     t = threading.Thread(target=killer, daemon=True)
     t.start()

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from ftkit import inject
 
-from ..conftest import run_python
+from ..conftest import run_python, wait_for_int
 
 PROGRAM = Path(__file__).parents[1] / "programs" / "linalg_failure_summa.py"
 JOB_TIMEOUT = 150  # s, hard limit per job (9 ranks on 2 shared cores are slow)
@@ -54,11 +53,8 @@ def _check_survived(r, nprocs: int, dead: list[int]) -> None:
 
 def _killer(tmp_path: Path) -> threading.Thread:
     def run() -> None:
-        deadline = time.monotonic() + JOB_TIMEOUT
-        while time.monotonic() < deadline and not (tmp_path / "ready").exists():
-            time.sleep(0.05)
-        if (tmp_path / "ready").exists():
-            victim = int((tmp_path / "ready").read_text())
+        victim = wait_for_int(tmp_path / "ready", JOB_TIMEOUT)
+        if victim is not None:
             inject.kill_pid(int((tmp_path / f"pid.{victim}").read_text()))
 
     return threading.Thread(target=run, daemon=True)
