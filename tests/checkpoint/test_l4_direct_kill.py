@@ -6,19 +6,14 @@ written at the end) must lose nothing a commit promised, as the buffered path do
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
-import signal
-import threading
-import time
 
 import pytest
 
 from ..conftest import run_python
 from ..storage.test_direct_io import _cached_fraction
-from ._util import APP, TIMEOUT, ranks_running_in, write_config
-from .test_redundancy_sync import _committed, _manifest, _recovered
+from ._util import APP, TIMEOUT, write_config
+from .test_redundancy_sync import _killed_after_first_commit, _manifest, _recovered
 
 pytestmark = pytest.mark.mpi
 
@@ -45,21 +40,8 @@ def test_every_rank_killed_at_a_random_moment_while_writing_direct_l4_files_lose
     d = tmp_path / "run"
     write_config(d, group_size=2, failure_timeout=60, inline_l4=1)
     delay = 2.0 * random.Random(3700 + seed).random()
-    box: list = []
-    job = threading.Thread(target=lambda: box.append(
-        _run(d, "--mode", "write", "--levels", ",".join(["4"] * 12), "--n", str(ELEMENTS), "--pause", "0.2")))
-    job.start()
-    deadline = time.monotonic() + TIMEOUT
-    while not _committed(d) and job.is_alive():  # the job writes an empty manifest when it starts
-        assert time.monotonic() < deadline, "the job never committed a checkpoint"
-        time.sleep(0.005)
-    time.sleep(delay)
-    assert job.is_alive(), f"the job ended before the kill ({delay:.2f} s after its first commit)"
-    for pid in ranks_running_in(d.resolve(), APP):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    job.join(TIMEOUT + 60)
-    assert box and not box[0].timed_out and box[0].returncode != 0, "the killed job did not end as killed"
+    _killed_after_first_commit(d, delay, lambda: _run(d, "--mode", "write", "--levels", ",".join(["4"] * 12),
+                                                      "--n", str(ELEMENTS), "--pause", "0.2"))
     newest = max(_manifest(d))
     files = _l4_files(d, newest)
     assert len(files) == N, (delay, newest, files)

@@ -37,6 +37,25 @@ def _committed(d) -> bool:
         return False
 
 
+def _killed_after_first_commit(d, delay: float, run) -> None:
+    """Run the job ``run()`` (returns its MPIResult) in a thread, SIGKILL every rank of it from outside
+    ``delay`` s after the manifest on disk first lists a checkpoint, and check it ended as killed."""
+    box: list = []
+    job = threading.Thread(target=lambda: box.append(run()))
+    job.start()
+    deadline = time.monotonic() + TIMEOUT
+    while not _committed(d) and job.is_alive():  # the job writes an empty manifest when it starts
+        assert time.monotonic() < deadline, "the job never committed a checkpoint"
+        time.sleep(0.005)
+    time.sleep(delay)
+    assert job.is_alive(), f"the job ended before the kill ({delay:.2f} s after its first commit)"
+    for pid in ranks_running_in(d.resolve(), APP):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    job.join(TIMEOUT + 60)
+    assert box and not box[0].timed_out and box[0].returncode != 0, "the killed job did not end as killed"
+
+
 def _ckpt_dirs(d, ckpt_id: int, level: int) -> list:
     return sorted((d / "run" / "local").glob(f"node*/*/l{level}/ckpt{ckpt_id}"))
 
@@ -169,21 +188,8 @@ def test_every_rank_killed_from_outside_at_a_random_moment_loses_nothing(tmp_pat
     write_config(d, group_size=2, failure_timeout=60)
     n = 1 << 20
     delay = 2.0 * random.Random(1700 + seed).random()
-    box: list = []
-    job = threading.Thread(target=lambda: box.append(
-        run_app(d, N, "--mode", "write", "--levels", ",".join(["2"] * 12), "--n", str(n), "--pause", "0.2")))
-    job.start()
-    deadline = time.monotonic() + TIMEOUT
-    while not _committed(d) and job.is_alive():  # the job writes an empty manifest when it starts
-        assert time.monotonic() < deadline, "the job never committed a checkpoint"
-        time.sleep(0.005)
-    time.sleep(delay)
-    assert job.is_alive(), f"the job ended before the kill ({delay:.2f} s after its first commit)"
-    for pid in ranks_running_in(d.resolve(), APP):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    job.join(TIMEOUT + 60)
-    assert box and not box[0].timed_out and box[0].returncode != 0, "the killed job did not end as killed"
+    args = ("--mode", "write", "--levels", ",".join(["2"] * 12), "--n", str(n), "--pause", "0.2")
+    _killed_after_first_commit(d, delay, lambda: run_app(d, N, *args))
     newest = max(_manifest(d))
     got = _recovered(run_app(d, N, "--mode", "recover", "--n", str(n)).check().stdout)
     assert all(v["id"] == str(newest) and v["step"] == str(newest - 1) for v in got.values()), (delay, got)
