@@ -6,9 +6,13 @@ written at the end) must lose nothing a commit promised, as the buffered path do
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
+
+import ftkit.storage.format.container as container
+from ftkit.cli import main as ftkit_main
 
 from ..conftest import run_python
 from ..storage.test_direct_io import _cached_fraction
@@ -51,3 +55,23 @@ def test_every_rank_killed_at_a_random_moment_while_writing_direct_l4_files_lose
     got = _recovered(_run(d, "--mode", "recover", "--n", str(ELEMENTS)).check().stdout)
     assert all(v["id"] == str(newest) and v["step"] == str(newest - 1) and v["source"] == "4"
                for v in got.values()), (delay, newest, got)
+
+
+def test_flush_copies_large_files_to_l4_without_the_page_cache_and_they_verify(tmp_path, monkeypatch, capsys):
+    # `ftkit flush` puts a job's newest checkpoint at L4 as the job's own L4 copy does: a file at or above
+    # the direct threshold bypasses the page cache (it was copied buffered before: every page cached).
+    d = tmp_path / "run"
+    write_config(d, group_size=2)
+    r = _run(d, "--mode", "write", "--levels", "1", "--n", str(ELEMENTS))
+    assert r.returncode == 0, r.stdout + r.stderr
+    newest = max(_manifest(d))
+    assert not _l4_files(d, newest)
+    monkeypatch.setattr(container, "DIRECT_MIN_BYTES", 1 << 20)   # the job's FTKIT_DIRECT_MIN_BYTES, here
+    meta = str(d / "run" / "meta")
+    assert ftkit_main(["flush", meta, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["result"] == "flushed"
+    files = _l4_files(d, newest)
+    assert len(files) == N, files
+    assert all(_cached_fraction(f) < 0.01 for f in files), [_cached_fraction(f) for f in files]
+    assert ftkit_main(["flush", meta, "--json"]) == 0   # every L4 file now verifies against the manifest
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["result"] == "already"

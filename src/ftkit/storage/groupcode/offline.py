@@ -17,6 +17,7 @@ import xxhash
 
 from ...errors import RecoveryError
 from .._stream import AtomicWriter, byte_view, file_digest, file_size, read_into
+from ..format.container import copy_file
 from .parity import ParityHeader, payload_offset_for, write_parity_header
 from .plan import (
     DEFAULT_MEMORY,
@@ -31,8 +32,7 @@ from .plan import (
     xor_segment,
 )
 
-__all__ = ["assess_partner_files", "rebuild_partner_files", "assess_group_files", "rebuild_group_files",
-           "copy_file"]
+__all__ = ["assess_partner_files", "rebuild_partner_files", "assess_group_files", "rebuild_group_files"]
 
 PathLike = str | os.PathLike[str]
 
@@ -62,22 +62,6 @@ def rebuild_partner_files(plan: PartnerPlan, data_paths: Sequence[PathLike], cop
         copy_file(data_paths[member], copy_paths[holder])
     n = plan.size
     return PartnerPlan((True,) * n, (True,) * n)
-
-
-def copy_file(src: PathLike, dst: PathLike, chunk: int = 4 << 20) -> None:
-    """Copy ``src`` to ``dst`` atomically and durably (temporary name, fsync, rename), ``chunk`` bytes at a
-    time."""
-    size = file_size(src)
-    buf = np.empty(min(chunk, max(size, 1)), np.uint8)
-    fd = os.open(src, os.O_RDONLY)
-    try:
-        with AtomicWriter(dst) as w:
-            for off in range(0, size, buf.size):
-                n = min(buf.size, size - off)
-                read_into(fd, off, buf[:n], size)
-                w.pwrite(buf[:n], off)
-    finally:
-        os.close(fd)
 
 
 def assess_group_files(data_paths: Sequence[PathLike], parity_paths: Sequence[PathLike], *, code: str = "rs",

@@ -6,7 +6,9 @@ For the newest checkpoint the manifest records as complete at some level (:func:
 1. Already complete at L4 and every L4 file verifies: nothing to do (the command is idempotent).
 2. Every rank whose L4 file is missing or does not verify gets it from the first copy found here that
    verifies against the manifest's digest: its L1 file, else its L2 partner copy (held by the next member of
-   its group). The copy is written under a temporary name, renamed, and verified again.
+   its group). It is copied as a job's post-processing L4 copy is, by the L4 level's
+   :meth:`~ftkit.storage.placement.level_storage.StorageLevel.put_file` (temporary name, fsync, rename;
+   large files with direct I/O), then verified again and evicted from this node's page cache.
 3. Ranks still missing, when the checkpoint is complete at L2 or L3: the offline repair engine
    (:func:`.repair.repair_checkpoint`, the one ``ftkit rebuild`` uses) rebuilds their L1 files from partner
    copies or by decoding their group, where the group's node directories are visible; then step 2 again.
@@ -32,10 +34,8 @@ from typing import Any
 
 from ..._paths import check_inside
 from ...errors import FtkitError, StorageError
-from .._fsutil import make_dirs
 from .._progress import Progress
 from ..format.container import verify_file
-from ..groupcode.offline import copy_file
 from ..levels import make_level
 from ..manifest import CheckpointEntry, Manifest, read_manifest, write_manifest
 from .checkpoints import check_entry, group_levels, repair_checkpoint
@@ -87,6 +87,16 @@ def _verifies(path: Path, digest: str) -> bool:
         return False
 
 
+def _drop_cached(path: Path) -> None:
+    """Evict ``path``'s pages from this node's page cache: the next job reads its L4 files, maybe on other
+    nodes, and the verification that just read this one must not leave it taking memory here."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def _copy_missing(place: RunPlace, m: Manifest, e: CheckpointEntry, ranks: list[int],
                   ckpt_dir: Path, report: FlushReport, progress: Progress | None = None) -> list[int]:
     """Copy the L4 file of each of ``ranks`` from a verified node-local copy (its L1 file, then its L2
@@ -102,9 +112,9 @@ def _copy_missing(place: RunPlace, m: Manifest, e: CheckpointEntry, ranks: list[
             if _verifies(src, digest):
                 dst = l4.path(e.id, r)
                 check_inside(dst, place.glbl_dir, f"checkpoint {e.id} L4 rank {r}")
-                make_dirs(dst.parent)
-                copy_file(src, dst)
+                l4.put_file(e.id, r, src)   # as the checkpoint's own L4 copy: direct I/O for large files
                 if _verifies(dst, digest):
+                    _drop_cached(dst)
                     report.copied.append({"rank": r, "from_level": lv})
                     if progress is not None:
                         progress.add(e.files[r].size, 1)

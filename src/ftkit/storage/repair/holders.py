@@ -35,8 +35,8 @@ import numpy as np
 
 from ..._paths import check_inside
 from ...errors import FtkitError, ProcessFailure
+from ..format.container import copy_file
 from ..groupcode._collective import allgather_json, wait_collective
-from ..groupcode.offline import copy_file
 from ..groupcode.partner_copy import transfer_file
 from .checkpoints import entry_groups, repair_group
 from .copies import RunCopies, base_level, parity_level, source_levels
