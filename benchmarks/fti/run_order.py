@@ -396,7 +396,9 @@ def main() -> int:
         args.rounds = plan_rounds(k, cases, seconds, min_runs=args.min_runs,
                                   budget_s=None if args.budget is None else args.budget * 60)
     mpis = {name: mpi_name(version) for name, (_, _, version) in args.fti.items()}
-    mpis["ftkit"] = mpi_name([args.python, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"])
+    # The library version without MPI_Init: an initialized singleton leaves its shared-memory file behind.
+    mpis["ftkit"] = mpi_name([args.python, "-c", "import mpi4py; mpi4py.rc.initialize = mpi4py.rc.finalize = "
+                              "False; from mpi4py import MPI; print(MPI.Get_library_version())"])
     per_case = args.rounds * k * k
     args.walls = {}
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
