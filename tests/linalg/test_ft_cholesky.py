@@ -14,6 +14,8 @@ from mpi4py import MPI
 from ftkit import linalg
 from ftkit.errors import PBLASArgumentError
 from ftkit.inject import BitFlip, InjectionPlan
+from ftkit.linalg.cholesky._factored import FactoredColumns
+from ftkit.linalg.cholesky.potrf import CholeskyWork
 
 from ..conftest import run_python
 
@@ -52,16 +54,18 @@ def test_flip_corrected_and_killed_rank_resumes_bit_for_bit(tmp_path):
 
 @pytest.mark.mpi
 def test_killed_rank_resumes_from_factored_columns_only(tmp_path):
-    """U and a redistributed work matrix: the checkpoint holds the factored columns only (no trailing
-    matrix), the relaunch rebuilds the trailing matrix and ends with pdpotrf's factor bit for bit."""
+    """U and a redistributed work matrix: the checkpoint holds the factored columns only, on and below their
+    diagonal blocks (no trailing matrix, no rows above), the relaunch rebuilds the trailing matrix and ends
+    with pdpotrf's factor bit for bit."""
     prog, d = PROGRAMS / "ft_potrf_resume.py", str(tmp_path / "run")
     killed = run_python(4, prog, "--dir", d, "--kill-rank", "2", "--kill-panel", "7", timeout=300)
     assert "rank 2 killing itself after panel 7" in killed.stdout, killed.stdout + killed.stderr
     assert "bitwise" not in killed.stdout, "the killed run must not finish"
     again = run_python(4, prog, "--dir", d, timeout=300).check()
-    # checkpoints after panels 2 and 5 (every 3): the relaunch resumes at panel 6 with columns < 48 read back
+    # checkpoints after panels 2 and 5 (every 3): the relaunch resumes at panel 6 with columns < 48 read back,
+    # rows >= 8 j of block column j: sum_{j<6} (90 - 8 j) 8 = 3360 values (the whole columns: 4320)
     assert "resumed at panel 6" in again.stdout, again.stdout
-    assert "stored L 4320\n" in again.stdout and "factored 4320\n" in again.stdout, again.stdout
+    assert "stored L 3360\n" in again.stdout and "factored 3360\n" in again.stdout, again.stdout
     assert "bitwise True" in again.stdout, again.stdout
 
 
@@ -127,6 +131,34 @@ def test_error_free_factor_is_pdpotrf_bit_for_bit(grid, uplo):
     rep = linalg.ft_pdpotrf(uplo, 58, A, 3, 3)
     assert rep.detected == 0 and rep.blocks_checked > 0
     assert np.array_equal(A.to_global(), ref.to_global())
+
+
+def test_checkpointed_columns_are_the_lower_part_packed_and_only_grow(grid):
+    """What a checkpoint of ft_pdpotrf holds: each factored block column from its diagonal block down (not
+    the scratch rows above), the packing of the block columns < k a prefix of that of those < k' > k (a
+    checkpoint copies in only the new ones), and unpacking puts exactly those values back."""
+    n, nb, off = 23, 5, 2  # an offset: a first panel 3 wide, w a view into the local array
+    A = linalg.DistributedMatrix.from_global(grid, _spd(n + off, seed=6), mb=nb, nb=nb)
+    work = CholeskyWork("L", n, A, off, off)
+    w, panels = work.steps.w, work.steps.panels
+    assert panels[:2] == [(0, 3), (3, 8)]
+    w[...] = np.random.default_rng(7).standard_normal(w.shape)
+    done = FactoredColumns(work.steps)
+    first = done.pack(3).copy()
+    w[0, panels[3][0]] = w[panels[4][0] - 1, panels[4][0]] = np.nan  # above diagonal blocks 3, 4: not packed
+    got = done.pack(5)
+    assert got.size == done.size(5) == sum((n - s) * (e - s) for s, e in panels[:5])
+    assert np.array_equal(got[:first.size], first)
+    want = np.concatenate([w[s:, s:e].ravel(order="F") for s, e in panels[:5]])
+    assert np.array_equal(got, want)
+    saved = w.copy()
+    e5 = panels[4][1]
+    w[:, :e5] = 0.0
+    done.unpack(got.copy(), 5)
+    lower = np.zeros(w.shape, bool)
+    for s, e in panels[:5]:
+        lower[s:, s:e] = True
+    assert np.array_equal(w[lower], saved[lower]) and not w[:, :e5][~lower[:, :e5]].any()
 
 
 def test_wrong_row_corrected_and_two_in_one_column_recomputed(grid):

@@ -7,8 +7,9 @@ The matrix (order 90 at offset (2, 2) of a 96 x 96 A, ``mb = 6``, ``nb = 8``: 12
 level-1 checkpoint every 3 panels. With ``--kill-rank`` that rank SIGKILLs itself after panel ``K``; the
 survivors leave when they notice. A relaunch with the same ``--dir`` resumes from the last checkpoint. Rank 0
 prints ``resumed at panel k``, ``stored L <values>`` (the factored columns read back from the checkpoint,
-over all ranks: ``0`` for a fresh start), ``factored <n * s_k>`` (what the factored columns ``< s_k`` of the
-90 x 90 work matrix hold) and ``bitwise True|False`` (the factor against ``pdpotrf``'s).
+over all ranks: ``0`` for a fresh start), ``factored <values>`` (what the factored block columns ``< k`` of
+the 90 x 90 work matrix hold on and below their diagonal blocks) and ``bitwise True|False`` (the factor
+against ``pdpotrf``'s).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def main() -> None:
     if grid.rank == 0:
         print(f"resumed at panel {start}")
         print(f"stored L {total}")
-        print(f"factored {N * NB * start}")  # panels are nb wide: s_k = nb * k
+        print(f"factored {sum((N - NB * j) * NB for j in range(max(start, 0)))}")  # panels are nb wide
         print(f"bitwise {bool(same)}", flush=True)
     grid.free()
     ckpt.finalize()

@@ -27,9 +27,11 @@ The factorization is :func:`~ftkit.linalg.pdpotrf`'s right-looking algorithm
 
 Given a checkpointer (duck-typed: anything with ``protect``, ``checkpoint``, ``recover``, ``restarted`` and
 ``array``, such as :class:`ftkit.Checkpointer`; linalg does not import the checkpoint package), the
-factorization's state is checkpointed every ``ckpt_every`` panels: the factored columns of the work matrix
-(``ftkit.potrf.L``, a resizable prefix of each process's local array that grows with the panels, so a
-checkpoint costs the factored part, not the whole matrix), the index of the next panel (``ftkit.potrf.state``)
+factorization's state is checkpointed every ``ckpt_every`` panels: the factored block columns of the work
+matrix on and below their diagonal blocks (``ftkit.potrf.L``, packed, a resizable buffer that grows with the
+panels, :mod:`._factored`: a checkpoint costs the factored lower part, not the whole matrix, nor the scratch
+rows above the diagonal blocks; each checkpoint copies in only the block columns factored since the previous
+one, and the Checkpointer writes the whole buffer), the index of the next panel (``ftkit.potrf.state``)
 and the carried checksums (``ftkit.potrf.chk.*``, ``2 / bs`` of the matrix). The trailing matrix is not
 written: on a restart (``ckpt.restarted``) ``ft_pdpotrf`` calls ``ckpt.recover()`` itself (which also fills
 every other array the application protected), checks that the stored state belongs to a factorization of the
@@ -72,6 +74,7 @@ from ._abft import (
     share_panel,
 )
 from ._column_recompute import rebuild_trailing, recompute_column
+from ._factored import FactoredColumns
 from ._steps import HOLD, CholeskySteps
 from .potrf import CholeskyWork, FactorizationError, check_potrf_args
 
@@ -159,19 +162,10 @@ def _uncorrected(events: list[BlockEvent]) -> bool:
     return any(ev.action == "uncorrected" for ev in events)
 
 
-def _factored_part(work: CholeskyWork, e: int) -> np.ndarray:
-    """The columns ``< e`` of this process's work array (the factored part once panel ``e`` is done): a prefix
-    of the F-order flat local array, a view (columns before the submatrix included)."""
-    W, mycol = work.W, work.W.grid.mycol
-    c0 = W.col_map(work.wj, work.n).local_range(mycol).start
-    ncol = c0 + int(np.searchsorted(work.cols.indices_on(mycol), e))
-    return W.local.reshape(-1, order="F")[:W.local.shape[0] * ncol]  # a C-contiguous 1-D view
-
-
-def _resume(ckpt: Any, work: CholeskyWork, state: np.ndarray, checks: UpdateChecks) -> int:
+def _resume(ckpt: Any, done: FactoredColumns, state: np.ndarray, checks: UpdateChecks) -> int:
     """Protect the state in ``ckpt``; on a restart recover it, rebuild the trailing matrix and return the
     panel to resume at."""
-    ckpt.protect(CKPT_L, _factored_part(work, 0), resizable=True)
+    ckpt.protect(CKPT_L, done.pack(0), resizable=True)
     ckpt.protect(CKPT_STATE, state)
     for name, arr in checks.arrays().items():
         ckpt.protect(f"{CKPT_CHK}.{name}", arr.reshape(-1, order="F"))
@@ -188,13 +182,12 @@ def _resume(ckpt: Any, work: CholeskyWork, state: np.ndarray, checks: UpdateChec
                             f"offsets, uplo, panels) is not this one ({want[1:].tolist()}); use a fresh "
                             "checkpoint directory (or exec_id) for a different matrix")
     k = int(state[0])
-    part, got = _factored_part(work, work.steps.panels[k][0]), ckpt.array(CKPT_L)
-    if got.shape != part.shape:
+    got = ckpt.array(CKPT_L)
+    if got.size != done.size(k):
         raise RecoveryError(f"ft_pdpotrf: the checkpoint holds {got.size} values of this process's factored "
-                            f"columns, the layout needs {part.size}: resume on the same grid and layout")
-    if got is not part:
-        part[...] = got
-    rebuild_trailing(work.steps, k)  # A's values (the work copy's) minus the checkpointed panels' updates
+                            f"columns, the layout needs {done.size(k)}: resume on the same grid and layout")
+    done.unpack(got, k)
+    rebuild_trailing(done.steps, k)  # A's values (the work copy's) minus the checkpointed panels' updates
     return k
 
 
@@ -264,7 +257,8 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     d = A.desc
     state = np.array([0, n, ia, ja, uplo == "U", len(panels), d.mb, d.nb], dtype=np.int64)
     checks = UpdateChecks(work.steps, threshold.tol, bs)
-    start = _resume(ckpt, work, state, checks) if ckpt is not None else 0
+    done = FactoredColumns(work.steps) if ckpt is not None else None
+    start = _resume(ckpt, done, state, checks) if done is not None else 0
     if start == 0:
         checks.init(0)
     every = max(1, int(ckpt_every) if ckpt_every else len(panels) // 8)
@@ -285,9 +279,9 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
             plan = inject if k == inject_panel else None
             events = _panel(work, checks, k, low, events, plan, tally)
         tally.add(checked, events)
-        if ckpt is not None and (k + 1) % every == 0 and k + 1 < len(panels):
+        if done is not None and (k + 1) % every == 0 and k + 1 < len(panels):
             state[0] = k + 1
-            ckpt.protect(CKPT_L, _factored_part(work, panels[k][1]), resizable=True)  # the factored columns
+            ckpt.protect(CKPT_L, done.pack(k + 1), resizable=True)  # copies in the new block columns
             ckpt.checkpoint(level=ckpt_level)
         if on_panel is not None:
             on_panel(k)

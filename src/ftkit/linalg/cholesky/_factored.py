@@ -1,0 +1,72 @@
+"""What a checkpoint of FT_PDPOTRF holds of the factor: this process's factored block columns, on and below
+their diagonal blocks only, packed one block column after the other.
+
+A block column of the work matrix never changes once its panel is factored, and the Checkpointer writes
+every protected array whole at every checkpoint (no level but L4's differential one skips unchanged bytes),
+so the smallest thing a checkpoint can hold is the factored part itself: per block column ``J = [s, e)`` of
+this process, its local rows from the first one ``>= s`` down (the rows above the diagonal block are scratch
+the factorization never reads and ``write_back`` never copies: about half the factored columns' rows late
+in the factorization). The packed buffer only grows: the packing of the block columns ``< k`` is a prefix of
+the packing of those ``< k'`` for ``k' > k``, so a checkpoint copies in only the block columns factored since
+the previous one and protects the prefix.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._steps import CholeskySteps
+
+__all__ = ["FactoredColumns"]
+
+
+class FactoredColumns:
+    """The packed lower block trapezoid of this process's factored block columns of ``steps.w``.
+
+    Parameters
+    ----------
+    steps
+        The factorization's panel engine (its work piece ``w``, maps and panels).
+    """
+
+    def __init__(self, steps: CholeskySteps) -> None:
+        self.steps = steps
+        g, rows, cols, nrow = steps.grid, steps.rows, steps.cols, steps.w.shape[0]
+        #: per block column of this process, in panel order: (panel, local columns, first local row, offset)
+        self.blocks: list[tuple[int, slice, int, int]] = []
+        self._ends = np.zeros(len(steps.panels) + 1, np.int64)  # packed length of the block columns < k
+        off = 0
+        for k, (s, e) in enumerate(steps.panels):
+            if int(cols.owners[s]) == g.mycol:
+                cl, r0 = cols.range_on(g.mycol, s, e), rows.range_on(g.myrow, s, rows.n).start
+                self.blocks.append((k, cl, r0, off))
+                off += (nrow - r0) * (cl.stop - cl.start)
+            self._ends[k + 1] = off
+        self.packed = np.empty(off)
+        self._filled = 0  # block columns < this panel are in ``packed``
+
+    def size(self, k: int) -> int:
+        """The number of values the block columns ``< k`` (panel index) pack to."""
+        return int(self._ends[k])
+
+    def pack(self, k: int) -> np.ndarray:
+        """Copy the block columns ``< k`` not yet packed into the buffer; return its prefix holding all of
+        them (a view: protect it by reference)."""
+        w = self.steps.w
+        for kk, cl, r0, off in self.blocks:
+            if self._filled <= kk < k:
+                self._block(self.packed, cl, r0, off)[...] = w[r0:, cl]
+        self._filled = max(self._filled, k)
+        return self.packed[:self.size(k)]
+
+    def unpack(self, got: np.ndarray, k: int) -> None:
+        """Put the block columns ``< k`` back into ``steps.w`` from ``got`` (what :meth:`pack` returned)."""
+        w = self.steps.w
+        for kk, cl, r0, off in self.blocks:
+            if kk < k:
+                w[r0:, cl] = self._block(got, cl, r0, off)
+
+    def _block(self, buf: np.ndarray, cl: slice, r0: int, off: int) -> np.ndarray:
+        """The F-order view of a block column's place (local columns ``cl``, rows from ``r0``) in ``buf``."""
+        m, wd = self.steps.w.shape[0] - r0, cl.stop - cl.start
+        return buf[off:off + m * wd].reshape((m, wd), order="F")
