@@ -277,18 +277,15 @@ def _iterate(call: ResilientCall, exchange: FailureAwareExchange) -> Exception |
 
 
 def _iterate_banded(call: ResilientCall, exchange: FailureAwareExchange, c: np.ndarray) -> None:
-    """The steps of a product with a triangular operand: one SUMMA step at a time, each multiplied only into
-    the band of ``c`` it reaches (:class:`~._part.TriangularBands`; the band changes from step to step, the
-    tiles of one :func:`~ftkit.linalg.pblas._summa.run_summa` call do not)."""
+    """The steps of a product with a triangular operand, each multiplied only into the band of ``c`` it
+    reaches (:class:`~._part.TriangularBands`): one SUMMA pipeline whose steps have their own tiles, so the
+    next step's exchange is in flight during this step's GEMMs."""
     ops = call.ops
     assert ops is not None
     bands = TriangularBands(call)
     steps = plan_summa(ops.ka, ops.kb, call.width or band_width(ops.ka, ops.kb))
-    beta = bands.first_beta(c, steps[0], call.beta)
-    for step in steps:
-        run_summa(call.grid, ops.a, ops.b, c, ops.ka, ops.kb, call.alpha, exchange=exchange, steps=[step],
-                  beta=beta, tiles=bands.tiles(step))  # fmt: skip
-        beta = 1.0
+    run_summa(call.grid, ops.a, ops.b, c, ops.ka, ops.kb, call.alpha, exchange=exchange, steps=steps,
+              beta=bands.first_beta(c, steps[0], call.beta), tiles=bands.tiles)  # fmt: skip
 
 
 def _agree(call: ResilientCall) -> frozenset[int]:
