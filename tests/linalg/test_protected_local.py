@@ -10,10 +10,11 @@ from mpi4py import MPI
 
 from ftkit.errors import PBLASArgumentError
 from ftkit.linalg import DistributedMatrix, ProcessGrid, pdgemm, pdtrmm
-from ftkit.linalg.resilient import resilient_pdgemm, resilient_pdtrmm
 from ftkit.linalg.descriptor import BlockCyclic1D
 from ftkit.linalg.pblas._summa import plan_summa, run_summa
+from ftkit.linalg.resilient import resilient_pdgemm, resilient_pdtrmm
 from ftkit.linalg.resilient.protected import protect_operands
+from ftkit.storage.inputs import CheckpointFileStore
 
 
 @pytest.fixture
@@ -122,3 +123,21 @@ def test_per_step_tiles_run_in_one_pipeline_as_one_call_per_step_bit_for_bit():
         run_summa(grid, a, b, ref, ka, kb, 1.5, steps=[step], beta=0.5 if i == 0 else 1.0, tiles=band(step))
     assert np.array_equal(got, ref)
     assert not np.array_equal(got, c0)
+
+
+def test_a_directory_store_is_opened_without_fsync_and_an_explicit_store_is_used_as_it_is(tmp_path, mats):
+    # the saved inputs only have to outlive a killed process (the page cache does), not a crash of the
+    # machine holding them (protected's module docstring); a CheckpointFileStore given as store= keeps fsync
+    grid, A, B, C = mats
+    ops = protect_operands("N", "N", 24, 20, 16, A, 0, 0, B, 0, 0, C, 0, 0, store=tmp_path / "plain")
+    assert isinstance(ops.store, CheckpointFileStore) and ops.store.fsync is False
+    durable = CheckpointFileStore(tmp_path / "durable", fsync=True)
+    kept = protect_operands("N", "N", 24, 20, 16, A, 0, 0, B, 0, 0, C, 0, 0, store=durable)
+    assert kept.store is durable
+    ref = C.copy()
+    pdgemm("N", "N", 24, 20, 16, 1.0, A, 0, 0, B, 0, 0, 0.5, ref, 0, 0)
+    for handle in (ops, kept):
+        got = C.copy()
+        resilient_pdgemm("N", "N", 24, 20, 16, 1.0, A, 0, 0, B, 0, 0, 0.5, got, 0, 0, store=handle)
+        assert np.array_equal(got.local, ref.local)
+        handle.release()

@@ -43,6 +43,7 @@ from ._part import TriangularBands, UpdatedPart, band_width
 from ._settle import Tile, plan_tiles, prefetch, settle_up
 from .form import ProductForm
 from .protected import (
+    FSYNC_INPUTS,
     Built,
     ProtectedOperands,
     call_name,
@@ -96,7 +97,8 @@ def resilient_call(
     if grid.size > 1:  # a single process has no peer whose failure it would have to survive
         require_ulfm(grid.comm, name)
     where = (protected.store if protected is not None
-             else open_store(store, rank=grid.rank, nranks=grid.size))  # type: ignore[arg-type]  # fmt: skip
+             else open_store(store, rank=grid.rank, nranks=grid.size,  # type: ignore[arg-type]
+                             fsync=FSYNC_INPUTS))  # fmt: skip
     prefix = call_name(grid, f.routine.lower())
     prefixes = {s: protected.prefix if s in sides else prefix for s in "ab"}  # type: ignore[union-attr]
     call = ResilientCall(f.ta, f.tb, f.m, f.n, f.k, f.alpha, f.beta, f.C, f.ic, f.jc, where, prefix,
