@@ -33,7 +33,8 @@ phase ``entry``/``setup``. Outcomes:
 
 ``exact``
     every survivor returned, and the result pieces they wrote, assembled, equal numpy's product (within
-    1e-12 n max|C|) and cover every entry once the failed ranks are accounted for;
+    1e-12 n max|C|) and cover every entry once the failed ranks are accounted for (the detail says ``LEFT``
+    and the files if the call left any in the store, counted in the summary's ``exact_with_files_left``);
 ``failure``
     every survivor raised :class:`~ftkit.errors.ProcessFailure` naming the same ranks;
 ``late``
@@ -249,7 +250,15 @@ def classify(trial: Trial, workdir: Path, stdout: str, timed_out: bool) -> tuple
         return "wrong", f"max error {err.max():.3e} failed={failed} in blocks {bad[:8]}"
     if exact and not np.array_equal(got, ref):
         return "wrong", f"{int((got != ref).sum())} entries not bit for bit numpy's (failed={failed})"
-    return "exact", f"failed={failed} maxerr={err.max():.1e}"
+    left = left_in_store(workdir)
+    return "exact", f"failed={failed} maxerr={err.max():.1e}" + (f" LEFT {left}" if left else "")
+
+
+def left_in_store(workdir: Path) -> list[str]:
+    """What a call that returned left in the trial's store: nothing but the protected operands (whose handle
+    the trial keeps) may be there."""
+    store = workdir / "store"
+    return sorted(p.name for p in store.glob("*") if not p.name.startswith("operands-"))
 
 
 def run_trial(trial: Trial, workdir: Path, timeout: float, *, kill: bool = True) -> TrialResult:
@@ -319,6 +328,7 @@ def campaign(routine: str, args: argparse.Namespace, rng: random.Random) -> dict
     print(f"{routine}: kill delays uniform in [0, d] s, d per grid: {durations}", flush=True)
     counts: dict[str, Counter[str]] = {g: Counter() for g in grids}
     by_phase: dict[str, Counter[str]] = {p: Counter() for p in PHASES}
+    left = 0  # exact trials whose call left files in the store
     for i in range(args.trials):
         grid = grids[i % len(grids)]
         trial = draw_trial(rng, grid, durations[grid], setup=args.setup, modes=tuple(args.modes.split(",")),
@@ -328,6 +338,7 @@ def campaign(routine: str, args: argparse.Namespace, rng: random.Random) -> dict
             res = run_trial(trial, Path(tmp), args.timeout)
         counts[grid][res.outcome] += 1
         by_phase[res.phase][res.outcome] += 1
+        left += " LEFT " in res.detail
         print(f"trial {i} {trial.routine} {trial.grid} {trial.trans} beta={trial.beta} {trial.mode} "
               f"{trial.setup} "
               f"victim={trial.victim} "
@@ -343,7 +354,8 @@ def campaign(routine: str, args: argparse.Namespace, rng: random.Random) -> dict
     summary = {"routine": routine, "trials": args.trials, "seed": args.seed,
                "seconds": round(time.monotonic() - t_start), "durations": durations,
                "per_grid": {g: dict(counts[g]) for g in grids},
-               "per_phase": {p: dict(by_phase[p]) for p in PHASES}, "total": dict(total)}  # fmt: skip
+               "per_phase": {p: dict(by_phase[p]) for p in PHASES}, "total": dict(total),
+               "exact_with_files_left": left}  # fmt: skip
     print(json.dumps(summary), flush=True)
     return summary
 

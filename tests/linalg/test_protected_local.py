@@ -1,6 +1,6 @@
 """protect_operands on a 1 x 1 grid, in process: the handle's contract (reuse, misuse, what is written); and
 resilient_pdtrmm's steps multiplying only the band of B their part of the triangle reaches (in one SUMMA
-pipeline)."""
+pipeline), and leaving nothing in the store."""
 
 from __future__ import annotations
 
@@ -141,3 +141,20 @@ def test_a_directory_store_is_opened_without_fsync_and_an_explicit_store_is_used
         resilient_pdgemm("N", "N", 24, 20, 16, 1.0, A, 0, 0, B, 0, 0, 0.5, got, 0, 0, store=handle)
         assert np.array_equal(got.local, ref.local)
         handle.release()
+
+
+@pytest.mark.parametrize("side,uplo", [("L", "L"), ("R", "U")])
+def test_a_call_that_returns_leaves_nothing_in_the_store(tmp_path, side, uplo):
+    # each process removes its own saved inputs at the end of an error-free call, rank 0 the call's directory
+    grid = ProcessGrid(MPI.COMM_WORLD, 1, 1)
+    A = DistributedMatrix.random(grid, 24, 24, mb=4, nb=4, seed=1)
+    B = DistributedMatrix.random(grid, 24, 24, mb=4, nb=4, seed=2)
+    seen: list[list[str]] = []
+
+    def on_step(index: int) -> None:  # the call's B is saved while it runs
+        seen.append(sorted(p.name for p in tmp_path.rglob("*")))
+
+    resilient_pdtrmm(side, uplo, "N", "N", 24, 24, 1.5, A, 0, 0, B, 0, 0, store=tmp_path, width=8,
+                     on_step=on_step)
+    assert "b.0.ftk" in seen[0]
+    assert list(tmp_path.iterdir()) == []

@@ -126,8 +126,7 @@ def resilient_call(
         known = get_state_table()  # all alive (checked on entry): write the persisted table only when new
         fresh = known is None or known.shape != grid.shape
         state = record_failures(grid.shape, set(), writer=det.rank == 0 and fresh)
-        if det.rank == 0 and call.saved:
-            where.remove(prefix)
+        _remove_inputs(call)
         record_phases(stats, t0, t1, t2)
         return ResilientResult(f.C, grid, grid.comm, (), state, {}, 0, exchange.storage_reads, det.timeout)  # type: ignore[arg-type]
     tick = PhaseTimer(stats)
@@ -206,21 +205,37 @@ def build_operands(form: ProductForm, algorithm: str, protected: ProtectedOperan
                             form.jc, same_kmap=algorithm == "cannon"), built  # fmt: skip
 
 
+def _own_inputs(call: ResilientCall) -> dict[str, np.ndarray]:
+    """This process's inputs the call saves, by key (C as on entry; the aligned operands not protected)."""
+    me = call.grid.rank
+    own = {f"{call.prefix}/c.{me}": call.C.local} if call.save_c else {}
+    for side in "ab":
+        if call.saves(side) and call.ops is not None:
+            own[f"{call.prefix}/{side}.{me}"] = getattr(call.ops, side)
+    return own
+
+
 def _save(call: ResilientCall) -> None:
     """Phase 1, first half: save this process's inputs (local; a failure to save is said at the barrier)."""
     grid, where = call.grid, call.where
     d = call.C.desc
     for r in range(grid.size):
         call.shapes[("c", r)] = d.local_shape(*grid.coords(r), grid.nprow, grid.npcol)
-    me = grid.rank
     try:
-        if call.save_c:
-            where.save(f"{call.prefix}/c.{me}", call.C.local)
-        for side in "ab":
-            if call.saves(side) and call.ops is not None:
-                where.save(f"{call.prefix}/{side}.{me}", np.asfortranarray(getattr(call.ops, side)))
+        for key, array in _own_inputs(call).items():
+            where.save(key, np.asfortranarray(array))
     except StorageError as exc:  # e.g. a full disk: said at the barrier, raised alike everywhere later
         call.store_errno = exc.errno or getattr(exc.__cause__, "errno", None) or 0
+
+
+def _remove_inputs(call: ResilientCall) -> None:
+    """Remove the inputs of an error-free call (local; once every live process holds the decision, nobody
+    reads them): each process its own files, then rank 0 the call's directory with whatever is left in it,
+    so that no process carries every deletion at the end of the call."""
+    for key in _own_inputs(call):
+        call.where.remove(key)
+    if call.grid.rank == 0 and call.saved:
+        call.where.remove(call.prefix)
 
 
 def _synchronize(call: ResilientCall) -> tuple[FailureAwareExchange, bool]:
