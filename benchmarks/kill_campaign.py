@@ -33,8 +33,7 @@ phase ``entry``/``setup``. Outcomes:
 
 ``exact``
     every survivor returned, and the result pieces they wrote, assembled, equal numpy's product (within
-    1e-12 n max|C|) and cover every entry once the failed ranks are accounted for (the detail says ``LEFT``
-    and the files if the call left any in the store, counted in the summary's ``exact_with_files_left``);
+    1e-12 n max|C|) and cover every entry once the failed ranks are accounted for;
 ``failure``
     every survivor raised :class:`~ftkit.errors.ProcessFailure` naming the same ranks;
 ``late``
@@ -43,6 +42,9 @@ phase ``entry``/``setup``. Outcomes:
     a result that differs from the product, or survivors that disagree (some returned, some raised);
 ``hang``
     the job did not end within the hard timeout.
+
+After ``exact`` or ``failure`` the detail says ``LEFT`` and names the files if the call left any in the store
+(counted in the summary's ``files_left``; the protected operands, whose handle the trial keeps, aside).
 
 ``wrong`` and ``hang`` are failures of ftkit. Each trial also records the phase the kill landed in, as rank
 0 saw it (:data:`PHASES`): ``setup`` (the failure detector's), ``protect`` (saving the operands),
@@ -214,6 +216,8 @@ def classify(trial: Trial, workdir: Path, stdout: str, timed_out: bool) -> tuple
         if len(verdicts) == 1 and silent <= set(json.loads(next(iter(verdicts)))):
             extra = sorted(silent - {trial.victim})
             also = f"; ranks {extra} died too (not killed by the driver)" if extra else ""
+            left = left_in_store(workdir)
+            also += f" LEFT {left}" if left else ""
             return "failure", f"ProcessFailure {next(iter(verdicts))} on {sorted(failures)}{also}"
         return "wrong", f"survivors disagree or are missing: failures={failures} fenced={sorted(fenced)}"
     if failures and done:
@@ -255,8 +259,8 @@ def classify(trial: Trial, workdir: Path, stdout: str, timed_out: bool) -> tuple
 
 
 def left_in_store(workdir: Path) -> list[str]:
-    """What a call that returned left in the trial's store: nothing but the protected operands (whose handle
-    the trial keeps) may be there."""
+    """What a call that returned, or failed on every survivor, left in the trial's store: nothing but the
+    protected operands (whose handle the trial keeps) may be there."""
     store = workdir / "store"
     return sorted(p.name for p in store.glob("*") if not p.name.startswith("operands-"))
 
@@ -328,7 +332,7 @@ def campaign(routine: str, args: argparse.Namespace, rng: random.Random) -> dict
     print(f"{routine}: kill delays uniform in [0, d] s, d per grid: {durations}", flush=True)
     counts: dict[str, Counter[str]] = {g: Counter() for g in grids}
     by_phase: dict[str, Counter[str]] = {p: Counter() for p in PHASES}
-    left = 0  # exact trials whose call left files in the store
+    left = 0  # trials whose call (returned or failed everywhere) left files in the store
     for i in range(args.trials):
         grid = grids[i % len(grids)]
         trial = draw_trial(rng, grid, durations[grid], setup=args.setup, modes=tuple(args.modes.split(",")),
@@ -355,7 +359,7 @@ def campaign(routine: str, args: argparse.Namespace, rng: random.Random) -> dict
                "seconds": round(time.monotonic() - t_start), "durations": durations,
                "per_grid": {g: dict(counts[g]) for g in grids},
                "per_phase": {p: dict(by_phase[p]) for p in PHASES}, "total": dict(total),
-               "exact_with_files_left": left}  # fmt: skip
+               "files_left": left}  # fmt: skip
     print(json.dumps(summary), flush=True)
     return summary
 

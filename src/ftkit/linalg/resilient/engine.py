@@ -40,7 +40,7 @@ from ..pblas.gemm import _scale, check_width
 from ._call_state import PhaseTimer, ResilientCall, ResilientResult, at_stage, hold_decision, record_phases
 from ._failure_exchange import FailureAwareExchange, run_cannon
 from ._part import TriangularBands, UpdatedPart, band_width
-from ._settle import Tile, plan_tiles, prefetch, settle_up
+from ._settle import Tile, discard_inputs, plan_tiles, prefetch, settle_up
 from .form import ProductForm
 from .protected import (
     FSYNC_INPUTS,
@@ -380,6 +380,7 @@ def _agree_and_repair(
         # Name the same ranks everywhere: agree on them (the fenced take part, then leave as fenced).
         gone = sorted(agree_on_dead(det.comm, det.dead | dead, abstain=det.fenced))
         det.raise_if_fenced()
+        discard_inputs(call, first=det.rank == min(set(range(grid.size)) - set(gone), default=-1))
         raise ProcessFailure(
             f"ranks {gone} failed, the last of them while the survivors were repairing the communicator "
             f"(after agreeing on ranks {sorted(dead)}): the product cannot be completed; continue on the "
@@ -390,6 +391,8 @@ def _agree_and_repair(
         det.raise_if_fenced()
         raise Fenced(f"rank {det.rank} was declared dead by its peers and fenced off", [det.rank])
     state = record_failures(grid.shape, {grid.coords(r) for r in dead}, writer=new_comm.Get_rank() == 0)
+    if decided & (_STORED | _INPUTS) != _STORED | _INPUTS:  # the call fails on every survivor
+        discard_inputs(call, first=new_comm.Get_rank() == 0)
     if not decided & _STORED:
         raise save_failed(call.where, ~(decided >> _ERRNO_SHIFT) & 0xFF)
     if not decided & _INPUTS:

@@ -47,6 +47,7 @@ inputs, so a process killed during the set-up is one whose inputs the survivors 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,7 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from ...errors import PBLASArgumentError, ProcessFailure, StorageError
+from ...errors import FtkitError, PBLASArgumentError, ProcessFailure, StorageError
 from ...failure import FailureDetector, Fenced, revoke
 from ...failure.ulfm import agree_flag, agree_on_dead, require_ulfm
 from ...storage.inputs import InputStore, open_store
@@ -417,6 +418,9 @@ def protect_pieces(
         dead = sorted(agree_on_dead(det.comm, det.dead, abstain=det.fenced))
         forget_detector(grid)
         det.raise_if_fenced()
+        if me == min(set(range(grid.size)) - set(dead), default=-1):  # nothing protected: nobody reads them
+            with contextlib.suppress(OSError, FtkitError):
+                where.remove(prefix)
         if decided & 4 and not decided & 2:
             raise save_failed(where, ~(decided >> 8) & 0xFF)
         raise ProcessFailure(
