@@ -43,6 +43,9 @@ phase ``entry``/``setup``. Outcomes:
 ``hang``
     the job did not end within the hard timeout.
 
+After ``exact`` or ``failure`` the detail says ``LEFT`` and names the files if the call left any in the store
+(counted in the summary's ``files_left``; the protected operands, whose handle the trial keeps, aside).
+
 ``wrong`` and ``hang`` are failures of ftkit. Each trial also records the phase the kill landed in, as rank
 0 saw it (:data:`PHASES`): ``setup`` (the failure detector's), ``protect`` (saving the operands),
 ``entry`` (the call, before its detector set-up and steps: saving its inputs; ``--setup in-call`` only),
@@ -213,6 +216,8 @@ def classify(trial: Trial, workdir: Path, stdout: str, timed_out: bool) -> tuple
         if len(verdicts) == 1 and silent <= set(json.loads(next(iter(verdicts)))):
             extra = sorted(silent - {trial.victim})
             also = f"; ranks {extra} died too (not killed by the driver)" if extra else ""
+            left = left_in_store(workdir)
+            also += f" LEFT {left}" if left else ""
             return "failure", f"ProcessFailure {next(iter(verdicts))} on {sorted(failures)}{also}"
         return "wrong", f"survivors disagree or are missing: failures={failures} fenced={sorted(fenced)}"
     if failures and done:
@@ -249,7 +254,15 @@ def classify(trial: Trial, workdir: Path, stdout: str, timed_out: bool) -> tuple
         return "wrong", f"max error {err.max():.3e} failed={failed} in blocks {bad[:8]}"
     if exact and not np.array_equal(got, ref):
         return "wrong", f"{int((got != ref).sum())} entries not bit for bit numpy's (failed={failed})"
-    return "exact", f"failed={failed} maxerr={err.max():.1e}"
+    left = left_in_store(workdir)
+    return "exact", f"failed={failed} maxerr={err.max():.1e}" + (f" LEFT {left}" if left else "")
+
+
+def left_in_store(workdir: Path) -> list[str]:
+    """What a call that returned, or failed on every survivor, left in the trial's store: nothing but the
+    protected operands (whose handle the trial keeps) may be there."""
+    store = workdir / "store"
+    return sorted(p.name for p in store.glob("*") if not p.name.startswith("operands-"))
 
 
 def run_trial(trial: Trial, workdir: Path, timeout: float, *, kill: bool = True) -> TrialResult:
@@ -319,6 +332,7 @@ def campaign(routine: str, args: argparse.Namespace, rng: random.Random) -> dict
     print(f"{routine}: kill delays uniform in [0, d] s, d per grid: {durations}", flush=True)
     counts: dict[str, Counter[str]] = {g: Counter() for g in grids}
     by_phase: dict[str, Counter[str]] = {p: Counter() for p in PHASES}
+    left = 0  # trials whose call (returned or failed everywhere) left files in the store
     for i in range(args.trials):
         grid = grids[i % len(grids)]
         trial = draw_trial(rng, grid, durations[grid], setup=args.setup, modes=tuple(args.modes.split(",")),
@@ -328,6 +342,7 @@ def campaign(routine: str, args: argparse.Namespace, rng: random.Random) -> dict
             res = run_trial(trial, Path(tmp), args.timeout)
         counts[grid][res.outcome] += 1
         by_phase[res.phase][res.outcome] += 1
+        left += " LEFT " in res.detail
         print(f"trial {i} {trial.routine} {trial.grid} {trial.trans} beta={trial.beta} {trial.mode} "
               f"{trial.setup} "
               f"victim={trial.victim} "
@@ -343,7 +358,8 @@ def campaign(routine: str, args: argparse.Namespace, rng: random.Random) -> dict
     summary = {"routine": routine, "trials": args.trials, "seed": args.seed,
                "seconds": round(time.monotonic() - t_start), "durations": durations,
                "per_grid": {g: dict(counts[g]) for g in grids},
-               "per_phase": {p: dict(by_phase[p]) for p in PHASES}, "total": dict(total)}  # fmt: skip
+               "per_phase": {p: dict(by_phase[p]) for p in PHASES}, "total": dict(total),
+               "files_left": left}  # fmt: skip
     print(json.dumps(summary), flush=True)
     return summary
 

@@ -51,6 +51,11 @@ def _check_survived(r, nprocs: int, dead: list[int]) -> None:
         assert re.search(rf"{d}: \{{(\d+: \d+, )+\d+: \d+\}}", reassigned), reassigned
 
 
+def _left_in(store: Path) -> list[str]:
+    """The files left in ``store``."""
+    return sorted(str(p.relative_to(store)) for p in store.rglob("*") if p.is_file())
+
+
 def _killer(tmp_path: Path) -> threading.Thread:
     def run() -> None:
         victim = wait_for_int(tmp_path / "ready", JOB_TIMEOUT)
@@ -112,6 +117,7 @@ def test_lost_inputs_give_the_same_clear_process_failure_everywhere(tmp_path):
     assert sorted(int(rank) for rank, _ in lines) == [0, 3], r.stdout + r.stderr
     assert all("cannot be read back" in msg for _, msg in lines)
     assert "CHECK" not in r.stdout
+    assert _left_in(tmp_path / "store") == [], "a call that failed everywhere left its files"
 
 
 def test_slow_process_is_fenced_off_and_the_product_is_still_right(tmp_path):
@@ -214,6 +220,7 @@ def test_a_kill_in_the_end_game_gives_the_same_process_failure_everywhere(tmp_pa
     assert sorted(int(rank) for rank, _ in lines) == [0, 3], out
     assert {names for _, names in lines} == {"[1, 2]"}, out
     assert "STATE" not in r.stdout and "CHECK" not in r.stdout, out
+    assert _left_in(tmp_path / "store") == [], "a call that failed everywhere left its files"
 
 
 @pytest.mark.parametrize("grid,rank", [("2x2", 2), ("3x3", 4)])
@@ -240,6 +247,7 @@ def test_a_full_store_gives_the_same_storage_error_everywhere(tmp_path, small_di
     assert len({msg for _, msg in lines}) == 1, out
     assert all("[Errno 28] No space left on device" in msg for _, msg in lines), out
     assert "STATE" not in r.stdout, out
+    assert _left_in(store) == [], "a call (or protection) that failed everywhere left its files"
 
 
 def test_an_error_of_a_survivor_s_own_while_recomputing_leaves_nobody_waiting(tmp_path):

@@ -1,5 +1,6 @@
 """protect_operands on a 1 x 1 grid, in process: the handle's contract (reuse, misuse, what is written); and
-resilient_pdtrmm's steps multiplying only the band of B their part of the triangle reaches."""
+resilient_pdtrmm's steps multiplying only the band of B their part of the triangle reaches (in one SUMMA
+pipeline), and leaving nothing in the store."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from mpi4py import MPI
 
 from ftkit.errors import PBLASArgumentError
 from ftkit.linalg import DistributedMatrix, ProcessGrid, pdgemm, pdtrmm
+from ftkit.linalg.descriptor import BlockCyclic1D
+from ftkit.linalg.pblas._summa import plan_summa, run_summa
 from ftkit.linalg.resilient import resilient_pdgemm, resilient_pdtrmm
 from ftkit.linalg.resilient.protected import protect_operands
+from ftkit.storage.inputs import CheckpointFileStore
 
 
 @pytest.fixture
@@ -97,3 +101,60 @@ def test_trmm_multiplies_each_step_only_into_the_band_its_part_of_the_triangle_r
     assert np.isfinite(ref.local[part]).all()
     assert np.isfinite(got.local[part]).all()
     np.testing.assert_allclose(got.local[part], ref.local[part], rtol=1e-13, atol=1e-13)
+
+
+def test_per_step_tiles_run_in_one_pipeline_as_one_call_per_step_bit_for_bit():
+    # resilient_pdtrmm's steps reach different bands of B: run_summa takes the tiles as a function of the
+    # step, so the steps share one pipeline (the next exchange in flight during this step's GEMMs) and give
+    # exactly the GEMMs of one call per step with that step's tiles
+    grid = ProcessGrid(MPI.COMM_WORLD, 1, 1)
+    rng = np.random.default_rng(5)
+    a, b = np.asfortranarray(rng.standard_normal((24, 20))), np.asfortranarray(rng.standard_normal((20, 12)))
+    c0 = np.asfortranarray(rng.standard_normal((24, 12)))
+    ka = kb = BlockCyclic1D(20, 4, 0, 0, 1)
+    steps = plan_summa(ka, kb, 4)
+
+    def band(step):  # a lower-triangular A's band: the rows from the step's first k on, none for one step
+        return [] if step.index == 2 else [(slice(step.k0, None), slice(None))]
+
+    got, ref = c0.copy(order="F"), c0.copy(order="F")
+    run_summa(grid, a, b, got, ka, kb, 1.5, steps=steps, beta=0.5, tiles=band)
+    for i, step in enumerate(steps):
+        run_summa(grid, a, b, ref, ka, kb, 1.5, steps=[step], beta=0.5 if i == 0 else 1.0, tiles=band(step))
+    assert np.array_equal(got, ref)
+    assert not np.array_equal(got, c0)
+
+
+def test_a_directory_store_is_opened_without_fsync_and_an_explicit_store_is_used_as_it_is(tmp_path, mats):
+    # the saved inputs only have to outlive a killed process (the page cache does), not a crash of the
+    # machine holding them (protected's module docstring); a CheckpointFileStore given as store= keeps fsync
+    grid, A, B, C = mats
+    ops = protect_operands("N", "N", 24, 20, 16, A, 0, 0, B, 0, 0, C, 0, 0, store=tmp_path / "plain")
+    assert isinstance(ops.store, CheckpointFileStore) and ops.store.fsync is False
+    durable = CheckpointFileStore(tmp_path / "durable", fsync=True)
+    kept = protect_operands("N", "N", 24, 20, 16, A, 0, 0, B, 0, 0, C, 0, 0, store=durable)
+    assert kept.store is durable
+    ref = C.copy()
+    pdgemm("N", "N", 24, 20, 16, 1.0, A, 0, 0, B, 0, 0, 0.5, ref, 0, 0)
+    for handle in (ops, kept):
+        got = C.copy()
+        resilient_pdgemm("N", "N", 24, 20, 16, 1.0, A, 0, 0, B, 0, 0, 0.5, got, 0, 0, store=handle)
+        assert np.array_equal(got.local, ref.local)
+        handle.release()
+
+
+@pytest.mark.parametrize("side,uplo", [("L", "L"), ("R", "U")])
+def test_a_call_that_returns_leaves_nothing_in_the_store(tmp_path, side, uplo):
+    # each process removes its own saved inputs at the end of an error-free call, rank 0 the call's directory
+    grid = ProcessGrid(MPI.COMM_WORLD, 1, 1)
+    A = DistributedMatrix.random(grid, 24, 24, mb=4, nb=4, seed=1)
+    B = DistributedMatrix.random(grid, 24, 24, mb=4, nb=4, seed=2)
+    seen: list[list[str]] = []
+
+    def on_step(index: int) -> None:  # the call's B is saved while it runs
+        seen.append(sorted(p.name for p in tmp_path.rglob("*")))
+
+    resilient_pdtrmm(side, uplo, "N", "N", 24, 24, 1.5, A, 0, 0, B, 0, 0, store=tmp_path, width=8,
+                     on_step=on_step)
+    assert "b.0.ftk" in seen[0]
+    assert list(tmp_path.iterdir()) == []

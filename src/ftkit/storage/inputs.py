@@ -153,8 +153,10 @@ class CheckpointFileStore:
         self._path(prefix).unlink(missing_ok=True)
 
 
-def open_store(where: InputStore | str | os.PathLike[str], *, rank: int = 0, nranks: int = 1) -> InputStore:
-    """Return ``where`` if it is a store, else a :class:`CheckpointFileStore` on that directory."""
+def open_store(where: InputStore | str | os.PathLike[str], *, rank: int = 0, nranks: int = 1,
+               fsync: bool = True) -> InputStore:
+    """Return ``where`` if it is a store, else a :class:`CheckpointFileStore` on that directory (``fsync``:
+    as the store's)."""
     if isinstance(where, (str, os.PathLike)):
-        return CheckpointFileStore(where, rank=rank, nranks=nranks)
+        return CheckpointFileStore(where, rank=rank, nranks=nranks, fsync=fsync)
     return where

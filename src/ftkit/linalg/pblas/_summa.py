@@ -41,6 +41,9 @@ __all__ = ["SummaStep", "plan_summa", "default_width", "PanelExchange", "Pending
 #: Message tags of the default exchange (A pieces on the row communicator, B pieces on the column one).
 TAG_A, TAG_B = 601, 602
 
+#: The parts of ``c`` a SUMMA multiplies into: fixed ``(rows, cols)`` slices, or a function of the step.
+Tiles = Sequence[tuple[slice, slice]] | Callable[["SummaStep"], Sequence[tuple[slice, slice]]]
+
 #: Smallest k width of a SUMMA step by default: local GEMMs narrower than this run well below BLAS peak.
 MIN_WIDTH = 1024
 
@@ -303,7 +306,7 @@ def run_summa(grid: ProcessGrid, a: np.ndarray, b: np.ndarray, c: np.ndarray, ka
               kb: BlockCyclic1D, alpha: float, *, width: int | None = None,
               exchange: PanelExchange | None = None, steps: list[SummaStep] | None = None,
               stats: dict[str, float] | None = None, lookahead: int | None = None, beta: float = 1.0,
-              tiles: Sequence[tuple[slice, slice]] | None = None,
+              tiles: Tiles | None = None,
               more: Sequence[tuple[np.ndarray, np.ndarray, BlockCyclic1D, BlockCyclic1D]] = ()) -> None:
     """Compute ``c += alpha * op(A) @ op(B)`` by SUMMA on aligned local operands (collective on the grid).
 
@@ -339,7 +342,10 @@ def run_summa(grid: ProcessGrid, a: np.ndarray, b: np.ndarray, c: np.ndarray, ka
         2 x 2 (4 ranks, 2 cores): no faster, and ~20 % more CPU (more panel memory to fault in).
     tiles
         If given, ``(rows, cols)`` slices of ``c``: only these parts of ``c`` are updated (one local GEMM per
-        tile and step; PDSYRK's triangle), the rest of ``c`` is neither read nor written.
+        tile and step; PDSYRK's triangle), the rest of ``c`` is neither read nor written. Or a function of
+        the step giving its own slices (``beta`` applies to the first step's, as to the fixed ones): steps
+        that reach different parts of ``c`` (PDTRMM's bands, :mod:`~ftkit.linalg.resilient._part`) run in
+        one pipeline, the next step's exchange in flight during this step's GEMMs, as with fixed tiles.
     more
         Further products ``(a, b, ka, kb)`` (as ``a``, ``b``, ``ka``, ``kb``; steps of ``width``) added to
         ``c`` after the first, in order, through the same pipeline: the next product's first exchange is in
@@ -351,7 +357,7 @@ def run_summa(grid: ProcessGrid, a: np.ndarray, b: np.ndarray, c: np.ndarray, ka
     for a2, b2, ka2, kb2 in more:
         work += [(a2, b2, step) for step in plan_summa(ka2, kb2, width)]
     if not work:
-        for rs, cs in tiles if tiles is not None else [(slice(None), slice(None))]:
+        for rs, cs in tiles if tiles is not None and not callable(tiles) else [(slice(None), slice(None))]:
             cc = c[rs, cs]
             gemm_update(0.0, np.zeros((cc.shape[0], 0)), np.zeros((0, cc.shape[1])), cc, beta)
         return
@@ -383,7 +389,7 @@ def run_summa(grid: ProcessGrid, a: np.ndarray, b: np.ndarray, c: np.ndarray, ka
             local_update(alpha, a_panel, b_panel, c, step.perm, beta if i == 0 else 1.0)
         else:
             a_panel = a_panel if step.perm is None else a_panel[:, step.perm]
-            for rs, cs in tiles:
+            for rs, cs in tiles(step) if callable(tiles) else tiles:
                 local_update(alpha, a_panel[rs], b_panel[:, cs], c[rs, cs], None, beta if i == 0 else 1.0)
         t_gemm += time.perf_counter() - t2
         t_wait += t1 - t0

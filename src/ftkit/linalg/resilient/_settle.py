@@ -9,12 +9,13 @@ local and pure arithmetic on data every survivor agrees on.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI
 
-from ...errors import ABFTError, ProcessFailure
+from ...errors import ABFTError, FtkitError, ProcessFailure
 from ...failure import agree_on_dead, failed_ranks, guarded, revoke
 from ...failure.ulfm import agree_flag
 from .. import checksums
@@ -25,8 +26,8 @@ from ..pblas.gemm import _scale
 from ._call_state import PhaseTimer, ResilientCall, ResilientResult, at_stage, hold_decision
 from ._failure_exchange import FailureAwareExchange
 
-__all__ = ["Tile", "plan_tiles", "prefetch", "settle_up", "global_indices", "recompute_verified",
-           "redistribute_result"]
+__all__ = ["Tile", "plan_tiles", "prefetch", "settle_up", "discard_inputs", "global_indices",
+           "recompute_verified", "redistribute_result"]
 
 
 _MOVED, _VERIFIED = 1, 2  # bits of the final agreement (0 after a failure during it: "not moved")
@@ -250,6 +251,8 @@ def settle_up(
                          clear_on_failure=True)  # fmt: skip
     hold_decision(new_comm, decided)
     tick("redistribute_s")
+    # Success or not, every survivor holds the decision and reads no stored piece any more.
+    discard_inputs(call, first=new_comm.Get_rank() == 0)
     if not decided & _MOVED:
         survivors = [r for r in range(call.grid.size) if r not in dead]
         lost = agree_on_dead(new_comm, failed_ranks_quietly(new_comm))
@@ -270,11 +273,19 @@ def settle_up(
         )
     assert moved is not None
     new_grid, result = moved
-    if new_comm.Get_rank() == 0 and call.saved:
-        call.where.remove(call.prefix)
     comm: MPI.Intracomm = new_grid.comm  # type: ignore[assignment]
     return ResilientResult(result, new_grid, comm, tuple(sorted(dead)), state, reassigned, verified,
                            exchange.storage_reads, call.det.timeout, unchecked)  # fmt: skip
+
+
+def discard_inputs(call: ResilientCall, *, first: bool) -> None:
+    """Remove the call's files after a failure, once every survivor holds the decision that ends the call
+    (it returns or fails alike everywhere; nobody reads a stored piece after it): the ``first`` survivor
+    (local) removes the call's directory, the dead processes' files and a killed writer's temporary file
+    with it. An error doing so is dropped: the call's result, or its own error, is what the caller gets."""
+    if first and call.saved:
+        with contextlib.suppress(OSError, FtkitError):
+            call.where.remove(call.prefix)
 
 
 def _kept_box(mask: np.ndarray, mb: int, nb: int) -> tuple[slice, slice]:

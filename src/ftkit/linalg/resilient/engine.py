@@ -40,9 +40,10 @@ from ..pblas.gemm import _scale, check_width
 from ._call_state import PhaseTimer, ResilientCall, ResilientResult, at_stage, hold_decision, record_phases
 from ._failure_exchange import FailureAwareExchange, run_cannon
 from ._part import TriangularBands, UpdatedPart, band_width
-from ._settle import Tile, plan_tiles, prefetch, settle_up
+from ._settle import Tile, discard_inputs, plan_tiles, prefetch, settle_up
 from .form import ProductForm
 from .protected import (
+    FSYNC_INPUTS,
     Built,
     ProtectedOperands,
     call_name,
@@ -96,7 +97,8 @@ def resilient_call(
     if grid.size > 1:  # a single process has no peer whose failure it would have to survive
         require_ulfm(grid.comm, name)
     where = (protected.store if protected is not None
-             else open_store(store, rank=grid.rank, nranks=grid.size))  # type: ignore[arg-type]  # fmt: skip
+             else open_store(store, rank=grid.rank, nranks=grid.size,  # type: ignore[arg-type]
+                             fsync=FSYNC_INPUTS))  # fmt: skip
     prefix = call_name(grid, f.routine.lower())
     prefixes = {s: protected.prefix if s in sides else prefix for s in "ab"}  # type: ignore[union-attr]
     call = ResilientCall(f.ta, f.tb, f.m, f.n, f.k, f.alpha, f.beta, f.C, f.ic, f.jc, where, prefix,
@@ -124,8 +126,7 @@ def resilient_call(
         known = get_state_table()  # all alive (checked on entry): write the persisted table only when new
         fresh = known is None or known.shape != grid.shape
         state = record_failures(grid.shape, set(), writer=det.rank == 0 and fresh)
-        if det.rank == 0 and call.saved:
-            where.remove(prefix)
+        _remove_inputs(call)
         record_phases(stats, t0, t1, t2)
         return ResilientResult(f.C, grid, grid.comm, (), state, {}, 0, exchange.storage_reads, det.timeout)  # type: ignore[arg-type]
     tick = PhaseTimer(stats)
@@ -204,21 +205,37 @@ def build_operands(form: ProductForm, algorithm: str, protected: ProtectedOperan
                             form.jc, same_kmap=algorithm == "cannon"), built  # fmt: skip
 
 
+def _own_inputs(call: ResilientCall) -> dict[str, np.ndarray]:
+    """This process's inputs the call saves, by key (C as on entry; the aligned operands not protected)."""
+    me = call.grid.rank
+    own = {f"{call.prefix}/c.{me}": call.C.local} if call.save_c else {}
+    for side in "ab":
+        if call.saves(side) and call.ops is not None:
+            own[f"{call.prefix}/{side}.{me}"] = getattr(call.ops, side)
+    return own
+
+
 def _save(call: ResilientCall) -> None:
     """Phase 1, first half: save this process's inputs (local; a failure to save is said at the barrier)."""
     grid, where = call.grid, call.where
     d = call.C.desc
     for r in range(grid.size):
         call.shapes[("c", r)] = d.local_shape(*grid.coords(r), grid.nprow, grid.npcol)
-    me = grid.rank
     try:
-        if call.save_c:
-            where.save(f"{call.prefix}/c.{me}", call.C.local)
-        for side in "ab":
-            if call.saves(side) and call.ops is not None:
-                where.save(f"{call.prefix}/{side}.{me}", np.asfortranarray(getattr(call.ops, side)))
+        for key, array in _own_inputs(call).items():
+            where.save(key, np.asfortranarray(array))
     except StorageError as exc:  # e.g. a full disk: said at the barrier, raised alike everywhere later
         call.store_errno = exc.errno or getattr(exc.__cause__, "errno", None) or 0
+
+
+def _remove_inputs(call: ResilientCall) -> None:
+    """Remove the inputs of an error-free call (local; once every live process holds the decision, nobody
+    reads them): each process its own files, then rank 0 the call's directory with whatever is left in it,
+    so that no process carries every deletion at the end of the call."""
+    for key in _own_inputs(call):
+        call.where.remove(key)
+    if call.grid.rank == 0 and call.saved:
+        call.where.remove(call.prefix)
 
 
 def _synchronize(call: ResilientCall) -> tuple[FailureAwareExchange, bool]:
@@ -277,18 +294,15 @@ def _iterate(call: ResilientCall, exchange: FailureAwareExchange) -> Exception |
 
 
 def _iterate_banded(call: ResilientCall, exchange: FailureAwareExchange, c: np.ndarray) -> None:
-    """The steps of a product with a triangular operand: one SUMMA step at a time, each multiplied only into
-    the band of ``c`` it reaches (:class:`~._part.TriangularBands`; the band changes from step to step, the
-    tiles of one :func:`~ftkit.linalg.pblas._summa.run_summa` call do not)."""
+    """The steps of a product with a triangular operand, each multiplied only into the band of ``c`` it
+    reaches (:class:`~._part.TriangularBands`): one SUMMA pipeline whose steps have their own tiles, so the
+    next step's exchange is in flight during this step's GEMMs."""
     ops = call.ops
     assert ops is not None
     bands = TriangularBands(call)
     steps = plan_summa(ops.ka, ops.kb, call.width or band_width(ops.ka, ops.kb))
-    beta = bands.first_beta(c, steps[0], call.beta)
-    for step in steps:
-        run_summa(call.grid, ops.a, ops.b, c, ops.ka, ops.kb, call.alpha, exchange=exchange, steps=[step],
-                  beta=beta, tiles=bands.tiles(step))  # fmt: skip
-        beta = 1.0
+    run_summa(call.grid, ops.a, ops.b, c, ops.ka, ops.kb, call.alpha, exchange=exchange, steps=steps,
+              beta=bands.first_beta(c, steps[0], call.beta), tiles=bands.tiles)  # fmt: skip
 
 
 def _agree(call: ResilientCall) -> frozenset[int]:
@@ -366,6 +380,7 @@ def _agree_and_repair(
         # Name the same ranks everywhere: agree on them (the fenced take part, then leave as fenced).
         gone = sorted(agree_on_dead(det.comm, det.dead | dead, abstain=det.fenced))
         det.raise_if_fenced()
+        discard_inputs(call, first=det.rank == min(set(range(grid.size)) - set(gone), default=-1))
         raise ProcessFailure(
             f"ranks {gone} failed, the last of them while the survivors were repairing the communicator "
             f"(after agreeing on ranks {sorted(dead)}): the product cannot be completed; continue on the "
@@ -376,6 +391,8 @@ def _agree_and_repair(
         det.raise_if_fenced()
         raise Fenced(f"rank {det.rank} was declared dead by its peers and fenced off", [det.rank])
     state = record_failures(grid.shape, {grid.coords(r) for r in dead}, writer=new_comm.Get_rank() == 0)
+    if decided & (_STORED | _INPUTS) != _STORED | _INPUTS:  # the call fails on every survivor
+        discard_inputs(call, first=new_comm.Get_rank() == 0)
     if not decided & _STORED:
         raise save_failed(call.where, ~(decided >> _ERRNO_SHIFT) & 0xFF)
     if not decided & _INPUTS:

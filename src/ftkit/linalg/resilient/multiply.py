@@ -125,8 +125,9 @@ def resilient_pdgemm(
         Where every process's inputs are saved and a dead process's inputs are read back: an
         :class:`~ftkit.storage.inputs.InputStore` or a directory path readable by every rank (the L4 /
         ``glbl_dir`` directory), where ftkit checkpoint files
-        (:class:`~ftkit.storage.inputs.CheckpointFileStore`)
-        are written. The call's files are removed when it succeeds. Or the
+        (:class:`~ftkit.storage.inputs.CheckpointFileStore`, without fsync: why, and how to have it, in
+        :mod:`~ftkit.linalg.resilient.protected`) are written. The call's files are removed when it returns
+        (each process its own; after a failure, by the survivors). Or the
         :class:`~ftkit.linalg.ProtectedOperands` of :func:`~ftkit.linalg.protect_operands`
         for this A, B and these arguments: A and B were saved once beforehand and this call writes at most C
         (only if ``beta != 0`` or it updates part of C), which makes its error-free cost the failure-aware

@@ -1,0 +1,146 @@
+"""Per-phase CPU and wall seconds of a plain level-3 routine and its ``resilient_`` version with protected
+operands, per rank, interleaved.
+
+usage: ftkit launch -n 4 -- python benchmarks/profile_resilient.py --grid 2x2 --n 4096 --nb 128 [--reps 3]
+       [--routines pdtrmm pdsyrk]
+
+Wraps the phases of :func:`~ftkit.linalg.resilient.engine.resilient_call` (building the unprotected operand,
+saving the inputs, the protect phase's barrier, each SUMMA call, the rest of the iterate phase, the
+agreement, the decision's hold, recording the state, removing the call's files) with timers that count
+exclusive time (a phase nested in another is subtracted from it), runs each routine and its ``resilient_``
+version alternately with the operands the benchmark uses (``bench_pblas3.py``: side L, lower, "N"; SYRK
+lower "N" with beta 1), the fixed operands protected once, untimed, and prints per routine and rank the
+median over ``--reps`` repetitions (after one untimed warm-up) of each phase's CPU seconds
+(``time.process_time``) and wall seconds, then the sum of CPU over ranks. A profile, not a benchmark: take
+the ratios from ``bench_pblas3.py --side-by-side``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from ftkit import linalg
+from ftkit.linalg.resilient import engine
+from ftkit.storage.inputs import CheckpointFileStore
+
+_STACK: list[list[float]] = []  # per open phase: [cpu spent in nested phases, wall spent in nested phases]
+_TOTALS: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+
+
+def _timed(name: str, fn: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        c0, w0 = time.process_time(), time.perf_counter()
+        _STACK.append([0.0, 0.0])
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            inner = _STACK.pop()
+            dc, dw = time.process_time() - c0, time.perf_counter() - w0
+            tot = _TOTALS[name]
+            tot[0] += dc - inner[0]
+            tot[1] += dw - inner[1]
+            if _STACK:
+                _STACK[-1][0] += dc
+                _STACK[-1][1] += dw
+    return wrapper
+
+
+def _install() -> None:
+    for name in ("build_operands", "_save", "_synchronize", "_iterate", "run_summa", "_agree",
+                 "hold_decision", "record_failures", "resilient_call"):
+        setattr(engine, name, _timed(name, getattr(engine, name)))
+    for name in ("save", "remove"):
+        setattr(CheckpointFileStore, name, _timed(f"store.{name}", getattr(CheckpointFileStore, name)))
+
+
+def _operands(grid: linalg.ProcessGrid, n: int, nb: int) -> dict[str, linalg.DistributedMatrix]:
+    T = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=1)
+    rows, cols = T.global_rows()[:, None], T.global_cols()[None, :]
+    T.local[...] = np.where(rows == cols, n + np.abs(T.local), T.local)
+    B = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=2)
+    C = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=3)
+    return {"T": T, "B": B, "C": C}
+
+
+def _run(routine: str, n: int, ops: dict[str, linalg.DistributedMatrix], store: Any) -> None:
+    fn = getattr(linalg, routine)
+    kw = {"store": store} if routine.startswith("resilient_") else {}
+    if routine.endswith("pdtrmm"):
+        fn("L", "L", "N", "N", n, n, 1.0, ops["T"], 0, 0, ops["B"].copy(), 0, 0, **kw)
+    else:
+        fn("L", "N", n, n, 1.0, ops["B"], 0, 0, 1.0, ops["C"].copy(), 0, 0, **kw)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--grid", default="2x2")
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--nb", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--routines", nargs="+", default=["pdtrmm", "pdsyrk"], choices=["pdtrmm", "pdsyrk"])
+    ap.add_argument("--store", default=None, help="store directory (default: a temporary one, removed)")
+    args = ap.parse_args()
+    pr, pc = map(int, args.grid.split("x"))
+    comm = MPI.COMM_WORLD
+    grid = linalg.ProcessGrid(comm, pr, pc)
+    n = args.n
+    ops = _operands(grid, n, args.nb)
+    root = args.store or comm.bcast(tempfile.mkdtemp(prefix="profile_resilient_") if comm.rank == 0 else None)
+    store = str(Path(root) / "inputs")
+    handles = {"pdtrmm": linalg.protect_pdtrmm("L", "L", "N", "N", n, n, ops["T"], 0, 0, ops["B"], 0, 0,
+                                               store=store),
+               "pdsyrk": linalg.protect_pdsyrk("L", "N", n, n, ops["B"], 0, 0, ops["C"], 0, 0, store=store)}
+    _install()
+    runs: dict[str, list[dict[str, list[float]]]] = defaultdict(list)
+    names = [r for base in args.routines for r in (base, f"resilient_{base}")]
+    for rep in range(args.reps + 1):
+        for routine in names:
+            _TOTALS.clear()
+            comm.Barrier()
+            c0, w0 = time.process_time(), time.perf_counter()
+            _run(routine, n, ops, handles[routine.removeprefix("resilient_")])
+            total = [time.process_time() - c0, time.perf_counter() - w0]
+            comm.Barrier()
+            if rep:
+                got = {k: list(v) for k, v in _TOTALS.items()}
+                got["(rest)"] = [total[0] - sum(v[0] for v in got.values()),
+                                 total[1] - sum(v[1] for v in got.values())]
+                got["TOTAL"] = total
+                runs[routine].append(got)
+    for h in handles.values():
+        h.release()
+    left = sorted(p.relative_to(root).as_posix() for p in Path(root).rglob("*") if p.is_file())
+    med = {routine: {k: (float(np.median([r.get(k, [0, 0])[0] for r in reps])),
+                         float(np.median([r.get(k, [0, 0])[1] for r in reps])))
+                     for k in sorted({k for r in reps for k in r})} for routine, reps in runs.items()}
+    every = comm.gather(med, root=0)
+    if comm.rank == 0:
+        for routine in names:
+            keys = sorted({k for m in every for k in m[routine]}, key=lambda k: (k == "TOTAL", k))
+            print(f"\n{routine} grid={args.grid} n={n} nb={args.nb} reps={args.reps}: median ms (cpu/wall) "
+                  "per rank, sum of cpu")
+            print(f"{'phase':>18} " + " ".join(f"{'r' + str(r):>13}" for r in range(comm.size)) + "  cpu sum")
+            for k in keys:
+                vals = [m[routine].get(k, (0.0, 0.0)) for m in every]
+                print(f"{k:>18} " + " ".join(f"{c * 1e3:6.0f}/{w * 1e3:6.0f}" for c, w in vals)
+                      + f"  {sum(c for c, _ in vals) * 1e3:7.0f}")
+        print(f"\nfiles left in the store after release: {left or 'none'}")
+    comm.Barrier()
+    if not args.store and comm.rank == 0:
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
