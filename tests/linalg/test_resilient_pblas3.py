@@ -65,10 +65,14 @@ def _run(tmp_path: Path, grid: str, routine: str, flags: str, victim: int | None
 
 def _check(tmp_path: Path, r, nprocs: int, dead: list[int]) -> None:
     """Every survivor returned with ``dead`` failed; their pieces cover C once and equal numpy's result; the
-    call left none of its files in the store (only the protected operands, whose handle the program keeps)."""
+    call left none of its files in the store (only the survivors' pieces of the protected operands, whose
+    handle the program keeps: the dead's pieces are removed with the call's files)."""
     out = r.stdout + r.stderr
     left = [p.relative_to(tmp_path / "store").as_posix() for p in (tmp_path / "store").glob("*")]
     assert all(name.startswith("operands-") for name in left), f"the call left {left} in the store\n{out}"
+    pieces = [p.name for p in (tmp_path / "store").glob("operands-*/*")]
+    dead_pieces = [name for name in pieces if int(name.split(".")[1]) in dead]
+    assert not dead_pieces, f"the dead ranks' protected pieces {dead_pieces} stayed in the store\n{out}"
     done = dict(re.findall(r"DONE rank=(\d+) failed=(\[.*?\])", r.stdout))
     assert sorted(int(k) for k in done) == [x for x in range(nprocs) if x not in dead], out
     assert set(done.values()) == {str(dead)}, out

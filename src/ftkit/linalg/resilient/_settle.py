@@ -10,6 +10,7 @@ local and pure arithmetic on data every survivor agrees on.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -252,7 +253,7 @@ def settle_up(
     hold_decision(new_comm, decided)
     tick("redistribute_s")
     # Success or not, every survivor holds the decision and reads no stored piece any more.
-    discard_inputs(call, first=new_comm.Get_rank() == 0)
+    discard_inputs(call, dead, first=new_comm.Get_rank() == 0)
     if not decided & _MOVED:
         survivors = [r for r in range(call.grid.size) if r not in dead]
         lost = agree_on_dead(new_comm, failed_ranks_quietly(new_comm))
@@ -278,14 +279,23 @@ def settle_up(
                            exchange.storage_reads, call.det.timeout, unchecked)  # fmt: skip
 
 
-def discard_inputs(call: ResilientCall, *, first: bool) -> None:
+def discard_inputs(call: ResilientCall, dead: Iterable[int], *, first: bool) -> None:
     """Remove the call's files after a failure, once every survivor holds the decision that ends the call
     (it returns or fails alike everywhere; nobody reads a stored piece after it): the ``first`` survivor
     (local) removes the call's directory, the dead processes' files and a killed writer's temporary file
-    with it. An error doing so is dropped: the call's result, or its own error, is what the caller gets."""
-    if first and call.saved:
-        with contextlib.suppress(OSError, FtkitError):
+    with it, and the ``dead`` processes' pieces of operands protected beforehand (a survivor's
+    :meth:`~.protected.ProtectedOperands.release` removes only its own; the grid the handle was made for can
+    no longer compute, so nobody reads them again). An error doing so is dropped: the call's result, or its
+    own error, is what the caller gets."""
+    if not first:
+        return
+    with contextlib.suppress(OSError, FtkitError):
+        if call.saved:
             call.where.remove(call.prefix)
+        for side in "ab":
+            if call.prefixes[side] != call.prefix:
+                for r in dead:
+                    call.where.remove(f"{call.prefixes[side]}/{side}.{r}")
 
 
 def _kept_box(mask: np.ndarray, mb: int, nb: int) -> tuple[slice, slice]:

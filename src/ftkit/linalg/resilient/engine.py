@@ -380,7 +380,7 @@ def _agree_and_repair(
         # Name the same ranks everywhere: agree on them (the fenced take part, then leave as fenced).
         gone = sorted(agree_on_dead(det.comm, det.dead | dead, abstain=det.fenced))
         det.raise_if_fenced()
-        discard_inputs(call, first=det.rank == min(set(range(grid.size)) - set(gone), default=-1))
+        discard_inputs(call, gone, first=det.rank == min(set(range(grid.size)) - set(gone), default=-1))
         raise ProcessFailure(
             f"ranks {gone} failed, the last of them while the survivors were repairing the communicator "
             f"(after agreeing on ranks {sorted(dead)}): the product cannot be completed; continue on the "
@@ -392,7 +392,7 @@ def _agree_and_repair(
         raise Fenced(f"rank {det.rank} was declared dead by its peers and fenced off", [det.rank])
     state = record_failures(grid.shape, {grid.coords(r) for r in dead}, writer=new_comm.Get_rank() == 0)
     if decided & (_STORED | _INPUTS) != _STORED | _INPUTS:  # the call fails on every survivor
-        discard_inputs(call, first=new_comm.Get_rank() == 0)
+        discard_inputs(call, dead, first=new_comm.Get_rank() == 0)
     if not decided & _STORED:
         raise save_failed(call.where, ~(decided >> _ERRNO_SHIFT) & 0xFF)
     if not decided & _INPUTS:
