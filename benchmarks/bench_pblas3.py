@@ -33,9 +33,10 @@ and its plain routine run under the same load; the table gives the ratio of CPU-
 wall-time ones. Timing as in the ScaLAPACK anchor programs
 (``/work/shared/anchors/scalapack``): untimed warm-up call, then ``Barrier; t0; call; allreduce(MAX)``, CPU
 time summed over ranks; every timed call starts from a fresh copy of its operands (copy not timed). Prints
-``RES sys=ftkit routine=.. grid=.. n=.. nb=.. rep=.. t=.. gflops=.. cpu=..`` per call, the flop counts of
-ScaLAPACK's testers (TRSM/TRMM N^3, SYRK N^3, SYR2K 2 N^3, POTRF N^3/3). ``--check`` also compares each
-result with numpy on rank 0 (small sizes only) and prints ``CHECK ... OK|FAIL``.
+``RES sys=ftkit routine=.. grid=.. n=.. nb=.. rep=.. t=.. gflops=.. cpu=.. usr=.. sys=..`` per call (``usr``
+and ``sys``: the user and system parts of ``cpu``, all ranks summed; the table has their medians), the flop
+counts of ScaLAPACK's testers (TRSM/TRMM N^3, SYRK N^3, SYR2K 2 N^3, POTRF N^3/3). ``--check`` also compares
+each result with numpy on rank 0 (small sizes only) and prints ``CHECK ... OK|FAIL``.
 
 Set ``OPENBLAS_NUM_THREADS=1`` for 1-thread ranks, as the ScaLAPACK side runs (the driver sets it for
 both jobs). Do not read timings taken on a loaded machine: the driver prints the 1-minute load per job.

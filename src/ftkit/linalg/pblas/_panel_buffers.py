@@ -7,9 +7,9 @@ each other's memory instead of faulting fresh pages each call.
 Why it matters: glibc serves every array of more than a few MiB by its own ``mmap`` and gives it back by
 ``munmap`` when it is freed, so a fresh array costs a page fault and a kernel zeroing per page, as system
 CPU time. On a virtual machine that reports freed guest pages back to its host (virtio-balloon free page
-reporting, as here) the host then faults every page in again as well: a PDSYR2K at n = 4096 on 2 x 2 spent
-0.8-1.7 s of system time per call (all ranks) on its fresh redistribution buffers, 0.1-0.4 s when no memory
-went back to the kernel between calls.
+reporting, as the development machine does) the host then faults every page in again as well: a PDSYR2K
+at n = 4096, nb = 128 on 2 x 2 spent a median 1.3 s (0.5-1.6 s) of system time per call, all ranks
+summed, with fresh redistribution buffers, 0.36 s (0.18-0.68 s) with this cache (user time 3.1-3.3 s).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ __all__ = ["BUFFER_CACHE_BYTES", "panel_slots", "pooled_buffer", "release_pool"]
 #: Buffers kept for reuse between multiplies, per process (bytes), at least: ft_pdsyrk's copy of C0 beside
 #: two panel sets is 137 MB per rank at n = 4096, nb = 128 on 2 x 2 (128 MiB dropped it after every call).
 #: The cache keeps more when one call had more in use at once (its high-water mark): PDSYR2K's two
-#: redistributed operands and their messages beside the panels are ~290 MB there, and a fixed cap below
-#: that dropped and faulted ~70 MB again every call.
+#: redistributed operands, then the panels that reuse its message buffers, are ~255 MiB per rank there; a
+#: fixed cap below that dropped the 68 MiB receive buffer after every call, to be faulted in again.
 BUFFER_CACHE_BYTES = 192 * 2**20
 
 
