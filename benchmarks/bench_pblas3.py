@@ -33,9 +33,10 @@ and its plain routine run under the same load; the table gives the ratio of CPU-
 wall-time ones. Timing as in the ScaLAPACK anchor programs
 (``/work/shared/anchors/scalapack``): untimed warm-up call, then ``Barrier; t0; call; allreduce(MAX)``, CPU
 time summed over ranks; every timed call starts from a fresh copy of its operands (copy not timed). Prints
-``RES sys=ftkit routine=.. grid=.. n=.. nb=.. rep=.. t=.. gflops=.. cpu=..`` per call, the flop counts of
-ScaLAPACK's testers (TRSM/TRMM N^3, SYRK N^3, SYR2K 2 N^3, POTRF N^3/3). ``--check`` also compares each
-result with numpy on rank 0 (small sizes only) and prints ``CHECK ... OK|FAIL``.
+``RES sys=ftkit routine=.. grid=.. n=.. nb=.. rep=.. t=.. gflops=.. cpu=.. usr=.. sys=..`` per call (``usr``
+and ``sys``: the user and system parts of ``cpu``, all ranks summed; the table has their medians), the flop
+counts of ScaLAPACK's testers (TRSM/TRMM N^3, SYRK N^3, SYR2K 2 N^3, POTRF N^3/3). ``--check`` also compares
+each result with numpy on rank 0 (small sizes only) and prints ``CHECK ... OK|FAIL``.
 
 Set ``OPENBLAS_NUM_THREADS=1`` for 1-thread ranks, as the ScaLAPACK side runs (the driver sets it for
 both jobs). Do not read timings taken on a loaded machine: the driver prints the 1-minute load per job.
@@ -98,7 +99,7 @@ def protect(routine: str, n: int, ops: Mats, store: str) -> Any:
     return fn("L", "N", n, n, ops["B"], 0, 0, ops["T"], 0, 0, ops["C"], 0, 0, store=store)
 Mats = dict[str, "linalg.DistributedMatrix"]
 RES_LINE = re.compile(r"RES sys=(\S+) routine=(\S+) grid=\S+ n=(\d+) nb=(\d+) rep=\d+ t=([\d.]+) "
-                      r"gflops=\S+ cpu=([\d.]+)")
+                      r"gflops=\S+ cpu=([\d.]+) usr=([\d.]+) sys=([\d.]+)")
 
 
 def operands(grid: linalg.ProcessGrid, n: int, nb: int) -> Mats:
@@ -138,7 +139,7 @@ def call(routine: str, n: int, ops: Mats, ckpt: object, store: Any = None) -> li
         fn = functools.partial(fn, store=store, stats=stats)
     comm = T.grid.comm
     comm.Barrier()
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0 = time.perf_counter(), os.times()
     if base in ("pdtrsm", "pdtrmm"):
         fn("L", "L", "N", "N", n, n, 1.0, T, 0, 0, B, 0, 0)
         out = B
@@ -155,8 +156,9 @@ def call(routine: str, n: int, ops: Mats, ckpt: object, store: Any = None) -> li
         fn("L", n, S, 0, 0)
         out = S
     t = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-    cpu = comm.allreduce(time.process_time() - c0, op=MPI.SUM)
-    call.last = (t, cpu)  # type: ignore[attr-defined]
+    c1 = os.times()
+    usr, sys_ = comm.allreduce(np.array([c1.user - c0.user, c1.system - c0.system]), op=MPI.SUM)
+    call.last = (t, float(usr + sys_), float(usr), float(sys_))  # type: ignore[attr-defined]
     return out
 
 
@@ -234,11 +236,12 @@ def ftkit_worker(args: argparse.Namespace) -> None:
             for routine in args.routines:
                 c0 = time.process_time()
                 call(routine, n, ops, ckpt, handles.get(routine, store))
-                t, cpu = call.last  # type: ignore[attr-defined]
+                t, cpu, usr, sys_ = call.last  # type: ignore[attr-defined]
                 flops = FLOPS[base_of(routine)] * n**3
                 if comm.rank == 0:
                     print(f"RES sys=ftkit routine={routine} grid={args.grid} n={n} nb={nb} rep={rep} "
-                          f"t={t:.4f} gflops={flops / t / 1e9:.2f} cpu={cpu:.3f}", flush=True)
+                          f"t={t:.4f} gflops={flops / t / 1e9:.2f} cpu={cpu:.3f} usr={usr:.3f} "
+                          f"sys={sys_:.3f}", flush=True)
                 if routine.startswith("resilient_"):
                     _print_phases(comm, routine, rep, call.stats, time.process_time() - c0)  # type: ignore[attr-defined]
         for handle in handles.values():
@@ -337,13 +340,14 @@ def sl_operands(sl: ScaLAPACK, n: int, nb: int) -> dict[str, np.ndarray]:
 
 
 def sl_call(sl: ScaLAPACK, routine: str, n: int, ops: dict[str, np.ndarray],
-            desc: Any) -> tuple[float, float]:
-    """Run the ScaLAPACK ``routine`` on fresh copies (not timed) as :func:`call` runs ftkit's; (time, cpu)."""
+            desc: Any) -> tuple[float, float, float, float]:
+    """Run the ScaLAPACK ``routine`` on fresh copies (not timed) as :func:`call` runs ftkit's; (time, cpu,
+    user cpu, system cpu), CPU seconds summed over the ranks."""
     L, i, d, p = sl.L, sl.i, sl.d, sl.ptr
     T, S, B, C = ops["T"], ops["S"].copy(order="F"), ops["B"].copy(order="F"), ops["C"].copy(order="F")
     info = sl.ct.c_int(0)
     sl.L.Cblacs_barrier(sl.ctx, b"A")
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0 = time.perf_counter(), os.times()
     if routine in ("pdtrsm", "pdtrmm"):
         getattr(L, routine + "_")(b"L", b"L", b"N", b"N", i(n), i(n), d(1.0), p(T), i(1), i(1), desc, p(B),
                                   i(1), i(1), desc)  # fmt: skip
@@ -356,10 +360,11 @@ def sl_call(sl: ScaLAPACK, routine: str, n: int, ops: dict[str, np.ndarray],
     else:  # pdpotrf (Fortran: the hidden length of UPLO passed last)
         L.pdpotrf_(b"L", i(n), p(S), i(1), i(1), desc, sl.ct.byref(info), sl.ct.c_size_t(1))
     t = sl.reduce(time.perf_counter() - t0, "max")
-    cpu = sl.reduce(time.process_time() - c0, "sum")
+    c1 = os.times()
+    usr, sys_ = sl.reduce(c1.user - c0.user, "sum"), sl.reduce(c1.system - c0.system, "sum")
     if info.value != 0:
         raise SystemExit(f"{routine}: info={info.value}")
-    return t, cpu
+    return t, usr + sys_, usr, sys_
 
 
 def scalapack_worker(args: argparse.Namespace) -> None:
@@ -378,10 +383,11 @@ def scalapack_worker(args: argparse.Namespace) -> None:
         for routine in (r for r in args.routines if r == base_of(r)):
             sl_call(sl, routine, n, ops, desc)  # warm-up (untimed)
             for rep in range(args.reps):
-                t, cpu = sl_call(sl, routine, n, ops, desc)
+                t, cpu, usr, sys_ = sl_call(sl, routine, n, ops, desc)
                 if sl.rank == 0:
                     print(f"RES sys=scalapack routine={routine} grid={args.grid} n={n} nb={nb} rep={rep} "
-                          f"t={t:.4f} gflops={FLOPS[routine] * n**3 / t / 1e9:.2f} cpu={cpu:.3f}", flush=True)
+                          f"t={t:.4f} gflops={FLOPS[routine] * n**3 / t / 1e9:.2f} cpu={cpu:.3f} "
+                          f"usr={usr:.3f} sys={sys_:.3f}", flush=True)
     sl.L.Cblacs_gridexit(sl.ctx)
     sl.L.Cblacs_exit(0)
 
@@ -412,6 +418,8 @@ def side_by_side(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     times: dict[tuple[str, str, str], list[float]] = defaultdict(list)  # (case, sys, routine) -> seconds
     cpus: dict[tuple[str, str, str], list[float]] = defaultdict(list)  # the same, CPU seconds of all ranks
+    usrs: dict[tuple[str, str, str], list[float]] = defaultdict(list)  # the user part of those
+    syss: dict[tuple[str, str, str], list[float]] = defaultdict(list)  # and the system (kernel) part
     failed = 0
     for rnd in range(args.rounds):
         routines = list(args.routines)
@@ -431,22 +439,27 @@ def side_by_side(args: argparse.Namespace) -> int:
                     key = (f"{m.group(3)},{m.group(4)}", m.group(1), m.group(2))
                     times[key].append(float(m.group(5)))
                     cpus[key].append(float(m.group(6)))
+                    usrs[key].append(float(m.group(7)))
+                    syss[key].append(float(m.group(8)))
                 if line.startswith(("RES", "INFO", "CHECK", "PROTECT", "PHASE")):
                     print(f"r{rnd} {line}", flush=True)
             if r.returncode != 0 or "illegal value" in r.stderr:  # PXERBLA prints and returns
                 failed += 1
                 print(f"# {name} failed:\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}", flush=True)
-    _report(args, times, cpus)
+    _report(args, times, cpus, usrs, syss)
     return 1 if failed else 0
 
 
-def _report(args: argparse.Namespace, times: dict[tuple[str, str, str], list[float]],
-            cpus: dict[tuple[str, str, str], list[float]]) -> None:
+Samples = dict[tuple[str, str, str], list[float]]
+
+
+def _report(args: argparse.Namespace, times: Samples, cpus: Samples, usrs: Samples, syss: Samples) -> None:
     """Medians, p90s and their ratios per case and routine; the ratio of CPU-second medians beside them (on
-    a busy machine the wall time of a job swings with the load, the CPU seconds much less)."""
+    a busy machine the wall time of a job swings with the load, the CPU seconds much less), and the medians
+    of their user and system (kernel: page faults, zeroing, syscalls) parts, all ranks summed."""
     print(f"\n{'case':>10} {'routine':>18} {'ftkit med':>10} {'p90':>8} {'ref':>20} {'ref med':>10} "
           f"{'p90':>8} {'ratio med':>9} {'p90':>6} {'cpu med':>8} {'ref cpu':>8} "
-          f"{'cpu ratio':>9}")  # fmt: skip
+          f"{'cpu ratio':>9} {'usr':>7} {'sys':>6} {'ref usr':>7} {'ref sys':>7}")  # fmt: skip
     for case in args.cases:
         for routine in args.routines:
             base = base_of(routine)
@@ -457,7 +470,9 @@ def _report(args: argparse.Namespace, times: dict[tuple[str, str, str], list[flo
             cmed, rcmed = _quantile(cpus.get(mine, []), 0.5), _quantile(cpus.get(ref, []), 0.5)
             print(f"{case:>10} {routine:>18} {med:10.4f} {p90:8.4f} {ref_sys + ' ' + base:>20} {rmed:10.4f} "
                   f"{rp90:8.4f} {med / rmed:9.3f} {p90 / rp90:6.3f} {cmed:8.3f} {rcmed:8.3f} "
-                  f"{cmed / rcmed:9.3f}", flush=True)  # fmt: skip
+                  f"{cmed / rcmed:9.3f} {_quantile(usrs.get(mine, []), 0.5):7.3f} "
+                  f"{_quantile(syss.get(mine, []), 0.5):6.3f} {_quantile(usrs.get(ref, []), 0.5):7.3f} "
+                  f"{_quantile(syss.get(ref, []), 0.5):7.3f}", flush=True)  # fmt: skip
 
 
 def main() -> None:

@@ -192,3 +192,45 @@ def test_panel_solve_kernel_matches_numpy(dtype):
     want = np.linalg.solve(low, c_order.T.astype(np.float64)).T
     trsm_right_lower_t(low.astype(dtype), c_order)
     assert np.allclose(c_order, want, rtol=tol, atol=tol)
+
+
+def test_buffer_cache_keeps_what_one_call_had_in_use():
+    """Buffers in use at once, more than BUFFER_CACHE_BYTES together (PDSYR2K's moved operands, messages
+    and panels at n = 4096 on 2 x 2), are all kept when given back: the next call gets the same memory
+    instead of faulting fresh pages."""
+    from ftkit.linalg.pblas import _panel_buffers as pb
+
+    cache = pb._BufferCache()
+    size = pb.BUFFER_CACHE_BYTES // 8 // 2  # float64 elements: three buffers are 1.5x the fixed cap
+    taken = [cache.take(size) for _ in range(3)]  # never written: no page is touched
+    for buf in taken:
+        cache.give(buf)
+    again = [cache.take(size) for _ in range(3)]
+    assert {id(b) for b in again} == {id(b) for b in taken}
+    assert id(cache.take(size)) not in {id(b) for b in taken}  # one more, beside them in use, is new
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_pooled_redistribution_writes_every_element(grid, dtype):
+    """Moves into buffers of a pool (PDSYRK's and PDSYR2K's transposed operands) overwrite every element of
+    reused, dirty memory: the pieces equal freshly allocated ones bit for bit, and live in the pool."""
+    from ftkit.linalg.pblas._panel_buffers import pooled_buffer, release_pool
+    from ftkit.linalg.pblas._redistribute import Move, redistribute_many
+
+    rng = np.random.default_rng(9)
+    A = linalg.DistributedMatrix.from_global(grid, rng.standard_normal((23, 17)).astype(dtype), mb=4, nb=3)
+    C = linalg.DistributedMatrix.zeros(grid, 19, 19, mb=5, nb=5, dtype=dtype)
+    moves = [Move(A, 2, 1, True, C.row_map(0, 15), C.col_map(3, 11)),  # messages: transposed
+             Move(A, 1, 2, False, A.row_map(1, 9), A.col_map(2, 7))]  # no message: a copy
+    want = redistribute_many(moves)
+    dirty: dict[object, np.ndarray] = {}
+    for key in range(4):  # leave NaN-filled buffers in the cache for the pool to take
+        pooled_buffer(dirty, key, (40, 40))[...] = np.nan
+    release_pool(dirty)
+    pool: dict[object, np.ndarray] = {}
+    got = redistribute_many(moves, pool)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and np.array_equal(g, w)
+        assert any(np.shares_memory(g, buf) for buf in pool.values())
+    np.testing.assert_array_equal(want[0], A.to_global()[2:13, 1:16].T)
+    release_pool(pool)

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from ...errors import ABFTError
 from ...inject import InjectionPlan
 from .. import checksums
 from ..matrix import DistributedMatrix
+from ..pblas._panel_buffers import release_pool
 from ..pblas.rank_k import aligned_terms, triangle_tiles
 from .product import Term, _ft_gemm
 from .report import ABFTReport
@@ -49,13 +52,15 @@ def checked_rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, X: 
     out = C.local_view(ic, jc, n, n)
     saved_out = saved if C is C64 else stairs.save(out)
     stairs.zero(c)
+    pool: dict[object, np.ndarray] = {}  # the moved operands, in buffers kept between calls
     try:
+        aligned = aligned_terms(trans, terms, n, k, C64, ic, jc, pool)
         return _ft_gemm(ta, tb, n, n, k, alpha, *terms[0], beta, C64, ic, jc, bs, tol, mode, None, None,
-                        inject, False, more_terms=terms[1:],
-                        aligned=aligned_terms(trans, terms, n, k, C64, ic, jc), stairs=stairs)  # fmt: skip
+                        inject, False, more_terms=terms[1:], aligned=aligned, stairs=stairs)  # fmt: skip
     except ABFTError as exc:  # the same on every process: the caller raises it with its own name
         return exc.report  # type: ignore[return-value]
     finally:
+        release_pool(pool)  # the recomputation, the last reader of the operands, is done
         stairs.restore(c, saved)
         if C is not C64:  # the triangle rounded into C, C's own values outside it
             for rs, cs in stairs.tiles:

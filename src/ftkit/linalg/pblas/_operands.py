@@ -68,7 +68,8 @@ Product = tuple[str, str, int, int, int, DistributedMatrix, int, int, Distribute
                 DistributedMatrix, int, int]
 
 
-def aligned_operands_many(products: Sequence[Product], *, same_kmap: bool = False) -> list[AlignedOperands]:
+def aligned_operands_many(products: Sequence[Product], *, same_kmap: bool = False,
+                          pool: dict[object, np.ndarray] | None = None) -> list[AlignedOperands]:
     """Return :func:`aligned_operands` of every product of ``products``, with all the operands that must be
     moved redistributed together (:func:`~ftkit.linalg.pblas._redistribute.redistribute_many`: one message
     round for, e.g., PDSYR2K's two transposed operands; collective).
@@ -79,6 +80,10 @@ def aligned_operands_many(products: Sequence[Product], *, same_kmap: bool = Fals
         Each product's arguments, as :func:`aligned_operands` takes them.
     same_kmap
         As :func:`aligned_operands`, for every product.
+    pool
+        If given, the moved operands are put in buffers of the process-wide cache held by ``pool``
+        (:func:`~ftkit.linalg.pblas._redistribute.redistribute_many`); the caller gives them back with
+        :func:`~ftkit.linalg.pblas._panel_buffers.release_pool` once the product is computed.
 
     Returns
     -------
@@ -87,7 +92,7 @@ def aligned_operands_many(products: Sequence[Product], *, same_kmap: bool = Fals
     """
     plans = [_plan(*pr, same_kmap=same_kmap) for pr in products]
     moves = [mv for plan in plans for mv in (plan.a, plan.b) if isinstance(mv, Move)]
-    moved = iter(redistribute_many(moves))
+    moved = iter(redistribute_many(moves, pool))
     out = []
     for plan in plans:
         a = next(moved) if isinstance(plan.a, Move) else plan.a

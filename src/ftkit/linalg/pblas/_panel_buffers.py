@@ -1,7 +1,15 @@
 """Panel buffers of the SUMMA multiplies, kept between calls in a process-wide cache.
 
-Every panel exchange (plain, ABFT-encoded, failure-aware) and the ABFT routines' scratch take their buffers
-from one cache, so alternating routines reuse each other's memory instead of faulting fresh pages each call.
+Every panel exchange (plain, ABFT-encoded, failure-aware), the redistributions' message buffers and pooled
+outputs, and the ABFT routines' scratch take their buffers from one cache, so alternating routines reuse
+each other's memory instead of faulting fresh pages each call.
+
+Why it matters: glibc serves every array of more than a few MiB by its own ``mmap`` and gives it back by
+``munmap`` when it is freed, so a fresh array costs a page fault and a kernel zeroing per page, as system
+CPU time. On a virtual machine that reports freed guest pages back to its host (virtio-balloon free page
+reporting, as the development machine does) the host then faults every page in again as well: a PDSYR2K
+at n = 4096, nb = 128 on 2 x 2 spent a median 1.3 s (0.5-1.6 s) of system time per call, all ranks
+summed, with fresh redistribution buffers, 0.36 s (0.18-0.68 s) with this cache (user time 3.1-3.3 s).
 """
 
 from __future__ import annotations
@@ -12,8 +20,11 @@ import numpy as np
 
 __all__ = ["BUFFER_CACHE_BYTES", "panel_slots", "pooled_buffer", "release_pool"]
 
-#: Panel buffers kept for reuse between multiplies, per process (bytes): ft_pdsyrk's copy of C0 beside two
-#: panel sets is 137 MB per rank at n = 4096, nb = 128 on 2 x 2 (128 MiB dropped it after every call).
+#: Buffers kept for reuse between multiplies, per process (bytes), at least: ft_pdsyrk's copy of C0 beside
+#: two panel sets is 137 MB per rank at n = 4096, nb = 128 on 2 x 2 (128 MiB dropped it after every call).
+#: The cache keeps more when one call had more in use at once (its high-water mark): PDSYR2K's two
+#: redistributed operands, then the panels that reuse its message buffers, are ~255 MiB per rank there; a
+#: fixed cap below that dropped the 68 MiB receive buffer after every call, to be faulted in again.
 BUFFER_CACHE_BYTES = 192 * 2**20
 
 
@@ -36,6 +47,8 @@ class _BufferCache:
     def __init__(self) -> None:
         self._free: list[np.ndarray] = []
         self._lock = threading.Lock()
+        self._in_use = 0  # bytes taken and not given back
+        self._peak = 0  # the most bytes ever in use at once: what the cache may keep
 
     def take(self, size: int) -> np.ndarray:
         with self._lock:
@@ -43,31 +56,39 @@ class _BufferCache:
             if fits:
                 best = min(fits, key=lambda b: b.size)
                 self._free = [b for b in self._free if b is not best]
-                return best
-        return np.empty(size + size // 16)
+            else:
+                best = np.empty(size + size // 16)
+            self._in_use += best.nbytes
+            self._peak = max(self._peak, self._in_use)
+            return best
 
     def give(self, buf: np.ndarray) -> None:
         with self._lock:
+            self._in_use = max(0, self._in_use - buf.nbytes)
             self._free.append(buf)
             self._free.sort(key=lambda b: -b.size)
-            while self._free and sum(b.nbytes for b in self._free) > BUFFER_CACHE_BYTES:
+            limit = max(BUFFER_CACHE_BYTES, self._peak)
+            while self._free and sum(b.nbytes for b in self._free) > limit:
                 self._free.pop(0)  # drop the largest first
 
 
 _buffers = _BufferCache()
 
 
-def pooled_buffer(pool: dict[object, np.ndarray], key: object, shape: tuple[int, int]) -> np.ndarray:
-    """Return a column-major array of ``shape`` backed by ``pool[key]``, a buffer taken from the process-wide
-    cache of panel buffers (kept between multiplies; grown when too small). Give it back with
-    :func:`release_pool` once no transfer can touch it."""
-    size = shape[0] * shape[1]
+def pooled_buffer(pool: dict[object, np.ndarray], key: object, shape: tuple[int, ...],
+                  dtype: np.dtype | type = np.float64) -> np.ndarray:
+    """Return a column-major array of ``shape`` and ``dtype`` backed by ``pool[key]``, a buffer taken from the
+    process-wide cache of panel buffers (kept between multiplies; grown when too small). Its contents are
+    whatever an earlier user left. Give it back with :func:`release_pool` once no transfer can touch it."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    size = -(-count * dtype.itemsize // 8)  # in the cache's float64 elements
     buf = pool.get(key)
     if buf is None or buf.size < size:
         if buf is not None:
             _buffers.give(buf)
         buf = pool[key] = _buffers.take(max(size, 1))
-    return buf[:size].reshape(shape, order="F")
+    return buf[:size].view(dtype)[:count].reshape(shape, order="F")
 
 
 def release_pool(pool: dict[object, np.ndarray]) -> None:

@@ -7,6 +7,11 @@ collective, and each piece is on its way as soon as it is packed); every process
 receives from the index maps alone, so no index lists travel. Several moves of one call (PDSYR2K's two
 transposed operands) go in one round (:func:`redistribute_many`), not one per operand.
 
+The message buffers come from the process-wide buffer cache (:mod:`._panel_buffers`) and go back to it
+once every transfer is complete; the pieces themselves too when the caller passes a ``pool`` (and hands it
+back with :func:`~._panel_buffers.release_pool` when done with them): a redistribution of fresh arrays
+faulted and zeroed every page of them again in every call, as system CPU time.
+
 When the target layout is the source's (no transpose, both maps aligned: :func:`same_layout`), every process
 already holds its piece: it is copied out of the local array, with no message. The test reads only the maps,
 which every process has, so all take the same branch and the collective stays matched.
@@ -23,6 +28,10 @@ from mpi4py import MPI
 from ..._wait import wait_requests
 from ..descriptor import BlockCyclic1D
 from ..matrix import DistributedMatrix
+from ._panel_buffers import pooled_buffer, release_pool
+
+#: Pool of buffers a caller lends a redistribution for its pieces (see :func:`redistribute_many`).
+Pool = dict[object, np.ndarray]
 
 #: Message tag of the moves' pieces on the grid communicator.
 TAG_MOVE = 603
@@ -92,7 +101,7 @@ def redistribute(src: DistributedMatrix, i0: int, j0: int, trans: bool, rows: Bl
     return redistribute_many([Move(src, i0, j0, trans, rows, cols)])[0]
 
 
-def redistribute_many(moves: Sequence[Move]) -> list[np.ndarray]:
+def redistribute_many(moves: Sequence[Move], pool: Pool | None = None) -> list[np.ndarray]:
     """Do every move of ``moves`` (sources on one grid): :func:`redistribute` of each, with the moves that
     need messages in one round per dtype (collective; every process passes the same moves).
 
@@ -100,6 +109,10 @@ def redistribute_many(moves: Sequence[Move]) -> list[np.ndarray]:
     ----------
     moves
         The redistributions, in any order.
+    pool
+        If given, the pieces are put in buffers of the process-wide cache held by ``pool`` (keys
+        ``("move", i)``), which the caller gives back with :func:`~._panel_buffers.release_pool` once it is
+        done with them; otherwise they are fresh arrays.
 
     Returns
     -------
@@ -111,14 +124,28 @@ def redistribute_many(moves: Sequence[Move]) -> list[np.ndarray]:
     for i, mv in enumerate(moves):
         if same_layout(mv.src, mv.i0, mv.j0, mv.trans, mv.rows, mv.cols):
             g = mv.src.grid
-            out[i] = np.array(mv.src.local[mv.src.row_map(mv.i0, mv.rows.n).local_range(g.myrow),
-                                           mv.src.col_map(mv.j0, mv.cols.n).local_range(g.mycol)], order="F")
+            local = mv.src.local[mv.src.row_map(mv.i0, mv.rows.n).local_range(g.myrow),
+                                 mv.src.col_map(mv.j0, mv.cols.n).local_range(g.mycol)]
+            if pool is None:
+                out[i] = np.array(local, order="F")
+            else:
+                piece = pooled_buffer(pool, ("move", i), local.shape, local.dtype)
+                piece[...] = local
+                out[i] = piece
         else:
             by_dtype.setdefault(mv.src.local.dtype, []).append(i)
     for _, idx in sorted(by_dtype.items(), key=lambda kv: kv[0].str):  # the same order on every process
-        for i, piece in zip(idx, exchange_many([moves[i] for i in idx]), strict=True):
+        into = None if pool is None else [pooled_buffer(pool, ("move", i), _target_shape(moves[i]),
+                                                        moves[i].src.local.dtype) for i in idx]
+        for i, piece in zip(idx, exchange_many([moves[i] for i in idx], into), strict=True):
             out[i] = piece
     return [piece for piece in out if piece is not None]
+
+
+def _target_shape(mv: Move) -> tuple[int, int]:
+    """This process's piece shape of ``mv`` (rows and columns of the target it owns)."""
+    g = mv.src.grid
+    return mv.rows.count(g.myrow), mv.cols.count(g.mycol)
 
 
 def exchange(src: DistributedMatrix, i0: int, j0: int, trans: bool, rows: BlockCyclic1D,
@@ -156,13 +183,16 @@ class _Plan:
         return i_s[self.row_dest[i_s] == dr], j_s[self.col_dest[j_s] == dc]
 
 
-def exchange_many(moves: Sequence[Move]) -> list[np.ndarray]:
+def exchange_many(moves: Sequence[Move], into: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
     """:func:`exchange` of every move of ``moves`` in one message round (collective).
 
     Parameters
     ----------
     moves
         Redistributions of sources on one grid, all of one dtype; every process passes the same moves.
+    into
+        If given, one F-order array per move, of its piece's shape and the dtype, that the piece is written
+        into (every element) and returned as; otherwise fresh arrays.
 
     Returns
     -------
@@ -190,10 +220,11 @@ def exchange_many(moves: Sequence[Move]) -> list[np.ndarray]:
     from ._pack_kernels import gather_into, scatter_into  # numba: imported at the first use
 
     comm, me = g.comm, g.comm.Get_rank()
-    rbuf = np.empty(sum(rcounts), dtype)
+    messages: Pool = {}
+    rbuf = pooled_buffer(messages, "recv", (sum(rcounts),), dtype)
     requests = [comm.Irecv([rbuf[rdispl[r]:rdispl[r] + rcounts[r]], mpitype], source=r, tag=TAG_MOVE)
                 for r in range(g.size) if r != me and rcounts[r]]
-    sbuf = np.empty(sum(scounts) - scounts[me], dtype)
+    sbuf = pooled_buffer(messages, "send", (sum(scounts) - scounts[me],), dtype)
     off = 0
     for r in [*(r for r in range(g.size) if r != me), me]:  # our own piece last, straight into rbuf
         piece = rbuf[rdispl[me]:rdispl[me] + rcounts[me]] if r == me else sbuf[off:off + scounts[r]]
@@ -207,7 +238,12 @@ def exchange_many(moves: Sequence[Move]) -> list[np.ndarray]:
         if r != me and scounts[r]:
             requests.append(comm.Isend([piece, mpitype], dest=r, tag=TAG_MOVE))
             off += scounts[r]
-    outs = [np.zeros(pl.shape, dtype, order="F") for pl in plans]
+    if into is None:
+        outs = [np.zeros(pl.shape, dtype, order="F") for pl in plans]
+    else:
+        outs = list(into)
+        if [o.shape for o in outs] != [pl.shape for pl in plans] or any(o.dtype != dtype for o in outs):
+            raise ValueError("exchange_many: an array of `into` is not shaped like its piece")
 
     def unpack(r: int) -> None:
         at = rdispl[r]
@@ -227,4 +263,5 @@ def exchange_many(moves: Sequence[Move]) -> list[np.ndarray]:
     for r in range(g.size):
         if r != me:
             unpack(r)
+    release_pool(messages)  # every transfer is complete (not after an exception: a receive may be pending)
     return outs

@@ -28,6 +28,7 @@ import numpy as np
 from ...errors import PBLASArgumentError
 from ..matrix import DistributedMatrix, segment_bounds
 from ._operands import AlignedOperands, aligned_operands_many
+from ._panel_buffers import release_pool
 from ._summa import run_summa
 from .add import trapezoid_mask
 from .gemm import _check_dim, _check_flag, _check_matrix, _check_scalar, _scale
@@ -166,13 +167,14 @@ def triangle_tiles(C: DistributedMatrix, ic: int, jc: int, n: int, uplo: str) ->
 
 
 def aligned_terms(trans: str, terms: list[Term], n: int, k: int, C: DistributedMatrix, ic: int,
-                  jc: int) -> list[AlignedOperands]:
+                  jc: int, pool: dict[object, np.ndarray] | None = None) -> list[AlignedOperands]:
     """Every term's operands of the whole ``n x n`` product ``op(X) op(Y).T``, aligned with
     ``C(ic:ic+n, jc:jc+n)`` (collective): each operand is moved at most once per call, all the terms' moves
-    in one message round."""
+    in one message round; into buffers held by ``pool`` if given (the caller releases it, see
+    :func:`~ftkit.linalg.pblas._operands.aligned_operands_many`)."""
     ta, tb = ("N", "T") if trans == "N" else ("T", "N")
     return aligned_operands_many([(ta, tb, n, n, k, X, ix, jx, Y, iy, jy, C, ic, jc)
-                                  for X, ix, jx, Y, iy, jy in terms])
+                                  for X, ix, jx, Y, iy, jy in terms], pool=pool)
 
 
 def rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, terms: list[Term], beta: float,
@@ -186,16 +188,20 @@ def rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, terms: list
         _scale(scaled, beta)
         c[...] = np.where(trapezoid_mask(C, ic, jc, n, n, uplo), scaled, c)
         return
-    ops = aligned_terms(trans, terms, n, k, C, ic, jc)
-    st = triangle_tiles(C, ic, jc, n, uplo)
-    saved = st.save(c)
-    if beta != 0.0:  # beta == 0: left to the first local GEMM of each tile, as pdgemm does
-        for rs, cs in st.tiles:
-            _scale(c[rs, cs], beta)
-    first, rest = ops[0], ops[1:]
-    run_summa(C.grid, first.a, first.b, c, first.ka, first.kb, alpha, beta=0.0 if beta == 0.0 else 1.0,
-              tiles=st.tiles, more=[(op.a, op.b, op.ka, op.kb) for op in rest])
-    st.restore(c, saved)
+    pool: dict[object, np.ndarray] = {}  # the moved operands, in buffers kept between calls
+    try:
+        ops = aligned_terms(trans, terms, n, k, C, ic, jc, pool)
+        st = triangle_tiles(C, ic, jc, n, uplo)
+        saved = st.save(c)
+        if beta != 0.0:  # beta == 0: left to the first local GEMM of each tile, as pdgemm does
+            for rs, cs in st.tiles:
+                _scale(c[rs, cs], beta)
+        first, rest = ops[0], ops[1:]
+        run_summa(C.grid, first.a, first.b, c, first.ka, first.kb, alpha, beta=0.0 if beta == 0.0 else 1.0,
+                  tiles=st.tiles, more=[(op.a, op.b, op.ka, op.kb) for op in rest])
+        st.restore(c, saved)
+    finally:
+        release_pool(pool)  # no transfer reads or writes the operands themselves (panels are copies)
 
 
 def pdsyrk(uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
