@@ -210,6 +210,33 @@ def test_buffer_cache_keeps_what_one_call_had_in_use():
     assert id(cache.take(size)) not in {id(b) for b in taken}  # one more, beside them in use, is new
 
 
+def test_release_buffers_frees_what_the_routines_kept_and_they_work_after_it(grid):
+    """The buffers kept between calls are freed on request (and the high-water mark with them), except one
+    a running call still holds; a routine after it allocates again and computes the same result."""
+    from ftkit.linalg.pblas import _panel_buffers as pb
+
+    rng = np.random.default_rng(4)
+    a, c = rng.standard_normal((40, 30)), rng.standard_normal((40, 40))
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=4, nb=4)
+
+    def call() -> np.ndarray:
+        C = linalg.DistributedMatrix.from_global(grid, c, mb=4, nb=4)
+        linalg.pdsyr2k("L", "N", 40, 30, 1.0, A, 0, 0, A, 0, 0, 0.5, C, 0, 0)
+        return C.to_global()
+
+    first = call()
+    kept: dict[object, np.ndarray] = {}
+    held: dict[object, np.ndarray] = {}
+    pb.pooled_buffer(kept, 0, (1000, 300))
+    pb.pooled_buffer(held, 0, (100, 30))   # a running call's, not given back
+    pb.release_pool(kept)
+    assert linalg.release_buffers() >= 1000 * 300 * 8
+    assert pb._buffers._free == [] and pb._buffers._peak == pb._buffers._in_use > 0
+    assert linalg.release_buffers() == 0
+    pb.release_pool(held)
+    assert np.array_equal(call(), first)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_pooled_redistribution_writes_every_element(grid, dtype):
     """Moves into buffers of a pool (PDSYRK's and PDSYR2K's transposed operands) overwrite every element of

@@ -26,7 +26,19 @@ from .cholesky import FactorizationError, pdpotrf, pdpotrs
 from .descriptor import BlockCyclic1D, Descriptor, indxg2l, indxg2p, indxl2g, numroc
 from .grid import ProcessGrid
 from .matrix import DistributedMatrix
-from .pblas import cannon, pdgeadd, pdgemm, pdsymm, pdsyr2k, pdsyrk, pdtradd, pdtran, pdtrmm, pdtrsm
+from .pblas import (
+    cannon,
+    pdgeadd,
+    pdgemm,
+    pdsymm,
+    pdsyr2k,
+    pdsyrk,
+    pdtradd,
+    pdtran,
+    pdtrmm,
+    pdtrsm,
+    release_buffers,
+)
 
 # name -> module (relative to this package) that defines it; imported on first access
 _LAZY = {
@@ -64,6 +76,7 @@ __all__ = [
     "pdpotrf",
     "pdpotrs",
     "FactorizationError",
+    "release_buffers",
     *_LAZY,
 ]
 

@@ -12,10 +12,11 @@
 
 from __future__ import annotations
 
+from ._panel_buffers import release_buffers
 from .add import pdgeadd, pdtradd, pdtran
 from .gemm import cannon, pdgemm, pdsymm
 from .rank_k import pdsyr2k, pdsyrk
 from .triangular import pdtrmm, pdtrsm
 
 __all__ = ["pdgemm", "pdsymm", "cannon", "pdtrsm", "pdtrmm", "pdsyrk", "pdsyr2k", "pdgeadd", "pdtradd",
-           "pdtran"]
+           "pdtran", "release_buffers"]

@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["BUFFER_CACHE_BYTES", "panel_slots", "pooled_buffer", "release_pool"]
+__all__ = ["BUFFER_CACHE_BYTES", "panel_slots", "pooled_buffer", "release_buffers", "release_pool"]
 
 #: Buffers kept for reuse between multiplies, per process (bytes), at least: ft_pdsyrk's copy of C0 beside
 #: two panel sets is 137 MB per rank at n = 4096, nb = 128 on 2 x 2 (128 MiB dropped it after every call).
@@ -72,7 +72,31 @@ class _BufferCache:
                 self._free.pop(0)  # drop the largest first
 
 
+    def clear(self) -> int:
+        """Drop every buffer not in use and forget the high-water mark; return the bytes dropped."""
+        with self._lock:
+            dropped = sum(b.nbytes for b in self._free)
+            self._free = []
+            self._peak = self._in_use
+            return dropped
+
+
 _buffers = _BufferCache()
+
+
+def release_buffers() -> int:
+    """Free the buffers the PBLAS routines keep between calls in this process (local, not collective).
+
+    The routines keep their panel and redistribution buffers for the next call, as much as one call ever
+    had in use at once (~255 MiB per process for a PDSYR2K at n = 4096, nb = 128 on 2 x 2): call this when
+    the process is done multiplying for a while and needs the memory. Later calls allocate again.
+
+    Returns
+    -------
+    int
+        The bytes freed (buffers still in use by a running call are kept).
+    """
+    return _buffers.clear()
 
 
 def pooled_buffer(pool: dict[object, np.ndarray], key: object, shape: tuple[int, ...],
