@@ -108,21 +108,18 @@ class CholeskyWork:
 
     def factor(self, routine: str, start: int = 0,
                after_panel: Callable[[int], None] | None = None) -> None:
-        """Run the panels from ``start`` on, calling ``after_panel(k)`` after each, then write back.
+        """Run the panels from ``start`` on (:meth:`CholeskySteps.run`, with its look-ahead), calling
+        ``after_panel(k)`` once panel ``k``'s update has finished, then write back.
 
         Raises
         ------
         FactorizationError
             On every rank, after writing back what was factored, if a leading minor is not positive definite.
         """
-        for k in range(start, len(self.steps.panels)):
-            bad = self.steps.step(k)
-            if bad >= 0:
-                self.write_back()
-                raise FactorizationError(routine, bad + 1, self.n)
-            if after_panel is not None:
-                after_panel(k)
+        bad = self.steps.run(start, after_panel)
         self.write_back()
+        if bad >= 0:
+            raise FactorizationError(routine, bad + 1, self.n)
 
 
 def pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int) -> None:
