@@ -179,7 +179,8 @@ def test_cholesky_lookahead_is_the_sequential_schedule(nprow, npcol):
     ft_pdpotrf's bit for bit, a bad minor in the panel the look-ahead factors early reported with the same
     minor on every rank (A left as the sequential schedule leaves it), a resume after panel k bit for bit;
     n not a multiple of nb, offsets, aligned and redistributed work matrices, L and U."""
-    r = run_python(nprow * npcol, PROGRAMS / "potrf_lookahead.py", str(nprow), str(npcol), timeout=300).check()
+    r = run_python(nprow * npcol, PROGRAMS / "potrf_lookahead.py", str(nprow), str(npcol),
+                   timeout=300).check()
     fails = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
     assert not fails, "\n".join(fails[:20])
     # 3 layouts x 2 uplo x (1 SPD + 4 bad minors + 3 resumes)

@@ -50,9 +50,8 @@ def _sequential(work: CholeskyWork) -> int:
             return bad
         assert low is not None
         mine = st.solve_panel(k, low)
-        w = mine.shape[1]
-        pieces = st.gather(mine.reshape(-1, order="F"), k, w)
-        st.apply_update(k, mine, st.column_rows(k, [pc.reshape((pc.size // w, w), order="F") for pc in pieces]))
+        pieces = st.gather(mine.reshape(-1, order="F"), k, mine.shape[1])
+        st.apply_update(k, mine, st.column_rows(k, [st.rows_of(k, pc) for pc in pieces]))
     return -1
 
 

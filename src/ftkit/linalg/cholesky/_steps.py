@@ -184,15 +184,21 @@ class CholeskySteps:
         g, (s, e) = self.grid, self.panels[k]
         diagonal = self.start_diagonal(k)
         below = self.rows.range_on(g.myrow, e, self.rows.n)
-        flight = PanelFlight(self, k, diagonal, np.empty((below.stop - below.start) * (e - s), self.w.dtype))
+        flat = np.empty((below.stop - below.start) * (e - s), self.w.dtype)
+        flight = PanelFlight(self, k, diagonal, flat, flat.size, e - s)
         if g.mycol == int(self.cols.owners[s]):
             diagonal.wait(flight.deadline)
             bad, low = diagonal.result()
             if bad == -1:
                 assert low is not None
-                self._solve_rows(k, low, flight.mine, None)
+                self._solve_rows(k, low, self.rows_of(k, flat), None)
         flight.progress()
         return flight
+
+    def rows_of(self, k: int, flat: np.ndarray) -> np.ndarray:
+        """The rows of panel ``k`` in a flat buffer of them (F order, as they are solved and sent)."""
+        w = self.panels[k][1] - self.panels[k][0]
+        return flat.reshape((flat.size // w, w), order="F")
 
     def run(self, start: int = 0, after_panel: Callable[[int], None] | None = None) -> int:
         """Factor panels ``start ..`` with a look-ahead of depth 1 (module docstring), calling
@@ -206,7 +212,8 @@ class CholeskySteps:
             if bad >= 0:
                 return bad
             if k < last:
-                mine, colp = flight.result()
+                mine = self.rows_of(k, flight.buf)
+                colp = self.column_rows(k, [self.rows_of(k, pc) for pc in flight.pieces()])
                 self.apply_update(k, mine, colp, range(k + 1, k + 2))
                 flight = self.launch(k + 1)
                 self.apply_update(k, mine, colp, range(k + 2, last + 1), between=flight.progress)
@@ -304,26 +311,31 @@ class DiagonalMessage:
 
 class PanelFlight:
     """Panel ``k``'s messages under way (:meth:`CholeskySteps.launch`): the diagonal block's broadcast, the
-    panel's rows broadcast along the process rows from the panel's process column, then gathered down the
-    process columns. A stage starts when what it sends has arrived: :meth:`progress` tests and chains them
-    (call it between the GEMMs of the update the messages overlap), :meth:`wait` finishes them.
+    panel's buffer broadcast along the process rows from the panel's process column, then its first ``sent``
+    values gathered down the process columns (``per_row`` values per row below the panel and ``extra``, as
+    :meth:`CholeskySteps.gather`). A stage starts when what it sends has arrived: :meth:`progress` tests and
+    chains them (call it between the GEMMs of the update the messages overlap), :meth:`wait` finishes them.
+    ``on_rows``, if given, is called with the buffer once it has arrived and before it is gathered (on the
+    panel's process column too: the gather then waits for the row broadcast there as well).
 
-    Nothing more travels once the diagonal block is known to be not positive definite (every process learns
-    it from the same broadcast, so every process skips the same messages).
+    Nothing more travels once the diagonal block is known to be not positive definite or held (every process
+    learns it from the same broadcast, so every process skips the same messages).
     """
 
-    def __init__(self, steps: CholeskySteps, k: int, diagonal: DiagonalMessage, flat: np.ndarray) -> None:
-        s, e = steps.panels[k]
-        self.steps, self.k, self.diagonal, self.flat = steps, k, diagonal, flat
-        self.mine = flat.reshape((flat.size // (e - s), e - s), order="F")  # this process's rows of P
+    def __init__(self, steps: CholeskySteps, k: int, diagonal: DiagonalMessage, buf: np.ndarray,
+                 sent: int, per_row: int, extra: int = 0,
+                 on_rows: Callable[[np.ndarray], object] | None = None) -> None:
+        e = steps.panels[k][1]
+        self.steps, self.k, self.diagonal, self.buf = steps, k, diagonal, buf
+        self._shape, self._on_rows = (sent, per_row, extra), on_rows
         self.deadline = deadline_after(WAIT_TIMEOUT)
         g = steps.grid
         self.bad: int | None = None
-        self._root = g.mycol == int(steps.cols.owners[s])
+        self._root = g.mycol == int(steps.cols.owners[steps.panels[k][0]])
         # stages: None not started, a request under way, True arrived; trivial ones arrived from the start
-        self._row: Any = True if g.npcol == 1 or not flat.size or e == steps.rows.n else None
+        self._row: Any = True if g.npcol == 1 or not buf.size or e == steps.rows.n else None
         self._gather: Any = True if g.nprow == 1 or e == steps.rows.n else None
-        self._out = flat if g.nprow == 1 else np.empty(0, flat.dtype)
+        self._out = np.empty(0, buf.dtype)
 
     def progress(self) -> bool:
         """Test the messages under way, start the stages whose input has arrived; return whether all have
@@ -336,30 +348,33 @@ class PanelFlight:
         if self.bad != -1:
             return True
         if self._row is None:
-            self._row = g.row_comm.Ibcast(self.flat, root=int(st.cols.owners[st.panels[self.k][0]]))
+            self._row = g.row_comm.Ibcast(self.buf, root=int(st.cols.owners[st.panels[self.k][0]]))
         if self._row is not True and self._row.Test():
             self._row = True
-        if self._gather is None and (self._row is True or self._root):  # the root sends while it broadcasts
-            w = self.mine.shape[1]
-            counts, displs = st.gather_counts(self.k, w)
-            self._out = np.empty(sum(counts), self.flat.dtype)
-            self._gather = g.col_comm.Iallgatherv(self.flat, [self._out, (counts, displs)])
+        if self._row is True and self._on_rows is not None:
+            self._on_rows(self.buf)
+            self._on_rows = None
+        # the root sends while it broadcasts (the same buffer, only read), unless a hook must see it first
+        if self._gather is None and self._on_rows is None and (self._row is True or self._root):
+            sent, per_row, extra = self._shape
+            counts, displs = st.gather_counts(self.k, per_row, extra)
+            self._out = np.empty(sum(counts), self.buf.dtype)
+            self._gather = g.col_comm.Iallgatherv(self.buf[:sent], [self._out, (counts, displs)])
         if self._gather is not True and self._gather is not None and self._gather.Test():
             self._gather = True
         return self._row is True and self._gather is True
 
     def wait(self) -> int:
-        """Wait for every message, sleeping, with a deadline; return ``bad`` (``-1``: ``P`` has arrived)."""
+        """Wait for every message, sleeping, with a deadline; return ``bad`` (``-1``: the panel has arrived;
+        ``HOLD``: nothing travelled)."""
         poll_until(self.progress, self.deadline, f"panel {self.k}'s messages")
         assert self.bad is not None
         return self.bad
 
-    def result(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(this process's rows of P, the rows of P of its trailing columns)`` once arrived."""
-        st, w = self.steps, self.mine.shape[1]
-        if st.grid.nprow == 1:
-            pieces = [self.flat]
-        else:
-            counts, displs = st.gather_counts(self.k, w)
-            pieces = [self._out[d:d + c] for d, c in zip(displs, counts, strict=True)]
-        return self.mine, st.column_rows(self.k, [pc.reshape((pc.size // w, w), order="F") for pc in pieces])
+    def pieces(self) -> list[np.ndarray]:
+        """Every process row's gathered part of the buffer, once arrived (:meth:`CholeskySteps.gather`)."""
+        sent, per_row, extra = self._shape
+        if self.steps.grid.nprow == 1:
+            return [self.buf[:sent]]
+        counts, displs = self.steps.gather_counts(self.k, per_row, extra)
+        return [self._out[d:d + c] for d, c in zip(displs, counts, strict=True)]
