@@ -185,7 +185,7 @@ class CholeskySteps:
         diagonal = self.start_diagonal(k)
         below = self.rows.range_on(g.myrow, e, self.rows.n)
         flat = np.empty((below.stop - below.start) * (e - s), self.w.dtype)
-        flight = PanelFlight(self, k, diagonal, flat, flat.size, e - s)
+        flight = PanelFlight(self, k, diagonal, flat, flat.size, e - s, own_column=self.square)
         if g.mycol == int(self.cols.owners[s]):
             diagonal.wait(flight.deadline)
             bad, low = diagonal.result()
@@ -213,7 +213,8 @@ class CholeskySteps:
                 return bad
             if k < last:
                 mine = self.rows_of(k, flight.buf)
-                colp = self.column_rows(k, [self.rows_of(k, pc) for pc in flight.pieces()])
+                colp = (self.rows_of(k, flight.column_piece()) if self.square
+                        else self.column_rows(k, [self.rows_of(k, pc) for pc in flight.pieces()]))
                 self.apply_update(k, mine, colp, range(k + 1, k + 2))
                 flight = self.launch(k + 1)
                 self.apply_update(k, mine, colp, range(k + 2, last + 1), between=flight.progress)
@@ -317,6 +318,9 @@ class PanelFlight:
     chains them (call it between the GEMMs of the update the messages overlap), :meth:`wait` finishes them.
     ``on_rows``, if given, is called with the buffer once it has arrived and before it is gathered (on the
     panel's process column too: the gather then waits for the row broadcast there as well).
+    ``own_column`` (a square grid: process row ``q`` holds the rows of process column ``q``'s columns, and
+    only them are needed, not every piece): instead of the gather, process ``(q, q)`` broadcasts its buffer
+    down process column ``q`` (:meth:`column_piece`), half the data of the gather on 2 x 2.
 
     Nothing more travels once the diagonal block is known to be not positive definite or held (every process
     learns it from the same broadcast, so every process skips the same messages).
@@ -324,10 +328,10 @@ class PanelFlight:
 
     def __init__(self, steps: CholeskySteps, k: int, diagonal: DiagonalMessage, buf: np.ndarray,
                  sent: int, per_row: int, extra: int = 0,
-                 on_rows: Callable[[np.ndarray], object] | None = None) -> None:
+                 on_rows: Callable[[np.ndarray], object] | None = None, own_column: bool = False) -> None:
         e = steps.panels[k][1]
         self.steps, self.k, self.diagonal, self.buf = steps, k, diagonal, buf
-        self._shape, self._on_rows = (sent, per_row, extra), on_rows
+        self._shape, self._on_rows, self._own = (sent, per_row, extra), on_rows, own_column
         self.deadline = deadline_after(WAIT_TIMEOUT)
         g = steps.grid
         self.bad: int | None = None
@@ -358,8 +362,13 @@ class PanelFlight:
         if self._gather is None and self._on_rows is None and (self._row is True or self._root):
             sent, per_row, extra = self._shape
             counts, displs = st.gather_counts(self.k, per_row, extra)
-            self._out = np.empty(sum(counts), self.buf.dtype)
-            self._gather = g.col_comm.Iallgatherv(self.buf[:sent], [self._out, (counts, displs)])
+            if self._own:  # the diagonal process of this process column sends its rows down it
+                mine = g.myrow == g.mycol
+                self._out = self.buf[:sent] if mine else np.empty(counts[g.mycol], self.buf.dtype)
+                self._gather = g.col_comm.Ibcast(self._out, root=g.mycol) if self._out.size else True
+            else:
+                self._out = np.empty(sum(counts), self.buf.dtype)
+                self._gather = g.col_comm.Iallgatherv(self.buf[:sent], [self._out, (counts, displs)])
         if self._gather is not True and self._gather is not None and self._gather.Test():
             self._gather = True
         return self._row is True and self._gather is True
@@ -370,6 +379,11 @@ class PanelFlight:
         poll_until(self.progress, self.deadline, f"panel {self.k}'s messages")
         assert self.bad is not None
         return self.bad
+
+    def column_piece(self) -> np.ndarray:
+        """With ``own_column``: the part of the buffer of the process row of this process column, once
+        arrived."""
+        return self.buf[:self._shape[0]] if self.steps.grid.nprow == 1 else self._out
 
     def pieces(self) -> list[np.ndarray]:
         """Every process row's gathered part of the buffer, once arrived (:meth:`CholeskySteps.gather`)."""
