@@ -185,7 +185,8 @@ class CholeskySteps:
         diagonal = self.start_diagonal(k)
         below = self.rows.range_on(g.myrow, e, self.rows.n)
         flat = np.empty((below.stop - below.start) * (e - s), self.w.dtype)
-        flight = PanelFlight(self, k, diagonal, flat, flat.size, e - s, own_column=self.square)
+        flight = PanelFlight(self, k, diagonal, flat, flat.size, e - s,
+                             columns="own" if self.square else "select")
         if g.mycol == int(self.cols.owners[s]):
             diagonal.wait(flight.deadline)
             bad, low = diagonal.result()
@@ -213,8 +214,7 @@ class CholeskySteps:
                 return bad
             if k < last:
                 mine = self.rows_of(k, flight.buf)
-                colp = (self.rows_of(k, flight.column_piece()) if self.square
-                        else self.column_rows(k, [self.rows_of(k, pc) for pc in flight.pieces()]))
+                colp = flight.trailing_rows()
                 self.apply_update(k, mine, colp, range(k + 1, k + 2))
                 flight = self.launch(k + 1)
                 self.apply_update(k, mine, colp, range(k + 2, last + 1), between=flight.progress)
@@ -252,18 +252,53 @@ class CholeskySteps:
         g, e, n = self.grid, self.panels[k][1], self.rows.n
         if self.square:
             return pieces[g.mycol]
-        if self._blocks is None:  # (first local column, last + 1, process row, its first local row) per block
-            self._blocks = [(*self.cols.range_on(g.mycol, cs, ce).indices(n)[:2], int(self.rows.owners[cs]),
-                             self.rows.range_on(int(self.rows.owners[cs]), cs, ce).start)
-                            if int(self.cols.owners[cs]) == g.mycol else None for cs, ce in self.panels]
         trail = self.cols.range_on(g.mycol, e, n)
         c0 = trail.start
         out = np.empty((trail.stop - c0, pieces[0].shape[1]), pieces[0].dtype, order="F")
         first = [self.rows.range_on(p, e, n).start for p in range(g.nprow)]  # each piece's first local row
-        for blk in self._blocks[k + 1:]:
-            if blk is not None:
-                ca, cb, p, r0 = blk
-                out[ca - c0:cb - c0] = pieces[p][r0 - first[p]:r0 - first[p] + cb - ca]
+        for ca, cb, p, r0 in self._trailing_blocks(k):
+            out[ca - c0:cb - c0] = pieces[p][r0 - first[p]:r0 - first[p] + cb - ca]
+        return out
+
+    def _trailing_blocks(self, k: int) -> list[tuple[int, int, int, int]]:
+        """``(first local column, last + 1, process row, its first local row)`` of each of this process's
+        block columns after panel ``k``, in order."""
+        g, n = self.grid, self.rows.n
+        if self._blocks is None:
+            self._blocks = [(*self.cols.range_on(g.mycol, cs, ce).indices(n)[:2], int(self.rows.owners[cs]),
+                             self.rows.range_on(int(self.rows.owners[cs]), cs, ce).start)
+                            if int(self.cols.owners[cs]) == g.mycol else None for cs, ce in self.panels]
+        return [blk for blk in self._blocks[k + 1:] if blk is not None]
+
+    def selected_counts(self, k: int) -> list[int]:
+        """How many rows of panel ``k``'s ``P`` each process row holds for this process column's trailing
+        columns (:meth:`select_rows`; the same on every process of the column)."""
+        counts = [0] * self.grid.nprow
+        for ca, cb, p, _ in self._trailing_blocks(k):
+            counts[p] += cb - ca
+        return counts
+
+    def select_rows(self, k: int, mine: np.ndarray) -> np.ndarray:
+        """The rows of ``mine`` (this process's rows of panel ``k``'s ``P``) that its process column's
+        trailing columns multiply, in their order (F order): what it sends down its process column."""
+        g, e = self.grid, self.panels[k][1]
+        first = self.rows.range_on(g.myrow, e, self.rows.n).start
+        out = np.empty((self.selected_counts(k)[g.myrow], mine.shape[1]), mine.dtype, order="F")
+        at = 0
+        for ca, cb, p, r0 in self._trailing_blocks(k):
+            if p == g.myrow:
+                out[at:at + cb - ca] = mine[r0 - first:r0 - first + cb - ca]
+                at += cb - ca
+        return out
+
+    def merge_rows(self, k: int, pieces: list[np.ndarray]) -> np.ndarray:
+        """The rows of ``P`` of this process's trailing columns, in their order, from every process row's
+        :meth:`select_rows` (``pieces``, F order)."""
+        out = np.empty((sum(pc.shape[0] for pc in pieces), pieces[0].shape[1]), pieces[0].dtype, order="F")
+        at, taken = 0, [0] * len(pieces)
+        for ca, cb, p, _ in self._trailing_blocks(k):
+            out[at:at + cb - ca] = pieces[p][taken[p]:taken[p] + cb - ca]
+            at, taken[p] = at + cb - ca, taken[p] + cb - ca
         return out
 
     def apply_update(self, k: int, mine: np.ndarray, colp: np.ndarray, blocks: range | None = None,
@@ -318,9 +353,12 @@ class PanelFlight:
     chains them (call it between the GEMMs of the update the messages overlap), :meth:`wait` finishes them.
     ``on_rows``, if given, is called with the buffer once it has arrived and before it is gathered (on the
     panel's process column too: the gather then waits for the row broadcast there as well).
-    ``own_column`` (a square grid: process row ``q`` holds the rows of process column ``q``'s columns, and
-    only them are needed, not every piece): instead of the gather, process ``(q, q)`` broadcasts its buffer
-    down process column ``q`` (:meth:`column_piece`), half the data of the gather on 2 x 2.
+    ``columns``: what travels down the process columns: ``"all"`` every process row's part (the gather,
+    :meth:`pieces`), or only the rows each process's trailing columns multiply (:meth:`trailing_rows`, the
+    plain factorization's need): on a square grid (process row ``q`` holds the rows of process column
+    ``q``'s columns) process ``(q, q)`` broadcasts its part down process column ``q`` (``"own"``: half the
+    data of the gather on 2 x 2), else each process sends the rows its process column's trailing columns
+    multiply (``"select"``: a third of the gather on 2 x 3).
 
     Nothing more travels once the diagonal block is known to be not positive definite or held (every process
     learns it from the same broadcast, so every process skips the same messages).
@@ -328,10 +366,11 @@ class PanelFlight:
 
     def __init__(self, steps: CholeskySteps, k: int, diagonal: DiagonalMessage, buf: np.ndarray,
                  sent: int, per_row: int, extra: int = 0,
-                 on_rows: Callable[[np.ndarray], object] | None = None, own_column: bool = False) -> None:
+                 on_rows: Callable[[np.ndarray], object] | None = None, columns: str = "all") -> None:
         e = steps.panels[k][1]
         self.steps, self.k, self.diagonal, self.buf = steps, k, diagonal, buf
-        self._shape, self._on_rows, self._own = (sent, per_row, extra), on_rows, own_column
+        self._shape, self._on_rows, self._columns = (sent, per_row, extra), on_rows, columns
+        self._send = buf[:sent]
         self.deadline = deadline_after(WAIT_TIMEOUT)
         g = steps.grid
         self.bad: int | None = None
@@ -362,13 +401,17 @@ class PanelFlight:
         if self._gather is None and self._on_rows is None and (self._row is True or self._root):
             sent, per_row, extra = self._shape
             counts, displs = st.gather_counts(self.k, per_row, extra)
-            if self._own:  # the diagonal process of this process column sends its rows down it
+            if self._columns == "own":  # the diagonal process of this process column sends its rows down it
                 mine = g.myrow == g.mycol
-                self._out = self.buf[:sent] if mine else np.empty(counts[g.mycol], self.buf.dtype)
+                self._out = self._send if mine else np.empty(counts[g.mycol], self.buf.dtype)
                 self._gather = g.col_comm.Ibcast(self._out, root=g.mycol) if self._out.size else True
             else:
+                if self._columns == "select":
+                    self._send = st.select_rows(self.k, st.rows_of(self.k, self._send)).reshape(-1, order="F")
+                    counts = [c * per_row for c in st.selected_counts(self.k)]
+                    displs = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(int).tolist()
                 self._out = np.empty(sum(counts), self.buf.dtype)
-                self._gather = g.col_comm.Iallgatherv(self.buf[:sent], [self._out, (counts, displs)])
+                self._gather = g.col_comm.Iallgatherv(self._send, [self._out, (counts, displs)])
         if self._gather is not True and self._gather is not None and self._gather.Test():
             self._gather = True
         return self._row is True and self._gather is True
@@ -380,10 +423,19 @@ class PanelFlight:
         assert self.bad is not None
         return self.bad
 
-    def column_piece(self) -> np.ndarray:
-        """With ``own_column``: the part of the buffer of the process row of this process column, once
-        arrived."""
-        return self.buf[:self._shape[0]] if self.steps.grid.nprow == 1 else self._out
+    def trailing_rows(self) -> np.ndarray:
+        """With ``columns`` ``"own"`` or ``"select"``: the rows of ``P`` this process's trailing columns
+        multiply, in their order (F order), once arrived."""
+        st, k, g = self.steps, self.k, self.steps.grid
+        if g.nprow == 1:
+            return st.column_rows(k, [st.rows_of(k, self.buf)])
+        if self._columns == "own":
+            return st.rows_of(k, self._out)
+        counts = st.selected_counts(k)
+        w = self._shape[1]
+        ends = np.cumsum(counts) * w
+        return st.merge_rows(k, [self._out[b - c * w:b].reshape((c, w), order="F")
+                                 for c, b in zip(counts, ends, strict=True)])
 
     def pieces(self) -> list[np.ndarray]:
         """Every process row's gathered part of the buffer, once arrived (:meth:`CholeskySteps.gather`)."""
