@@ -7,10 +7,10 @@ rows) and columns ``cols`` (over the process columns), two maps with one block p
 1. the owner of the diagonal block factors it (LAPACK's ``potrf`` through numpy) and broadcasts ``L_kk`` (or
    the order of the leading minor that is not positive definite) to every process;
 2. the processes of the panel's process column solve their rows below it: ``P = W_{e:,k} L_kk^{-T}``;
-3. ``P`` is broadcast along the process rows and gathered down the process columns (each process keeps the
-   rows its columns multiply: :meth:`CholeskySteps.column_rows`), and every process updates its trailing
-   block columns on and below the diagonal: ``W_{e:,e:} -= P P.T`` (lower block trapezoid: diagonal blocks
-   are updated whole, their strict upper part is scratch).
+3. ``P`` is broadcast along the process rows and sent down the process columns (only the rows each
+   process's trailing columns multiply: :class:`PanelFlight`'s ``columns``), and every process updates its
+   trailing block columns on and below the diagonal: ``W_{e:,e:} -= P P.T`` (lower block trapezoid:
+   diagonal blocks are updated whole, their strict upper part is scratch).
 
 :meth:`CholeskySteps.run` does this with a look-ahead of depth 1 (HPL's, ScaLAPACK's ``PDPOTRF`` has none):
 once ``P_k`` has arrived, a process first updates block column ``k+1`` with it, then panel ``k+1`` is
