@@ -49,8 +49,10 @@ def _timed(name: str, fn: Any) -> Any:
 
 def _install() -> None:
     for cls, names in ((_abft.UpdateChecks, ("verify", "check_solve", "encode", "update", "init")),
-                       (_steps.CholeskySteps, ("factor_diagonal", "solve_panel", "apply_update", "gather",
+                       (_steps.CholeskySteps, ("start_diagonal", "_solve_rows", "apply_update", "gather",
                                                "column_rows")),
+                       (_steps.DiagonalMessage, ("wait",)),
+                       (_steps.PanelFlight, ("wait", "progress")),
                        (potrf.CholeskyWork, ("__init__", "write_back")),
                        (ft_potrf._Tally, ("report",))):
         for name in names:

@@ -172,6 +172,21 @@ def test_factorization_error_names_the_minor(grid):
     assert e.value.minor == 3 and "minor of order 3" in str(e.value)
 
 
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprow,npcol", [g[:2] for g in GRIDS], ids=[f"{g[0]}x{g[1]}" for g in GRIDS])
+def test_cholesky_lookahead_is_the_sequential_schedule(nprow, npcol):
+    """PDPOTRF's look-ahead against the sequential schedule (``programs/potrf_lookahead.py``): the factor and
+    ft_pdpotrf's bit for bit, a bad minor in the panel the look-ahead factors early reported with the same
+    minor on every rank (A left as the sequential schedule leaves it), a resume after panel k bit for bit;
+    n not a multiple of nb, offsets, aligned and redistributed work matrices, L and U."""
+    r = run_python(nprow * npcol, PROGRAMS / "potrf_lookahead.py", str(nprow), str(npcol),
+                   timeout=300).check()
+    fails = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
+    assert not fails, "\n".join(fails[:20])
+    # 3 layouts x 2 uplo x (1 SPD + 4 bad minors + 3 resumes)
+    assert "DONE cases=48 failures=0" in r.stdout, r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_panel_solve_kernel_matches_numpy(dtype):
     """The Cholesky panel's solve ``P = W L^{-T}`` in place on a column-major view (a block column's rows,

@@ -62,7 +62,7 @@ from ..checksums._kernels import encode_rows_into
 from ._kernels import col_sums, panel_pass, row_sums, segment_flags, solve_flags
 from ._steps import CholeskySteps
 
-__all__ = ["UpdateChecks", "panel_buffer", "panel_views", "share_panel",
+__all__ = ["UpdateChecks", "panel_buffer", "panel_views", "share_panel", "gathered_part",
            "gather_panel", "piece_col_sums", "repair_rows"]
 
 
@@ -331,18 +331,30 @@ def share_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> None:
         wait_requests([g.row_comm.Ibcast(ext, root=int(steps.cols.owners[steps.panels[k][0]]))])
 
 
-def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                         list, bool]:
-    """Gather the encoded pieces (without their segment sums) down the process column; return ``(colp, its
-    row sums, the sums of squares of all rows of P, pieces, flagged)``: ``colp`` the rows of ``P`` this
-    process's trailing columns multiply (:meth:`CholeskySteps.column_rows`), each piece ``(global row
-    indices - e, rows, row sums, sums of squares, column sums)``, ``flagged`` whether any process of the
-    panel's process column has block column rows to recompute (every process gets the same answer)."""
+def gathered_part(steps: CholeskySteps, k: int) -> tuple[int, int, int]:
+    """``(values, per row, extra)`` of this process's encoded panel buffer that travel down the process
+    column (all but the segment sums; :meth:`CholeskySteps.gather`'s ``per_row`` and ``extra``)."""
+    s, e = steps.panels[k]
+    mine = steps.rows.range_on(steps.grid.myrow, e, steps.rows.n)
+    return 1 + (mine.stop - mine.start) * (e - s + 2) + e - s, e - s + 2, e - s + 1
+
+
+def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray,
+                 gathered: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                    list, bool]:
+    """Gather the encoded pieces (without their segment sums) down the process column (or take them from
+    ``gathered``, a :class:`~._steps.PanelFlight`'s); return ``(colp, its row sums, the sums of squares of all
+    rows of P, pieces, flagged)``: ``colp`` the rows of ``P`` this process's trailing columns multiply
+    (:meth:`CholeskySteps.column_rows`), each piece ``(global row indices - e, rows, row sums, sums of
+    squares, column sums)``, ``flagged`` whether any process of the panel's process column has block column
+    rows to recompute (every process gets the same answer)."""
     s, e = steps.panels[k]
     w, n = e - s, steps.rows.n
-    mine = steps.rows.range_on(steps.grid.myrow, e, n)
+    if gathered is None:
+        sent, per_row, extra = gathered_part(steps, k)
+        gathered = steps.gather(ext[:sent], k, per_row, extra)
     pieces, flagged = [], False
-    for p, buf in enumerate(steps.gather(ext[:1 + (mine.stop - mine.start) * (w + 2) + w], k, w + 2, w + 1)):
+    for p, buf in enumerate(gathered):
         idx = steps.row_indices[p][steps.rows.range_on(p, e, n)] - e
         flag, *rest = _unpack(buf, len(idx), w)[:5]
         flagged |= bool(flag[0])

@@ -67,6 +67,7 @@ from ..pblas.add import trapezoid_mask
 from ._abft import (
     UpdateChecks,
     gather_panel,
+    gathered_part,
     panel_buffer,
     panel_views,
     piece_col_sums,
@@ -75,7 +76,7 @@ from ._abft import (
 )
 from ._column_recompute import rebuild_trailing, recompute_column
 from ._factored import FactoredColumns
-from ._steps import HOLD, CholeskySteps
+from ._steps import HOLD, CholeskySteps, PanelFlight
 from .potrf import CholeskyWork, FactorizationError, check_potrf_args
 
 __all__ = ["ft_pdpotrf", "CKPT_L", "CKPT_STATE"]
@@ -216,7 +217,8 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     inject, inject_panel
         Bit flips made in the update of panel ``inject_panel``: ``"A"`` in this process's received rows of
         the panel, ``"B"`` in the rows of the panel its columns multiply, ``"C"`` in the local trailing
-        matrix (step 0: before the update, 1: after; a flip above the block diagonal hits scratch that
+        matrix (step 0: before the update, 1: after the update of block column ``inject_panel + 1``, which
+        the look-ahead reads next, before the rest's; a flip above the block diagonal hits scratch that
         nothing reads, and is not reported).
     on_panel
         Called with the panel index after each panel (progress display; tests kill a rank there).
@@ -263,21 +265,18 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
         checks.init(0)
     every = max(1, int(ckpt_every) if ckpt_every else len(panels) // 8)
     tally = _Tally(A.grid.rank)
-    for k in range(start, len(panels)):
-        # diagonal block k, before its owner factors it (the rows below: checked with the panel's solve)
-        checked, events = checks.verify(k, "diagonal")
-        bad, low = work.steps.factor_diagonal(k, hold=_uncorrected(events))  # (hold read on the owner only)
-        if bad == HOLD:  # the diagonal block: every process joins the recomputation of the block column now
-            events = recompute_column(checks, k, events, work.original)
-            bad, low = work.steps.factor_diagonal(k)
+    def at(j: int) -> InjectionPlan | None:  # the injection plan of panel j's update
+        return inject if j == inject_panel else None
+
+    panel: _Launched | None = _launch(work, checks, start, at(start), tally)
+    for k in range(start, len(panels)):  # panel k has been launched (factored, solved, sent): the look-ahead
+        assert panel is not None
+        bad, events, got = _arrive(work, checks, panel, at(k), tally)
         if bad >= 0:
-            tally.add(checked, events)
+            tally.add(panel.checked, events)
             _finish(work, A, A64, uplo, n, ia, ja)
             raise FactorizationError(r, bad + 1, n)
-        if panels[k][1] < n:
-            assert low is not None
-            plan = inject if k == inject_panel else None
-            events = _panel(work, checks, k, low, events, plan, tally)
+        checked, panel = panel.checked, _update(work, checks, panel, got, at, tally)
         tally.add(checked, events)
         if done is not None and (k + 1) % every == 0 and k + 1 < len(panels):
             state[0] = k + 1
@@ -297,35 +296,106 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     return report
 
 
-def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, events: list[BlockEvent],
-           plan: InjectionPlan | None, tally: _Tally) -> list[BlockEvent]:
-    """Solve panel ``k`` (checked), share it with its checksums and update the trailing matrix; return the
-    block column's ``events``, recomputed first if a process of the block column found rows it could not
-    correct (its flag travels in the shared panel, so the error-free run makes no extra message). ``plan``'s
-    flips land in the received rows of P (``"A"``), the rows its columns multiply (``"B"``) and the trailing
-    piece (``"C"``, step 0 before the update, 1 after)."""
+@dataclasses.dataclass
+class _Launched:
+    """Panel ``k`` launched (:func:`_launch`): its messages under way, the diagonal block's verification
+    (``checked`` segments, ``events``), the panel solve's events on its process column (``found``), its
+    encoded buffer ``ext`` with this process's ``rows`` of P, and ``L_kk`` on the panel's process column."""
+
+    k: int
+    flight: PanelFlight
+    checked: int
+    events: list[BlockEvent]
+    found: list[BlockEvent]
+    ext: np.ndarray
+    rows: np.ndarray
+    low: np.ndarray | None
+
+
+def _launch(work: CholeskyWork, checks: UpdateChecks, k: int, plan: InjectionPlan | None,
+            tally: _Tally) -> _Launched:
+    """Verify and factor diagonal block ``k``, solve panel ``k`` (checked) on its process column, start its
+    messages (:class:`PanelFlight`); ``plan``'s ``"A"`` flips land in the received rows before the gather."""
     steps = work.steps
-    g = steps.grid
+    g, (s, e) = steps.grid, steps.panels[k]
+    # diagonal block k, before its owner factors it (the rows below: checked with the panel's solve)
+    checked, events = checks.verify(k, "diagonal")
+    diagonal = steps.start_diagonal(k, hold=_uncorrected(events))  # (hold read on the owner only)
     ext, rows = panel_buffer(steps, k, checks)
-    found = _solve(steps, checks, k, low, ext, rows, tally)
+    on_rows = None if plan is None else functools.partial(_inject_received, plan, g.size, g.rank, rows)
+    flight = PanelFlight(steps, k, diagonal, ext, *gathered_part(steps, k), on_rows=on_rows)
+    found: list[BlockEvent] = []
+    low = None
+    if g.mycol == int(steps.cols.owners[s]):
+        diagonal.wait(flight.deadline)
+        bad, low = diagonal.result()
+        if bad == -1 and e < steps.rows.n:
+            assert low is not None
+            found = _solve(steps, checks, k, low, ext, rows, tally)
+    flight.progress()
+    return _Launched(k, flight, checked, events, found, ext, rows, low)
+
+
+def _inject_received(plan: InjectionPlan, size: int, rank: int, rows: np.ndarray, _buf: object) -> None:
+    """Make ``plan``'s ``"A"`` flips in this process's received rows of the panel."""
+    plan.resolve(size, 1)
+    plan.apply("A", rank, 0, rows)
+
+
+def _arrive(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, plan: InjectionPlan | None,
+            tally: _Tally) -> tuple[int, list[BlockEvent], tuple]:
+    """Wait for panel ``k``'s messages; return ``(bad, the block column's events, (colp, its row sums, the
+    sums of squares of P's rows, pieces))``. A held diagonal block, or rows of the block column a process
+    could not correct (their flag travels in the panel: no extra message error-free), are recomputed by
+    every process, then solved and shared again, before any update reads them."""
+    steps, k, ext, rows = work.steps, panel.k, panel.ext, panel.rows
+    g, e = steps.grid, steps.panels[panel.k][1]
+    bad, events, found, low, gathered = panel.flight.wait(), panel.events, panel.found, panel.low, None
+    if bad == HOLD:  # the diagonal block: every process joins the recomputation of the block column now
+        events = recompute_column(checks, k, events, work.original)
+        bad, low = steps.factor_diagonal(k)
+        if bad == -1 and e < steps.rows.n:
+            assert low is not None
+            found = _solve(steps, checks, k, low, ext, rows, tally)
+            share_panel(steps, k, ext)
+            if plan is not None:
+                _inject_received(plan, g.size, g.rank, rows, ext)
+        else:
+            gathered = []
+    else:
+        gathered = panel.flight.pieces()
+    if bad >= 0 or e == steps.rows.n:
+        return bad, events, ()
     events, pending = events + found, _uncorrected(found)
-    share_panel(steps, k, ext)
-    if plan is not None:
-        plan.resolve(g.size, 1)
-        plan.apply("A", g.rank, 0, rows)
-    colp, col_rs, full_sq, pieces, flagged = gather_panel(steps, k, ext)
+    colp, col_rs, full_sq, pieces, flagged = gather_panel(steps, k, ext, gathered)
     if flagged:  # rows the checks could not correct: recomputed from A, solved and shared again
         events = recompute_column(checks, k, events, work.original)
         if steps.owns_diagonal(k):  # the recomputation set the block's unfactored values again
+            assert low is not None
             steps.diagonal_block(k)[...] = low
         if pending:
+            assert low is not None
             events += _solve(steps, checks, k, low, ext, rows, tally)
         share_panel(steps, k, ext)
         colp, col_rs, full_sq, pieces, _ = gather_panel(steps, k, ext)
+    return bad, events, (colp, col_rs, full_sq, pieces)
+
+
+def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tuple,
+            at: Callable[[int], InjectionPlan | None], tally: _Tally) -> _Launched | None:
+    """Apply panel ``k``'s update (its checksums carried, the rows of P its columns multiply repaired
+    first) with the look-ahead: block column ``k+1`` first, then panel ``k+1`` launched, then the rest while
+    its messages travel; return panel ``k+1`` launched (``None`` after the last). ``at(k)``'s flips land in
+    the rows of P the columns multiply (``"B"``) and the trailing piece (``"C"``, step 0 before the update,
+    1 after block column ``k+1``'s: the rest is updated after panel ``k+1`` has read that block column)."""
+    steps, k, rows = work.steps, panel.k, panel.rows
+    g, (s, e) = steps.grid, steps.panels[k]
+    n, last, plan = steps.rows.n, len(steps.panels) - 1, at(k)
+    if e == n:
+        return None
+    colp, col_rs, full_sq, pieces = got
     if plan is not None:
         plan.apply("B", g.rank, 0, colp)
-    s, e = steps.panels[k]
-    n = steps.rows.n
     below0, c0 = steps.rows.range_on(g.myrow, e, n).start, steps.cols.range_on(g.mycol, e, n).start
     # the rows of P this process's columns multiply, against their senders' row sums: a changed value is
     # restored before the product reads it (a change in this process's own rows, the product's left
@@ -340,11 +410,13 @@ def _panel(work: CholeskyWork, checks: UpdateChecks, k: int, low: np.ndarray, ev
 
     if plan is not None:
         plan.apply("C", g.rank, 0, trail, to_global)
-    steps.apply_update(k, rows, colp)
-    checks.update(k, panel_views(ext, rows)[5], colp, full_sq)
-    if plan is not None:
+    checks.update(k, panel_views(panel.ext, rows)[5], colp, full_sq)  # reads no W: before the update
+    steps.apply_update(k, rows, colp, range(k + 1, k + 2))  # block column k+1 first: panel k+1 needs it
+    if plan is not None:  # "after the update": the last moment before panel k+1 reads its block column
         plan.apply("C", g.rank, 1, trail, to_global)
-    return events
+    nxt = _launch(work, checks, k + 1, at(k + 1), tally)
+    steps.apply_update(k, rows, colp, range(k + 2, last + 1), between=nxt.flight.progress)
+    return nxt
 
 
 def _solve(steps: CholeskySteps, checks: UpdateChecks, k: int, low: np.ndarray, ext: np.ndarray,
