@@ -13,38 +13,15 @@ run, not with the benchmark's figures. A profile, not a benchmark: use ``bench_p
 from __future__ import annotations
 
 import argparse
-import functools
 import time
 from collections import defaultdict
-from typing import Any
 
 import numpy as np
+from _phase_timer import TOTALS, timed
 from mpi4py import MPI
 
 from ftkit import linalg
 from ftkit.linalg.cholesky import _abft, _steps, ft_potrf, potrf
-
-_STACK: list[list[float]] = []  # per open phase: [cpu spent in nested phases, wall spent in nested phases]
-_TOTALS: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-
-
-def _timed(name: str, fn: Any) -> Any:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        c0, w0 = time.process_time(), time.perf_counter()
-        _STACK.append([0.0, 0.0])
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            inner = _STACK.pop()
-            dc, dw = time.process_time() - c0, time.perf_counter() - w0
-            tot = _TOTALS[name]
-            tot[0] += dc - inner[0]
-            tot[1] += dw - inner[1]
-            if _STACK:
-                _STACK[-1][0] += dc
-                _STACK[-1][1] += dw
-    return wrapper
 
 
 def _install() -> None:
@@ -56,9 +33,9 @@ def _install() -> None:
                        (potrf.CholeskyWork, ("__init__", "write_back")),
                        (ft_potrf._Tally, ("report",))):
         for name in names:
-            setattr(cls, name, _timed(f"{cls.__name__}.{name}", getattr(cls, name)))
+            setattr(cls, name, timed(f"{cls.__name__}.{name}", getattr(cls, name)))
     for name in ("share_panel", "gather_panel", "repair_rows", "_finish", "panel_buffer"):
-        setattr(ft_potrf, name, _timed(name, getattr(ft_potrf, name)))
+        setattr(ft_potrf, name, timed(name, getattr(ft_potrf, name)))
 
 
 def _spd(grid: linalg.ProcessGrid, n: int, nb: int) -> linalg.DistributedMatrix:
@@ -88,14 +65,14 @@ def main() -> None:
     for rep in range(args.reps + 1):
         for routine in ("pdpotrf", "ft_pdpotrf"):
             A = S.copy()
-            _TOTALS.clear()
+            TOTALS.clear()
             comm.Barrier()
             c0, w0 = time.process_time(), time.perf_counter()
             getattr(linalg, routine)("L", args.n, A, 0, 0)
             total = [time.process_time() - c0, time.perf_counter() - w0]
             comm.Barrier()
             if rep:
-                got = {k: list(v) for k, v in _TOTALS.items()}
+                got = {k: list(v) for k, v in TOTALS.items()}
                 got["(rest)"] = [total[0] - sum(v[0] for v in got.values()),
                                  total[1] - sum(v[1] for v in got.values())]
                 got["TOTAL"] = total

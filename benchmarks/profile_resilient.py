@@ -18,7 +18,6 @@ the ratios from ``bench_pblas3.py --side-by-side``.
 from __future__ import annotations
 
 import argparse
-import functools
 import tempfile
 import time
 from collections import defaultdict
@@ -26,41 +25,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _phase_timer import TOTALS, timed
 from mpi4py import MPI
 
 from ftkit import linalg
 from ftkit.linalg.resilient import engine
 from ftkit.storage.inputs import CheckpointFileStore
 
-_STACK: list[list[float]] = []  # per open phase: [cpu spent in nested phases, wall spent in nested phases]
-_TOTALS: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-
-
-def _timed(name: str, fn: Any) -> Any:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        c0, w0 = time.process_time(), time.perf_counter()
-        _STACK.append([0.0, 0.0])
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            inner = _STACK.pop()
-            dc, dw = time.process_time() - c0, time.perf_counter() - w0
-            tot = _TOTALS[name]
-            tot[0] += dc - inner[0]
-            tot[1] += dw - inner[1]
-            if _STACK:
-                _STACK[-1][0] += dc
-                _STACK[-1][1] += dw
-    return wrapper
-
 
 def _install() -> None:
     for name in ("build_operands", "_save", "_synchronize", "_iterate", "run_summa", "_agree",
                  "hold_decision", "record_failures", "resilient_call"):
-        setattr(engine, name, _timed(name, getattr(engine, name)))
+        setattr(engine, name, timed(name, getattr(engine, name)))
     for name in ("save", "remove"):
-        setattr(CheckpointFileStore, name, _timed(f"store.{name}", getattr(CheckpointFileStore, name)))
+        setattr(CheckpointFileStore, name, timed(f"store.{name}", getattr(CheckpointFileStore, name)))
 
 
 def _operands(grid: linalg.ProcessGrid, n: int, nb: int) -> dict[str, linalg.DistributedMatrix]:
@@ -105,14 +83,14 @@ def main() -> None:
     names = [r for base in args.routines for r in (base, f"resilient_{base}")]
     for rep in range(args.reps + 1):
         for routine in names:
-            _TOTALS.clear()
+            TOTALS.clear()
             comm.Barrier()
             c0, w0 = time.process_time(), time.perf_counter()
             _run(routine, n, ops, handles[routine.removeprefix("resilient_")])
             total = [time.process_time() - c0, time.perf_counter() - w0]
             comm.Barrier()
             if rep:
-                got = {k: list(v) for k, v in _TOTALS.items()}
+                got = {k: list(v) for k, v in TOTALS.items()}
                 got["(rest)"] = [total[0] - sum(v[0] for v in got.values()),
                                  total[1] - sum(v[1] for v in got.values())]
                 got["TOTAL"] = total
