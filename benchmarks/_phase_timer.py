@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-__all__ = ["TOTALS", "timed"]
+__all__ = ["TOTALS", "print_medians", "profile_call", "timed"]
 
 _STACK: list[list[float]] = []  # per open phase: [cpu spent in nested phases, wall spent in nested phases]
 #: phase name -> [exclusive CPU seconds, exclusive wall seconds] since the last ``TOTALS.clear()``
@@ -33,3 +33,41 @@ def timed(name: str, fn: Any) -> Any:
                 _STACK[-1][0] += dc
                 _STACK[-1][1] += dw
     return wrapper
+
+
+def profile_call(comm: Any, call: Any) -> dict[str, list[float]]:
+    """Run ``call()`` between two barriers of ``comm``; return this rank's exclusive ``[cpu, wall]`` seconds
+    per phase, the unwrapped rest as ``"(rest)"`` and the whole call as ``"TOTAL"``."""
+    TOTALS.clear()
+    comm.Barrier()
+    c0, w0 = time.process_time(), time.perf_counter()
+    call()
+    total = [time.process_time() - c0, time.perf_counter() - w0]
+    comm.Barrier()
+    got = {k: list(v) for k, v in TOTALS.items()}
+    got["(rest)"] = [total[0] - sum(v[0] for v in got.values()), total[1] - sum(v[1] for v in got.values())]
+    got["TOTAL"] = total
+    return got
+
+
+def print_medians(comm: Any, runs: dict[str, list[dict[str, list[float]]]], header: str, width: int) -> None:
+    """Gather every rank's median ``[cpu, wall]`` per phase of each routine of ``runs`` (lists of
+    :func:`profile_call` results) on rank 0 and print them in ms, a column per rank and the sum of CPU;
+    ``header`` is formatted with ``routine``; ``width`` is the phase names' column."""
+    import numpy as np
+
+    med = {routine: {k: (float(np.median([r.get(k, [0, 0])[0] for r in reps])),
+                         float(np.median([r.get(k, [0, 0])[1] for r in reps])))
+                     for k in sorted({k for r in reps for k in r})} for routine, reps in runs.items()}
+    every = comm.gather(med, root=0)
+    if comm.rank != 0:
+        return
+    for routine in runs:
+        keys = sorted({k for m in every for k in m[routine]}, key=lambda k: (k == "TOTAL", k))
+        print(f"\n{header.format(routine=routine)}: median ms (cpu/wall) per rank, sum of cpu")
+        ranks = " ".join(f"{'r' + str(r):>13}" for r in range(comm.size))
+        print(f"{'phase':>{width}} {ranks}  cpu sum")
+        for k in keys:
+            vals = [m[routine].get(k, (0.0, 0.0)) for m in every]
+            print(f"{k:>{width}} " + " ".join(f"{c * 1e3:6.1f}/{w * 1e3:6.1f}" for c, w in vals)
+                  + f"  {sum(c for c, _ in vals) * 1e3:7.1f}")

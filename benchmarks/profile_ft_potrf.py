@@ -13,11 +13,10 @@ run, not with the benchmark's figures. A profile, not a benchmark: use ``bench_p
 from __future__ import annotations
 
 import argparse
-import time
 from collections import defaultdict
 
 import numpy as np
-from _phase_timer import TOTALS, timed
+from _phase_timer import print_medians, profile_call, timed
 from mpi4py import MPI
 
 from ftkit import linalg
@@ -65,35 +64,10 @@ def main() -> None:
     for rep in range(args.reps + 1):
         for routine in ("pdpotrf", "ft_pdpotrf"):
             A = S.copy()
-            TOTALS.clear()
-            comm.Barrier()
-            c0, w0 = time.process_time(), time.perf_counter()
-            getattr(linalg, routine)("L", args.n, A, 0, 0)
-            total = [time.process_time() - c0, time.perf_counter() - w0]
-            comm.Barrier()
+            got = profile_call(comm, lambda: getattr(linalg, routine)("L", args.n, A, 0, 0))  # noqa: B023
             if rep:
-                got = {k: list(v) for k, v in TOTALS.items()}
-                got["(rest)"] = [total[0] - sum(v[0] for v in got.values()),
-                                 total[1] - sum(v[1] for v in got.values())]
-                got["TOTAL"] = total
                 runs[routine].append(got)
-    med: dict[str, dict[str, tuple[float, float]]] = {}
-    for routine, reps in runs.items():
-        names = sorted({k for r in reps for k in r})
-        med[routine] = {k: (float(np.median([r.get(k, [0, 0])[0] for r in reps])),
-                            float(np.median([r.get(k, [0, 0])[1] for r in reps]))) for k in names}
-    every = comm.gather(med, root=0)
-    if comm.rank == 0:
-        for routine in ("pdpotrf", "ft_pdpotrf"):
-            names = sorted({k for m in every for k in m[routine]}, key=lambda k: (k == "TOTAL", k))
-            print(f"\n{routine} grid={args.grid} n={args.n} nb={args.nb} reps={args.reps}: median ms "
-                  "(cpu/wall) per rank, sum of cpu")
-            print(f"{'phase':>34} " + " ".join(f"{'r' + str(r):>13}" for r in range(comm.size)) + "  cpu sum")
-            for k in names:
-                vals = [m[routine].get(k, (0.0, 0.0)) for m in every]
-                print(f"{k:>34} " + " ".join(f"{c * 1e3:6.1f}/{w * 1e3:6.1f}" for c, w in vals)
-                      + f"  {sum(c for c, _ in vals) * 1e3:7.1f}")
-
+    print_medians(comm, runs, f"{{routine}} grid={args.grid} n={args.n} nb={args.nb} reps={args.reps}", 34)
 
 if __name__ == "__main__":
     main()

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _phase_timer import TOTALS, timed
+from _phase_timer import print_medians, profile_call, timed
 from mpi4py import MPI
 
 from ftkit import linalg
@@ -83,35 +82,15 @@ def main() -> None:
     names = [r for base in args.routines for r in (base, f"resilient_{base}")]
     for rep in range(args.reps + 1):
         for routine in names:
-            TOTALS.clear()
-            comm.Barrier()
-            c0, w0 = time.process_time(), time.perf_counter()
-            _run(routine, n, ops, handles[routine.removeprefix("resilient_")])
-            total = [time.process_time() - c0, time.perf_counter() - w0]
-            comm.Barrier()
+            handle = handles[routine.removeprefix("resilient_")]
+            got = profile_call(comm, lambda: _run(routine, n, ops, handle))  # noqa: B023
             if rep:
-                got = {k: list(v) for k, v in TOTALS.items()}
-                got["(rest)"] = [total[0] - sum(v[0] for v in got.values()),
-                                 total[1] - sum(v[1] for v in got.values())]
-                got["TOTAL"] = total
                 runs[routine].append(got)
     for h in handles.values():
         h.release()
     left = sorted(p.relative_to(root).as_posix() for p in Path(root).rglob("*") if p.is_file())
-    med = {routine: {k: (float(np.median([r.get(k, [0, 0])[0] for r in reps])),
-                         float(np.median([r.get(k, [0, 0])[1] for r in reps])))
-                     for k in sorted({k for r in reps for k in r})} for routine, reps in runs.items()}
-    every = comm.gather(med, root=0)
+    print_medians(comm, runs, f"{{routine}} grid={args.grid} n={n} nb={args.nb} reps={args.reps}", 18)
     if comm.rank == 0:
-        for routine in names:
-            keys = sorted({k for m in every for k in m[routine]}, key=lambda k: (k == "TOTAL", k))
-            print(f"\n{routine} grid={args.grid} n={n} nb={args.nb} reps={args.reps}: median ms (cpu/wall) "
-                  "per rank, sum of cpu")
-            print(f"{'phase':>18} " + " ".join(f"{'r' + str(r):>13}" for r in range(comm.size)) + "  cpu sum")
-            for k in keys:
-                vals = [m[routine].get(k, (0.0, 0.0)) for m in every]
-                print(f"{k:>18} " + " ".join(f"{c * 1e3:6.0f}/{w * 1e3:6.0f}" for c, w in vals)
-                      + f"  {sum(c for c, _ in vals) * 1e3:7.0f}")
         print(f"\nfiles left in the store after release: {left or 'none'}")
     comm.Barrier()
     if not args.store and comm.rank == 0:
