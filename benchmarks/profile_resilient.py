@@ -88,6 +88,7 @@ def main() -> None:
                 runs[routine].append(got)
     for h in handles.values():
         h.release()
+    comm.Barrier()  # every rank has released its pieces
     left = sorted(p.relative_to(root).as_posix() for p in Path(root).rglob("*") if p.is_file())
     print_medians(comm, runs, f"{{routine}} grid={args.grid} n={n} nb={args.nb} reps={args.reps}", 18)
     if comm.rank == 0:
