@@ -69,6 +69,20 @@ def test_killed_rank_resumes_from_factored_columns_only(tmp_path):
     assert "bitwise True" in again.stdout, again.stdout
 
 
+def test_a_relaunch_on_another_grid_is_refused_by_every_rank(tmp_path):
+    """The checkpoint of a 2x2 factorization, resumed on 1x4 (same ranks, same matrix and blocking): the
+    protected arrays do not fit; every rank raises a RecoveryError saying what to do, and the job ends (it
+    started again from panel 0 before, and the first checkpoint raised a CheckpointError about recover())."""
+    prog, d = PROGRAMS / "ft_potrf_resume.py", str(tmp_path / "run")
+    killed = run_python(4, prog, "--dir", d, "--kill-rank", "2", "--kill-panel", "7", timeout=300)
+    assert "rank 2 killing itself after panel 7" in killed.stdout, killed.stdout + killed.stderr
+    again = run_python(4, prog, "--dir", d, "--grid", "1x4", timeout=300)
+    assert not again.timed_out and again.returncode != 0, again.stdout + again.stderr
+    assert "ft_pdpotrf: cannot resume from the checkpoint" in again.stderr, again.stderr
+    assert "resume on the same grid and layout" in again.stderr, again.stderr
+    assert "bitwise" not in again.stdout, again.stdout
+
+
 @pytest.fixture(scope="module")
 def grid():
     g = linalg.ProcessGrid(MPI.COMM_SELF, 1, 1)

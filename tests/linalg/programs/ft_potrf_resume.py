@@ -1,7 +1,7 @@
 """FT_PDPOTRF checkpointed, a rank SIGKILLed, the relaunch resumes: on a 2x2 grid, ``uplo="U"`` with ``mb !=
 nb`` and offsets (the work matrix is a redistributed copy of A).
 
-usage: ft_potrf_resume.py --dir D [--kill-rank R --kill-panel K]
+usage: ft_potrf_resume.py --dir D [--kill-rank R --kill-panel K] [--grid PxQ]
 
 The matrix (order 90 at offset (2, 2) of a 96 x 96 A, ``mb = 6``, ``nb = 8``: 12 panels) is factored with a
 level-1 checkpoint every 3 panels. With ``--kill-rank`` that rank SIGKILLs itself after panel ``K``; the
@@ -35,11 +35,12 @@ def main() -> None:
     p.add_argument("--dir", required=True)
     p.add_argument("--kill-rank", type=int, default=-1)
     p.add_argument("--kill-panel", type=int, default=-1)
+    p.add_argument("--grid", default="2x2", help="the process grid (a relaunch on another is refused)")
     a = p.parse_args()
     root = Path(a.dir)
     ckpt = ftkit.Checkpointer(config=ftkit.Config(ckpt_dir=root / "local", glbl_dir=root / "global",
                                                   meta_dir=root / "meta"), comm=MPI.COMM_WORLD)
-    grid = linalg.ProcessGrid(ckpt.comm, 2, 2)
+    grid = linalg.ProcessGrid(ckpt.comm, *(int(x) for x in a.grid.split("x")))
     r = np.random.default_rng(5).standard_normal((N + 2 * OFF, N + 2 * OFF))
     a_glob = r @ r.T / N + np.eye(N + 2 * OFF)
     ref = linalg.DistributedMatrix.from_global(grid, a_glob, mb=MB, nb=NB)

@@ -55,6 +55,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from mpi4py import MPI
 
 from ...errors import ABFTError, PBLASArgumentError, RecoveryError
 from ...inject import InjectionPlan
@@ -175,18 +176,25 @@ def _resume(ckpt: Any, done: FactoredColumns, state: np.ndarray, checks: UpdateC
     want = state.copy()
     try:
         ckpt.recover()
-    except RecoveryError:
-        state[...] = want  # no checkpoint to resume from: start again
-        return 0
+    except RecoveryError as exc:  # the run is a restart: a checkpoint now would be refused, so no fresh start
+        raise RecoveryError(f"ft_pdpotrf: cannot resume from the checkpoint ({exc}); resume on the same grid "
+                            "and layout with the same ftkit version, or start again with a fresh checkpoint "
+                            "directory (or exec_id)") from exc
     if not np.array_equal(state[1:], want[1:]):
         raise RecoveryError(f"ft_pdpotrf: the checkpointed factorization ({state[1:].tolist()}: order, "
                             f"offsets, uplo, panels) is not this one ({want[1:].tolist()}); use a fresh "
                             "checkpoint directory (or exec_id) for a different matrix")
     k = int(state[0])
     got = ckpt.array(CKPT_L)
-    if got.size != done.size(k):
-        raise RecoveryError(f"ft_pdpotrf: the checkpoint holds {got.size} values of this process's factored "
-                            f"columns, the layout needs {done.size(k)}: resume on the same grid and layout")
+    # Every process raises if one's part does not fit (a different grid or layout, or a checkpoint of an
+    # earlier version that held whole local columns): the others must not go on into the factorization.
+    fits = np.array([got.size == done.size(k)], np.int64)
+    everywhere = np.zeros_like(fits)
+    done.steps.grid.comm.Allreduce(fits, everywhere, op=MPI.MIN)
+    if not everywhere[0]:
+        raise RecoveryError("ft_pdpotrf: the checkpoint's factored columns do not fit this factorization's "
+                            "layout on some process: resume on the same grid and layout with the same ftkit "
+                            "version, or start again with a fresh checkpoint directory")
     done.unpack(got, k)
     rebuild_trailing(done.steps, k)  # A's values (the work copy's) minus the checkpointed panels' updates
     return k
@@ -241,7 +249,8 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
         If an update could not be corrected, not even by recomputing its block column (A's triangle is then
         left unchanged).
     RecoveryError
-        If the restart's checkpoint holds another factorization.
+        On every process, if the restart's checkpoint holds another factorization, was taken on another
+        grid or layout, or cannot be recovered (the message names why).
     """
     r = "FT_PDPOTRF"
     uplo, n, ia, ja = check_potrf_args(r, uplo, n, A, ia, ja)
