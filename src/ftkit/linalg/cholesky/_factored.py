@@ -1,5 +1,6 @@
-"""What a checkpoint of FT_PDPOTRF holds of the factor: this process's factored block columns, on and below
-their diagonal blocks only, packed one block column after the other.
+"""What a checkpoint of FT_PDPOTRF holds, and the resume from it (:func:`resume`): the state (panel index and
+the factorization's shape), the carried checksums, and of the factor this process's factored block columns, on
+and below their diagonal blocks only, packed one block column after the other.
 
 A block column of the work matrix never changes once its panel is factored, and the Checkpointer writes
 every protected array whole at every checkpoint (no level but L4's differential one skips unchanged bytes),
@@ -13,11 +14,20 @@ the previous one and protects the prefix.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
+import numpy as np
+from mpi4py import MPI
+
+from ...errors import RecoveryError
+from ._abft import UpdateChecks
+from ._column_recompute import rebuild_trailing
 from ._steps import CholeskySteps
 
-__all__ = ["FactoredColumns"]
+__all__ = ["FactoredColumns", "resume", "CKPT_L", "CKPT_STATE", "CKPT_CHK"]
+
+#: The names of FT_PDPOTRF's protected arrays: the packed factored columns, the state, the carried checksums.
+CKPT_L, CKPT_STATE, CKPT_CHK = "ftkit.potrf.L", "ftkit.potrf.state", "ftkit.potrf.chk"
 
 
 class FactoredColumns:
@@ -70,3 +80,39 @@ class FactoredColumns:
         """The F-order view of a block column's place (local columns ``cl``, rows from ``r0``) in ``buf``."""
         m, wd = self.steps.w.shape[0] - r0, cl.stop - cl.start
         return buf[off:off + m * wd].reshape((m, wd), order="F")
+
+
+def resume(ckpt: Any, done: FactoredColumns, state: np.ndarray, checks: UpdateChecks) -> int:
+    """Protect the state in ``ckpt``; on a restart recover it, rebuild the trailing matrix and return the
+    panel to resume at."""
+    ckpt.protect(CKPT_L, done.pack(0), resizable=True)
+    ckpt.protect(CKPT_STATE, state)
+    for name, arr in checks.arrays().items():
+        ckpt.protect(f"{CKPT_CHK}.{name}", arr.reshape(-1, order="F"))
+    if not ckpt.restarted:
+        return 0
+    want = state.copy()
+    try:
+        ckpt.recover()
+    except RecoveryError as exc:  # the run is a restart: a checkpoint now would be refused, so no fresh start
+        raise RecoveryError(f"ft_pdpotrf: cannot resume from the checkpoint ({exc}); resume on the same grid "
+                            "and layout with the same ftkit version, or start again with a fresh checkpoint "
+                            "directory (or exec_id)") from exc
+    if not np.array_equal(state[1:], want[1:]):
+        raise RecoveryError(f"ft_pdpotrf: the checkpointed factorization ({state[1:].tolist()}: order, "
+                            f"offsets, uplo, panels) is not this one ({want[1:].tolist()}); use a fresh "
+                            "checkpoint directory (or exec_id) for a different matrix")
+    k = int(state[0])
+    got = ckpt.array(CKPT_L)
+    # Every process raises if one's part does not fit (a different grid or layout, or a checkpoint of an
+    # earlier version that held whole local columns): the others must not go on into the factorization.
+    fits = np.array([got.size == done.size(k)], np.int64)
+    everywhere = np.zeros_like(fits)
+    done.steps.grid.comm.Allreduce(fits, everywhere, op=MPI.MIN)
+    if not everywhere[0]:
+        raise RecoveryError("ft_pdpotrf: the checkpoint's factored columns do not fit this factorization's "
+                            "layout on some process: resume on the same grid and layout with the same ftkit "
+                            "version, or start again with a fresh checkpoint directory")
+    done.unpack(got, k)
+    rebuild_trailing(done.steps, k)  # A's values (the work copy's) minus the checkpointed panels' updates
+    return k

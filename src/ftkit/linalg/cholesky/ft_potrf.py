@@ -55,9 +55,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 
-from ...errors import ABFTError, PBLASArgumentError, RecoveryError
+from ...errors import ABFTError, PBLASArgumentError
 from ...inject import InjectionPlan
 from .._blas import trsm_right_lower_t
 from ..abft._blocks import Threshold
@@ -75,15 +74,14 @@ from ._abft import (
     repair_rows,
     share_panel,
 )
-from ._column_recompute import rebuild_trailing, recompute_column
-from ._factored import FactoredColumns
+from ._column_recompute import recompute_column
+from ._factored import CKPT_L, CKPT_STATE, FactoredColumns, resume
 from ._steps import HOLD, CholeskySteps, PanelFlight
 from .potrf import CholeskyWork, FactorizationError, check_potrf_args
 
 __all__ = ["ft_pdpotrf", "CKPT_L", "CKPT_STATE"]
 
 #: Names under which the factorization's state is protected in the checkpointer.
-CKPT_L, CKPT_STATE, CKPT_CHK = "ftkit.potrf.L", "ftkit.potrf.state", "ftkit.potrf.chk"
 
 
 class _Tally:
@@ -164,42 +162,6 @@ def _uncorrected(events: list[BlockEvent]) -> bool:
     return any(ev.action == "uncorrected" for ev in events)
 
 
-def _resume(ckpt: Any, done: FactoredColumns, state: np.ndarray, checks: UpdateChecks) -> int:
-    """Protect the state in ``ckpt``; on a restart recover it, rebuild the trailing matrix and return the
-    panel to resume at."""
-    ckpt.protect(CKPT_L, done.pack(0), resizable=True)
-    ckpt.protect(CKPT_STATE, state)
-    for name, arr in checks.arrays().items():
-        ckpt.protect(f"{CKPT_CHK}.{name}", arr.reshape(-1, order="F"))
-    if not ckpt.restarted:
-        return 0
-    want = state.copy()
-    try:
-        ckpt.recover()
-    except RecoveryError as exc:  # the run is a restart: a checkpoint now would be refused, so no fresh start
-        raise RecoveryError(f"ft_pdpotrf: cannot resume from the checkpoint ({exc}); resume on the same grid "
-                            "and layout with the same ftkit version, or start again with a fresh checkpoint "
-                            "directory (or exec_id)") from exc
-    if not np.array_equal(state[1:], want[1:]):
-        raise RecoveryError(f"ft_pdpotrf: the checkpointed factorization ({state[1:].tolist()}: order, "
-                            f"offsets, uplo, panels) is not this one ({want[1:].tolist()}); use a fresh "
-                            "checkpoint directory (or exec_id) for a different matrix")
-    k = int(state[0])
-    got = ckpt.array(CKPT_L)
-    # Every process raises if one's part does not fit (a different grid or layout, or a checkpoint of an
-    # earlier version that held whole local columns): the others must not go on into the factorization.
-    fits = np.array([got.size == done.size(k)], np.int64)
-    everywhere = np.zeros_like(fits)
-    done.steps.grid.comm.Allreduce(fits, everywhere, op=MPI.MIN)
-    if not everywhere[0]:
-        raise RecoveryError("ft_pdpotrf: the checkpoint's factored columns do not fit this factorization's "
-                            "layout on some process: resume on the same grid and layout with the same ftkit "
-                            "version, or start again with a fresh checkpoint directory")
-    done.unpack(got, k)
-    rebuild_trailing(done.steps, k)  # A's values (the work copy's) minus the checkpointed panels' updates
-    return k
-
-
 def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: Any = None,
                bs: int | None = None, tol: float | str | None = None, *, ckpt_every: int | None = None,
                ckpt_level: int = 1, inject: InjectionPlan | None = None, inject_panel: int = 0,
@@ -269,7 +231,7 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     state = np.array([0, n, ia, ja, uplo == "U", len(panels), d.mb, d.nb], dtype=np.int64)
     checks = UpdateChecks(work.steps, threshold.tol, bs)
     done = FactoredColumns(work.steps) if ckpt is not None else None
-    start = _resume(ckpt, done, state, checks) if done is not None else 0
+    start = resume(ckpt, done, state, checks) if done is not None else 0
     if start == 0:
         checks.init(0)
     every = max(1, int(ckpt_every) if ckpt_every else len(panels) // 8)
