@@ -52,6 +52,7 @@ from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
 from ..pblas._panel_buffers import pooled_buffer
+from ..pblas._redistribute import displacements
 from ..pblas._tri_sweep import triangle_extent, triangle_piece
 
 __all__ = ["SolveChecksums", "segments"]
@@ -88,10 +89,6 @@ def _seg_sums(x: np.ndarray, lb: np.ndarray, axis: int) -> np.ndarray:
 def _weights(here: np.ndarray, lb: np.ndarray, ids: np.ndarray, gb: np.ndarray) -> np.ndarray:
     """1-based index of each local index inside its segment (the weights of the weighted checksums)."""
     return (here - np.repeat(gb[ids], np.diff(lb)) + 1).astype(np.float64)
-
-
-def _displs(counts: list[int]) -> list[int]:
-    return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(int).tolist()
 
 
 @dataclass
@@ -200,8 +197,8 @@ class SolveChecksums:
             layout.append((ps, nrow, np.searchsorted(self.rows_here, k)))
             rcounts.append(nrow * k.size)
         rbuf = np.empty(sum(rcounts))
-        req = g.comm.Ialltoallv([sbuf, (scounts, _displs(scounts)), MPI.DOUBLE],
-                                [rbuf, (rcounts, _displs(rcounts)), MPI.DOUBLE])
+        req = g.comm.Ialltoallv([sbuf, (scounts, displacements(scounts)), MPI.DOUBLE],
+                                [rbuf, (rcounts, displacements(rcounts)), MPI.DOUBLE])
         self._t_exchange = (req, sbuf, rbuf, layout, rcounts)
 
     def t_blocks(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -269,7 +266,7 @@ class SolveChecksums:
             nc = len(self.cid_of[qs])
             shapes.append(((4, self.nI, nc), (4, len(self.rid_of[ps]), nc)))
         counts = [int(np.prod(a) + np.prod(b)) for a, b in shapes]
-        displs = _displs(counts)
+        displs = displacements(counts)
         out = np.empty(sum(counts))
         wait_requests([g.comm.Iallgatherv(mine, [out, (counts, displs), MPI.DOUBLE])])  # waited by sleeping
         prod, w0 = np.zeros((4, self.nI, self.nJ)), np.zeros((4, self.nI, self.nJ))

@@ -43,6 +43,7 @@ from ..._wait import deadline_after, poll_until, wait_requests
 from .._blas import gemm_update, trsm_right_lower_t
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
+from ..pblas._redistribute import displacements
 from ..pblas._tri_sweep import diagonal_blocks
 
 __all__ = ["CholeskySteps", "DiagonalMessage", "PanelFlight", "first_bad_minor", "HOLD", "WAIT_TIMEOUT"]
@@ -227,7 +228,7 @@ class CholeskySteps:
         e, n = self.panels[k][1], self.rows.n
         counts = [per_row * (r.stop - r.start) + extra
                   for r in (self.rows.range_on(p, e, n) for p in range(self.grid.nprow))]
-        return counts, np.concatenate(([0], np.cumsum(counts)[:-1])).astype(int).tolist()
+        return counts, displacements(counts)
 
     def gather(self, flat: np.ndarray, k: int, per_row: int, extra: int = 0) -> list[np.ndarray]:
         """Return every process row's flat buffer ``flat`` (gathered down the process column, one
@@ -409,7 +410,7 @@ class PanelFlight:
                 if self._columns == "select":
                     self._send = st.select_rows(self.k, st.rows_of(self.k, self._send)).reshape(-1, order="F")
                     counts = [c * per_row for c in st.selected_counts(self.k)]
-                    displs = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(int).tolist()
+                    displs = displacements(counts)
                 self._out = np.empty(sum(counts), self.buf.dtype)
                 self._gather = g.col_comm.Iallgatherv(self._send, [self._out, (counts, displs)])
         if self._gather is not True and self._gather is not None and self._gather.Test():

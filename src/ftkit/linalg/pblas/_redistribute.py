@@ -36,7 +36,8 @@ Pool = dict[object, np.ndarray]
 #: Message tag of the moves' pieces on the grid communicator.
 TAG_MOVE = 603
 
-__all__ = ["Move", "redistribute", "redistribute_many", "same_layout", "exchange", "exchange_many"]
+__all__ = ["Move", "redistribute", "redistribute_many", "same_layout", "exchange", "exchange_many",
+           "displacements"]
 
 
 def _relative(m: BlockCyclic1D) -> np.ndarray:
@@ -142,6 +143,11 @@ def redistribute_many(moves: Sequence[Move], pool: Pool | None = None) -> list[n
     return [piece for piece in out if piece is not None]
 
 
+def displacements(counts: list[int]) -> list[int]:
+    """The displacements of a vector collective's pieces of ``counts`` elements, packed in order."""
+    return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(int).tolist()
+
+
 def _target_shape(mv: Move) -> tuple[int, int]:
     """This process's piece shape of ``mv`` (rows and columns of the target it owns)."""
     g = mv.src.grid
@@ -215,7 +221,7 @@ def exchange_many(moves: Sequence[Move], into: Sequence[np.ndarray] | None = Non
     scounts = [sum(pl.sends[r][0].size * pl.sends[r][1].size for pl in plans) for r in range(g.size)]
     rcounts = [sum(pl.recvs[r][0].size * pl.recvs[r][1].size for pl in plans) for r in range(g.size)]
     mpitype = MPI.FLOAT if dtype == np.float32 else MPI.DOUBLE
-    rdispl = np.concatenate([[0], np.cumsum(rcounts)[:-1]]).astype(int).tolist()
+    rdispl = displacements(rcounts)
 
     from ._pack_kernels import gather_into, scatter_into  # numba: imported at the first use
 
