@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import argparse
 import functools
 import time
 from collections import defaultdict
 from typing import Any
 
-__all__ = ["TOTALS", "print_medians", "profile_call", "timed"]
+__all__ = ["TOTALS", "print_medians", "profile_call", "profile_parser", "timed"]
 
 _STACK: list[list[float]] = []  # per open phase: [cpu spent in nested phases, wall spent in nested phases]
 #: phase name -> [exclusive CPU seconds, exclusive wall seconds] since the last ``TOTALS.clear()``
@@ -71,3 +72,13 @@ def print_medians(comm: Any, runs: dict[str, list[dict[str, list[float]]]], head
             vals = [m[routine].get(k, (0.0, 0.0)) for m in every]
             print(f"{k:>{width}} " + " ".join(f"{c * 1e3:6.1f}/{w * 1e3:6.1f}" for c, w in vals)
                   + f"  {sum(c for c, _ in vals) * 1e3:7.1f}")
+
+
+def profile_parser(doc: str) -> argparse.ArgumentParser:
+    """The profiling scripts' options: ``--grid PxQ``, ``--n``, ``--nb``, ``--reps`` (timed repetitions)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--grid", default="2x2")
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--nb", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=3)
+    return ap

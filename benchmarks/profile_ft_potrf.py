@@ -12,11 +12,10 @@ run, not with the benchmark's figures. A profile, not a benchmark: use ``bench_p
 
 from __future__ import annotations
 
-import argparse
 from collections import defaultdict
 
 import numpy as np
-from _phase_timer import print_medians, profile_call, timed
+from _phase_timer import print_medians, profile_call, profile_parser, timed
 from mpi4py import MPI
 
 from ftkit import linalg
@@ -49,11 +48,7 @@ def _spd(grid: linalg.ProcessGrid, n: int, nb: int) -> linalg.DistributedMatrix:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--grid", default="2x2")
-    ap.add_argument("--n", type=int, default=4096)
-    ap.add_argument("--nb", type=int, default=128)
-    ap.add_argument("--reps", type=int, default=3)
+    ap = profile_parser(__doc__)
     args = ap.parse_args()
     pr, pc = map(int, args.grid.split("x"))
     comm = MPI.COMM_WORLD

@@ -17,14 +17,13 @@ the ratios from ``bench_pblas3.py --side-by-side``.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _phase_timer import print_medians, profile_call, timed
+from _phase_timer import print_medians, profile_call, profile_parser, timed
 from mpi4py import MPI
 
 from ftkit import linalg
@@ -59,11 +58,7 @@ def _run(routine: str, n: int, ops: dict[str, linalg.DistributedMatrix], store: 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--grid", default="2x2")
-    ap.add_argument("--n", type=int, default=4096)
-    ap.add_argument("--nb", type=int, default=128)
-    ap.add_argument("--reps", type=int, default=3)
+    ap = profile_parser(__doc__)
     ap.add_argument("--routines", nargs="+", default=["pdtrmm", "pdsyrk"], choices=["pdtrmm", "pdsyrk"])
     ap.add_argument("--store", default=None, help="store directory (default: a temporary one, removed)")
     args = ap.parse_args()
