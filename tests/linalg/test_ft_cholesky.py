@@ -273,6 +273,17 @@ def test_non_square_grids_checked_and_recomputed():
 
 
 @pytest.mark.mpi
+def test_square_grid_rows_sent_down_by_diagonal_processes_checked():
+    """2x2: only the diagonal processes send rows of P down their process columns (with their sums and the
+    flags' maximum beside): error-free bit for bit, flips in what they send (restored before any product on
+    both processes of the column, the sender's own left operand included: no block event) and in what the
+    others receive or hold, two flips in one column recomputed."""
+    res = run_python(4, PROGRAMS / "ft_potrf_grids.py", timeout=300).check()
+    assert "DONE failures=0" in res.stdout, res.stdout + res.stderr
+    assert res.stdout.count("CASE ") == 16 and "FAIL" not in res.stdout, res.stdout
+
+
+@pytest.mark.mpi
 def test_hard_families_no_false_positive_on_2x2():
     """Tiny, huge, graded, Hilbert and cancelling SPD matrices: nothing flagged, pdpotrf's factor bit for
     bit (rigorous and statistical thresholds, offsets, aligned and redistributed layouts)."""

@@ -38,7 +38,9 @@ makes it ``t`` times the magnitudes; ``"statistical"`` uses the rigorous bound h
 
 The panel travels with its row sums, sums of squares, column sums, segment sums and a flag (rows of its
 block column that its sender could not correct: :func:`panel_buffer`, :meth:`UpdateChecks.encode`, one
-compiled pass over the solved panel, :func:`share_panel`, :func:`gather_panel`): each process compares the
+compiled pass over the solved panel, :func:`share_panel`, :func:`gather_panel`; on a square grid only the
+diagonal process's part goes down each process column, as ``pdpotrf``'s rows do, and the flags' maximum
+beside it; elsewhere every part): each process compares the
 row sums of the rows of ``P`` its columns multiply (the product's right operand, and the carry's) with the
 senders' (same summation order, :mod:`._kernels`: equal unless a value changed), locates a changed
 element's column from its piece's column sums and restores it from its row sum before the product uses it
@@ -60,7 +62,7 @@ from .._blas import gemm_update
 from ..abft.report import BlockEvent
 from ..checksums._kernels import encode_rows_into
 from ._kernels import col_sums, panel_pass, row_sums, segment_flags, solve_flags
-from ._steps import CholeskySteps
+from ._steps import CholeskySteps, PanelFlight
 
 __all__ = ["UpdateChecks", "panel_buffer", "panel_views", "share_panel", "gathered_part",
            "gather_panel", "piece_col_sums", "repair_rows"]
@@ -139,14 +141,18 @@ class UpdateChecks:
         _, rows, rs, sq, cs, segs = views
         panel_pass(pt, self.rlo[self.seg0[k + 1]:] - below0, self.wts[below0:], rows, segs, rs, sq, cs)
 
-    def update(self, k: int, sums: np.ndarray, colp: np.ndarray, full_sq: np.ndarray) -> None:
+    def update(self, k: int, sums: np.ndarray, colp: np.ndarray,
+               squares: list[tuple[np.ndarray, np.ndarray]]) -> None:
         """Carry the checksums through panel ``k``'s update: ``sums`` are the segment sums of this process's
         rows of ``P`` (:meth:`encode`, taken where the panel was solved), ``colp`` the rows of ``P``
-        of this process's trailing columns in their order (:meth:`CholeskySteps.column_rows`), ``full_sq``
-        the sums of squares of all rows of ``P``. One product for all trailing columns and segments."""
+        of this process's trailing columns in their order (:meth:`CholeskySteps.column_rows`), ``squares``
+        ``(rows of P (global - e), their sums of squares)``, no row twice, covering at least this process's
+        rows and columns (the only ones whose ``nu`` the bounds read). One product for all trailing columns
+        and segments."""
         st = self.steps
         e = st.panels[k][1]
-        self.nu[e:] += full_sq
+        for idx, sq in squares:
+            self.nu[e + idx] += sq
         ii0, jj0 = int(self.seg0[k + 1]), int(np.searchsorted(self.cblk, k + 1))
         if ii0 == len(self.rblk) or jj0 == len(self.cblk):
             return
@@ -340,31 +346,44 @@ def gathered_part(steps: CholeskySteps, k: int) -> tuple[int, int, int]:
 
 
 def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray,
-                 gathered: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                    list, bool]:
+                 flight: PanelFlight | None = None) -> tuple[np.ndarray, np.ndarray, list, list, bool]:
     """Gather the encoded pieces (without their segment sums) down the process column (or take them from
-    ``gathered``, a :class:`~._steps.PanelFlight`'s); return ``(colp, its row sums, the sums of squares of all
-    rows of P, pieces, flagged)``: ``colp`` the rows of ``P`` this process's trailing columns multiply
-    (:meth:`CholeskySteps.column_rows`), each piece ``(global row indices - e, rows, row sums, sums of
-    squares, column sums)``, ``flagged`` whether any process of the panel's process column has block column
-    rows to recompute (every process gets the same answer)."""
+    ``flight``, once arrived); return ``(colp, its row sums, squares, pieces, flagged)``: ``colp`` the rows of
+    ``P`` this process's trailing columns multiply (:meth:`CholeskySteps.column_rows`), ``squares`` the
+    ``(rows, sums of squares)`` of :meth:`UpdateChecks.update`, each piece ``(global row indices - e, rows,
+    row sums, sums of squares, column sums)``, ``flagged`` whether any process of the panel's process column
+    has block column rows to recompute (every process gets the same answer).
+
+    A flight with ``columns="own"`` (a square grid) brought only the piece of the process row that holds
+    this process's columns' rows (with its sums, everything the checks of ``colp`` read) and the flags'
+    maximum; the sums of squares of this process's own rows are in ``ext``."""
     s, e = steps.panels[k]
-    w, n = e - s, steps.rows.n
-    if gathered is None:
+    w, n, g = e - s, steps.rows.n, steps.grid
+
+    def piece(p: int, buf: np.ndarray) -> tuple[np.ndarray, ...]:
+        idx = steps.row_indices[p][steps.rows.range_on(p, e, n)] - e
+        return (idx, *_unpack(buf, len(idx), w)[:5])
+
+    if flight is not None and flight.own:
+        idx, _, rows, rs, sq, cs = piece(g.mycol, flight.own_piece())
+        squares = [(idx, sq)]
+        if g.myrow != g.mycol:
+            mine = piece(g.myrow, ext)
+            squares.append((mine[0], mine[4]))
+        return rows, rs, squares, [(idx, rows, rs, sq, cs)], flight.column_flag() > 0
+    if flight is not None:
+        gathered = flight.pieces()
+    else:
         sent, per_row, extra = gathered_part(steps, k)
         gathered = steps.gather(ext[:sent], k, per_row, extra)
     pieces, flagged = [], False
     for p, buf in enumerate(gathered):
-        idx = steps.row_indices[p][steps.rows.range_on(p, e, n)] - e
-        flag, *rest = _unpack(buf, len(idx), w)[:5]
+        idx, flag, *rest = piece(p, buf)
         flagged |= bool(flag[0])
         pieces.append((idx, *rest))
     colp = steps.column_rows(k, [pc[1] for pc in pieces])
     col_rs = steps.column_rows(k, [pc[2][:, None] for pc in pieces])[:, 0]
-    full_sq = np.empty(n - e)
-    for idx, _, _, sq, _ in pieces:
-        full_sq[idx] = sq
-    return colp, col_rs, full_sq, pieces, flagged
+    return colp, col_rs, [(pc[0], pc[3]) for pc in pieces], pieces, flagged
 
 
 def piece_col_sums(colp: np.ndarray, need: np.ndarray, pieces: list,

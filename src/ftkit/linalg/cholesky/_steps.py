@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from mpi4py import MPI
 
 from ..._wait import deadline_after, poll_until, wait_requests
 from .._blas import gemm_update, trsm_right_lower_t
@@ -345,6 +346,17 @@ class DiagonalMessage:
         return bad, (self.flat[1:].reshape((self.w, self.w), order="F") if bad == -1 else None)
 
 
+class _Both:
+    """Two requests tested as one (``Test`` true once both have completed)."""
+
+    def __init__(self, first: Any, second: Any) -> None:
+        self.pending = [r for r in (first, second) if r is not True]
+
+    def Test(self) -> bool:  # noqa: N802 - the name of the MPI request method it stands for
+        self.pending = [r for r in self.pending if not r.Test()]
+        return not self.pending
+
+
 class PanelFlight:
     """Panel ``k``'s messages under way (:meth:`CholeskySteps.launch`): the diagonal block's broadcast, the
     panel's buffer broadcast along the process rows from the panel's process column, then its first ``sent``
@@ -360,16 +372,22 @@ class PanelFlight:
     data of the gather on 2 x 2), else each process sends the rows its process column's trailing columns
     multiply (``"select"``: a third of the gather on 2 x 3).
 
+    ``flag_at`` (with ``"own"``): the index in the buffer of a value whose maximum over the process column
+    every process needs (``ft_pdpotrf``'s flag of rows left to recompute, which the data down the column
+    does not carry from every process row): one small ``Iallreduce`` beside the data (:meth:`column_flag`).
+
     Nothing more travels once the diagonal block is known to be not positive definite or held (every process
     learns it from the same broadcast, so every process skips the same messages).
     """
 
     def __init__(self, steps: CholeskySteps, k: int, diagonal: DiagonalMessage, buf: np.ndarray,
                  sent: int, per_row: int, extra: int = 0,
-                 on_rows: Callable[[np.ndarray], object] | None = None, columns: str = "all") -> None:
+                 on_rows: Callable[[np.ndarray], object] | None = None, columns: str = "all",
+                 flag_at: int | None = None) -> None:
         e = steps.panels[k][1]
         self.steps, self.k, self.diagonal, self.buf = steps, k, diagonal, buf
         self._shape, self._on_rows, self._columns = (sent, per_row, extra), on_rows, columns
+        self._flag_at, self._flag = flag_at, np.zeros(1, buf.dtype)
         self._send = buf[:sent]
         self.deadline = deadline_after(WAIT_TIMEOUT)
         g = steps.grid
@@ -405,6 +423,10 @@ class PanelFlight:
                 mine = g.myrow == g.mycol
                 self._out = self._send if mine else np.empty(counts[g.mycol], self.buf.dtype)
                 self._gather = g.col_comm.Ibcast(self._out, root=g.mycol) if self._out.size else True
+                if self._flag_at is not None:
+                    at = self._flag_at
+                    self._gather = _Both(self._gather, g.col_comm.Iallreduce(self.buf[at:at + 1], self._flag,
+                                                                             op=MPI.MAX))
             else:
                 if self._columns == "select":
                     self._send = st.select_rows(self.k, st.rows_of(self.k, self._send)).reshape(-1, order="F")
@@ -436,6 +458,25 @@ class PanelFlight:
         ends = np.cumsum(counts) * w
         return st.merge_rows(k, [self._out[b - c * w:b].reshape((c, w), order="F")
                                  for c, b in zip(counts, ends, strict=True)])
+
+    @property
+    def own(self) -> bool:
+        """Whether only the diagonal process's part travels down each process column (``columns="own"``)."""
+        return self._columns == "own"
+
+    def column_flag(self) -> float:
+        """With ``flag_at``: the largest flag of the process column's processes, once arrived."""
+        assert self._flag_at is not None
+        if self.steps.grid.nprow == 1:
+            return float(self.buf[self._flag_at])
+        return float(self._flag[0])
+
+    def own_piece(self) -> np.ndarray:
+        """With ``columns="own"``: the part of the buffer of the process row that holds this process's
+        columns' rows (its diagonal process's), once arrived."""
+        if self.steps.grid.nprow == 1:
+            return self.buf[:self._shape[0]]
+        return self._out
 
     def pieces(self) -> list[np.ndarray]:
         """Every process row's gathered part of the buffer, once arrived (:meth:`CholeskySteps.gather`)."""

@@ -332,7 +332,10 @@ def _launch(work: CholeskyWork, checks: UpdateChecks, k: int, plan: InjectionPla
     diagonal = steps.start_diagonal(k, hold=_uncorrected(events))  # (hold read on the owner only)
     ext, rows = panel_buffer(steps, k, checks)
     on_rows = None if plan is None else functools.partial(_inject_received, plan, g.size, g.rank, rows)
-    flight = PanelFlight(steps, k, diagonal, ext, *gathered_part(steps, k), on_rows=on_rows)
+    # on a square grid only the diagonal process's part goes down each process column, as in pdpotrf (it
+    # holds the rows, row and column sums the checks of that column's products read), and the flags beside
+    flight = PanelFlight(steps, k, diagonal, ext, *gathered_part(steps, k), on_rows=on_rows,
+                         columns="own" if steps.square else "all", flag_at=0)
     found: list[BlockEvent] = []
     low = None
     if g.mycol == int(steps.cols.owners[s]):
@@ -354,12 +357,14 @@ def _inject_received(plan: InjectionPlan, size: int, rank: int, rows: np.ndarray
 def _arrive(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, plan: InjectionPlan | None,
             tally: _Tally) -> tuple[int, list[BlockEvent], tuple]:
     """Wait for panel ``k``'s messages; return ``(bad, the block column's events, (colp, its row sums, the
-    sums of squares of P's rows, pieces))``. A held diagonal block, or rows of the block column a process
-    could not correct (their flag travels in the panel: no extra message error-free), are recomputed by
-    every process, then solved and shared again, before any update reads them."""
+    sums of squares of P's rows this process's checks read, pieces))`` (:func:`gather_panel`). A held
+    diagonal block, or rows of the block column a process could not correct (their flag travels with the
+    panel: no extra round trip error-free), are recomputed by every process, then solved and shared again,
+    before any update reads them."""
     steps, k, ext, rows = work.steps, panel.k, panel.ext, panel.rows
     g, e = steps.grid, steps.panels[panel.k][1]
-    bad, events, found, low, gathered = panel.flight.wait(), panel.events, panel.found, panel.low, None
+    bad, events, found, low = panel.flight.wait(), panel.events, panel.found, panel.low
+    flight: PanelFlight | None = panel.flight
     if bad == HOLD:  # the diagonal block: every process joins the recomputation of the block column now
         events = recompute_column(checks, k, events, work.original)
         bad, low = steps.factor_diagonal(k)
@@ -369,14 +374,11 @@ def _arrive(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, plan: In
             share_panel(steps, k, ext)
             if plan is not None:
                 _inject_received(plan, g.size, g.rank, rows, ext)
-        else:
-            gathered = []
-    else:
-        gathered = panel.flight.pieces()
+        flight = None  # shared again: gathered whole
     if bad >= 0 or e == steps.rows.n:
         return bad, events, ()
     events, pending = events + found, _uncorrected(found)
-    colp, col_rs, full_sq, pieces, flagged = gather_panel(steps, k, ext, gathered)
+    colp, col_rs, squares, pieces, flagged = gather_panel(steps, k, ext, flight)
     if flagged:  # rows the checks could not correct: recomputed from A, solved and shared again
         events = recompute_column(checks, k, events, work.original)
         if steps.owns_diagonal(k):  # the recomputation set the block's unfactored values again
@@ -386,8 +388,8 @@ def _arrive(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, plan: In
             assert low is not None
             events += _solve(steps, checks, k, low, ext, rows, tally)
         share_panel(steps, k, ext)
-        colp, col_rs, full_sq, pieces, _ = gather_panel(steps, k, ext)
-    return bad, events, (colp, col_rs, full_sq, pieces)
+        colp, col_rs, squares, pieces, _ = gather_panel(steps, k, ext)
+    return bad, events, (colp, col_rs, squares, pieces)
 
 
 def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tuple,
@@ -402,7 +404,7 @@ def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tup
     n, last, plan = steps.rows.n, len(steps.panels) - 1, at(k)
     if e == n:
         return None
-    colp, col_rs, full_sq, pieces = got
+    colp, col_rs, squares, pieces = got
     if plan is not None:
         plan.apply("B", g.rank, 0, colp)
     below0, c0 = steps.rows.range_on(g.myrow, e, n).start, steps.cols.range_on(g.mycol, e, n).start
@@ -419,7 +421,7 @@ def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tup
 
     if plan is not None:
         plan.apply("C", g.rank, 0, trail, to_global)
-    checks.update(k, panel_views(panel.ext, rows)[5], colp, full_sq)  # reads no W: before the update
+    checks.update(k, panel_views(panel.ext, rows)[5], colp, squares)  # reads no W: before the update
     steps.apply_update(k, rows, colp, range(k + 1, k + 2))  # block column k+1 first: panel k+1 needs it
     if plan is not None:  # "after the update": the last moment before panel k+1 reads its block column
         plan.apply("C", g.rank, 1, trail, to_global)
