@@ -93,6 +93,10 @@ def main() -> int:
                 cases += [(f"two flips on rank {rk}",
                            [BitFlip(target="C", rank=rk, step=1, index=(i, 0), bit=61) for i in (9, 12)],
                            ["recomputed"]) for rk in ranks]
+                if shape == (2, 3):  # rank 1 solves panel 1; its row 9 (block row 4) goes down its column
+                    cases.append(("rows of P flipped where the panel was solved, before they go down",
+                                  [BitFlip(target="A", rank=1, index=(9, 2), bit=62)], ["located"],
+                                  [(1, -1)]))
             for name, flips, *want in cases:
                 ok, line = _case(grid, uplo, flips, *want)
                 failures += not ok

@@ -65,7 +65,7 @@ from ._kernels import col_sums, panel_pass, row_sums, segment_flags, solve_flags
 from ._steps import CholeskySteps, PanelFlight
 
 __all__ = ["UpdateChecks", "panel_buffer", "panel_views", "share_panel", "gathered_part",
-           "gather_panel", "piece_col_sums", "repair_rows"]
+           "gather_panel", "select_part", "piece_col_sums", "repair_rows"]
 
 
 class UpdateChecks:
@@ -371,6 +371,8 @@ def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray,
             mine = piece(g.myrow, ext)
             squares.append((mine[0], mine[4]))
         return rows, rs, squares, [(idx, rows, rs, sq, cs)], flight.column_flag() > 0
+    if flight is not None and flight.selected:
+        return _selected_parts(steps, k, ext, flight)
     if flight is not None:
         gathered = flight.pieces()
     else:
@@ -384,6 +386,58 @@ def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray,
     colp = steps.column_rows(k, [pc[1] for pc in pieces])
     col_rs = steps.column_rows(k, [pc[2][:, None] for pc in pieces])[:, 0]
     return colp, col_rs, [(pc[0], pc[3]) for pc in pieces], pieces, flagged
+
+
+def select_part(steps: CholeskySteps, k: int, rows: np.ndarray, record: Callable[[int, int, bool], object],
+                ext: np.ndarray) -> np.ndarray:
+    """What this process sends down its process column of panel ``k``'s encoded buffer ``ext`` (``rows``: its
+    rows of P) on a grid that is not square: the rows its process column's trailing columns multiply
+    (:meth:`CholeskySteps.select_rows`), their row sums and sums of squares, and the column sums of those rows
+    (in :func:`col_sums`' order: the receivers locate a changed value with them). The rows are first
+    compared with the row sums taken where the panel was solved and a changed value restored
+    (:func:`repair_rows`, ``record(row of P, column, restored)`` per repair), so that the column sums taken
+    here are of the panel's values. (On the panel's process column the buffer may still be broadcast along
+    the process row, only read: a repair there writes into it only if a value changed after it was encoded.)
+    """
+    g, (s, e) = steps.grid, steps.panels[k]
+    _, _, rs, sq, cs, _ = panel_views(ext, rows)
+
+    def present(_i: int) -> tuple[np.ndarray, np.ndarray]:
+        got = np.empty(rows.shape[1])
+        col_sums(rows, got)
+        return cs, got
+
+    idx = steps.row_indices[g.myrow][steps.rows.range_on(g.myrow, e, steps.rows.n)]
+    for i, t, ok in repair_rows(rows, rs, present):
+        record(int(idx[i]), s + t, ok)
+    sel = steps.select_rows(k, rows)
+    out = np.empty(sel.size + 2 * sel.shape[0] + sel.shape[1])
+    m = sel.shape[0]
+    out[:sel.size] = sel.reshape(-1, order="F")
+    out[sel.size:sel.size + m] = steps.select_rows(k, rs[:, None])[:, 0]
+    out[sel.size + m:sel.size + 2 * m] = steps.select_rows(k, sq[:, None])[:, 0]
+    col_sums(sel, out[sel.size + 2 * m:])
+    return out
+
+
+def _selected_parts(steps: CholeskySteps, k: int, ext: np.ndarray,
+                    flight: PanelFlight) -> tuple[np.ndarray, np.ndarray, list, list, bool]:
+    """:func:`gather_panel` from a flight of :func:`select_part`'s parts."""
+    g, (s, e) = steps.grid, steps.panels[k]
+    w, n = e - s, steps.rows.n
+    out, at, pieces = flight.gathered(), 0, []
+    for p, cnt in enumerate(steps.selected_counts(k)):
+        rows = out[at:at + cnt * w].reshape((cnt, w), order="F")
+        at += cnt * w
+        rs, sq, cs = out[at:at + cnt], out[at + cnt:at + 2 * cnt], out[at + 2 * cnt:at + 2 * cnt + w]
+        at += 2 * cnt + w
+        pieces.append((steps.selected_indices(k, p), rows, rs, sq, cs))
+    colp = steps.merge_rows(k, [pc[1] for pc in pieces])
+    col_rs = steps.merge_rows(k, [pc[2][:, None] for pc in pieces])[:, 0]
+    mine = steps.row_indices[g.myrow][steps.rows.range_on(g.myrow, e, n)] - e
+    own_sq = _unpack(ext, len(mine), w)[3]
+    squares = [(mine, own_sq)] + [(pc[0], pc[3]) for p, pc in enumerate(pieces) if p != g.myrow]
+    return colp, col_rs, squares, pieces, flight.column_flag() > 0
 
 
 def piece_col_sums(colp: np.ndarray, need: np.ndarray, pieces: list,

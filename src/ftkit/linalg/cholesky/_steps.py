@@ -292,6 +292,13 @@ class CholeskySteps:
                 at += cb - ca
         return out
 
+    def selected_indices(self, k: int, p: int) -> np.ndarray:
+        """The global indices, minus panel ``k``'s end, of the rows :meth:`select_rows` takes from process row
+        ``p``'s rows for this process column (increasing)."""
+        e = self.panels[k][1]
+        got = [self.row_indices[p][r0:r0 + cb - ca] for ca, cb, q, r0 in self._trailing_blocks(k) if q == p]
+        return (np.concatenate(got) if got else np.empty(0, int)) - e
+
     def merge_rows(self, k: int, pieces: list[np.ndarray]) -> np.ndarray:
         """The rows of ``P`` of this process's trailing columns, in their order, from every process row's
         :meth:`select_rows` (``pieces``, F order)."""
@@ -372,9 +379,12 @@ class PanelFlight:
     data of the gather on 2 x 2), else each process sends the rows its process column's trailing columns
     multiply (``"select"``: a third of the gather on 2 x 3).
 
-    ``flag_at`` (with ``"own"``): the index in the buffer of a value whose maximum over the process column
-    every process needs (``ft_pdpotrf``'s flag of rows left to recompute, which the data down the column
-    does not carry from every process row): one small ``Iallreduce`` beside the data (:meth:`column_flag`).
+    ``flag_at`` (with ``"own"`` or ``"select"``): the index in the buffer of a value whose maximum over the
+    process column every process needs (``ft_pdpotrf``'s flag of rows left to recompute, which the data down
+    the column does not carry from every process row): one small ``Iallreduce`` beside the data
+    (:meth:`column_flag`). ``pack`` (with ``"select"``): what this process sends down its process column,
+    given the buffer once arrived (on the root: while it is broadcast, so only read there), ``per_row``
+    values per selected row (:meth:`CholeskySteps.selected_counts`) and ``extra``; default: the selected rows.
 
     Nothing more travels once the diagonal block is known to be not positive definite or held (every process
     learns it from the same broadcast, so every process skips the same messages).
@@ -383,11 +393,11 @@ class PanelFlight:
     def __init__(self, steps: CholeskySteps, k: int, diagonal: DiagonalMessage, buf: np.ndarray,
                  sent: int, per_row: int, extra: int = 0,
                  on_rows: Callable[[np.ndarray], object] | None = None, columns: str = "all",
-                 flag_at: int | None = None) -> None:
+                 flag_at: int | None = None, pack: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
         e = steps.panels[k][1]
         self.steps, self.k, self.diagonal, self.buf = steps, k, diagonal, buf
         self._shape, self._on_rows, self._columns = (sent, per_row, extra), on_rows, columns
-        self._flag_at, self._flag = flag_at, np.zeros(1, buf.dtype)
+        self._flag_at, self._flag, self._pack = flag_at, np.zeros(1, buf.dtype), pack
         self._send = buf[:sent]
         self.deadline = deadline_after(WAIT_TIMEOUT)
         g = steps.grid
@@ -423,17 +433,18 @@ class PanelFlight:
                 mine = g.myrow == g.mycol
                 self._out = self._send if mine else np.empty(counts[g.mycol], self.buf.dtype)
                 self._gather = g.col_comm.Ibcast(self._out, root=g.mycol) if self._out.size else True
-                if self._flag_at is not None:
-                    at = self._flag_at
-                    self._gather = _Both(self._gather, g.col_comm.Iallreduce(self.buf[at:at + 1], self._flag,
-                                                                             op=MPI.MAX))
             else:
                 if self._columns == "select":
-                    self._send = st.select_rows(self.k, st.rows_of(self.k, self._send)).reshape(-1, order="F")
-                    counts = [c * per_row for c in st.selected_counts(self.k)]
+                    self._send = (self._pack(self.buf) if self._pack is not None else st.select_rows(
+                        self.k, st.rows_of(self.k, self._send)).reshape(-1, order="F"))
+                    counts = [c * per_row + extra for c in st.selected_counts(self.k)]
                     displs = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(int).tolist()
                 self._out = np.empty(sum(counts), self.buf.dtype)
                 self._gather = g.col_comm.Iallgatherv(self._send, [self._out, (counts, displs)])
+            if self._flag_at is not None and self._columns != "all":
+                at = self._flag_at
+                self._gather = _Both(self._gather, g.col_comm.Iallreduce(self.buf[at:at + 1], self._flag,
+                                                                         op=MPI.MAX))
         if self._gather is not True and self._gather is not None and self._gather.Test():
             self._gather = True
         return self._row is True and self._gather is True
@@ -463,6 +474,15 @@ class PanelFlight:
     def own(self) -> bool:
         """Whether only the diagonal process's part travels down each process column (``columns="own"``)."""
         return self._columns == "own"
+
+    @property
+    def selected(self) -> bool:
+        """Whether each process sends down its process column only what its columns need (``"select"``)."""
+        return self._columns == "select" and self.steps.grid.nprow > 1
+
+    def gathered(self) -> np.ndarray:
+        """What came down the process column, every process row's part in order, once arrived."""
+        return self._out
 
     def column_flag(self) -> float:
         """With ``flag_at``: the largest flag of the process column's processes, once arrived."""

@@ -73,6 +73,7 @@ from ._abft import (
     panel_views,
     piece_col_sums,
     repair_rows,
+    select_part,
     share_panel,
 )
 from ._column_recompute import rebuild_trailing, recompute_column
@@ -332,10 +333,16 @@ def _launch(work: CholeskyWork, checks: UpdateChecks, k: int, plan: InjectionPla
     diagonal = steps.start_diagonal(k, hold=_uncorrected(events))  # (hold read on the owner only)
     ext, rows = panel_buffer(steps, k, checks)
     on_rows = None if plan is None else functools.partial(_inject_received, plan, g.size, g.rank, rows)
-    # on a square grid only the diagonal process's part goes down each process column, as in pdpotrf (it
-    # holds the rows, row and column sums the checks of that column's products read), and the flags beside
-    flight = PanelFlight(steps, k, diagonal, ext, *gathered_part(steps, k), on_rows=on_rows,
-                         columns="own" if steps.square else "all", flag_at=0)
+    # down the process columns only what each column's products and their checks read, as in pdpotrf, and
+    # the flags beside: on a square grid the diagonal process's part; else each process's selected rows with
+    # their sums (select_part)
+    sent, per_row, extra = gathered_part(steps, k)
+    columns, pack = "own" if steps.square else "select" if g.nprow > 1 else "all", None
+    if columns == "select":
+        pack = functools.partial(select_part, steps, k, rows, functools.partial(tally.operand, k))
+        extra = e - s
+    flight = PanelFlight(steps, k, diagonal, ext, sent, per_row, extra, on_rows=on_rows, columns=columns,
+                         flag_at=0, pack=pack)
     found: list[BlockEvent] = []
     low = None
     if g.mycol == int(steps.cols.owners[s]):
