@@ -393,28 +393,32 @@ def select_part(steps: CholeskySteps, k: int, rows: np.ndarray, record: Callable
     """What this process sends down its process column of panel ``k``'s encoded buffer ``ext`` (``rows``: its
     rows of P) on a grid that is not square: the rows its process column's trailing columns multiply
     (:meth:`CholeskySteps.select_rows`), their row sums and sums of squares, and the column sums of those rows
-    (in :func:`col_sums`' order: the receivers locate a changed value with them). The rows are first
-    compared with the row sums taken where the panel was solved and a changed value restored
-    (:func:`repair_rows`, ``record(row of P, column, restored)`` per repair), so that the column sums taken
-    here are of the panel's values. (On the panel's process column the buffer may still be broadcast along
-    the process row, only read: a repair there writes into it only if a value changed after it was encoded.)
+    (in :func:`col_sums`' order: the receivers locate a changed value with them). The selected rows are
+    first compared with the row sums taken where the panel was solved; if one changed, the whole part is
+    checked against them and the changed values restored (:func:`repair_rows`, ``record(row of P, column,
+    restored)`` per repair), so that the column sums taken here are of the panel's values. (On the panel's
+    process column the buffer may still be broadcast along the process row, only read: a repair there writes
+    into it only if a value changed after it was encoded.)
     """
     g, (s, e) = steps.grid, steps.panels[k]
     _, _, rs, sq, cs, _ = panel_views(ext, rows)
+    sel, sel_rs = steps.select_rows(k, rows), steps.select_rows(k, rs[:, None])[:, 0]
+    got = np.empty(sel.shape[0])
+    row_sums(sel, got)
+    if not np.array_equal(got, sel_rs):
+        def present(_i: int) -> tuple[np.ndarray, np.ndarray]:
+            now = np.empty(rows.shape[1])
+            col_sums(rows, now)
+            return cs, now
 
-    def present(_i: int) -> tuple[np.ndarray, np.ndarray]:
-        got = np.empty(rows.shape[1])
-        col_sums(rows, got)
-        return cs, got
-
-    idx = steps.row_indices[g.myrow][steps.rows.range_on(g.myrow, e, steps.rows.n)]
-    for i, t, ok in repair_rows(rows, rs, present):
-        record(int(idx[i]), s + t, ok)
-    sel = steps.select_rows(k, rows)
+        idx = steps.row_indices[g.myrow][steps.rows.range_on(g.myrow, e, steps.rows.n)]
+        for i, t, ok in repair_rows(rows, rs, present):
+            record(int(idx[i]), s + t, ok)
+        sel = steps.select_rows(k, rows)
     out = np.empty(sel.size + 2 * sel.shape[0] + sel.shape[1])
     m = sel.shape[0]
     out[:sel.size] = sel.reshape(-1, order="F")
-    out[sel.size:sel.size + m] = steps.select_rows(k, rs[:, None])[:, 0]
+    out[sel.size:sel.size + m] = sel_rs
     out[sel.size + m:sel.size + 2 * m] = steps.select_rows(k, sq[:, None])[:, 0]
     col_sums(sel, out[sel.size + 2 * m:])
     return out
