@@ -402,25 +402,26 @@ def select_part(steps: CholeskySteps, k: int, rows: np.ndarray, record: Callable
     """
     g, (s, e) = steps.grid, steps.panels[k]
     _, _, rs, sq, cs, _ = panel_views(ext, rows)
-    sel, sel_rs = steps.select_rows(k, rows), steps.select_rows(k, rs[:, None])[:, 0]
-    got = np.empty(sel.shape[0])
+    m, w = steps.selected_counts(k)[g.myrow], rows.shape[1]
+    out = np.empty(m * (w + 2) + w)  # the rows, their sums and sums of squares, the column sums
+    sel = out[:m * w].reshape((m, w), order="F")
+    sel_rs = out[m * w:m * w + m]
+    steps.select_rows(k, rows, sel)
+    steps.select_rows(k, rs[:, None], sel_rs[:, None])
+    got = np.empty(m)
     row_sums(sel, got)
     if not np.array_equal(got, sel_rs):
         def present(_i: int) -> tuple[np.ndarray, np.ndarray]:
-            now = np.empty(rows.shape[1])
+            now = np.empty(w)
             col_sums(rows, now)
             return cs, now
 
         idx = steps.row_indices[g.myrow][steps.rows.range_on(g.myrow, e, steps.rows.n)]
         for i, t, ok in repair_rows(rows, rs, present):
             record(int(idx[i]), s + t, ok)
-        sel = steps.select_rows(k, rows)
-    out = np.empty(sel.size + 2 * sel.shape[0] + sel.shape[1])
-    m = sel.shape[0]
-    out[:sel.size] = sel.reshape(-1, order="F")
-    out[sel.size:sel.size + m] = sel_rs
-    out[sel.size + m:sel.size + 2 * m] = steps.select_rows(k, sq[:, None])[:, 0]
-    col_sums(sel, out[sel.size + 2 * m:])
+        steps.select_rows(k, rows, sel)
+    steps.select_rows(k, sq[:, None], out[m * w + m:m * w + 2 * m, None])
+    col_sums(sel, out[m * (w + 2):])
     return out
 
 

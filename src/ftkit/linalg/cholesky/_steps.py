@@ -279,12 +279,14 @@ class CholeskySteps:
             counts[p] += cb - ca
         return counts
 
-    def select_rows(self, k: int, mine: np.ndarray) -> np.ndarray:
+    def select_rows(self, k: int, mine: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """The rows of ``mine`` (this process's rows of panel ``k``'s ``P``) that its process column's
-        trailing columns multiply, in their order (F order): what it sends down its process column."""
+        trailing columns multiply, in their order (F order): what it sends down its process column (into
+        ``out`` if given)."""
         g, e = self.grid, self.panels[k][1]
         first = self.rows.range_on(g.myrow, e, self.rows.n).start
-        out = np.empty((self.selected_counts(k)[g.myrow], mine.shape[1]), mine.dtype, order="F")
+        if out is None:
+            out = np.empty((self.selected_counts(k)[g.myrow], mine.shape[1]), mine.dtype, order="F")
         at = 0
         for ca, cb, p, r0 in self._trailing_blocks(k):
             if p == g.myrow:
