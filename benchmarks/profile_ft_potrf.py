@@ -19,15 +19,15 @@ from _phase_timer import print_medians, profile_call, profile_parser, timed
 from mpi4py import MPI
 
 from ftkit import linalg
-from ftkit.linalg.cholesky import _abft, _steps, ft_potrf, potrf
+from ftkit.linalg.cholesky import _abft, _lookahead, _steps, ft_potrf, potrf
 
 
 def _install() -> None:
     for cls, names in ((_abft.UpdateChecks, ("verify", "check_solve", "encode", "update", "init")),
-                       (_steps.CholeskySteps, ("start_diagonal", "_solve_rows", "apply_update", "gather",
+                       (_steps.CholeskySteps, ("start_diagonal", "solve_rows", "apply_update", "gather",
                                                "column_rows")),
                        (_steps.DiagonalMessage, ("wait",)),
-                       (_steps.PanelFlight, ("wait", "progress")),
+                       (_lookahead.PanelFlight, ("wait", "progress")),
                        (potrf.CholeskyWork, ("__init__", "write_back")),
                        (ft_potrf._Tally, ("report",))):
         for name in names:

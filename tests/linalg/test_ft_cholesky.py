@@ -269,7 +269,18 @@ def test_non_square_grids_checked_and_recomputed():
     process that owns the diagonal block and on one that does not (its flag travels with the shared panel)."""
     res = run_python(6, PROGRAMS / "ft_potrf_grids.py", timeout=300).check()
     assert "DONE failures=0" in res.stdout, res.stdout + res.stderr
-    assert res.stdout.count("CASE ") == 24 and "FAIL" not in res.stdout, res.stdout
+    assert res.stdout.count("CASE ") == 26 and "FAIL" not in res.stdout, res.stdout
+
+
+@pytest.mark.mpi
+def test_square_grid_rows_sent_down_by_diagonal_processes_checked():
+    """2x2: only the diagonal processes send rows of P down their process columns (with their sums and the
+    flags' maximum beside): error-free bit for bit, flips in what they send (restored before any product on
+    both processes of the column, the sender's own left operand included: no block event) and in what the
+    others receive or hold, two flips in one column recomputed."""
+    res = run_python(4, PROGRAMS / "ft_potrf_grids.py", timeout=300).check()
+    assert "DONE failures=0" in res.stdout, res.stdout + res.stderr
+    assert res.stdout.count("CASE ") == 16 and "FAIL" not in res.stdout, res.stdout
 
 
 @pytest.mark.mpi

@@ -1,8 +1,10 @@
 """FT_PDPOTRF on non-square grids (2 x 3 and 3 x 2 from 6 ranks): the rows of P that carry a process's
 checksums are copied out of the panel (no process row's piece matches its columns there), and a block column
-that a process cannot correct is recomputed, whether that process owns the diagonal block or not.
+that a process cannot correct is recomputed, whether that process owns the diagonal block or not. From 4
+ranks, on 2 x 2, where only the diagonal processes send rows of P down their process columns: flips in
+what they send and receive (:func:`_square_cases`).
 
-usage: ft_potrf_grids.py (6 ranks)
+usage: ft_potrf_grids.py (6 ranks, or 4)
 
 Cases, per grid and ``uplo``: error-free (the factor is PDPOTRF's bit for bit, no event); one flip after
 panel 1's update (located and corrected); a flip in the rows of panel 1 a process's columns multiply
@@ -25,8 +27,8 @@ from ftkit.inject import BitFlip, InjectionPlan
 N = 96
 
 
-def _case(grid: linalg.ProcessGrid, uplo: str, flips: list[BitFlip],
-          want: list[str] | None) -> tuple[bool, str]:
+def _case(grid: linalg.ProcessGrid, uplo: str, flips: list[BitFlip], want: list[str] | None,
+          want_blocks: list[tuple[int, int]] | None = None) -> tuple[bool, str]:
     r = np.random.default_rng(5).standard_normal((N, N))
     a = r @ r.T / N + np.eye(N)
     ref = linalg.DistributedMatrix.from_global(grid, a, mb=8, nb=8)
@@ -45,28 +47,58 @@ def _case(grid: linalg.ProcessGrid, uplo: str, flips: list[BitFlip],
     ok = ok and made == len(flips) and rep.uncorrected == 0 and rep.blocks_checked > 0
     ok = ok and (diff == 0.0 if exact else diff <= 1e-12 * np.max(np.abs(a)))
     blocks = sorted((ev.row_block, ev.col_block) for ev in rep.events)
+    ok = ok and (want_blocks is None or blocks == want_blocks)
     return ok, f"flips={made} events={acts} blocks={blocks} max_diff={diff:.1e}"
+
+
+def _square_cases() -> list[tuple]:
+    """2 x 2 (ranks 0 and 3 hold the diagonal blocks): each diagonal process sends its received rows of P
+    down its process column, whole, with their sums; the others send nothing down it."""
+    return [("error-free", [], []),
+            ("one flip", [BitFlip(target="C", rank=1, step=1, index=(9, 2), bit=61)], ["located"]),
+            ("rows of P a diagonal process sent down its column flipped in its columns' copy",
+             [BitFlip(target="B", rank=0, index=(3, 2), bit=62)], ["located"], [(1, -1)]),
+            ("rows of P a process received down its column flipped",
+             [BitFlip(target="B", rank=1, index=(3, 2), bit=62)], ["located"], [(1, -1)]),
+            # received along the process row and flipped before they go down the column: restored from their
+            # row sums before any product, on both processes of the column (its own left operand included)
+            ("rows of P flipped before a diagonal process sends them",
+             [BitFlip(target="A", rank=3, index=(3, 2), bit=62)], ["located", "located"], [(1, -1), (1, -1)]),
+            # row 9 of process row 0's rows below panel 1: block row 4, below rank 1's block column 3 (row
+            # 3 is in block row 2, whose product with block column 3 lands above the diagonal: scratch)
+            ("own rows of P flipped on a process that sends nothing down",
+             [BitFlip(target="A", rank=1, index=(9, 2), bit=62)], None)] + \
+        [(f"two flips on rank {rk}", [BitFlip(target="C", rank=rk, step=1, index=(i, 0), bit=61)
+                                      for i in (9, 12)], ["recomputed"]) for rk in (0, 1)]
 
 
 def main() -> int:
     failures = 0
-    for shape, ranks in (((2, 3), (0, 3)), ((3, 2), (1, 3))):
+    shapes = (((2, 2), None),) if MPI.COMM_WORLD.size == 4 else (((2, 3), (0, 3)), ((3, 2), (1, 3)))
+    for shape, ranks in shapes:
         grid = linalg.ProcessGrid(MPI.COMM_WORLD, *shape)
         for uplo in "LU":
-            cases = [("error-free", [], []),
-                     ("one flip", [BitFlip(target="C", rank=ranks[0], step=1, index=(9, 2), bit=61)],
-                      ["located"])]
-            # in transit: in the rows of P a process's columns multiply (copied out of the pieces here), and
-            # in the rows it received along its process row (the product's left operand)
-            cases += [("received rows of P flipped",
-                       [BitFlip(target="B", rank=ranks[0], index=(3, 2), bit=62)], ["located"]),
-                      ("own rows of P flipped",
-                       [BitFlip(target="A", rank=ranks[1], index=(3, 2), bit=62)], None)]
-            cases += [(f"two flips on rank {rk}",
-                       [BitFlip(target="C", rank=rk, step=1, index=(i, 0), bit=61) for i in (9, 12)],
-                       ["recomputed"]) for rk in ranks]
-            for name, flips, want in cases:
-                ok, line = _case(grid, uplo, flips, want)
+            if ranks is None:
+                cases = _square_cases()
+            else:
+                cases = [("error-free", [], []),
+                         ("one flip", [BitFlip(target="C", rank=ranks[0], step=1, index=(9, 2), bit=61)],
+                          ["located"])]
+                # in transit: in the rows of P a process's columns multiply (copied out of the pieces here),
+                # and in the rows it received along its process row (the product's left operand)
+                cases += [("received rows of P flipped",
+                           [BitFlip(target="B", rank=ranks[0], index=(3, 2), bit=62)], ["located"]),
+                          ("own rows of P flipped",
+                           [BitFlip(target="A", rank=ranks[1], index=(3, 2), bit=62)], None)]
+                cases += [(f"two flips on rank {rk}",
+                           [BitFlip(target="C", rank=rk, step=1, index=(i, 0), bit=61) for i in (9, 12)],
+                           ["recomputed"]) for rk in ranks]
+                if shape == (2, 3):  # rank 1 solves panel 1; its row 9 (block row 4) goes down its column
+                    cases.append(("rows of P flipped where the panel was solved, before they go down",
+                                  [BitFlip(target="A", rank=1, index=(9, 2), bit=62)], ["located"],
+                                  [(1, -1)]))
+            for name, flips, *want in cases:
+                ok, line = _case(grid, uplo, flips, *want)
                 failures += not ok
                 if grid.rank == 0:
                     tag = "CASE " if ok else "FAIL "

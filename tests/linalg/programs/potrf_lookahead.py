@@ -30,6 +30,7 @@ from mpi4py import MPI
 
 from ftkit import linalg
 from ftkit.linalg.cholesky._column_recompute import rebuild_trailing
+from ftkit.linalg.cholesky._lookahead import factor_panels
 from ftkit.linalg.cholesky.potrf import CholeskyWork
 
 # (n, mb, nb, ia, ja, size of A): aligned (mb == nb, ia % nb == ja % nb) and redistributed layouts
@@ -85,7 +86,7 @@ def _resumed(grid: linalg.ProcessGrid, a_g: np.ndarray, lay: tuple, uplo: str, k
     def keep(j: int) -> None:
         if j == k:
             saved["w"] = first.w.copy()
-    first.steps.run(0, keep)
+    factor_panels(first.steps, 0, keep)
     e = first.steps.panels[k][1]
     cols = first.cols.indices_on(grid.mycol) < e  # the factored columns: what ft_pdpotrf checkpoints
     A = linalg.DistributedMatrix.from_global(grid, a_g, mb=mb, nb=nb)

@@ -36,34 +36,23 @@ bounded by the solution's rows instead of read from ``W``: ``|W_it| <= (1 + gamm
 solve's backward error, Cauchy-Schwarz), plus the solve's and the sums' own rounding. A numeric ``tol`` ``t``
 makes it ``t`` times the magnitudes; ``"statistical"`` uses the rigorous bound here.
 
-The panel travels with its row sums, sums of squares, column sums, segment sums and a flag (rows of its
-block column that its sender could not correct: :func:`panel_buffer`, :meth:`UpdateChecks.encode`, one
-compiled pass over the solved panel, :func:`share_panel`, :func:`gather_panel`): each process compares the
-row sums of the rows of ``P`` its columns multiply (the product's right operand, and the carry's) with the
-senders' (same summation order, :mod:`._kernels`: equal unless a value changed), locates a changed
-element's column from its piece's column sums and restores it from its row sum before the product uses it
-(:func:`repair_rows`). A value changed in a process's own received rows (the product's left operand) needs
-no such check: the checksums are carried with the segment sums its sender took, so the elements it spoils
-are located and corrected when their block column is verified.
+The panel itself, encoded with its sums, and how it travels: :mod:`ftkit.linalg.cholesky._panel_sums`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import numpy as np
 
-from ..._wait import wait_requests
 from .. import checksums
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
 from ..checksums._kernels import encode_rows_into
-from ._kernels import col_sums, panel_pass, row_sums, segment_flags, solve_flags
+from ._kernels import panel_pass, segment_flags, solve_flags
 from ._steps import CholeskySteps
 
-__all__ = ["UpdateChecks", "panel_buffer", "panel_views", "share_panel", "gathered_part",
-           "gather_panel", "piece_col_sums", "repair_rows"]
+__all__ = ["UpdateChecks"]
 
 
 class UpdateChecks:
@@ -132,21 +121,25 @@ class UpdateChecks:
                 self.chk[ii0:, cl] = self._sums(st.w[r, cl], ii0 // 2, len(self.rblk))
 
     def encode(self, k: int, pt: np.ndarray, views: tuple[np.ndarray, ...]) -> None:
-        """Fill panel ``k``'s encoded buffer (``views``: :func:`panel_views`) from ``pt``, this process's rows
-        of ``P.T``: the rows, their sums and sums of squares, the column sums and the segment sums of its
-        trailing segments (block rows ``> k``), in one pass (:func:`._kernels.panel_pass`)."""
+        """Fill panel ``k``'s encoded buffer (``views``: :func:`._panel_sums.panel_views`) from ``pt``, this
+        process's rows of ``P.T``: the rows, their sums and sums of squares, the column sums and the segment
+        sums of its trailing segments (block rows ``> k``), in one pass (:func:`._kernels.panel_pass`)."""
         below0 = int(self.rlo[self.seg0[k + 1]])
         _, rows, rs, sq, cs, segs = views
         panel_pass(pt, self.rlo[self.seg0[k + 1]:] - below0, self.wts[below0:], rows, segs, rs, sq, cs)
 
-    def update(self, k: int, sums: np.ndarray, colp: np.ndarray, full_sq: np.ndarray) -> None:
+    def update(self, k: int, sums: np.ndarray, colp: np.ndarray,
+               squares: list[tuple[np.ndarray, np.ndarray]]) -> None:
         """Carry the checksums through panel ``k``'s update: ``sums`` are the segment sums of this process's
         rows of ``P`` (:meth:`encode`, taken where the panel was solved), ``colp`` the rows of ``P``
-        of this process's trailing columns in their order (:meth:`CholeskySteps.column_rows`), ``full_sq``
-        the sums of squares of all rows of ``P``. One product for all trailing columns and segments."""
+        of this process's trailing columns in their order (:meth:`CholeskySteps.column_rows`), ``squares``
+        ``(rows of P (global - e), their sums of squares)``, no row twice, covering at least this process's
+        rows and columns (the only ones whose ``nu`` the bounds read). One product for all trailing columns
+        and segments."""
         st = self.steps
         e = st.panels[k][1]
-        self.nu[e:] += full_sq
+        for idx, sq in squares:
+            self.nu[e + idx] += sq
         ii0, jj0 = int(self.seg0[k + 1]), int(np.searchsorted(self.cblk, k + 1))
         if ii0 == len(self.rblk) or jj0 == len(self.cblk):
             return
@@ -222,9 +215,9 @@ class UpdateChecks:
         (:meth:`verify`) with the magnitudes ``e^T |W_I|`` bounded from the solution's rows' norms, plus the
         solve's and the sums' rounding (``gamma``, Cauchy-Schwarz), so a wrong value of the panel (an
         update's error) and a wrong solve are both flagged, and a correct one never is. The sums are those
-        the panel travels with: ``views`` (:func:`panel_views`) is filled first (:meth:`encode`). Returns
-        the number of segments checked, which of them disagree and which have a bound that is not finite
-        (non-finite values: not checked).
+        the panel travels with: ``views`` (:func:`._panel_sums.panel_views`) is filled first
+        (:meth:`encode`). Returns the number of segments checked, which of them disagree and which have a
+        bound that is not finite (non-finite values: not checked).
         """
         self.encode(k, pt, views)
         ii1 = int(self.seg0[k + 1])
@@ -295,116 +288,3 @@ class UpdateChecks:
             where = (int(self.rglob[seg.start + pos]), int(self.cglob[cl.start + c]))
         flag, _ = self._flags(b, seg, cl, i, i + 1)
         return event if flag.any() else dataclasses.replace(event, action="located", element=where)
-
-
-# ---------------------------------------------------------------- the panel, encoded
-def _unpack(ext: np.ndarray, nloc: int, w: int) -> tuple[np.ndarray, ...]:
-    """The views of an encoded panel buffer: ``(flag, rows of P (F order), their row sums, sums of squares,
-    column sums, segment sums)``; the segment sums (``2 x`` trailing segments rows, F order) come last and
-    travel only along the process row."""
-    m = 1 + nloc * w
-    sums = ext[m + 2 * nloc + w:]
-    return (ext[:1], ext[1:m].reshape((nloc, w), order="F"), ext[m:m + nloc], ext[m + nloc:m + 2 * nloc],
-            ext[m + 2 * nloc:m + 2 * nloc + w], sums.reshape((sums.size // w if w else 0, w), order="F"))
-
-
-def panel_buffer(steps: CholeskySteps, k: int, checks: UpdateChecks) -> tuple[np.ndarray, np.ndarray]:
-    """An empty encoded buffer of panel ``k`` for this process row; return ``(buffer, its rows of P)``."""
-    g, (s, e) = steps.grid, steps.panels[k]
-    below = steps.rows.range_on(g.myrow, e, steps.rows.n)
-    nloc, w = below.stop - below.start, e - s
-    nsums = 2 * (len(checks.rblk) - int(checks.seg0[k + 1]))
-    ext = np.empty(1 + nloc * (w + 2) + w + nsums * w)
-    return ext, _unpack(ext, nloc, w)[1]
-
-
-def panel_views(ext: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The views of an encoded buffer (``rows``: its view of P): ``(flag, rows, row sums, sums of squares,
-    column sums, segment sums)``."""
-    return _unpack(ext, *rows.shape)
-
-
-def share_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> None:
-    """Broadcast the encoded panel buffer from the panel's process column along the process row."""
-    g = steps.grid
-    if g.npcol > 1 and ext.size:
-        wait_requests([g.row_comm.Ibcast(ext, root=int(steps.cols.owners[steps.panels[k][0]]))])
-
-
-def gathered_part(steps: CholeskySteps, k: int) -> tuple[int, int, int]:
-    """``(values, per row, extra)`` of this process's encoded panel buffer that travel down the process
-    column (all but the segment sums; :meth:`CholeskySteps.gather`'s ``per_row`` and ``extra``)."""
-    s, e = steps.panels[k]
-    mine = steps.rows.range_on(steps.grid.myrow, e, steps.rows.n)
-    return 1 + (mine.stop - mine.start) * (e - s + 2) + e - s, e - s + 2, e - s + 1
-
-
-def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray,
-                 gathered: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                    list, bool]:
-    """Gather the encoded pieces (without their segment sums) down the process column (or take them from
-    ``gathered``, a :class:`~._steps.PanelFlight`'s); return ``(colp, its row sums, the sums of squares of all
-    rows of P, pieces, flagged)``: ``colp`` the rows of ``P`` this process's trailing columns multiply
-    (:meth:`CholeskySteps.column_rows`), each piece ``(global row indices - e, rows, row sums, sums of
-    squares, column sums)``, ``flagged`` whether any process of the panel's process column has block column
-    rows to recompute (every process gets the same answer)."""
-    s, e = steps.panels[k]
-    w, n = e - s, steps.rows.n
-    if gathered is None:
-        sent, per_row, extra = gathered_part(steps, k)
-        gathered = steps.gather(ext[:sent], k, per_row, extra)
-    pieces, flagged = [], False
-    for p, buf in enumerate(gathered):
-        idx = steps.row_indices[p][steps.rows.range_on(p, e, n)] - e
-        flag, *rest = _unpack(buf, len(idx), w)[:5]
-        flagged |= bool(flag[0])
-        pieces.append((idx, *rest))
-    colp = steps.column_rows(k, [pc[1] for pc in pieces])
-    col_rs = steps.column_rows(k, [pc[2][:, None] for pc in pieces])[:, 0]
-    full_sq = np.empty(n - e)
-    for idx, _, _, sq, _ in pieces:
-        full_sq[idx] = sq
-    return colp, col_rs, full_sq, pieces, flagged
-
-
-def piece_col_sums(colp: np.ndarray, need: np.ndarray, pieces: list,
-                   row: int) -> tuple[np.ndarray, np.ndarray]:
-    """The sent and the present column sums of the piece holding ``row`` of ``P`` (``colp`` holds the rows
-    ``need``; the piece's rows not among them as received), in the sender's summation order."""
-    for idx, rows, _, _, cs in pieces:
-        if row in idx:
-            now = np.array(rows, order="F")
-            sel = np.isin(need, idx)
-            now[np.searchsorted(idx, need[sel])] = colp[sel]
-            got = np.empty(now.shape[1])
-            col_sums(now, got)
-            return cs, got
-    raise AssertionError(f"row {row} is in no piece")  # pragma: no cover - the pieces cover P
-
-
-def repair_rows(x: np.ndarray, rs: np.ndarray,
-                col_sums: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> list[tuple[int, int, bool]]:
-    """Compare ``x``'s row sums with the sent ones ``rs``; restore a changed element from its row sum.
-
-    The sums are taken in the same order as the sender's, so they differ only if a value changed (a
-    difference within rounding of a reordered sum is accepted). The column comes from ``col_sums(i)`` (sent
-    and present column sums of the piece holding row ``i``). Returns ``(row, column, restored)`` per repair.
-    """
-    got = np.empty(x.shape[0])
-    row_sums(x, got)
-    out = []
-    for i in np.flatnonzero(~(got == rs)):
-        row = x[i]
-        with np.errstate(invalid="ignore", over="ignore"):
-            slack = 4.0 * checksums.gamma(len(row) + 2) * np.abs(row).sum() + 16 * len(row) * checksums.ETA
-            if np.isnan(rs[i]) or abs(got[i] - rs[i]) <= slack:
-                continue  # not finite at the sender (reported by the panel check), or a reordered sum
-            sent, now = col_sums(int(i))
-            diff = np.abs(now - sent)
-            diff[~np.isfinite(diff)] = np.inf
-            t = int(np.argmax(diff))
-            x[i, t] = rs[i] - (row[:t].sum() + row[t + 1:].sum())
-            ok = bool(abs(row.sum() - rs[i]) <= 4.0 * checksums.gamma(len(row) + 2) * np.abs(row).sum()
-                      + 16 * len(row) * checksums.ETA)
-        out.append((int(i), t, ok))
-    return out

@@ -8,22 +8,14 @@ rows) and columns ``cols`` (over the process columns), two maps with one block p
    the order of the leading minor that is not positive definite) to every process;
 2. the processes of the panel's process column solve their rows below it: ``P = W_{e:,k} L_kk^{-T}``;
 3. ``P`` is broadcast along the process rows and sent down the process columns (only the rows each
-   process's trailing columns multiply: :class:`PanelFlight`'s ``columns``), and every process updates its
-   trailing block columns on and below the diagonal: ``W_{e:,e:} -= P P.T`` (lower block trapezoid:
-   diagonal blocks are updated whole, their strict upper part is scratch).
+   process's trailing columns multiply: :class:`._lookahead.PanelFlight`'s ``columns``), and every process
+   updates its trailing block columns on and below the diagonal: ``W_{e:,e:} -= P P.T`` (lower block
+   trapezoid: diagonal blocks are updated whole, their strict upper part is scratch).
 
-:meth:`CholeskySteps.run` does this with a look-ahead of depth 1 (HPL's, ScaLAPACK's ``PDPOTRF`` has none):
-once ``P_k`` has arrived, a process first updates block column ``k+1`` with it, then panel ``k+1`` is
-factored and solved and its messages are started (:meth:`CholeskySteps.launch`, a :class:`PanelFlight`),
-and only then does the rest of ``P_k``'s update run, testing those messages between its GEMMs, so that they
-travel, and the processes outside panel ``k+1``'s column do not wait for its owner, while the bulk of the
-flops runs. Every block column is still updated by the same GEMM calls in the same order (one call per
-block column and panel), so the factor is bit for bit the sequential one. Every message is non-blocking and
-waited by sleeping (:mod:`ftkit._wait`: with more ranks than cores a blocking wait busy-polls and steals the
-core of the process everyone waits for), with a deadline.
+The look-ahead schedule that runs these steps is :mod:`ftkit.linalg.cholesky._lookahead`.
 
 ``W`` is a work copy: the caller copies back only the lower triangle, so the triangle the user's ``uplo``
-excludes is never written. The state between panels is ``W`` plus the panel index: when ``run`` has
+excludes is never written. The state between panels is ``W`` plus the panel index: when the schedule has
 finished panel ``k``'s update, the columns ``< e_k`` are final and the trailing matrix is what the updates of
 panels ``0 .. k`` leave (block column ``k+1`` may already be factored as panel ``k+1``: it is not part of
 that state, and a resume at ``k+1`` recomputes it), so :class:`CholeskySteps` can be resumed at any panel
@@ -46,12 +38,13 @@ from ..grid import ProcessGrid
 from ..pblas._redistribute import displacements
 from ..pblas._tri_sweep import diagonal_blocks
 
-__all__ = ["CholeskySteps", "DiagonalMessage", "PanelFlight", "first_bad_minor", "HOLD", "WAIT_TIMEOUT"]
+__all__ = ["CholeskySteps", "DiagonalMessage", "first_bad_minor", "HOLD", "WAIT_TIMEOUT"]
 
 #: What :meth:`CholeskySteps.factor_diagonal` broadcasts instead of a minor when told to hold.
 HOLD = -2
 #: Seconds a process waits for one panel's messages before it gives up (a peer that died or hangs).
 WAIT_TIMEOUT = 600.0
+
 
 
 def first_bad_minor(a: np.ndarray) -> int:
@@ -159,13 +152,13 @@ class CholeskySteps:
         flat = np.empty(nloc * (e - s) if out is None else 0, self.w.dtype)
         mine = flat.reshape((nloc, e - s), order="F") if out is None else out
         if g.mycol == qk:
-            self._solve_rows(k, low, mine, check)
+            self.solve_rows(k, low, mine, check)
         if broadcast and g.npcol > 1 and flat.size:
             wait_requests([g.row_comm.Ibcast(flat, root=qk)])  # sleeping: a blocking Bcast busy-polls
         return mine
 
-    def _solve_rows(self, k: int, low: np.ndarray, mine: np.ndarray,
-                    check: Callable[[np.ndarray, np.ndarray, np.ndarray], object] | None) -> None:
+    def solve_rows(self, k: int, low: np.ndarray, mine: np.ndarray,
+                   check: Callable[[np.ndarray, np.ndarray, np.ndarray], object] | None) -> None:
         """On panel ``k``'s process column: solve this process's rows of the panel below its diagonal block
         into ``mine`` and copy them into ``w`` (:meth:`solve_panel`)."""
         g, (s, e) = self.grid, self.panels[k]
@@ -178,50 +171,10 @@ class CholeskySteps:
             check(panel, mine, low)
         panel[...] = mine  # same layout: a plain copy
 
-    def launch(self, k: int) -> PanelFlight:
-        """Factor diagonal block ``k``, solve panel ``k`` on its process column and start its messages (the
-        row broadcast, then the gather down the process columns); return them under way. Every process
-        calls it in the same order; the panel's process column waits for ``L_kk``, the others do not."""
-        g, (s, e) = self.grid, self.panels[k]
-        diagonal = self.start_diagonal(k)
-        below = self.rows.range_on(g.myrow, e, self.rows.n)
-        flat = np.empty((below.stop - below.start) * (e - s), self.w.dtype)
-        flight = PanelFlight(self, k, diagonal, flat, flat.size, e - s,
-                             columns="own" if self.square else "select")
-        if g.mycol == int(self.cols.owners[s]):
-            diagonal.wait(flight.deadline)
-            bad, low = diagonal.result()
-            if bad == -1:
-                assert low is not None
-                self._solve_rows(k, low, self.rows_of(k, flat), None)
-        flight.progress()
-        return flight
-
     def rows_of(self, k: int, flat: np.ndarray) -> np.ndarray:
         """The rows of panel ``k`` in a flat buffer of them (F order, as they are solved and sent)."""
         w = self.panels[k][1] - self.panels[k][0]
         return flat.reshape((flat.size // w, w), order="F")
-
-    def run(self, start: int = 0, after_panel: Callable[[int], None] | None = None) -> int:
-        """Factor panels ``start ..`` with a look-ahead of depth 1 (module docstring), calling
-        ``after_panel(k)`` once panel ``k``'s update has finished; return ``-1``, or the 0-based index of the
-        failing minor (every process returns the same, after the update of the panel before it; ``W`` is
-        then left partly factored, as the sequential schedule leaves it)."""
-        last = len(self.panels) - 1
-        flight = self.launch(start)
-        for k in range(start, last + 1):
-            bad = flight.wait()
-            if bad >= 0:
-                return bad
-            if k < last:
-                mine = self.rows_of(k, flight.buf)
-                colp = flight.trailing_rows()
-                self.apply_update(k, mine, colp, range(k + 1, k + 2))
-                flight = self.launch(k + 1)
-                self.apply_update(k, mine, colp, range(k + 2, last + 1), between=flight.progress)
-            if after_panel is not None:
-                after_panel(k)
-        return -1
 
     def gather_counts(self, k: int, per_row: int, extra: int = 0) -> tuple[list[int], list[int]]:
         """The counts and displacements of a gather down the process columns (:meth:`gather`)."""
@@ -279,18 +232,27 @@ class CholeskySteps:
             counts[p] += cb - ca
         return counts
 
-    def select_rows(self, k: int, mine: np.ndarray) -> np.ndarray:
+    def select_rows(self, k: int, mine: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """The rows of ``mine`` (this process's rows of panel ``k``'s ``P``) that its process column's
-        trailing columns multiply, in their order (F order): what it sends down its process column."""
+        trailing columns multiply, in their order (F order): what it sends down its process column (into
+        ``out`` if given)."""
         g, e = self.grid, self.panels[k][1]
         first = self.rows.range_on(g.myrow, e, self.rows.n).start
-        out = np.empty((self.selected_counts(k)[g.myrow], mine.shape[1]), mine.dtype, order="F")
+        if out is None:
+            out = np.empty((self.selected_counts(k)[g.myrow], mine.shape[1]), mine.dtype, order="F")
         at = 0
         for ca, cb, p, r0 in self._trailing_blocks(k):
             if p == g.myrow:
                 out[at:at + cb - ca] = mine[r0 - first:r0 - first + cb - ca]
                 at += cb - ca
         return out
+
+    def selected_indices(self, k: int, p: int) -> np.ndarray:
+        """The global indices, minus panel ``k``'s end, of the rows :meth:`select_rows` takes from process row
+        ``p``'s rows for this process column (increasing)."""
+        e = self.panels[k][1]
+        got = [self.row_indices[p][r0:r0 + cb - ca] for ca, cb, q, r0 in self._trailing_blocks(k) if q == p]
+        return (np.concatenate(got) if got else np.empty(0, int)) - e
 
     def merge_rows(self, k: int, pieces: list[np.ndarray]) -> np.ndarray:
         """The rows of ``P`` of this process's trailing columns, in their order, from every process row's
@@ -344,104 +306,3 @@ class DiagonalMessage:
         """``(bad, L_kk)`` once arrived: ``L_kk`` is ``None`` when ``bad >= 0`` (or :data:`HOLD`)."""
         bad = int(self.flat[0])
         return bad, (self.flat[1:].reshape((self.w, self.w), order="F") if bad == -1 else None)
-
-
-class PanelFlight:
-    """Panel ``k``'s messages under way (:meth:`CholeskySteps.launch`): the diagonal block's broadcast, the
-    panel's buffer broadcast along the process rows from the panel's process column, then its first ``sent``
-    values gathered down the process columns (``per_row`` values per row below the panel and ``extra``, as
-    :meth:`CholeskySteps.gather`). A stage starts when what it sends has arrived: :meth:`progress` tests and
-    chains them (call it between the GEMMs of the update the messages overlap), :meth:`wait` finishes them.
-    ``on_rows``, if given, is called with the buffer once it has arrived and before it is gathered (on the
-    panel's process column too: the gather then waits for the row broadcast there as well).
-    ``columns``: what travels down the process columns: ``"all"`` every process row's part (the gather,
-    :meth:`pieces`), or only the rows each process's trailing columns multiply (:meth:`trailing_rows`, the
-    plain factorization's need): on a square grid (process row ``q`` holds the rows of process column
-    ``q``'s columns) process ``(q, q)`` broadcasts its part down process column ``q`` (``"own"``: half the
-    data of the gather on 2 x 2), else each process sends the rows its process column's trailing columns
-    multiply (``"select"``: a third of the gather on 2 x 3).
-
-    Nothing more travels once the diagonal block is known to be not positive definite or held (every process
-    learns it from the same broadcast, so every process skips the same messages).
-    """
-
-    def __init__(self, steps: CholeskySteps, k: int, diagonal: DiagonalMessage, buf: np.ndarray,
-                 sent: int, per_row: int, extra: int = 0,
-                 on_rows: Callable[[np.ndarray], object] | None = None, columns: str = "all") -> None:
-        e = steps.panels[k][1]
-        self.steps, self.k, self.diagonal, self.buf = steps, k, diagonal, buf
-        self._shape, self._on_rows, self._columns = (sent, per_row, extra), on_rows, columns
-        self._send = buf[:sent]
-        self.deadline = deadline_after(WAIT_TIMEOUT)
-        g = steps.grid
-        self.bad: int | None = None
-        self._root = g.mycol == int(steps.cols.owners[steps.panels[k][0]])
-        # stages: None not started, a request under way, True arrived; trivial ones arrived from the start
-        self._row: Any = True if g.npcol == 1 or not buf.size or e == steps.rows.n else None
-        self._gather: Any = True if g.nprow == 1 or e == steps.rows.n else None
-        self._out = np.empty(0, buf.dtype)
-
-    def progress(self) -> bool:
-        """Test the messages under way, start the stages whose input has arrived; return whether all have
-        arrived."""
-        st, g = self.steps, self.steps.grid
-        if self.bad is None:
-            if not self.diagonal.test():
-                return False
-            self.bad = self.diagonal.result()[0]
-        if self.bad != -1:
-            return True
-        if self._row is None:
-            self._row = g.row_comm.Ibcast(self.buf, root=int(st.cols.owners[st.panels[self.k][0]]))
-        if self._row is not True and self._row.Test():
-            self._row = True
-        if self._row is True and self._on_rows is not None:
-            self._on_rows(self.buf)
-            self._on_rows = None
-        # the root sends while it broadcasts (the same buffer, only read), unless a hook must see it first
-        if self._gather is None and self._on_rows is None and (self._row is True or self._root):
-            sent, per_row, extra = self._shape
-            counts, displs = st.gather_counts(self.k, per_row, extra)
-            if self._columns == "own":  # the diagonal process of this process column sends its rows down it
-                mine = g.myrow == g.mycol
-                self._out = self._send if mine else np.empty(counts[g.mycol], self.buf.dtype)
-                self._gather = g.col_comm.Ibcast(self._out, root=g.mycol) if self._out.size else True
-            else:
-                if self._columns == "select":
-                    self._send = st.select_rows(self.k, st.rows_of(self.k, self._send)).reshape(-1, order="F")
-                    counts = [c * per_row for c in st.selected_counts(self.k)]
-                    displs = displacements(counts)
-                self._out = np.empty(sum(counts), self.buf.dtype)
-                self._gather = g.col_comm.Iallgatherv(self._send, [self._out, (counts, displs)])
-        if self._gather is not True and self._gather is not None and self._gather.Test():
-            self._gather = True
-        return self._row is True and self._gather is True
-
-    def wait(self) -> int:
-        """Wait for every message, sleeping, with a deadline; return ``bad`` (``-1``: the panel has arrived;
-        ``HOLD``: nothing travelled)."""
-        poll_until(self.progress, self.deadline, f"panel {self.k}'s messages")
-        assert self.bad is not None
-        return self.bad
-
-    def trailing_rows(self) -> np.ndarray:
-        """With ``columns`` ``"own"`` or ``"select"``: the rows of ``P`` this process's trailing columns
-        multiply, in their order (F order), once arrived."""
-        st, k, g = self.steps, self.k, self.steps.grid
-        if g.nprow == 1:
-            return st.column_rows(k, [st.rows_of(k, self.buf)])
-        if self._columns == "own":
-            return st.rows_of(k, self._out)
-        counts = st.selected_counts(k)
-        w = self._shape[1]
-        ends = np.cumsum(counts) * w
-        return st.merge_rows(k, [self._out[b - c * w:b].reshape((c, w), order="F")
-                                 for c, b in zip(counts, ends, strict=True)])
-
-    def pieces(self) -> list[np.ndarray]:
-        """Every process row's gathered part of the buffer, once arrived (:meth:`CholeskySteps.gather`)."""
-        sent, per_row, extra = self._shape
-        if self.steps.grid.nprow == 1:
-            return [self.buf[:sent]]
-        counts, displs = self.steps.gather_counts(self.k, per_row, extra)
-        return [self._out[d:d + c] for d, c in zip(displs, counts, strict=True)]

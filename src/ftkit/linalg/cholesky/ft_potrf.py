@@ -64,19 +64,21 @@ from ..abft.level3 import _as64
 from ..abft.report import ABFTReport, BlockEvent, check_ft_args
 from ..matrix import DistributedMatrix
 from ..pblas.add import trapezoid_mask
-from ._abft import (
-    UpdateChecks,
+from ._abft import UpdateChecks
+from ._column_recompute import recompute_column
+from ._factored import CKPT_L, CKPT_STATE, FactoredColumns, resume
+from ._lookahead import PanelFlight
+from ._panel_sums import (
     gather_panel,
     gathered_part,
     panel_buffer,
     panel_views,
     piece_col_sums,
     repair_rows,
+    select_part,
     share_panel,
 )
-from ._column_recompute import recompute_column
-from ._factored import CKPT_L, CKPT_STATE, FactoredColumns, resume
-from ._steps import HOLD, CholeskySteps, PanelFlight
+from ._steps import HOLD, CholeskySteps
 from .potrf import CholeskyWork, FactorizationError, check_potrf_args
 
 __all__ = ["ft_pdpotrf", "CKPT_L", "CKPT_STATE"]
@@ -294,7 +296,16 @@ def _launch(work: CholeskyWork, checks: UpdateChecks, k: int, plan: InjectionPla
     diagonal = steps.start_diagonal(k, hold=_uncorrected(events))  # (hold read on the owner only)
     ext, rows = panel_buffer(steps, k, checks)
     on_rows = None if plan is None else functools.partial(_inject_received, plan, g.size, g.rank, rows)
-    flight = PanelFlight(steps, k, diagonal, ext, *gathered_part(steps, k), on_rows=on_rows)
+    # down the process columns only what each column's products and their checks read, as in pdpotrf, and
+    # the flags beside: on a square grid the diagonal process's part; else each process's selected rows with
+    # their sums (select_part)
+    sent, per_row, extra = gathered_part(steps, k)
+    columns, pack = "own" if steps.square else "select" if g.nprow > 1 else "all", None
+    if columns == "select":
+        pack = functools.partial(select_part, steps, k, rows, functools.partial(tally.operand, k))
+        extra = e - s
+    flight = PanelFlight(steps, k, diagonal, ext, sent, per_row, extra, on_rows=on_rows, columns=columns,
+                         flag_at=0, pack=pack)
     found: list[BlockEvent] = []
     low = None
     if g.mycol == int(steps.cols.owners[s]):
@@ -316,12 +327,14 @@ def _inject_received(plan: InjectionPlan, size: int, rank: int, rows: np.ndarray
 def _arrive(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, plan: InjectionPlan | None,
             tally: _Tally) -> tuple[int, list[BlockEvent], tuple]:
     """Wait for panel ``k``'s messages; return ``(bad, the block column's events, (colp, its row sums, the
-    sums of squares of P's rows, pieces))``. A held diagonal block, or rows of the block column a process
-    could not correct (their flag travels in the panel: no extra message error-free), are recomputed by
-    every process, then solved and shared again, before any update reads them."""
+    sums of squares of P's rows this process's checks read, pieces))`` (:func:`gather_panel`). A held
+    diagonal block, or rows of the block column a process could not correct (their flag travels with the
+    panel: no extra round trip error-free), are recomputed by every process, then solved and shared again,
+    before any update reads them."""
     steps, k, ext, rows = work.steps, panel.k, panel.ext, panel.rows
     g, e = steps.grid, steps.panels[panel.k][1]
-    bad, events, found, low, gathered = panel.flight.wait(), panel.events, panel.found, panel.low, None
+    bad, events, found, low = panel.flight.wait(), panel.events, panel.found, panel.low
+    flight: PanelFlight | None = panel.flight
     if bad == HOLD:  # the diagonal block: every process joins the recomputation of the block column now
         events = recompute_column(checks, k, events, work.original)
         bad, low = steps.factor_diagonal(k)
@@ -331,14 +344,11 @@ def _arrive(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, plan: In
             share_panel(steps, k, ext)
             if plan is not None:
                 _inject_received(plan, g.size, g.rank, rows, ext)
-        else:
-            gathered = []
-    else:
-        gathered = panel.flight.pieces()
+        flight = None  # shared again: gathered whole
     if bad >= 0 or e == steps.rows.n:
         return bad, events, ()
     events, pending = events + found, _uncorrected(found)
-    colp, col_rs, full_sq, pieces, flagged = gather_panel(steps, k, ext, gathered)
+    colp, col_rs, squares, pieces, flagged = gather_panel(steps, k, ext, flight)
     if flagged:  # rows the checks could not correct: recomputed from A, solved and shared again
         events = recompute_column(checks, k, events, work.original)
         if steps.owns_diagonal(k):  # the recomputation set the block's unfactored values again
@@ -348,8 +358,8 @@ def _arrive(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, plan: In
             assert low is not None
             events += _solve(steps, checks, k, low, ext, rows, tally)
         share_panel(steps, k, ext)
-        colp, col_rs, full_sq, pieces, _ = gather_panel(steps, k, ext)
-    return bad, events, (colp, col_rs, full_sq, pieces)
+        colp, col_rs, squares, pieces, _ = gather_panel(steps, k, ext)
+    return bad, events, (colp, col_rs, squares, pieces)
 
 
 def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tuple,
@@ -364,7 +374,7 @@ def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tup
     n, last, plan = steps.rows.n, len(steps.panels) - 1, at(k)
     if e == n:
         return None
-    colp, col_rs, full_sq, pieces = got
+    colp, col_rs, squares, pieces = got
     if plan is not None:
         plan.apply("B", g.rank, 0, colp)
     below0, c0 = steps.rows.range_on(g.myrow, e, n).start, steps.cols.range_on(g.mycol, e, n).start
@@ -381,7 +391,7 @@ def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tup
 
     if plan is not None:
         plan.apply("C", g.rank, 0, trail, to_global)
-    checks.update(k, panel_views(panel.ext, rows)[5], colp, full_sq)  # reads no W: before the update
+    checks.update(k, panel_views(panel.ext, rows)[5], colp, squares)  # reads no W: before the update
     steps.apply_update(k, rows, colp, range(k + 1, k + 2))  # block column k+1 first: panel k+1 needs it
     if plan is not None:  # "after the update": the last moment before panel k+1 reads its block column
         plan.apply("C", g.rank, 1, trail, to_global)

@@ -31,6 +31,7 @@ from ..pblas._tri_sweep import diagonal_blocks
 from ..pblas.add import trapezoid_mask
 from ..pblas.gemm import _check_dim, _check_flag, _check_matrix
 from ..pblas.triangular import apply_triangle, check_dtype
+from ._lookahead import factor_panels
 from ._steps import CholeskySteps
 
 __all__ = ["FactorizationError", "pdpotrf", "pdpotrs", "CholeskyWork", "check_potrf_args"]
@@ -125,7 +126,7 @@ class CholeskyWork:
 
     def factor(self, routine: str, start: int = 0,
                after_panel: Callable[[int], None] | None = None) -> None:
-        """Run the panels from ``start`` on (:meth:`CholeskySteps.run`, with its look-ahead), calling
+        """Run the panels from ``start`` on (:func:`._lookahead.factor_panels`, with its look-ahead), calling
         ``after_panel(k)`` once panel ``k``'s update has finished, then write back.
 
         Raises
@@ -133,7 +134,7 @@ class CholeskyWork:
         FactorizationError
             On every rank, after writing back what was factored, if a leading minor is not positive definite.
         """
-        bad = self.steps.run(start, after_panel)
+        bad = factor_panels(self.steps, start, after_panel)
         self.write_back()
         if bad >= 0:
             raise FactorizationError(routine, bad + 1, self.n)

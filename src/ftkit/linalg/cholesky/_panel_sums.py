@@ -1,0 +1,217 @@
+"""A Cholesky panel encoded with its sums for FT_PDPOTRF's checks (:mod:`ftkit.linalg.cholesky._abft`), how
+it travels, and the repair of its rows on arrival.
+
+The panel travels with its row sums, sums of squares, column sums, segment sums and a flag (rows of its block
+column that its sender could not correct: :func:`panel_buffer`, :meth:`._abft.UpdateChecks.encode`, one
+compiled pass over the solved panel, :func:`share_panel`, :func:`gather_panel`; on a square grid only the
+diagonal process's part goes down each process column, as ``pdpotrf``'s rows do, and the flags' maximum beside
+it; elsewhere every part): each process compares the row sums of the rows of ``P`` its columns multiply (the
+product's right operand, and the carry's) with the senders' (same summation order, :mod:`._kernels`: equal
+unless a value changed), locates a changed element's column from its piece's column sums and restores it from
+its row sum before the product uses it (:func:`repair_rows`). A value changed in a process's own received rows
+(the product's left operand) needs no such check: the checksums are carried with the segment sums its sender
+took, so the elements it spoils are located and corrected when their block column is verified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..._wait import wait_requests
+from .. import checksums
+from ._kernels import col_sums, row_sums
+from ._lookahead import PanelFlight
+from ._steps import CholeskySteps
+
+if TYPE_CHECKING:
+    from ._abft import UpdateChecks
+
+__all__ = ["panel_buffer", "panel_views", "share_panel", "gathered_part", "gather_panel", "select_part",
+           "piece_col_sums", "repair_rows"]
+
+
+def _unpack(ext: np.ndarray, nloc: int, w: int) -> tuple[np.ndarray, ...]:
+    """The views of an encoded panel buffer: ``(flag, rows of P (F order), their row sums, sums of squares,
+    column sums, segment sums)``; the segment sums (``2 x`` trailing segments rows, F order) come last and
+    travel only along the process row."""
+    m = 1 + nloc * w
+    sums = ext[m + 2 * nloc + w:]
+    return (ext[:1], ext[1:m].reshape((nloc, w), order="F"), ext[m:m + nloc], ext[m + nloc:m + 2 * nloc],
+            ext[m + 2 * nloc:m + 2 * nloc + w], sums.reshape((sums.size // w if w else 0, w), order="F"))
+
+
+def panel_buffer(steps: CholeskySteps, k: int, checks: UpdateChecks) -> tuple[np.ndarray, np.ndarray]:
+    """An empty encoded buffer of panel ``k`` for this process row; return ``(buffer, its rows of P)``."""
+    g, (s, e) = steps.grid, steps.panels[k]
+    below = steps.rows.range_on(g.myrow, e, steps.rows.n)
+    nloc, w = below.stop - below.start, e - s
+    nsums = 2 * (len(checks.rblk) - int(checks.seg0[k + 1]))
+    ext = np.empty(1 + nloc * (w + 2) + w + nsums * w)
+    return ext, _unpack(ext, nloc, w)[1]
+
+
+def panel_views(ext: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The views of an encoded buffer (``rows``: its view of P): ``(flag, rows, row sums, sums of squares,
+    column sums, segment sums)``."""
+    return _unpack(ext, *rows.shape)
+
+
+def share_panel(steps: CholeskySteps, k: int, ext: np.ndarray) -> None:
+    """Broadcast the encoded panel buffer from the panel's process column along the process row."""
+    g = steps.grid
+    if g.npcol > 1 and ext.size:
+        wait_requests([g.row_comm.Ibcast(ext, root=int(steps.cols.owners[steps.panels[k][0]]))])
+
+
+def gathered_part(steps: CholeskySteps, k: int) -> tuple[int, int, int]:
+    """``(values, per row, extra)`` of this process's encoded panel buffer that travel down the process
+    column (all but the segment sums; :meth:`CholeskySteps.gather`'s ``per_row`` and ``extra``)."""
+    s, e = steps.panels[k]
+    mine = steps.rows.range_on(steps.grid.myrow, e, steps.rows.n)
+    return 1 + (mine.stop - mine.start) * (e - s + 2) + e - s, e - s + 2, e - s + 1
+
+
+def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray,
+                 flight: PanelFlight | None = None) -> tuple[np.ndarray, np.ndarray, list, list, bool]:
+    """Gather the encoded pieces (without their segment sums) down the process column (or take them from
+    ``flight``, once arrived); return ``(colp, its row sums, squares, pieces, flagged)``: ``colp`` the rows of
+    ``P`` this process's trailing columns multiply (:meth:`CholeskySteps.column_rows`), ``squares`` the
+    ``(rows, sums of squares)`` of :meth:`UpdateChecks.update`, each piece ``(global row indices - e, rows,
+    row sums, sums of squares, column sums)``, ``flagged`` whether any process of the panel's process column
+    has block column rows to recompute (every process gets the same answer).
+
+    A flight with ``columns="own"`` (a square grid) brought only the piece of the process row that holds
+    this process's columns' rows (with its sums, everything the checks of ``colp`` read) and the flags'
+    maximum; the sums of squares of this process's own rows are in ``ext``."""
+    s, e = steps.panels[k]
+    w, n, g = e - s, steps.rows.n, steps.grid
+
+    def piece(p: int, buf: np.ndarray) -> tuple[np.ndarray, ...]:
+        idx = steps.row_indices[p][steps.rows.range_on(p, e, n)] - e
+        return (idx, *_unpack(buf, len(idx), w)[:5])
+
+    if flight is not None and flight.own:
+        idx, _, rows, rs, sq, cs = piece(g.mycol, flight.own_piece())
+        squares = [(idx, sq)]
+        if g.myrow != g.mycol:
+            mine = piece(g.myrow, ext)
+            squares.append((mine[0], mine[4]))
+        return rows, rs, squares, [(idx, rows, rs, sq, cs)], flight.column_flag() > 0
+    if flight is not None and flight.selected:
+        return _selected_parts(steps, k, ext, flight)
+    if flight is not None:
+        gathered = flight.pieces()
+    else:
+        sent, per_row, extra = gathered_part(steps, k)
+        gathered = steps.gather(ext[:sent], k, per_row, extra)
+    pieces, flagged = [], False
+    for p, buf in enumerate(gathered):
+        idx, flag, *rest = piece(p, buf)
+        flagged |= bool(flag[0])
+        pieces.append((idx, *rest))
+    colp = steps.column_rows(k, [pc[1] for pc in pieces])
+    col_rs = steps.column_rows(k, [pc[2][:, None] for pc in pieces])[:, 0]
+    return colp, col_rs, [(pc[0], pc[3]) for pc in pieces], pieces, flagged
+
+
+def select_part(steps: CholeskySteps, k: int, rows: np.ndarray, record: Callable[[int, int, bool], object],
+                ext: np.ndarray) -> np.ndarray:
+    """What this process sends down its process column of panel ``k``'s encoded buffer ``ext`` (``rows``: its
+    rows of P) on a grid that is not square: the rows its process column's trailing columns multiply
+    (:meth:`CholeskySteps.select_rows`), their row sums and sums of squares, and the column sums of those rows
+    (in :func:`col_sums`' order: the receivers locate a changed value with them). The selected rows are
+    first compared with the row sums taken where the panel was solved; if one changed, the whole part is
+    checked against them and the changed values restored (:func:`repair_rows`, ``record(row of P, column,
+    restored)`` per repair), so that the column sums taken here are of the panel's values. (On the panel's
+    process column the buffer may still be broadcast along the process row, only read: a repair there writes
+    into it only if a value changed after it was encoded.)
+    """
+    g, (s, e) = steps.grid, steps.panels[k]
+    _, _, rs, sq, cs, _ = panel_views(ext, rows)
+    m, w = steps.selected_counts(k)[g.myrow], rows.shape[1]
+    out = np.empty(m * (w + 2) + w)  # the rows, their sums and sums of squares, the column sums
+    sel = out[:m * w].reshape((m, w), order="F")
+    sel_rs = out[m * w:m * w + m]
+    steps.select_rows(k, rows, sel)
+    steps.select_rows(k, rs[:, None], sel_rs[:, None])
+    got = np.empty(m)
+    row_sums(sel, got)
+    if not np.array_equal(got, sel_rs):
+        def present(_i: int) -> tuple[np.ndarray, np.ndarray]:
+            now = np.empty(w)
+            col_sums(rows, now)
+            return cs, now
+
+        idx = steps.row_indices[g.myrow][steps.rows.range_on(g.myrow, e, steps.rows.n)]
+        for i, t, ok in repair_rows(rows, rs, present):
+            record(int(idx[i]), s + t, ok)
+        steps.select_rows(k, rows, sel)
+    steps.select_rows(k, sq[:, None], out[m * w + m:m * w + 2 * m, None])
+    col_sums(sel, out[m * (w + 2):])
+    return out
+
+
+def _selected_parts(steps: CholeskySteps, k: int, ext: np.ndarray,
+                    flight: PanelFlight) -> tuple[np.ndarray, np.ndarray, list, list, bool]:
+    """:func:`gather_panel` from a flight of :func:`select_part`'s parts."""
+    g, (s, e) = steps.grid, steps.panels[k]
+    w, n = e - s, steps.rows.n
+    out, at, pieces = flight.gathered(), 0, []
+    for p, cnt in enumerate(steps.selected_counts(k)):
+        rows = out[at:at + cnt * w].reshape((cnt, w), order="F")
+        at += cnt * w
+        rs, sq, cs = out[at:at + cnt], out[at + cnt:at + 2 * cnt], out[at + 2 * cnt:at + 2 * cnt + w]
+        at += 2 * cnt + w
+        pieces.append((steps.selected_indices(k, p), rows, rs, sq, cs))
+    colp = steps.merge_rows(k, [pc[1] for pc in pieces])
+    col_rs = steps.merge_rows(k, [pc[2][:, None] for pc in pieces])[:, 0]
+    mine = steps.row_indices[g.myrow][steps.rows.range_on(g.myrow, e, n)] - e
+    own_sq = _unpack(ext, len(mine), w)[3]
+    squares = [(mine, own_sq)] + [(pc[0], pc[3]) for p, pc in enumerate(pieces) if p != g.myrow]
+    return colp, col_rs, squares, pieces, flight.column_flag() > 0
+
+
+def piece_col_sums(colp: np.ndarray, need: np.ndarray, pieces: list,
+                   row: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sent and the present column sums of the piece holding ``row`` of ``P`` (``colp`` holds the rows
+    ``need``; the piece's rows not among them as received), in the sender's summation order."""
+    for idx, rows, _, _, cs in pieces:
+        if row in idx:
+            now = np.array(rows, order="F")
+            sel = np.isin(need, idx)
+            now[np.searchsorted(idx, need[sel])] = colp[sel]
+            got = np.empty(now.shape[1])
+            col_sums(now, got)
+            return cs, got
+    raise AssertionError(f"row {row} is in no piece")  # pragma: no cover - the pieces cover P
+
+
+def repair_rows(x: np.ndarray, rs: np.ndarray,
+                col_sums: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> list[tuple[int, int, bool]]:
+    """Compare ``x``'s row sums with the sent ones ``rs``; restore a changed element from its row sum.
+
+    The sums are taken in the same order as the sender's, so they differ only if a value changed (a
+    difference within rounding of a reordered sum is accepted). The column comes from ``col_sums(i)`` (sent
+    and present column sums of the piece holding row ``i``). Returns ``(row, column, restored)`` per repair.
+    """
+    got = np.empty(x.shape[0])
+    row_sums(x, got)
+    out = []
+    for i in np.flatnonzero(~(got == rs)):
+        row = x[i]
+        with np.errstate(invalid="ignore", over="ignore"):
+            slack = 4.0 * checksums.gamma(len(row) + 2) * np.abs(row).sum() + 16 * len(row) * checksums.ETA
+            if np.isnan(rs[i]) or abs(got[i] - rs[i]) <= slack:
+                continue  # not finite at the sender (reported by the panel check), or a reordered sum
+            sent, now = col_sums(int(i))
+            diff = np.abs(now - sent)
+            diff[~np.isfinite(diff)] = np.inf
+            t = int(np.argmax(diff))
+            x[i, t] = rs[i] - (row[:t].sum() + row[t + 1:].sum())
+            ok = bool(abs(row.sum() - rs[i]) <= 4.0 * checksums.gamma(len(row) + 2) * np.abs(row).sum()
+                      + 16 * len(row) * checksums.ETA)
+        out.append((int(i), t, ok))
+    return out
