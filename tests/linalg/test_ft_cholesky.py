@@ -199,6 +199,32 @@ def test_wrong_row_corrected_and_two_in_one_column_recomputed(grid):
     assert np.array_equal(A.to_global(), ref.to_global())
 
 
+def test_uncorrectable_error_raises_and_leaves_a_unchanged(grid, monkeypatch):
+    """Two wrong elements in one column (recomputed) whose recomputation reads a wrong value of A as well:
+    the block column still disagrees, ft_pdpotrf raises ABFTError and A is bit for bit what it was, both
+    triangles (aligned lower layout: factored in A itself and put back from its saved lower part; upper: a
+    copy)."""
+    from ftkit.errors import ABFTError
+
+    real = CholeskyWork.original
+
+    def wrong_a(self):  # the recomputation's A with two values of one column changed (not A's own)
+        got = np.array(real(self))
+        got[[27, 30], 24] += 1e-3
+        return got
+
+    monkeypatch.setattr(CholeskyWork, "original", wrong_a)
+    a = _spd(48, seed=4)
+    for uplo in ("L", "U"):
+        A = linalg.DistributedMatrix.from_global(grid, a, mb=8, nb=8)
+        before = A.to_global()
+        col = [BitFlip(target="C", step=1, index=(i, 8), bit=61) for i in (9, 12)]
+        with pytest.raises(ABFTError) as e:
+            linalg.ft_pdpotrf(uplo, 48, A, 0, 0, inject=InjectionPlan(col, seed=1), inject_panel=1)
+        assert e.value.report.uncorrected >= 1
+        assert np.array_equal(A.to_global(), before)
+
+
 @pytest.mark.parametrize("row, action", [(16, "located"), (11, "recomputed")])
 def test_huge_wrong_value_whose_solution_overflows_is_corrected(grid, row, action):
     """A flip that makes a value of a block column ~1e307 where ``L_kk`` is ~0.1: the panel's solution

@@ -114,5 +114,5 @@ def resume(ckpt: Any, done: FactoredColumns, state: np.ndarray, checks: UpdateCh
                             "layout on some process: resume on the same grid and layout with the same ftkit "
                             "version, or start again with a fresh checkpoint directory")
     done.unpack(got, k)
-    rebuild_trailing(done.steps, k)  # A's values (the work copy's) minus the checkpointed panels' updates
+    rebuild_trailing(done.steps, k)  # A's values (in the work matrix) minus the checkpointed panels' updates
     return k

@@ -63,6 +63,7 @@ from ..abft._blocks import Threshold
 from ..abft.level3 import _as64
 from ..abft.report import ABFTReport, BlockEvent, check_ft_args
 from ..matrix import DistributedMatrix
+from ..pblas._panel_buffers import pooled_buffer, release_pool
 from ..pblas.add import trapezoid_mask
 from ._abft import UpdateChecks
 from ._column_recompute import recompute_column
@@ -190,8 +191,8 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
         Bit flips made in the update of panel ``inject_panel``: ``"A"`` in this process's received rows of
         the panel, ``"B"`` in the rows of the panel its columns multiply, ``"C"`` in the local trailing
         matrix (step 0: before the update, 1: after the update of block column ``inject_panel + 1``, which
-        the look-ahead reads next, before the rest's; a flip above the block diagonal hits scratch that
-        nothing reads, and is not reported).
+        the look-ahead reads next, before the rest's; a flip above the block diagonal hits what nothing
+        reads, scratch or, factored in place, A's other triangle, and is not reported).
     on_panel
         Called with the panel index after each panel (progress display; tests kill a rank there).
 
@@ -227,46 +228,54 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     if n == 0:
         return ABFTReport(threshold=threshold.name)
     A64 = _as64(A)
-    work = CholeskyWork(uplo, n, A64, ia, ja)
-    panels = work.steps.panels
-    d = A.desc
-    state = np.array([0, n, ia, ja, uplo == "U", len(panels), d.mb, d.nb], dtype=np.int64)
-    checks = UpdateChecks(work.steps, threshold.tol, bs)
-    done = FactoredColumns(work.steps) if ckpt is not None else None
-    start = resume(ckpt, done, state, checks) if done is not None else 0
-    if start == 0:
-        checks.init(0)
-    every = max(1, int(ckpt_every) if ckpt_every else len(panels) // 8)
-    tally = _Tally(A.grid.rank)
-    def at(j: int) -> InjectionPlan | None:  # the injection plan of panel j's update
-        return inject if j == inject_panel else None
+    # an aligned lower layout is factored in A64 itself, A's lower part saved for the recomputations in a
+    # cached buffer (CholeskyWork.original); any other in a copy
+    pool: dict[object, np.ndarray] = {}
+    try:
+        work = CholeskyWork(uplo, n, A64, ia, ja, in_place=True,
+                            saved=functools.partial(pooled_buffer, pool, "original"))
+        panels = work.steps.panels
+        d = A.desc
+        state = np.array([0, n, ia, ja, uplo == "U", len(panels), d.mb, d.nb], dtype=np.int64)
+        checks = UpdateChecks(work.steps, threshold.tol, bs)
+        done = FactoredColumns(work.steps) if ckpt is not None else None
+        start = resume(ckpt, done, state, checks) if done is not None else 0
+        if start == 0:
+            checks.init(0)
+        every = max(1, int(ckpt_every) if ckpt_every else len(panels) // 8)
+        tally = _Tally(A.grid.rank)
+        def at(j: int) -> InjectionPlan | None:  # the injection plan of panel j's update
+            return inject if j == inject_panel else None
 
-    panel: _Launched | None = _launch(work, checks, start, at(start), tally)
-    for k in range(start, len(panels)):  # panel k has been launched (factored, solved, sent): the look-ahead
-        assert panel is not None
-        bad, events, got = _arrive(work, checks, panel, at(k), tally)
-        if bad >= 0:
-            tally.add(panel.checked, events)
-            _finish(work, A, A64, uplo, n, ia, ja)
-            raise FactorizationError(r, bad + 1, n)
-        checked, panel = panel.checked, _update(work, checks, panel, got, at, tally)
-        tally.add(checked, events)
-        if done is not None and (k + 1) % every == 0 and k + 1 < len(panels):
-            state[0] = k + 1
-            ckpt.protect(CKPT_L, done.pack(k + 1), resizable=True)  # copies in the new block columns
-            ckpt.checkpoint(level=ckpt_level)
-        if on_panel is not None:
-            on_panel(k)
-    report = tally.report(A.grid.comm, threshold, checks.bs)
-    if report.uncorrected:
-        bad_blocks = [(ev.row_block, ev.col_block) for ev in report.events if ev.action == "uncorrected"]
-        raise ABFTError(f"ft_pdpotrf: {len(bad_blocks)} block(s) {bad_blocks[:8]} (panel row, panel column) "
-                        "still disagree with their checksums after correction and recomputation (a factored "
-                        "panel or a carried checksum is wrong too): "
-                        "A is left unchanged; factor again (from the last checkpoint if one was taken)",
-                        report=report)
-    _finish(work, A, A64, uplo, n, ia, ja)
-    return report
+        panel: _Launched | None = _launch(work, checks, start, at(start), tally)
+        for k in range(start, len(panels)):  # panel k launched (factored, solved, sent): the look-ahead
+            assert panel is not None
+            bad, events, got = _arrive(work, checks, panel, at(k), tally)
+            if bad >= 0:
+                tally.add(panel.checked, events)
+                _finish(work, A, A64, uplo, n, ia, ja)
+                raise FactorizationError(r, bad + 1, n)
+            checked, panel = panel.checked, _update(work, checks, panel, got, at, tally)
+            tally.add(checked, events)
+            if done is not None and (k + 1) % every == 0 and k + 1 < len(panels):
+                state[0] = k + 1
+                ckpt.protect(CKPT_L, done.pack(k + 1), resizable=True)  # copies in the new block columns
+                ckpt.checkpoint(level=ckpt_level)
+            if on_panel is not None:
+                on_panel(k)
+        report = tally.report(A.grid.comm, threshold, checks.bs)
+        if report.uncorrected:
+            work.restore()  # in place: A's values back (a copy left A unchanged)
+            bad_blocks = [(ev.row_block, ev.col_block) for ev in report.events if ev.action == "uncorrected"]
+            raise ABFTError(f"ft_pdpotrf: {len(bad_blocks)} block(s) {bad_blocks[:8]} (panel row, panel "
+                            "column) still disagree with their checksums after correction and recomputation "
+                            "(a factored panel or a carried checksum is wrong too): "
+                            "A is left unchanged; factor again (from the last checkpoint if one was taken)",
+                            report=report)
+        _finish(work, A, A64, uplo, n, ia, ja)
+        return report
+    finally:
+        release_pool(pool)
 
 
 @dataclasses.dataclass

@@ -9,10 +9,10 @@ positive definite; A's triangle is then partly overwritten, as ScaLAPACK leaves 
 ``A X = B`` with that factor (two triangular solves). float64 or float32.
 
 Any layout works: when A's rows and columns are cut into the same blocks (``mb == nb`` and ``ia % mb == ja %
-nb``) ``pdpotrf`` factors A's local piece in place (the strict upper triangles of its diagonal blocks, which
-the updates overwrite, are kept aside and put back) and ``ft_pdpotrf`` a copy of it; otherwise, and for
-``uplo == "U"`` (factored as ``A.T = L L.T``), both work on a block-cyclic copy with ``nb``-blocks, moved
-back at the end. The algorithm is in :mod:`ftkit.linalg.cholesky._steps`.
+nb``) ``pdpotrf`` and ``ft_pdpotrf`` factor A's local piece in place (the strict upper triangles of its
+diagonal blocks, which the updates overwrite, are kept aside and put back; ``ft_pdpotrf`` keeps a copy of A's
+lower part for its recomputations); otherwise, and for ``uplo == "U"`` (factored as ``A.T = L L.T``), both
+work on a block-cyclic copy with ``nb``-blocks, moved back at the end. The algorithm is in :mod:`ftkit.linalg.cholesky._steps`.
 
 Argument positions (errors: :class:`~ftkit.errors.PBLASArgumentError`): PDPOTRF: UPLO 1, N 2, A 3, IA 4, JA 5,
 DESCA 6. PDPOTRS: UPLO 1, N 2, NRHS 3, A 4, IA 5, JA 6, DESCA 7, B 8, IB 9, JB 10, DESCB 11.
@@ -54,11 +54,13 @@ class CholeskyWork:
     :meth:`write_back` copies the factor into A's ``uplo`` triangle. ``in_place`` (plain ``pdpotrf``): when
     the layout is aligned, ``W`` is A itself (no copy in, none back: ~7 % of the call's CPU at n = 4096);
     only the strict upper triangles of the diagonal blocks, the updates' scratch, are kept aside and put back
-    by :meth:`write_back`. :meth:`original` then has nothing to return: ``ft_pdpotrf`` works on a copy.
+    by :meth:`write_back`. :meth:`original` then returns the array ``saved(shape)`` returns (in place only),
+    which A's lower block trapezoid (diagonal blocks whole) is copied into first: ``ft_pdpotrf``'s
+    recomputations read A's values; without it :meth:`original` has nothing to return.
     """
 
-    def __init__(self, uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int,
-                 in_place: bool = False) -> None:
+    def __init__(self, uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, in_place: bool = False,
+                 saved: Callable[[tuple[int, ...]], np.ndarray] | None = None) -> None:
         self.uplo, self.n, self.A, self.ia, self.ja = uplo, n, A, ia, ja
         d, g = A.desc, A.grid
         self.aligned = uplo == "L" and d.mb == d.nb and ia % d.mb == ja % d.nb
@@ -80,17 +82,28 @@ class CholeskyWork:
         #: the diagonal blocks of A, to put their strict upper triangles back (in place only)
         self._diagonals = [(self.steps.diagonal_block(k).copy(), k) for k in range(len(self.steps.panels))
                            if self.in_place and self.steps.owns_diagonal(k)]
+        self._saved = saved(self.w.shape) if self.in_place and saved is not None else None
+        if self._saved is not None:
+            self._copy_lower(self.w, self._saved, True)
 
     def original(self) -> np.ndarray:
         """Return this process's piece of the work matrix as it was before the factorization (A's values).
 
         Collective on A's grid when the work matrix is a redistributed copy (it is redistributed again).
         """
+        if self._saved is not None:
+            return self._saved
         if self.in_place:
             raise RuntimeError("CholeskyWork(in_place=True) overwrites A: it has no original to return")
         if self.aligned:
             return self.A.local_view(self.ia, self.ja, self.n, self.n)
         return redistribute(self.A, self.ia, self.ja, self.uplo == "U", self.rows, self.cols)
+
+    def restore(self) -> None:
+        """Put A's values back into its lower block trapezoid (in place, from ``saved``; a copy leaves A as it
+        was anyway)."""
+        if self._saved is not None:
+            self._copy_lower(self._saved, self.w, True)
 
     def write_back(self) -> None:
         """Copy the factor (W's lower triangle, transposed for "U") into A's ``uplo`` triangle."""
