@@ -175,6 +175,37 @@ def test_checkpointed_columns_are_the_lower_part_packed_and_only_grow(grid):
     assert np.array_equal(w[lower], saved[lower]) and not w[:, :e5][~lower[:, :e5]].any()
 
 
+def test_next_factorization_packs_into_the_checkpointed_buffer(grid, tmp_path):
+    """A second ft_pdpotrf with the same checkpointer packs its factored columns into the buffer the first
+    protected (no fresh pages per call), and what it protects is its own factored columns, packed."""
+    import ftkit
+    from ftkit.linalg.cholesky.ft_potrf import CKPT_L
+
+    cfg = ftkit.Config(ckpt_dir=tmp_path / "local", glbl_dir=tmp_path / "global", meta_dir=tmp_path / "meta")
+    ckpt = ftkit.Checkpointer(config=cfg, comm=MPI.COMM_SELF)
+    try:
+        held = []
+        for seed in (1, 2):
+            a = _spd(40, seed)
+            ref = linalg.DistributedMatrix.from_global(grid, a, mb=5, nb=5)
+            linalg.pdpotrf("L", 40, ref, 0, 0)
+            A = linalg.DistributedMatrix.from_global(grid, a, mb=5, nb=5)
+            linalg.ft_pdpotrf("L", 40, A, 0, 0, ckpt=ckpt, ckpt_every=2)
+            assert np.array_equal(A.to_global(), ref.to_global())
+            held.append(ckpt.protected[CKPT_L])
+        assert np.shares_memory(held[0], held[1])
+        # checkpoints after panels 1, 3, 5 of 8: block columns < 6 (30 columns) held, each from its diagonal
+        # block down (whose strict upper triangle is scratch)
+        low, at = ref.to_global(), 0
+        assert held[1].size == sum((40 - s) * 5 for s in range(0, 30, 5))
+        for s in range(0, 30, 5):
+            got = held[1][at:at + (40 - s) * 5].reshape((40 - s, 5), order="F")
+            assert np.array_equal(np.tril(got), np.tril(low[s:, s:s + 5]))
+            at += got.size
+    finally:
+        ckpt.finalize()
+
+
 def test_wrong_row_corrected_and_two_in_one_column_recomputed(grid):
     a = _spd(48, seed=4)
     ref = linalg.DistributedMatrix.from_global(grid, a, mb=8, nb=8)

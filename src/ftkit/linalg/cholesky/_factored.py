@@ -37,9 +37,15 @@ class FactoredColumns:
     ----------
     steps
         The factorization's panel engine (its work piece ``w``, maps and panels).
+    reuse
+        What an earlier factorization protected under :data:`CKPT_L` in the same checkpointer, or ``None``:
+        the buffer it is a view of is packed into again when it is large enough (fresh memory costs a page
+        fault and a zeroing per page as the packing first touches it; the checkpointer keeps the earlier
+        buffer until this factorization protects the name again, its first step, so it cannot come from the
+        shared buffer cache, which would hand it to another routine while still protected).
     """
 
-    def __init__(self, steps: CholeskySteps) -> None:
+    def __init__(self, steps: CholeskySteps, reuse: np.ndarray | None = None) -> None:
         self.steps = steps
         g, rows, cols, nrow = steps.grid, steps.rows, steps.cols, steps.w.shape[0]
         #: per block column of this process, in panel order: (panel, local columns, first local row, offset)
@@ -52,7 +58,10 @@ class FactoredColumns:
                 self.blocks.append((k, cl, r0, off))
                 off += (nrow - r0) * (cl.stop - cl.start)
             self._ends[k + 1] = off
-        self.packed = np.empty(off)
+        base = reuse.base if reuse is not None and reuse.base is not None else reuse
+        fits = (isinstance(base, np.ndarray) and base.dtype == np.float64 and base.ndim == 1
+                and base.flags.c_contiguous and base.size >= off)
+        self.packed = base[:off] if fits else np.empty(off)  # type: ignore[index]
         self._filled = 0  # block columns < this panel are in ``packed``
 
     def size(self, k: int) -> int:

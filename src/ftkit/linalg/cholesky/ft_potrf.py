@@ -238,7 +238,8 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
         d = A.desc
         state = np.array([0, n, ia, ja, uplo == "U", len(panels), d.mb, d.nb], dtype=np.int64)
         checks = UpdateChecks(work.steps, threshold.tol, bs)
-        done = FactoredColumns(work.steps) if ckpt is not None else None
+        done = None if ckpt is None else FactoredColumns(
+            work.steps, getattr(ckpt, "protected", {}).get(CKPT_L))  # the last call's buffer, if any
         start = resume(ckpt, done, state, checks) if done is not None else 0
         if start == 0:
             checks.init(0)

@@ -12,7 +12,8 @@ Any layout works: when A's rows and columns are cut into the same blocks (``mb =
 nb``) ``pdpotrf`` and ``ft_pdpotrf`` factor A's local piece in place (the strict upper triangles of its
 diagonal blocks, which the updates overwrite, are kept aside and put back; ``ft_pdpotrf`` keeps a copy of A's
 lower part for its recomputations); otherwise, and for ``uplo == "U"`` (factored as ``A.T = L L.T``), both
-work on a block-cyclic copy with ``nb``-blocks, moved back at the end. The algorithm is in :mod:`ftkit.linalg.cholesky._steps`.
+work on a block-cyclic copy with ``nb``-blocks, moved back at the end. The algorithm is in
+:mod:`ftkit.linalg.cholesky._steps`.
 
 Argument positions (errors: :class:`~ftkit.errors.PBLASArgumentError`): PDPOTRF: UPLO 1, N 2, A 3, IA 4, JA 5,
 DESCA 6. PDPOTRS: UPLO 1, N 2, NRHS 3, A 4, IA 5, JA 6, DESCA 7, B 8, IB 9, JB 10, DESCB 11.
