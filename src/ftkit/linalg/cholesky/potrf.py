@@ -56,8 +56,9 @@ class CholeskyWork:
     the layout is aligned, ``W`` is A itself (no copy in, none back: ~7 % of the call's CPU at n = 4096);
     only the strict upper triangles of the diagonal blocks, the updates' scratch, are kept aside and put back
     by :meth:`write_back`. :meth:`original` then returns the array ``saved(shape)`` returns (in place only),
-    which A's lower block trapezoid (diagonal blocks whole) is copied into first: ``ft_pdpotrf``'s
-    recomputations read A's values; without it :meth:`original` has nothing to return.
+    which A's lower block trapezoid (diagonal blocks whole) is copied into first, and only that (the rest is
+    whatever the array held: nothing reads it): ``ft_pdpotrf``'s recomputations read A's values there;
+    without it :meth:`original` has nothing to return.
     """
 
     def __init__(self, uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, in_place: bool = False,
