@@ -24,6 +24,11 @@ Rules a caller may rely on:
   for the disk with the files the call makes durable) and for the inline L2/L3 primary file
   (:mod:`ftkit.storage.pending`: its fsync thread already overlaps the exchange). Durability is unchanged:
   only :meth:`AtomicWriter.commit`'s fsync (or the background batch's) makes a file durable.
+* Recycling: ``AtomicWriter(recycle=old)`` takes over the file ``old`` (one no reader needs any more) by
+  renaming it to the temporary name and writing over its bytes in place, so that a file rewritten again and
+  again reuses its pages in the page cache instead of a new file's being allocated and the old one's freed
+  (the per-call input files of :mod:`ftkit.linalg.resilient`); its stale bytes beyond the new size are cut
+  at commit. Only the temporary name is written, so what a reader sees is the same as for a new file.
 * Direct I/O: ``AtomicWriter(direct=True)`` writes through :class:`~ftkit.storage._direct.DirectStream`
   (``O_DIRECT`` from two aligned staging buffers, bypassing the page cache: faster and steadier for large
   files on this project's disk, issue 37): the first write at offset 0, later writes sequential or inside the
@@ -36,6 +41,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import stat
 from pathlib import Path
 from types import TracebackType
 
@@ -113,6 +119,36 @@ def open_temp(path: Path) -> tuple[int, Path]:
         except FileExistsError:
             continue
     raise FileExistsError(f"{path.parent}: {_TEMP_TRIES} random temporary names already taken")
+
+
+def _take_over(old: Path, path: Path) -> tuple[int, Path] | None:
+    """Rename the regular file ``old`` to a new temporary name for final name ``path`` and open it for writing
+    (not truncated: :class:`AtomicWriter` cuts it at commit); ``None`` if ``old`` is missing or not a regular
+    file (a symbolic link is never followed: it is left where it is).
+
+    Raises
+    ------
+    OSError
+        If the file was renamed but cannot be opened (it is removed).
+    """
+    try:
+        if not stat.S_ISREG(os.lstat(old).st_mode):
+            return None
+        tmp = _temp_name(path)
+        os.rename(old, tmp)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.EXDEV:  # another file system: a new file there
+            return None
+        raise
+    try:
+        return os.open(tmp, os.O_WRONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)), tmp
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.errno == errno.ELOOP:  # replaced by a symbolic link meanwhile: never written through
+            return None
+        raise
 
 
 def _temp_name(path: Path) -> Path:
@@ -237,6 +273,9 @@ class AtomicWriter:
     direct
         Write with direct I/O (see the module doc) where the file system allows it, else buffered (with
         ``writeback``); :attr:`direct` then says which. For large files written once, front to back.
+    recycle
+        A file to take over and write in place (see the module doc), if it is a regular file; else (missing,
+        a symbolic link) a new file is made. Not with ``direct``.
 
     Raises
     ------
@@ -245,17 +284,21 @@ class AtomicWriter:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True,
-                 writeback: bool | None = None, direct: bool = False) -> None:
+                 writeback: bool | None = None, direct: bool = False,
+                 recycle: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path)
         self.fsync = fsync
         self.writeback = fsync if writeback is None else writeback
         self._done = False
         self._synced = False  # the bytes written so far are durable (sync() ran after the last pwrite)
+        self._size = 0  # bytes written so far, up to the furthest end (a recycled file is cut there)
         try:
             make_dirs(self.path.parent)
             for old in stale_temps(self.path):
                 old.unlink(missing_ok=True)
-            self.fd, self.tmp = open_temp(self.path)
+            taken = _take_over(Path(recycle), self.path) if recycle is not None and not direct else None
+            self.recycled = taken is not None
+            self.fd, self.tmp = taken or open_temp(self.path)
         except OSError as exc:
             raise StorageError(f"cannot create {self.path}: {exc.strerror or exc}") from exc
         self._direct: DirectStream | None = None
@@ -283,6 +326,7 @@ class AtomicWriter:
         """
         self._synced = False
         view = memoryview(data).cast("B")  # type: ignore[arg-type]
+        self._size = max(self._size, offset + len(view))
         if self._direct is not None:
             self._direct.write(view, offset)
             return
@@ -344,6 +388,8 @@ class AtomicWriter:
         defer = syncs is not None and self.fsync and not self._synced
         self._end_writeback()
         try:
+            if self.recycled:
+                os.ftruncate(self.fd, self._size)  # the old file's bytes beyond the new end
             self._finish_direct()
             if self.fsync and not self._synced and not defer:
                 os.fsync(self.fd)
