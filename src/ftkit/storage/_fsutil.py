@@ -24,11 +24,8 @@ Rules a caller may rely on:
   for the disk with the files the call makes durable) and for the inline L2/L3 primary file
   (:mod:`ftkit.storage.pending`: its fsync thread already overlaps the exchange). Durability is unchanged:
   only :meth:`AtomicWriter.commit`'s fsync (or the background batch's) makes a file durable.
-* Recycling: ``AtomicWriter(recycle=old)`` takes over the file ``old`` (one no reader needs any more) by
-  renaming it to the temporary name and writing over its bytes in place, so that a file rewritten again and
-  again reuses its pages in the page cache instead of a new file's being allocated and the old one's freed
-  (the per-call input files of :mod:`ftkit.linalg.resilient`); its stale bytes beyond the new size are cut
-  at commit. Only the temporary name is written, so what a reader sees is the same as for a new file.
+* Recycling: ``AtomicWriter(recycle=old)`` writes over a file no reader needs any more, under the temporary
+  name, reusing its page-cache pages (:mod:`ftkit.storage._recycle`); readers see what a new file shows.
 * Direct I/O: ``AtomicWriter(direct=True)`` writes through :class:`~ftkit.storage._direct.DirectStream`
   (``O_DIRECT`` from two aligned staging buffers, bypassing the page cache: faster and steadier for large
   files on this project's disk, issue 37): the first write at offset 0, later writes sequential or inside the
@@ -41,7 +38,6 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-import stat
 from pathlib import Path
 from types import TracebackType
 
@@ -51,6 +47,7 @@ from ..errors import DirectIOUnsupported, StorageError
 from ._bgsync import BackgroundSyncs
 from ._direct import DirectStream, enable_direct
 from ._dirsync import fsync_dir, owe_parent_fsync, remove_empty_dirs
+from ._recycle import take_over
 from ._writeback import WRITEBACK_MIN_BYTES, Writeback, start_writeback
 
 __all__ = ["AtomicWriter", "atomic_write_bytes", "open_temp", "set_group_access", "file_mode", "dir_mode",
@@ -119,36 +116,6 @@ def open_temp(path: Path) -> tuple[int, Path]:
         except FileExistsError:
             continue
     raise FileExistsError(f"{path.parent}: {_TEMP_TRIES} random temporary names already taken")
-
-
-def _take_over(old: Path, path: Path) -> tuple[int, Path] | None:
-    """Rename the regular file ``old`` to a new temporary name for final name ``path`` and open it for writing
-    (not truncated: :class:`AtomicWriter` cuts it at commit); ``None`` if ``old`` is missing or not a regular
-    file (a symbolic link is never followed: it is left where it is).
-
-    Raises
-    ------
-    OSError
-        If the file was renamed but cannot be opened (it is removed).
-    """
-    try:
-        if not stat.S_ISREG(os.lstat(old).st_mode):
-            return None
-        tmp = _temp_name(path)
-        os.rename(old, tmp)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno == errno.EXDEV:  # another file system: a new file there
-            return None
-        raise
-    try:
-        return os.open(tmp, os.O_WRONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)), tmp
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        if exc.errno == errno.ELOOP:  # replaced by a symbolic link meanwhile: never written through
-            return None
-        raise
 
 
 def _temp_name(path: Path) -> Path:
@@ -296,9 +263,10 @@ class AtomicWriter:
             make_dirs(self.path.parent)
             for old in stale_temps(self.path):
                 old.unlink(missing_ok=True)
-            taken = _take_over(Path(recycle), self.path) if recycle is not None and not direct else None
+            tmp = _temp_name(self.path)
+            taken = take_over(Path(recycle), tmp) if recycle is not None and not direct else None
             self.recycled = taken is not None
-            self.fd, self.tmp = taken or open_temp(self.path)
+            self.fd, self.tmp = (taken, tmp) if taken is not None else open_temp(self.path)
         except OSError as exc:
             raise StorageError(f"cannot create {self.path}: {exc.strerror or exc}") from exc
         self._direct: DirectStream | None = None

@@ -19,16 +19,13 @@ after building them once (PDSYMM's symmetric matrix, PDTRSM's inverse triangle, 
 concatenated operands, PDSYRK's transposed A). For PDTRSM and PDTRMM that is the triangle's side only: B is
 their output, so each call still saves its B.
 
-What a call on a handle saves itself (that B; C where the call needs it) is kept under the handle when the
-call ends error-free (:func:`spare_key`), and the next call on the handle rewrites that file in place
-(:meth:`~ftkit.storage.inputs.CheckpointFileStore.retire` and ``save(..., recycle=)``; in a store without
-:attr:`~ftkit.storage.inputs.CheckpointFileStore.supports_recycle`, new files each call): the file's pages in
-the page cache are reused, where a new file per call had the kernel allocate, and its removal free, 32 MiB
-per rank at n = 4096 on 2 x 2 (most of ``resilient_pdtrmm``'s extra system time, issue 33). The save is
-still made under a temporary name and renamed, so a reader sees the whole file or none; a kept file's header
-names the call that wrote it, so it never reads as another call's input. The kept files stay dirty in the
-page cache, so the kernel's writeback writes them out now and then (every ~30 s by default), beside the
-computation; :meth:`ProtectedOperands.release` removes them.
+What a call on a handle saves itself (that B; C where needed) is kept under the handle when the call ends
+error-free (:func:`spare_key`), and the next call rewrites that file in place (a store's ``retire`` and
+``save(..., recycle=)``, :mod:`ftkit.storage.inputs`): its pages in the page cache are reused, where a new
+file per call had the kernel allocate, and its removal free, 32 MiB per rank at n = 4096 on 2 x 2 (most of
+``resilient_pdtrmm``'s extra system time, issue 33). Readers see what a new file shows (whole or absent, and
+a kept file names the call that wrote it). The kernel's writeback writes the kept, dirty pages out now and
+then (every ~30 s by default); :meth:`ProtectedOperands.release` removes them.
 
 A directory given as ``store=`` (here and to every resilient routine) is opened without fsync
 (:data:`FSYNC_INPUTS`). The saved inputs serve one purpose: survivors of a process failure in the same job
