@@ -2,7 +2,7 @@
 
 usage: python benchmarks/kill_campaign.py [--trials 200] [--seed 1] [--out results.jsonl] [--timeout 120]
        [--grids 3x2,2x3] [--max-delay S] [--setup in-call] [--modes store,protect] [--betas 0,0.5]
-       [--routine gemm|symm|trsm|trmm|syrk|syr2k|geadd|tradd|tran[,...]|all]
+       [--routine gemm|symm|trsm|trmm|syrk|syr2k|geadd|tradd|tran[,...]|all] [--calls-before K]
 
 ``--routine`` takes one routine, a comma-separated list or ``all``: ``--trials`` trials are run for each, in
 turn, with one table per routine and a summary (right / wrong / hung per routine) at the end.
@@ -29,7 +29,8 @@ rank-k updates' untouched triangle must equal the input bit for bit. ``symm`` (r
 trmm), ``geadd`` (TRANS), ``tradd`` (UPLO TRANS) and ``tran`` likewise; the additions' results must equal
 numpy's bit for bit (rounded as pdgeadd rounds), not only to within rounding. Their ``prepare`` step (building
 the multiplied operands, a plain collective) cannot survive a death: a kill there ends in ``failure`` with
-phase ``entry``/``setup``. Outcomes:
+phase ``entry``/``setup``. ``--calls-before K`` runs K error-free calls on the protected handle before the
+call the kill is timed for, which then rewrites in place the input files the previous call kept. Outcomes:
 
 ``exact``
     every survivor returned, and the result pieces they wrote, assembled, equal numpy's product (within
@@ -111,6 +112,7 @@ class Trial:
     hold: str | None = None  # "setup"/"multiply": the victim stops just before it and waits to be killed
     setup: str = "before"  # "in-call": no detector built beforehand; the kill is timed from the call's start
     routine: str = "gemm"  # a key of FLAGS (``trans`` then holds that routine's flags)
+    calls_before: int = 0  # error-free calls on the handle before the one the kill is timed for
 
     @property
     def nprocs(self) -> int:
@@ -130,14 +132,14 @@ class TrialResult:
 
 def draw_trial(rng: random.Random, grid: str | None = None, max_delay: float = 1.5, *, setup: str = "before",
                modes: tuple[str, ...] = ("store", "protect"), betas: tuple[float, ...] = (0.0, 0.5),
-               routine: str = "gemm") -> Trial:
+               routine: str = "gemm", calls_before: int = 0) -> Trial:
     """Return a random trial (on ``grid`` if given) with a kill delay uniform in [0, ``max_delay``] s."""
     grid = grid or rng.choice(GRIDS)
     p, q = (int(x) for x in grid.split("x"))
     mode = rng.choice(modes) if routine not in ADDITIONS else "store"
     return Trial(grid, rng.choice(FLAGS[routine]), rng.choice(betas), mode,
                  rng.randrange(p * q), round(rng.uniform(0.0, max_delay), 3), setup=setup,
-                 routine=routine)  # fmt: skip
+                 routine=routine, calls_before=calls_before)  # fmt: skip
 
 
 def _killer(workdir: Path, victim: int, delay: float, job_over: threading.Event,
@@ -274,7 +276,8 @@ def run_trial(trial: Trial, workdir: Path, timeout: float, *, kill: bool = True)
         killer.start()
     args = ["--grid", trial.grid, "--n", str(trial.n), "--nb", str(trial.nb), "--trans", trial.trans,
             "--beta", str(trial.beta), "--mode", trial.mode, "--step-pause", str(trial.step_pause),
-            "--dir", str(workdir), "--setup", trial.setup, "--routine", trial.routine] \
+            "--dir", str(workdir), "--setup", trial.setup, "--routine", trial.routine,
+            "--calls-before", str(trial.calls_before)] \
         + (["--start-at-step"] if trial.start_at_step else []) \
         + (["--hold-rank", str(trial.victim), "--hold-at", trial.hold] if trial.hold else [])  # fmt: skip
     try:
@@ -290,7 +293,8 @@ def run_trial(trial: Trial, workdir: Path, timeout: float, *, kill: bool = True)
     return TrialResult(outcome, detail, r.elapsed, phase)
 
 
-def call_duration(grid: str, timeout: float, setup: str = "before", routine: str = "gemm") -> float:
+def call_duration(grid: str, timeout: float, setup: str = "before", routine: str = "gemm",
+                  calls_before: int = 0) -> float:
     """Seconds from ``started`` to rank 0's return in a failure-free trial on ``grid`` (a warm-up).
 
     Raises
@@ -299,7 +303,7 @@ def call_duration(grid: str, timeout: float, setup: str = "before", routine: str
         If the failure-free trial does not give the exact product.
     """
     trial = Trial(grid, FLAGS[routine][-1], 0.5, "store" if routine in ADDITIONS else "protect", 0, 0.0,
-                  setup=setup, routine=routine)  # fmt: skip
+                  setup=setup, routine=routine, calls_before=calls_before)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="ftkit-warmup-") as tmp:
         res = run_trial(trial, Path(tmp), timeout, kill=False)
         if res.outcome != "exact":
@@ -326,7 +330,8 @@ def campaign(routine: str, args: argparse.Namespace, rng: random.Random) -> dict
     grids = args.grids.split(",")
     t_start = time.monotonic()
     if args.max_delay is None:
-        durations = {g: round(call_duration(g, args.timeout, args.setup, routine), 3) for g in grids}
+        durations = {g: round(call_duration(g, args.timeout, args.setup, routine, args.calls_before), 3)
+                     for g in grids}
     else:
         durations = dict.fromkeys(grids, args.max_delay)
     print(f"{routine}: kill delays uniform in [0, d] s, d per grid: {durations}", flush=True)
@@ -337,7 +342,7 @@ def campaign(routine: str, args: argparse.Namespace, rng: random.Random) -> dict
         grid = grids[i % len(grids)]
         trial = draw_trial(rng, grid, durations[grid], setup=args.setup, modes=tuple(args.modes.split(",")),
                            betas=tuple(float(b) for b in args.betas.split(",")),
-                           routine=routine)  # fmt: skip
+                           routine=routine, calls_before=args.calls_before)  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="ftkit-kill-") as tmp:
             res = run_trial(trial, Path(tmp), args.timeout)
         counts[grid][res.outcome] += 1
@@ -379,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--routine", default="gemm",
                     help=f"the resilient_ routine(s) run: one of {', '.join(FLAGS)}, a comma-separated list, "
                          "or all")  # fmt: skip
+    ap.add_argument("--calls-before", type=int, default=0,
+                    help="error-free calls before the one the kill is timed for (in protect mode, the call "
+                         "then rewrites the inputs the previous one kept)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=None, help="append one JSON line per trial here")
     args = ap.parse_args(argv)
     routines = list(FLAGS) if args.routine == "all" else args.routine.split(",")

@@ -6,7 +6,8 @@ usage: ftkit launch -n 4 -- python benchmarks/profile_resilient.py --grid 2x2 --
 
 Wraps the phases of :func:`~ftkit.linalg.resilient.engine.resilient_call` (building the unprotected operand,
 saving the inputs, the protect phase's barrier, each SUMMA call, the rest of the iterate phase, the
-agreement, the decision's hold, recording the state, removing the call's files) with timers that count
+agreement, the decision's hold, recording the state, removing the call's files or keeping them for the next
+call on the handle: ``store.retire``) with timers that count
 exclusive time (a phase nested in another is subtracted from it), runs each routine and its ``resilient_``
 version alternately with the operands the benchmark uses (``bench_pblas3.py``: side L, lower, "N"; SYRK
 lower "N" with beta 1), the fixed operands protected once, untimed, and prints per routine and rank the
@@ -35,7 +36,7 @@ def _install() -> None:
     for name in ("build_operands", "_save", "_synchronize", "_iterate", "run_summa", "_agree",
                  "hold_decision", "record_failures", "resilient_call"):
         setattr(engine, name, timed(name, getattr(engine, name)))
-    for name in ("save", "remove"):
+    for name in ("save", "remove", "retire"):
         setattr(CheckpointFileStore, name, timed(f"store.{name}", getattr(CheckpointFileStore, name)))
 
 

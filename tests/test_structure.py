@@ -52,7 +52,7 @@ LINALG_LAYERS: dict[str, int] = {
 #: the offline tools on it, export.
 STORAGE_LAYERS: dict[str, int] = {
     "_fsutil": 0, "_writeback": 0, "_stream": 0, "_progress": 0, "manifest": 0, "halt": 0, "runactivity": 0,
-    "_dirsync": 0, "_jsonslots": 0, "_bgsync": 0, "_direct": 0,
+    "_dirsync": 0, "_jsonslots": 0, "_bgsync": 0, "_direct": 0, "_recycle": 0,
     "format": 1,
     "pending": 2, "inputs": 2, "_export_out": 2,
     "placement": 3,

@@ -43,7 +43,7 @@ def _killer(tmp_path: Path, victim: int, delay: float, over: threading.Event) ->
 
 
 def _run(tmp_path: Path, grid: str, routine: str, flags: str, victim: int | None, delay: float = 0.0,
-         hold: str | None = None, mode: str = "store"):
+         hold: str | None = None, mode: str = "store", calls_before: int = 0):
     p, q = (int(x) for x in grid.split("x"))
     over = threading.Event()
     killer = _killer(tmp_path, victim, delay, over) if victim is not None else None
@@ -52,7 +52,7 @@ def _run(tmp_path: Path, grid: str, routine: str, flags: str, victim: int | None
     try:
         r = run_python(p * q, PROGRAM, "--grid", grid, "--n", str(N), "--nb", str(NB), "--routine", routine,
                        "--trans", flags, "--beta", "0.5", "--mode", mode, "--step-pause", str(STEP_PAUSE),
-                       "--dir", str(tmp_path),
+                       "--dir", str(tmp_path), "--calls-before", str(calls_before),
                        *(["--hold-rank", str(victim), "--hold-at", hold] if hold else ["--start-at-step"]),
                        timeout=JOB_TIMEOUT)  # fmt: skip
     finally:
@@ -130,6 +130,18 @@ def test_with_protected_operands_a_rank_killed_mid_call_is_survived(tmp_path, ro
     rng = random.Random(f"protected{routine}{flags}{grid}")
     victim, delay = rng.randrange(p * q), rng.uniform(0.0, 3 * STEP_PAUSE)
     r, nprocs = _run(tmp_path, grid, routine, flags, victim, delay, mode="protect")
+    _check(tmp_path, r, nprocs, [victim])
+
+
+@pytest.mark.parametrize("routine,flags,grid", [("trmm", "LUNN", "2x3"), ("trmm", "RLTN", "3x2"),
+                                                ("syrk", "LN", "2x3")])
+def test_a_rank_killed_in_a_call_rewriting_the_kept_inputs_is_survived(tmp_path, routine, flags, grid):
+    # two error-free calls on the handle first: the killed call (and the victim) rewrites in place the input
+    # files the previous call kept (B for TRMM, C for SYRK with beta != 0), and the survivors read them back
+    p, q = (int(x) for x in grid.split("x"))
+    rng = random.Random(f"kept{routine}{flags}{grid}")
+    victim, delay = rng.randrange(p * q), rng.uniform(0.0, 3 * STEP_PAUSE)
+    r, nprocs = _run(tmp_path, grid, routine, flags, victim, delay, mode="protect", calls_before=2)
     _check(tmp_path, r, nprocs, [victim])
 
 

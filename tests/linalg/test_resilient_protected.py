@@ -143,3 +143,25 @@ def test_ranks_leaving_right_after_a_call_are_not_taken_for_failures(tmp_path):
         assert "PROCESSFAILURE" not in r.stdout and "WRONG" not in r.stdout, out
         done = sorted(int(x) for x in re.findall(r"DONE rank=(\d+) call=3", r.stdout))
         assert done == [i for i in range(6) if i != victim], out
+
+
+@pytest.mark.parametrize("routine,flags", [("pdtrmm", "LUTN"), ("pdtrsm", "RUTU"), ("pdsyrk", "LT")])
+def test_calls_on_a_handle_rewrite_one_kept_file_per_input_and_release_removes_it(tmp_path, mats, routine,
+                                                                                  flags):
+    """The inputs a call on a handle saves itself (TRMM's and TRSM's B, SYRK's C: beta != 0) are kept under
+    the handle for the next call to rewrite in place (the same file: its pages are reused, nothing allocated
+    or freed per call), the results stay the unprotected call's bit for bit, and release removes them."""
+    A, B, C = mats
+    want = _call(routine, flags, A, B, C, tmp_path)
+    with _protect(routine, flags, A, B, C, tmp_path) as ops:
+        handle_dir = tmp_path / ops.prefix
+        seen = []
+        for _ in range(3):
+            assert np.array_equal(_call(routine, flags, A, B, C, ops), want)
+            seen.append({p.name: p.stat().st_ino for p in handle_dir.glob("spare-*")})
+            assert not [p for p in tmp_path.iterdir() if not p.name.startswith("operands-")]  # no call's dir
+        # B (TRMM "L"; TRSM "R" multiplies B from the left: side "a"), and C: the calls update a submatrix
+        kept = {"pdtrmm": ["spare-b.0.ftk", "spare-c.0.ftk"], "pdtrsm": ["spare-a.0.ftk", "spare-c.0.ftk"],
+                "pdsyrk": ["spare-c.0.ftk"]}[routine]
+        assert sorted(seen[0]) == kept and seen[1] == seen[0] == seen[2], seen
+    assert not list(tmp_path.rglob("*.ftk")), list(tmp_path.rglob("*"))

@@ -36,6 +36,11 @@ triangle a rank-k update does not touch), which the driver compares the pieces w
 to its diagonal), ``resilient_pdgeadd`` (``--trans`` is TRANS), ``resilient_pdtradd`` (UPLO TRANS) or
 ``resilient_pdtran`` (``--trans`` ignored). ``ref.npz`` also
 holds ``exact``: whether the result must equal ``ref`` bit for bit (the additions), not only to rounding.
+
+``--calls-before K`` (``--mode protect``): K error-free calls on the handle (on copies of the output) come
+after the protection and before the call the kill is timed for (``started`` and ``call`` are written after
+them), so that call rewrites the input files the previous one kept (a call on a handle keeps its own saved
+inputs for the next call to write over in place).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from ftkit.failure import Fenced, exit_without_finalize
 from ftkit.linalg import DistributedMatrix, ProcessGrid
 from ftkit.linalg.resilient import (
     ProtectedOperands,
+    ResilientResult,
     _call_state,
     protect_pdsymm,
     protect_pdsyr2k,
@@ -91,6 +97,9 @@ p.add_argument("--hold-at", choices=["setup", "multiply", "prepare"], default="m
 p.add_argument("--setup", choices=["before", "in-call"], default="before",
                help="build the failure detector before protecting and multiplying, or leave it to the calls")
 p.add_argument("--timeout", type=float, default=None)
+p.add_argument("--calls-before", type=int, default=0,
+               help="error-free calls on copies of the output before the call the kill is timed for (each "
+                    "rewrites the inputs the previous one kept: --mode protect), after the protection")
 p.add_argument("--dir", required=True)
 a = p.parse_args()
 if a.routine in ("geadd", "tradd", "tran") and a.mode == "protect":
@@ -233,6 +242,27 @@ def leave(limit: float = 60.0) -> None:
     exit_without_finalize()
 
 
+def multiply(B: DistributedMatrix, C: DistributedMatrix, **kw: object) -> ResilientResult:
+    """The routine's call on A, ``B`` and ``C`` (the output is B for TRMM and TRSM, else C)."""
+    if a.routine == "trmm":
+        return resilient_pdtrmm(*a.trans, n, n, a.alpha, A, 0, 0, B, 0, 0, **kw)  # type: ignore[arg-type]
+    if a.routine == "symm":
+        return resilient_pdsymm(*a.trans[:2], n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
+    if a.routine == "trsm":
+        return resilient_pdtrsm(*a.trans, n, n, a.alpha, A, 0, 0, B, 0, 0, **kw)  # type: ignore[arg-type]
+    if a.routine == "geadd":
+        return resilient_pdgeadd(a.trans[-1], n, n, a.alpha, A, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
+    if a.routine == "tradd":
+        return resilient_pdtradd(*a.trans[:2], n, n, a.alpha, A, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
+    if a.routine == "tran":
+        return resilient_pdtran(n, n, a.alpha, A, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
+    if a.routine == "syrk":
+        return resilient_pdsyrk(*a.trans, n, n, a.alpha, A, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
+    if a.routine == "syr2k":
+        return resilient_pdsyr2k(*a.trans, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
+    return resilient_pdgemm(ta, tb, n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
+
+
 _call_state.fault_hook = at_stage
 try:
     if not in_call:
@@ -244,29 +274,14 @@ try:
     if a.mode == "protect":
         where = protect(store)  # type: ignore[assignment]
     hold("multiply")
+    for _ in range(a.calls_before):  # error-free, on copies of the output: the kept inputs to rewrite
+        multiply(B.copy() if a.routine in ("trmm", "trsm") else B, C.copy(), store=where, timeout=a.timeout,
+                 width=nb)
     if in_call:
         if rank == 0 and not a.start_at_step and a.hold_rank < 0:
             Path(a.dir, "started").write_text(str(time.time()))
         mark("call")
-    kw = {"store": where, "timeout": a.timeout, "width": nb, "on_step": on_step}
-    if a.routine == "trmm":
-        res = resilient_pdtrmm(*a.trans, n, n, a.alpha, A, 0, 0, B, 0, 0, **kw)  # type: ignore[arg-type]
-    elif a.routine == "symm":
-        res = resilient_pdsymm(*a.trans[:2], n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
-    elif a.routine == "trsm":
-        res = resilient_pdtrsm(*a.trans, n, n, a.alpha, A, 0, 0, B, 0, 0, **kw)  # type: ignore[arg-type]
-    elif a.routine == "geadd":
-        res = resilient_pdgeadd(a.trans[-1], n, n, a.alpha, A, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
-    elif a.routine == "tradd":
-        res = resilient_pdtradd(*a.trans[:2], n, n, a.alpha, A, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
-    elif a.routine == "tran":
-        res = resilient_pdtran(n, n, a.alpha, A, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
-    elif a.routine == "syrk":
-        res = resilient_pdsyrk(*a.trans, n, n, a.alpha, A, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
-    elif a.routine == "syr2k":
-        res = resilient_pdsyr2k(*a.trans, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
-    else:
-        res = resilient_pdgemm(ta, tb, n, n, n, a.alpha, A, 0, 0, B, 0, 0, a.beta, C, 0, 0, **kw)  # type: ignore[arg-type]
+    res = multiply(B, C, store=where, timeout=a.timeout, width=nb, on_step=on_step)
     mark("returned")
 except Fenced:
     print(f"FENCED rank={rank}", flush=True)

@@ -106,3 +106,106 @@ def test_checkpoint_file_store_round_trip_and_damage(tmp_path, order):
         store.load("call/b.0")
     store.remove("call")
     assert not (tmp_path / "call").exists()
+
+
+def test_a_recycled_file_is_rewritten_in_place_and_reads_as_a_new_one(tmp_path):
+    store = CheckpointFileStore(tmp_path, fsync=False)
+    assert store.supports_recycle
+    rng = np.random.default_rng(2)
+    first = np.asfortranarray(rng.standard_normal((40, 30)))
+    store.save("call-1/b.0", first)
+    inode = (tmp_path / "call-1" / "b.0.ftk").stat().st_ino
+    store.retire("call-1/b.0", "ops/spare-b.0")
+    with pytest.raises(StorageError, match="nothing saved"):
+        store.load("call-1/b.0")
+    with pytest.raises(FormatError, match="saved under 'call-1/b.0'"):  # a spare is never read as good
+        store.load("ops/spare-b.0")
+    second = np.asfortranarray(rng.standard_normal((40, 30)))
+    store.save("call-22/b.0", second, recycle="ops/spare-b.0")
+    path = tmp_path / "call-22" / "b.0.ftk"
+    assert path.stat().st_ino == inode  # the same file, its pages rewritten: nothing allocated or freed
+    assert not (tmp_path / "ops" / "spare-b.0.ftk").exists()
+    assert np.array_equal(store.load("call-22/b.0"), second)
+    # smaller than the file it took over (and a longer key: the header grew): the old tail is cut
+    store.retire("call-22/b.0", "ops/spare-b.0")
+    third = np.arange(6.0)
+    store.save("call-333/b.0", third, recycle="ops/spare-b.0")
+    path = tmp_path / "call-333" / "b.0.ftk"
+    assert path.stat().st_ino == inode and path.stat().st_size == read_header(path).file_size
+    assert np.array_equal(store.load("call-333/b.0"), third)
+    assert sorted(p.name for p in (tmp_path / "call-333").iterdir()) == ["b.0.ftk"]  # no temporary left
+    store.save("call-4/b.0", third, recycle="ops/nothing-here")  # no spare: a new file
+    assert np.array_equal(store.load("call-4/b.0"), third)
+    store.retire("call-9/b.0", "ops/spare-b.0")  # nothing saved under the key: nothing done
+
+
+def test_a_symlink_as_the_spare_is_never_written_through(tmp_path):
+    root = tmp_path / "store"
+    (root / "ops").mkdir(parents=True)
+    inside_file = root / "ops" / "other.bin"
+    inside_file.write_bytes(b"precious")
+    (root / "ops" / "spare-b.0.ftk").symlink_to(inside_file)
+    store = CheckpointFileStore(root, fsync=False)
+    store.save("call/b.0", np.ones(5), recycle="ops/spare-b.0")  # a new file, the link left alone
+    assert inside_file.read_bytes() == b"precious"
+    assert np.array_equal(store.load("call/b.0"), np.ones(5))
+    outside = tmp_path / "elsewhere.bin"
+    outside.write_bytes(b"precious")
+    (root / "ops" / "spare-b.1.ftk").symlink_to(outside)
+    with pytest.raises(UnsafePathError):
+        store.save("call/b.1", np.ones(5), recycle="ops/spare-b.1")
+    assert outside.read_bytes() == b"precious"
+
+
+WRITER = """
+import sys, time
+from pathlib import Path
+import numpy as np
+from ftkit.storage.inputs import CheckpointFileStore
+root = Path(sys.argv[1])
+store = CheckpointFileStore(root, fsync=False)
+for i in range(1, 10**6):
+    store.save(f"call-{i}/b.0", np.full((512, 1024), float(i)), recycle="ops/spare-b.0")
+    if i == 2:
+        (root / "started").write_text("")
+    store.retire(f"call-{i}/b.0", "ops/spare-b.0")
+"""
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.003, 0.011, 0.03])
+def test_a_writer_killed_while_recycling_never_leaves_a_key_that_reads_as_good(tmp_path, delay):
+    """A process rewriting one kept 4 MiB file under new keys is SIGKILLed at some moment: every key left
+    reads back exactly what was saved under it, or is refused; the spare never reads as good."""
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)])
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "started").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert (tmp_path / "started").exists(), "the writer did not start"
+        time.sleep(delay)
+        inject.kill_pid(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    store = CheckpointFileStore(tmp_path, fsync=False)
+    keys = [f"{d.name}/b.0" for d in tmp_path.glob("call-*") if (d / "b.0.ftk").exists()]
+    for key in keys:
+        i = int(key.split("/")[0].split("-")[1])
+        assert np.array_equal(store.load(key), np.full((512, 1024), float(i))), key
+    with pytest.raises((FormatError, CorruptionError, StorageError)):
+        store.load("ops/spare-b.0")
+
+
+def test_the_last_file_retired_from_a_directory_removes_it(tmp_path):
+    store = CheckpointFileStore(tmp_path, fsync=False)
+    store.save("call/b.0", np.ones(3))
+    store.save("call/b.1", np.ones(3))
+    store.retire("call/b.1", "ops/spare-b.1")
+    assert (tmp_path / "call").is_dir()  # rank 0's file is still there
+    store.retire("call/b.0", "ops/spare-b.0")
+    assert not (tmp_path / "call").exists()
+    assert sorted(p.name for p in (tmp_path / "ops").iterdir()) == ["spare-b.0.ftk", "spare-b.1.ftk"]

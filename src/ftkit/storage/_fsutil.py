@@ -24,6 +24,8 @@ Rules a caller may rely on:
   for the disk with the files the call makes durable) and for the inline L2/L3 primary file
   (:mod:`ftkit.storage.pending`: its fsync thread already overlaps the exchange). Durability is unchanged:
   only :meth:`AtomicWriter.commit`'s fsync (or the background batch's) makes a file durable.
+* Recycling: ``AtomicWriter(recycle=old)`` writes over a file no reader needs any more, under the temporary
+  name, reusing its page-cache pages (:mod:`ftkit.storage._recycle`); readers see what a new file shows.
 * Direct I/O: ``AtomicWriter(direct=True)`` writes through :class:`~ftkit.storage._direct.DirectStream`
   (``O_DIRECT`` from two aligned staging buffers, bypassing the page cache: faster and steadier for large
   files on this project's disk, issue 37): the first write at offset 0, later writes sequential or inside the
@@ -45,6 +47,7 @@ from ..errors import DirectIOUnsupported, StorageError
 from ._bgsync import BackgroundSyncs
 from ._direct import DirectStream, enable_direct
 from ._dirsync import fsync_dir, owe_parent_fsync, remove_empty_dirs
+from ._recycle import take_over
 from ._writeback import WRITEBACK_MIN_BYTES, Writeback, start_writeback
 
 __all__ = ["AtomicWriter", "atomic_write_bytes", "open_temp", "set_group_access", "file_mode", "dir_mode",
@@ -237,6 +240,9 @@ class AtomicWriter:
     direct
         Write with direct I/O (see the module doc) where the file system allows it, else buffered (with
         ``writeback``); :attr:`direct` then says which. For large files written once, front to back.
+    recycle
+        A file to take over and write in place (see the module doc), if it is a regular file; else (missing,
+        a symbolic link) a new file is made. Not with ``direct``.
 
     Raises
     ------
@@ -245,17 +251,22 @@ class AtomicWriter:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True,
-                 writeback: bool | None = None, direct: bool = False) -> None:
+                 writeback: bool | None = None, direct: bool = False,
+                 recycle: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path)
         self.fsync = fsync
         self.writeback = fsync if writeback is None else writeback
         self._done = False
         self._synced = False  # the bytes written so far are durable (sync() ran after the last pwrite)
+        self._size = 0  # bytes written so far, up to the furthest end (a recycled file is cut there)
         try:
             make_dirs(self.path.parent)
             for old in stale_temps(self.path):
                 old.unlink(missing_ok=True)
-            self.fd, self.tmp = open_temp(self.path)
+            tmp = _temp_name(self.path)
+            taken = take_over(Path(recycle), tmp) if recycle is not None and not direct else None
+            self.recycled = taken is not None
+            self.fd, self.tmp = (taken, tmp) if taken is not None else open_temp(self.path)
         except OSError as exc:
             raise StorageError(f"cannot create {self.path}: {exc.strerror or exc}") from exc
         self._direct: DirectStream | None = None
@@ -283,6 +294,7 @@ class AtomicWriter:
         """
         self._synced = False
         view = memoryview(data).cast("B")  # type: ignore[arg-type]
+        self._size = max(self._size, offset + len(view))
         if self._direct is not None:
             self._direct.write(view, offset)
             return
@@ -344,6 +356,8 @@ class AtomicWriter:
         defer = syncs is not None and self.fsync and not self._synced
         self._end_writeback()
         try:
+            if self.recycled:
+                os.ftruncate(self.fd, self._size)  # the old file's bytes beyond the new end
             self._finish_direct()
             if self.fsync and not self._synced and not defer:
                 os.fsync(self.fd)

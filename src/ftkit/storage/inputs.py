@@ -12,10 +12,17 @@ per-section xxh3 digests, written by the one atomic writer), level 4 in the head
 verify`` checks. The file holds one section ``data`` and records in its header ``meta`` the key (a file moved
 to another key is refused) and the array order (an F-order array is stored as its C-order transpose).
 Nothing read is ever executed or unpickled.
+
+Recycling (:attr:`CheckpointFileStore.supports_recycle`): a writer that saves an array of the same size again
+and again under new keys (a failure-tolerant routine's per-call input) can :meth:`~CheckpointFileStore.retire`
+a key it no longer needs to a spare key no reader asks for, and pass that spare as ``save(..., recycle=)``:
+the file is taken over and written in place (its page-cache pages reused, nothing allocated, truncated or
+freed), under a temporary name as any save, so readers see exactly what they see of a new file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -25,6 +32,7 @@ import numpy as np
 
 from .._paths import check_plain_name, check_removable, inside
 from ..errors import FormatError, FtkitError, StorageError
+from ._fsutil import make_dirs
 from .format.container import read_arrays, read_header, write_file
 
 __all__ = ["InputStore", "CheckpointFileStore", "open_store"]
@@ -74,6 +82,9 @@ class CheckpointFileStore:
         Make every file durable before it becomes visible (default True).
     """
 
+    #: :meth:`save` takes ``recycle=`` and :meth:`retire` exists (see the module docstring).
+    supports_recycle = True
+
     def __init__(
         self, root: str | os.PathLike[str], *, rank: int = 0, nranks: int = 1, fsync: bool = True
     ) -> None:
@@ -87,8 +98,11 @@ class CheckpointFileStore:
         parts = _key_parts(key)
         return inside(self.root, *parts[:-1], parts[-1] + ".ftk", what=f"input store key {key!r}")
 
-    def save(self, key: str, array: np.ndarray) -> None:
+    def save(self, key: str, array: np.ndarray, *, recycle: str | None = None) -> None:
         """Save ``array`` under ``key`` as a one-section checkpoint file (atomic).
+
+        ``recycle``: a spare key (:meth:`retire`) whose file is taken over and written in place; the spare
+        is gone afterwards. Nothing under it: a new file.
 
         Raises
         ------
@@ -105,7 +119,30 @@ class CheckpointFileStore:
         path = self._path(key)
         write_file(path, [("data", data)], rank=self.rank, level=4, ckpt_id=0, exec_id=key.split("/")[0],
                    nranks=self.nranks, meta={"ftkit_input_store": 1, "order": order, "key": key},
-                   fsync=self.fsync)
+                   fsync=self.fsync, recycle=self._path(recycle) if recycle is not None else None)
+
+    def retire(self, key: str, spare: str) -> None:
+        """Move the file saved under ``key`` to the key ``spare`` (one no reader asks for: its header still
+        names ``key``, so even a load of ``spare`` refuses it), for a later ``save(..., recycle=spare)``.
+        Nothing under ``key``: nothing is done. The directory of ``key``, if the move leaves it empty, is
+        removed (ranks retiring their files from one directory: the last one out removes it).
+
+        Raises
+        ------
+        StorageError
+            If a key is not made of plain names, or the file cannot be moved.
+        """
+        src, dst = self._path(key), self._path(spare)
+        try:
+            make_dirs(dst.parent)
+            os.replace(src, dst)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StorageError(f"cannot move {src} to {dst}: {exc.strerror or exc}") from exc
+        if src.parent != self.root:
+            with contextlib.suppress(OSError):  # not empty (another rank's file is still there), or gone
+                src.parent.rmdir()
 
     def load(self, key: str) -> np.ndarray:
         """Return the array saved under ``key``, every digest checked.

@@ -123,6 +123,10 @@ class ResilientCall:
     triangle: str | None = None
     #: The triangular operand of the product and its triangle (``ProductForm.triangular``); ``None``: none.
     triangular: tuple[str, str] | None = None
+    #: Where this process's inputs are kept between calls (the protected handle's prefix, in a store that
+    #: supports recycling): each call rewrites the kept file in place (:func:`~.protected.spare_key`);
+    #: ``None``: each call writes new files and removes them.
+    spares: str | None = None
     #: Set once the inputs are saved: the detector is set up after them (a death in its set-up is survived).
     det: FailureDetector = field(init=False)
 

@@ -52,6 +52,7 @@ from .protected import (
     reusable_detector,
     revoke_grid,
     save_failed,
+    spare_key,
 )
 
 __all__ = ["resilient_call", "build_operands"]
@@ -105,6 +106,8 @@ def resilient_call(
                  {**prefixes, "c": prefix}, algorithm, width, on_step,
                  f.C.row_map(f.ic, f.m), f.C.col_map(f.jc, f.n), routine=f.routine, keep=f.keep,
                  triangle=f.triangle, triangular=f.triangular)  # fmt: skip
+    if protected is not None and getattr(where, "supports_recycle", False):
+        call.spares = protected.prefix  # this process's saved inputs are kept between calls on the handle
     det = detector or reusable_detector(grid, timeout)
     if call.multiply:
         _take_operands(call, protected, form, det)
@@ -205,14 +208,15 @@ def build_operands(form: ProductForm, algorithm: str, protected: ProtectedOperan
                             form.jc, same_kmap=algorithm == "cannon"), built  # fmt: skip
 
 
-def _own_inputs(call: ResilientCall) -> dict[str, np.ndarray]:
-    """This process's inputs the call saves, by key (C as on entry; the aligned operands not protected)."""
+def _own_inputs(call: ResilientCall) -> dict[str, tuple[np.ndarray, str | None]]:
+    """This process's inputs the call saves, by key (C as on entry; the aligned operands not protected),
+    each with the spare key it is kept under between calls (``None``: not kept)."""
     me = call.grid.rank
-    own = {f"{call.prefix}/c.{me}": call.C.local} if call.save_c else {}
-    for side in "ab":
-        if call.saves(side) and call.ops is not None:
-            own[f"{call.prefix}/{side}.{me}"] = getattr(call.ops, side)
-    return own
+    whats = ["c"] if call.save_c else []
+    whats += [side for side in "ab" if call.saves(side) and call.ops is not None]
+    return {f"{call.prefix}/{what}.{me}": (call.C.local if what == "c" else getattr(call.ops, what),
+                                           spare_key(call.spares, what, me) if call.spares else None)
+            for what in whats}  # fmt: skip
 
 
 def _save(call: ResilientCall) -> None:
@@ -222,8 +226,11 @@ def _save(call: ResilientCall) -> None:
     for r in range(grid.size):
         call.shapes[("c", r)] = d.local_shape(*grid.coords(r), grid.nprow, grid.npcol)
     try:
-        for key, array in _own_inputs(call).items():
-            where.save(key, np.asfortranarray(array))
+        for key, (array, spare) in _own_inputs(call).items():
+            if spare is None:
+                where.save(key, np.asfortranarray(array))
+            else:  # the previous call's file rewritten in place: no page allocated, truncated or freed
+                where.save(key, np.asfortranarray(array), recycle=spare)  # type: ignore[call-arg]
     except StorageError as exc:  # e.g. a full disk: said at the barrier, raised alike everywhere later
         call.store_errno = exc.errno or getattr(exc.__cause__, "errno", None) or 0
 
@@ -231,7 +238,13 @@ def _save(call: ResilientCall) -> None:
 def _remove_inputs(call: ResilientCall) -> None:
     """Remove the inputs of an error-free call (local; once every live process holds the decision, nobody
     reads them): each process its own files, then rank 0 the call's directory with whatever is left in it,
-    so that no process carries every deletion at the end of the call."""
+    so that no process carries every deletion at the end of the call. A call on a handle instead has each
+    process keep its files under their spare keys, for the next call on the handle to rewrite, and the last
+    one to move its files out removes the directory (rank 0 removing it might take the others' files)."""
+    if call.spares is not None:
+        for key, (_, spare) in _own_inputs(call).items():
+            call.where.retire(key, spare)  # type: ignore[attr-defined]
+        return
     for key in _own_inputs(call):
         call.where.remove(key)
     if call.grid.rank == 0 and call.saved:

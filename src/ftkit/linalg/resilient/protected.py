@@ -19,6 +19,14 @@ after building them once (PDSYMM's symmetric matrix, PDTRSM's inverse triangle, 
 concatenated operands, PDSYRK's transposed A). For PDTRSM and PDTRMM that is the triangle's side only: B is
 their output, so each call still saves its B.
 
+What a call on a handle saves itself (that B; C where needed) is kept under the handle when the call ends
+error-free (:func:`spare_key`), and the next call rewrites that file in place (a store's ``retire`` and
+``save(..., recycle=)``, :mod:`ftkit.storage.inputs`): its pages in the page cache are reused, where a new
+file per call had the kernel allocate, and its removal free, 32 MiB per rank at n = 4096 on 2 x 2 (most of
+``resilient_pdtrmm``'s extra system time, issue 33). Readers see what a new file shows (whole or absent, and
+a kept file names the call that wrote it). The kernel's writeback writes the kept, dirty pages out now and
+then (every ~30 s by default); :meth:`ProtectedOperands.release` removes them.
+
 A directory given as ``store=`` (here and to every resilient routine) is opened without fsync
 (:data:`FSYNC_INPUTS`). The saved inputs serve one purpose: survivors of a process failure in the same job
 read a dead process's pieces back, during the call (or the handle's life), and the files are removed at its
@@ -30,9 +38,10 @@ die with the node whatever fsync did, and the ranks reading them die with it; fo
 close-to-open flushing, the lost node's unflushed pieces read as missing or fail their digests, and the
 survivors fail the call alike (:class:`~ftkit.errors.ProcessFailure`), never with a wrong result. So the
 default does not pay it (~80 ms per call at n = 4096 on 2 x 2, the disk's time to take the call's 128 MiB,
-which unflushed files removed at the end of the call never reach). Where a lost node's pieces must be
-read back from such a file system, pass ``store=CheckpointFileStore(directory, fsync=True)``: an explicit
-store is used as it is, for the protected operands and the calls' own saves alike.
+which unflushed files removed at the end of the call never reach, and kept files reach in the background).
+Where a lost node's pieces must be read back from such a file system, pass
+``store=CheckpointFileStore(directory, fsync=True)``: an explicit store is used as it is, for the protected
+operands and the calls' own saves alike.
 
 This module also keeps the failure detectors that resilient calls on a grid share, and names the calls'
 files in a store (:func:`call_name`).
@@ -65,7 +74,7 @@ from ..pblas._operands import AlignedOperands, aligned_operands
 from ..pblas.gemm import check_gemm_args
 
 __all__ = ["ProtectedOperands", "protect_operands", "protect_pieces", "detector_for", "reusable_detector",
-           "call_name", "check_algorithm", "revoke_grid"]
+           "call_name", "spare_key", "check_algorithm", "revoke_grid"]
 
 #: Whether a directory given as ``store=`` is opened with fsync (the module docstring says why not).
 FSYNC_INPUTS = False
@@ -84,6 +93,12 @@ def call_name(grid: ProcessGrid, kind: str) -> str:
     """
     _calls[grid.context] = _calls.get(grid.context, 0) + 1
     return f"{kind}-{grid.token}-{_calls[grid.context]}"
+
+
+def spare_key(prefix: str, what: str, rank: int) -> str:
+    """The key under ``prefix`` (a protected handle's) where ``rank``'s saved input ``what`` (``"a"``,
+    ``"b"``, ``"c"``) is kept between the calls that recycle it; no reader asks for it."""
+    return f"{prefix}/spare-{what}.{rank}"
 
 
 def reusable_detector(grid: ProcessGrid, timeout: float | None) -> FailureDetector | None:
@@ -272,9 +287,12 @@ class ProtectedOperands:
                 f"{fix} with this call's arguments")  # fmt: skip
 
     def release(self) -> None:
-        """Delete this process's saved pieces (local: call it on every rank that protected them)."""
+        """Delete this process's saved pieces, and the inputs its calls kept for the next call to rewrite
+        (local: call it on every rank that protected them)."""
         for what in self.sides:
             self.store.remove(f"{self.prefix}/{what}.{self.rank}")
+        for what in "abc":
+            self.store.remove(spare_key(self.prefix, what, self.rank))
         self.released = True
         self.operands = None
         self.prepared = None

@@ -69,6 +69,14 @@ def triangle_keep(uplo: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     return lambda r, c: r[:, None] >= c[None, :]
 
 
+def _copy_into(buf: np.ndarray | None, c: np.ndarray) -> np.ndarray:
+    """``c`` copied into ``buf`` if it is an F-order array of c's shape and dtype, else into a new one."""
+    if buf is None or buf.shape != c.shape or buf.dtype != c.dtype or not buf.flags.f_contiguous:
+        return np.array(c, order="F")
+    np.copyto(buf, c)
+    return buf
+
+
 def _trmm_form(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float,
                A: DistributedMatrix, ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int) -> ProductForm:
     """PDTRMM as a product: the triangle ``T = tri(op(A))`` (made once when protected) times a copy of B,
@@ -82,10 +90,11 @@ def _trmm_form(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alp
         # T is made as the plain pdtrmm makes it (redistributed straight into the layout the product needs,
         # the triangle written in place by one compiled pass), on B's rows (side "L") or columns ("R") and
         # the same blocks over the other grid axis; B's own piece is then the other operand, copied (B is the
-        # output: the multiplied B must not change under the steps).
+        # output: the multiplied B must not change under the steps). A call on a handle copies it into the
+        # copy the protection made (no call uses it any more): nothing allocated, page-faulted and freed.
         g = B.grid
         c = B.local_view(ib, jb, m, n)
-        x = np.array(c, order="F")
+        x = _copy_into(None if saved is None else saved.b if side == "L" else saved.a, c)
         crows, ccols = B.row_map(ib, m), B.col_map(jb, n)
         if side == "L":
             tcols = tri_cols(crows, g.npcol)

@@ -143,6 +143,7 @@ def write_file(
     fsync: bool = True,
     layouts: Mapping[str, Layout] | None = None,
     direct: bool = False,
+    recycle: str | os.PathLike[str] | None = None,
 ) -> FileInfo:
     """Write ``arrays`` to a checkpoint file at ``path`` atomically (temp name, fsync, rename, fsync dir).
 
@@ -166,6 +167,9 @@ def write_file(
         Write a file of :data:`~ftkit.storage._direct.DIRECT_MIN_BYTES` or more with direct I/O, bypassing
         the page cache (:class:`~ftkit.storage._fsutil.AtomicWriter`'s ``direct``: buffered where the file
         system refuses it). The bytes written are the same.
+    recycle
+        A file no reader needs any more, taken over and written in place (its page-cache pages reused):
+        :class:`~ftkit.storage._fsutil.AtomicWriter`'s ``recycle``. The file written is the same.
 
     Returns
     -------
@@ -179,7 +183,7 @@ def write_file(
     """
     writer, info, _ = write_uncommitted(path, arrays, rank=rank, level=level, ckpt_id=ckpt_id,
                                         exec_id=exec_id, nranks=nranks, meta=meta, chunk_bytes=chunk_bytes,
-                                        fsync=fsync, layouts=layouts, direct=direct)
+                                        fsync=fsync, layouts=layouts, direct=direct, recycle=recycle)
     writer.commit()
     return info
 
@@ -199,10 +203,11 @@ def write_uncommitted(
     layouts: Mapping[str, Layout] | None = None,
     writeback: bool | None = None,
     direct: bool = False,
+    recycle: str | os.PathLike[str] | None = None,
 ) -> tuple[AtomicWriter, FileInfo, bytes]:
     """:func:`write_file` up to, not including, the commit: every byte is written under the temporary name.
-    ``writeback``: as :class:`AtomicWriter`'s (default: on when ``fsync`` is); ``direct``: as
-    :func:`write_file`'s.
+    ``writeback``: as :class:`AtomicWriter`'s (default: on when ``fsync`` is); ``direct`` and ``recycle``:
+    as :func:`write_file`'s.
 
     Returns the writer (the caller commits or aborts it: see :mod:`ftkit.storage.pending`), the file's
     :class:`FileInfo`, and the file's first ``data_offset`` bytes (preamble and final header): the rest of
@@ -218,7 +223,7 @@ def write_uncommitted(
     head_bytes = PREAMBLE.size + len(placeholder)   # kept in memory by a direct writer, to be rewritten
     writer = AtomicWriter(path, fsync=fsync, writeback=writeback,
                           direct=direct and fields_["file_size"] >= DIRECT_MIN_BYTES
-                          and head_bytes <= DIRECT_CHUNK)
+                          and head_bytes <= DIRECT_CHUNK, recycle=recycle)
     try:
         writer.pwrite(_preamble(placeholder) + placeholder, 0)
         # Direct: hashed and handed over one staging buffer at a time. xxh3 and the copy hold the GIL, which
