@@ -52,7 +52,8 @@ __all__ = ["checked_tri_multiply", "triangle_with_checksums"]
 
 def triangle_with_checksums(A: DistributedMatrix, ia: int, ja: int, transpose: bool, lower: bool, unit: bool,
                             rows: BlockCyclic1D, cols: BlockCyclic1D, seg: BlockSegmentation,
-                            kinds: int) -> tuple[np.ndarray, np.ndarray]:
+                            kinds: int, pool: dict[object, np.ndarray] | None = None,
+                            ) -> tuple[np.ndarray, np.ndarray]:
     """This process's piece of ``T`` (what :func:`~ftkit.linalg.pblas._tri_sweep.triangle_operand` returns,
     bit for bit) and its checksum rows, in one pass over the redistributed piece (collective on A's grid).
 
@@ -60,10 +61,11 @@ def triangle_with_checksums(A: DistributedMatrix, ia: int, ja: int, transpose: b
     extent, :func:`~ftkit.linalg.pblas._tri_sweep.triangle_extent`), and the checksums are summed in the same
     pass, from the kept rows only. Returns ``(t, achk)``:
     ``achk`` is ``(kinds nr, ka)`` (F order), this process's columns of ``T``'s checksum rows of every row
-    segment of ``seg``, zero in the other columns (the process row's all-reduce fills them).
+    segment of ``seg``, zero in the other columns (the process row's all-reduce fills them). ``pool``: ``t``
+    in a buffer of the process-wide cache (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_piece`).
     """
     g = A.grid
-    t = triangle_piece(A, ia, ja, transpose, rows, cols)
+    t = triangle_piece(A, ia, ja, transpose, rows, cols, pool)
     keep, diag = triangle_extent(rows, cols, g.myrow, g.mycol, lower)
     c = cols.indices_on(g.mycol)
     achk = np.zeros((kinds * seg.nr, rows.n), order="F")
