@@ -153,8 +153,9 @@ def _multiply_checked(g: ProcessGrid, t: np.ndarray, achk: np.ndarray, w: np.nda
     v = checksums.verify_blocks(w, seg.rb, seg.cb, pred.expected, thr, sums)
     events, rest, final, t_fix = _verify_and_correct(w, seg, v, pred.expected, thr, mode, g.rank)
     n_unchecked = int(v.unchecked.sum())
-    (n_rest, checked, unchecked), _ = _reduce(g.comm, [len(rest), seg.nr * seg.nc - n_unchecked, n_unchecked],
-                                              [0.0])  # fmt: skip
+    # one reduction gives the totals and, error-free, the report's maxima too (as ft_pdgemm's)
+    (n_rest, n_events, checked, unchecked), (max_ratio, t_max) = _reduce(
+        g.comm, [len(rest), len(events), seg.nr * seg.nc - n_unchecked, n_unchecked], [_ratio(final), t_fix])
     if n_rest:
         t0 = time.perf_counter()
         ids = _col_segment_ids(seg)
@@ -177,7 +178,7 @@ def _multiply_checked(g: ProcessGrid, t: np.ndarray, achk: np.ndarray, w: np.nda
                       if threshold.tol == "statistical" and not rig.flagged[bi, bj] else "uncorrected")
             events.append(seg.event(bi, bj, g.rank, action))
         t_fix += time.perf_counter() - t0
-    (n_events,), (max_ratio, t_max) = _reduce(g.comm, [len(events)], [_ratio(final), t_fix])
+        (n_events,), (max_ratio, t_max) = _reduce(g.comm, [len(events)], [_ratio(final), t_fix])
     all_events = [e for evs in g.comm.allgather(events) for e in evs] if n_events else []
     if transposed:
         all_events = [_swap(e) for e in all_events]
