@@ -355,15 +355,15 @@ def _multiply_encoded(
         # Without injections every term goes through one pipeline, as pdsyr2k's do: the next term's first
         # exchange (its pieces encoded) is in flight during the previous term's last GEMM instead of after
         # it. Same local GEMMs, same checksums into the same prediction.
-        own = AllgatherExchange()
-        chk = _ChecksumExchange(own, c.shape[0], c.shape[1], seg.rb, seg.cb, product, c_inj, None, grid.rank,
-                                to_global)  # fmt: skip
+        shared = AllgatherExchange()
+        chk = _ChecksumExchange(shared, c.shape[0], c.shape[1], seg.rb, seg.cb, product, c_inj, None,
+                                grid.rank, to_global)  # fmt: skip
         first = all_ops[0]
         run_summa(grid, first.a, first.b, first.c, first.ka, first.kb, alpha, exchange=chk, width=width,
                   beta=0.0 if fused_beta0 else 1.0, tiles=None if stairs is None else stairs.tiles,
                   more=[(op.a, op.b, op.ka, op.kb) for op in all_ops[1:]])  # fmt: skip
         chk.release()
-        own.release()
+        shared.release()
         return all_ops
     last = 0
     for t, ops in enumerate(all_ops):
