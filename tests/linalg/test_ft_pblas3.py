@@ -19,6 +19,7 @@ from ftkit.linalg.abft._blocks import BlockSegmentation
 from ftkit.linalg.abft._solve_sums import SolveChecksums
 from ftkit.linalg.abft._tri_product import triangle_with_checksums
 from ftkit.linalg.checksums._kernels import encode_rows_into
+from ftkit.linalg.pblas._panel_buffers import pooled_buffer, release_buffers, release_pool
 from ftkit.linalg.pblas._tri_sweep import tri_cols, triangle_operand
 
 from ..conftest import run_python
@@ -183,6 +184,43 @@ def test_trsm_triangle_and_its_sums_in_one_pass_are_triangle_operand_s(grid, tra
     finite = np.isfinite(want)
     assert np.array_equal(finite, np.isfinite(got))
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-13, atol=1e-14)
+
+
+def _poison_buffer_cache() -> None:
+    """Leave only NaN-filled buffers in the process-wide cache, so the next pooled pieces start as NaN."""
+    release_buffers()
+    pool: dict[object, np.ndarray] = {}
+    for size in (400, 900, 2000, 5000):
+        pooled_buffer(pool, size, (size,))[...] = np.nan
+    release_pool(pool)
+
+
+@pytest.mark.parametrize("side,transa", [("L", "N"), ("L", "T"), ("R", "N"), ("R", "T")])
+def test_triangle_in_a_reused_buffer_is_plain_s_bit_for_bit(grid, side, transa):
+    # ft_pdtrmm / ft_pdtrsm make T in a buffer kept between calls (whatever an earlier call left there):
+    # the piece is that buffer, every element of it written, so their error-free results stay the plain
+    # routines' bit for bit
+    A, B = _solve_case(grid)
+    rows = B.row_map(0, 30) if side == "L" else B.col_map(0, 20)
+    cols = tri_cols(rows, grid.npcol)
+    seg = BlockSegmentation.of(B, 0, 0, 30, 20, 4)
+    _poison_buffer_cache()
+    pool: dict[object, np.ndarray] = {}
+    t, _ = triangle_with_checksums(A, 0, 0, transa == "T", True, False, rows, cols, seg, 3, pool)
+    assert any(np.shares_memory(t, buf) for buf in pool.values())
+    assert np.array_equal(t, triangle_operand(A, 0, 0, transa == "T", True, False, rows, cols))
+    release_pool(pool)
+    m, n = (30, 20) if side == "L" else (20, 30)
+    A, _ = _solve_case(grid)
+    B = linalg.DistributedMatrix.from_global(grid, np.random.default_rng(5).uniform(-1, 1, (m, n)), mb=8,
+                                             nb=8)
+    for plain, ft in ((linalg.pdtrmm, linalg.ft_pdtrmm), (linalg.pdtrsm, linalg.ft_pdtrsm)):
+        ref, got = B.copy(), B.copy()
+        plain(side, "L", transa, "N", m, n, 2.0, A, 0, 0, ref, 0, 0)
+        _poison_buffer_cache()
+        rep = ft(side, "L", transa, "N", m, n, 2.0, A, 0, 0, got, 0, 0, bs=4)
+        assert rep.detected == 0 and rep.unchecked == 0 and rep.blocks_checked > 0
+        assert np.array_equal(got.to_global(), ref.to_global())
 
 
 def test_trsm_detect_mode_reports_and_leaves_the_result(grid):

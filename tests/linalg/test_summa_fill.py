@@ -98,6 +98,7 @@ def test_encoding_kernels_match_explicit_sums(kinds, bounds):
     big = np.asfortranarray(rng.uniform(-1, 1, (40, 40)))
     b = big[3:33, 2:13]  # (30, 11): band of rows, not contiguous
     ref = _explicit_sums(b[:, :covered], bounds, kinds, axis=1)
+    sums = []
     for copy in (False, True):
         base = 11 if copy else 0
         ext = np.asfortranarray(np.full((30, base + kinds * nseg), np.nan))
@@ -105,6 +106,8 @@ def test_encoding_kernels_match_explicit_sums(kinds, bounds):
         if copy:
             assert np.array_equal(ext[:, :11], b)
         np.testing.assert_allclose(ext[:, base:], ref, rtol=1e-13, atol=1e-13)
+        sums.append(ext[:, base:])
+    assert np.array_equal(sums[0], sums[1])  # the copying loop adds as the summing one does, to the bit
     a = big[2:13, 3:33]  # (11, 30) rows of op(A) x k
     ref = _explicit_sums(a[:covered], bounds, kinds, axis=0)
     for copy in (False, True):

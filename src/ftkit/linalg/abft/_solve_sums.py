@@ -135,8 +135,8 @@ class SolveChecksums:
             o += p.size
         return res
 
-    def make_triangle(self, A: DistributedMatrix, ia: int, ja: int, transpose: bool,
-                      unit: bool) -> np.ndarray:
+    def make_triangle(self, A: DistributedMatrix, ia: int, ja: int, transpose: bool, unit: bool,
+                      pool: dict[object, np.ndarray] | None = None) -> np.ndarray:
         """Return this process's piece of ``T`` (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_operand`'s,
         bit for bit) and start sending its checksums (collective on A's grid).
 
@@ -144,9 +144,11 @@ class SolveChecksums:
         (plain, row-weighted, absolute) are taken in the same pass, from the kept rows only
         (:func:`~ftkit.linalg.checksums._kernels.triangle_rows_into`, as ``ft_pdtrmm`` takes them); they
         start on their way to the process rows that multiply them (non-blocking; :meth:`residuals` waits).
+        ``pool``: the piece in a buffer of the process-wide cache
+        (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_piece`).
         """
         g = self.grid
-        t = triangle_piece(A, ia, ja, transpose, self.rows, self.cols)
+        t = triangle_piece(A, ia, ja, transpose, self.rows, self.cols, pool)
         keep, diag = triangle_extent(self.rows, self.cols, g.myrow, g.mycol, self.lower)
         # the process row that multiplies each local column's sums (it holds X's row of that index); the
         # kernel writes each process row's columns side by side, in local order: one slice of text each

@@ -52,7 +52,8 @@ __all__ = ["checked_tri_multiply", "triangle_with_checksums"]
 
 def triangle_with_checksums(A: DistributedMatrix, ia: int, ja: int, transpose: bool, lower: bool, unit: bool,
                             rows: BlockCyclic1D, cols: BlockCyclic1D, seg: BlockSegmentation,
-                            kinds: int) -> tuple[np.ndarray, np.ndarray]:
+                            kinds: int, pool: dict[object, np.ndarray] | None = None,
+                            ) -> tuple[np.ndarray, np.ndarray]:
     """This process's piece of ``T`` (what :func:`~ftkit.linalg.pblas._tri_sweep.triangle_operand` returns,
     bit for bit) and its checksum rows, in one pass over the redistributed piece (collective on A's grid).
 
@@ -60,10 +61,11 @@ def triangle_with_checksums(A: DistributedMatrix, ia: int, ja: int, transpose: b
     extent, :func:`~ftkit.linalg.pblas._tri_sweep.triangle_extent`), and the checksums are summed in the same
     pass, from the kept rows only. Returns ``(t, achk)``:
     ``achk`` is ``(kinds nr, ka)`` (F order), this process's columns of ``T``'s checksum rows of every row
-    segment of ``seg``, zero in the other columns (the process row's all-reduce fills them).
+    segment of ``seg``, zero in the other columns (the process row's all-reduce fills them). ``pool``: ``t``
+    in a buffer of the process-wide cache (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_piece`).
     """
     g = A.grid
-    t = triangle_piece(A, ia, ja, transpose, rows, cols)
+    t = triangle_piece(A, ia, ja, transpose, rows, cols, pool)
     keep, diag = triangle_extent(rows, cols, g.myrow, g.mycol, lower)
     c = cols.indices_on(g.mycol)
     achk = np.zeros((kinds * seg.nr, rows.n), order="F")
@@ -151,8 +153,9 @@ def _multiply_checked(g: ProcessGrid, t: np.ndarray, achk: np.ndarray, w: np.nda
     v = checksums.verify_blocks(w, seg.rb, seg.cb, pred.expected, thr, sums)
     events, rest, final, t_fix = _verify_and_correct(w, seg, v, pred.expected, thr, mode, g.rank)
     n_unchecked = int(v.unchecked.sum())
-    (n_rest, checked, unchecked), _ = _reduce(g.comm, [len(rest), seg.nr * seg.nc - n_unchecked, n_unchecked],
-                                              [0.0])  # fmt: skip
+    # one reduction gives the totals and, error-free, the report's maxima too (as ft_pdgemm's)
+    (n_rest, n_events, checked, unchecked), (max_ratio, t_max) = _reduce(
+        g.comm, [len(rest), len(events), seg.nr * seg.nc - n_unchecked, n_unchecked], [_ratio(final), t_fix])
     if n_rest:
         t0 = time.perf_counter()
         ids = _col_segment_ids(seg)
@@ -175,7 +178,7 @@ def _multiply_checked(g: ProcessGrid, t: np.ndarray, achk: np.ndarray, w: np.nda
                       if threshold.tol == "statistical" and not rig.flagged[bi, bj] else "uncorrected")
             events.append(seg.event(bi, bj, g.rank, action))
         t_fix += time.perf_counter() - t0
-    (n_events,), (max_ratio, t_max) = _reduce(g.comm, [len(events)], [_ratio(final), t_fix])
+        (n_events,), (max_ratio, t_max) = _reduce(g.comm, [len(events)], [_ratio(final), t_fix])
     all_events = [e for evs in g.comm.allgather(events) for e in evs] if n_events else []
     if transposed:
         all_events = [_swap(e) for e in all_events]

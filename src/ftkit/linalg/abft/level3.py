@@ -95,13 +95,17 @@ def ft_pdtrmm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alph
     size = int(bs) if bs is not None else checksums.choose_bs(rows.nb, wcols.nb, rows.n)
     seg = BlockSegmentation.of(B64, ib, jb, m, n, size) if W is None else BlockSegmentation.of(W, 0, 0, n, m,
                                                                                                 size)
-    t, achk = triangle_with_checksums(A64, ia, ja, transpose, lower, diag == "U", rows, cols, seg,
-                                      threshold.kinds)
-    if alpha != 1.0:
-        w *= alpha
-    report = checked_tri_multiply(B.grid, t, achk, w, rows, cols, lower, seg, threshold, mode, inject, lambda:
-                                  triangle_operand(A64, ia, ja, transpose, lower, diag == "U", rows, cols),
-                                  side == "R")  # fmt: skip
+    pool: dict[object, np.ndarray] = {}  # T in a buffer kept between calls (the plain routine's is fresh)
+    try:
+        t, achk = triangle_with_checksums(A64, ia, ja, transpose, lower, diag == "U", rows, cols, seg,
+                                          threshold.kinds, pool)
+        if alpha != 1.0:
+            w *= alpha
+        report = checked_tri_multiply(B.grid, t, achk, w, rows, cols, lower, seg, threshold, mode, inject,
+                                      lambda: triangle_operand(A64, ia, ja, transpose, lower, diag == "U",
+                                                               rows, cols), side == "R")  # fmt: skip
+    finally:
+        release_pool(pool)
     if W is not None:
         B64.local_view(ib, jb, m, n)[...] = redistribute(W, 0, 0, True, B64.row_map(ib, m),
                                                          B64.col_map(jb, n))
@@ -233,11 +237,11 @@ def ft_pdtrsm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alph
     cols = tri_cols(rows, g.npcol)
     chk = SolveChecksums(g, rows, cols, wcols, int(bs) if bs is not None else
                          checksums.choose_bs(rows.nb, wcols.nb, rows.n), lower)
-    t = chk.make_triangle(A64, ia, ja, transpose, diag == "U")
-    if alpha != 1.0:
-        w *= alpha
-    pool: dict[object, np.ndarray] = {}
+    pool: dict[object, np.ndarray] = {}  # T and the copy of alpha B, in buffers kept between calls
     try:
+        t = chk.make_triangle(A64, ia, ja, transpose, diag == "U", pool)
+        if alpha != 1.0:
+            w *= alpha
         w0 = chk.encode(w, pool)  # the copy of alpha B that flagged segments are solved again from
         if inject is not None:
             inject.resolve(g.size, 1)

@@ -348,10 +348,25 @@ def _multiply_encoded(
             inject.resolve(grid.size, 0)
             inject.apply("C", grid.rank, 0, c_inj, to_global)
         return []
-    all_ops, last = [], 0
-    for t, (A, ia, ja, B, ib, jb) in enumerate(terms):
-        ops = (aligned[t] if aligned is not None
-               else aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc))
+    all_ops = [aligned[t] if aligned is not None
+               else aligned_operands(ta, tb, m, n, k, A, ia, ja, B, ib, jb, C, ic, jc)
+               for t, (A, ia, ja, B, ib, jb) in enumerate(terms)]
+    if inject is None and exchange is None and len(all_ops) > 1:
+        # Without injections every term goes through one pipeline, as pdsyr2k's do: the next term's first
+        # exchange (its pieces encoded) is in flight during the previous term's last GEMM instead of after
+        # it. Same local GEMMs, same checksums into the same prediction.
+        shared = AllgatherExchange()
+        chk = _ChecksumExchange(shared, c.shape[0], c.shape[1], seg.rb, seg.cb, product, c_inj, None,
+                                grid.rank, to_global)  # fmt: skip
+        first = all_ops[0]
+        run_summa(grid, first.a, first.b, first.c, first.ka, first.kb, alpha, exchange=chk, width=width,
+                  beta=0.0 if fused_beta0 else 1.0, tiles=None if stairs is None else stairs.tiles,
+                  more=[(op.a, op.b, op.ka, op.kb) for op in all_ops[1:]])  # fmt: skip
+        chk.release()
+        shared.release()
+        return all_ops
+    last = 0
+    for t, ops in enumerate(all_ops):
         steps = plan_summa(ops.ka, ops.kb, width)
         plan = inject if t == 0 else None
         if plan is not None:
@@ -367,7 +382,6 @@ def _multiply_encoded(
         chk.release()  # extended-piece and panel buffers back to the pool, as pdgemm does
         if own is not None:
             own.release()
-        all_ops.append(ops)
     if inject is not None:
         inject.apply("C", grid.rank, last, c_inj, to_global)
     return all_ops

@@ -30,7 +30,7 @@ from .._blas import gemm_update, trsm_left
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
-from ._redistribute import redistribute
+from ._redistribute import Move, Pool, redistribute_many
 
 __all__ = ["tri_cols", "triangle_extent", "triangle_piece", "triangle_operand", "diagonal_blocks", "sweep"]
 
@@ -41,7 +41,7 @@ def tri_cols(rows: BlockCyclic1D, npcol: int) -> BlockCyclic1D:
 
 
 def triangle_piece(A: DistributedMatrix, ia: int, ja: int, transpose: bool, rows: BlockCyclic1D,
-                   cols: BlockCyclic1D) -> np.ndarray:
+                   cols: BlockCyclic1D, pool: Pool | None = None) -> np.ndarray:
     """Return this process's piece of ``op(A)(ia:, ja:)`` laid out by ``rows`` x ``cols``, to be made a
     triangle in place (collective on A's grid).
 
@@ -49,13 +49,18 @@ def triangle_piece(A: DistributedMatrix, ia: int, ja: int, transpose: bool, rows
     ----------
     A, ia, ja, transpose, rows, cols
         As for :func:`triangle_operand`.
+    pool
+        If given, the piece is a buffer of the process-wide cache held by ``pool``
+        (:func:`~._redistribute.redistribute_many`; the caller gives it back with
+        :func:`~._panel_buffers.release_pool` after its last use): a fresh piece faults and zeroes every
+        page again in every call, as system CPU time.
 
     Returns
     -------
     numpy.ndarray
         F-order array sharing no memory with ``A.local``.
     """
-    t = redistribute(A, ia, ja, transpose, rows, cols)
+    t = redistribute_many([Move(A, ia, ja, transpose, rows, cols)], pool)[0]
     if not t.flags.f_contiguous or np.may_share_memory(t, A.local):  # made in place: never A's own memory
         t = np.array(t, order="F")
     return t
