@@ -223,6 +223,27 @@ def test_triangle_in_a_reused_buffer_is_plain_s_bit_for_bit(grid, side, transa):
         assert np.array_equal(got.to_global(), ref.to_global())
 
 
+@pytest.mark.parametrize("side,uplo,transa,diag", [("L", "L", "N", "N"), ("L", "U", "T", "U"),
+                                                   ("R", "U", "N", "N"), ("R", "L", "T", "U")])
+def test_plain_triangle_in_a_reused_buffer_gives_the_fresh_result(grid, side, uplo, transa, diag):
+    # pdtrmm / pdtrsm also make T in a buffer of the cache (given back after the sweep): whatever an earlier
+    # call left there (NaN here) never reaches the result
+    a = np.random.default_rng(6).uniform(-1, 1, (30, 30)) + 30 * np.eye(30)
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=8, nb=8)
+    m, n = (30, 20) if side == "L" else (20, 30)
+    b = np.random.default_rng(7).uniform(-1, 1, (m, n))
+    B = linalg.DistributedMatrix.from_global(grid, b, mb=8, nb=8)
+    for plain in (linalg.pdtrmm, linalg.pdtrsm):
+        release_buffers()
+        fresh, reused = B.copy(), B.copy()
+        plain(side, uplo, transa, diag, m, n, 2.0, A, 0, 0, fresh, 0, 0)
+        assert release_buffers() > 0  # T's buffer went back to the cache
+        _poison_buffer_cache()
+        plain(side, uplo, transa, diag, m, n, 2.0, A, 0, 0, reused, 0, 0)
+        assert np.isfinite(reused.to_global()).all()
+        assert np.array_equal(reused.to_global(), fresh.to_global())
+
+
 def test_trsm_detect_mode_reports_and_leaves_the_result(grid):
     A, B = _solve_case(grid)
     ref = B.copy()

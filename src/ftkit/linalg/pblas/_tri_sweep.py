@@ -103,7 +103,7 @@ def triangle_extent(rows: BlockCyclic1D, cols: BlockCyclic1D, myrow: int, mycol:
 
 
 def triangle_operand(A: DistributedMatrix, ia: int, ja: int, transpose: bool, lower: bool, unit: bool,
-                     rows: BlockCyclic1D, cols: BlockCyclic1D) -> np.ndarray:
+                     rows: BlockCyclic1D, cols: BlockCyclic1D, pool: Pool | None = None) -> np.ndarray:
     """Return this process's piece of ``T = tri(op(A)(ia:, ja:))`` laid out by ``rows`` x ``cols``.
 
     ``op`` transposes when ``transpose``; ``lower`` names ``T``'s triangle (after the transpose). The other
@@ -124,6 +124,8 @@ def triangle_operand(A: DistributedMatrix, ia: int, ja: int, transpose: bool, lo
         Whether ``T``'s diagonal is taken as ones.
     rows, cols
         ``T``'s row and column maps (:func:`tri_cols`).
+    pool
+        As for :func:`triangle_piece`.
 
     Returns
     -------
@@ -133,7 +135,7 @@ def triangle_operand(A: DistributedMatrix, ia: int, ja: int, transpose: bool, lo
     from ._tri_kernel import triangle_in_place  # numba: imported at the first use, not with the package
 
     g = A.grid
-    t = triangle_piece(A, ia, ja, transpose, rows, cols)
+    t = triangle_piece(A, ia, ja, transpose, rows, cols, pool)
     keep, diag = triangle_extent(rows, cols, g.myrow, g.mycol, lower)
     triangle_in_place(t, keep, diag, unit)
     return t

@@ -22,7 +22,8 @@ import numpy as np
 
 from ...errors import PBLASArgumentError
 from ..matrix import DistributedMatrix
-from ._redistribute import redistribute
+from ._panel_buffers import release_pool
+from ._redistribute import Pool, redistribute
 from ._tri_sweep import sweep, tri_cols, triangle_operand
 from .gemm import _check_dim, _check_flag, _check_matrix, _check_scalar
 
@@ -83,10 +84,12 @@ def apply_triangle(side: str, uplo: str, transa: str, diag: str, m: int, n: int,
         rows, transpose, w = W.row_map(0, n), transa == "N", W.local
     lower = (uplo == "L") != transpose
     cols = tri_cols(rows, g.npcol)
-    t = triangle_operand(A, ia, ja, transpose, lower, diag == "U", rows, cols)
+    pool: Pool = {}  # T in a buffer kept between calls: a fresh one faults in every page again
+    t = triangle_operand(A, ia, ja, transpose, lower, diag == "U", rows, cols, pool)
     if alpha != 1.0:
         w *= w.dtype.type(alpha)
     sweep(g, t, w, rows, cols, lower, solve)
+    release_pool(pool)  # the sweep has finished with T (not on an error: a send may still read it)
     if W is not None:
         bv[...] = redistribute(W, 0, 0, True, B.row_map(ib, m), B.col_map(jb, n))
 
