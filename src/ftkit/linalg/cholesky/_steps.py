@@ -26,7 +26,7 @@ every process, leaving ``W`` as the sequential schedule leaves it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -224,6 +224,28 @@ class CholeskySteps:
                             if int(self.cols.owners[cs]) == g.mycol else None for cs, ce in self.panels]
         return [blk for blk in self._blocks[k + 1:] if blk is not None]
 
+    def column_blocks(self, k: int, mine: np.ndarray, pieces: list[np.ndarray]) -> dict[int, np.ndarray]:
+        """The rows of ``P`` (panel ``k``) each of this process's trailing block columns ``J`` multiplies, by
+        ``J``, as views, no copy (what :meth:`apply_update` takes instead of :meth:`merge_rows`'s copy): of
+        ``mine`` (this process's rows of ``P``) for the block rows its process row holds, else of
+        ``pieces[p]``, process row ``p``'s :meth:`select_rows` (F order; this process row's is not read)."""
+        g, e = self.grid, self.panels[k][1]
+        first = self.rows.range_on(g.myrow, e, self.rows.n).start
+        self._trailing_blocks(k)  # builds the table
+        assert self._blocks is not None
+        out, taken = {}, [0] * g.nprow
+        for j in range(k + 1, len(self.panels)):
+            blk = self._blocks[j]
+            if blk is None:
+                continue
+            ca, cb, p, r0 = blk
+            if p == g.myrow:
+                out[j] = mine[r0 - first:r0 - first + cb - ca]
+            else:
+                out[j] = pieces[p][taken[p]:taken[p] + cb - ca]
+                taken[p] += cb - ca
+        return out
+
     def selected_counts(self, k: int) -> list[int]:
         """How many rows of panel ``k``'s ``P`` each process row holds for this process column's trailing
         columns (:meth:`select_rows`; the same on every process of the column)."""
@@ -264,12 +286,13 @@ class CholeskySteps:
             at, taken[p] = at + cb - ca, taken[p] + cb - ca
         return out
 
-    def apply_update(self, k: int, mine: np.ndarray, colp: np.ndarray, blocks: range | None = None,
-                     between: Callable[[], object] | None = None) -> None:
+    def apply_update(self, k: int, mine: np.ndarray, colp: np.ndarray | Mapping[int, np.ndarray],
+                     blocks: range | None = None, between: Callable[[], object] | None = None) -> None:
         """``W_{e:,e:} -= P P.T`` on this process's trailing block columns (lower block trapezoid), with
-        ``mine`` its rows of ``P`` and ``colp`` the rows of its trailing columns (:meth:`column_rows`): one
-        GEMM per block column, of the block columns ``blocks`` (panel indices; default all after ``k``),
-        calling ``between()`` after each (to progress messages under way)."""
+        ``mine`` its rows of ``P`` and ``colp`` the rows of its trailing columns (:meth:`column_rows`), or
+        those of each block column by its panel index (:meth:`column_blocks`, the same values): one GEMM per
+        block column, of the block columns ``blocks`` (panel indices; default all after ``k``), calling
+        ``between()`` after each (to progress messages under way)."""
         g, e = self.grid, self.panels[k][1]
         n = self.rows.n
         below0 = self.rows.range_on(g.myrow, e, n).start
@@ -281,7 +304,8 @@ class CholeskySteps:
             r = self.rows.range_on(g.myrow, cs, n)
             if r.stop > r.start:
                 cl = self.cols.range_on(g.mycol, cs, ce)
-                gemm_update(-1.0, mine[r.start - below0:], colp[cl.start - c0:cl.stop - c0].T, self.w[r, cl])
+                right = colp[big_j] if isinstance(colp, Mapping) else colp[cl.start - c0:cl.stop - c0]
+                gemm_update(-1.0, mine[r.start - below0:], right.T, self.w[r, cl])
                 if between is not None:
                     between()
 
