@@ -160,15 +160,20 @@ class CholeskySteps:
     def solve_rows(self, k: int, low: np.ndarray, mine: np.ndarray,
                    check: Callable[[np.ndarray, np.ndarray, np.ndarray], object] | None) -> None:
         """On panel ``k``'s process column: solve this process's rows of the panel below its diagonal block
-        into ``mine`` and copy them into ``w`` (:meth:`solve_panel`)."""
+        into ``mine`` and copy them into ``w`` (:meth:`solve_panel`). Without ``check`` they are solved in
+        ``w`` and copied into ``mine``: one copy instead of two, and the same bits (BLAS's solve packs its
+        operand: its leading dimension does not change the result)."""
         g, (s, e) = self.grid, self.panels[k]
         if not mine.shape[0]:
             return
         panel = self.w[self.rows.range_on(g.myrow, e, self.rows.n), self.cols.range_on(g.mycol, s, e)]
+        if check is None:
+            trsm_right_lower_t(low, panel)
+            mine[...] = panel
+            return
         mine[...] = panel
         trsm_right_lower_t(low, mine)  # P = W_{e:,k} L^{-T}
-        if check is not None:
-            check(panel, mine, low)
+        check(panel, mine, low)
         panel[...] = mine  # same layout: a plain copy
 
     def rows_of(self, k: int, flat: np.ndarray) -> np.ndarray:
