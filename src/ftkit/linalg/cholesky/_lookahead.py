@@ -187,7 +187,7 @@ def launch_panel(steps: CholeskySteps, k: int) -> PanelFlight:
     row broadcast, then the gather down the process columns); return them under way. Every process
     calls it in the same order; the panel's process column waits for ``L_kk``, the others do not."""
     g, (s, e) = steps.grid, steps.panels[k]
-    diagonal = steps.start_diagonal(k)
+    diagonal = steps.start_diagonal(k, column_only=True)
     below = steps.rows.range_on(g.myrow, e, steps.rows.n)
     flat = np.empty((below.stop - below.start) * (e - s), steps.w.dtype)
     flight = PanelFlight(steps, k, diagonal, flat, flat.size, e - s,

@@ -96,18 +96,22 @@ class CholeskySteps:
         g = self.grid
         return self.w[self.rows.range_on(g.myrow, s, e), self.cols.range_on(g.mycol, s, e)]
 
-    def start_diagonal(self, k: int, hold: bool = False) -> DiagonalMessage:
+    def start_diagonal(self, k: int, hold: bool = False, column_only: bool = False) -> DiagonalMessage:
         """Factor diagonal block ``k`` on its owner and start broadcasting ``(bad, L_kk)`` to every process
         (:meth:`factor_diagonal` waits for it): ``bad`` is the 0-based submatrix index of the failing minor
         (``-1`` if none).
 
         ``hold`` (read on the owner): factor nothing and broadcast ``(HOLD, None)`` instead, so every process
-        learns, in the same message, that block column ``k`` must be recomputed first (``ft_pdpotrf``)."""
+        learns, in the same message, that block column ``k`` must be recomputed first (``ft_pdpotrf``).
+        ``column_only``: ``L_kk`` goes only down the panel's process column (the processes that solve with
+        it), straight from the owner; the others get ``bad`` alone (:meth:`DiagonalMessage.result` gives
+        them no ``L_kk``). A broadcast to every process passes ``L_kk`` on through processes that need none
+        of it, each of which forwards it only when it next tests its messages (between its GEMMs, or when the
+        system next runs it on a loaded machine): the panel's solve, the critical path, waited for them."""
         g, (s, e) = self.grid, self.panels[k]
         pk, qk = int(self.rows.owners[s]), int(self.cols.owners[s])
         # one flat buffer (the minor, then L_kk in F order) broadcast without pickling, waited by sleeping
-        flat = np.empty(1 + (e - s) ** 2, self.w.dtype)
-        low = flat[1:].reshape((e - s, e - s), order="F")
+        flat = np.empty(1 + (e - s) ** 2 if g.mycol == qk or not column_only else 1, self.w.dtype)
         if hold and self.owns_diagonal(k):
             flat[0] = HOLD
         elif self.owns_diagonal(k):
@@ -119,12 +123,22 @@ class CholeskySteps:
                 ok = False
             if ok:
                 blk[...] = chol
-                flat[0], low[...] = -1, chol
+                flat[0] = -1
+                flat[1:].reshape((e - s, e - s), order="F")[...] = chol
             else:
                 j = first_bad_minor(blk)
                 flat[0] = s + (j if j >= 0 else 0)
-        req = g.comm.Ibcast(flat, root=g.rank_of(pk, qk)) if g.size > 1 else None
-        return DiagonalMessage(flat, e - s, req)
+        if g.size == 1:
+            return DiagonalMessage(flat, e - s, [])
+        if not column_only:
+            return DiagonalMessage(flat, e - s, [g.comm.Ibcast(flat, root=g.rank_of(pk, qk))])
+        # the panel's column gets bad with L_kk: there the copy every process gets goes aside (no two
+        # receives into one buffer)
+        aside = flat[:1] if g.mycol != qk or self.owns_diagonal(k) else np.empty(1, flat.dtype)
+        reqs = [g.comm.Ibcast(aside, root=g.rank_of(pk, qk))]
+        if g.mycol == qk and g.nprow > 1:
+            reqs.append(g.col_comm.Ibcast(flat, root=pk))
+        return DiagonalMessage(flat, e - s, reqs)
 
     def factor_diagonal(self, k: int, hold: bool = False) -> tuple[int, np.ndarray | None]:
         """Factor diagonal block ``k`` on its owner and broadcast ``(bad, L_kk)`` (:meth:`start_diagonal`),
@@ -318,20 +332,22 @@ class CholeskySteps:
 class DiagonalMessage:
     """A diagonal block's broadcast of ``(bad, L_kk)`` under way (:meth:`CholeskySteps.start_diagonal`)."""
 
-    def __init__(self, flat: np.ndarray, w: int, request: Any) -> None:
-        self.flat, self.w, self.request = flat, w, request
+    def __init__(self, flat: np.ndarray, w: int, requests: list[Any]) -> None:
+        self.flat, self.w, self.requests = flat, w, requests
 
     def test(self) -> bool:
         """Whether it has arrived (progresses it)."""
-        if self.request is not None and self.request.Test():
-            self.request = None
-        return self.request is None
+        if self.requests:
+            self.requests = [r for r in self.requests if not r.Test()]
+        return not self.requests
 
     def wait(self, deadline: float | None) -> None:
         """Wait for it, sleeping, until ``deadline`` (:func:`ftkit._wait.poll_until`)."""
         poll_until(self.test, deadline, "the diagonal block's broadcast")
 
     def result(self) -> tuple[int, np.ndarray | None]:
-        """``(bad, L_kk)`` once arrived: ``L_kk`` is ``None`` when ``bad >= 0`` (or :data:`HOLD`)."""
+        """``(bad, L_kk)`` once arrived: ``L_kk`` is ``None`` when ``bad >= 0`` (or :data:`HOLD`), and outside
+        the panel's process column when only that column was sent it (``column_only``)."""
         bad = int(self.flat[0])
-        return bad, (self.flat[1:].reshape((self.w, self.w), order="F") if bad == -1 else None)
+        return bad, (self.flat[1:].reshape((self.w, self.w), order="F") if bad == -1 and self.flat.size > 1
+                     else None)
