@@ -130,19 +130,20 @@ class PanelFlight:
         assert self.bad is not None
         return self.bad
 
-    def trailing_rows(self) -> np.ndarray:
+    def trailing_rows(self) -> np.ndarray | dict[int, np.ndarray]:
         """With ``columns`` ``"own"`` or ``"select"``: the rows of ``P`` this process's trailing columns
-        multiply, in their order (F order), once arrived."""
+        multiply, once arrived, as :meth:`CholeskySteps.apply_update` takes them: with ``"own"`` in their
+        order (F order), else by block column, views of this process's rows and of what came down its
+        process column (:meth:`CholeskySteps.column_blocks`: no copy)."""
         st, k, g = self.steps, self.k, self.steps.grid
-        if g.nprow == 1:
-            return st.column_rows(k, [st.rows_of(k, self.buf)])
-        if self._columns == "own":
+        mine = st.rows_of(k, self.buf)
+        if g.nprow > 1 and self._columns == "own":
             return st.rows_of(k, self._out)
-        counts = st.selected_counts(k)
+        counts = st.selected_counts(k) if g.nprow > 1 else [0]
         w = self._shape[1]
         ends = np.cumsum(counts) * w
-        return st.merge_rows(k, [self._out[b - c * w:b].reshape((c, w), order="F")
-                                 for c, b in zip(counts, ends, strict=True)])
+        return st.column_blocks(k, mine, [self._out[b - c * w:b].reshape((c, w), order="F")
+                                          for c, b in zip(counts, ends, strict=True)])
 
     @property
     def own(self) -> bool:
@@ -186,7 +187,7 @@ def launch_panel(steps: CholeskySteps, k: int) -> PanelFlight:
     row broadcast, then the gather down the process columns); return them under way. Every process
     calls it in the same order; the panel's process column waits for ``L_kk``, the others do not."""
     g, (s, e) = steps.grid, steps.panels[k]
-    diagonal = steps.start_diagonal(k)
+    diagonal = steps.start_diagonal(k, column_only=True)
     below = steps.rows.range_on(g.myrow, e, steps.rows.n)
     flat = np.empty((below.stop - below.start) * (e - s), steps.w.dtype)
     flight = PanelFlight(steps, k, diagonal, flat, flat.size, e - s,

@@ -26,7 +26,7 @@ every process, leaving ``W`` as the sequential schedule leaves it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -96,18 +96,22 @@ class CholeskySteps:
         g = self.grid
         return self.w[self.rows.range_on(g.myrow, s, e), self.cols.range_on(g.mycol, s, e)]
 
-    def start_diagonal(self, k: int, hold: bool = False) -> DiagonalMessage:
+    def start_diagonal(self, k: int, hold: bool = False, column_only: bool = False) -> DiagonalMessage:
         """Factor diagonal block ``k`` on its owner and start broadcasting ``(bad, L_kk)`` to every process
         (:meth:`factor_diagonal` waits for it): ``bad`` is the 0-based submatrix index of the failing minor
         (``-1`` if none).
 
         ``hold`` (read on the owner): factor nothing and broadcast ``(HOLD, None)`` instead, so every process
-        learns, in the same message, that block column ``k`` must be recomputed first (``ft_pdpotrf``)."""
+        learns, in the same message, that block column ``k`` must be recomputed first (``ft_pdpotrf``).
+        ``column_only``: ``L_kk`` goes only down the panel's process column (the processes that solve with
+        it), straight from the owner; the others get ``bad`` alone (:meth:`DiagonalMessage.result` gives
+        them no ``L_kk``). A broadcast to every process passes ``L_kk`` on through processes that need none
+        of it, each of which forwards it only when it next tests its messages (between its GEMMs, or when the
+        system next runs it on a loaded machine): the panel's solve, the critical path, waited for them."""
         g, (s, e) = self.grid, self.panels[k]
         pk, qk = int(self.rows.owners[s]), int(self.cols.owners[s])
         # one flat buffer (the minor, then L_kk in F order) broadcast without pickling, waited by sleeping
-        flat = np.empty(1 + (e - s) ** 2, self.w.dtype)
-        low = flat[1:].reshape((e - s, e - s), order="F")
+        flat = np.empty(1 + (e - s) ** 2 if g.mycol == qk or not column_only else 1, self.w.dtype)
         if hold and self.owns_diagonal(k):
             flat[0] = HOLD
         elif self.owns_diagonal(k):
@@ -119,12 +123,22 @@ class CholeskySteps:
                 ok = False
             if ok:
                 blk[...] = chol
-                flat[0], low[...] = -1, chol
+                flat[0] = -1
+                flat[1:].reshape((e - s, e - s), order="F")[...] = chol
             else:
                 j = first_bad_minor(blk)
                 flat[0] = s + (j if j >= 0 else 0)
-        req = g.comm.Ibcast(flat, root=g.rank_of(pk, qk)) if g.size > 1 else None
-        return DiagonalMessage(flat, e - s, req)
+        if g.size == 1:
+            return DiagonalMessage(flat, e - s, [])
+        if not column_only:
+            return DiagonalMessage(flat, e - s, [g.comm.Ibcast(flat, root=g.rank_of(pk, qk))])
+        # the panel's column gets bad with L_kk: there the copy every process gets goes aside (no two
+        # receives into one buffer)
+        aside = flat[:1] if g.mycol != qk or self.owns_diagonal(k) else np.empty(1, flat.dtype)
+        reqs = [g.comm.Ibcast(aside, root=g.rank_of(pk, qk))]
+        if g.mycol == qk and g.nprow > 1:
+            reqs.append(g.col_comm.Ibcast(flat, root=pk))
+        return DiagonalMessage(flat, e - s, reqs)
 
     def factor_diagonal(self, k: int, hold: bool = False) -> tuple[int, np.ndarray | None]:
         """Factor diagonal block ``k`` on its owner and broadcast ``(bad, L_kk)`` (:meth:`start_diagonal`),
@@ -160,15 +174,20 @@ class CholeskySteps:
     def solve_rows(self, k: int, low: np.ndarray, mine: np.ndarray,
                    check: Callable[[np.ndarray, np.ndarray, np.ndarray], object] | None) -> None:
         """On panel ``k``'s process column: solve this process's rows of the panel below its diagonal block
-        into ``mine`` and copy them into ``w`` (:meth:`solve_panel`)."""
+        into ``mine`` and copy them into ``w`` (:meth:`solve_panel`). Without ``check`` they are solved in
+        ``w`` and copied into ``mine``: one copy instead of two, and the same bits (BLAS's solve packs its
+        operand: its leading dimension does not change the result)."""
         g, (s, e) = self.grid, self.panels[k]
         if not mine.shape[0]:
             return
         panel = self.w[self.rows.range_on(g.myrow, e, self.rows.n), self.cols.range_on(g.mycol, s, e)]
+        if check is None:
+            trsm_right_lower_t(low, panel)
+            mine[...] = panel
+            return
         mine[...] = panel
         trsm_right_lower_t(low, mine)  # P = W_{e:,k} L^{-T}
-        if check is not None:
-            check(panel, mine, low)
+        check(panel, mine, low)
         panel[...] = mine  # same layout: a plain copy
 
     def rows_of(self, k: int, flat: np.ndarray) -> np.ndarray:
@@ -224,6 +243,28 @@ class CholeskySteps:
                             if int(self.cols.owners[cs]) == g.mycol else None for cs, ce in self.panels]
         return [blk for blk in self._blocks[k + 1:] if blk is not None]
 
+    def column_blocks(self, k: int, mine: np.ndarray, pieces: list[np.ndarray]) -> dict[int, np.ndarray]:
+        """The rows of ``P`` (panel ``k``) each of this process's trailing block columns ``J`` multiplies, by
+        ``J``, as views, no copy (what :meth:`apply_update` takes instead of :meth:`merge_rows`'s copy): of
+        ``mine`` (this process's rows of ``P``) for the block rows its process row holds, else of
+        ``pieces[p]``, process row ``p``'s :meth:`select_rows` (F order; this process row's is not read)."""
+        g, e = self.grid, self.panels[k][1]
+        first = self.rows.range_on(g.myrow, e, self.rows.n).start
+        self._trailing_blocks(k)  # builds the table
+        assert self._blocks is not None
+        out, taken = {}, [0] * g.nprow
+        for j in range(k + 1, len(self.panels)):
+            blk = self._blocks[j]
+            if blk is None:
+                continue
+            ca, cb, p, r0 = blk
+            if p == g.myrow:
+                out[j] = mine[r0 - first:r0 - first + cb - ca]
+            else:
+                out[j] = pieces[p][taken[p]:taken[p] + cb - ca]
+                taken[p] += cb - ca
+        return out
+
     def selected_counts(self, k: int) -> list[int]:
         """How many rows of panel ``k``'s ``P`` each process row holds for this process column's trailing
         columns (:meth:`select_rows`; the same on every process of the column)."""
@@ -264,12 +305,13 @@ class CholeskySteps:
             at, taken[p] = at + cb - ca, taken[p] + cb - ca
         return out
 
-    def apply_update(self, k: int, mine: np.ndarray, colp: np.ndarray, blocks: range | None = None,
-                     between: Callable[[], object] | None = None) -> None:
+    def apply_update(self, k: int, mine: np.ndarray, colp: np.ndarray | Mapping[int, np.ndarray],
+                     blocks: range | None = None, between: Callable[[], object] | None = None) -> None:
         """``W_{e:,e:} -= P P.T`` on this process's trailing block columns (lower block trapezoid), with
-        ``mine`` its rows of ``P`` and ``colp`` the rows of its trailing columns (:meth:`column_rows`): one
-        GEMM per block column, of the block columns ``blocks`` (panel indices; default all after ``k``),
-        calling ``between()`` after each (to progress messages under way)."""
+        ``mine`` its rows of ``P`` and ``colp`` the rows of its trailing columns (:meth:`column_rows`), or
+        those of each block column by its panel index (:meth:`column_blocks`, the same values): one GEMM per
+        block column, of the block columns ``blocks`` (panel indices; default all after ``k``), calling
+        ``between()`` after each (to progress messages under way)."""
         g, e = self.grid, self.panels[k][1]
         n = self.rows.n
         below0 = self.rows.range_on(g.myrow, e, n).start
@@ -281,7 +323,8 @@ class CholeskySteps:
             r = self.rows.range_on(g.myrow, cs, n)
             if r.stop > r.start:
                 cl = self.cols.range_on(g.mycol, cs, ce)
-                gemm_update(-1.0, mine[r.start - below0:], colp[cl.start - c0:cl.stop - c0].T, self.w[r, cl])
+                right = colp[big_j] if isinstance(colp, Mapping) else colp[cl.start - c0:cl.stop - c0]
+                gemm_update(-1.0, mine[r.start - below0:], right.T, self.w[r, cl])
                 if between is not None:
                     between()
 
@@ -289,20 +332,22 @@ class CholeskySteps:
 class DiagonalMessage:
     """A diagonal block's broadcast of ``(bad, L_kk)`` under way (:meth:`CholeskySteps.start_diagonal`)."""
 
-    def __init__(self, flat: np.ndarray, w: int, request: Any) -> None:
-        self.flat, self.w, self.request = flat, w, request
+    def __init__(self, flat: np.ndarray, w: int, requests: list[Any]) -> None:
+        self.flat, self.w, self.requests = flat, w, requests
 
     def test(self) -> bool:
         """Whether it has arrived (progresses it)."""
-        if self.request is not None and self.request.Test():
-            self.request = None
-        return self.request is None
+        if self.requests:
+            self.requests = [r for r in self.requests if not r.Test()]
+        return not self.requests
 
     def wait(self, deadline: float | None) -> None:
         """Wait for it, sleeping, until ``deadline`` (:func:`ftkit._wait.poll_until`)."""
         poll_until(self.test, deadline, "the diagonal block's broadcast")
 
     def result(self) -> tuple[int, np.ndarray | None]:
-        """``(bad, L_kk)`` once arrived: ``L_kk`` is ``None`` when ``bad >= 0`` (or :data:`HOLD`)."""
+        """``(bad, L_kk)`` once arrived: ``L_kk`` is ``None`` when ``bad >= 0`` (or :data:`HOLD`), and outside
+        the panel's process column when only that column was sent it (``column_only``)."""
         bad = int(self.flat[0])
-        return bad, (self.flat[1:].reshape((self.w, self.w), order="F") if bad == -1 else None)
+        return bad, (self.flat[1:].reshape((self.w, self.w), order="F") if bad == -1 and self.flat.size > 1
+                     else None)
