@@ -303,7 +303,8 @@ def _launch(work: CholeskyWork, checks: UpdateChecks, k: int, plan: InjectionPla
     g, (s, e) = steps.grid, steps.panels[k]
     # diagonal block k, before its owner factors it (the rows below: checked with the panel's solve)
     checked, events = checks.verify(k, "diagonal")
-    diagonal = steps.start_diagonal(k, hold=_uncorrected(events))  # (hold read on the owner only)
+    # (hold read on the owner only; L_kk is read only on the panel's process column, as in pdpotrf)
+    diagonal = steps.start_diagonal(k, hold=_uncorrected(events), column_only=True)
     ext, rows = panel_buffer(steps, k, checks)
     on_rows = None if plan is None else functools.partial(_inject_received, plan, g.size, g.rank, rows)
     # down the process columns only what each column's products and their checks read, as in pdpotrf, and
