@@ -1,6 +1,6 @@
 """protect_operands on a 1 x 1 grid, in process: the handle's contract (reuse, misuse, what is written); and
 resilient_pdtrmm's steps multiplying only the band of B their part of the triangle reaches (in one SUMMA
-pipeline), and leaving nothing in the store."""
+pipeline), and leaving nothing in the store once released."""
 
 from __future__ import annotations
 
@@ -37,13 +37,18 @@ def test_reused_handle_gives_pdgemm_bit_for_bit_and_writes_only_what_it_must(tmp
     pdgemm("N", "N", 24, 20, 16, 1.5, A, 0, 0, B, 0, 0, beta, ref, 0, 0)
     with protect_operands("N", "N", 24, 20, 16, A, 0, 0, B, 0, 0, C, 0, 0, store=tmp_path) as ops:
         assert _files(tmp_path) == ["operands/a.0.ftk", "operands/b.0.ftk"]
+        inodes = set()
         for _ in range(3):
             C2 = C.copy()
             res = resilient_pdgemm("N", "N", 24, 20, 16, 1.5, A, 0, 0, B, 0, 0, beta, C2, 0, 0, store=ops)
             assert res.failed_ranks == ()
             assert np.array_equal(res.C.local, ref.local)
-            # the per-call C copy (only written when beta != 0) is removed after a successful call
-            assert _files(tmp_path) == ["operands/a.0.ftk", "operands/b.0.ftk"]
+            # the per-call C copy (only written when beta != 0) is kept after a successful call as a spare,
+            # never read as an input, that the next call rewrites in place (the same file every call)
+            spare = ["operands/spare-c.0.ftk"] if beta else []
+            assert _files(tmp_path) == ["operands/a.0.ftk", "operands/b.0.ftk", *spare]
+            inodes |= {p.stat().st_ino for p in tmp_path.rglob("spare-c.0.ftk")}
+        assert len(inodes) == (1 if beta else 0)
     assert _files(tmp_path) == []  # released on leaving the with block
 
 
