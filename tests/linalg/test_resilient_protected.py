@@ -9,6 +9,7 @@ the unprotected result. A rank killed mid-call with protected operands: ``test_r
 
 from __future__ import annotations
 
+import errno
 import re
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 from mpi4py import MPI
 
 from ftkit import linalg
-from ftkit.errors import PBLASArgumentError
+from ftkit.errors import PBLASArgumentError, StorageError
 
 from ..conftest import run_python
 
@@ -165,3 +166,27 @@ def test_calls_on_a_handle_rewrite_one_kept_file_per_input_and_release_removes_i
                 "pdsyrk": ["spare-c.0.ftk"]}[routine]
         assert sorted(seen[0]) == kept and seen[1] == seen[0] == seen[2], seen
     assert not list(tmp_path.rglob("*.ftk")), list(tmp_path.rglob("*"))
+
+
+def test_a_kept_file_replaced_by_a_link_is_a_storage_error_and_nothing_is_written_through_it(tmp_path, mats):
+    """A kept input replaced by a symbolic link leading out of the store (planted, or a store shared with
+    someone else) fails the call with the StorageError every rank raises for a failed save (not an error of
+    one rank, which would leave the others waiting), and the link's target is not written."""
+    A, B, C = mats
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"not the store's")
+    store = tmp_path / "store"
+    store.mkdir()
+    with _protect("pdtrmm", "LUTN", A, B, C, store) as ops:
+        _call("pdtrmm", "LUTN", A, B, C, ops)
+        spares = sorted((store / ops.prefix).glob("spare-*"))
+        assert spares
+        for p in spares:
+            p.unlink()
+            p.symlink_to(outside)
+        said = rf"could not save its inputs .*\[Errno {errno.ELOOP}\].*links out of it"
+        with pytest.raises(StorageError, match=said):
+            _call("pdtrmm", "LUTN", A, B, C, ops)
+        for p in spares:  # release() removes no link leading out of the store either: done here
+            p.unlink()
+    assert outside.read_bytes() == b"not the store's"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 
 import numpy as np
@@ -75,8 +76,9 @@ def test_a_symlink_leading_out_of_the_store_is_refused(tmp_path):
     root.mkdir()
     (root / "call").symlink_to(outside, target_is_directory=True)
     store = CheckpointFileStore(root)
-    with pytest.raises(UnsafePathError):
+    with pytest.raises(StorageError, match="not inside") as err:  # a failed save, as a full disk is
         store.save("call/a.0", np.ones(2))
+    assert err.value.errno == errno.ELOOP and isinstance(err.value.__cause__, UnsafePathError)
     assert not list(outside.iterdir())
 
 
@@ -152,8 +154,9 @@ def test_a_symlink_as_the_spare_is_never_written_through(tmp_path):
     outside = tmp_path / "elsewhere.bin"
     outside.write_bytes(b"precious")
     (root / "ops" / "spare-b.1.ftk").symlink_to(outside)
-    with pytest.raises(UnsafePathError):
+    with pytest.raises(StorageError, match="not inside") as err:
         store.save("call/b.1", np.ones(5), recycle="ops/spare-b.1")
+    assert err.value.errno == errno.ELOOP and isinstance(err.value.__cause__, UnsafePathError)
     assert outside.read_bytes() == b"precious"
 
 

@@ -23,6 +23,7 @@ freed), under a temporary name as any save, so readers see exactly what they see
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Protocol
 import numpy as np
 
 from .._paths import check_plain_name, check_removable, inside
-from ..errors import FormatError, FtkitError, StorageError
+from ..errors import FormatError, FtkitError, StorageError, UnsafePathError
 from ._fsutil import make_dirs
 from .format.container import read_arrays, read_header, write_file
 
@@ -107,8 +108,9 @@ class CheckpointFileStore:
         Raises
         ------
         StorageError
-            If the key is not made of plain names, the dtype is not a plain numeric type, or the file cannot
-            be written.
+            If the key is not made of plain names, the dtype is not a plain numeric type, the file would be
+            written through a symbolic link leading out of the store (``errno`` ELOOP: the callers' failed
+            save, raised alike on every rank), or it cannot be written.
         """
         arr = np.asarray(array)
         if arr.dtype.name not in _DTYPES:
@@ -116,10 +118,13 @@ class CheckpointFileStore:
         # The container stores C-contiguous sections: an F-order array is stored as its (C-order) transpose.
         order = "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
         data = arr.T if order == "F" else np.ascontiguousarray(arr)
-        path = self._path(key)
+        try:
+            path, spare = self._path(key), self._path(recycle) if recycle is not None else None
+        except UnsafePathError as exc:  # a link leading out of the store: a failed save, like a full disk
+            raise StorageError(errno.ELOOP, str(exc)) from exc
         write_file(path, [("data", data)], rank=self.rank, level=4, ckpt_id=0, exec_id=key.split("/")[0],
                    nranks=self.nranks, meta={"ftkit_input_store": 1, "order": order, "key": key},
-                   fsync=self.fsync, recycle=self._path(recycle) if recycle is not None else None)
+                   fsync=self.fsync, recycle=spare)
 
     def retire(self, key: str, spare: str) -> None:
         """Move the file saved under ``key`` to the key ``spare`` (one no reader asks for: its header still

@@ -309,8 +309,8 @@ def save_failed(where: InputStore, errno: int) -> StorageError:
     known)."""
     cause = f"[Errno {errno}] {os.strerror(errno)}" if errno else "an error without errno"
     return StorageError(
-        f"a process could not save its inputs in {where!r} ({cause}); nothing was computed: free space in "
-        f"the store or pass another store=, then call again"
+        f"a process could not save its inputs in {where!r} ({cause}); nothing was computed: fix the store "
+        f"(free space, permissions, links out of it) or pass another store=, then call again"
     )
 
 
