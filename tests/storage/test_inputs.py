@@ -212,3 +212,30 @@ def test_the_last_file_retired_from_a_directory_removes_it(tmp_path):
     store.retire("call/b.0", "ops/spare-b.0")
     assert not (tmp_path / "call").exists()
     assert sorted(p.name for p in (tmp_path / "ops").iterdir()) == ["spare-b.0.ftk", "spare-b.1.ftk"]
+
+
+def test_recycling_on_a_full_disk(small_disk):
+    """On a disk that another writer has filled: a save over a kept file of the same size needs no new space
+    and succeeds; one that needs more fails with a StorageError naming ENOSPC, saves nothing under its key
+    and leaves no temporary file behind (the spare it took over is gone: the next save makes a new file)."""
+    root = small_disk(256 * 1024)
+    store = CheckpointFileStore(root, fsync=False)
+    first = np.arange(4096.0)  # 32 KiB
+    store.save("call-1/b.0", first)
+    store.retire("call-1/b.0", "ops/spare-b.0")
+    with open(root / "filler", "wb", buffering=0) as fh:  # the rest of the disk, to the last byte it takes
+        with pytest.raises(OSError) as full:
+            while True:
+                fh.write(b"\0" * 4096)
+    assert full.value.errno == errno.ENOSPC
+    second = first[::-1].copy()
+    store.save("call-2/b.0", second, recycle="ops/spare-b.0")  # its own pages, rewritten
+    assert np.array_equal(store.load("call-2/b.0"), second)
+    store.retire("call-2/b.0", "ops/spare-b.0")
+    with pytest.raises(StorageError) as err:
+        store.save("call-3/b.0", np.arange(40960.0), recycle="ops/spare-b.0")  # 320 KiB: more than it had
+    assert "No space left on device" in str(err.value)
+    with pytest.raises(StorageError, match="nothing saved"):
+        store.load("call-3/b.0")
+    left = [p.name for p in root.rglob("*") if p.is_file() and p.name != "filler"]
+    assert left == [], left
