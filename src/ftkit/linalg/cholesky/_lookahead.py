@@ -192,8 +192,8 @@ def launch_panel(steps: CholeskySteps, k: int) -> PanelFlight:
     flat = np.empty((below.stop - below.start) * (e - s), steps.w.dtype)
     flight = PanelFlight(steps, k, diagonal, flat, flat.size, e - s,
                          columns="own" if steps.square else "select")
-    if g.mycol == int(steps.cols.owners[s]):
-        diagonal.wait(flight.deadline)
+    if g.mycol == int(steps.cols.owners[s]):  # only L_kk needed: the owner's sends travel on meanwhile
+        diagonal.wait_arrival(flight.deadline)
         bad, low = diagonal.result()
         if bad == -1:
             assert low is not None

@@ -105,9 +105,12 @@ class CholeskySteps:
         learns, in the same message, that block column ``k`` must be recomputed first (``ft_pdpotrf``).
         ``column_only``: ``L_kk`` goes only down the panel's process column (the processes that solve with
         it), straight from the owner; the others get ``bad`` alone (:meth:`DiagonalMessage.result` gives
-        them no ``L_kk``). A broadcast to every process passes ``L_kk`` on through processes that need none
-        of it, each of which forwards it only when it next tests its messages (between its GEMMs, or when the
-        system next runs it on a loaded machine): the panel's solve, the critical path, waited for them."""
+        them no ``L_kk``), along their process row from its process of the panel's column, which passes it
+        on as soon as it has it (the owner at once, the others when their column's message has arrived:
+        :meth:`DiagonalMessage.arrived`). A broadcast to every process passes its data on through
+        processes that need none of it, each of which forwards it only when it next tests its messages
+        (between its GEMMs, or when the system next runs it on a loaded machine): the panel's solve, the
+        critical path, waited for them, and so did the processes that need ``bad`` to receive the panel."""
         g, (s, e) = self.grid, self.panels[k]
         pk, qk = int(self.rows.owners[s]), int(self.cols.owners[s])
         # one flat buffer (the minor, then L_kk in F order) broadcast without pickling, waited by sleeping
@@ -131,14 +134,16 @@ class CholeskySteps:
         if g.size == 1:
             return DiagonalMessage(flat, e - s, [])
         if not column_only:
-            return DiagonalMessage(flat, e - s, [g.comm.Ibcast(flat, root=g.rank_of(pk, qk))])
-        # the panel's column gets bad with L_kk: there the copy every process gets goes aside (no two
-        # receives into one buffer)
-        aside = flat[:1] if g.mycol != qk or self.owns_diagonal(k) else np.empty(1, flat.dtype)
-        reqs = [g.comm.Ibcast(aside, root=g.rank_of(pk, qk))]
-        if g.mycol == qk and g.nprow > 1:
-            reqs.append(g.col_comm.Ibcast(flat, root=pk))
-        return DiagonalMessage(flat, e - s, reqs)
+            request = g.comm.Ibcast(flat, root=g.rank_of(pk, qk))
+            return DiagonalMessage(flat, e - s, [request], None if self.owns_diagonal(k) else request)
+        if g.mycol != qk:  # bad alone, from this process row's process of the panel's column
+            request = g.row_comm.Ibcast(flat, root=qk)
+            return DiagonalMessage(flat, e - s, [request], request)
+        column = g.col_comm.Ibcast(flat, root=pk) if g.nprow > 1 else None
+        reqs = [] if column is None else [column]
+        incoming = None if self.owns_diagonal(k) else column
+        forward = (lambda: g.row_comm.Ibcast(flat[:1], root=qk)) if g.npcol > 1 else None
+        return DiagonalMessage(flat, e - s, reqs, incoming, forward)
 
     def factor_diagonal(self, k: int, hold: bool = False) -> tuple[int, np.ndarray | None]:
         """Factor diagonal block ``k`` on its owner and broadcast ``(bad, L_kk)`` (:meth:`start_diagonal`),
@@ -330,20 +335,47 @@ class CholeskySteps:
 
 
 class DiagonalMessage:
-    """A diagonal block's broadcast of ``(bad, L_kk)`` under way (:meth:`CholeskySteps.start_diagonal`)."""
+    """A diagonal block's broadcast of ``(bad, L_kk)`` under way (:meth:`CholeskySteps.start_diagonal`).
 
-    def __init__(self, flat: np.ndarray, w: int, requests: list[Any]) -> None:
+    ``requests`` are this process's messages of it (receives and sends); ``incoming``, the one that brings
+    the values here (``None``: they are here from the start, on the owner); ``forward``, if given, starts
+    passing them on (returns the request) once they have arrived: :meth:`arrived` and :meth:`test` do."""
+
+    def __init__(self, flat: np.ndarray, w: int, requests: list[Any], incoming: Any = None,
+                 forward: Callable[[], Any] | None = None) -> None:
         self.flat, self.w, self.requests = flat, w, requests
+        self._incoming, self._forward = incoming, forward
+
+    def arrived(self) -> bool:
+        """Whether ``(bad, L_kk)`` is here (:meth:`result` may be read; progresses the messages, and starts
+        passing the values on once they are here)."""
+        if self._incoming is not None:
+            if not self._incoming.Test():
+                return False
+            self.requests = [r for r in self.requests if r is not self._incoming]  # completed: a null one
+            self._incoming = None
+        if self._forward is not None:
+            self.requests.append(self._forward())
+            self._forward = None
+        return True
 
     def test(self) -> bool:
-        """Whether it has arrived (progresses it)."""
+        """Whether every message has completed here, the values arrived and passed on (progresses them)."""
+        if not self.arrived():
+            return False
         if self.requests:
             self.requests = [r for r in self.requests if not r.Test()]
         return not self.requests
 
     def wait(self, deadline: float | None) -> None:
-        """Wait for it, sleeping, until ``deadline`` (:func:`ftkit._wait.poll_until`)."""
+        """Wait until every message has completed here, sleeping, until ``deadline``
+        (:func:`ftkit._wait.poll_until`)."""
         poll_until(self.test, deadline, "the diagonal block's broadcast")
+
+    def wait_arrival(self, deadline: float | None) -> None:
+        """Wait until ``(bad, L_kk)`` is here (:meth:`arrived`), sleeping, until ``deadline``; the messages
+        that pass it on are left under way (:meth:`test` finishes them)."""
+        poll_until(self.arrived, deadline, "the diagonal block's broadcast")
 
     def result(self) -> tuple[int, np.ndarray | None]:
         """``(bad, L_kk)`` once arrived: ``L_kk`` is ``None`` when ``bad >= 0`` (or :data:`HOLD`), and outside
