@@ -24,14 +24,17 @@ from ..._wait import deadline_after, poll_until
 from ..pblas._redistribute import displacements
 from ._steps import WAIT_TIMEOUT, CholeskySteps, DiagonalMessage
 
-__all__ = ["PanelFlight", "launch_panel", "factor_panels"]
+__all__ = ["PanelFlight", "launch_panel", "factor_panels", "TAG_PANEL"]
+
+#: The tag of ``"direct"``'s messages (one per pair of processes and panel: MPI keeps them in order).
+TAG_PANEL = 604
 
 
-class _Both:
-    """Two requests tested as one (``Test`` true once both have completed)."""
+class _All:
+    """Requests tested as one (``Test`` true once all have completed)."""
 
-    def __init__(self, first: Any, second: Any) -> None:
-        self.pending = [r for r in (first, second) if r is not True]
+    def __init__(self, requests: list[Any]) -> None:
+        self.pending = requests
 
     def Test(self) -> bool:  # noqa: N802 - the name of the MPI request method it stands for
         self.pending = [r for r in self.pending if not r.Test()]
@@ -51,7 +54,13 @@ class PanelFlight:
     plain factorization's need): on a square grid (process row ``q`` holds the rows of process column
     ``q``'s columns) process ``(q, q)`` broadcasts its part down process column ``q`` (``"own"``: half the
     data of the gather on 2 x 2), else each process sends the rows its process column's trailing columns
-    multiply (``"select"``: a third of the gather on 2 x 3).
+    multiply (``"select"``: a third of the gather on 2 x 3). ``"direct"`` (plain factorization): no
+    stage relays another's data: each process of the panel's process column sends its rows of ``P`` to the
+    processes of its process row and, to every process of the other process rows, those of its rows that
+    process's trailing columns multiply (:meth:`CholeskySteps.select_rows` for its process column), one
+    point-to-point message each; so a process's part arrives however late the processes beside it next test
+    their messages (with ``"select"`` its column partner passed it on only once its own row broadcast had
+    arrived and it next tested, between its GEMMs). The same values arrive as with ``"select"``.
 
     ``flag_at`` (with ``"own"`` or ``"select"``): the index in the buffer of a value whose maximum over the
     process column every process needs (``ft_pdpotrf``'s flag of rows left to recompute, which the data down
@@ -80,7 +89,11 @@ class PanelFlight:
         # stages: None not started, a request under way, True arrived; trivial ones arrived from the start
         self._row: Any = True if g.npcol == 1 or not buf.size or e == steps.rows.n else None
         self._gather: Any = True if g.nprow == 1 or e == steps.rows.n else None
+        if columns == "direct":  # one stage: every message starts at once
+            assert on_rows is None and flag_at is None and pack is None
+            self._row, self._gather = (True if g.size == 1 or e == steps.rows.n else None), True
         self._out = np.empty(0, buf.dtype)
+        self._packs: list[tuple[int, np.ndarray]] = []  # "direct"'s selections under way (kept alive)
 
     def progress(self) -> bool:
         """Test the messages under way, start the stages whose input has arrived; return whether all have
@@ -92,7 +105,9 @@ class PanelFlight:
             self.bad = self.diagonal.result()[0]
         if self.bad != -1:
             return True
-        if self._row is None:
+        if self._row is None and self._columns == "direct":
+            self._row = _All(self._exchange())
+        elif self._row is None:
             self._row = g.row_comm.Ibcast(self.buf, root=int(st.cols.owners[st.panels[self.k][0]]))
         if self._row is not True and self._row.Test():
             self._row = True
@@ -117,11 +132,36 @@ class PanelFlight:
                 self._gather = g.col_comm.Iallgatherv(self._send, [self._out, (counts, displs)])
             if self._flag_at is not None and self._columns != "all":
                 at = self._flag_at
-                self._gather = _Both(self._gather, g.col_comm.Iallreduce(self.buf[at:at + 1], self._flag,
-                                                                         op=MPI.MAX))
+                flag = g.col_comm.Iallreduce(self.buf[at:at + 1], self._flag, op=MPI.MAX)
+                self._gather = _All([r for r in (self._gather, flag) if r is not True])
         if self._gather is not True and self._gather is not None and self._gather.Test():
             self._gather = True
         return self._row is True and self._gather is True
+
+    def _exchange(self) -> list[Any]:
+        """Start ``"direct"``'s messages: on the panel's process column, the sends of its rows (and the
+        receives of its partners' selections for its own trailing columns); elsewhere, the receives of this
+        process row's rows and of the other process rows' selections. A message of no values is not sent."""
+        st, g, k = self.steps, self.steps.grid, self.k
+        qk, w = int(st.cols.owners[st.panels[k][0]]), self._shape[1]
+        counts = [c * w for c in st.selected_counts(k)]
+        displs = displacements(counts)
+        self._out = np.empty(sum(counts), self.buf.dtype)
+        reqs = [g.comm.Irecv(self._out[d:d + c], source=g.rank_of(p, qk), tag=TAG_PANEL)
+                for p, (c, d) in enumerate(zip(counts, displs, strict=True)) if p != g.myrow and c]
+        if g.mycol != qk:
+            if self._send.size:
+                reqs.append(g.comm.Irecv(self._send, source=g.rank_of(g.myrow, qk), tag=TAG_PANEL))
+            return reqs
+        if self._send.size:
+            reqs += [g.comm.Isend(self._send, dest=g.rank_of(g.myrow, q), tag=TAG_PANEL)
+                     for q in range(g.npcol) if q != qk]
+            mine = st.rows_of(k, self._send)
+            self._packs = [(q, st.select_rows(k, mine, column=q).reshape(-1, order="F"))
+                           for q in range(g.npcol)]
+            reqs += [g.comm.Isend(sel, dest=g.rank_of(p, q), tag=TAG_PANEL)
+                     for q, sel in self._packs if sel.size for p in range(g.nprow) if p != g.myrow]
+        return reqs
 
     def wait(self) -> int:
         """Wait for every message, sleeping, with a deadline; return ``bad`` (``-1``: the panel has arrived;
@@ -183,15 +223,15 @@ class PanelFlight:
 
 
 def launch_panel(steps: CholeskySteps, k: int) -> PanelFlight:
-    """Factor diagonal block ``k``, solve panel ``k`` on its process column and start its messages (the
-    row broadcast, then the gather down the process columns); return them under way. Every process
+    """Factor diagonal block ``k``, solve panel ``k`` on its process column and start its messages
+    (``columns="direct"``: straight from the panel's process column to every process); return them under
+    way. Every process
     calls it in the same order; the panel's process column waits for ``L_kk``, the others do not."""
     g, (s, e) = steps.grid, steps.panels[k]
     diagonal = steps.start_diagonal(k, column_only=True)
     below = steps.rows.range_on(g.myrow, e, steps.rows.n)
     flat = np.empty((below.stop - below.start) * (e - s), steps.w.dtype)
-    flight = PanelFlight(steps, k, diagonal, flat, flat.size, e - s,
-                         columns="own" if steps.square else "select")
+    flight = PanelFlight(steps, k, diagonal, flat, flat.size, e - s, columns="direct")
     if g.mycol == int(steps.cols.owners[s]):  # only L_kk needed: the owner's sends travel on meanwhile
         diagonal.wait_arrival(flight.deadline)
         bad, low = diagonal.result()

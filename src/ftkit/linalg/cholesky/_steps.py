@@ -8,7 +8,8 @@ rows) and columns ``cols`` (over the process columns), two maps with one block p
    the order of the leading minor that is not positive definite) to every process;
 2. the processes of the panel's process column solve their rows below it: ``P = W_{e:,k} L_kk^{-T}``;
 3. ``P`` is broadcast along the process rows and sent down the process columns (only the rows each
-   process's trailing columns multiply: :class:`._lookahead.PanelFlight`'s ``columns``), and every process
+   process's trailing columns multiply: :class:`._lookahead.PanelFlight`'s ``columns``; plain ``pdpotrf``
+   sends both straight from the panel's process column), and every process
    updates its trailing block columns on and below the diagonal: ``W_{e:,e:} -= P P.T`` (lower block
    trapezoid: diagonal blocks are updated whole, their strict upper part is scratch).
 
@@ -84,6 +85,7 @@ class CholeskySteps:
         self.row_indices = [rows.indices_on(p) for p in range(grid.nprow)]
         self.col_indices = cols.indices_on(grid.mycol)
         self._blocks: list[tuple[int, int, int, int] | None] | None = None  # column_rows' table (lazy)
+        self._other_blocks: dict[int, list[tuple[int, int, int, int] | None]] = {}  # other columns' tables
 
     def owns_diagonal(self, k: int) -> bool:
         """Whether this process holds diagonal block ``k``."""
@@ -238,15 +240,26 @@ class CholeskySteps:
             out[ca - c0:cb - c0] = pieces[p][r0 - first[p]:r0 - first[p] + cb - ca]
         return out
 
-    def _trailing_blocks(self, k: int) -> list[tuple[int, int, int, int]]:
+    def _trailing_blocks(self, k: int, column: int | None = None) -> list[tuple[int, int, int, int]]:
         """``(first local column, last + 1, process row, its first local row)`` of each of this process's
-        block columns after panel ``k``, in order."""
-        g, n = self.grid, self.rows.n
-        if self._blocks is None:
-            self._blocks = [(*self.cols.range_on(g.mycol, cs, ce).indices(n)[:2], int(self.rows.owners[cs]),
-                             self.rows.range_on(int(self.rows.owners[cs]), cs, ce).start)
-                            if int(self.cols.owners[cs]) == g.mycol else None for cs, ce in self.panels]
-        return [blk for blk in self._blocks[k + 1:] if blk is not None]
+        block columns after panel ``k`` (of process column ``column``'s, if given), in order."""
+        if column is None or column == self.grid.mycol:
+            if self._blocks is None:
+                self._blocks = self._block_table(self.grid.mycol)
+            table = self._blocks
+        else:
+            if column not in self._other_blocks:
+                self._other_blocks[column] = self._block_table(column)
+            table = self._other_blocks[column]
+        return [blk for blk in table[k + 1:] if blk is not None]
+
+    def _block_table(self, q: int) -> list[tuple[int, int, int, int] | None]:
+        """:meth:`_trailing_blocks`' table of process column ``q``: an entry per panel, ``None`` for the
+        block columns of other process columns."""
+        n = self.rows.n
+        return [(*self.cols.range_on(q, cs, ce).indices(n)[:2], int(self.rows.owners[cs]),
+                 self.rows.range_on(int(self.rows.owners[cs]), cs, ce).start)
+                if int(self.cols.owners[cs]) == q else None for cs, ce in self.panels]
 
     def column_blocks(self, k: int, mine: np.ndarray, pieces: list[np.ndarray]) -> dict[int, np.ndarray]:
         """The rows of ``P`` (panel ``k``) each of this process's trailing block columns ``J`` multiplies, by
@@ -270,24 +283,26 @@ class CholeskySteps:
                 taken[p] += cb - ca
         return out
 
-    def selected_counts(self, k: int) -> list[int]:
+    def selected_counts(self, k: int, column: int | None = None) -> list[int]:
         """How many rows of panel ``k``'s ``P`` each process row holds for this process column's trailing
-        columns (:meth:`select_rows`; the same on every process of the column)."""
+        columns (process column ``column``'s, if given) (:meth:`select_rows`; the same on every process of
+        the column)."""
         counts = [0] * self.grid.nprow
-        for ca, cb, p, _ in self._trailing_blocks(k):
+        for ca, cb, p, _ in self._trailing_blocks(k, column):
             counts[p] += cb - ca
         return counts
 
-    def select_rows(self, k: int, mine: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    def select_rows(self, k: int, mine: np.ndarray, out: np.ndarray | None = None,
+                    column: int | None = None) -> np.ndarray:
         """The rows of ``mine`` (this process's rows of panel ``k``'s ``P``) that its process column's
-        trailing columns multiply, in their order (F order): what it sends down its process column (into
-        ``out`` if given)."""
+        trailing columns (process column ``column``'s, if given) multiply, in their order (F order): what
+        it sends down its process column (into ``out`` if given)."""
         g, e = self.grid, self.panels[k][1]
         first = self.rows.range_on(g.myrow, e, self.rows.n).start
         if out is None:
-            out = np.empty((self.selected_counts(k)[g.myrow], mine.shape[1]), mine.dtype, order="F")
+            out = np.empty((self.selected_counts(k, column)[g.myrow], mine.shape[1]), mine.dtype, order="F")
         at = 0
-        for ca, cb, p, r0 in self._trailing_blocks(k):
+        for ca, cb, p, r0 in self._trailing_blocks(k, column):
             if p == g.myrow:
                 out[at:at + cb - ca] = mine[r0 - first:r0 - first + cb - ca]
                 at += cb - ca
