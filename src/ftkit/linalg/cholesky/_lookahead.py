@@ -157,8 +157,10 @@ class PanelFlight:
             reqs += [g.comm.Isend(self._send, dest=g.rank_of(g.myrow, q), tag=TAG_PANEL)
                      for q in range(g.npcol) if q != qk]
             mine = st.rows_of(k, self._send)
-            self._packs = [(q, st.select_rows(k, mine, column=q).reshape(-1, order="F"))
-                           for q in range(g.npcol)]
+            # a column that multiplies all these rows gets the buffer itself, not a copy
+            self._packs = [(q, self._send if c == mine.shape[0] else
+                            st.select_rows(k, mine, column=q).reshape(-1, order="F"))
+                           for q, c in ((q, st.selected_counts(k, q)[g.myrow]) for q in range(g.npcol))]
             reqs += [g.comm.Isend(sel, dest=g.rank_of(p, q), tag=TAG_PANEL)
                      for q, sel in self._packs if sel.size for p in range(g.nprow) if p != g.myrow]
         return reqs
@@ -224,14 +226,17 @@ class PanelFlight:
 
 def launch_panel(steps: CholeskySteps, k: int) -> PanelFlight:
     """Factor diagonal block ``k``, solve panel ``k`` on its process column and start its messages
-    (``columns="direct"``: straight from the panel's process column to every process); return them under
-    way. Every process
+    (``columns="direct"``, straight from the panel's process column to every process; ``"own"`` on a
+    square grid); return them under way. Every process
     calls it in the same order; the panel's process column waits for ``L_kk``, the others do not."""
     g, (s, e) = steps.grid, steps.panels[k]
     diagonal = steps.start_diagonal(k, column_only=True)
     below = steps.rows.range_on(g.myrow, e, steps.rows.n)
     flat = np.empty((below.stop - below.start) * (e - s), steps.w.dtype)
-    flight = PanelFlight(steps, k, diagonal, flat, flat.size, e - s, columns="direct")
+    # on a square grid "own" sends as little, through the diagonal process: measured a little faster on
+    # 2 x 2 than "direct" (in-job A/B, 16 calls each: 0.58 vs 0.61 s wall, CPU 0.572 vs 0.582 s)
+    flight = PanelFlight(steps, k, diagonal, flat, flat.size, e - s,
+                         columns="own" if steps.square else "direct")
     if g.mycol == int(steps.cols.owners[s]):  # only L_kk needed: the owner's sends travel on meanwhile
         diagonal.wait_arrival(flight.deadline)
         bad, low = diagonal.result()
