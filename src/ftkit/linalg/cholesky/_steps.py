@@ -143,9 +143,10 @@ class CholeskySteps:
             return DiagonalMessage(flat, e - s, [request], request)
         column = g.col_comm.Ibcast(flat, root=pk) if g.nprow > 1 else None
         reqs = [] if column is None else [column]
-        incoming = None if self.owns_diagonal(k) else column
         forward = (lambda: g.row_comm.Ibcast(flat[:1], root=qk)) if g.npcol > 1 else None
-        return DiagonalMessage(flat, e - s, reqs, incoming, forward)
+        if self.owns_diagonal(k):  # bad is here: along the row at once
+            return DiagonalMessage(flat, e - s, reqs if forward is None else [*reqs, forward()])
+        return DiagonalMessage(flat, e - s, reqs, column, forward)
 
     def factor_diagonal(self, k: int, hold: bool = False) -> tuple[int, np.ndarray | None]:
         """Factor diagonal block ``k`` on its owner and broadcast ``(bad, L_kk)`` (:meth:`start_diagonal`),
