@@ -227,8 +227,8 @@ class PanelFlight:
 def launch_panel(steps: CholeskySteps, k: int) -> PanelFlight:
     """Factor diagonal block ``k``, solve panel ``k`` on its process column and start its messages
     (``columns="direct"``, straight from the panel's process column to every process; ``"own"`` on a
-    square grid); return them under way. Every process
-    calls it in the same order; the panel's process column waits for ``L_kk``, the others do not."""
+    square grid); return them under way. Every process calls it in the same order; the panel's process
+    column waits for ``L_kk`` (not for its owner's sends), the others do not."""
     g, (s, e) = steps.grid, steps.panels[k]
     diagonal = steps.start_diagonal(k, column_only=True)
     below = steps.rows.range_on(g.myrow, e, steps.rows.n)
