@@ -39,21 +39,11 @@ from ..pblas._summa import plan_summa, run_summa
 from ..pblas.gemm import _scale, check_width
 from ._call_state import PhaseTimer, ResilientCall, ResilientResult, at_stage, hold_decision, record_phases
 from ._failure_exchange import FailureAwareExchange, run_cannon
+from ._grid_detector import detector_for, forget_detector, reusable_detector
 from ._part import TriangularBands, UpdatedPart, band_width
 from ._settle import Tile, discard_inputs, plan_tiles, prefetch, settle_up
 from .form import ProductForm
-from .protected import (
-    FSYNC_INPUTS,
-    Built,
-    ProtectedOperands,
-    call_name,
-    detector_for,
-    forget_detector,
-    reusable_detector,
-    revoke_grid,
-    save_failed,
-    spare_key,
-)
+from .protected import FSYNC_INPUTS, Built, ProtectedOperands, call_name, revoke_grid, save_failed, spare_key
 
 __all__ = ["resilient_call", "build_operands"]
 
