@@ -101,8 +101,15 @@ def remove_leftovers() -> list[str]:
 
 
 def session_dirs(segments: list[str]) -> list[str]:
-    """The session directories of the Open MPI jobs whose shared-memory files are ``segments``
-    (``<tmp>/ompi.<host>.<uid>/jf.<n>/<job>``, the job's number in decimal), those that exist."""
+    """Return the session directories of the Open MPI jobs whose shared-memory files are ``segments``, those
+    that exist.
+
+    Parameters
+    ----------
+    segments
+        Paths of ``sm_segment.<host>.<uid>.<job>.<local rank>`` files (``<job>`` in hexadecimal); a
+        singleton's job directory is ``<tmp>/ompi.<host>.<uid>/jf.<n>/<job>``, the job's number in decimal.
+    """
     found = []
     for path in segments:
         parts = os.path.basename(path).split(".")
