@@ -12,11 +12,15 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from ftkit.launch import SHM_DIR_ENV
+
+from .conftest import MPI_TIMEOUT
 
 MAPPED = ("import json; print(json.dumps(sorted({l.split()[-1] for l in open('/proc/self/maps') "
           "if '/sm_segment.' in l})), flush=True)")
@@ -46,3 +50,174 @@ def test_a_singleton_ended_without_finalize_leaves_none_either(tmp_path):
     assert r.returncode == -signal.SIGKILL, r  # it ended itself as a failed rank does
     assert str(tmp_path) in r.stdout
     assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())
+
+
+# Every way a singleton that imported ftkit can end, in /dev/shm itself (Open MPI's default): each run looks
+# only at the files its own process mapped (their names carry its job's number) and at that job's session
+# directory. SIGKILL and os._exit give the process no control: the watcher started at MPI's start removes
+# its files after it has gone, as it does after SIGTERM (whose default ends the process at once).
+ENDINGS = {  # ending: (program's last line, exit status)
+    "normal": ("", 0),
+    "exception": ("raise RuntimeError('after import ftkit')", 1),
+    "import error": ("import ftkit_no_such_module", 1),
+    "sys.exit(3)": ("sys.exit(3)", 3),
+    "MPI.Finalize()": ("MPI.Finalize()", 0),
+    "os._exit(4)": ("os._exit(4)", 4),
+    "SIGTERM": ("", -signal.SIGTERM),
+    "SIGINT": ("", -signal.SIGINT),
+    "SIGKILL": ("", -signal.SIGKILL),
+    "SIGKILL of its process group": ("", -signal.SIGKILL),
+}
+WAIT = 60.0  # seconds for a process to end, or for the watcher to have removed the files
+
+
+def _singleton_program(last: str, first: str = "ftkit") -> str:
+    imports = ["import ftkit", "from mpi4py import MPI"]
+    return "\n".join(["import json, os, sys", *(imports if first == "ftkit" else imports[::-1]),
+                      "assert MPI.COMM_WORLD.Get_size() == 1", MAPPED, "sys.stdin.readline()", last])
+
+
+def _session_dir(segment: str) -> Path:
+    """Open MPI 5's session directory of a singleton's job: ``<tmp>/ompi.<host>.<uid>/jf.0/<job>``."""
+    _, host_uid_job = segment.split("sm_segment.", 1)
+    host, uid, job, _ = host_uid_job.rsplit(".", 3)
+    return Path(tempfile.gettempdir()) / f"ompi.{host}.{uid}" / "jf.0" / str(int(job, 16))
+
+
+def _gone(paths: list[Path], timeout: float) -> list[Path]:
+    """Wait until none of ``paths`` exists (bounded); return those still there."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [p for p in paths if p.exists()]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def _watchers_of(segment: str) -> list[int]:
+    """Pids of the processes whose command line names ``segment`` (the watcher of its singleton)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and segment.encode() in (entry / "cmdline").read_bytes():
+                pids.append(int(entry.name))
+        except OSError:
+            pass
+    return pids
+
+
+def _gone_watchers(maps: list[str]) -> list[int]:
+    """Wait until no watcher of the singleton that mapped ``maps`` is left (bounded); return those left."""
+    deadline = time.monotonic() + WAIT
+    while (pids := [p for m in maps for p in _watchers_of(m)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pids
+
+
+def _end_singleton(ending: str, first: str = "ftkit") -> tuple[subprocess.Popen[str], list[str], str]:
+    """Run a singleton program that ends the ``ending`` way; return it (ended), the files it mapped and
+    its standard error."""
+    last, _ = ENDINGS[ending]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
+    proc = subprocess.Popen([sys.executable, "-c", _singleton_program(last, first)], env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        maps = json.loads(proc.stdout.readline() or "[]")  # type: ignore[union-attr]
+        assert maps and all(Path(m).exists() for m in maps), maps  # the live process's files are there
+        dirs = [_session_dir(m) for m in maps]
+        assert all(d.is_dir() for d in dirs), dirs
+        if ending == "SIGKILL of its process group":
+            os.killpg(proc.pid, signal.SIGKILL)
+        elif ending.startswith("SIG"):
+            proc.send_signal(getattr(signal, ending))
+        _, err = proc.communicate("" if ending.startswith("SIG") else "end\n", timeout=WAIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=WAIT)
+    return proc, maps, err
+
+
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_a_singleton_leaves_nothing_however_it_ends(ending):
+    proc, maps, err = _end_singleton(ending)
+    assert proc.returncode == ENDINGS[ending][1], (proc.returncode, err)
+    assert all(m.startswith("/dev/shm/sm_segment.") for m in maps), maps
+    left = _gone([Path(m) for m in maps] + [_session_dir(m) for m in maps], WAIT)
+    assert not left, f"{ending}: left behind {left}"
+    assert not _gone_watchers(maps), "the watcher outlived its work"
+
+
+@pytest.mark.parametrize("ending", ["normal", "SIGTERM", "SIGKILL"])
+def test_a_singleton_that_imported_mpi4py_first_leaves_nothing_either(ending):
+    proc, maps, err = _end_singleton(ending, first="mpi4py")
+    assert proc.returncode == ENDINGS[ending][1], (proc.returncode, err)
+    assert not _gone([Path(m) for m in maps] + [_session_dir(m) for m in maps], WAIT)
+
+
+def test_the_watcher_removes_only_the_file_its_singleton_mapped(tmp_path):
+    # The name now belongs to another file (a later process's): after the SIGKILL it stays.
+    program = _singleton_program("\n".join([
+        "maps = [l.split()[-1] for l in open('/proc/self/maps') if '/sm_segment.' in l]",
+        "os.unlink(maps[0]); open(maps[0], 'w').write('another file')",
+        "print('replaced', flush=True)", "sys.stdin.readline()"]))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
+    proc = subprocess.Popen([sys.executable, "-c", program], env=env, text=True, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    maps: list[str] = []
+    try:
+        maps = json.loads(proc.stdout.readline() or "[]")  # type: ignore[union-attr]
+        proc.stdin.write("go\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+        assert proc.stdout.readline().strip() == "replaced"  # type: ignore[union-attr]
+        proc.kill()
+        proc.communicate(timeout=WAIT)
+        assert not _gone([_session_dir(maps[0])], WAIT)  # the watcher has done its work
+        assert not _gone_watchers(maps)
+        assert Path(maps[0]).read_text() == "another file"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=WAIT)
+        for m in maps:
+            Path(m).unlink(missing_ok=True)
+
+
+LAUNCH_ENDINGS = {  # ending: (ranks' last line, who is killed from outside)
+    "normal": ("", None),
+    "exception": ("raise RuntimeError('after import ftkit')", None),
+    "sys.exit(3)": ("sys.exit(3)", None),
+    "SIGTERM to ftkit launch": ("time.sleep(300)", "launcher"),
+    "SIGKILL of a rank": ("MPI.COMM_WORLD.recv(source=MPI.ANY_SOURCE)", "rank"),
+}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ending", list(LAUNCH_ENDINGS))
+def test_a_job_of_ftkit_launch_leaves_nothing_however_it_ends(tmp_path, ending):
+    last, victim = LAUNCH_ENDINGS[ending]
+    program = tmp_path / "job.py"
+    program.write_text("\n".join([
+        "import json, os, sys, time", "import ftkit", "from mpi4py import MPI",
+        "maps = sorted({l.split()[-1] for l in open('/proc/self/maps') if '/sm_segment.' in l})",
+        "print(json.dumps([os.getpid(), maps]), flush=True)", "MPI.COMM_WORLD.Barrier()", last, ""]))
+    proc = subprocess.Popen([sys.executable, "-m", "ftkit", "launch", "-n", "2", "--grace", "5", "--",
+                             sys.executable, str(program)], text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        ranks = [json.loads(proc.stdout.readline() or "null") for _ in range(2)]  # type: ignore[union-attr]
+        assert all(ranks), ranks
+        if victim == "launcher":
+            proc.send_signal(signal.SIGTERM)
+        elif victim == "rank":
+            os.kill(ranks[1][0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=MPI_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=WAIT)
+    assert (proc.returncode == 0) == (ending == "normal"), (proc.returncode, err)
+    files = sorted({Path(m) for _, maps in ranks for m in maps})
+    assert len(files) == 2 and all(f.parent.name.startswith("ftkit-mpi-") for f in files), files
+    assert not _gone([*files, files[0].parent], WAIT), err

@@ -38,6 +38,7 @@ from ._jobproc import (
     session_members,
     watch_ranks,
 )
+from ._pipewatch import start_on_pipe
 from ._watchdog import CLEANING
 from .errors import LaunchError
 from .jobstatus import STATUS_ENV, Note, crash_summary, read_notes, world_rank
@@ -337,17 +338,10 @@ class Signals:
 def _start_watchdog(sid: int, leftovers: Sequence[str]) -> tuple[subprocess.Popen[bytes] | None, int | None]:
     """Start the watchdog of session ``sid`` (it removes ``leftovers`` if this process dies); return it and
     the write end of its pipe."""
-    read_end, write_end = os.pipe()
     try:
-        dog = subprocess.Popen([sys.executable, "-I", "-S", str(Path(__file__).with_name("_watchdog.py")),
-                                str(sid), *leftovers], stdin=read_end, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
+        return start_on_pipe(Path(__file__).with_name("_watchdog.py"), [str(sid), *leftovers])
     except OSError:
-        os.close(write_end)
         return None, None
-    finally:
-        os.close(read_end)
-    return dog, write_end
 
 
 def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | os.PathLike[str] | None,

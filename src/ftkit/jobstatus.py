@@ -42,6 +42,7 @@ import atexit
 import faulthandler
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.abc import Loader, MetaPathFinder
 from importlib.machinery import ModuleSpec
@@ -51,7 +52,7 @@ from types import ModuleType
 from typing import Any
 
 __all__ = ["STATUS_ENV", "WATCHED_ENV", "KINDS", "Note", "note", "declare_dead", "world_rank", "register",
-           "begin", "read_notes", "ended_by_hook", "watch_faults", "crash_summary"]
+           "begin", "read_notes", "ended_by_hook", "watch_faults", "crash_summary", "when_mpi_up"]
 
 #: Environment variable naming the job's status directory (set by ``ftkit launch`` for its ranks; for a
 #: plain mpirun/srun job, by the user: ``ftkit job-status DIR`` judges the job from it afterwards).
@@ -144,12 +145,33 @@ def begin() -> None:
 
 
 def _note_when_mpi_up() -> None:
-    """Write the ``up`` note now if MPI is initialized, else right after ``mpi4py.MPI`` is imported."""
+    """Write the ``up`` note now if MPI is initialized, else right after ``mpi4py.MPI`` is imported (once:
+    the private copy of ``ftkit launch``'s ``sitecustomize`` may have arranged it already)."""
+    arranged = (getattr(call, "__name__", "") == "_note_up" for finder in sys.meta_path
+                for call in getattr(finder, "calls", ()) if getattr(finder, "ftkit_mpi_watch", False))
+    if "mpi4py.MPI" in sys.modules or not any(arranged):
+        when_mpi_up(_note_up)
+
+
+def when_mpi_up(call: Callable[[Any], None]) -> None:
+    """Call ``call(mpi4py.MPI)`` now if that module is imported, else right after its import has run (which
+    initializes MPI, unless ``mpi4py.rc.initialize`` is off).
+
+    Parameters
+    ----------
+    call
+        Takes the module; it must check ``Is_initialized()`` itself and must never raise (the program's
+        import of ``mpi4py.MPI`` would fail with it).
+    """
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None:
-        _note_up(mpi)
-    elif not any(getattr(finder, "ftkit_mpi_watch", False) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _MPIImportWatch())
+        call(mpi)
+        return
+    watch: Any = next((f for f in sys.meta_path if getattr(f, "ftkit_mpi_watch", False)), None)
+    if watch is None:
+        watch = _MPIImportWatch()
+        sys.meta_path.insert(0, watch)
+    watch.calls.append(call)
 
 
 def _note_up(mpi: Any) -> None:
@@ -161,11 +183,13 @@ def _note_up(mpi: Any) -> None:
 
 
 class _MPIImportWatch(MetaPathFinder):
-    """Finds ``mpi4py.MPI`` as the other finders do, and has its loader write the ``up`` note after the
-    module has run (importing it initializes MPI, unless ``mpi4py.rc.initialize`` is off). Removes itself
-    at that import."""
+    """Finds ``mpi4py.MPI`` as the other finders do, and has its loader make the ``calls``
+    (:func:`when_mpi_up`) after the module has run. Removes itself at that import."""
 
     ftkit_mpi_watch = True
+
+    def __init__(self) -> None:
+        self.calls: list[Callable[[Any], None]] = []
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
         if fullname != "mpi4py.MPI":
@@ -174,13 +198,14 @@ class _MPIImportWatch(MetaPathFinder):
             sys.meta_path.remove(self)
         spec = find_spec(fullname)
         if spec is not None and spec.loader is not None:
-            spec.loader = _NotingLoader(spec.loader)
+            spec.loader = _NotingLoader(spec.loader, self.calls)
         return spec
 
 
 class _NotingLoader(Loader):
-    def __init__(self, loader: Loader) -> None:
+    def __init__(self, loader: Loader, calls: list[Callable[[Any], None]]) -> None:
         self.loader = loader
+        self.calls = calls
 
     def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         return self.loader.create_module(spec)
@@ -191,7 +216,8 @@ class _NotingLoader(Loader):
         if module.__spec__ is not None:
             module.__spec__.loader = self.loader
         self.loader.exec_module(module)
-        _note_up(module)
+        for call in self.calls:
+            call(module)
 
 
 def watch_faults() -> None:

@@ -14,7 +14,7 @@ from ftkit.linalg.descriptor import BlockCyclic1D
 from ftkit.linalg.pblas._summa import plan_summa, run_summa
 from ftkit.linalg.resilient import resilient_pdgemm, resilient_pdtrmm
 from ftkit.linalg.resilient.protected import protect_operands
-from ftkit.storage.inputs import CheckpointFileStore
+from ftkit.storage.inputs import CheckpointFileStore, recycles
 
 
 @pytest.fixture
@@ -163,3 +163,36 @@ def test_a_call_that_returns_leaves_nothing_in_the_store(tmp_path, side, uplo):
                      on_step=on_step)
     assert "b.0.ftk" in seen[0]
     assert list(tmp_path.iterdir()) == []
+
+
+class _PlainStore:
+    """An input store of the contract's three methods only: it does not declare recycling."""
+
+    def __init__(self, root):
+        self.inner = CheckpointFileStore(root, fsync=False)
+
+    def save(self, key, array):
+        self.inner.save(key, array)
+
+    def load(self, key):
+        return self.inner.load(key)
+
+    def remove(self, prefix):
+        self.inner.remove(prefix)
+
+
+def test_a_store_that_does_not_recycle_is_used_without_spares(tmp_path, mats):
+    # recycling is an optional part of the store contract: a call on a handle in such a store saves its C
+    # afresh every call and removes it at the end, as a call without a handle does
+    _, A, B, C = mats
+    store = _PlainStore(tmp_path)
+    assert not recycles(store) and recycles(store.inner)
+    ref = C.copy()
+    pdgemm("N", "N", 24, 20, 16, 1.5, A, 0, 0, B, 0, 0, 0.5, ref, 0, 0)
+    with protect_operands("N", "N", 24, 20, 16, A, 0, 0, B, 0, 0, C, 0, 0, store=store) as ops:
+        for _ in range(2):
+            got = C.copy()
+            resilient_pdgemm("N", "N", 24, 20, 16, 1.5, A, 0, 0, B, 0, 0, 0.5, got, 0, 0, store=ops)
+            assert np.array_equal(got.local, ref.local)
+            assert _files(tmp_path) == ["operands/a.0.ftk", "operands/b.0.ftk"]
+    assert _files(tmp_path) == []

@@ -75,7 +75,8 @@ from ftkit.linalg.resilient import (
     resilient_pdtrmm,
     resilient_pdtrsm,
 )
-from ftkit.linalg.resilient.protected import detector_for, protect_operands
+from ftkit.linalg.resilient._grid_detector import detector_for
+from ftkit.linalg.resilient.protected import protect_operands
 
 p = argparse.ArgumentParser()
 p.add_argument("--grid", default="2x3")

@@ -8,7 +8,8 @@ random ``token`` that names its files in a store other jobs may share.
 
 One more duplicate is made for ftkit's failure detector, here, while every process is alive: the
 failure-tolerant routines build their detector on it later
-(:func:`ftkit.linalg.resilient.protected.detector_for`) with point-to-point messages and ULFM agreements only.
+(:func:`ftkit.linalg.resilient._grid_detector.detector_for`) with point-to-point messages and ULFM
+agreements only.
 A communicator made *during* such a call could not be: ``MPI_Comm_dup`` crashes or completes on some ranks
 only when a process dies in it, and ULFM's ``Shrink`` renumbers the survivors.
 """

@@ -13,11 +13,13 @@ verify`` checks. The file holds one section ``data`` and records in its header `
 to another key is refused) and the array order (an F-order array is stored as its C-order transpose).
 Nothing read is ever executed or unpickled.
 
-Recycling (:attr:`CheckpointFileStore.supports_recycle`): a writer that saves an array of the same size again
-and again under new keys (a failure-tolerant routine's per-call input) can :meth:`~CheckpointFileStore.retire`
-a key it no longer needs to a spare key no reader asks for, and pass that spare as ``save(..., recycle=)``:
-the file is taken over and written in place (its page-cache pages reused, nothing allocated, truncated or
-freed), under a temporary name as any save, so readers see exactly what they see of a new file.
+Recycling, an optional part of the contract (:class:`RecyclingInputStore`, declared by a true
+``supports_recycle``; :func:`recycles` tells): a writer that saves an array of the same size again and again
+under new keys (a failure-tolerant routine's per-call input) can ``retire`` a key it no longer needs to a
+spare key no reader asks for, and pass that spare as ``save(..., recycle=)``: the file is taken over and
+written in place (its page-cache pages reused, nothing allocated, truncated or freed), under a temporary
+name as any save, so readers see exactly what they see of a new file. A store without the flag is used
+without recycling. :class:`CheckpointFileStore` recycles.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import errno
 import os
 import shutil
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeGuard
 
 import numpy as np
 
@@ -36,7 +38,7 @@ from ..errors import FormatError, FtkitError, StorageError, UnsafePathError
 from ._fsutil import make_dirs
 from .format.container import read_arrays, read_header, write_file
 
-__all__ = ["InputStore", "CheckpointFileStore", "open_store"]
+__all__ = ["InputStore", "RecyclingInputStore", "recycles", "CheckpointFileStore", "open_store"]
 
 _DTYPES = {"float64", "float32", "int64", "int32", "int8", "uint8", "complex128"}
 
@@ -55,6 +57,26 @@ class InputStore(Protocol):
     def remove(self, prefix: str) -> None:
         """Remove every key under ``prefix``."""
         ...
+
+
+class RecyclingInputStore(InputStore, Protocol):
+    """An :class:`InputStore` that recycles files (see the module docstring): ``supports_recycle`` is true."""
+
+    supports_recycle: bool
+
+    def save(self, key: str, array: np.ndarray, *, recycle: str | None = None) -> None:
+        """Save ``array`` under ``key`` (atomic; overwrites), in the file of the spare key ``recycle`` if one
+        is given (the spare is gone afterwards; nothing under it: a new file)."""
+        ...
+
+    def retire(self, key: str, spare: str) -> None:
+        """Move what is saved under ``key`` to the key ``spare`` (nothing under ``key``: nothing is done)."""
+        ...
+
+
+def recycles(store: InputStore) -> TypeGuard[RecyclingInputStore]:
+    """Return whether ``store`` recycles files (a true ``supports_recycle``; a store without it does not)."""
+    return bool(getattr(store, "supports_recycle", False))
 
 
 def _key_parts(key: str, what: str = "store key") -> list[str]:

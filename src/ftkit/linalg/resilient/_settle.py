@@ -26,7 +26,7 @@ from ..matrix import DistributedMatrix
 from ..pblas.gemm import _scale
 from ._call_state import PhaseTimer, ResilientCall, ResilientResult, at_stage, hold_decision
 from ._failure_exchange import FailureAwareExchange
-from .protected import spare_key
+from .protected import remove_spares
 
 __all__ = ["Tile", "plan_tiles", "prefetch", "settle_up", "discard_inputs", "global_indices",
            "recompute_verified", "redistribute_result"]
@@ -299,8 +299,7 @@ def discard_inputs(call: ResilientCall, dead: Iterable[int], *, first: bool) -> 
                     call.where.remove(f"{call.prefixes[side]}/{side}.{r}")
         if call.spares is not None:
             for r in dead:
-                for what in "abc":
-                    call.where.remove(spare_key(call.spares, what, r))
+                remove_spares(call.where, call.spares, r)
 
 
 def _kept_box(mask: np.ndarray, mb: int, nb: int) -> tuple[slice, slice]:

@@ -32,28 +32,18 @@ from ...failure import (
     repair,
 )
 from ...failure.ulfm import agree_flag, require_ulfm
-from ...storage.inputs import InputStore, open_store
+from ...storage.inputs import InputStore, open_store, recycles
 from ..grid import ProcessGrid
 from ..pblas._operands import aligned_operands
 from ..pblas._summa import plan_summa, run_summa
 from ..pblas.gemm import _scale, check_width
 from ._call_state import PhaseTimer, ResilientCall, ResilientResult, at_stage, hold_decision, record_phases
 from ._failure_exchange import FailureAwareExchange, run_cannon
+from ._grid_detector import detector_for, forget_detector, reusable_detector
 from ._part import TriangularBands, UpdatedPart, band_width
 from ._settle import Tile, discard_inputs, plan_tiles, prefetch, settle_up
 from .form import ProductForm
-from .protected import (
-    FSYNC_INPUTS,
-    Built,
-    ProtectedOperands,
-    call_name,
-    detector_for,
-    forget_detector,
-    reusable_detector,
-    revoke_grid,
-    save_failed,
-    spare_key,
-)
+from .protected import FSYNC_INPUTS, Built, ProtectedOperands, call_name, revoke_grid, save_failed, spare_key
 
 __all__ = ["resilient_call", "build_operands"]
 
@@ -106,7 +96,7 @@ def resilient_call(
                  {**prefixes, "c": prefix}, algorithm, width, on_step,
                  f.C.row_map(f.ic, f.m), f.C.col_map(f.jc, f.n), routine=f.routine, keep=f.keep,
                  triangle=f.triangle, triangular=f.triangular)  # fmt: skip
-    if protected is not None and getattr(where, "supports_recycle", False):
+    if protected is not None and recycles(where):
         call.spares = protected.prefix  # this process's saved inputs are kept between calls on the handle
     det = detector or reusable_detector(grid, timeout)
     if call.multiply:
@@ -227,10 +217,10 @@ def _save(call: ResilientCall) -> None:
         call.shapes[("c", r)] = d.local_shape(*grid.coords(r), grid.nprow, grid.npcol)
     try:
         for key, (array, spare) in _own_inputs(call).items():
-            if spare is None:
+            if spare is None or not recycles(where):  # a spare is set for a recycling store only
                 where.save(key, np.asfortranarray(array))
             else:  # the previous call's file rewritten in place: no page allocated, truncated or freed
-                where.save(key, np.asfortranarray(array), recycle=spare)  # type: ignore[call-arg]
+                where.save(key, np.asfortranarray(array), recycle=spare)
     except StorageError as exc:  # e.g. a full disk: said at the barrier, raised alike everywhere later
         call.store_errno = exc.errno or getattr(exc.__cause__, "errno", None) or 0
 
@@ -241,9 +231,10 @@ def _remove_inputs(call: ResilientCall) -> None:
     so that no process carries every deletion at the end of the call. A call on a handle instead has each
     process keep its files under their spare keys, for the next call on the handle to rewrite, and the last
     one to move its files out removes the directory (rank 0 removing it might take the others' files)."""
-    if call.spares is not None:
+    if call.spares is not None and recycles(call.where):  # spares are set for a recycling store only
         for key, (_, spare) in _own_inputs(call).items():
-            call.where.retire(key, spare)  # type: ignore[attr-defined]
+            if spare is not None:
+                call.where.retire(key, spare)
         return
     for key in _own_inputs(call):
         call.where.remove(key)

@@ -43,15 +43,8 @@ Where a lost node's pieces must be read back from such a file system, pass
 ``store=CheckpointFileStore(directory, fsync=True)``: an explicit store is used as it is, for the protected
 operands and the calls' own saves alike.
 
-This module also keeps the failure detectors that resilient calls on a grid share, and names the calls'
-files in a store (:func:`call_name`).
-
-The detector of a grid is set up once (issue 33) and reused by every later call on it, whatever their
-timeouts. Its set-up survives a process failure: the first detector of a grid is built on the communicator
-the grid made for it while every process was alive, with point-to-point messages and ULFM agreements only,
-and the survivors of a death during the set-up start with the dead rank marked dead
-(:func:`ftkit.failure.setup.set_up_link`, ``survive=True``). A call sets it up only after it saved its
-inputs, so a process killed during the set-up is one whose inputs the survivors can read back.
+This module also names the calls' files in a store (:func:`call_name`, :func:`spare_key`); the failure
+detectors that resilient calls on a grid share are kept by :mod:`._grid_detector`.
 """
 
 from __future__ import annotations
@@ -65,21 +58,21 @@ import numpy as np
 from mpi4py import MPI
 
 from ...errors import FtkitError, PBLASArgumentError, ProcessFailure, StorageError
-from ...failure import FailureDetector, Fenced, revoke
-from ...failure.ulfm import agree_flag, agree_on_dead, require_ulfm
+from ...failure import Fenced, revoke
+from ...failure.ulfm import agree_flag, agree_on_dead
 from ...storage.inputs import InputStore, open_store
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
 from ..pblas._operands import AlignedOperands, aligned_operands
 from ..pblas.gemm import check_gemm_args
+from ._grid_detector import detector_for, forget_detector
 
-__all__ = ["ProtectedOperands", "protect_operands", "protect_pieces", "detector_for", "reusable_detector",
-           "call_name", "spare_key", "check_algorithm", "revoke_grid"]
+__all__ = ["ProtectedOperands", "protect_operands", "protect_pieces", "call_name", "spare_key",
+           "remove_spares", "check_algorithm", "revoke_grid"]
 
 #: Whether a directory given as ``store=`` is opened with fsync (the module docstring says why not).
 FSYNC_INPUTS = False
 
-_detectors: dict[int, FailureDetector] = {}
 _calls: dict[int, int] = {}
 #: A product's built operands ``(A, ia, ja, B, ib, jb)``; with the aligned operands, what a protector builds.
 Operands = tuple[DistributedMatrix, int, int, DistributedMatrix, int, int]
@@ -101,62 +94,16 @@ def spare_key(prefix: str, what: str, rank: int) -> str:
     return f"{prefix}/spare-{what}.{rank}"
 
 
-def reusable_detector(grid: ProcessGrid, timeout: float | None) -> FailureDetector | None:
-    """Return ``grid``'s detector, set to ``timeout`` (local), or ``None`` if a set-up is needed.
-
-    A detector that has seen a failure is dropped (its communicator contains dead processes).
-    """
-    det = _detectors.get(grid.context)
-    if det is None or det.dead or det.fenced:
-        return None
-    det.use_timeout(timeout)
-    return det
-
-
-def detector_for(grid: ProcessGrid, timeout: float | None) -> FailureDetector:
-    """Return the detector of ``grid`` (collective when one is built), reused by later calls on the grid.
-
-    Reuse saves the round-trip measurement and agreement on every call. A set-up that a process does not
-    survive gives the survivors a detector that starts with it dead (on the grid's first detector; see the
-    module docstring), which later calls do not reuse.
-    """
-    det = reusable_detector(grid, timeout)
-    if det is None:
-        _detectors.pop(grid.context, None)
-        det = _build_detector(grid, timeout)
-        _detectors[grid.context] = det
-    return det
-
-
-def _build_detector(grid: ProcessGrid, timeout: float | None) -> FailureDetector:
-    """Build a detector on ``grid`` (collective), or raise the same ProcessFailure on every live process.
-
-    The ULFM check and the detector's set-up use point-to-point messages with a deadline and ULFM's
-    fault-tolerant operations only (:mod:`ftkit.failure.setup`): a process killed at any moment of them
-    makes every survivor raise the same error.
+def remove_spares(store: InputStore, prefix: str, rank: int) -> None:
+    """Remove every input ``rank``'s calls kept under ``prefix`` (:func:`spare_key`; local).
 
     Raises
     ------
-    ULFMUnavailable
-        On a grid of more than one process, if ULFM does not work for this job.
-    ProcessFailure
-        Naming the failed ranks every live process agrees on.
-    Fenced
-        On a process the others declared dead because it missed the set-up's deadline.
+    StorageError, UnsafePathError
+        As the store's ``remove``.
     """
-    feature = "ftkit's failure-aware multiply (resilient_pdgemm, protect_operands)"
-    if grid.size > 1:  # a single process has no peer whose failure it would have to survive
-        require_ulfm(grid.comm, feature, timeout=timeout)
-    watch = grid.take_watch_comm()
-    if watch is not None:  # made while all were alive: a death during the set-up is survived
-        return FailureDetector(watch, timeout=timeout, survive=True)
-    # a later detector of the grid (after a failure): a fresh communicator (Shrink), a death raises
-    return FailureDetector(grid.comm, timeout=timeout)
-
-
-def forget_detector(grid: ProcessGrid) -> None:
-    """Drop ``grid``'s detector (after a failure its communicator holds dead processes: never reuse it)."""
-    _detectors.pop(grid.context, None)
+    for what in "abc":
+        store.remove(spare_key(prefix, what, rank))
 
 
 def check_algorithm(grid: ProcessGrid, algorithm: str, position: int) -> None:
@@ -291,8 +238,7 @@ class ProtectedOperands:
         (local: call it on every rank that protected them)."""
         for what in self.sides:
             self.store.remove(f"{self.prefix}/{what}.{self.rank}")
-        for what in "abc":
-            self.store.remove(spare_key(self.prefix, what, self.rank))
+        remove_spares(self.store, self.prefix, self.rank)
         self.released = True
         self.operands = None
         self.prepared = None
