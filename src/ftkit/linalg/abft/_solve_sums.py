@@ -263,9 +263,10 @@ class SolveChecksums:
         wext = pooled_buffer(pool, "w0", (w.shape[0], ncols + _KINDS * nc))
         encode_cols_into(w, self.cl, self.cw, wext, True, _KINDS)
         w0 = wext[:, :ncols]
-        plain, colw, absw = (wext[:, ncols + q * nc:ncols + (q + 1) * nc] for q in range(_KINDS))
+        sums = _seg_sums(wext[:, ncols:], self.rl, 0)  # plain, column-weighted, absolute side by side
+        roww = _seg_sums(wext[:, ncols:ncols + nc] * self.rw, self.rl, 0)
         # in the order of the residuals' products: plain, column-weighted, row-weighted, absolute
-        self.w_sums = np.stack([_seg_sums(x, self.rl, 0) for x in (plain, colw, plain * self.rw, absw)])
+        self.w_sums = np.stack([sums[:, :nc], sums[:, nc:2 * nc], roww, sums[:, 2 * nc:]])
         return w0
 
     def _send_t_sums(self, text: np.ndarray) -> None:
@@ -309,8 +310,9 @@ class SolveChecksums:
         part = np.zeros((4, self.nI, nc))  # this process row's share of the sums
         with np.errstate(invalid="ignore", over="ignore"):
             for (rid, _pos, (ts, tw, ta)), take in zip(self.t_blocks(), self._lay.t_parts, strict=True):
-                xs, xw, xa = np.split(xext[take[2]], _KINDS, axis=1)
-                part[:, rid] += np.stack([ts @ xs, ts @ xw, tw @ xs, ta @ xa])
+                x = xext[take[2]]  # plain, column-weighted, absolute side by side
+                sw = ts @ x[:, :2 * nc]
+                part[:, rid] += np.stack([sw[:, :nc], sw[:, nc:], tw @ x[:, :nc], ta @ x[:, 2 * nc:]])
         prod, w0 = self._gather(part)
         with np.errstate(invalid="ignore", over="ignore"):
             self.res_e, self.res_w, self.res_r = prod[0] - w0[0], prod[1] - w0[1], prod[2] - w0[2]
