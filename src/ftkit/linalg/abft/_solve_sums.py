@@ -48,12 +48,12 @@ from mpi4py import MPI
 
 from ..._wait import wait_requests
 from .. import checksums
-from ..checksums._kernels import encode_cols_into, triangle_rows_into
+from ..checksums._kernels import encode_cols_into, triangle_rows_from, triangle_rows_into
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
 from ..pblas._panel_buffers import pooled_buffer
-from ..pblas._redistribute import displacements
+from ..pblas._redistribute import displacements, same_layout
 from ..pblas._tri_sweep import triangle_extent, triangle_piece
 
 __all__ = ["SolveChecksums", "segments"]
@@ -237,15 +237,26 @@ class SolveChecksums:
 
         The triangle is made in place in the redistributed piece and its column sums per row segment
         (plain, row-weighted, absolute) are taken in the same pass, from the kept rows only
-        (:func:`~ftkit.linalg.checksums._kernels.triangle_rows_into`, as ``ft_pdtrmm`` takes them); they
-        start on their way to the process rows that multiply them (non-blocking; :meth:`residuals` waits).
-        ``pool``: the piece in a buffer of the process-wide cache
-        (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_piece`).
+        (:func:`~ftkit.linalg.checksums._kernels.triangle_rows_into`, as ``ft_pdtrmm`` takes them); where the
+        piece is A's own local piece (no transpose, the same layout: the benchmark's offset-0 call), it is
+        copied out of A in that pass instead (:func:`~ftkit.linalg.checksums._kernels.triangle_rows_from`:
+        A's excluded triangle not read, one pass over the piece fewer). The sums start on their way to the
+        process rows that multiply them (non-blocking; :meth:`residuals` waits). ``pool``: the piece in a
+        buffer of the process-wide cache (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_piece`).
         """
-        lay = self._lay
-        t = triangle_piece(A, ia, ja, transpose, self.rows, self.cols, pool)
-        text = np.empty((_KINDS * (len(self.rl) - 1), t.shape[1]), order="F")  # every element written
-        triangle_rows_into(t, lay.keep, lay.diag, unit, self.rl, lay.rw, text, lay.place, _KINDS)
+        lay, g = self._lay, self.grid
+        text = np.empty((_KINDS * (len(self.rl) - 1), self.cols.count(g.mycol)), order="F")  # all written
+        if same_layout(A, ia, ja, transpose, self.rows, self.cols):
+            # T's piece is A's own: copied out of it, made a triangle and summed in one pass that reads only
+            # the kept rows (the layout move's copy and the triangle's pass would be two)
+            src = A.local[A.row_map(ia, self.rows.n).local_range(g.myrow),
+                          A.col_map(ja, self.cols.n).local_range(g.mycol)]
+            t = (np.empty(src.shape, src.dtype, order="F") if pool is None else  # triangle_piece's pool key:
+                 pooled_buffer(pool, ("move", 0), src.shape, src.dtype))
+            triangle_rows_from(src, t, lay.keep, lay.diag, unit, self.rl, lay.rw, text, lay.place, _KINDS)
+        else:
+            t = triangle_piece(A, ia, ja, transpose, self.rows, self.cols, pool)
+            triangle_rows_into(t, lay.keep, lay.diag, unit, self.rl, lay.rw, text, lay.place, _KINDS)
         self._send_t_sums(text)
         return t
 
