@@ -20,6 +20,7 @@ from ftkit.linalg.abft._solve_sums import SolveChecksums
 from ftkit.linalg.abft._tri_product import triangle_with_checksums
 from ftkit.linalg.checksums._kernels import encode_rows_into
 from ftkit.linalg.pblas._panel_buffers import pooled_buffer, release_buffers, release_pool
+from ftkit.linalg.pblas._redistribute import same_layout
 from ftkit.linalg.pblas._tri_sweep import tri_cols, triangle_operand
 
 from ..conftest import run_python
@@ -49,10 +50,12 @@ def test_trsm_on_non_square_grids():
     """2x3 and 3x2, every flag combination, offsets and block sizes that do not divide the sizes (the solve's
     checksums are multiplied where the solution's rows are): error-free PDTRSM's result bit for bit; a flip
     in the solution located at its element and fixed; one in the triangle and one in alpha B solved again,
-    PDTRSM's result bit for bit."""
+    PDTRSM's result bit for bit. Also at offset 0 with B blocked as A, where T is copied out of A's own
+    piece and summed in one pass."""
     res = run_python(6, PROGRAMS / "ft_trsm_grids.py", timeout=300).check()
     assert "DONE failures=0" in res.stdout, res.stdout + res.stderr
-    assert res.stdout.count("CASE ") == 2 * 16 * 4 and "FAIL" not in res.stdout, res.stdout
+    assert res.stdout.count("CASE ") == 2 * (16 + 4) * 4 and "FAIL" not in res.stdout, res.stdout
+    assert res.stdout.count(" aligned ") == 2 * 4 * 4, res.stdout
 
 
 @pytest.mark.mpi
@@ -184,6 +187,39 @@ def test_trsm_triangle_and_its_sums_in_one_pass_are_triangle_operand_s(grid, tra
     finite = np.isfinite(want)
     assert np.array_equal(finite, np.isfinite(got))
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("lower", [False, True])
+@pytest.mark.parametrize("unit", [False, True])
+def test_trsm_triangle_copied_out_of_a_and_summed_in_one_pass(grid, lower, unit):
+    # where T's piece is A's own local piece (the layout ft_pdtrsm meets at offset 0 with B's blocking), T is
+    # copied out of A, made a triangle and summed in one pass reading only the kept rows: the very T the
+    # plain routine solves with (NaN in the excluded triangle and on a unit diagonal never read), in a
+    # buffer of the pool that is not A's memory, A untouched, and the sums a separate pass over that T gives
+    rng = np.random.default_rng(11)
+    a = rng.uniform(-1, 1, (21, 21))
+    a[rng.random(a.shape) < 0.2] = np.nan
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=5, nb=5)
+    B = linalg.DistributedMatrix.zeros(grid, 21, 4, mb=5, nb=5)
+    rows, wcols = B.row_map(0, 21), B.col_map(0, 4)
+    cols = tri_cols(rows, grid.npcol)
+    assert same_layout(A, 0, 0, False, rows, cols) and A.local.flags.f_contiguous  # the one-pass path
+    ref = triangle_operand(A, 0, 0, False, lower, unit, rows, cols)
+    chk = SolveChecksums(grid, rows, cols, wcols, 3, lower)
+    _poison_buffer_cache()
+    pool: dict[object, np.ndarray] = {}
+    t = chk.make_triangle(A, 0, 0, False, unit, pool)
+    assert any(np.shares_memory(t, buf) for buf in pool.values()) and not np.shares_memory(t, A.local)
+    assert np.array_equal(t, ref, equal_nan=True) and t.flags.f_contiguous
+    assert np.array_equal(A.to_global(), a, equal_nan=True)
+    want = np.zeros((3 * (len(chk.rl) - 1), 21), order="F")
+    encode_rows_into(ref, chk.rl, np.ascontiguousarray(chk.rw[:, 0]), want, False, 3)
+    ((_, _, got),) = chk.t_blocks()
+    got = np.concatenate(list(got), axis=0)
+    assert np.array_equal(np.isfinite(want), np.isfinite(got))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-13, atol=1e-14)
+    release_pool(pool)
 
 
 def _poison_buffer_cache() -> None:

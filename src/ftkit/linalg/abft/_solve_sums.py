@@ -40,6 +40,7 @@ replaced too); then everything is checked again. A block still inconsistent mean
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -47,12 +48,12 @@ from mpi4py import MPI
 
 from ..._wait import wait_requests
 from .. import checksums
-from ..checksums._kernels import encode_cols_into, triangle_rows_into
+from ..checksums._kernels import encode_cols_into, triangle_rows_from, triangle_rows_into
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
 from ..pblas._panel_buffers import pooled_buffer
-from ..pblas._redistribute import displacements
+from ..pblas._redistribute import displacements, same_layout
 from ..pblas._tri_sweep import triangle_extent, triangle_piece
 
 __all__ = ["SolveChecksums", "segments"]
@@ -91,6 +92,104 @@ def _weights(here: np.ndarray, lb: np.ndarray, ids: np.ndarray, gb: np.ndarray) 
     return (here - np.repeat(gb[ids], np.diff(lb)) + 1).astype(np.float64)
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """What one solve's checksums need that depends only on the maps, ``bs``, ``lower`` and this process's
+    place in the grid, not on the data: made once per shape (:func:`_layout`) and kept, as every call of one
+    shape needs the same (numpy's index work and the message layouts were ~1.5 ms of Python per call)."""
+
+    rg: np.ndarray  # row segments: global bounds, local bounds, global id of each local one
+    rl: np.ndarray
+    rid: np.ndarray
+    cg: np.ndarray  # column segments of W, likewise
+    cl: np.ndarray
+    cid: np.ndarray
+    rows_here: np.ndarray  # this process row's indices of X's rows
+    rw: np.ndarray  # the weights of the row- and column-weighted sums (1-based index in the segment)
+    cw: np.ndarray
+    rid_of: tuple[np.ndarray, ...]  # the row / column segments every process row / column holds
+    cid_of: tuple[np.ndarray, ...]
+    keep: np.ndarray  # T's extent (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_extent`)
+    diag: np.ndarray
+    place: np.ndarray  # the column of T's sums each local column of T goes to (grouped by process row)
+    send: tuple[list[int], list[int]]  # Ialltoallv of T's sums: counts and displacements, sent and received
+    recv: tuple[list[int], list[int]]
+    # per nonempty part of T's sums received: row segment ids, local rows of X (and as a slice where they are
+    # a range: a view of X's sums, not a copy), size
+    t_parts: tuple[tuple[np.ndarray, np.ndarray, np.ndarray | slice, int], ...]
+    # per rank: the shapes of its partial products and W0's block sums, its row and column segment ids
+    gather: tuple[tuple[tuple[int, ...], tuple[int, ...], np.ndarray, np.ndarray], ...]
+    gather_counts: tuple[list[int], list[int]]
+
+
+def _map_key(m: BlockCyclic1D) -> tuple[int, int, int, int, int]:
+    return m.n, m.nb, m.offset, m.src, m.nprocs
+
+
+@lru_cache(maxsize=16)
+def _layout(grid_key: tuple[int, int, str, int, int], rows_key: tuple[int, int, int, int, int],
+            cols_key: tuple[int, int, int, int, int], wcols_key: tuple[int, int, int, int, int], bs: int,
+            lower: bool) -> _Layout:
+    """The :class:`_Layout` of a solve (keys: :func:`_map_key` of the maps; ``grid_key``: shape, order and
+    this process's coordinates). Read-only arrays: every call of the shape shares them."""
+    nprow, npcol, order, myrow, mycol = grid_key
+    rows, cols, wcols = BlockCyclic1D(*rows_key), BlockCyclic1D(*cols_key), BlockCyclic1D(*wcols_key)
+
+    def coords(s: int) -> tuple[int, int]:
+        return divmod(s, npcol) if order == "R" else divmod(s, nprow)[::-1]  # type: ignore[return-value]
+
+    size = nprow * npcol
+    rcut, ccut = _cut(rows, bs), _cut(wcols, bs)
+    rg, rl, rid = segments(rows, myrow, bs, rcut)
+    cg, cl, cid = segments(wcols, mycol, bs, ccut)
+    rows_here, cols_t = rows.indices_on(myrow), cols.indices_on(mycol)
+    rid_of = tuple(np.flatnonzero(rcut[1] == p) for p in range(nprow))
+    cid_of = tuple(np.flatnonzero(ccut[1] == q) for q in range(npcol))
+    keep, diag = triangle_extent(rows, cols, myrow, mycol, lower)
+    # the process row that multiplies each local column's sums (it holds X's row of that index); the kernel
+    # writes each process row's columns side by side, in local order: one contiguous piece of the sums each,
+    # sent from where it lies (the pieces of two ranks of one process row overlap: MPI lets sends overlap)
+    dest_row = rows.owners[cols_t] if cols_t.size else np.zeros(0, np.int64)
+    order_ = np.argsort(dest_row, kind="stable")
+    place = np.empty(order_.size, np.int64)
+    place[order_] = np.arange(order_.size)
+    bounds = np.searchsorted(dest_row[order_], np.arange(nprow + 1))
+    nrow_here = _KINDS * (len(rl) - 1)
+    scounts = [nrow_here * int(bounds[coords(d)[0] + 1] - bounds[coords(d)[0]]) for d in range(size)]
+    sdispls = [nrow_here * int(bounds[coords(d)[0]]) for d in range(size)]
+    t_parts, rcounts = [], []
+    for s in range(size):
+        ps, qs = coords(s)
+        k = cols.indices_on(qs)
+        k = k[rows.owners[k] == myrow] if k.size else k
+        nrow = _KINDS * len(rid_of[ps])
+        pos = np.searchsorted(rows_here, k)
+        cnt = nrow * k.size
+        if cnt:
+            run = pos.size and np.array_equal(pos, np.arange(pos[0], pos[0] + pos.size))
+            t_parts.append((rid_of[ps], pos, slice(int(pos[0]), int(pos[0]) + pos.size) if run else pos, cnt))
+        rcounts.append(cnt)
+    nI = len(rg) - 1
+    gather, counts = [], []
+    for s in range(size):
+        ps, qs = coords(s)
+        nc = len(cid_of[qs])
+        pa, pb = (4, nI, nc), (4, len(rid_of[ps]), nc)
+        gather.append((pa, pb, rid_of[ps], cid_of[qs]))
+        counts.append(int(np.prod(pa) + np.prod(pb)))
+    lay = _Layout(
+        rg=rg, rl=rl, rid=rid, cg=cg, cl=cl, cid=cid, rows_here=rows_here,
+        rw=_weights(rows_here, rl, rid, rg), cw=_weights(wcols.indices_on(mycol), cl, cid, cg),
+        rid_of=rid_of, cid_of=cid_of, keep=keep, diag=diag, place=place, send=(scounts, sdispls),
+        recv=(rcounts, displacements(rcounts)), t_parts=tuple(t_parts), gather=tuple(gather),
+        gather_counts=(counts, displacements(counts)))
+    for v in vars(lay).values():
+        for a in v if isinstance(v, tuple) else (v,):
+            if isinstance(a, np.ndarray):
+                a.flags.writeable = False
+    return lay
+
+
 @dataclass
 class SolveChecksums:
     """The checksums of one solve on this process's pieces.
@@ -109,19 +208,15 @@ class SolveChecksums:
 
     def __post_init__(self) -> None:
         g = self.grid
-        rcut, ccut = _cut(self.rows, self.bs), _cut(self.wcols, self.bs)
-        self.rg, self.rl, self.rid = segments(self.rows, g.myrow, self.bs, rcut)
-        self.cg, self.cl, self.cid = segments(self.wcols, g.mycol, self.bs, ccut)
-        self.rows_here = self.rows.indices_on(g.myrow)
-        self.cols_t = self.cols.indices_on(g.mycol)
+        lay = self._lay = _layout((g.nprow, g.npcol, g.order, g.myrow, g.mycol), _map_key(self.rows),
+                                  _map_key(self.cols), _map_key(self.wcols), int(self.bs), bool(self.lower))
+        self.rg, self.rl, self.rid = lay.rg, lay.rl, lay.rid
+        self.cg, self.cl, self.cid = lay.cg, lay.cl, lay.cid
+        self.rows_here, self.rid_of, self.cid_of = lay.rows_here, lay.rid_of, lay.cid_of
         self.nI, self.nJ, self.ka = len(self.rg) - 1, len(self.cg) - 1, self.rows.n
-        self.cw = _weights(self.wcols.indices_on(g.mycol), self.cl, self.cid, self.cg)
-        self.rw = _weights(self.rows_here, self.rl, self.rid, self.rg)[:, None]
+        self.cw, self.rw = lay.cw, lay.rw[:, None]
         self.rmax = float(np.diff(self.rg).max(initial=1))
         self.cmax = float(np.diff(self.cg).max(initial=1))
-        # the row / column segments every process row / column holds (the layouts of what they send)
-        self.rid_of = [np.flatnonzero(rcut[1] == p) for p in range(g.nprow)]
-        self.cid_of = [np.flatnonzero(ccut[1] == q) for q in range(g.npcol)]
         self._t_exchange: tuple[Any, ...] | None = None
         self._t_blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
@@ -142,24 +237,27 @@ class SolveChecksums:
 
         The triangle is made in place in the redistributed piece and its column sums per row segment
         (plain, row-weighted, absolute) are taken in the same pass, from the kept rows only
-        (:func:`~ftkit.linalg.checksums._kernels.triangle_rows_into`, as ``ft_pdtrmm`` takes them); they
-        start on their way to the process rows that multiply them (non-blocking; :meth:`residuals` waits).
-        ``pool``: the piece in a buffer of the process-wide cache
-        (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_piece`).
+        (:func:`~ftkit.linalg.checksums._kernels.triangle_rows_into`, as ``ft_pdtrmm`` takes them); where the
+        piece is A's own local piece (no transpose, the same layout: the benchmark's offset-0 call), it is
+        copied out of A in that pass instead (:func:`~ftkit.linalg.checksums._kernels.triangle_rows_from`:
+        A's excluded triangle not read, one pass over the piece fewer). The sums start on their way to the
+        process rows that multiply them (non-blocking; :meth:`residuals` waits). ``pool``: the piece in a
+        buffer of the process-wide cache (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_piece`).
         """
-        g = self.grid
-        t = triangle_piece(A, ia, ja, transpose, self.rows, self.cols, pool)
-        keep, diag = triangle_extent(self.rows, self.cols, g.myrow, g.mycol, self.lower)
-        # the process row that multiplies each local column's sums (it holds X's row of that index); the
-        # kernel writes each process row's columns side by side, in local order: one slice of text each
-        dest_row = self.rows.owners[self.cols_t] if self.cols_t.size else np.zeros(0, np.int64)
-        order = np.argsort(dest_row, kind="stable")
-        place = np.empty(order.size, np.int64)
-        place[order] = np.arange(order.size)
-        text = np.zeros((_KINDS * (len(self.rl) - 1), t.shape[1]), order="F")
-        triangle_rows_into(t, keep, diag, unit, self.rl, np.ascontiguousarray(self.rw[:, 0]), text, place,
-                           _KINDS)
-        self._send_t_sums(text, np.searchsorted(dest_row[order], np.arange(g.nprow + 1)))
+        lay, g = self._lay, self.grid
+        text = np.empty((_KINDS * (len(self.rl) - 1), self.cols.count(g.mycol)), order="F")  # all written
+        if same_layout(A, ia, ja, transpose, self.rows, self.cols):
+            # T's piece is A's own: copied out of it, made a triangle and summed in one pass that reads only
+            # the kept rows (the layout move's copy and the triangle's pass would be two)
+            src = A.local[A.row_map(ia, self.rows.n).local_range(g.myrow),
+                          A.col_map(ja, self.cols.n).local_range(g.mycol)]
+            t = (np.empty(src.shape, src.dtype, order="F") if pool is None else  # triangle_piece's pool key:
+                 pooled_buffer(pool, ("move", 0), src.shape, src.dtype))
+            triangle_rows_from(src, t, lay.keep, lay.diag, unit, self.rl, lay.rw, text, lay.place, _KINDS)
+        else:
+            t = triangle_piece(A, ia, ja, transpose, self.rows, self.cols, pool)
+            triangle_rows_into(t, lay.keep, lay.diag, unit, self.rl, lay.rw, text, lay.place, _KINDS)
+        self._send_t_sums(text)
         return t
 
     def encode(self, w: np.ndarray, pool: dict[object, np.ndarray]) -> np.ndarray:
@@ -176,32 +274,21 @@ class SolveChecksums:
         wext = pooled_buffer(pool, "w0", (w.shape[0], ncols + _KINDS * nc))
         encode_cols_into(w, self.cl, self.cw, wext, True, _KINDS)
         w0 = wext[:, :ncols]
-        plain, colw, absw = (wext[:, ncols + q * nc:ncols + (q + 1) * nc] for q in range(_KINDS))
+        sums = _seg_sums(wext[:, ncols:], self.rl, 0)  # plain, column-weighted, absolute side by side
+        roww = _seg_sums(wext[:, ncols:ncols + nc] * self.rw, self.rl, 0)
         # in the order of the residuals' products: plain, column-weighted, row-weighted, absolute
-        self.w_sums = np.stack([_seg_sums(x, self.rl, 0) for x in (plain, colw, plain * self.rw, absw)])
+        self.w_sums = np.stack([sums[:, :nc], sums[:, nc:2 * nc], roww, sums[:, 2 * nc:]])
         return w0
 
-    def _send_t_sums(self, text: np.ndarray, bounds: np.ndarray) -> None:
+    def _send_t_sums(self, text: np.ndarray) -> None:
         """Start sending each process the column sums of ``T`` at the indices its process row holds of ``X``'s
         rows (one ``Ialltoallv``). ``text``: kinds x local row segments by local columns, those of process
-        row ``p`` in columns ``bounds[p]:bounds[p + 1]`` (in local order)."""
-        g = self.grid
-        by_row = [text[:, bounds[p]:bounds[p + 1]].ravel(order="F") for p in range(g.nprow)]  # views
-        parts = [by_row[g.coords(d)[0]] for d in range(g.size)]
-        scounts = [x.size for x in parts]
-        sbuf = np.concatenate(parts) if parts else np.zeros(0)
-        layout, rcounts = [], []
-        for s in range(g.size):
-            ps, qs = g.coords(s)
-            k = self.cols.indices_on(qs)
-            k = k[self.rows.owners[k] == g.myrow] if k.size else k
-            nrow = _KINDS * len(self.rid_of[ps])
-            layout.append((ps, nrow, np.searchsorted(self.rows_here, k)))
-            rcounts.append(nrow * k.size)
-        rbuf = np.empty(sum(rcounts))
-        req = g.comm.Ialltoallv([sbuf, (scounts, displacements(scounts)), MPI.DOUBLE],
-                                [rbuf, (rcounts, displacements(rcounts)), MPI.DOUBLE])
-        self._t_exchange = (req, sbuf, rbuf, layout, rcounts)
+        row ``p`` side by side (in local order), as :func:`_layout` places them."""
+        lay = self._lay
+        rbuf = np.empty(sum(lay.recv[0]))
+        req = self.grid.comm.Ialltoallv([text.ravel(order="F"), lay.send, MPI.DOUBLE],
+                                        [rbuf, lay.recv, MPI.DOUBLE])
+        self._t_exchange = (req, text, rbuf)
 
     def t_blocks(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Return ``T``'s column sums at this process row's indices of ``X``'s rows, as received from each
@@ -209,13 +296,12 @@ class SolveChecksums:
         row-weighted, absolute). Waits for :meth:`make_triangle`'s exchange the first time."""
         if self._t_blocks is None:
             assert self._t_exchange is not None, "make_triangle() first"
-            req, _sbuf, rbuf, layout, rcounts = self._t_exchange
+            req, _text, rbuf = self._t_exchange
             wait_requests([req])  # waited by sleeping
             blocks, off = [], 0
-            for (ps, nrow, pos), cnt in zip(layout, rcounts, strict=True):
-                if cnt:  # rows kind-major (kind q, segment s at q * nr + s), F order
-                    blk = rbuf[off:off + cnt].reshape((nrow // _KINDS, _KINDS, pos.size), order="F")
-                    blocks.append((self.rid_of[ps], pos, blk.transpose(1, 0, 2)))
+            for rid, pos, _take, cnt in self._lay.t_parts:  # rows kind-major (kind q, segment s: q * nr + s)
+                blk = rbuf[off:off + cnt].reshape((rid.size, _KINDS, pos.size), order="F")
+                blocks.append((rid, pos, blk.transpose(1, 0, 2)))
                 off += cnt
             self._t_blocks, self._t_exchange = blocks, None
         return self._t_blocks
@@ -234,9 +320,10 @@ class SolveChecksums:
             encode_cols_into(x, self.cl, self.cw, xext, False, _KINDS)  # plain, weighted, absolute
         part = np.zeros((4, self.nI, nc))  # this process row's share of the sums
         with np.errstate(invalid="ignore", over="ignore"):
-            for rid, pos, (ts, tw, ta) in self.t_blocks():
-                xs, xw, xa = (xx for xx in np.split(xext[pos], _KINDS, axis=1))
-                part[:, rid] += np.stack([ts @ xs, ts @ xw, tw @ xs, ta @ xa])
+            for (rid, _pos, (ts, tw, ta)), take in zip(self.t_blocks(), self._lay.t_parts, strict=True):
+                x = xext[take[2]]  # plain, column-weighted, absolute side by side
+                sw = ts @ x[:, :2 * nc]
+                part[:, rid] += np.stack([sw[:, :nc], sw[:, nc:], tw @ x[:, :nc], ta @ x[:, 2 * nc:]])
         prod, w0 = self._gather(part)
         with np.errstate(invalid="ignore", over="ignore"):
             self.res_e, self.res_w, self.res_r = prod[0] - w0[0], prod[1] - w0[1], prod[2] - w0[2]
@@ -260,25 +347,16 @@ class SolveChecksums:
         """Gather every process's partial products (``part``: 4 x nI x its column segments) and ``W0``'s
         block sums (one ``Iallgatherv``); return their totals over the process rows, added in grid-rank order
         (the same on every process), and the block sums, both ``4 x nI x nJ``."""
-        g = self.grid
         mine = np.concatenate([part.ravel(order="F"), self.w_sums.ravel(order="F")])
-        shapes = []
-        for s in range(g.size):
-            ps, qs = g.coords(s)
-            nc = len(self.cid_of[qs])
-            shapes.append(((4, self.nI, nc), (4, len(self.rid_of[ps]), nc)))
-        counts = [int(np.prod(a) + np.prod(b)) for a, b in shapes]
-        displs = displacements(counts)
+        counts, displs = self._lay.gather_counts
         out = np.empty(sum(counts))
-        wait_requests([g.comm.Iallgatherv(mine, [out, (counts, displs), MPI.DOUBLE])])  # waited by sleeping
+        wait_requests([self.grid.comm.Iallgatherv(mine, [out, (counts, displs), MPI.DOUBLE])])  # by sleeping
         prod, w0 = np.zeros((4, self.nI, self.nJ)), np.zeros((4, self.nI, self.nJ))
-        for s, ((pa, pb), off) in enumerate(zip(shapes, displs, strict=True)):
-            ps, qs = g.coords(s)
-            cid, rid = self.cid_of[qs], self.rid_of[ps]
-            na = int(np.prod(pa))
-            with np.errstate(invalid="ignore", over="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):
+            for (pa, pb, rid, cid), off, cnt in zip(self._lay.gather, displs, counts, strict=True):
+                na = pa[0] * pa[1] * pa[2]
                 prod[:, :, cid] += out[off:off + na].reshape(pa, order="F")
-            w0[:, rid[:, None], cid[None, :]] = out[off + na:off + counts[s]].reshape(pb, order="F")
+                w0[:, rid[:, None], cid[None, :]] = out[off + na:off + cnt].reshape(pb, order="F")
         return prod, w0
 
     def gather_t_sums(self) -> None:

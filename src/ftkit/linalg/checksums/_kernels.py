@@ -28,7 +28,7 @@ from numba import njit
 from ..pblas._tri_kernel import triangle_column
 
 __all__ = ["encode_rows_into", "encode_cols_into", "copy_col_sums", "block_sums_into", "copy_kept",
-           "triangle_rows_into"]
+           "triangle_rows_into", "triangle_rows_from"]
 
 # Reassociation lets LLVM vectorize the segment sums; the bounds hold for any summation order (the tree depth
 # stays below the segment length), and NaN/Inf semantics are kept (no nnan/ninf flags).
@@ -395,6 +395,44 @@ def triangle_rows_into(
         k0 = keep[0, j]
         k1 = keep[1, j]
         triangle_column(col, k0, k1, diag[j], unit)  # the plain routine's triangle, then the sums
+        q = cidx[j]
+        for s in range(nr):
+            lo = max(bounds[s], k0)
+            ln = max(0, min(bounds[s + 1], k1) - lo)
+            e, ws, ab, sq = _segment_sums(col[lo : lo + ln], w[lo : lo + ln], sq_on)
+            ext[s, q] = e
+            ext[nr + s, q] = ws
+            ext[2 * nr + s, q] = ab
+            if sq_on:
+                ext[3 * nr + s, q] = sq
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
+def triangle_rows_from(
+    src: np.ndarray, t: np.ndarray, keep: np.ndarray, diag: np.ndarray, unit: bool, bounds: np.ndarray,
+    w: np.ndarray, ext: np.ndarray, cidx: np.ndarray, kinds: int,
+) -> None:  # pragma: no cover - compiled
+    """:func:`triangle_rows_into` of a copy: ``t`` (F order, ``src``'s shape) becomes the triangle of ``src``
+    and its checksum rows go into ``ext``, in one pass that reads only ``src``'s kept rows.
+
+    Each column of ``t`` gets ``src``'s rows ``keep[0, j]:keep[1, j]``, zeros elsewhere and, where ``unit``
+    and ``diag[j] >= 0``, a one on the diagonal (what copying ``src`` into ``t`` and then
+    :func:`triangle_rows_into` give, values and sums alike, to the bit); the sums are read from ``t``'s
+    column while it is in cache. ``src`` is not modified.
+    """
+    ncol = t.shape[1]
+    nr = bounds.shape[0] - 1
+    sq_on = kinds >= 4
+    for j in range(ncol):
+        col = t[:, j]
+        k0 = keep[0, j]
+        k1 = keep[1, j]
+        if k1 > k0:
+            x = src[k0:k1, j]
+            d = col[k0:k1]
+            for i in range(k1 - k0):
+                d[i] = x[i]
+        triangle_column(col, k0, k1, diag[j], unit)
         q = cidx[j]
         for s in range(nr):
             lo = max(bounds[s], k0)
