@@ -9,10 +9,13 @@ offsets and block sizes that do not divide the sizes:
   maps that are not (other block size, offset, source process, a transpose) do not; either way
   ``redistribute`` returns the bytes of :func:`~ftkit.linalg.pblas._redistribute.exchange` (the
   ``Alltoallv`` path, forced), in a fresh F-order array sharing no memory with the source;
-- ``triangle_operand`` (made in place) returns the bytes of the ``np.where`` formula it replaced, applied to
-  the general path's piece, for lower/upper, unit/non-unit, transposed or not, and leaves A unchanged.
+- ``triangle_operand`` (made in place, or copied out of A in one pass where T's piece is A's own local piece:
+  square blocks, offsets on the same block boundary) returns the bytes of the ``np.where`` formula it
+  replaced, applied to the general path's piece, for lower/upper, unit/non-unit, transposed or not, never
+  shares A's memory and leaves A unchanged.
 
-Rank 0 prints ``FAIL ...`` lines and ``DONE cases=C fast=F failures=X``.
+Rank 0 prints ``FAIL ...`` lines and ``DONE cases=C fast=F tri_fast=T failures=X`` (``T``: triangles taken
+by the one-pass copy on this process).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def main() -> int:
     g = linalg.ProcessGrid(MPI.COMM_WORLD, nprow, npcol)
     rng = np.random.default_rng(5)
     problems: list[str] = []
-    cases = fast = 0
+    cases = fast = tri_fast = 0
     for dtype in (np.float64, np.float32):
         A = _matrix(g, dtype, rng)
         before = A.local.copy()
@@ -82,27 +85,36 @@ def main() -> int:
                 problems.append(f"{tag}: redistribute differs from the general path")
             if not got.flags.f_contiguous or np.may_share_memory(got, A.local) or got.dtype != A.dtype:
                 problems.append(f"{tag}: not a fresh F-order array of A's dtype")
-        for i0, j0, ka in [(0, 0, min(M, N)), (5, 2, 11), (3, 6, 13)]:
-            for trans in (False, True):
-                for lower in (False, True):
-                    for unit in (False, True):
-                        cases += 1
-                        rows = A.row_map(i0, ka) if not trans else BlockCyclic1D(ka, MB, i0, 0, nprow)
-                        cols = tri_cols(rows, npcol)
-                        t = triangle_operand(A, i0, j0, trans, lower, unit, rows, cols)
-                        piece = exchange(A, i0, j0, trans, rows, cols)
-                        ref = _where_triangle(piece, rows, cols, g, lower, unit)
-                        if t.tobytes(order="F") != ref.tobytes(order="F") or not t.flags.f_contiguous:
-                            problems.append(f"{np.dtype(dtype).name} triangle i0={i0} j0={j0} ka={ka} "
-                                            f"trans={trans} lower={lower} unit={unit}: differs from np.where")
-        if A.local.tobytes() != before.tobytes():
+        # square blocks (A_sq): T's piece is A's own local piece where the offsets agree, the one-pass copy
+        A_sq = linalg.DistributedMatrix.from_global(g, A.to_global(), mb=MB, nb=MB)
+        before_sq = A_sq.local.copy()
+        for src in (A, A_sq):
+            for i0, j0, ka in [(0, 0, min(M, N)), (5, 2, 11), (3, 6, 13), (4, 4, 15)]:
+                for trans in (False, True):
+                    for lower in (False, True):
+                        for unit in (False, True):
+                            cases += 1
+                            rows = src.row_map(i0, ka) if not trans else BlockCyclic1D(ka, MB, i0, 0, nprow)
+                            cols = tri_cols(rows, npcol)
+                            tri_fast += same_layout(src, i0, j0, trans, rows, cols)
+                            t = triangle_operand(src, i0, j0, trans, lower, unit, rows, cols)
+                            piece = exchange(src, i0, j0, trans, rows, cols)
+                            ref = _where_triangle(piece, rows, cols, g, lower, unit)
+                            if t.tobytes(order="F") != ref.tobytes(order="F") or not t.flags.f_contiguous:
+                                problems.append(f"{np.dtype(dtype).name} triangle mb={src.desc.mb} "
+                                                f"nb={src.desc.nb} i0={i0} j0={j0} ka={ka} trans={trans} "
+                                                f"lower={lower} unit={unit}: differs from np.where")
+                            if np.may_share_memory(t, src.local):
+                                problems.append(f"{np.dtype(dtype).name} triangle i0={i0} j0={j0}: "
+                                                "shares A's memory")
+        if A.local.tobytes() != before.tobytes() or A_sq.local.tobytes() != before_sq.tobytes():
             problems.append(f"{np.dtype(dtype).name}: A's local array was modified")
     every = g.comm.gather(problems, root=0)
     if g.rank == 0:
         flat = [f"rank {r}: {p}" for r, ps in enumerate(every or []) for p in ps]
         for line in flat:
             print("FAIL", line)
-        print(f"DONE cases={cases} fast={fast} failures={len(flat)}", flush=True)
+        print(f"DONE cases={cases} fast={fast} tri_fast={tri_fast} failures={len(flat)}", flush=True)
     g.free()
     return 0
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..pblas._tri_kernel import triangle_column
+from ..pblas._tri_kernel import triangle_column, triangle_column_from
 
 __all__ = ["encode_rows_into", "encode_cols_into", "copy_col_sums", "block_sums_into", "copy_kept",
            "triangle_rows_into", "triangle_rows_from"]
@@ -427,12 +427,7 @@ def triangle_rows_from(
         col = t[:, j]
         k0 = keep[0, j]
         k1 = keep[1, j]
-        if k1 > k0:
-            x = src[k0:k1, j]
-            d = col[k0:k1]
-            for i in range(k1 - k0):
-                d[i] = x[i]
-        triangle_column(col, k0, k1, diag[j], unit)
+        triangle_column_from(src[:, j], col, k0, k1, diag[j], unit)
         q = cidx[j]
         for s in range(nr):
             lo = max(bounds[s], k0)

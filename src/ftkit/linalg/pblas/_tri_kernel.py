@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["triangle_in_place", "triangle_column"]
+__all__ = ["triangle_in_place", "triangle_from", "triangle_column", "triangle_column_from"]
 
 
 @njit(cache=True, nogil=True)
@@ -25,10 +25,32 @@ def triangle_in_place(t: np.ndarray, keep: np.ndarray, diag: np.ndarray,
 
 
 @njit(cache=True, nogil=True)
+def triangle_from(src: np.ndarray, t: np.ndarray, keep: np.ndarray, diag: np.ndarray,
+                  unit: bool) -> None:  # pragma: no cover - compiled
+    """Make ``t`` (F order, ``src``'s shape) the triangle of ``src`` in one pass: each column gets ``src``'s
+    rows ``keep[0, j]:keep[1, j]`` and what :func:`triangle_in_place` writes elsewhere (the same values as a
+    copy followed by it, to the bit); ``src``'s excluded rows are not read and ``src`` is not modified."""
+    for j in range(t.shape[1]):
+        triangle_column_from(src[:, j], t[:, j], keep[0, j], keep[1, j], diag[j], unit)
+
+
+@njit(cache=True, nogil=True)
+def triangle_column_from(x: np.ndarray, col: np.ndarray, k0: int, k1: int, diag: int,
+                         unit: bool) -> None:  # pragma: no cover - compiled
+    """One column of :func:`triangle_from` (also called, inlined, by ``ft_pdtrsm``'s checksum kernel)."""
+    if k1 > k0:
+        xs = x[k0:k1]
+        d = col[k0:k1]
+        for i in range(k1 - k0):
+            d[i] = xs[i]
+    triangle_column(col, k0, k1, diag, unit)
+
+
+@njit(cache=True, nogil=True)
 def triangle_column(col: np.ndarray, k0: int, k1: int, diag: int, unit: bool) -> None:  # pragma: no cover
     """One column of :func:`triangle_in_place` (also called, inlined, by ``ft_pdtrmm``'s checksum kernel)."""
     # numba's on-disk cache of a caller in another file does not notice a change here: after editing this
-    # function, touch checksums/_kernels.py too (or its cached triangle_rows_into keeps the old code)
+    # function (or triangle_column_from), touch checksums/_kernels.py too (its cached kernels keep old code)
     nrow = col.shape[0]
     z = col[0:k0]
     for i in range(k0):

@@ -30,7 +30,8 @@ from .._blas import gemm_update, trsm_left
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
-from ._redistribute import Move, Pool, redistribute_many
+from ._panel_buffers import pooled_buffer
+from ._redistribute import Move, Pool, redistribute_many, same_layout
 
 __all__ = ["tri_cols", "triangle_extent", "triangle_piece", "triangle_operand", "diagonal_blocks", "sweep"]
 
@@ -132,11 +133,19 @@ def triangle_operand(A: DistributedMatrix, ia: int, ja: int, transpose: bool, lo
     numpy.ndarray
         F-order ``(rows.count(myrow), cols.count(mycol))`` array.
     """
-    from ._tri_kernel import triangle_in_place  # numba: imported at the first use, not with the package
+    from ._tri_kernel import triangle_from, triangle_in_place  # numba: imported at the first use
 
     g = A.grid
-    t = triangle_piece(A, ia, ja, transpose, rows, cols, pool)
     keep, diag = triangle_extent(rows, cols, g.myrow, g.mycol, lower)
+    if same_layout(A, ia, ja, transpose, rows, cols):
+        # T's piece is A's own: copied out of it and made a triangle in one pass that reads only the kept
+        # rows (the layout move's copy and the triangle's pass would be two); triangle_piece's pool key
+        src = A.local[A.row_map(ia, rows.n).local_range(g.myrow), A.col_map(ja, cols.n).local_range(g.mycol)]
+        t = (np.empty(src.shape, src.dtype, order="F") if pool is None
+             else pooled_buffer(pool, ("move", 0), src.shape, src.dtype))
+        triangle_from(src, t, keep, diag, unit)
+        return t
+    t = triangle_piece(A, ia, ja, transpose, rows, cols, pool)
     triangle_in_place(t, keep, diag, unit)
     return t
 
