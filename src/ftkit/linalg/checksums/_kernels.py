@@ -374,6 +374,24 @@ def copy_kept(src: np.ndarray, dst: np.ndarray, keep: np.ndarray) -> None:  # pr
 
 
 @njit(cache=True, nogil=True, fastmath=_FM)
+def _kept_segment_sums(col: np.ndarray, k0: int, k1: int, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray,
+                       q: int, sq_on: bool) -> None:  # pragma: no cover - compiled
+    """The sums of every row segment (``bounds``) of a triangle's column ``col`` into column ``q`` of
+    ``ext``, read from its kept rows ``k0:k1`` only (the others are zero): plain, weighted, absolute (and,
+    if ``sq_on``, squared), ``nr`` rows apart."""
+    nr = bounds.shape[0] - 1
+    for s in range(nr):
+        lo = max(bounds[s], k0)
+        ln = max(0, min(bounds[s + 1], k1) - lo)
+        e, ws, ab, sq = _segment_sums(col[lo : lo + ln], w[lo : lo + ln], sq_on)
+        ext[s, q] = e
+        ext[nr + s, q] = ws
+        ext[2 * nr + s, q] = ab
+        if sq_on:
+            ext[3 * nr + s, q] = sq
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
 def triangle_rows_into(
     t: np.ndarray, keep: np.ndarray, diag: np.ndarray, unit: bool, bounds: np.ndarray, w: np.ndarray,
     ext: np.ndarray, cidx: np.ndarray, kinds: int,
@@ -387,24 +405,13 @@ def triangle_rows_into(
     laid out as :func:`encode_rows_into` lays them out), read from the kept rows only (the others are
     zero).
     """
-    ncol = t.shape[1]
-    nr = bounds.shape[0] - 1
     sq_on = kinds >= 4
-    for j in range(ncol):
+    for j in range(t.shape[1]):
         col = t[:, j]
         k0 = keep[0, j]
         k1 = keep[1, j]
         triangle_column(col, k0, k1, diag[j], unit)  # the plain routine's triangle, then the sums
-        q = cidx[j]
-        for s in range(nr):
-            lo = max(bounds[s], k0)
-            ln = max(0, min(bounds[s + 1], k1) - lo)
-            e, ws, ab, sq = _segment_sums(col[lo : lo + ln], w[lo : lo + ln], sq_on)
-            ext[s, q] = e
-            ext[nr + s, q] = ws
-            ext[2 * nr + s, q] = ab
-            if sq_on:
-                ext[3 * nr + s, q] = sq
+        _kept_segment_sums(col, k0, k1, bounds, w, ext, cidx[j], sq_on)
 
 
 @njit(cache=True, nogil=True, fastmath=_FM)
@@ -420,21 +427,10 @@ def triangle_rows_from(
     :func:`triangle_rows_into` give, values and sums alike, to the bit); the sums are read from ``t``'s
     column while it is in cache. ``src`` is not modified.
     """
-    ncol = t.shape[1]
-    nr = bounds.shape[0] - 1
     sq_on = kinds >= 4
-    for j in range(ncol):
+    for j in range(t.shape[1]):
         col = t[:, j]
         k0 = keep[0, j]
         k1 = keep[1, j]
         triangle_column_from(src[:, j], col, k0, k1, diag[j], unit)
-        q = cidx[j]
-        for s in range(nr):
-            lo = max(bounds[s], k0)
-            ln = max(0, min(bounds[s + 1], k1) - lo)
-            e, ws, ab, sq = _segment_sums(col[lo : lo + ln], w[lo : lo + ln], sq_on)
-            ext[s, q] = e
-            ext[nr + s, q] = ws
-            ext[2 * nr + s, q] = ab
-            if sq_on:
-                ext[3 * nr + s, q] = sq
+        _kept_segment_sums(col, k0, k1, bounds, w, ext, cidx[j], sq_on)
