@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["panel_pass", "row_sums", "col_sums", "segment_flags", "solve_flags"]
+__all__ = ["panel_pass", "exact_sums", "row_sums", "col_sums", "segment_flags", "solve_flags"]
 
 
 # reassociation for the segment sums only (their bound holds for any order); never for the compared sums
@@ -33,7 +33,7 @@ def panel_pass(pt: np.ndarray, bounds: np.ndarray, wts: np.ndarray, rows: np.nda
     if rows.ctypes.data != pt.ctypes.data:
         _copy_with_sums(pt, bounds, wts, rows, segs, rs, sq, cs)
         return
-    _exact_sums(rows, rs, sq, cs)
+    exact_sums(rows, rs, sq, cs)
     _segment_sums(rows, bounds, wts, segs)
 
 
@@ -145,18 +145,29 @@ def _copy_with_sums(pt: np.ndarray, bounds: np.ndarray, wts: np.ndarray, rows: n
 
 
 @njit(cache=True, nogil=True)
-def _exact_sums(x: np.ndarray, rs: np.ndarray, sq: np.ndarray, cs: np.ndarray) -> None:  # pragma: no cover
+def exact_sums(x: np.ndarray, rs: np.ndarray, sq: np.ndarray, cs: np.ndarray) -> None:  # pragma: no cover
     """Row sums (left to right, as :func:`row_sums`), sums of squares and column sums (as :func:`col_sums`)
-    of ``x`` (F order), column by column."""
+    of ``x`` (F order), four columns per sweep down the rows (each row's sums still add them one after the
+    other: ``rs`` and ``sq`` are read and written once per four columns, ~1.3x one column per sweep)."""
     m, w = x.shape
     rs[:] = 0.0
     sq[:] = 0.0
-    for t in range(w):
+    t = 0
+    while t + 4 <= w:
+        for i in range(m):
+            v0, v1, v2, v3 = x[i, t], x[i, t + 1], x[i, t + 2], x[i, t + 3]
+            rs[i] = (((rs[i] + v0) + v1) + v2) + v3
+            sq[i] = (((sq[i] + v0 * v0) + v1 * v1) + v2 * v2) + v3 * v3
+        for u in range(4):
+            cs[t + u] = _col_sum(x, t + u)
+        t += 4
+    while t < w:
         for i in range(m):
             v = x[i, t]
             rs[i] += v
             sq[i] += v * v
         cs[t] = _col_sum(x, t)
+        t += 1
 
 
 @njit(cache=True, nogil=True, fastmath=_FM)
