@@ -49,7 +49,7 @@ from .. import checksums
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
 from ..checksums._kernels import encode_rows_into
-from ._kernels import panel_pass, segment_flags, solve_flags
+from ._kernels import exact_sums, panel_pass, segment_flags, solve_flags
 from ._steps import CholeskySteps
 
 __all__ = ["UpdateChecks"]
@@ -101,6 +101,7 @@ class UpdateChecks:
         self._add = self.eta if rigorous else 0.0
         self._enc = np.empty((self.bs, 2), order="F")  # the segment encoder: plain and index-weighted sums
         self._enc[:, 0], self._enc[:, 1] = 1.0, np.arange(1, self.bs + 1)
+        self._enc_t = np.asfortranarray(self._enc.T)  # as the left operand of encode's product (no transpose)
         self.seg0 = np.searchsorted(self.rblk, np.arange(len(panels) + 1))  # first segment of each block row
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -126,6 +127,16 @@ class UpdateChecks:
         sums of its trailing segments (block rows ``> k``), in one pass (:func:`._kernels.panel_pass`)."""
         below0 = int(self.rlo[self.seg0[k + 1]])
         _, rows, rs, sq, cs, segs = views
+        nseg = len(self.rlo) - 1 - int(self.seg0[k + 1])
+        if (rows.shape[0] == nseg * self.bs and rows.ctypes.data == pt.ctypes.data and rows.flags.f_contiguous
+                and segs.flags.f_contiguous):
+            # solved in place and every segment bs rows: the segment sums are one product, the rows seen as
+            # bs x (segments * columns) against the encoder, written in segs' own layout (2-3x the compiled
+            # pass: the sums' bound holds for any order of the additions)
+            exact_sums(rows, rs, sq, cs)
+            gemm_update(1.0, self._enc_t, rows.reshape((self.bs, -1), order="F"),
+                        segs.reshape((2, -1), order="F"), beta=0.0)
+            return
         panel_pass(pt, self.rlo[self.seg0[k + 1]:] - below0, self.wts[below0:], rows, segs, rs, sq, cs)
 
     def update(self, k: int, sums: np.ndarray, colp: np.ndarray,
