@@ -13,10 +13,13 @@ order, without fastmath (left to right along a row; eight interleaved partial su
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 
-__all__ = ["panel_pass", "exact_sums", "row_sums", "col_sums", "segment_flags", "solve_flags"]
+__all__ = ["panel_pass", "exact_sums", "row_sums", "col_sums", "carry_columns", "segment_flags",
+           "solve_flags"]
 
 
 # reassociation for the segment sums only (their bound holds for any order); never for the compared sums
@@ -227,6 +230,23 @@ def row_sums(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - comp
         for i in range(m):
             out[i] += x[i, t]
         t += 1
+
+
+@njit(cache=True, nogil=True)
+def carry_columns(dgemm: Any, colp: np.ndarray, sums: np.ndarray, chk_t: np.ndarray, c0: int,
+                  starts: np.ndarray, firsts: np.ndarray, ii0: int) -> None:  # pragma: no cover - compiled
+    """``chk_t[c0 + starts[j]:c0 + starts[j + 1], 2 firsts[j]:] -= colp[starts[j]:starts[j + 1]] @
+    sums[2 (firsts[j] - ii0):].T`` for every block column ``j``: one product per block column, each only
+    over the segments from its diagonal on, by ``dgemm`` (CBLAS ``dgemm``, a ctypes function: passed in, so
+    this stays cached) called from here. Column major, every operand with unit row stride."""
+    ldp, lds, ldc = colp.strides[1] // 8, sums.strides[1] // 8, chk_t.strides[1] // 8
+    for j in range(firsts.shape[0]):
+        m, n = starts[j + 1] - starts[j], chk_t.shape[1] - 2 * firsts[j]
+        if m <= 0 or n <= 0 or colp.shape[1] == 0:
+            continue
+        dgemm(102, 111, 112, m, n, colp.shape[1], -1.0, colp.ctypes.data + 8 * starts[j], ldp,
+              sums.ctypes.data + 8 * 2 * (firsts[j] - ii0), lds, 1.0,
+              chk_t.ctypes.data + 8 * (c0 + starts[j] + ldc * 2 * firsts[j]), ldc)
 
 
 @njit(cache=True, nogil=True)
