@@ -10,8 +10,10 @@ and ``w^T W_IJ`` (``w = 1, 2, ...``), and carries them through each update with 
 is solved (those its solve check takes), and travel with it; the checksums are stored transposed, so one
 product per trailing block column carries them, with the received rows of ``P`` of that block column as its
 left operand (no copy on a square grid), over the segments on and below its diagonal only (about ``1 / nb``
-of the update's flops), all called from one compiled loop (:func:`._kernels.carry_columns`; without CBLAS,
-four numpy products that skip most of the segments above the block diagonal). Sums are linear, so the
+of the update's flops), all called from one compiled loop that first compares each block column's rows of
+``P`` with their senders' row sums (:func:`._kernels.carry_columns`: the rows read once for both, a changed
+one repaired before anything reads it; without CBLAS, the whole check, then four numpy products that skip
+most of the segments above the block diagonal). Sums are linear, so the
 relation holds after any number of updates: block column ``J`` is verified once, when panel ``J`` reads it
 (an error made by any earlier update is still there, and nothing read the block before), never by
 recomputation. Its diagonal block is
@@ -44,6 +46,7 @@ The panel itself, encoded with its sums, and how it travels: :mod:`ftkit.linalg.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
@@ -143,29 +146,42 @@ class UpdateChecks:
             return
         panel_pass(pt, self.rlo[self.seg0[k + 1]:] - below0, self.wts[below0:], rows, segs, rs, sq, cs)
 
-    def update(self, k: int, sums: np.ndarray, colp: np.ndarray,
-               squares: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    def update(self, k: int, sums: np.ndarray, colp: np.ndarray, squares: list[tuple[np.ndarray, np.ndarray]],
+               rs: np.ndarray, repair: Callable[[int, int], object]) -> None:
         """Carry the checksums through panel ``k``'s update: ``sums`` are the segment sums of this process's
         rows of ``P`` (:meth:`encode`, taken where the panel was solved), ``colp`` the rows of ``P``
         of this process's trailing columns in their order (:meth:`CholeskySteps.column_rows`), ``squares``
         ``(rows of P (global - e), their sums of squares)``, no row twice, covering at least this process's
         rows and columns (the only ones whose ``nu`` the bounds read). One product per trailing block
-        column, over its own segments."""
+        column, over its own segments.
+
+        Each block column's rows of ``colp`` are first compared with their senders' row sums ``rs`` (same
+        summation order: equal unless a value changed); where one differs, ``repair(a, b)`` is called on
+        rows ``a:b`` (those of the block column) before they are carried, so the checksums are carried with
+        the repaired rows (and so is the update, after this call)."""
         st = self.steps
         e = st.panels[k][1]
         for idx, sq in squares:
             self.nu[e + idx] += sq
         ii0, jj0 = int(self.seg0[k + 1]), int(np.searchsorted(self.cblk, k + 1))
-        if ii0 == len(self.rblk) or jj0 == len(self.cblk):
+        if jj0 == len(self.cblk):
             return
         c0 = int(self.clo[jj0])  # the trailing block columns' local columns run from c0 to the end
         ok = colp.strides[0] == 8 and sums.strides[0] == 8 and self.chk_t.strides[0] == 8
         if _blas._dgemm is not None and ok:
-            # one product per trailing block column over its own segments only (1/2 of the rectangle),
-            # called from compiled code: no per-call Python cost, and small enough to skip BLAS's packing
-            # (~0.55x the four products' time standalone on 2x2, n = 4096)
-            carry_columns(_blas._dgemm, colp, sums, self.chk_t, c0, self._cend[jj0:] - c0, self._cseg[jj0:],
-                          ii0)
+            # compiled, per trailing block column: its rows of colp checked, then one product over its own
+            # segments only (1/2 of the rectangle), while those rows are in cache: no per-call Python cost,
+            # products small enough that BLAS skips packing, colp read from memory once for both
+            starts, j, trusted = self._cend[jj0:] - c0, 0, -1
+            while j >= 0:
+                j = carry_columns(_blas._dgemm, colp, rs, sums, self.chk_t, c0, starts, self._cseg[jj0:],
+                                  ii0, j, trusted)
+                if j >= 0:
+                    repair(int(starts[j]), int(starts[j + 1]))
+                    trusted = j
+            return
+        repair(0, colp.shape[0])
+        if ii0 == len(self.rblk):
             return
         left = colp
         # the segments on and below each block column's diagonal: four products (each quarter of the block

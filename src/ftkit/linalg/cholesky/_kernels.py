@@ -233,20 +233,33 @@ def row_sums(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - comp
 
 
 @njit(cache=True, nogil=True)
-def carry_columns(dgemm: Any, colp: np.ndarray, sums: np.ndarray, chk_t: np.ndarray, c0: int,
-                  starts: np.ndarray, firsts: np.ndarray, ii0: int) -> None:  # pragma: no cover - compiled
-    """``chk_t[c0 + starts[j]:c0 + starts[j + 1], 2 firsts[j]:] -= colp[starts[j]:starts[j + 1]] @
-    sums[2 (firsts[j] - ii0):].T`` for every block column ``j``: one product per block column, each only
-    over the segments from its diagonal on, by ``dgemm`` (CBLAS ``dgemm``, a ctypes function: passed in, so
-    this stays cached) called from here. Column major, every operand with unit row stride."""
+def carry_columns(dgemm: Any, colp: np.ndarray, rs: np.ndarray, sums: np.ndarray, chk_t: np.ndarray, c0: int,
+                  starts: np.ndarray, firsts: np.ndarray, ii0: int, j0: int,
+                  trusted: int) -> int:  # pragma: no cover - compiled
+    """For every block column ``j`` from ``j0``: compare the row sums of ``colp``'s rows ``starts[j]:starts[j
+    + 1]`` (:func:`row_sums`' order) with the sent ones ``rs`` (not for ``j == trusted``) and return ``j`` at
+    the first block column where one differs, before anything is carried for it; else carry it:
+    ``chk_t[c0 + starts[j]:c0 + starts[j + 1], 2 firsts[j]:] -= colp[starts[j]:starts[j + 1]] @ sums[2
+    (firsts[j] - ii0):].T``, over the segments from its diagonal on only, by ``dgemm`` (CBLAS ``dgemm``, a
+    ctypes function: passed in, so this stays cached) called from here, while the rows just summed are in
+    cache. Returns -1 when every block column is carried. Column major, every operand with unit row
+    stride."""
     ldp, lds, ldc = colp.strides[1] // 8, sums.strides[1] // 8, chk_t.strides[1] // 8
-    for j in range(firsts.shape[0]):
-        m, n = starts[j + 1] - starts[j], chk_t.shape[1] - 2 * firsts[j]
-        if m <= 0 or n <= 0 or colp.shape[1] == 0:
+    got = np.empty(colp.shape[0])
+    for j in range(j0, firsts.shape[0]):
+        a, b = starts[j], starts[j + 1]
+        if j != trusted:
+            row_sums(colp[a:b], got[a:b])
+            for i in range(a, b):
+                if not got[i] == rs[i]:
+                    return j
+        n = chk_t.shape[1] - 2 * firsts[j]
+        if b <= a or n <= 0 or colp.shape[1] == 0:
             continue
-        dgemm(102, 111, 112, m, n, colp.shape[1], -1.0, colp.ctypes.data + 8 * starts[j], ldp,
+        dgemm(102, 111, 112, b - a, n, colp.shape[1], -1.0, colp.ctypes.data + 8 * a, ldp,
               sums.ctypes.data + 8 * 2 * (firsts[j] - ii0), lds, 1.0,
-              chk_t.ctypes.data + 8 * (c0 + starts[j] + ldc * 2 * firsts[j]), ldc)
+              chk_t.ctypes.data + 8 * (c0 + a + ldc * 2 * firsts[j]), ldc)
+    return -1
 
 
 @njit(cache=True, nogil=True)
