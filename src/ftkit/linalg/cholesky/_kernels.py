@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-__all__ = ["panel_pass", "exact_sums", "row_sums", "col_sums", "carry_columns", "segment_flags",
-           "solve_flags"]
+__all__ = ["panel_pass", "exact_sums", "row_sums", "col_sums", "carry_columns", "take_checksums",
+           "segment_flags", "solve_flags"]
 
 
 # reassociation for the segment sums only (their bound holds for any order); never for the compared sums
@@ -260,6 +260,25 @@ def carry_columns(dgemm: Any, colp: np.ndarray, rs: np.ndarray, sums: np.ndarray
               sums.ctypes.data + 8 * 2 * (firsts[j] - ii0), lds, 1.0,
               chk_t.ctypes.data + 8 * (c0 + a + ldc * 2 * firsts[j]), ldc)
     return -1
+
+
+@njit(cache=True, nogil=True)
+def take_checksums(dgemm: Any, w: np.ndarray, enc: np.ndarray, chk_t: np.ndarray, rlo: np.ndarray,
+                   cstart: np.ndarray, cstop: np.ndarray, first: np.ndarray) -> None:  # pragma: no cover
+    """``chk_t[cstart[j]:cstop[j], 2 s:2 s + 2] = w[rlo[s]:rlo[s + 1], cstart[j]:cstop[j]].T @ enc[:len]`` for
+    every block column ``j`` and every segment ``s`` from ``first[j]`` on (``len`` its rows; ``enc``: the
+    plain and index-weighted encoder, ``bs x 2``): the checksums of the block columns, one small product per
+    segment by ``dgemm`` (as :func:`carry_columns`), no copy of ``w``. Column major, unit row strides."""
+    ldw, lde, ldc = w.strides[1] // 8, enc.strides[1] // 8, chk_t.strides[1] // 8
+    nseg = rlo.shape[0] - 1
+    for j in range(first.shape[0]):
+        m = cstop[j] - cstart[j]
+        for s in range(first[j], nseg):
+            ln = rlo[s + 1] - rlo[s]
+            if m <= 0 or ln <= 0:
+                continue
+            dgemm(102, 112, 111, m, 2, ln, 1.0, w.ctypes.data + 8 * (rlo[s] + ldw * cstart[j]), ldw,
+                  enc.ctypes.data, lde, 0.0, chk_t.ctypes.data + 8 * (cstart[j] + ldc * 2 * s), ldc)
 
 
 @njit(cache=True, nogil=True)
