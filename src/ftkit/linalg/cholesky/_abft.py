@@ -8,11 +8,15 @@ one of its columns, the plain and the index-weighted column sums of the lower bl
 and ``w^T W_IJ`` (``w = 1, 2, ...``), and carries them through each update with the panel's own sums:
 ``(e^T; w^T) W_IJ -= (e^T P_I; w^T P_I) P_J.T``: the segment sums of ``P`` are taken once, where the panel
 is solved (those its solve check takes), and travel with it; the checksums are stored transposed, so one
-product per panel carries them all, with the received rows of ``P`` of the process's columns as its left
-operand (no copy on a square grid), in four parts that skip most of the segments above the block diagonal
-(about ``1.25 / nb`` of the update's flops). Sums are linear, so the relation holds after any number of
-updates: block column ``J`` is verified once, when panel ``J`` reads it (an error made by any earlier
-update is still there, and nothing read the block before), never by recomputation. Its diagonal block is
+product per trailing block column carries them, with the received rows of ``P`` of that block column as its
+left operand (no copy on a square grid), over the segments on and below its diagonal only (about ``1 / nb``
+of the update's flops), all called from one compiled loop that first compares each block column's rows of
+``P`` with their senders' row sums (:func:`._kernels.carry_columns`: the rows read once for both, a changed
+one repaired before anything reads it; without CBLAS, the whole check, then four numpy products that skip
+most of the segments above the block diagonal). Sums are linear, so the
+relation holds after any number of updates: block column ``J`` is verified once, when panel ``J`` reads it
+(an error made by any earlier update is still there, and nothing read the block before), never by
+recomputation. Its diagonal block is
 verified before its owner factors it, by one pass over it (plain, weighted and absolute segment sums in one
 kernel, :meth:`UpdateChecks.verify`); the rows below are not read for the check: the panel's solve check
 (:meth:`UpdateChecks.check_solve`) compares the segment sums of the solution times ``L_JJ^T`` (``= e^T W_I``,
@@ -42,14 +46,15 @@ The panel itself, encoded with its sums, and how it travels: :mod:`ftkit.linalg.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
-from .. import checksums
+from .. import _blas, checksums
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
 from ..checksums._kernels import encode_rows_into
-from ._kernels import panel_pass, segment_flags, solve_flags
+from ._kernels import carry_columns, exact_sums, panel_pass, segment_flags, solve_flags, take_checksums
 from ._steps import CholeskySteps
 
 __all__ = ["UpdateChecks"]
@@ -101,7 +106,10 @@ class UpdateChecks:
         self._add = self.eta if rigorous else 0.0
         self._enc = np.empty((self.bs, 2), order="F")  # the segment encoder: plain and index-weighted sums
         self._enc[:, 0], self._enc[:, 1] = 1.0, np.arange(1, self.bs + 1)
+        self._enc_t = np.asfortranarray(self._enc.T)  # as the left operand of encode's product (no transpose)
         self.seg0 = np.searchsorted(self.rblk, np.arange(len(panels) + 1))  # first segment of each block row
+        self._cend = np.append(self.clo, len(self.cglob))  # local block columns' first columns (+ end)
+        self._cseg = self.seg0[self.cblk]  # each local block column's first segment on or below its diagonal
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The carried state (checkpointed with the work matrix: a resumed run continues to check)."""
@@ -110,6 +118,13 @@ class UpdateChecks:
     def init(self, start: int) -> None:
         """Take the checksums of the block columns from panel ``start`` on from the current ``W``."""
         st = self.steps
+        if _blas._dgemm is not None and st.w.strides[0] == 8 and st.w.dtype == np.float64:
+            # one small product per segment and block column, from compiled code (~2x the batched numpy
+            # products of _sums with their interleaving copies, standalone)
+            mine = self.cblk >= start
+            take_checksums(_blas._dgemm, st.w, self._enc, self.chk_t, self.rlo, self.clo[mine],
+                           self._cend[1:][mine], self._cseg[mine])
+            return
         for jj, big_j in enumerate(self.cblk):
             if big_j < start:
                 continue
@@ -126,24 +141,55 @@ class UpdateChecks:
         sums of its trailing segments (block rows ``> k``), in one pass (:func:`._kernels.panel_pass`)."""
         below0 = int(self.rlo[self.seg0[k + 1]])
         _, rows, rs, sq, cs, segs = views
+        nseg = len(self.rlo) - 1 - int(self.seg0[k + 1])
+        if (rows.shape[0] == nseg * self.bs and rows.ctypes.data == pt.ctypes.data and rows.flags.f_contiguous
+                and segs.flags.f_contiguous):
+            # solved in place and every segment bs rows: the segment sums are one product, the rows seen as
+            # bs x (segments * columns) against the encoder, written in segs' own layout (2-3x the compiled
+            # pass: the sums' bound holds for any order of the additions)
+            exact_sums(rows, rs, sq, cs)
+            gemm_update(1.0, self._enc_t, rows.reshape((self.bs, -1), order="F"),
+                        segs.reshape((2, -1), order="F"), beta=0.0)
+            return
         panel_pass(pt, self.rlo[self.seg0[k + 1]:] - below0, self.wts[below0:], rows, segs, rs, sq, cs)
 
-    def update(self, k: int, sums: np.ndarray, colp: np.ndarray,
-               squares: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    def update(self, k: int, sums: np.ndarray, colp: np.ndarray, squares: list[tuple[np.ndarray, np.ndarray]],
+               rs: np.ndarray, repair: Callable[[int, int], object]) -> None:
         """Carry the checksums through panel ``k``'s update: ``sums`` are the segment sums of this process's
         rows of ``P`` (:meth:`encode`, taken where the panel was solved), ``colp`` the rows of ``P``
         of this process's trailing columns in their order (:meth:`CholeskySteps.column_rows`), ``squares``
         ``(rows of P (global - e), their sums of squares)``, no row twice, covering at least this process's
-        rows and columns (the only ones whose ``nu`` the bounds read). One product for all trailing columns
-        and segments."""
+        rows and columns (the only ones whose ``nu`` the bounds read). One product per trailing block
+        column, over its own segments.
+
+        Each block column's rows of ``colp`` are first compared with their senders' row sums ``rs`` (same
+        summation order: equal unless a value changed); where one differs, ``repair(a, b)`` is called on
+        rows ``a:b`` (those of the block column) before they are carried, so the checksums are carried with
+        the repaired rows (and so is the update, after this call)."""
         st = self.steps
         e = st.panels[k][1]
         for idx, sq in squares:
             self.nu[e + idx] += sq
         ii0, jj0 = int(self.seg0[k + 1]), int(np.searchsorted(self.cblk, k + 1))
-        if ii0 == len(self.rblk) or jj0 == len(self.cblk):
+        if jj0 == len(self.cblk):
             return
         c0 = int(self.clo[jj0])  # the trailing block columns' local columns run from c0 to the end
+        ok = colp.strides[0] == 8 and sums.strides[0] == 8 and self.chk_t.strides[0] == 8
+        if _blas._dgemm is not None and ok:
+            # compiled, per trailing block column: its rows of colp checked, then one product over its own
+            # segments only (1/2 of the rectangle), while those rows are in cache: no per-call Python cost,
+            # products small enough that BLAS skips packing, colp read from memory once for both
+            starts, j, trusted = self._cend[jj0:] - c0, 0, -1
+            while j >= 0:
+                j = carry_columns(_blas._dgemm, colp, rs, sums, self.chk_t, c0, starts, self._cseg[jj0:],
+                                  ii0, j, trusted)
+                if j >= 0:
+                    repair(int(starts[j]), int(starts[j + 1]))
+                    trusted = j
+            return
+        repair(0, colp.shape[0])
+        if ii0 == len(self.rblk):
+            return
         left = colp
         # the segments on and below each block column's diagonal: four products (each quarter of the block
         # columns needs only the segments from its first block row on; each element is one product's, so

@@ -13,10 +13,13 @@ order, without fastmath (left to right along a row; eight interleaved partial su
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 
-__all__ = ["panel_pass", "row_sums", "col_sums", "segment_flags", "solve_flags"]
+__all__ = ["panel_pass", "exact_sums", "row_sums", "col_sums", "carry_columns", "take_checksums",
+           "segment_flags", "solve_flags"]
 
 
 # reassociation for the segment sums only (their bound holds for any order); never for the compared sums
@@ -33,7 +36,7 @@ def panel_pass(pt: np.ndarray, bounds: np.ndarray, wts: np.ndarray, rows: np.nda
     if rows.ctypes.data != pt.ctypes.data:
         _copy_with_sums(pt, bounds, wts, rows, segs, rs, sq, cs)
         return
-    _exact_sums(rows, rs, sq, cs)
+    exact_sums(rows, rs, sq, cs)
     _segment_sums(rows, bounds, wts, segs)
 
 
@@ -145,18 +148,29 @@ def _copy_with_sums(pt: np.ndarray, bounds: np.ndarray, wts: np.ndarray, rows: n
 
 
 @njit(cache=True, nogil=True)
-def _exact_sums(x: np.ndarray, rs: np.ndarray, sq: np.ndarray, cs: np.ndarray) -> None:  # pragma: no cover
+def exact_sums(x: np.ndarray, rs: np.ndarray, sq: np.ndarray, cs: np.ndarray) -> None:  # pragma: no cover
     """Row sums (left to right, as :func:`row_sums`), sums of squares and column sums (as :func:`col_sums`)
-    of ``x`` (F order), column by column."""
+    of ``x`` (F order), four columns per sweep down the rows (each row's sums still add them one after the
+    other: ``rs`` and ``sq`` are read and written once per four columns, ~1.3x one column per sweep)."""
     m, w = x.shape
     rs[:] = 0.0
     sq[:] = 0.0
-    for t in range(w):
+    t = 0
+    while t + 4 <= w:
+        for i in range(m):
+            v0, v1, v2, v3 = x[i, t], x[i, t + 1], x[i, t + 2], x[i, t + 3]
+            rs[i] = (((rs[i] + v0) + v1) + v2) + v3
+            sq[i] = (((sq[i] + v0 * v0) + v1 * v1) + v2 * v2) + v3 * v3
+        for u in range(4):
+            cs[t + u] = _col_sum(x, t + u)
+        t += 4
+    while t < w:
         for i in range(m):
             v = x[i, t]
             rs[i] += v
             sq[i] += v * v
         cs[t] = _col_sum(x, t)
+        t += 1
 
 
 @njit(cache=True, nogil=True, fastmath=_FM)
@@ -216,6 +230,55 @@ def row_sums(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - comp
         for i in range(m):
             out[i] += x[i, t]
         t += 1
+
+
+@njit(cache=True, nogil=True)
+def carry_columns(dgemm: Any, colp: np.ndarray, rs: np.ndarray, sums: np.ndarray, chk_t: np.ndarray, c0: int,
+                  starts: np.ndarray, firsts: np.ndarray, ii0: int, j0: int,
+                  trusted: int) -> int:  # pragma: no cover - compiled
+    """For every block column ``j`` from ``j0``: compare the row sums of ``colp``'s rows ``starts[j]:starts[j
+    + 1]`` (:func:`row_sums`' order) with the sent ones ``rs`` (not for ``j == trusted``) and return ``j`` at
+    the first block column where one differs, before anything is carried for it; else carry it:
+    ``chk_t[c0 + starts[j]:c0 + starts[j + 1], 2 firsts[j]:] -= colp[starts[j]:starts[j + 1]] @ sums[2
+    (firsts[j] - ii0):].T``, over the segments from its diagonal on only, by ``dgemm`` (CBLAS ``dgemm``, a
+    ctypes function: passed in, so this stays cached) called from here, while the rows just summed are in
+    cache. Returns -1 when every block column is carried. Column major, every operand with unit row
+    stride."""
+    ldp, lds, ldc = colp.strides[1] // 8, sums.strides[1] // 8, chk_t.strides[1] // 8
+    got = np.empty(colp.shape[0])
+    for j in range(j0, firsts.shape[0]):
+        a, b = starts[j], starts[j + 1]
+        if j != trusted:
+            row_sums(colp[a:b], got[a:b])
+            for i in range(a, b):
+                if not got[i] == rs[i]:
+                    return j
+        n = chk_t.shape[1] - 2 * firsts[j]
+        if b <= a or n <= 0 or colp.shape[1] == 0:
+            continue
+        dgemm(102, 111, 112, b - a, n, colp.shape[1], -1.0, colp.ctypes.data + 8 * a, ldp,
+              sums.ctypes.data + 8 * 2 * (firsts[j] - ii0), lds, 1.0,
+              chk_t.ctypes.data + 8 * (c0 + a + ldc * 2 * firsts[j]), ldc)
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def take_checksums(dgemm: Any, w: np.ndarray, enc: np.ndarray, chk_t: np.ndarray, rlo: np.ndarray,
+                   cstart: np.ndarray, cstop: np.ndarray, first: np.ndarray) -> None:  # pragma: no cover
+    """``chk_t[cstart[j]:cstop[j], 2 s:2 s + 2] = w[rlo[s]:rlo[s + 1], cstart[j]:cstop[j]].T @ enc[:len]`` for
+    every block column ``j`` and every segment ``s`` from ``first[j]`` on (``len`` its rows; ``enc``: the
+    plain and index-weighted encoder, ``bs x 2``): the checksums of the block columns, one small product per
+    segment by ``dgemm`` (as :func:`carry_columns`), no copy of ``w``. Column major, unit row strides."""
+    ldw, lde, ldc = w.strides[1] // 8, enc.strides[1] // 8, chk_t.strides[1] // 8
+    nseg = rlo.shape[0] - 1
+    for j in range(first.shape[0]):
+        m = cstop[j] - cstart[j]
+        for s in range(first[j], nseg):
+            ln = rlo[s + 1] - rlo[s]
+            if m <= 0 or ln <= 0:
+                continue
+            dgemm(102, 112, 111, m, 2, ln, 1.0, w.ctypes.data + 8 * (rlo[s] + ldw * cstart[j]), ldw,
+                  enc.ctypes.data, lde, 0.0, chk_t.ctypes.data + 8 * (cstart[j] + ldc * 2 * s), ldc)
 
 
 @njit(cache=True, nogil=True)

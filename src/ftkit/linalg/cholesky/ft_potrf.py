@@ -389,12 +389,6 @@ def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tup
     if plan is not None:
         plan.apply("B", g.rank, 0, colp)
     below0, c0 = steps.rows.range_on(g.myrow, e, n).start, steps.cols.range_on(g.mycol, e, n).start
-    # the rows of P this process's columns multiply, against their senders' row sums: a changed value is
-    # restored before the product reads it (a change in this process's own rows, the product's left
-    # operand, is left to the carried checksums: their sums were taken before the panel travelled)
-    need = checks.cglob[c0:] - e
-    for i, t, ok in repair_rows(colp, col_rs, lambda i: piece_col_sums(colp, need, pieces, int(need[i]))):
-        tally.operand(k, e + int(need[i]), s + t, ok)
     trail = steps.w[below0:, c0:]
 
     def to_global(i: int, j: int) -> tuple[int, int]:
@@ -402,13 +396,30 @@ def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tup
 
     if plan is not None:
         plan.apply("C", g.rank, 0, trail, to_global)
-    checks.update(k, panel_views(panel.ext, rows)[5], colp, squares)  # reads no W: before the update
+    # the rows of P this process's columns multiply, against their senders' row sums: a changed value is
+    # restored before the carry and the product read it (a change in this process's own rows, the product's
+    # left operand, is left to the carried checksums: their sums were taken before the panel travelled)
+    need = checks.cglob[c0:] - e
+
+    def repair(a: int, b: int) -> None:
+        sent = functools.partial(_piece_sums, colp, need, pieces, a)
+        for i, t, ok in repair_rows(colp[a:b], col_rs[a:b], sent):
+            tally.operand(k, e + int(need[a + i]), s + t, ok)
+
+    checks.update(k, panel_views(panel.ext, rows)[5], colp, squares, col_rs, repair)  # reads no W
     steps.apply_update(k, rows, colp, range(k + 1, k + 2))  # block column k+1 first: panel k+1 needs it
     if plan is not None:  # "after the update": the last moment before panel k+1 reads its block column
         plan.apply("C", g.rank, 1, trail, to_global)
     nxt = _launch(work, checks, k + 1, at(k + 1), tally)
     steps.apply_update(k, rows, colp, range(k + 2, last + 1), between=nxt.flight.progress)
     return nxt
+
+
+def _piece_sums(colp: np.ndarray, need: np.ndarray, pieces: list, a: int,
+                i: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`piece_col_sums` of the piece holding row ``need[a + i]`` of P (``colp`` holds the rows
+    ``need``)."""
+    return piece_col_sums(colp, need, pieces, int(need[a + i]))
 
 
 def _solve(steps: CholeskySteps, checks: UpdateChecks, k: int, low: np.ndarray, ext: np.ndarray,
