@@ -22,8 +22,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from _phase_timer import print_medians, profile_call, profile_parser, timed
+from bench_pblas3 import operands
 from mpi4py import MPI
 
 import ftkit
@@ -47,17 +47,6 @@ def _install() -> None:
         setattr(ft_potrf, name, timed(name, getattr(ft_potrf, name)))
 
 
-def _spd(grid: linalg.ProcessGrid, n: int, nb: int) -> linalg.DistributedMatrix:
-    """The benchmark's SPD matrix: (R + R.T) / 2 + 2n I, R uniform."""
-    S = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=1)
-    rows, cols = S.global_rows()[:, None], S.global_cols()[None, :]
-    S.local[...] = np.where(rows == cols, 2.0 * n, S.local + 0.0)
-    sym = linalg.DistributedMatrix.zeros(grid, n, n, mb=nb, nb=nb)
-    linalg.pdtran(n, n, 0.5, S, 0, 0, 0.0, sym, 0, 0)
-    linalg.pdgeadd("N", n, n, 0.5, S, 0, 0, 1.0, sym, 0, 0)
-    return sym
-
-
 def main() -> None:
     ap = profile_parser(__doc__)
     ap.add_argument("--ckpt-every", type=int, default=0,
@@ -66,7 +55,7 @@ def main() -> None:
     pr, pc = map(int, args.grid.split("x"))
     comm = MPI.COMM_WORLD
     grid = linalg.ProcessGrid(comm, pr, pc)
-    S = _spd(grid, args.n, args.nb)
+    S = operands(grid, args.n, args.nb)["S"]  # the benchmark's SPD matrix
     _install()
     calls: dict[str, dict[str, Any]] = {"pdpotrf": {}, "ft_pdpotrf": {}}
     root, ckpt = Path(), None

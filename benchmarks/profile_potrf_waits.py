@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from bench_pblas3 import operands
 from mpi4py import MPI
 
 from ftkit import linalg
@@ -71,17 +72,6 @@ def _install() -> None:
     st.solve_rows = _timed("solve_rows", st.solve_rows)  # type: ignore[method-assign]
 
 
-def _spd(grid: linalg.ProcessGrid, n: int, nb: int) -> linalg.DistributedMatrix:
-    """The benchmark's SPD matrix: (R + R.T) / 2 + 2n I, R uniform."""
-    S = linalg.DistributedMatrix.random(grid, n, n, mb=nb, nb=nb, seed=1)
-    rows, cols = S.global_rows()[:, None], S.global_cols()[None, :]
-    S.local[...] = np.where(rows == cols, 2.0 * n, S.local + 0.0)
-    sym = linalg.DistributedMatrix.zeros(grid, n, n, mb=nb, nb=nb)
-    linalg.pdtran(n, n, 0.5, S, 0, 0, 0.0, sym, 0, 0)
-    linalg.pdgeadd("N", n, n, 0.5, S, 0, 0, 1.0, sym, 0, 0)
-    return sym
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grid", default="2x3")
@@ -92,7 +82,7 @@ def main() -> None:
     pr, pc = map(int, args.grid.split("x"))
     comm = MPI.COMM_WORLD
     grid = linalg.ProcessGrid(comm, pr, pc)
-    S = _spd(grid, args.n, args.nb)
+    S = operands(grid, args.n, args.nb)["S"]  # the benchmark's SPD matrix
     _install()
     calls = []
     for rep in range(args.reps + 1):

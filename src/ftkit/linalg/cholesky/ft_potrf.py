@@ -320,7 +320,7 @@ def _launch(work: CholeskyWork, checks: UpdateChecks, k: int, plan: InjectionPla
     found: list[BlockEvent] = []
     low = None
     if g.mycol == int(steps.cols.owners[s]):
-        diagonal.wait(flight.deadline)
+        diagonal.wait_arrival(flight.deadline)  # the passing on is left under way
         bad, low = diagonal.result()
         if bad == -1 and e < steps.rows.n:
             assert low is not None
