@@ -135,23 +135,30 @@ def test_trmm_side_r_located_event_is_in_b_coordinates(grid):
     np.testing.assert_allclose(B.to_global(), ref.to_global(), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("offsets", [(3, 4, 2), (0, 0, 0)], ids=["moved", "own-piece"])
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("lower", [False, True])
 @pytest.mark.parametrize("unit", [False, True])
-def test_trmm_triangle_and_checksums_in_one_pass_are_triangle_operand_s(grid, transpose, lower, unit):
-    # ft_pdtrmm makes T in place in the redistributed piece and sums it in that pass: the very T the plain
-    # routine multiplies by (NaN in the excluded triangle and on a unit diagonal never read), A untouched
+def test_trmm_triangle_and_checksums_in_one_pass_are_triangle_operand_s(grid, transpose, lower, unit,
+                                                                        offsets):
+    # ft_pdtrmm makes T in place in the redistributed piece, or (T's piece A's own local piece) copies it out
+    # of A, and sums it in that pass: the very T the plain routine multiplies by (NaN in the excluded
+    # triangle and on a unit diagonal never read), A untouched, never A's memory
+    ia, ja, ib = offsets
     rng = np.random.default_rng(9)
     a = rng.uniform(-1, 1, (29, 31))
     a[rng.random(a.shape) < 0.2] = np.nan
     A = linalg.DistributedMatrix.from_global(grid, a, mb=5, nb=5)
     B = linalg.DistributedMatrix.zeros(grid, 23, 4, mb=5, nb=5)
-    rows = B.row_map(2, 21)
+    rows = B.row_map(ib, 21)
     cols = tri_cols(rows, grid.npcol)
-    seg = BlockSegmentation.of(B, 2, 0, 21, 4, 3)
-    ref = triangle_operand(A, 3, 4, transpose, lower, unit, rows, cols)
-    t, achk = triangle_with_checksums(A, 3, 4, transpose, lower, unit, rows, cols, seg, 3)
+    # the path taken: A's own piece untransposed (on one process any offset), moved when transposed
+    assert same_layout(A, ia, ja, transpose, rows, cols) == (not transpose)
+    seg = BlockSegmentation.of(B, ib, 0, 21, 4, 3)
+    ref = triangle_operand(A, ia, ja, transpose, lower, unit, rows, cols)
+    t, achk = triangle_with_checksums(A, ia, ja, transpose, lower, unit, rows, cols, seg, 3)
     assert np.array_equal(t, ref, equal_nan=True) and t.flags.f_contiguous
+    assert not np.shares_memory(t, A.local)
     assert np.array_equal(A.to_global(), a, equal_nan=True)
     want = np.zeros((3 * seg.nr, 21), order="F")
     encode_rows_into(ref, seg.rb, checksums.segment_weights(seg.rb), want, False, 3)

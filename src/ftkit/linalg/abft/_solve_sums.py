@@ -53,8 +53,8 @@ from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
 from ..pblas._panel_buffers import pooled_buffer
-from ..pblas._redistribute import displacements, same_layout
-from ..pblas._tri_sweep import triangle_extent, triangle_piece
+from ..pblas._redistribute import displacements
+from ..pblas._tri_sweep import own_piece, triangle_extent, triangle_piece
 
 __all__ = ["SolveChecksums", "segments"]
 
@@ -246,14 +246,12 @@ class SolveChecksums:
         """
         lay, g = self._lay, self.grid
         text = np.empty((_KINDS * (len(self.rl) - 1), self.cols.count(g.mycol)), order="F")  # all written
-        if same_layout(A, ia, ja, transpose, self.rows, self.cols):
+        own = own_piece(A, ia, ja, transpose, self.rows, self.cols, pool)
+        if own is not None:
             # T's piece is A's own: copied out of it, made a triangle and summed in one pass that reads only
             # the kept rows (the layout move's copy and the triangle's pass would be two)
-            src = A.local[A.row_map(ia, self.rows.n).local_range(g.myrow),
-                          A.col_map(ja, self.cols.n).local_range(g.mycol)]
-            t = (np.empty(src.shape, src.dtype, order="F") if pool is None else  # triangle_piece's pool key:
-                 pooled_buffer(pool, ("move", 0), src.shape, src.dtype))
-            triangle_rows_from(src, t, lay.keep, lay.diag, unit, self.rl, lay.rw, text, lay.place, _KINDS)
+            t = own[1]
+            triangle_rows_from(*own, lay.keep, lay.diag, unit, self.rl, lay.rw, text, lay.place, _KINDS)
         else:
             t = triangle_piece(A, ia, ja, transpose, self.rows, self.cols, pool)
             triangle_rows_into(t, lay.keep, lay.diag, unit, self.rl, lay.rw, text, lay.place, _KINDS)

@@ -37,12 +37,12 @@ from mpi4py import MPI
 from ..._wait import wait_requests
 from ...inject import InjectionPlan
 from .. import checksums
-from ..checksums._kernels import encode_cols_into, triangle_rows_into
+from ..checksums._kernels import encode_cols_into, triangle_rows_from, triangle_rows_into
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
 from ..pblas._panel_buffers import pooled_buffer, release_pool
-from ..pblas._tri_sweep import sweep, triangle_extent, triangle_piece
+from ..pblas._tri_sweep import own_piece, sweep, triangle_extent, triangle_piece
 from ._blocks import BlockSegmentation, Threshold
 from .product import _ratio, _reduce, _report_of, _verify_and_correct
 from .report import ABFTReport, BlockEvent
@@ -58,19 +58,24 @@ def triangle_with_checksums(A: DistributedMatrix, ia: int, ja: int, transpose: b
     bit for bit) and its checksum rows, in one pass over the redistributed piece (collective on A's grid).
 
     The triangle is made in place in the array the redistribution returns (the plain routine's piece and
-    extent, :func:`~ftkit.linalg.pblas._tri_sweep.triangle_extent`), and the checksums are summed in the same
+    extent, :func:`~ftkit.linalg.pblas._tri_sweep.triangle_extent`), or, where ``T``'s piece is A's own local
+    piece, copied out of A in one pass (as the plain routine does), and the checksums are summed in the same
     pass, from the kept rows only. Returns ``(t, achk)``:
     ``achk`` is ``(kinds nr, ka)`` (F order), this process's columns of ``T``'s checksum rows of every row
     segment of ``seg``, zero in the other columns (the process row's all-reduce fills them). ``pool``: ``t``
     in a buffer of the process-wide cache (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_piece`).
     """
     g = A.grid
-    t = triangle_piece(A, ia, ja, transpose, rows, cols, pool)
     keep, diag = triangle_extent(rows, cols, g.myrow, g.mycol, lower)
-    c = cols.indices_on(g.mycol)
+    c = cols.indices_on(g.mycol).astype(np.int64)
     achk = np.zeros((kinds * seg.nr, rows.n), order="F")
-    triangle_rows_into(t, keep, diag, unit, seg.rb, checksums.segment_weights(seg.rb), achk,
-                       c.astype(np.int64), kinds)
+    wts = checksums.segment_weights(seg.rb)
+    own = own_piece(A, ia, ja, transpose, rows, cols, pool)
+    if own is not None:  # copied out of A, made a triangle and summed in one pass (as plain copies it)
+        triangle_rows_from(*own, keep, diag, unit, seg.rb, wts, achk, c, kinds)
+        return own[1], achk
+    t = triangle_piece(A, ia, ja, transpose, rows, cols, pool)
+    triangle_rows_into(t, keep, diag, unit, seg.rb, wts, achk, c, kinds)
     return t, achk
 
 

@@ -33,7 +33,8 @@ from ..matrix import DistributedMatrix
 from ._panel_buffers import pooled_buffer
 from ._redistribute import Move, Pool, redistribute_many, same_layout
 
-__all__ = ["tri_cols", "triangle_extent", "triangle_piece", "triangle_operand", "diagonal_blocks", "sweep"]
+__all__ = ["tri_cols", "own_piece", "triangle_extent", "triangle_piece", "triangle_operand",
+           "diagonal_blocks", "sweep"]
 
 
 def tri_cols(rows: BlockCyclic1D, npcol: int) -> BlockCyclic1D:
@@ -65,6 +66,34 @@ def triangle_piece(A: DistributedMatrix, ia: int, ja: int, transpose: bool, rows
     if not t.flags.f_contiguous or np.may_share_memory(t, A.local):  # made in place: never A's own memory
         t = np.array(t, order="F")
     return t
+
+
+def own_piece(A: DistributedMatrix, ia: int, ja: int, transpose: bool, rows: BlockCyclic1D,
+              cols: BlockCyclic1D, pool: Pool | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """Where ``T``'s piece is A's own local piece (no transpose, the same layout: no message needed), return
+    ``(A's local piece, an uninitialized F-order array of its shape)`` for a kernel that copies the triangle
+    out of A in one pass; else ``None`` (:func:`triangle_piece` then moves it). The same on every process.
+
+    Parameters
+    ----------
+    A, ia, ja, transpose, rows, cols
+        As for :func:`triangle_operand`.
+    pool
+        If given, the array is a buffer of the process-wide cache held by ``pool``, under
+        :func:`triangle_piece`'s key.
+
+    Returns
+    -------
+    tuple of numpy.ndarray, or None
+        A view of ``A.local`` (never written) and the destination, sharing no memory with it.
+    """
+    if not same_layout(A, ia, ja, transpose, rows, cols):
+        return None
+    g = A.grid
+    src = A.local[A.row_map(ia, rows.n).local_range(g.myrow), A.col_map(ja, cols.n).local_range(g.mycol)]
+    t = (np.empty(src.shape, src.dtype, order="F") if pool is None
+         else pooled_buffer(pool, ("move", 0), src.shape, src.dtype))  # redistribute_many's key of one move
+    return src, t
 
 
 def triangle_extent(rows: BlockCyclic1D, cols: BlockCyclic1D, myrow: int, mycol: int,
@@ -137,14 +166,10 @@ def triangle_operand(A: DistributedMatrix, ia: int, ja: int, transpose: bool, lo
 
     g = A.grid
     keep, diag = triangle_extent(rows, cols, g.myrow, g.mycol, lower)
-    if same_layout(A, ia, ja, transpose, rows, cols):
-        # T's piece is A's own: copied out of it and made a triangle in one pass that reads only the kept
-        # rows (the layout move's copy and the triangle's pass would be two); triangle_piece's pool key
-        src = A.local[A.row_map(ia, rows.n).local_range(g.myrow), A.col_map(ja, cols.n).local_range(g.mycol)]
-        t = (np.empty(src.shape, src.dtype, order="F") if pool is None
-             else pooled_buffer(pool, ("move", 0), src.shape, src.dtype))
-        triangle_from(src, t, keep, diag, unit)
-        return t
+    own = own_piece(A, ia, ja, transpose, rows, cols, pool)
+    if own is not None:  # one pass reading only the kept rows (a layout move's copy and the triangle's: two)
+        triangle_from(*own, keep, diag, unit)
+        return own[1]
     t = triangle_piece(A, ia, ja, transpose, rows, cols, pool)
     triangle_in_place(t, keep, diag, unit)
     return t
