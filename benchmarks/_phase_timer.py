@@ -1,5 +1,6 @@
 """Exclusive per-phase CPU and wall seconds of wrapped functions, for the profiling scripts
-(``profile_ft_potrf.py``, ``profile_resilient.py``): a phase's time excludes the phases nested in it."""
+(``profile_ft_potrf.py``, ``profile_resilient.py``): a phase's time excludes the phases nested in it; and
+the profiling scripts' common options (also ``profile_potrf_waits.py``'s)."""
 
 from __future__ import annotations
 

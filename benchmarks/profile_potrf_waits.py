@@ -16,7 +16,6 @@ solve) waited on it. A profile, not a benchmark: take the ratios from ``bench_pb
 
 from __future__ import annotations
 
-import argparse
 import functools
 import time
 from collections import defaultdict
@@ -24,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from _phase_timer import profile_parser
 from bench_pblas3 import operands
 from mpi4py import MPI
 
@@ -73,11 +73,8 @@ def _install() -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--grid", default="2x3")
-    ap.add_argument("--n", type=int, default=4096)
-    ap.add_argument("--nb", type=int, default=128)
-    ap.add_argument("--reps", type=int, default=3)
+    ap = profile_parser(__doc__)
+    ap.set_defaults(grid="2x3")
     args = ap.parse_args()
     pr, pc = map(int, args.grid.split("x"))
     comm = MPI.COMM_WORLD
