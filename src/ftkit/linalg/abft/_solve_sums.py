@@ -127,17 +127,15 @@ def _map_key(m: BlockCyclic1D) -> tuple[int, int, int, int, int]:
 
 
 @lru_cache(maxsize=16)
-def _layout(grid_key: tuple[int, int, str, int, int], rows_key: tuple[int, int, int, int, int],
-            cols_key: tuple[int, int, int, int, int], wcols_key: tuple[int, int, int, int, int], bs: int,
-            lower: bool) -> _Layout:
-    """The :class:`_Layout` of a solve (keys: :func:`_map_key` of the maps; ``grid_key``: shape, order and
-    this process's coordinates). Read-only arrays: every call of the shape shares them."""
-    nprow, npcol, order, myrow, mycol = grid_key
+def _layout(grid_key: tuple[int, int, int, int, tuple[tuple[int, int], ...]],
+            rows_key: tuple[int, int, int, int, int], cols_key: tuple[int, int, int, int, int],
+            wcols_key: tuple[int, int, int, int, int], bs: int, lower: bool) -> _Layout:
+    """The :class:`_Layout` of a solve (keys: :func:`_map_key` of the maps; ``grid_key``: the grid's shape,
+    this process's coordinates and every grid rank's, :meth:`~ftkit.linalg.grid.ProcessGrid.coords`).
+    Read-only arrays: every call of the shape shares them."""
+    nprow, npcol, myrow, mycol, every = grid_key
     rows, cols, wcols = BlockCyclic1D(*rows_key), BlockCyclic1D(*cols_key), BlockCyclic1D(*wcols_key)
-
-    def coords(s: int) -> tuple[int, int]:
-        return divmod(s, npcol) if order == "R" else divmod(s, nprow)[::-1]  # type: ignore[return-value]
-
+    coords = every.__getitem__
     size = nprow * npcol
     rcut, ccut = _cut(rows, bs), _cut(wcols, bs)
     rg, rl, rid = segments(rows, myrow, bs, rcut)
@@ -208,7 +206,8 @@ class SolveChecksums:
 
     def __post_init__(self) -> None:
         g = self.grid
-        lay = self._lay = _layout((g.nprow, g.npcol, g.order, g.myrow, g.mycol), _map_key(self.rows),
+        every = tuple(g.coords(s) for s in range(g.size))
+        lay = self._lay = _layout((g.nprow, g.npcol, g.myrow, g.mycol, every), _map_key(self.rows),
                                   _map_key(self.cols), _map_key(self.wcols), int(self.bs), bool(self.lower))
         self.rg, self.rl, self.rid = lay.rg, lay.rl, lay.rid
         self.cg, self.cl, self.cid = lay.cg, lay.cl, lay.cid
