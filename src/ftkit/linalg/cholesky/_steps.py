@@ -84,8 +84,8 @@ class CholeskySteps:
         #: the global indices of every process row's rows and of this process's columns (increasing)
         self.row_indices = [rows.indices_on(p) for p in range(grid.nprow)]
         self.col_indices = cols.indices_on(grid.mycol)
-        self._blocks: list[tuple[int, int, int, int] | None] | None = None  # column_rows' table (lazy)
-        self._other_blocks: dict[int, list[tuple[int, int, int, int] | None]] = {}  # other columns' tables
+        # _block_table's tables by process column (lazy)
+        self._tables: dict[int, list[tuple[int, int, int, int] | None]] = {}
 
     def owns_diagonal(self, k: int) -> bool:
         """Whether this process holds diagonal block ``k``."""
@@ -244,23 +244,18 @@ class CholeskySteps:
     def _trailing_blocks(self, k: int, column: int | None = None) -> list[tuple[int, int, int, int]]:
         """``(first local column, last + 1, process row, its first local row)`` of each of this process's
         block columns after panel ``k`` (of process column ``column``'s, if given), in order."""
-        if column is None or column == self.grid.mycol:
-            if self._blocks is None:
-                self._blocks = self._block_table(self.grid.mycol)
-            table = self._blocks
-        else:
-            if column not in self._other_blocks:
-                self._other_blocks[column] = self._block_table(column)
-            table = self._other_blocks[column]
+        table = self._block_table(self.grid.mycol if column is None else column)
         return [blk for blk in table[k + 1:] if blk is not None]
 
     def _block_table(self, q: int) -> list[tuple[int, int, int, int] | None]:
-        """:meth:`_trailing_blocks`' table of process column ``q``: an entry per panel, ``None`` for the
-        block columns of other process columns."""
-        n = self.rows.n
-        return [(*self.cols.range_on(q, cs, ce).indices(n)[:2], int(self.rows.owners[cs]),
-                 self.rows.range_on(int(self.rows.owners[cs]), cs, ce).start)
-                if int(self.cols.owners[cs]) == q else None for cs, ce in self.panels]
+        """:meth:`_trailing_blocks`' table of process column ``q`` (made once): an entry per panel, ``None``
+        for the block columns of other process columns."""
+        if q not in self._tables:
+            n = self.rows.n
+            self._tables[q] = [(*self.cols.range_on(q, cs, ce).indices(n)[:2], int(self.rows.owners[cs]),
+                                self.rows.range_on(int(self.rows.owners[cs]), cs, ce).start)
+                               if int(self.cols.owners[cs]) == q else None for cs, ce in self.panels]
+        return self._tables[q]
 
     def column_blocks(self, k: int, mine: np.ndarray, pieces: list[np.ndarray]) -> dict[int, np.ndarray]:
         """The rows of ``P`` (panel ``k``) each of this process's trailing block columns ``J`` multiplies, by
@@ -269,11 +264,10 @@ class CholeskySteps:
         ``pieces[p]``, process row ``p``'s :meth:`select_rows` (F order; this process row's is not read)."""
         g, e = self.grid, self.panels[k][1]
         first = self.rows.range_on(g.myrow, e, self.rows.n).start
-        self._trailing_blocks(k)  # builds the table
-        assert self._blocks is not None
+        table = self._block_table(g.mycol)
         out, taken = {}, [0] * g.nprow
         for j in range(k + 1, len(self.panels)):
-            blk = self._blocks[j]
+            blk = table[j]
             if blk is None:
                 continue
             ca, cb, p, r0 = blk
