@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -77,6 +78,22 @@ def _singleton_program(last: str, first: str = "ftkit") -> str:
                       "assert MPI.COMM_WORLD.Get_size() == 1", MAPPED, "sys.stdin.readline()", last])
 
 
+def _lines(proc: subprocess.Popen[str], n: int, timeout: float = WAIT) -> list[str]:
+    """Read up to ``n`` lines of ``proc``'s standard output, waiting at most ``timeout`` seconds in all;
+    return the whole lines read (fewer if it ended or the time ran out)."""
+    assert proc.stdout is not None
+    fd, got, deadline = proc.stdout.fileno(), b"", time.monotonic() + timeout
+    while got.count(b"\n") < n:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        got += chunk
+    return got.decode().split("\n")[:got.count(b"\n")]
+
+
 def _session_dir(segment: str) -> Path:
     """Open MPI 5's session directory of a singleton's job: ``<tmp>/ompi.<host>.<uid>/jf.0/<job>``."""
     _, host_uid_job = segment.split("sm_segment.", 1)
@@ -123,7 +140,7 @@ def _end_singleton(ending: str, first: str = "ftkit") -> tuple[subprocess.Popen[
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     try:
-        maps = json.loads(proc.stdout.readline() or "[]")  # type: ignore[union-attr]
+        maps = json.loads((_lines(proc, 1) or ["[]"])[0])
         assert maps and all(Path(m).exists() for m in maps), maps  # the live process's files are there
         dirs = [_session_dir(m) for m in maps]
         assert all(d.is_dir() for d in dirs), dirs
@@ -167,10 +184,10 @@ def test_the_watcher_removes_only_the_file_its_singleton_mapped(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     maps: list[str] = []
     try:
-        maps = json.loads(proc.stdout.readline() or "[]")  # type: ignore[union-attr]
+        maps = json.loads((_lines(proc, 1) or ["[]"])[0])
         proc.stdin.write("go\n")  # type: ignore[union-attr]
         proc.stdin.flush()  # type: ignore[union-attr]
-        assert proc.stdout.readline().strip() == "replaced"  # type: ignore[union-attr]
+        assert _lines(proc, 1) == ["replaced"]
         proc.kill()
         proc.communicate(timeout=WAIT)
         assert not _gone([_session_dir(maps[0])], WAIT)  # the watcher has done its work
@@ -206,8 +223,8 @@ def test_a_job_of_ftkit_launch_leaves_nothing_however_it_ends(tmp_path, ending):
                              sys.executable, str(program)], text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     try:
-        ranks = [json.loads(proc.stdout.readline() or "null") for _ in range(2)]  # type: ignore[union-attr]
-        assert all(ranks), ranks
+        ranks = [json.loads(line) for line in _lines(proc, 2, MPI_TIMEOUT)]
+        assert len(ranks) == 2 and all(ranks), ranks
         if victim == "launcher":
             proc.send_signal(signal.SIGTERM)
         elif victim == "rank":
