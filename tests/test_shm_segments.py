@@ -238,3 +238,26 @@ def test_a_job_of_ftkit_launch_leaves_nothing_however_it_ends(tmp_path, ending):
     files = sorted({Path(m) for _, maps in ranks for m in maps})
     assert len(files) == 2 and all(f.parent.name.startswith("ftkit-mpi-") for f in files), files
     assert not _gone([*files, files[0].parent], WAIT), err
+
+
+@pytest.mark.mpi
+def test_a_one_rank_job_of_ftkit_launch_maps_no_segment_and_starts_no_watcher(tmp_path):
+    """A launched one-rank job is no singleton: Open MPI maps no shared-memory file for it, so ftkit starts no
+    watcher (whose start costs a few ms of CPU), and the job leaves nothing."""
+    program = tmp_path / "job.py"
+    program.write_text("\n".join([
+        "import json", "import ftkit", "from ftkit import _shm_segments", "from mpi4py import MPI",
+        "MPI.COMM_WORLD.Barrier()",
+        "maps = sorted({l.split()[-1] for l in open('/proc/self/maps') if '/sm_segment.' in l})",
+        "print(json.dumps([maps, len(_shm_segments._OWN), len(_shm_segments._PIPE)]), flush=True)", ""]))
+    proc = subprocess.Popen([sys.executable, "-m", "ftkit", "launch", "-n", "1", "--", sys.executable,
+                             str(program)], text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=MPI_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=WAIT)
+    assert proc.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == [[], 0, 0], out
