@@ -229,11 +229,13 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
         return ABFTReport(threshold=threshold.name)
     A64 = _as64(A)
     # an aligned lower layout is factored in A64 itself, A's lower part saved for the recomputations in a
-    # cached buffer (CholeskyWork.original); any other in a copy
+    # cached buffer (CholeskyWork.original), copied in the checksums' pass over A; any other in a copy
     pool: dict[object, np.ndarray] = {}
     try:
         work = CholeskyWork(uplo, n, A64, ia, ja, in_place=True,
-                            saved=functools.partial(pooled_buffer, pool, "original"))
+                            saved=functools.partial(pooled_buffer, pool, "original"), copy_saved=False)
+        if ckpt is not None and ckpt.restarted:
+            work.save()  # before the resume puts the factored columns into A64
         panels = work.steps.panels
         d = A.desc
         state = np.array([0, n, ia, ja, uplo == "U", len(panels), d.mb, d.nb], dtype=np.int64)
@@ -242,7 +244,7 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
             work.steps, getattr(ckpt, "protected", {}).get(CKPT_L))  # the last call's buffer, if any
         start = resume(ckpt, done, state, checks) if done is not None else 0
         if start == 0:
-            checks.init(0)
+            work.save(copied=checks.init(0, save=work.unsaved()))
         every = max(1, int(ckpt_every) if ckpt_every else len(panels) // 8)
         tally = _Tally(A.grid.rank)
         def at(j: int) -> InjectionPlan | None:  # the injection plan of panel j's update
