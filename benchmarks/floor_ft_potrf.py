@@ -109,7 +109,7 @@ def _passes(S: linalg.DistributedMatrix, n: int, flops: dict[str, float]) -> Non
     rng = np.random.default_rng(0)
     big = np.asfortranarray(rng.standard_normal((w.shape[0], nb)))
     flops["big"] = flops["carry"] = flops["update"] = 0.0
-    for k, (_, e) in enumerate(st.panels):
+    for k in range(len(st.panels)):
         jj0 = int(np.searchsorted(ch.cblk, k + 1))
         if jj0 == len(ch.cblk):
             continue
@@ -172,12 +172,13 @@ def main() -> None:
     print(f"\nsum over ranks (ms CPU): plain {tot['plain'] * 1e3:.1f}, its updates {tot['upd'] * 1e3:.1f} "
           f"({fl['update'] / 1e9:.2f} GFLOP: {rate / 1e9:.1f} GFLOP/s per CPU second); big gemm alone "
           f"{fl['big'] / tot['big gemm'] / 1e9:.1f} GFLOP/s; carry {fl['carry'] / 1e9:.3f} GFLOP = "
-          f"{fl['carry'] / fl['update']:.4f} of the update: {carry_at_rate * 1e3:.1f} ms at the updates' rate, "
+          f"{fl['carry'] / fl['update']:.4f} of the update: {carry_at_rate * 1e3:.1f} ms at the updates' "
+          f"rate, "
           f"{tot['carry gemm'] * 1e3:.1f} ms as its own dgemm calls "
           f"({fl['carry'] / tot['carry gemm'] / 1e9:.1f} GFLOP/s)")
     print(f"passes: read {tot['read'] * 1e3:.1f}, copy {tot['copy'] * 1e3:.1f}, copy+sums "
-          f"{tot['copy+sums'] * 1e3:.1f}, init as it is {tot['init (now)'] * 1e3:.1f}, receivers' row sums {tot['carry rowsums'] * 1e3:.1f}, panel sums "
-          f"{tot['panel sums'] * 1e3:.1f}")
+          f"{tot['copy+sums'] * 1e3:.1f}, init as it is {tot['init (now)'] * 1e3:.1f}, receivers' row sums "
+          f"{tot['carry rowsums'] * 1e3:.1f}, panel sums {tot['panel sums'] * 1e3:.1f}")
     print(f"floor (copy+sums + carry at rate + row sums + panel sums) = {floor * 1e3:.1f} ms: ratio "
           f"{(tot['plain'] + floor) / tot['plain']:.3f} to plain")
 

@@ -54,8 +54,15 @@ from .. import _blas, checksums
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
 from ..checksums._kernels import encode_rows_into
-from ._kernels import (carry_columns, copy_checksums, exact_sums, panel_pass, segment_flags, solve_flags,
-                       take_checksums)
+from ._kernels import (
+    carry_columns,
+    copy_checksums,
+    exact_sums,
+    panel_pass,
+    segment_flags,
+    solve_flags,
+    take_checksums,
+)
 from ._steps import CholeskySteps
 
 __all__ = ["UpdateChecks"]

@@ -64,7 +64,8 @@ class CholeskyWork:
     """
 
     def __init__(self, uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, in_place: bool = False,
-                 saved: Callable[[tuple[int, ...]], np.ndarray] | None = None, copy_saved: bool = True) -> None:
+                 saved: Callable[[tuple[int, ...]], np.ndarray] | None = None,
+                 copy_saved: bool = True) -> None:
         self.uplo, self.n, self.A, self.ia, self.ja = uplo, n, A, ia, ja
         d, g = A.desc, A.grid
         self.aligned = uplo == "L" and d.mb == d.nb and ia % d.mb == ja % d.nb
