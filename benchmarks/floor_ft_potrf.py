@@ -14,10 +14,16 @@ contend for the cores and memory as the factorization's ranks do):
 - ``carry gemm``: the carry's products alone (``carry_columns``' dgemm calls, no row sums), every panel;
 - ``carry rowsums``: the receivers' row sums of the rows of P they multiply, every panel;
 - ``panel sums``: one read pass over this process's rows of each panel (what ``encode`` must read);
+- ``panel copy``: one copy of them (the solve check keeps the panel's values, ``before``, for locating a
+  wrong one while the solution is checked: the solution and the values are both needed at that moment, and
+  the solution must end in both ``W`` and the send buffer, so one copy more than plain's solve);
+- ``solve check``: the check's product of the panel's segment sums with ``L_kk^T`` (``check_solve``);
+- ``diagonal``: one read pass over each diagonal block (its verification before it is factored);
 - ``big gemm``: the update's GEMMs' shape, for the rate.
 
 It prints the medians (ms of CPU per rank and their sum) and, on rank 0, the floor: the copy with its sums,
-the carry's flops at the big GEMMs' rate, the panel sums and the receivers' row sums, as a ratio to plain.
+the carry's flops at the big GEMMs' rate, the panel sums and the receivers' row sums, the panel copy and the
+checks (solve check, diagonal), as a ratio to plain.
 A measurement, not a benchmark: compare with ``bench_pblas3.py``'s ratios.
 """
 
@@ -108,6 +114,9 @@ def _passes(S: linalg.DistributedMatrix, n: int, flops: dict[str, float]) -> Non
     nb = st.rows.nb
     rng = np.random.default_rng(0)
     big = np.asfortranarray(rng.standard_normal((w.shape[0], nb)))
+    panel_to = np.zeros_like(big, order="F")
+    low = np.asfortranarray(np.tril(rng.standard_normal((nb, nb))))
+    prod = np.zeros((2 * len(ch.rblk) + 2, nb), order="F")
     flops["big"] = flops["carry"] = flops["update"] = 0.0
     for k in range(len(st.panels)):
         jj0 = int(np.searchsorted(ch.cblk, k + 1))
@@ -127,6 +136,14 @@ def _passes(S: linalg.DistributedMatrix, n: int, flops: dict[str, float]) -> Non
         if st.grid.mycol == int(st.cols.owners[st.panels[k][0]]):  # the panel's rows: read once
             pr = big[:nrow]
             _timed("panel sums", _read, pr, np.zeros(1, np.int64), np.array([nb], np.int64),
+                   np.zeros(1, np.int64))
+            _timed("panel copy", np.copyto, panel_to[:nrow], pr)
+            nseg2 = 2 * (len(ch.rblk) - ii0)
+            _timed("solve check", _blas.gemm_update, 1.0, big[:nseg2], low.T, prod[:nseg2], 0.0)
+        if st.owns_diagonal(k):
+            s_k, e_k = st.panels[k]
+            d = w[st.rows.range_on(st.grid.myrow, s_k, e_k), st.cols.range_on(st.grid.mycol, s_k, e_k)]
+            _timed("diagonal", _read, d, np.zeros(1, np.int64), np.array([d.shape[1]], np.int64),
                    np.zeros(1, np.int64))
         for j in range(jj0, len(ch.cblk)):
             r = int(ch.rlo[ch._cseg[j]]) if ch._cseg[j] < len(ch.rblk) else w.shape[0]
@@ -160,7 +177,8 @@ def main() -> None:
 
     mine = {"plain": med("pdpotrf", "TOTAL"), "upd": med("pdpotrf", "apply_update"),
             **{p: med("floor passes", p) for p in ("read", "copy", "copy+sums", "carry gemm", "carry rowsums",
-                                                   "panel sums", "big gemm", "init (now)")}}
+                                                   "panel sums", "big gemm", "init (now)", "panel copy",
+                                                   "solve check", "diagonal")}}
     every = comm.gather((mine, flops), root=0)
     if comm.rank:
         return
@@ -168,18 +186,21 @@ def main() -> None:
     fl = {k: sum(f[k] for _, f in every) for k in every[0][1]}
     rate = fl["update"] / tot["upd"]
     carry_at_rate = fl["carry"] / rate
-    floor = tot["copy+sums"] + carry_at_rate + tot["carry rowsums"] + tot["panel sums"]
+    floor = (tot["copy+sums"] + carry_at_rate + tot["carry rowsums"] + tot["panel sums"] + tot["panel copy"]
+             + tot["solve check"] + tot["diagonal"])
     print(f"\nsum over ranks (ms CPU): plain {tot['plain'] * 1e3:.1f}, its updates {tot['upd'] * 1e3:.1f} "
           f"({fl['update'] / 1e9:.2f} GFLOP: {rate / 1e9:.1f} GFLOP/s per CPU second); big gemm alone "
           f"{fl['big'] / tot['big gemm'] / 1e9:.1f} GFLOP/s; carry {fl['carry'] / 1e9:.3f} GFLOP = "
           f"{fl['carry'] / fl['update']:.4f} of the update: {carry_at_rate * 1e3:.1f} ms at the updates' "
-          f"rate, "
-          f"{tot['carry gemm'] * 1e3:.1f} ms as its own dgemm calls "
+          f"rate, {tot['carry gemm'] * 1e3:.1f} ms as its own dgemm calls "
           f"({fl['carry'] / tot['carry gemm'] / 1e9:.1f} GFLOP/s)")
     print(f"passes: read {tot['read'] * 1e3:.1f}, copy {tot['copy'] * 1e3:.1f}, copy+sums "
           f"{tot['copy+sums'] * 1e3:.1f}, init as it is {tot['init (now)'] * 1e3:.1f}, receivers' row sums "
-          f"{tot['carry rowsums'] * 1e3:.1f}, panel sums {tot['panel sums'] * 1e3:.1f}")
-    print(f"floor (copy+sums + carry at rate + row sums + panel sums) = {floor * 1e3:.1f} ms: ratio "
+          f"{tot['carry rowsums'] * 1e3:.1f}, panel sums {tot['panel sums'] * 1e3:.1f}, panel copy "
+          f"{tot['panel copy'] * 1e3:.1f}, solve check {tot['solve check'] * 1e3:.1f}, diagonal "
+          f"{tot['diagonal'] * 1e3:.1f}")
+    print(f"floor (copy+sums + carry at rate + row sums + panel sums + panel copy + checks) = "
+          f"{floor * 1e3:.1f} ms: ratio "
           f"{(tot['plain'] + floor) / tot['plain']:.3f} to plain")
 
 
