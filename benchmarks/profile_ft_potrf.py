@@ -28,7 +28,7 @@ from mpi4py import MPI
 
 import ftkit
 from ftkit import linalg
-from ftkit.linalg.cholesky import _abft, _factored, _lookahead, _steps, ft_potrf, potrf
+from ftkit.linalg.cholesky import _abft, _factored, _lookahead, _steps, _tally, ft_potrf, potrf
 
 
 def _install() -> None:
@@ -38,7 +38,7 @@ def _install() -> None:
                        (_steps.DiagonalMessage, ("wait",)),
                        (_lookahead.PanelFlight, ("wait", "progress")),
                        (potrf.CholeskyWork, ("__init__", "write_back")),
-                       (ft_potrf._Tally, ("report",)),
+                       (_tally.Tally, ("report",)),
                        (_factored.FactoredColumns, ("pack",)),
                        (ftkit.Checkpointer, ("checkpoint",))):
         for name in names:

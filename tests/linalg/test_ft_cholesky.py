@@ -147,6 +147,38 @@ def test_error_free_factor_is_pdpotrf_bit_for_bit(grid, uplo):
     assert np.array_equal(A.to_global(), ref.to_global())
 
 
+@pytest.mark.parametrize("bs", [None, 3])
+def test_checksums_pass_saves_exactly_the_lower_part(grid, bs):
+    """ft_pdpotrf's saved copy of A, taken in the initial checksums' pass (``UpdateChecks.init(save=...)``),
+    holds what ``CholeskyWork``'s own copy holds (the lower block trapezoid, diagonal blocks whole), leaves
+    the rest of the buffer as it was, and the checksums agree with those of the separate pass; ``original()``
+    refuses to answer before the copy is made."""
+    from ftkit.linalg.cholesky._abft import UpdateChecks
+
+    n, nb, off = 23, 5, 2
+    a = _spd(n + off, seed=4)
+    ref = CholeskyWork("L", n, linalg.DistributedMatrix.from_global(grid, a, mb=nb, nb=nb), off, off,
+                       in_place=True, saved=lambda shape: np.zeros(shape, order="F"))
+    want = ref.original()
+    A = linalg.DistributedMatrix.from_global(grid, a, mb=nb, nb=nb)
+    work = CholeskyWork("L", n, A, off, off, in_place=True,
+                        saved=lambda shape: np.full(shape, np.nan, order="F"), copy_saved=False)
+    with pytest.raises(RuntimeError):
+        work.original()
+    checks = UpdateChecks(work.steps, None, bs)
+    assert checks.init(0, save=work.unsaved())
+    work.save(copied=True)
+    assert work.unsaved() is None
+    got = work.original()
+    lower = want != 0.0  # A's lower block trapezoid (no zero in it); the rest left as the buffer held it
+    assert lower.sum() > n * n // 2 and np.array_equal(got[lower], want[lower])
+    assert np.isnan(got[~lower]).all()
+    separate = UpdateChecks(work.steps, None, bs)
+    assert not separate.init(0)
+    np.testing.assert_allclose(checks.chk_t, separate.chk_t, rtol=1e-13, atol=1e-13)
+    assert np.count_nonzero(checks.chk_t) == np.count_nonzero(separate.chk_t) > 0
+
+
 def test_checkpointed_columns_are_the_lower_part_packed_and_only_grow(grid):
     """What a checkpoint of ft_pdpotrf holds: each factored block column from its diagonal block down (not
     the scratch rows above), the packing of the block columns < k a prefix of that of those < k' > k (a

@@ -54,7 +54,15 @@ from .. import _blas, checksums
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
 from ..checksums._kernels import encode_rows_into
-from ._kernels import carry_columns, exact_sums, panel_pass, segment_flags, solve_flags, take_checksums
+from ._kernels import (
+    carry_columns,
+    copy_checksums,
+    exact_sums,
+    panel_pass,
+    segment_flags,
+    solve_flags,
+    take_checksums,
+)
 from ._steps import CholeskySteps
 
 __all__ = ["UpdateChecks"]
@@ -115,16 +123,23 @@ class UpdateChecks:
         """The carried state (checkpointed with the work matrix: a resumed run continues to check)."""
         return {"chk": self.chk_t, "nu": self.nu}
 
-    def init(self, start: int) -> None:
-        """Take the checksums of the block columns from panel ``start`` on from the current ``W``."""
+    def init(self, start: int, save: np.ndarray | None = None) -> bool:
+        """Take the checksums of the block columns from panel ``start`` on from the current ``W``; with
+        ``save`` (an array of ``W``'s shape, unit row stride), copy the values they sum (this process's part
+        of the lower block trapezoid of those block columns) into it in the same pass. Returns whether it
+        did (``False``: the caller copies them)."""
         st = self.steps
+        mine = self.cblk >= start
+        if save is not None and save.strides[0] == 8 and st.w.strides[0] == 8 and st.w.dtype == np.float64:
+            copy_checksums(st.w, save, self.chk_t, self.rlo, self.clo[mine], self._cend[1:][mine],
+                           self._cseg[mine], self.wts)
+            return True
         if _blas._dgemm is not None and st.w.strides[0] == 8 and st.w.dtype == np.float64:
             # one small product per segment and block column, from compiled code (~2x the batched numpy
             # products of _sums with their interleaving copies, standalone)
-            mine = self.cblk >= start
             take_checksums(_blas._dgemm, st.w, self._enc, self.chk_t, self.rlo, self.clo[mine],
                            self._cend[1:][mine], self._cseg[mine])
-            return
+            return False
         for jj, big_j in enumerate(self.cblk):
             if big_j < start:
                 continue
@@ -134,6 +149,7 @@ class UpdateChecks:
             ii0 = 2 * int(np.searchsorted(self.rblk, big_j))
             if r.stop > r.start:
                 self.chk[ii0:, cl] = self._sums(st.w[r, cl], ii0 // 2, len(self.rblk))
+        return False
 
     def encode(self, k: int, pt: np.ndarray, views: tuple[np.ndarray, ...]) -> None:
         """Fill panel ``k``'s encoded buffer (``views``: :func:`._panel_sums.panel_views`) from ``pt``, this

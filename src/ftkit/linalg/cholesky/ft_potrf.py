@@ -58,7 +58,6 @@ import numpy as np
 
 from ...errors import ABFTError, PBLASArgumentError
 from ...inject import InjectionPlan
-from .._blas import trsm_right_lower_t
 from ..abft._blocks import Threshold
 from ..abft.level3 import _as64
 from ..abft.report import ABFTReport, BlockEvent, check_ft_args
@@ -80,89 +79,13 @@ from ._panel_sums import (
     share_panel,
 )
 from ._steps import HOLD, CholeskySteps
+from ._tally import Tally as _Tally
+from ._tally import uncorrected as _uncorrected
 from .potrf import CholeskyWork, FactorizationError, check_potrf_args
 
 __all__ = ["ft_pdpotrf", "CKPT_L", "CKPT_STATE"]
 
 #: Names under which the factorization's state is protected in the checkpointer.
-
-
-class _Tally:
-    """What the checks of one factorization found: panel-solve rows and update reports."""
-
-    def __init__(self, rank: int) -> None:
-        self.rank = rank
-        self.events: list[BlockEvent] = []
-        self.checked = 0
-
-    def add(self, checked: int, events: list[BlockEvent]) -> None:
-        """Count the blocks an update check verified and keep its events."""
-        self.checked += checked - sum(ev.action == "unchecked" for ev in events)
-        self.events.extend(events)
-
-    def operand(self, k: int, row: int, col: int, ok: bool) -> None:
-        """Record a panel element restored (``ok``) or not after it changed in transit."""
-        self.events.append(BlockEvent(k, -1, row, col, 1, 1, self.rank, "located" if ok else "uncorrected",
-                                      (row, col)))
-
-    def check_panel(self, checks: UpdateChecks, k: int, views: tuple[np.ndarray, ...],
-                    found: list[BlockEvent], before: np.ndarray, p: np.ndarray, low: np.ndarray) -> None:
-        """Check panel ``k``'s values and solve ``p`` (``P``, its rows in the encoded buffer ``views``) by the
-        carried checksums (:meth:`UpdateChecks.check_solve`, which fills the buffer with the rows' sums). A
-        segment flagged, or with a bound that is not finite (a huge wrong value can overflow in the
-        solution), is verified in ``before`` (the panel, not yet overwritten): a wrong value there is located
-        and corrected (or found uncorrectable: its rows are then recomputed, see :func:`_panel`), and its
-        events go to ``found``; the panel is then solved again, as it is when the values agree and the solve
-        does not."""
-        checked, bad, unchecked = checks.check_solve(k, p.T, low, views)
-        self.checked += checked
-        ii1 = int(checks.seg0[k + 1])
-        in_values: set[int] = set()  # segments whose values are not finite: reported by their verification
-        if (bad | unchecked).any():
-            fixed = []
-            for i in np.flatnonzero(bad | unchecked):
-                evs = checks.verify_segments(k, ii1 + int(i), ii1 + int(i) + 1)[1]
-                in_values.update(int(i) for ev in evs if ev.action == "unchecked")
-                fixed += evs
-            found.extend(fixed)
-            if _uncorrected(fixed):
-                return  # the block column is recomputed before anything reads these rows
-            if any(ev.action == "located" for ev in fixed):  # the values were wrong: solve the corrected ones
-                p[...] = before
-                trsm_right_lower_t(low, p)
-                _, bad, unchecked = checks.check_solve(k, p.T, low, views)
-        found.extend(checks.unchecked_event(k, ii1 + int(i)) for i in np.flatnonzero(unchecked)
-                     if int(i) not in in_values)
-        for attempt in range(2):  # the values agree: the solve was wrong
-            if not bad.any():
-                if attempt:
-                    self.events[-1] = dataclasses.replace(self.events[-1], action="recomputed")
-                return
-            if attempt:
-                self.events[-1] = dataclasses.replace(self.events[-1], action="uncorrected")
-                return
-            first = int(np.flatnonzero(bad)[0])
-            self.events.append(BlockEvent(-1, -1, int(checks.rlo[ii1 + first] - checks.rlo[ii1]), 0,
-                                          p.shape[0], p.shape[1], self.rank, "detected"))
-            p[...] = before
-            trsm_right_lower_t(low, p)
-            bad = checks.check_solve(k, p.T, low, views)[1]
-
-    def report(self, comm: Any, threshold: Threshold, bs: int) -> ABFTReport:
-        """The report of the whole factorization (collective: events are gathered)."""
-        every = comm.allgather((self.checked, self.events))  # one collective for the counts and events
-        events = sorted((ev for _, evs in every for ev in evs), key=lambda ev: (ev.row_block, ev.col_block))
-        acts = [ev.action for ev in events]
-        return ABFTReport(
-            blocks_checked=int(sum(c for c, _ in every)),
-            detected=sum(a not in ("rounding", "unchecked") for a in acts),
-            corrected=sum(a in ("located", "recomputed") for a in acts), events=tuple(events),
-            threshold=threshold.name, bs=bs, unchecked=sum(a == "unchecked" for a in acts))
-
-
-def _uncorrected(events: list[BlockEvent]) -> bool:
-    """Whether ``events`` hold a block the checks could not correct."""
-    return any(ev.action == "uncorrected" for ev in events)
 
 
 def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: Any = None,
@@ -229,11 +152,13 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
         return ABFTReport(threshold=threshold.name)
     A64 = _as64(A)
     # an aligned lower layout is factored in A64 itself, A's lower part saved for the recomputations in a
-    # cached buffer (CholeskyWork.original); any other in a copy
+    # cached buffer (CholeskyWork.original), copied in the checksums' pass over A; any other in a copy
     pool: dict[object, np.ndarray] = {}
     try:
         work = CholeskyWork(uplo, n, A64, ia, ja, in_place=True,
-                            saved=functools.partial(pooled_buffer, pool, "original"))
+                            saved=functools.partial(pooled_buffer, pool, "original"), copy_saved=False)
+        if ckpt is not None and ckpt.restarted:
+            work.save()  # before the resume puts the factored columns into A64
         panels = work.steps.panels
         d = A.desc
         state = np.array([0, n, ia, ja, uplo == "U", len(panels), d.mb, d.nb], dtype=np.int64)
@@ -242,7 +167,7 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
             work.steps, getattr(ckpt, "protected", {}).get(CKPT_L))  # the last call's buffer, if any
         start = resume(ckpt, done, state, checks) if done is not None else 0
         if start == 0:
-            checks.init(0)
+            work.save(copied=checks.init(0, save=work.unsaved()))
         every = max(1, int(ckpt_every) if ckpt_every else len(panels) // 8)
         tally = _Tally(A.grid.rank)
         def at(j: int) -> InjectionPlan | None:  # the injection plan of panel j's update
@@ -424,9 +349,9 @@ def _piece_sums(colp: np.ndarray, need: np.ndarray, pieces: list, a: int,
 
 def _solve(steps: CholeskySteps, checks: UpdateChecks, k: int, low: np.ndarray, ext: np.ndarray,
            rows: np.ndarray, tally: _Tally) -> list[BlockEvent]:
-    """Solve panel ``k`` into ``rows``, checked (:meth:`_Tally.check_panel`), and, on the panel's process
-    column, encode the buffer around them, its flag set if rows are left to recompute; return the events of
-    the panel's values (this process's rows below the diagonal block)."""
+    """Solve panel ``k`` into ``rows``, checked (:meth:`._tally.Tally.check_panel`), and, on the panel's
+    process column, encode the buffer around them, its flag set if rows are left to recompute; return the
+    events of the panel's values (this process's rows below the diagonal block)."""
     views = panel_views(ext, rows)
     found: list[BlockEvent] = []
     check = functools.partial(tally.check_panel, checks, k, views, found)

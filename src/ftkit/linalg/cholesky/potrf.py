@@ -58,11 +58,14 @@ class CholeskyWork:
     by :meth:`write_back`. :meth:`original` then returns the array ``saved(shape)`` returns (in place only),
     which A's lower block trapezoid (diagonal blocks whole) is copied into first, and only that (the rest is
     whatever the array held: nothing reads it): ``ft_pdpotrf``'s recomputations read A's values there;
-    without it :meth:`original` has nothing to return.
+    without it :meth:`original` has nothing to return. With ``copy_saved=False`` the copy is left to the
+    caller, before anything changes ``w``: :meth:`save` makes it, or marks it made in :meth:`unsaved`'s
+    array (``ft_pdpotrf`` copies it in its checksums' pass over A: one pass for both).
     """
 
     def __init__(self, uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, in_place: bool = False,
-                 saved: Callable[[tuple[int, ...]], np.ndarray] | None = None) -> None:
+                 saved: Callable[[tuple[int, ...]], np.ndarray] | None = None,
+                 copy_saved: bool = True) -> None:
         self.uplo, self.n, self.A, self.ia, self.ja = uplo, n, A, ia, ja
         d, g = A.desc, A.grid
         self.aligned = uplo == "L" and d.mb == d.nb and ia % d.mb == ja % d.nb
@@ -85,8 +88,22 @@ class CholeskyWork:
         self._diagonals = [(self.steps.diagonal_block(k).copy(), k) for k in range(len(self.steps.panels))
                            if self.in_place and self.steps.owns_diagonal(k)]
         self._saved = saved(self.w.shape) if self.in_place and saved is not None else None
-        if self._saved is not None:
+        self._filled = False
+        if copy_saved:
+            self.save()
+
+    def unsaved(self) -> np.ndarray | None:
+        """The array :meth:`original` will return while A's values are still to be copied into it
+        (``copy_saved=False``, before :meth:`save`), else ``None``."""
+        return self._saved if self._saved is not None and not self._filled else None
+
+    def save(self, copied: bool = False) -> None:
+        """Copy A's lower block trapezoid into the saved array (``in_place`` with ``saved``), unless it is
+        there already; ``copied``: the caller has copied it into :meth:`unsaved`'s array (this only marks
+        it). Call it before anything changes ``w``."""
+        if self._saved is not None and not self._filled and not copied:
             self._copy_lower(self.w, self._saved, True)
+        self._filled = True
 
     def original(self) -> np.ndarray:
         """Return this process's piece of the work matrix as it was before the factorization (A's values).
@@ -94,6 +111,8 @@ class CholeskyWork:
         Collective on A's grid when the work matrix is a redistributed copy (it is redistributed again).
         """
         if self._saved is not None:
+            if not self._filled:
+                raise RuntimeError("CholeskyWork(copy_saved=False): original() before save()")
             return self._saved
         if self.in_place:
             raise RuntimeError("CholeskyWork(in_place=True) overwrites A: it has no original to return")
