@@ -116,7 +116,7 @@ def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray, flight: PanelFli
     maximum; the sums of squares of this process's own rows are in ``ext``. One with ``"direct"`` brought
     every other process row's :func:`direct_part`; this process's own rows its columns multiply are first
     checked against their row sums, a changed value restored in ``rows`` (this process's rows of P in
-    ``ext``) and reported to ``record(row of P, column, restored)`` (:func:`_own_piece`)."""
+    ``ext``) and reported to ``record(row of P, column, restored)`` (:func:`_check_own`)."""
     s, e = steps.panels[k]
     w, n, g = e - s, steps.rows.n, steps.grid
 
@@ -148,48 +148,68 @@ def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray, flight: PanelFli
 def _direct_parts(steps: CholeskySteps, k: int, ext: np.ndarray, rows: np.ndarray,
                   record: Callable[[int, int, bool], object],
                   flight: PanelFlight) -> tuple[np.ndarray, np.ndarray, list, list, bool]:
-    """:func:`gather_panel` from a ``"direct"`` flight of :func:`direct_part`'s parts."""
+    """:func:`gather_panel` from a ``"direct"`` flight of :func:`direct_part`'s parts: ``colp`` and its row
+    sums copied once, block column by block column, out of the parts and this process's own rows (no copy
+    of a selection of them first), which are checked on arrival (:func:`_check_own`)."""
     g, (s, e) = steps.grid, steps.panels[k]
-    w, pieces, flagged = e - s, [], ext[0] > 0
+    w, (_, _, rs, sq, _, _) = e - s, panel_views(ext, rows)
+    mine = steps.row_indices[g.myrow][steps.rows.range_on(g.myrow, e, steps.rows.n)] - e
+    # this process row's piece: all its rows, their column sums taken when a repair needs them
+    pieces: list[tuple[Any, ...]] = []
+    flagged = ext[0] > 0
     for p, (cnt, part) in enumerate(zip(steps.selected_counts(k), flight.parts(), strict=True)):
         if p == g.myrow:
-            pieces.append(_own_piece(steps, k, ext, rows, record))
+            pieces.append((mine, rows, rs, sq, None))
             continue
-        flag, sel, rs, sq, cs, _ = _unpack(part, cnt, w)
+        flag, sel, prs, psq, pcs, _ = _unpack(part, cnt, w)
         flagged |= flag[0] > 0
-        pieces.append((steps.selected_indices(k, p), sel, rs, sq, cs))
-    colp = steps.merge_rows(k, [pc[1] for pc in pieces])
-    col_rs = steps.merge_rows(k, [pc[2][:, None] for pc in pieces])[:, 0]
-    mine = steps.row_indices[g.myrow][steps.rows.range_on(g.myrow, e, steps.rows.n)] - e
-    squares = [(mine, panel_views(ext, rows)[3])] + [(pc[0], pc[3]) for p, pc in enumerate(pieces)
-                                                     if p != g.myrow]
+        pieces.append((steps.selected_indices(k, p), sel, prs, psq, pcs))
+    blocks = steps.column_blocks(k, rows, [pc[1] for pc in pieces])
+    sums_of = steps.column_blocks(k, rs[:, None], [pc[2][:, None] for pc in pieces])
+    colp, col_rs = _stack(list(blocks.values()), w), _stack(list(sums_of.values()), 1)[:, 0]
+    if _check_own(steps, k, ext, rows, record, blocks, colp, col_rs):
+        colp = _stack(list(blocks.values()), w)  # views of rows: repaired there
+    squares = [(mine, sq)] + [(pc[0], pc[3]) for p, pc in enumerate(pieces) if p != g.myrow]
     return colp, col_rs, squares, pieces, bool(flagged)
 
 
-def _own_piece(steps: CholeskySteps, k: int, ext: np.ndarray, rows: np.ndarray,
-               record: Callable[[int, int, bool], object]) -> tuple[Any, ...]:
-    """This process's own rows of panel ``k`` that its columns multiply as a :func:`gather_panel` piece
-    (its column sums ``None``: :func:`piece_col_sums` takes them from its rows, checked here), compared
-    first with the row sums taken where the panel was solved; if one changed, all of ``rows`` are checked
-    against them and the changed values restored (:func:`repair_rows`, ``record(row of P, column,
-    restored)`` per repair), before any product or carry reads them."""
+def _stack(blocks: list[np.ndarray], w: int) -> np.ndarray:
+    """``blocks`` (row blocks of ``w`` columns) one under the other in one array, F order."""
+    out = np.empty((sum(b.shape[0] for b in blocks), w), order="F")
+    if blocks:
+        np.concatenate(blocks, axis=0, out=out)
+    return out
+
+
+def _check_own(steps: CholeskySteps, k: int, ext: np.ndarray, rows: np.ndarray,
+               record: Callable[[int, int, bool], object], blocks: dict[int, np.ndarray], colp: np.ndarray,
+               col_rs: np.ndarray) -> bool:
+    """Compare the rows of ``colp`` that came from this process's own rows of panel ``k`` (``blocks``: the
+    block columns' rows, by panel index, in ``colp``'s order) with the row sums taken where the panel was
+    solved; if one changed, check all of ``rows`` against them and restore the changed values there
+    (:func:`repair_rows`, ``record(row of P, column, restored)`` per repair), before any product or carry
+    reads them; return whether any did."""
     g, (s, e) = steps.grid, steps.panels[k]
     _, _, rs, _, cs, _ = panel_views(ext, rows)
-    sel = steps.select_rows(k, rows)
-    sel_rs = steps.select_rows(k, rs[:, None])[:, 0]
-    got = np.empty(sel.shape[0])
-    row_sums(sel, got)
-    if not np.array_equal(got, sel_rs):
-        def present(_i: int) -> tuple[np.ndarray, np.ndarray]:
-            now = np.empty(rows.shape[1])
-            col_sums(rows, now)
-            return cs, now
+    at, changed = 0, False
+    for j, blk in blocks.items():
+        if int(steps.rows.owners[steps.panels[j][0]]) == g.myrow:
+            got = np.empty(blk.shape[0])
+            row_sums(colp[at:at + blk.shape[0]], got)
+            changed |= not np.array_equal(got, col_rs[at:at + blk.shape[0]])
+        at += blk.shape[0]
+    if not changed:
+        return False
 
-        idx = steps.row_indices[g.myrow][steps.rows.range_on(g.myrow, e, steps.rows.n)]
-        for i, t, ok in repair_rows(rows, rs, present):
-            record(int(idx[i]), s + t, ok)
-        steps.select_rows(k, rows, sel)
-    return steps.selected_indices(k, g.myrow), sel, sel_rs, None, None
+    def present(_i: int) -> tuple[np.ndarray, np.ndarray]:
+        now = np.empty(rows.shape[1])
+        col_sums(rows, now)
+        return cs, now
+
+    idx = steps.row_indices[g.myrow][steps.rows.range_on(g.myrow, e, steps.rows.n)]
+    for i, t, ok in repair_rows(rows, rs, present):
+        record(int(idx[i]), s + t, ok)
+    return True
 
 
 def piece_col_sums(colp: np.ndarray, need: np.ndarray, pieces: list,
@@ -198,7 +218,7 @@ def piece_col_sums(colp: np.ndarray, need: np.ndarray, pieces: list,
     ``need``; the piece's rows not among them as received), in the sender's summation order."""
     for idx, rows, _, _, cs in pieces:
         if row in idx:
-            if cs is None:  # the sums of the rows as checked on arrival (_own_piece)
+            if cs is None:  # this process's own rows, as checked on arrival (_check_own)
                 cs = np.empty(rows.shape[1])
                 col_sums(rows, cs)
             now = np.array(rows, order="F")
