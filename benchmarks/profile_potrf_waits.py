@@ -1,6 +1,7 @@
 """Where the ranks of ``pdpotrf`` wait: count and wall time per rank of each wait, by what it waited for.
 
 usage: ftkit launch -n 6 -- python benchmarks/profile_potrf_waits.py --grid 2x3 --n 4096 --nb 128 [--reps 3]
+       [--ft]
 
 Wraps the waits of the factorization's look-ahead (:mod:`ftkit.linalg.cholesky._lookahead`) and counts, per
 rank, over ``--reps`` calls (after one untimed warm-up; mean per call): the waits of the panel's messages
@@ -11,7 +12,11 @@ panel's data or, with ``columns="direct"``, every message; ``gather``: what come
 update's GEMMs (``progress``, wall and CPU) and the update itself (``apply_update``, its GEMMs and the
 progress calls nested in it). Wall time above CPU time in a wait is a rank sleeping: with as many ranks as
 cores or more, the time the factor's critical path (the next diagonal block's owner, its process column's
-solve) waited on it. A profile, not a benchmark: take the ratios from ``bench_pblas3.py --side-by-side``.
+solve) waited on it. ``--ft`` also profiles ``ft_pdpotrf``, alternating with ``pdpotrf`` (one table each),
+with its own steps beside: the checksums' carry (``carry``: :meth:`UpdateChecks.update`, the transit check
+of the received rows included) and the panel's arrival (``gather_panel``: what came down the process
+column taken apart, checked and merged). A profile, not a benchmark: take the ratios from
+``bench_pblas3.py --side-by-side``.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from bench_pblas3 import operands
 from mpi4py import MPI
 
 from ftkit import linalg
-from ftkit.linalg.cholesky import _lookahead, _steps
+from ftkit.linalg.cholesky import _abft, _lookahead, _steps, ft_potrf
 
 #: name -> [count, wall seconds, CPU seconds] in the current call
 TALLY: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
@@ -70,33 +75,46 @@ def _install() -> None:
     _steps.DiagonalMessage.wait = _timed("diagonal: wait", _steps.DiagonalMessage.wait)  # type: ignore[method-assign]
     st.apply_update = _timed("apply_update", st.apply_update)  # type: ignore[method-assign]
     st.solve_rows = _timed("solve_rows", st.solve_rows)  # type: ignore[method-assign]
+    _abft.UpdateChecks.update = _timed("carry", _abft.UpdateChecks.update)  # type: ignore[method-assign]
+    ft_potrf.gather_panel = _timed("gather_panel", ft_potrf.gather_panel)
+    if hasattr(ft_potrf, "select_part"):  # the relay's packing (inside progress)
+        ft_potrf.select_part = _timed("select_part", ft_potrf.select_part)
 
 
 def main() -> None:
     ap = profile_parser(__doc__)
     ap.set_defaults(grid="2x3")
+    ap.add_argument("--ft", action="store_true", help="also profile ft_pdpotrf (alternating with pdpotrf)")
     args = ap.parse_args()
     pr, pc = map(int, args.grid.split("x"))
     comm = MPI.COMM_WORLD
     grid = linalg.ProcessGrid(comm, pr, pc)
     S = operands(grid, args.n, args.nb)["S"]  # the benchmark's SPD matrix
     _install()
-    calls = []
+    routines = ("pdpotrf", "ft_pdpotrf") if args.ft else ("pdpotrf",)
+    calls: dict[str, list[dict[str, list[float]]]] = {r: [] for r in routines}
     for rep in range(args.reps + 1):
-        A = S.copy()
-        TALLY.clear()
-        comm.Barrier()
-        w0, c0 = time.perf_counter(), time.process_time()
-        linalg.pdpotrf("L", args.n, A, 0, 0)
-        total = [1, time.perf_counter() - w0, time.process_time() - c0]
-        comm.Barrier()
-        if rep:
-            calls.append({"TOTAL": total, **{k: list(v) for k, v in TALLY.items()}})
+        for routine in routines:  # alternating: the machine's load falls on both alike
+            A = S.copy()
+            TALLY.clear()
+            comm.Barrier()
+            w0, c0 = time.perf_counter(), time.process_time()
+            getattr(linalg, routine)("L", args.n, A, 0, 0)
+            total = [1, time.perf_counter() - w0, time.process_time() - c0]
+            comm.Barrier()
+            if rep:
+                calls[routine].append({"TOTAL": total, **{k: list(v) for k, v in TALLY.items()}})
+    for routine in routines:
+        _print(comm, routine, args, calls[routine], pc)
+
+
+def _print(comm: Any, routine: str, args: Any, calls: list[dict[str, list[float]]], pc: int) -> None:
+    """Print, on rank 0, every rank's mean count, wall and CPU ms per call of each wait of ``routine``."""
     every = comm.gather(calls, root=0)
     if comm.rank:
         return
     keys = sorted({k for r in every for c in r for k in c}, key=lambda k: (k != "TOTAL", k))
-    print(f"pdpotrf grid={args.grid} n={args.n} nb={args.nb}: mean per call over {args.reps} calls; "
+    print(f"{routine} grid={args.grid} n={args.n} nb={args.nb}: mean per call over {args.reps} calls; "
           "per rank: count, wall ms (CPU ms)")
     print(f"{'':24}" + "".join(f"{f'r{r} ({r // pc},{r % pc})':>22}" for r in range(comm.size))
           + f"{'wall sum':>10}")
@@ -107,7 +125,6 @@ def main() -> None:
             cells += f"{c:6.0f} {w * 1e3:7.1f} ({cpu * 1e3:5.1f})"
             wall += w
         print(f"{k:24}{cells}{wall * 1e3:10.1f}")
-
 
 if __name__ == "__main__":
     main()

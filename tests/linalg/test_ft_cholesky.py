@@ -353,12 +353,13 @@ def test_two_flips_in_one_block_column_recomputed_on_2x2():
 
 @pytest.mark.mpi
 def test_non_square_grids_checked_and_recomputed():
-    """2x3 and 3x2: error-free bit for bit, a flip located, a flip in the rows of P a process copied for its
-    columns restored and one in its own received rows located, two flips in one column recomputed on a
-    process that owns the diagonal block and on one that does not (its flag travels with the shared panel)."""
+    """2x3 and 3x2: error-free bit for bit, a flip located, flips in the rows of P a process's columns
+    multiply (one sent straight from another process row, one of its own rows) restored and one in its own
+    received rows located, two flips in one column recomputed on a process that owns the diagonal block and
+    on one that does not (its flag travels with the panel's parts)."""
     res = run_python(6, PROGRAMS / "ft_potrf_grids.py", timeout=300).check()
     assert "DONE failures=0" in res.stdout, res.stdout + res.stderr
-    assert res.stdout.count("CASE ") == 26 and "FAIL" not in res.stdout, res.stdout
+    assert res.stdout.count("CASE ") == 30 and "FAIL" not in res.stdout, res.stdout
 
 
 @pytest.mark.mpi

@@ -7,8 +7,9 @@ what they send and receive (:func:`_square_cases`).
 usage: ft_potrf_grids.py (6 ranks, or 4)
 
 Cases, per grid and ``uplo``: error-free (the factor is PDPOTRF's bit for bit, no event); one flip after
-panel 1's update (located and corrected); a flip in the rows of panel 1 a process's columns multiply
-(restored from its row sum before the product) and in the rows it received along its process row (the
+panel 1's update (located and corrected); a flip in the rows of panel 1 a process's columns multiply, one
+that came straight from another process row and one of its own (restored from its row sum before the
+product) and in the rows it received along its process row (the
 product's left operand: each element it spoiled located by the carried checksums); two flips in one column
 of a segment (local trailing rows 9 and 12, column 0, after panel 1: nb = 8, so global rows of block row 4
 or later) on each of two ranks, one at a time: the block column is recomputed and the factor is PDPOTRF's
@@ -84,17 +85,23 @@ def main() -> int:
                 cases = [("error-free", [], []),
                          ("one flip", [BitFlip(target="C", rank=ranks[0], step=1, index=(9, 2), bit=61)],
                           ["located"])]
-                # in transit: in the rows of P a process's columns multiply (copied out of the pieces here),
-                # and in the rows it received along its process row (the product's left operand)
-                cases += [("received rows of P flipped",
-                           [BitFlip(target="B", rank=ranks[0], index=(3, 2), bit=62)], ["located"]),
-                          ("own rows of P flipped",
-                           [BitFlip(target="A", rank=ranks[1], index=(3, 2), bit=62)], None)]
+                # in transit: in the rows of P a process's columns multiply (copied out of the parts here),
+                # and in the rows it received along its process row (the product's left operand). Rows 3 and
+                # 9 of them: on 2 x 3 (rank 0) row 3 came straight from process row 1's process of the
+                # panel's column and row 9 from rank 0's own rows; on 3 x 2 (rank 1) row 3 is its own and
+                # row 9 came from process row 2
+                cases += [(f"received rows of P flipped (row {i})",
+                           [BitFlip(target="B", rank=ranks[0], index=(i, 2), bit=62)], ["located"], [(1, -1)])
+                          for i in (3, 9)]
+                cases.append(("own rows of P flipped",
+                              [BitFlip(target="A", rank=ranks[1], index=(3, 2), bit=62)], None))
                 cases += [(f"two flips on rank {rk}",
                            [BitFlip(target="C", rank=rk, step=1, index=(i, 0), bit=61) for i in (9, 12)],
                            ["recomputed"]) for rk in ranks]
-                if shape == (2, 3):  # rank 1 solves panel 1; its row 9 (block row 4) goes down its column
-                    cases.append(("rows of P flipped where the panel was solved, before they go down",
+                # rank 1 solves panel 1 and sends it; its row 9 (block row 4) is one its own columns multiply:
+                # checked against its row sum and restored before any product reads it
+                if shape == (2, 3):
+                    cases.append(("rows of P flipped where the panel was solved, once sent",
                                   [BitFlip(target="A", rank=1, index=(9, 2), bit=62)], ["located"],
                                   [(1, -1)]))
             for name, flips, *want in cases:

@@ -42,32 +42,27 @@ class _All:
 
 
 class PanelFlight:
-    """Panel ``k``'s messages under way (:func:`launch_panel`): the diagonal block's broadcast, the
-    panel's buffer broadcast along the process rows from the panel's process column, then its first ``sent``
-    values gathered down the process columns (``per_row`` values per row below the panel and ``extra``, as
-    :meth:`CholeskySteps.gather`). A stage starts when what it sends has arrived: :meth:`progress` tests and
-    chains them (call it between the GEMMs of the update the messages overlap), :meth:`wait` finishes them.
-    ``on_rows``, if given, is called with the buffer once it has arrived and before it is gathered (on the
-    panel's process column too: the gather then waits for the row broadcast there as well).
-    ``columns``: what travels down the process columns: ``"all"`` every process row's part (the gather,
-    :meth:`pieces`), or only the rows each process's trailing columns multiply (:meth:`trailing_rows`, the
-    plain factorization's need): on a square grid (process row ``q`` holds the rows of process column
-    ``q``'s columns) process ``(q, q)`` broadcasts its part down process column ``q`` (``"own"``: half the
-    data of the gather on 2 x 2), else each process sends the rows its process column's trailing columns
-    multiply (``"select"``: a third of the gather on 2 x 3). ``"direct"`` (plain factorization): no
-    stage relays another's data: each process of the panel's process column sends its rows of ``P`` to the
-    processes of its process row and, to every process of the other process rows, those of its rows that
-    process's trailing columns multiply (:meth:`CholeskySteps.select_rows` for its process column), one
-    point-to-point message each; so a process's part arrives however late the processes beside it next test
-    their messages (with ``"select"`` its column partner passed it on only once its own row broadcast had
-    arrived and it next tested, between its GEMMs). The same values arrive as with ``"select"``.
+    """Panel ``k``'s messages under way (:func:`launch_panel`): the diagonal block's broadcast, then the
+    panel's buffer along the process rows from the panel's process column and, down the process columns,
+    only the rows each process's trailing columns multiply (``per_row`` values per row and ``extra``).
+    :meth:`progress` tests the messages and starts those whose input has arrived (call it between the GEMMs
+    of the update they overlap), :meth:`wait` finishes them. ``on_rows``, if given, is called with the buffer
+    once it has arrived here (with ``"direct"``: once every message has completed, the sends included).
 
-    ``flag_at`` (with ``"own"`` or ``"select"``): the index in the buffer of a value whose maximum over the
-    process column every process needs (``ft_pdpotrf``'s flag of rows left to recompute, which the data down
-    the column does not carry from every process row): one small ``Iallreduce`` beside the data
-    (:meth:`column_flag`). ``pack`` (with ``"select"``): what this process sends down its process column,
-    given the buffer once arrived (on the root: while it is broadcast, so only read there), ``per_row``
-    values per selected row (:meth:`CholeskySteps.selected_counts`) and ``extra``; default: the selected rows.
+    ``columns``: how the rows travel down the process columns. ``"own"``, on a square grid (process row
+    ``q`` holds the rows of process column ``q``'s columns): once the buffer has been broadcast along the
+    process rows, process ``(q, q)`` broadcasts its first ``sent`` values down process column ``q`` (half the
+    data of a gather on 2 x 2); ``flag_at``, if given, is the index in the buffer of a value whose maximum
+    over the process column every process needs (``ft_pdpotrf``'s flag of rows left to recompute, which the
+    data down the column does not carry from every process row): one small ``Iallreduce`` beside it
+    (:meth:`column_flag`). ``"direct"``, on any other grid: no stage relays another's data: each process of
+    the panel's process column sends its whole buffer to the processes of its process row and, to the
+    processes of process column ``q`` in the other process rows, ``pack(q)`` (default: those of its rows
+    that column's trailing columns multiply, :meth:`CholeskySteps.select_rows`; ``ft_pdpotrf`` packs their
+    sums beside them), ``selected_counts(k, q)[its row] * per_row + extra`` values, one point-to-point
+    message each; so a process's part arrives however late the processes beside it next test their
+    messages (relayed, its column partner would pass it on only once its own row's had arrived and it next
+    tested, between its GEMMs).
 
     Nothing more travels once the diagonal block is known to be not positive definite or held (every process
     learns it from the same broadcast, so every process skips the same messages).
@@ -75,8 +70,9 @@ class PanelFlight:
 
     def __init__(self, steps: CholeskySteps, k: int, diagonal: DiagonalMessage, buf: np.ndarray,
                  sent: int, per_row: int, extra: int = 0,
-                 on_rows: Callable[[np.ndarray], object] | None = None, columns: str = "all",
-                 flag_at: int | None = None, pack: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+                 on_rows: Callable[[np.ndarray], object] | None = None, columns: str = "own",
+                 flag_at: int | None = None, pack: Callable[[int], np.ndarray] | None = None) -> None:
+        assert columns in ("own", "direct") and (columns == "own" or flag_at is None)
         e = steps.panels[k][1]
         self.steps, self.k, self.diagonal, self.buf = steps, k, diagonal, buf
         self._shape, self._on_rows, self._columns = (sent, per_row, extra), on_rows, columns
@@ -90,10 +86,10 @@ class PanelFlight:
         self._row: Any = True if g.npcol == 1 or not buf.size or e == steps.rows.n else None
         self._gather: Any = True if g.nprow == 1 or e == steps.rows.n else None
         if columns == "direct":  # one stage: every message starts at once
-            assert on_rows is None and flag_at is None and pack is None
             self._row, self._gather = (True if g.size == 1 or e == steps.rows.n else None), True
         self._out = np.empty(0, buf.dtype)
-        self._packs: list[tuple[int, np.ndarray]] = []  # "direct"'s selections under way (kept alive)
+        self._counts = [0] * g.nprow  # "direct": the values received from each process row
+        self._packs: list[tuple[int, np.ndarray]] = []  # "direct"'s parts under way (kept alive)
 
     def progress(self) -> bool:
         """Test the messages under way, start the stages whose input has arrived; return whether all have
@@ -114,23 +110,14 @@ class PanelFlight:
         if self._row is True and self._on_rows is not None:
             self._on_rows(self.buf)
             self._on_rows = None
-        # the root sends while it broadcasts (the same buffer, only read), unless a hook must see it first
+        # "own": the root sends while it broadcasts (the same buffer, only read), unless a hook must see it
+        # first; the diagonal process of this process column sends its part down it
         if self._gather is None and self._on_rows is None and (self._row is True or self._root):
             sent, per_row, extra = self._shape
-            counts, displs = st.gather_counts(self.k, per_row, extra)
-            if self._columns == "own":  # the diagonal process of this process column sends its rows down it
-                mine = g.myrow == g.mycol
-                self._out = self._send if mine else np.empty(counts[g.mycol], self.buf.dtype)
-                self._gather = g.col_comm.Ibcast(self._out, root=g.mycol) if self._out.size else True
-            else:
-                if self._columns == "select":
-                    self._send = (self._pack(self.buf) if self._pack is not None else st.select_rows(
-                        self.k, st.rows_of(self.k, self._send)).reshape(-1, order="F"))
-                    counts = [c * per_row + extra for c in st.selected_counts(self.k)]
-                    displs = displacements(counts)
-                self._out = np.empty(sum(counts), self.buf.dtype)
-                self._gather = g.col_comm.Iallgatherv(self._send, [self._out, (counts, displs)])
-            if self._flag_at is not None and self._columns != "all":
+            count = st.gather_counts(self.k, per_row, extra)[0][g.mycol]
+            self._out = self._send if g.myrow == g.mycol else np.empty(count, self.buf.dtype)
+            self._gather = g.col_comm.Ibcast(self._out, root=g.mycol) if self._out.size else True
+            if self._flag_at is not None:
                 at = self._flag_at
                 flag = g.col_comm.Iallreduce(self.buf[at:at + 1], self._flag, op=MPI.MAX)
                 self._gather = _All([r for r in (self._gather, flag) if r is not True])
@@ -139,31 +126,40 @@ class PanelFlight:
         return self._row is True and self._gather is True
 
     def _exchange(self) -> list[Any]:
-        """Start ``"direct"``'s messages: on the panel's process column, the sends of its rows (and the
-        receives of its partners' selections for its own trailing columns); elsewhere, the receives of this
-        process row's rows and of the other process rows' selections. A message of no values is not sent."""
+        """Start ``"direct"``'s messages: on the panel's process column, the sends of its buffer and parts
+        (and the receives of its partners' parts for its own trailing columns); elsewhere, the receives of
+        this process row's buffer and of the other process rows' parts. A message of no values is not
+        sent."""
         st, g, k = self.steps, self.steps.grid, self.k
-        qk, w = int(st.cols.owners[st.panels[k][0]]), self._shape[1]
-        counts = [c * w for c in st.selected_counts(k)]
-        displs = displacements(counts)
-        self._out = np.empty(sum(counts), self.buf.dtype)
+        qk, (_, per_row, extra) = int(st.cols.owners[st.panels[k][0]]), self._shape
+        self._counts = [c * per_row + extra if p != g.myrow else 0
+                        for p, c in enumerate(st.selected_counts(k))]
+        displs = displacements(self._counts)
+        self._out = np.empty(sum(self._counts), self.buf.dtype)
         reqs = [g.comm.Irecv(self._out[d:d + c], source=g.rank_of(p, qk), tag=TAG_PANEL)
-                for p, (c, d) in enumerate(zip(counts, displs, strict=True)) if p != g.myrow and c]
+                for p, (c, d) in enumerate(zip(self._counts, displs, strict=True)) if c]
         if g.mycol != qk:
-            if self._send.size:
-                reqs.append(g.comm.Irecv(self._send, source=g.rank_of(g.myrow, qk), tag=TAG_PANEL))
+            if self.buf.size:
+                reqs.append(g.comm.Irecv(self.buf, source=g.rank_of(g.myrow, qk), tag=TAG_PANEL))
             return reqs
-        if self._send.size:
-            reqs += [g.comm.Isend(self._send, dest=g.rank_of(g.myrow, q), tag=TAG_PANEL)
+        if self.buf.size:
+            reqs += [g.comm.Isend(self.buf, dest=g.rank_of(g.myrow, q), tag=TAG_PANEL)
                      for q in range(g.npcol) if q != qk]
-            mine = st.rows_of(k, self._send)
-            # a column that multiplies all these rows gets the buffer itself, not a copy
-            self._packs = [(q, self._send if c == mine.shape[0] else
-                            st.select_rows(k, mine, column=q).reshape(-1, order="F"))
-                           for q, c in ((q, st.selected_counts(k, q)[g.myrow]) for q in range(g.npcol))]
-            reqs += [g.comm.Isend(sel, dest=g.rank_of(p, q), tag=TAG_PANEL)
-                     for q, sel in self._packs if sel.size for p in range(g.nprow) if p != g.myrow]
+        if g.nprow > 1:
+            self._packs = [(q, (self._pack or self._selected)(q)) for q in range(g.npcol)]
+            reqs += [g.comm.Isend(part, dest=g.rank_of(p, q), tag=TAG_PANEL)
+                     for q, part in self._packs if part.size for p in range(g.nprow) if p != g.myrow]
         return reqs
+
+    def _selected(self, q: int) -> np.ndarray:
+        """``"direct"``'s default part for process column ``q``: this process's rows of ``P`` that its
+        trailing columns multiply, flat (F order); a column that multiplies them all gets the buffer itself,
+        not a copy."""
+        st, k = self.steps, self.k
+        mine = st.rows_of(k, self.buf)
+        if st.selected_counts(k, q)[st.grid.myrow] == mine.shape[0]:
+            return self.buf
+        return st.select_rows(k, mine, column=q).reshape(-1, order="F")
 
     def wait(self) -> int:
         """Wait for every message, sleeping, with a deadline; return ``bad`` (``-1``: the panel has arrived;
@@ -173,33 +169,27 @@ class PanelFlight:
         return self.bad
 
     def trailing_rows(self) -> np.ndarray | dict[int, np.ndarray]:
-        """With ``columns`` ``"own"`` or ``"select"``: the rows of ``P`` this process's trailing columns
-        multiply, once arrived, as :meth:`CholeskySteps.apply_update` takes them: with ``"own"`` in their
-        order (F order), else by block column, views of this process's rows and of what came down its
-        process column (:meth:`CholeskySteps.column_blocks`: no copy)."""
+        """The rows of ``P`` this process's trailing columns multiply, once arrived, as
+        :meth:`CholeskySteps.apply_update` takes them (the default parts): with ``"own"`` in their order (F
+        order), else by block column, views of this process's rows and of the parts received
+        (:meth:`CholeskySteps.column_blocks`: no copy)."""
         st, k, g = self.steps, self.k, self.steps.grid
         mine = st.rows_of(k, self.buf)
         if g.nprow > 1 and self._columns == "own":
             return st.rows_of(k, self._out)
-        counts = st.selected_counts(k) if g.nprow > 1 else [0]
         w = self._shape[1]
-        ends = np.cumsum(counts) * w
-        return st.column_blocks(k, mine, [self._out[b - c * w:b].reshape((c, w), order="F")
-                                          for c, b in zip(counts, ends, strict=True)])
+        return st.column_blocks(k, mine, [p.reshape((p.size // w, w), order="F") for p in self.parts()])
 
     @property
     def own(self) -> bool:
         """Whether only the diagonal process's part travels down each process column (``columns="own"``)."""
         return self._columns == "own"
 
-    @property
-    def selected(self) -> bool:
-        """Whether each process sends down its process column only what its columns need (``"select"``)."""
-        return self._columns == "select" and self.steps.grid.nprow > 1
-
-    def gathered(self) -> np.ndarray:
-        """What came down the process column, every process row's part in order, once arrived."""
-        return self._out
+    def parts(self) -> list[np.ndarray]:
+        """With ``"direct"``: the part received from each process row's process of the panel's column, once
+        arrived (this process row's: empty)."""
+        ends = np.cumsum(self._counts)
+        return [self._out[b - c:b] for c, b in zip(self._counts, ends, strict=True)]
 
     def column_flag(self) -> float:
         """With ``flag_at``: the largest flag of the process column's processes, once arrived."""
@@ -214,14 +204,6 @@ class PanelFlight:
         if self.steps.grid.nprow == 1:
             return self.buf[:self._shape[0]]
         return self._out
-
-    def pieces(self) -> list[np.ndarray]:
-        """Every process row's gathered part of the buffer, once arrived (:meth:`CholeskySteps.gather`)."""
-        sent, per_row, extra = self._shape
-        if self.steps.grid.nprow == 1:
-            return [self.buf[:sent]]
-        counts, displs = self.steps.gather_counts(self.k, per_row, extra)
-        return [self._out[d:d + c] for d, c in zip(displs, counts, strict=True)]
 
 
 def launch_panel(steps: CholeskySteps, k: int) -> PanelFlight:

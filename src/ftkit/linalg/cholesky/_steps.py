@@ -8,8 +8,8 @@ rows) and columns ``cols`` (over the process columns), two maps with one block p
    the order of the leading minor that is not positive definite) to every process;
 2. the processes of the panel's process column solve their rows below it: ``P = W_{e:,k} L_kk^{-T}``;
 3. ``P`` is broadcast along the process rows and sent down the process columns (only the rows each
-   process's trailing columns multiply: :class:`._lookahead.PanelFlight`'s ``columns``; plain ``pdpotrf``
-   sends both straight from the panel's process column), and every process
+   process's trailing columns multiply: :class:`._lookahead.PanelFlight`'s ``columns``; on a grid that is
+   not square both go straight from the panel's process column), and every process
    updates its trailing block columns on and below the diagonal: ``W_{e:,e:} -= P P.T`` (lower block
    trapezoid: diagonal blocks are updated whole, their strict upper part is scratch).
 

@@ -69,13 +69,13 @@ from ._column_recompute import recompute_column
 from ._factored import CKPT_L, CKPT_STATE, FactoredColumns, resume
 from ._lookahead import PanelFlight
 from ._panel_sums import (
+    direct_part,
     gather_panel,
     gathered_part,
     panel_buffer,
     panel_views,
     piece_col_sums,
     repair_rows,
-    select_part,
     share_panel,
 )
 from ._steps import HOLD, CholeskySteps
@@ -223,7 +223,8 @@ class _Launched:
 def _launch(work: CholeskyWork, checks: UpdateChecks, k: int, plan: InjectionPlan | None,
             tally: _Tally) -> _Launched:
     """Verify and factor diagonal block ``k``, solve panel ``k`` (checked) on its process column, start its
-    messages (:class:`PanelFlight`); ``plan``'s ``"A"`` flips land in the received rows before the gather."""
+    messages (:class:`PanelFlight`); ``plan``'s ``"A"`` flips land in the received rows once they have
+    arrived (and been sent on, where they are)."""
     steps = work.steps
     g, (s, e) = steps.grid, steps.panels[k]
     # diagonal block k, before its owner factors it (the rows below: checked with the panel's solve)
@@ -232,16 +233,13 @@ def _launch(work: CholeskyWork, checks: UpdateChecks, k: int, plan: InjectionPla
     diagonal = steps.start_diagonal(k, hold=_uncorrected(events), column_only=True)
     ext, rows = panel_buffer(steps, k, checks)
     on_rows = None if plan is None else functools.partial(_inject_received, plan, g.size, g.rank, rows)
-    # down the process columns only what each column's products and their checks read, as in pdpotrf, and
-    # the flags beside: on a square grid the diagonal process's part; else each process's selected rows with
-    # their sums (select_part)
+    # down the process columns only what each column's products and their checks read, as in pdpotrf: on a
+    # square grid the diagonal process's part, the flags beside; else, straight from the panel's process
+    # column, each column's rows with their sums and the flag (direct_part)
     sent, per_row, extra = gathered_part(steps, k)
-    columns, pack = "own" if steps.square else "select" if g.nprow > 1 else "all", None
-    if columns == "select":
-        pack = functools.partial(select_part, steps, k, rows, functools.partial(tally.operand, k))
-        extra = e - s
-    flight = PanelFlight(steps, k, diagonal, ext, sent, per_row, extra, on_rows=on_rows, columns=columns,
-                         flag_at=0, pack=pack)
+    flight = PanelFlight(steps, k, diagonal, ext, sent, per_row, extra, on_rows=on_rows,
+                         columns="own" if steps.square else "direct", flag_at=0 if steps.square else None,
+                         pack=None if steps.square else functools.partial(direct_part, steps, k, ext, rows))
     found: list[BlockEvent] = []
     low = None
     if g.mycol == int(steps.cols.owners[s]):
@@ -284,7 +282,8 @@ def _arrive(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, plan: In
     if bad >= 0 or e == steps.rows.n:
         return bad, events, ()
     events, pending = events + found, _uncorrected(found)
-    colp, col_rs, squares, pieces, flagged = gather_panel(steps, k, ext, flight)
+    colp, col_rs, squares, pieces, flagged = gather_panel(steps, k, ext, flight, rows,
+                                                          functools.partial(tally.operand, k))
     if flagged:  # rows the checks could not correct: recomputed from A, solved and shared again
         events = recompute_column(checks, k, events, work.original)
         if steps.owns_diagonal(k):  # the recomputation set the block's unfactored values again
