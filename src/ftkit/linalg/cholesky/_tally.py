@@ -43,7 +43,8 @@ class Tally:
         carried checksums (:meth:`UpdateChecks.check_solve`, which fills the buffer with the rows' sums). A
         segment flagged, or with a bound that is not finite (a huge wrong value can overflow in the
         solution), is verified in ``before`` (the panel, not yet overwritten): a wrong value there is located
-        and corrected (or found uncorrectable: its rows are then recomputed, see :func:`_panel`), and its
+        and corrected (or found uncorrectable: its rows are then recomputed, see ``ft_potrf._arrive``),
+        and its
         events go to ``found``; the panel is then solved again, as it is when the values agree and the solve
         does not."""
         checked, bad, unchecked = checks.check_solve(k, p.T, low, views)

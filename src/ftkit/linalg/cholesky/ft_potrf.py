@@ -79,13 +79,10 @@ from ._panel_sums import (
     share_panel,
 )
 from ._steps import HOLD, CholeskySteps
-from ._tally import Tally as _Tally
-from ._tally import uncorrected as _uncorrected
+from ._tally import Tally, uncorrected
 from .potrf import CholeskyWork, FactorizationError, check_potrf_args
 
 __all__ = ["ft_pdpotrf", "CKPT_L", "CKPT_STATE"]
-
-#: Names under which the factorization's state is protected in the checkpointer.
 
 
 def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: Any = None,
@@ -169,7 +166,7 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
         if start == 0:
             work.save(copied=checks.init(0, save=work.unsaved()))
         every = max(1, int(ckpt_every) if ckpt_every else len(panels) // 8)
-        tally = _Tally(A.grid.rank)
+        tally = Tally(A.grid.rank)
         def at(j: int) -> InjectionPlan | None:  # the injection plan of panel j's update
             return inject if j == inject_panel else None
 
@@ -221,7 +218,7 @@ class _Launched:
 
 
 def _launch(work: CholeskyWork, checks: UpdateChecks, k: int, plan: InjectionPlan | None,
-            tally: _Tally) -> _Launched:
+            tally: Tally) -> _Launched:
     """Verify and factor diagonal block ``k``, solve panel ``k`` (checked) on its process column, start its
     messages (:class:`PanelFlight`); ``plan``'s ``"A"`` flips land in the received rows once they have
     arrived (and been sent on, where they are)."""
@@ -230,7 +227,7 @@ def _launch(work: CholeskyWork, checks: UpdateChecks, k: int, plan: InjectionPla
     # diagonal block k, before its owner factors it (the rows below: checked with the panel's solve)
     checked, events = checks.verify(k, "diagonal")
     # (hold read on the owner only; L_kk is read only on the panel's process column, as in pdpotrf)
-    diagonal = steps.start_diagonal(k, hold=_uncorrected(events), column_only=True)
+    diagonal = steps.start_diagonal(k, hold=uncorrected(events), column_only=True)
     ext, rows = panel_buffer(steps, k, checks)
     on_rows = None if plan is None else functools.partial(_inject_received, plan, g.size, g.rank, rows)
     # down the process columns only what each column's products and their checks read, as in pdpotrf: on a
@@ -259,7 +256,7 @@ def _inject_received(plan: InjectionPlan, size: int, rank: int, rows: np.ndarray
 
 
 def _arrive(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, plan: InjectionPlan | None,
-            tally: _Tally) -> tuple[int, list[BlockEvent], tuple]:
+            tally: Tally) -> tuple[int, list[BlockEvent], tuple]:
     """Wait for panel ``k``'s messages; return ``(bad, the block column's events, (colp, its row sums, the
     sums of squares of P's rows this process's checks read, pieces))`` (:func:`gather_panel`). A held
     diagonal block, or rows of the block column a process could not correct (their flag travels with the
@@ -281,7 +278,7 @@ def _arrive(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, plan: In
         flight = None  # shared again: gathered whole
     if bad >= 0 or e == steps.rows.n:
         return bad, events, ()
-    events, pending = events + found, _uncorrected(found)
+    events, pending = events + found, uncorrected(found)
     colp, col_rs, squares, pieces, flagged = gather_panel(steps, k, ext, flight, rows,
                                                           functools.partial(tally.operand, k))
     if flagged:  # rows the checks could not correct: recomputed from A, solved and shared again
@@ -298,7 +295,7 @@ def _arrive(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, plan: In
 
 
 def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tuple,
-            at: Callable[[int], InjectionPlan | None], tally: _Tally) -> _Launched | None:
+            at: Callable[[int], InjectionPlan | None], tally: Tally) -> _Launched | None:
     """Apply panel ``k``'s update (its checksums carried, the rows of P its columns multiply repaired
     first) with the look-ahead: block column ``k+1`` first, then panel ``k+1`` launched, then the rest while
     its messages travel; return panel ``k+1`` launched (``None`` after the last). ``at(k)``'s flips land in
@@ -347,7 +344,7 @@ def _piece_sums(colp: np.ndarray, need: np.ndarray, pieces: list, a: int,
 
 
 def _solve(steps: CholeskySteps, checks: UpdateChecks, k: int, low: np.ndarray, ext: np.ndarray,
-           rows: np.ndarray, tally: _Tally) -> list[BlockEvent]:
+           rows: np.ndarray, tally: Tally) -> list[BlockEvent]:
     """Solve panel ``k`` into ``rows``, checked (:meth:`._tally.Tally.check_panel`), and, on the panel's
     process column, encode the buffer around them, its flag set if rows are left to recompute; return the
     events of the panel's values (this process's rows below the diagonal block)."""
@@ -358,7 +355,7 @@ def _solve(steps: CholeskySteps, checks: UpdateChecks, k: int, low: np.ndarray, 
     if steps.grid.mycol == int(steps.cols.owners[steps.panels[k][0]]):
         if not rows.shape[0]:  # not filled by the check
             checks.encode(k, rows.T, views)
-        views[0][0] = float(_uncorrected(found))
+        views[0][0] = float(uncorrected(found))
     return found
 
 
