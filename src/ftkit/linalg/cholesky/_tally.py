@@ -44,9 +44,8 @@ class Tally:
         segment flagged, or with a bound that is not finite (a huge wrong value can overflow in the
         solution), is verified in ``before`` (the panel, not yet overwritten): a wrong value there is located
         and corrected (or found uncorrectable: its rows are then recomputed, see ``ft_potrf._arrive``),
-        and its
-        events go to ``found``; the panel is then solved again, as it is when the values agree and the solve
-        does not."""
+        and its events go to ``found``; the panel is then solved again, as it is when the values agree and
+        the solve does not."""
         checked, bad, unchecked = checks.check_solve(k, p.T, low, views)
         self.checked += checked
         ii1 = int(checks.seg0[k + 1])
