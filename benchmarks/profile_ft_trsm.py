@@ -73,6 +73,13 @@ def _install() -> None:
         setattr(checksums, name, timed(name, getattr(checksums, name)))
     _tri_product._verify_and_correct = timed("_verify_and_correct", _tri_product._verify_and_correct)  # type: ignore[attr-defined]
     _tri_product._report_of = timed("_report_of", _tri_product._report_of)  # type: ignore[attr-defined]
+    _tri_product._reduce = timed("_reduce", _tri_product._reduce)  # type: ignore[attr-defined]
+    for name in ("add", "predict"):
+        setattr(checksums.ChecksumProduct, name, timed(f"ChecksumProduct.{name}",
+                                                       getattr(checksums.ChecksumProduct, name)))
+    seg_of = level3.BlockSegmentation.of.__func__  # type: ignore[attr-defined]
+    level3.BlockSegmentation.of = classmethod(timed("BlockSegmentation.of", seg_of))  # type: ignore[method-assign, assignment]
+    level3.Threshold.bounds = timed("Threshold.bounds", level3.Threshold.bounds)  # type: ignore[method-assign]
 
 
 def main() -> None:
