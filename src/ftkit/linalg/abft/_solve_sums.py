@@ -312,7 +312,7 @@ class SolveChecksums:
         the three disagrees. The signed residuals are kept for :meth:`locate`.
         """
         nc = len(self.cl) - 1
-        xext = np.zeros((x.shape[0], _KINDS * nc), order="F")
+        xext = np.empty((x.shape[0], _KINDS * nc), order="F")  # all written: the segments cover x's columns
         if nc and x.shape[0]:
             encode_cols_into(x, self.cl, self.cw, xext, False, _KINDS)  # plain, weighted, absolute
         part = np.zeros((4, self.nI, nc))  # this process row's share of the sums

@@ -9,9 +9,11 @@ the expected sums ``(e^T T_I) (W0_J e)`` (plain, row-, column- and doubly-weight
 ``(e^T |T_I|) (|W0_J| e)`` of :mod:`ftkit.linalg.checksums`. Before the sweep each process encodes its
 piece of ``T`` (checksum rows of its row segments over its columns, in the pass that makes the triangle in
 the redistributed piece, :func:`triangle_with_checksums`) and of ``W0`` (checksum columns of its column
-segments over its rows, in the same pass as the copy a recomputation starts from); one all-reduce
+segments over its rows, in the same pass as the copy a recomputation starts from); one all-gather
 along the process row and one along the process column give every process the full checksum rows of its
-row segments and columns of its column segments, whose small product predicts its blocks. The sweep
+row segments and columns of its column segments (in the order of the process columns' and rows' indices,
+the same on square grids; elsewhere the gathered ``W0`` sums are reordered to ``T``'s), whose small product
+predicts its blocks. The sweep
 computes each element as a sum of ``ka`` products (in blocks, in any order), which is what the rigorous
 bound covers; the statistical one is ``ft_pdgemm``'s.
 
@@ -21,7 +23,7 @@ saved ``W0`` with ``T`` rebuilt from A (a corrupted copy of the triangle is repl
 again (``"recomputed"``; still wrong: ``"uncorrected"``, A itself is corrupted). Cost beyond the plain
 routine: the sums in the pass over ``T`` (made in place, as the plain routine makes it, the excluded
 triangle neither read nor summed), two passes over ``W`` (encoding with the copy,
-into a buffer kept between calls; the block sums of the result), and checksum all-reduces of ``1/bs`` of
+into a buffer kept between calls; the block sums of the result), and checksum all-gathers of ``1/bs`` of
 the data.
 """
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import lru_cache
 
 import numpy as np
 from mpi4py import MPI
@@ -42,6 +45,7 @@ from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
 from ..pblas._panel_buffers import pooled_buffer, release_pool
+from ..pblas._redistribute import displacements
 from ..pblas._tri_sweep import own_piece, sweep, triangle_extent, triangle_piece
 from ._blocks import BlockSegmentation, Threshold
 from .product import _ratio, _reduce, _report_of, _verify_and_correct
@@ -61,14 +65,15 @@ def triangle_with_checksums(A: DistributedMatrix, ia: int, ja: int, transpose: b
     extent, :func:`~ftkit.linalg.pblas._tri_sweep.triangle_extent`), or, where ``T``'s piece is A's own local
     piece, copied out of A in one pass (as the plain routine does), and the checksums are summed in the same
     pass, from the kept rows only. Returns ``(t, achk)``:
-    ``achk`` is ``(kinds nr, ka)`` (F order), this process's columns of ``T``'s checksum rows of every row
-    segment of ``seg``, zero in the other columns (the process row's all-reduce fills them). ``pool``: ``t``
-    in a buffer of the process-wide cache (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_piece`).
+    ``achk`` is ``(kinds nr, ncols)`` (F order): the checksum rows of every row segment of ``seg`` over this
+    process's columns of ``T`` (``cols``), in local order (:func:`_encode` gathers the process row's).
+    ``pool``: ``t`` in a buffer of the process-wide cache
+    (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_piece`).
     """
     g = A.grid
     keep, diag = triangle_extent(rows, cols, g.myrow, g.mycol, lower)
-    c = cols.indices_on(g.mycol).astype(np.int64)
-    achk = np.zeros((kinds * seg.nr, rows.n), order="F")
+    c = np.arange(cols.count(g.mycol), dtype=np.int64)
+    achk = np.empty((kinds * seg.nr, c.size), order="F")  # every element written by the kernel
     wts = checksums.segment_weights(seg.rb)
     own = own_piece(A, ia, ja, transpose, rows, cols, pool)
     if own is not None:  # copied out of A, made a triangle and summed in one pass (as plain copies it)
@@ -79,30 +84,62 @@ def triangle_with_checksums(A: DistributedMatrix, ia: int, ja: int, transpose: b
     return t, achk
 
 
+@lru_cache(maxsize=16)
+def _gather_layout(rows_key: tuple[int, int, int, int, int], cols_key: tuple[int, int, int, int, int],
+                   nprow: int, npcol: int) -> tuple[tuple[list[int], list[int]], tuple[list[int], list[int]],
+                                                     np.ndarray | None]:
+    """How :func:`_encode` gathers the checksums (keys: the maps' ``(n, nb, offset, src, nprocs)``): the
+    counts and displacements, in indices, of every process column's columns of ``T`` and every process
+    row's rows of ``W``, and the rows of the gathered ``W`` sums in the order of the gathered ``T`` sums'
+    columns (``None`` where the two orders agree, as on square grids: no reordering)."""
+    rows, cols = BlockCyclic1D(*rows_key), BlockCyclic1D(*cols_key)
+    by_col = [cols.indices_on(q) for q in range(npcol)]
+    by_row = [rows.indices_on(p) for p in range(nprow)]
+    a_counts, b_counts = [len(k) for k in by_col], [len(k) for k in by_row]
+    a_order, b_order = np.concatenate(by_col), np.concatenate(by_row)
+    order = None
+    if not np.array_equal(a_order, b_order):
+        where = np.empty(rows.n, np.int64)
+        where[b_order] = np.arange(rows.n)
+        order = where[a_order]
+        order.flags.writeable = False
+    return (a_counts, displacements(a_counts)), (b_counts, displacements(b_counts)), order
+
+
 def _encode(g: ProcessGrid, achk: np.ndarray, w: np.ndarray, seg: BlockSegmentation, rows: BlockCyclic1D,
-            kinds: int, pool: dict[object, np.ndarray]) -> tuple[Callable[[], checksums.ChecksumProduct],
-                                                                  np.ndarray]:
-    """Start the checksum all-reduces and copy ``w`` (F order) into a buffer of ``pool`` (the panel buffers
+            cols: BlockCyclic1D, kinds: int, pool: dict[object, np.ndarray],
+            ) -> tuple[Callable[[], checksums.ChecksumProduct], np.ndarray]:
+    """Start gathering the checksums and copy ``w`` (F order) into a buffer of ``pool`` (the panel buffers
     kept between calls: a fresh array of ``w``'s size costs page faults and the kernel's zeroing, as much as
-    the copy itself), taking its checksum columns in the same pass. ``achk``: this process's part of ``T``'s
-    checksum rows (:func:`triangle_with_checksums`). Returns ``(finish, w0)``: ``finish()`` waits for the
-    all-reduces and returns the checksum product predicting this process's blocks of ``T W``."""
+    the copy itself), taking its checksum columns in the same pass. ``achk``: this process's columns of
+    ``T``'s checksum rows (:func:`triangle_with_checksums`). Returns ``(finish, w0)``: ``finish()`` waits for
+    the gathers and returns the checksum product predicting this process's blocks of ``T W``."""
     ka, nc, ncols = rows.n, seg.nc, w.shape[1]
     wext = pooled_buffer(pool, "w0", (w.shape[0], ncols + kinds * nc))
     encode_cols_into(w, seg.cb, checksums.segment_weights(seg.cb), wext, True, kinds)
-    bchk = np.zeros((ka, kinds * nc))  # C order: its rows are scattered (3x faster than into F order)
-    bchk[rows.indices_on(g.myrow), :] = wext[:, ncols:]
+    (ac, ad), (bc, bd), order = _gather_layout((rows.n, rows.nb, rows.offset, rows.src, rows.nprocs),
+                                               (cols.n, cols.nb, cols.offset, cols.src, cols.nprocs),
+                                               g.nprow, g.npcol)
+    na, nb_ = achk.shape[0], kinds * nc
     # the process row's columns of T give full checksum rows, the process column's rows of W full checksum
-    # columns: both in flight during the sweep (whose own waits progress them), waited by sleeping after it,
-    # where the prediction is first needed (waiting before the sweep made every rank wait for the slowest
-    # one's encoding, and a blocking collective busy-polls, taking CPU from the slowest when ranks outnumber
-    # cores)
-    reqs = [g.row_comm.Iallreduce(MPI.IN_PLACE, achk), g.col_comm.Iallreduce(MPI.IN_PLACE, bchk)]
+    # columns: each process sends its own part (an all-reduce of zero-padded full arrays moved and added
+    # twice as much); both in flight during the sweep (whose own waits progress them), waited by sleeping
+    # after it, where the prediction is first needed (waiting before the sweep made every rank wait for the
+    # slowest one's encoding, and a blocking collective busy-polls, taking CPU from the slowest when ranks
+    # outnumber cores)
+    arecv = np.empty((na, ka), order="F")
+    bsend = np.ascontiguousarray(wext[:, ncols:])  # rows of W, each contiguous: the gather appends them
+    brecv = np.empty((ka, nb_))
+    acounts = ([na * x for x in ac], [na * x for x in ad])
+    bcounts = ([nb_ * x for x in bc], [nb_ * x for x in bd])
+    reqs = [g.row_comm.Iallgatherv(achk.ravel(order="F"), [arecv.reshape(-1, order="F"), acounts,
+                                                            MPI.DOUBLE]),
+            g.col_comm.Iallgatherv(bsend.ravel(), [brecv.ravel(), bcounts, MPI.DOUBLE])]
 
     def finish() -> checksums.ChecksumProduct:
         wait_requests(reqs)
         product = checksums.ChecksumProduct(seg.nr, nc, kinds)
-        product.add(achk, bchk)
+        product.add(arecv, brecv if order is None else brecv[order])
         return product
 
     return finish, wext[:, :ncols]
@@ -121,10 +158,10 @@ def checked_tri_multiply(g: ProcessGrid, t: np.ndarray, achk: np.ndarray, w: np.
                          transposed: bool) -> ABFTReport:
     """Overwrite ``w`` with ``T w`` by the sweep, checked and corrected as the module says; return the report.
 
-    ``t`` and ``achk`` come from :func:`triangle_with_checksums` (``achk`` is summed over the process row
-    here, in place); ``seg`` segments ``w``'s local part (its rows follow ``rows``); ``rebuild`` makes ``T``
-    again from A;
-    ``transposed`` reports events with rows and columns swapped (side "R" works on ``B.T``). Collective.
+    ``t`` and ``achk`` come from :func:`triangle_with_checksums` (``achk``: this process's columns, gathered
+    over the process row here); ``seg`` segments ``w``'s local part (its rows follow ``rows``); ``rebuild``
+    makes ``T`` again from A; ``transposed`` reports events with rows and columns swapped (side "R" works on
+    ``B.T``). Collective.
     Injection points as ``ft_pdtrsm``'s: ``"A"`` (T after its checksums), ``"B"`` (``W`` after its checksums),
     ``"C"`` step 0 (before the sweep) or 1 (the product, before the check).
     """
@@ -142,7 +179,7 @@ def _multiply_checked(g: ProcessGrid, t: np.ndarray, achk: np.ndarray, w: np.nda
                       inject: InjectionPlan | None, rebuild: Callable[[], np.ndarray], transposed: bool,
                       pool: dict[object, np.ndarray]) -> ABFTReport:
     """:func:`checked_tri_multiply` with the copy of ``W0`` in a buffer of ``pool``."""
-    finish, w0 = _encode(g, achk, w, seg, rows, threshold.kinds, pool)
+    finish, w0 = _encode(g, achk, w, seg, rows, cols, threshold.kinds, pool)
     if inject is not None:
         inject.resolve(g.size, 1)
         inject.apply("A", g.rank, 0, t)
