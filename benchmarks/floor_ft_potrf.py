@@ -42,7 +42,7 @@ from ftkit import linalg
 from ftkit.linalg import _blas
 from ftkit.linalg.cholesky import _steps
 from ftkit.linalg.cholesky._abft import UpdateChecks
-from ftkit.linalg.cholesky._kernels import row_sums
+from ftkit.linalg.cholesky._kernels import copy_checksums, row_sums
 from ftkit.linalg.cholesky.potrf import CholeskyWork
 
 
@@ -54,24 +54,6 @@ def _read(w: np.ndarray, clo: np.ndarray, cend: np.ndarray, r0: np.ndarray) -> f
             for i in range(r0[j], w.shape[0]):
                 s += w[i, c]
     return s
-
-
-@njit(cache=True, nogil=True, fastmath=True)
-def _copy_sums(src: np.ndarray, dst: np.ndarray, chk_t: np.ndarray, clo: np.ndarray, cend: np.ndarray,
-               first: np.ndarray, rlo: np.ndarray, wts: np.ndarray) -> None:  # pragma: no cover
-    nseg = rlo.shape[0] - 1
-    for j in range(clo.shape[0]):
-        for c in range(clo[j], cend[j]):
-            for s in range(first[j], nseg):
-                e = 0.0
-                ws = 0.0
-                for i in range(rlo[s], rlo[s + 1]):
-                    v = src[i, c]
-                    dst[i, c] = v
-                    e += v
-                    ws += wts[i] * v
-                chk_t[c, 2 * s] = e
-                chk_t[c, 2 * s + 1] = ws
 
 
 @njit(cache=True, nogil=True)
@@ -109,7 +91,7 @@ def _passes(S: linalg.DistributedMatrix, n: int, flops: dict[str, float]) -> Non
     cend = ch._cend[1:]
     _timed("read", _read, w, ch.clo, cend, first_row)
     _timed("copy", work._copy_lower, w, saved, True)
-    _timed("copy+sums", _copy_sums, w, saved, ch.chk_t, ch.clo, cend, ch._cseg, ch.rlo, ch.wts)
+    _timed("copy+sums", copy_checksums, w, saved, ch.chk_t, ch.rlo, ch.clo, cend, ch._cseg, ch.wts)
     _timed("init (now)", ch.init, 0)
     nb = st.rows.nb
     rng = np.random.default_rng(0)
