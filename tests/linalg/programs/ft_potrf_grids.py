@@ -59,6 +59,10 @@ def _square_cases() -> list[tuple]:
             ("one flip", [BitFlip(target="C", rank=1, step=1, index=(9, 2), bit=61)], ["located"]),
             ("rows of P a diagonal process sent down its column flipped in its columns' copy",
              [BitFlip(target="B", rank=0, index=(3, 2), bit=62)], ["located"], [(1, -1)]),
+            # row 9: block column 4's rows, beyond block column k+1 (the look-ahead's first update); on a
+            # diagonal process they are also its own rows, every update's left operand: restored before any
+            ("rows of P a diagonal process sent down its column flipped beyond block column k+1",
+             [BitFlip(target="B", rank=0, index=(9, 2), bit=62)], ["located"], [(1, -1)]),
             ("rows of P a process received down its column flipped",
              [BitFlip(target="B", rank=1, index=(3, 2), bit=62)], ["located"], [(1, -1)]),
             # received along the process row and flipped before they go down the column: restored from their
