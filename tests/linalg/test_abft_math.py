@@ -122,7 +122,7 @@ def test_encoding_equals_explicit_sums():
 def test_kept_rows_are_summed_and_copied_with_zeros_elsewhere(lower):
     # a square's triangle (NaN in the other one, never read): the sums and the copy equal those of the
     # square with its other triangle zero, in one pass; copy_kept moves the triangle back alone
-    from ftkit.linalg.checksums._kernels import copy_kept
+    from ftkit.linalg.checksums._tri_sums import copy_kept
 
     rng = np.random.default_rng(3)
     n = 23

@@ -48,7 +48,8 @@ from mpi4py import MPI
 
 from ..._wait import wait_requests
 from .. import checksums
-from ..checksums._kernels import encode_cols_into, triangle_rows_from, triangle_rows_into
+from ..checksums._kernels import encode_cols_into
+from ..checksums._tri_sums import triangle_rows_from, triangle_rows_into
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
@@ -236,9 +237,9 @@ class SolveChecksums:
 
         The triangle is made in place in the redistributed piece and its column sums per row segment
         (plain, row-weighted, absolute) are taken in the same pass, from the kept rows only
-        (:func:`~ftkit.linalg.checksums._kernels.triangle_rows_into`, as ``ft_pdtrmm`` takes them); where the
+        (:func:`~ftkit.linalg.checksums._tri_sums.triangle_rows_into`, as ``ft_pdtrmm`` takes them); where the
         piece is A's own local piece (no transpose, the same layout: the benchmark's offset-0 call), it is
-        copied out of A in that pass instead (:func:`~ftkit.linalg.checksums._kernels.triangle_rows_from`:
+        copied out of A in that pass instead (:func:`~ftkit.linalg.checksums._tri_sums.triangle_rows_from`:
         A's excluded triangle not read, one pass over the piece fewer). The sums start on their way to the
         process rows that multiply them (non-blocking; :meth:`residuals` waits). ``pool``: the piece in a
         buffer of the process-wide cache (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_piece`).

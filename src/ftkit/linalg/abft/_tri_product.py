@@ -40,7 +40,8 @@ from mpi4py import MPI
 from ..._wait import wait_requests
 from ...inject import InjectionPlan
 from .. import checksums
-from ..checksums._kernels import encode_cols_into, triangle_rows_from, triangle_rows_into
+from ..checksums._kernels import encode_cols_into
+from ..checksums._tri_sums import triangle_rows_from, triangle_rows_into
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix

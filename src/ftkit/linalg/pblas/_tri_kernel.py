@@ -50,7 +50,7 @@ def triangle_column_from(x: np.ndarray, col: np.ndarray, k0: int, k1: int, diag:
 def triangle_column(col: np.ndarray, k0: int, k1: int, diag: int, unit: bool) -> None:  # pragma: no cover
     """One column of :func:`triangle_in_place` (also called, inlined, by ``ft_pdtrmm``'s checksum kernel)."""
     # numba's on-disk cache of a caller in another file does not notice a change here: after editing this
-    # function (or triangle_column_from), touch checksums/_kernels.py too (its cached kernels keep old code)
+    # function (or triangle_column_from), touch checksums/_tri_sums.py too (its cached kernels keep old code)
     nrow = col.shape[0]
     z = col[0:k0]
     for i in range(k0):
