@@ -259,7 +259,7 @@ class CholeskySteps:
 
     def column_blocks(self, k: int, mine: np.ndarray, pieces: list[np.ndarray]) -> dict[int, np.ndarray]:
         """The rows of ``P`` (panel ``k``) each of this process's trailing block columns ``J`` multiplies, by
-        ``J``, as views, no copy (what :meth:`apply_update` takes instead of :meth:`merge_rows`'s copy): of
+        ``J``, as views, no copy (what :meth:`apply_update` takes instead of a copy of them in one array): of
         ``mine`` (this process's rows of ``P``) for the block rows its process row holds, else of
         ``pieces[p]``, process row ``p``'s :meth:`select_rows` (F order; this process row's is not read)."""
         g, e = self.grid, self.panels[k][1]
@@ -309,16 +309,6 @@ class CholeskySteps:
         e = self.panels[k][1]
         got = [self.row_indices[p][r0:r0 + cb - ca] for ca, cb, q, r0 in self._trailing_blocks(k) if q == p]
         return (np.concatenate(got) if got else np.empty(0, int)) - e
-
-    def merge_rows(self, k: int, pieces: list[np.ndarray]) -> np.ndarray:
-        """The rows of ``P`` of this process's trailing columns, in their order, from every process row's
-        :meth:`select_rows` (``pieces``, F order)."""
-        out = np.empty((sum(pc.shape[0] for pc in pieces), pieces[0].shape[1]), pieces[0].dtype, order="F")
-        at, taken = 0, [0] * len(pieces)
-        for ca, cb, p, _ in self._trailing_blocks(k):
-            out[at:at + cb - ca] = pieces[p][taken[p]:taken[p] + cb - ca]
-            at, taken[p] = at + cb - ca, taken[p] + cb - ca
-        return out
 
     def apply_update(self, k: int, mine: np.ndarray, colp: np.ndarray | Mapping[int, np.ndarray],
                      blocks: range | None = None, between: Callable[[], object] | None = None) -> None:
