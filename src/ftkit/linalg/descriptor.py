@@ -142,6 +142,12 @@ class BlockCyclic1D:
         return (f"BlockCyclic1D(n={self.n}, nb={self.nb}, offset={self.offset}, src={self.src}, "
                 f"nprocs={self.nprocs})")
 
+    @property
+    def key(self) -> tuple[int, int, int, int, int]:
+        """``(n, nb, offset, src, nprocs)``: the constructor's arguments, equal for maps that lay out the
+        same indices, hashable (the key of a cache by layout; ``BlockCyclic1D(*m.key)`` rebuilds ``m``)."""
+        return self.n, self.nb, self.offset, self.src, self.nprocs
+
     @cached_property
     def owners(self) -> np.ndarray:
         """Process coordinate owning each submatrix index (int64, length n)."""

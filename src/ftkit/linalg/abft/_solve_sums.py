@@ -123,17 +123,13 @@ class _Layout:
     gather_counts: tuple[list[int], list[int]]
 
 
-def _map_key(m: BlockCyclic1D) -> tuple[int, int, int, int, int]:
-    return m.n, m.nb, m.offset, m.src, m.nprocs
-
-
 @lru_cache(maxsize=16)
 def _layout(grid_key: tuple[int, int, int, int, tuple[tuple[int, int], ...]],
             rows_key: tuple[int, int, int, int, int], cols_key: tuple[int, int, int, int, int],
             wcols_key: tuple[int, int, int, int, int], bs: int, lower: bool) -> _Layout:
-    """The :class:`_Layout` of a solve (keys: :func:`_map_key` of the maps; ``grid_key``: the grid's shape,
-    this process's coordinates and every grid rank's, :meth:`~ftkit.linalg.grid.ProcessGrid.coords`).
-    Read-only arrays: every call of the shape shares them."""
+    """The :class:`_Layout` of a solve (keys: the maps' :attr:`~ftkit.linalg.descriptor.BlockCyclic1D.key`;
+    ``grid_key``: the grid's shape, this process's coordinates and every grid rank's,
+    :meth:`~ftkit.linalg.grid.ProcessGrid.coords`). Read-only arrays: every call of the shape shares them."""
     nprow, npcol, myrow, mycol, every = grid_key
     rows, cols, wcols = BlockCyclic1D(*rows_key), BlockCyclic1D(*cols_key), BlockCyclic1D(*wcols_key)
     coords = every.__getitem__
@@ -208,8 +204,8 @@ class SolveChecksums:
     def __post_init__(self) -> None:
         g = self.grid
         every = tuple(g.coords(s) for s in range(g.size))
-        lay = self._lay = _layout((g.nprow, g.npcol, g.myrow, g.mycol, every), _map_key(self.rows),
-                                  _map_key(self.cols), _map_key(self.wcols), int(self.bs), bool(self.lower))
+        lay = self._lay = _layout((g.nprow, g.npcol, g.myrow, g.mycol, every), self.rows.key,
+                                  self.cols.key, self.wcols.key, int(self.bs), bool(self.lower))
         self.rg, self.rl, self.rid = lay.rg, lay.rl, lay.rid
         self.cg, self.cl, self.cid = lay.cg, lay.cl, lay.cid
         self.rows_here, self.rid_of, self.cid_of = lay.rows_here, lay.rid_of, lay.cid_of

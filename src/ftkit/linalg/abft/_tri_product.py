@@ -89,10 +89,11 @@ def triangle_with_checksums(A: DistributedMatrix, ia: int, ja: int, transpose: b
 def _gather_layout(rows_key: tuple[int, int, int, int, int], cols_key: tuple[int, int, int, int, int],
                    nprow: int, npcol: int) -> tuple[tuple[list[int], list[int]], tuple[list[int], list[int]],
                                                      np.ndarray | None]:
-    """How :func:`_encode` gathers the checksums (keys: the maps' ``(n, nb, offset, src, nprocs)``): the
-    counts and displacements, in indices, of every process column's columns of ``T`` and every process
-    row's rows of ``W``, and the rows of the gathered ``W`` sums in the order of the gathered ``T`` sums'
-    columns (``None`` where the two orders agree, as on square grids: no reordering)."""
+    """How :func:`_encode` gathers the checksums (keys: the maps'
+    :attr:`~ftkit.linalg.descriptor.BlockCyclic1D.key`): the counts and displacements, in indices, of every
+    process column's columns of ``T`` and every process row's rows of ``W``, and the rows of the gathered
+    ``W`` sums in the order of the gathered ``T`` sums' columns (``None`` where the two orders agree, as on
+    square grids: no reordering)."""
     rows, cols = BlockCyclic1D(*rows_key), BlockCyclic1D(*cols_key)
     by_col = [cols.indices_on(q) for q in range(npcol)]
     by_row = [rows.indices_on(p) for p in range(nprow)]
@@ -118,9 +119,7 @@ def _encode(g: ProcessGrid, achk: np.ndarray, w: np.ndarray, seg: BlockSegmentat
     ka, nc, ncols = rows.n, seg.nc, w.shape[1]
     wext = pooled_buffer(pool, "w0", (w.shape[0], ncols + kinds * nc))
     encode_cols_into(w, seg.cb, checksums.segment_weights(seg.cb), wext, True, kinds)
-    (ac, ad), (bc, bd), order = _gather_layout((rows.n, rows.nb, rows.offset, rows.src, rows.nprocs),
-                                               (cols.n, cols.nb, cols.offset, cols.src, cols.nprocs),
-                                               g.nprow, g.npcol)
+    (ac, ad), (bc, bd), order = _gather_layout(rows.key, cols.key, g.nprow, g.npcol)
     na, nb_ = achk.shape[0], kinds * nc
     # the process row's columns of T give full checksum rows, the process column's rows of W full checksum
     # columns: each process sends its own part (an all-reduce of zero-padded full arrays moved and added
