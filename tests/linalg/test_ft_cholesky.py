@@ -4,20 +4,23 @@ factor's solution bit for bit (``examples/cholesky_solver.py``)."""
 
 from __future__ import annotations
 
+import random
 import re
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
-from ftkit import linalg
+from ftkit import inject, linalg
 from ftkit.errors import PBLASArgumentError
 from ftkit.inject import BitFlip, InjectionPlan
 from ftkit.linalg.cholesky._factored import FactoredColumns
 from ftkit.linalg.cholesky.potrf import CholeskyWork
 
-from ..conftest import run_python
+from ..conftest import run_python, wait_for_int
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cholesky_solver.py"
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -66,6 +69,36 @@ def test_killed_rank_resumes_from_factored_columns_only(tmp_path):
     # rows >= 8 j of block column j: sum_{j<6} (90 - 8 j) 8 = 3360 values (the whole columns: 4320)
     assert "resumed at panel 6" in again.stdout, again.stdout
     assert "stored L 3360\n" in again.stdout and "factored 3360\n" in again.stdout, again.stdout
+    assert "bitwise True" in again.stdout, again.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("seed", [1, 2])
+def test_rank_killed_from_outside_at_a_random_moment_on_2x3_resumes_bit_for_bit(tmp_path, seed):
+    """2x3 (the panel's direct sends): a random rank SIGKILLed from outside at a random moment of the
+    factorization (12 panels paced 0.15 s apart; the kill within the first 0.9 s, so always inside it). The
+    job ends, non-zero, without finishing; the relaunch resumes at a checkpointed panel (every 3) and ends
+    with pdpotrf's factor bit for bit."""
+    prog, d, ready = PROGRAMS / "ft_potrf_resume.py", str(tmp_path / "run"), tmp_path / "ready"
+    rng = random.Random(seed)
+    victim, delay = rng.randrange(6), rng.uniform(0.0, 0.9)
+
+    def kill() -> None:
+        if wait_for_int(ready, 300) is not None:
+            time.sleep(delay)  # the random moment, counted from the factorization's start
+            inject.kill_pid(int((tmp_path / f"ready.{victim}").read_text()))
+
+    killer = threading.Thread(target=kill, daemon=True)
+    killer.start()
+    killed = run_python(6, prog, "--dir", d, "--grid", "2x3", "--ready", str(ready), "--pace", "0.15",
+                        timeout=300)
+    killer.join(60)
+    assert not killer.is_alive() and ready.exists(), killed.stdout + killed.stderr
+    assert not killed.timed_out and killed.returncode != 0, killed.stdout + killed.stderr
+    assert "bitwise" not in killed.stdout, "the killed run must not finish"
+    again = run_python(6, prog, "--dir", d, "--grid", "2x3", timeout=300).check()
+    m = re.search(r"resumed at panel (\d+)", again.stdout)
+    assert m and int(m.group(1)) % 3 == 0, again.stdout
     assert "bitwise True" in again.stdout, again.stdout
 
 

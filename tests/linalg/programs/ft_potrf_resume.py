@@ -1,7 +1,7 @@
 """FT_PDPOTRF checkpointed, a rank SIGKILLed, the relaunch resumes: on a 2x2 grid, ``uplo="U"`` with ``mb !=
 nb`` and offsets (the work matrix is a redistributed copy of A).
 
-usage: ft_potrf_resume.py --dir D [--kill-rank R --kill-panel K] [--grid PxQ]
+usage: ft_potrf_resume.py --dir D [--kill-rank R --kill-panel K] [--grid PxQ] [--ready F --pace S]
 
 The matrix (order 90 at offset (2, 2) of a 96 x 96 A, ``mb = 6``, ``nb = 8``: 12 panels) is factored with a
 level-1 checkpoint every 3 panels. With ``--kill-rank`` that rank SIGKILLs itself after panel ``K``; the
@@ -9,12 +9,16 @@ survivors leave when they notice. A relaunch with the same ``--dir`` resumes fro
 prints ``resumed at panel k``, ``stored L <values>`` (the factored columns read back from the checkpoint,
 over all ranks: ``0`` for a fresh start), ``factored <values>`` (what the factored block columns ``< k`` of
 the 90 x 90 work matrix hold on and below their diagonal blocks) and ``bitwise True|False`` (the factor
-against ``pdpotrf``'s).
+against ``pdpotrf``'s). With ``--ready F`` every rank writes its pid into ``F.<rank>`` and, once all have,
+rank 0 writes ``F`` (for a test that kills a rank from outside at a moment of its own choosing); ``--pace S``
+makes every process sleep ``S`` seconds after each panel (so such a kill lands inside the factorization).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +40,8 @@ def main() -> None:
     p.add_argument("--kill-rank", type=int, default=-1)
     p.add_argument("--kill-panel", type=int, default=-1)
     p.add_argument("--grid", default="2x2", help="the process grid (a relaunch on another is refused)")
+    p.add_argument("--ready", help="pid files F.<rank>, then F once every rank has written its own")
+    p.add_argument("--pace", type=float, default=0.0, help="seconds every process sleeps after each panel")
     a = p.parse_args()
     root = Path(a.dir)
     ckpt = ftkit.Checkpointer(config=ftkit.Config(ckpt_dir=root / "local", glbl_dir=root / "global",
@@ -56,7 +62,14 @@ def main() -> None:
         if k == a.kill_panel and grid.rank == a.kill_rank:
             print(f"rank {grid.rank} killing itself after panel {k}", flush=True)
             kill_self()
+        time.sleep(a.pace)
 
+    if a.ready:
+        Path(f"{a.ready}.{grid.rank}").write_text(str(os.getpid()))
+        grid.comm.Barrier()
+        if grid.rank == 0:
+            Path(a.ready + ".tmp").write_text("0")
+            os.replace(a.ready + ".tmp", a.ready)  # whole when it appears
     try:
         linalg.ft_pdpotrf("U", N, A, OFF, OFF, ckpt=ckpt, ckpt_every=3, on_panel=on_panel)
     except (MPI.Exception, ProcessFailure):  # a peer died: make every blocked survivor fail too, and leave
