@@ -74,7 +74,11 @@ WAIT = 60.0  # seconds for a process to end, or for the watcher to have removed 
 
 def _singleton_program(last: str, first: str = "ftkit") -> str:
     imports = ["import ftkit", "from mpi4py import MPI"]
-    return "\n".join(["import json, os, sys", *(imports if first == "ftkit" else imports[::-1]),
+    # SIGINT as in a program run from a terminal, whatever the test run inherited (a suite started in the
+    # background by a non-interactive shell has SIGINT ignored, and Python then installs no handler)
+    return "\n".join(["import json, os, signal, sys",
+                      "signal.signal(signal.SIGINT, signal.default_int_handler)",
+                      *(imports if first == "ftkit" else imports[::-1]),
                       "assert MPI.COMM_WORLD.Get_size() == 1", MAPPED, "sys.stdin.readline()", last])
 
 
