@@ -12,6 +12,9 @@ from typing import Any
 
 __all__ = ["TOTALS", "print_medians", "profile_call", "profile_parser", "timed"]
 
+#: the CPU clock of the timers: ``time.process_time`` counts every thread of the process (MPI's progress and
+#: failure-detector threads too); a script may set ``time.thread_time`` to count the calling thread's only
+CLOCK = time.process_time
 _STACK: list[list[float]] = []  # per open phase: [cpu spent in nested phases, wall spent in nested phases]
 #: phase name -> [exclusive CPU seconds, exclusive wall seconds] since the last ``TOTALS.clear()``
 TOTALS: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
@@ -21,13 +24,13 @@ def timed(name: str, fn: Any) -> Any:
     """Return ``fn`` wrapped to add its exclusive CPU and wall seconds to ``TOTALS[name]``."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        c0, w0 = time.process_time(), time.perf_counter()
+        c0, w0 = CLOCK(), time.perf_counter()
         _STACK.append([0.0, 0.0])
         try:
             return fn(*args, **kwargs)
         finally:
             inner = _STACK.pop()
-            dc, dw = time.process_time() - c0, time.perf_counter() - w0
+            dc, dw = CLOCK() - c0, time.perf_counter() - w0
             tot = TOTALS[name]
             tot[0] += dc - inner[0]
             tot[1] += dw - inner[1]
@@ -42,9 +45,9 @@ def profile_call(comm: Any, call: Any) -> dict[str, list[float]]:
     per phase, the unwrapped rest as ``"(rest)"`` and the whole call as ``"TOTAL"``."""
     TOTALS.clear()
     comm.Barrier()
-    c0, w0 = time.process_time(), time.perf_counter()
+    c0, w0 = CLOCK(), time.perf_counter()
     call()
-    total = [time.process_time() - c0, time.perf_counter() - w0]
+    total = [CLOCK() - c0, time.perf_counter() - w0]
     comm.Barrier()
     got = {k: list(v) for k, v in TOTALS.items()}
     got["(rest)"] = [total[0] - sum(v[0] for v in got.values()), total[1] - sum(v[1] for v in got.values())]

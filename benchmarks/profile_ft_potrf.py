@@ -1,38 +1,48 @@
 """Per-phase CPU and wall seconds of ``pdpotrf`` and ``ft_pdpotrf``, per rank, interleaved.
 
 usage: ftkit launch -n 4 -- python benchmarks/profile_ft_potrf.py --grid 2x2 --n 4096 --nb 128 [--reps 3]
-       [--ckpt-every K]
+       [--ckpt-every K] [--cprofile RANK [--sort cumtime] [--lines 40]] [--process-time]
 
 Wraps the phases of the factorization (the panel engine's and the checks' methods) with timers that count
 exclusive time (a phase nested in another is subtracted from it), runs the two routines alternately
 (``--reps`` times each after one untimed warm-up of each), and prints, per routine and rank, the median over
-the repetitions of each phase's CPU seconds (``time.process_time``) and wall seconds, then the sum over ranks.
+the repetitions of each phase's CPU seconds (``time.thread_time``: the calling thread's, not MPI's threads';
+``--process-time``: the process's) and wall seconds, then the sum over ranks.
 ``--ckpt-every K`` adds ``ft_pdpotrf`` with a level-1 checkpoint every ``K`` panels (one Checkpointer in a
 temporary directory, as ``bench_pblas3.py``'s ``ft_pdpotrf_ckpt``), the checkpoint's phases timed apart: the
 packing of the factored columns (``FactoredColumns.pack``) and ``Checkpointer.checkpoint``.
 The timers cost ~1 us per phase call (a few hundred calls per factorization): compare routines within one
-run, not with the benchmark's figures. A profile, not a benchmark: use ``bench_pblas3.py`` for the ratios.
+run, not with the benchmark's figures. ``--cprofile R`` also prints rank ``R``'s Python profile of each
+routine (``cProfile`` on the same clock, ``--sort`` key: the per-panel Python an ``ft_`` call adds shows as
+the functions plain has not).
+A profile, not a benchmark: use ``bench_pblas3.py`` for the ratios.
 """
 
 from __future__ import annotations
 
+import cProfile
+import io
+import pstats
 import shutil
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import _phase_timer
 from _phase_timer import print_medians, profile_call, profile_parser, timed
 from bench_pblas3 import operands
 from mpi4py import MPI
 
 import ftkit
 from ftkit import linalg
-from ftkit.linalg.cholesky import _abft, _factored, _lookahead, _steps, _tally, ft_potrf, potrf
+from ftkit.linalg.cholesky import _abft, _factored, _lookahead, _panel_sums, _steps, _tally, ft_potrf, potrf
 
 
 def _install() -> None:
     for cls, names in ((_abft.UpdateChecks, ("verify", "check_solve", "encode", "update", "init")),
+                       (_tally.Tally, ("check_panel",)),
                        (_steps.CholeskySteps, ("start_diagonal", "solve_rows", "apply_update", "gather",
                                                "column_rows")),
                        (_steps.DiagonalMessage, ("wait",)),
@@ -43,15 +53,30 @@ def _install() -> None:
                        (ftkit.Checkpointer, ("checkpoint",))):
         for name in names:
             setattr(cls, name, timed(f"{cls.__name__}.{name}", getattr(cls, name)))
-    for name in ("share_panel", "gather_panel", "repair_rows", "_finish", "panel_buffer"):
+    for name in ("share_panel", "gather_panel", "repair_rows", "_finish", "panel_buffer", "_launch",
+                 "_arrive", "_update", "_solve", "direct_part"):
         setattr(ft_potrf, name, timed(name, getattr(ft_potrf, name)))
+    # the compiled kernels, where their callers look them up (the rest of a caller's time is its Python)
+    for name in ("carry_columns", "copy_checksums", "exact_sums", "panel_pass", "solve_flags",
+                 "segment_flags", "gemm_update", "encode_rows_into"):
+        setattr(_abft, name, timed(f"_abft.{name}", getattr(_abft, name)))
+    for name in ("_check_own", "_stack"):
+        setattr(_panel_sums, name, timed(f"_panel_sums.{name}", getattr(_panel_sums, name)))
 
 
 def main() -> None:
     ap = profile_parser(__doc__)
     ap.add_argument("--ckpt-every", type=int, default=0,
                     help="also profile ft_pdpotrf with a level-1 checkpoint every this many panels (0: not)")
+    ap.add_argument("--process-time", action="store_true",
+                    help="time phases by time.process_time (every thread: MPI's too), not time.thread_time")
+    ap.add_argument("--cprofile", type=int, default=-1, metavar="RANK",
+                    help="also print this rank's cProfile of each routine (all timed repetitions)")
+    ap.add_argument("--sort", default="tottime", help="cProfile's sort key (tottime, cumtime, ...)")
+    ap.add_argument("--lines", type=int, default=40, help="cProfile's lines printed per routine")
     args = ap.parse_args()
+    if not args.process_time:
+        _phase_timer.CLOCK = time.thread_time
     pr, pc = map(int, args.grid.split("x"))
     comm = MPI.COMM_WORLD
     grid = linalg.ProcessGrid(comm, pr, pc)
@@ -65,12 +90,19 @@ def main() -> None:
                                                       meta_dir=root / "meta"), comm=comm)
         calls["ft_pdpotrf_ckpt"] = {"ckpt": ckpt, "ckpt_every": args.ckpt_every}
     runs: dict[str, list[dict[str, list[float]]]] = defaultdict(list)
+    profiles: dict[str, list[cProfile.Profile]] = {}
     try:
         for rep in range(args.reps + 1):
             for routine, kw in calls.items():
                 A = S.copy()
                 fn = getattr(linalg, routine.removesuffix("_ckpt"))
+                prof = cProfile.Profile(_phase_timer.CLOCK) if rep and comm.rank == args.cprofile else None
+                if prof is not None:
+                    prof.enable()
                 got = profile_call(comm, lambda: fn("L", args.n, A, 0, 0, **kw))  # noqa: B023
+                if prof is not None:
+                    prof.disable()
+                    profiles.setdefault(routine, []).append(prof)
                 if rep:
                     runs[routine].append(got)
     finally:
@@ -80,6 +112,14 @@ def main() -> None:
             if comm.rank == 0:
                 shutil.rmtree(root, ignore_errors=True)
     print_medians(comm, runs, f"{{routine}} grid={args.grid} n={args.n} nb={args.nb} reps={args.reps}", 34)
+    for routine, profs in profiles.items():
+        out = io.StringIO()
+        stats = pstats.Stats(profs[0], stream=out)
+        for prof in profs[1:]:
+            stats.add(prof)
+        stats.sort_stats(args.sort).print_stats(args.lines)
+        print(f"\nrank {args.cprofile}, {routine}, {len(profs)} calls, cProfile by {args.sort}:\n"
+              f"{out.getvalue()}")
 
 if __name__ == "__main__":
     main()
