@@ -39,6 +39,11 @@ import ftkit
 from ftkit import linalg
 from ftkit.linalg.cholesky import _abft, _factored, _lookahead, _panel_sums, _steps, _tally, ft_potrf, potrf
 
+try:  # this checkout's: an older one has no such module
+    from ftkit.linalg.cholesky import _trailing
+except ImportError:  # pragma: no cover
+    _trailing = None  # type: ignore[assignment]
+
 
 def _install() -> None:
     for cls, names in ((_abft.UpdateChecks, ("verify", "check_solve", "encode", "update", "init")),
@@ -53,15 +58,20 @@ def _install() -> None:
                        (ftkit.Checkpointer, ("checkpoint",))):
         for name in names:
             setattr(cls, name, timed(f"{cls.__name__}.{name}", getattr(cls, name)))
-    for name in ("share_panel", "gather_panel", "repair_rows", "_finish", "panel_buffer", "_launch",
-                 "_arrive", "_update", "_solve", "direct_part"):
-        setattr(ft_potrf, name, timed(name, getattr(ft_potrf, name)))
-    # the compiled kernels, where their callers look them up (the rest of a caller's time is its Python)
-    for name in ("carry_columns", "copy_checksums", "exact_sums", "panel_pass", "solve_flags",
-                 "segment_flags", "gemm_update", "encode_rows_into"):
-        setattr(_abft, name, timed(f"_abft.{name}", getattr(_abft, name)))
-    for name in ("_check_own", "_stack"):
-        setattr(_panel_sums, name, timed(f"_panel_sums.{name}", getattr(_panel_sums, name)))
+    # by name where the callers look them up; a name a version of the code lacks is skipped (so the
+    # script profiles an older checkout too)
+    for mod, prefix, names in ((ft_potrf, "", ("share_panel", "gather_panel", "_finish", "panel_buffer",
+                                                "_launch", "_arrive", "_update", "_solve", "direct_part")),
+                               # the compiled kernels: the rest of a caller's time is its Python
+                               (_abft, "_abft.", ("carry_blocks", "carry_columns", "copy_checksums",
+                                                  "exact_sums", "panel_pass", "solve_flags", "segment_flags",
+                                                  "gemm_update", "encode_rows_into")),
+                               (_panel_sums, "_panel_sums.", ("_direct_parts", "_check_own", "_stack",
+                                                              "repair_rows")),
+                               (_trailing, "_trailing.", ("repair_rows", "_stack"))):
+        for name in names:
+            if mod is not None and hasattr(mod, name):
+                setattr(mod, name, timed(prefix + name, getattr(mod, name)))
 
 
 def main() -> None:

@@ -9,9 +9,9 @@ and ``w^T W_IJ`` (``w = 1, 2, ...``), and carries them through each update with 
 ``(e^T; w^T) W_IJ -= (e^T P_I; w^T P_I) P_J.T``: the segment sums of ``P`` are taken once, where the panel
 is solved (those its solve check takes), and travel with it; the checksums are stored transposed, so one
 product per trailing block column carries them, with the received rows of ``P`` of that block column as its
-left operand (no copy on a square grid), over the segments on and below its diagonal only (about ``1 / nb``
+left operand (where they arrived: no copy), over the segments on and below its diagonal only (about ``1 / nb``
 of the update's flops), all called from one compiled loop that first compares each block column's rows of
-``P`` with their senders' row sums (:func:`._kernels.carry_columns`: the rows read once for both, a changed
+``P`` with their senders' row sums (:func:`._kernels.carry_blocks`: the rows read once for both, a changed
 one repaired before anything reads it; without CBLAS, the whole check, then four numpy products that skip
 most of the segments above the block diagonal). Sums are linear, so the
 relation holds after any number of updates: block column ``J`` is verified once, when panel ``J`` reads it
@@ -55,7 +55,7 @@ from .._blas import gemm_update
 from ..abft.report import BlockEvent
 from ..checksums._kernels import encode_rows_into
 from ._kernels import (
-    carry_columns,
+    carry_blocks,
     copy_checksums,
     exact_sums,
     panel_pass,
@@ -64,6 +64,7 @@ from ._kernels import (
     take_checksums,
 )
 from ._steps import CholeskySteps
+from ._trailing import TrailingRows
 
 __all__ = ["UpdateChecks"]
 
@@ -169,19 +170,19 @@ class UpdateChecks:
             return
         panel_pass(pt, self.rlo[self.seg0[k + 1]:] - below0, self.wts[below0:], rows, segs, rs, sq, cs)
 
-    def update(self, k: int, sums: np.ndarray, colp: np.ndarray, squares: list[tuple[np.ndarray, np.ndarray]],
-               rs: np.ndarray, repair: Callable[[int, int], object]) -> None:
+    def update(self, k: int, sums: np.ndarray, colp: TrailingRows,
+               squares: list[tuple[np.ndarray, np.ndarray]], repair: Callable[[int], object]) -> None:
         """Carry the checksums through panel ``k``'s update: ``sums`` are the segment sums of this process's
         rows of ``P`` (:meth:`encode`, taken where the panel was solved), ``colp`` the rows of ``P``
-        of this process's trailing columns in their order (:meth:`CholeskySteps.column_rows`), ``squares``
-        ``(rows of P (global - e), their sums of squares)``, no row twice, covering at least this process's
-        rows and columns (the only ones whose ``nu`` the bounds read). One product per trailing block
-        column, over its own segments.
+        of this process's trailing columns, block column by block column, where they arrived
+        (:func:`._panel_sums.gather_panel`), ``squares`` ``(rows of P (global - e), their sums of
+        squares)``, no row twice, covering at least this process's rows and columns (the only ones whose
+        ``nu`` the bounds read). One product per trailing block column, over its own segments.
 
-        Each block column's rows of ``colp`` are first compared with their senders' row sums ``rs`` (same
-        summation order: equal unless a value changed); where one differs, ``repair(a, b)`` is called on
-        rows ``a:b`` (those of the block column) before they are carried, so the checksums are carried with
-        the repaired rows (and so is the update, after this call)."""
+        Each block column's rows are first compared with their senders' row sums (same summation order:
+        equal unless a value changed); where one differs, ``repair(j)`` is called for trailing block column
+        ``j`` before it is carried, so the checksums are carried with the repaired rows (and so is the
+        update, after this call)."""
         st = self.steps
         e = st.panels[k][1]
         for idx, sq in squares:
@@ -190,23 +191,27 @@ class UpdateChecks:
         if jj0 == len(self.cblk):
             return
         c0 = int(self.clo[jj0])  # the trailing block columns' local columns run from c0 to the end
-        ok = colp.strides[0] == 8 and sums.strides[0] == 8 and self.chk_t.strides[0] == 8
-        if _blas._dgemm is not None and ok:
-            # compiled, per trailing block column: its rows of colp checked, then one product over its own
-            # segments only (1/2 of the rectangle), while those rows are in cache: no per-call Python cost,
-            # products small enough that BLAS skips packing, colp read from memory once for both
-            starts, j, trusted = self._cend[jj0:] - c0, 0, -1
+        if _blas._dgemm is not None and sums.strides[0] == 8 and self.chk_t.strides[0] == 8:
+            # compiled, per trailing block column: its rows checked, then one product over its own segments
+            # only (1/2 of the rectangle), while those rows are in cache: no per-call Python cost, products
+            # small enough that BLAS skips packing, the rows read from memory once for both, where they
+            # arrived (a copy of them into one array cost more than the carry on 2 x 3)
+            flat = tuple(pc.reshape(-1, order="F") for pc in colp.pieces)  # F-contiguous: views
+            lds = np.array([pc.shape[0] for pc in colp.pieces], np.int64)
+            j, trusted = 0, -1
             while j >= 0:
-                j = carry_columns(_blas._dgemm, colp, rs, sums, self.chk_t, c0, starts, self._cseg[jj0:],
-                                  ii0, j, trusted)
+                j = carry_blocks(_blas._dgemm, flat, lds, colp.sums, colp.table, sums, self.chk_t, c0,
+                                 self._cseg[jj0:], ii0, j, trusted)
                 if j >= 0:
-                    repair(int(starts[j]), int(starts[j + 1]))
+                    repair(j)
                     trusted = j
             return
-        repair(0, colp.shape[0])
+        for j in range(len(colp.panels)):
+            if colp.changed(j):
+                repair(j)
         if ii0 == len(self.rblk):
             return
-        left = colp
+        left = colp.stacked()
         # the segments on and below each block column's diagonal: four products (each quarter of the block
         # columns needs only the segments from its first block row on; each element is one product's, so
         # the split changes no sum), not the whole rectangle: 5/8 of it instead of 1/2 (two parts: 3/4)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-__all__ = ["panel_pass", "exact_sums", "row_sums", "col_sums", "carry_columns", "take_checksums",
+__all__ = ["panel_pass", "exact_sums", "row_sums", "col_sums", "carry_blocks", "take_checksums",
            "copy_checksums", "segment_flags", "solve_flags"]
 
 
@@ -233,32 +233,45 @@ def row_sums(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - comp
 
 
 @njit(cache=True, nogil=True)
-def carry_columns(dgemm: Any, colp: np.ndarray, rs: np.ndarray, sums: np.ndarray, chk_t: np.ndarray, c0: int,
-                  starts: np.ndarray, firsts: np.ndarray, ii0: int, j0: int,
-                  trusted: int) -> int:  # pragma: no cover - compiled
-    """For every block column ``j`` from ``j0``: compare the row sums of ``colp``'s rows ``starts[j]:starts[j
-    + 1]`` (:func:`row_sums`' order) with the sent ones ``rs`` (not for ``j == trusted``) and return ``j`` at
-    the first block column where one differs, before anything is carried for it; else carry it:
-    ``chk_t[c0 + starts[j]:c0 + starts[j + 1], 2 firsts[j]:] -= colp[starts[j]:starts[j + 1]] @ sums[2
-    (firsts[j] - ii0):].T``, over the segments from its diagonal on only, by ``dgemm`` (CBLAS ``dgemm``, a
-    ctypes function: passed in, so this stays cached) called from here, while the rows just summed are in
-    cache. Returns -1 when every block column is carried. Column major, every operand with unit row
-    stride."""
-    ldp, lds, ldc = colp.strides[1] // 8, sums.strides[1] // 8, chk_t.strides[1] // 8
-    got = np.empty(colp.shape[0])
-    for j in range(j0, firsts.shape[0]):
-        a, b = starts[j], starts[j + 1]
+def carry_blocks(dgemm: Any, pieces: Any, lds: np.ndarray, piece_rs: Any, table: np.ndarray,
+                 sums: np.ndarray, chk_t: np.ndarray, c0: int, firsts: np.ndarray, ii0: int, j0: int,
+                 trusted: int) -> int:  # pragma: no cover - compiled
+    """For every block column ``j`` from ``j0``, its rows of P rows ``table[j, 1]:table[j, 1] + table[j, 2]``
+    of piece ``table[j, 0]`` (``pieces[p]``: an F-order array of ``lds[p]`` rows, flat, so that every piece
+    has one type; where the rows arrived: no copy of them into one array), the block
+    columns one after the other from local column ``c0``: compare their row sums (:func:`row_sums`' order)
+    with the sent ones (the same rows of ``piece_rs``; not for ``j == trusted``) and return ``j`` at the
+    first block column where one differs, before anything is carried for it; else carry it: ``chk_t[rows of
+    j, 2 firsts[j]:] -= rows @ sums[2 (firsts[j] - ii0):].T``, over the segments from its diagonal on only,
+    by ``dgemm`` (CBLAS ``dgemm``, a ctypes function: passed in, so this stays cached) called from here,
+    while the rows just summed are in cache. Returns -1 when every block column is carried. Column major,
+    every operand with unit row stride."""
+    ldsum, ldc, w = sums.strides[1] // 8, chk_t.strides[1] // 8, sums.shape[1]
+    a = c0
+    most = 0
+    for j in range(table.shape[0]):
+        most = max(most, table[j, 2])
+        if j < j0:
+            a += table[j, 2]
+    got = np.empty(most)
+    for j in range(j0, table.shape[0]):
+        p, r0, m = table[j, 0], table[j, 1], table[j, 2]
+        ld = lds[p]
+        if m <= 0:
+            continue
+        rows = pieces[p][:ld * w].reshape((w, ld)).T
         if j != trusted:
-            row_sums(colp[a:b], got[a:b])
-            for i in range(a, b):
-                if not got[i] == rs[i]:
+            row_sums(rows[r0:r0 + m], got[:m])
+            sent = piece_rs[p]
+            for i in range(m):
+                if not got[i] == sent[r0 + i]:
                     return j
         n = chk_t.shape[1] - 2 * firsts[j]
-        if b <= a or n <= 0 or colp.shape[1] == 0:
-            continue
-        dgemm(102, 111, 112, b - a, n, colp.shape[1], -1.0, colp.ctypes.data + 8 * a, ldp,
-              sums.ctypes.data + 8 * 2 * (firsts[j] - ii0), lds, 1.0,
-              chk_t.ctypes.data + 8 * (c0 + a + ldc * 2 * firsts[j]), ldc)
+        if n > 0 and w > 0:
+            dgemm(102, 111, 112, m, n, w, -1.0, rows.ctypes.data + 8 * r0, ld,
+                  sums.ctypes.data + 8 * 2 * (firsts[j] - ii0), ldsum, 1.0,
+                  chk_t.ctypes.data + 8 * (a + ldc * 2 * firsts[j]), ldc)
+        a += m
     return -1
 
 
@@ -268,7 +281,7 @@ def take_checksums(dgemm: Any, w: np.ndarray, enc: np.ndarray, chk_t: np.ndarray
     """``chk_t[cstart[j]:cstop[j], 2 s:2 s + 2] = w[rlo[s]:rlo[s + 1], cstart[j]:cstop[j]].T @ enc[:len]`` for
     every block column ``j`` and every segment ``s`` from ``first[j]`` on (``len`` its rows; ``enc``: the
     plain and index-weighted encoder, ``bs x 2``): the checksums of the block columns, one small product per
-    segment by ``dgemm`` (as :func:`carry_columns`), no copy of ``w``. Column major, unit row strides."""
+    segment by ``dgemm`` (as :func:`carry_blocks`), no copy of ``w``. Column major, unit row strides."""
     ldw, lde, ldc = w.strides[1] // 8, enc.strides[1] // 8, chk_t.strides[1] // 8
     nseg = rlo.shape[0] - 1
     for j in range(first.shape[0]):

@@ -10,31 +10,30 @@ go, and the flags' maximum beside it; elsewhere, straight from the panel's proce
 and the flag (:func:`direct_part`). Each process compares the row sums of the rows of ``P`` its columns
 multiply (the product's right operand, and the carry's) with the senders' (same summation order,
 :mod:`._kernels`: equal unless a value changed), locates a changed element's column from its piece's column
-sums and restores it from its row sum before the product uses it (:func:`repair_rows`); those of its own
-process row it checks on arrival, restoring them in its received rows (:func:`gather_panel`). A value changed
-in a process's other received rows (the product's left operand) needs no such check: the checksums are
-carried with the segment sums its sender took, so the elements it spoils are located and corrected when
-their block column is verified.
+sums and restores it from its row sum before the product uses it (:func:`repair_rows`), reading them where
+they arrived (:class:`TrailingRows`: the parts received and, for the block rows of its own process row, its
+own received rows, all of which are then checked and restored: they are every product's left operand). A
+value changed in a process's other received rows (the product's left operand only) needs no such check: the
+checksums are carried with the segment sums its sender took, so the elements it spoils are located and
+corrected when their block column is verified.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from ..._wait import wait_requests
-from .. import checksums
-from ._kernels import col_sums, row_sums
+from ._kernels import col_sums
 from ._lookahead import PanelFlight
 from ._steps import CholeskySteps
+from ._trailing import TrailingRows
 
 if TYPE_CHECKING:
     from ._abft import UpdateChecks
 
-__all__ = ["panel_buffer", "panel_views", "share_panel", "gathered_part", "gather_panel", "direct_part",
-           "piece_col_sums", "repair_rows"]
+__all__ = ["panel_buffer", "panel_views", "share_panel", "gathered_part", "gather_panel", "direct_part"]
 
 
 def _unpack(ext: np.ndarray, nloc: int, w: int) -> tuple[np.ndarray, ...]:
@@ -100,159 +99,113 @@ def direct_part(steps: CholeskySteps, k: int, ext: np.ndarray, rows: np.ndarray,
     return out
 
 
+class _Layout(NamedTuple):
+    """What :func:`gather_panel` needs of panel ``k``'s shape on this process: ``rows_of[p]``, process row
+    ``p``'s rows of ``P`` (global - the panel's end ``e``) whole, or (``"direct"``) those it selected for
+    this process column (:meth:`CholeskySteps.selected_indices`; this process row's whole); ``counts[p]``
+    their number; :class:`TrailingRows`' ``table`` over those pieces and ``panels``. Read-only arrays."""
+
+    rows_of: list[np.ndarray]
+    counts: list[int]
+    table: np.ndarray
+    panels: list[int]
+
+
+_LAYOUTS: dict[tuple, _Layout] = {}  # by shape (_layout): every call of the shape shares them
+
+
+def _layout(steps: CholeskySteps, k: int, mode: str) -> _Layout:
+    """Panel ``k``'s :class:`_Layout` on this process for ``mode`` ``"gather"`` (every process row's rows
+    whole, a piece each), ``"own"`` (``"gather"``'s, but the table's pieces are the one of process row
+    ``mycol``: a square grid's) or ``"direct"``, made once per shape (the maps' keys, the grid's shape and
+    this process's coordinates): per panel, the same index work on every call otherwise."""
+    g = steps.grid
+    direct = mode == "direct"
+    key = (steps.rows.key, steps.cols.key, g.nprow, g.npcol, g.myrow, g.mycol, k, mode)
+    got = _LAYOUTS.get(key)
+    if got is not None:
+        return got
+    e, n = steps.panels[k][1], steps.rows.n
+    first = [steps.rows.range_on(p, e, n).start for p in range(g.nprow)]
+    whole = [steps.row_indices[p][steps.rows.range_on(p, e, n)] - e for p in range(g.nprow)]
+    counts = steps.selected_counts(k) if direct else [len(i) for i in whole]
+    rows_of = [whole[p] if not direct or p == g.myrow else steps.selected_indices(k, p)
+               for p in range(g.nprow)]
+    blocks = steps._trailing_blocks(k)
+    table = np.empty((len(blocks), 3), np.int64)
+    taken = [0] * g.nprow
+    for j, (ca, cb, p, r0) in enumerate(blocks):
+        if not direct or p == g.myrow:
+            table[j] = 0 if mode == "own" else p, r0 - first[p], cb - ca
+        else:
+            table[j] = p, taken[p], cb - ca
+            taken[p] += cb - ca
+    panels = [big_j for big_j in range(k + 1, len(steps.panels))
+              if int(steps.cols.owners[steps.panels[big_j][0]]) == g.mycol]
+    for x in (table, *rows_of):
+        x.flags.writeable = False
+    if len(_LAYOUTS) > 4096:  # a few shapes' panels; a long-running program's other shapes start again
+        _LAYOUTS.clear()
+    got = _LAYOUTS[key] = _Layout(rows_of, counts, table, panels)
+    return got
+
+
 def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray, flight: PanelFlight | None = None,
-                 rows: np.ndarray | None = None,
-                 record: Callable[[int, int, bool], object] | None = None) -> tuple[np.ndarray, np.ndarray,
-                                                                                    list, list, bool]:
+                 rows: np.ndarray | None = None) -> tuple[TrailingRows, list, bool]:
     """Gather the encoded pieces (without their segment sums) down the process column (or take them from
-    ``flight``, once arrived); return ``(colp, its row sums, squares, pieces, flagged)``: ``colp`` the rows of
-    ``P`` this process's trailing columns multiply (:meth:`CholeskySteps.column_rows`), ``squares`` the
-    ``(rows, sums of squares)`` of :meth:`UpdateChecks.update`, each piece ``(global row indices - e, rows,
-    row sums, sums of squares, column sums)`` (:func:`piece_col_sums`), ``flagged`` whether any process of
-    the panel's process column has block column rows to recompute (every process gets the same answer).
+    ``flight``, once arrived); return ``(colp, squares, flagged)``: ``colp`` the rows of ``P`` this
+    process's trailing columns multiply where they arrived (:class:`TrailingRows`), ``squares`` the
+    ``(rows, sums of squares)`` of :meth:`UpdateChecks.update`, ``flagged`` whether any process of the
+    panel's process column has block column rows to recompute (every process gets the same answer).
 
     A flight with ``columns="own"`` (a square grid) brought only the piece of the process row that holds
     this process's columns' rows (with its sums, everything the checks of ``colp`` read) and the flags'
     maximum; the sums of squares of this process's own rows are in ``ext``. One with ``"direct"`` brought
-    every other process row's :func:`direct_part`; this process's own rows its columns multiply are first
-    checked against their row sums, a changed value restored in ``rows`` (this process's rows of P in
-    ``ext``) and reported to ``record(row of P, column, restored)`` (:func:`_check_own`)."""
-    s, e = steps.panels[k]
-    w, n, g = e - s, steps.rows.n, steps.grid
+    every other process row's :func:`direct_part`; this process's own rows (``rows``, in ``ext``) are the
+    piece of its process row, checked with the others before any product reads them
+    (:meth:`UpdateChecks.update`)."""
+    if flight is not None and not flight.own:
+        assert rows is not None
+        return _direct_parts(steps, k, ext, rows, flight)
+    g, lay = steps.grid, _layout(steps, k, "gather" if flight is None else "own")
+    w = steps.panels[k][1] - steps.panels[k][0]
 
     def piece(p: int, buf: np.ndarray) -> tuple[np.ndarray, ...]:
-        idx = steps.row_indices[p][steps.rows.range_on(p, e, n)] - e
-        return (idx, *_unpack(buf, len(idx), w)[:5])
+        return (lay.rows_of[p], *_unpack(buf, lay.counts[p], w)[:5])
 
-    if flight is not None and flight.own:
+    if flight is not None:
         idx, _, got, rs, sq, cs = piece(g.mycol, flight.own_piece())
         squares = [(idx, sq)]
         if g.myrow != g.mycol:
             mine = piece(g.myrow, ext)
             squares.append((mine[0], mine[4]))
-        return got, rs, squares, [(idx, got, rs, sq, cs)], flight.column_flag() > 0
-    if flight is not None:
-        assert rows is not None and record is not None
-        return _direct_parts(steps, k, ext, rows, record, flight)
+        # process row mycol's piece: its rows in the order of this process's columns
+        colp = TrailingRows((got,), (rs,), (cs,), (idx,), lay.table, lay.panels, contiguous=True)
+        return colp, squares, flight.column_flag() > 0
     sent, per_row, extra = gathered_part(steps, k)
     pieces, flagged = [], False
     for p, buf in enumerate(steps.gather(ext[:sent], k, per_row, extra)):
         idx, flag, *rest = piece(p, buf)
         flagged |= bool(flag[0])
         pieces.append((idx, *rest))
-    colp = steps.column_rows(k, [pc[1] for pc in pieces])
-    col_rs = steps.column_rows(k, [pc[2][:, None] for pc in pieces])[:, 0]
-    return colp, col_rs, [(pc[0], pc[3]) for pc in pieces], pieces, flagged
+    colp = TrailingRows.of(pieces, lay.table, lay.panels)
+    return colp, [(pc[0], pc[3]) for pc in pieces], flagged
 
 
 def _direct_parts(steps: CholeskySteps, k: int, ext: np.ndarray, rows: np.ndarray,
-                  record: Callable[[int, int, bool], object],
-                  flight: PanelFlight) -> tuple[np.ndarray, np.ndarray, list, list, bool]:
-    """:func:`gather_panel` from a ``"direct"`` flight of :func:`direct_part`'s parts: ``colp`` and its row
-    sums copied once, block column by block column, out of the parts and this process's own rows (no copy
-    of a selection of them first), which are checked on arrival (:func:`_check_own`)."""
-    g, (s, e) = steps.grid, steps.panels[k]
-    w, (_, _, rs, sq, _, _) = e - s, panel_views(ext, rows)
-    mine = steps.row_indices[g.myrow][steps.rows.range_on(g.myrow, e, steps.rows.n)] - e
-    # this process row's piece: all its rows, their column sums taken when a repair needs them
+                  flight: PanelFlight) -> tuple[TrailingRows, list, bool]:
+    """:func:`gather_panel` from a ``"direct"`` flight of :func:`direct_part`'s parts: the rows where they
+    arrived, this process's own rows (``rows``) for the block rows of its process row."""
+    g, (s, e), lay = steps.grid, steps.panels[k], _layout(steps, k, "direct")
+    w, (_, _, rs, sq, cs, _) = e - s, panel_views(ext, rows)
     pieces: list[tuple[Any, ...]] = []
     flagged = ext[0] > 0
-    for p, (cnt, part) in enumerate(zip(steps.selected_counts(k), flight.parts(), strict=True)):
+    for p, (idx, cnt, part) in enumerate(zip(lay.rows_of, lay.counts, flight.parts(), strict=True)):
         if p == g.myrow:
-            pieces.append((mine, rows, rs, sq, None))
+            pieces.append((idx, rows, rs, sq, cs))
             continue
         flag, sel, prs, psq, pcs, _ = _unpack(part, cnt, w)
         flagged |= flag[0] > 0
-        pieces.append((steps.selected_indices(k, p), sel, prs, psq, pcs))
-    blocks = steps.column_blocks(k, rows, [pc[1] for pc in pieces])
-    sums_of = steps.column_blocks(k, rs[:, None], [pc[2][:, None] for pc in pieces])
-    colp, col_rs = _stack(list(blocks.values()), w), _stack(list(sums_of.values()), 1)[:, 0]
-    if _check_own(steps, k, ext, rows, record, blocks, colp, col_rs):
-        colp = _stack(list(blocks.values()), w)  # views of rows: repaired there
-    squares = [(mine, sq)] + [(pc[0], pc[3]) for p, pc in enumerate(pieces) if p != g.myrow]
-    return colp, col_rs, squares, pieces, bool(flagged)
-
-
-def _stack(blocks: list[np.ndarray], w: int) -> np.ndarray:
-    """``blocks`` (row blocks of ``w`` columns) one under the other in one array, F order."""
-    out = np.empty((sum(b.shape[0] for b in blocks), w), order="F")
-    if blocks:
-        np.concatenate(blocks, axis=0, out=out)
-    return out
-
-
-def _check_own(steps: CholeskySteps, k: int, ext: np.ndarray, rows: np.ndarray,
-               record: Callable[[int, int, bool], object], blocks: dict[int, np.ndarray], colp: np.ndarray,
-               col_rs: np.ndarray) -> bool:
-    """Compare the rows of ``colp`` that came from this process's own rows of panel ``k`` (``blocks``: the
-    block columns' rows, by panel index, in ``colp``'s order) with the row sums taken where the panel was
-    solved; if one changed, check all of ``rows`` against them and restore the changed values there
-    (:func:`repair_rows`, ``record(row of P, column, restored)`` per repair), before any product or carry
-    reads them; return whether any did."""
-    g, (s, e) = steps.grid, steps.panels[k]
-    _, _, rs, _, cs, _ = panel_views(ext, rows)
-    at, changed = 0, False
-    for j, blk in blocks.items():
-        if int(steps.rows.owners[steps.panels[j][0]]) == g.myrow:
-            got = np.empty(blk.shape[0])
-            row_sums(colp[at:at + blk.shape[0]], got)
-            changed |= not np.array_equal(got, col_rs[at:at + blk.shape[0]])
-        at += blk.shape[0]
-    if not changed:
-        return False
-
-    def present(_i: int) -> tuple[np.ndarray, np.ndarray]:
-        now = np.empty(rows.shape[1])
-        col_sums(rows, now)
-        return cs, now
-
-    idx = steps.row_indices[g.myrow][steps.rows.range_on(g.myrow, e, steps.rows.n)]
-    for i, t, ok in repair_rows(rows, rs, present):
-        record(int(idx[i]), s + t, ok)
-    return True
-
-
-def piece_col_sums(colp: np.ndarray, need: np.ndarray, pieces: list,
-                   row: int) -> tuple[np.ndarray, np.ndarray]:
-    """The sent and the present column sums of the piece holding ``row`` of ``P`` (``colp`` holds the rows
-    ``need``; the piece's rows not among them as received), in the sender's summation order."""
-    for idx, rows, _, _, cs in pieces:
-        if row in idx:
-            if cs is None:  # this process's own rows, as checked on arrival (_check_own)
-                cs = np.empty(rows.shape[1])
-                col_sums(rows, cs)
-            now = np.array(rows, order="F")
-            sel = np.isin(need, idx)
-            now[np.searchsorted(idx, need[sel])] = colp[sel]
-            got = np.empty(now.shape[1])
-            col_sums(now, got)
-            return cs, got
-    raise AssertionError(f"row {row} is in no piece")  # pragma: no cover - the pieces cover P
-
-
-def repair_rows(x: np.ndarray, rs: np.ndarray,
-                col_sums: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> list[tuple[int, int, bool]]:
-    """Compare ``x``'s row sums with the sent ones ``rs``; restore a changed element from its row sum.
-
-    The sums are taken in the same order as the sender's, so they differ only if a value changed (a
-    difference within rounding of a reordered sum is accepted). The column comes from ``col_sums(i)`` (sent
-    and present column sums of the piece holding row ``i``). Returns ``(row, column, restored)`` per repair.
-    """
-    got = np.empty(x.shape[0])
-    row_sums(x, got)
-    out = []
-    for i in np.flatnonzero(~(got == rs)):
-        row = x[i]
-        with np.errstate(invalid="ignore", over="ignore"):
-            slack = 4.0 * checksums.gamma(len(row) + 2) * np.abs(row).sum() + 16 * len(row) * checksums.ETA
-            if np.isnan(rs[i]) or abs(got[i] - rs[i]) <= slack:
-                continue  # not finite at the sender (reported by the panel check), or a reordered sum
-            sent, now = col_sums(int(i))
-            diff = np.abs(now - sent)
-            diff[~np.isfinite(diff)] = np.inf
-            t = int(np.argmax(diff))
-            x[i, t] = rs[i] - (row[:t].sum() + row[t + 1:].sum())
-            ok = bool(abs(row.sum() - rs[i]) <= 4.0 * checksums.gamma(len(row) + 2) * np.abs(row).sum()
-                      + 16 * len(row) * checksums.ETA)
-        out.append((int(i), t, ok))
-    return out
+        pieces.append((idx, sel, prs, psq, pcs))
+    colp = TrailingRows.of(pieces, lay.table, lay.panels, whole=g.myrow)
+    return colp, [(pc[0], pc[3]) for pc in pieces], bool(flagged)

@@ -74,8 +74,6 @@ from ._panel_sums import (
     gathered_part,
     panel_buffer,
     panel_views,
-    piece_col_sums,
-    repair_rows,
     share_panel,
 )
 from ._steps import HOLD, CholeskySteps
@@ -279,8 +277,7 @@ def _arrive(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, plan: In
     if bad >= 0 or e == steps.rows.n:
         return bad, events, ()
     events, pending = events + found, uncorrected(found)
-    colp, col_rs, squares, pieces, flagged = gather_panel(steps, k, ext, flight, rows,
-                                                          functools.partial(tally.operand, k))
+    colp, squares, flagged = gather_panel(steps, k, ext, flight, rows)
     if flagged:  # rows the checks could not correct: recomputed from A, solved and shared again
         events = recompute_column(checks, k, events, work.original)
         if steps.owns_diagonal(k):  # the recomputation set the block's unfactored values again
@@ -290,8 +287,8 @@ def _arrive(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, plan: In
             assert low is not None
             events += _solve(steps, checks, k, low, ext, rows, tally)
         share_panel(steps, k, ext)
-        colp, col_rs, squares, pieces, _ = gather_panel(steps, k, ext)
-    return bad, events, (colp, col_rs, squares, pieces)
+        colp, squares, _ = gather_panel(steps, k, ext)
+    return bad, events, (colp, squares)
 
 
 def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tuple,
@@ -306,9 +303,11 @@ def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tup
     n, last, plan = steps.rows.n, len(steps.panels) - 1, at(k)
     if e == n:
         return None
-    colp, col_rs, squares, pieces = got
+    colp, squares = got
     if plan is not None:
-        plan.apply("B", g.rank, 0, colp)
+        flipped = colp.stacked()
+        if plan.apply("B", g.rank, 0, flipped):
+            colp.put(flipped)
     below0, c0 = steps.rows.range_on(g.myrow, e, n).start, steps.cols.range_on(g.mycol, e, n).start
     trail = steps.w[below0:, c0:]
 
@@ -318,29 +317,21 @@ def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tup
     if plan is not None:
         plan.apply("C", g.rank, 0, trail, to_global)
     # the rows of P this process's columns multiply, against their senders' row sums: a changed value is
-    # restored before the carry and the product read it (a change in this process's own rows, the product's
-    # left operand, is left to the carried checksums: their sums were taken before the panel travelled)
-    need = checks.cglob[c0:] - e
+    # restored before the carry and the product read it (a change in this process's own rows that its
+    # columns do not multiply, the product's left operand only, is left to the carried checksums: their
+    # sums were taken before the panel travelled)
+    def repair(j: int) -> None:
+        for row, t, ok in colp.repair(j):
+            tally.operand(k, e + row, s + t, ok)
 
-    def repair(a: int, b: int) -> None:
-        sent = functools.partial(_piece_sums, colp, need, pieces, a)
-        for i, t, ok in repair_rows(colp[a:b], col_rs[a:b], sent):
-            tally.operand(k, e + int(need[a + i]), s + t, ok)
-
-    checks.update(k, panel_views(panel.ext, rows)[5], colp, squares, col_rs, repair)  # reads no W
-    steps.apply_update(k, rows, colp, range(k + 1, k + 2))  # block column k+1 first: panel k+1 needs it
+    checks.update(k, panel_views(panel.ext, rows)[5], colp, squares, repair)  # reads no W
+    right = colp.operand()
+    steps.apply_update(k, rows, right, range(k + 1, k + 2))  # block column k+1 first: panel k+1 needs it
     if plan is not None:  # "after the update": the last moment before panel k+1 reads its block column
         plan.apply("C", g.rank, 1, trail, to_global)
     nxt = _launch(work, checks, k + 1, at(k + 1), tally)
-    steps.apply_update(k, rows, colp, range(k + 2, last + 1), between=nxt.flight.progress)
+    steps.apply_update(k, rows, right, range(k + 2, last + 1), between=nxt.flight.progress)
     return nxt
-
-
-def _piece_sums(colp: np.ndarray, need: np.ndarray, pieces: list, a: int,
-                i: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`piece_col_sums` of the piece holding row ``need[a + i]`` of P (``colp`` holds the rows
-    ``need``)."""
-    return piece_col_sums(colp, need, pieces, int(need[a + i]))
 
 
 def _solve(steps: CholeskySteps, checks: UpdateChecks, k: int, low: np.ndarray, ext: np.ndarray,
