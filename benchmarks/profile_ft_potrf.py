@@ -84,6 +84,7 @@ def main() -> None:
                     help="also print this rank's cProfile of each routine (all timed repetitions)")
     ap.add_argument("--sort", default="tottime", help="cProfile's sort key (tottime, cumtime, ...)")
     ap.add_argument("--lines", type=int, default=40, help="cProfile's lines printed per routine")
+    ap.add_argument("--callees", default="", help="also print what the functions matching this regex call")
     args = ap.parse_args()
     if not args.process_time:
         _phase_timer.CLOCK = time.thread_time
@@ -128,6 +129,8 @@ def main() -> None:
         for prof in profs[1:]:
             stats.add(prof)
         stats.sort_stats(args.sort).print_stats(args.lines)
+        if args.callees:
+            stats.print_callees(args.callees)
         print(f"\nrank {args.cprofile}, {routine}, {len(profs)} calls, cProfile by {args.sort}:\n"
               f"{out.getvalue()}")
 

@@ -442,3 +442,63 @@ def test_panel_pass_sums_match_the_receivers_order(m, w, bs):
         for s, (a, b) in enumerate(spans):
             np.testing.assert_allclose(segs[2 * s], pt.T[a:b].sum(axis=0), rtol=0, atol=1e-12 * scale)
             np.testing.assert_allclose(segs[2 * s + 1], wts[a:b] @ pt.T[a:b], rtol=0, atol=1e-10 * scale)
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_trailing_rows_read_where_they_arrived_carried_and_repaired(whole):
+    """The carry over rows left where they arrived (two pieces, block columns interleaved between them): the
+    same checksums as one product with the rows stacked; a value changed in transit stops the carry at its
+    block column, before anything is carried for it, and is restored from its row sum in the piece itself
+    (its column located by the piece's sent column sums); with ``whole`` (the piece is this process's own
+    rows, every product's left operand) a change outside the block column's rows is restored too."""
+    from ftkit.linalg import _blas
+    from ftkit.linalg.cholesky._kernels import carry_blocks, col_sums, row_sums
+    from ftkit.linalg.cholesky._trailing import TrailingRows
+
+    if _blas._dgemm is None:
+        pytest.skip("no CBLAS: the numpy carry is tested by test_without_cblas.py")
+    rng = np.random.default_rng(3)
+    w, nb = 6, 4
+    pieces = [np.asfortranarray(rng.standard_normal((3 * nb, w))) for _ in range(2)]
+    sums = [np.empty(3 * nb) for _ in pieces]
+    cols = [np.empty(w) for _ in pieces]
+    for pc, rs, cs in zip(pieces, sums, cols, strict=True):
+        row_sums(pc, rs)
+        col_sums(pc, cs)
+    # block columns 0..3: piece 1's rows 4:8, piece 0's 0:4, piece 1's 8:12, piece 0's 8:12
+    table = np.array([[1, 4, nb], [0, 0, nb], [1, 8, nb], [0, 8, nb]], np.int64)
+    firsts, nseg = np.array([0, 1, 1, 2], np.int64), 3
+    seg_sums = np.asfortranarray(rng.standard_normal((2 * nseg, w)))
+    idx = (np.arange(3 * nb) * 2, np.arange(3 * nb) * 2 + 1)
+    rows = TrailingRows(tuple(pieces), tuple(sums), tuple(cols), idx, table, [1, 3, 5, 7],
+                        whole=0 if whole else -1)
+    stacked = rows.stacked()
+    want = np.zeros((4 * nb, 2 * nseg), order="F")
+    for j in range(4):
+        want[j * nb:(j + 1) * nb, 2 * firsts[j]:] -= stacked[j * nb:(j + 1) * nb] @ seg_sums[2 * firsts[j]:].T
+    flat = tuple(pc.reshape(-1, order="F") for pc in pieces)
+    lds = np.array([pc.shape[0] for pc in pieces], np.int64)
+
+    def carry(chk: np.ndarray, j0: int = 0, trusted: int = -1) -> int:
+        return carry_blocks(_blas._dgemm, flat, lds, tuple(sums), table, seg_sums, chk, 0, firsts, 0, j0,
+                            trusted)
+
+    chk = np.zeros_like(want, order="F")
+    assert carry(chk) == -1
+    np.testing.assert_allclose(chk, want, rtol=1e-14, atol=1e-14)
+    assert {j: b.shape for j, b in rows.operand().items()} == {p: (nb, w) for p in (1, 3, 5, 7)}
+
+    clean = [pc.copy() for pc in pieces]
+    pieces[0][1, 2] += 50.0  # block column 1's rows (piece 0, rows 0:4)
+    pieces[0][5, 2] += 100.0  # piece 0's rows that no block column multiplies (a left operand only)
+    pieces[1][9, 4] -= 70.0  # block column 2's rows (piece 1, rows 8:12)
+    chk = np.zeros_like(want, order="F")
+    assert carry(chk) == 1 and not chk[nb:].any()  # stopped before anything is carried from it on
+    assert [(r, t) for r, t, ok in rows.repair(1) if ok] == ([(2, 2), (10, 2)] if whole else [(2, 2)])
+    assert carry(chk, 1, 1) == 2
+    assert [(r, t) for r, t, ok in rows.repair(2) if ok] == [(19, 4)]
+    assert carry(chk, 2, 2) == -1
+    np.testing.assert_allclose(chk, want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(pieces[1], clean[1], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.delete(pieces[0], 5, axis=0), np.delete(clean[0], 5, axis=0), atol=1e-12)
+    assert (abs(pieces[0][5, 2] - clean[0][5, 2]) < 1e-12) == whole
