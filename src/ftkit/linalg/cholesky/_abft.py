@@ -175,18 +175,16 @@ class UpdateChecks:
         """Carry the checksums through panel ``k``'s update: ``sums`` are the segment sums of this process's
         rows of ``P`` (:meth:`encode`, taken where the panel was solved), ``colp`` the rows of ``P``
         of this process's trailing columns, block column by block column, where they arrived
-        (:func:`._panel_sums.gather_panel`), ``squares`` ``(rows of P (global - e), their sums of
-        squares)``, no row twice, covering at least this process's rows and columns (the only ones whose
+        (:func:`._panel_sums.gather_panel`), ``squares`` ``(global rows of P, their sums of squares)``,
+        no row twice, covering at least this process's rows and columns (the only ones whose
         ``nu`` the bounds read). One product per trailing block column, over its own segments.
 
         Each block column's rows are first compared with their senders' row sums (same summation order:
         equal unless a value changed); where one differs, ``repair(j)`` is called for trailing block column
         ``j`` before it is carried, so the checksums are carried with the repaired rows (and so is the
         update, after this call)."""
-        st = self.steps
-        e = st.panels[k][1]
         for idx, sq in squares:
-            self.nu[e + idx] += sq
+            self.nu[idx] += sq
         ii0, jj0 = int(self.seg0[k + 1]), int(np.searchsorted(self.cblk, k + 1))
         if jj0 == len(self.cblk):
             return

@@ -46,14 +46,16 @@ def _unpack(ext: np.ndarray, nloc: int, w: int) -> tuple[np.ndarray, ...]:
             ext[m + 2 * nloc:m + 2 * nloc + w], sums.reshape((sums.size // w if w else 0, w), order="F"))
 
 
-def panel_buffer(steps: CholeskySteps, k: int, checks: UpdateChecks) -> tuple[np.ndarray, np.ndarray]:
-    """An empty encoded buffer of panel ``k`` for this process row; return ``(buffer, its rows of P)``."""
+def panel_buffer(steps: CholeskySteps, k: int,
+                 checks: UpdateChecks) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """An empty encoded buffer of panel ``k`` for this process row; return ``(buffer, its views)``
+    (:func:`panel_views`)."""
     g, (s, e) = steps.grid, steps.panels[k]
     below = steps.rows.range_on(g.myrow, e, steps.rows.n)
     nloc, w = below.stop - below.start, e - s
     nsums = 2 * (len(checks.rblk) - int(checks.seg0[k + 1]))
     ext = np.empty(1 + nloc * (w + 2) + w + nsums * w)
-    return ext, _unpack(ext, nloc, w)[1]
+    return ext, _unpack(ext, nloc, w)
 
 
 def panel_views(ext: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -101,7 +103,7 @@ def direct_part(steps: CholeskySteps, k: int, ext: np.ndarray, rows: np.ndarray,
 
 class _Layout(NamedTuple):
     """What :func:`gather_panel` needs of panel ``k``'s shape on this process: ``rows_of[p]``, process row
-    ``p``'s rows of ``P`` (global - the panel's end ``e``) whole, or (``"direct"``) those it selected for
+    ``p``'s rows of ``P`` (their global indices) whole, or (``"direct"``) those it selected for
     this process column (:meth:`CholeskySteps.selected_indices`; this process row's whole); ``counts[p]``
     their number; :class:`TrailingRows`' ``table`` over those pieces and ``panels``. Read-only arrays."""
 
@@ -127,9 +129,9 @@ def _layout(steps: CholeskySteps, k: int, mode: str) -> _Layout:
         return got
     e, n = steps.panels[k][1], steps.rows.n
     first = [steps.rows.range_on(p, e, n).start for p in range(g.nprow)]
-    whole = [steps.row_indices[p][steps.rows.range_on(p, e, n)] - e for p in range(g.nprow)]
+    whole = [steps.row_indices[p][steps.rows.range_on(p, e, n)] for p in range(g.nprow)]
     counts = steps.selected_counts(k) if direct else [len(i) for i in whole]
-    rows_of = [whole[p] if not direct or p == g.myrow else steps.selected_indices(k, p)
+    rows_of = [whole[p] if not direct or p == g.myrow else steps.selected_indices(k, p) + e
                for p in range(g.nprow)]
     blocks = steps._trailing_blocks(k)
     table = np.empty((len(blocks), 3), np.int64)
@@ -151,22 +153,22 @@ def _layout(steps: CholeskySteps, k: int, mode: str) -> _Layout:
 
 
 def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray, flight: PanelFlight | None = None,
-                 rows: np.ndarray | None = None) -> tuple[TrailingRows, list, bool]:
+                 views: tuple[np.ndarray, ...] | None = None) -> tuple[TrailingRows, list, bool]:
     """Gather the encoded pieces (without their segment sums) down the process column (or take them from
     ``flight``, once arrived); return ``(colp, squares, flagged)``: ``colp`` the rows of ``P`` this
     process's trailing columns multiply where they arrived (:class:`TrailingRows`), ``squares`` the
-    ``(rows, sums of squares)`` of :meth:`UpdateChecks.update`, ``flagged`` whether any process of the
+    ``(global rows, sums of squares)`` of :meth:`UpdateChecks.update`, ``flagged`` whether any process of the
     panel's process column has block column rows to recompute (every process gets the same answer).
 
     A flight with ``columns="own"`` (a square grid) brought only the piece of the process row that holds
     this process's columns' rows (with its sums, everything the checks of ``colp`` read) and the flags'
     maximum; the sums of squares of this process's own rows are in ``ext``. One with ``"direct"`` brought
-    every other process row's :func:`direct_part`; this process's own rows (``rows``, in ``ext``) are the
-    piece of its process row, checked with the others before any product reads them
-    (:meth:`UpdateChecks.update`)."""
+    every other process row's :func:`direct_part`; this process's own rows (in ``ext``, ``views``:
+    :func:`panel_views`) are the piece of its process row, checked with the others before any product reads
+    them (:meth:`UpdateChecks.update`)."""
     if flight is not None and not flight.own:
-        assert rows is not None
-        return _direct_parts(steps, k, ext, rows, flight)
+        assert views is not None
+        return _direct_parts(steps, k, views, flight)
     g, lay = steps.grid, _layout(steps, k, "gather" if flight is None else "own")
     w = steps.panels[k][1] - steps.panels[k][0]
 
@@ -177,8 +179,8 @@ def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray, flight: PanelFli
         idx, _, got, rs, sq, cs = piece(g.mycol, flight.own_piece())
         squares = [(idx, sq)]
         if g.myrow != g.mycol:
-            mine = piece(g.myrow, ext)
-            squares.append((mine[0], mine[4]))
+            assert views is not None
+            squares.append((lay.rows_of[g.myrow], views[3]))
         # process row mycol's piece: its rows in the order of this process's columns
         colp = TrailingRows((got,), (rs,), (cs,), (idx,), lay.table, lay.panels, contiguous=True)
         return colp, squares, flight.column_flag() > 0
@@ -192,14 +194,14 @@ def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray, flight: PanelFli
     return colp, [(pc[0], pc[3]) for pc in pieces], flagged
 
 
-def _direct_parts(steps: CholeskySteps, k: int, ext: np.ndarray, rows: np.ndarray,
+def _direct_parts(steps: CholeskySteps, k: int, views: tuple[np.ndarray, ...],
                   flight: PanelFlight) -> tuple[TrailingRows, list, bool]:
     """:func:`gather_panel` from a ``"direct"`` flight of :func:`direct_part`'s parts: the rows where they
-    arrived, this process's own rows (``rows``) for the block rows of its process row."""
+    arrived, this process's own rows (``views``' rows) for the block rows of its process row."""
     g, (s, e), lay = steps.grid, steps.panels[k], _layout(steps, k, "direct")
-    w, (_, _, rs, sq, cs, _) = e - s, panel_views(ext, rows)
+    w, (flag0, rows, rs, sq, cs, _) = e - s, views
     pieces: list[tuple[Any, ...]] = []
-    flagged = ext[0] > 0
+    flagged = flag0[0] > 0
     for p, (idx, cnt, part) in enumerate(zip(lay.rows_of, lay.counts, flight.parts(), strict=True)):
         if p == g.myrow:
             pieces.append((idx, rows, rs, sq, cs))

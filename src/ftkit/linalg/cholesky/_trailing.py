@@ -25,7 +25,7 @@ class TrailingRows:
     them into one array): trailing block column ``j`` (``panels[j]``, in the order of this process's
     columns) has rows ``table[j, 1]:table[j, 1] + table[j, 2]`` of ``pieces[table[j, 0]]`` (F order, unit
     row stride). Each piece comes with its senders' row sums ``sums`` and column sums ``col_sums`` (in
-    :func:`col_sums`' order) and its rows' indices in ``P`` (global - the panel's end) ``rows_of``.
+    :func:`col_sums`' order) and its rows' global indices ``rows_of``.
     ``whole``: the piece that is this process's own rows of ``P`` (every product's left operand), repaired
     whole when one of its blocks changed, or -1; ``contiguous``: the blocks are one piece's rows in order
     (what :meth:`CholeskySteps.apply_update` then takes as one array)."""
@@ -42,7 +42,7 @@ class TrailingRows:
     @classmethod
     def of(cls, pieces: list[tuple[np.ndarray, ...]], table: np.ndarray, panels: list[int],
            whole: int = -1) -> TrailingRows:
-        """The rows of ``pieces``, each ``(rows of P, rows, row sums, sums of squares, column sums)``."""
+        """The rows of ``pieces``, each ``(global indices, rows, row sums, sums of squares, column sums)``."""
         idx, rows, rs, _, cs = zip(*pieces, strict=True)
         return cls(rows, rs, cs, idx, table, panels, whole)
 
@@ -79,8 +79,7 @@ class TrailingRows:
     def repair(self, j: int) -> list[tuple[int, int, bool]]:
         """Restore the changed values of block column ``j``'s rows (of all of :attr:`whole`'s, if they are
         its) from their row sums, each one's column located by its piece's column sums
-        (:func:`repair_rows`); return ``(row of P (global - end of the panel), column, restored)`` per
-        repair."""
+        (:func:`repair_rows`); return ``(global row, column of the panel, restored)`` per repair."""
         p, r0, m = (int(v) for v in self.table[j])
         piece = self.pieces[p]
         if p == self.whole:

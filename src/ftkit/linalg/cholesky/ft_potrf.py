@@ -73,7 +73,6 @@ from ._panel_sums import (
     gather_panel,
     gathered_part,
     panel_buffer,
-    panel_views,
     share_panel,
 )
 from ._steps import HOLD, CholeskySteps
@@ -203,7 +202,8 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
 class _Launched:
     """Panel ``k`` launched (:func:`_launch`): its messages under way, the diagonal block's verification
     (``checked`` segments, ``events``), the panel solve's events on its process column (``found``), its
-    encoded buffer ``ext`` with this process's ``rows`` of P, and ``L_kk`` on the panel's process column."""
+    encoded buffer ``ext`` and its ``views`` (:func:`._panel_sums.panel_views`: this process's rows of P,
+    their sums), and ``L_kk`` on the panel's process column."""
 
     k: int
     flight: PanelFlight
@@ -211,7 +211,7 @@ class _Launched:
     events: list[BlockEvent]
     found: list[BlockEvent]
     ext: np.ndarray
-    rows: np.ndarray
+    views: tuple[np.ndarray, ...]
     low: np.ndarray | None
 
 
@@ -226,7 +226,8 @@ def _launch(work: CholeskyWork, checks: UpdateChecks, k: int, plan: InjectionPla
     checked, events = checks.verify(k, "diagonal")
     # (hold read on the owner only; L_kk is read only on the panel's process column, as in pdpotrf)
     diagonal = steps.start_diagonal(k, hold=uncorrected(events), column_only=True)
-    ext, rows = panel_buffer(steps, k, checks)
+    ext, views = panel_buffer(steps, k, checks)
+    rows = views[1]
     on_rows = None if plan is None else functools.partial(_inject_received, plan, g.size, g.rank, rows)
     # down the process columns only what each column's products and their checks read, as in pdpotrf: on a
     # square grid the diagonal process's part, the flags beside; else, straight from the panel's process
@@ -242,9 +243,9 @@ def _launch(work: CholeskyWork, checks: UpdateChecks, k: int, plan: InjectionPla
         bad, low = diagonal.result()
         if bad == -1 and e < steps.rows.n:
             assert low is not None
-            found = _solve(steps, checks, k, low, ext, rows, tally)
+            found = _solve(steps, checks, k, low, views, tally)
     flight.progress()
-    return _Launched(k, flight, checked, events, found, ext, rows, low)
+    return _Launched(k, flight, checked, events, found, ext, views, low)
 
 
 def _inject_received(plan: InjectionPlan, size: int, rank: int, rows: np.ndarray, _buf: object) -> None:
@@ -260,7 +261,7 @@ def _arrive(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, plan: In
     diagonal block, or rows of the block column a process could not correct (their flag travels with the
     panel: no extra round trip error-free), are recomputed by every process, then solved and shared again,
     before any update reads them."""
-    steps, k, ext, rows = work.steps, panel.k, panel.ext, panel.rows
+    steps, k, ext, views = work.steps, panel.k, panel.ext, panel.views
     g, e = steps.grid, steps.panels[panel.k][1]
     bad, events, found, low = panel.flight.wait(), panel.events, panel.found, panel.low
     flight: PanelFlight | None = panel.flight
@@ -269,15 +270,15 @@ def _arrive(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, plan: In
         bad, low = steps.factor_diagonal(k)
         if bad == -1 and e < steps.rows.n:
             assert low is not None
-            found = _solve(steps, checks, k, low, ext, rows, tally)
+            found = _solve(steps, checks, k, low, views, tally)
             share_panel(steps, k, ext)
             if plan is not None:
-                _inject_received(plan, g.size, g.rank, rows, ext)
+                _inject_received(plan, g.size, g.rank, views[1], ext)
         flight = None  # shared again: gathered whole
     if bad >= 0 or e == steps.rows.n:
         return bad, events, ()
     events, pending = events + found, uncorrected(found)
-    colp, squares, flagged = gather_panel(steps, k, ext, flight, rows)
+    colp, squares, flagged = gather_panel(steps, k, ext, flight, views)
     if flagged:  # rows the checks could not correct: recomputed from A, solved and shared again
         events = recompute_column(checks, k, events, work.original)
         if steps.owns_diagonal(k):  # the recomputation set the block's unfactored values again
@@ -285,7 +286,7 @@ def _arrive(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, plan: In
             steps.diagonal_block(k)[...] = low
         if pending:
             assert low is not None
-            events += _solve(steps, checks, k, low, ext, rows, tally)
+            events += _solve(steps, checks, k, low, views, tally)
         share_panel(steps, k, ext)
         colp, squares, _ = gather_panel(steps, k, ext)
     return bad, events, (colp, squares)
@@ -298,7 +299,7 @@ def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tup
     its messages travel; return panel ``k+1`` launched (``None`` after the last). ``at(k)``'s flips land in
     the rows of P the columns multiply (``"B"``) and the trailing piece (``"C"``, step 0 before the update,
     1 after block column ``k+1``'s: the rest is updated after panel ``k+1`` has read that block column)."""
-    steps, k, rows = work.steps, panel.k, panel.rows
+    steps, k, rows = work.steps, panel.k, panel.views[1]
     g, (s, e) = steps.grid, steps.panels[k]
     n, last, plan = steps.rows.n, len(steps.panels) - 1, at(k)
     if e == n:
@@ -308,13 +309,12 @@ def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tup
         flipped = colp.stacked()
         if plan.apply("B", g.rank, 0, flipped):
             colp.put(flipped)
-    below0, c0 = steps.rows.range_on(g.myrow, e, n).start, steps.cols.range_on(g.mycol, e, n).start
-    trail = steps.w[below0:, c0:]
+        below0, c0 = steps.rows.range_on(g.myrow, e, n).start, steps.cols.range_on(g.mycol, e, n).start
+        trail = steps.w[below0:, c0:]
 
-    def to_global(i: int, j: int) -> tuple[int, int]:
-        return int(checks.rglob[below0 + i % trail.shape[0]]), int(checks.cglob[c0 + j % trail.shape[1]])
+        def to_global(i: int, j: int) -> tuple[int, int]:
+            return int(checks.rglob[below0 + i % trail.shape[0]]), int(checks.cglob[c0 + j % trail.shape[1]])
 
-    if plan is not None:
         plan.apply("C", g.rank, 0, trail, to_global)
     # the rows of P this process's columns multiply, against their senders' row sums: a changed value is
     # restored before the carry and the product read it (a change in this process's own rows that its
@@ -322,9 +322,9 @@ def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tup
     # sums were taken before the panel travelled)
     def repair(j: int) -> None:
         for row, t, ok in colp.repair(j):
-            tally.operand(k, e + row, s + t, ok)
+            tally.operand(k, row, s + t, ok)
 
-    checks.update(k, panel_views(panel.ext, rows)[5], colp, squares, repair)  # reads no W
+    checks.update(k, panel.views[5], colp, squares, repair)  # reads no W
     right = colp.operand()
     steps.apply_update(k, rows, right, range(k + 1, k + 2))  # block column k+1 first: panel k+1 needs it
     if plan is not None:  # "after the update": the last moment before panel k+1 reads its block column
@@ -334,12 +334,13 @@ def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tup
     return nxt
 
 
-def _solve(steps: CholeskySteps, checks: UpdateChecks, k: int, low: np.ndarray, ext: np.ndarray,
-           rows: np.ndarray, tally: Tally) -> list[BlockEvent]:
-    """Solve panel ``k`` into ``rows``, checked (:meth:`._tally.Tally.check_panel`), and, on the panel's
+def _solve(steps: CholeskySteps, checks: UpdateChecks, k: int, low: np.ndarray, views: tuple[np.ndarray, ...],
+           tally: Tally) -> list[BlockEvent]:
+    """Solve panel ``k`` into its rows in the encoded buffer (``views``:
+    :func:`._panel_sums.panel_views`), checked (:meth:`._tally.Tally.check_panel`), and, on the panel's
     process column, encode the buffer around them, its flag set if rows are left to recompute; return the
     events of the panel's values (this process's rows below the diagonal block)."""
-    views = panel_views(ext, rows)
+    rows = views[1]
     found: list[BlockEvent] = []
     check = functools.partial(tally.check_panel, checks, k, views, found)
     steps.solve_panel(k, low, broadcast=False, check=check, out=rows)
