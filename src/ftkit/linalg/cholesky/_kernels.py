@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["panel_pass", "exact_sums", "row_sums", "col_sums", "carry_blocks", "take_checksums",
-           "copy_checksums", "segment_flags", "solve_flags"]
+           "copy_checksums", "pack_rows", "segment_flags", "solve_flags"]
 
 
 # reassociation for the segment sums only (their bound holds for any order); never for the compared sums
@@ -322,6 +322,29 @@ def col_sums(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - comp
     """``out[t]`` = the sum of column ``t`` of ``x`` (:func:`panel_pass`'s order)."""
     for t in range(x.shape[1]):
         out[t] = _col_sum(x, t)
+
+
+@njit(cache=True, nogil=True)
+def pack_rows(rows: np.ndarray, rs: np.ndarray, sq: np.ndarray, runs: np.ndarray, out_rows: np.ndarray,
+              out_rs: np.ndarray, out_sq: np.ndarray, out_cs: np.ndarray) -> None:  # pragma: no cover
+    """Copy rows ``runs[r, 0]:runs[r, 0] + runs[r, 1]`` of ``rows`` (and of ``rs``, ``sq``), run after run,
+    into ``out_rows`` (``out_rs``, ``out_sq``), and take the copy's column sums ``out_cs`` (:func:`col_sums`'
+    order): a selection of a panel's rows with their sums, in one call."""
+    for t in range(rows.shape[1]):
+        at = 0
+        for r in range(runs.shape[0]):
+            a, m = runs[r, 0], runs[r, 1]
+            for i in range(m):
+                out_rows[at + i, t] = rows[a + i, t]
+            at += m
+    at = 0
+    for r in range(runs.shape[0]):
+        a, m = runs[r, 0], runs[r, 1]
+        for i in range(m):
+            out_rs[at + i] = rs[a + i]
+            out_sq[at + i] = sq[a + i]
+        at += m
+    col_sums(out_rows, out_cs)
 
 
 @njit(cache=True, nogil=True)

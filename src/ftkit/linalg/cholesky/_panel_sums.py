@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..._wait import wait_requests
-from ._kernels import col_sums
+from ._kernels import pack_rows
 from ._lookahead import PanelFlight
 from ._steps import CholeskySteps
 from ._trailing import TrailingRows
@@ -80,6 +80,11 @@ def gathered_part(steps: CholeskySteps, k: int) -> tuple[int, int, int]:
     return 1 + (mine.stop - mine.start) * (e - s + 2) + e - s, e - s + 2, e - s + 1
 
 
+#: per-shape layouts (:func:`_layout`, :func:`_selected_runs`), by shape and panel: every call of the shape
+#: shares them (read-only arrays)
+_LAYOUTS: dict[tuple, Any] = {}
+
+
 def direct_part(steps: CholeskySteps, k: int, ext: np.ndarray, rows: np.ndarray, q: int) -> np.ndarray:
     """What a process of panel ``k``'s process column sends of its encoded buffer ``ext`` (``rows``: its rows
     of P) to the processes of process column ``q`` in the other process rows (:class:`PanelFlight`'s
@@ -87,18 +92,39 @@ def direct_part(steps: CholeskySteps, k: int, ext: np.ndarray, rows: np.ndarray,
     columns multiply (:meth:`CholeskySteps.select_rows`), their row sums and sums of squares, and the column
     sums of those rows (in :func:`col_sums`' order: the receivers locate a changed value with them); when it
     multiplies them all, the buffer's own first values (no copy)."""
-    m, w = steps.selected_counts(k, q)[steps.grid.myrow], rows.shape[1]
+    runs, m = _selected_runs(steps, k, q)
+    w = rows.shape[1]
     if m == rows.shape[0]:
         return ext[:1 + m * (w + 2) + w]
     _, _, rs, sq, _, _ = panel_views(ext, rows)
     out = np.empty(1 + m * (w + 2) + w)
     flag, sel, sel_rs, sel_sq, sel_cs, _ = _unpack(out, m, w)
     flag[0] = ext[0]
-    steps.select_rows(k, rows, sel, column=q)
-    steps.select_rows(k, rs[:, None], sel_rs[:, None], column=q)
-    steps.select_rows(k, sq[:, None], sel_sq[:, None], column=q)
-    col_sums(sel, sel_cs)
+    pack_rows(rows, rs, sq, runs, sel, sel_rs, sel_sq, sel_cs)
     return out
+
+
+def _selected_runs(steps: CholeskySteps, k: int, q: int) -> tuple[np.ndarray, int]:
+    """The runs ``(first row, rows)`` of this process's rows of panel ``k``'s ``P`` that process column
+    ``q``'s trailing columns multiply (:meth:`CholeskySteps.select_rows`' rows, in its order), adjacent
+    runs merged, and their number of rows; made once per shape (:func:`_layout`'s cache)."""
+    g = steps.grid
+    key = (steps.rows.key, steps.cols.key, g.nprow, g.npcol, g.myrow, g.mycol, k, "runs", q)
+    got = _LAYOUTS.get(key)
+    if got is None:
+        first = steps.rows.range_on(g.myrow, steps.panels[k][1], steps.rows.n).start
+        runs: list[list[int]] = []
+        for ca, cb, p, r0 in steps._trailing_blocks(k, q):
+            if p != g.myrow:
+                continue
+            if runs and runs[-1][0] + runs[-1][1] == r0 - first:
+                runs[-1][1] += cb - ca
+            else:
+                runs.append([r0 - first, cb - ca])
+        table = np.array(runs, np.int64).reshape((-1, 2))
+        table.flags.writeable = False
+        got = _LAYOUTS[key] = (table, int(table[:, 1].sum()))
+    return got
 
 
 class _Layout(NamedTuple):
@@ -113,7 +139,6 @@ class _Layout(NamedTuple):
     panels: list[int]
 
 
-_LAYOUTS: dict[tuple, _Layout] = {}  # by shape (_layout): every call of the shape shares them
 
 
 def _layout(steps: CholeskySteps, k: int, mode: str) -> _Layout:
