@@ -11,7 +11,7 @@ contend for the cores and memory as the factorization's ranks do):
 - ``copy``: the saved copy of it as ``CholeskyWork`` takes it (numpy block copies);
 - ``copy+sums``: the copy and the initial plain and weighted segment sums in one compiled pass;
 - ``init (now)``: ``UpdateChecks.init`` as it is (a separate pass of small products), for comparison;
-- ``carry gemm``: the carry's products alone (``carry_columns``' dgemm calls, no row sums), every panel;
+- ``carry gemm``: the carry's products alone (``carry_blocks``' dgemm calls, no row sums), every panel;
 - ``carry rowsums``: the receivers' row sums of the rows of P they multiply, every panel;
 - ``panel sums``: one read pass over this process's rows of each panel (what ``encode`` must read);
 - ``panel copy``: one copy of them (the solve check keeps the panel's values, ``before``, for locating a
