@@ -16,8 +16,8 @@ without, all ranks at once (so they contend for the cores and memory as the rout
   takes its checksum rows (``triangle_rows_from``), on the triangle's own piece: their difference is what
   summing ``T`` costs;
 - ``copy+sums (now)``, ``result sums (now)``: the kernels the routine runs for the first two
-  (``encode_cols_into`` copying; ``encode_cols_into`` summing ``X`` for TRSM, ``block_sums_sq`` of the
-  product for TRMM), for comparison.
+  (TRSM: ``copy_block_sums``, ``encode_cols_into`` summing ``X``; TRMM: ``encode_cols_into`` copying,
+  ``block_sums_sq`` of the product), for comparison.
 
 Prints the medians (ms of CPU per rank and their sum) and, on rank 0, the floor (``copy + read`` and ``T``'s
 sums) and the kernels as they are, each as a ratio to plain, beside the measured ``ft_`` ÷ plain. The
@@ -40,7 +40,7 @@ from ftkit import linalg
 from ftkit.linalg import checksums
 from ftkit.linalg.abft._solve_sums import SolveChecksums
 from ftkit.linalg.checksums._kernels import encode_cols_into
-from ftkit.linalg.checksums._tri_sums import triangle_rows_from
+from ftkit.linalg.checksums._tri_sums import copy_block_sums, triangle_rows_from
 from ftkit.linalg.pblas._tri_kernel import triangle_from
 from ftkit.linalg.pblas._tri_sweep import own_piece, tri_cols
 
@@ -85,6 +85,8 @@ class _Passes:
         self.wext = np.zeros((w.shape[0], w.shape[1] + 3 * nc), order="F")
         self.xext = np.zeros((w.shape[0], 3 * nc), order="F")
         self.text = np.zeros((3 * (len(self.chk.rl) - 1), self.t.shape[1]), order="F")
+        self.bsums = np.zeros((4, len(self.chk.rl) - 1, nc))
+        self.acc = np.zeros((w.shape[0], 3), order="F")
 
     def run(self) -> None:
         c, lay = self.chk, self.chk._lay
@@ -94,10 +96,12 @@ class _Passes:
         _timed("T", triangle_from, self.src, self.t, lay.keep, lay.diag, False)
         _timed("T+sums", triangle_rows_from, self.src, self.t, lay.keep, lay.diag, False, c.rl, lay.rw,
                self.text, lay.place, 3)
-        _timed("copy+sums (now)", encode_cols_into, w, c.cl, c.cw, self.wext, True, 3)
         if self.routine == "trsm":
+            _timed("copy+sums (now)", copy_block_sums, w, self.saved, c.rl, c.cl, lay.rw, c.cw, self.bsums,
+                   self.acc)
             _timed("result sums (now)", encode_cols_into, w, c.cl, c.cw, self.xext, False, 3)
         else:
+            _timed("copy+sums (now)", encode_cols_into, w, c.cl, c.cw, self.wext, True, 3)
             _timed("result sums (now)", checksums.block_sums_sq, w, c.rl, c.cl)
 
 
