@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+# numba's on-disk cache of the kernels below does not see a change in the helpers they inline from these two
+# modules: after editing one of them, touch this file too
 from ..pblas._tri_kernel import triangle_column, triangle_column_from
 from ._kernels import _FM, _add_cols, _copy_add_cols, _segment_sums
 
