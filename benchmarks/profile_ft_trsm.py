@@ -77,8 +77,7 @@ def _install() -> None:
     for name in ("add", "predict"):
         setattr(checksums.ChecksumProduct, name, timed(f"ChecksumProduct.{name}",
                                                        getattr(checksums.ChecksumProduct, name)))
-    seg_of = level3.BlockSegmentation.of.__func__  # type: ignore[attr-defined]
-    level3.BlockSegmentation.of = classmethod(timed("BlockSegmentation.of", seg_of))  # type: ignore[method-assign, assignment]
+    level3.segmentation = timed("segmentation", level3.segmentation)  # type: ignore[attr-defined]
     level3.Threshold.bounds = timed("Threshold.bounds", level3.Threshold.bounds)  # type: ignore[method-assign]
 
 
