@@ -8,8 +8,9 @@ The benchmark's call (``bench_pblas3.py``: side L, lower, no transpose, non-unit
 triangle, B uniform) on fresh copies of B, the plain and the ABFT routine alternately (``--reps`` times each
 after one untimed warm-up of each). Timed apart: the sweep's arithmetic and its waits for the broadcasts, the
 triangle (plain: ``triangle_operand``; ABFT: ``SolveChecksums.make_triangle`` / ``triangle_with_checksums``),
-the checksums' set-up, the copy and sums of ``alpha B`` (``SolveChecksums.encode`` / ``_encode``), the check
-(``residuals``, its products and all-gather; ``block_sums_sq`` and ``verify_blocks``) with its waits apart,
+the checksums' set-up, the copy and sums of ``alpha B`` (``SolveChecksums.encode`` / ``_encode``, their
+kernels apart), the check (``residuals``, its products and all-gather; ``block_sums_sq`` and
+``verify_blocks``) with its waits apart,
 and the report. Prints, per routine and rank, the median of each phase's exclusive CPU and wall seconds,
 then the sum over ranks; ``(arrive sweep)`` / ``(leave sweep)`` are wall seconds from the call's start to
 the sweep's start / end on that rank (not phases: left out of ``(rest)``). A profile, not a benchmark: use
@@ -58,9 +59,8 @@ def _install() -> None:
     for mod in (_solve_sums, _tri_product, product):
         mod.wait_requests = timed("wait: checksums", mod.wait_requests)  # type: ignore[attr-defined]
     triangular.triangle_operand = timed("triangle_operand", triangular.triangle_operand)  # type: ignore[attr-defined]
-    enc = _solve_sums.encode_cols_into
-    copying, summing = timed("kernel encode_cols_into (B)", enc), timed("kernel encode_cols_into (X)", enc)
-    _solve_sums.encode_cols_into = lambda *a: (copying if a[4] else summing)(*a)  # type: ignore[attr-defined]
+    _solve_sums.encode_cols_into = timed("kernel encode_cols_into (X)", _solve_sums.encode_cols_into)  # type: ignore[attr-defined]
+    _solve_sums.copy_block_sums = timed("kernel copy_block_sums (B)", _solve_sums.copy_block_sums)  # type: ignore[attr-defined]
     _tri_product.encode_cols_into = timed("kernel encode_cols_into (B)", _tri_product.encode_cols_into)  # type: ignore[attr-defined]
     for name in ("triangle_rows_into", "triangle_piece"):
         setattr(_solve_sums, name, timed(f"kernel {name}", getattr(_solve_sums, name)))
@@ -77,8 +77,7 @@ def _install() -> None:
     for name in ("add", "predict"):
         setattr(checksums.ChecksumProduct, name, timed(f"ChecksumProduct.{name}",
                                                        getattr(checksums.ChecksumProduct, name)))
-    seg_of = level3.BlockSegmentation.of.__func__  # type: ignore[attr-defined]
-    level3.BlockSegmentation.of = classmethod(timed("BlockSegmentation.of", seg_of))  # type: ignore[method-assign, assignment]
+    level3.segmentation = timed("segmentation", level3.segmentation)  # type: ignore[attr-defined]
     level3.Threshold.bounds = timed("Threshold.bounds", level3.Threshold.bounds)  # type: ignore[method-assign]
 
 

@@ -147,6 +147,34 @@ def test_kept_rows_are_summed_and_copied_with_zeros_elsewhere(lower):
     np.testing.assert_array_equal(dst, np.where(tri, masked, before))
 
 
+@pytest.mark.parametrize("view", [False, True], ids=["array", "row-offset-view"])
+def test_copy_block_sums_copies_exactly_and_sums_every_block(view):
+    # ft_pdtrsm's saved alpha B: the copy bit for bit, and the block sums (plain, column-weighted,
+    # row-weighted, absolute) those of numpy, on segments that are not multiples of four columns (the
+    # kernel's tail), from a strided view as B's local_view at a row offset is; a NaN reaches only its block
+    from ftkit.linalg.checksums._tri_sums import copy_block_sums
+
+    rng = np.random.default_rng(5)
+    full = np.asfortranarray(rng.standard_normal((32, 23)))
+    b = full[3:30] if view else np.asfortranarray(full[3:30])
+    b[5, 9] = np.nan
+    rb, cb = np.array([0, 7, 8, 20, 27]), np.array([0, 4, 11, 12, 23])
+    wr, wc = checksums.segment_weights(rb), checksums.segment_weights(cb)
+    dst = np.full((27, 23), 7.0, order="F")
+    out = np.full((4, 4, 4), 7.0)
+    copy_block_sums(b, dst, rb, cb, wr, wc, out, np.full((27, 3), 7.0, order="F"))
+    assert np.array_equal(dst, b, equal_nan=True)
+    for i in range(4):
+        for j in range(4):
+            blk = b[rb[i]:rb[i + 1], cb[j]:cb[j + 1]]
+            want = [blk.sum(), (blk * wc[cb[j]:cb[j + 1]]).sum(), (blk * wr[rb[i]:rb[i + 1], None]).sum(),
+                    np.abs(blk).sum()]
+            if (i, j) == (0, 1):  # b[5, 9]'s block
+                assert np.isnan(out[:, i, j]).all()
+            else:
+                np.testing.assert_allclose(out[:, i, j], want, rtol=1e-13, atol=1e-13)
+
+
 def test_integer_products_have_exactly_zero_residual():
     # every product and sum is exact: any algebra slip in the checksum bookkeeping would show up as != 0
     rng = np.random.default_rng(1)

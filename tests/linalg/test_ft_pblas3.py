@@ -17,7 +17,7 @@ from ftkit.inject import BitFlip, InjectionPlan
 from ftkit.linalg import checksums
 from ftkit.linalg.abft._blocks import BlockSegmentation
 from ftkit.linalg.abft._solve_sums import SolveChecksums
-from ftkit.linalg.abft._tri_product import triangle_with_checksums
+from ftkit.linalg.abft._tri_product import segmentation, triangle_with_checksums
 from ftkit.linalg.checksums._kernels import encode_rows_into
 from ftkit.linalg.pblas._panel_buffers import pooled_buffer, release_buffers, release_pool
 from ftkit.linalg.pblas._redistribute import same_layout
@@ -285,6 +285,21 @@ def test_plain_triangle_in_a_reused_buffer_gives_the_fresh_result(grid, side, up
         plain(side, uplo, transa, diag, m, n, 2.0, A, 0, 0, reused, 0, 0)
         assert np.isfinite(reused.to_global()).all()
         assert np.array_equal(reused.to_global(), fresh.to_global())
+
+
+def test_trmm_segmentation_is_kept_per_layout(grid):
+    # ft_pdtrmm cuts its blocks once per layout: the kept cut is BlockSegmentation.of's, read-only (shared by
+    # every call of the shape), and another submatrix, blocking or bs gets its own
+    A, B = _solve_case(grid)
+    seg = segmentation(B, 2, 1, 25, 17, 4)
+    ref = BlockSegmentation.of(B, 2, 1, 25, 17, 4)
+    for name in ("rows_here", "cols_here", "rb", "cb"):
+        assert np.array_equal(getattr(seg, name), getattr(ref, name))
+        assert not getattr(seg, name).flags.writeable
+    assert segmentation(B.copy(), 2, 1, 25, 17, 4) is seg  # the layout, not the matrix, is the key
+    assert segmentation(B, 2, 1, 25, 17, 3) is not seg and segmentation(B, 0, 1, 25, 17, 4) is not seg
+    C = linalg.DistributedMatrix.from_global(grid, B.to_global(), mb=5, nb=8)
+    assert not np.array_equal(segmentation(C, 2, 1, 25, 17, 4).rb, seg.rb)
 
 
 def test_trsm_detect_mode_reports_and_leaves_the_result(grid):

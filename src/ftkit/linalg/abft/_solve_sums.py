@@ -49,7 +49,7 @@ from mpi4py import MPI
 from ..._wait import wait_requests
 from .. import checksums
 from ..checksums._kernels import encode_cols_into
-from ..checksums._tri_sums import triangle_rows_from, triangle_rows_into
+from ..checksums._tri_sums import copy_block_sums, triangle_rows_from, triangle_rows_into
 from ..descriptor import BlockCyclic1D
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
@@ -77,15 +77,6 @@ def segments(m: BlockCyclic1D, p: int, bs: int, cut: tuple[np.ndarray, np.ndarra
     gb, owner = _cut(m, bs) if cut is None else cut
     ids = np.flatnonzero(owner == p)
     return gb, np.concatenate(([0], np.cumsum(np.diff(gb)[ids]))).astype(np.int64), ids
-
-
-def _seg_sums(x: np.ndarray, lb: np.ndarray, axis: int) -> np.ndarray:
-    """Sums of ``x`` over the local segments ``lb`` along ``axis``."""
-    if lb.size <= 1 or x.shape[axis] == 0:
-        shape = list(x.shape)
-        shape[axis] = lb.size - 1
-        return np.zeros(shape)
-    return np.add.reduceat(x, lb[:-1], axis=axis)
 
 
 def _weights(here: np.ndarray, lb: np.ndarray, ids: np.ndarray, gb: np.ndarray) -> np.ndarray:
@@ -258,20 +249,16 @@ class SolveChecksums:
         """Take the checksums of ``W0 = w`` (its block sums: plain, column- and row-weighted, absolute);
         return a copy of ``w`` (:meth:`make_triangle` first).
 
-        One pass (the compiled kernels of :mod:`ftkit.linalg.checksums`): ``w``'s copy, which the re-solve of
-        flagged column segments starts from, is made in the same pass as its sums, into a buffer of ``pool``
-        (:func:`~ftkit.linalg.pblas._summa.pooled_buffer`: a fresh array of ``w``'s size costs page faults
-        and the kernel's zeroing, more than the copy itself).
+        One pass (:func:`~ftkit.linalg.checksums._tri_sums.copy_block_sums`): ``w``'s copy, which the
+        re-solve of flagged column segments starts from, is made in the pass that sums it, into a buffer of
+        ``pool`` (:func:`~ftkit.linalg.pblas._panel_buffers.pooled_buffer`: a fresh array of ``w``'s size
+        costs page faults and the kernel's zeroing, more than the copy itself).
         """
-        nc = len(self.cl) - 1
-        ncols = w.shape[1]
-        wext = pooled_buffer(pool, "w0", (w.shape[0], ncols + _KINDS * nc))
-        encode_cols_into(w, self.cl, self.cw, wext, True, _KINDS)
-        w0 = wext[:, :ncols]
-        sums = _seg_sums(wext[:, ncols:], self.rl, 0)  # plain, column-weighted, absolute side by side
-        roww = _seg_sums(wext[:, ncols:ncols + nc] * self.rw, self.rl, 0)
+        w0 = pooled_buffer(pool, "w0", w.shape)
         # in the order of the residuals' products: plain, column-weighted, row-weighted, absolute
-        self.w_sums = np.stack([sums[:, :nc], sums[:, nc:2 * nc], roww, sums[:, 2 * nc:]])
+        self.w_sums = np.empty((4, len(self.rl) - 1, len(self.cl) - 1))
+        copy_block_sums(w, w0, self.rl, self.cl, self._lay.rw, self.cw, self.w_sums,
+                        np.empty((w.shape[0], 3), order="F"))
         return w0
 
     def _send_t_sums(self, text: np.ndarray) -> None:

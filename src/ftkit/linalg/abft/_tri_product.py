@@ -52,7 +52,7 @@ from ._blocks import BlockSegmentation, Threshold
 from .product import _ratio, _reduce, _report_of, _verify_and_correct
 from .report import ABFTReport, BlockEvent
 
-__all__ = ["checked_tri_multiply", "triangle_with_checksums"]
+__all__ = ["checked_tri_multiply", "segmentation", "triangle_with_checksums"]
 
 
 def triangle_with_checksums(A: DistributedMatrix, ia: int, ja: int, transpose: bool, lower: bool, unit: bool,
@@ -72,8 +72,7 @@ def triangle_with_checksums(A: DistributedMatrix, ia: int, ja: int, transpose: b
     (:func:`~ftkit.linalg.pblas._tri_sweep.triangle_piece`).
     """
     g = A.grid
-    keep, diag = triangle_extent(rows, cols, g.myrow, g.mycol, lower)
-    c = np.arange(cols.count(g.mycol), dtype=np.int64)
+    keep, diag, c = _extent(rows.key, cols.key, g.myrow, g.mycol, lower)
     achk = np.empty((kinds * seg.nr, c.size), order="F")  # every element written by the kernel
     wts = checksums.segment_weights(seg.rb)
     own = own_piece(A, ia, ja, transpose, rows, cols, pool)
@@ -83,6 +82,40 @@ def triangle_with_checksums(A: DistributedMatrix, ia: int, ja: int, transpose: b
     t = triangle_piece(A, ia, ja, transpose, rows, cols, pool)
     triangle_rows_into(t, keep, diag, unit, seg.rb, wts, achk, c, kinds)
     return t, achk
+
+
+@lru_cache(maxsize=16)
+def _extent(rows_key: tuple[int, int, int, int, int], cols_key: tuple[int, int, int, int, int], myrow: int,
+            mycol: int, lower: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`~ftkit.linalg.pblas._tri_sweep.triangle_extent` of the maps (keys: their
+    :attr:`~ftkit.linalg.descriptor.BlockCyclic1D.key`) and the local column indices, read-only: every call
+    of one shape needs the same (made per call, ~0.15 ms of numpy per rank at n = 4096 on 2 x 2)."""
+    rows, cols = BlockCyclic1D(*rows_key), BlockCyclic1D(*cols_key)
+    keep, diag = triangle_extent(rows, cols, myrow, mycol, lower)
+    c = np.arange(cols.count(mycol), dtype=np.int64)
+    for a in (keep, diag, c):
+        a.flags.writeable = False
+    return keep, diag, c
+
+
+_SEGMENTATIONS: dict[tuple[int, ...], BlockSegmentation] = {}
+
+
+def segmentation(M: DistributedMatrix, i: int, j: int, m: int, n: int, bs: int) -> BlockSegmentation:
+    """``BlockSegmentation.of(M, i, j, m, n, bs)``, kept per layout (the grid's shape and this process's
+    place, M's blocking, the submatrix and ``bs``: all it depends on) with read-only arrays: ``ft_pdtrmm``
+    cuts the same blocks in every call of one shape (~0.2 ms of numpy per rank at n = 4096 on 2 x 2)."""
+    g, d = M.grid, M.desc
+    key = (g.nprow, g.npcol, g.myrow, g.mycol, d.mb, d.nb, d.rsrc, d.csrc, i, j, m, n, bs)
+    seg = _SEGMENTATIONS.get(key)
+    if seg is None:
+        seg = BlockSegmentation.of(M, i, j, m, n, bs)
+        for a in (seg.rows_here, seg.cols_here, seg.rb, seg.cb):
+            a.flags.writeable = False
+        if len(_SEGMENTATIONS) >= 16:
+            _SEGMENTATIONS.clear()
+        _SEGMENTATIONS[key] = seg
+    return seg
 
 
 @lru_cache(maxsize=16)

@@ -38,10 +38,10 @@ from ..pblas._redistribute import redistribute
 from ..pblas._tri_sweep import sweep, tri_cols, triangle_operand
 from ..pblas.rank_k import check_rank_args
 from ..pblas.triangular import check_tri_args
-from ._blocks import BlockSegmentation, Threshold
+from ._blocks import Threshold
 from ._rank_tiles import checked_rank_update
 from ._solve_sums import SolveChecksums
-from ._tri_product import checked_tri_multiply, triangle_with_checksums
+from ._tri_product import checked_tri_multiply, segmentation, triangle_with_checksums
 from .product import Term
 from .report import ABFTReport, BlockEvent, check_ft_args
 
@@ -93,8 +93,7 @@ def ft_pdtrmm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alph
     lower = (uplo == "L") != transpose
     cols = tri_cols(rows, B.grid.npcol)
     size = int(bs) if bs is not None else checksums.choose_bs(rows.nb, wcols.nb, rows.n)
-    seg = BlockSegmentation.of(B64, ib, jb, m, n, size) if W is None else BlockSegmentation.of(W, 0, 0, n, m,
-                                                                                                size)
+    seg = segmentation(B64, ib, jb, m, n, size) if W is None else segmentation(W, 0, 0, n, m, size)
     pool: dict[object, np.ndarray] = {}  # T in a buffer kept between calls (the plain routine's is fresh)
     try:
         t, achk = triangle_with_checksums(A64, ia, ja, transpose, lower, diag == "U", rows, cols, seg,
