@@ -208,6 +208,36 @@ def _copy_add_cols(
             sqs[kk] = (((sqs[kk] + a0 * a0) + a1 * a1) + a2 * a2) + a3 * a3
 
 
+@njit(cache=True, nogil=True, fastmath=_FM, inline="always")
+def copy_add_run(
+    src: np.ndarray,
+    dst: np.ndarray,
+    j: int,
+    hi: int,
+    w: np.ndarray,
+    es: np.ndarray,
+    wss: np.ndarray,
+    abq: np.ndarray,
+    sqs: np.ndarray,
+    sq_on: bool,
+) -> None:  # pragma: no cover - compiled
+    """Copy columns ``j .. hi-1`` of ``src`` into ``dst`` and add them to the accumulator columns, four at a
+    time (:func:`_copy_add_cols`), the last ``< 4`` copied and then summed (:func:`_add_cols`)."""
+    kp = src.shape[0]
+    while j < hi:
+        m = min(4, hi - j)
+        if m == 4:
+            _copy_add_cols(src, dst, j, w, es, wss, abq, sqs, sq_on)
+        else:
+            for t in range(m):
+                xs = src[:, j + t]
+                d = dst[:, j + t]
+                for kk in range(kp):
+                    d[kk] = xs[kk]
+            _add_cols(dst, j, m, w, es, wss, abq, sqs, sq_on)
+        j += m
+
+
 @njit(cache=True, nogil=True, fastmath=_FM)
 def _col_sums(
     b: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray, base: int, copy: bool, kinds: int
@@ -229,21 +259,14 @@ def _col_sums(
         if sq_on:
             for kk in range(kp):
                 sqs[kk] = 0.0
+        if copy:
+            copy_add_run(b, ext, bounds[s], bounds[s + 1], w, es, wss, abq, sqs, sq_on)
+            continue
         j = bounds[s]
         hi = bounds[s + 1]
         while j < hi:
             m = min(4, hi - j)
-            if copy and m == 4:
-                _copy_add_cols(b, ext, j, w, es, wss, abq, sqs, sq_on)
-            elif copy:
-                for t in range(m):
-                    xs = b[:, j + t]
-                    d = ext[:, j + t]
-                    for kk in range(kp):
-                        d[kk] = xs[kk]
-                _add_cols(ext, j, m, w, es, wss, abq, sqs, sq_on)
-            else:
-                _add_cols(b, j, m, w, es, wss, abq, sqs, sq_on)
+            _add_cols(b, j, m, w, es, wss, abq, sqs, sq_on)
             j += m
 
 

@@ -14,7 +14,7 @@ from numba import njit
 # numba's on-disk cache of the kernels below does not see a change in the helpers they inline from these two
 # modules: after editing one of them, touch this file too
 from ..pblas._tri_kernel import triangle_column, triangle_column_from
-from ._kernels import _FM, _add_cols, _copy_add_cols, _segment_sums
+from ._kernels import _FM, _segment_sums, copy_add_run
 
 __all__ = ["copy_kept", "copy_block_sums", "triangle_rows_into", "triangle_rows_from"]
 
@@ -134,20 +134,7 @@ def copy_block_sums(b: np.ndarray, dst: np.ndarray, rb: np.ndarray, cb: np.ndarr
             es[kk] = 0.0
             wss[kk] = 0.0
             abq[kk] = 0.0
-        j = cb[s]
-        hi = cb[s + 1]
-        while j < hi:
-            m = min(4, hi - j)
-            if m == 4:
-                _copy_add_cols(b, dst, j, wc, es, wss, abq, es, False)
-            else:
-                for t in range(m):
-                    xs = b[:, j + t]
-                    d = dst[:, j + t]
-                    for kk in range(kp):
-                        d[kk] = xs[kk]
-                _add_cols(dst, j, m, wc, es, wss, abq, es, False)
-            j += m
+        copy_add_run(b, dst, cb[s], cb[s + 1], wc, es, wss, abq, es, False)
         for r in range(nr):
             lo = rb[r]
             ln = rb[r + 1] - lo
