@@ -27,6 +27,7 @@ every process, leaving ``W`` as the sequential schedule leaves it.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -86,6 +87,14 @@ class CholeskySteps:
         self.col_indices = cols.indices_on(grid.mycol)
         # _block_table's tables by process column (lazy)
         self._tables: dict[int, list[tuple[int, int, int, int] | None]] = {}
+        self._counts: dict[int, list[list[int]]] = {}  # selected_counts' by process column (lazy)
+        # apply_update's GEMMs: (block column, its rows here, its local columns) of this process's block
+        # columns with rows here, in order, and their block column indices (for bisect)
+        n, me = rows.n, grid.mycol
+        self._updates = [(j, rows.range_on(grid.myrow, cs, n), cols.range_on(me, cs, ce))
+                         for j, (cs, ce) in enumerate(self.panels) if int(cols.owners[cs]) == me]
+        self._updates = [u for u in self._updates if u[1].stop > u[1].start]
+        self._update_keys = [u[0] for u in self._updates]
 
     def owns_diagonal(self, k: int) -> bool:
         """Whether this process holds diagonal block ``k``."""
@@ -282,10 +291,16 @@ class CholeskySteps:
         """How many rows of panel ``k``'s ``P`` each process row holds for this process column's trailing
         columns (process column ``column``'s, if given) (:meth:`select_rows`; the same on every process of
         the column)."""
-        counts = [0] * self.grid.nprow
-        for ca, cb, p, _ in self._trailing_blocks(k, column):
-            counts[p] += cb - ca
-        return counts
+        q = self.grid.mycol if column is None else column
+        if q not in self._counts:  # every panel's counts at once, summed from the last block column back
+            table, acc = self._block_table(q), [0] * self.grid.nprow
+            self._counts[q] = [[]] * len(table)
+            for j in range(len(table) - 1, -1, -1):
+                self._counts[q][j] = list(acc)
+                blk = table[j]
+                if blk is not None:
+                    acc[blk[2]] += blk[1] - blk[0]
+        return list(self._counts[q][k])
 
     def select_rows(self, k: int, mine: np.ndarray, out: np.ndarray | None = None,
                     column: int | None = None) -> np.ndarray:
@@ -321,17 +336,17 @@ class CholeskySteps:
         n = self.rows.n
         below0 = self.rows.range_on(g.myrow, e, n).start
         c0 = self.cols.range_on(g.mycol, e, n).start
-        for big_j in blocks if blocks is not None else range(k + 1, len(self.panels)):
-            cs, ce = self.panels[big_j]
-            if int(self.cols.owners[cs]) != g.mycol:
-                continue
-            r = self.rows.range_on(g.myrow, cs, n)
-            if r.stop > r.start:
-                cl = self.cols.range_on(g.mycol, cs, ce)
-                right = colp[big_j] if isinstance(colp, Mapping) else colp[cl.start - c0:cl.stop - c0]
-                gemm_update(-1.0, mine[r.start - below0:], right.T, self.w[r, cl])
-                if between is not None:
-                    between()
+        blocks = blocks if blocks is not None else range(k + 1, len(self.panels))
+        by_block = isinstance(colp, Mapping)
+        w, updates = self.w, self._updates
+        for i in range(bisect_left(self._update_keys, blocks.start), len(updates)):
+            big_j, r, cl = updates[i]
+            if big_j >= blocks.stop:
+                break
+            right = colp[big_j] if by_block else colp[cl.start - c0:cl.stop - c0]  # type: ignore[index]
+            gemm_update(-1.0, mine[r.start - below0:], right.T, w[r, cl])
+            if between is not None:
+                between()
 
 
 class DiagonalMessage:
