@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+from mpi4py import MPI
 
 from ..._wait import deadline_after, poll_until, wait_requests
 from .._blas import gemm_update, trsm_right_lower_t
@@ -46,6 +47,9 @@ __all__ = ["CholeskySteps", "DiagonalMessage", "first_bad_minor", "HOLD", "WAIT_
 HOLD = -2
 #: Seconds a process waits for one panel's messages before it gives up (a peer that died or hangs).
 WAIT_TIMEOUT = 600.0
+#: The tag of ``column_only``'s messages of the diagonal block (on the process row and column
+#: communicators).
+TAG_DIAGONAL = 605
 
 
 
@@ -147,15 +151,18 @@ class CholeskySteps:
         if not column_only:
             request = g.comm.Ibcast(flat, root=g.rank_of(pk, qk))
             return DiagonalMessage(flat, e - s, [request], None if self.owns_diagonal(k) else request)
+        # column_only: point-to-point messages (a nonblocking broadcast among 2 or 3 processes costs more
+        # to set up and to progress than the messages it sends); in order per sender, so one tag serves
         if g.mycol != qk:  # bad alone, from this process row's process of the panel's column
-            request = g.row_comm.Ibcast(flat, root=qk)
+            request = g.row_comm.Irecv(flat, source=qk, tag=TAG_DIAGONAL)
             return DiagonalMessage(flat, e - s, [request], request)
-        column = g.col_comm.Ibcast(flat, root=pk) if g.nprow > 1 else None
-        reqs = [] if column is None else [column]
-        forward = (lambda: g.row_comm.Ibcast(flat[:1], root=qk)) if g.npcol > 1 else None
+        forward = (lambda: [g.row_comm.Isend(flat[:1], dest=q, tag=TAG_DIAGONAL)
+                            for q in range(g.npcol) if q != qk]) if g.npcol > 1 else None
         if self.owns_diagonal(k):  # bad is here: along the row at once
-            return DiagonalMessage(flat, e - s, reqs if forward is None else [*reqs, forward()])
-        return DiagonalMessage(flat, e - s, reqs, column, forward)
+            reqs = [g.col_comm.Isend(flat, dest=p, tag=TAG_DIAGONAL) for p in range(g.nprow) if p != pk]
+            return DiagonalMessage(flat, e - s, reqs if forward is None else [*reqs, *forward()])
+        column = g.col_comm.Irecv(flat, source=pk, tag=TAG_DIAGONAL)
+        return DiagonalMessage(flat, e - s, [column], column, forward)
 
     def factor_diagonal(self, k: int, hold: bool = False) -> tuple[int, np.ndarray | None]:
         """Factor diagonal block ``k`` on its owner and broadcast ``(bad, L_kk)`` (:meth:`start_diagonal`),
@@ -354,10 +361,10 @@ class DiagonalMessage:
 
     ``requests`` are this process's messages of it (receives and sends); ``incoming``, the one that brings
     the values here (``None``: they are here from the start, on the owner); ``forward``, if given, starts
-    passing them on (returns the request) once they have arrived: :meth:`arrived` and :meth:`test` do."""
+    passing them on (returns the requests) once they have arrived: :meth:`arrived` and :meth:`test` do."""
 
     def __init__(self, flat: np.ndarray, w: int, requests: list[Any], incoming: Any = None,
-                 forward: Callable[[], Any] | None = None) -> None:
+                 forward: Callable[[], list[Any]] | None = None) -> None:
         self.flat, self.w, self.requests = flat, w, requests
         self._incoming, self._forward = incoming, forward
 
@@ -370,7 +377,7 @@ class DiagonalMessage:
             self.requests = [r for r in self.requests if r is not self._incoming]  # completed: a null one
             self._incoming = None
         if self._forward is not None:
-            self.requests.append(self._forward())
+            self.requests += self._forward()
             self._forward = None
         return True
 
@@ -378,8 +385,8 @@ class DiagonalMessage:
         """Whether every message has completed here, the values arrived and passed on (progresses them)."""
         if not self.arrived():
             return False
-        if self.requests:
-            self.requests = [r for r in self.requests if not r.Test()]
+        if self.requests and MPI.Request.Testall(self.requests):
+            self.requests = []
         return not self.requests
 
     def wait(self, deadline: float | None) -> None:
