@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Mapping
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,37 @@ def first_bad_minor(a: np.ndarray) -> int:
     return -1
 
 
+class _Layout:
+    """What :class:`CholeskySteps` derives from its maps alone, made once per layout and process
+    (:func:`_layout`): every call on the same shape reuses it (the maps' index tables included)."""
+
+    def __init__(self, rows: BlockCyclic1D, cols: BlockCyclic1D, myrow: int, mycol: int) -> None:
+        self.rows, self.cols = rows, cols
+        self.panels = diagonal_blocks(rows)
+        self.square = rows.aligned_with(cols)  # process row p holds the rows of process column p's columns
+        self.row_indices = [rows.indices_on(p) for p in range(rows.nprocs)]
+        self.col_indices = cols.indices_on(mycol)
+        for a in (*self.row_indices, self.col_indices):
+            a.setflags(write=False)  # shared by every call
+        #: CholeskySteps._block_table's tables and selected_counts' counts by process column (lazy)
+        self.tables: dict[int, list[tuple[int, int, int, int] | None]] = {}
+        self.counts: dict[int, list[list[int]]] = {}
+        # apply_update's GEMMs: (block column, its rows here, its local columns) of this process's block
+        # columns with rows here, in order, and their block column indices (for bisect)
+        n = rows.n
+        self.updates = [(j, rows.range_on(myrow, cs, n), cols.range_on(mycol, cs, ce))
+                        for j, (cs, ce) in enumerate(self.panels) if int(cols.owners[cs]) == mycol]
+        self.updates = [u for u in self.updates if u[1].stop > u[1].start]
+        self.update_keys = [u[0] for u in self.updates]
+
+
+@lru_cache(maxsize=16)
+def _layout(rows: tuple[int, ...], cols: tuple[int, ...], myrow: int, mycol: int) -> _Layout:
+    """The :class:`_Layout` of the maps with :attr:`~ftkit.linalg.descriptor.BlockCyclic1D.key` ``rows`` and
+    ``cols`` on process ``(myrow, mycol)``."""
+    return _Layout(BlockCyclic1D(*rows), BlockCyclic1D(*cols), myrow, mycol)
+
+
 class CholeskySteps:
     """Factor ``W`` panel by panel (collective on ``grid``; every process calls :meth:`step` in order).
 
@@ -83,22 +115,13 @@ class CholeskySteps:
     """
 
     def __init__(self, grid: ProcessGrid, w: np.ndarray, rows: BlockCyclic1D, cols: BlockCyclic1D) -> None:
-        self.grid, self.w, self.rows, self.cols = grid, w, rows, cols
-        self.panels = diagonal_blocks(rows)
-        self.square = rows.aligned_with(cols)  # process row p holds the rows of process column p's columns
+        lay = _layout(rows.key, cols.key, grid.myrow, grid.mycol)  # the same maps, their tables made once
+        self.grid, self.w, self.rows, self.cols = grid, w, lay.rows, lay.cols
+        self.panels, self.square = lay.panels, lay.square
         #: the global indices of every process row's rows and of this process's columns (increasing)
-        self.row_indices = [rows.indices_on(p) for p in range(grid.nprow)]
-        self.col_indices = cols.indices_on(grid.mycol)
-        # _block_table's tables by process column (lazy)
-        self._tables: dict[int, list[tuple[int, int, int, int] | None]] = {}
-        self._counts: dict[int, list[list[int]]] = {}  # selected_counts' by process column (lazy)
-        # apply_update's GEMMs: (block column, its rows here, its local columns) of this process's block
-        # columns with rows here, in order, and their block column indices (for bisect)
-        n, me = rows.n, grid.mycol
-        self._updates = [(j, rows.range_on(grid.myrow, cs, n), cols.range_on(me, cs, ce))
-                         for j, (cs, ce) in enumerate(self.panels) if int(cols.owners[cs]) == me]
-        self._updates = [u for u in self._updates if u[1].stop > u[1].start]
-        self._update_keys = [u[0] for u in self._updates]
+        self.row_indices, self.col_indices = lay.row_indices, lay.col_indices
+        self._tables, self._counts = lay.tables, lay.counts
+        self._updates, self._update_keys = lay.updates, lay.update_keys
 
     def owns_diagonal(self, k: int) -> bool:
         """Whether this process holds diagonal block ``k``."""
