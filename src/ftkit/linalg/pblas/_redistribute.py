@@ -20,8 +20,8 @@ which every process has, so all take the same branch and the collective stays ma
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import accumulate
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 from mpi4py import MPI
