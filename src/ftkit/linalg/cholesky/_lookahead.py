@@ -37,7 +37,9 @@ class _All:
         self.pending = requests
 
     def Test(self) -> bool:  # noqa: N802 - the name of the MPI request method it stands for
-        self.pending = [r for r in self.pending if not r.Test()]
+        # one progress call for all (each request's Test makes its own, and may yield the core each time)
+        if self.pending and MPI.Request.Testall(self.pending):
+            self.pending = []
         return not self.pending
 
 
@@ -89,6 +91,7 @@ class PanelFlight:
             self._row, self._gather = (True if g.size == 1 or e == steps.rows.n else None), True
         self._out = np.empty(0, buf.dtype)
         self._counts = [0] * g.nprow  # "direct": the values received from each process row
+        self._displs = [0] * g.nprow  # and where they are in _out
         self._packs: list[tuple[int, np.ndarray]] = []  # "direct"'s parts under way (kept alive)
 
     def progress(self) -> bool:
@@ -134,7 +137,7 @@ class PanelFlight:
         qk, (_, per_row, extra) = int(st.cols.owners[st.panels[k][0]]), self._shape
         self._counts = [c * per_row + extra if p != g.myrow else 0
                         for p, c in enumerate(st.selected_counts(k))]
-        displs = displacements(self._counts)
+        self._displs = displs = displacements(self._counts)
         self._out = np.empty(sum(self._counts), self.buf.dtype)
         reqs = [g.comm.Irecv(self._out[d:d + c], source=g.rank_of(p, qk), tag=TAG_PANEL)
                 for p, (c, d) in enumerate(zip(self._counts, displs, strict=True)) if c]
@@ -188,8 +191,7 @@ class PanelFlight:
     def parts(self) -> list[np.ndarray]:
         """With ``"direct"``: the part received from each process row's process of the panel's column, once
         arrived (this process row's: empty)."""
-        ends = np.cumsum(self._counts)
-        return [self._out[b - c:b] for c, b in zip(self._counts, ends, strict=True)]
+        return [self._out[d:d + c] for c, d in zip(self._counts, self._displs, strict=True)]
 
     def column_flag(self) -> float:
         """With ``flag_at``: the largest flag of the process column's processes, once arrived."""

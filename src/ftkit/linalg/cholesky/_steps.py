@@ -27,10 +27,13 @@ every process, leaving ``W`` as the sequential schedule leaves it.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Mapping
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from mpi4py import MPI
 
 from ..._wait import deadline_after, poll_until, wait_requests
 from .._blas import gemm_update, trsm_right_lower_t
@@ -45,6 +48,9 @@ __all__ = ["CholeskySteps", "DiagonalMessage", "first_bad_minor", "HOLD", "WAIT_
 HOLD = -2
 #: Seconds a process waits for one panel's messages before it gives up (a peer that died or hangs).
 WAIT_TIMEOUT = 600.0
+#: The tag of ``column_only``'s messages of the diagonal block (on the process row and column
+#: communicators).
+TAG_DIAGONAL = 605
 
 
 
@@ -63,6 +69,37 @@ def first_bad_minor(a: np.ndarray) -> int:
     return -1
 
 
+class _Layout:
+    """What :class:`CholeskySteps` derives from its maps alone, made once per layout and process
+    (:func:`_layout`): every call on the same shape reuses it (the maps' index tables included)."""
+
+    def __init__(self, rows: BlockCyclic1D, cols: BlockCyclic1D, myrow: int, mycol: int) -> None:
+        self.rows, self.cols = rows, cols
+        self.panels = diagonal_blocks(rows)
+        self.square = rows.aligned_with(cols)  # process row p holds the rows of process column p's columns
+        self.row_indices = [rows.indices_on(p) for p in range(rows.nprocs)]
+        self.col_indices = cols.indices_on(mycol)
+        for a in (*self.row_indices, self.col_indices):
+            a.setflags(write=False)  # shared by every call
+        #: CholeskySteps._block_table's tables and selected_counts' counts by process column (lazy)
+        self.tables: dict[int, list[tuple[int, int, int, int] | None]] = {}
+        self.counts: dict[int, list[list[int]]] = {}
+        # apply_update's GEMMs: (block column, its rows here, its local columns) of this process's block
+        # columns with rows here, in order, and their block column indices (for bisect)
+        n = rows.n
+        self.updates = [(j, rows.range_on(myrow, cs, n), cols.range_on(mycol, cs, ce))
+                        for j, (cs, ce) in enumerate(self.panels) if int(cols.owners[cs]) == mycol]
+        self.updates = [u for u in self.updates if u[1].stop > u[1].start]
+        self.update_keys = [u[0] for u in self.updates]
+
+
+@lru_cache(maxsize=16)
+def _layout(rows: tuple[int, ...], cols: tuple[int, ...], myrow: int, mycol: int) -> _Layout:
+    """The :class:`_Layout` of the maps with :attr:`~ftkit.linalg.descriptor.BlockCyclic1D.key` ``rows`` and
+    ``cols`` on process ``(myrow, mycol)``."""
+    return _Layout(BlockCyclic1D(*rows), BlockCyclic1D(*cols), myrow, mycol)
+
+
 class CholeskySteps:
     """Factor ``W`` panel by panel (collective on ``grid``; every process calls :meth:`step` in order).
 
@@ -78,14 +115,13 @@ class CholeskySteps:
     """
 
     def __init__(self, grid: ProcessGrid, w: np.ndarray, rows: BlockCyclic1D, cols: BlockCyclic1D) -> None:
-        self.grid, self.w, self.rows, self.cols = grid, w, rows, cols
-        self.panels = diagonal_blocks(rows)
-        self.square = rows.aligned_with(cols)  # process row p holds the rows of process column p's columns
+        lay = _layout(rows.key, cols.key, grid.myrow, grid.mycol)  # the same maps, their tables made once
+        self.grid, self.w, self.rows, self.cols = grid, w, lay.rows, lay.cols
+        self.panels, self.square = lay.panels, lay.square
         #: the global indices of every process row's rows and of this process's columns (increasing)
-        self.row_indices = [rows.indices_on(p) for p in range(grid.nprow)]
-        self.col_indices = cols.indices_on(grid.mycol)
-        # _block_table's tables by process column (lazy)
-        self._tables: dict[int, list[tuple[int, int, int, int] | None]] = {}
+        self.row_indices, self.col_indices = lay.row_indices, lay.col_indices
+        self._tables, self._counts = lay.tables, lay.counts
+        self._updates, self._update_keys = lay.updates, lay.update_keys
 
     def owns_diagonal(self, k: int) -> bool:
         """Whether this process holds diagonal block ``k``."""
@@ -138,15 +174,18 @@ class CholeskySteps:
         if not column_only:
             request = g.comm.Ibcast(flat, root=g.rank_of(pk, qk))
             return DiagonalMessage(flat, e - s, [request], None if self.owns_diagonal(k) else request)
+        # column_only: point-to-point messages (a nonblocking broadcast among 2 or 3 processes costs more
+        # to set up and to progress than the messages it sends); in order per sender, so one tag serves
         if g.mycol != qk:  # bad alone, from this process row's process of the panel's column
-            request = g.row_comm.Ibcast(flat, root=qk)
+            request = g.row_comm.Irecv(flat, source=qk, tag=TAG_DIAGONAL)
             return DiagonalMessage(flat, e - s, [request], request)
-        column = g.col_comm.Ibcast(flat, root=pk) if g.nprow > 1 else None
-        reqs = [] if column is None else [column]
-        forward = (lambda: g.row_comm.Ibcast(flat[:1], root=qk)) if g.npcol > 1 else None
+        forward = (lambda: [g.row_comm.Isend(flat[:1], dest=q, tag=TAG_DIAGONAL)
+                            for q in range(g.npcol) if q != qk]) if g.npcol > 1 else None
         if self.owns_diagonal(k):  # bad is here: along the row at once
-            return DiagonalMessage(flat, e - s, reqs if forward is None else [*reqs, forward()])
-        return DiagonalMessage(flat, e - s, reqs, column, forward)
+            reqs = [g.col_comm.Isend(flat, dest=p, tag=TAG_DIAGONAL) for p in range(g.nprow) if p != pk]
+            return DiagonalMessage(flat, e - s, reqs if forward is None else [*reqs, *forward()])
+        column = g.col_comm.Irecv(flat, source=pk, tag=TAG_DIAGONAL)
+        return DiagonalMessage(flat, e - s, [column], column, forward)
 
     def factor_diagonal(self, k: int, hold: bool = False) -> tuple[int, np.ndarray | None]:
         """Factor diagonal block ``k`` on its owner and broadcast ``(bad, L_kk)`` (:meth:`start_diagonal`),
@@ -282,10 +321,16 @@ class CholeskySteps:
         """How many rows of panel ``k``'s ``P`` each process row holds for this process column's trailing
         columns (process column ``column``'s, if given) (:meth:`select_rows`; the same on every process of
         the column)."""
-        counts = [0] * self.grid.nprow
-        for ca, cb, p, _ in self._trailing_blocks(k, column):
-            counts[p] += cb - ca
-        return counts
+        q = self.grid.mycol if column is None else column
+        if q not in self._counts:  # every panel's counts at once, summed from the last block column back
+            table, acc = self._block_table(q), [0] * self.grid.nprow
+            self._counts[q] = [[]] * len(table)
+            for j in range(len(table) - 1, -1, -1):
+                self._counts[q][j] = list(acc)
+                blk = table[j]
+                if blk is not None:
+                    acc[blk[2]] += blk[1] - blk[0]
+        return list(self._counts[q][k])
 
     def select_rows(self, k: int, mine: np.ndarray, out: np.ndarray | None = None,
                     column: int | None = None) -> np.ndarray:
@@ -321,17 +366,17 @@ class CholeskySteps:
         n = self.rows.n
         below0 = self.rows.range_on(g.myrow, e, n).start
         c0 = self.cols.range_on(g.mycol, e, n).start
-        for big_j in blocks if blocks is not None else range(k + 1, len(self.panels)):
-            cs, ce = self.panels[big_j]
-            if int(self.cols.owners[cs]) != g.mycol:
-                continue
-            r = self.rows.range_on(g.myrow, cs, n)
-            if r.stop > r.start:
-                cl = self.cols.range_on(g.mycol, cs, ce)
-                right = colp[big_j] if isinstance(colp, Mapping) else colp[cl.start - c0:cl.stop - c0]
-                gemm_update(-1.0, mine[r.start - below0:], right.T, self.w[r, cl])
-                if between is not None:
-                    between()
+        blocks = blocks if blocks is not None else range(k + 1, len(self.panels))
+        by_block = isinstance(colp, Mapping)
+        w, updates = self.w, self._updates
+        for i in range(bisect_left(self._update_keys, blocks.start), len(updates)):
+            big_j, r, cl = updates[i]
+            if big_j >= blocks.stop:
+                break
+            right = colp[big_j] if by_block else colp[cl.start - c0:cl.stop - c0]  # type: ignore[index]
+            gemm_update(-1.0, mine[r.start - below0:], right.T, w[r, cl])
+            if between is not None:
+                between()
 
 
 class DiagonalMessage:
@@ -339,10 +384,10 @@ class DiagonalMessage:
 
     ``requests`` are this process's messages of it (receives and sends); ``incoming``, the one that brings
     the values here (``None``: they are here from the start, on the owner); ``forward``, if given, starts
-    passing them on (returns the request) once they have arrived: :meth:`arrived` and :meth:`test` do."""
+    passing them on (returns the requests) once they have arrived: :meth:`arrived` and :meth:`test` do."""
 
     def __init__(self, flat: np.ndarray, w: int, requests: list[Any], incoming: Any = None,
-                 forward: Callable[[], Any] | None = None) -> None:
+                 forward: Callable[[], list[Any]] | None = None) -> None:
         self.flat, self.w, self.requests = flat, w, requests
         self._incoming, self._forward = incoming, forward
 
@@ -355,7 +400,7 @@ class DiagonalMessage:
             self.requests = [r for r in self.requests if r is not self._incoming]  # completed: a null one
             self._incoming = None
         if self._forward is not None:
-            self.requests.append(self._forward())
+            self.requests += self._forward()
             self._forward = None
         return True
 
@@ -363,8 +408,8 @@ class DiagonalMessage:
         """Whether every message has completed here, the values arrived and passed on (progresses them)."""
         if not self.arrived():
             return False
-        if self.requests:
-            self.requests = [r for r in self.requests if not r.Test()]
+        if self.requests and MPI.Request.Testall(self.requests):
+            self.requests = []
         return not self.requests
 
     def wait(self, deadline: float | None) -> None:

@@ -22,6 +22,7 @@ DESCA 6. PDPOTRS: UPLO 1, N 2, NRHS 3, A 4, IA 5, JA 6, DESCA 7, B 8, IB 9, JB 1
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 
 import numpy as np
 
@@ -84,6 +85,7 @@ class CholeskyWork:
         self.rows, self.cols = self.W.row_map(self.wi, n), self.W.col_map(self.wj, n)
         self.w = self.W.local_view(self.wi, self.wj, n, n)
         self.steps = CholeskySteps(g, self.w, self.rows, self.cols)
+        self.rows, self.cols = self.steps.rows, self.steps.cols  # the same maps, their tables made already
         #: the diagonal blocks of A, to put their strict upper triangles back (in place only)
         self._diagonals = [(self.steps.diagonal_block(k).copy(), k) for k in range(len(self.steps.panels))
                            if self.in_place and self.steps.owns_diagonal(k)]
@@ -131,7 +133,7 @@ class CholeskyWork:
         A, n = self.A, self.n
         view = A.local_view(self.ia, self.ja, n, n)
         for saved, k in self._diagonals:  # in place: undo what the updates wrote above the diagonal
-            np.copyto(self.steps.diagonal_block(k), saved, where=~np.tri(len(saved), dtype=bool))
+            np.copyto(self.steps.diagonal_block(k), saved, where=_strict_upper(len(saved)))
         if self.in_place:
             return
         if self.aligned:
@@ -172,6 +174,14 @@ class CholeskyWork:
         self.write_back()
         if bad >= 0:
             raise FactorizationError(routine, bad + 1, self.n)
+
+
+@lru_cache(maxsize=8)
+def _strict_upper(w: int) -> np.ndarray:
+    """The mask of a ``w x w`` block's strict upper triangle (read-only, shared)."""
+    mask = ~np.tri(w, dtype=bool)
+    mask.setflags(write=False)
+    return mask
 
 
 def pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 from mpi4py import MPI
@@ -145,7 +146,7 @@ def redistribute_many(moves: Sequence[Move], pool: Pool | None = None) -> list[n
 
 def displacements(counts: list[int]) -> list[int]:
     """The displacements of a vector collective's pieces of ``counts`` elements, packed in order."""
-    return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(int).tolist()
+    return list(accumulate((int(c) for c in counts[:-1]), initial=0))  # no numpy: called per panel
 
 
 def _target_shape(mv: Move) -> tuple[int, int]:
