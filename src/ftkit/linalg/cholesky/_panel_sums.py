@@ -114,7 +114,7 @@ def _selected_runs(steps: CholeskySteps, k: int, q: int) -> tuple[np.ndarray, in
     if got is None:
         first = steps.rows.range_on(g.myrow, steps.panels[k][1], steps.rows.n).start
         runs: list[list[int]] = []
-        for ca, cb, p, r0 in steps._trailing_blocks(k, q):
+        for ca, cb, p, r0 in steps.trailing_blocks(k, q):
             if p != g.myrow:
                 continue
             if runs and runs[-1][0] + runs[-1][1] == r0 - first:
@@ -158,7 +158,7 @@ def _layout(steps: CholeskySteps, k: int, mode: str) -> _Layout:
     counts = steps.selected_counts(k) if direct else [len(i) for i in whole]
     rows_of = [whole[p] if not direct or p == g.myrow else steps.selected_indices(k, p) + e
                for p in range(g.nprow)]
-    blocks = steps._trailing_blocks(k)
+    blocks = steps.trailing_blocks(k)
     table = np.empty((len(blocks), 3), np.int64)
     taken = [0] * g.nprow
     for j, (ca, cb, p, r0) in enumerate(blocks):

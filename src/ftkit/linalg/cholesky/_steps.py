@@ -276,18 +276,18 @@ class CholeskySteps:
         c0 = trail.start
         out = np.empty((trail.stop - c0, pieces[0].shape[1]), pieces[0].dtype, order="F")
         first = [self.rows.range_on(p, e, n).start for p in range(g.nprow)]  # each piece's first local row
-        for ca, cb, p, r0 in self._trailing_blocks(k):
+        for ca, cb, p, r0 in self.trailing_blocks(k):
             out[ca - c0:cb - c0] = pieces[p][r0 - first[p]:r0 - first[p] + cb - ca]
         return out
 
-    def _trailing_blocks(self, k: int, column: int | None = None) -> list[tuple[int, int, int, int]]:
+    def trailing_blocks(self, k: int, column: int | None = None) -> list[tuple[int, int, int, int]]:
         """``(first local column, last + 1, process row, its first local row)`` of each of this process's
         block columns after panel ``k`` (of process column ``column``'s, if given), in order."""
         table = self._block_table(self.grid.mycol if column is None else column)
         return [blk for blk in table[k + 1:] if blk is not None]
 
     def _block_table(self, q: int) -> list[tuple[int, int, int, int] | None]:
-        """:meth:`_trailing_blocks`' table of process column ``q`` (made once): an entry per panel, ``None``
+        """:meth:`trailing_blocks`' table of process column ``q`` (made once): an entry per panel, ``None``
         for the block columns of other process columns."""
         if q not in self._tables:
             n = self.rows.n
@@ -342,7 +342,7 @@ class CholeskySteps:
         if out is None:
             out = np.empty((self.selected_counts(k, column)[g.myrow], mine.shape[1]), mine.dtype, order="F")
         at = 0
-        for ca, cb, p, r0 in self._trailing_blocks(k, column):
+        for ca, cb, p, r0 in self.trailing_blocks(k, column):
             if p == g.myrow:
                 out[at:at + cb - ca] = mine[r0 - first:r0 - first + cb - ca]
                 at += cb - ca
@@ -352,7 +352,7 @@ class CholeskySteps:
         """The global indices, minus panel ``k``'s end, of the rows :meth:`select_rows` takes from process row
         ``p``'s rows for this process column (increasing)."""
         e = self.panels[k][1]
-        got = [self.row_indices[p][r0:r0 + cb - ca] for ca, cb, q, r0 in self._trailing_blocks(k) if q == p]
+        got = [self.row_indices[p][r0:r0 + cb - ca] for ca, cb, q, r0 in self.trailing_blocks(k) if q == p]
         return (np.concatenate(got) if got else np.empty(0, int)) - e
 
     def apply_update(self, k: int, mine: np.ndarray, colp: np.ndarray | Mapping[int, np.ndarray],
