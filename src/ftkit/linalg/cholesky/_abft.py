@@ -54,15 +54,8 @@ from .. import _blas, checksums
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
 from ..checksums._kernels import encode_rows_into
-from ._kernels import (
-    carry_blocks,
-    copy_checksums,
-    exact_sums,
-    panel_pass,
-    segment_flags,
-    solve_flags,
-    take_checksums,
-)
+from ._flag_kernels import segment_flags, solve_check, solve_flags
+from ._kernels import carry_blocks, copy_checksums, exact_sums, panel_pass, take_checksums
 from ._steps import CholeskySteps
 from ._trailing import TrailingRows
 
@@ -110,6 +103,7 @@ class UpdateChecks:
         # 4 gamma_{len + 2n + panels + 8} per segment: the verification bound's factor (fixed per segment)
         self._gam_verify = 4.0 * np.asarray(checksums.gamma(self.seglen + self.gam_extra))
         self._gam_solve: dict[int, np.ndarray] = {}  # 4 gamma_{len + w + 8} per segment, by panel width w
+        self._solve_at: dict[int, tuple] = {}  # check_solve's layout of each panel (_solve_layout)
         rigorous = tol is None or isinstance(tol, str)  # the verification bound: fac * magnitude + add
         self._fac = self._gam_verify if rigorous else np.full(len(segs), float(tol))  # type: ignore[arg-type]
         self._add = self.eta if rigorous else 0.0
@@ -284,26 +278,47 @@ class UpdateChecks:
         (:meth:`encode`). Returns the number of segments checked, which of them disagree and which have a
         bound that is not finite (non-finite values: not checked).
         """
+        at = self._solve_at.get(k)
+        if at is None:
+            at = self._solve_at[k] = self._solve_layout(k, low.shape[0])
+        ii1, nseg, chk, bounds, fac, vfac, rglob, cglob, prod, flag, unchecked, whole = at
+        # error-free, the whole check is one compiled call (encode's sums, the product, the flags)
+        if whole and _blas._dgemm is not None and \
+                solve_check(_blas._dgemm, pt, views[1], views[2], views[3], views[4], views[5], self._enc_t,
+                            low, prod, chk, bounds, fac, vfac, self.nu, rglob, cglob, self._add, self.eta,
+                            flag, unchecked) >= 0:
+            return nseg, flag, unchecked
         self.encode(k, pt, views)
-        ii1 = int(self.seg0[k + 1])
-        nseg, w = len(self.rblk) - ii1, low.shape[0]
-        flag, unchecked = np.zeros(nseg, bool), np.zeros(nseg, bool)
+        flag[:], unchecked[:] = False, False
         if nseg == 0 or pt.shape[1] == 0:
             return 0, flag, unchecked
+        with np.errstate(invalid="ignore", over="ignore"):
+            prod[...] = views[5] @ low.T
+        solve_flags(prod, chk, views[3], bounds, low, fac, vfac, self.nu, rglob, cglob, self._add, self.eta,
+                    flag, unchecked)
+        return nseg, flag, unchecked
+
+    def _solve_layout(self, k: int, w: int) -> tuple:
+        """What :meth:`check_solve` reads of panel ``k`` (width ``w``) besides the panel, made once per
+        factorization: its first trailing segment, their number, their checksums (a view), the segments'
+        bounds (from 0), the bounds' factors (solve's, verification's), the global rows and columns, the
+        product and flag buffers (reused: each call overwrites them) and whether every segment is ``bs``
+        rows (the compiled check's case)."""
+        ii1 = int(self.seg0[k + 1])
+        nseg = len(self.rblk) - ii1
         jj = int(np.searchsorted(self.cblk, k))
-        cl = slice(self.clo[jj], self.clo[jj] + w)
+        cl = slice(int(self.clo[jj]), int(self.clo[jj]) + w)
         if self.tol is None or isinstance(self.tol, str):
             if w not in self._gam_solve:
                 self._gam_solve[w] = 4.0 * np.asarray(checksums.gamma(self.seglen + w + 8))
             fac = self._gam_solve[w][ii1:]
         else:
             fac = self._fac[ii1:]  # the numeric tolerance per segment
-        with np.errstate(invalid="ignore", over="ignore"):
-            prod = views[5] @ low.T
         r0 = int(self.rlo[ii1])
-        solve_flags(prod, self.chk[2 * ii1:, cl], views[3], self.rlo[ii1:] - r0, low, fac, self._fac[ii1:],
-                    self.nu, self.rglob[r0:], self.cglob[cl], self._add, self.eta, flag, unchecked)
-        return nseg, flag, unchecked
+        whole = nseg > 0 and w > 0 and int(self.rlo[-1]) - r0 == nseg * self.bs
+        flags = np.zeros((2, nseg), bool)
+        return (ii1, nseg, self.chk[2 * ii1:, cl], self.rlo[ii1:] - r0, fac, self._fac[ii1:], self.rglob[r0:],
+                self.cglob[cl], np.empty((2 * nseg, w), order="F"), flags[0], flags[1], whole)
 
     def _sums(self, x: np.ndarray, i0: int, i1: int) -> np.ndarray:
         """``(e^T x_I; w^T x_I)`` of segments ``i0:i1`` (rows interleaved: plain, weighted), ``x`` holding
