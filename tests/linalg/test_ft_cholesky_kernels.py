@@ -60,3 +60,36 @@ def test_solve_check_matches_the_separate_calls(order):
         assert np.array_equal(got[name], a), name
     np.testing.assert_allclose(prod, want["segs"] @ low.T, rtol=1e-13, atol=1e-13)
     assert np.array_equal(flag, want_flag) and np.array_equal(unchecked, want_unchecked)
+
+
+def test_block_flags_matches_the_separate_calls():
+    """The verification's one call: the segment sums and the flags equal ``encode_rows_into`` then
+    ``segment_flags`` (segments of unequal heights, a block that is a strided view): a wrong element flags
+    its column, a non-finite bound leaves its segment unchecked and unflagged; the count says which."""
+    from ftkit.linalg.checksums._kernels import encode_rows_into
+    from ftkit.linalg.cholesky._flag_kernels import block_flags, segment_flags
+
+    rng = np.random.default_rng(9)
+    big = np.asfortranarray(rng.standard_normal((40, 12)))
+    blk = big[3:30, 2:9]  # rows 3..29, columns 2..8: a view, as the block column of the work matrix
+    bounds = np.array([0, 8, 16, 24, 27], np.int64)
+    wts = np.concatenate([np.arange(1.0, b - a + 1) for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
+    nr, w = len(bounds) - 1, blk.shape[1]
+    got = np.empty((3 * nr, w))
+    encode_rows_into(blk, bounds, wts, got, False, 3)
+    chk = np.empty((2 * nr, w))
+    chk[0::2], chk[1::2] = got[:nr], got[nr:2 * nr]
+    blk[10, 4] += 1.0  # segment 1, column 4
+    nu = rng.random(60)
+    rglob, cglob = np.arange(27, dtype=np.int64), np.arange(40, 47, dtype=np.int64)
+    nu[rglob[25]] = np.inf  # segment 3: not finite
+    fac = np.full(nr, 1e-13)
+    want = [np.empty((3 * nr, w)), np.empty((nr, w), bool), np.empty((nr, w)), np.empty(nr, bool)]
+    encode_rows_into(blk, bounds, wts, want[0], False, 3)
+    segment_flags(want[0], chk, bounds, nu, rglob, cglob, fac, 1e-300, want[1], want[2], want[3])
+    out = [np.full_like(a, 0) for a in want]
+    assert block_flags(blk, bounds, wts, out[0], chk, nu, rglob, cglob, fac, 1e-300, *out[1:]) == 2
+    assert np.flatnonzero(want[1].any(axis=1)).tolist() == [1] and np.flatnonzero(want[1][1]).tolist() == [4]
+    assert want[3].tolist() == [False, False, False, True]
+    for a, b in zip(out, want, strict=True):
+        assert np.array_equal(a, b)

@@ -53,8 +53,7 @@ import numpy as np
 from .. import _blas, checksums
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
-from ..checksums._kernels import encode_rows_into
-from ._flag_kernels import segment_flags, solve_check, solve_flags
+from ._flag_kernels import block_flags, solve_check, solve_flags
 from ._kernels import carry_blocks, copy_checksums, exact_sums, panel_pass, take_checksums
 from ._steps import CholeskySteps
 from ._trailing import TrailingRows
@@ -104,6 +103,7 @@ class UpdateChecks:
         self._gam_verify = 4.0 * np.asarray(checksums.gamma(self.seglen + self.gam_extra))
         self._gam_solve: dict[int, np.ndarray] = {}  # 4 gamma_{len + w + 8} per segment, by panel width w
         self._solve_at: dict[int, tuple] = {}  # check_solve's layout of each panel (_solve_layout)
+        self._verify_at: dict[tuple[int, int, int], tuple] = {}  # verify_segments' rows, columns, arguments
         rigorous = tol is None or isinstance(tol, str)  # the verification bound: fac * magnitude + add
         self._fac = self._gam_verify if rigorous else np.full(len(segs), float(tol))  # type: ignore[arg-type]
         self._add = self.eta if rigorous else 0.0
@@ -233,15 +233,19 @@ class UpdateChecks:
         """:meth:`verify` of this process's segments ``i0:i1`` of block column ``k`` (on its process column):
         one pass over them (plain, weighted and absolute sums), each flagged column's element located and
         corrected."""
-        st = self.steps
-        s, e = st.panels[k]
+        s, e = self.steps.panels[k]
         if i1 == i0:
             return 0, []
-        jj = int(np.searchsorted(self.cblk, k))
-        r = slice(int(self.rlo[i0]), int(self.rlo[i1]))
-        cl = slice(self.clo[jj], self.clo[jj] + e - s)
-        blk = st.w[r, cl]
-        flag, unchecked = self._flags(blk, r, cl, i0, i1)
+        at = self._verify_at.get((k, i0, i1))
+        if at is None:  # made once per factorization (the diagonal block's): reused, overwritten by each call
+            c0 = int(self.clo[np.searchsorted(self.cblk, k)])
+            r, cl = slice(int(self.rlo[i0]), int(self.rlo[i1])), slice(c0, c0 + e - s)
+            at = self._verify_at[(k, i0, i1)] = (r, cl, self._flag_args(r, cl, i0, i1))
+        r, cl, args = at
+        blk = self.steps.w[r, cl]
+        if not block_flags(blk, *args):  # error-free: one compiled call
+            return i1 - i0, []
+        flag, unchecked = args[9], args[11]
         events = []
         for i in np.flatnonzero(flag.any(axis=1) | unchecked):
             lo, hi = self.rlo[i0 + i] - r.start, self.rlo[i0 + i + 1] - r.start
@@ -340,14 +344,19 @@ class UpdateChecks:
     def _flags(self, blk: np.ndarray, r: slice, cl: slice, i0: int, i1: int) -> tuple[np.ndarray, np.ndarray]:
         """Flagged columns of segments ``i0:i1`` (rows ``r`` of the block column ``cl``) and the segments
         whose bound is not finite."""
-        nr, bounds = i1 - i0, self.rlo[i0:i1 + 1] - self.rlo[i0]
-        got = np.empty((3 * nr, blk.shape[1]))  # plain, weighted and absolute sums: one pass over blk
-        encode_rows_into(blk, bounds, self.wts[r], got, False, 3)
-        flag, thr = np.empty((nr, blk.shape[1]), bool), np.empty((nr, blk.shape[1]))
-        unchecked = np.empty(nr, bool)
-        segment_flags(got, self.chk[2 * i0:2 * i1, cl], bounds, self.nu, self.rglob[r], self.cglob[cl],
-                      self._fac[i0:i1], self._add, flag, thr, unchecked)
-        return flag, unchecked
+        args = self._flag_args(r, cl, i0, i1)
+        block_flags(blk, *args)
+        return args[9], args[11]
+
+    def _flag_args(self, r: slice, cl: slice, i0: int, i1: int) -> tuple:
+        """:func:`._flag_kernels.block_flags`' arguments after the block, for segments ``i0:i1`` (rows ``r``
+        of the block column ``cl``), its buffers new: bounds, weights, the sums' buffer (plain, weighted and
+        absolute: one pass over the block), checksums, ``nu``, global rows and columns, the bound's factors,
+        and the flags, thresholds and unchecked segments it fills (``[9]``, ``[10]``, ``[11]``)."""
+        nr, w = i1 - i0, cl.stop - cl.start
+        return (self.rlo[i0:i1 + 1] - self.rlo[i0], self.wts[r], np.empty((3 * nr, w)),
+                self.chk[2 * i0:2 * i1, cl], self.nu, self.rglob[r], self.cglob[cl], self._fac[i0:i1],
+                self._add, np.empty((nr, w), bool), np.empty((nr, w)), np.empty(nr, bool))
 
     def _fix(self, b: np.ndarray, seg: slice, cl: slice, i: int, cols: np.ndarray,
              event: BlockEvent) -> BlockEvent:

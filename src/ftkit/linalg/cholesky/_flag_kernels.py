@@ -1,7 +1,8 @@
 """Compiled comparisons of FT_PDPOTRF's sums with the carried checksums: a block column's segments
 (:func:`segment_flags`, the verification's bound), a solved panel's (:func:`solve_flags`, the solve check's),
 and the whole solve check of an error-free panel in one call (:func:`solve_check`: the sums the panel travels
-with, the product with ``L^T`` and the flags; per-panel Python was most of the check's cost on 2 x 2).
+with, the product with ``L^T`` and the flags), as a block column's verification (:func:`block_flags`: the sums
+and the flags): per-panel Python was most of these checks' cost on 2 x 2.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from ..checksums._kernels import encode_rows_into
 from ._kernels import exact_sums
 
-__all__ = ["segment_flags", "solve_flags", "solve_check"]
+__all__ = ["segment_flags", "solve_flags", "solve_check", "block_flags"]
 
 _COL_MAJOR, _NO_TRANS, _TRANS = 102, 111, 112
 
@@ -139,3 +141,23 @@ def solve_check(dgemm: Any, pt: np.ndarray, rows: np.ndarray, rs: np.ndarray, sq
             n += 1
     return n
 
+
+
+@njit(cache=True, nogil=True)
+def block_flags(blk: np.ndarray, bounds: np.ndarray, wts: np.ndarray, got: np.ndarray, chk: np.ndarray,
+                nu: np.ndarray, rglob: np.ndarray, cglob: np.ndarray, fac: np.ndarray, add: float,
+                flag: np.ndarray, thr: np.ndarray,
+                unchecked: np.ndarray) -> int:  # pragma: no cover - compiled
+    """``UpdateChecks._flags`` in one call: the plain, weighted and absolute segment sums of ``blk`` into
+    ``got`` (``encode_rows_into``, ``wts`` the rows' weights), then :func:`segment_flags` (its arguments).
+    Returns the number of segments with a flagged column or unchecked."""
+    encode_rows_into(blk, bounds, wts, got, False, 3)
+    segment_flags(got, chk, bounds, nu, rglob, cglob, fac, add, flag, thr, unchecked)
+    n = 0
+    for s in range(flag.shape[0]):
+        bad = unchecked[s]
+        for t in range(flag.shape[1]):
+            bad = bad or flag[s, t]
+        if bad:
+            n += 1
+    return n
