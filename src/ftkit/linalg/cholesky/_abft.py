@@ -60,6 +60,10 @@ from ._trailing import TrailingRows
 
 __all__ = ["UpdateChecks"]
 
+#: per-shape read-only layouts of the checks (:meth:`UpdateChecks._shared`): every factorization of the shape
+#: shares them (the per-panel index work was most of the checks' remaining Python on 2 x 2)
+_SHARED: dict[tuple, tuple] = {}
+
 
 class UpdateChecks:
     """This process's carried checksums of the lower block trapezoid of ``steps.w`` and their checks.
@@ -238,8 +242,7 @@ class UpdateChecks:
             return 0, []
         at = self._verify_at.get((k, i0, i1))
         if at is None:  # made once per factorization (the diagonal block's): reused, overwritten by each call
-            c0 = int(self.clo[np.searchsorted(self.cblk, k)])
-            r, cl = slice(int(self.rlo[i0]), int(self.rlo[i1])), slice(c0, c0 + e - s)
+            r, cl = self._shared(("block", k, i0, i1), lambda: self._block_of(k, i0, i1))
             at = self._verify_at[(k, i0, i1)] = (r, cl, self._flag_args(r, cl, i0, i1))
         r, cl, args = at
         blk = self.steps.w[r, cl]
@@ -282,10 +285,15 @@ class UpdateChecks:
         (:meth:`encode`). Returns the number of segments checked, which of them disagree and which have a
         bound that is not finite (non-finite values: not checked).
         """
+        w = low.shape[0]
+        ii1, nseg, cl, bounds, fac, vfac, rglob, cglob, whole = self._shared(
+            ("solve", k, w), lambda: self._solve_layout(k, w))
         at = self._solve_at.get(k)
-        if at is None:
-            at = self._solve_at[k] = self._solve_layout(k, low.shape[0])
-        ii1, nseg, chk, bounds, fac, vfac, rglob, cglob, prod, flag, unchecked, whole = at
+        if at is None:  # this factorization's: the checksums' view, product and flag buffers (overwritten)
+            flags = np.zeros((2, nseg), bool)
+            at = self._solve_at[k] = (self.chk[2 * ii1:, cl], np.empty((2 * nseg, w), order="F"), flags[0],
+                                      flags[1])
+        chk, prod, flag, unchecked = at
         # error-free, the whole check is one compiled call (encode's sums, the product, the flags)
         if whole and _blas._dgemm is not None and \
                 solve_check(_blas._dgemm, pt, views[1], views[2], views[3], views[4], views[5], self._enc_t,
@@ -303,11 +311,10 @@ class UpdateChecks:
         return nseg, flag, unchecked
 
     def _solve_layout(self, k: int, w: int) -> tuple:
-        """What :meth:`check_solve` reads of panel ``k`` (width ``w``) besides the panel, made once per
-        factorization: its first trailing segment, their number, their checksums (a view), the segments'
-        bounds (from 0), the bounds' factors (solve's, verification's), the global rows and columns, the
-        product and flag buffers (reused: each call overwrites them) and whether every segment is ``bs``
-        rows (the compiled check's case)."""
+        """What :meth:`check_solve` reads of panel ``k`` (width ``w``) besides the panel and the checksums
+        (:meth:`_shared`): its first trailing segment, their number, the panel's local columns, the segments'
+        bounds (from 0), the bounds' factors (solve's, verification's), the global rows and columns and
+        whether every segment is ``bs`` rows (the compiled check's case)."""
         ii1 = int(self.seg0[k + 1])
         nseg = len(self.rblk) - ii1
         jj = int(np.searchsorted(self.cblk, k))
@@ -320,9 +327,22 @@ class UpdateChecks:
             fac = self._fac[ii1:]  # the numeric tolerance per segment
         r0 = int(self.rlo[ii1])
         whole = nseg > 0 and w > 0 and int(self.rlo[-1]) - r0 == nseg * self.bs
-        flags = np.zeros((2, nseg), bool)
-        return (ii1, nseg, self.chk[2 * ii1:, cl], self.rlo[ii1:] - r0, fac, self._fac[ii1:], self.rglob[r0:],
-                self.cglob[cl], np.empty((2 * nseg, w), order="F"), flags[0], flags[1], whole)
+        return (ii1, nseg, cl, self.rlo[ii1:] - r0, fac, self._fac[ii1:], self.rglob[r0:], self.cglob[cl],
+                whole)
+
+    def _shared(self, what: tuple, make: Callable[[], tuple]) -> tuple:
+        """``make()``, made once per shape (the maps' keys, the grid's shape, this process's coordinates,
+        the work piece's shape, ``bs``, ``tol`` and ``what``) and shared by every factorization of it: it must
+        hold only what these determine, read-only."""
+        st, g = self.steps, self.steps.grid
+        key = (st.rows.key, st.cols.key, g.nprow, g.npcol, g.myrow, g.mycol, st.w.shape, self.bs, self.tol,
+               what)
+        got = _SHARED.get(key)
+        if got is None:
+            if len(_SHARED) > 4096:  # a few shapes' panels; a long-running program's other shapes start again
+                _SHARED.clear()
+            got = _SHARED[key] = make()
+        return got
 
     def _sums(self, x: np.ndarray, i0: int, i1: int) -> np.ndarray:
         """``(e^T x_I; w^T x_I)`` of segments ``i0:i1`` (rows interleaved: plain, weighted), ``x`` holding
@@ -354,9 +374,18 @@ class UpdateChecks:
         absolute: one pass over the block), checksums, ``nu``, global rows and columns, the bound's factors,
         and the flags, thresholds and unchecked segments it fills (``[9]``, ``[10]``, ``[11]``)."""
         nr, w = i1 - i0, cl.stop - cl.start
-        return (self.rlo[i0:i1 + 1] - self.rlo[i0], self.wts[r], np.empty((3 * nr, w)),
-                self.chk[2 * i0:2 * i1, cl], self.nu, self.rglob[r], self.cglob[cl], self._fac[i0:i1],
+        bounds, wts, rglob, cglob, fac = self._shared(
+            ("flags", r.start, r.stop, cl.start, cl.stop, i0, i1),
+            lambda: (self.rlo[i0:i1 + 1] - self.rlo[i0], self.wts[r], self.rglob[r], self.cglob[cl],
+                     self._fac[i0:i1]))
+        return (bounds, wts, np.empty((3 * nr, w)), self.chk[2 * i0:2 * i1, cl], self.nu, rglob, cglob, fac,
                 self._add, np.empty((nr, w), bool), np.empty((nr, w)), np.empty(nr, bool))
+
+    def _block_of(self, k: int, i0: int, i1: int) -> tuple[slice, slice]:
+        """The local rows of segments ``i0:i1`` and the local columns of block column ``k``."""
+        s, e = self.steps.panels[k]
+        c0 = int(self.clo[np.searchsorted(self.cblk, k)])
+        return slice(int(self.rlo[i0]), int(self.rlo[i1])), slice(c0, c0 + e - s)
 
     def _fix(self, b: np.ndarray, seg: slice, cl: slice, i: int, cols: np.ndarray,
              event: BlockEvent) -> BlockEvent:
