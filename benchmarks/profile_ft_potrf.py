@@ -65,7 +65,8 @@ def _install() -> None:
                                # the compiled kernels: the rest of a caller's time is its Python
                                (_abft, "_abft.", ("carry_blocks", "carry_columns", "copy_checksums",
                                                   "exact_sums", "panel_pass", "solve_flags", "segment_flags",
-                                                  "gemm_update", "encode_rows_into")),
+                                                  "solve_check", "block_flags", "gemm_update",
+                                                  "encode_rows_into")),
                                (_panel_sums, "_panel_sums.", ("_direct_parts", "_check_own", "_stack",
                                                               "repair_rows")),
                                (_trailing, "_trailing.", ("repair_rows", "_stack"))):

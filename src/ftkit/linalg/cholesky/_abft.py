@@ -53,20 +53,16 @@ import numpy as np
 from .. import _blas, checksums
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
-from ..checksums._kernels import encode_rows_into
-from ._kernels import (
-    carry_blocks,
-    copy_checksums,
-    exact_sums,
-    panel_pass,
-    segment_flags,
-    solve_flags,
-    take_checksums,
-)
+from ._flag_kernels import block_flags, solve_check, solve_flags
+from ._kernels import carry_blocks, copy_checksums, exact_sums, panel_pass, take_checksums
 from ._steps import CholeskySteps
 from ._trailing import TrailingRows
 
 __all__ = ["UpdateChecks"]
+
+#: per-shape read-only layouts of the checks (:meth:`UpdateChecks._shared`): every factorization of the shape
+#: shares them (the per-panel index work was most of the checks' remaining Python on 2 x 2)
+_SHARED: dict[tuple, tuple] = {}
 
 
 class UpdateChecks:
@@ -110,6 +106,8 @@ class UpdateChecks:
         # 4 gamma_{len + 2n + panels + 8} per segment: the verification bound's factor (fixed per segment)
         self._gam_verify = 4.0 * np.asarray(checksums.gamma(self.seglen + self.gam_extra))
         self._gam_solve: dict[int, np.ndarray] = {}  # 4 gamma_{len + w + 8} per segment, by panel width w
+        self._solve_at: dict[int, tuple] = {}  # check_solve's layout of each panel (_solve_layout)
+        self._verify_at: dict[tuple[int, int, int], tuple] = {}  # verify_segments' rows, columns, arguments
         rigorous = tol is None or isinstance(tol, str)  # the verification bound: fac * magnitude + add
         self._fac = self._gam_verify if rigorous else np.full(len(segs), float(tol))  # type: ignore[arg-type]
         self._add = self.eta if rigorous else 0.0
@@ -239,15 +237,18 @@ class UpdateChecks:
         """:meth:`verify` of this process's segments ``i0:i1`` of block column ``k`` (on its process column):
         one pass over them (plain, weighted and absolute sums), each flagged column's element located and
         corrected."""
-        st = self.steps
-        s, e = st.panels[k]
+        s, e = self.steps.panels[k]
         if i1 == i0:
             return 0, []
-        jj = int(np.searchsorted(self.cblk, k))
-        r = slice(int(self.rlo[i0]), int(self.rlo[i1]))
-        cl = slice(self.clo[jj], self.clo[jj] + e - s)
-        blk = st.w[r, cl]
-        flag, unchecked = self._flags(blk, r, cl, i0, i1)
+        at = self._verify_at.get((k, i0, i1))
+        if at is None:  # made once per factorization (the diagonal block's): reused, overwritten by each call
+            r, cl = self._shared(("block", k, i0, i1), lambda: self._block_of(k, i0, i1))
+            at = self._verify_at[(k, i0, i1)] = (r, cl, self._flag_args(r, cl, i0, i1))
+        r, cl, args = at
+        blk = self.steps.w[r, cl]
+        if not block_flags(blk, *args):  # error-free: one compiled call
+            return i1 - i0, []
+        flag, unchecked = args[9], args[11]
         events = []
         for i in np.flatnonzero(flag.any(axis=1) | unchecked):
             lo, hi = self.rlo[i0 + i] - r.start, self.rlo[i0 + i + 1] - r.start
@@ -284,26 +285,64 @@ class UpdateChecks:
         (:meth:`encode`). Returns the number of segments checked, which of them disagree and which have a
         bound that is not finite (non-finite values: not checked).
         """
+        w = low.shape[0]
+        ii1, nseg, cl, bounds, fac, vfac, rglob, cglob, whole = self._shared(
+            ("solve", k, w), lambda: self._solve_layout(k, w))
+        at = self._solve_at.get(k)
+        if at is None:  # this factorization's: the checksums' view, product and flag buffers (overwritten)
+            flags = np.zeros((2, nseg), bool)
+            at = self._solve_at[k] = (self.chk[2 * ii1:, cl], np.empty((2 * nseg, w), order="F"), flags[0],
+                                      flags[1])
+        chk, prod, flag, unchecked = at
+        # error-free, the whole check is one compiled call (encode's sums, the product, the flags)
+        if whole and _blas._dgemm is not None and \
+                solve_check(_blas._dgemm, pt, views[1], views[2], views[3], views[4], views[5], self._enc_t,
+                            low, prod, chk, bounds, fac, vfac, self.nu, rglob, cglob, self._add, self.eta,
+                            flag, unchecked) >= 0:
+            return nseg, flag, unchecked
         self.encode(k, pt, views)
-        ii1 = int(self.seg0[k + 1])
-        nseg, w = len(self.rblk) - ii1, low.shape[0]
-        flag, unchecked = np.zeros(nseg, bool), np.zeros(nseg, bool)
+        flag[:], unchecked[:] = False, False
         if nseg == 0 or pt.shape[1] == 0:
             return 0, flag, unchecked
+        with np.errstate(invalid="ignore", over="ignore"):
+            prod[...] = views[5] @ low.T
+        solve_flags(prod, chk, views[3], bounds, low, fac, vfac, self.nu, rglob, cglob, self._add, self.eta,
+                    flag, unchecked)
+        return nseg, flag, unchecked
+
+    def _solve_layout(self, k: int, w: int) -> tuple:
+        """What :meth:`check_solve` reads of panel ``k`` (width ``w``) besides the panel and the checksums
+        (:meth:`_shared`): its first trailing segment, their number, the panel's local columns, the segments'
+        bounds (from 0), the bounds' factors (solve's, verification's), the global rows and columns and
+        whether every segment is ``bs`` rows (the compiled check's case)."""
+        ii1 = int(self.seg0[k + 1])
+        nseg = len(self.rblk) - ii1
         jj = int(np.searchsorted(self.cblk, k))
-        cl = slice(self.clo[jj], self.clo[jj] + w)
+        cl = slice(int(self.clo[jj]), int(self.clo[jj]) + w)
         if self.tol is None or isinstance(self.tol, str):
             if w not in self._gam_solve:
                 self._gam_solve[w] = 4.0 * np.asarray(checksums.gamma(self.seglen + w + 8))
             fac = self._gam_solve[w][ii1:]
         else:
             fac = self._fac[ii1:]  # the numeric tolerance per segment
-        with np.errstate(invalid="ignore", over="ignore"):
-            prod = views[5] @ low.T
         r0 = int(self.rlo[ii1])
-        solve_flags(prod, self.chk[2 * ii1:, cl], views[3], self.rlo[ii1:] - r0, low, fac, self._fac[ii1:],
-                    self.nu, self.rglob[r0:], self.cglob[cl], self._add, self.eta, flag, unchecked)
-        return nseg, flag, unchecked
+        whole = nseg > 0 and w > 0 and int(self.rlo[-1]) - r0 == nseg * self.bs
+        return (ii1, nseg, cl, self.rlo[ii1:] - r0, fac, self._fac[ii1:], self.rglob[r0:], self.cglob[cl],
+                whole)
+
+    def _shared(self, what: tuple, make: Callable[[], tuple]) -> tuple:
+        """``make()``, made once per shape (the maps' keys, the grid's shape, this process's coordinates,
+        the work piece's shape, ``bs``, ``tol`` and ``what``) and shared by every factorization of it: it must
+        hold only what these determine, read-only."""
+        st, g = self.steps, self.steps.grid
+        key = (st.rows.key, st.cols.key, g.nprow, g.npcol, g.myrow, g.mycol, st.w.shape, self.bs, self.tol,
+               what)
+        got = _SHARED.get(key)
+        if got is None:
+            if len(_SHARED) > 4096:  # a few shapes' panels; a long-running program's other shapes start again
+                _SHARED.clear()
+            got = _SHARED[key] = make()
+        return got
 
     def _sums(self, x: np.ndarray, i0: int, i1: int) -> np.ndarray:
         """``(e^T x_I; w^T x_I)`` of segments ``i0:i1`` (rows interleaved: plain, weighted), ``x`` holding
@@ -325,14 +364,28 @@ class UpdateChecks:
     def _flags(self, blk: np.ndarray, r: slice, cl: slice, i0: int, i1: int) -> tuple[np.ndarray, np.ndarray]:
         """Flagged columns of segments ``i0:i1`` (rows ``r`` of the block column ``cl``) and the segments
         whose bound is not finite."""
-        nr, bounds = i1 - i0, self.rlo[i0:i1 + 1] - self.rlo[i0]
-        got = np.empty((3 * nr, blk.shape[1]))  # plain, weighted and absolute sums: one pass over blk
-        encode_rows_into(blk, bounds, self.wts[r], got, False, 3)
-        flag, thr = np.empty((nr, blk.shape[1]), bool), np.empty((nr, blk.shape[1]))
-        unchecked = np.empty(nr, bool)
-        segment_flags(got, self.chk[2 * i0:2 * i1, cl], bounds, self.nu, self.rglob[r], self.cglob[cl],
-                      self._fac[i0:i1], self._add, flag, thr, unchecked)
-        return flag, unchecked
+        args = self._flag_args(r, cl, i0, i1)
+        block_flags(blk, *args)
+        return args[9], args[11]
+
+    def _flag_args(self, r: slice, cl: slice, i0: int, i1: int) -> tuple:
+        """:func:`._flag_kernels.block_flags`' arguments after the block, for segments ``i0:i1`` (rows ``r``
+        of the block column ``cl``), its buffers new: bounds, weights, the sums' buffer (plain, weighted and
+        absolute: one pass over the block), checksums, ``nu``, global rows and columns, the bound's factors,
+        and the flags, thresholds and unchecked segments it fills (``[9]``, ``[10]``, ``[11]``)."""
+        nr, w = i1 - i0, cl.stop - cl.start
+        bounds, wts, rglob, cglob, fac = self._shared(
+            ("flags", r.start, r.stop, cl.start, cl.stop, i0, i1),
+            lambda: (self.rlo[i0:i1 + 1] - self.rlo[i0], self.wts[r], self.rglob[r], self.cglob[cl],
+                     self._fac[i0:i1]))
+        return (bounds, wts, np.empty((3 * nr, w)), self.chk[2 * i0:2 * i1, cl], self.nu, rglob, cglob, fac,
+                self._add, np.empty((nr, w), bool), np.empty((nr, w)), np.empty(nr, bool))
+
+    def _block_of(self, k: int, i0: int, i1: int) -> tuple[slice, slice]:
+        """The local rows of segments ``i0:i1`` and the local columns of block column ``k``."""
+        s, e = self.steps.panels[k]
+        c0 = int(self.clo[np.searchsorted(self.cblk, k)])
+        return slice(int(self.rlo[i0]), int(self.rlo[i1])), slice(c0, c0 + e - s)
 
     def _fix(self, b: np.ndarray, seg: slice, cl: slice, i: int, cols: np.ndarray,
              event: BlockEvent) -> BlockEvent:

@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["panel_pass", "exact_sums", "row_sums", "col_sums", "carry_blocks", "take_checksums",
-           "copy_checksums", "pack_rows", "segment_flags", "solve_flags"]
+           "copy_checksums", "pack_rows"]
 
 
 # reassociation for the segment sums only (their bound holds for any order); never for the compared sums
@@ -345,86 +345,3 @@ def pack_rows(rows: np.ndarray, rs: np.ndarray, sq: np.ndarray, runs: np.ndarray
             out_sq[at + i] = sq[a + i]
         at += m
     col_sums(out_rows, out_cs)
-
-
-@njit(cache=True, nogil=True)
-def segment_flags(got: np.ndarray, chk: np.ndarray, bounds: np.ndarray, nu: np.ndarray, rglob: np.ndarray,
-                  cglob: np.ndarray, fac: np.ndarray, add: float, flag: np.ndarray, thr: np.ndarray,
-                  unchecked: np.ndarray) -> None:  # pragma: no cover - compiled
-    """Compare a block column's segment sums with their checksums (``UpdateChecks._flags``' bound).
-
-    ``got`` holds the ``nr`` segments' plain, weighted and absolute column sums (``3 nr x w``, in that order
-    of row blocks), ``chk`` the expected plain and weighted sums (``2 nr x w``, interleaved), ``bounds`` the
-    segments' rows (``nr + 1``, from 0), ``nu`` the rows' carried sums of squares, indexed by the global row
-    ``rglob[i]`` of local row ``i`` and ``cglob[t]`` of column ``t``. The threshold of segment ``s``, column
-    ``t`` is ``fac[s] * (|sums| + 2 (1 + 1e-8) sum_i sqrt(nu_i) sqrt(nu_t)) + add`` (``len`` times that for
-    the weighted sum); ``flag`` says which exceed it, ``unchecked`` which segments have a bound that is not
-    finite (their ``flag`` is false)."""
-    nr, w = flag.shape
-    for s in range(nr):
-        rs = 0.0
-        for i in range(bounds[s], bounds[s + 1]):
-            rs += np.sqrt(nu[rglob[i]])
-        c = 2.0 * (1.0 + 1e-8) * rs
-        ln = float(bounds[s + 1] - bounds[s])
-        bad = False
-        for t in range(w):
-            th = fac[s] * (got[2 * nr + s, t] + c * np.sqrt(nu[cglob[t]])) + add
-            thr[s, t] = th
-            flag[s, t] = (not abs(got[s, t] - chk[2 * s, t]) <= th) or \
-                (not abs(got[nr + s, t] - chk[2 * s + 1, t]) <= th * ln)
-            if not np.isfinite(th):
-                bad = True
-        unchecked[s] = bad
-        if bad:
-            for t in range(w):
-                flag[s, t] = False
-
-
-@njit(cache=True, nogil=True)
-def solve_flags(prod: np.ndarray, chk: np.ndarray, sq: np.ndarray, bounds: np.ndarray, low: np.ndarray,
-                fac: np.ndarray, vfac: np.ndarray, nu: np.ndarray, rglob: np.ndarray, cglob: np.ndarray,
-                add: float, eta: float, flag: np.ndarray, unchecked: np.ndarray) -> None:  # pragma: no cover
-    """Compare a solved panel's segment sums times ``L^T`` with their checksums (the bound of
-    ``UpdateChecks.check_solve``).
-
-    ``prod`` (``2 nseg x w``) holds ``(e^T P_I; w^T P_I) L^T`` of the ``nseg`` segments, interleaved, ``chk``
-    their checksums, ``sq`` the sums of squares of the panel's rows (segments ``bounds``, from 0), ``low``
-    ``L``; ``nu``, ``rglob`` (of the panel's rows), ``cglob`` (of its columns), ``vfac`` and ``add`` as
-    :func:`segment_flags`' ``nu``, ``rglob``, ``cglob``, ``fac``, ``add``. With ``m = (1 + 1e-8) |P_I|_rows
-    |L_t|`` (the sum of the rows' norms times row ``t``'s norm: by Cauchy-Schwarz and the solve's backward
-    error, a bound of ``e^T |W_I|`` in column ``t``), the threshold of segment ``s``, column ``t`` is ``2 thr0
-    + fac[s] m + eta``, ``thr0 = vfac[s] (m + 2 (1 + 1e-8) sum_i sqrt(nu_i) sqrt(nu_t)) + add``
-    (:func:`segment_flags`' bound of the panel's values with ``m`` for their magnitudes; ``len`` times the
-    threshold for the weighted sum); ``flag[s]`` says whether any column of segment ``s`` exceeds it,
-    ``unchecked[s]`` whether its threshold is not finite (its ``flag`` is then false)."""
-    nseg = flag.shape[0]
-    w = low.shape[0]
-    lroot = np.empty(w)
-    root_nu = np.empty(w)
-    for t in range(w):
-        acc = 0.0
-        for u in range(low.shape[1]):
-            acc += low[t, u] * low[t, u]
-        lroot[t] = np.sqrt(acc)
-        root_nu[t] = np.sqrt(nu[cglob[t]])
-    for s in range(nseg):
-        norm = 0.0
-        rn = 0.0
-        for i in range(bounds[s], bounds[s + 1]):
-            norm += np.sqrt(sq[i])
-            rn += np.sqrt(nu[rglob[i]])
-        c = 2.0 * (1.0 + 1e-8) * rn
-        ln = float(bounds[s + 1] - bounds[s])
-        bad = False
-        inf = False
-        for t in range(w):
-            mag = ((1.0 + 1e-8) * norm) * lroot[t]
-            th = 2.0 * (vfac[s] * (mag + c * root_nu[t]) + add) + fac[s] * mag + eta
-            if not np.isfinite(th):
-                inf = True
-            if (not abs(prod[2 * s, t] - chk[2 * s, t]) <= th) or \
-                    (not abs(prod[2 * s + 1, t] - chk[2 * s + 1, t]) <= th * ln):
-                bad = True
-        unchecked[s] = inf
-        flag[s] = bad and not inf

@@ -48,6 +48,8 @@ class Tally:
         the solve does not."""
         checked, bad, unchecked = checks.check_solve(k, p.T, low, views)
         self.checked += checked
+        if not (bad.any() or unchecked.any()):
+            return  # error-free
         ii1 = int(checks.seg0[k + 1])
         in_values: set[int] = set()  # segments whose values are not finite: reported by their verification
         if (bad | unchecked).any():
