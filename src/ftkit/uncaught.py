@@ -11,7 +11,11 @@ or ftkit already replaced the default hook. On an uncaught :class:`~ftkit.errors
    whose peers raise nothing (they wait in a collective for it, or are dead) stops waiting at the deadline.
 2. **Print** (:func:`report`): the errors are grouped by digest; the lowest rank of each group prints its
    traceback once, followed by ``(same on ranks 0-7)`` (or ``(on rank 3)``), and by the ranks that raised
-   nothing within the wait, if any. Different errors on different ranks are thus each printed once.
+   nothing within the wait, if any. Different errors on different ranks are thus each printed once. Then
+   each rank tells the others it has stopped listening, and waits (bounded by the same wait) until every rank
+   it heard from has too: a rank that ends its process right away must not die while a peer has still to
+   read its digest (a ULFM probe of a failed peer raises even when its message has arrived, and the peer
+   would then print the error a second time).
 3. **End**: if every rank raised, the process exits as Python does after an uncaught exception (status 1;
    ``MPI_Finalize`` completes, every rank is in it). Otherwise some ranks are still inside MPI calls waiting
    for this one, and ``MPI_Finalize`` would wait for them: the process ends without it (:func:`end_process`:
@@ -47,6 +51,7 @@ DEFAULT_WAIT = 2.0
 #: Exit status of a process ended by an uncaught error (Python's).
 EXIT_CODE = 1
 _TAG = 3607
+_TAG_DONE = 3608  # "this rank has stopped listening for digests"
 _DIGEST = 16   # bytes of a message digest
 
 _comm: Any = None       # the duplicated communicator of the exchange
@@ -130,6 +135,7 @@ def report(kind: type[BaseException], exc: BaseException, tb: TracebackType | No
         text = "".join(traceback.format_exception(kind, exc, tb))
         sys.stderr.write(f"{text}({where})\n")
     sys.stderr.flush()
+    _post(comm, bytearray(1), _TAG_DONE, sorted(heard), _wait if wait is None else wait)
     return len(heard) == size - 1
 
 
@@ -139,41 +145,49 @@ def exchange(comm: Any, digest: bytes, wait: float) -> dict[int, bytes]:
     Nonblocking sends and per-source probes only (a dead or silent rank is skipped, never waited for
     beyond the deadline). Returns the digests heard, by rank.
     """
+    rank, size = comm.Get_rank(), comm.Get_size()
+    return _post(comm, bytearray(digest), _TAG, [r for r in range(size) if r != rank], wait)
+
+
+def _post(comm: Any, message: bytearray, tag: int, expect: Sequence[int], wait: float) -> dict[int, bytes]:
+    """Send ``message`` to every other rank of ``comm`` with ``tag`` and collect the messages of that tag (of
+    ``message``'s size) from the ranks ``expect`` for at most ``wait`` seconds; returns them by rank."""
     from mpi4py import MPI
 
     rank, size = comm.Get_rank(), comm.Get_size()
-    out = bytearray(digest)
     sends = []
     for dest in range(size):
         if dest != rank:
             try:
-                sends.append(comm.Isend([out, MPI.BYTE], dest, _TAG))
+                sends.append(comm.Isend([message, MPI.BYTE], dest, tag))
             except MPI.Exception:
                 pass  # a dead rank: it will not answer either
     heard: dict[int, bytes] = {}
-    pending = [r for r in range(size) if r != rank]
+    pending = list(expect)
     deadline = time.monotonic() + wait
     pause = 1e-4
     while pending and time.monotonic() < deadline:
-        pending = _receive(comm, pending, heard)
-        time.sleep(pause)
-        pause = min(2 * pause, 0.01)
+        pending = _receive(comm, pending, heard, tag, len(message))
+        if pending:
+            time.sleep(pause)
+            pause = min(2 * pause, 0.01)
     _settle(sends, deadline)
     return heard
 
 
-def _receive(comm: Any, pending: Sequence[int], heard: dict[int, bytes]) -> list[int]:
-    """Take the digests that arrived from ``pending`` ranks into ``heard``; return the ranks still pending."""
+def _receive(comm: Any, pending: Sequence[int], heard: dict[int, bytes], tag: int, nbytes: int) -> list[int]:
+    """Take the messages of ``tag`` that arrived from ``pending`` ranks into ``heard``; return the ranks still
+    pending."""
     from mpi4py import MPI
 
     left = []
     for src in pending:
         try:
-            if not comm.Iprobe(src, _TAG):
+            if not comm.Iprobe(src, tag):
                 left.append(src)
                 continue
-            buf = bytearray(_DIGEST)
-            comm.Recv([buf, MPI.BYTE], src, _TAG)
+            buf = bytearray(nbytes)
+            comm.Recv([buf, MPI.BYTE], src, tag)
             heard[src] = bytes(buf)
         except MPI.Exception:
             pass  # a failed rank (ULFM): it raises nothing any more
