@@ -60,11 +60,6 @@ from ._trailing import TrailingRows
 
 __all__ = ["UpdateChecks"]
 
-#: per-shape read-only layouts of the checks (:meth:`UpdateChecks._shared`): every factorization of the shape
-#: shares them (the per-panel index work was most of the checks' remaining Python on 2 x 2)
-_SHARED: dict[tuple, tuple] = {}
-
-
 class UpdateChecks:
     """This process's carried checksums of the lower block trapezoid of ``steps.w`` and their checks.
 
@@ -331,18 +326,11 @@ class UpdateChecks:
                 whole)
 
     def _shared(self, what: tuple, make: Callable[[], tuple]) -> tuple:
-        """``make()``, made once per shape (the maps' keys, the grid's shape, this process's coordinates,
-        the work piece's shape, ``bs``, ``tol`` and ``what``) and shared by every factorization of it: it must
-        hold only what these determine, read-only."""
-        st, g = self.steps, self.steps.grid
-        key = (st.rows.key, st.cols.key, g.nprow, g.npcol, g.myrow, g.mycol, st.w.shape, self.bs, self.tol,
-               what)
-        got = _SHARED.get(key)
-        if got is None:
-            if len(_SHARED) > 4096:  # a few shapes' panels; a long-running program's other shapes start again
-                _SHARED.clear()
-            got = _SHARED[key] = make()
-        return got
+        """``make()``, made once per layout and process, work piece's shape, ``bs`` and ``tol``
+        (:meth:`CholeskySteps.per_layout`) and shared by every factorization of it (the per-panel index
+        work was most of the checks' remaining Python on 2 x 2): it must hold only what these and ``what``
+        determine, read-only."""
+        return self.steps.per_layout(("checks", self.steps.w.shape, self.bs, self.tol, what), make)
 
     def _sums(self, x: np.ndarray, i0: int, i1: int) -> np.ndarray:
         """``(e^T x_I; w^T x_I)`` of segments ``i0:i1`` (rows interleaved: plain, weighted), ``x`` holding

@@ -80,11 +80,6 @@ def gathered_part(steps: CholeskySteps, k: int) -> tuple[int, int, int]:
     return 1 + (mine.stop - mine.start) * (e - s + 2) + e - s, e - s + 2, e - s + 1
 
 
-#: per-shape layouts (:func:`_layout`, :func:`_selected_runs`), by shape and panel: every call of the shape
-#: shares them (read-only arrays)
-_LAYOUTS: dict[tuple, Any] = {}
-
-
 def direct_part(steps: CholeskySteps, k: int, ext: np.ndarray, rows: np.ndarray, q: int) -> np.ndarray:
     """What a process of panel ``k``'s process column sends of its encoded buffer ``ext`` (``rows``: its rows
     of P) to the processes of process column ``q`` in the other process rows (:class:`PanelFlight`'s
@@ -107,24 +102,25 @@ def direct_part(steps: CholeskySteps, k: int, ext: np.ndarray, rows: np.ndarray,
 def _selected_runs(steps: CholeskySteps, k: int, q: int) -> tuple[np.ndarray, int]:
     """The runs ``(first row, rows)`` of this process's rows of panel ``k``'s ``P`` that process column
     ``q``'s trailing columns multiply (:meth:`CholeskySteps.select_rows`' rows, in its order), adjacent
-    runs merged, and their number of rows; made once per shape (:func:`_layout`'s cache)."""
+    runs merged, and their number of rows; made once per layout (:meth:`CholeskySteps.per_layout`)."""
+    return steps.per_layout(("runs", k, q), lambda: _make_runs(steps, k, q))
+
+
+def _make_runs(steps: CholeskySteps, k: int, q: int) -> tuple[np.ndarray, int]:
+    """:func:`_selected_runs`, made."""
     g = steps.grid
-    key = (steps.rows.key, steps.cols.key, g.nprow, g.npcol, g.myrow, g.mycol, k, "runs", q)
-    got = _LAYOUTS.get(key)
-    if got is None:
-        first = steps.rows.range_on(g.myrow, steps.panels[k][1], steps.rows.n).start
-        runs: list[list[int]] = []
-        for ca, cb, p, r0 in steps.trailing_blocks(k, q):
-            if p != g.myrow:
-                continue
-            if runs and runs[-1][0] + runs[-1][1] == r0 - first:
-                runs[-1][1] += cb - ca
-            else:
-                runs.append([r0 - first, cb - ca])
-        table = np.array(runs, np.int64).reshape((-1, 2))
-        table.flags.writeable = False
-        got = _LAYOUTS[key] = (table, int(table[:, 1].sum()))
-    return got
+    first = steps.rows.range_on(g.myrow, steps.panels[k][1], steps.rows.n).start
+    runs: list[list[int]] = []
+    for ca, cb, p, r0 in steps.trailing_blocks(k, q):
+        if p != g.myrow:
+            continue
+        if runs and runs[-1][0] + runs[-1][1] == r0 - first:
+            runs[-1][1] += cb - ca
+        else:
+            runs.append([r0 - first, cb - ca])
+    table = np.array(runs, np.int64).reshape((-1, 2))
+    table.flags.writeable = False
+    return table, int(table[:, 1].sum())
 
 
 class _Layout(NamedTuple):
@@ -145,13 +141,15 @@ def _layout(steps: CholeskySteps, k: int, mode: str) -> _Layout:
     """Panel ``k``'s :class:`_Layout` on this process for ``mode`` ``"gather"`` (every process row's rows
     whole, a piece each), ``"own"`` (``"gather"``'s, but the table's pieces are the one of process row
     ``mycol``: a square grid's) or ``"direct"``, made once per shape (the maps' keys, the grid's shape and
-    this process's coordinates): per panel, the same index work on every call otherwise."""
+    this process's coordinates: :meth:`CholeskySteps.per_layout`): per panel, the same index work on every
+    call otherwise."""
+    return steps.per_layout(("layout", k, mode), lambda: _make_layout(steps, k, mode))
+
+
+def _make_layout(steps: CholeskySteps, k: int, mode: str) -> _Layout:
+    """:func:`_layout`, made."""
     g = steps.grid
     direct = mode == "direct"
-    key = (steps.rows.key, steps.cols.key, g.nprow, g.npcol, g.myrow, g.mycol, k, mode)
-    got = _LAYOUTS.get(key)
-    if got is not None:
-        return got
     e, n = steps.panels[k][1], steps.rows.n
     first = [steps.rows.range_on(p, e, n).start for p in range(g.nprow)]
     whole = [steps.row_indices[p][steps.rows.range_on(p, e, n)] for p in range(g.nprow)]
@@ -171,10 +169,7 @@ def _layout(steps: CholeskySteps, k: int, mode: str) -> _Layout:
               if int(steps.cols.owners[steps.panels[big_j][0]]) == g.mycol]
     for x in (table, *rows_of):
         x.flags.writeable = False
-    if len(_LAYOUTS) > 4096:  # a few shapes' panels; a long-running program's other shapes start again
-        _LAYOUTS.clear()
-    got = _LAYOUTS[key] = _Layout(rows_of, counts, table, panels)
-    return got
+    return _Layout(rows_of, counts, table, panels)
 
 
 def gather_panel(steps: CholeskySteps, k: int, ext: np.ndarray, flight: PanelFlight | None = None,

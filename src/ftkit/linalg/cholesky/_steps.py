@@ -91,6 +91,8 @@ class _Layout:
                         for j, (cs, ce) in enumerate(self.panels) if int(cols.owners[cs]) == mycol]
         self.updates = [u for u in self.updates if u[1].stop > u[1].start]
         self.update_keys = [u[0] for u in self.updates]
+        #: what other modules derive from this layout alone (:meth:`CholeskySteps.per_layout`), by their key
+        self.derived: dict[tuple, Any] = {}
 
 
 @lru_cache(maxsize=16)
@@ -122,6 +124,16 @@ class CholeskySteps:
         self.row_indices, self.col_indices = lay.row_indices, lay.col_indices
         self._tables, self._counts = lay.tables, lay.counts
         self._updates, self._update_keys = lay.updates, lay.update_keys
+        self._derived = lay.derived
+
+    def per_layout(self, what: tuple, make: Callable[[], Any]) -> Any:
+        """``make()``, made once per layout and process (kept with this class's own per-shape tables) and
+        shared by every factorization on it: it must depend only on the maps, this process's place in the
+        grid and ``what`` (which names it), and hold only read-only arrays."""
+        got = self._derived.get(what)
+        if got is None:
+            got = self._derived[what] = make()
+        return got
 
     def owns_diagonal(self, k: int) -> bool:
         """Whether this process holds diagonal block ``k``."""
