@@ -82,9 +82,8 @@ class CholeskyWork:
             self.W, self.wi, self.wj = DistributedMatrix.zeros(g, n, n, mb=d.nb, nb=d.nb, dtype=A.dtype), 0, 0
             self.W.local[...] = redistribute(A, ia, ja, uplo == "U", self.W.row_map(0, n),
                                              self.W.col_map(0, n))
-        self.rows, self.cols = self.W.row_map(self.wi, n), self.W.col_map(self.wj, n)
         self.w = self.W.local_view(self.wi, self.wj, n, n)
-        self.steps = CholeskySteps(g, self.w, self.rows, self.cols)
+        self.steps = CholeskySteps(g, self.w, self.W.row_map(self.wi, n), self.W.col_map(self.wj, n))
         self.rows, self.cols = self.steps.rows, self.steps.cols  # the same maps, their tables made already
         #: the diagonal blocks of A, to put their strict upper triangles back (in place only)
         self._diagonals = [(self.steps.diagonal_block(k).copy(), k) for k in range(len(self.steps.panels))
