@@ -53,7 +53,7 @@ import numpy as np
 from .. import _blas, checksums
 from .._blas import gemm_update
 from ..abft.report import BlockEvent
-from ._flag_kernels import block_flags, solve_check, solve_flags
+from ._flag_kernels import add_squares, block_flags, solve_check, solve_flags
 from ._kernels import carry_blocks, copy_checksums, exact_sums, panel_pass, take_checksums
 from ._steps import CholeskySteps
 from ._trailing import TrailingRows
@@ -112,6 +112,7 @@ class UpdateChecks:
         self.seg0 = np.searchsorted(self.rblk, np.arange(len(panels) + 1))  # first segment of each block row
         self._cend = np.append(self.clo, len(self.cglob))  # local block columns' first columns (+ end)
         self._cseg = self.seg0[self.cblk]  # each local block column's first segment on or below its diagonal
+        self._update_at = self._shared(("update",), self._update_table)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The carried state (checkpointed with the work matrix: a resumed run continues to check)."""
@@ -177,11 +178,10 @@ class UpdateChecks:
         ``j`` before it is carried, so the checksums are carried with the repaired rows (and so is the
         update, after this call)."""
         for idx, sq in squares:
-            self.nu[idx] += sq
-        ii0, jj0 = int(self.seg0[k + 1]), int(np.searchsorted(self.cblk, k + 1))
+            add_squares(self.nu, idx, sq)
+        ii0, jj0, c0, firsts = self._update_at[k]  # c0: the trailing block columns' first local column
         if jj0 == len(self.cblk):
             return
-        c0 = int(self.clo[jj0])  # the trailing block columns' local columns run from c0 to the end
         if _blas._dgemm is not None and sums.strides[0] == 8 and self.chk_t.strides[0] == 8:
             # compiled, per trailing block column: its rows checked, then one product over its own segments
             # only (1/2 of the rectangle), while those rows are in cache: no per-call Python cost, products
@@ -191,8 +191,8 @@ class UpdateChecks:
             lds = np.array([pc.shape[0] for pc in colp.pieces], np.int64)
             j, trusted = 0, -1
             while j >= 0:
-                j = carry_blocks(_blas._dgemm, flat, lds, colp.sums, colp.table, sums, self.chk_t, c0,
-                                 self._cseg[jj0:], ii0, j, trusted)
+                j = carry_blocks(_blas._dgemm, flat, lds, colp.sums, colp.table, sums, self.chk_t, c0, firsts,
+                                 ii0, j, trusted)
                 if j >= 0:
                     repair(j)
                     trusted = j
@@ -238,9 +238,8 @@ class UpdateChecks:
         at = self._verify_at.get((k, i0, i1))
         if at is None:  # made once per factorization (the diagonal block's): reused, overwritten by each call
             r, cl = self._shared(("block", k, i0, i1), lambda: self._block_of(k, i0, i1))
-            at = self._verify_at[(k, i0, i1)] = (r, cl, self._flag_args(r, cl, i0, i1))
-        r, cl, args = at
-        blk = self.steps.w[r, cl]
+            at = self._verify_at[(k, i0, i1)] = (r, cl, self.steps.w[r, cl], self._flag_args(r, cl, i0, i1))
+        r, cl, blk, args = at
         if not block_flags(blk, *args):  # error-free: one compiled call
             return i1 - i0, []
         flag, unchecked = args[9], args[11]
@@ -280,20 +279,19 @@ class UpdateChecks:
         (:meth:`encode`). Returns the number of segments checked, which of them disagree and which have a
         bound that is not finite (non-finite values: not checked).
         """
-        w = low.shape[0]
-        ii1, nseg, cl, bounds, fac, vfac, rglob, cglob, whole = self._shared(
-            ("solve", k, w), lambda: self._solve_layout(k, w))
         at = self._solve_at.get(k)
-        if at is None:  # this factorization's: the checksums' view, product and flag buffers (overwritten)
+        if at is None:  # this factorization's: the layout, the checksums' view, product and flag buffers
+            w = low.shape[0]
+            ii1, nseg, cl, bounds, fac, vfac, rglob, cglob, whole = self._shared(
+                ("solve", k, w), lambda: self._solve_layout(k, w))
             flags = np.zeros((2, nseg), bool)
-            at = self._solve_at[k] = (self.chk[2 * ii1:, cl], np.empty((2 * nseg, w), order="F"), flags[0],
-                                      flags[1])
-        chk, prod, flag, unchecked = at
+            at = self._solve_at[k] = (nseg, whole and _blas._dgemm is not None, self.chk[2 * ii1:, cl],
+                                      np.empty((2 * nseg, w), order="F"), bounds, fac, vfac, rglob, cglob,
+                                      flags[0], flags[1])
+        nseg, compiled, chk, prod, bounds, fac, vfac, rglob, cglob, flag, unchecked = at
         # error-free, the whole check is one compiled call (encode's sums, the product, the flags)
-        if whole and _blas._dgemm is not None and \
-                solve_check(_blas._dgemm, pt, views[1], views[2], views[3], views[4], views[5], self._enc_t,
-                            low, prod, chk, bounds, fac, vfac, self.nu, rglob, cglob, self._add, self.eta,
-                            flag, unchecked) >= 0:
+        if compiled and solve_check(_blas._dgemm, pt, *views[1:6], self._enc_t, low, prod, chk, bounds, fac,
+                                    vfac, self.nu, rglob, cglob, self._add, self.eta, flag, unchecked) >= 0:
             return nseg, flag, unchecked
         self.encode(k, pt, views)
         flag[:], unchecked[:] = False, False
@@ -324,6 +322,19 @@ class UpdateChecks:
         whole = nseg > 0 and w > 0 and int(self.rlo[-1]) - r0 == nseg * self.bs
         return (ii1, nseg, cl, self.rlo[ii1:] - r0, fac, self._fac[ii1:], self.rglob[r0:], self.cglob[cl],
                 whole)
+
+    def _update_table(self) -> tuple[tuple[int, int, int, np.ndarray], ...]:
+        """:meth:`update`'s indices of each panel ``k`` (:meth:`_shared`): its first trailing segment, its first
+        trailing local block column (``len(cblk)``: none), that block column's first local column and the
+        first segment of each trailing local block column (a read-only view)."""
+        out = []
+        for k in range(len(self.steps.panels)):
+            jj0 = int(np.searchsorted(self.cblk, k + 1))
+            c0 = int(self.clo[jj0]) if jj0 < len(self.cblk) else len(self.cglob)
+            firsts = self._cseg[jj0:]
+            firsts.flags.writeable = False
+            out.append((int(self.seg0[k + 1]), jj0, c0, firsts))
+        return tuple(out)
 
     def _shared(self, what: tuple, make: Callable[[], tuple]) -> tuple:
         """``make()``, made once per layout and process, work piece's shape, ``bs`` and ``tol``
