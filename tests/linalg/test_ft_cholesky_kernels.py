@@ -93,3 +93,19 @@ def test_block_flags_matches_the_separate_calls():
     assert want[3].tolist() == [False, False, False, True]
     for a, b in zip(out, want, strict=True):
         assert np.array_equal(a, b)
+
+
+def test_add_squares_is_numpys_indexed_add_bit_for_bit():
+    """The carried sums of squares grow by a panel's rows' as numpy's ``nu[idx] += sq`` makes them (the bounds
+    read them: the same bits keep every threshold as it was), on rows in any order, a strided ``sq``
+    included, and no other entry moves."""
+    from ftkit.linalg.cholesky._flag_kernels import add_squares
+
+    rng = np.random.default_rng(3)
+    nu = rng.random(50) * 1e3
+    for idx, sq in ((np.array([7, 2, 40, 11], np.int64), rng.random(4) / 3),
+                    (np.arange(0, 50, 3, dtype=np.int64), rng.random(34)[::2] * 1e-9)):
+        want = nu.copy()
+        want[idx] += sq
+        add_squares(nu, idx, sq)
+        assert np.array_equal(nu, want)

@@ -290,8 +290,9 @@ class UpdateChecks:
                                       flags[0], flags[1])
         nseg, compiled, chk, prod, bounds, fac, vfac, rglob, cglob, flag, unchecked = at
         # error-free, the whole check is one compiled call (encode's sums, the product, the flags)
-        if compiled and solve_check(_blas._dgemm, pt, *views[1:6], self._enc_t, low, prod, chk, bounds, fac,
-                                    vfac, self.nu, rglob, cglob, self._add, self.eta, flag, unchecked) >= 0:
+        if compiled and solve_check(_blas._dgemm, pt, views[1], views[2], views[3], views[4], views[5],
+                                    self._enc_t, low, prod, chk, bounds, fac, vfac, self.nu, rglob, cglob,
+                                    self._add, self.eta, flag, unchecked) >= 0:
             return nseg, flag, unchecked
         self.encode(k, pt, views)
         flag[:], unchecked[:] = False, False
@@ -324,9 +325,9 @@ class UpdateChecks:
                 whole)
 
     def _update_table(self) -> tuple[tuple[int, int, int, np.ndarray], ...]:
-        """:meth:`update`'s indices of each panel ``k`` (:meth:`_shared`): its first trailing segment, its first
-        trailing local block column (``len(cblk)``: none), that block column's first local column and the
-        first segment of each trailing local block column (a read-only view)."""
+        """:meth:`update`'s indices of each panel ``k`` (:meth:`_shared`): its first trailing segment, its
+        first trailing local block column (``len(cblk)``: none), that block column's first local column and
+        the first segment of each trailing local block column (a read-only view)."""
         out = []
         for k in range(len(self.steps.panels)):
             jj0 = int(np.searchsorted(self.cblk, k + 1))
