@@ -132,8 +132,8 @@ class PanelFlight:
 
     def _exchange_flag(self) -> list[Any]:
         """Start ``flag_at``'s exchange down the process column: this process's flag to every other process
-        of it, theirs into :attr:`_flag` (point-to-point: an ``Iallreduce`` among 2 or 3 processes costs
-        more to progress, at every test between the GEMMs, than the values it moves)."""
+        of it, theirs into :attr:`_flag` (point-to-point: half the CPU of an ``Iallreduce`` among 2
+        processes, posted and completed)."""
         g, at = self.steps.grid, self._flag_at
         assert at is not None
         peers = [p for p in range(g.nprow) if p != g.myrow]
