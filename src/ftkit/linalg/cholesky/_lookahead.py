@@ -208,7 +208,7 @@ class PanelFlight:
     def column_flag(self) -> float:
         """With ``flag_at``: the largest flag of the process column's processes, once arrived."""
         assert self._flag_at is not None
-        return max(float(self.buf[self._flag_at]), float(self._flag.max()))
+        return max(float(self.buf[self._flag_at]), *self._flag.tolist())  # numpy max: ~30 us in situ
 
     def own_piece(self) -> np.ndarray:
         """With ``columns="own"``: the part of the buffer of the process row that holds this process's
