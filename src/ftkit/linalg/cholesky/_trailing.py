@@ -55,7 +55,9 @@ class TrailingRows:
         """The rows as :meth:`CholeskySteps.apply_update` takes them: one array, or views by panel index."""
         if self.contiguous:
             return self.pieces[0]
-        return {big_j: self.block(j) for j, big_j in enumerate(self.panels)}
+        pieces = self.pieces  # table.tolist(): Python ints at once (block()'s per-row conversion: ~6x this)
+        return {big_j: pieces[p][r0:r0 + m]
+                for big_j, (p, r0, m) in zip(self.panels, self.table.tolist(), strict=True)}
 
     def stacked(self) -> np.ndarray:
         """A copy of the rows, block column after block column, in one array (F order)."""
