@@ -223,8 +223,8 @@ def _multiply_checked(g: ProcessGrid, t: np.ndarray, achk: np.ndarray, w: np.nda
         inject.apply("C", g.rank, 1, w, seg.to_global)
     product = finish()
     pred = product.predict(1.0, 0.0)
-    sums = checksums.block_sums_sq(w, seg.rb, seg.cb)
-    thr = threshold.bounds(pred, seg, 1.0, 0.0, csq=sums[4])
+    sums, csq = _result_sums(w, seg, threshold)
+    thr = threshold.bounds(pred, seg, 1.0, 0.0, csq=csq)
     v = checksums.verify_blocks(w, seg.rb, seg.cb, pred.expected, thr, sums)
     events, rest, final, t_fix = _verify_and_correct(w, seg, v, pred.expected, thr, mode, g.rank)
     n_unchecked = int(v.unchecked.sum())
@@ -243,9 +243,9 @@ def _multiply_checked(g: ProcessGrid, t: np.ndarray, achk: np.ndarray, w: np.nda
         ws = np.array(w0[:, sel], order="F")
         sweep(g, rebuild(), ws, rows, cols, lower, False)  # a corrupted copy of T is replaced too
         w[:, sel] = ws
-        sums = checksums.block_sums_sq(w, seg.rb, seg.cb)
+        sums, csq = _result_sums(w, seg, threshold)
         final = checksums.verify_blocks(w, seg.rb, seg.cb, pred.expected,
-                                        threshold.bounds(pred, seg, 1.0, 0.0, csq=sums[4]), sums)
+                                        threshold.bounds(pred, seg, 1.0, 0.0, csq=csq), sums)
         rig = checksums.verify_blocks(w, seg.rb, seg.cb, pred.expected,
                                       threshold.bounds(pred, seg, 1.0, 0.0, rigorous=True), sums)
         for bi, bj in rest:
@@ -259,6 +259,16 @@ def _multiply_checked(g: ProcessGrid, t: np.ndarray, achk: np.ndarray, w: np.nda
         all_events = [_swap(e) for e in all_events]
     all_events.sort(key=lambda e: (e.row_block, e.col_block))
     return _report_of(all_events, checked, unchecked, max_ratio, t_max, threshold.name, seg.bs)
+
+
+def _result_sums(w: np.ndarray, seg: BlockSegmentation, threshold: Threshold,
+                 ) -> tuple[tuple[np.ndarray, ...], np.ndarray | None]:
+    """The block sums of the result and, for the statistical threshold only (the others do not read them),
+    its sums of squares: ``(sums, csq)``, in one pass."""
+    if threshold.kinds == checksums.NCHK:
+        sums = checksums.block_sums_sq(w, seg.rb, seg.cb)
+        return sums, sums[4]
+    return checksums.block_sums(w, seg.rb, seg.cb), None
 
 
 def _swap(e: BlockEvent) -> BlockEvent:
