@@ -160,19 +160,26 @@ def _encode(g: ProcessGrid, achk: np.ndarray, w: np.ndarray, seg: BlockSegmentat
     # after it, where the prediction is first needed (waiting before the sweep made every rank wait for the
     # slowest one's encoding, and a blocking collective busy-polls, taking CPU from the slowest when ranks
     # outnumber cores)
+    # W's checksum columns travel as the encoding leaves them (F order, wext's last columns): each process
+    # row's rows arrive as one F-order piece, a panel of the product by itself (no copy into rows of W)
     arecv = np.empty((na, ka), order="F")
-    bsend = np.ascontiguousarray(wext[:, ncols:])  # rows of W, each contiguous: the gather appends them
-    brecv = np.empty((ka, nb_))
+    brecv = np.empty(ka * nb_)
     acounts = ([na * x for x in ac], [na * x for x in ad])
     bcounts = ([nb_ * x for x in bc], [nb_ * x for x in bd])
     reqs = [g.row_comm.Iallgatherv(achk.ravel(order="F"), [arecv.reshape(-1, order="F"), acounts,
                                                             MPI.DOUBLE]),
-            g.col_comm.Iallgatherv(bsend.ravel(), [brecv.ravel(), bcounts, MPI.DOUBLE])]
+            g.col_comm.Iallgatherv(wext[:, ncols:].reshape(-1, order="F"), [brecv, bcounts, MPI.DOUBLE])]
 
     def finish() -> checksums.ChecksumProduct:
         wait_requests(reqs)
+        pieces = [brecv[nb_ * d:nb_ * (d + c)].reshape((c, nb_), order="F") for c, d in zip(bc, bd, strict=True)]
         product = checksums.ChecksumProduct(seg.nr, nc, kinds)
-        product.add(arecv, brecv if order is None else brecv[order])
+        if order is None:  # T's columns in W's row order: one panel per process row's piece
+            for c, d, piece in zip(bc, bd, pieces, strict=True):
+                if c:
+                    product.add(arecv[:, d:d + c], piece)
+        else:
+            product.add(arecv, np.concatenate(pieces)[order])
         return product
 
     return finish, wext[:, :ncols]
