@@ -172,7 +172,8 @@ def _encode(g: ProcessGrid, achk: np.ndarray, w: np.ndarray, seg: BlockSegmentat
 
     def finish() -> checksums.ChecksumProduct:
         wait_requests(reqs)
-        pieces = [brecv[nb_ * d:nb_ * (d + c)].reshape((c, nb_), order="F") for c, d in zip(bc, bd, strict=True)]
+        pieces = [brecv[nb_ * d:nb_ * (d + c)].reshape((c, nb_), order="F")
+                  for c, d in zip(bc, bd, strict=True)]
         product = checksums.ChecksumProduct(seg.nr, nc, kinds)
         if order is None:  # T's columns in W's row order: one panel per process row's piece
             for c, d, piece in zip(bc, bd, pieces, strict=True):
