@@ -17,7 +17,7 @@ without, all ranks at once (so they contend for the cores and memory as the rout
   summing ``T`` costs;
 - ``copy+sums (now)``, ``result sums (now)``: the kernels the routine runs for the first two
   (TRSM: ``copy_block_sums``, ``encode_cols_into`` summing ``X``; TRMM: ``encode_cols_into`` copying,
-  ``block_sums_sq`` of the product), for comparison.
+  ``block_sums`` of the product: the four sums a rigorous check reads), for comparison.
 
 Prints the medians (ms of CPU per rank and their sum) and, on rank 0, the floor (``copy + read`` and ``T``'s
 sums) and the kernels as they are, each as a ratio to plain, beside the measured ``ft_`` ÷ plain. The
@@ -102,7 +102,7 @@ class _Passes:
             _timed("result sums (now)", encode_cols_into, w, c.cl, c.cw, self.xext, False, 3)
         else:
             _timed("copy+sums (now)", encode_cols_into, w, c.cl, c.cw, self.wext, True, 3)
-            _timed("result sums (now)", checksums.block_sums_sq, w, c.rl, c.cl)
+            _timed("result sums (now)", checksums.block_sums, w, c.rl, c.cl)
 
 
 def main() -> None:

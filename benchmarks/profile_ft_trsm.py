@@ -69,7 +69,7 @@ def _install() -> None:
     level3._check_solution = timed("_check_solution", level3._check_solution)  # type: ignore[attr-defined]
     level3.triangle_with_checksums = timed("triangle_with_checksums", level3.triangle_with_checksums)  # type: ignore[attr-defined]
     _tri_product._encode = timed("_encode", _tri_product._encode)  # type: ignore[attr-defined]
-    for name in ("block_sums_sq", "verify_blocks"):
+    for name in ("block_sums", "block_sums_sq", "verify_blocks"):
         setattr(checksums, name, timed(name, getattr(checksums, name)))
     _tri_product._verify_and_correct = timed("_verify_and_correct", _tri_product._verify_and_correct)  # type: ignore[attr-defined]
     _tri_product._report_of = timed("_report_of", _tri_product._report_of)  # type: ignore[attr-defined]

@@ -118,6 +118,37 @@ def test_encoding_equals_explicit_sums():
     np.testing.assert_allclose(bchk, chk.T, rtol=1e-13, atol=1e-12)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_block_sums_without_squares_are_block_sums_sq_s_to_the_bit(seed):
+    # the four-sum pass (a rigorous check's) is a compiled variant of the five-sum one: the same sums
+    rng = np.random.default_rng(seed)
+    m, n = int(rng.integers(1, 200)), int(rng.integers(1, 200))
+    c = np.asfortranarray(rng.standard_normal((m, n)) * 10.0 ** rng.integers(-8, 8, size=(m, n)))
+    rb = checksums.dense_bounds(m, int(rng.choice([1, 7, 16, 64])))
+    cb = checksums.dense_bounds(n, int(rng.choice([3, 16, 50])))
+    four, five = checksums.block_sums(c, rb, cb), checksums.block_sums_sq(c, rb, cb)
+    assert len(four) == 4
+    for x, y in zip(four, five[:4], strict=True):
+        assert x.tobytes() == y.tobytes()
+
+
+def test_thresholds_kept_per_shape_are_the_formula_s():
+    # the per-shape terms are reused across calls: a second call with other magnitudes and scalars must still
+    # give the module docstring's bound, computed here from scratch
+    rlen, clen, k = np.array([32, 17, 5]), np.array([8, 32]), 777
+    rng = np.random.default_rng(3)
+    for alpha, beta in ((1.0, 0.0), (-2.5, 0.75)):
+        mabs = rng.random((3, 2)) * 10.0
+        got = checksums.thresholds(mabs, k, rlen, clen, alpha=alpha, beta=beta)
+        r, c = rlen.astype(float)[:, None], clen.astype(float)[None, :]
+        gk, gs, gx = checksums.gamma(k + 4), checksums.gamma(r + c), checksums.gamma(k + r + c + 2)
+        under = 2.0 * (r * c + 1.0) * (k + 4.0) * 2.0**-1074 * (1.0 + abs(alpha) + abs(beta))
+        want = (gk + gs * (1.0 + gk) + gx) / (1.0 - gx) * mabs * (1.0 + 8 * checksums.U) + under
+        assert got.tobytes() == want.tobytes()
+        assert checksums.thresholds(mabs, k, rlen, clen, tol=1e-3, alpha=alpha, beta=beta).tobytes() == (
+            1e-3 * mabs + under).tobytes()
+
+
 @pytest.mark.parametrize("lower", [True, False])
 def test_kept_rows_are_summed_and_copied_with_zeros_elsewhere(lower):
     # a square's triangle (NaN in the other one, never read): the sums and the copy equal those of the

@@ -82,3 +82,17 @@ def test_descriptor_to_scalapack_and_validation():
         Descriptor(10, 10.5, 2, 2)  # type: ignore[arg-type]
     with pytest.raises(ValueError):  # DescriptorError is a ValueError
         Descriptor(10, 10, 2, 2, lld=0)
+
+
+def test_maps_are_shared_per_layout_and_read_only():
+    from ftkit.linalg.descriptor import block_cyclic
+
+    m = block_cyclic(100, 8, 3, 1, 3)
+    assert block_cyclic(100, 8, 3, 1, 3) is m and block_cyclic(100, 8, 3, 0, 3) is not m
+    fresh = BlockCyclic1D(100, 8, 3, 1, 3)
+    assert np.array_equal(m.owners, fresh.owners) and np.array_equal(m.local, fresh.local)
+    assert [m.count(p) for p in range(3)] == [fresh.count(p) for p in range(3)]
+    for table in (m.owners, m.local):
+        with pytest.raises(ValueError):
+            table[0] = 7  # a shared map cannot be changed by one caller under another
+    assert m.aligned_with(fresh) and not m.aligned_with(BlockCyclic1D(100, 8, 3, 2, 3))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DescriptorError, GridError
-from .descriptor import BlockCyclic1D, Descriptor, indxg2l, indxg2p, indxl2g
+from .descriptor import BlockCyclic1D, Descriptor, block_cyclic, indxg2l, indxg2p, indxl2g
 from .grid import ProcessGrid
 
 __all__ = ["DistributedMatrix", "segment_bounds"]
@@ -165,11 +165,11 @@ class DistributedMatrix:
 
     def row_map(self, i0: int, m: int) -> BlockCyclic1D:
         """Return the row map of the submatrix rows ``i0 .. i0+m-1`` (over process rows)."""
-        return BlockCyclic1D(m, self.desc.mb, i0, self.desc.rsrc, self.grid.nprow)
+        return block_cyclic(m, self.desc.mb, i0, self.desc.rsrc, self.grid.nprow)
 
     def col_map(self, j0: int, n: int) -> BlockCyclic1D:
         """Return the column map of the submatrix columns ``j0 .. j0+n-1`` (over process columns)."""
-        return BlockCyclic1D(n, self.desc.nb, j0, self.desc.csrc, self.grid.npcol)
+        return block_cyclic(n, self.desc.nb, j0, self.desc.csrc, self.grid.npcol)
 
     def local_view(self, i0: int, j0: int, m: int, n: int) -> np.ndarray:
         """Return a view of this process's part of the submatrix ``(i0:i0+m, j0:j0+n)`` (in local order)."""

@@ -160,19 +160,27 @@ def _encode(g: ProcessGrid, achk: np.ndarray, w: np.ndarray, seg: BlockSegmentat
     # after it, where the prediction is first needed (waiting before the sweep made every rank wait for the
     # slowest one's encoding, and a blocking collective busy-polls, taking CPU from the slowest when ranks
     # outnumber cores)
+    # W's checksum columns travel as the encoding leaves them (F order, wext's last columns): each process
+    # row's rows arrive as one F-order piece, a panel of the product by itself (no copy into rows of W)
     arecv = np.empty((na, ka), order="F")
-    bsend = np.ascontiguousarray(wext[:, ncols:])  # rows of W, each contiguous: the gather appends them
-    brecv = np.empty((ka, nb_))
+    brecv = np.empty(ka * nb_)
     acounts = ([na * x for x in ac], [na * x for x in ad])
     bcounts = ([nb_ * x for x in bc], [nb_ * x for x in bd])
     reqs = [g.row_comm.Iallgatherv(achk.ravel(order="F"), [arecv.reshape(-1, order="F"), acounts,
                                                             MPI.DOUBLE]),
-            g.col_comm.Iallgatherv(bsend.ravel(), [brecv.ravel(), bcounts, MPI.DOUBLE])]
+            g.col_comm.Iallgatherv(wext[:, ncols:].reshape(-1, order="F"), [brecv, bcounts, MPI.DOUBLE])]
 
     def finish() -> checksums.ChecksumProduct:
         wait_requests(reqs)
+        pieces = [brecv[nb_ * d:nb_ * (d + c)].reshape((c, nb_), order="F")
+                  for c, d in zip(bc, bd, strict=True)]
         product = checksums.ChecksumProduct(seg.nr, nc, kinds)
-        product.add(arecv, brecv if order is None else brecv[order])
+        if order is None:  # T's columns in W's row order: one panel per process row's piece
+            for c, d, piece in zip(bc, bd, pieces, strict=True):
+                if c:
+                    product.add(arecv[:, d:d + c], piece)
+        else:
+            product.add(arecv, np.concatenate(pieces)[order])
         return product
 
     return finish, wext[:, :ncols]
@@ -223,8 +231,8 @@ def _multiply_checked(g: ProcessGrid, t: np.ndarray, achk: np.ndarray, w: np.nda
         inject.apply("C", g.rank, 1, w, seg.to_global)
     product = finish()
     pred = product.predict(1.0, 0.0)
-    sums = checksums.block_sums_sq(w, seg.rb, seg.cb)
-    thr = threshold.bounds(pred, seg, 1.0, 0.0, csq=sums[4])
+    sums, csq = _result_sums(w, seg, threshold)
+    thr = threshold.bounds(pred, seg, 1.0, 0.0, csq=csq)
     v = checksums.verify_blocks(w, seg.rb, seg.cb, pred.expected, thr, sums)
     events, rest, final, t_fix = _verify_and_correct(w, seg, v, pred.expected, thr, mode, g.rank)
     n_unchecked = int(v.unchecked.sum())
@@ -243,9 +251,9 @@ def _multiply_checked(g: ProcessGrid, t: np.ndarray, achk: np.ndarray, w: np.nda
         ws = np.array(w0[:, sel], order="F")
         sweep(g, rebuild(), ws, rows, cols, lower, False)  # a corrupted copy of T is replaced too
         w[:, sel] = ws
-        sums = checksums.block_sums_sq(w, seg.rb, seg.cb)
+        sums, csq = _result_sums(w, seg, threshold)
         final = checksums.verify_blocks(w, seg.rb, seg.cb, pred.expected,
-                                        threshold.bounds(pred, seg, 1.0, 0.0, csq=sums[4]), sums)
+                                        threshold.bounds(pred, seg, 1.0, 0.0, csq=csq), sums)
         rig = checksums.verify_blocks(w, seg.rb, seg.cb, pred.expected,
                                       threshold.bounds(pred, seg, 1.0, 0.0, rigorous=True), sums)
         for bi, bj in rest:
@@ -259,6 +267,16 @@ def _multiply_checked(g: ProcessGrid, t: np.ndarray, achk: np.ndarray, w: np.nda
         all_events = [_swap(e) for e in all_events]
     all_events.sort(key=lambda e: (e.row_block, e.col_block))
     return _report_of(all_events, checked, unchecked, max_ratio, t_max, threshold.name, seg.bs)
+
+
+def _result_sums(w: np.ndarray, seg: BlockSegmentation, threshold: Threshold,
+                 ) -> tuple[tuple[np.ndarray, ...], np.ndarray | None]:
+    """The block sums of the result and, for the statistical threshold only (the others do not read them),
+    its sums of squares: ``(sums, csq)``, in one pass."""
+    if threshold.kinds == checksums.NCHK:
+        sums = checksums.block_sums_sq(w, seg.rb, seg.cb)
+        return sums, sums[4]
+    return checksums.block_sums(w, seg.rb, seg.cb), None
 
 
 def _swap(e: BlockEvent) -> BlockEvent:

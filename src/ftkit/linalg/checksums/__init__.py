@@ -290,15 +290,9 @@ def thresholds(
     ABFTArgumentError
         If ``tol`` is neither ``None``, ``"statistical"`` nor a non-negative finite number.
     """
-    r = np.asarray(rlen, dtype=np.float64)[:, None]
-    c = np.asarray(clen, dtype=np.float64)[None, :]
-    nel = r * c
-    under = 2.0 * (nel + 1.0) * (k + 4.0) * ETA * (1.0 + abs(alpha) + abs(beta))
+    r, c, under0, factor = _shape_terms(k, rlen, clen)
+    under = under0 * (1.0 + abs(alpha) + abs(beta))
     if tol is None:
-        gk = gamma(k + 4)
-        gs = gamma(r + c)
-        gx = gamma(k + r + c + 2)
-        factor = (gk + gs * (1.0 + gk) + gx) / (1.0 - gx)
         # Round the bound itself up: a few ulps of the factor's own evaluation.
         return factor * mabs * (1.0 + 8 * U) + under
     if isinstance(tol, str):
@@ -322,6 +316,36 @@ def thresholds(
             f"tol={tol!r}: a numeric tolerance must be finite and >= 0 (relative to |A||B| sums)"
         )
     return t * mabs + under
+
+
+#: :func:`_shape_terms` of recent block shapes (read-only arrays): every check of one layout needs the same.
+_SHAPE_TERMS: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def _shape_terms(k: int, rlen: np.ndarray, clen: np.ndarray,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What :func:`thresholds` derives from the inner dimension and the block sides alone: the sides ``r``
+    (column) and ``c`` (row), the underflow term without its scalar factor and the rigorous bound's factor
+    on ``M``; kept per shape (a dozen small numpy operations per call otherwise)."""
+    ra, ca = np.asarray(rlen), np.asarray(clen)
+    key = (k, ra.dtype.str, ra.shape, ra.tobytes(), ca.dtype.str, ca.shape, ca.tobytes())
+    got = _SHAPE_TERMS.get(key)
+    if got is None:
+        r = np.asarray(rlen, dtype=np.float64)[:, None]
+        c = np.asarray(clen, dtype=np.float64)[None, :]
+        nel = r * c
+        under0 = 2.0 * (nel + 1.0) * (k + 4.0) * ETA
+        gk = gamma(k + 4)
+        gs = gamma(r + c)
+        gx = gamma(k + r + c + 2)
+        factor = (gk + gs * (1.0 + gk) + gx) / (1.0 - gx)
+        got = (r, c, under0, np.asarray(factor, dtype=np.float64))
+        for a in got:
+            a.flags.writeable = False
+        if len(_SHAPE_TERMS) >= 64:
+            _SHAPE_TERMS.clear()
+        _SHAPE_TERMS[key] = got
+    return got
 
 
 # ------------------------------------------------------------------ block size rule

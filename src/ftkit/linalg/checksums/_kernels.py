@@ -306,7 +306,8 @@ def block_sums_into(
     column ``j`` are ``c``'s, the others count as zero (a triangle of a square: its other triangle never
     read). ``dst`` (shaped like ``c``, or ``(0, 0)``): receives that ``c``, zeros included, in the same pass
     (the segments must then cover all of ``c``): the C before an update, summed and kept at once; with
-    ``zero`` false the rows outside ``keep`` are left as they are in ``dst`` (nobody reads them).
+    ``zero`` false the rows outside ``keep`` are left as they are in ``dst`` (nobody reads them). With
+    ``out`` of 4 planes (no copy): the four sums only, no squares (what a rigorous check needs).
 
     Two stages, as the bounds assume: down each row segment of a column, then across the column segment.
     (The squares and absolute values cost nothing measurable in this memory-bound pass.)
@@ -315,22 +316,24 @@ def block_sums_into(
     ab_on = out.shape[0] > 5
     if dst.shape[0] > 0:
         if ab_on:
-            _block_sums(c, rb, cb, wr, wc, out, dst, keep, zero, True, True)
+            _block_sums(c, rb, cb, wr, wc, out, dst, keep, zero, True, True, True)
         else:
-            _block_sums(c, rb, cb, wr, wc, out, dst, keep, zero, True, False)
+            _block_sums(c, rb, cb, wr, wc, out, dst, keep, zero, True, False, True)
     elif ab_on:
-        _block_sums(c, rb, cb, wr, wc, out, dst, keep, zero, False, True)
+        _block_sums(c, rb, cb, wr, wc, out, dst, keep, zero, False, True, True)
+    elif out.shape[0] > 4:
+        _block_sums(c, rb, cb, wr, wc, out, dst, keep, zero, False, False, True)
     else:
-        _block_sums(c, rb, cb, wr, wc, out, dst, keep, zero, False, False)
+        _block_sums(c, rb, cb, wr, wc, out, dst, keep, zero, False, False, False)
 
 
 @njit(cache=True, nogil=True, fastmath=_FM, inline="always")
 def _block_sums(
     c: np.ndarray, rb: np.ndarray, cb: np.ndarray, wr: np.ndarray, wc: np.ndarray, out: np.ndarray,
-    dst: np.ndarray, keep: np.ndarray, zero: bool, copy: bool, ab_on: bool,
+    dst: np.ndarray, keep: np.ndarray, zero: bool, copy: bool, ab_on: bool, sq_on: bool,
 ) -> None:  # pragma: no cover - compiled
-    """The loop of :func:`block_sums_into`, inlined with ``copy`` and ``ab_on`` constants: chosen at run time,
-    the branches between the inner loops cost ~25 % of a pass over a 2048 x 2048 piece."""
+    """The loop of :func:`block_sums_into`, inlined with ``copy``, ``ab_on`` and ``sq_on`` constants: chosen
+    at run time, the branches between the inner loops cost ~25 % of a pass over a 2048 x 2048 piece."""
     nr = rb.shape[0] - 1
     nc = cb.shape[0] - 1
     nq = out.shape[0]
@@ -382,15 +385,21 @@ def _block_sums(
                         ws += ww[t] * v
                         sq += v * v
                         ab += abs(v)
-                else:
+                elif sq_on:
                     for t in range(ln):
                         v = x[t]
                         e += v
                         ws += ww[t] * v
                         sq += v * v
+                else:
+                    for t in range(ln):
+                        v = x[t]
+                        e += v
+                        ws += ww[t] * v
                 if ab_on:
                     out[5, bi, bj] += ab
-                out[4, bi, bj] += sq
+                if sq_on:
+                    out[4, bi, bj] += sq
                 out[0, bi, bj] += e
                 out[1, bi, bj] += ws
                 out[2, bi, bj] += wj * e

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..._wait import wait_requests
 from .._blas import gemm_update, trsm_left
-from ..descriptor import BlockCyclic1D
+from ..descriptor import BlockCyclic1D, block_cyclic
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
 from ._panel_buffers import pooled_buffer
@@ -39,7 +39,7 @@ __all__ = ["tri_cols", "own_piece", "triangle_extent", "triangle_piece", "triang
 
 def tri_cols(rows: BlockCyclic1D, npcol: int) -> BlockCyclic1D:
     """Return the column map of ``T``: ``rows``'s block partition dealt over ``npcol`` process columns."""
-    return BlockCyclic1D(rows.n, rows.nb, rows.offset, rows.src % npcol, npcol)
+    return block_cyclic(rows.n, rows.nb, rows.offset, rows.src % npcol, npcol)
 
 
 def triangle_piece(A: DistributedMatrix, ia: int, ja: int, transpose: bool, rows: BlockCyclic1D,
