@@ -177,8 +177,7 @@ class UpdateChecks:
         equal unless a value changed); where one differs, ``repair(j)`` is called for trailing block column
         ``j`` before it is carried, so the checksums are carried with the repaired rows (and so is the
         update, after this call)."""
-        for idx, sq in squares:
-            add_squares(self.nu, idx, sq)
+        self.take_squares(squares)
         ii0, jj0, c0, firsts = self._update_at[k]  # c0: the trailing block columns' first local column
         if jj0 == len(self.cblk):
             return
@@ -214,6 +213,16 @@ class UpdateChecks:
             sa = int(self.seg0[self.cblk[ja]])
             if sa < len(self.rblk):
                 gemm_update(-1.0, left[ca:cb], sums[2 * (sa - ii0):].T, self.chk_t[c0 + ca:c0 + cb, 2 * sa:])
+
+    def take_squares(self, squares: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Add a panel's rows' sums of squares to :attr:`nu` (``(global rows, their sums of squares)``)."""
+        for idx, sq in squares:
+            add_squares(self.nu, idx, sq)
+
+    def carry_at(self, k: int) -> tuple[int, int, int, np.ndarray]:
+        """Panel ``k``'s carry indices: its first trailing segment, first trailing local block column, that
+        block column's first local column and each trailing block column's first segment (read-only)."""
+        return self._update_at[k]
 
     def verify(self, k: int, part: str = "all") -> tuple[int, list[BlockEvent]]:
         """Check (and correct) this process's blocks of block column ``k`` before panel ``k`` reads them:
