@@ -13,7 +13,8 @@ left operand (where they arrived: no copy), over the segments on and below its d
 of the update's flops), all called from one compiled loop that first compares each block column's rows of
 ``P`` with their senders' row sums (:func:`._kernels.carry_blocks`: the rows read once for both, a changed
 one repaired before anything reads it; without CBLAS, the whole check, then four numpy products that skip
-most of the segments above the block diagonal). Sums are linear, so the
+most of the segments above the block diagonal; ``ft_pdpotrf`` itself, given CBLAS, makes the same check and
+product per block column right after its update GEMM instead: :mod:`._fused`). Sums are linear, so the
 relation holds after any number of updates: block column ``J`` is verified once, when panel ``J`` reads it
 (an error made by any earlier update is still there, and nothing read the block before), never by
 recomputation. Its diagonal block is

@@ -30,17 +30,20 @@ from ._kernels import row_sums
 from ._steps import CholeskySteps
 from ._trailing import TrailingRows
 
-__all__ = ["FusedUpdate", "supports_fused", "STEP"]
+__all__ = ["FusedUpdate", "supports_fused", "fused_blocks", "check_pieces", "STEP"]
 
 #: Block columns updated per compiled call after panel ``k+1`` is launched (its messages progress between).
 STEP = 2
 
 
-def supports_fused(steps: CholeskySteps, checks: UpdateChecks, mine: np.ndarray, sums: np.ndarray) -> bool:
-    """Whether :class:`FusedUpdate` can run here: CBLAS, and every operand float64 with unit row stride."""
+def supports_fused(steps: CholeskySteps, checks: UpdateChecks, mine: np.ndarray, colp: TrailingRows,
+                   sums: np.ndarray) -> bool:
+    """Whether :class:`FusedUpdate` can run here: CBLAS, every operand float64 with unit row stride and
+    every piece of rows F-contiguous (read flat, where it is: a repair must reach what the GEMMs read)."""
     return (_blas._dgemm is not None and steps.w.dtype == np.float64 and steps.w.strides[0] == 8
             and mine.dtype == np.float64 and mine.strides[0] == 8 and sums.strides[0] == 8
-            and checks.chk_t.strides[0] == 8)
+            and checks.chk_t.strides[0] == 8
+            and all(pc.dtype == np.float64 and pc.flags.f_contiguous for pc in colp.pieces))
 
 
 class FusedUpdate:

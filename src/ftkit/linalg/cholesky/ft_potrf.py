@@ -326,7 +326,7 @@ def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tup
             tally.operand(k, row, s + t, ok)
 
     fused = (FusedUpdate(steps, checks, k, rows, colp, panel.views[5], repair)
-             if supports_fused(steps, checks, rows, panel.views[5]) else None)
+             if supports_fused(steps, checks, rows, colp, panel.views[5]) else None)
     if fused is not None:
         # each block column's rows checked, then its GEMM, then its carry, while the rows are in cache
         checks.take_squares(squares)
