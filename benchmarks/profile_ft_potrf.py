@@ -43,6 +43,10 @@ try:  # this checkout's: an older one has no such module
     from ftkit.linalg.cholesky import _trailing
 except ImportError:  # pragma: no cover
     _trailing = None  # type: ignore[assignment]
+try:  # the fused update (check, GEMM, carry per block column); an older checkout has none
+    from ftkit.linalg.cholesky import _fused
+except ImportError:  # pragma: no cover
+    _fused = None  # type: ignore[assignment]
 
 
 def _install() -> None:
@@ -69,7 +73,8 @@ def _install() -> None:
                                                   "encode_rows_into")),
                                (_panel_sums, "_panel_sums.", ("_direct_parts", "_check_own", "_stack",
                                                               "repair_rows")),
-                               (_trailing, "_trailing.", ("repair_rows", "_stack"))):
+                               (_trailing, "_trailing.", ("repair_rows", "_stack")),
+                               (_fused, "_fused.", ("fused_blocks", "check_pieces"))):
         for name in names:
             if mod is not None and hasattr(mod, name):
                 setattr(mod, name, timed(prefix + name, getattr(mod, name)))

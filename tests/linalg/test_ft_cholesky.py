@@ -502,3 +502,13 @@ def test_trailing_rows_read_where_they_arrived_carried_and_repaired(whole):
     np.testing.assert_allclose(pieces[1], clean[1], rtol=0, atol=1e-12)
     np.testing.assert_allclose(np.delete(pieces[0], 5, axis=0), np.delete(clean[0], 5, axis=0), atol=1e-12)
     assert (abs(pieces[0][5, 2] - clean[0][5, 2]) < 1e-12) == whole
+
+
+@pytest.mark.mpi
+def test_fused_update_is_the_unfused_one_bit_for_bit():
+    """2x2 and 2x3: the fused update (per block column its rows checked, its GEMM, its carry) taken, its
+    factor and carried checksums bit for bit the unfused path's (error-free: PDPOTRF's factor); a flip in
+    received rows and one in a process's own rows restored before any product reads them, as unfused."""
+    res = run_python(6, PROGRAMS / "ft_potrf_fused.py", timeout=300).check()
+    assert "DONE failures=0" in res.stdout, res.stdout + res.stderr
+    assert res.stdout.count("CASE ") == 6 and "FAIL" not in res.stdout, res.stdout

@@ -13,7 +13,8 @@ left operand (where they arrived: no copy), over the segments on and below its d
 of the update's flops), all called from one compiled loop that first compares each block column's rows of
 ``P`` with their senders' row sums (:func:`._kernels.carry_blocks`: the rows read once for both, a changed
 one repaired before anything reads it; without CBLAS, the whole check, then four numpy products that skip
-most of the segments above the block diagonal). Sums are linear, so the
+most of the segments above the block diagonal; ``ft_pdpotrf`` itself, given CBLAS, makes the same check and
+product per block column right after its update GEMM instead: :mod:`._fused`). Sums are linear, so the
 relation holds after any number of updates: block column ``J`` is verified once, when panel ``J`` reads it
 (an error made by any earlier update is still there, and nothing read the block before), never by
 recomputation. Its diagonal block is
@@ -177,8 +178,7 @@ class UpdateChecks:
         equal unless a value changed); where one differs, ``repair(j)`` is called for trailing block column
         ``j`` before it is carried, so the checksums are carried with the repaired rows (and so is the
         update, after this call)."""
-        for idx, sq in squares:
-            add_squares(self.nu, idx, sq)
+        self.take_squares(squares)
         ii0, jj0, c0, firsts = self._update_at[k]  # c0: the trailing block columns' first local column
         if jj0 == len(self.cblk):
             return
@@ -214,6 +214,16 @@ class UpdateChecks:
             sa = int(self.seg0[self.cblk[ja]])
             if sa < len(self.rblk):
                 gemm_update(-1.0, left[ca:cb], sums[2 * (sa - ii0):].T, self.chk_t[c0 + ca:c0 + cb, 2 * sa:])
+
+    def take_squares(self, squares: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Add a panel's rows' sums of squares to :attr:`nu` (``(global rows, their sums of squares)``)."""
+        for idx, sq in squares:
+            add_squares(self.nu, idx, sq)
+
+    def carry_at(self, k: int) -> tuple[int, int, int, np.ndarray]:
+        """Panel ``k``'s carry indices: its first trailing segment, first trailing local block column, that
+        block column's first local column and each trailing block column's first segment (read-only)."""
+        return self._update_at[k]
 
     def verify(self, k: int, part: str = "all") -> tuple[int, list[BlockEvent]]:
         """Check (and correct) this process's blocks of block column ``k`` before panel ``k`` reads them:

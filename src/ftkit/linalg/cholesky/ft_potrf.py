@@ -67,6 +67,7 @@ from ..pblas.add import trapezoid_mask
 from ._abft import UpdateChecks
 from ._column_recompute import recompute_column
 from ._factored import CKPT_L, CKPT_STATE, FactoredColumns, resume
+from ._fused import FusedUpdate, supports_fused
 from ._lookahead import PanelFlight
 from ._panel_sums import (
     direct_part,
@@ -324,13 +325,24 @@ def _update(work: CholeskyWork, checks: UpdateChecks, panel: _Launched, got: tup
         for row, t, ok in colp.repair(j):
             tally.operand(k, row, s + t, ok)
 
-    checks.update(k, panel.views[5], colp, squares, repair)  # reads no W
-    right = colp.operand()
-    steps.apply_update(k, rows, right, range(k + 1, k + 2))  # block column k+1 first: panel k+1 needs it
+    fused = (FusedUpdate(steps, checks, k, rows, colp, panel.views[5], repair)
+             if supports_fused(steps, checks, rows, colp, panel.views[5]) else None)
+    if fused is not None:
+        # each block column's rows checked, then its GEMM, then its carry, while the rows are in cache
+        checks.take_squares(squares)
+        fused.check_early()
+        fused.run(k + 2)  # block column k+1 first: panel k+1 needs it
+    else:
+        checks.update(k, panel.views[5], colp, squares, repair)  # reads no W
+        right = colp.operand()
+        steps.apply_update(k, rows, right, range(k + 1, k + 2))
     if plan is not None:  # "after the update": the last moment before panel k+1 reads its block column
         plan.apply("C", g.rank, 1, trail, to_global)
     nxt = _launch(work, checks, k + 1, at(k + 1), tally)
-    steps.apply_update(k, rows, right, range(k + 2, last + 1), between=nxt.flight.progress)
+    if fused is not None:
+        fused.run(between=nxt.flight.progress)
+    else:
+        steps.apply_update(k, rows, right, range(k + 2, last + 1), between=nxt.flight.progress)
     return nxt
 
 
