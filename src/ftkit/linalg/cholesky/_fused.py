@@ -26,7 +26,7 @@ from numba import njit
 
 from .. import _blas
 from ._abft import UpdateChecks
-from ._kernels import row_sums
+from ._kernels import carry_product, rows_changed
 from ._steps import CholeskySteps
 from ._trailing import TrailingRows
 
@@ -141,11 +141,8 @@ def check_pieces(pieces: Any, lds: np.ndarray, piece_rs: Any, table: np.ndarray,
             continue
         ld = lds[p]
         rows = pieces[p][:ld * w].reshape((w, ld)).T
-        row_sums(rows[r0:r0 + m], got[:m])
-        sent = piece_rs[p]
-        for i in range(m):
-            if not got[i] == sent[r0 + i]:
-                return j
+        if rows_changed(rows[r0:r0 + m], piece_rs[p][r0:r0 + m], got[:m]):
+            return j
     return -1
 
 
@@ -161,7 +158,7 @@ def fused_blocks(dgemm: Any, pieces: Any, lds: np.ndarray, piece_rs: Any, table:
     + m, 2 firsts[j]:] -= rows @ sums[2 (firsts[j] - ii0):].T`` (:func:`._kernels.carry_blocks`' call), both
     by ``dgemm`` (CBLAS, a ctypes function passed in). Returns -1 when all are done. Column major, every
     operand with unit row stride."""
-    ldsum, ldc, wd = sums.strides[1] // 8, chk_t.strides[1] // 8, sums.shape[1]
+    wd = sums.shape[1]
     ldw, ldm = w.strides[1] // 8, mine.strides[1] // 8
     most = 1
     for j in range(j0, j1):
@@ -173,18 +170,10 @@ def fused_blocks(dgemm: Any, pieces: Any, lds: np.ndarray, piece_rs: Any, table:
         if m <= 0:
             continue
         rows = pieces[p][:ld * wd].reshape((wd, ld)).T
-        if j != trusted and not early[p]:
-            row_sums(rows[r0:r0 + m], got[:m])
-            sent = piece_rs[p]
-            for i in range(m):
-                if not got[i] == sent[r0 + i]:
-                    return j
+        if j != trusted and not early[p] and rows_changed(rows[r0:r0 + m], piece_rs[p][r0:r0 + m], got[:m]):
+            return j
         if nrow[j] > 0 and wd > 0:
             dgemm(102, 111, 112, nrow[j], m, wd, -1.0, mine.ctypes.data + 8 * lrow[j], ldm,
                   rows.ctypes.data + 8 * r0, ld, 1.0, w.ctypes.data + 8 * (wrow[j] + ldw * ccol[j]), ldw)
-        n = chk_t.shape[1] - 2 * firsts[j]
-        if n > 0 and wd > 0:
-            dgemm(102, 111, 112, m, n, wd, -1.0, rows.ctypes.data + 8 * r0, ld,
-                  sums.ctypes.data + 8 * 2 * (firsts[j] - ii0), ldsum, 1.0,
-                  chk_t.ctypes.data + 8 * (ccol[j] + ldc * 2 * firsts[j]), ldc)
+        carry_product(dgemm, rows, r0, m, sums, chk_t, ccol[j], firsts[j], ii0)
     return -1

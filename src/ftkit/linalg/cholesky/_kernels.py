@@ -246,7 +246,7 @@ def carry_blocks(dgemm: Any, pieces: Any, lds: np.ndarray, piece_rs: Any, table:
     by ``dgemm`` (CBLAS ``dgemm``, a ctypes function: passed in, so this stays cached) called from here,
     while the rows just summed are in cache. Returns -1 when every block column is carried. Column major,
     every operand with unit row stride."""
-    ldsum, ldc, w = sums.strides[1] // 8, chk_t.strides[1] // 8, sums.shape[1]
+    w = sums.shape[1]
     a = c0
     most = 0
     for j in range(table.shape[0]):
@@ -260,19 +260,35 @@ def carry_blocks(dgemm: Any, pieces: Any, lds: np.ndarray, piece_rs: Any, table:
         if m <= 0:
             continue
         rows = pieces[p][:ld * w].reshape((w, ld)).T
-        if j != trusted:
-            row_sums(rows[r0:r0 + m], got[:m])
-            sent = piece_rs[p]
-            for i in range(m):
-                if not got[i] == sent[r0 + i]:
-                    return j
-        n = chk_t.shape[1] - 2 * firsts[j]
-        if n > 0 and w > 0:
-            dgemm(102, 111, 112, m, n, w, -1.0, rows.ctypes.data + 8 * r0, ld,
-                  sums.ctypes.data + 8 * 2 * (firsts[j] - ii0), ldsum, 1.0,
-                  chk_t.ctypes.data + 8 * (a + ldc * 2 * firsts[j]), ldc)
+        if j != trusted and rows_changed(rows[r0:r0 + m], piece_rs[p][r0:r0 + m], got[:m]):
+            return j
+        carry_product(dgemm, rows, r0, m, sums, chk_t, a, firsts[j], ii0)
         a += m
     return -1
+
+
+@njit(cache=True, nogil=True)
+def rows_changed(rows: np.ndarray, sent: np.ndarray, got: np.ndarray) -> bool:  # pragma: no cover - compiled
+    """Whether the sums of ``rows`` (:func:`row_sums`' order, taken into ``got``) differ from ``sent``: the
+    transit check of received rows of P against their senders' row sums."""
+    row_sums(rows, got)
+    for i in range(rows.shape[0]):
+        if not got[i] == sent[i]:
+            return True
+    return False
+
+
+@njit(cache=True, nogil=True)
+def carry_product(dgemm: Any, rows: np.ndarray, r0: int, m: int, sums: np.ndarray, chk_t: np.ndarray,
+                  col: int, first: int, ii0: int) -> None:  # pragma: no cover - compiled
+    """``chk_t[col:col + m, 2 first:] -= rows[r0:r0 + m] @ sums[2 (first - ii0):].T`` by ``dgemm`` (CBLAS, a
+    ctypes function): one block column's carry over the segments from ``first`` on. Column major, every
+    operand with unit row stride."""
+    n, w = chk_t.shape[1] - 2 * first, sums.shape[1]
+    if n > 0 and w > 0:
+        dgemm(102, 111, 112, m, n, w, -1.0, rows.ctypes.data + 8 * r0, rows.strides[1] // 8,
+              sums.ctypes.data + 8 * 2 * (first - ii0), sums.strides[1] // 8, 1.0,
+              chk_t.ctypes.data + 8 * (col + chk_t.strides[1] // 8 * 2 * first), chk_t.strides[1] // 8)
 
 
 @njit(cache=True, nogil=True)
