@@ -8,6 +8,7 @@ one-process reference.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -69,6 +70,16 @@ class Job:
 
     def pid(self, rank: int) -> int:
         return int((self.d / f"pid{rank}").read_text())
+
+    def kill_all(self, nranks: int) -> None:
+        """SIGKILL every rank at its gate, as one event: all are stopped first, so none runs on after the
+        first death; the runtime may reap a stopped rank before its own SIGKILL arrives."""
+        pids = [self.pid(rank) for rank in range(nranks)]
+        for pid in pids:  # nobody has died yet: every rank waits at the gate
+            os.kill(pid, signal.SIGSTOP)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _ends(out: str, nranks: int) -> set[tuple[int, str]]:
@@ -177,8 +188,7 @@ def test_flush_after_a_killed_job_rebuilds_and_the_next_job_reads_l4(tmp_path, l
     write_config(tmp_path, group_size=2 if level == 2 else 4, **{f"ckpt_l{level}": 5})
     job = Job(tmp_path, 4, "--gate-at", "11")
     job.wait_gate()
-    for rank in range(4):
-        os.kill(job.pid(rank), signal.SIGKILL)
+    job.kill_all(4)
     r = job.release()
     assert "stopped" not in r.stdout and "digest" not in r.stdout, r.stdout
     entry = _newest(tmp_path)
@@ -205,8 +215,7 @@ def test_flush_node_by_node_commits_when_the_last_node_has_added_its_files(tmp_p
     write_config(tmp_path, ckpt_l1=5)
     job = Job(tmp_path, 4, "--gate-at", "6")
     job.wait_gate()
-    for rank in range(4):
-        os.kill(job.pid(rank), signal.SIGKILL)
+    job.kill_all(4)
     job.release()
     local = tmp_path / "run" / "local"
     views = []
