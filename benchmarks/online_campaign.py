@@ -47,7 +47,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ftkit.inject import kill_pid
+from ftkit.inject import kill_pid, kill_together
 from ftkit.launch import MPIResult, run_mpi
 from ftkit.topology import plan_topology
 
@@ -161,15 +161,14 @@ class _Job:
 def _kill(job: _Job, ranks: list[int], t: Trial, pids: dict[int, int]) -> list[int]:
     if job.at_step is None:
         job.at_step = job.progress()
-    done = []
-    for r in ranks:
-        pid = pids.get(r)
-        if pid is not None and pid > 0:  # never kill(0): that is this process group
-            kill_pid(pid)
-            done.append(r)
-    if t.kind in ("node", "rank0pair"):
-        for node in sorted({r // t.node_size for r in ranks}):
-            shutil.rmtree(job.d / "run" / "local" / f"node{node}", ignore_errors=True)
+    done = [r for r in ranks if (pids.get(r) or 0) > 0]  # never kill(0): that is this process group
+
+    def lose_disks() -> None:  # while the ranks are stopped: no survivor or spare reads them first
+        if t.kind in ("node", "rank0pair"):
+            for node in sorted({r // t.node_size for r in ranks}):
+                shutil.rmtree(job.d / "run" / "local" / f"node{node}", ignore_errors=True)
+
+    kill_together([pids[r] for r in done], lose_disks)
     return done
 
 

@@ -80,6 +80,7 @@ from pathlib import Path
 from ftkit._jobproc import is_running, process_environ
 from ftkit._wait import deadline_after, poll_until
 from ftkit.errors import FtkitError, TimeoutFailure
+from ftkit.inject import kill_together
 from ftkit.storage.manifest import read_manifest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -315,14 +316,22 @@ def _kill_victims(t: Trial, workdir: Path, program: Path) -> None:
     """SIGKILL (SIGSTOP) the trial's victims; a lost node's local directory goes with them when the
     configuration has redundancy."""
     pids = rank_pids(program.name)
-    for pid in [pids[r] for r in _victims(t) if r in pids]:
+    victims = [pids[r] for r in _victims(t) if r in pids]
+
+    def lose_disk() -> None:  # while the node's processes are stopped: nobody reads it first
+        if t.victim == "node" and t.config != "l1":
+            for node_dir in (workdir / "run" / "local").glob(f"node{t.rank // t.node_size}"):
+                shutil.rmtree(node_dir, ignore_errors=True)
+
+    if t.sig == "KILL":
+        kill_together(victims, lose_disk)  # a node's ranks at once (one ended on its own: it is ignored)
+        return
+    for pid in victims:
         try:
-            os.kill(pid, signal.SIGKILL if t.sig == "KILL" else signal.SIGSTOP)
+            os.kill(pid, signal.SIGSTOP)
         except ProcessLookupError:
-            pass  # it ended between the look and the kill: the job is finishing (judged below)
-    if t.victim == "node" and t.config != "l1":
-        for node_dir in (workdir / "run" / "local").glob(f"node{t.rank // t.node_size}"):
-            shutil.rmtree(node_dir, ignore_errors=True)
+            pass  # it ended between the look and the stop: the job is finishing (judged below)
+    lose_disk()
 
 
 def _relaunch(t: Trial, workdir: Path, program: Path, expected: str,

@@ -4,17 +4,16 @@ bit-identically, after every node-local directory is wiped (as batch systems do 
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
 import re
 import shutil
-import signal
 import threading
 import time
 from pathlib import Path
 
 import pytest
+
+from ftkit.inject import kill_together
 
 from .checkpoint._util import ranks_running_in
 from .conftest import REPO, run_python
@@ -126,9 +125,7 @@ def test_keep_last_ranks_killed_from_outside_during_the_l4_link_lose_nothing(tmp
         assert time.monotonic() < deadline, "finalize() never linked a file into glbl_dir"
         time.sleep(0.001)
     time.sleep(extra)
-    for pid in ranks_running_in(d.resolve(), APP):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    kill_together(ranks_running_in(d.resolve(), APP))
     job.join(TIMEOUT + 60)
     assert box and not box[0].timed_out, "the killed job did not end"
     r = _run(d, "--mode", "recover", "--finalize").check()

@@ -26,6 +26,7 @@ __all__ = [
     "flip_bit",
     "kill_self",
     "kill_pid",
+    "kill_together",
     "corrupt_file",
     "truncate_file",
     "delete_node_dir",
@@ -88,12 +89,48 @@ def kill_pid(pid: int) -> None:
         If ``pid`` is not a positive process id (0 or a negative number would signal a whole process
         group, -1 every process the caller may signal: never what a test means).
     """
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-        raise ValueError(f"kill_pid({pid!r}): not a process id (a pid file not written yet?)")
+    _check_pid("kill_pid", pid)
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def kill_together(pids: Sequence[int], while_stopped: Callable[[], object] | None = None) -> None:
+    """SIGKILL processes ``pids`` from outside as one event (a node lost at once); those already gone are
+    ignored.
+
+    Every process is stopped (SIGSTOP) before the first is killed: killed one after another, the later ones
+    could run on after the first death and see it (start a repair, be ended by the runtime) before their own
+    SIGKILL, which turns one loss into two. ``while_stopped`` runs while all of them are stopped, e.g. to
+    delete their node's local directory (the disk goes with its processes, before anyone can read it); the
+    SIGKILLs are sent even if it raises.
+
+    Raises
+    ------
+    ValueError
+        If an entry of ``pids`` is not a positive process id (nothing is signalled then).
+    """
+    for pid in pids:
+        _check_pid("kill_together", pid)
+    try:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        if while_stopped is not None:
+            while_stopped()
+    finally:
+        for pid in pids:
+            kill_pid(pid)
+
+
+def _check_pid(caller: str, pid: object) -> None:
+    """Refuse ``pid`` unless it is a positive process id: 0 or a negative number would signal a whole process
+    group, -1 every process the caller may signal: never what a test means."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        raise ValueError(f"{caller}({pid!r}): not a process id (a pid file not written yet?)")
 
 
 def corrupt_file(path: str | os.PathLike[str], offset: int = -1, mask: int = 0x01) -> None:

@@ -7,7 +7,6 @@ recover from the checkpoint left on disk.
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 import threading
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ftkit.inject import kill_pid
+from ftkit.inject import delete_node_dir, kill_pid, kill_together
 from ftkit.launch import MPIResult, run_mpi
 
 from ..conftest import REPO
@@ -67,15 +66,18 @@ class Job:
         except (FileNotFoundError, ValueError):
             return False
 
-    def kill_at(self, step: int, ranks: list[int], node_dir: int | None = None) -> None:
-        """SIGKILL ``ranks`` once rank 0 has done ``step``; optionally delete that node's directory too."""
+    def kill_at(self, step: int, ranks: list[int], node_dirs: tuple[int, ...] = ()) -> None:
+        """SIGKILL ``ranks`` together once rank 0 has done ``step``, deleting the directories of nodes
+        ``node_dirs`` while they are stopped (lost with them: no survivor or spare can read them first)."""
         _wait_for(lambda: all(self.has_pid(r) for r in ranks), "the ranks' pid files")
         pids = [self.pid(r) for r in ranks]
         _wait_for(lambda: _progress(self.d) >= step or not self.thread.is_alive(), f"step {step}")
-        for pid in pids:
-            kill_pid(pid)
-        if node_dir is not None:
-            shutil.rmtree(self.d / "run" / "local" / f"node{node_dir}", ignore_errors=True)
+
+        def lose_disks() -> None:
+            for n in node_dirs:
+                delete_node_dir(self.d / "run" / "local" / f"node{n}")
+
+        kill_together(pids, lose_disks)
 
     def done(self) -> MPIResult:
         self.thread.join(JOB_TIMEOUT + 60)
@@ -115,7 +117,7 @@ def test_node_lost_with_rank_0_is_replaced_by_l3_decoding(tmp_path):
     # included) is SIGKILLed and its node-local directory deleted: both replacements decode in their groups.
     write_config(tmp_path, group_size=2, ckpt_l3=5)
     job = Job(tmp_path, 4, 2, "--steps", "40", "--pause", "0.02")
-    job.kill_at(13, [0, 1], node_dir=0)
+    job.kill_at(13, [0, 1], node_dirs=(0,))
     r = job.done()
     rec = _bit_identical_recoveries(r)
     assert [(d, lv) for d, _, lv in rec] == [("0, 1", "3")], r.stdout
@@ -125,7 +127,7 @@ def test_spares_exhausted_every_survivor_raises_the_same_error_and_a_relaunch_re
     # 1 spare for a node of 2 ranks: nobody can go on online; the L2 checkpoint on disk serves the relaunch.
     write_config(tmp_path, group_size=2, ckpt_l2=5)
     job = Job(tmp_path, 4, 1, "--steps", "30", "--pause", "0.02")
-    job.kill_at(12, [2, 3], node_dir=1)
+    job.kill_at(12, [2, 3], node_dirs=(1,))
     r = job.done()
     errors = {p.name.split(".")[1].rstrip("0123456789"): p.read_text()
               for p in tmp_path.glob("online-error.*")}
@@ -206,8 +208,7 @@ def test_two_nodes_of_different_groups_lost_at_once(tmp_path):
     # directories deleted: 2 spares take over, each rebuilt from the partner copy in its own group.
     write_config(tmp_path, group_size=2, ckpt_l2=5)
     job = Job(tmp_path, 4, 2, "--steps", "30", "--pause", "0.02", node_size=1)
-    job.kill_at(12, [0, 2], node_dir=0)
-    shutil.rmtree(tmp_path / "run" / "local" / "node2", ignore_errors=True)
+    job.kill_at(12, [0, 2], node_dirs=(0, 2))
     r = job.done()
     rec = _bit_identical_recoveries(r)
     assert [(d, lv) for d, _, lv in rec] == [("0, 2", "2")], r.stdout

@@ -73,6 +73,22 @@ def test_fti_loop_with_a_node_killed_while_it_runs_ends_bit_for_bit(tmp_path):
     assert [(dead, lv) for dead, _, lv in rec] == [("2, 3", "2")], r.stdout
 
 
+def test_fti_loop_with_a_dead_ranks_part_unreadable_in_the_allreduce_ends_bit_for_bit(tmp_path):
+    # Seen once with node 1 (ranks 2, 3) killed at once in the allreduce: rank 1's call returned without an
+    # error, with a dead rank's part of the gathered objects left unwritten (zero bytes), and unpickling it
+    # raised an UnpicklingError that ended rank 1 (no spare left for the third "failure"). Now a rank whose
+    # collective returned unreadable says in the agreement after it that it did not complete: the iteration
+    # is fenced and the dead rank replaced. Here rank 2's part is unreadable on every peer and rank 2 dies.
+    write_config(tmp_path, group_size=2, ckpt_l2=5)
+    job = Job(tmp_path, 4, 1, *ARGS, "--unreadable-at", "12", "--unreadable-rank", "2", program=PROGRAM)
+    r = job.done()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _same_as_failure_free(r.stdout) == 49
+    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
+    assert [(dead, lv) for dead, _, lv in rec] == [("2", "2")], r.stdout
+    assert "UnpicklingError" not in r.stderr, r.stderr
+
+
 def test_fti_loop_with_a_node_dead_in_the_halo_exchange_ends_bit_for_bit(tmp_path):
     # Node 1 (ranks 2 and 3) dies at the top of step 12: rank 1's halo exchange fails and it starts the
     # repair, while rank 0, whose exchange with rank 1 completed, waits in the allreduce for rank 1's value.

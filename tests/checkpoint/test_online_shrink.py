@@ -76,7 +76,7 @@ def test_node_lost_then_a_rank_lost_shrinks_twice(tmp_path):
     # files of node 2 come from their partner copies. Then rank 1 (of the first 8) dies: 5 ranks.
     write_config(tmp_path, group_size=2, ckpt_l2=5)
     job = _job(tmp_path, 8, 0, "--steps", "40")
-    job.kill_at(12, [4, 5], node_dir=2)
+    job.kill_at(12, [4, 5], node_dirs=(2,))
     job.kill_at(26, [1])
     r = job.done()
     _bit_identical_recoveries(r)
@@ -90,7 +90,7 @@ def test_node_lost_with_l3_decodes_on_the_survivors_and_falls_back_to_l4(tmp_pat
     # The 6 survivors decode the lost files in the smaller job; 3 nodes no longer make a group of 4: L4.
     write_config(tmp_path, group_size=4, ckpt_l3=5)
     job = _job(tmp_path, 8, 0, "--steps", "30")
-    job.kill_at(12, [6, 7], node_dir=3)
+    job.kill_at(12, [6, 7], node_dirs=(3,))
     r = job.done()
     _bit_identical_recoveries(r)
     assert [(o, n, f, lv) for o, n, f, lv, _ in _shrinks(r.stdout)] == [(8, 6, "6, 7", 3)], r.stdout

@@ -4,19 +4,18 @@ and a copy left damaged (as by a power loss before its fsync) falls back to that
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import random
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
 import time
 
 import pytest
+
+from ftkit.inject import kill_together
 
 from ._util import APP, TIMEOUT, rank_lines, ranks_running_in, run_app, write_config
 
@@ -49,9 +48,7 @@ def _killed_after_first_commit(d, delay: float, run) -> None:
         time.sleep(0.005)
     time.sleep(delay)
     assert job.is_alive(), f"the job ended before the kill ({delay:.2f} s after its first commit)"
-    for pid in ranks_running_in(d.resolve(), APP):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    kill_together(ranks_running_in(d.resolve(), APP))
     job.join(TIMEOUT + 60)
     assert box and not box[0].timed_out and box[0].returncode != 0, "the killed job did not end as killed"
 

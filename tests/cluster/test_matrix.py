@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import sys
 import threading
 import time
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import pytest
 from tools.cluster.vcluster import faults
+
+from ftkit.inject import kill_together
 
 from . import _vc
 from ._vc import fault_and_finish, fault_and_relaunch, rank_pids
@@ -30,8 +31,7 @@ def _crash_ranks(host, script="gated_heat.py"):  # type: ignore[no-untyped-def]
     def fault(job):  # type: ignore[no-untyped-def]
         pids = rank_pids(job.cluster, host, script)
         assert len(pids) == 2, job.output()
-        for p in pids:
-            os.kill(p, signal.SIGKILL)
+        kill_together(pids)  # the runtime may end the other as soon as the first dies
     return fault
 
 

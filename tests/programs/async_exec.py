@@ -37,11 +37,12 @@ topo = plan_topology(detect_node_ids(world), world.Get_rank(), head=head, ckpt_d
 
 
 def flush(rank: int, ckpt_id: int, src: str) -> None:
-    # The first flush waits until its rank has looked at the manifest after submit() returned: this shows
-    # deterministically that an asynchronous submit returns before the work is done.
-    go = root / f"go-r{rank}"
+    # An asynchronous flush waits until its rank has looked at the manifest after submit() returned: this
+    # shows deterministically that the submit returns before the work is done (with the first flush alone
+    # gated, a main thread descheduled for work_seconds on a busy machine could see checkpoint 3 complete).
+    go = root / f"go-c{ckpt_id}-r{rank}"
     deadline = time.monotonic() + 60
-    while args.mode != "inline" and ckpt_id == 1 and not go.exists() and time.monotonic() < deadline:
+    while args.mode != "inline" and not go.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
     time.sleep(args.work_seconds)
     if rank == args.fail_rank and ckpt_id == args.fail_id:
@@ -113,7 +114,7 @@ for cid in range(1, args.count + 1):
             ex.submit(job)
     report["submit_s"].append(round(time.monotonic() - t0, 3))
     report["complete_after_submit"].append(complete())
-    (root / f"go-r{rank}").touch()
+    (root / f"go-c{cid}-r{rank}").touch()
     comm.Barrier()
 try:
     ex.wait()

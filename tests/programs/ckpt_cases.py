@@ -142,8 +142,9 @@ elif a.mode == "txn":
 elif a.mode == "hold":
     data[:] = value(rank, 0, a.n)
     ckpt.checkpoint(1)
-    if rank == 0:
-        Path(a.release + ".holding").write_text(str(os.getpid()))
+    if rank == 0:  # renamed: whole when it appears (the test reads the pid at once)
+        Path(a.release + ".holding.tmp").write_text(str(os.getpid()))
+        os.replace(a.release + ".holding.tmp", a.release + ".holding")
     out("HOLDING")
     deadline = time.monotonic() + 200
     while not os.path.exists(a.release) and time.monotonic() < deadline:

@@ -9,6 +9,9 @@ and before the allreduce, until FILE exists (at most 120 s), so the driver can k
 recovers).
 ``--die-at S --die-ranks R,..``: those original ranks SIGKILL themselves at the top of step S, after the
 snapshot (their neighbours' halo exchange fails, the other ranks reach the allreduce).
+``--unreadable-at S --unreadable-rank R``: in step S the original rank R gives the allreduce an object that no
+peer can unpickle (``UnpicklingError``), and dies (SIGKILL) as it unpickles it itself: the part of a rank
+that died in the collective, as ULFM can leave it unwritten on a survivor whose call returned.
 ``--pause S``: sleep S seconds per step. ``--nan-converges``: the test is written
 ``if not globalerror >= PRECISION: break``, which a NaN passes.
 
@@ -21,6 +24,7 @@ with 3.
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import sys
 import time
@@ -44,8 +48,23 @@ p.add_argument("--crash-at", type=int, default=-1)
 p.add_argument("--nan-converges", action="store_true")
 p.add_argument("--die-at", type=int, default=-1)
 p.add_argument("--die-ranks", default="")
+p.add_argument("--unreadable-at", type=int, default=-1)
+p.add_argument("--unreadable-rank", type=int, default=-1)
 a = p.parse_args()
 out = Path(a.dir)
+
+
+def _unreadable(pid: int) -> float:
+    if pid == os.getpid():  # the sender, reading its own part back: it dies in the collective
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise pickle.UnpicklingError("invalid load key, '\\x00'.")
+
+
+class Unreadable:
+    """An allreduce contribution whose bytes unpickle on no peer (see ``--unreadable-at``)."""
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return _unreadable, (os.getpid(),)
 
 
 def serial(n: int, steps: int, precision: float) -> tuple[int, np.ndarray]:
@@ -85,6 +104,8 @@ try:
             deadline = time.monotonic() + 120
             while not Path(a.wait_for).exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
+        if step == a.unreadable_at and original and comm.rank == a.unreadable_rank:
+            localerror = Unreadable()  # type: ignore[assignment]
         globalerror = comm.allreduce(localerror, op=MPI.MAX)
         if comm.rank == 0:
             (out / "progress").write_text(str(step))

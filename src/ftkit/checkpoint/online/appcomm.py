@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -71,6 +72,13 @@ _ON_COMM: dict[str, Callable[..., Any]] = {"Sendrecv": _sendrecv, "allreduce": _
                                             "scan": _scan, "exscan": _exscan}
 
 
+#: What unpickling a peer's part of an object collective raises when its bytes never arrived: with ULFM the
+#: call can return on one rank (no error) with the part of a peer that died in it left unwritten (zero
+#: bytes: "invalid load key, '\\x00'", seen in an allreduce when a node's two ranks were killed at once).
+#: In the loop that rank did not complete the call: the agreement after it says so to every rank.
+_UNREADABLE = (pickle.UnpicklingError, EOFError)
+
+
 def _guarded(name: str) -> Callable[..., Any]:
     base = _ON_COMM.get(name) or getattr(MPI.Intracomm, name)
     agreed = name in _COLL
@@ -81,6 +89,8 @@ def _guarded(name: str) -> Callable[..., Any]:
         if state is not None and state.fenced:
             fence.check_left(state)
             return fence.fenced_result(self, name, args, kwargs)
+        in_loop = agreed and state is not None and state.in_loop
+        completed, result = True, None
         try:
             result = base(self, *args, **kwargs)
         except MPI.Exception as exc:
@@ -88,8 +98,12 @@ def _guarded(name: str) -> Callable[..., Any]:
                 raise
             on_failure(session, exc, f"ckpt.comm.{name}")
             return fence.fenced_result(self, name, args, kwargs)
-        if agreed and session is not None and state is not None and state.in_loop and not fence.all_completed(
-                self, session.config.failure_timeout):
+        except _UNREADABLE:
+            if not (in_loop and name.islower()):
+                raise
+            completed = False
+        if session is not None and in_loop and not fence.all_completed(self, session.config.failure_timeout,
+                                                                       completed):
             on_failure(session, ProcessFailure(f"ckpt.comm.{name}: not completed on every rank"),
                        f"ckpt.comm.{name}")
             return fence.fenced_result(self, name, args, kwargs)

@@ -45,13 +45,14 @@ _OBJECT_RESULT = ("bcast", "reduce", "allreduce", "scan", "exscan", "scatter", "
 _MAX_PAUSE = 1e-3  # s: the agreement follows every collective of the loop; poll it closely
 
 
-def all_completed(comm: Any, timeout: float) -> bool:
-    """Whether every live rank of ``comm`` completed the collective this rank just completed (agreement).
+def all_completed(comm: Any, timeout: float, completed: bool = True) -> bool:
+    """Whether every live rank of ``comm`` completed the collective this rank just left (agreement);
+    ``completed``: whether this rank did (False: its result is unusable).
 
     False when a rank failed (in the call or during the agreement), when ``comm`` is revoked (a rank is
-    repairing) or when some rank does not take part within ``timeout`` seconds.
+    repairing), when some rank does not take part within ``timeout`` seconds or did not complete.
     """
-    flag = np.ones(1, np.intc)
+    flag = np.full(1, int(completed), np.intc)
     try:
         req = comm.Iagree(flag)
         deadline = time.monotonic() + timeout
