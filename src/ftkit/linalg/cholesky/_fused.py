@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit
 
 from .. import _blas
+from .._kernel_blas import KERNEL_DGEMM, call_dgemm
 from ._abft import UpdateChecks
 from ._kernels import carry_product, rows_changed
 from ._steps import CholeskySteps
@@ -101,7 +102,7 @@ class FusedUpdate:
             j1 = min(end, self._next + step)
             j, trusted = self._next, -1
             while j >= 0:
-                j = fused_blocks(_blas._dgemm, self._flat, *self._args, self._early, j, j1, trusted)
+                j = fused_blocks(KERNEL_DGEMM, self._flat, *self._args, self._early, j, j1, trusted)
                 if j >= 0:
                     self.repair(j)
                     trusted = j
@@ -156,7 +157,7 @@ def fused_blocks(dgemm: Any, pieces: Any, lds: np.ndarray, piece_rs: Any, table:
     ``j`` where one differs, before anything reads them; then ``w[wrow:wrow + nrow, ccol:ccol + m] -=
     mine[lrow:lrow + nrow] @ rows.T`` (:func:`ftkit.linalg._blas.gemm_update`'s call) and ``chk_t[ccol:ccol
     + m, 2 firsts[j]:] -= rows @ sums[2 (firsts[j] - ii0):].T`` (:func:`._kernels.carry_blocks`' call), both
-    by ``dgemm`` (CBLAS, a ctypes function passed in). Returns -1 when all are done. Column major, every
+    by ``dgemm`` (CBLAS, as ``carry_blocks`` takes it). Returns -1 when all are done. Column major, every
     operand with unit row stride."""
     wd = sums.shape[1]
     ldw, ldm = w.strides[1] // 8, mine.strides[1] // 8
@@ -173,7 +174,7 @@ def fused_blocks(dgemm: Any, pieces: Any, lds: np.ndarray, piece_rs: Any, table:
         if j != trusted and not early[p] and rows_changed(rows[r0:r0 + m], piece_rs[p][r0:r0 + m], got[:m]):
             return j
         if nrow[j] > 0 and wd > 0:
-            dgemm(102, 111, 112, nrow[j], m, wd, -1.0, mine.ctypes.data + 8 * lrow[j], ldm,
-                  rows.ctypes.data + 8 * r0, ld, 1.0, w.ctypes.data + 8 * (wrow[j] + ldw * ccol[j]), ldw)
+            call_dgemm(dgemm, 102, 111, 112, nrow[j], m, wd, -1.0, mine.ctypes.data + 8 * lrow[j], ldm,
+                       rows.ctypes.data + 8 * r0, ld, 1.0, w.ctypes.data + 8 * (wrow[j] + ldw * ccol[j]), ldw)
         carry_product(dgemm, rows, r0, m, sums, chk_t, ccol[j], firsts[j], ii0)
     return -1
