@@ -18,6 +18,7 @@ updates after, as ``pdpotrf`` does.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any
 
@@ -85,7 +86,7 @@ class FusedUpdate:
     def check_early(self) -> None:
         """Check the rows of the pieces that are the GEMMs' left operand too, repairing changed ones."""
         lds, piece_rs, table = self._args[:3]
-        j, trusted = 0, -1
+        j, trusted = (0 if self._early.any() else -1), -1
         while j >= 0:
             j = check_pieces(self._flat, lds, piece_rs, table, self._early, self._width, j, trusted)
             if j >= 0:
@@ -96,7 +97,7 @@ class FusedUpdate:
         """Check, update and carry the trailing block columns from the next one not done up to panel ``stop``
         (excluded; default: all), calling ``between()`` after every :data:`STEP` of them."""
         panels = self.colp.panels
-        end = len(panels) if stop is None else int(np.searchsorted(panels, stop))
+        end = len(panels) if stop is None else bisect_left(panels, stop)
         step = STEP if between is not None else max(1, end - self._next)
         while self._next < end:
             j1 = min(end, self._next + step)
