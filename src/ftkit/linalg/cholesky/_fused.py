@@ -11,7 +11,8 @@ once for the three, not once by the check and the carry over all block columns a
 A piece of rows that is also every GEMM's left operand (this process's own rows of ``P``) is checked whole
 before the first GEMM, as before: a GEMM reads its rows of every later block row. Block column ``k+1`` goes
 first (panel ``k+1`` reads it and its checksums); the rest after panel ``k+1`` is launched, returning to
-Python every :data:`STEP` block columns to progress its messages. Needs CBLAS and unit row strides
+Python every :data:`STEP` block columns to progress its messages until they have all arrived here, then in
+one call. Needs CBLAS and unit row strides
 (:func:`supports_fused`); otherwise the caller checks and carries first (:meth:`UpdateChecks.update`) and
 updates after, as ``pdpotrf`` does.
 """
@@ -95,12 +96,12 @@ class FusedUpdate:
 
     def run(self, stop: int | None = None, between: Callable[[], object] | None = None) -> None:
         """Check, update and carry the trailing block columns from the next one not done up to panel ``stop``
-        (excluded; default: all), calling ``between()`` after every :data:`STEP` of them."""
+        (excluded; default: all), calling ``between()`` after every :data:`STEP` of them until it returns
+        true (the messages have all arrived: the rest in one compiled call)."""
         panels = self.colp.panels
         end = len(panels) if stop is None else bisect_left(panels, stop)
-        step = STEP if between is not None else max(1, end - self._next)
         while self._next < end:
-            j1 = min(end, self._next + step)
+            j1 = min(end, self._next + STEP) if between is not None else end
             j, trusted = self._next, -1
             while j >= 0:
                 j = fused_blocks(KERNEL_DGEMM, self._flat, *self._args, self._early, j, j1, trusted)
@@ -108,8 +109,8 @@ class FusedUpdate:
                     self.repair(j)
                     trusted = j
             self._next = j1
-            if between is not None:
-                between()
+            if between is not None and between():
+                between = None
 
 
 def _gemm_table(steps: CholeskySteps, k: int, panels: list[int]) -> tuple[np.ndarray, ...]:
