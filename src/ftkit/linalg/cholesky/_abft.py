@@ -52,8 +52,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import _blas, checksums
-from .._blas import gemm_update
-from .._kernel_blas import KERNEL_DGEMM
+from .._blas import KERNEL_DGEMM, gemm_update
 from ..abft.report import BlockEvent
 from ._flag_kernels import add_squares, block_flags, solve_check, solve_flags
 from ._kernels import carry_blocks, copy_checksums, exact_sums, panel_pass, take_checksums

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from .._kernel_blas import call_dgemm
+from .._blas import call_dgemm
 from ..checksums._kernels import encode_rows_into
 from ._kernels import exact_sums
 

@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from .. import _blas
-from .._kernel_blas import KERNEL_DGEMM, call_dgemm
+from .._blas import KERNEL_DGEMM, call_dgemm
 from ._abft import UpdateChecks
 from ._kernels import carry_product, rows_changed
 from ._steps import CholeskySteps
