@@ -52,7 +52,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import _blas, checksums
-from .._blas import gemm_update
+from .._blas import KERNEL_DGEMM, gemm_update
 from ..abft.report import BlockEvent
 from ._flag_kernels import add_squares, block_flags, solve_check, solve_flags
 from ._kernels import carry_blocks, copy_checksums, exact_sums, panel_pass, take_checksums
@@ -133,7 +133,7 @@ class UpdateChecks:
         if _blas._dgemm is not None and st.w.strides[0] == 8 and st.w.dtype == np.float64:
             # one small product per segment and block column, from compiled code (~2x the batched numpy
             # products of _sums with their interleaving copies, standalone)
-            take_checksums(_blas._dgemm, st.w, self._enc, self.chk_t, self.rlo, self.clo[mine],
+            take_checksums(KERNEL_DGEMM, st.w, self._enc, self.chk_t, self.rlo, self.clo[mine],
                            self._cend[1:][mine], self._cseg[mine])
             return False
         for jj, big_j in enumerate(self.cblk):
@@ -191,7 +191,7 @@ class UpdateChecks:
             lds = np.array([pc.shape[0] for pc in colp.pieces], np.int64)
             j, trusted = 0, -1
             while j >= 0:
-                j = carry_blocks(_blas._dgemm, flat, lds, colp.sums, colp.table, sums, self.chk_t, c0, firsts,
+                j = carry_blocks(KERNEL_DGEMM, flat, lds, colp.sums, colp.table, sums, self.chk_t, c0, firsts,
                                  ii0, j, trusted)
                 if j >= 0:
                     repair(j)
@@ -300,7 +300,7 @@ class UpdateChecks:
                                       flags[0], flags[1])
         nseg, compiled, chk, prod, bounds, fac, vfac, rglob, cglob, flag, unchecked = at
         # error-free, the whole check is one compiled call (encode's sums, the product, the flags)
-        if compiled and solve_check(_blas._dgemm, pt, views[1], views[2], views[3], views[4], views[5],
+        if compiled and solve_check(KERNEL_DGEMM, pt, views[1], views[2], views[3], views[4], views[5],
                                     self._enc_t, low, prod, chk, bounds, fac, vfac, self.nu, rglob, cglob,
                                     self._add, self.eta, flag, unchecked) >= 0:
             return nseg, flag, unchecked

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from .._blas import call_dgemm
 from ..checksums._kernels import encode_rows_into
 from ._kernels import exact_sums
 
@@ -115,7 +116,7 @@ def solve_check(dgemm: Any, pt: np.ndarray, rows: np.ndarray, rs: np.ndarray, sq
     order): the rows' sums (:func:`._kernels.exact_sums`), the segment sums ``segs`` (``2 nseg x w``, F order)
     as one product ``enc_t @ rows`` seen as ``bs x (nseg w)`` (``UpdateChecks.encode``'s call, so the same
     bits), ``prod = segs @ low.T`` and :func:`solve_flags` (the other arguments are its own), by ``dgemm``
-    (CBLAS ``dgemm``, a ctypes function, as ``carry_blocks``). Returns the number of segments flagged or
+    (CBLAS ``dgemm`` as ``carry_blocks`` takes it). Returns the number of segments flagged or
     unchecked, or -1, having done nothing, if ``pt`` is not ``rows.T`` or an operand is not in that layout
     (``low``: one unit stride)."""
     m, w = rows.shape
@@ -127,14 +128,14 @@ def solve_check(dgemm: Any, pt: np.ndarray, rows: np.ndarray, rs: np.ndarray, sq
         return -1
     exact_sums(rows, rs, sq, cs)
     if m > 0 and w > 0:
-        dgemm(_COL_MAJOR, _NO_TRANS, _NO_TRANS, 2, nseg * w, bs, 1.0, enc_t.ctypes.data, 2, rows.ctypes.data,
-              bs, 0.0, segs.ctypes.data, 2)
+        call_dgemm(dgemm, _COL_MAJOR, _NO_TRANS, _NO_TRANS, 2, nseg * w, bs, 1.0, enc_t.ctypes.data, 2,
+                   rows.ctypes.data, bs, 0.0, segs.ctypes.data, 2)
         if low.strides[0] == 8:
             transb, ldl = _TRANS, max(1, low.strides[1] // 8)
         else:
             transb, ldl = _NO_TRANS, max(1, low.strides[0] // 8)
-        dgemm(_COL_MAJOR, _NO_TRANS, transb, 2 * nseg, w, w, 1.0, segs.ctypes.data, 2 * nseg, low.ctypes.data,
-              ldl, 0.0, prod.ctypes.data, 2 * nseg)
+        call_dgemm(dgemm, _COL_MAJOR, _NO_TRANS, transb, 2 * nseg, w, w, 1.0, segs.ctypes.data, 2 * nseg,
+                   low.ctypes.data, ldl, 0.0, prod.ctypes.data, 2 * nseg)
     solve_flags(prod, chk, sq, bounds, low, fac, vfac, nu, rglob, cglob, add, eta, flag, unchecked)
     n = 0
     for s in range(nseg):

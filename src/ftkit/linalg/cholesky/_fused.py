@@ -11,13 +11,15 @@ once for the three, not once by the check and the carry over all block columns a
 A piece of rows that is also every GEMM's left operand (this process's own rows of ``P``) is checked whole
 before the first GEMM, as before: a GEMM reads its rows of every later block row. Block column ``k+1`` goes
 first (panel ``k+1`` reads it and its checksums); the rest after panel ``k+1`` is launched, returning to
-Python every :data:`STEP` block columns to progress its messages. Needs CBLAS and unit row strides
+Python every :data:`STEP` block columns to progress its messages until they have all arrived here, then in
+one call. Needs CBLAS and unit row strides
 (:func:`supports_fused`); otherwise the caller checks and carries first (:meth:`UpdateChecks.update`) and
 updates after, as ``pdpotrf`` does.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +27,7 @@ import numpy as np
 from numba import njit
 
 from .. import _blas
+from .._blas import KERNEL_DGEMM, call_dgemm
 from ._abft import UpdateChecks
 from ._kernels import carry_product, rows_changed
 from ._steps import CholeskySteps
@@ -84,7 +87,7 @@ class FusedUpdate:
     def check_early(self) -> None:
         """Check the rows of the pieces that are the GEMMs' left operand too, repairing changed ones."""
         lds, piece_rs, table = self._args[:3]
-        j, trusted = 0, -1
+        j, trusted = (0 if self._early.any() else -1), -1
         while j >= 0:
             j = check_pieces(self._flat, lds, piece_rs, table, self._early, self._width, j, trusted)
             if j >= 0:
@@ -93,21 +96,21 @@ class FusedUpdate:
 
     def run(self, stop: int | None = None, between: Callable[[], object] | None = None) -> None:
         """Check, update and carry the trailing block columns from the next one not done up to panel ``stop``
-        (excluded; default: all), calling ``between()`` after every :data:`STEP` of them."""
+        (excluded; default: all), calling ``between()`` after every :data:`STEP` of them until it returns
+        true (the messages have all arrived: the rest in one compiled call)."""
         panels = self.colp.panels
-        end = len(panels) if stop is None else int(np.searchsorted(panels, stop))
-        step = STEP if between is not None else max(1, end - self._next)
+        end = len(panels) if stop is None else bisect_left(panels, stop)
         while self._next < end:
-            j1 = min(end, self._next + step)
+            j1 = min(end, self._next + STEP) if between is not None else end
             j, trusted = self._next, -1
             while j >= 0:
-                j = fused_blocks(_blas._dgemm, self._flat, *self._args, self._early, j, j1, trusted)
+                j = fused_blocks(KERNEL_DGEMM, self._flat, *self._args, self._early, j, j1, trusted)
                 if j >= 0:
                     self.repair(j)
                     trusted = j
             self._next = j1
-            if between is not None:
-                between()
+            if between is not None and between():
+                between = None
 
 
 def _gemm_table(steps: CholeskySteps, k: int, panels: list[int]) -> tuple[np.ndarray, ...]:
@@ -156,7 +159,7 @@ def fused_blocks(dgemm: Any, pieces: Any, lds: np.ndarray, piece_rs: Any, table:
     ``j`` where one differs, before anything reads them; then ``w[wrow:wrow + nrow, ccol:ccol + m] -=
     mine[lrow:lrow + nrow] @ rows.T`` (:func:`ftkit.linalg._blas.gemm_update`'s call) and ``chk_t[ccol:ccol
     + m, 2 firsts[j]:] -= rows @ sums[2 (firsts[j] - ii0):].T`` (:func:`._kernels.carry_blocks`' call), both
-    by ``dgemm`` (CBLAS, a ctypes function passed in). Returns -1 when all are done. Column major, every
+    by ``dgemm`` (CBLAS, as ``carry_blocks`` takes it). Returns -1 when all are done. Column major, every
     operand with unit row stride."""
     wd = sums.shape[1]
     ldw, ldm = w.strides[1] // 8, mine.strides[1] // 8
@@ -173,7 +176,7 @@ def fused_blocks(dgemm: Any, pieces: Any, lds: np.ndarray, piece_rs: Any, table:
         if j != trusted and not early[p] and rows_changed(rows[r0:r0 + m], piece_rs[p][r0:r0 + m], got[:m]):
             return j
         if nrow[j] > 0 and wd > 0:
-            dgemm(102, 111, 112, nrow[j], m, wd, -1.0, mine.ctypes.data + 8 * lrow[j], ldm,
-                  rows.ctypes.data + 8 * r0, ld, 1.0, w.ctypes.data + 8 * (wrow[j] + ldw * ccol[j]), ldw)
+            call_dgemm(dgemm, 102, 111, 112, nrow[j], m, wd, -1.0, mine.ctypes.data + 8 * lrow[j], ldm,
+                       rows.ctypes.data + 8 * r0, ld, 1.0, w.ctypes.data + 8 * (wrow[j] + ldw * ccol[j]), ldw)
         carry_product(dgemm, rows, r0, m, sums, chk_t, ccol[j], firsts[j], ii0)
     return -1

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from .._blas import call_dgemm
+
 __all__ = ["panel_pass", "exact_sums", "row_sums", "col_sums", "carry_blocks", "take_checksums",
            "copy_checksums", "pack_rows"]
 
@@ -243,8 +245,9 @@ def carry_blocks(dgemm: Any, pieces: Any, lds: np.ndarray, piece_rs: Any, table:
     with the sent ones (the same rows of ``piece_rs``; not for ``j == trusted``) and return ``j`` at the
     first block column where one differs, before anything is carried for it; else carry it: ``chk_t[rows of
     j, 2 firsts[j]:] -= rows @ sums[2 (firsts[j] - ii0):].T``, over the segments from its diagonal on only,
-    by ``dgemm`` (CBLAS ``dgemm``, a ctypes function: passed in, so this stays cached) called from here,
-    while the rows just summed are in cache. Returns -1 when every block column is carried. Column major,
+    by ``dgemm`` (CBLAS ``dgemm``, passed in, so this stays cached: :data:`.._blas.KERNEL_DGEMM` or
+    the ctypes function, :func:`.._blas.call_dgemm`) called from here, while the rows just summed are
+    in cache. Returns -1 when every block column is carried. Column major,
     every operand with unit row stride."""
     w = sums.shape[1]
     a = c0
@@ -281,14 +284,14 @@ def rows_changed(rows: np.ndarray, sent: np.ndarray, got: np.ndarray) -> bool:  
 @njit(cache=True, nogil=True)
 def carry_product(dgemm: Any, rows: np.ndarray, r0: int, m: int, sums: np.ndarray, chk_t: np.ndarray,
                   col: int, first: int, ii0: int) -> None:  # pragma: no cover - compiled
-    """``chk_t[col:col + m, 2 first:] -= rows[r0:r0 + m] @ sums[2 (first - ii0):].T`` by ``dgemm`` (CBLAS, a
-    ctypes function): one block column's carry over the segments from ``first`` on. Column major, every
-    operand with unit row stride."""
+    """``chk_t[col:col + m, 2 first:] -= rows[r0:r0 + m] @ sums[2 (first - ii0):].T`` by ``dgemm`` (CBLAS, as
+    :func:`carry_blocks` takes it): one block column's carry over the segments from ``first`` on. Column
+    major, every operand with unit row stride."""
     n, w = chk_t.shape[1] - 2 * first, sums.shape[1]
     if n > 0 and w > 0:
-        dgemm(102, 111, 112, m, n, w, -1.0, rows.ctypes.data + 8 * r0, rows.strides[1] // 8,
-              sums.ctypes.data + 8 * 2 * (first - ii0), sums.strides[1] // 8, 1.0,
-              chk_t.ctypes.data + 8 * (col + chk_t.strides[1] // 8 * 2 * first), chk_t.strides[1] // 8)
+        call_dgemm(dgemm, 102, 111, 112, m, n, w, -1.0, rows.ctypes.data + 8 * r0, rows.strides[1] // 8,
+                   sums.ctypes.data + 8 * 2 * (first - ii0), sums.strides[1] // 8, 1.0,
+                   chk_t.ctypes.data + 8 * (col + chk_t.strides[1] // 8 * 2 * first), chk_t.strides[1] // 8)
 
 
 @njit(cache=True, nogil=True)
@@ -306,8 +309,8 @@ def take_checksums(dgemm: Any, w: np.ndarray, enc: np.ndarray, chk_t: np.ndarray
             ln = rlo[s + 1] - rlo[s]
             if m <= 0 or ln <= 0:
                 continue
-            dgemm(102, 112, 111, m, 2, ln, 1.0, w.ctypes.data + 8 * (rlo[s] + ldw * cstart[j]), ldw,
-                  enc.ctypes.data, lde, 0.0, chk_t.ctypes.data + 8 * (cstart[j] + ldc * 2 * s), ldc)
+            call_dgemm(dgemm, 102, 112, 111, m, 2, ln, 1.0, w.ctypes.data + 8 * (rlo[s] + ldw * cstart[j]),
+                       ldw, enc.ctypes.data, lde, 0.0, chk_t.ctypes.data + 8 * (cstart[j] + ldc * 2 * s), ldc)
 
 
 @njit(cache=True, nogil=True, fastmath=_FM)

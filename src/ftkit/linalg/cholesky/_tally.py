@@ -10,11 +10,14 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+from mpi4py import MPI
 
+from ..._wait import deadline_after, wait_requests
 from .._blas import trsm_right_lower_t
 from ..abft._blocks import Threshold
 from ..abft.report import ABFTReport, BlockEvent
 from ._abft import UpdateChecks
+from ._steps import WAIT_TIMEOUT
 
 __all__ = ["Tally", "uncorrected"]
 
@@ -83,8 +86,15 @@ class Tally:
             bad = checks.check_solve(k, p.T, low, views)[1]
 
     def report(self, comm: Any, threshold: Threshold, bs: int) -> ABFTReport:
-        """The report of the whole factorization (collective: events are gathered)."""
-        every = comm.allgather((self.checked, self.events))  # one collective for the counts and events
+        """The report of the whole factorization (collective: the counts summed, events gathered if any)."""
+        # the counts first, waited by sleeping: the ranks reach this at different times, and a blocking
+        # collective busy-polls the core the last ones need; events (rare) only if some rank has one
+        mine, total = np.array([self.checked, len(self.events)], np.int64), np.zeros(2, np.int64)
+        wait_requests([comm.Iallreduce(mine, total, op=MPI.SUM)], deadline_after(WAIT_TIMEOUT),
+                      "the report's counts")
+        if not total[1]:
+            return ABFTReport(blocks_checked=int(total[0]), threshold=threshold.name, bs=bs)
+        every = comm.allgather((self.checked, self.events))
         events = sorted((ev for _, evs in every for ev in evs), key=lambda ev: (ev.row_block, ev.col_block))
         acts = [ev.action for ev in events]
         return ABFTReport(
