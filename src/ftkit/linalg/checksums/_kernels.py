@@ -238,6 +238,44 @@ def copy_add_run(
         j += m
 
 
+@njit(cache=True, nogil=True, fastmath=_FM, inline="always")
+def _copy_col_sums(
+    b: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray, base: int, sq_on: bool
+) -> None:  # pragma: no cover - compiled
+    """:func:`_col_sums` with ``copy``: each segment's columns copied into ``ext`` and summed into a scratch
+    (:func:`copy_add_run`), whose columns are then stored as the segment's checksum columns. Summed into
+    ``ext``'s own columns instead, which lie whole multiples of its leading dimension from the columns
+    being copied, the pass took twice as long (2048 x 2048 piece, 3 kinds: 5.8-6.6 ms against 2.8-3.4,
+    the copy alone ~2.4); the sums are the same to the bit."""
+    kp = b.shape[0]
+    nc = bounds.shape[0] - 1
+    acc = np.empty((4, kp))
+    es = acc[0]
+    wss = acc[1]
+    abq = acc[2]
+    sqs = acc[3]
+    for s in range(nc):
+        for kk in range(kp):
+            es[kk] = 0.0
+            wss[kk] = 0.0
+            abq[kk] = 0.0
+        if sq_on:
+            for kk in range(kp):
+                sqs[kk] = 0.0
+        copy_add_run(b, ext, bounds[s], bounds[s + 1], w, es, wss, abq, sqs, sq_on)
+        e_out = ext[:, base + s]
+        w_out = ext[:, base + nc + s]
+        a_out = ext[:, base + 2 * nc + s]
+        for kk in range(kp):
+            e_out[kk] = es[kk]
+            w_out[kk] = wss[kk]
+            a_out[kk] = abq[kk]
+        if sq_on:
+            s_out = ext[:, base + 3 * nc + s]
+            for kk in range(kp):
+                s_out[kk] = sqs[kk]
+
+
 @njit(cache=True, nogil=True, fastmath=_FM)
 def _col_sums(
     b: np.ndarray, bounds: np.ndarray, w: np.ndarray, ext: np.ndarray, base: int, copy: bool, kinds: int
@@ -247,6 +285,9 @@ def _col_sums(
     kp = b.shape[0]
     nc = bounds.shape[0] - 1
     sq_on = kinds >= 4
+    if copy:
+        _copy_col_sums(b, bounds, w, ext, base, sq_on)
+        return
     for s in range(nc):
         es = ext[:, base + s]
         wss = ext[:, base + nc + s]
@@ -259,9 +300,6 @@ def _col_sums(
         if sq_on:
             for kk in range(kp):
                 sqs[kk] = 0.0
-        if copy:
-            copy_add_run(b, ext, bounds[s], bounds[s + 1], w, es, wss, abq, sqs, sq_on)
-            continue
         j = bounds[s]
         hi = bounds[s + 1]
         while j < hi:
