@@ -403,7 +403,8 @@ def kernels(args: argparse.Namespace) -> int:
 
     from ftkit.linalg import checksums
     from ftkit.linalg._blas import gemm_update
-    from ftkit.linalg.checksums._kernels import block_sums_into, encode_cols_into, encode_rows_into
+    from ftkit.linalg.checksums._block_kernels import block_sums_into
+    from ftkit.linalg.checksums._kernels import encode_cols_into, encode_rows_into
 
     loc, width = args.n // 2, 512
     bs = args.bs[0] or checksums.choose_bs(args.nb, args.nb, args.n)

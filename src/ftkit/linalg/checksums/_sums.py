@@ -7,7 +7,8 @@ import numpy as np
 
 from ...errors import ABFTArgumentError
 from ..matrix import segment_bounds  # the one segmentation (layer 0), re-exported as checksums'
-from ._kernels import block_sums_into, encode_cols_into, encode_rows_into
+from ._block_kernels import block_sums_into
+from ._kernels import encode_cols_into, encode_rows_into
 
 __all__ = ["U", "ETA", "NCHK", "gamma", "checksum_kinds", "segment_bounds", "dense_bounds", "segment_weights",
            "encode_rows", "encode_cols", "check_kinds", "block_sums", "block_sums_sq", "abs_block_sums",
@@ -134,7 +135,7 @@ def block_sums(
     return ee, we, ew, ww
 
 
-#: "No copy" and "all rows kept" for :func:`~ftkit.linalg.checksums._kernels.block_sums_into`.
+#: "No copy" and "all rows kept" for :func:`~ftkit.linalg.checksums._block_kernels.block_sums_into`.
 _NO_COPY = np.empty((0, 0), order="F")
 _ALL_ROWS = np.empty((2, 0), dtype=np.int64)
 
