@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ftkit.inject import kill_pid
-from ftkit.launch import run_mpi
+from ftkit.launch import MPIResult, run_mpi
 
 from ..conftest import REPO
 from ._util import write_config
@@ -39,6 +39,15 @@ def _same_as_failure_free(out: str) -> int:
     return int(steps.group(1))
 
 
+def _recoveries(r: MPIResult) -> list[tuple[str, str]]:
+    """Assert the job ended with the failure-free run's field after its number of steps; return its online
+    recoveries' ``(dead, level)``."""
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _same_as_failure_free(r.stdout) == 49
+    found = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
+    return [(dead, lv) for dead, _, lv in found]
+
+
 def _kill_in_step(d: Path, job: Job, step: int, rank: int) -> None:
     """SIGKILL ``rank`` while every rank waits in ``step`` before its allreduce, then let them go on."""
     _wait_for(lambda: job.has_pid(rank), "the pid file")
@@ -53,10 +62,7 @@ def test_fti_loop_with_a_rank_killed_in_the_converging_allreduce_ends_bit_for_bi
     job = Job(tmp_path, 4, 1, *ARGS, "--wait-at", "12", "--wait-for", str(tmp_path / "go"), program=PROGRAM)
     _kill_in_step(tmp_path, job, 12, 1)
     r = job.done()
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert _same_as_failure_free(r.stdout) == 49
-    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
-    assert [(dead, lv) for dead, _, lv in rec] == [("1", "2")], r.stdout
+    assert _recoveries(r) == [("1", "2")], r.stdout
     assert not list(tmp_path.glob("online-error.*"))
 
 
@@ -67,10 +73,7 @@ def test_fti_loop_with_a_node_killed_while_it_runs_ends_bit_for_bit(tmp_path):
     job = Job(tmp_path, 4, 2, *ARGS, "--pause", "0.02", program=PROGRAM)
     job.kill_at(30, [2, 3])
     r = job.done()
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert _same_as_failure_free(r.stdout) == 49
-    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
-    assert [(dead, lv) for dead, _, lv in rec] == [("2, 3", "2")], r.stdout
+    assert _recoveries(r) == [("2, 3", "2")], r.stdout
 
 
 def test_fti_loop_with_a_dead_ranks_part_unreadable_in_the_allreduce_ends_bit_for_bit(tmp_path):
@@ -82,10 +85,7 @@ def test_fti_loop_with_a_dead_ranks_part_unreadable_in_the_allreduce_ends_bit_fo
     write_config(tmp_path, group_size=2, ckpt_l2=5)
     job = Job(tmp_path, 4, 1, *ARGS, "--unreadable-at", "12", "--unreadable-rank", "2", program=PROGRAM)
     r = job.done()
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert _same_as_failure_free(r.stdout) == 49
-    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
-    assert [(dead, lv) for dead, _, lv in rec] == [("2", "2")], r.stdout
+    assert _recoveries(r) == [("2", "2")], r.stdout
     assert "UnpicklingError" not in r.stderr, r.stderr
 
 
@@ -97,10 +97,7 @@ def test_fti_loop_with_a_node_dead_in_the_halo_exchange_ends_bit_for_bit(tmp_pat
     write_config(tmp_path, group_size=2, ckpt_l2=5)
     job = Job(tmp_path, 4, 2, *ARGS, "--die-at", "12", "--die-ranks", "2,3", program=PROGRAM)
     r = job.done()
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert _same_as_failure_free(r.stdout) == 49
-    rec = re.findall(r"^recovery dead=\[(.*)\] ckpt=(\d+) level=(\d+)$", r.stdout, re.M)
-    assert [(dead, lv) for dead, _, lv in rec] == [("2, 3", "2")], r.stdout
+    assert _recoveries(r) == [("2, 3", "2")], r.stdout
 
 
 def test_fti_loop_relaunched_resumes_at_the_step_of_its_top_snapshot(tmp_path):
