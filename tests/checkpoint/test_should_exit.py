@@ -8,7 +8,6 @@ one-process reference.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from ftkit.cli import main as ftkit_main
+from ftkit.inject import kill_together
 from ftkit.storage.halt import read_halt
 from ftkit.storage.manifest import read_manifest
 
@@ -72,14 +72,8 @@ class Job:
         return int((self.d / f"pid{rank}").read_text())
 
     def kill_all(self, nranks: int) -> None:
-        """SIGKILL every rank at its gate, as one event: all are stopped first, so none runs on after the
-        first death; the runtime may reap a stopped rank before its own SIGKILL arrives."""
-        pids = [self.pid(rank) for rank in range(nranks)]
-        for pid in pids:  # nobody has died yet: every rank waits at the gate
-            os.kill(pid, signal.SIGSTOP)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        """SIGKILL every rank at its gate as one event (no rank runs on after the first death)."""
+        kill_together([self.pid(rank) for rank in range(nranks)])
 
 
 def _ends(out: str, nranks: int) -> set[tuple[int, str]]:
