@@ -12,9 +12,8 @@ A piece of rows that is also every GEMM's left operand (this process's own rows 
 before the first GEMM, as before: a GEMM reads its rows of every later block row. Block column ``k+1`` goes
 first (panel ``k+1`` reads it and its checksums); the rest after panel ``k+1`` is launched, returning to
 Python every :data:`STEP` block columns to progress its messages until they have all arrived here, then in
-one call. Needs CBLAS and unit row strides
-(:func:`supports_fused`); otherwise the caller checks and carries first (:meth:`UpdateChecks.update`) and
-updates after, as ``pdpotrf`` does.
+one call. Needs CBLAS and unit row strides (:func:`supports_fused`); otherwise the caller checks and carries
+first (:meth:`UpdateChecks.update`) and updates after, as ``pdpotrf`` does.
 """
 
 from __future__ import annotations

@@ -245,10 +245,9 @@ def carry_blocks(dgemm: Any, pieces: Any, lds: np.ndarray, piece_rs: Any, table:
     with the sent ones (the same rows of ``piece_rs``; not for ``j == trusted``) and return ``j`` at the
     first block column where one differs, before anything is carried for it; else carry it: ``chk_t[rows of
     j, 2 firsts[j]:] -= rows @ sums[2 (firsts[j] - ii0):].T``, over the segments from its diagonal on only,
-    by ``dgemm`` (CBLAS ``dgemm``, passed in, so this stays cached: :data:`.._blas.KERNEL_DGEMM` or
-    the ctypes function, :func:`.._blas.call_dgemm`) called from here, while the rows just summed are
-    in cache. Returns -1 when every block column is carried. Column major,
-    every operand with unit row stride."""
+    by ``dgemm`` (CBLAS ``dgemm``, passed in, so this stays cached: :data:`.._blas.KERNEL_DGEMM` or the
+    ctypes function, :func:`.._blas.call_dgemm`) called from here, while the rows just summed are in cache.
+    Returns -1 when every block column is carried. Column major, every operand with unit row stride."""
     w = sums.shape[1]
     a = c0
     most = 0
