@@ -16,7 +16,8 @@ Each takes its plain routine's arguments (:mod:`ftkit.linalg.pblas.triangular`,
   product (B's or C's submatrix).
 - ``ft_pdtrsm`` runs the plain solve and checks the checksums the solution must satisfy, per block
   (:mod:`ftkit.linalg.abft._solve_sums`): a single wrong element of the solution is located from them and
-  fixed in O(1) (``"located"``); otherwise the flagged column segments are solved again (``"recomputed"``).
+  fixed in O(1) (``"located"``); otherwise the flagged column segments are solved again (``"recomputed"``;
+  a process column that holds one solves all its columns again, as BLAS grouped them in the first solve).
   Injection points: ``"A"`` (the solve's copy of the triangle, after its checksums), ``"B"`` (``alpha B``
   before the solve), ``"C"`` step 0 (before the solve) or 1 (the solution, before the check).
 
@@ -288,9 +289,13 @@ def _check_solution(chk: SolveChecksums, w: np.ndarray, w0: np.ndarray, threshol
         if resolve:  # the rest: solve their column segments again
             t = rebuild()  # a corrupted copy of the triangle is replaced too
             sel = chk.local_columns(resolve)
-            ws = np.array(w0[:, sel], order="F")
+            # A process column holding a flagged segment solves all its columns again, as the first solve
+            # did: BLAS may round a solve of fewer columns differently (seen with OpenBLAS on AMD EPYC),
+            # and the corrected segments must be the error-free solution bit for bit.
+            ws = np.array(w0 if sel.any() else w0[:, :0], order="F")
             sweep(g, t, ws, chk.rows, chk.cols, lower, True)
-            w[:, sel] = ws
+            if sel.any():
+                w[:, sel] = ws[:, sel]
             res, thr, rig = chk.residuals(w, threshold.tol)
         for bi, bj in flagged:
             ok = bool(res[bi, bj] <= thr[bi, bj])
