@@ -9,7 +9,9 @@ only ever parsed as JSON (strings, numbers, booleans, None, lists, dicts; tuples
 
 The caller waits for each non-blocking collective its own way (``wait(request, buffers)``: with a deadline,
 turning MPI errors into ftkit's), so the checkpoint layer and the group codes share this one implementation.
-This module imports nothing of ftkit.
+Receive buffers start zeroed: a collective that completes without an error but with a peer's part unwritten
+(seen with ULFM when a peer dies inside it: ``checkpoint/online/appcomm.py``) leaves a zero length or text
+that is not JSON, reported as :class:`~ftkit.errors.ProcessFailure`, never parsed as a value.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from ..errors import ProcessFailure
 
 __all__ = ["SLOT", "allgather_values", "bcast_value"]
 
@@ -38,8 +42,23 @@ def _slot(text: bytes) -> np.ndarray:
     return slot
 
 
-def _length(slot: np.ndarray) -> int:
-    return int(slot[:8].copy().view(np.int64)[0])
+def _length(slot: np.ndarray, rank: int) -> int:
+    length = int(slot[:8].copy().view(np.int64)[0])
+    if length < 1:  # any JSON text has a character; an unwritten (zeroed) slot has length 0
+        raise _unreadable(rank)
+    return length
+
+
+def _unreadable(rank: int) -> ProcessFailure:
+    return ProcessFailure(f"rank {rank}'s part of a small-value exchange did not arrive although the collective "
+                          "completed: a peer process failed during it")
+
+
+def _parse(text: bytes, rank: int) -> Any:
+    try:
+        return json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _unreadable(rank) from exc
 
 
 def _text(value: Any) -> bytes:
@@ -51,25 +70,27 @@ def allgather_values(comm: Any, value: Any, wait: Wait) -> list[Any]:
 
     Raises
     ------
+    ProcessFailure
+        If a peer's part is not a value it sent (its slot left unwritten by a collective that completed).
     Whatever ``wait`` raises (a failed or silent peer).
     """
     from mpi4py import MPI
 
     text, n = _text(value), comm.Get_size()
-    mine, slots = _slot(text), np.empty((n, SLOT), np.uint8)
+    mine, slots = _slot(text), np.zeros((n, SLOT), np.uint8)
     wait(comm.Iallgather(mine, slots), (mine, slots))
-    lengths = [_length(slots[r]) for r in range(n)]
+    lengths = [_length(slots[r], r) for r in range(n)]
     counts = [max(0, length - _ROOM) for length in lengths]   # what did not fit, per rank
     rest = b""
     if any(counts):
         displs = [sum(counts[:r]) for r in range(n)]
         tail = np.frombuffer(text[_ROOM:], np.uint8).copy()
-        every = np.empty(max(1, sum(counts)), np.uint8)
+        every = np.zeros(max(1, sum(counts)), np.uint8)
         wait(comm.Iallgatherv([tail, MPI.BYTE], [every, (counts, displs), MPI.BYTE]), (tail, every))
         rest = every.tobytes()
     values, at = [], 0
     for r, (length, count) in enumerate(zip(lengths, counts, strict=True)):
-        values.append(json.loads(slots[r, 8:8 + length - count].tobytes() + rest[at:at + count]))
+        values.append(_parse(slots[r, 8:8 + length - count].tobytes() + rest[at:at + count], r))
         at += count
     return values
 
@@ -80,17 +101,19 @@ def bcast_value(comm: Any, value: Any, root: int, wait: Wait) -> Any:
 
     Raises
     ------
+    ProcessFailure
+        If root's value did not arrive (the slot left unwritten by a broadcast that completed).
     Whatever ``wait`` raises (a failed or silent peer).
     """
     from mpi4py import MPI
 
     is_root = comm.Get_rank() == root
     text = _text(value) if is_root else b""
-    slot = _slot(text) if is_root else np.empty(SLOT, np.uint8)
+    slot = _slot(text) if is_root else np.zeros(SLOT, np.uint8)
     wait(comm.Ibcast([slot, MPI.BYTE], root=root), (slot,))
-    length = _length(slot)
+    length = _length(slot, root)
     if length > _ROOM:
-        tail = np.frombuffer(text[_ROOM:], np.uint8).copy() if is_root else np.empty(length - _ROOM, np.uint8)
+        tail = np.frombuffer(text[_ROOM:], np.uint8).copy() if is_root else np.zeros(length - _ROOM, np.uint8)
         wait(comm.Ibcast([tail, MPI.BYTE], root=root), (tail,))
-        return value if is_root else json.loads(slot[8:].tobytes() + tail.tobytes())
-    return value if is_root else json.loads(slot[8:8 + length].tobytes())
+        return value if is_root else _parse(slot[8:].tobytes() + tail.tobytes(), root)
+    return value if is_root else _parse(slot[8:8 + length].tobytes(), root)
