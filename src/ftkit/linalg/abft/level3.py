@@ -292,9 +292,10 @@ def _check_solution(chk: SolveChecksums, w: np.ndarray, w0: np.ndarray, threshol
             # A process column holding a flagged segment solves all its columns again, as the first solve
             # did: BLAS may round a solve of fewer columns differently (seen with OpenBLAS on AMD EPYC),
             # and the corrected segments must be the error-free solution bit for bit.
-            ws = np.array(w0 if sel.any() else w0[:, :0], order="F")
+            mine = bool(sel.any())
+            ws = np.array(w0 if mine else w0[:, :0], order="F")
             sweep(g, t, ws, chk.rows, chk.cols, lower, True)
-            if sel.any():
+            if mine:
                 w[:, sel] = ws[:, sel]
             res, thr, rig = chk.residuals(w, threshold.tol)
         for bi, bj in flagged:
