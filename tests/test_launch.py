@@ -249,13 +249,17 @@ def test_job_whose_every_rank_dies_without_ftkit_fails(tmp_path, where):
 def test_rank_that_ends_after_mpi_init_does_not_end_the_others(tmp_path):
     # The other side of the rule above: once MPI_Init has completed, a rank that leaves early (normally)
     # does not make the launcher end the ranks that still work, however long after the bound they run.
+    # It leaves without MPI_Finalize, which is collective: a rank in MPI_Finalize waits there for the others
+    # (it once ended only because the detector, timed out at 3 s, took rank 0 for dead while rank 0 made no
+    # MPI call; ftkit._heartbeat now keeps rank 0 alive in the detector's eyes).
     program = tmp_path / "leaves_early.py"
     program.write_text(
         "import os, sys, time\n"
         "from mpi4py import MPI\n"
+        "from ftkit.failure import exit_without_finalize\n"
         "if MPI.COMM_WORLD.rank == 1:\n"
         "    open(sys.argv[1], 'w').write(str(os.getpid()))\n"
-        "    sys.exit(0)\n"
+        "    exit_without_finalize(code=0)\n"
         "deadline = time.monotonic() + 120\n"
         "while time.monotonic() < deadline:\n"
         "    try:\n"
