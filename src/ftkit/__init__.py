@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import _shm_segments, jobstatus
+from . import _heartbeat, _shm_segments, jobstatus
 from .config import Config
 from .errors import *  # noqa: F403
 from .errors import __all__ as _errors_all
@@ -27,6 +27,8 @@ __all__ = ["__version__", "Checkpointer", "CheckpointStatus", "Config", "Recover
 _LAZY = ("Checkpointer", "CheckpointStatus", "RecoveryInfo")
 
 jobstatus.register()  # a rank of `ftkit launch` tells it how it ends (nothing elsewhere)
+if _heartbeat.wanted():  # ULFM's detector on (plain mpirun too): heartbeats while the program computes
+    jobstatus.when_mpi_up(_heartbeat.start)
 _shm_segments.register()  # Open MPI's shared-memory files a singleton or a killed peer leaves behind
 
 

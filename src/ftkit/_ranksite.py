@@ -28,7 +28,8 @@ def _ftkit_begin():
     import importlib.util
     import sys
     modules = []
-    for name, path in (("_ftkit_launch_jobstatus", {jobstatus!r}), ("_ftkit_launch_heartbeat", {heartbeat!r})):
+    for name, path in (("_ftkit_launch_jobstatus", {jobstatus!r}),
+                       ("_ftkit_launch_heartbeat", {heartbeat!r})):
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module

@@ -74,7 +74,8 @@ for case, round_ in (("small", 0), ("long", 1)):
             if what == "allgather":
                 allgather_values(comm, expected(rank, case), unwritten(part, round_, tail_of(part, case)))
             else:
-                bcast_value(comm, expected(part, case) if rank == part else None, part, unwritten(part, round_))
+                mine = expected(part, case) if rank == part else None
+                bcast_value(comm, mine, part, unwritten(part, round_))
             if rank != part:
                 bad.append(f"{what} {case} round {round_}: no error for rank {part}'s unwritten part")
         except ProcessFailure as exc:

@@ -50,8 +50,8 @@ def _length(slot: np.ndarray, rank: int) -> int:
 
 
 def _unreadable(rank: int) -> ProcessFailure:
-    return ProcessFailure(f"rank {rank}'s part of a small-value exchange did not arrive although the collective "
-                          "completed: a peer process failed during it")
+    return ProcessFailure(f"rank {rank}'s part of a small-value exchange did not arrive although the "
+                          "collective completed: a peer process failed during it")
 
 
 def _parse(text: bytes, rank: int) -> Any:
