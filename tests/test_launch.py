@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from ftkit._jobproc import NONZERO_EXIT_GRACE
 from ftkit.errors import LaunchError, ULFMUnavailable
-from ftkit.launch import build_launch_command, build_mpirun_command, resolve_launcher
+from ftkit.launch import build_launch_command, build_mpirun_command, resolve_launcher, run_mpi
 
 from .conftest import run_python
 
@@ -292,6 +293,56 @@ def test_processes_a_rank_starts_are_not_taken_for_ranks(tmp_path):
     r = run_python(2, program, timeout=120)
     assert r.returncode == 0 and not r.timed_out, r.stderr
     assert "failed" not in r.stderr and sorted(r.stdout.split("\n"))[1:] == ["done 0", "done 1"]
+
+
+def test_every_line_arrives_when_ranks_exit_non_zero_after_another(tmp_path):
+    # Rank 0 exits 4; once the runtime has reaped it, ranks 1-3 print a line and exit 4 (as ranks that agree
+    # to leave after a failure do). Open MPI's runtime used to end the job at rank 0's exit and throw away
+    # what the others had written but it had not read yet: a rank's last line, saying what failed, went
+    # missing (half the runs). Every line arrives now, and the job's exit code is the ranks' own.
+    program = tmp_path / "leave_non_zero.py"
+    program.write_text(
+        "import os, sys, time\n"
+        "from mpi4py import MPI\n"
+        "comm = MPI.COMM_WORLD\n"
+        "pids = comm.allgather(os.getpid())\n"
+        "if comm.rank == 0:\n"
+        "    os._exit(4)\n"
+        "deadline = time.monotonic() + 60\n"
+        "while os.path.exists(f'/proc/{pids[0]}') and time.monotonic() < deadline:  # until reaped\n"
+        "    time.sleep(0.01)\n"
+        "print(f'R{comm.rank} leaving after rank 0', flush=True)\n"
+        "os._exit(4)\n")
+    r = run_python(4, program, timeout=120)
+    assert not r.timed_out and r.returncode == 4, r.stdout + r.stderr
+    assert sorted(r.stdout.split("\n"))[1:] == [f"R{i} leaving after rank 0" for i in (1, 2, 3)], r.stderr
+    assert r.stderr.strip().splitlines()[-1] == "ftkit launch: the job failed: ranks 0,1,2,3 exited 4"
+    assert "odls:" not in r.stderr  # the runtime's lines that tell the exit codes are not the job's output
+
+
+@pytest.mark.parametrize("ulfm", [True, False], ids=["ulfm", "no-ulfm"])
+def test_a_rank_exiting_non_zero_while_the_others_wait_for_it_ends_the_job(tmp_path, ulfm):
+    # A plain program (no failure handling): rank 0 exits 4, the others wait for it in a barrier. The runtime
+    # does not end the job at a non-zero exit any more, and under ULFM the others would learn of rank 0 only
+    # from the failure detector (60 s): the launcher ends the job NONZERO_EXIT_GRACE after the exit.
+    program = tmp_path / "leave_alone.py"
+    program.write_text(
+        "import os\n"
+        "from mpi4py import MPI\n"
+        "MPI.COMM_WORLD.Barrier()\n"
+        "if MPI.COMM_WORLD.rank == 0:\n"
+        "    os._exit(4)\n"
+        "MPI.COMM_WORLD.Barrier()\n"
+        "print('never', flush=True)\n")
+    r = run_mpi(3, [sys.executable, str(program)], timeout=200, ulfm=ulfm)
+    assert not r.timed_out and r.returncode == 4, r.stdout + r.stderr
+    assert "never" not in r.stdout
+    if ulfm:  # without ULFM, a rank killed by a signal (the others, in the end) makes mpirun end the job
+        assert (f"ftkit: rank 0 exited 4, and the job was still running {NONZERO_EXIT_GRACE:.0f} s later: "
+                "ftkit launch ended it") in r.stderr, r.stderr
+        assert r.elapsed < NONZERO_EXIT_GRACE + 60, r.elapsed  # not the detector's 60 s after the grace
+    assert r.stderr.strip().splitlines()[-1].startswith("ftkit launch: the job failed: rank 0 exited 4")
+    assert _still_running_after(str(program)) == []
 
 
 def test_session_dir_option():
