@@ -126,7 +126,9 @@ class RankExits:
         for pid, st in list(status.items()):
             if pid in ranks and st > 0 and not st & 0x7F:
                 self._exited(ranks[pid], st >> 8)
-        status.update({self.pids[r]: code << 8 for r, code in list(self.codes.items()) if r in self.pids})
+        # (Not a pid known here as another rank's: the runtime's pids of ranks on other hosts are theirs.)
+        status.update({self.pids[r]: code << 8 for r, code in list(self.codes.items())
+                       if r in self.pids and ranks.get(self.pids[r], r) == r})
 
     def overdue(self, ranks: dict[int, int], status: dict[int, int]) -> bool:
         """Take the ranks seen as zombies (:meth:`seen`); return whether a rank exited non-zero more than
