@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ftkit._jobproc import NONZERO_EXIT_GRACE
+from ftkit._jobproc import NONZERO_EXIT_GRACE, RankExits
 from ftkit.errors import LaunchError, ULFMUnavailable
 from ftkit.launch import build_launch_command, build_mpirun_command, resolve_launcher, run_mpi
 
@@ -293,6 +293,31 @@ def test_processes_a_rank_starts_are_not_taken_for_ranks(tmp_path):
     r = run_python(2, program, timeout=120)
     assert r.returncode == 0 and not r.timed_out, r.stderr
     assert "failed" not in r.stderr and sorted(r.stdout.split("\n"))[1:] == ["done 0", "done 1"]
+
+
+def test_rank_exits_are_read_from_the_runtime_lines_and_only_those_are_left_out():
+    # PRRTE 3.0's launcher lines at odls_base_verbose 5, as mpirun writes them (rank 1: a signal, no code).
+    job = "[vm:01571] [prterun-vm-1571@0,0]"
+    lines = [f"{job} odls:dispatch [prterun-vm-1571@1,0] to thread 0\n",
+             f"{job} odls:wait_local_proc child process [prterun-vm-1571@1,2] pid 4711 terminated\n",
+             f"{job} odls:waitpid_fired child [prterun-vm-1571@1,2] exit code 0\n",
+             f"{job} odls:waitpid_fired child process [prterun-vm-1571@1,1] terminated with signal Killed\n",
+             f"{job} odls:wait_local_proc child process [prterun-vm-1571@1,0] pid 4709 terminated\n",
+             f"{job} odls:waitpid_fired child [prterun-vm-1571@1,0] exit code 4\n",
+             f"{job} odls:waitpid_fired child [prterun-vm-1571@1,3] exit code 7\n"]
+    exits = RankExits()
+    assert all(exits.claim(line) for line in lines)
+    assert exits.codes == {2: 0, 0: 4, 3: 7} and exits.first is not None and exits.first[:2] == (0, 4)
+    status = {4709: -2, 999: 3 << 8}  # 999: a rank's zombie, seen exiting 3 after rank 0's exit
+    exits.seen({4709: 0, 4711: 2, 999: 3}, status)
+    assert status == {4709: 4 << 8, 4711: 0, 999: 3 << 8} and exits.first[:2] == (0, 4)
+    assert exits.outcome(0, ended=False, killed=False) == (4, "")
+    assert exits.outcome(-9, ended=True, killed=False)[0] == 4
+    assert exits.outcome(137, ended=False, killed=False) == (137, "")  # mpirun's own code stands
+    # The job's output, and the runtime's other messages, stay; nothing is left out unless ftkit asked.
+    assert not exits.claim("R2 checkpoint error ProcessFailure: rank 3 failed\n")
+    assert not exits.claim(f"{job} plm:base:prted_cmd sending prted_exit commands\n")
+    assert not RankExits(hide=False).claim(lines[2])
 
 
 def test_every_line_arrives_when_ranks_exit_non_zero_after_another(tmp_path):
