@@ -318,6 +318,9 @@ def test_rank_exits_are_read_from_the_runtime_lines_and_only_those_are_left_out(
     assert not exits.claim("R2 checkpoint error ProcessFailure: rank 3 failed\n")
     assert not exits.claim(f"{job} plm:base:prted_cmd sending prted_exit commands\n")
     assert not RankExits(hide=False).claim(lines[2])
+    # How the runtime kills a rank at that verbosity (when it ends a job itself) is its own line too.
+    assert exits.claim(f"{job} SENDING SIGTERM TO [prterun-vm-1571@1,2]\n")
+    assert exits.claim(f"{job} Sleep 250000000 nsec\n")
 
 
 def test_every_line_arrives_when_ranks_exit_non_zero_after_another(tmp_path):

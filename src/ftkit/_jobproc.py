@@ -91,7 +91,8 @@ _REAPED_PID = re.compile(_DAEMON + r" odls:wait_local_proc child process \[[^\]]
                                    r"terminated")
 _REAPED_CODE = re.compile(_DAEMON + r" odls:waitpid_fired child \[[^\]]*@1,(\d+)\] exit code (\d+)")
 # The other lines of that verbosity: the launcher's debugging output, not the job's.
-_LAUNCHER_LINE = re.compile(_DAEMON + r"(?: ?(?:odls:|hwloc:set on child|local:launch)|\[[^\]]*/odls/)")
+_LAUNCHER_LINE = re.compile(_DAEMON + r"(?: ?(?:odls:|hwloc:set on child|local:launch|SENDING SIG\w+ TO \[|"
+                                       r"Sleep \d+ nsec)|\[[^\]]*/odls/)")
 
 
 class RankExits:
