@@ -217,11 +217,19 @@ def test_job_whose_rank_ends_before_mpi_init_ends_and_leaves_nothing(tmp_path, h
         "MPI.COMM_WORLD.Barrier()\n"
         "print('never', flush=True)\n")
     r = run_python(3, program, timeout=200, env={"OMPI_MCA_mpi_ft_detector_timeout": "5"})
-    assert not r.timed_out and r.returncode != 0, r.stderr
+    assert not r.timed_out and r.returncode != 0 and (how != "exit 3" or r.returncode == 3), r.stderr
     assert "never" not in r.stdout
-    assert r.stderr.strip().splitlines()[-1] == (
-        "ftkit launch: the job failed: rank 1 ended (or never started) before MPI_Init had completed on any "
-        "rank; the other ranks, waiting in MPI_Init for it, were killed by ftkit launch 5 s later")
+    last = r.stderr.strip().splitlines()[-1]
+    by_launcher = ("ftkit launch: the job failed: rank 1 ended (or never started) before MPI_Init had "
+                   "completed on any rank; the other ranks, waiting in MPI_Init for it, were killed by ftkit "
+                   "launch 5 s later")
+    # Since the runtime no longer ends a job at a rank's non-zero exit (launch._WATCHED_EXIT_DEFAULTS), it
+    # sometimes ends this one itself when the rank that exited 3 never connected to it (3 of 10 runs here:
+    # SIGTERM, then SIGKILL, to the ranks waiting in MPI_Init): then the verdict names rank 1 first and the
+    # others as killed, as it does when MPI_Init fails on them.
+    by_runtime = re.fullmatch(r"ftkit launch: the job failed: rank 1 ended before MPI_Init had completed on "
+                              r"any rank; (ranks? [02,]+ killed [^;]+)(; ranks? [02,]+ killed [^;]+)?", last)
+    assert last == by_launcher or (how == "exit 3" and by_runtime), last
     assert _still_running_after(str(program)) == []
 
 
