@@ -1,28 +1,41 @@
 """Supervision of a launched job's processes (Linux ``/proc``): drain its pipes, watch its ranks, end it all.
 
 :func:`ftkit.launch.run_mpi` starts the launcher in a session of its own; this module finds every process of
-that session, records the exit status of ranks that have ended, and kills the whole session at the end,
-returning only once nothing of it runs any more (bounded).
+that session, records the exit status of ranks that have ended (:class:`RankExits`: also from the lines of
+Open MPI's runtime), and kills the whole session at the end, returning only once nothing of it runs any more
+(bounded). :class:`Signals` catches the signals ``ftkit launch`` passes on to the ranks.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
+import time
+from collections.abc import Callable
 
 from ._wait import deadline_after, poll_until
 from .errors import TimeoutFailure
 from .jobstatus import world_rank
 
-__all__ = ["RUNTIME_EXIT_GRACE", "KILL_WAIT", "SRUN_TERM_GRACE", "PipeReader", "watch_ranks", "is_zombie",
-           "session_members",
-           "proc_stat", "is_running", "combined_status", "kill_session", "end_srun", "process_environ",
-           "kill_job_peers"]
+__all__ = ["FORWARDED_SIGNALS", "ENDING_SIGNALS", "Signals", "RUNTIME_EXIT_GRACE", "KILL_WAIT",
+           "SRUN_TERM_GRACE", "NONZERO_EXIT_GRACE", "REAPER_VERBOSITY", "PipeReader", "RankExits",
+           "watch_ranks", "is_zombie", "session_members", "proc_stat", "is_running", "combined_status",
+           "kill_session", "end_srun", "process_environ", "kill_job_peers"]
 
+#: Signals ``ftkit launch`` passes on to every rank.
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+#: Of those, the ones after which the job is killed once the grace period has passed.
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: Seconds mpirun may stay up after every rank has exited before it is killed.
 RUNTIME_EXIT_GRACE = 10.0
+#: Seconds a job may run on after a rank's non-zero exit before the launcher ends it (Open MPI): long enough
+#: for the other ranks, which usually leave at about the same time, to finish writing and leave on a loaded
+#: machine, and for the runtime to forward what they wrote; short against the wait of ranks blocked on the
+#: one that left (they would wait for good without ULFM, or the failure detector's 60 s with it).
+NONZERO_EXIT_GRACE = 10.0
 #: Seconds to wait for the processes of a job to be gone after SIGKILL (they die when next scheduled).
 KILL_WAIT = 60.0
 #: Seconds srun gets after SIGTERM to end its job step before it is killed.
@@ -33,20 +46,25 @@ _JOB_ENV = ("PMIX_NAMESPACE", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMI_PORT")
 
 
 class PipeReader:
-    """Drains one pipe in a thread, so a chatty job never blocks on a full pipe."""
+    """Drains one pipe in a thread, so a chatty job never blocks on a full pipe. With ``claim``, the pipe is
+    read line by line and the lines ``claim`` returns True for are left out (the runtime's own lines)."""
 
-    def __init__(self, pipe, echo=None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, pipe, echo=None, claim: Callable[[str], bool] | None = None) -> None:  # type: ignore[no-untyped-def]
         self._chunks: list[str] = []
         self._thread = None
         self._echo = echo  # a text stream that gets every chunk as it comes (a launcher's own stderr)
+        self._claim = claim
         if pipe is not None:
             self._thread = threading.Thread(target=self._drain, args=(pipe,), daemon=True)
             self._thread.start()
 
     def _drain(self, pipe) -> None:  # type: ignore[no-untyped-def]
         with pipe:
-            read = pipe.readline if self._echo is not None else lambda: pipe.read(65536)  # echo: at once
+            by_line = self._echo is not None or self._claim is not None  # echo: at once
+            read = pipe.readline if by_line else lambda: pipe.read(65536)
             for chunk in iter(read, ""):
+                if self._claim is not None and self._claim(chunk):
+                    continue
                 self._chunks.append(chunk)
                 if self._echo is not None:
                     self._echo.write(chunk)
@@ -60,6 +78,83 @@ class PipeReader:
         if self._thread is not None:
             self._thread.join(timeout=10)
         return "".join(self._chunks)
+
+
+#: Verbosity of Open MPI's process launcher (``odls_base_verbose``) at which its runtime (PRRTE 3) prints the
+#: exit code of every rank it reaps, which the launcher reads (:class:`RankExits`).
+REAPER_VERBOSITY = "5"
+# "[host:pid] [prterun-host-123@0,0] odls:wait_local_proc child process [prterun-host-123@1,2] pid 4711
+# terminated", then "[...] odls:waitpid_fired child [prterun-host-123@1,2] exit code 4" (job 1 is the
+# application's; a signal gives "terminated with signal ..." instead, and no exit code).
+_DAEMON = r"^\[[^\]]*:\d+\] \[[^\]]*@0,\d+\]"
+_REAPED_PID = re.compile(_DAEMON + r" odls:wait_local_proc child process \[[^\]]*@1,(\d+)\] pid (\d+) "
+                                   r"terminated")
+_REAPED_CODE = re.compile(_DAEMON + r" odls:waitpid_fired child \[[^\]]*@1,(\d+)\] exit code (\d+)")
+# The other lines of that verbosity: the launcher's debugging output, not the job's.
+_LAUNCHER_LINE = re.compile(_DAEMON + r"(?: ?(?:odls:|hwloc:set on child|local:launch|SENDING SIG\w+ TO \[|"
+                                       r"Sleep \d+ nsec)|\[[^\]]*/odls/)")
+
+
+class RankExits:
+    """The ranks' exit codes as the launcher knows them, and the first non-zero one: from the lines Open MPI's
+    runtime prints as it reaps each rank (its launcher's, at :data:`REAPER_VERBOSITY`, in mpirun's stderr),
+    and from the statuses of ranks seen as zombies (:meth:`seen`).
+
+    Told not to end the job at a rank's non-zero exit (it would throw away what other ranks have written and
+    it has not read yet), mpirun exits 0 whatever the ranks' codes, and the runtime reaps a rank before the
+    launcher can read its status in ``/proc`` as a rule (none of 40 ranks' statuses seen in 10 runs of 4 ranks
+    leaving with ``os._exit``): the runtime's lines are what still tells a failed rank. :meth:`claim` (a
+    :class:`PipeReader` ``claim``) takes each line of mpirun's stderr, in the reader's thread.
+    """
+
+    def __init__(self, hide: bool = True) -> None:
+        self.hide = hide                      # leave the launcher's verbose lines out of the job's stderr
+        self.pids: dict[int, int] = {}        # rank -> pid of the rank's process, once reaped
+        self.codes: dict[int, int] = {}       # rank -> exit code (ranks ended by a signal have none)
+        self.first: tuple[int, int, float] | None = None  # (rank, code, monotonic time) of the first non-zero
+
+    def claim(self, line: str) -> bool:
+        """Record what ``line`` says of a reaped rank; return whether it is the launcher's own line."""
+        if (m := _REAPED_PID.match(line)) is not None:
+            self.pids[int(m.group(1))] = int(m.group(2))
+        elif (m := _REAPED_CODE.match(line)) is not None:
+            self._exited(int(m.group(1)), int(m.group(2)))
+        return self.hide and _LAUNCHER_LINE.match(line) is not None
+
+    def seen(self, ranks: dict[int, int], status: dict[int, int]) -> None:
+        """Take the exits of ranks seen as zombies (``ranks``: pid -> rank; ``status``: pid -> waitpid status,
+        as :class:`ftkit._jobwatch.RankWatch` keeps them), and add to ``status`` those of reaped ranks."""
+        for pid, st in list(status.items()):
+            if pid in ranks and st > 0 and not st & 0x7F:
+                self._exited(ranks[pid], st >> 8)
+        # (Not a pid known here as another rank's: the runtime's pids of ranks on other hosts are theirs.)
+        status.update({self.pids[r]: code << 8 for r, code in list(self.codes.items())
+                       if r in self.pids and ranks.get(self.pids[r], r) == r})
+
+    def overdue(self, ranks: dict[int, int], status: dict[int, int]) -> bool:
+        """Take the ranks seen as zombies (:meth:`seen`); return whether a rank exited non-zero more than
+        :data:`NONZERO_EXIT_GRACE` seconds ago (a job still running then is to be ended)."""
+        self.seen(ranks, status)
+        return self.first is not None and time.monotonic() - self.first[2] > NONZERO_EXIT_GRACE
+
+    def outcome(self, returncode: int, *, ended: bool, killed: bool) -> tuple[int, str]:
+        """The job's exit code from mpirun's ``returncode``, and what to add to the job's stderr.
+
+        The first rank's non-zero exit code when mpirun exited 0 or was killed by the launcher (``ended``:
+        :data:`NONZERO_EXIT_GRACE` after that exit; ``killed``: for another reason); otherwise mpirun's own
+        code (non-zero by itself: a rank ended by a signal without ULFM, a lost host).
+        """
+        if self.first is None:
+            return returncode, ""
+        rank, code, _ = self.first
+        text = (f"\nftkit: rank {rank} exited {code}, and the job was still running "
+                f"{NONZERO_EXIT_GRACE:.0f} s later: ftkit launch ended it\n") if ended else ""
+        return (code if returncode == 0 or ended or killed else returncode), text
+
+    def _exited(self, rank: int, code: int) -> None:
+        self.codes[rank] = code
+        if code and self.first is None:
+            self.first = (rank, code, time.monotonic())
 
 
 #: Process states (``/proc/<pid>/stat``) of a process that has ended: zombie, dead.
@@ -219,3 +314,19 @@ def kill_job_peers(ranks: set[int] | list[int]) -> list[int]:
             except (ProcessLookupError, PermissionError):
                 pass
     return killed
+
+
+class Signals:
+    """Catch the forwarded signals in the launcher while a job runs (main thread only); restore at the end."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.pending: list[int] = []
+        self.ending: int | None = None
+        self._old: dict[int, object] = {}
+        if enabled:
+            for sig in FORWARDED_SIGNALS:
+                self._old[sig] = signal.signal(sig, lambda signum, frame: self.pending.append(signum))
+
+    def restore(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)  # type: ignore[arg-type]

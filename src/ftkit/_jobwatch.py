@@ -5,12 +5,14 @@ the job's ranks among that session's processes (their environment names their wo
 exit status of those seen as zombies, reads the notes the ranks write (:mod:`ftkit.jobstatus`), and
 SIGKILLs every rank the others declared dead (a SIGSTOPped rank is declared dead, not dead: killed, it
 cannot hold the job). At the end :meth:`RankWatch.verdict` says whether any rank failed and how, in one
-line: under ULFM mpirun exits 0 when ranks were killed, so its code alone does not tell.
+line: under ULFM mpirun exits 0 when ranks were killed, so its code alone does not tell. Under Open MPI the
+runtime does not end the job at a rank's non-zero exit (it would lose other ranks' output): the launcher
+ends it a grace period later, with that exit code (:class:`~ftkit._jobproc.RankExits`).
 
-The job owns its process tree: :class:`Signals` forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 to
-every rank (``ftkit launch`` only), and after one of the first three, whatever still runs after the grace
-period is killed; a watchdog process (:mod:`ftkit._watchdog`) kills the whole session when the launcher
-itself dies, even by SIGKILL.
+The job owns its process tree: :class:`~ftkit._jobproc.Signals` forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1
+and SIGUSR2 to every rank (``ftkit launch`` only), and after one of the first three, whatever still runs
+after the grace period is killed; a watchdog process (:mod:`ftkit._watchdog`) kills the whole session when
+the launcher itself dies, even by SIGKILL.
 """
 
 from __future__ import annotations
@@ -26,9 +28,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ._jobproc import (
+    ENDING_SIGNALS,
+    FORWARDED_SIGNALS,
     KILL_WAIT,
     RUNTIME_EXIT_GRACE,
     PipeReader,
+    RankExits,
+    Signals,
     combined_status,
     end_srun,
     is_running,
@@ -46,10 +52,6 @@ from .jobstatus import STATUS_ENV, Note, crash_summary, read_notes, world_rank
 __all__ = ["RankWatch", "Signals", "run_job", "judge_notes", "FORWARDED_SIGNALS", "ENDING_SIGNALS",
            "JOB_FAILED_EXIT", "LOST_HOST_TEXT"]
 
-#: Signals ``ftkit launch`` passes on to every rank.
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-#: Of those, the ones after which the job is killed once the grace period has passed.
-ENDING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: Exit code of a job whose launcher exited 0 although a rank failed.
 JOB_FAILED_EXIT = 1
 #: What Open MPI's runtime (PRRTE) prints when it loses one of its daemons, i.e. a host, and ends the job.
@@ -319,22 +321,6 @@ def _grouped(items: list[tuple[int, str]]) -> list[str]:
     return [f"{_ranks_text(ranks)} {how}" for how, ranks in groups.items()]
 
 
-class Signals:
-    """Catch the forwarded signals in the launcher while a job runs (main thread only); restore at the end."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.pending: list[int] = []
-        self.ending: int | None = None
-        self._old: dict[int, object] = {}
-        if enabled:
-            for sig in FORWARDED_SIGNALS:
-                self._old[sig] = signal.signal(sig, lambda signum, frame: self.pending.append(signum))
-
-    def restore(self) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)  # type: ignore[arg-type]
-
-
 def _start_watchdog(sid: int, leftovers: Sequence[str]) -> tuple[subprocess.Popen[bytes] | None, int | None]:
     """Start the watchdog of session ``sid`` (it removes ``leftovers`` if this process dies); return it and
     the write end of its pipe."""
@@ -350,7 +336,10 @@ def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | o
             leftovers: Sequence[str] = ()) -> tuple[int, str, str, bool, int | None]:
     """Run ``cmd`` (launcher ``name``) to its end; return ``(returncode, stdout, stderr, timed_out,
     ending_signal)``. See :func:`ftkit.launch.run_mpi`. ``leftovers``: the job's directories, which the
-    caller removes after this returns; if the caller is killed first, the watchdog removes them.
+    caller removes after this returns; if the caller is killed first, the watchdog removes them. Under Open
+    MPI, the first rank's non-zero exit (:class:`~ftkit._jobproc.RankExits`) ends a job still running
+    :data:`~ftkit._jobproc.NONZERO_EXIT_GRACE` seconds later and is its exit code (unless mpirun exits
+    non-zero by itself).
 
     Length: one loop that watches the ranks, forwards signals and enforces the timeout and grace period,
     and one ``finally`` that always kills the whole session; split, the exits would be hard to follow.
@@ -365,9 +354,12 @@ def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | o
         text=True,
     )
     dog, dog_pipe = _start_watchdog(proc.pid, leftovers)
-    readers = [PipeReader(proc.stdout), PipeReader(proc.stderr, echo=None if capture else sys.stderr)]
+    # The runtime's lines that tell the ranks' exits are left out of stderr when ftkit asked for them.
+    exits = RankExits(hide="odls_base_verbose" in cmd) if name == "openmpi" else None
+    readers = [PipeReader(proc.stdout), PipeReader(proc.stderr, echo=None if capture else sys.stderr,
+                                                   claim=exits.claim if exits is not None else None)]
     watch = RankWatch(proc.pid, status_dir, start_bound, start_ranks)
-    timed_out = stuck = False
+    timed_out = stuck = ended = False
     grace_end: float | None = None
     all_exited_since: float | None = None
     try:
@@ -378,6 +370,9 @@ def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | o
                 break
             # Only mpirun's ranks are its local descendants; srun's run under slurmd, Hydra's under a proxy.
             live = watch.poll() if name == "openmpi" else 1
+            if exits is not None and exits.overdue(watch.ranks, watch.status):  # the runtime will not end it
+                ended = True
+                break
             while catcher.pending:
                 sig = catcher.pending.pop(0)
                 if name == "openmpi":
@@ -417,11 +412,16 @@ def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | o
     if name == "openmpi":
         watch.poll()
     out, err = (r.text() for r in readers)
+    if exits is not None:
+        exits.seen(watch.ranks, watch.status)
     returncode = proc.returncode
     if stuck:
         returncode = combined_status(watch.status, nprocs)
         err += (f"\nftkit: every rank had exited but mpirun had not after {RUNTIME_EXIT_GRACE:.0f} s; "
                 "it was killed\n")
+    if exits is not None and not timed_out:
+        returncode, text = exits.outcome(returncode, ended=ended, killed=stuck)
+        err += text
     if left:
         err += f"\nftkit: processes {left} of the job were still running {KILL_WAIT:.0f} s after SIGKILL\n"
     failed, line = watch.verdict(returncode)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ._jobproc import REAPER_VERBOSITY
 from ._jobwatch import run_job
 from ._ranksite import write_rank_site
 from .errors import LaunchError
@@ -71,6 +72,18 @@ _ULFM_FINALIZE_DEFAULTS = {"async_mpi_finalize": "1"}
 # kernel, so a stalled (SIGSTOPped) or busy host, or a slow link, is not mistaken for a lost one.
 RUNTIME_DETECTOR_DEFAULTS = {"oob_tcp_keepalive_time": "20", "oob_tcp_keepalive_intvl": "5",
                              "oob_tcp_keepalive_probes": "4"}
+# The runtime's handling of a rank's exit in a job that ftkit launch watches (:func:`run_mpi`), used unless
+# PRTE_MCA_<param> is set. By default PRRTE 3.0 ends the job once it has handled a rank's non-zero exit, and
+# what another rank had written (flushed into its pipe) but mpirun had not yet read is thrown away when that
+# rank exits: a rank's last line, saying what failed, went missing (a program where rank 0 exits 4 and the
+# others print a line and exit 3 s later: 6 of 10 runs lost one under ULFM, and without ULFM the others are
+# killed before they print). With ``state_base_error_non_zero_exit 0`` the job runs on and every line
+# arrives; the launcher ends the job itself NONZERO_EXIT_GRACE seconds after the first non-zero exit, and
+# since mpirun then exits 0, takes the ranks' exit codes from the lines the runtime's launcher (odls) prints
+# as it reaps each rank at this verbosity (:class:`ftkit._jobproc.RankExits`; they are left out of the
+# job's stderr): 0 of 20 runs lost a line then, 6 of 20 before at the same load. Without ULFM too: the
+# same loss, and one rule for both.
+_WATCHED_EXIT_DEFAULTS = {"state_base_error_non_zero_exit": "0", "odls_base_verbose": REAPER_VERBOSITY}
 # Open MPI parameters for a job on this host alone (no batch allocation in the environment, so mpirun starts
 # every rank here), set unless OMPI_MCA_<param> is set. ``btl ^ofi``: the libfabric BTL probes every
 # libfabric provider in each rank's MPI_Init, 1.1-1.4 s of the 1.2-1.5 s MPI_Init of a 4-rank job with the
@@ -90,6 +103,7 @@ def build_mpirun_command(
     env: Mapping[str, str] | None = None,
     mpirun: str | None = None,
     session_base: str | os.PathLike[str] | None = None,
+    watched: bool = False,
 ) -> list[str]:
     """Build the mpirun command line that runs ``program`` on ``nprocs`` ranks.
 
@@ -112,6 +126,11 @@ def build_mpirun_command(
         runtime's own, ``/tmp``). A private one per job keeps the stale session directory of a killed
         mpirun (``/tmp/ompi.<host>.<pid>``) from breaking the next launch ("The PMIx server's listener
         thread failed to start", exit 213); :func:`run_mpi` gives each job one and removes it afterwards.
+    watched
+        The job runs under :func:`run_mpi`, which ends it after a rank's non-zero exit and reads the ranks'
+        exit codes itself: the runtime does not end the job at a non-zero exit (which loses output of the
+        other ranks) and prints each rank's exit code as it reaps it. Not for a command run any other way:
+        its mpirun would exit 0 after a rank's non-zero exit, and leave the others running.
 
     Raises
     ------
@@ -130,6 +149,8 @@ def build_mpirun_command(
         cmd += ["--prtemca", "prte_tmpdir_base", os.fspath(session_base)]
     if not any(os.environ.get(name) for name in _ALLOCATION_ENV):
         cmd += _mca_defaults(_TRANSPORT_DEFAULTS, env)
+    if watched:
+        cmd += _mca_defaults(_WATCHED_EXIT_DEFAULTS, env, prefix="PRTE_MCA_", option="--prtemca")
     if ulfm:
         cmd += ["--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true"]
         # The detector's default (heartbeat every 3 s, suspect after 10 s) declares busy but alive ranks dead
@@ -176,6 +197,7 @@ def build_launch_command(
     session_base: str | os.PathLike[str] | None = None,
     hosts: Sequence[str] | None = None,
     exclude: Sequence[str] = (),
+    watched: bool = False,
 ) -> tuple[str, list[str]]:
     """Return ``(launcher, command)``: the command line that runs ``program`` on ``nprocs`` ranks.
 
@@ -188,7 +210,8 @@ def build_launch_command(
     ``FTKIT_SPARE_RANKS``; ``node_size`` divides ``nprocs``). ``session_base`` applies to Open MPI only
     (:func:`build_mpirun_command`). ``hosts`` (None: the launcher's default placement) puts ``nprocs /
     len(hosts)`` ranks on each of these hosts (:func:`host_arguments`); ``exclude`` names hosts srun must
-    not use (the others' lists leave them out anyway).
+    not use (the others' lists leave them out anyway). ``watched`` applies to Open MPI only
+    (:func:`build_mpirun_command`).
 
     Raises
     ------
@@ -213,7 +236,7 @@ def build_launch_command(
         nprocs, node_size = nprocs + spares, None
     if name == "openmpi":
         cmd = build_mpirun_command(nprocs, program, node_size=node_size, ulfm=ulfm_on, env=env,
-                                   session_base=session_base)
+                                   session_base=session_base, watched=watched)
         return name, cmd[:1] + placement + cmd[1:]
     _check_launch_args(nprocs, program, node_size)
     if name == "mpich":
@@ -349,13 +372,16 @@ def run_mpi(
     completed, and ranks still waiting there the detector's timeout after a rank ended before it completed
     are SIGKILLed (they would wait for good); when mpirun exits 0 although a rank failed (ULFM)
     the return code is :data:`~ftkit._jobwatch.JOB_FAILED_EXIT`; the last line of ``stderr`` then says which
-    ranks failed and how. With ``forward_signals`` (``ftkit launch``; main thread only) SIGTERM, SIGINT,
-    SIGHUP, SIGUSR1 and SIGUSR2 are passed on to every rank, and after one of the first three whatever runs
-    ``grace`` seconds later is killed (``ending_signal`` of the result). A watchdog process kills the job when
-    the caller dies, even by SIGKILL, and then removes the job's private directories. ``hosts`` and
-    ``exclude`` place the ranks (:func:`host_arguments`);
-    ``status_base`` is where the status directory is made (default: the private session directory on this
-    host): ranks on other hosts can leave their notes only in a directory they see too (a shared one).
+    ranks failed and how. Under Open MPI a rank's non-zero exit does not end the job at once (the runtime
+    would throw away output the other ranks have written): whatever of the job still runs
+    :data:`~ftkit._jobproc.NONZERO_EXIT_GRACE` seconds later is killed, and the first rank's non-zero exit
+    code is the job's (unless mpirun's own is non-zero). With ``forward_signals`` (``ftkit launch``; main
+    thread only) SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 are passed on to every rank, and after one of
+    the first three whatever runs ``grace`` seconds later is killed (``ending_signal`` of the result). A
+    watchdog process kills the job when the caller dies, even by SIGKILL, and then removes the job's private
+    directories. ``hosts`` and ``exclude`` place the ranks (:func:`host_arguments`); ``status_base`` is where
+    the status directory is made (default: the private session directory on this host): ranks on other hosts
+    can leave their notes only in a directory they see too (a shared one).
     """
     name, ulfm = resolve_launcher(launcher, ulfm=ulfm)  # once: the command and the directories follow it
     session = tempfile.mkdtemp(prefix="ftkit-mpi-")
@@ -373,7 +399,7 @@ def run_mpi(
             job_env["PYTHONPATH"] = os.pathsep.join([write_rank_site(session), *filter(None, [python_path])])
         name, cmd = build_launch_command(nprocs, program, launcher=name, node_size=node_size, ulfm=ulfm,
                                          env=job_env, spares=spares,
-                                         session_base=session, hosts=hosts, exclude=exclude)
+                                         session_base=session, hosts=hosts, exclude=exclude, watched=True)
         start = time.monotonic()
         returncode, out, err, timed_out, ending = run_job(
             name, cmd, nprocs, timeout, cwd, capture, status if name == "openmpi" else None, grace=grace,

@@ -394,6 +394,8 @@ def exit_without_finalize(comm: MPI.Comm | None = None, code: int = 0) -> None:
     :func:`agree_to_leave` (bounded by :data:`LEAVE_TIMEOUT`), so no survivor leaves while another still
     needs it, and none sees the others' departure as a failure. Never returns.
     """
+    sys.stdout.flush()  # before the agreement too: what this process wrote is out even if it never returns
+    sys.stderr.flush()
     if comm is not None and comm != MPI.COMM_NULL:
         agree_to_leave(comm)  # False (a further failure, or the timeout): leaving is still right
     jobstatus.note("exit", f"exit code {code} without MPI_Finalize")
