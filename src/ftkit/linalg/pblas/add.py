@@ -77,59 +77,29 @@ def check_add_args(routine: str, uplo: str | None, trans: str | None, m: int, n:
 
 def add(trans: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int, beta: float,
         C: DistributedMatrix, ic: int, jc: int, uplo: str | None = None) -> None:
-    """``C := beta C + alpha op(A)`` on checked arguments, on the ``uplo`` trapezoid if given (collective)."""
+    """``C := beta C + alpha op(A)`` on checked arguments, on the ``uplo`` trapezoid if given (collective).
+
+    C is updated in place in one compiled pass over its trapezoid's rows (no temporaries, the rest of C not
+    read); op(A) is read in place when it is laid out as C and is not C's own memory, else moved first."""
     if m == 0 or n == 0 or (alpha == 0.0 and beta == 1.0):
         return
+    from ._tri_kernel import axpby_rows  # numba: imported at the first use
+
     c = C.local_view(ic, jc, m, n)
     rows, cols = C.row_map(ic, m), C.col_map(jc, n)
-    a = None
+    a = c  # not read when alpha is 0
     if alpha != 0.0:
         if same_layout(A, ia, ja, trans == "T", rows, cols) and not np.may_share_memory(A.local, C.local):
-            a = A.local_view(ia, ja, m, n)  # op(A) is laid out as C: read in place, no copy
+            a = A.local_view(ia, ja, m, n)
         else:
             a = redistribute(A, ia, ja, trans == "T", rows, cols)
-    with np.errstate(invalid="ignore", over="ignore"):  # as numpy computes it, without its warnings
-        if uplo is None:
-            _axpby(c, a, alpha, beta)
-            return
+    keep = np.zeros((2, c.shape[1]), np.int64)  # per local column, the rows of the trapezoid
+    keep[1] = c.shape[0]
+    if uplo is not None:  # local rows increase with the global index: each column's part is one range
         r, q = rows.indices_on(C.grid.myrow), cols.indices_on(C.grid.mycol)
-        for j0 in range(0, q.size, _TRAPEZOID_COLUMNS):
-            cs = slice(j0, j0 + _TRAPEZOID_COLUMNS)
-            # this column group's trapezoid rows: [first[j], len) for "L", [0, first[j]) for "U"
-            first = np.searchsorted(r, q[cs], side="left" if uplo == "L" else "right")
-            lo, hi = int(first.min()), int(first.max())
-            whole = slice(hi, None) if uplo == "L" else slice(None, lo)
-            _axpby(c[whole, cs], None if a is None else a[whole, cs], alpha, beta)
-            if hi > lo:  # the rows the trapezoid's edge crosses: entry by entry
-                band = c[lo:hi, cs]
-                new = band.copy()
-                _axpby(new, None if a is None else a[lo:hi, cs], alpha, beta)
-                inside = r[lo:hi, None] >= q[None, cs] if uplo == "L" else r[lo:hi, None] <= q[None, cs]
-                np.copyto(band, new, where=inside)
-
-
-#: Local columns per step of PDTRADD's trapezoid: the rows its edge crosses in a step are updated through a
-#: mask, the others in place (a mask over the whole submatrix cost a pass and two temporaries more).
-_TRAPEZOID_COLUMNS = 128
-
-
-def _axpby(c: np.ndarray, a: np.ndarray | None, alpha: float, beta: float) -> None:
-    """``c := beta * c + alpha * a`` in place, each entry rounded as numpy's ``beta * c + alpha * a`` in c's
-    dtype (``a`` unread if ``alpha == 0``, ``c`` if ``beta == 0``; ``a`` may be a view of another array)."""
+        keep[0 if uplo == "L" else 1] = np.searchsorted(r, q, side="left" if uplo == "L" else "right")
     dt = c.dtype.type
-    if alpha == 0.0:
-        if beta == 0.0:
-            c[...] = 0.0
-        else:
-            np.multiply(c, dt(beta), out=c)
-        return
-    assert a is not None
-    if beta == 0.0:
-        np.multiply(a, dt(alpha), out=c)
-        return
-    if beta != 1.0:  # 1 * c is c: the multiply is skipped, not the rounding changed
-        np.multiply(c, dt(beta), out=c)
-    np.add(c, a if alpha == 1.0 else dt(alpha) * a, out=c)
+    axpby_rows(c, a, keep, dt(alpha), dt(beta))
 
 
 def pdgeadd(trans: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int, beta: float,
