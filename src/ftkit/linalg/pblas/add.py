@@ -20,7 +20,8 @@ import numpy as np
 
 from ...errors import PBLASArgumentError
 from ..matrix import DistributedMatrix
-from ._redistribute import redistribute, same_layout
+from ._panel_buffers import release_pool
+from ._redistribute import Move, Pool, redistribute_many, same_layout
 from .gemm import _check_dim, _check_flag, _check_matrix, _check_scalar
 from .triangular import check_dtype
 
@@ -88,11 +89,12 @@ def add(trans: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int,
     c = C.local_view(ic, jc, m, n)
     rows, cols = C.row_map(ic, m), C.col_map(jc, n)
     a = c  # not read when alpha is 0
+    pool: Pool = {}  # the moved op(A): a buffer of the process-wide cache (fresh pages fault in every call)
     if alpha != 0.0:
         if same_layout(A, ia, ja, trans == "T", rows, cols) and not np.may_share_memory(A.local, C.local):
             a = A.local_view(ia, ja, m, n)
         else:
-            a = redistribute(A, ia, ja, trans == "T", rows, cols)
+            a = redistribute_many([Move(A, ia, ja, trans == "T", rows, cols)], pool)[0]
     keep = np.zeros((2, c.shape[1]), np.int64)  # per local column, the rows of the trapezoid
     keep[1] = c.shape[0]
     if uplo is not None:  # local rows increase with the global index: each column's part is one range
@@ -100,6 +102,7 @@ def add(trans: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int,
         keep[0 if uplo == "L" else 1] = np.searchsorted(r, q, side="left" if uplo == "L" else "right")
     dt = c.dtype.type
     axpby_rows(c, a, keep, dt(alpha), dt(beta))
+    release_pool(pool)
 
 
 def pdgeadd(trans: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int, beta: float,
