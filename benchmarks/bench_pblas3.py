@@ -1,4 +1,4 @@
-"""Time ftkit's level-3 routines and the Cholesky solver, plain and ABFT-checked, beside ScaLAPACK's.
+"""Time ftkit's PBLAS routines and the Cholesky solver, plain and ABFT-checked, beside ScaLAPACK's.
 
 usage: python benchmarks/bench_pblas3.py --side-by-side --grid 2x2 --cases 4096,128 [--rounds 3]
        [--repeats 2] [--routines pdtrsm ft_pdtrsm ...] [--seed 1]     (the driver: not under mpirun)
@@ -10,7 +10,7 @@ by round, and each job takes the routines in an order shuffled per round from ``
 routine the median and 90th percentile of the timed calls of each system and the ratios of medians and of
 p90s: ftkit / ScaLAPACK for the plain routines, ``ft_`` / plain and the checkpointed ``ft_pdpotrf`` / plain
 within ftkit. The ScaLAPACK side is Debian's ``libscalapack-openmpi`` (``--scalapack-lib``; BLACS inside it)
-called through ctypes in this same file (``--worker scalapack``), started by Debian's Open MPI
+called through ctypes (``_scalapack.py``; this file's ``--worker scalapack``), started by Debian's Open MPI
 (``--sl-mpirun``, default ``mpirun.openmpi``) with this interpreter; it never imports mpi4py (whose Open MPI
 is ftkit's) and uses BLACS for its barrier and reductions. Its BLAS is whatever ``libblas.so.3`` resolves to:
 install ``libopenblas0-pthread`` (as ``/work/shared/anchors/scalapack``) or ScaLAPACK runs on the reference
@@ -18,9 +18,11 @@ BLAS; the job prints which one (``INFO``). Its operands are generated locally as
 distributions, not the same numbers; T well conditioned, S symmetric and diagonally dominant).
 
 Each case ``N,NB``: N x N matrices with NB x NB blocks (RSRC = CSRC = 0, ScaLAPACK's layout), uniform [-1, 1)
-data (the triangular and SPD operands made well conditioned). Routines: ``pdtrsm`` / ``pdtrmm`` (side L,
-lower, no transpose, non-unit, alpha 1), ``pdsyrk`` / ``pdsyr2k`` (lower, "N", k = N, beta 1), ``pdpotrf``
-(lower), their ``ft_`` versions (rigorous threshold), ``ft_pdpotrf_ckpt`` (ft_pdpotrf with a level-1
+data (the triangular and SPD operands made well conditioned). Routines: ``pdgemm`` ("N", "N", k = N, beta
+1), ``pdsymm`` (side L, lower, beta 1), ``pdtrsm`` / ``pdtrmm`` (side L, lower, no transpose, non-unit, alpha
+1), ``pdsyrk`` / ``pdsyr2k`` (lower, "N", k = N, beta 1), ``pdgeadd`` ("N"), ``pdtradd`` (lower, "N") and
+``pdtran`` (alpha 1, beta 1), ``pdpotrf`` (lower), the ``ft_`` versions of the first six (rigorous
+threshold), ``ft_pdpotrf_ckpt`` (ft_pdpotrf with a level-1
 checkpoint every 4 panels, into ``--ckpt-dir``), and the ``resilient_`` versions of the four level-3 routines,
 each compared with its plain ftkit routine: ``resilient_pdtrsm`` etc. with their fixed operands protected once
 per case before the timed calls (``protect_pdtrsm`` ..., untimed; its time printed as ``PROTECT`` lines), the
@@ -35,7 +37,8 @@ wall-time ones. Timing as in the ScaLAPACK anchor programs
 time summed over ranks; every timed call starts from a fresh copy of its operands (copy not timed). Prints
 ``RES sys=ftkit routine=.. grid=.. n=.. nb=.. rep=.. t=.. gflops=.. cpu=.. usr=.. sys=..`` per call (``usr``
 and ``sys``: the user and system parts of ``cpu``, all ranks summed; the table has their medians), the flop
-counts of ScaLAPACK's testers (TRSM/TRMM N^3, SYRK N^3, SYR2K 2 N^3, POTRF N^3/3). ``--check`` also compares
+counts of ScaLAPACK's testers (GEMM/SYMM 2 N^3, TRSM/TRMM N^3, SYRK N^3, SYR2K 2 N^3, POTRF N^3/3; the
+additions and the transpose have ``gflops=-``: compare their times). ``--check`` also compares
 each result with numpy on rank 0 (small sizes only) and prints ``CHECK ... OK|FAIL``.
 
 Set ``OPENBLAS_NUM_THREADS=1`` for 1-thread ranks, as the ScaLAPACK side runs (the driver sets it for
@@ -58,18 +61,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from _scalapack import ScaLAPACK, sl_call, sl_operands
 
 if TYPE_CHECKING:  # the ScaLAPACK worker and the driver must not load mpi4py (another Open MPI)
     from ftkit import linalg
 
-FLOPS = {"pdtrsm": 1.0, "pdtrmm": 1.0, "pdsyrk": 1.0, "pdsyr2k": 2.0, "pdpotrf": 1.0 / 3.0}
-ALL = ["pdtrsm", "ft_pdtrsm", "pdtrmm", "ft_pdtrmm", "pdsyrk", "ft_pdsyrk", "pdsyr2k", "ft_pdsyr2k",
+#: flops / N^3 of the routines that compute (the additions and the transpose only move data: time alone)
+FLOPS = {"pdgemm": 2.0, "pdsymm": 2.0, "pdtrsm": 1.0, "pdtrmm": 1.0, "pdsyrk": 1.0, "pdsyr2k": 2.0,
+         "pdpotrf": 1.0 / 3.0}
+ALL = ["pdgemm", "ft_pdgemm", "pdsymm", "ft_pdsymm", "pdgeadd", "pdtradd", "pdtran", "pdtrsm", "ft_pdtrsm",
+       "pdtrmm", "ft_pdtrmm", "pdsyrk", "ft_pdsyrk", "pdsyr2k", "ft_pdsyr2k",
        "pdpotrf", "ft_pdpotrf", "ft_pdpotrf_ckpt", "resilient_pdtrsm", "resilient_pdtrmm", "resilient_pdsyrk",
        "resilient_pdsyr2k", "resilient_pdtrsm_store", "resilient_pdtrmm_store", "resilient_pdsyrk_store",
        "resilient_pdsyr2k_store"]
 #: The variants of a plain routine: ABFT (``ft_``), checkpointed (``_ckpt``), process-failure tolerant
 #: (``resilient_``: with protected operands; ``_store``: given a store directory, saving operands per call).
 PREFIXES, SUFFIXES = ("ft_", "resilient_"), ("_ckpt", "_store")
+
+
+def gflops(routine: str, n: int, t: float) -> str:
+    """The GFLOP/s of a call of ``routine`` on order ``n`` taking ``t`` seconds, ``-`` if it does no flops."""
+    f = FLOPS.get(base_of(routine))
+    return "-" if f is None else f"{f * n**3 / t / 1e9:.2f}"
 
 
 def base_of(routine: str) -> str:
@@ -143,6 +156,16 @@ def call(routine: str, n: int, ops: Mats, ckpt: object, store: Any = None) -> li
     if base in ("pdtrsm", "pdtrmm"):
         fn("L", "L", "N", "N", n, n, 1.0, T, 0, 0, B, 0, 0)
         out = B
+    elif base == "pdgemm":
+        fn("N", "N", n, n, n, 1.0, ops["B"], 0, 0, T, 0, 0, 1.0, C, 0, 0)
+        out = C
+    elif base == "pdsymm":
+        fn("L", "L", n, n, 1.0, T, 0, 0, ops["B"], 0, 0, 1.0, C, 0, 0)
+        out = C
+    elif base in ("pdgeadd", "pdtradd", "pdtran"):
+        flags = {"pdgeadd": ("N",), "pdtradd": ("L", "N"), "pdtran": ()}[base]
+        fn(*flags, n, n, 1.0, ops["B"], 0, 0, 1.0, C, 0, 0)
+        out = C
     elif base == "pdsyrk":
         fn("L", "N", n, n, 1.0, ops["B"], 0, 0, 1.0, C, 0, 0)
         out = C
@@ -168,7 +191,16 @@ def check(routine: str, n: int, ops: Mats, out: linalg.DistributedMatrix) -> str
     got = out.to_global()
     base = base_of(routine)
     low = np.tril(g["T"])
-    if base == "pdtrsm":
+    if base in ("pdgemm", "pdsymm"):
+        a = g["B"] @ g["T"] if base == "pdgemm" else (low + np.tril(low, -1).T) @ g["B"]
+        err = np.abs(got - a - g["C"]).max() / (np.abs(g["T"]).max() * np.abs(g["B"]).max() * n)
+    elif base in ("pdgeadd", "pdtradd", "pdtran"):
+        ref = g["C"] + (g["B"].T if base == "pdtran" else g["B"])  # each entry c + b, as numpy rounds it
+        mask = np.tril(np.ones((n, n), bool)) if base == "pdtradd" else np.ones((n, n), bool)
+        if not np.array_equal(got[mask], ref[mask]) or not np.array_equal(got[~mask], g["C"][~mask]):
+            return "FAIL not c + op(b) bit for bit (tradd: and C above the diagonal)"
+        err = 0.0
+    elif base == "pdtrsm":
         err = np.abs(low @ got - g["B"]).max() / (np.abs(low).max() * np.abs(got).max() * n)
     elif base == "pdtrmm":
         err = np.abs(got - low @ g["B"]).max() / (np.abs(low).max() * np.abs(g["B"]).max() * n)
@@ -237,10 +269,9 @@ def ftkit_worker(args: argparse.Namespace) -> None:
                 c0 = time.process_time()
                 call(routine, n, ops, ckpt, handles.get(routine, store))
                 t, cpu, usr, sys_ = call.last  # type: ignore[attr-defined]
-                flops = FLOPS[base_of(routine)] * n**3
                 if comm.rank == 0:
                     print(f"RES sys=ftkit routine={routine} grid={args.grid} n={n} nb={nb} rep={rep} "
-                          f"t={t:.4f} gflops={flops / t / 1e9:.2f} cpu={cpu:.3f} usr={usr:.3f} "
+                          f"t={t:.4f} gflops={gflops(routine, n, t)} cpu={cpu:.3f} usr={usr:.3f} "
                           f"sys={sys_:.3f}", flush=True)
                 if routine.startswith("resilient_"):
                     _print_phases(comm, routine, rep, call.stats, time.process_time() - c0)  # type: ignore[attr-defined]
@@ -264,109 +295,6 @@ def _print_phases(comm: Any, routine: str, rep: int, stats: dict[str, float], cp
 
 
 # ---------------------------------------------------------------- the ScaLAPACK side (ctypes, no mpi4py)
-class ScaLAPACK:
-    """Debian's libscalapack-openmpi through ctypes: a BLACS grid, descriptors, and the routines timed."""
-
-    def __init__(self, lib: str, pr: int, pc: int) -> None:
-        import ctypes
-
-        self.ct = ct = ctypes
-        self.L = L = ct.CDLL(lib, mode=ct.RTLD_GLOBAL)
-        ci, ip, dp = ct.c_int, ct.POINTER(ct.c_int), ct.POINTER(ct.c_double)
-        L.Cblacs_pinfo.argtypes = [ip, ip]
-        L.Cblacs_get.argtypes = [ci, ci, ip]
-        L.Cblacs_gridinit.argtypes = [ip, ct.c_char_p, ci, ci]
-        L.Cblacs_gridinfo.argtypes = [ci, ip, ip, ip, ip]
-        L.Cblacs_barrier.argtypes = [ci, ct.c_char_p]
-        L.Cdgamx2d.argtypes = [ci, ct.c_char_p, ct.c_char_p, ci, ci, dp, ci, ip, ip, ci, ci, ci]
-        L.Cdgsum2d.argtypes = [ci, ct.c_char_p, ct.c_char_p, ci, ci, dp, ci, ci, ci]
-        L.numroc_.restype = ci
-        me, nprocs = ci(), ci()
-        L.Cblacs_pinfo(ct.byref(me), ct.byref(nprocs))  # initializes MPI (Debian's Open MPI)
-        if nprocs.value != pr * pc:
-            raise SystemExit(f"grid {pr}x{pc} needs {pr * pc} ranks, the job has {nprocs.value}")
-        self.rank = me.value
-        ctx = ci()
-        L.Cblacs_get(-1, 0, ct.byref(ctx))
-        L.Cblacs_gridinit(ct.byref(ctx), b"R", pr, pc)  # row-major, like ftkit.ProcessGrid
-        self.ctx = ctx
-        rows, cols, myrow, mycol = ci(), ci(), ci(), ci()
-        L.Cblacs_gridinfo(ctx, ct.byref(rows), ct.byref(cols), ct.byref(myrow), ct.byref(mycol))
-        self.pr, self.pc, self.myrow, self.mycol = pr, pc, myrow.value, mycol.value
-
-    def i(self, v: int) -> Any:
-        return self.ct.byref(self.ct.c_int(v))
-
-    def d(self, v: float) -> Any:
-        return self.ct.byref(self.ct.c_double(v))
-
-    def ptr(self, a: np.ndarray) -> Any:
-        return a.ctypes.data_as(self.ct.POINTER(self.ct.c_double))
-
-    def local_indices(self, n: int, nb: int) -> tuple[np.ndarray, np.ndarray]:
-        """Global row and column indices of this process's local rows / columns of an ``n x n`` matrix."""
-        g = np.arange(n)
-        return g[(g // nb) % self.pr == self.myrow], g[(g // nb) % self.pc == self.mycol]
-
-    def desc(self, n: int, nb: int, lld: int) -> Any:
-        d, info = (self.ct.c_int * 9)(), self.ct.c_int()
-        self.L.descinit_(d, self.i(n), self.i(n), self.i(nb), self.i(nb), self.i(0), self.i(0),
-                         self.ct.byref(self.ctx), self.i(max(1, lld)), self.ct.byref(info))  # fmt: skip
-        if info.value != 0:
-            raise SystemExit(f"descinit_ failed: info={info.value}")
-        return d
-
-    def reduce(self, value: float, op: str) -> float:
-        """The maximum (``op="max"``) or sum of ``value`` over the grid, on every process."""
-        v = self.ct.c_double(value)
-        if op == "max":
-            self.L.Cdgamx2d(self.ctx, b"A", b" ", 1, 1, self.ct.byref(v), 1, None, None, -1, -1, -1)
-        else:
-            self.L.Cdgsum2d(self.ctx, b"A", b" ", 1, 1, self.ct.byref(v), 1, -1, -1)
-        return v.value
-
-
-def sl_operands(sl: ScaLAPACK, n: int, nb: int) -> dict[str, np.ndarray]:
-    """Local pieces of T, S, B, C as :func:`operands` makes them (same distributions, other numbers)."""
-    rows, cols = sl.local_indices(n, nb)
-    rng = np.random.default_rng((sl.rank, n, nb))
-    shape = (rows.size, cols.size)
-    diag = rows[:, None] == cols[None, :]
-    T = rng.uniform(-1.0, 1.0, shape)
-    T = np.where(diag, n + np.abs(T), T)
-    S = np.cos(1e-3 * (rows[:, None] + 1.0) * (cols[None, :] + 1.0)) + 2.0 * n * diag  # symmetric, dominant
-    B, C = rng.uniform(-1.0, 1.0, shape), rng.uniform(-1.0, 1.0, shape)
-    return {k: np.asfortranarray(v) for k, v in (("T", T), ("S", S), ("B", B), ("C", C))}
-
-
-def sl_call(sl: ScaLAPACK, routine: str, n: int, ops: dict[str, np.ndarray],
-            desc: Any) -> tuple[float, float, float, float]:
-    """Run the ScaLAPACK ``routine`` on fresh copies (not timed) as :func:`call` runs ftkit's; (time, cpu,
-    user cpu, system cpu), CPU seconds summed over the ranks."""
-    L, i, d, p = sl.L, sl.i, sl.d, sl.ptr
-    T, S, B, C = ops["T"], ops["S"].copy(order="F"), ops["B"].copy(order="F"), ops["C"].copy(order="F")
-    info = sl.ct.c_int(0)
-    sl.L.Cblacs_barrier(sl.ctx, b"A")
-    t0, c0 = time.perf_counter(), os.times()
-    if routine in ("pdtrsm", "pdtrmm"):
-        getattr(L, routine + "_")(b"L", b"L", b"N", b"N", i(n), i(n), d(1.0), p(T), i(1), i(1), desc, p(B),
-                                  i(1), i(1), desc)  # fmt: skip
-    elif routine == "pdsyrk":
-        L.pdsyrk_(b"L", b"N", i(n), i(n), d(1.0), p(ops["B"]), i(1), i(1), desc, d(1.0), p(C), i(1), i(1),
-                  desc)
-    elif routine == "pdsyr2k":
-        L.pdsyr2k_(b"L", b"N", i(n), i(n), d(1.0), p(ops["B"]), i(1), i(1), desc, p(T), i(1), i(1), desc,
-                   d(1.0), p(C), i(1), i(1), desc)  # fmt: skip
-    else:  # pdpotrf (Fortran: the hidden length of UPLO passed last)
-        L.pdpotrf_(b"L", i(n), p(S), i(1), i(1), desc, sl.ct.byref(info), sl.ct.c_size_t(1))
-    t = sl.reduce(time.perf_counter() - t0, "max")
-    c1 = os.times()
-    usr, sys_ = sl.reduce(c1.user - c0.user, "sum"), sl.reduce(c1.system - c0.system, "sum")
-    if info.value != 0:
-        raise SystemExit(f"{routine}: info={info.value}")
-    return t, usr + sys_, usr, sys_
-
-
 def scalapack_worker(args: argparse.Namespace) -> None:
     """The ScaLAPACK side: the plain routines of ``args.routines`` (run under Debian's mpirun)."""
     pr, pc = map(int, args.grid.split("x"))
@@ -386,7 +314,7 @@ def scalapack_worker(args: argparse.Namespace) -> None:
                 t, cpu, usr, sys_ = sl_call(sl, routine, n, ops, desc)
                 if sl.rank == 0:
                     print(f"RES sys=scalapack routine={routine} grid={args.grid} n={n} nb={nb} rep={rep} "
-                          f"t={t:.4f} gflops={FLOPS[routine] * n**3 / t / 1e9:.2f} cpu={cpu:.3f} "
+                          f"t={t:.4f} gflops={gflops(routine, n, t)} cpu={cpu:.3f} "
                           f"usr={usr:.3f} sys={sys_:.3f}", flush=True)
     sl.L.Cblacs_gridexit(sl.ctx)
     sl.L.Cblacs_exit(0)
@@ -407,6 +335,11 @@ def _jobs(args: argparse.Namespace, routines: list[str]) -> dict[str, tuple[list
     ft = [str(Path(sys.executable).with_name("ftkit")), "launch", "-n", nprocs, "--", sys.executable, me,
           *common]  # fmt: skip
     return {"scalapack": (sl, sl_env), "ftkit": (ft, env)}
+
+
+def _div(a: float, b: float) -> float:
+    """``a / b``, NaN when ``b`` is 0 (a short call's CPU seconds: ``os.times`` counts 10 ms ticks)."""
+    return a / b if b else float("nan")
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -469,8 +402,8 @@ def _report(args: argparse.Namespace, times: Samples, cpus: Samples, usrs: Sampl
             rmed, rp90 = _quantile(times.get(ref, []), 0.5), _quantile(times.get(ref, []), 0.9)
             cmed, rcmed = _quantile(cpus.get(mine, []), 0.5), _quantile(cpus.get(ref, []), 0.5)
             print(f"{case:>10} {routine:>18} {med:10.4f} {p90:8.4f} {ref_sys + ' ' + base:>20} {rmed:10.4f} "
-                  f"{rp90:8.4f} {med / rmed:9.3f} {p90 / rp90:6.3f} {cmed:8.3f} {rcmed:8.3f} "
-                  f"{cmed / rcmed:9.3f} {_quantile(usrs.get(mine, []), 0.5):7.3f} "
+                  f"{rp90:8.4f} {_div(med, rmed):9.3f} {_div(p90, rp90):6.3f} {cmed:8.3f} {rcmed:8.3f} "
+                  f"{_div(cmed, rcmed):9.3f} {_quantile(usrs.get(mine, []), 0.5):7.3f} "
                   f"{_quantile(syss.get(mine, []), 0.5):6.3f} {_quantile(usrs.get(ref, []), 0.5):7.3f} "
                   f"{_quantile(syss.get(ref, []), 0.5):7.3f}", flush=True)  # fmt: skip
 

@@ -130,6 +130,45 @@ def test_additions_argument_positions(grid, index):
         assert e.value.position == pos - 2
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("source", ["in_place", "moved", "alias"])
+def test_additions_match_numpy_bit_for_bit(grid, dtype, source):
+    """PDGEADD, PDTRADD and PDTRAN give every written entry as numpy's ``beta * c + alpha * op(a)`` bit for
+    bit and leave C's other entries as they were: op(A) laid out as C (read in place), moved (other blocks),
+    or A the very matrix C at an overlapping offset (read before C is written); scalars whose products round
+    (a fused multiply-add would change the last bit of many entries)."""
+    rng = np.random.default_rng(11)
+    m, n, ia, ja, ic, jc = 290, 300, 2, 4, 3, 5
+    c_g = rng.standard_normal((310, 310)).astype(dtype)
+    a_g = c_g if source == "alias" else rng.standard_normal((310, 310)).astype(dtype)
+    dt = np.dtype(dtype).type
+    scalars = [(1.0, 1.0), (-2.5, 0.5), (0.3, -1.7), (0.5, 0.0), (0.0, 0.5), (0.0, 0.0), (1.0, -1.0)]
+    for alpha, beta in scalars:
+        for uplo, trans in [(None, "N"), (None, "T"), ("L", "N"), ("U", "N"), ("L", "T"), ("U", "T")]:
+            C = linalg.DistributedMatrix.from_global(grid, c_g, mb=8, nb=8)
+            A = C if source == "alias" else linalg.DistributedMatrix.from_global(
+                grid, a_g, mb=5 if source == "moved" else 8, nb=5 if source == "moved" else 8)
+            if uplo is not None:
+                linalg.pdtradd(uplo, trans, m, n, alpha, A, ia, ja, beta, C, ic, jc)
+            elif trans == "T":
+                linalg.pdtran(m, n, alpha, A, ia, ja, beta, C, ic, jc)
+            else:
+                linalg.pdgeadd(trans, m, n, alpha, A, ia, ja, beta, C, ic, jc)
+            sub = c_g[ic:ic + m, jc:jc + n]
+            opa = a_g[ia:ia + m, ja:ja + n] if trans == "N" else a_g[ia:ia + n, ja:ja + m].T
+            if alpha == 0.0:
+                new = np.zeros_like(sub) if beta == 0.0 else dt(beta) * sub
+            else:
+                new = dt(alpha) * opa if beta == 0.0 else dt(beta) * sub + dt(alpha) * opa
+            i, j = np.arange(m)[:, None], np.arange(n)[None, :]
+            part = np.ones((m, n), bool) if uplo is None else (i >= j) if uplo == "L" else (i <= j)
+            want = c_g.copy()
+            want[ic:ic + m, jc:jc + n] = np.where(part, new, sub)
+            got = C.to_global()
+            assert got.dtype == dtype
+            assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (alpha, beta, uplo, trans)
+
+
 def test_float32_stays_float32(grid):
     rng = np.random.default_rng(5)
     a = (rng.random((7, 7)) + 7 * np.eye(7)).astype(np.float32)

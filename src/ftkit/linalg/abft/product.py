@@ -174,12 +174,13 @@ def ft_pdsymm(
     check_ft_args(r, 19, bs, tol, mode, inject)
     if m == 0 or n == 0:
         return ABFTReport(threshold=threshold_name(tol))
-    W = _symmetric_copy(A, ia, ja, na, uplo) if alpha != 0.0 else A
-    if side == "L":
-        return _ft_gemm("N", "N", m, n, m, alpha, W, ia, ja, B, ib, jb, beta, C, ic, jc, bs, tol, mode, None,
-                        None, inject, unchecked_is_error)  # fmt: skip
-    return _ft_gemm("N", "N", m, n, n, alpha, B, ib, jb, W, ia, ja, beta, C, ic, jc, bs, tol, mode, None,
-                    None, inject, unchecked_is_error)  # fmt: skip
+    pool: dict[object, np.ndarray] = {}
+    W = _symmetric_copy(A, ia, ja, na, uplo, pool) if alpha != 0.0 else A
+    left, right = ((W, ia, ja), (B, ib, jb)) if side == "L" else ((B, ib, jb), (W, ia, ja))
+    report = _ft_gemm("N", "N", m, n, m if side == "L" else n, alpha, *left, *right, beta, C, ic, jc, bs, tol,
+                      mode, None, None, inject, unchecked_is_error)  # fmt: skip
+    release_pool(pool)  # not after an exception: a transfer of W's panels may be pending
+    return report
 
 
 # ---------------------------------------------------------------- the checked product

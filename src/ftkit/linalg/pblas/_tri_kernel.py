@@ -1,5 +1,6 @@
-"""Compiled pass that makes a triangle in place: one write per excluded element, instead of the ``np.where``
-copies (which read every element three times and write two whole arrays).
+"""Compiled passes over one contiguous range of rows per column: making a triangle in place (one write per
+excluded element, instead of the ``np.where`` copies, which read every element three times and write two whole
+arrays), and PDGEADD's / PDTRADD's update ``beta * c + alpha * a`` of a trapezoid (:func:`axpby_rows`).
 
 Each column keeps one contiguous range of rows (the local rows of a block-cyclic piece are in increasing
 global order, so the rows on the kept side of the diagonal are contiguous); the rest is written with zeros,
@@ -12,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["triangle_in_place", "triangle_from", "triangle_column", "triangle_column_from"]
+__all__ = ["triangle_in_place", "triangle_from", "triangle_column", "triangle_column_from", "axpby_rows"]
 
 
 @njit(cache=True, nogil=True)
@@ -60,3 +61,26 @@ def triangle_column(col: np.ndarray, k0: int, k1: int, diag: int, unit: bool) ->
         z[i] = 0.0
     if unit and diag >= 0:
         col[diag] = 1.0
+
+
+@njit(cache=True, nogil=True)
+def axpby_rows(c: np.ndarray, a: np.ndarray, keep: np.ndarray, alpha: float,
+               beta: float) -> None:  # pragma: no cover - compiled
+    """``c[k0:k1, j] = beta * c[k0:k1, j] + alpha * a[k0:k1, j]`` for every column j, ``k0, k1 = keep[:, j]``,
+    in one pass: each entry rounded as numpy's ``beta * c + alpha * a`` in the dtype of ``alpha`` and ``beta``
+    (pass c's: no fused multiply-add, as numba compiles without fast-math); ``a`` is not read where ``alpha``
+    is 0, ``c`` not where ``beta`` is 0 (NaN there are overwritten); the other rows are not touched."""
+    for j in range(c.shape[1]):
+        k0, k1 = keep[0, j], keep[1, j]
+        if k1 <= k0:
+            continue
+        x, y, nr = c[:, j][k0:k1], a[:, j][k0:k1], k1 - k0
+        if alpha == 0.0:
+            for i in range(nr):
+                x[i] = 0.0 if beta == 0.0 else beta * x[i]
+        elif beta == 0.0:
+            for i in range(nr):
+                x[i] = alpha * y[i]
+        else:
+            for i in range(nr):
+                x[i] = beta * x[i] + alpha * y[i]

@@ -20,7 +20,8 @@ import numpy as np
 
 from ...errors import PBLASArgumentError
 from ..matrix import DistributedMatrix
-from ._redistribute import redistribute
+from ._panel_buffers import release_pool
+from ._redistribute import Move, Pool, redistribute_many, same_layout
 from .gemm import _check_dim, _check_flag, _check_matrix, _check_scalar
 from .triangular import check_dtype
 
@@ -77,22 +78,31 @@ def check_add_args(routine: str, uplo: str | None, trans: str | None, m: int, n:
 
 def add(trans: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int, beta: float,
         C: DistributedMatrix, ic: int, jc: int, uplo: str | None = None) -> None:
-    """``C := beta C + alpha op(A)`` on checked arguments, on the ``uplo`` trapezoid if given (collective)."""
+    """``C := beta C + alpha op(A)`` on checked arguments, on the ``uplo`` trapezoid if given (collective).
+
+    C is updated in place in one compiled pass over its trapezoid's rows (no temporaries, the rest of C not
+    read); op(A) is read in place when it is laid out as C and is not C's own memory, else moved first."""
     if m == 0 or n == 0 or (alpha == 0.0 and beta == 1.0):
         return
+    from ._tri_kernel import axpby_rows  # numba: imported at the first use
+
     c = C.local_view(ic, jc, m, n)
-    mask = None if uplo is None else trapezoid_mask(C, ic, jc, m, n, uplo)
+    rows, cols = C.row_map(ic, m), C.col_map(jc, n)
+    a = c  # not read when alpha is 0
+    pool: Pool = {}  # the moved op(A): a buffer of the process-wide cache (fresh pages fault in every call)
+    if alpha != 0.0:
+        if same_layout(A, ia, ja, trans == "T", rows, cols) and not np.may_share_memory(A.local, C.local):
+            a = A.local_view(ia, ja, m, n)
+        else:
+            a = redistribute_many([Move(A, ia, ja, trans == "T", rows, cols)], pool)[0]
+    keep = np.zeros((2, c.shape[1]), np.int64)  # per local column, the rows of the trapezoid
+    keep[1] = c.shape[0]
+    if uplo is not None:  # local rows increase with the global index: each column's part is one range
+        r, q = rows.indices_on(C.grid.myrow), cols.indices_on(C.grid.mycol)
+        keep[0 if uplo == "L" else 1] = np.searchsorted(r, q, side="left" if uplo == "L" else "right")
     dt = c.dtype.type
-    if alpha == 0.0:
-        new = np.zeros_like(c) if beta == 0.0 else dt(beta) * c
-    else:
-        a = redistribute(A, ia, ja, trans == "T", C.row_map(ic, m), C.col_map(jc, n))
-        with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf outside the trapezoid are dropped
-            new = dt(alpha) * a if beta == 0.0 else dt(beta) * c + dt(alpha) * a
-    if mask is None:
-        c[...] = new
-    else:
-        c[...] = np.where(mask, new, c)
+    axpby_rows(c, a, keep, dt(alpha), dt(beta))
+    release_pool(pool)
 
 
 def pdgeadd(trans: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int, beta: float,

@@ -25,7 +25,8 @@ from ...errors import PBLASArgumentError
 from ..matrix import DistributedMatrix
 from ._cannon import run_cannon
 from ._operands import aligned_operands
-from ._redistribute import redistribute
+from ._panel_buffers import pooled_buffer, release_pool
+from ._redistribute import Move, Pool, redistribute_many
 from ._summa import PanelExchange, run_summa
 
 __all__ = ["pdgemm", "pdsymm", "cannon"]
@@ -236,19 +237,35 @@ def cannon(transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: Di
     pdgemm(transa, transb, m, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc, algorithm="cannon")
 
 
-def _symmetric_copy(A: DistributedMatrix, ia: int, ja: int, na: int, uplo: str) -> DistributedMatrix:
+def _symmetric_copy(A: DistributedMatrix, ia: int, ja: int, na: int, uplo: str,
+                    pool: Pool | None = None) -> DistributedMatrix:
     """Return a copy of A whose ``na x na`` submatrix at (ia, ja) is the full symmetric matrix of its ``uplo``
-    triangle; the other triangle of A is never used in arithmetic (it is masked out before it moves)."""
-    W = A.copy()
+    triangle; the entries of A's other triangle are never used (theirs come from the mirror).
+
+    With ``pool``, the copy's local array and the mirrored piece are buffers of the process-wide cache held
+    by ``pool``, which the caller gives back with :func:`~._panel_buffers.release_pool` once it is done with
+    the copy: fresh arrays cost a page fault per page in every call (as system CPU time).
+    """
+    if pool is None:
+        local = A.local.copy(order="F")
+    else:
+        local = pooled_buffer(pool, "symmetric", A.local.shape, A.local.dtype)
+        local[...] = A.local
+    W = DistributedMatrix(A.grid, A.desc, local)
     if na == 0:
         return W
-    view = W.local_view(ia, ja, na, na)
-    rows = A.row_map(ia, na).indices_on(A.grid.myrow)
-    cols = A.col_map(ja, na).indices_on(A.grid.mycol)
-    keep = rows[:, None] >= cols[None, :] if uplo == "L" else rows[:, None] <= cols[None, :]
-    view[...] = np.where(keep, view, 0.0)
-    mirrored = redistribute(W, ia, ja, True, A.row_map(ia, na), A.col_map(ja, na))
-    view[...] = np.where(keep, view, mirrored)
+    from ._tri_kernel import axpby_rows  # numba: imported at the first use
+
+    rows, cols = A.row_map(ia, na), A.col_map(ja, na)
+    mirrored = redistribute_many([Move(A, ia, ja, True, rows, cols)], pool)[0]
+    r, q = rows.indices_on(A.grid.myrow), cols.indices_on(A.grid.mycol)
+    other = np.zeros((2, q.size), np.int64)  # per local column, the rows of the excluded triangle
+    if uplo == "L":
+        other[1] = np.searchsorted(r, q, side="left")
+    else:
+        other[0], other[1] = np.searchsorted(r, q, side="right"), r.size
+    dt = local.dtype.type
+    axpby_rows(W.local_view(ia, ja, na, na), mirrored, other, dt(1.0), dt(0.0))  # a copy of those rows
     return W
 
 
@@ -285,8 +302,10 @@ def pdsymm(side: str, uplo: str, m: int, n: int, alpha: float, A: DistributedMat
     if alpha == 0.0:
         _scale(C.local_view(ic, jc, m, n), beta)
         return
-    W = _symmetric_copy(A, ia, ja, na, uplo)
+    pool: Pool = {}
+    W = _symmetric_copy(A, ia, ja, na, uplo, pool)
     if side == "L":
         _gemm("N", "N", m, n, m, alpha, W, ia, ja, B, ib, jb, beta, C, ic, jc, "summa", None, None)
     else:
         _gemm("N", "N", m, n, n, alpha, B, ib, jb, W, ia, ja, beta, C, ic, jc, "summa", None, None)
+    release_pool(pool)  # not after an exception: a transfer of W's panels may be pending
