@@ -22,6 +22,7 @@ from ...errors import PBLASArgumentError
 from ..matrix import DistributedMatrix
 from ._panel_buffers import release_pool
 from ._redistribute import Move, Pool, redistribute_many, same_layout
+from ._tri_sweep import triangle_extent
 from .gemm import _check_dim, _check_flag, _check_matrix, _check_scalar
 from .triangular import check_dtype
 
@@ -95,11 +96,11 @@ def add(trans: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int,
             a = A.local_view(ia, ja, m, n)
         else:
             a = redistribute_many([Move(A, ia, ja, trans == "T", rows, cols)], pool)[0]
-    keep = np.zeros((2, c.shape[1]), np.int64)  # per local column, the rows of the trapezoid
-    keep[1] = c.shape[0]
-    if uplo is not None:  # local rows increase with the global index: each column's part is one range
-        r, q = rows.indices_on(C.grid.myrow), cols.indices_on(C.grid.mycol)
-        keep[0 if uplo == "L" else 1] = np.searchsorted(r, q, side="left" if uplo == "L" else "right")
+    if uplo is None:  # per local column, the rows of the trapezoid
+        keep = np.zeros((2, c.shape[1]), np.int64)
+        keep[1] = c.shape[0]
+    else:
+        keep = triangle_extent(rows, cols, C.grid.myrow, C.grid.mycol, uplo == "L")[0]
     dt = c.dtype.type
     axpby_rows(c, a, keep, dt(alpha), dt(beta))
     release_pool(pool)

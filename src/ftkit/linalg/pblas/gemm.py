@@ -28,6 +28,7 @@ from ._operands import aligned_operands
 from ._panel_buffers import pooled_buffer, release_pool
 from ._redistribute import Move, Pool, redistribute_many
 from ._summa import PanelExchange, run_summa
+from ._tri_sweep import triangle_extent
 
 __all__ = ["pdgemm", "pdsymm", "cannon"]
 
@@ -258,12 +259,13 @@ def _symmetric_copy(A: DistributedMatrix, ia: int, ja: int, na: int, uplo: str,
 
     rows, cols = A.row_map(ia, na), A.col_map(ja, na)
     mirrored = redistribute_many([Move(A, ia, ja, True, rows, cols)], pool)[0]
-    r, q = rows.indices_on(A.grid.myrow), cols.indices_on(A.grid.mycol)
-    other = np.zeros((2, q.size), np.int64)  # per local column, the rows of the excluded triangle
+    # per local column, the rows of the excluded triangle: those before (uplo L) or after (U) the kept ones
+    keep = triangle_extent(rows, cols, A.grid.myrow, A.grid.mycol, uplo == "L")[0]
+    other = np.zeros_like(keep)
     if uplo == "L":
-        other[1] = np.searchsorted(r, q, side="left")
+        other[1] = keep[0]
     else:
-        other[0], other[1] = np.searchsorted(r, q, side="right"), r.size
+        other[0], other[1] = keep[1], mirrored.shape[0]
     dt = local.dtype.type
     axpby_rows(W.local_view(ia, ja, na, na), mirrored, other, dt(1.0), dt(0.0))  # a copy of those rows
     return W
