@@ -19,7 +19,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "ftkit"
 #: from its own package, or from another module of its own layer, except the pairs in ``APART``.
 LAYERS: dict[str, int] = {
     "errors": 0, "_wait": 0, "_paths": 0, "_jobproc": 0, "_jobwatch": 0, "_watchdog": 0, "jobstatus": 0,
-    "_ranksite": 0, "_heartbeat": 0, "eventlog": 0, "_shm_segments": 0, "_shm_reaper": 0, "_pipewatch": 0,
+    "_jobverdict": 0, "_ranksite": 0, "_heartbeat": 0, "eventlog": 0, "_shm_segments": 0, "_shm_reaper": 0,
+    "_pipewatch": 0,
     "codec": 1, "config": 1, "config_fti": 1, "config_notes": 1, "topology": 1, "launch": 1, "inject": 1,
     "launchers": 1, "mpienv": 1, "walltime": 1,
     "uncaught": 1,

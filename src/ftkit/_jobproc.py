@@ -14,8 +14,10 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
+from ._pipewatch import start_on_pipe
 from ._wait import deadline_after, poll_until
 from .errors import TimeoutFailure
 from .jobstatus import world_rank
@@ -23,7 +25,8 @@ from .jobstatus import world_rank
 __all__ = ["FORWARDED_SIGNALS", "ENDING_SIGNALS", "Signals", "RUNTIME_EXIT_GRACE", "KILL_WAIT",
            "SRUN_TERM_GRACE", "NONZERO_EXIT_GRACE", "REAPER_VERBOSITY", "PipeReader", "RankExits",
            "watch_ranks", "is_zombie", "session_members", "proc_stat", "is_running", "combined_status",
-           "kill_session", "end_srun", "process_environ", "kill_job_peers"]
+           "kill_session", "end_srun", "process_environ", "environ_rank", "how_ended", "start_watchdog",
+           "kill_job_peers"]
 
 #: Signals ``ftkit launch`` passes on to every rank.
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -85,14 +88,20 @@ class PipeReader:
 REAPER_VERBOSITY = "5"
 # "[host:pid] [prterun-host-123@0,0] odls:wait_local_proc child process [prterun-host-123@1,2] pid 4711
 # terminated", then "[...] odls:waitpid_fired child [prterun-host-123@1,2] exit code 4" (job 1 is the
-# application's; a signal gives "terminated with signal ..." instead, and no exit code).
+# application's; a signal gives "[...] odls:waitpid_fired child process [prterun-host-123@1,2] terminated
+# with signal Killed" instead, the signal's strsignal text, and no exit code).
 _DAEMON = r"^\[[^\]]*:\d+\] \[[^\]]*@0,\d+\]"
 _REAPED_PID = re.compile(_DAEMON + r" odls:wait_local_proc child process \[[^\]]*@1,(\d+)\] pid (\d+) "
                                    r"terminated")
 _REAPED_CODE = re.compile(_DAEMON + r" odls:waitpid_fired child \[[^\]]*@1,(\d+)\] exit code (\d+)")
+_REAPED_SIGNAL = re.compile(_DAEMON + r" odls:waitpid_fired child process \[[^\]]*@1,(\d+)\] terminated with "
+                                      r"signal (.+?)\s*$")
 # The other lines of that verbosity: the launcher's debugging output, not the job's.
 _LAUNCHER_LINE = re.compile(_DAEMON + r"(?: ?(?:odls:|hwloc:set on child|local:launch|SENDING SIG\w+ TO \[|"
                                        r"Sleep \d+ nsec)|\[[^\]]*/odls/)")
+# Signals by the text the runtime gives them (its strsignal: "Killed", "Aborted"; this host's C library).
+_SIGNAL_TEXTS = {signal.strsignal(sig): int(sig) for sig in signal.valid_signals()
+                 if signal.strsignal(sig) is not None}
 
 
 class RankExits:
@@ -111,30 +120,41 @@ class RankExits:
         self.hide = hide                      # leave the launcher's verbose lines out of the job's stderr
         self.pids: dict[int, int] = {}        # rank -> pid of the rank's process, once reaped
         self.codes: dict[int, int] = {}       # rank -> exit code (ranks ended by a signal have none)
+        self.signals: dict[int, int] = {}     # rank -> the signal that ended it
+        self.reaped: dict[int, float] = {}    # rank -> when the runtime's line of its reaping came (epoch)
         self.first: tuple[int, int, float] | None = None  # (rank, code, monotonic time) of the first non-zero
 
     def claim(self, line: str) -> bool:
         """Record what ``line`` says of a reaped rank; return whether it is the launcher's own line."""
         if (m := _REAPED_PID.match(line)) is not None:
             self.pids[int(m.group(1))] = int(m.group(2))
+            self.reaped.setdefault(int(m.group(1)), time.time())
         elif (m := _REAPED_CODE.match(line)) is not None:
             self._exited(int(m.group(1)), int(m.group(2)))
+        elif (m := _REAPED_SIGNAL.match(line)) is not None and m.group(2) in _SIGNAL_TEXTS:
+            self.signals[int(m.group(1))] = _SIGNAL_TEXTS[m.group(2)]
         return self.hide and _LAUNCHER_LINE.match(line) is not None
 
-    def seen(self, ranks: dict[int, int], status: dict[int, int]) -> None:
+    def seen(self, ranks: dict[int, int], status: dict[int, int],
+             ended: dict[int, float] | None = None) -> None:
         """Take the exits of ranks seen as zombies (``ranks``: pid -> rank; ``status``: pid -> waitpid status,
-        as :class:`ftkit._jobwatch.RankWatch` keeps them), and add to ``status`` those of reaped ranks."""
+        as :class:`ftkit._jobwatch.RankWatch` keeps them), and add to ``status`` those of reaped ranks (and to
+        ``ended``, pid -> the earliest time it was known ended, when the runtime's line came)."""
         for pid, st in list(status.items()):
             if pid in ranks and st > 0 and not st & 0x7F:
                 self._exited(ranks[pid], st >> 8)
         # (Not a pid known here as another rank's: the runtime's pids of ranks on other hosts are theirs.)
-        status.update({self.pids[r]: code << 8 for r, code in list(self.codes.items())
-                       if r in self.pids and ranks.get(self.pids[r], r) == r})
+        mine = {r: pid for r, pid in list(self.pids.items()) if ranks.get(pid, r) == r}
+        status.update({mine[r]: code << 8 for r, code in list(self.codes.items()) if r in mine})
+        status.update({mine[r]: sig for r, sig in list(self.signals.items()) if r in mine})
+        for r, when in list(self.reaped.items()):
+            if ended is not None and r in mine:
+                ended[mine[r]] = min(when, ended.get(mine[r], when))
 
-    def overdue(self, ranks: dict[int, int], status: dict[int, int]) -> bool:
+    def overdue(self, ranks: dict[int, int], status: dict[int, int], ended: dict[int, float]) -> bool:
         """Take the ranks seen as zombies (:meth:`seen`); return whether a rank exited non-zero more than
         :data:`NONZERO_EXIT_GRACE` seconds ago (a job still running then is to be ended)."""
-        self.seen(ranks, status)
+        self.seen(ranks, status, ended)
         return self.first is not None and time.monotonic() - self.first[2] > NONZERO_EXIT_GRACE
 
     def outcome(self, returncode: int, *, ended: bool, killed: bool) -> tuple[int, str]:
@@ -281,6 +301,34 @@ def process_environ(pid: int) -> dict[str, str] | None:
         key, _, value = item.partition(b"=")
         env[key.decode(errors="replace")] = value.decode(errors="replace")
     return env
+
+
+def environ_rank(pid: int) -> int | None:
+    """The world rank in process ``pid``'s environment (None: none, or unreadable)."""
+    env = process_environ(pid)
+    return None if env is None else world_rank(env)
+
+
+def how_ended(status: int | None) -> str:
+    """How a process with waitpid ``status`` ended (None or negative: not seen)."""
+    if status is None or status < 0:
+        return "killed (no exit seen: a signal, or os._exit)"
+    if status & 0x7F:
+        sig = status & 0x7F
+        try:
+            return f"killed by {signal.Signals(sig).name}"
+        except ValueError:
+            return f"killed by signal {sig}"
+    return f"exited {status >> 8}"
+
+
+def start_watchdog(sid: int, leftovers: Sequence[str]) -> tuple[subprocess.Popen[bytes] | None, int | None]:
+    """Start the watchdog of session ``sid`` (:mod:`ftkit._watchdog`: it removes ``leftovers`` if this
+    process dies); return it and the write end of its pipe."""
+    try:
+        return start_on_pipe(Path(__file__).with_name("_watchdog.py"), [str(sid), *leftovers])
+    except OSError:
+        return None, None
 
 
 def kill_job_peers(ranks: set[int] | list[int]) -> list[int]:

@@ -23,9 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Sequence
-from pathlib import Path
 
 from ._jobproc import (
     ENDING_SIGNALS,
@@ -37,42 +35,22 @@ from ._jobproc import (
     Signals,
     combined_status,
     end_srun,
+    environ_rank,
     is_running,
     kill_session,
     proc_stat,
-    process_environ,
     session_members,
+    start_watchdog,
     watch_ranks,
 )
-from ._pipewatch import start_on_pipe
+from ._jobverdict import Endings, endings, failure_code, named_dead, ranks_text, verdict
 from ._watchdog import CLEANING
-from .errors import LaunchError
-from .jobstatus import STATUS_ENV, Note, crash_summary, read_notes, world_rank
+from .jobstatus import Note, read_notes
 
-__all__ = ["RankWatch", "Signals", "run_job", "judge_notes", "FORWARDED_SIGNALS", "ENDING_SIGNALS",
-           "JOB_FAILED_EXIT", "LOST_HOST_TEXT"]
+__all__ = ["RankWatch", "Signals", "run_job", "FORWARDED_SIGNALS", "ENDING_SIGNALS", "LOST_HOST_TEXT"]
 
-#: Exit code of a job whose launcher exited 0 although a rank failed.
-JOB_FAILED_EXIT = 1
 #: What Open MPI's runtime (PRRTE) prints when it loses one of its daemons, i.e. a host, and ends the job.
 LOST_HOST_TEXT = "PRTE has lost communication with a remote daemon"
-
-
-def _environ_rank(pid: int) -> int | None:
-    env = process_environ(pid)
-    return None if env is None else world_rank(env)
-
-
-def _how(status: int | None) -> str:
-    if status is None or status < 0:
-        return "killed (no exit seen: a signal, or os._exit)"
-    if status & 0x7F:
-        sig = status & 0x7F
-        try:
-            return f"killed by {signal.Signals(sig).name}"
-        except ValueError:
-            return f"killed by signal {sig}"
-    return f"exited {status >> 8}"
 
 
 class RankWatch:
@@ -92,6 +70,10 @@ class RankWatch:
         self.status: dict[int, int] = {}       # pid -> waitpid status (zombies seen), -2 while running
         self.killed: dict[int, str] = {}       # pid -> why the launcher killed it
         self.notes: list[Note] = []
+        # pid -> when the rank was first known ended (an upper bound: the poll that found it gone, the line of
+        # the runtime that reaped it), and when it was last seen running (a lower bound), in epoch seconds
+        self.ended_at: dict[int, float] = {}
+        self._running_at: dict[int, float] = {}
         self._alone_since: float | None = None  # since when only stopped ranks are left running
         self._started_by_ranks: set[int] = set()  # pids of processes the ranks started (not ranks)
 
@@ -101,7 +83,7 @@ class RankWatch:
         for pid in session_members(self.sid):
             if pid == self.sid or pid in self.ranks or pid in self._started_by_ranks:
                 continue
-            rank = _environ_rank(pid)
+            rank = environ_rank(pid)
             parent = proc_stat(pid)
             if rank is None or parent is None:
                 continue
@@ -110,10 +92,16 @@ class RankWatch:
             # its exit code. Its parent is asked directly, not looked up among the ranks seen, so a
             # grandchild is not taken for a rank when the child in between was never one.
             ppid = int(parent[1])
-            if ppid in self.ranks or ppid in self._started_by_ranks or _environ_rank(ppid) is not None:
+            if ppid in self.ranks or ppid in self._started_by_ranks or environ_rank(ppid) is not None:
                 self._started_by_ranks.add(pid)
             else:
                 self.ranks[pid] = rank
+        for pid in set(self.ranks) - set(self.ended_at):
+            now = time.time()
+            if is_running(pid):
+                self._running_at[pid] = now
+            else:
+                self.ended_at[pid] = time.time()
         if self.status_dir is not None:
             self.notes = read_notes(self.status_dir)
             self._kill_declared_dead()
@@ -147,7 +135,7 @@ class RankWatch:
         self._ended_before_up = self._ended_before_up or now
         if now - self._ended_before_up < self.start_bound:  # type: ignore[operator]
             return
-        self.start_failure = (f"{_ranks_text(ended)} ended (or never started) before MPI_Init had completed "
+        self.start_failure = (f"{ranks_text(ended)} ended (or never started) before MPI_Init had completed "
                               f"on any rank; the other ranks, waiting in MPI_Init for "
                               f"{'them' if len(ended) > 1 else 'it'}, were killed by ftkit launch "
                               f"{self.start_bound:.0f} s later")
@@ -185,7 +173,7 @@ class RankWatch:
         dead = set()
         for n in self.notes:
             if n.kind == "dead":
-                dead |= {int(r) for r in n.text.split(",") if r.strip().isdigit()}
+                dead |= named_dead(n.text)
         for pid, rank in self.ranks.items():
             if rank in dead and pid not in self.killed and self.status.get(pid, -2) == -2:
                 try:
@@ -205,129 +193,18 @@ class RankWatch:
                     pass
 
     def verdict(self, returncode: int) -> tuple[bool, str]:
-        """``(failed, line)``: whether any rank failed (or the launcher returned non-zero) and how.
+        """``(failed, line)``: whether any rank failed (or the launcher returned non-zero) and how
+        (:func:`ftkit._jobverdict.verdict`)."""
+        return verdict(self._endings(), returncode, start_failure=self.start_failure,
+                       gone_first=self._gone_before_up, up=any(n.kind == "up" for n in self.notes))
 
-        A rank that wrote its ``begin`` or ``start`` note failed if ftkit's exit hook ended it, or if it
-        vanished without an ``exit`` note (a signal, ``os._exit``, a C ``exit()``) unless every other such
-        rank ended normally (the job went on without it: online recovery, a shrink, a failure-aware
-        multiply). A rank that crashed (a ``fault`` note) or that the launcher killed as stopped and alone
-        failed. Other ranks failed if seen ending by a signal or a non-zero exit.
-        """
-        by_pid: dict[int, dict[str, Note]] = defaultdict(dict)
-        for n in self.notes:
-            by_pid[n.pid][n.kind] = n
-        rank_of = {pid: rank for pid, rank in self.ranks.items()}
-        rank_of.update({pid: kinds["start"].rank for pid, kinds in by_pid.items() if "start" in kinds})
-        # A rank gone within a poll of its start was never seen: its begin note stands for it (not the begin
-        # note of a process that a rank known here started: it carries that rank's number).
-        known = set(rank_of.values())
-        rank_of.update({pid: kinds["begin"].rank for pid, kinds in by_pid.items()
-                        if "begin" in kinds and kinds["begin"].rank not in known})
-        hooked, vanished, other = [], [], []
-        early: set[int] = set()
-        normal = 0
-        for pid, rank in sorted(rank_of.items(), key=lambda item: item[1]):
-            kinds = by_pid.get(pid, {})
-            if "fault" in kinds:  # a crash (SIGSEGV...): its traceback says where
-                other.append((rank, f"crashed ({crash_summary(kinds['fault'].text)})"))
-            elif "hook" in kinds:
-                hooked.append((rank, kinds["hook"].text))
-            elif "exit" in kinds:
-                normal += 1
-            elif "replaced" in kinds:
-                vanished.append((rank, f"ended as a failed process for a spare to replace "
-                                       f"({kinds['replaced'].text})"))
-            elif pid in self.killed and self.killed[pid].startswith("stopped"):
-                other.append((rank, self.killed[pid]))  # the job could not end by itself
-            elif "start" in kinds or "begin" in kinds:  # no exit note: a signal, os._exit, exit() in C
-                vanished.append((rank, self.killed.get(pid) or _how(self.status.get(pid))))
-                if "begin" in kinds and "up" not in kinds:
-                    early.add(rank)  # gone before its MPI_Init had completed
-            elif pid in self.status and self.status[pid] >= 0 and self.status[pid] != 0:
-                other.append((rank, _how(self.status[pid])))
-        went_on = bool(vanished) and not hooked and not other and normal > 0
-        failed = returncode != 0 or bool(hooked) or bool(other) or (bool(vanished) and not went_on)
-        parts = _grouped(vanished + other)
-        if self.start_failure:
-            parts, failed = [self.start_failure], True
-        elif failed and (self._gone_before_up or early):
-            # A rank ended during start-up, and MPI_Init failed on others (Open MPI: "Unreachable", or a crash
-            # in its failure handling): first the ranks seen gone first, while no rank had completed it.
-            first = self._gone_before_up or early
-            where = "" if any(n.kind == "up" for n in self.notes) else " on any rank"
-            parts.insert(0, f"{_ranks_text(sorted(first))} ended before MPI_Init had completed{where}")
-        if hooked:
-            reason = max((text for _, text in hooked), key=_dead_named)  # the one that knows the most dead
-            parts.append(f"{_ranks_text([r for r, _ in hooked])} ended by ftkit's exit hook ({reason})")
-        if not parts:
-            return failed, ""
-        if not failed:
-            return False, (f"ftkit launch: {'; '.join(parts)}; the other ranks went on without them and "
-                           "ended normally")
-        return True, f"ftkit launch: the job failed: {'; '.join(parts)}"
+    def failure_code(self) -> int:
+        """The exit code of the job if it failed although its launcher exited 0
+        (:func:`ftkit._jobverdict.failure_code`)."""
+        return failure_code(self._endings(), self.status, self.killed, self.ended_at)
 
-
-def judge_notes(status_dir: str | os.PathLike[str]) -> tuple[bool, str]:
-    """Judge a job that has ended from the notes its ranks left in ``status_dir`` alone.
-
-    For jobs started without ``ftkit launch`` (plain ``mpirun --with-ft ulfm``, ``srun``), whose launcher
-    exits 0 under ULFM although ranks were killed: export ``$FTKIT_JOB_STATUS`` naming an empty directory
-    to the ranks, then judge it once the launcher has returned (``ftkit job-status DIR``). The rules are
-    :meth:`RankWatch.verdict`'s, without what only a live watch sees (the exit statuses of processes that
-    never imported ftkit).
-
-    Parameters
-    ----------
-    status_dir
-        The directory exported to the ranks as ``$FTKIT_JOB_STATUS``.
-
-    Returns
-    -------
-    tuple[bool, str]
-        Whether any rank failed, and one line saying which ranks and how (empty when none failed).
-
-    Raises
-    ------
-    LaunchError
-        If ``status_dir`` is not a directory, or no rank left a ``start`` note there (the variable did not
-        reach the ranks).
-    """
-    if not Path(status_dir).is_dir():
-        raise LaunchError(f"{status_dir} is not a directory: make it (empty) before the job starts and "
-                          f"export it to the ranks as ${STATUS_ENV}")
-    watch = RankWatch(0, str(status_dir))
-    watch.notes = read_notes(status_dir)
-    if not any(n.kind == "start" for n in watch.notes):
-        raise LaunchError(f"no rank left a note in {status_dir}: export it to the ranks as ${STATUS_ENV} "
-                          f"(mpirun -x {STATUS_ENV}; srun exports the environment) and import ftkit in them")
-    failed, line = watch.verdict(0)
-    return failed, line.replace("ftkit launch:", "ftkit job-status:", 1)
-
-
-def _dead_named(text: str) -> int:
-    """How many dead ranks a hook note names ("after the failure of world rank(s) [2, 3]")."""
-    named = text.split("after the failure of world rank(s) [", 1)
-    return len(named[1].split("]", 1)[0].split(",")) if len(named) == 2 else 0
-
-
-def _ranks_text(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(str(r) for r in sorted(ranks))
-
-
-def _grouped(items: list[tuple[int, str]]) -> list[str]:
-    groups: dict[str, list[int]] = defaultdict(list)
-    for rank, how in items:
-        groups[how].append(rank)
-    return [f"{_ranks_text(ranks)} {how}" for how, ranks in groups.items()]
-
-
-def _start_watchdog(sid: int, leftovers: Sequence[str]) -> tuple[subprocess.Popen[bytes] | None, int | None]:
-    """Start the watchdog of session ``sid`` (it removes ``leftovers`` if this process dies); return it and
-    the write end of its pipe."""
-    try:
-        return start_on_pipe(Path(__file__).with_name("_watchdog.py"), [str(sid), *leftovers])
-    except OSError:
-        return None, None
+    def _endings(self) -> Endings:
+        return endings(self.notes, self.ranks, self.status, self.killed, self.ended_at, self._running_at)
 
 
 def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | os.PathLike[str] | None,
@@ -353,7 +230,7 @@ def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | o
         stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if read_err else None,
         text=True,
     )
-    dog, dog_pipe = _start_watchdog(proc.pid, leftovers)
+    dog, dog_pipe = start_watchdog(proc.pid, leftovers)
     # The runtime's lines that tell the ranks' exits are left out of stderr when ftkit asked for them.
     exits = RankExits(hide="odls_base_verbose" in cmd) if name == "openmpi" else None
     readers = [PipeReader(proc.stdout), PipeReader(proc.stderr, echo=None if capture else sys.stderr,
@@ -370,7 +247,8 @@ def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | o
                 break
             # Only mpirun's ranks are its local descendants; srun's run under slurmd, Hydra's under a proxy.
             live = watch.poll() if name == "openmpi" else 1
-            if exits is not None and exits.overdue(watch.ranks, watch.status):  # the runtime will not end it
+            # The runtime will not end it.
+            if exits is not None and exits.overdue(watch.ranks, watch.status, watch.ended_at):
                 ended = True
                 break
             while catcher.pending:
@@ -413,7 +291,7 @@ def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | o
         watch.poll()
     out, err = (r.text() for r in readers)
     if exits is not None:
-        exits.seen(watch.ranks, watch.status)
+        exits.seen(watch.ranks, watch.status, watch.ended_at)
     returncode = proc.returncode
     if stuck:
         returncode = combined_status(watch.status, nprocs)
@@ -437,5 +315,5 @@ def run_job(name: str, cmd: list[str], nprocs: int, timeout: float, cwd: str | o
         if not capture:
             print(line, file=sys.stderr, flush=True)
     if failed and returncode == 0 and not timed_out:
-        returncode = JOB_FAILED_EXIT
+        returncode = watch.failure_code()
     return returncode, out, err, timed_out, catcher.ending

@@ -71,12 +71,14 @@ _FAULT_FILE: list[object] = []  # the open ``fault`` note (faulthandler writes t
 
 @dataclass(frozen=True)
 class Note:
-    """One note: its kind, the world rank and pid of the process that wrote it, and its text."""
+    """One note: its kind, the world rank and pid of the process that wrote it, its text, and when it was
+    written (its file's modification time, epoch seconds; 0 if unknown)."""
 
     kind: str
     rank: int
     pid: int
     text: str
+    time: float = 0.0
 
 
 def world_rank(environ: dict[str, str] | None = None) -> int | None:
@@ -266,11 +268,12 @@ def read_notes(directory: str | os.PathLike[str]) -> list[Note]:
             continue
         try:
             text = path.read_bytes()[:16000].decode(errors="replace")
+            written = path.stat().st_mtime
         except OSError:
             continue
         if parts[0] == "fault" and not text.strip():
             continue  # the process has not crashed (or not yet)
-        notes.append(Note(parts[0], int(parts[1]), int(parts[2]), text))
+        notes.append(Note(parts[0], int(parts[1]), int(parts[2]), text, written))
     return notes
 
 

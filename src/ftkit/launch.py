@@ -369,13 +369,14 @@ def run_mpi(
     Ranks tell the launcher how they ended (:mod:`ftkit.jobstatus`, ``$FTKIT_JOB_STATUS`` in that directory);
     a rank declared dead by the others is SIGKILLed; when the ranks run on this host (no ``hosts``), a
     ``sitecustomize`` first on their ``PYTHONPATH`` (:mod:`ftkit._ranksite`) tells when ``MPI_Init`` has
-    completed, and ranks still waiting there the detector's timeout after a rank ended before it completed
-    are SIGKILLed (they would wait for good); when mpirun exits 0 although a rank failed (ULFM)
-    the return code is :data:`~ftkit._jobwatch.JOB_FAILED_EXIT`; the last line of ``stderr`` then says which
-    ranks failed and how. Under Open MPI a rank's non-zero exit does not end the job at once (the runtime
-    would throw away output the other ranks have written): whatever of the job still runs
-    :data:`~ftkit._jobproc.NONZERO_EXIT_GRACE` seconds later is killed, and the first rank's non-zero exit
-    code is the job's (unless mpirun's own is non-zero). With ``forward_signals`` (``ftkit launch``; main
+    completed, and ranks still waiting there the detector's timeout after a rank ended before it completed are
+    SIGKILLed (they would wait for good); when mpirun exits 0 although a rank failed (ULFM) the return code is
+    ``128 + n`` for a rank ended by signal ``n``, a rank's non-zero code, or
+    :data:`~ftkit._jobverdict.JOB_FAILED_EXIT` (:func:`~ftkit._jobverdict.failure_code`); the last line of
+    ``stderr`` then says which ranks failed and how. Under Open MPI a rank's non-zero exit does not end the
+    job at once (the runtime would throw away output the other ranks have written): whatever of the job still
+    runs :data:`~ftkit._jobproc.NONZERO_EXIT_GRACE` seconds later is killed, and the first rank's non-zero
+    exit code is the job's (unless mpirun's own is non-zero). With ``forward_signals`` (``ftkit launch``; main
     thread only) SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 are passed on to every rank, and after one of
     the first three whatever runs ``grace`` seconds later is killed (``ending_signal`` of the result). A
     watchdog process kills the job when the caller dies, even by SIGKILL, and then removes the job's private

@@ -153,7 +153,7 @@ def run_launch(args) -> int:  # type: ignore[no-untyped-def]
 
 def run_job_status(args) -> int:  # type: ignore[no-untyped-def]
     """Carry out ``ftkit job-status DIR``: 1 (and a line naming them) when any rank of the job failed."""
-    from .._jobwatch import JOB_FAILED_EXIT, judge_notes
+    from .._jobverdict import JOB_FAILED_EXIT, judge_notes
 
     failed, line = judge_notes(args.status_dir)
     print(line or "ftkit job-status: every rank ended normally", file=sys.stderr if failed else sys.stdout)
