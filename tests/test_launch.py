@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -13,7 +14,13 @@ import pytest
 
 from ftkit._jobproc import NONZERO_EXIT_GRACE, RankExits
 from ftkit.errors import LaunchError, ULFMUnavailable
-from ftkit.launch import build_launch_command, build_mpirun_command, resolve_launcher, run_mpi
+from ftkit.launch import (
+    WATCHED_EXIT_DEFAULTS,
+    build_launch_command,
+    build_mpirun_command,
+    resolve_launcher,
+    run_mpi,
+)
 
 from .conftest import run_python
 
@@ -134,6 +141,38 @@ def test_cli_runs_ranks_with_this_interpreter(site_tools):
                           timeout=150)
     assert proc.returncode == 2 and "srun cannot switch ULFM on" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_dry_run_prints_the_command_ftkit_launch_runs(tmp_path):
+    # --dry-run printed the command without what ftkit launch adds for its watch of the job (the runtime's
+    # exit handling, the ranks' status directory...): run by hand, it was not the job ftkit launch runs. Now
+    # it is, up to the random names of the job's private directories: rank 0 of a real job reads the command
+    # line of its mpirun (its parent; mpirun executes prterun with the same arguments).
+    program = tmp_path / "argv.py"
+    program.write_text(
+        "import os, sys\n"
+        "from mpi4py import MPI\n"
+        "if MPI.COMM_WORLD.rank == 0:\n"
+        "    with open(f'/proc/{os.getppid()}/cmdline', 'rb') as f, open(sys.argv[1], 'wb') as out:\n"
+        "        out.write(f.read())\n")
+    job = ["-n", "2", "--timeout", "120", "--", "python", str(program), str(tmp_path / "argv")]
+    launch = [sys.executable, "-m", "ftkit", "launch"]
+    dry = subprocess.run([*launch, "--dry-run", *job], capture_output=True, text=True, timeout=150)
+    assert dry.returncode == 0 and not (tmp_path / "argv").exists(), dry
+    real = subprocess.run([*launch, *job], capture_output=True, text=True, timeout=150)
+    assert real.returncode == 0, real
+    ran = [a.decode() for a in (tmp_path / "argv").read_bytes().split(b"\0")[:-1]]
+
+    def same_dirs(cmd: list[str]) -> list[str]:
+        return [re.sub(r"ftkit-mpi-\w{8}", "ftkit-mpi-*", arg) for arg in cmd[1:]]
+
+    printed = shlex.split(dry.stdout)
+    assert same_dirs(printed) == same_dirs(ran), (printed, ran)
+    for param, value in WATCHED_EXIT_DEFAULTS.items():
+        assert f"--prtemca {param} {value}" in dry.stdout
+        assert f"--prtemca {param} {value}" in dry.stderr  # named in the advice for a run by hand
+    assert all(line.startswith("# ") for line in dry.stderr.splitlines()) and "by hand" in dry.stderr, dry
+    assert not any(Path(arg).exists() for arg in printed if "ftkit-mpi-" in arg)  # made and removed again
 
 
 def test_runs_ranks_with_node_size():

@@ -34,7 +34,7 @@ from .launchers import (
 
 __all__ = ["MPIResult", "build_mpirun_command", "build_launch_command", "find_mpirun", "resolve_launcher",
            "run_mpi", "host_arguments", "NODE_SIZE_ENV", "RUNTIME_DETECTOR_DEFAULTS", "LAUNCHERS",
-           "LAUNCHER_ENV", "SRUN_MPI_ENV"]
+           "LAUNCHER_ENV", "SRUN_MPI_ENV", "WATCHED_EXIT_DEFAULTS"]
 
 #: Environment variable through which the launcher tells ranks how many consecutive ranks form one
 #: emulated node (read by :mod:`ftkit.topology`).
@@ -83,7 +83,7 @@ RUNTIME_DETECTOR_DEFAULTS = {"oob_tcp_keepalive_time": "20", "oob_tcp_keepalive_
 # as it reaps each rank at this verbosity (:class:`ftkit._jobproc.RankExits`; they are left out of the
 # job's stderr): 0 of 20 runs lost a line then, 6 of 20 before at the same load. Without ULFM too: the
 # same loss, and one rule for both.
-_WATCHED_EXIT_DEFAULTS = {"state_base_error_non_zero_exit": "0", "odls_base_verbose": REAPER_VERBOSITY}
+WATCHED_EXIT_DEFAULTS = {"state_base_error_non_zero_exit": "0", "odls_base_verbose": REAPER_VERBOSITY}
 # Open MPI parameters for a job on this host alone (no batch allocation in the environment, so mpirun starts
 # every rank here), set unless OMPI_MCA_<param> is set. ``btl ^ofi``: the libfabric BTL probes every
 # libfabric provider in each rank's MPI_Init, 1.1-1.4 s of the 1.2-1.5 s MPI_Init of a 4-rank job with the
@@ -150,7 +150,7 @@ def build_mpirun_command(
     if not any(os.environ.get(name) for name in _ALLOCATION_ENV):
         cmd += _mca_defaults(_TRANSPORT_DEFAULTS, env)
     if watched:
-        cmd += _mca_defaults(_WATCHED_EXIT_DEFAULTS, env, prefix="PRTE_MCA_", option="--prtemca")
+        cmd += _mca_defaults(WATCHED_EXIT_DEFAULTS, env, prefix="PRTE_MCA_", option="--prtemca")
     if ulfm:
         cmd += ["--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true"]
         # The detector's default (heartbeat every 3 s, suspect after 10 s) declares busy but alive ranks dead
@@ -351,28 +351,28 @@ def run_mpi(
     hosts: Sequence[str] | None = None,
     exclude: Sequence[str] = (),
     status_base: str | os.PathLike[str] | None = None,
+    dry_run: bool = False,
 ) -> MPIResult:
-    """Run ``program`` under the launcher with a hard timeout and return its outcome.
+    """Run ``program`` under the launcher with a hard timeout and return its outcome (``dry_run``: only its
+    ``command``, built as for a run, its private directories made and removed: ``ftkit launch --dry-run``).
 
-    The launcher runs in a session of its own; when the job ends, every process of that session (launcher
-    and every local rank, even one that outlived the launcher) is SIGKILLed, and this function returns only
-    once none of them runs any more (bounded by :data:`KILL_WAIT`). On timeout the result has
-    ``timed_out=True`` (srun first gets SIGTERM, so it ends its job step on every node). Under Open MPI,
-    when every rank has exited but mpirun does not (its runtime sometimes stays up after a rank was killed
-    under ULFM), mpirun is killed after :data:`RUNTIME_EXIT_GRACE` seconds and the exit code is taken from
-    the ranks' own (non-zero if any rank failed or could not be seen). Arguments as in
-    :func:`build_launch_command` (``launcher="auto"`` with ULFM on is the Open MPI wheel's mpirun);
-    ``timeout`` is in seconds; ``spares`` as in :func:`build_launch_command`. Each Open MPI job gets a
-    private runtime session directory (``session_base``) and, when its ranks all run here, a private
-    directory in ``/dev/shm`` for their shared-memory files, both removed when the job has ended.
+    The launcher runs in a session of its own; when the job ends, every process of that session (launcher and
+    every local rank, even one that outlived the launcher) is SIGKILLed, and this function returns only once
+    none of them runs any more (bounded by :data:`KILL_WAIT`). On timeout the result has ``timed_out=True``
+    (srun first gets SIGTERM, so it ends its job step on every node). Under Open MPI, when every rank has
+    exited but mpirun does not (its runtime sometimes stays up after a rank was killed under ULFM), mpirun is
+    killed after :data:`RUNTIME_EXIT_GRACE` seconds and the exit code is taken from the ranks' own (non-zero
+    if any rank failed or could not be seen). Arguments as in :func:`build_launch_command`
+    (``launcher="auto"`` with ULFM on is the Open MPI wheel's mpirun); ``timeout`` is in seconds. Each Open
+    MPI job gets a private runtime session directory (``session_base``) and, when its ranks all run here, a
+    private directory in ``/dev/shm`` for their shared-memory files, both removed when the job has ended.
 
     Ranks tell the launcher how they ended (:mod:`ftkit.jobstatus`, ``$FTKIT_JOB_STATUS`` in that directory);
     a rank declared dead by the others is SIGKILLed; when the ranks run on this host (no ``hosts``), a
     ``sitecustomize`` first on their ``PYTHONPATH`` (:mod:`ftkit._ranksite`) tells when ``MPI_Init`` has
     completed, and ranks still waiting there the detector's timeout after a rank ended before it completed are
     SIGKILLed (they would wait for good); when mpirun exits 0 although a rank failed (ULFM) the return code is
-    ``128 + n`` for a rank ended by signal ``n``, a rank's non-zero code, or
-    :data:`~ftkit._jobverdict.JOB_FAILED_EXIT` (:func:`~ftkit._jobverdict.failure_code`); the last line of
+    :func:`~ftkit._jobverdict.failure_code`'s (``128 + n`` for a rank ended by signal ``n``); the last line of
     ``stderr`` then says which ranks failed and how. Under Open MPI a rank's non-zero exit does not end the
     job at once (the runtime would throw away output the other ranks have written): whatever of the job still
     runs :data:`~ftkit._jobproc.NONZERO_EXIT_GRACE` seconds later is killed, and the first rank's non-zero
@@ -399,8 +399,10 @@ def run_mpi(
             python_path = job_env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
             job_env["PYTHONPATH"] = os.pathsep.join([write_rank_site(session), *filter(None, [python_path])])
         name, cmd = build_launch_command(nprocs, program, launcher=name, node_size=node_size, ulfm=ulfm,
-                                         env=job_env, spares=spares,
-                                         session_base=session, hosts=hosts, exclude=exclude, watched=True)
+                                         env=job_env, spares=spares, session_base=session, hosts=hosts,
+                                         exclude=exclude, watched=True)
+        if dry_run:
+            return MPIResult(0, "", "", 0.0, False, cmd)
         start = time.monotonic()
         returncode, out, err, timed_out, ending = run_job(
             name, cmd, nprocs, timeout, cwd, capture, status if name == "openmpi" else None, grace=grace,

@@ -6,17 +6,19 @@ The command line is built and the job supervised by :mod:`ftkit.launch` (one cod
 from __future__ import annotations
 
 import re
+import shlex
 import signal
 import sys
 from collections.abc import Sequence
 
 from ..config import Config
 from ..errors import LaunchError
+from ..jobstatus import STATUS_ENV, WATCHED_ENV
 from ..launch import (
     LAUNCHER_ENV,
     LAUNCHERS,
     RESERVE_CORE_ENV,
-    build_launch_command,
+    WATCHED_EXIT_DEFAULTS,
     resolve_launcher,
     run_mpi,
 )
@@ -80,7 +82,14 @@ def add_parser(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--recovery-time", type=float, default=None, metavar="SECONDS",
                    help="time a relaunch needs to recover and take a checkpoint (default: measured from the "
                         f"last run, at least {MIN_RECOVERY_S:g} s)")
-    p.add_argument("--dry-run", action="store_true", help="print the launch command and exit")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the command the job would run (stdout) and exit. It names the job's private "
+                        "directories (made for each job, removed after it) and carries what ftkit launch's "
+                        f"watch of the job needs: {STATUS_ENV} and {WATCHED_ENV}, and with mpirun --prtemca "
+                        + " --prtemca ".join(f"{k} {v}" for k, v in WATCHED_EXIT_DEFAULTS.items())
+                        + " (the runtime then leaves the ending of a job after a rank's non-zero exit to "
+                        "ftkit launch, and prints each rank's exit code for it). Run by hand, leave them "
+                        "out: with them mpirun exits 0 when a rank exits non-zero")
     p.add_argument("program", nargs="+", help="program and arguments (put them after --)")
     p.set_defaults(func=run_launch)
     j = subparsers.add_parser(
@@ -122,22 +131,21 @@ def run_launch(args) -> int:  # type: ignore[no-untyped-def]
                           "first "
                           f"run ({','.join(hosts)}): give a multiple of {len(hosts)}")
     per_host = nprocs // len(hosts) if hosts is not None else 0
-    if args.dry_run:
-        _, cmd = build_launch_command(nprocs, program, launcher=args.launcher, node_size=args.node_size,
-                                      ulfm=args.ulfm, spares=args.spares, env=env, hosts=hosts)
-        print(" ".join(cmd))
-        return 0
 
-    def run_once(on: list[str] | None, exclude: list[str]):  # type: ignore[no-untyped-def]
+    def run_once(on: list[str] | None, exclude: list[str], dry_run: bool = False):  # type: ignore[no-untyped-def]
         n = per_host * len(on) if on is not None else nprocs
         return run_mpi(n, program, timeout=args.timeout or 10**9, node_size=args.node_size, ulfm=args.ulfm,
                        capture=False, launcher=args.launcher, spares=args.spares, env=env, grace=args.grace,
-                       forward_signals=True, hosts=on, exclude=exclude, status_base=status_base)
+                       forward_signals=True, hosts=on, exclude=exclude, status_base=status_base,
+                       dry_run=dry_run)
 
     status_base = None
     if plan.restarts and plan.meta_dir is not None and plan.hosts is not None:
         plan.meta_dir.mkdir(parents=True, exist_ok=True)  # ranks on every host leave their notes there
         status_base = plan.meta_dir
+    if args.dry_run:
+        _print_dry_run(run_once(hosts, sorted(plan.excluded), dry_run=True).command)
+        return 0
     result = run_with_restarts(plan, run_once)
     if result.timed_out:
         print(f"ftkit launch: job killed after {args.timeout} s timeout", file=sys.stderr)
@@ -149,6 +157,20 @@ def run_launch(args) -> int:  # type: ignore[no-untyped-def]
               file=sys.stderr)
         return 128 + result.ending_signal
     return result.returncode
+
+
+def _print_dry_run(cmd: list[str]) -> None:
+    """``cmd`` on stdout, for a shell; on stderr, as ``#`` lines, what of it only ftkit launch's run needs."""
+    print(shlex.join(cmd))
+    watched = [f"--prtemca {param} {value}"
+               for option, param, value in zip(cmd, cmd[1:], cmd[2:], strict=False)
+               if option == "--prtemca" and param in WATCHED_EXIT_DEFAULTS]
+    print(f"# ftkit launch makes the directories named here for each job and removes them after it; "
+          f"{STATUS_ENV} and {WATCHED_ENV} are for its watch of the job", file=sys.stderr)
+    if watched:
+        print(f"# to run it by hand, leave out the directories, those variables and {' '.join(watched)}: "
+              "with them mpirun exits 0 when a rank exits non-zero (ftkit launch reads the ranks' codes "
+              "itself)", file=sys.stderr)
 
 
 def run_job_status(args) -> int:  # type: ignore[no-untyped-def]
