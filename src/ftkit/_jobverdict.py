@@ -113,7 +113,7 @@ def verdict(ends: Endings, returncode: int, *, start_failure: str = "", gone_fir
     hooked, lost, other = ends.hooked, dict(ends.lost), ends.other
     went_on = bool(lost) and not hooked and not other and not ends.unproven
     failed = returncode != 0 or bool(hooked) or bool(other) or (bool(lost) and not went_on)
-    if lost and not hooked and not other and ends.normal:  # the others ended normally, none after these
+    if returncode == 0 and lost and not hooked and not other and ends.normal:  # why these fail the job
         lost.update({pid: (lost[pid][0], lost[pid][1] + NOTHING_WENT_ON) for pid in ends.unproven})
     parts = _grouped(list(lost.values()) + list(other.values()))
     if start_failure:
