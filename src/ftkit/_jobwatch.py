@@ -97,7 +97,7 @@ class RankWatch:
             else:
                 self.ranks[pid] = rank
         for pid in set(self.ranks) - set(self.ended_at):
-            now = time.time()
+            now = time.time()  # before the look: running at or after it; ended before the time after it
             if is_running(pid):
                 self._running_at[pid] = now
             else:
