@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -38,6 +38,7 @@ __all__ = [
     "agree_within",
     "repair",
     "guarded",
+    "process_failure",
     "agree_to_leave",
     "bounded",
     "release_cid_allocator",
@@ -275,14 +276,57 @@ def guarded(comm: MPI.Comm, what: str, fn: Callable[[], T]) -> T:
     try:
         return fn()
     except MPI.Exception as exc:
-        if not is_failure_error(exc):
+        failure = process_failure(exc, (comm,), f"process failure during {what}")
+        if failure is None:
             raise
-        revoke(comm)
-        try:
-            ranks = failed_ranks(comm)
-        except MPI.Exception:
-            ranks = set()
-        raise ProcessFailure(f"process failure during {what}: {exc}", sorted(ranks)) from exc
+        raise failure from exc
+
+
+def process_failure(exc: BaseException, comms: Sequence[MPI.Comm], what: str) -> ProcessFailure | None:
+    """The :class:`~ftkit.errors.ProcessFailure` that MPI's ``exc`` stands for, ``comms`` revoked; or ``None``
+    (nothing revoked) if ``exc`` does not mean a process failed.
+
+    It does if its error class says so (a failed process, a revoked communicator), or if it is
+    ``MPI_ERR_IN_STATUS`` (a ``Testall``/``Waitall`` whose statuses hold the errors) while MPI reports a
+    failed process on one of ``comms``. Revoking them makes every other rank's pending or future call on them
+    fail too, so nobody waits for the dead.
+
+    Parameters
+    ----------
+    exc
+        The exception raised by an MPI call on one of ``comms``.
+    comms
+        The communicators of the failed work; the failed ranks are reported in the first one's numbering.
+    what
+        The message's beginning: what failed (and, if it helps, how to go on).
+
+    Returns
+    -------
+    ProcessFailure or None
+        With ``failed_ranks`` as MPI reports them (empty if it cannot say: a rank told by a revocation
+        before its own failure detector), the message ``what`` followed by MPI's error and those ranks.
+    """
+    if not isinstance(exc, MPI.Exception):
+        return None
+    ranks: set[int] = set()
+    with contextlib.suppress(MPI.Exception):
+        ranks = failed_ranks(comms[0])
+    if not is_failure_error(exc):
+        if exc.Get_error_class() != MPI.ERR_IN_STATUS:
+            return None
+        for comm in comms[1:]:
+            if ranks:
+                break
+            with contextlib.suppress(MPI.Exception):
+                ranks = {-1} if failed_ranks(comm) else set()  # its numbering is not the first one's
+        if not ranks:
+            return None
+    ranks.discard(-1)
+    for comm in comms:
+        with contextlib.suppress(MPI.Exception):
+            revoke(comm)
+    named = f"failed ranks: {sorted(ranks)}" if ranks else "failed ranks not known here"
+    return ProcessFailure(f"{what} (MPI: {exc}; {named})", sorted(ranks))
 
 
 def release_cid_allocator() -> None:

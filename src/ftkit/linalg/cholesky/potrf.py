@@ -25,8 +25,11 @@ from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
+from mpi4py import MPI
 
-from ...errors import FactorizationError, PBLASArgumentError
+from ...errors import FactorizationError, PBLASArgumentError, ProcessFailure
+from ...failure.ulfm import process_failure
+from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
 from ..pblas._redistribute import redistribute
 from ..pblas._tri_sweep import diagonal_blocks
@@ -203,11 +206,27 @@ def pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int) -> None:
         With the ScaLAPACK argument position (see the module docstring).
     FactorizationError
         If a leading minor is not positive definite (``minor`` says which), on every rank.
+    ProcessFailure
+        If a process of the grid failed (MPI reported it: ULFM); the grid's communicators are revoked.
     """
     uplo, n, ia, ja = check_potrf_args("PDPOTRF", uplo, n, A, ia, ja)
     if n == 0:
         return
-    CholeskyWork(uplo, n, A, ia, ja, in_place=True).factor("PDPOTRF")  # type: ignore[arg-type]
+    try:
+        CholeskyWork(uplo, n, A, ia, ja, in_place=True).factor("PDPOTRF")  # type: ignore[arg-type]
+    except MPI.Exception as exc:
+        failure = grid_failure(exc, A.grid, "PDPOTRF: a process of the grid failed; A is partly factored: "
+                                            "factor it again from its original values")
+        if failure is None:
+            raise
+        raise failure from exc
+
+
+def grid_failure(exc: Exception, grid: ProcessGrid, what: str) -> ProcessFailure | None:
+    """The :class:`~ftkit.errors.ProcessFailure` that an MPI error of a factorization on ``grid`` means,
+    the grid's communicators revoked (so no other rank waits for the dead), or ``None`` if it is not one
+    (:func:`ftkit.failure.process_failure`; ``what`` begins the message)."""
+    return process_failure(exc, (grid.comm, grid.row_comm, grid.col_comm), what)
 
 
 def pdpotrs(uplo: str, n: int, nrhs: int, A: DistributedMatrix, ia: int, ja: int, B: DistributedMatrix,
