@@ -104,26 +104,6 @@ def test_rank_killed_from_outside_at_a_random_moment_on_2x3_resumes_bit_for_bit(
     assert "bitwise True" in again.stdout, again.stdout
 
 
-@pytest.mark.mpi
-@pytest.mark.parametrize("routine,victim", [("pdpotrf", 0), ("ft_pdpotrf", 3)])
-def test_a_peer_death_ends_the_factorization_with_a_process_failure_on_every_survivor(routine, victim):
-    """A rank dies just before the call: every survivor, the one that shares neither a process row nor a
-    column with it too (told by the revocation of the grid), leaves with a ProcessFailure saying what
-    failed and what to do, never a raw MPI error; the job ends non-zero."""
-    res = run_python(4, PROGRAMS / "potrf_peer_death.py", "--routine", routine, "--victim", str(victim),
-                     timeout=300)
-    out = res.stdout + res.stderr
-    assert not res.timed_out and res.returncode != 0, out
-    told = {int(m.group(1)): m.group(2) for m in re.finditer(r"^rank (\d+) left: (.*)$", res.stdout, re.M)}
-    assert set(told) == set(range(4)) - {victim}, out
-    assert "mpi4py.MPI.Exception" not in out and "finished" not in out, out
-    what = ("PDPOTRF: a process of the grid failed; A is partly factored: factor it again"
-            if routine == "pdpotrf" else
-            "FT_PDPOTRF: a process of the grid failed in panel 0 of 12; nothing was checkpointed")
-    assert all(line.startswith(f"ProcessFailure: {what}") for line in told.values()), out
-    assert any(f"failed ranks: [{victim}])" in line for line in told.values()), out
-
-
 def _assert_survivors_told(killed, survivors: set[int], victim: int) -> None:
     """Every survivor of the kill left with a ProcessFailure (ftkit's, not a raw MPI error) naming the dead
     rank: the factorization's says in which panel and how to go on, a checkpoint's what it was writing."""

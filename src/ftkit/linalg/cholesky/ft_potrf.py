@@ -59,6 +59,7 @@ from mpi4py import MPI
 
 from ...errors import ABFTError, PBLASArgumentError
 from ...inject import InjectionPlan
+from .._grid_failure import grid_failure, names_failures
 from ..abft._blocks import Threshold
 from ..abft.level3 import _as64
 from ..abft.report import ABFTReport, BlockEvent, check_ft_args
@@ -79,11 +80,12 @@ from ._panel_sums import (
 )
 from ._steps import HOLD, CholeskySteps
 from ._tally import Tally, uncorrected
-from .potrf import CholeskyWork, FactorizationError, check_potrf_args, grid_failure
+from .potrf import CholeskyWork, FactorizationError, check_potrf_args
 
 __all__ = ["ft_pdpotrf", "CKPT_L", "CKPT_STATE"]
 
 
+@names_failures("FT_PDPOTRF", "A")  # the panel and the checkpoint are named inside
 def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: Any = None,
                bs: int | None = None, tol: float | str | None = None, *, ckpt_every: int | None = None,
                ckpt_level: int = 1, inject: InjectionPlan | None = None, inject_panel: int = 0,

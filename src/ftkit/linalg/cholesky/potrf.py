@@ -25,11 +25,9 @@ from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
-from mpi4py import MPI
 
-from ...errors import FactorizationError, PBLASArgumentError, ProcessFailure
-from ...failure.ulfm import process_failure
-from ..grid import ProcessGrid
+from ...errors import FactorizationError, PBLASArgumentError
+from .._grid_failure import names_failures
 from ..matrix import DistributedMatrix
 from ..pblas._redistribute import redistribute
 from ..pblas._tri_sweep import diagonal_blocks
@@ -186,6 +184,7 @@ def _strict_upper(w: int) -> np.ndarray:
     return mask
 
 
+@names_failures("PDPOTRF", "A")
 def pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int) -> None:
     """Factor the symmetric positive definite ``A(ia:ia+n, ja:ja+n)`` as ``L L.T`` or ``U.T U`` in place.
 
@@ -212,23 +211,10 @@ def pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int) -> None:
     uplo, n, ia, ja = check_potrf_args("PDPOTRF", uplo, n, A, ia, ja)
     if n == 0:
         return
-    try:
-        CholeskyWork(uplo, n, A, ia, ja, in_place=True).factor("PDPOTRF")  # type: ignore[arg-type]
-    except MPI.Exception as exc:
-        failure = grid_failure(exc, A.grid, "PDPOTRF: a process of the grid failed; A is partly factored: "
-                                            "factor it again from its original values")
-        if failure is None:
-            raise
-        raise failure from exc
+    CholeskyWork(uplo, n, A, ia, ja, in_place=True).factor("PDPOTRF")  # type: ignore[arg-type]
 
 
-def grid_failure(exc: Exception, grid: ProcessGrid, what: str) -> ProcessFailure | None:
-    """The :class:`~ftkit.errors.ProcessFailure` that an MPI error of a factorization on ``grid`` means,
-    the grid's communicators revoked (so no other rank waits for the dead), or ``None`` if it is not one
-    (:func:`ftkit.failure.process_failure`; ``what`` begins the message)."""
-    return process_failure(exc, (grid.comm, grid.row_comm, grid.col_comm), what)
-
-
+@names_failures("PDPOTRS", "B")
 def pdpotrs(uplo: str, n: int, nrhs: int, A: DistributedMatrix, ia: int, ja: int, B: DistributedMatrix,
             ib: int, jb: int) -> None:
     """Solve ``A X = B`` with the factor from :func:`pdpotrf`; X overwrites ``B(ib:ib+n, jb:jb+nrhs)``.
