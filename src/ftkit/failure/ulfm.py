@@ -282,14 +282,23 @@ def guarded(comm: MPI.Comm, what: str, fn: Callable[[], T]) -> T:
         raise failure from exc
 
 
+def _failed_or_revoked(comm: MPI.Comm) -> bool:
+    """Whether MPI reports a failed process on ``comm``, or ``comm`` revoked (local; False if it cannot
+    say)."""
+    try:
+        return comm.Is_revoked() or bool(failed_ranks(comm))
+    except (MPI.Exception, NotImplementedError):
+        return False
+
+
 def process_failure(exc: BaseException, comms: Sequence[MPI.Comm], what: str) -> ProcessFailure | None:
     """The :class:`~ftkit.errors.ProcessFailure` that MPI's ``exc`` stands for, ``comms`` revoked; or ``None``
     (nothing revoked) if ``exc`` does not mean a process failed.
 
     It does if its error class says so (a failed process, a revoked communicator), or if it is
     ``MPI_ERR_IN_STATUS`` (a ``Testall``/``Waitall`` whose statuses hold the errors) while MPI reports a
-    failed process on one of ``comms``. Revoking them makes every other rank's pending or future call on them
-    fail too, so nobody waits for the dead.
+    failed process on one of ``comms`` or one of them revoked. Revoking them makes every other rank's
+    pending or future call on them fail too, so nobody waits for the dead.
 
     Parameters
     ----------
@@ -309,21 +318,14 @@ def process_failure(exc: BaseException, comms: Sequence[MPI.Comm], what: str) ->
     if not isinstance(exc, MPI.Exception):
         return None
     ranks: set[int] = set()
-    with contextlib.suppress(MPI.Exception):
+    with contextlib.suppress(MPI.Exception, NotImplementedError):  # NotImplementedError: no ULFM
         ranks = failed_ranks(comms[0])
     if not is_failure_error(exc):
-        if exc.Get_error_class() != MPI.ERR_IN_STATUS:
+        told = ranks or any(_failed_or_revoked(c) for c in comms)
+        if exc.Get_error_class() != MPI.ERR_IN_STATUS or not told:
             return None
-        for comm in comms[1:]:
-            if ranks:
-                break
-            with contextlib.suppress(MPI.Exception):
-                ranks = {-1} if failed_ranks(comm) else set()  # its numbering is not the first one's
-        if not ranks:
-            return None
-    ranks.discard(-1)
     for comm in comms:
-        with contextlib.suppress(MPI.Exception):
+        with contextlib.suppress(MPI.Exception, NotImplementedError):
             revoke(comm)
     named = f"failed ranks: {sorted(ranks)}" if ranks else "failed ranks not known here"
     return ProcessFailure(f"{what} (MPI: {exc}; {named})", sorted(ranks))
