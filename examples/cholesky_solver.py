@@ -30,7 +30,7 @@ from mpi4py import MPI
 import ftkit
 from ftkit import linalg
 from ftkit.errors import ProcessFailure
-from ftkit.failure import exit_without_finalize
+from ftkit.failure import exit_without_finalize, revoke
 from ftkit.inject import BitFlip, InjectionPlan, kill_self
 
 
@@ -76,16 +76,13 @@ def main() -> None:
     try:
         report = linalg.ft_pdpotrf("L", a.n, A, 0, 0, ckpt=ckpt, ckpt_every=a.ckpt_every, inject=plan,
                                    inject_panel=2, on_panel=on_panel)
-    except (MPI.Exception, ProcessFailure) as exc:
-        # A peer died (the failure detector told this rank's blocked call). Revoke the grid so every other
-        # blocked rank fails at once too, and leave without MPI_Finalize, which would wait for the dead.
-        print(f"rank {grid.rank}: a peer failed ({type(exc).__name__}); relaunch the same command to "
-              "resume from the last checkpoint", flush=True)
-        for c in (grid.comm, ckpt.comm):
-            try:
-                c.Revoke()
-            except (NotImplementedError, MPI.Exception):
-                pass
+    except ProcessFailure as exc:
+        # A peer died. The survivors that MPI's failure detector told say what happened and how to go on;
+        # they revoke the communicators (the factorization its grid's), so every other rank's blocked call
+        # fails at once too. All leave without MPI_Finalize, which would wait for the dead.
+        if exc.failed_ranks:
+            print(f"rank {grid.rank}: {exc}", flush=True)
+        revoke(ckpt.comm)
         exit_without_finalize(None, 3)
     linalg.pdpotrs("L", a.n, 1, A, 0, 0, B, 0, 0)
     x = B.to_global()

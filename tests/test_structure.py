@@ -38,7 +38,7 @@ APART = {("checkpoint", "linalg"), ("linalg", "checkpoint")}
 #: routines, the ABFT routines (whose ``protect_inputs=`` path runs a process-failure one), the Cholesky
 #: solver.
 LINALG_LAYERS: dict[str, int] = {
-    "grid": 0, "descriptor": 0, "matrix": 0, "_blas": 0,
+    "grid": 0, "descriptor": 0, "matrix": 0, "_blas": 0, "_grid_failure": 0,
     "pblas": 1,
     "checksums": 2,
     "resilient": 3,

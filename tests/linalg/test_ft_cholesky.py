@@ -64,6 +64,7 @@ def test_killed_rank_resumes_from_factored_columns_only(tmp_path):
     killed = run_python(4, prog, "--dir", d, "--kill-rank", "2", "--kill-panel", "7", timeout=300)
     assert "rank 2 killing itself after panel 7" in killed.stdout, killed.stdout + killed.stderr
     assert "bitwise" not in killed.stdout, "the killed run must not finish"
+    _assert_survivors_told(killed, {0, 1, 3}, 2)
     again = run_python(4, prog, "--dir", d, timeout=300).check()
     # checkpoints after panels 2 and 5 (every 3): the relaunch resumes at panel 6 with columns < 48 read back,
     # rows >= 8 j of block column j: sum_{j<6} (90 - 8 j) 8 = 3360 values (the whole columns: 4320)
@@ -96,10 +97,28 @@ def test_rank_killed_from_outside_at_a_random_moment_on_2x3_resumes_bit_for_bit(
     assert not killer.is_alive() and ready.exists(), killed.stdout + killed.stderr
     assert not killed.timed_out and killed.returncode != 0, killed.stdout + killed.stderr
     assert "bitwise" not in killed.stdout, "the killed run must not finish"
+    _assert_survivors_told(killed, set(range(6)) - {victim}, victim)
     again = run_python(6, prog, "--dir", d, "--grid", "2x3", timeout=300).check()
     m = re.search(r"resumed at panel (\d+)", again.stdout)
     assert m and int(m.group(1)) % 3 == 0, again.stdout
     assert "bitwise True" in again.stdout, again.stdout
+
+
+def _assert_survivors_told(killed, survivors: set[int], victim: int) -> None:
+    """Every survivor of the kill left with a ProcessFailure (ftkit's, not a raw MPI error) naming the dead
+    rank: the factorization's says in which panel and how to go on, a checkpoint's what it was writing."""
+    out = killed.stdout + killed.stderr
+    told = {int(m.group(1)): m.group(2) for m in re.finditer(r"^rank (\d+) left: (.*)$", killed.stdout, re.M)}
+    assert set(told) == survivors, out
+    assert "mpi4py.MPI.Exception" not in out, out
+    for line in told.values():
+        assert re.match(r"(ProcessFailure|TimeoutFailure): ", line), line
+        assert (re.search(r"FT_PDPOTRF: a process of the grid failed in panel \d+ of 12; its progress is "
+                          r"checkpointed up to panel \d+: relaunch the program, it resumes there", line)
+                or re.search(r"no checkpoint of this factorization yet", line)
+                or re.search(r"checkpoint \d+: .*a peer process failed", line)), line
+    # the first to learn of the death learns it from MPI (the others may be told by the revocation first)
+    assert any(f"failed ranks: [{victim}]" in line for line in told.values()), out
 
 
 def test_a_relaunch_on_another_grid_is_refused_by_every_rank(tmp_path):

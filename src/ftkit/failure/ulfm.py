@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -38,6 +38,7 @@ __all__ = [
     "agree_within",
     "repair",
     "guarded",
+    "process_failure",
     "agree_to_leave",
     "bounded",
     "release_cid_allocator",
@@ -275,14 +276,59 @@ def guarded(comm: MPI.Comm, what: str, fn: Callable[[], T]) -> T:
     try:
         return fn()
     except MPI.Exception as exc:
-        if not is_failure_error(exc):
+        failure = process_failure(exc, (comm,), f"process failure during {what}")
+        if failure is None:
             raise
-        revoke(comm)
-        try:
-            ranks = failed_ranks(comm)
-        except MPI.Exception:
-            ranks = set()
-        raise ProcessFailure(f"process failure during {what}: {exc}", sorted(ranks)) from exc
+        raise failure from exc
+
+
+def _failed_or_revoked(comm: MPI.Comm) -> bool:
+    """Whether MPI reports a failed process on ``comm``, or ``comm`` revoked (local; False if it cannot
+    say)."""
+    try:
+        return comm.Is_revoked() or bool(failed_ranks(comm))
+    except (MPI.Exception, NotImplementedError):
+        return False
+
+
+def process_failure(exc: BaseException, comms: Sequence[MPI.Comm], what: str) -> ProcessFailure | None:
+    """The :class:`~ftkit.errors.ProcessFailure` that MPI's ``exc`` stands for, ``comms`` revoked; or ``None``
+    (nothing revoked) if ``exc`` does not mean a process failed.
+
+    It does if its error class says so (a failed process, a revoked communicator), or if it is
+    ``MPI_ERR_IN_STATUS`` (a ``Testall``/``Waitall`` whose statuses hold the errors) while MPI reports a
+    failed process on one of ``comms`` or one of them revoked. Revoking them makes every other rank's
+    pending or future call on them fail too, so nobody waits for the dead.
+
+    Parameters
+    ----------
+    exc
+        The exception raised by an MPI call on one of ``comms``.
+    comms
+        The communicators of the failed work; the failed ranks are reported in the first one's numbering.
+    what
+        The message's beginning: what failed (and, if it helps, how to go on).
+
+    Returns
+    -------
+    ProcessFailure or None
+        With ``failed_ranks`` as MPI reports them (empty if it cannot say: a rank told by a revocation
+        before its own failure detector), the message ``what`` followed by MPI's error and those ranks.
+    """
+    if not isinstance(exc, MPI.Exception):
+        return None
+    ranks: set[int] = set()
+    with contextlib.suppress(MPI.Exception, NotImplementedError):  # NotImplementedError: no ULFM
+        ranks = failed_ranks(comms[0])
+    if not is_failure_error(exc):
+        told = ranks or any(_failed_or_revoked(c) for c in comms)
+        if exc.Get_error_class() != MPI.ERR_IN_STATUS or not told:
+            return None
+    for comm in comms:
+        with contextlib.suppress(MPI.Exception, NotImplementedError):
+            revoke(comm)
+    named = f"failed ranks: {sorted(ranks)}" if ranks else "failed ranks not known here"
+    return ProcessFailure(f"{what} (MPI: {exc}; {named})", sorted(ranks))
 
 
 def release_cid_allocator() -> None:

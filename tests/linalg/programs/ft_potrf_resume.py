@@ -12,6 +12,8 @@ the 90 x 90 work matrix hold on and below their diagonal blocks) and ``bitwise T
 against ``pdpotrf``'s). With ``--ready F`` every rank writes its pid into ``F.<rank>`` and, once all have,
 rank 0 writes ``F`` (for a test that kills a rank from outside at a moment of its own choosing); ``--pace S``
 makes every process sleep ``S`` seconds after each panel (so such a kill lands inside the factorization).
+A survivor of a kill prints ``rank r left: <its ProcessFailure>`` and, once every other rank has left or is
+gone, exits with code 3 (a raw MPI error would end it with a traceback instead).
 """
 
 from __future__ import annotations
@@ -72,9 +74,10 @@ def main() -> None:
             os.replace(a.ready + ".tmp", a.ready)  # whole when it appears
     try:
         linalg.ft_pdpotrf("U", N, A, OFF, OFF, ckpt=ckpt, ckpt_every=3, on_panel=on_panel)
-    except (MPI.Exception, ProcessFailure):  # a peer died: make every blocked survivor fail too, and leave
-        revoke(grid.comm)
-        revoke(ckpt.comm)
+    except ProcessFailure as exc:  # a peer died (no raw MPI error: the test counts these lines)
+        print(f"rank {grid.rank} left: {type(exc).__name__}: {exc}", flush=True)
+        revoke(ckpt.comm)  # the factorization revoked the grid's: every blocked survivor fails too
+        _wait_for_the_others(root, grid.rank, grid.size, a.kill_rank, a.ready)
         exit_without_finalize(None, 3)
     start = seen[0] if seen else -1
     total = grid.comm.allreduce(sum(stored))
@@ -86,6 +89,26 @@ def main() -> None:
         print(f"bitwise {bool(same)}", flush=True)
     grid.free()
     ckpt.finalize()
+
+
+def _wait_for_the_others(root: Path, rank: int, size: int, victim: int, ready: str | None) -> None:
+    """Say this rank has left (``left.<rank>``) and wait, at most 120 s, until every other rank has too or
+    is gone (the victim; with ``--ready``, a rank whose pid no longer runs): a survivor that exits at once
+    makes the launcher end the job 10 s later, and a slower survivor would be ended before it could tell."""
+    (root / f"left.{rank}").write_text("")
+
+    def over(r: int) -> bool:
+        if r == victim or (root / f"left.{r}").exists():
+            return True
+        try:
+            os.kill(int(Path(f"{ready}.{r}").read_text()), 0) if ready else None
+        except (ProcessLookupError, ValueError, FileNotFoundError):
+            return True
+        return False
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all(over(r) for r in range(size) if r != rank):
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import numpy as np
 from ...errors import ABFTError
 from ...inject import InjectionPlan
 from .. import checksums
+from .._grid_failure import names_failures
 from ..matrix import DistributedMatrix
 from ..pblas._panel_buffers import release_pool
 from ..pblas._redistribute import redistribute
@@ -60,6 +61,7 @@ def _store(M: DistributedMatrix, M64: DistributedMatrix, i: int, j: int, m: int,
         M.local_view(i, j, m, n)[...] = M64.local_view(i, j, m, n)
 
 
+@names_failures("FT_PDTRMM", "B", "resilient_pdtrmm")
 def ft_pdtrmm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float,
               A: DistributedMatrix, ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, *,
               bs: int | None = None, tol: float | str | None = None, mode: str = "correct",
@@ -152,6 +154,7 @@ def _rank_checked(r: str, uplo: str, trans: str, n: int, k: int, alpha: float, X
     return report
 
 
+@names_failures("FT_PDSYRK", "C", "resilient_pdsyrk")
 def ft_pdsyrk(uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
               beta: float, C: DistributedMatrix, ic: int, jc: int, *, bs: int | None = None,
               tol: float | str | None = None, mode: str = "correct", inject: InjectionPlan | None = None,
@@ -176,6 +179,7 @@ def ft_pdsyrk(uplo: str, trans: str, n: int, k: int, alpha: float, A: Distribute
                          mode, inject, unchecked_is_error)
 
 
+@names_failures("FT_PDSYR2K", "C", "resilient_pdsyr2k")
 def ft_pdsyr2k(uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
                B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int, jc: int,
                *, bs: int | None = None, tol: float | str | None = None, mode: str = "correct",
@@ -202,6 +206,7 @@ def ft_pdsyr2k(uplo: str, trans: str, n: int, k: int, alpha: float, A: Distribut
                          mode, inject, unchecked_is_error, [(B64, ib, jb, A64, ia, ja)])
 
 
+@names_failures("FT_PDTRSM", "B", "resilient_pdtrsm")
 def ft_pdtrsm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float,
               A: DistributedMatrix, ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, *,
               bs: int | None = None, tol: float | str | None = None, mode: str = "correct",

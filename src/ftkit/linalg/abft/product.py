@@ -15,6 +15,7 @@ from ..._wait import wait_requests
 from ...errors import ABFTError, PBLASArgumentError
 from ...inject import InjectionPlan
 from .. import checksums
+from .._grid_failure import names_failures
 from ..matrix import DistributedMatrix
 from ..pblas._operands import AlignedOperands, aligned_operands
 from ..pblas._panel_buffers import pooled_buffer, release_pool
@@ -40,6 +41,7 @@ Term = tuple[DistributedMatrix, int, int, DistributedMatrix, int, int]
 
 
 # ---------------------------------------------------------------- public routines
+@names_failures("FT_PDGEMM", "C", "resilient_pdgemm")
 def ft_pdgemm(
     transa: str,
     transb: str,
@@ -133,6 +135,7 @@ def ft_pdgemm(
     )
 
 
+@names_failures("FT_PDSYMM", "C", "resilient_pdsymm")
 def ft_pdsymm(
     side: str,
     uplo: str,

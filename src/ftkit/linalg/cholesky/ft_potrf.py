@@ -55,9 +55,11 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from mpi4py import MPI
 
 from ...errors import ABFTError, PBLASArgumentError
 from ...inject import InjectionPlan
+from .._grid_failure import grid_failure, names_failures
 from ..abft._blocks import Threshold
 from ..abft.level3 import _as64
 from ..abft.report import ABFTReport, BlockEvent, check_ft_args
@@ -83,6 +85,7 @@ from .potrf import CholeskyWork, FactorizationError, check_potrf_args
 __all__ = ["ft_pdpotrf", "CKPT_L", "CKPT_STATE"]
 
 
+@names_failures("FT_PDPOTRF", "A")  # the panel and the checkpoint are named inside
 def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: Any = None,
                bs: int | None = None, tol: float | str | None = None, *, ckpt_every: int | None = None,
                ckpt_level: int = 1, inject: InjectionPlan | None = None, inject_panel: int = 0,
@@ -134,6 +137,9 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
     RecoveryError
         On every process, if the restart's checkpoint holds another factorization, was taken on another
         grid or layout, or cannot be recovered (the message names why).
+    ProcessFailure
+        If a process of the grid failed (MPI reported it: ULFM), the grid's communicators revoked: the message
+        names the panel and says how to go on (a relaunch resumes after the last checkpoint).
     """
     r = "FT_PDPOTRF"
     uplo, n, ia, ja = check_potrf_args(r, uplo, n, A, ia, ja)
@@ -168,23 +174,32 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
         def at(j: int) -> InjectionPlan | None:  # the injection plan of panel j's update
             return inject if j == inject_panel else None
 
-        panel: _Launched | None = _launch(work, checks, start, at(start), tally)
-        for k in range(start, len(panels)):  # panel k launched (factored, solved, sent): the look-ahead
-            assert panel is not None
-            bad, events, got = _arrive(work, checks, panel, at(k), tally)
-            if bad >= 0:
-                tally.add(panel.checked, events)
-                _finish(work, A, A64, uplo, n, ia, ja)
-                raise FactorizationError(r, bad + 1, n)
-            checked, panel = panel.checked, _update(work, checks, panel, got, at, tally)
-            tally.add(checked, events)
-            if done is not None and (k + 1) % every == 0 and k + 1 < len(panels):
-                state[0] = k + 1
-                ckpt.protect(CKPT_L, done.pack(k + 1), resizable=True)  # copies in the new block columns
-                ckpt.checkpoint(level=ckpt_level)
-            if on_panel is not None:
-                on_panel(k)
-        report = tally.report(A.grid.comm, threshold, checks.bs)
+        k, saved = start, start  # the panel under way, the first one after the last checkpoint
+        try:
+            panel: _Launched | None = _launch(work, checks, start, at(start), tally)
+            for k in range(start, len(panels)):  # panel k launched (factored, solved, sent): the look-ahead
+                assert panel is not None
+                bad, events, got = _arrive(work, checks, panel, at(k), tally)
+                if bad >= 0:
+                    tally.add(panel.checked, events)
+                    _finish(work, A, A64, uplo, n, ia, ja)
+                    raise FactorizationError(r, bad + 1, n)
+                checked, panel = panel.checked, _update(work, checks, panel, got, at, tally)
+                tally.add(checked, events)
+                if done is not None and (k + 1) % every == 0 and k + 1 < len(panels):
+                    state[0] = k + 1
+                    ckpt.protect(CKPT_L, done.pack(k + 1), resizable=True)  # copies in the new block columns
+                    ckpt.checkpoint(level=ckpt_level)
+                    saved = k + 1
+                if on_panel is not None:
+                    on_panel(k)
+            report = tally.report(A.grid.comm, threshold, checks.bs)
+        except MPI.Exception as exc:
+            failure = grid_failure(exc, A.grid, f"FT_PDPOTRF: a process of the grid failed in panel {k} of "
+                                   f"{len(panels)}; " + _how_to_go_on(ckpt is not None, saved, every))
+            if failure is None:
+                raise
+            raise failure from exc
         if report.uncorrected:
             work.restore()  # in place: A's values back (a copy left A unchanged)
             bad_blocks = [(ev.row_block, ev.col_block) for ev in report.events if ev.action == "uncorrected"]
@@ -197,6 +212,17 @@ def ft_pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int, ckpt: 
         return report
     finally:
         release_pool(pool)
+
+
+def _how_to_go_on(checkpointed: bool, saved: int, every: int) -> str:
+    """What a user whose factorization lost a process can do (``saved``: the first panel after the last
+    checkpoint, taken every ``every`` panels)."""
+    if not checkpointed:
+        return "nothing was checkpointed (no ckpt): factor A again (pass a Checkpointer as ckpt to resume)"
+    if saved == 0:
+        return (f"no checkpoint of this factorization yet (one every {every} panels): relaunch the program, "
+                "the factorization starts again from panel 0")
+    return f"its progress is checkpointed up to panel {saved}: relaunch the program, it resumes there"
 
 
 @dataclasses.dataclass

@@ -27,6 +27,7 @@ from functools import lru_cache
 import numpy as np
 
 from ...errors import FactorizationError, PBLASArgumentError
+from .._grid_failure import names_failures
 from ..matrix import DistributedMatrix
 from ..pblas._redistribute import redistribute
 from ..pblas._tri_sweep import diagonal_blocks
@@ -183,6 +184,7 @@ def _strict_upper(w: int) -> np.ndarray:
     return mask
 
 
+@names_failures("PDPOTRF", "A")
 def pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int) -> None:
     """Factor the symmetric positive definite ``A(ia:ia+n, ja:ja+n)`` as ``L L.T`` or ``U.T U`` in place.
 
@@ -203,6 +205,8 @@ def pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int) -> None:
         With the ScaLAPACK argument position (see the module docstring).
     FactorizationError
         If a leading minor is not positive definite (``minor`` says which), on every rank.
+    ProcessFailure
+        If a process of the grid failed (MPI reported it: ULFM); the grid's communicators are revoked.
     """
     uplo, n, ia, ja = check_potrf_args("PDPOTRF", uplo, n, A, ia, ja)
     if n == 0:
@@ -210,6 +214,7 @@ def pdpotrf(uplo: str, n: int, A: DistributedMatrix, ia: int, ja: int) -> None:
     CholeskyWork(uplo, n, A, ia, ja, in_place=True).factor("PDPOTRF")  # type: ignore[arg-type]
 
 
+@names_failures("PDPOTRS", "B")
 def pdpotrs(uplo: str, n: int, nrhs: int, A: DistributedMatrix, ia: int, ja: int, B: DistributedMatrix,
             ib: int, jb: int) -> None:
     """Solve ``A X = B`` with the factor from :func:`pdpotrf`; X overwrites ``B(ib:ib+n, jb:jb+nrhs)``.

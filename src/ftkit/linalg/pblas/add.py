@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import PBLASArgumentError
+from .._grid_failure import names_failures
 from ..matrix import DistributedMatrix
 from ._panel_buffers import release_pool
 from ._redistribute import Move, Pool, redistribute_many, same_layout
@@ -106,6 +107,7 @@ def add(trans: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int,
     release_pool(pool)
 
 
+@names_failures("PDGEADD", "C", "resilient_pdgeadd")
 def pdgeadd(trans: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int, beta: float,
             C: DistributedMatrix, ic: int, jc: int) -> None:
     """Compute ``C(ic:ic+m, jc:jc+n) = beta * C + alpha * op(A)(ia:, ja:)`` (collective on C's grid).
@@ -131,6 +133,7 @@ def pdgeadd(trans: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: 
     add(trans, m, n, alpha, A, ia, ja, beta, C, ic, jc)
 
 
+@names_failures("PDTRADD", "C", "resilient_pdtradd")
 def pdtradd(uplo: str, trans: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
             beta: float, C: DistributedMatrix, ic: int, jc: int) -> None:
     """Compute ``C = beta * C + alpha * op(A)`` on the ``uplo`` trapezoid of ``C(ic:ic+m, jc:jc+n)``.
@@ -148,6 +151,7 @@ def pdtradd(uplo: str, trans: str, m: int, n: int, alpha: float, A: DistributedM
     add(trans, m, n, alpha, A, ia, ja, beta, C, ic, jc, part)
 
 
+@names_failures("PDTRAN", "C", "resilient_pdtran")
 def pdtran(m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int, beta: float,
            C: DistributedMatrix, ic: int, jc: int) -> None:
     """Compute ``C(ic:ic+m, jc:jc+n) = beta * C + alpha * A(ia:ia+n, ja:ja+m).T`` (collective).

@@ -22,6 +22,7 @@ import numbers
 import numpy as np
 
 from ...errors import PBLASArgumentError
+from .._grid_failure import names_failures
 from ..matrix import DistributedMatrix
 from ._cannon import run_cannon
 from ._operands import aligned_operands
@@ -180,6 +181,7 @@ def check_width(routine: str, width: int | None) -> None:
         raise PBLASArgumentError(r, 19, f"width={width!r}; must be a positive integer")
 
 
+@names_failures("PDGEMM", "C", "resilient_pdgemm")
 def pdgemm(transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int,
            ja: int, B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int,
            jc: int,
@@ -271,6 +273,7 @@ def _symmetric_copy(A: DistributedMatrix, ia: int, ja: int, na: int, uplo: str,
     return W
 
 
+@names_failures("PDSYMM", "C", "resilient_pdsymm")
 def pdsymm(side: str, uplo: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
            B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int,
            jc: int) -> None:

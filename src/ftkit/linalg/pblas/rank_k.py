@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import PBLASArgumentError
+from .._grid_failure import names_failures
 from ..matrix import DistributedMatrix, segment_bounds
 from ._operands import AlignedOperands, aligned_operands_many
 from ._panel_buffers import release_pool
@@ -204,6 +205,7 @@ def rank_update(uplo: str, trans: str, n: int, k: int, alpha: float, terms: list
         release_pool(pool)  # no transfer reads or writes the operands themselves (panels are copies)
 
 
+@names_failures("PDSYRK", "C", "resilient_pdsyrk")
 def pdsyrk(uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
            beta: float, C: DistributedMatrix, ic: int, jc: int) -> None:
     """Compute ``C = alpha * op(A) @ op(A).T + beta * C`` on the ``uplo`` triangle of ``C(ic:ic+n, jc:jc+n)``.
@@ -233,6 +235,7 @@ def pdsyrk(uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMa
     rank_update(uplo, trans, n, k, alpha, [(A, ia, ja, A, ia, ja)], beta, C, ic, jc)
 
 
+@names_failures("PDSYR2K", "C", "resilient_pdsyr2k")
 def pdsyr2k(uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
             B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int,
             jc: int) -> None:

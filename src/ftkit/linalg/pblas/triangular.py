@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import PBLASArgumentError
+from .._grid_failure import names_failures
 from ..matrix import DistributedMatrix
 from ._panel_buffers import release_pool
 from ._redistribute import Pool, redistribute
@@ -94,6 +95,7 @@ def apply_triangle(side: str, uplo: str, transa: str, diag: str, m: int, n: int,
         bv[...] = redistribute(W, 0, 0, True, B.row_map(ib, m), B.col_map(jb, n))
 
 
+@names_failures("PDTRSM", "B", "resilient_pdtrsm")
 def pdtrsm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float, A: DistributedMatrix,
            ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int) -> None:
     """Solve ``op(A) X = alpha B`` (side "L") or ``X op(A) = alpha B`` (side "R"); X overwrites B.
@@ -129,6 +131,7 @@ def pdtrsm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: 
     apply_triangle(side, uplo, transa, diag, m, n, alpha, A, ia, ja, B, ib, jb, solve=True)
 
 
+@names_failures("PDTRMM", "B", "resilient_pdtrmm")
 def pdtrmm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float, A: DistributedMatrix,
            ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int) -> None:
     """Compute ``B = alpha op(A) B`` (side "L") or ``B = alpha B op(A)`` (side "R"), A triangular.

@@ -29,6 +29,7 @@ import numpy as np
 
 from ...failure import FailureDetector
 from ...storage.inputs import InputStore
+from .._grid_failure import handles_failures
 from ..matrix import DistributedMatrix
 from ..pblas.add import check_add_args, pdgeadd, trapezoid_mask
 from ._call_state import ResilientResult
@@ -61,6 +62,7 @@ def _addition_form(routine: str, uplo: str | None, trans: str, m: int, n: int, a
                        keep=keep)  # fmt: skip
 
 
+@handles_failures
 def resilient_pdgeadd(
     trans: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int, beta: float,
     C: DistributedMatrix, ic: int, jc: int, *, store: InputStore | str, timeout: float | None = None,
@@ -88,6 +90,7 @@ def resilient_pdgeadd(
                           stats=stats)  # fmt: skip
 
 
+@handles_failures
 def resilient_pdtradd(
     uplo: str, trans: str, m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int, beta: float,
     C: DistributedMatrix, ic: int, jc: int, *, store: InputStore | str, timeout: float | None = None,
@@ -116,6 +119,7 @@ def resilient_pdtradd(
                           stats=stats)  # fmt: skip
 
 
+@handles_failures
 def resilient_pdtran(
     m: int, n: int, alpha: float, A: DistributedMatrix, ia: int, ja: int, beta: float, C: DistributedMatrix,
     ic: int, jc: int, *, store: InputStore | str, timeout: float | None = None, width: int | None = None,

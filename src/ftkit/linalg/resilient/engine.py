@@ -33,6 +33,7 @@ from ...failure import (
 )
 from ...failure.ulfm import agree_flag, require_ulfm
 from ...storage.inputs import InputStore, open_store, recycles
+from .._grid_failure import handles_failures
 from ..grid import ProcessGrid
 from ..pblas._operands import aligned_operands
 from ..pblas._summa import plan_summa, run_summa
@@ -48,6 +49,7 @@ from .protected import FSYNC_INPUTS, Built, ProtectedOperands, call_name, revoke
 __all__ = ["resilient_call", "build_operands"]
 
 
+@handles_failures
 def resilient_call(
     form: ProductForm,
     *,

@@ -76,6 +76,7 @@ from collections.abc import Callable
 
 from ...failure import FailureDetector
 from ...storage.inputs import InputStore
+from .._grid_failure import handles_failures
 from ..matrix import DistributedMatrix
 from ..pblas.gemm import _symmetric_copy, check_gemm_args, check_symm_args
 from ._call_state import ResilientResult
@@ -88,6 +89,7 @@ __all__ = ["ProductForm", "ResilientResult", "resilient_call", "resilient_pdgemm
            "protect_pdsymm"]
 
 
+@handles_failures
 def resilient_pdgemm(
     transa: str,
     transb: str,
@@ -195,6 +197,7 @@ def _symm_form(side: str, uplo: str, m: int, n: int, alpha: float, A: Distribute
                        flags=(side, uplo))  # fmt: skip
 
 
+@handles_failures
 def resilient_pdsymm(
     side: str,
     uplo: str,

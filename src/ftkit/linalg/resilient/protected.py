@@ -61,6 +61,7 @@ from ...errors import FtkitError, PBLASArgumentError, ProcessFailure, StorageErr
 from ...failure import Fenced, revoke
 from ...failure.ulfm import agree_flag, agree_on_dead
 from ...storage.inputs import InputStore, open_store
+from .._grid_failure import handles_failures
 from ..grid import ProcessGrid
 from ..matrix import DistributedMatrix
 from ..pblas._operands import AlignedOperands, aligned_operands
@@ -260,6 +261,7 @@ def save_failed(where: InputStore, errno: int) -> StorageError:
     )
 
 
+@handles_failures
 def protect_operands(
     transa: str,
     transb: str,

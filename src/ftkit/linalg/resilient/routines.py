@@ -37,6 +37,7 @@ import numpy as np
 
 from ...failure import FailureDetector
 from ...storage.inputs import InputStore
+from .._grid_failure import handles_failures
 from ..matrix import DistributedMatrix
 from ..pblas._operands import AlignedOperands
 from ..pblas._tri_sweep import tri_cols, triangle_operand
@@ -131,6 +132,7 @@ def _trsm_form(side: str, uplo: str, transa: str, diag: str, m: int, n: int, alp
                        fixed="a" if side == "L" else "b", flags=(side, uplo, transa, diag))  # fmt: skip
 
 
+@handles_failures
 def resilient_pdtrmm(
     side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float, A: DistributedMatrix,
     ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, *, store: InputStore | str | ProtectedOperands,
@@ -160,6 +162,7 @@ def resilient_pdtrmm(
                           stats=stats)  # fmt: skip
 
 
+@handles_failures
 def resilient_pdtrsm(
     side: str, uplo: str, transa: str, diag: str, m: int, n: int, alpha: float, A: DistributedMatrix,
     ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, *, store: InputStore | str | ProtectedOperands,
@@ -271,6 +274,7 @@ def _rank_form(routine: str, uplo: str, trans: str, n: int, k: int, alpha: float
                        keep=triangle_keep(uplo), flags=(uplo, trans), triangle=uplo)  # fmt: skip
 
 
+@handles_failures
 def resilient_pdsyrk(
     uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int, beta: float,
     C: DistributedMatrix, ic: int, jc: int, *, store: InputStore | str | ProtectedOperands,
@@ -299,6 +303,7 @@ def resilient_pdsyrk(
                           stats=stats)  # fmt: skip
 
 
+@handles_failures
 def resilient_pdsyr2k(
     uplo: str, trans: str, n: int, k: int, alpha: float, A: DistributedMatrix, ia: int, ja: int,
     B: DistributedMatrix, ib: int, jb: int, beta: float, C: DistributedMatrix, ic: int, jc: int, *,
