@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from ...storage.inputs import InputStore
+from .._grid_failure import handles_failures
 from .engine import build_operands
 from .form import ProductForm
 from .protected import Built, ProtectedOperands, operands_key, protect_pieces
@@ -23,6 +24,7 @@ def form_key(form: ProductForm, algorithm: str = "summa") -> tuple[object, ...]:
                                               f.jc, algorithm))  # fmt: skip
 
 
+@handles_failures
 def protect_form(form: ProductForm, *, store: InputStore | str | os.PathLike[str],
                  timeout: float | None = None) -> ProtectedOperands:
     """Build ``form``'s operands once and save its ``fixed`` sides: the protector of every routine other than

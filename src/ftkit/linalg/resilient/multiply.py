@@ -246,6 +246,7 @@ def resilient_pdsymm(
                           stats=stats)  # fmt: skip
 
 
+@handles_failures
 def protect_pdsymm(side: str, uplo: str, m: int, n: int, A: DistributedMatrix, ia: int, ja: int,
                    B: DistributedMatrix, ib: int, jb: int, C: DistributedMatrix, ic: int, jc: int, *,
                    store: InputStore | str | os.PathLike[str],

@@ -314,6 +314,7 @@ def protect_operands(
                           timeout=timeout)  # fmt: skip
 
 
+@handles_failures
 def protect_pieces(
     grid: ProcessGrid,
     routine: str,

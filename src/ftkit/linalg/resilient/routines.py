@@ -200,6 +200,7 @@ def resilient_pdtrsm(
                           stats=stats)  # fmt: skip
 
 
+@handles_failures
 def protect_pdtrmm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, A: DistributedMatrix,
                    ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, *, store: Store,
                    timeout: float | None = None) -> ProtectedOperands:
@@ -220,6 +221,7 @@ def protect_pdtrmm(side: str, uplo: str, transa: str, diag: str, m: int, n: int,
                         timeout=timeout)  # fmt: skip
 
 
+@handles_failures
 def protect_pdtrsm(side: str, uplo: str, transa: str, diag: str, m: int, n: int, A: DistributedMatrix,
                    ia: int, ja: int, B: DistributedMatrix, ib: int, jb: int, *, store: Store,
                    timeout: float | None = None) -> ProtectedOperands:
@@ -348,6 +350,7 @@ def _syr2k_form(uplo: str, trans: str, n: int, k: int, alpha: float, A: Distribu
     return _rank_form("PDSYR2K", uplo, trans, n, k, alpha, A, ia, ja, B, ib, jb, beta, C, ic, jc)
 
 
+@handles_failures
 def protect_pdsyrk(uplo: str, trans: str, n: int, k: int, A: DistributedMatrix, ia: int, ja: int,
                    C: DistributedMatrix, ic: int, jc: int, *, store: Store,
                    timeout: float | None = None) -> ProtectedOperands:
@@ -368,6 +371,7 @@ def protect_pdsyrk(uplo: str, trans: str, n: int, k: int, A: DistributedMatrix, 
                         timeout=timeout)  # fmt: skip
 
 
+@handles_failures
 def protect_pdsyr2k(uplo: str, trans: str, n: int, k: int, A: DistributedMatrix, ia: int, ja: int,
                     B: DistributedMatrix, ib: int, jb: int, C: DistributedMatrix, ic: int, jc: int, *,
                     store: Store, timeout: float | None = None) -> ProtectedOperands:
