@@ -4,15 +4,16 @@ usage: ``python -m ftkit.linalg._warm`` (``make test`` runs it before the tests)
 
 Every kernel is compiled with ``cache=True``: the first process that calls it with a new signature compiles it
 and saves it beside its source (``__pycache__``, or in ``NUMBA_CACHE_DIR``), later processes load it. The
-ranks of a job started on a cold cache all compile the same kernels at once (the 2 x 3 ABFT campaign of the
-tests: 132 s on a quiet machine, 7 s with the kernels in the cache). This module calls every routine -- plain,
-``ft_`` and ``resilient_`` forms, float32 and float64, every flag combination, clean and with a bit flip in A,
-B or C -- on random small cases on a 1 x 1 grid of this process alone, so that the kernels are compiled once,
-here. A signature records its arrays' layouts, and a piece of one row or column is both C and F contiguous:
-the cases draw sizes (1 to 19), block sizes (1 to 6) and offsets as the conformance tests do, so that the
-degenerate layouts come up too. What only a grid of more processes calls (FT_PDPOTRF's update kernels take a
-tuple of one piece per process row) is left to the first job that needs it. It prints one line: how many
-calls, kernel signatures compiled and loaded, in how long.
+ranks of a job started on a cold cache all compile the same kernels at once (the tests' 2 x 3 ABFT campaign on
+2 cores: 305 s on a cold cache, 9 s after this module). This module calls every routine -- plain, ``ft_`` and
+``resilient_`` forms, float32 and float64 (the products: float64), every flag combination, clean and with a
+bit flip in A, B or C -- on random small cases on a 1 x 1 grid of this process alone, so that the kernels are
+compiled once, here (about 160 s on a cold cache, 8 s on a warm one). A signature records its arrays' layouts,
+and a piece of one row or column is both C and F contiguous: the cases draw sizes (1 to 19), block sizes (1 to
+6) and offsets as the conformance tests do, so that the degenerate layouts come up too. What only a grid of
+more processes calls (FT_PDPOTRF's update kernels take a tuple of one piece per process row) is left to the
+first job that needs it. It prints one line: how many calls, kernel signatures compiled and loaded, in how
+long.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ __all__ = ["main"]
 #: Random cases per routine, flag combination and dtype.
 CASES = 3
 DTYPES = (np.float32, np.float64)
+#: The products in float64 only: the tests use float32 with the triangular and rank-k routines and the
+#: additions only, and the float32 kernels of ``ft_pdgemm`` / ``ft_pdsymm`` took 50 s of 210 here for nothing.
+PRODUCT_DTYPES = (np.float64,)
 
 Args = tuple[Any, ...]
 
@@ -82,9 +86,10 @@ class _Cases:
         resilient = getattr(linalg, "resilient_" + name)
         yield lambda *args: resilient(*args, store=self.store)
 
-    def run(self, name: str, make: Callable[[type], Args], checked: bool = True) -> None:
+    def run(self, name: str, make: Callable[[type], Args], checked: bool = True,
+            dtypes: tuple[type, ...] = DTYPES) -> None:
         """Call every form of ``name`` on ``CASES`` new argument tuples ``make(dtype)`` per dtype."""
-        for dtype, _ in itertools.product(DTYPES, range(CASES)):
+        for dtype, _ in itertools.product(dtypes, range(CASES)):
             for call in self.forms(name, checked):
                 call(*make(dtype))
                 self.calls += 1
@@ -97,14 +102,14 @@ def _products(c: _Cases) -> None:
             A = c.matrix(*((m, k) if ta == "N" else (k, m)), dtype)
             B = c.matrix(*((k, n) if tb == "N" else (n, k)), dtype)
             return (ta, tb, m, n, k, c.scalar(), *A, *B, c.scalar(), *c.matrix(m, n, dtype))
-        c.run("pdgemm", gemm)
+        c.run("pdgemm", gemm, dtypes=PRODUCT_DTYPES)
     for side, uplo in itertools.product("LR", "UL"):
         def symm(dtype: type, side: str = side, uplo: str = uplo) -> Args:
             m, n = c.size(), c.size()
             ka = m if side == "L" else n
             return (side, uplo, m, n, c.scalar(), *c.matrix(ka, ka, dtype), *c.matrix(m, n, dtype),
                     c.scalar(), *c.matrix(m, n, dtype))
-        c.run("pdsymm", symm)
+        c.run("pdsymm", symm, dtypes=PRODUCT_DTYPES)
 
 
 def _triangular(c: _Cases) -> None:
