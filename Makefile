@@ -17,7 +17,10 @@ venv: $(STAMP)
 
 # Two test processes (pytest-xdist): most MPI tests wait on start-up and failure detection more than they
 # compute: two at a time, the suite takes ~10 min on 2 cores (19-20 min one at a time).
+# First the numba kernels are compiled into numba's cache (src/ftkit/**/__pycache__) by one process, so that
+# the ranks of the tests load them instead of all compiling them at once (ftkit/linalg/_warm.py).
 test: $(STAMP)
+	$(VPY) -m ftkit.linalg._warm
 	$(VPY) -m pytest -q -n 2 tests
 
 demo: $(STAMP)

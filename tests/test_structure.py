@@ -36,7 +36,8 @@ APART = {("checkpoint", "linalg"), ("linalg", "checkpoint")}
 #: Layer of each part of ``ftkit.linalg`` (its modules and sub-packages), the same rule one level down: the
 #: distributed matrix, then the plain PBLAS and their engines, the checksum algebra, the process-failure
 #: routines, the ABFT routines (whose ``protect_inputs=`` path runs a process-failure one), the Cholesky
-#: solver.
+#: solver; above the package, the kernels' warm-up that calls its public routines (``python -m
+#: ftkit.linalg._warm``).
 LINALG_LAYERS: dict[str, int] = {
     "grid": 0, "descriptor": 0, "matrix": 0, "_blas": 0, "_grid_failure": 0,
     "pblas": 1,
@@ -45,6 +46,7 @@ LINALG_LAYERS: dict[str, int] = {
     "abft": 4,
     "cholesky": 5,
     "__init__": 6,
+    "_warm": 7,
 }
 
 #: Layer of each part of ``ftkit.storage`` (its sub-packages and top modules): the file-system helpers and
