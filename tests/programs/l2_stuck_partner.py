@@ -7,8 +7,9 @@ A first checkpoint at ``LEVEL`` with every rank (2: the L2 group communicator ex
 checkpoint below sets it up, a collective on the whole job). Then rank ``R`` stops itself (a real
 ``SIGSTOP``) at the ``before_post`` stage of an L2 checkpoint; the others go on into the partner copy.
 Each rank prints ``R<rank> error <Type> <seconds> <message>`` or ``R<rank> wrote``.
-Rank 0, once every other rank reported, resumes the stuck one (``SIGCONT``). Every rank then leaves without
-``MPI_Finalize`` (the job's collectives are out of step on purpose).
+Every rank but the stuck one waits until every other has reported (one that left at once would be a failed
+process to those still waiting for their deadline); then rank 0 resumes the stuck one (``SIGCONT``). Every
+rank then leaves without ``MPI_Finalize`` (the job's collectives are out of step on purpose).
 """
 
 from __future__ import annotations
@@ -50,12 +51,14 @@ except ftkit.FtkitError as exc:
 print(line, flush=True)
 Path(root, f"outcome.{rank}").write_text(line)
 
-if rank == 0:  # resume the stuck rank once every other rank reported (bounded)
-    deadline = time.monotonic() + 150
-    while not all(Path(root, f"outcome.{r}").exists() for r in range(n) if r != a.stuck):
-        if time.monotonic() > deadline:
-            raise SystemExit("the other ranks did not report within 150 s")
-        time.sleep(0.05)
+# Every rank stays until every other rank reported (bounded): a rank that left at once would be a failed
+# process to the ones still waiting for their deadline, which would then raise ProcessFailure instead.
+deadline = time.monotonic() + 150
+while rank != a.stuck and not all(Path(root, f"outcome.{r}").exists() for r in range(n) if r != a.stuck):
+    if time.monotonic() > deadline:
+        raise SystemExit("the other ranks did not report within 150 s")
+    time.sleep(0.05)
+if rank == 0:  # then resume the stuck rank
     pid = int(Path(root, f"pid.{a.stuck}").read_text())
     while not Path(root, f"outcome.{a.stuck}").exists() and time.monotonic() < deadline:
         try:
